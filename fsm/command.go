@@ -1,0 +1,38 @@
+package fsm
+
+import (
+	"fmt"
+
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+)
+
+// Envelope wraps a command body with its type and the cluster time, so type
+// and body can never disagree.
+func Envelope(nowMs int64, body any) *fsmv1.Command {
+	c := &fsmv1.Command{NowMs: nowMs}
+	switch b := body.(type) {
+	case *fsmv1.Tick:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_TICK, &fsmv1.Command_Tick{Tick: b}
+	case *fsmv1.Acquire:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_ACQUIRE, &fsmv1.Command_Acquire{Acquire: b}
+	case *fsmv1.Renew:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_RENEW, &fsmv1.Command_Renew{Renew: b}
+	case *fsmv1.Release:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_RELEASE, &fsmv1.Command_Release{Release: b}
+	case *fsmv1.ClaimWindow:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_CLAIM_WINDOW, &fsmv1.Command_ClaimWindow{ClaimWindow: b}
+	case *fsmv1.CompleteWindow:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_COMPLETE_WINDOW, &fsmv1.Command_CompleteWindow{CompleteWindow: b}
+	case *fsmv1.FencedCommit:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_FENCED_COMMIT, &fsmv1.Command_FencedCommit{FencedCommit: b}
+	case *fsmv1.Prune:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_PRUNE, &fsmv1.Command_Prune{Prune: b}
+	case *fsmv1.SetMember:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_SET_MEMBER, &fsmv1.Command_SetMember{SetMember: b}
+	case *fsmv1.RemoveMember:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_REMOVE_MEMBER, &fsmv1.Command_RemoveMember{RemoveMember: b}
+	default:
+		panic(fmt.Sprintf("fsm.Envelope: not a command body: %T", body))
+	}
+	return c
+}

@@ -1,0 +1,67 @@
+package fsm
+
+import (
+	"strconv"
+
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+)
+
+// fencedCommit is G4 and G6. An idempotency key seen before returns its first
+// accepted outcome (so a retry after an unknown outcome learns it was
+// accepted, even if the lease has lapsed since). Otherwise the generation
+// must be the lease's current, live one and not below the resource's highest.
+// Only accepted commits are recorded: a refused key stays free for the
+// rightful holder.
+func (s *state) fencedCommit(now int64, c *fsmv1.FencedCommit) any {
+	if c.GetResource() == "" || c.GetLeaseName() == "" {
+		return reject(ReasonInvalidArgument, nil, "fenced commit needs a resource and a lease")
+	}
+	res := s.resource(c.GetResource())
+	if c.GetIdempotencyKey() != "" {
+		if rec := s.idempotency(c.GetResource(), c.GetIdempotencyKey()); rec != nil {
+			out := &CommitResult{Accepted: true, Duplicate: true, Generation: rec.Generation, Payload: rec.Payload}
+			if res != nil {
+				out.MaxGeneration = res.MaxGeneration
+			}
+			return out
+		}
+	}
+	l := s.lease(c.GetLeaseName())
+	if l == nil {
+		return reject(ReasonLeaseNotFound, nil, "lease %q does not exist", c.GetLeaseName())
+	}
+	if c.GetGeneration() != l.Generation {
+		return reject(ReasonStaleToken, holderMeta(l),
+			"token %d of lease %q is not current (current generation %d)", c.GetGeneration(), l.Name, l.Generation)
+	}
+	if l.Released {
+		return reject(ReasonLeaseReleased, holderMeta(l), "lease %q generation %d was released", l.Name, l.Generation)
+	}
+	if !l.Live(now) {
+		return reject(ReasonLeaseExpired, holderMeta(l),
+			"lease %q generation %d expired %d ms ago", l.Name, l.Generation, now-l.ExpiresAt)
+	}
+	if res != nil && res.LeaseName != c.GetLeaseName() {
+		return reject(ReasonResourceLeaseMismatch, map[string]string{"resource_lease": res.LeaseName},
+			"resource %q is fenced by lease %q, not %q", res.Name, res.LeaseName, c.GetLeaseName())
+	}
+	if res != nil && c.GetGeneration() < res.MaxGeneration {
+		return reject(ReasonStaleToken, map[string]string{"max_generation": strconv.FormatUint(res.MaxGeneration, 10)},
+			"token %d is below the highest accepted for %q (%d)", c.GetGeneration(), res.Name, res.MaxGeneration)
+	}
+	n := Resource{Name: c.GetResource(), LeaseName: c.GetLeaseName()}
+	if res != nil {
+		n = *res
+	}
+	n.MaxGeneration = c.GetGeneration()
+	n.LastCommitAt = now
+	n.LastIdempotencyKey = c.GetIdempotencyKey()
+	n.Commits++
+	s.resources.ReplaceOrInsert(&n)
+	if c.GetIdempotencyKey() != "" {
+		s.idem.ReplaceOrInsert(&Idempotency{Resource: n.Name, Key: c.GetIdempotencyKey(),
+			Generation: c.GetGeneration(), Payload: c.GetPayload(), At: now})
+		s.idemQ = append(s.idemQ, idemKey{n.Name, c.GetIdempotencyKey()})
+	}
+	return &CommitResult{Accepted: true, MaxGeneration: n.MaxGeneration, Generation: c.GetGeneration(), Payload: c.GetPayload()}
+}

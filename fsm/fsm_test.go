@@ -1,0 +1,404 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+)
+
+// run applies body at cluster time now through the raft entry point, as a
+// replica would.
+func run(t testing.TB, f *FSM, now int64, body any) any {
+	t.Helper()
+	data, err := proto.Marshal(Envelope(now, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.Apply(&raft.Log{Type: raft.LogCommand, Data: data})
+}
+
+func acq(name, owner string, ttl int64, rid string) *fsmv1.Acquire {
+	return &fsmv1.Acquire{Name: name, Owner: owner, TtlMs: ttl, RequestId: rid}
+}
+
+func mustAcquire(t *testing.T, f *FSM, now int64, name, owner string, ttl int64) Lease {
+	t.Helper()
+	r, ok := run(t, f, now, acq(name, owner, ttl, "")).(*AcquireResult)
+	if !ok || !r.Acquired {
+		t.Fatalf("acquire %s by %s at %d: %#v", name, owner, now, r)
+	}
+	return r.Lease
+}
+
+func wantReason(t *testing.T, got any, want Reason) {
+	t.Helper()
+	var rej *Rejection
+	if e, ok := got.(error); !ok || !errors.As(e, &rej) {
+		t.Fatalf("want rejection %s, got %#v", want, got)
+	}
+	if rej.Reason != want {
+		t.Fatalf("want rejection %s, got %s (%s)", want, rej.Reason, rej.Message)
+	}
+}
+
+func TestAcquireGenerations(t *testing.T) {
+	f := New(nil)
+	l := mustAcquire(t, f, 1000, "job", "a", 100)
+	if l.Generation != 1 || l.ExpiresAt != 1100 || l.AcquiredAt != 1000 {
+		t.Fatalf("first grant: %+v", l)
+	}
+	// Held: another owner sees the holder, no error.
+	r := run(t, f, 1050, acq("job", "b", 100, "")).(*AcquireResult)
+	if r.Acquired || r.Lease.Owner != "a" || r.Lease.Generation != 1 {
+		t.Fatalf("contended acquire: %+v", r)
+	}
+	// The holder itself asking again with a new request is not a second grant.
+	if r := run(t, f, 1060, acq("job", "a", 100, "other")).(*AcquireResult); r.Acquired {
+		t.Fatalf("re-acquire by holder granted: %+v", r)
+	}
+	// Expiry: exactly at the deadline the lease is free (expires_at > now is live).
+	if l := mustAcquire(t, f, 1100, "job", "b", 100); l.Generation != 2 {
+		t.Fatalf("after expiry: %+v", l)
+	}
+	// Release keeps the record; the next grant continues the sequence.
+	if r := run(t, f, 1120, &fsmv1.Release{Name: "job", Owner: "b", Generation: 2}).(*ReleaseResult); !r.Released || !r.Lease.Released {
+		t.Fatalf("release: %+v", r)
+	}
+	if l, _, ok := f.Lease("job"); !ok || l.Generation != 2 || !l.Released {
+		t.Fatalf("released record: %+v %v", l, ok)
+	}
+	if l := mustAcquire(t, f, 1121, "job", "c", 100); l.Generation != 3 {
+		t.Fatalf("after release: %+v", l)
+	}
+}
+
+func TestAcquireRequestIDDedupes(t *testing.T) {
+	f := New(nil)
+	first := run(t, f, 10, acq("l", "a", 100, "req-1")).(*AcquireResult)
+	again := run(t, f, 20, acq("l", "a", 100, "req-1")).(*AcquireResult)
+	if !again.Acquired || again.Lease != first.Lease {
+		t.Fatalf("retry: %+v, first %+v", again, first)
+	}
+	// Same request id from another owner is not the same request.
+	if r := run(t, f, 30, acq("l", "b", 100, "req-1")).(*AcquireResult); r.Acquired {
+		t.Fatalf("foreign owner with same request id granted: %+v", r)
+	}
+	// Once the grant lapsed, a late retry does not resurrect it: it is a new
+	// grant with a new generation, never the old one.
+	r := run(t, f, 200, acq("l", "a", 100, "req-1")).(*AcquireResult)
+	if !r.Acquired || r.Lease.Generation != 2 {
+		t.Fatalf("late retry: %+v", r)
+	}
+}
+
+func TestHolderFence(t *testing.T) {
+	f := New(nil)
+	mustAcquire(t, f, 0, "l", "a", 100)                                     // gen 1 expires at 100
+	mustAcquire(t, f, 150, "l", "b", 100)                                   // gen 2 expires at 250
+	mustAcquire(t, f, 150, "gone", "x", 10)                                 // gen 1
+	run(t, f, 151, &fsmv1.Release{Name: "gone", Owner: "x", Generation: 1}) // released
+	mustAcquire(t, f, 150, "lapsed", "y", 10)                               // expires at 160
+
+	cases := []struct {
+		name  string
+		now   int64
+		owner string
+		lease string
+		gen   uint64
+		want  Reason
+	}{
+		{"old generation", 160, "a", "l", 1, ReasonLeaseLost},
+		{"right generation, wrong owner", 160, "a", "l", 2, ReasonLeaseLost},
+		{"future generation", 160, "b", "l", 3, ReasonLeaseLost},
+		{"unknown lease", 160, "b", "nope", 1, ReasonLeaseNotFound},
+		{"released", 160, "x", "gone", 1, ReasonLeaseReleased},
+		{"expired", 170, "y", "lapsed", 1, ReasonLeaseExpired},
+		{"current", 160, "b", "l", 2, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ops := map[string]any{
+				"renew": &fsmv1.Renew{Name: c.lease, Owner: c.owner, Generation: c.gen, TtlMs: 100},
+				"claim": &fsmv1.ClaimWindow{Job: "j-" + c.name, Window: "w", LeaseName: c.lease, Owner: c.owner, Generation: c.gen},
+			}
+			for _, op := range []string{"claim", "renew"} {
+				got := run(t, f, c.now, ops[op])
+				if c.want == "" {
+					if _, bad := got.(error); bad {
+						t.Fatalf("%s: %v", op, got)
+					}
+					continue
+				}
+				wantReason(t, got, c.want)
+			}
+		})
+	}
+	// A renew extends from the FSM clock (170: it never goes back), with the
+	// given TTL.
+	if l, _, _ := f.Lease("l"); l.ExpiresAt != 270 || l.Renewals != 1 {
+		t.Fatalf("renewed lease: %+v", l)
+	}
+}
+
+func TestRelease(t *testing.T) {
+	f := New(nil)
+	mustAcquire(t, f, 0, "l", "a", 100)
+	wantReason(t, run(t, f, 10, &fsmv1.Release{Name: "l", Owner: "b", Generation: 1}), ReasonLeaseLost)
+	if r := run(t, f, 10, &fsmv1.Release{Name: "l", Owner: "a", Generation: 1}).(*ReleaseResult); !r.Released || r.Lease.ExpiresAt != 10 {
+		t.Fatalf("release: %+v", r)
+	}
+	// Twice is harmless.
+	if r := run(t, f, 11, &fsmv1.Release{Name: "l", Owner: "a", Generation: 1}).(*ReleaseResult); r.Released {
+		t.Fatalf("second release: %+v", r)
+	}
+	mustAcquire(t, f, 20, "m", "a", 10)
+	wantReason(t, run(t, f, 40, &fsmv1.Release{Name: "m", Owner: "a", Generation: 1}), ReasonLeaseExpired)
+}
+
+func TestWindowLedger(t *testing.T) {
+	f := New(nil)
+	claim := func(now int64, owner string, gen uint64) any {
+		return run(t, f, now, &fsmv1.ClaimWindow{Job: "daily-close", Window: "2026-09-25", LeaseName: "daily-close", Owner: owner, Generation: gen})
+	}
+	complete := func(now int64, owner string, gen uint64, result string) any {
+		return run(t, f, now, &fsmv1.CompleteWindow{Job: "daily-close", Window: "2026-09-25", LeaseName: "daily-close",
+			Owner: owner, Generation: gen, Result: []byte(result)})
+	}
+	mustAcquire(t, f, 0, "daily-close", "a", 100)
+	if r := claim(1, "a", 1).(*ClaimResult); !r.Claimed || r.Window.Attempts != 1 || r.Window.StartedAt != 1 {
+		t.Fatalf("first claim: %+v", r)
+	}
+	// The same holder claiming again is the same attempt.
+	if r := claim(2, "a", 1).(*ClaimResult); !r.Claimed || r.Window.Attempts != 1 {
+		t.Fatalf("repeat claim: %+v", r)
+	}
+	// Completing without a claim is refused.
+	wantReason(t, run(t, f, 3, &fsmv1.CompleteWindow{Job: "daily-close", Window: "other", LeaseName: "daily-close", Owner: "a", Generation: 1}), ReasonWindowNotClaimed)
+	// a crashes; b takes over after the TTL and resumes the window.
+	mustAcquire(t, f, 100, "daily-close", "b", 100)
+	wantReason(t, complete(101, "a", 1, "a's"), ReasonLeaseLost)
+	wantReason(t, complete(101, "b", 2, "too early"), ReasonWindowNotClaimed)
+	r := claim(102, "b", 2).(*ClaimResult)
+	if !r.Claimed || r.Window.Attempts != 2 || r.Window.FirstStartedAt != 1 || r.Window.StartedAt != 102 {
+		t.Fatalf("resume: %+v", r)
+	}
+	w := complete(103, "b", 2, "done").(*WindowResult).Window
+	if !w.Completed || w.CompletedAt != 103 || string(w.Result) != "done" {
+		t.Fatalf("complete: %+v", w)
+	}
+	// Completed once: a retry by b returns the record, others are refused.
+	if again := complete(104, "b", 2, "x").(*WindowResult).Window; string(again.Result) != "done" || again.CompletedAt != 103 {
+		t.Fatalf("retry changed the record: %+v", again)
+	}
+	mustAcquire(t, f, 300, "daily-close", "c", 100)
+	rej := complete(301, "c", 3, "second")
+	wantReason(t, rej, ReasonWindowCompleted)
+	if rej.(*Rejection).Metadata["completed_by"] != "b" {
+		t.Fatalf("rejection lacks who completed: %+v", rej)
+	}
+	// A late claim learns the window is complete, with the record.
+	if r := claim(302, "c", 3).(*ClaimResult); r.Claimed || r.Window.Owner != "b" || r.Window.Attempts != 2 {
+		t.Fatalf("late claim: %+v", r)
+	}
+}
+
+func TestFencedCommit(t *testing.T) {
+	commit := func(f *FSM, now int64, gen uint64, key, payload string) any {
+		return run(t, f, now, &fsmv1.FencedCommit{Resource: "payments/store-42", LeaseName: "daily-close",
+			Generation: gen, IdempotencyKey: key, Payload: []byte(payload)})
+	}
+	t.Run("paused holder, successor committed first", func(t *testing.T) {
+		f := New(nil)
+		mustAcquire(t, f, 0, "daily-close", "a", 100)
+		mustAcquire(t, f, 200, "daily-close", "b", 100)
+		if r := commit(f, 201, 2, "", "b").(*CommitResult); !r.Accepted || r.MaxGeneration != 2 {
+			t.Fatalf("successor: %+v", r)
+		}
+		wantReason(t, commit(f, 202, 1, "", "a"), ReasonStaleToken)
+	})
+	t.Run("paused holder, successor not yet committed", func(t *testing.T) {
+		f := New(nil)
+		mustAcquire(t, f, 0, "daily-close", "a", 100)
+		if r := commit(f, 1, 1, "", "a").(*CommitResult); !r.Accepted {
+			t.Fatalf("holder: %+v", r)
+		}
+		mustAcquire(t, f, 200, "daily-close", "b", 100)
+		wantReason(t, commit(f, 202, 1, "", "a-late"), ReasonStaleToken)
+		if r, _ := f.Resource("payments/store-42"); r.MaxGeneration != 1 || r.Commits != 1 {
+			t.Fatalf("refused commit changed the resource: %+v", r)
+		}
+	})
+	t.Run("paused holder, nobody took over", func(t *testing.T) {
+		f := New(nil)
+		mustAcquire(t, f, 0, "daily-close", "a", 100)
+		wantReason(t, commit(f, 150, 1, "", "a-late"), ReasonLeaseExpired)
+	})
+	t.Run("idempotency", func(t *testing.T) {
+		f := New(nil)
+		mustAcquire(t, f, 0, "daily-close", "a", 100)
+		first := commit(f, 1, 1, "close-2026-09-25-store-42", "42.00").(*CommitResult)
+		if !first.Accepted || first.Duplicate {
+			t.Fatalf("first: %+v", first)
+		}
+		// A retry after the lease lapsed still learns the first outcome.
+		again := commit(f, 500, 1, "close-2026-09-25-store-42", "99.00").(*CommitResult)
+		if !again.Accepted || !again.Duplicate || string(again.Payload) != "42.00" || again.Generation != 1 {
+			t.Fatalf("repeat: %+v", again)
+		}
+		if r, _ := f.Resource("payments/store-42"); r.Commits != 1 {
+			t.Fatalf("repeat counted as a commit: %+v", r)
+		}
+	})
+	t.Run("refused key stays free", func(t *testing.T) {
+		f := New(nil)
+		mustAcquire(t, f, 0, "daily-close", "a", 100)
+		mustAcquire(t, f, 200, "daily-close", "b", 100)
+		wantReason(t, commit(f, 201, 1, "k", "a"), ReasonStaleToken)
+		if r := commit(f, 202, 2, "k", "b").(*CommitResult); !r.Accepted || r.Duplicate || string(r.Payload) != "b" {
+			t.Fatalf("rightful holder: %+v", r)
+		}
+	})
+	t.Run("resource bound to one lease", func(t *testing.T) {
+		f := New(nil)
+		mustAcquire(t, f, 0, "daily-close", "a", 100)
+		mustAcquire(t, f, 0, "other", "a", 100)
+		commit(f, 1, 1, "", "")
+		wantReason(t, run(t, f, 2, &fsmv1.FencedCommit{Resource: "payments/store-42", LeaseName: "other", Generation: 1}), ReasonResourceLeaseMismatch)
+	})
+}
+
+func TestPrune(t *testing.T) {
+	f := New(nil)
+	mustAcquire(t, f, 0, "l", "a", 10_000)
+	for i, now := range []int64{10, 20, 30} {
+		w := string(rune('a' + i))
+		run(t, f, now, &fsmv1.ClaimWindow{Job: "j", Window: w, LeaseName: "l", Owner: "a", Generation: 1})
+		run(t, f, now, &fsmv1.CompleteWindow{Job: "j", Window: w, LeaseName: "l", Owner: "a", Generation: 1})
+		run(t, f, now, &fsmv1.FencedCommit{Resource: "r", LeaseName: "l", Generation: 1, IdempotencyKey: w})
+	}
+	run(t, f, 40, &fsmv1.ClaimWindow{Job: "j", Window: "open", LeaseName: "l", Owner: "a", Generation: 1})
+	r := run(t, f, 50, &fsmv1.Prune{CutoffMs: 25}).(*PruneResult)
+	if r.Windows != 2 || r.Idempotency != 2 {
+		t.Fatalf("prune: %+v", r)
+	}
+	ws, _ := f.Windows("j", "", 10)
+	if len(ws) != 2 || ws[0].Window != "c" || ws[1].Window != "open" {
+		t.Fatalf("left: %+v", ws)
+	}
+	// Leases and resource fences are never pruned.
+	if _, _, ok := f.Lease("l"); !ok {
+		t.Fatal("lease pruned")
+	}
+	if res, _ := f.Resource("r"); res.MaxGeneration != 1 {
+		t.Fatalf("resource: %+v", res)
+	}
+	// The pruned key is free again, the kept one still deduplicates.
+	if c := run(t, f, 60, &fsmv1.FencedCommit{Resource: "r", LeaseName: "l", Generation: 1, IdempotencyKey: "c"}).(*CommitResult); !c.Duplicate {
+		t.Fatalf("kept key: %+v", c)
+	}
+}
+
+func TestClockOnlyMovesForward(t *testing.T) {
+	f := New(nil)
+	run(t, f, 1000, &fsmv1.Tick{})
+	// A command stamped earlier (applied after a later one) is judged at the
+	// FSM clock, so an expired lease cannot come back to life.
+	mustAcquire(t, f, 1000, "l", "a", 100)
+	run(t, f, 1200, &fsmv1.Tick{})
+	wantReason(t, run(t, f, 1050, &fsmv1.Renew{Name: "l", Owner: "a", Generation: 1}), ReasonLeaseExpired)
+	if f.Clock() != 1200 {
+		t.Fatalf("clock went back: %d", f.Clock())
+	}
+}
+
+func TestUnknownCommandStops(t *testing.T) {
+	f := New(nil)
+	data, _ := proto.Marshal(&fsmv1.Command{Type: 999})
+	defer func() {
+		if recover() == nil {
+			t.Fatal("unknown command applied without stopping")
+		}
+	}()
+	f.Apply(&raft.Log{Type: raft.LogCommand, Data: data})
+}
+
+func TestNonCommandEntriesIgnored(t *testing.T) {
+	f := New(nil)
+	if out := f.ApplyBatch([]*raft.Log{{Type: raft.LogConfiguration, Data: []byte("x")}}); len(out) != 1 || out[0] != nil {
+		t.Fatalf("%v", out)
+	}
+}
+
+func TestListLeasesPaging(t *testing.T) {
+	f := New(nil)
+	for _, n := range []string{"a/1", "a/2", "a/3", "b/1"} {
+		mustAcquire(t, f, 0, n, "o", 10)
+	}
+	page, more := f.Leases("a/", "", 2)
+	if len(page) != 2 || !more || page[1].Name != "a/2" {
+		t.Fatalf("page 1: %+v %v", page, more)
+	}
+	page, more = f.Leases("a/", "a/2", 2)
+	if len(page) != 1 || more || page[0].Name != "a/3" {
+		t.Fatalf("page 2: %+v %v", page, more)
+	}
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	f := New(nil)
+	buildState(t, f)
+	var buf bytes.Buffer
+	if err := f.WriteSnapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	g := New(nil)
+	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
+		t.Fatal(err)
+	}
+	if f.Digest() != g.Digest() {
+		t.Fatal("digest differs after restore")
+	}
+	// Both continue identically: generations continue, windows stay complete,
+	// idempotency and prune queues survive.
+	for _, x := range []*FSM{f, g} {
+		if l := mustAcquire(t, x, 10_000, "lease-1", "z", 10); l.Generation != 3 {
+			t.Fatalf("generation after restore: %+v", l)
+		}
+		if r := run(t, x, 10_001, &fsmv1.Prune{CutoffMs: 2500}).(*PruneResult); r.Windows != 3 || r.Idempotency != 3 {
+			t.Fatalf("prune after restore: %+v", r)
+		}
+	}
+	if f.Digest() != g.Digest() {
+		t.Fatal("digest differs after continuing")
+	}
+	if _, err := readSnapshot(bytes.NewReader([]byte("garbage"))); err == nil {
+		t.Fatal("garbage snapshot accepted")
+	}
+	if _, err := readSnapshot(bytes.NewReader(buf.Bytes()[:buf.Len()-3])); err == nil {
+		t.Fatal("truncated snapshot accepted")
+	}
+}
+
+func buildState(t testing.TB, f *FSM) {
+	for i := int64(0); i < 5; i++ {
+		name := "lease-" + string(rune('0'+i))
+		base := i * 1000
+		run(t, f, base, acq(name, "a", 100, "r"))
+		if r := run(t, f, base+200, acq(name, "b", 1000, "")).(*AcquireResult); r.Lease.Generation != 2 {
+			t.Fatalf("build: %+v", r)
+		}
+		run(t, f, base+201, &fsmv1.ClaimWindow{Job: "j", Window: name, LeaseName: name, Owner: "b", Generation: 2})
+		run(t, f, base+202, &fsmv1.CompleteWindow{Job: "j", Window: name, LeaseName: name, Owner: "b", Generation: 2, Result: []byte("ok")})
+		run(t, f, base+203, &fsmv1.FencedCommit{Resource: "res/" + name, LeaseName: name, Generation: 2, IdempotencyKey: "k", Payload: []byte("p")})
+	}
+	run(t, f, 5000, &fsmv1.SetMember{Id: "n1", GrpcAddress: "127.0.0.1:1"})
+}
+
+type nopCloser struct{ *bytes.Reader }
+
+func (nopCloser) Close() error { return nil }

@@ -1,0 +1,101 @@
+package fsm
+
+import (
+	"strconv"
+
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+)
+
+// acquire grants the lease when it is free, released or expired, with the
+// next generation. A retry carrying the request id of the live grant gets
+// that grant back instead of a second one.
+func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
+	if c.GetTtlMs() <= 0 || c.GetName() == "" || c.GetOwner() == "" {
+		return reject(ReasonInvalidArgument, nil, "acquire needs a name, an owner and a positive TTL")
+	}
+	cur := s.lease(c.GetName())
+	if cur != nil && cur.Live(now) {
+		if c.GetRequestId() != "" && cur.RequestID == c.GetRequestId() && cur.Owner == c.GetOwner() {
+			return &AcquireResult{Acquired: true, Lease: *cur}
+		}
+		return &AcquireResult{Acquired: false, Lease: *cur}
+	}
+	gen := uint64(1)
+	if cur != nil {
+		gen = cur.Generation + 1
+	}
+	l := &Lease{
+		Name:       c.GetName(),
+		Owner:      c.GetOwner(),
+		RequestID:  c.GetRequestId(),
+		Generation: gen,
+		TTLMs:      c.GetTtlMs(),
+		AcquiredAt: now,
+		RenewedAt:  now,
+		ExpiresAt:  now + c.GetTtlMs(),
+	}
+	s.leases.ReplaceOrInsert(l)
+	return &AcquireResult{Acquired: true, Lease: *l}
+}
+
+// checkHolder is the fence of G3: (owner, generation) must be the current,
+// unreleased, unexpired holder of the lease.
+func (s *state) checkHolder(now int64, name, owner string, gen uint64) (*Lease, *Rejection) {
+	l := s.lease(name)
+	if l == nil {
+		return nil, reject(ReasonLeaseNotFound, nil, "lease %q does not exist", name)
+	}
+	meta := holderMeta(l)
+	if l.Generation != gen || l.Owner != owner {
+		return nil, reject(ReasonLeaseLost, meta,
+			"lease %q generation %d of %q is not the current holder (current generation %d)", name, gen, owner, l.Generation)
+	}
+	if l.Released {
+		return nil, reject(ReasonLeaseReleased, meta, "lease %q generation %d was released", name, gen)
+	}
+	if !l.Live(now) {
+		return nil, reject(ReasonLeaseExpired, meta, "lease %q generation %d expired %d ms ago", name, gen, now-l.ExpiresAt)
+	}
+	return l, nil
+}
+
+func holderMeta(l *Lease) map[string]string {
+	return map[string]string{
+		"current_owner":      l.Owner,
+		"current_generation": strconv.FormatUint(l.Generation, 10),
+	}
+}
+
+func (s *state) renew(now int64, c *fsmv1.Renew) any {
+	l, rej := s.checkHolder(now, c.GetName(), c.GetOwner(), c.GetGeneration())
+	if rej != nil {
+		return rej
+	}
+	n := *l
+	if c.GetTtlMs() > 0 {
+		n.TTLMs = c.GetTtlMs()
+	}
+	n.RenewedAt = now
+	n.ExpiresAt = now + n.TTLMs
+	n.Renewals++
+	s.leases.ReplaceOrInsert(&n)
+	return &LeaseResult{Lease: n}
+}
+
+// release expires the lease now but keeps the record, so the generation
+// keeps growing (G1). Releasing an already released generation is harmless.
+func (s *state) release(now int64, c *fsmv1.Release) any {
+	l := s.lease(c.GetName())
+	if l != nil && l.Released && l.Generation == c.GetGeneration() && l.Owner == c.GetOwner() {
+		return &ReleaseResult{Released: false, Lease: *l}
+	}
+	l, rej := s.checkHolder(now, c.GetName(), c.GetOwner(), c.GetGeneration())
+	if rej != nil {
+		return rej
+	}
+	n := *l
+	n.Released = true
+	n.ExpiresAt = now
+	s.leases.ReplaceOrInsert(&n)
+	return &ReleaseResult{Released: true, Lease: n}
+}

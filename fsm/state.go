@@ -1,0 +1,83 @@
+package fsm
+
+import (
+	"github.com/google/btree"
+)
+
+const btreeDegree = 32
+
+// state is everything the log determines. Trees hold immutable records, so
+// clone() is O(1) and a clone can be read while the original changes.
+type state struct {
+	clock     int64 // highest cluster time applied (ms)
+	leases    *btree.BTreeG[*Lease]
+	windows   *btree.BTreeG[*Window]
+	resources *btree.BTreeG[*Resource]
+	idem      *btree.BTreeG[*Idempotency]
+	members   *btree.BTreeG[*Member]
+	// Prune queues, in apply order (so in order of completion / acceptance
+	// time). Derived from the trees: not part of snapshots or the digest.
+	completedQ []windowKey
+	idemQ      []idemKey
+}
+
+type windowKey struct{ job, window string }
+type idemKey struct{ resource, key string }
+
+func lessLease(a, b *Lease) bool { return a.Name < b.Name }
+func lessWindow(a, b *Window) bool {
+	if a.Job != b.Job {
+		return a.Job < b.Job
+	}
+	return a.Window < b.Window
+}
+func lessResource(a, b *Resource) bool { return a.Name < b.Name }
+func lessIdem(a, b *Idempotency) bool {
+	if a.Resource != b.Resource {
+		return a.Resource < b.Resource
+	}
+	return a.Key < b.Key
+}
+func lessMember(a, b *Member) bool { return a.ID < b.ID }
+
+func newState() *state {
+	return &state{
+		leases:    btree.NewG(btreeDegree, lessLease),
+		windows:   btree.NewG(btreeDegree, lessWindow),
+		resources: btree.NewG(btreeDegree, lessResource),
+		idem:      btree.NewG(btreeDegree, lessIdem),
+		members:   btree.NewG(btreeDegree, lessMember),
+	}
+}
+
+// clone returns a copy that shares records with s; the copy must only be read.
+func (s *state) clone() *state {
+	return &state{
+		clock:     s.clock,
+		leases:    s.leases.Clone(),
+		windows:   s.windows.Clone(),
+		resources: s.resources.Clone(),
+		idem:      s.idem.Clone(),
+		members:   s.members.Clone(),
+	}
+}
+
+func (s *state) lease(name string) *Lease {
+	l, _ := s.leases.Get(&Lease{Name: name})
+	return l
+}
+
+func (s *state) window(job, window string) *Window {
+	w, _ := s.windows.Get(&Window{Job: job, Window: window})
+	return w
+}
+
+func (s *state) resource(name string) *Resource {
+	r, _ := s.resources.Get(&Resource{Name: name})
+	return r
+}
+
+func (s *state) idempotency(resource, key string) *Idempotency {
+	r, _ := s.idem.Get(&Idempotency{Resource: resource, Key: key})
+	return r
+}

@@ -1,0 +1,63 @@
+package fsm
+
+// Lease is the replicated record of a named lock. Records are immutable once
+// stored in a tree (snapshots share them); a change stores a modified copy.
+type Lease struct {
+	Name       string
+	Owner      string
+	RequestID  string
+	Generation uint64
+	TTLMs      int64
+	AcquiredAt int64 // cluster ms
+	RenewedAt  int64
+	ExpiresAt  int64
+	Renewals   uint64
+	Released   bool
+}
+
+// Live reports whether the lease is held at cluster time now.
+func (l *Lease) Live(now int64) bool { return !l.Released && l.ExpiresAt > now }
+
+// Window is one occurrence of a job in the ledger.
+type Window struct {
+	Job            string
+	Window         string
+	LeaseName      string
+	Owner          string
+	Generation     uint64
+	Attempts       uint64
+	FirstStartedAt int64
+	StartedAt      int64
+	CompletedAt    int64
+	Result         []byte
+	Completed      bool
+}
+
+func (w *Window) claimedBy(lease, owner string, gen uint64) bool {
+	return w.LeaseName == lease && w.Owner == owner && w.Generation == gen
+}
+
+// Resource is the fence state of a protected resource.
+type Resource struct {
+	Name               string
+	LeaseName          string
+	MaxGeneration      uint64
+	LastCommitAt       int64
+	LastIdempotencyKey string
+	Commits            uint64
+}
+
+// Idempotency is the first accepted outcome of an idempotency key.
+type Idempotency struct {
+	Resource   string
+	Key        string
+	Generation uint64
+	Payload    []byte
+	At         int64
+}
+
+// Member maps a Raft server id to its gRPC address.
+type Member struct {
+	ID          string
+	GRPCAddress string
+}

@@ -1,0 +1,72 @@
+package fsm
+
+import (
+	"strconv"
+
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+)
+
+// claimWindow claims an incomplete window for the current lease holder.
+// Each distinct holder (lease, owner, generation) counts one attempt; a
+// repeat by the same holder is the same attempt.
+func (s *state) claimWindow(now int64, c *fsmv1.ClaimWindow) any {
+	if c.GetJob() == "" || c.GetWindow() == "" {
+		return reject(ReasonInvalidArgument, nil, "claim needs a job and a window")
+	}
+	if w := s.window(c.GetJob(), c.GetWindow()); w != nil && w.Completed {
+		return &ClaimResult{Claimed: false, Window: *w}
+	}
+	if _, rej := s.checkHolder(now, c.GetLeaseName(), c.GetOwner(), c.GetGeneration()); rej != nil {
+		return rej
+	}
+	w := s.window(c.GetJob(), c.GetWindow())
+	var n Window
+	switch {
+	case w == nil:
+		n = Window{Job: c.GetJob(), Window: c.GetWindow(), FirstStartedAt: now}
+	case w.claimedBy(c.GetLeaseName(), c.GetOwner(), c.GetGeneration()):
+		return &ClaimResult{Claimed: true, Window: *w}
+	default:
+		n = *w
+	}
+	n.Attempts++
+	n.LeaseName, n.Owner, n.Generation = c.GetLeaseName(), c.GetOwner(), c.GetGeneration()
+	n.StartedAt = now
+	s.windows.ReplaceOrInsert(&n)
+	return &ClaimResult{Claimed: true, Window: n}
+}
+
+// completeWindow completes a window claimed by the caller, at most once (G5).
+// A repeat by the holder that completed it returns the record.
+func (s *state) completeWindow(now int64, c *fsmv1.CompleteWindow) any {
+	w := s.window(c.GetJob(), c.GetWindow())
+	if w != nil && w.Completed {
+		if w.claimedBy(c.GetLeaseName(), c.GetOwner(), c.GetGeneration()) {
+			return &WindowResult{Window: *w}
+		}
+		return reject(ReasonWindowCompleted, windowMeta(w),
+			"window %s/%s was completed by %q generation %d", w.Job, w.Window, w.Owner, w.Generation)
+	}
+	if _, rej := s.checkHolder(now, c.GetLeaseName(), c.GetOwner(), c.GetGeneration()); rej != nil {
+		return rej
+	}
+	if w == nil || !w.claimedBy(c.GetLeaseName(), c.GetOwner(), c.GetGeneration()) {
+		return reject(ReasonWindowNotClaimed, nil,
+			"window %s/%s is not claimed by lease %q generation %d", c.GetJob(), c.GetWindow(), c.GetLeaseName(), c.GetGeneration())
+	}
+	n := *w
+	n.Completed = true
+	n.CompletedAt = now
+	n.Result = c.GetResult()
+	s.windows.ReplaceOrInsert(&n)
+	s.completedQ = append(s.completedQ, windowKey{n.Job, n.Window})
+	return &WindowResult{Window: n}
+}
+
+func windowMeta(w *Window) map[string]string {
+	return map[string]string{
+		"completed_by":         w.Owner,
+		"completed_generation": strconv.FormatUint(w.Generation, 10),
+		"completed_at_ms":      strconv.FormatInt(w.CompletedAt, 10),
+	}
+}
