@@ -15,27 +15,17 @@ import (
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// Observer is told about notable transitions, after they are applied, for
-// logs and metrics. It must not block and must not call back into the FSM.
-// It sees the same calls on every replica; only the leader usually acts.
-type Observer interface {
-	// Applied is called once per command with its type and outcome
-	// (result value or *Rejection).
-	Applied(t fsmv1.CommandType, cmd *fsmv1.Command, result any)
-}
-
 // FSM implements raft.FSM and raft.BatchingFSM.
 type FSM struct {
-	mu       sync.RWMutex
-	st       *state
-	observer Observer
+	mu sync.RWMutex
+	st *state
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
 
-// New returns an empty state machine. observer may be nil.
-func New(observer Observer) *FSM {
-	return &FSM{st: newState(), observer: observer}
+// New returns an empty state machine.
+func New() *FSM {
+	return &FSM{st: newState()}
 }
 
 // Apply applies one log entry.
@@ -58,9 +48,6 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 			panic(fmt.Sprintf("fsm: undecodable log entry %d: %v", l.Index, err))
 		}
 		out[i] = f.st.apply(cmd)
-		if f.observer != nil {
-			f.observer.Applied(cmd.GetType(), cmd, out[i])
-		}
 	}
 	return out
 }

@@ -47,7 +47,7 @@ func wantReason(t *testing.T, got any, want Reason) {
 }
 
 func TestAcquireGenerations(t *testing.T) {
-	f := New(nil)
+	f := New()
 	l := mustAcquire(t, f, 1000, "job", "a", 100)
 	if l.Generation != 1 || l.ExpiresAt != 1100 || l.AcquiredAt != 1000 {
 		t.Fatalf("first grant: %+v", l)
@@ -78,7 +78,7 @@ func TestAcquireGenerations(t *testing.T) {
 }
 
 func TestAcquireRequestIDDedupes(t *testing.T) {
-	f := New(nil)
+	f := New()
 	first := run(t, f, 10, acq("l", "a", 100, "req-1")).(*AcquireResult)
 	again := run(t, f, 20, acq("l", "a", 100, "req-1")).(*AcquireResult)
 	if !again.Acquired || again.Lease != first.Lease {
@@ -97,7 +97,7 @@ func TestAcquireRequestIDDedupes(t *testing.T) {
 }
 
 func TestHolderFence(t *testing.T) {
-	f := New(nil)
+	f := New()
 	mustAcquire(t, f, 0, "l", "a", 100)                                     // gen 1 expires at 100
 	mustAcquire(t, f, 150, "l", "b", 100)                                   // gen 2 expires at 250
 	mustAcquire(t, f, 150, "gone", "x", 10)                                 // gen 1
@@ -146,7 +146,7 @@ func TestHolderFence(t *testing.T) {
 }
 
 func TestRelease(t *testing.T) {
-	f := New(nil)
+	f := New()
 	mustAcquire(t, f, 0, "l", "a", 100)
 	wantReason(t, run(t, f, 10, &fsmv1.Release{Name: "l", Owner: "b", Generation: 1}), ReasonLeaseLost)
 	if r := run(t, f, 10, &fsmv1.Release{Name: "l", Owner: "a", Generation: 1}).(*ReleaseResult); !r.Released || r.Lease.ExpiresAt != 10 {
@@ -161,7 +161,7 @@ func TestRelease(t *testing.T) {
 }
 
 func TestWindowLedger(t *testing.T) {
-	f := New(nil)
+	f := New()
 	claim := func(now int64, owner string, gen uint64) any {
 		return run(t, f, now, &fsmv1.ClaimWindow{Job: "daily-close", Window: "2026-09-25", LeaseName: "daily-close", Owner: owner, Generation: gen})
 	}
@@ -213,7 +213,7 @@ func TestFencedCommit(t *testing.T) {
 			Generation: gen, IdempotencyKey: key, Payload: []byte(payload)})
 	}
 	t.Run("paused holder, successor committed first", func(t *testing.T) {
-		f := New(nil)
+		f := New()
 		mustAcquire(t, f, 0, "daily-close", "a", 100)
 		mustAcquire(t, f, 200, "daily-close", "b", 100)
 		if r := commit(f, 201, 2, "", "b").(*CommitResult); !r.Accepted || r.MaxGeneration != 2 {
@@ -222,7 +222,7 @@ func TestFencedCommit(t *testing.T) {
 		wantReason(t, commit(f, 202, 1, "", "a"), ReasonStaleToken)
 	})
 	t.Run("paused holder, successor not yet committed", func(t *testing.T) {
-		f := New(nil)
+		f := New()
 		mustAcquire(t, f, 0, "daily-close", "a", 100)
 		if r := commit(f, 1, 1, "", "a").(*CommitResult); !r.Accepted {
 			t.Fatalf("holder: %+v", r)
@@ -234,12 +234,12 @@ func TestFencedCommit(t *testing.T) {
 		}
 	})
 	t.Run("paused holder, nobody took over", func(t *testing.T) {
-		f := New(nil)
+		f := New()
 		mustAcquire(t, f, 0, "daily-close", "a", 100)
 		wantReason(t, commit(f, 150, 1, "", "a-late"), ReasonLeaseExpired)
 	})
 	t.Run("idempotency", func(t *testing.T) {
-		f := New(nil)
+		f := New()
 		mustAcquire(t, f, 0, "daily-close", "a", 100)
 		first := commit(f, 1, 1, "close-2026-09-25-store-42", "42.00").(*CommitResult)
 		if !first.Accepted || first.Duplicate {
@@ -255,7 +255,7 @@ func TestFencedCommit(t *testing.T) {
 		}
 	})
 	t.Run("refused key stays free", func(t *testing.T) {
-		f := New(nil)
+		f := New()
 		mustAcquire(t, f, 0, "daily-close", "a", 100)
 		mustAcquire(t, f, 200, "daily-close", "b", 100)
 		wantReason(t, commit(f, 201, 1, "k", "a"), ReasonStaleToken)
@@ -264,7 +264,7 @@ func TestFencedCommit(t *testing.T) {
 		}
 	})
 	t.Run("resource bound to one lease", func(t *testing.T) {
-		f := New(nil)
+		f := New()
 		mustAcquire(t, f, 0, "daily-close", "a", 100)
 		mustAcquire(t, f, 0, "other", "a", 100)
 		commit(f, 1, 1, "", "")
@@ -273,7 +273,7 @@ func TestFencedCommit(t *testing.T) {
 }
 
 func TestPrune(t *testing.T) {
-	f := New(nil)
+	f := New()
 	mustAcquire(t, f, 0, "l", "a", 10_000)
 	for i, now := range []int64{10, 20, 30} {
 		w := string(rune('a' + i))
@@ -304,7 +304,7 @@ func TestPrune(t *testing.T) {
 }
 
 func TestClockOnlyMovesForward(t *testing.T) {
-	f := New(nil)
+	f := New()
 	run(t, f, 1000, &fsmv1.Tick{})
 	// A command stamped earlier (applied after a later one) is judged at the
 	// FSM clock, so an expired lease cannot come back to life.
@@ -317,7 +317,7 @@ func TestClockOnlyMovesForward(t *testing.T) {
 }
 
 func TestUnknownCommandStops(t *testing.T) {
-	f := New(nil)
+	f := New()
 	data, _ := proto.Marshal(&fsmv1.Command{Type: 999})
 	defer func() {
 		if recover() == nil {
@@ -328,14 +328,14 @@ func TestUnknownCommandStops(t *testing.T) {
 }
 
 func TestNonCommandEntriesIgnored(t *testing.T) {
-	f := New(nil)
+	f := New()
 	if out := f.ApplyBatch([]*raft.Log{{Type: raft.LogConfiguration, Data: []byte("x")}}); len(out) != 1 || out[0] != nil {
 		t.Fatalf("%v", out)
 	}
 }
 
 func TestListLeasesPaging(t *testing.T) {
-	f := New(nil)
+	f := New()
 	for _, n := range []string{"a/1", "a/2", "a/3", "b/1"} {
 		mustAcquire(t, f, 0, n, "o", 10)
 	}
@@ -350,13 +350,13 @@ func TestListLeasesPaging(t *testing.T) {
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
-	f := New(nil)
+	f := New()
 	buildState(t, f)
 	var buf bytes.Buffer
 	if err := f.WriteSnapshot(&buf); err != nil {
 		t.Fatal(err)
 	}
-	g := New(nil)
+	g := New()
 	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ func FuzzCommands(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 10, 1, 0, 0, 10, 4, 0, 0, 0, 5, 0, 0, 0, 6, 0, 0, 0})
 	f.Add(bytes.Repeat([]byte{0, 1, 1, 200, 6, 1, 1, 3, 2, 1, 1, 50}, 8))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		x := New(nil)
+		x := New()
 		var now int64
 		names := []string{"l0", "l1"}
 		owners := []string{"a", "b", "c"}
@@ -97,7 +97,7 @@ func FuzzCommands(f *testing.F) {
 		if err := x.WriteSnapshot(&buf); err != nil {
 			t.Fatal(err)
 		}
-		y := New(nil)
+		y := New()
 		if err := y.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
 			t.Fatal(err)
 		}

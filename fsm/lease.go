@@ -16,9 +16,9 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 	cur := s.lease(c.GetName())
 	if cur != nil && cur.Live(now) {
 		if c.GetRequestId() != "" && cur.RequestID == c.GetRequestId() && cur.Owner == c.GetOwner() {
-			return &AcquireResult{Acquired: true, Lease: *cur}
+			return &AcquireResult{At: now, Acquired: true, Lease: *cur}
 		}
-		return &AcquireResult{Acquired: false, Lease: *cur}
+		return &AcquireResult{At: now, Acquired: false, Lease: *cur}
 	}
 	gen := uint64(1)
 	if cur != nil {
@@ -35,7 +35,11 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 		ExpiresAt:  now + c.GetTtlMs(),
 	}
 	s.leases.ReplaceOrInsert(l)
-	return &AcquireResult{Acquired: true, Lease: *l}
+	res := &AcquireResult{At: now, Acquired: true, Lease: *l}
+	if cur != nil && !cur.Released {
+		res.TookOver, res.Previous = true, *cur
+	}
+	return res
 }
 
 // checkHolder is the fence of G3: (owner, generation) must be the current,
@@ -87,7 +91,7 @@ func (s *state) renew(now int64, c *fsmv1.Renew) any {
 func (s *state) release(now int64, c *fsmv1.Release) any {
 	l := s.lease(c.GetName())
 	if l != nil && l.Released && l.Generation == c.GetGeneration() && l.Owner == c.GetOwner() {
-		return &ReleaseResult{Released: false, Lease: *l}
+		return &ReleaseResult{At: now, Released: false, Lease: *l}
 	}
 	l, rej := s.checkHolder(now, c.GetName(), c.GetOwner(), c.GetGeneration())
 	if rej != nil {
@@ -97,5 +101,5 @@ func (s *state) release(now int64, c *fsmv1.Release) any {
 	n.Released = true
 	n.ExpiresAt = now
 	s.leases.ReplaceOrInsert(&n)
-	return &ReleaseResult{Released: true, Lease: n}
+	return &ReleaseResult{At: now, Released: true, Lease: n}
 }

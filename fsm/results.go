@@ -5,8 +5,13 @@ package fsm
 
 // AcquireResult is the outcome of an Acquire.
 type AcquireResult struct {
+	At       int64 // the cluster time it was decided at
 	Acquired bool
 	Lease    Lease
+	// TookOver is set when the grant replaced a generation that expired
+	// without a release (its holder lost the lease); Previous is that record.
+	TookOver bool
+	Previous Lease
 }
 
 // LeaseResult is the outcome of a Renew.
@@ -16,6 +21,7 @@ type LeaseResult struct {
 
 // ReleaseResult is the outcome of a Release.
 type ReleaseResult struct {
+	At       int64
 	Released bool
 	Lease    Lease
 }

@@ -1,0 +1,103 @@
+// Command coordd runs a coordd node. With no flags it starts (or restarts) a
+// single-node cluster with its data in ./coordd-data, gRPC on
+// 127.0.0.1:7400 and metrics on 127.0.0.1:7401.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/coordd/coordd/server"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "coordd:", err)
+		os.Exit(1)
+	}
+}
+
+// env returns COORDD_<NAME> or def.
+func env(name, def string) string {
+	if v, ok := os.LookupEnv("COORDD_" + name); ok {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv("COORDD_" + name); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("coordd", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: coordd [flags]\n\nEvery flag can also be set as COORDD_<FLAG> (upper case, - as _).\n\n")
+		fs.PrintDefaults()
+	}
+	var (
+		id        = fs.String("id", env("ID", "node1"), "Raft server id, unique in the cluster")
+		dataDir   = fs.String("data-dir", env("DATA_DIR", "./coordd-data"), "data directory (Raft log, snapshots)")
+		grpcAddr  = fs.String("grpc-addr", env("GRPC_ADDR", "127.0.0.1:7400"), "gRPC listen address")
+		raftAddr  = fs.String("raft-addr", env("RAFT_ADDR", "127.0.0.1:7402"), "Raft listen and advertised address")
+		httpAddr  = fs.String("http-addr", env("HTTP_ADDR", "127.0.0.1:7401"), "metrics and health HTTP address (empty disables)")
+		peers     = fs.String("peers", env("PEERS", ""), "static initial cluster: id=raft_addr,... (must include this node)")
+		join      = fs.String("join", env("JOIN", ""), "gRPC address of a running member to join through")
+		heartbeat = fs.Duration("heartbeat-timeout", envDuration("HEARTBEAT_TIMEOUT", 500*time.Millisecond), "Raft heartbeat timeout")
+		election  = fs.Duration("election-timeout", envDuration("ELECTION_TIMEOUT", 500*time.Millisecond), "Raft election timeout")
+		retention = fs.Duration("retention", envDuration("RETENTION", 30*24*time.Hour), "how long completed windows and idempotency records are kept")
+		minTTL    = fs.Duration("min-ttl", envDuration("MIN_TTL", 0), "shortest lease TTL accepted (default 1.5 x election timeout, at least 1s)")
+		logLevel  = fs.String("log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
+		logFormat = fs.String("log-format", env("LOG_FORMAT", "text"), "text or json")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var handler slog.Handler
+	switch strings.ToLower(*logFormat) {
+	case "json":
+		handler = slog.NewJSONHandler(os.Stderr, opts)
+	case "text":
+		handler = slog.NewTextHandler(os.Stderr, opts)
+	default:
+		return fmt.Errorf("--log-format %q: want text or json", *logFormat)
+	}
+	logger := slog.New(handler)
+	peerMap, err := server.ParsePeers(*peers)
+	if err != nil {
+		return fmt.Errorf("--peers: %w", err)
+	}
+	srv, err := server.New(server.Config{
+		ID: *id, DataDir: *dataDir, GRPCAddr: *grpcAddr, RaftAddr: *raftAddr, HTTPAddr: *httpAddr,
+		Peers: peerMap, Join: *join, HeartbeatTimeout: *heartbeat, ElectionTimeout: *election,
+		LeaderLeaseTimeout: *heartbeat / 2, Retention: *retention, MinTTL: *minTTL, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	got := <-sig
+	logger.Info("shutting down", "signal", got.String())
+	return srv.Close()
+}

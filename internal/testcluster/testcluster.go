@@ -1,0 +1,319 @@
+// Package testcluster starts in-process coordd clusters for tests: N real
+// nodes (real gRPC, real Raft over TCP on loopback, temp data dirs), torn
+// down through t.Cleanup, with Raft and server logs routed to t.Log.
+package testcluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+	"github.com/coordd/coordd/server"
+)
+
+// Node is one member of a test cluster.
+type Node struct {
+	ID     string
+	Dir    string
+	Server *server.Server // nil while stopped
+	cfg    server.Config
+}
+
+// Running reports whether the node is up.
+func (n *Node) Running() bool { return n.Server != nil }
+
+// Cluster is a set of in-process nodes.
+type Cluster struct {
+	t     testing.TB
+	Nodes []*Node
+	log   *testLog
+	conns map[string]*grpc.ClientConn
+	mu    sync.Mutex
+}
+
+// Option changes the configuration of every node (or one, by id).
+type Option func(id string, cfg *server.Config)
+
+// WithConfig applies f to every node's config.
+func WithConfig(f func(cfg *server.Config)) Option {
+	return func(_ string, cfg *server.Config) { f(cfg) }
+}
+
+// WithNodeConfig applies f to one node's config.
+func WithNodeConfig(id string, f func(cfg *server.Config)) Option {
+	return func(nid string, cfg *server.Config) {
+		if nid == id {
+			f(cfg)
+		}
+	}
+}
+
+// New starts an n-node cluster: node1 bootstraps, the others join through
+// it. It returns once every node is a member, knows every gRPC address,
+// and a leader serves. At cleanup it checks that all running nodes reached
+// the same FSM digest (G8), then stops them.
+func New(t testing.TB, n int, opts ...Option) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, log: newTestLog(t), conns: map[string]*grpc.ClientConn{}}
+	t.Cleanup(c.cleanup)
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("node%d", i)
+		cfg := server.Config{
+			ID: id, DataDir: t.TempDir(), GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
+			PruneInterval: time.Minute,
+		}
+		if i > 1 {
+			cfg.Join = c.Nodes[0].Server.GRPCAddr()
+		}
+		for _, o := range opts {
+			o(id, &cfg)
+		}
+		node := &Node{ID: id, Dir: cfg.DataDir, cfg: cfg}
+		c.Nodes = append(c.Nodes, node)
+		c.start(node)
+		if i == 1 {
+			c.WaitLeader()
+		}
+	}
+	c.Eventually("all members registered", 20*time.Second, func() bool {
+		for _, node := range c.Nodes {
+			st, err := c.Client(node).Status(context.Background(), &coordv1.StatusRequest{})
+			if err != nil || st.GetLeaderAddress() == "" {
+				return false
+			}
+			ms, err := coordv1.NewClusterClient(c.Conn(node)).Members(context.Background(), &coordv1.MembersRequest{})
+			if err != nil || len(ms.GetMembers()) != n {
+				return false
+			}
+			for _, m := range ms.GetMembers() {
+				if m.GetGrpcAddress() == "" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return c
+}
+
+func (c *Cluster) start(n *Node) {
+	c.t.Helper()
+	cfg := n.cfg
+	cfg.Logger = slog.New(slog.NewTextHandler(c.log, &slog.HandlerOptions{Level: logLevel()}))
+	s, err := server.New(cfg)
+	if err != nil {
+		c.t.Fatalf("start %s: %v", n.ID, err)
+	}
+	n.Server = s
+	// Restarts reuse the addresses the first start picked.
+	n.cfg.GRPCAddr, n.cfg.RaftAddr = s.GRPCAddr(), s.RaftAddr()
+}
+
+// Stop shuts a node down (its data dir stays, so it can Restart).
+func (c *Cluster) Stop(n *Node) {
+	c.t.Helper()
+	if n.Server == nil {
+		return
+	}
+	if err := n.Server.Close(); err != nil {
+		c.t.Logf("stop %s: %v", n.ID, err)
+	}
+	n.Server = nil
+}
+
+// Restart starts a stopped node again on the same data dir and addresses.
+// It joins nothing: its state says which cluster it belongs to.
+func (c *Cluster) Restart(n *Node) {
+	c.t.Helper()
+	n.cfg.Join = ""
+	c.start(n)
+}
+
+// Running returns the nodes that are up.
+func (c *Cluster) Running() []*Node {
+	var out []*Node
+	for _, n := range c.Nodes {
+		if n.Running() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Leader returns the node that leads and serves, or nil.
+func (c *Cluster) Leader() *Node {
+	for _, n := range c.Running() {
+		if n.Server.IsLeader() {
+			return n
+		}
+	}
+	return nil
+}
+
+// WaitLeader waits until a leader serves and returns it.
+func (c *Cluster) WaitLeader() *Node {
+	c.t.Helper()
+	var l *Node
+	c.Eventually("a leader", 20*time.Second, func() bool {
+		l = c.Leader()
+		return l != nil
+	})
+	return l
+}
+
+// Followers returns the running nodes that are not the leader.
+func (c *Cluster) Followers() []*Node {
+	var out []*Node
+	for _, n := range c.Running() {
+		if !n.Server.IsLeader() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Endpoints are the gRPC addresses of all nodes, running or not.
+func (c *Cluster) Endpoints() []string {
+	out := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		out[i] = n.cfg.GRPCAddr
+	}
+	return out
+}
+
+// Conn returns a shared client connection to a node's gRPC address.
+func (c *Cluster) Conn(n *Node) *grpc.ClientConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	addr := n.cfg.GRPCAddr
+	if cc, ok := c.conns[addr]; ok {
+		return cc
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		c.t.Fatalf("dial %s: %v", addr, err)
+	}
+	c.conns[addr] = cc
+	return cc
+}
+
+// Coord returns a Coordinator client for a node.
+func (c *Cluster) Coord(n *Node) coordv1.CoordinatorClient {
+	return coordv1.NewCoordinatorClient(c.Conn(n))
+}
+
+// Client returns a Cluster-service client for a node.
+func (c *Cluster) Client(n *Node) coordv1.ClusterClient { return coordv1.NewClusterClient(c.Conn(n)) }
+
+// Eventually polls cond every 10 ms until it holds or timeout passes.
+func (c *Cluster) Eventually(what string, timeout time.Duration, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// WaitConverged waits until all running nodes applied the same index and
+// then requires equal FSM digests.
+func (c *Cluster) WaitConverged() {
+	c.t.Helper()
+	var digests map[string]string
+	c.Eventually("nodes to converge", 20*time.Second, func() bool {
+		digests = map[string]string{}
+		seen := map[string]bool{}
+		var idx uint64
+		for i, n := range c.Running() {
+			a := n.Server.AppliedIndex()
+			if i > 0 && a != idx {
+				return false
+			}
+			idx = a
+			d := n.Server.Digest()
+			digests[n.ID] = d
+			seen[d] = true
+		}
+		return len(seen) <= 1
+	})
+	ids := make([]string, 0, len(digests))
+	for id := range digests {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	if len(ids) > 0 {
+		c.t.Logf("converged: %d nodes, digest %s", len(ids), digests[ids[0]])
+	}
+}
+
+func (c *Cluster) cleanup() {
+	if !c.t.Failed() && len(c.Running()) > 0 && c.Leader() != nil {
+		c.WaitConverged()
+	}
+	c.mu.Lock()
+	for _, cc := range c.conns {
+		cc.Close()
+	}
+	c.mu.Unlock()
+	for _, n := range c.Nodes {
+		c.Stop(n)
+	}
+	c.log.close()
+}
+
+func logLevel() slog.Level {
+	switch os.Getenv("COORDD_TEST_LOG") {
+	case "debug":
+		return slog.LevelDebug
+	case "info":
+		return slog.LevelInfo
+	default:
+		return slog.LevelWarn
+	}
+}
+
+// testLog writes to t.Log until the cluster is cleaned up, then drops
+// lines (late goroutines must not log into a finished test).
+type testLog struct {
+	mu     sync.Mutex
+	t      testing.TB
+	closed bool
+}
+
+func newTestLog(t testing.TB) *testLog { return &testLog{t: t} }
+
+func (l *testLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.t.Log(string(trim(p)))
+	}
+	return len(p), nil
+}
+
+func (l *testLog) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+}
+
+func trim(p []byte) []byte {
+	for len(p) > 0 && p[len(p)-1] == '\n' {
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+var _ io.Writer = (*testLog)(nil)

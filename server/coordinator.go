@@ -1,0 +1,175 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"github.com/coordd/coordd/fsm"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// coordinator implements coord.v1.Coordinator. Every handler validates its
+// input, then runs on the leader (forwarding from a follower).
+type coordinator struct {
+	coordv1.UnimplementedCoordinatorServer
+	s *Server
+}
+
+func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) (*coordv1.AcquireResponse, error) {
+	if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
+		checkName("request_id", req.GetRequestId(), false), c.s.checkTTL("ttl_ms", req.GetTtlMs(), false)); err != nil {
+		return nil, toStatus(err)
+	}
+	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Acquire, req, func() (*coordv1.AcquireResponse, error) {
+		res, err := c.s.propose(ctx, &fsmv1.Acquire{Name: req.GetName(), Owner: req.GetOwner(), TtlMs: req.GetTtlMs(), RequestId: req.GetRequestId()})
+		if err != nil {
+			return nil, err
+		}
+		r := res.(*fsm.AcquireResult)
+		c.s.observeAcquire(r)
+		return &coordv1.AcquireResponse{Acquired: r.Acquired, Lease: leaseToProto(r.Lease, r.At)}, nil
+	})
+}
+
+func (c *coordinator) Renew(ctx context.Context, req *coordv1.RenewRequest) (*coordv1.RenewResponse, error) {
+	if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
+		checkGeneration(req.GetGeneration()), c.s.checkTTL("ttl_ms", req.GetTtlMs(), true)); err != nil {
+		return nil, toStatus(err)
+	}
+	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Renew, req, func() (*coordv1.RenewResponse, error) {
+		l, err := c.s.renew(ctx, req.GetName(), req.GetOwner(), req.GetGeneration(), req.GetTtlMs())
+		if err != nil {
+			return nil, err
+		}
+		return &coordv1.RenewResponse{Lease: leaseToProto(l, l.RenewedAt)}, nil
+	})
+}
+
+// renew is shared by Renew and KeepAlive; it logs and counts a lost lease.
+func (s *Server) renew(ctx context.Context, name, owner string, gen uint64, ttl int64) (fsm.Lease, error) {
+	res, err := s.propose(ctx, &fsmv1.Renew{Name: name, Owner: owner, Generation: gen, TtlMs: ttl})
+	if err != nil {
+		var rej *fsm.Rejection
+		if errors.As(err, &rej) {
+			s.metrics.leasesLost.WithLabelValues(string(rej.Reason)).Inc()
+			s.log.Warn("lease lost: renew refused", "lease", name, "owner", owner, "generation", gen,
+				"reason", rej.Reason, "current_owner", rej.Metadata["current_owner"],
+				"current_generation", rej.Metadata["current_generation"])
+		}
+		return fsm.Lease{}, err
+	}
+	return res.(*fsm.LeaseResult).Lease, nil
+}
+
+func (c *coordinator) Release(ctx context.Context, req *coordv1.ReleaseRequest) (*coordv1.ReleaseResponse, error) {
+	if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
+		checkGeneration(req.GetGeneration())); err != nil {
+		return nil, toStatus(err)
+	}
+	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Release, req, func() (*coordv1.ReleaseResponse, error) {
+		res, err := c.s.propose(ctx, &fsmv1.Release{Name: req.GetName(), Owner: req.GetOwner(), Generation: req.GetGeneration()})
+		if err != nil {
+			return nil, err
+		}
+		r := res.(*fsm.ReleaseResult)
+		return &coordv1.ReleaseResponse{Released: r.Released, Lease: leaseToProto(r.Lease, r.At)}, nil
+	})
+}
+
+func (c *coordinator) ClaimWindow(ctx context.Context, req *coordv1.ClaimWindowRequest) (*coordv1.ClaimWindowResponse, error) {
+	if err := firstErr(checkName("job", req.GetJob(), true), checkName("window", req.GetWindow(), true),
+		checkName("lease_name", req.GetLeaseName(), true), checkName("owner", req.GetOwner(), true),
+		checkGeneration(req.GetGeneration())); err != nil {
+		return nil, toStatus(err)
+	}
+	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.ClaimWindow, req, func() (*coordv1.ClaimWindowResponse, error) {
+		res, err := c.s.propose(ctx, &fsmv1.ClaimWindow{Job: req.GetJob(), Window: req.GetWindow(),
+			LeaseName: req.GetLeaseName(), Owner: req.GetOwner(), Generation: req.GetGeneration()})
+		if err != nil {
+			c.s.observeWindowRefusal("claim", req.GetJob(), req.GetWindow(), req.GetOwner(), req.GetGeneration(), err)
+			return nil, err
+		}
+		r := res.(*fsm.ClaimResult)
+		if r.Claimed {
+			c.s.metrics.windowsClaimed.Inc()
+		} else {
+			c.s.metrics.windowsRefused.WithLabelValues(string(fsm.ReasonWindowCompleted)).Inc()
+		}
+		return &coordv1.ClaimWindowResponse{Claimed: r.Claimed, Attempts: r.Window.Attempts, Window: windowToProto(r.Window)}, nil
+	})
+}
+
+func (c *coordinator) CompleteWindow(ctx context.Context, req *coordv1.CompleteWindowRequest) (*coordv1.CompleteWindowResponse, error) {
+	if err := firstErr(checkName("job", req.GetJob(), true), checkName("window", req.GetWindow(), true),
+		checkName("lease_name", req.GetLeaseName(), true), checkName("owner", req.GetOwner(), true),
+		checkGeneration(req.GetGeneration()), checkPayload("result", req.GetResult())); err != nil {
+		return nil, toStatus(err)
+	}
+	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.CompleteWindow, req, func() (*coordv1.CompleteWindowResponse, error) {
+		res, err := c.s.propose(ctx, &fsmv1.CompleteWindow{Job: req.GetJob(), Window: req.GetWindow(),
+			LeaseName: req.GetLeaseName(), Owner: req.GetOwner(), Generation: req.GetGeneration(), Result: req.GetResult()})
+		if err != nil {
+			c.s.observeWindowRefusal("complete", req.GetJob(), req.GetWindow(), req.GetOwner(), req.GetGeneration(), err)
+			return nil, err
+		}
+		c.s.metrics.windowsCompleted.Inc()
+		return &coordv1.CompleteWindowResponse{Window: windowToProto(res.(*fsm.WindowResult).Window)}, nil
+	})
+}
+
+func (c *coordinator) FencedCommit(ctx context.Context, req *coordv1.FencedCommitRequest) (*coordv1.FencedCommitResponse, error) {
+	if err := firstErr(checkName("resource", req.GetResource(), true), checkName("lease_name", req.GetLeaseName(), true),
+		checkGeneration(req.GetGeneration()), checkName("idempotency_key", req.GetIdempotencyKey(), false),
+		checkPayload("payload", req.GetPayload())); err != nil {
+		return nil, toStatus(err)
+	}
+	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.FencedCommit, req, func() (*coordv1.FencedCommitResponse, error) {
+		res, err := c.s.propose(ctx, &fsmv1.FencedCommit{Resource: req.GetResource(), LeaseName: req.GetLeaseName(),
+			Generation: req.GetGeneration(), IdempotencyKey: req.GetIdempotencyKey(), Payload: req.GetPayload()})
+		if err != nil {
+			var rej *fsm.Rejection
+			if errors.As(err, &rej) {
+				c.s.metrics.fenceRejections.WithLabelValues(string(rej.Reason)).Inc()
+				c.s.log.Warn("fenced commit refused", "resource", req.GetResource(), "lease", req.GetLeaseName(),
+					"generation", req.GetGeneration(), "idempotency_key", req.GetIdempotencyKey(), "reason", rej.Reason,
+					"detail", rej.Message)
+			}
+			return nil, err
+		}
+		r := res.(*fsm.CommitResult)
+		kind := "new"
+		if r.Duplicate {
+			kind = "duplicate"
+		}
+		c.s.metrics.fenceAccepted.WithLabelValues(kind).Inc()
+		return &coordv1.FencedCommitResponse{Accepted: r.Accepted, Duplicate: r.Duplicate, MaxGeneration: r.MaxGeneration,
+			Payload: r.Payload, Generation: r.Generation}, nil
+	})
+}
+
+func (s *Server) observeAcquire(r *fsm.AcquireResult) {
+	switch {
+	case !r.Acquired:
+		s.metrics.acquisitions.WithLabelValues("held").Inc()
+	case r.TookOver:
+		s.metrics.acquisitions.WithLabelValues("takeover").Inc()
+		s.metrics.leasesLost.WithLabelValues("expired").Inc()
+		s.log.Warn("lease lost: expired without release, taken over", "lease", r.Lease.Name,
+			"owner", r.Previous.Owner, "generation", r.Previous.Generation,
+			"silent_for_ms", r.Lease.AcquiredAt-r.Previous.RenewedAt,
+			"new_owner", r.Lease.Owner, "new_generation", r.Lease.Generation)
+	default:
+		s.metrics.acquisitions.WithLabelValues("acquired").Inc()
+	}
+}
+
+func (s *Server) observeWindowRefusal(op, job, window, owner string, gen uint64, err error) {
+	var rej *fsm.Rejection
+	if !errors.As(err, &rej) {
+		return
+	}
+	s.metrics.windowsRefused.WithLabelValues(string(rej.Reason)).Inc()
+	s.log.Warn("window "+op+" refused", "job", job, "window", window, "owner", owner, "generation", gen,
+		"reason", rej.Reason, "detail", rej.Message)
+}

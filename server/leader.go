@@ -1,0 +1,191 @@
+package server
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coordd/coordd/fsm"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+)
+
+// leaderState lives while this node is the leader. ready is closed once
+// the node applied everything before its term (Barrier) and set its cluster
+// clock; no proposal is stamped before that.
+type leaderState struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	ready  chan struct{}
+	clock  *clusterClock
+	// lastProposal is the cluster time of the last stamped command, so the
+	// ticker only appends ticks when the log is idle.
+	lastProposal atomic.Int64
+}
+
+// watchLeadership is the leadership lifecycle: on gaining leadership it
+// starts establishLeadership; on losing it, it cancels everything
+// leader-only. Raft's NotifyCh is buffered and always drained here.
+func (s *Server) watchLeadership() {
+	for {
+		select {
+		case <-s.stop:
+			return
+		case isLeader := <-s.notifyCh:
+			if old := s.leader.Swap(nil); old != nil {
+				old.cancel()
+			}
+			s.metrics.leader.Set(b2f(isLeader))
+			if !isLeader {
+				s.log.Info("lost leadership")
+				continue
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			ls := &leaderState{ctx: ctx, cancel: cancel, ready: make(chan struct{})}
+			s.leader.Store(ls)
+			s.goRun(func() { s.runLeader(ls) })
+		}
+	}
+}
+
+func (s *Server) runLeader(ls *leaderState) {
+	start := time.Now()
+	// Apply everything committed by earlier leaders before stamping anything:
+	// the cluster clock continues from the FSM's clock.
+	if err := s.raft.Barrier(0).Error(); err != nil {
+		s.log.Warn("barrier after election failed; waiting for the next election", "err", err)
+		return
+	}
+	if ls.ctx.Err() != nil {
+		return
+	}
+	base := s.fsm.Clock()
+	if base == 0 {
+		// A new cluster: its clock starts at this node's wall clock, once.
+		base = s.cfg.Clock.Now().UnixMilli()
+	}
+	ls.clock = newClusterClock(s.cfg.Clock, base)
+	close(ls.ready)
+	s.log.Info("leadership established", "term", s.raft.CurrentTerm(), "cluster_time", base,
+		"barrier", time.Since(start).Round(time.Millisecond))
+	// A tick at once moves the followers' clocks to this term's base.
+	if _, err := s.proposeAs(ls, &fsmv1.Tick{}); err != nil {
+		s.log.Warn("first tick failed", "err", err)
+	}
+
+	tick := time.NewTicker(s.cfg.TickInterval / 2)
+	defer tick.Stop()
+	prune := time.NewTicker(s.cfg.PruneInterval)
+	defer prune.Stop()
+	for {
+		select {
+		case <-ls.ctx.Done():
+			return
+		case <-tick.C:
+			if ls.clock.current()-ls.lastProposal.Load() >= s.cfg.TickInterval.Milliseconds() {
+				if _, err := s.proposeAs(ls, &fsmv1.Tick{}); err != nil && ls.ctx.Err() == nil {
+					s.log.Warn("tick failed", "err", err)
+				}
+			}
+		case <-prune.C:
+			cutoff := ls.clock.current() - s.cfg.Retention.Milliseconds()
+			res, err := s.proposeAs(ls, &fsmv1.Prune{CutoffMs: cutoff})
+			if err != nil {
+				s.log.Warn("prune failed", "err", err)
+				continue
+			}
+			if r := res.(*fsm.PruneResult); r.Windows+r.Idempotency > 0 {
+				s.log.Info("retention pruned records", "windows", r.Windows, "idempotency_records", r.Idempotency,
+					"older_than", s.cfg.Retention)
+			}
+		}
+	}
+}
+
+// readyLeader returns the leader state once it is ready, or a notLeaderError.
+func (s *Server) readyLeader(ctx context.Context) (*leaderState, error) {
+	ls := s.leader.Load()
+	if ls == nil {
+		return nil, s.notLeader()
+	}
+	select {
+	case <-ls.ready:
+		return ls, nil
+	case <-ls.ctx.Done():
+		return nil, s.notLeader()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// notLeader describes where the leader is, as far as this node knows.
+func (s *Server) notLeader() error {
+	_, id := s.raft.LeaderWithID()
+	if id == "" || id == raft.ServerID(s.cfg.ID) {
+		return &notLeaderError{}
+	}
+	return &notLeaderError{leaderID: string(id), leaderAddr: s.memberAddr(string(id))}
+}
+
+// memberAddr is the gRPC address of a member, from the replicated table.
+func (s *Server) memberAddr(id string) string {
+	for _, m := range s.fsm.Members() {
+		if m.ID == id {
+			return m.GRPCAddress
+		}
+	}
+	return ""
+}
+
+// propose stamps a command with the cluster time, replicates it, and
+// returns the FSM's result; a rejection comes back as the error.
+func (s *Server) propose(ctx context.Context, body any) (any, error) {
+	ls, err := s.readyLeader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	timeout := s.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+		if timeout <= 0 {
+			return nil, context.DeadlineExceeded
+		}
+	}
+	return s.proposeTimeout(ls, body, timeout)
+}
+
+func (s *Server) proposeAs(ls *leaderState, body any) (any, error) {
+	return s.proposeTimeout(ls, body, s.cfg.ApplyTimeout)
+}
+
+func (s *Server) proposeTimeout(ls *leaderState, body any, timeout time.Duration) (any, error) {
+	cmd := fsm.Envelope(ls.clock.stamp(), body)
+	ls.lastProposal.Store(cmd.GetNowMs())
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	f := s.raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		s.metrics.proposals.WithLabelValues(cmd.GetType().String(), "error").Inc()
+		return nil, err
+	}
+	s.metrics.applyLatency.Observe(time.Since(start).Seconds())
+	resp := f.Response()
+	if rej, ok := resp.(*fsm.Rejection); ok {
+		s.metrics.proposals.WithLabelValues(cmd.GetType().String(), "rejected").Inc()
+		return nil, rej
+	}
+	s.metrics.proposals.WithLabelValues(cmd.GetType().String(), "ok").Inc()
+	return resp, nil
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
