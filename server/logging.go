@@ -53,15 +53,15 @@ func (a *hclogAdapter) Error(msg string, args ...any) { a.Log(hclog.Error, msg, 
 func (a *hclogAdapter) enabled(l slog.Level) bool {
 	return a.l.Enabled(context.Background(), l)
 }
-func (a *hclogAdapter) IsTrace() bool          { return a.enabled(slog.LevelDebug) }
-func (a *hclogAdapter) IsDebug() bool          { return a.enabled(slog.LevelDebug) }
-func (a *hclogAdapter) IsInfo() bool           { return a.enabled(slog.LevelInfo) }
-func (a *hclogAdapter) IsWarn() bool           { return a.enabled(slog.LevelWarn) }
-func (a *hclogAdapter) IsError() bool          { return a.enabled(slog.LevelError) }
-func (a *hclogAdapter) ImpliedArgs() []any     { return a.args }
-func (a *hclogAdapter) Name() string           { return a.name }
-func (a *hclogAdapter) SetLevel(hclog.Level)   {}
-func (a *hclogAdapter) GetLevel() hclog.Level  { return hclog.Info }
+func (a *hclogAdapter) IsTrace() bool         { return a.enabled(slog.LevelDebug) }
+func (a *hclogAdapter) IsDebug() bool         { return a.enabled(slog.LevelDebug) }
+func (a *hclogAdapter) IsInfo() bool          { return a.enabled(slog.LevelInfo) }
+func (a *hclogAdapter) IsWarn() bool          { return a.enabled(slog.LevelWarn) }
+func (a *hclogAdapter) IsError() bool         { return a.enabled(slog.LevelError) }
+func (a *hclogAdapter) ImpliedArgs() []any    { return a.args }
+func (a *hclogAdapter) Name() string          { return a.name }
+func (a *hclogAdapter) SetLevel(hclog.Level)  {}
+func (a *hclogAdapter) GetLevel() hclog.Level { return hclog.Info }
 func (a *hclogAdapter) With(args ...any) hclog.Logger {
 	return &hclogAdapter{l: a.l.With(args...), name: a.name, args: append(append([]any(nil), a.args...), args...)}
 }
