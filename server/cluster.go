@@ -108,7 +108,7 @@ func (c *cluster) AddVoter(ctx context.Context, req *coordv1.AddVoterRequest) (*
 		}
 		if !present {
 			s.log.Info("adding voter", "id", req.GetId(), "raft", req.GetRaftAddress(), "grpc", req.GetGrpcAddress())
-			if err := s.raft.AddVoter(raft.ServerID(req.GetId()), raft.ServerAddress(req.GetRaftAddress()), 0, s.cfg.ApplyTimeout).Error(); err != nil {
+			if err := s.await(ctx, s.raft.AddVoter(raft.ServerID(req.GetId()), raft.ServerAddress(req.GetRaftAddress()), 0, s.cfg.ApplyTimeout)); err != nil {
 				return nil, err
 			}
 		}
@@ -132,7 +132,7 @@ func (c *cluster) RemoveServer(ctx context.Context, req *coordv1.RemoveServerReq
 			return nil, err
 		}
 		s.log.Info("removing server", "id", req.GetId())
-		if err := s.raft.RemoveServer(raft.ServerID(req.GetId()), 0, s.cfg.ApplyTimeout).Error(); err != nil {
+		if err := s.await(ctx, s.raft.RemoveServer(raft.ServerID(req.GetId()), 0, s.cfg.ApplyTimeout)); err != nil {
 			return nil, err
 		}
 		// Removing the leader itself ends its leadership; the member record
@@ -172,7 +172,7 @@ func (c *cluster) TransferLeadership(ctx context.Context, req *coordv1.TransferL
 			}
 			f = s.raft.LeadershipTransferToServer(raft.ServerID(req.GetId()), addr)
 		}
-		if err := f.Error(); err != nil {
+		if err := s.await(ctx, f); err != nil {
 			return nil, err
 		}
 		_, id := s.raft.LeaderWithID()
@@ -184,7 +184,7 @@ func (c *cluster) TransferLeadership(ctx context.Context, req *coordv1.TransferL
 // when nothing was applied since).
 func (c *cluster) Snapshot(ctx context.Context, _ *coordv1.SnapshotRequest) (*coordv1.SnapshotResponse, error) {
 	s := c.s
-	err := s.raft.Snapshot().Error()
+	err := s.await(ctx, s.raft.Snapshot())
 	if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 		return nil, toStatus(err)
 	}

@@ -67,7 +67,7 @@ func (c Config) withDefaults() Config {
 	def(&c.HeartbeatTimeout, 500*time.Millisecond)
 	def(&c.ElectionTimeout, 500*time.Millisecond)
 	def(&c.LeaderLeaseTimeout, 250*time.Millisecond)
-	def(&c.TickInterval, time.Second)
+	def(&c.TickInterval, 250*time.Millisecond)
 	def(&c.Retention, 30*24*time.Hour)
 	def(&c.PruneInterval, time.Minute)
 	def(&c.MaxTTL, 24*time.Hour)

@@ -54,7 +54,7 @@ func (s *Server) runLeader(ls *leaderState) {
 	start := time.Now()
 	// Apply everything committed by earlier leaders before stamping anything:
 	// the cluster clock continues from the FSM's clock.
-	if err := s.raft.Barrier(0).Error(); err != nil {
+	if err := s.await(ls.ctx, s.raft.Barrier(0)); err != nil {
 		s.log.Warn("barrier after election failed; waiting for the next election", "err", err)
 		return
 	}
@@ -71,7 +71,7 @@ func (s *Server) runLeader(ls *leaderState) {
 	s.log.Info("leadership established", "term", s.raft.CurrentTerm(), "cluster_time", base,
 		"barrier", time.Since(start).Round(time.Millisecond))
 	// A tick at once moves the followers' clocks to this term's base.
-	if _, err := s.proposeAs(ls, &fsmv1.Tick{}); err != nil {
+	if _, err := s.proposeAs(ls.ctx, ls, &fsmv1.Tick{}); err != nil {
 		s.log.Warn("first tick failed", "err", err)
 	}
 
@@ -85,13 +85,13 @@ func (s *Server) runLeader(ls *leaderState) {
 			return
 		case <-tick.C:
 			if ls.clock.current()-ls.lastProposal.Load() >= s.cfg.TickInterval.Milliseconds() {
-				if _, err := s.proposeAs(ls, &fsmv1.Tick{}); err != nil && ls.ctx.Err() == nil {
+				if _, err := s.proposeAs(ls.ctx, ls, &fsmv1.Tick{}); err != nil && ls.ctx.Err() == nil {
 					s.log.Warn("tick failed", "err", err)
 				}
 			}
 		case <-prune.C:
 			cutoff := ls.clock.current() - s.cfg.Retention.Milliseconds()
-			res, err := s.proposeAs(ls, &fsmv1.Prune{CutoffMs: cutoff})
+			res, err := s.proposeAs(ls.ctx, ls, &fsmv1.Prune{CutoffMs: cutoff})
 			if err != nil {
 				s.log.Warn("prune failed", "err", err)
 				continue
@@ -146,6 +146,11 @@ func (s *Server) propose(ctx context.Context, body any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.proposeAs(ctx, ls, body)
+}
+
+// proposeAs proposes under a known leadership (leader-only loops).
+func (s *Server) proposeAs(ctx context.Context, ls *leaderState, body any) (any, error) {
 	timeout := s.cfg.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
@@ -153,14 +158,6 @@ func (s *Server) propose(ctx context.Context, body any) (any, error) {
 			return nil, context.DeadlineExceeded
 		}
 	}
-	return s.proposeTimeout(ls, body, timeout)
-}
-
-func (s *Server) proposeAs(ls *leaderState, body any) (any, error) {
-	return s.proposeTimeout(ls, body, s.cfg.ApplyTimeout)
-}
-
-func (s *Server) proposeTimeout(ls *leaderState, body any, timeout time.Duration) (any, error) {
 	cmd := fsm.Envelope(ls.clock.stamp(), body)
 	ls.lastProposal.Store(cmd.GetNowMs())
 	data, err := proto.Marshal(cmd)
@@ -169,7 +166,7 @@ func (s *Server) proposeTimeout(ls *leaderState, body any, timeout time.Duration
 	}
 	start := time.Now()
 	f := s.raft.Apply(data, timeout)
-	if err := f.Error(); err != nil {
+	if err := s.await(ctx, f); err != nil {
 		s.metrics.proposals.WithLabelValues(cmd.GetType().String(), "error").Inc()
 		return nil, err
 	}
@@ -188,4 +185,19 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// await waits for a Raft future, but not past shutdown or ctx: a future
+// still queued when Raft shuts down is never answered.
+func (s *Server) await(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-s.stop:
+		return raft.ErrRaftShutdown
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

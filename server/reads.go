@@ -24,7 +24,7 @@ func (s *Server) readAt(ctx context.Context, stale bool) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := s.raft.VerifyLeader().Error(); err != nil {
+	if err := s.await(ctx, s.raft.VerifyLeader()); err != nil {
 		return 0, s.notLeader()
 	}
 	return ls.clock.current(), nil
