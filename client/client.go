@@ -1,0 +1,268 @@
+// Package client is the Go SDK of coordd: leases that keep themselves alive
+// and cancel the work's context when lost, fenced commits, the window
+// ledger, and leader discovery with failover. It imports only the coord.v1
+// API (no Raft). See DESIGN.md.
+package client
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/coordd/coordd/client/internal/clock"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// Client talks to a coordd cluster. It keeps one gRPC connection per node
+// and one shared KeepAlive stream to the leader. Safe for concurrent use.
+type Client struct {
+	opts      options
+	endpoints []string
+	log       *slog.Logger
+	clock     clock.Clock
+	metrics   Metrics
+
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn
+	current string // the endpoint believed to lead
+	closed  bool
+
+	keeper *keeper
+}
+
+// New connects to a cluster given any of its nodes' gRPC addresses. The
+// connections are lazy: New fails only on bad arguments.
+func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, error) {
+	if len(endpoints) == 0 {
+		return nil, fmt.Errorf("%w: no endpoints", ErrInvalidArgument)
+	}
+	o := options{backoffMin: 50 * time.Millisecond, backoffMax: time.Second, attemptTimeout: 5 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.owner == "" {
+		o.owner = defaultOwner()
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.metrics == nil {
+		o.metrics = nopMetrics{}
+	}
+	if o.clock == nil {
+		o.clock = clock.Real{}
+	}
+	if o.backoffMin <= 0 || o.backoffMax < o.backoffMin {
+		return nil, fmt.Errorf("%w: retry backoff [%s, %s]", ErrInvalidArgument, o.backoffMin, o.backoffMax)
+	}
+	c := &Client{
+		opts: o, endpoints: append([]string(nil), endpoints...), log: o.logger, clock: o.clock,
+		metrics: o.metrics, conns: map[string]*grpc.ClientConn{}, current: endpoints[0],
+	}
+	for _, ep := range endpoints {
+		if _, err := c.conn(ep); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	c.keeper = newKeeper(c, c.openKeepAlive)
+	return c, nil
+}
+
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = crand.Read(b[:])
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// randomID returns a request id.
+func randomID() string {
+	var b [12]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Owner is the owner id this client acquires leases as.
+func (c *Client) Owner() string { return c.opts.owner }
+
+// Close stops the keepalive stream and closes the connections. Leases still
+// held are not released; they expire on the server after their TTL, and
+// their contexts are cancelled now.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	if c.keeper != nil {
+		c.keeper.close()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for _, cc := range c.conns {
+		errs = append(errs, cc.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc, ok := c.conns[ep]; ok {
+		return cc, nil
+	}
+	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.opts.dialOpts...)
+	cc, err := grpc.NewClient(ep, dial...)
+	if err != nil {
+		return nil, fmt.Errorf("coordd: endpoint %q: %w", ep, err)
+	}
+	c.conns[ep] = cc
+	return cc, nil
+}
+
+func (c *Client) leaderEndpoint() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current
+}
+
+func (c *Client) setLeader(ep string) {
+	c.mu.Lock()
+	c.current = ep
+	c.mu.Unlock()
+}
+
+// rotate moves off a failed endpoint to the next configured one.
+func (c *Client) rotate(failed string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.current != failed {
+		return
+	}
+	for i, ep := range c.endpoints {
+		if ep == failed {
+			c.current = c.endpoints[(i+1)%len(c.endpoints)]
+			return
+		}
+	}
+	c.current = c.endpoints[0]
+}
+
+// outcome classifies a failed attempt.
+type outcome int
+
+const (
+	final    outcome = iota // a verdict: return it
+	redirect                // NOT_LEADER with the leader's address: go there now
+	retry                   // nothing was done (no leader, connection refused): back off and retry
+	unknown                 // it may have been applied (leadership lost, timeout, connection cut)
+)
+
+func classify(err error) (outcome, string) {
+	st, info := errorInfo(err)
+	if st == nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return unknown, ""
+		}
+		return final, ""
+	}
+	reason := ""
+	if info != nil {
+		reason = info.GetReason()
+	}
+	switch {
+	case reason == "NOT_LEADER" && info.GetMetadata()["leader_address"] != "":
+		return redirect, info.GetMetadata()["leader_address"]
+	case reason == "NO_LEADER" || reason == "SHUTTING_DOWN" || reason == "NOT_LEADER":
+		return retry, ""
+	case reason == "LEADERSHIP_LOST" || reason == "TIMEOUT":
+		return unknown, ""
+	case st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled:
+		// Transport trouble: the request may or may not have reached a node.
+		return unknown, ""
+	default:
+		return final, ""
+	}
+}
+
+// invoke runs call against the leader (or any node, which forwards),
+// following redirects and retrying with jittered backoff until ctx ends.
+// A call whose outcome is unknown is retried only when idempotent says the
+// retry cannot have a second effect (request ids, idempotency keys).
+func (c *Client) invoke(ctx context.Context, idempotent bool, call func(context.Context, coordv1.CoordinatorClient) error) error {
+	return c.invokeConn(ctx, idempotent, func(ctx context.Context, cc *grpc.ClientConn) error {
+		return call(ctx, coordv1.NewCoordinatorClient(cc))
+	})
+}
+
+func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(context.Context, *grpc.ClientConn) error) error {
+	backoff := c.opts.backoffMin
+	redirects := 0
+	for {
+		ep := c.leaderEndpoint()
+		cc, err := c.conn(ep)
+		if err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, c.opts.attemptTimeout)
+		err = call(actx, cc)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return c.wrapFinal(err)
+		}
+		kind, addr := classify(err)
+		switch kind {
+		case final:
+			return c.wrapFinal(err)
+		case redirect:
+			c.setLeader(addr)
+			if redirects++; redirects <= len(c.endpoints)+1 {
+				continue
+			}
+		case unknown:
+			if !idempotent {
+				return c.wrapFinal(err)
+			}
+			c.rotate(ep)
+		case retry:
+			c.rotate(ep)
+		}
+		sleep := backoff/2 + rand.N(backoff/2+1)
+		t := c.clock.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return c.wrapFinal(err)
+		case <-t.C():
+		}
+		backoff = min(2*backoff, c.opts.backoffMax)
+	}
+}
+
+func (c *Client) wrapFinal(err error) error {
+	e := fromStatus(err)
+	var ce *Error
+	if errors.As(e, &ce) && ce.sentinel == nil && (ce.Code == codes.DeadlineExceeded || ce.Code == codes.Canceled) {
+		ce.sentinel = ErrUnavailable
+	}
+	return e
+}

@@ -1,0 +1,143 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Sentinel errors, for errors.Is. Errors from the server wrap one of them
+// in an *Error that keeps the reason and metadata.
+var (
+	// ErrNotAcquired: someone else holds the lease (see *NotAcquiredError).
+	ErrNotAcquired = errors.New("coordd: lease held by another owner")
+	// ErrLeaseLost: the lease is gone — the server refused a renewal or an
+	// operation (lost, expired, released) or the local deadline passed.
+	ErrLeaseLost = errors.New("coordd: lease lost")
+	// ErrLeaseReleased: the lease was released by its holder.
+	ErrLeaseReleased = errors.New("coordd: lease released")
+	// ErrStaleToken: a fencing token is not the current generation, or is
+	// below the highest a resource accepted.
+	ErrStaleToken = errors.New("coordd: stale fencing token")
+	// ErrLeaseNotFound: no lease of that name exists.
+	ErrLeaseNotFound = errors.New("coordd: lease not found")
+	// ErrResourceLeaseMismatch: the resource is fenced by another lease.
+	ErrResourceLeaseMismatch = errors.New("coordd: resource fenced by another lease")
+	// ErrWindowCompleted: the window was completed by someone else.
+	ErrWindowCompleted = errors.New("coordd: window already completed")
+	// ErrWindowNotClaimed: complete needs a claim by the same holder first.
+	ErrWindowNotClaimed = errors.New("coordd: window not claimed by this holder")
+	// ErrInvalidArgument: the server rejected the input.
+	ErrInvalidArgument = errors.New("coordd: invalid argument")
+	// ErrNotFound: a read found nothing.
+	ErrNotFound = errors.New("coordd: not found")
+	// ErrUnavailable: no leader could be reached before the context ended.
+	ErrUnavailable = errors.New("coordd: unavailable")
+	// ErrInvalidToken: a token string is malformed.
+	ErrInvalidToken = errors.New("coordd: invalid token")
+)
+
+// reasonSentinels maps server reasons to sentinels.
+var reasonSentinels = map[string]error{
+	"LEASE_LOST":              ErrLeaseLost,
+	"LEASE_EXPIRED":           ErrLeaseLost,
+	"LEASE_RELEASED":          ErrLeaseLost,
+	"LEASE_NOT_FOUND":         ErrLeaseNotFound,
+	"STALE_TOKEN":             ErrStaleToken,
+	"RESOURCE_LEASE_MISMATCH": ErrResourceLeaseMismatch,
+	"WINDOW_COMPLETED":        ErrWindowCompleted,
+	"WINDOW_NOT_CLAIMED":      ErrWindowNotClaimed,
+	"INVALID_ARGUMENT":        ErrInvalidArgument,
+	"NOT_FOUND":               ErrNotFound,
+}
+
+// Error is a refusal from coordd: the gRPC code, the ErrorInfo reason
+// (LEASE_LOST, STALE_TOKEN, …) and its metadata (current_generation,
+// max_generation, completed_by, field, …).
+type Error struct {
+	Code     codes.Code
+	Reason   string
+	Message  string
+	Metadata map[string]string
+	sentinel error
+}
+
+func (e *Error) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("coordd: %s: %s", e.Reason, e.Message)
+	}
+	return fmt.Sprintf("coordd: %s: %s", e.Code, e.Message)
+}
+
+// Unwrap returns the sentinel, so errors.Is(err, ErrStaleToken) works.
+func (e *Error) Unwrap() error { return e.sentinel }
+
+// NotAcquiredError tells who holds a lease that could not be acquired.
+type NotAcquiredError struct {
+	Name       string
+	Owner      string
+	Generation uint64
+	Remaining  time.Duration
+}
+
+func (e *NotAcquiredError) Error() string {
+	return fmt.Sprintf("coordd: lease %q is held by %q (generation %d) for %s more", e.Name, e.Owner, e.Generation, e.Remaining)
+}
+
+func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
+
+// errorInfo returns the status and its ErrorInfo, if any.
+func errorInfo(err error) (*status.Status, *errdetails.ErrorInfo) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil, nil
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return st, info
+		}
+	}
+	return st, nil
+}
+
+// fromStatus turns a gRPC error into an *Error wrapping its sentinel.
+func fromStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, info := errorInfo(err)
+	if st == nil {
+		return err
+	}
+	e := &Error{Code: st.Code(), Message: st.Message()}
+	if info != nil {
+		e.Reason, e.Metadata = info.GetReason(), info.GetMetadata()
+		e.sentinel = reasonSentinels[e.Reason]
+	}
+	if e.sentinel == nil {
+		switch st.Code() {
+		case codes.Unavailable:
+			e.sentinel = ErrUnavailable
+		case codes.InvalidArgument:
+			e.sentinel = ErrInvalidArgument
+		case codes.NotFound:
+			e.sentinel = ErrNotFound
+		}
+	}
+	return e
+}
+
+// metaUint reads a numeric metadata field of an *Error.
+func metaUint(err error, key string) uint64 {
+	var e *Error
+	if errors.As(err, &e) {
+		v, _ := strconv.ParseUint(e.Metadata[key], 10, 64)
+		return v
+	}
+	return 0
+}

@@ -1,0 +1,188 @@
+// Package clock is the client's time source: the real clock, and a fake one
+// that tests advance by hand (virtual time, no sleeps).
+package clock
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// Clock reads time and makes timers.
+type Clock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) Timer
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is the part of *time.Timer the client uses.
+type Timer interface {
+	C() <-chan time.Time
+	Stop() bool
+	Reset(d time.Duration) bool
+}
+
+// Real is the system clock.
+type Real struct{}
+
+func (Real) Now() time.Time { return time.Now() }
+func (Real) NewTimer(d time.Duration) Timer {
+	return realTimer{time.NewTimer(d)}
+}
+func (Real) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, f)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time        { return r.t.C }
+func (r realTimer) Stop() bool                 { return r.t.Stop() }
+func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
+
+// Fake is a manual clock. Timers fire inside Advance, in deadline order.
+type Fake struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+	// changed is signalled whenever a timer is created or reset, so a test can
+	// wait until the code under test armed its next timer.
+	changed chan struct{}
+}
+
+// NewFake returns a fake clock at start.
+func NewFake(start time.Time) *Fake {
+	return &Fake{now: start, changed: make(chan struct{}, 1)}
+}
+
+func (f *Fake) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+func (f *Fake) NewTimer(d time.Duration) Timer {
+	return f.add(d, nil)
+}
+
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
+	return f.add(d, fn)
+}
+
+func (f *Fake) add(d time.Duration, fn func()) *fakeTimer {
+	f.mu.Lock()
+	t := &fakeTimer{f: f, at: f.now.Add(d), fn: fn, ch: make(chan time.Time, 1), armed: true}
+	f.timers = append(f.timers, t)
+	f.mu.Unlock()
+	f.signal()
+	return t
+}
+
+func (f *Fake) signal() {
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Changed returns a channel that receives after a timer was armed.
+func (f *Fake) Changed() <-chan struct{} { return f.changed }
+
+// Advance moves time forward by d, firing every timer that comes due, in
+// order; time stands at each deadline while its timer fires.
+func (f *Fake) Advance(d time.Duration) {
+	f.mu.Lock()
+	end := f.now.Add(d)
+	f.mu.Unlock()
+	for {
+		f.mu.Lock()
+		sort.SliceStable(f.timers, func(i, j int) bool { return f.timers[i].at.Before(f.timers[j].at) })
+		var next *fakeTimer
+		for _, t := range f.timers {
+			if t.armed && !t.at.After(end) {
+				next = t
+				break
+			}
+		}
+		if next == nil {
+			f.now = end
+			f.mu.Unlock()
+			return
+		}
+		if next.at.After(f.now) {
+			f.now = next.at
+		}
+		next.armed = false
+		fn, ch, now := next.fn, next.ch, f.now
+		f.mu.Unlock()
+		if fn != nil {
+			fn()
+		} else {
+			select {
+			case ch <- now:
+			default:
+			}
+		}
+	}
+}
+
+// WaitArmed blocks until a timer is armed to fire at exactly at, or
+// timeout (real time) passes; it reports whether it saw one. Tests use it
+// to know the code under test is idle, waiting for that moment.
+func (f *Fake) WaitArmed(at time.Time, timeout time.Duration) bool {
+	deadline := time.After(timeout)
+	for {
+		f.mu.Lock()
+		for _, t := range f.timers {
+			if t.armed && t.at.Equal(at) {
+				f.mu.Unlock()
+				return true
+			}
+		}
+		f.mu.Unlock()
+		select {
+		case <-f.changed:
+		case <-deadline:
+			return false
+		case <-time.After(time.Millisecond): // timers armed before we looked
+		}
+	}
+}
+
+// Pending returns the number of armed timers.
+func (f *Fake) Pending() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, t := range f.timers {
+		if t.armed {
+			n++
+		}
+	}
+	return n
+}
+
+type fakeTimer struct {
+	f     *Fake
+	at    time.Time
+	fn    func()
+	ch    chan time.Time
+	armed bool
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Stop() bool {
+	t.f.mu.Lock()
+	defer t.f.mu.Unlock()
+	was := t.armed
+	t.armed = false
+	return was
+}
+
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	t.f.mu.Lock()
+	was := t.armed
+	t.armed = true
+	t.at = t.f.now.Add(d)
+	t.f.mu.Unlock()
+	t.f.signal()
+	return was
+}

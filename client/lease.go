@@ -1,0 +1,216 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coordd/coordd/client/internal/clock"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// Lease is a held lease. It renews itself over the client's KeepAlive
+// stream at TTL/3 until released or lost; Context is cancelled the moment
+// it is lost.
+type Lease struct {
+	c      *Client
+	name   string
+	owner  string
+	gen    uint64
+	ttl    time.Duration
+	margin time.Duration
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time // local: send time of the last acknowledged renewal + TTL - margin
+	timer    clock.Timer
+	done     bool
+	err      error
+}
+
+// AcquireOption changes one Acquire call.
+type AcquireOption func(*acquireOptions)
+
+type acquireOptions struct {
+	owner     string
+	requestID string
+}
+
+// AcquireOwner overrides the client's owner id for this lease.
+func AcquireOwner(owner string) AcquireOption { return func(o *acquireOptions) { o.owner = owner } }
+
+// AcquireRequestID sets the request id (default: random per call). Calls
+// with the same id get the same grant back while it is live.
+func AcquireRequestID(id string) AcquireOption { return func(o *acquireOptions) { o.requestID = id } }
+
+// Acquire takes the lease name for ttl. When another owner holds it, the
+// error is a *NotAcquiredError (errors.Is(err, ErrNotAcquired)). Retries
+// after an unknown outcome carry the same request id, so they never
+// produce a second grant.
+func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
+	o := acquireOptions{owner: c.opts.owner}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.requestID == "" {
+		o.requestID = randomID()
+	}
+	if ttl <= 0 {
+		return nil, fmt.Errorf("%w: ttl must be positive", ErrInvalidArgument)
+	}
+	// The server grants after this moment, so its expiry is at least
+	// sent + ttl: the local deadline derived from it is conservative (G10).
+	sent := c.clock.Now()
+	req := &coordv1.AcquireRequest{Name: name, Owner: o.owner, TtlMs: ttl.Milliseconds(), RequestId: o.requestID}
+	var resp *coordv1.AcquireResponse
+	err := c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
+		var err error
+		resp, err = cc.Acquire(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !resp.GetAcquired() {
+		h := resp.GetLease()
+		return nil, &NotAcquiredError{Name: name, Owner: h.GetOwner(), Generation: h.GetGeneration(),
+			Remaining: time.Duration(h.GetExpiresInMs()) * time.Millisecond}
+	}
+	l := c.newLease(name, o.owner, resp.GetLease().GetGeneration(), ttl, sent)
+	c.keeper.add(l)
+	return l, nil
+}
+
+func (c *Client) marginFor(ttl time.Duration) time.Duration {
+	if c.opts.margin > 0 {
+		return c.opts.margin
+	}
+	return min(max(ttl/10, 50*time.Millisecond), 2*time.Second)
+}
+
+func (c *Client) newLease(name, owner string, gen uint64, ttl time.Duration, sent time.Time) *Lease {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	l := &Lease{c: c, name: name, owner: owner, gen: gen, ttl: ttl, margin: c.marginFor(ttl), ctx: ctx, cancel: cancel}
+	l.mu.Lock() // the timer may fire at once; lose waits for l.timer
+	l.deadline = sent.Add(ttl - l.margin)
+	l.timer = c.clock.AfterFunc(l.deadline.Sub(c.clock.Now()), l.localDeadline)
+	l.mu.Unlock()
+	return l
+}
+
+// Name is the lease name.
+func (l *Lease) Name() string { return l.name }
+
+// Owner is the owner id the lease is held as.
+func (l *Lease) Owner() string { return l.owner }
+
+// Generation is the fencing token.
+func (l *Lease) Generation() uint64 { return l.gen }
+
+// TTL is the lease's time to live.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Token is the compact form of name and generation, "name:generation", for
+// headers; ParseToken reads it.
+func (l *Lease) Token() string { return FormatToken(l.name, l.gen) }
+
+// Context is cancelled when the lease is lost or released; its cause is Err.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Done is closed when the lease is lost or released.
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err is nil while the lease is held; afterwards it says why it ended:
+// an error wrapping ErrLeaseLost, or ErrLeaseReleased.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Deadline is the local deadline: the client considers the lease lost then
+// unless a renewal is acknowledged first.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// acked records an acknowledged renewal sent at sent.
+func (l *Lease) acked(sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done {
+		return
+	}
+	if d := sent.Add(l.ttl - l.margin); d.After(l.deadline) {
+		l.deadline = d
+		l.timer.Reset(d.Sub(l.c.clock.Now()))
+	}
+}
+
+func (l *Lease) localDeadline() {
+	l.lose("LOCAL_DEADLINE", fmt.Errorf("%w: no renewal of %q generation %d acknowledged before the local deadline", ErrLeaseLost, l.name, l.gen))
+}
+
+// lose ends the lease with err (once) and cancels its context.
+func (l *Lease) lose(reason string, err error) {
+	l.mu.Lock()
+	if l.done {
+		l.mu.Unlock()
+		return
+	}
+	l.done, l.err = true, err
+	l.timer.Stop()
+	l.mu.Unlock()
+	l.cancel(err)
+	l.c.keeper.remove(l)
+	l.c.metrics.LeaseLost(l.name, reason)
+	l.c.log.Warn("lease lost", "lease", l.name, "generation", l.gen, "owner", l.owner, "reason", reason, "err", err)
+}
+
+// Release stops renewing, cancels the context and releases the lease on the
+// server. If the lease had already been lost, the error says so (it wraps
+// ErrLeaseLost).
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	lost := l.err
+	if !l.done {
+		l.done, l.err = true, ErrLeaseReleased
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	l.c.keeper.remove(l)
+	l.cancel(ErrLeaseReleased)
+	req := &coordv1.ReleaseRequest{Name: l.name, Owner: l.owner, Generation: l.gen}
+	err := l.c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
+		_, err := cc.Release(ctx, req)
+		return err
+	})
+	if errors.Is(lost, ErrLeaseLost) {
+		return lost
+	}
+	return err
+}
+
+// FormatToken renders a fencing token as "name:generation".
+func FormatToken(name string, gen uint64) string { return name + ":" + strconv.FormatUint(gen, 10) }
+
+// ParseToken reads a token made by FormatToken (the generation follows the
+// last colon, so names may contain colons).
+func ParseToken(tok string) (name string, gen uint64, err error) {
+	i := strings.LastIndexByte(tok, ':')
+	if i <= 0 {
+		return "", 0, fmt.Errorf("%w: %q is not name:generation", ErrInvalidToken, tok)
+	}
+	gen, err = strconv.ParseUint(tok[i+1:], 10, 64)
+	if err != nil || gen == 0 {
+		return "", 0, fmt.Errorf("%w: %q has no valid generation", ErrInvalidToken, tok)
+	}
+	return tok[:i], gen, nil
+}

@@ -1,0 +1,80 @@
+package client
+
+import (
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/coordd/coordd/client/internal/clock"
+)
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	owner          string
+	logger         *slog.Logger
+	metrics        Metrics
+	dialOpts       []grpc.DialOption
+	clock          clock.Clock
+	margin         time.Duration // 0: derived from the TTL
+	backoffMin     time.Duration
+	backoffMax     time.Duration
+	attemptTimeout time.Duration
+}
+
+// WithOwner sets the owner id used for leases (default hostname:pid:random).
+func WithOwner(owner string) Option { return func(o *options) { o.owner = owner } }
+
+// WithLogger sets a logger for lost leases and reconnects (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithMetrics sets a metrics sink (see the clientprom package).
+func WithMetrics(m Metrics) Option { return func(o *options) { o.metrics = m } }
+
+// WithDialOptions adds gRPC dial options (credentials, interceptors). The
+// default is plaintext.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// WithSafetyMargin sets how long before the server could expire a lease the
+// client already considers it lost. The default is TTL/10, at least 50 ms
+// and at most 2 s.
+func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.margin = d } }
+
+// WithRetryBackoff bounds the jittered backoff between retries while no
+// leader answers (default 50 ms to 1 s).
+func WithRetryBackoff(min, max time.Duration) Option {
+	return func(o *options) { o.backoffMin, o.backoffMax = min, max }
+}
+
+// WithAttemptTimeout bounds one attempt of a call (default 5 s); the whole
+// call is bounded by the caller's context.
+func WithAttemptTimeout(d time.Duration) Option { return func(o *options) { o.attemptTimeout = d } }
+
+// withClock injects a clock (tests in this module).
+func withClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
+
+// Metrics receives client-side events. Implementations must be cheap and
+// safe for concurrent use.
+type Metrics interface {
+	// LeaseLost is called once per lost lease with the reason
+	// (LEASE_LOST, LEASE_EXPIRED, LOCAL_DEADLINE, …).
+	LeaseLost(name, reason string)
+	// RenewLatency is the round trip of an acknowledged keepalive renewal.
+	RenewLatency(d time.Duration)
+	// RunSkipped is called when RunExclusive did not run because another
+	// owner holds the lease.
+	RunSkipped(name string)
+	// FenceRejected is called when a fenced commit is refused.
+	FenceRejected(resource, reason string)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) LeaseLost(string, string)     {}
+func (nopMetrics) RenewLatency(time.Duration)   {}
+func (nopMetrics) RunSkipped(string)            {}
+func (nopMetrics) FenceRejected(string, string) {}

@@ -1,0 +1,67 @@
+package client
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// Reads are linearizable (answered by the leader). They retry while no
+// leader answers, until ctx ends.
+
+// GetLease returns a lease record (ErrNotFound if none).
+func (c *Client) GetLease(ctx context.Context, name string) (*coordv1.Lease, error) {
+	resp, err := read(c, ctx, coordv1.CoordinatorClient.GetLease, &coordv1.GetLeaseRequest{Name: name})
+	return resp.GetLease(), err
+}
+
+// ListLeases returns one page of leases whose names start with prefix.
+func (c *Client) ListLeases(ctx context.Context, prefix, pageToken string, pageSize int32) (*coordv1.ListLeasesResponse, error) {
+	return read(c, ctx, coordv1.CoordinatorClient.ListLeases,
+		&coordv1.ListLeasesRequest{Prefix: prefix, PageToken: pageToken, PageSize: pageSize})
+}
+
+// GetWindow returns a window record (ErrNotFound if none).
+func (c *Client) GetWindow(ctx context.Context, job, window string) (*coordv1.Window, error) {
+	resp, err := read(c, ctx, coordv1.CoordinatorClient.GetWindow, &coordv1.GetWindowRequest{Job: job, Window: window})
+	return resp.GetWindow(), err
+}
+
+// ListWindows returns one page of a job's windows.
+func (c *Client) ListWindows(ctx context.Context, job, pageToken string, pageSize int32) (*coordv1.ListWindowsResponse, error) {
+	return read(c, ctx, coordv1.CoordinatorClient.ListWindows,
+		&coordv1.ListWindowsRequest{Job: job, PageToken: pageToken, PageSize: pageSize})
+}
+
+// GetResource returns a resource's fence state (ErrNotFound if none).
+func (c *Client) GetResource(ctx context.Context, resource string) (*coordv1.Resource, error) {
+	resp, err := read(c, ctx, coordv1.CoordinatorClient.GetResource, &coordv1.GetResourceRequest{Resource: resource})
+	return resp.GetResource(), err
+}
+
+// Status returns the status of the node at endpoint, or of the current
+// leader when endpoint is empty.
+func (c *Client) Status(ctx context.Context, endpoint string) (*coordv1.StatusResponse, error) {
+	if endpoint == "" {
+		endpoint = c.leaderEndpoint()
+	}
+	cc, err := c.conn(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{})
+	return resp, fromStatus(err)
+}
+
+func read[Req, Resp any](c *Client, ctx context.Context,
+	call func(coordv1.CoordinatorClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	var resp Resp
+	err := c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
+		var err error
+		resp, err = call(cc, ctx, req)
+		return err
+	})
+	return resp, err
+}

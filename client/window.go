@@ -1,0 +1,52 @@
+package client
+
+import (
+	"context"
+
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// Claim is the outcome of claiming a window.
+type Claim struct {
+	// Claimed is false when the window was already completed; Window then
+	// holds what completed it.
+	Claimed  bool
+	Attempts uint64
+	Window   *coordv1.Window
+	lease    *Lease
+}
+
+// ClaimWindow claims the occurrence window of job for this lease. A
+// completed window is not an error: Claimed is false. A repeat by the same
+// holder is the same attempt, so retries are safe.
+func (l *Lease) ClaimWindow(ctx context.Context, job, window string) (*Claim, error) {
+	req := &coordv1.ClaimWindowRequest{Job: job, Window: window, LeaseName: l.name, Owner: l.owner, Generation: l.gen}
+	var resp *coordv1.ClaimWindowResponse
+	err := l.c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
+		var err error
+		resp, err = cc.ClaimWindow(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Claim{Claimed: resp.GetClaimed(), Attempts: resp.GetAttempts(), Window: resp.GetWindow(), lease: l}, nil
+}
+
+// Complete completes the claimed window with result, at most once. A retry
+// by the same holder returns the completed record.
+func (cl *Claim) Complete(ctx context.Context, result []byte) (*coordv1.Window, error) {
+	l := cl.lease
+	req := &coordv1.CompleteWindowRequest{Job: cl.Window.GetJob(), Window: cl.Window.GetWindow(), LeaseName: l.name,
+		Owner: l.owner, Generation: l.gen, Result: result}
+	var resp *coordv1.CompleteWindowResponse
+	err := l.c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
+		var err error
+		resp, err = cc.CompleteWindow(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetWindow(), nil
+}

@@ -1,0 +1,317 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/internal/testcluster"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+func newClient(t *testing.T, c *testcluster.Cluster, owner string, opts ...client.Option) *client.Client {
+	t.Helper()
+	cl, err := client.New(context.Background(), c.Endpoints(), append([]client.Option{client.WithOwner(owner)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// blackhole drops keepalive messages while on (the network ate them).
+type blackhole struct{ on atomic.Bool }
+
+func (b *blackhole) interceptor() grpc.DialOption {
+	return grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
+		streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		s, err := streamer(ctx, desc, cc, method, opts...)
+		return &holedStream{ClientStream: s, b: b}, err
+	})
+}
+
+type holedStream struct {
+	grpc.ClientStream
+	b *blackhole
+}
+
+func (h *holedStream) SendMsg(m any) error {
+	if h.b.on.Load() {
+		return nil
+	}
+	return h.ClientStream.SendMsg(m)
+}
+
+// G10: when renewals stop getting through, the holder's context is
+// cancelled before the server grants the lease to anyone else.
+func TestClientLeaseLossCancelsBeforeRegrant(t *testing.T) {
+	c := testcluster.New(t, 3)
+	var hole blackhole
+	a := newClient(t, c, "a", client.WithDialOptions(hole.interceptor()))
+	b := newClient(t, c, "b")
+	ctx := ctxT(t)
+	la, err := a.Acquire(ctx, "job", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hole.on.Store(true)
+	lostCh := make(chan time.Time, 1)
+	go func() { <-la.Done(); lostCh <- time.Now() }()
+	var grantAttemptStart time.Time
+	for {
+		start := time.Now()
+		lb, err := b.Acquire(ctx, "job", 2*time.Second)
+		if err == nil {
+			grantAttemptStart = start
+			if lb.Generation() != la.Generation()+1 {
+				t.Fatalf("successor generation %d after %d", lb.Generation(), la.Generation())
+			}
+			break
+		}
+		if !errors.Is(err, client.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // B polls, as a replica's scheduler would
+	}
+	lostAt := <-lostCh
+	if !errors.Is(la.Err(), client.ErrLeaseLost) {
+		t.Fatalf("a's error: %v", la.Err())
+	}
+	if !lostAt.Before(grantAttemptStart) {
+		t.Fatalf("a learned the loss at %v, b's granting call started at %v", lostAt, grantAttemptStart)
+	}
+	t.Logf("a cancelled %s before b's granting attempt started", grantAttemptStart.Sub(lostAt))
+}
+
+// The keepalive stream moves to the new leader; a lease with TTL >= 3x the
+// failover time is not lost.
+func TestClientKeepAliveSurvivesLeaderKill(t *testing.T) {
+	c := testcluster.New(t, 3)
+	a := newClient(t, c, "a")
+	ctx := ctxT(t)
+	l, err := a.Acquire(ctx, "survivor", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := c.WaitLeader()
+	c.Stop(old)
+	c.WaitLeader()
+	var base uint64
+	c.Eventually("renewals on the new leader", 10*time.Second, func() bool {
+		r, err := a.GetLease(ctx, "survivor")
+		if err != nil {
+			return false
+		}
+		if base == 0 {
+			base = r.GetRenewals() + 1
+		}
+		return r.GetRenewals() >= base+3 // three more renewals: a full TTL later
+	})
+	if l.Err() != nil {
+		t.Fatalf("lease lost over failover: %v", l.Err())
+	}
+	r, err := a.GetLease(ctx, "survivor")
+	if err != nil || r.GetGeneration() != l.Generation() || r.GetOwner() != "a" {
+		t.Fatalf("lease after failover: %v %v", r, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A retry after an unknown outcome (the response never arrived) returns
+// the same generation: no second grant.
+func TestClientAcquireRetryAfterUnknownOutcome(t *testing.T) {
+	c := testcluster.New(t, 3)
+	var dropped atomic.Int32
+	drop := grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if method == coordv1.Coordinator_Acquire_FullMethodName && err == nil && dropped.Add(1) == 1 {
+			return status.Error(codes.Unavailable, "connection reset (injected after the server answered)")
+		}
+		return err
+	})
+	a := newClient(t, c, "a", client.WithDialOptions(drop))
+	ctx := ctxT(t)
+	l, err := a.Acquire(ctx, "once", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dropped.Load() < 2 {
+		t.Fatalf("the acquire was not retried (%d calls)", dropped.Load())
+	}
+	if l.Generation() != 1 {
+		t.Fatalf("retry produced generation %d", l.Generation())
+	}
+	r, err := a.GetLease(ctx, "once")
+	if err != nil || r.GetGeneration() != 1 || r.GetOwner() != "a" {
+		t.Fatalf("server record: %v %v", r, err)
+	}
+}
+
+func TestClientRunExclusive(t *testing.T) {
+	c := testcluster.New(t, 3)
+	a := newClient(t, c, "a")
+	b := newClient(t, c, "b")
+	ctx := ctxT(t)
+
+	t.Run("not acquired", func(t *testing.T) {
+		held, err := b.Acquire(ctx, "busy", 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release(ctx)
+		ran, err := a.RunExclusive(ctx, "busy", 5*time.Second, func(context.Context, *client.Lease) error {
+			t.Fatal("ran while another owner held the lease")
+			return nil
+		})
+		if ran || err != nil {
+			t.Fatalf("ran=%v err=%v", ran, err)
+		}
+	})
+	t.Run("panic releases and re-panics", func(t *testing.T) {
+		var gen uint64
+		func() {
+			defer func() {
+				if p := recover(); p != "boom" {
+					t.Fatalf("recovered %v", p)
+				}
+			}()
+			_, _ = a.RunExclusive(ctx, "panicky", 5*time.Second, func(_ context.Context, l *client.Lease) error {
+				gen = l.Generation()
+				panic("boom")
+			})
+		}()
+		r, err := a.GetLease(ctx, "panicky")
+		if err != nil || !r.GetReleased() || r.GetGeneration() != gen {
+			t.Fatalf("after panic: %v %v", r, err)
+		}
+	})
+	t.Run("loss is reported", func(t *testing.T) {
+		var hole blackhole
+		h := newClient(t, c, "h", client.WithDialOptions(hole.interceptor()))
+		ran, err := h.RunExclusive(ctx, "lossy", 2*time.Second, func(ctx context.Context, l *client.Lease) error {
+			hole.on.Store(true)
+			<-ctx.Done()
+			return nil
+		})
+		if !ran || !errors.Is(err, client.ErrLeaseLost) {
+			t.Fatalf("ran=%v err=%v", ran, err)
+		}
+	})
+}
+
+// A crashed run is resumed by the next holder: attempts = 2, completed once.
+func TestClientWindowResumeAfterCrash(t *testing.T) {
+	c := testcluster.New(t, 3)
+	ctx := ctxT(t)
+	crashed := newClient(t, c, "crashed")
+	l, err := crashed.Acquire(ctx, "daily-close", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl, err := l.ClaimWindow(ctx, "daily-close", "2026-09-25"); err != nil || !cl.Claimed || cl.Attempts != 1 {
+		t.Fatalf("first claim: %+v %v", cl, err)
+	}
+	crashed.Close() // dies mid-run: no release, no completion
+
+	next := newClient(t, c, "next")
+	var completed *coordv1.Window
+	c.Eventually("the next holder runs", 15*time.Second, func() bool {
+		ran, err := next.RunExclusive(ctx, "daily-close", 5*time.Second, func(ctx context.Context, l *client.Lease) error {
+			cl, err := l.ClaimWindow(ctx, "daily-close", "2026-09-25")
+			if err != nil {
+				return err
+			}
+			if !cl.Claimed || cl.Attempts != 2 {
+				t.Errorf("resume claim: %+v", cl)
+			}
+			completed, err = cl.Complete(ctx, []byte("closed 42 stores"))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ran
+	})
+	if completed.GetState() != coordv1.WindowState_WINDOW_STATE_COMPLETED || completed.GetAttempts() != 2 {
+		t.Fatalf("completed: %v", completed)
+	}
+	// A late run finds it complete and does nothing.
+	ran, err := next.RunExclusive(ctx, "daily-close", 5*time.Second, func(ctx context.Context, l *client.Lease) error {
+		cl, err := l.ClaimWindow(ctx, "daily-close", "2026-09-25")
+		if err != nil || cl.Claimed || cl.Window.GetOwner() != "next" {
+			t.Errorf("late claim: %+v %v", cl, err)
+		}
+		return err
+	})
+	if !ran || err != nil {
+		t.Fatal(ran, err)
+	}
+}
+
+// Validate refuses a stale token; a duplicate key returns the first payload.
+func TestClientValidate(t *testing.T) {
+	c := testcluster.New(t, 3)
+	ctx := ctxT(t)
+	a := newClient(t, c, "a")
+	api := newClient(t, c, "api")
+	la, err := a.Acquire(ctx, "payout", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldToken := la.Token()
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := a.Acquire(ctx, "payout", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = api.Validate(ctx, "payouts/42", oldToken, "k1", []byte("x"))
+	if !errors.Is(err, client.ErrStaleToken) {
+		t.Fatalf("stale token: %v", err)
+	}
+	first, err := api.Validate(ctx, "payouts/42", lb.Token(), "k1", []byte("first"))
+	if err != nil || !first.Accepted || first.Duplicate {
+		t.Fatal(first, err)
+	}
+	again, err := lb.FencedCommit(ctx, "payouts/42", "k1", []byte("second"))
+	if err != nil || !again.Duplicate || string(again.Payload) != "first" {
+		t.Fatal(again, err)
+	}
+	if _, err := api.Validate(ctx, "payouts/42", "garbage", "", nil); !errors.Is(err, client.ErrInvalidToken) {
+		t.Fatal(err)
+	}
+}
+
+// Calls succeed while the first endpoint is down, and with no leader the
+// client retries until its context ends.
+func TestClientFailoverAcrossEndpoints(t *testing.T) {
+	c := testcluster.New(t, 3)
+	c.Stop(c.Nodes[0])
+	a := newClient(t, c, "a")
+	ctx := ctxT(t)
+	if _, err := a.Acquire(ctx, "x", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(c.Nodes[1]) // no majority: no leader
+	short, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	_, err := a.Acquire(short, "y", 5*time.Second)
+	if !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("without a majority: %v", err)
+	}
+	c.Restart(c.Nodes[1])
+	if _, err := a.Acquire(ctx, "y", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
