@@ -86,7 +86,7 @@ func toStatus(err error) error {
 		if !ok {
 			code = codes.FailedPrecondition
 		}
-		return withInfo(code, rej.Error(), string(rej.Reason), rej.Metadata)
+		return withInfo(code, rej.Message, string(rej.Reason), rej.Metadata)
 	case errors.As(err, &ia):
 		return withInfo(codes.InvalidArgument, ia.Error(), ReasonInvalidArgument, map[string]string{"field": ia.field})
 	case errors.As(err, &nl):

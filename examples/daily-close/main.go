@@ -1,0 +1,340 @@
+// Command daily-close is the seed story, end to end: three replicas run the
+// same daily job ("close the day for every store") against a coordd cluster.
+// Each store's commission is written through FencedCommit with the
+// idempotency key close-<day>-store-<id>; the window is the business day of
+// the occurrence in the job's time zone, never the start time.
+//
+// The demo (default) starts three replica processes of itself:
+//   - A starts the run and is frozen (SIGSTOP) after two stores, past its TTL;
+//   - B, which was skipped while A held the lease, takes over and resumes
+//     the window (attempt 2);
+//   - A is resumed (SIGCONT) before B wrote anything: A's pending write is
+//     refused (STALE_TOKEN) and its lease context was already cancelled;
+//   - B finishes: A's two stores come back as duplicates, the rest accepted;
+//   - C fires late, after the window completed, and does nothing.
+//
+// Then it prints the ledger and exits non-zero unless every store has
+// exactly one accepted commission.
+//
+//	scripts/local-cluster.sh up /tmp/c3
+//	go run ./examples/daily-close --endpoints 127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	_ "time/tzdata" // the business time zone must resolve on any machine
+
+	"github.com/coordd/coordd/client"
+)
+
+const job = "daily-close"
+
+type config struct {
+	endpoints  []string
+	zone       *time.Location
+	occurrence time.Time
+	stores     int
+	ttl        time.Duration
+	step       time.Duration
+}
+
+func main() {
+	var (
+		endpoints  = flag.String("endpoints", envOr("COORD_ENDPOINTS", "127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430"), "coordd gRPC endpoints")
+		zone       = flag.String("tz", "America/Sao_Paulo", "business time zone")
+		occurrence = flag.String("occurrence", "2026-09-25T23:55:00", "the occurrence the schedule intended, in --tz")
+		stores     = flag.Int("stores", 6, "stores to close")
+		ttl        = flag.Duration("ttl", 2*time.Second, "lease TTL")
+		step       = flag.Duration("step", 300*time.Millisecond, "work per store")
+		role       = flag.String("role", "demo", "demo, or replica (run one replica once)")
+		name       = flag.String("name", "replica", "replica name (role=replica)")
+	)
+	flag.Parse()
+	loc, err := time.LoadLocation(*zone)
+	if err != nil {
+		fatal(err)
+	}
+	occ, err := time.ParseInLocation("2006-01-02T15:04:05", *occurrence, loc)
+	if err != nil {
+		fatal(fmt.Errorf("--occurrence: %w", err))
+	}
+	cfg := config{endpoints: strings.Split(*endpoints, ","), zone: loc, occurrence: occ, stores: *stores, ttl: *ttl, step: *step}
+	switch *role {
+	case "replica":
+		err = replica(cfg, *name)
+	case "demo":
+		err = demo(cfg)
+	default:
+		err = fmt.Errorf("--role %q: want demo or replica", *role)
+	}
+	if err != nil {
+		fatal(err)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "daily-close:", err)
+	os.Exit(1)
+}
+
+// window is the business day of the occurrence, in the job's zone.
+func window(cfg config) string { return cfg.occurrence.In(cfg.zone).Format("2006-01-02") }
+
+func say(name, format string, args ...any) {
+	fmt.Printf("%-9s %s\n", name, fmt.Sprintf(format, args...))
+}
+
+// replica runs the job once for the occurrence, retrying while another
+// replica holds the lease (as a scheduler's catch-up would), until the
+// window is complete.
+func replica(cfg config, name string) error {
+	ctx := context.Background()
+	c, err := client.New(ctx, cfg.endpoints, client.WithOwner(name))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	day := window(cfg)
+	for {
+		ran, err := c.RunExclusive(ctx, job, cfg.ttl, func(lctx context.Context, l *client.Lease) error {
+			claim, err := l.ClaimWindow(lctx, job, day)
+			if err != nil {
+				return err
+			}
+			if !claim.Claimed {
+				say(name, "window %s already completed by %s (generation %d, %d attempts): nothing to do",
+					day, claim.Window.GetOwner(), claim.Window.GetGeneration(), claim.Window.GetAttempts())
+				return nil
+			}
+			say(name, "holds %s generation %d; claimed window %s (attempt %d)", job, l.Generation(), day, claim.Attempts)
+			for i := 1; i <= cfg.stores; i++ {
+				time.Sleep(cfg.step) // the work for one store
+				key := fmt.Sprintf("close-%s-store-%d", day, i)
+				// A fresh context, not lctx: a process that wakes from a pause
+				// mid-operation sends what it was sending. The fence decides.
+				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				commit, err := l.FencedCommit(cctx, fmt.Sprintf("commissions/store-%d", i), key,
+					[]byte(fmt.Sprintf("commission for store %d by %s (generation %d)", i, name, l.Generation())))
+				cancel()
+				switch {
+				case err != nil:
+					var ce *client.Error
+					reason := err.Error()
+					if errors.As(err, &ce) {
+						reason = ce.Reason
+					}
+					say(name, "store-%d REFUSED (%s) with token %d", i, reason, l.Generation())
+					return err
+				case commit.Duplicate:
+					say(name, "store-%d duplicate: already written by generation %d", i, commit.Generation)
+				default:
+					say(name, "store-%d ACCEPTED with token %d", i, l.Generation())
+				}
+			}
+			w, err := claim.Complete(lctx, []byte(fmt.Sprintf("%d stores closed by %s", cfg.stores, name)))
+			if err != nil {
+				return err
+			}
+			say(name, "completed window %s (attempts %d)", w.GetWindow(), w.GetAttempts())
+			return nil
+		})
+		switch {
+		case errors.Is(err, client.ErrLeaseLost) || errors.Is(err, client.ErrStaleToken):
+			say(name, "lost the lease: %v", err)
+			return nil
+		case err != nil:
+			return err
+		case ran:
+			return nil
+		}
+		say(name, "skipped: another replica holds %s", job)
+		time.Sleep(cfg.ttl / 4)
+	}
+}
+
+// child is a replica process; its output lines go to lines.
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func start(cfg config, name string, lines chan<- string) (*child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "--role", "replica", "--name", name, "--endpoints", strings.Join(cfg.endpoints, ","),
+		"--tz", cfg.zone.String(), "--occurrence", cfg.occurrence.Format("2006-01-02T15:04:05"),
+		"--stores", fmt.Sprint(cfg.stores), "--ttl", cfg.ttl.String(), "--step", cfg.step.String())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	ch := &child{name: name, cmd: cmd, done: make(chan error, 1)}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	go func() { wg.Wait(); ch.done <- cmd.Wait() }()
+	return ch, nil
+}
+
+func demo(cfg config) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.New(ctx, cfg.endpoints, client.WithOwner("demo"))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	day := window(cfg)
+	fmt.Printf("occurrence %s (%s) -> window %s/%s\n\n", cfg.occurrence.Format(time.RFC3339), cfg.zone, job, day)
+	if w, err := c.GetWindow(ctx, job, day); err == nil {
+		return fmt.Errorf("window %s/%s already exists (state %s): use a fresh cluster or another --occurrence", job, day, w.GetState())
+	}
+
+	lines := make(chan string, 256)
+	var children []*child
+	defer func() {
+		for _, ch := range children { // stop every process we started, by PID
+			_ = ch.cmd.Process.Signal(syscall.SIGCONT)
+			_ = ch.cmd.Process.Kill()
+		}
+	}()
+	await := func(pred func(string) bool) error {
+		for {
+			select {
+			case l := <-lines:
+				fmt.Println(l)
+				if pred(l) {
+					return nil
+				}
+			case <-ctx.Done():
+				return fmt.Errorf("demo timed out")
+			}
+		}
+	}
+	a, err := start(cfg, "A", lines)
+	if err != nil {
+		return err
+	}
+	children = append(children, a)
+	if err := await(func(l string) bool { return strings.HasPrefix(l, "A ") && strings.Contains(l, "claimed window") }); err != nil {
+		return err
+	}
+	b, err := start(cfg, "B", lines)
+	if err != nil {
+		return err
+	}
+	children = append(children, b)
+	if err := await(func(l string) bool { return strings.HasPrefix(l, "A ") && strings.Contains(l, "store-2 ACCEPTED") }); err != nil {
+		return err
+	}
+	fmt.Printf("--- SIGSTOP A (pid %d): frozen past its TTL of %s\n", a.cmd.Process.Pid, cfg.ttl)
+	stopped := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	// Wake A as soon as B holds the lease, before B's first write: A's
+	// pending write must be refused although its successor wrote nothing yet.
+	if err := await(func(l string) bool { return strings.HasPrefix(l, "B ") && strings.Contains(l, "claimed window") }); err != nil {
+		return err
+	}
+	fmt.Printf("--- SIGCONT A after %s\n", time.Since(stopped).Round(100*time.Millisecond))
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	for _, ch := range []*child{a, b} {
+		if err := drain(ctx, ch, lines); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("--- C fires late, after the window completed\n")
+	late, err := start(cfg, "C", lines)
+	if err != nil {
+		return err
+	}
+	children = append(children, late)
+	if err := drain(ctx, late, lines); err != nil {
+		return err
+	}
+	return ledger(ctx, c, cfg, day)
+}
+
+// drain prints a child's lines until it exits.
+func drain(ctx context.Context, ch *child, lines chan string) error {
+	for {
+		select {
+		case l := <-lines:
+			fmt.Println(l)
+		case err := <-ch.done:
+			for {
+				select {
+				case l := <-lines:
+					fmt.Println(l)
+				default:
+					if err != nil {
+						return fmt.Errorf("replica %s: %w", ch.name, err)
+					}
+					return nil
+				}
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("replica %s did not finish", ch.name)
+		}
+	}
+}
+
+func ledger(ctx context.Context, c *client.Client, cfg config, day string) error {
+	fmt.Printf("\nledger for %s/%s:\n", job, day)
+	w, err := c.GetWindow(ctx, job, day)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  window: %s by %s, generation %d, %d attempts\n", w.GetState(), w.GetOwner(), w.GetGeneration(), w.GetAttempts())
+	bad := 0
+	for i := 1; i <= cfg.stores; i++ {
+		r, err := c.GetResource(ctx, fmt.Sprintf("commissions/store-%d", i))
+		if err != nil {
+			return err
+		}
+		verdict := "exactly one accepted commission"
+		if r.GetCommits() != 1 {
+			verdict = fmt.Sprintf("WRONG: %d accepted commissions", r.GetCommits())
+			bad++
+		}
+		fmt.Printf("  store-%d: %s (max token %d, key %s)\n", i, verdict, r.GetMaxGeneration(), r.GetLastIdempotencyKey())
+	}
+	if w.GetState().String() != "WINDOW_STATE_COMPLETED" || bad > 0 {
+		return fmt.Errorf("ledger is wrong")
+	}
+	fmt.Println("\nevery store was closed exactly once.")
+	return nil
+}
