@@ -18,8 +18,8 @@ import (
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-// coorddBin and exampleBin are built once by TestMain from this tree.
-var coorddBin, exampleBin string
+// coorddBin, coordctlBin and exampleBin are built once by TestMain.
+var coorddBin, coordctlBin, exampleBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "coordd-it-")
@@ -29,7 +29,8 @@ func TestMain(m *testing.M) {
 	}
 	coorddBin = filepath.Join(dir, "coordd")
 	exampleBin = filepath.Join(dir, "daily-close")
-	for bin, pkg := range map[string]string{coorddBin: "./cmd/coordd", exampleBin: "./examples/daily-close"} {
+	coordctlBin = filepath.Join(dir, "coordctl")
+	for bin, pkg := range map[string]string{coorddBin: "./cmd/coordd", exampleBin: "./examples/daily-close", coordctlBin: "./cmd/coordctl"} {
 		build := exec.Command("go", "build", "-o", bin, pkg)
 		build.Dir = ".."
 		if out, err := build.CombinedOutput(); err != nil {

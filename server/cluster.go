@@ -172,11 +172,29 @@ func (c *cluster) TransferLeadership(ctx context.Context, req *coordv1.TransferL
 			}
 			f = s.raft.LeadershipTransferToServer(raft.ServerID(req.GetId()), addr)
 		}
+		// Learn the new leader from Raft's observations, not by polling.
+		obsCh := make(chan raft.Observation, 4)
+		obs := raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
+			lo, ok := o.Data.(raft.LeaderObservation)
+			return ok && lo.LeaderID != "" && lo.LeaderID != raft.ServerID(s.cfg.ID)
+		})
+		s.raft.RegisterObserver(obs)
+		defer s.raft.DeregisterObserver(obs)
 		if err := s.await(ctx, f); err != nil {
 			return nil, err
 		}
-		_, id := s.raft.LeaderWithID()
-		return &coordv1.TransferLeadershipResponse{LeaderId: string(id)}, nil
+		if _, id := s.raft.LeaderWithID(); id != "" && id != raft.ServerID(s.cfg.ID) {
+			return &coordv1.TransferLeadershipResponse{LeaderId: string(id)}, nil
+		}
+		wctx, cancel := context.WithTimeout(ctx, 2*s.cfg.ElectionTimeout)
+		defer cancel()
+		select {
+		case o := <-obsCh:
+			return &coordv1.TransferLeadershipResponse{LeaderId: string(o.Data.(raft.LeaderObservation).LeaderID)}, nil
+		case <-wctx.Done():
+			_, id := s.raft.LeaderWithID()
+			return &coordv1.TransferLeadershipResponse{LeaderId: string(id)}, nil
+		}
 	})
 }
 

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// conn holds one connection per endpoint. Unary calls go to the first
+// endpoint that answers (any node forwards to the leader).
+type conn struct {
+	endpoints []string
+	conns     map[string]*grpc.ClientConn
+}
+
+func dial(endpoints []string) (*conn, error) {
+	c := &conn{endpoints: endpoints, conns: map[string]*grpc.ClientConn{}}
+	for _, ep := range endpoints {
+		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			c.close()
+			return nil, fmt.Errorf("endpoint %q: %w", ep, err)
+		}
+		c.conns[ep] = cc
+	}
+	return c, nil
+}
+
+func (c *conn) close() {
+	for _, cc := range c.conns {
+		cc.Close()
+	}
+}
+
+// call runs f against each endpoint in turn until one answers with
+// something other than a transport failure or "no leader".
+func call[T any](ctx context.Context, c *conn, f func(*grpc.ClientConn) (T, error)) (T, error) {
+	var (
+		resp T
+		err  error
+	)
+	for _, ep := range c.endpoints {
+		resp, err = f(c.conns[ep])
+		if err == nil || !retryElsewhere(err) || ctx.Err() != nil {
+			return resp, err
+		}
+	}
+	return resp, err
+}
+
+func retryElsewhere(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Unavailable
+}
+
+func coord(cc *grpc.ClientConn) coordv1.CoordinatorClient { return coordv1.NewCoordinatorClient(cc) }
+func clus(cc *grpc.ClientConn) coordv1.ClusterClient      { return coordv1.NewClusterClient(cc) }
+
+// leaderConn finds the leader's connection (for the KeepAlive stream).
+func (c *conn) leaderConn(ctx context.Context) (*grpc.ClientConn, error) {
+	st, err := call(ctx, c, func(cc *grpc.ClientConn) (*coordv1.StatusResponse, error) {
+		return clus(cc).Status(ctx, &coordv1.StatusRequest{})
+	})
+	if err != nil {
+		return nil, err
+	}
+	addr := st.GetLeaderAddress()
+	if addr == "" {
+		return nil, fmt.Errorf("no leader is known to %s", st.GetId())
+	}
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// describe renders an error as one line: what failed, the reason code and
+// the facts that matter (holder, generation, leader).
+func describe(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err.Error()
+	}
+	var info *errdetails.ErrorInfo
+	for _, d := range st.Details() {
+		if i, ok := d.(*errdetails.ErrorInfo); ok {
+			info = i
+		}
+	}
+	msg := st.Message()
+	if st.Code() == codes.Unavailable && info == nil {
+		msg = "cannot reach coordd: " + msg
+	}
+	if info == nil {
+		return fmt.Sprintf("%s (%s)", msg, st.Code())
+	}
+	var facts []string
+	keys := make([]string, 0, len(info.GetMetadata()))
+	for k := range info.GetMetadata() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		facts = append(facts, k+"="+info.GetMetadata()[k])
+	}
+	line := fmt.Sprintf("%s: %s", info.GetReason(), msg)
+	if len(facts) > 0 {
+		line += " (" + strings.Join(facts, ", ") + ")"
+	}
+	return line
+}

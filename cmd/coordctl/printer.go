@@ -1,0 +1,186 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+var jsonOpts = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true, Multiline: true, Indent: "  "}
+
+// print writes msg as one protojson document (-o json) or renders table.
+func (a *app) print(msg proto.Message, table func(w io.Writer)) error {
+	if a.output == "json" {
+		b, err := jsonOpts.Marshal(msg)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(a.out, "%s\n", b)
+		return err
+	}
+	table(a.out)
+	return nil
+}
+
+// tab runs f on an aligned table writer.
+func tab(out io.Writer, f func(w io.Writer)) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	f(tw)
+	tw.Flush()
+}
+
+func row(w io.Writer, cols ...any) {
+	s := make([]string, len(cols))
+	for i, c := range cols {
+		s[i] = fmt.Sprint(c)
+	}
+	fmt.Fprintln(w, strings.Join(s, "\t"))
+}
+
+// human renders milliseconds the way people read them: 850ms, 4.2s, 1m30s,
+// 2h5m, 9d4h.
+func human(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	switch {
+	case d < 0:
+		return "-" + human(-ms)
+	case d < time.Second:
+		return fmt.Sprintf("%dms", ms)
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+}
+
+func leaseState(l *coordv1.Lease) string {
+	switch {
+	case l.GetReleased():
+		return "released"
+	case l.GetExpired():
+		return "expired"
+	default:
+		return "held"
+	}
+}
+
+func leaseTable(out io.Writer, leases []*coordv1.Lease) {
+	tab(out, func(w io.Writer) {
+		row(w, "NAME", "OWNER", "GENERATION", "STATE", "AGE", "RENEWED", "EXPIRES IN")
+		for _, l := range leases {
+			expires := "-"
+			if leaseState(l) == "held" {
+				expires = human(l.GetExpiresInMs())
+			}
+			row(w, l.GetName(), l.GetOwner(), l.GetGeneration(), leaseState(l), human(l.GetHeldMs()),
+				human(l.GetRenewedAgoMs())+" ago", expires)
+		}
+	})
+}
+
+func windowState(w *coordv1.Window) string {
+	if w.GetState() == coordv1.WindowState_WINDOW_STATE_COMPLETED {
+		return "completed"
+	}
+	return "incomplete"
+}
+
+// windowTable shows windows; now is the cluster time, to render ages.
+func windowTable(out io.Writer, ws []*coordv1.Window, now int64) {
+	tab(out, func(w io.Writer) {
+		row(w, "JOB", "WINDOW", "STATE", "ATTEMPTS", "OWNER", "GENERATION", "STARTED", "COMPLETED", "RESULT")
+		for _, x := range ws {
+			completed := "-"
+			if x.GetCompletedAt() > 0 {
+				completed = ago(now, x.GetCompletedAt())
+			}
+			row(w, x.GetJob(), x.GetWindow(), windowState(x), x.GetAttempts(), x.GetOwner(), x.GetGeneration(),
+				ago(now, x.GetStartedAt()), completed, short(string(x.GetResult()), 40))
+		}
+	})
+}
+
+func ago(now, at int64) string {
+	if at == 0 || now == 0 {
+		return "-"
+	}
+	return human(now-at) + " ago"
+}
+
+func short(s string, n int) string {
+	if s == "" {
+		return "-"
+	}
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}
+
+func resourceTable(out io.Writer, r *coordv1.Resource, now int64) {
+	tab(out, func(w io.Writer) {
+		row(w, "RESOURCE", "LEASE", "MAX GENERATION", "COMMITS", "LAST COMMIT", "LAST KEY")
+		row(w, r.GetResource(), r.GetLeaseName(), r.GetMaxGeneration(), r.GetCommits(), ago(now, r.GetLastCommitAt()),
+			short(r.GetLastIdempotencyKey(), 48))
+	})
+}
+
+// nodeStatus is one endpoint's answer to Status.
+type nodeStatus struct {
+	endpoint string
+	status   *coordv1.StatusResponse
+	err      error
+}
+
+func statusTable(out io.Writer, nodes []nodeStatus) {
+	tab(out, func(w io.Writer) {
+		row(w, "ENDPOINT", "ID", "STATE", "LEADER", "TERM", "COMMIT", "APPLIED", "LAST CONTACT", "DIGEST")
+		for _, n := range nodes {
+			if n.err != nil {
+				row(w, n.endpoint, "-", "unreachable", "-", "-", "-", "-", "-", describe(n.err))
+				continue
+			}
+			s := n.status
+			contact := "-"
+			switch lc := s.GetLastContact(); {
+			case s.GetState() == "Leader":
+				contact = "-"
+			case lc < 0:
+				contact = "never"
+			default:
+				contact = human(lc) + " ago"
+			}
+			row(w, n.endpoint, s.GetId(), s.GetState(), s.GetLeaderId(), s.GetTerm(), s.GetCommitIndex(), s.GetAppliedIndex(),
+				contact, short(s.GetFsmDigest(), 12))
+		}
+	})
+}
+
+func membersTable(out io.Writer, ms []*coordv1.Member) {
+	tab(out, func(w io.Writer) {
+		row(w, "ID", "RAFT ADDRESS", "GRPC ADDRESS", "SUFFRAGE", "LEADER")
+		for _, m := range ms {
+			leader := ""
+			if m.GetLeader() {
+				leader = "*"
+			}
+			row(w, m.GetId(), m.GetRaftAddress(), m.GetGrpcAddress(), m.GetSuffrage(), leader)
+		}
+	})
+}
+
+func wrapString(s string) *wrapperspb.StringValue { return wrapperspb.String(s) }

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/coordctl -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+func TestLeaseTable(t *testing.T) {
+	var buf bytes.Buffer
+	leaseTable(&buf, []*coordv1.Lease{
+		{Name: "daily-close", Owner: "billing-7f9c:4121:ab12", Generation: 42, HeldMs: 90_000, RenewedAgoMs: 1_200, ExpiresInMs: 28_800},
+		{Name: "payments/reconcile/a-very-long-lease-name-that-stays-readable", Owner: "worker-1", Generation: 3,
+			HeldMs: 9 * 24 * 3600_000, RenewedAgoMs: 9*24*3600_000 - 5000, Expired: true},
+		{Name: "nightly", Owner: "ops", Generation: 1, HeldMs: 2*3600_000 + 5*60_000, RenewedAgoMs: 12_000, Released: true},
+	})
+	golden(t, "lease_table", buf.Bytes())
+}
+
+func TestWindowTable(t *testing.T) {
+	var buf bytes.Buffer
+	now := int64(1_800_000_000_000)
+	windowTable(&buf, []*coordv1.Window{
+		{Job: "daily-close", Window: "2026-09-24", State: coordv1.WindowState_WINDOW_STATE_COMPLETED, Attempts: 2, Owner: "b",
+			Generation: 8, StartedAt: now - 86_400_000, CompletedAt: now - 86_000_000, Result: []byte("closed 42 stores")},
+		{Job: "daily-close", Window: "2026-09-25", State: coordv1.WindowState_WINDOW_STATE_INCOMPLETE, Attempts: 1, Owner: "a",
+			Generation: 9, StartedAt: now - 65_000},
+	}, now)
+	golden(t, "window_table", buf.Bytes())
+}
+
+func TestStatusAndMembersTables(t *testing.T) {
+	var buf bytes.Buffer
+	statusTable(&buf, []nodeStatus{
+		{endpoint: "127.0.0.1:7410", status: &coordv1.StatusResponse{Id: "node1", State: "Leader", LeaderId: "node1", Term: 4,
+			CommitIndex: 1200, AppliedIndex: 1200, FsmDigest: "f16b98c21dfcf085b2ffe899bbab9d61b15a3db1a304acc6611588129782676d"}},
+		{endpoint: "127.0.0.1:7420", status: &coordv1.StatusResponse{Id: "node2", State: "Follower", LeaderId: "node1", Term: 4,
+			CommitIndex: 1200, AppliedIndex: 1199, LastContact: 41, FsmDigest: "f16b98c21dfcf085b2ffe899bbab9d61b15a3db1a304acc6611588129782676d"}},
+		{endpoint: "127.0.0.1:7430", err: errors.New("connection refused")},
+	})
+	membersTable(&buf, []*coordv1.Member{
+		{Id: "node1", RaftAddress: "127.0.0.1:7412", GrpcAddress: "127.0.0.1:7410", Suffrage: "Voter", Leader: true},
+		{Id: "node2", RaftAddress: "127.0.0.1:7422", GrpcAddress: "127.0.0.1:7420", Suffrage: "Voter"},
+	})
+	resourceTable(&buf, &coordv1.Resource{Resource: "payments/store-42", LeaseName: "daily-close", MaxGeneration: 8, Commits: 3,
+		LastCommitAt: 1_000, LastIdempotencyKey: "close-2026-09-25-store-42"}, 13_500)
+	golden(t, "status_members_resource", buf.Bytes())
+}
+
+func TestHuman(t *testing.T) {
+	for ms, want := range map[int64]string{0: "0ms", 850: "850ms", 4200: "4.2s", 12_000: "12s", 90_000: "1m30s",
+		7_500_000: "2h05m", 9*86_400_000 + 4*3_600_000: "9d4h", -1500: "-1.5s"} {
+		if got := human(ms); got != want {
+			t.Errorf("human(%d) = %q, want %q", ms, got, want)
+		}
+	}
+}
+
+// Usage errors exit 2 without contacting any node.
+func TestUsageExitCodes(t *testing.T) {
+	for _, args := range [][]string{
+		{"lease", "get"},
+		{"lease", "renew", "x", "--owner", "o"},
+		{"nope"},
+		{"-o", "yaml", "status"},
+		{"lease", "acquire", "x", "--bogus"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(append([]string{"--endpoints", "127.0.0.1:1"}, args...), &out, &errOut); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d (%s)", args, code, exitUsage, errOut.String())
+		}
+	}
+}
