@@ -159,7 +159,9 @@ func (a *app) leaderCmd() *cobra.Command {
 			if err != nil {
 				return fail("leader transfer", err)
 			}
-			return a.print(resp, func(w io.Writer) { fmt.Fprintf(w, "leadership transferred; leader is now %s\n", orDash(resp.GetLeaderId())) })
+			return a.print(resp, func(w io.Writer) {
+				fmt.Fprintf(w, "leadership transferred; leader is now %s\n", orDash(resp.GetLeaderId()))
+			})
 		},
 	}
 	return group("leader", "Leadership operations", transfer)
