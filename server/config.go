@@ -44,6 +44,9 @@ type Config struct {
 	// ApplyTimeout bounds one proposal when the caller sets no deadline.
 	ApplyTimeout time.Duration
 
+	// EnablePprof serves net/http/pprof under /debug/pprof/ on HTTPAddr.
+	EnablePprof bool
+
 	Logger *slog.Logger
 	// Clock is the node's time source; tests inject one to skew or scale it.
 	Clock Clock

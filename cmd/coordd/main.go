@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -18,6 +19,11 @@ import (
 )
 
 func main() {
+	// coordd's heap is small and mostly long-lived records; trading memory
+	// for fewer collections saves CPU on the hot path. GOGC still wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "coordd:", err)
 		os.Exit(1)
@@ -61,6 +67,7 @@ func run(args []string) error {
 		minTTL    = fs.Duration("min-ttl", envDuration("MIN_TTL", 0), "shortest lease TTL accepted (default 1.5 x election timeout, at least 1s)")
 		logLevel  = fs.String("log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
 		logFormat = fs.String("log-format", env("LOG_FORMAT", "text"), "text or json")
+		pprofOn   = fs.Bool("enable-pprof", env("ENABLE_PPROF", "") == "true", "serve /debug/pprof/ on the HTTP address")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -90,7 +97,7 @@ func run(args []string) error {
 	srv, err := server.New(server.Config{
 		ID: *id, DataDir: *dataDir, GRPCAddr: *grpcAddr, RaftAddr: *raftAddr, HTTPAddr: *httpAddr,
 		Peers: peerMap, Join: *join, HeartbeatTimeout: *heartbeat, ElectionTimeout: *election,
-		LeaderLeaseTimeout: *heartbeat / 2, Retention: *retention, MinTTL: *minTTL, Logger: logger,
+		LeaderLeaseTimeout: *heartbeat / 2, Retention: *retention, MinTTL: *minTTL, Logger: logger, EnablePprof: *pprofOn,
 	})
 	if err != nil {
 		return err

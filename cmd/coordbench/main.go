@@ -1,0 +1,165 @@
+// Command coordbench is a load generator for coordd, on the Go SDK. Every
+// workload prints one JSON line, and a table at the end.
+//
+//	coordbench --cluster --coordd-bin ./bin/coordd                 # start 3 nodes, run everything
+//	coordbench --endpoints 127.0.0.1:7410,... --workload acquire-release --clients 64
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+type config struct {
+	endpoints []string
+	duration  time.Duration
+	clients   []int
+	names     int
+	leases    int
+	ttl       time.Duration
+	reps      int
+	conns     int
+	cluster   *localCluster
+}
+
+// result is one workload's line: the common fields first, then extras.
+type result struct {
+	workload string
+	clients  int
+	ops      int64
+	elapsed  time.Duration
+	lat      []time.Duration
+	errors   int64
+	extra    [][2]any // ordered key/value pairs
+}
+
+func (r *result) add(k string, v any) { r.extra = append(r.extra, [2]any{k, v}) }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func (r *result) quantile(q float64) time.Duration {
+	if len(r.lat) == 0 {
+		return 0
+	}
+	return r.lat[min(len(r.lat)-1, int(q*float64(len(r.lat))))]
+}
+
+func (r *result) opsPerS() float64 { return float64(r.ops) / r.elapsed.Seconds() }
+
+func (r *result) json() string {
+	sort.Slice(r.lat, func(i, j int) bool { return r.lat[i] < r.lat[j] })
+	var b bytes.Buffer
+	kv := [][2]any{{"system", "coordd"}, {"workload", r.workload}, {"clients", r.clients}, {"ops", r.ops},
+		{"ops_per_s", round(r.opsPerS())}, {"p50_ms", ms(r.quantile(0.50))}, {"p99_ms", ms(r.quantile(0.99))},
+		{"max_ms", ms(r.quantile(1))}, {"errors", r.errors}}
+	b.WriteByte('{')
+	for i, p := range append(kv, r.extra...) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(p[0])
+		v, _ := json.Marshal(p[1])
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func round(f float64) float64 { return float64(int64(f*10)) / 10 }
+
+func main() {
+	var (
+		endpoints = flag.String("endpoints", os.Getenv("COORD_ENDPOINTS"), "coordd gRPC endpoints (comma-separated)")
+		cluster   = flag.Bool("cluster", false, "start a local three-node cluster from --coordd-bin and tear it down")
+		bin       = flag.String("coordd-bin", "", "coordd binary for --cluster (default: build it from this module)")
+		workloads = flag.String("workload", "acquire-release,contended,renew,keepalive,fenced-commit,fenced-commit-hot,window-cycle",
+			"comma-separated workloads: acquire-release, contended, renew, keepalive, fenced-commit, fenced-commit-hot, window-cycle, failover")
+		clients  = flag.String("clients", "64", "comma-separated client counts (each workload runs once per count)")
+		duration = flag.Duration("duration", 5*time.Second, "time per workload")
+		names    = flag.Int("names", 8, "names for the contended workload")
+		leases   = flag.Int("leases", 10000, "live leases for renew and keepalive")
+		ttl      = flag.Duration("ttl", 3*time.Second, "lease TTL for keepalive")
+		reps     = flag.Int("reps", 5, "repetitions for failover")
+		conns    = flag.Int("conns", 4, "SDK clients (connection sets) the workers share; 0 = one per worker")
+	)
+	flag.Parse()
+	cfg := config{duration: *duration, names: *names, leases: *leases, ttl: *ttl, reps: *reps, conns: *conns}
+	for _, c := range strings.Split(*clients, ",") {
+		var n int
+		if _, err := fmt.Sscan(c, &n); err != nil || n <= 0 {
+			fatal(fmt.Errorf("--clients %q", c))
+		}
+		cfg.clients = append(cfg.clients, n)
+	}
+	if *cluster {
+		path := *bin
+		if path == "" {
+			dir, err := os.MkdirTemp("", "coordbench-bin-")
+			if err != nil {
+				fatal(err)
+			}
+			defer os.RemoveAll(dir)
+			path = dir + "/coordd"
+			if out, err := exec.Command("go", "build", "-o", path, "github.com/coordd/coordd/cmd/coordd").CombinedOutput(); err != nil {
+				fatal(fmt.Errorf("build coordd: %v\n%s", err, out))
+			}
+		}
+		lc, err := startCluster(path, 3)
+		if err != nil {
+			fatal(err)
+		}
+		defer lc.stop()
+		cfg.cluster = lc
+		cfg.endpoints = lc.endpoints()
+	} else if *endpoints != "" {
+		cfg.endpoints = strings.Split(*endpoints, ",")
+	} else {
+		fatal(fmt.Errorf("give --endpoints or --cluster"))
+	}
+	var results []*result
+	for _, w := range strings.Split(*workloads, ",") {
+		run, ok := workloadFuncs[w]
+		if !ok {
+			fatal(fmt.Errorf("unknown workload %q", w))
+		}
+		counts := cfg.clients
+		if w == "keepalive" || w == "failover" {
+			counts = counts[:1]
+		}
+		for _, c := range counts {
+			r, err := run(context.Background(), cfg, c)
+			if err != nil {
+				fatal(fmt.Errorf("%s: %w", w, err))
+			}
+			fmt.Println(r.json())
+			results = append(results, r)
+		}
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nWORKLOAD\tCLIENTS\tOPS/S\tP50 MS\tP99 MS\tMAX MS\tERRORS\tEXTRA")
+	for _, r := range results {
+		var extra []string
+		for _, p := range r.extra {
+			extra = append(extra, fmt.Sprintf("%v=%v", p[0], p[1]))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%s\n", r.workload, r.clients, r.opsPerS(), ms(r.quantile(0.5)),
+			ms(r.quantile(0.99)), ms(r.quantile(1)), r.errors, strings.Join(extra, " "))
+	}
+	tw.Flush()
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "coordbench:", err)
+	os.Exit(1)
+}

@@ -1,0 +1,406 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/coordd/coordd/client"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+type workload func(ctx context.Context, cfg config, clients int) (*result, error)
+
+var workloadFuncs = map[string]workload{
+	"acquire-release":   acquireRelease,
+	"contended":         contended,
+	"renew":             renew,
+	"keepalive":         keepalive,
+	"fenced-commit":     fencedCommit(false),
+	"fenced-commit-hot": fencedCommit(true),
+	"window-cycle":      windowCycle,
+	"failover":          failover,
+}
+
+// run is a benchmark id, so that names never collide between runs.
+var run = strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+
+// newClients returns one SDK client per worker. Workers share
+// cfg.conns SDK clients round-robin (each SDK client has one connection per
+// node, as one service process would); cfg.conns = 0 gives every worker
+// its own.
+func newClients(ctx context.Context, cfg config, n int) ([]*client.Client, func(), error) {
+	distinct := n
+	if cfg.conns > 0 {
+		distinct = min(n, cfg.conns)
+	}
+	var own []*client.Client
+	for i := 0; i < distinct; i++ {
+		c, err := client.New(ctx, cfg.endpoints, client.WithOwner(fmt.Sprintf("bench-%s-%d", run, i)))
+		if err != nil {
+			return nil, nil, err
+		}
+		own = append(own, c)
+	}
+	cs := make([]*client.Client, n)
+	for i := range cs {
+		cs[i] = own[i%distinct]
+	}
+	return cs, func() {
+		for _, c := range own {
+			c.Close()
+		}
+	}, nil
+}
+
+// drive runs op in n workers until the duration passes and collects
+// latencies; op returns whether it counts as an operation.
+func drive(cfg config, name string, n int, op func(worker, iter int) (bool, error)) *result {
+	r := &result{workload: name, clients: n}
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		ops     atomic.Int64
+		errs    atomic.Int64
+		lastErr atomic.Value
+	)
+	start := time.Now()
+	deadline := start.Add(cfg.duration)
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			lat := make([]time.Duration, 0, 4096)
+			for i := 0; time.Now().Before(deadline); i++ {
+				t0 := time.Now()
+				counted, err := op(w, i)
+				d := time.Since(t0)
+				if err != nil {
+					errs.Add(1)
+					lastErr.Store(err.Error())
+					continue
+				}
+				if counted {
+					ops.Add(1)
+					lat = append(lat, d)
+				}
+			}
+			mu.Lock()
+			r.lat = append(r.lat, lat...)
+			mu.Unlock()
+		}(w)
+	}
+	wg.Wait()
+	r.elapsed = time.Since(start)
+	r.ops, r.errors = ops.Load(), errs.Load()
+	if e, ok := lastErr.Load().(string); ok {
+		fmt.Fprintf(os.Stderr, "%s: %d errors, last: %s\n", name, r.errors, e)
+	}
+	return r
+}
+
+func acquireRelease(ctx context.Context, cfg config, n int) (*result, error) {
+	cs, done, err := newClients(ctx, cfg, n)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return drive(cfg, "acquire-release", n, func(w, i int) (bool, error) {
+		l, err := cs[w].Acquire(ctx, fmt.Sprintf("ar-%s-%d-%d", run, w, i), 10*time.Second)
+		if err != nil {
+			return false, err
+		}
+		return true, l.Release(ctx)
+	}), nil
+}
+
+func contended(ctx context.Context, cfg config, n int) (*result, error) {
+	cs, done, err := newClients(ctx, cfg, n)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	var attempts atomic.Int64
+	r := drive(cfg, "contended", n, func(w, i int) (bool, error) {
+		attempts.Add(1)
+		l, err := cs[w].Acquire(ctx, fmt.Sprintf("ct-%s-%d", run, (w+i)%cfg.names), 10*time.Second)
+		if errors.Is(err, client.ErrNotAcquired) {
+			time.Sleep(time.Millisecond) // a waiter polls; it does not spin
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return true, l.Release(ctx)
+	})
+	r.add("names", cfg.names)
+	r.add("attempts", attempts.Load())
+	return r, nil
+}
+
+// leaderCoord returns a raw Coordinator client on the leader (for renew,
+// which the SDK does by itself over keepalive).
+func leaderCoord(ctx context.Context, cfg config) (coordv1.CoordinatorClient, func(), error) {
+	for _, ep := range cfg.endpoints {
+		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, nil, err
+		}
+		st, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{})
+		cc.Close()
+		if err != nil || st.GetLeaderAddress() == "" {
+			continue
+		}
+		lc, err := grpc.NewClient(st.GetLeaderAddress(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, nil, err
+		}
+		return coordv1.NewCoordinatorClient(lc), func() { lc.Close() }, nil
+	}
+	return nil, nil, errors.New("no leader found")
+}
+
+func renew(ctx context.Context, cfg config, n int) (*result, error) {
+	cc, done, err := leaderCoord(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	gens := make([]uint64, cfg.leases)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for w := 0; w < 64; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < cfg.leases; i += 64 {
+				resp, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: fmt.Sprintf("rn-%s-%d", run, i), Owner: "bench", TtlMs: 600_000})
+				if err != nil || !resp.GetAcquired() {
+					failed.Add(1)
+					continue
+				}
+				gens[i] = resp.GetLease().GetGeneration()
+			}
+		}(w)
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		return nil, fmt.Errorf("%d of %d leases not acquired", failed.Load(), cfg.leases)
+	}
+	r := drive(cfg, "renew", n, func(w, i int) (bool, error) {
+		k := (w + i*n) % cfg.leases
+		_, err := cc.Renew(ctx, &coordv1.RenewRequest{Name: fmt.Sprintf("rn-%s-%d", run, k), Owner: "bench", Generation: gens[k]})
+		return true, err
+	})
+	r.add("leases", cfg.leases)
+	return r, nil
+}
+
+// cpuTicks sums utime+stime of the cluster's processes (in clock ticks).
+func cpuTicks(cfg config) int64 {
+	if cfg.cluster == nil {
+		return -1
+	}
+	var total int64
+	for _, nd := range cfg.cluster.nodes {
+		if nd.cmd == nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", nd.cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		total += ut + st
+	}
+	return total
+}
+
+// keepalive holds cfg.leases leases over the SDK's streams (spread over the
+// clients) for the duration and counts the ones lost.
+func keepalive(ctx context.Context, cfg config, n int) (*result, error) {
+	clients := min(n, 8)
+	cs, done, err := newClients(ctx, cfg, clients)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	ls := make([]*client.Lease, cfg.leases)
+	var wg sync.WaitGroup
+	var acqErr atomic.Value
+	for w := 0; w < 64; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < cfg.leases; i += 64 {
+				l, err := cs[i%clients].Acquire(ctx, fmt.Sprintf("ka-%s-%d", run, i), cfg.ttl)
+				if err != nil {
+					acqErr.Store(err)
+					return
+				}
+				ls[i] = l
+			}
+		}(w)
+	}
+	wg.Wait()
+	if err, ok := acqErr.Load().(error); ok {
+		return nil, err
+	}
+	t0, cpu0 := time.Now(), cpuTicks(cfg)
+	timer := time.NewTimer(cfg.duration)
+	<-timer.C
+	elapsed, cpu1 := time.Since(t0), cpuTicks(cfg)
+	lost := 0
+	for _, l := range ls {
+		if l.Err() != nil {
+			lost++
+		}
+	}
+	r := &result{workload: "keepalive", clients: clients, ops: int64(float64(cfg.leases) * elapsed.Seconds() / (cfg.ttl / 3).Seconds()),
+		elapsed: elapsed}
+	r.add("leases", cfg.leases)
+	r.add("ttl_s", cfg.ttl.Seconds())
+	r.add("lost", lost)
+	if cpu0 >= 0 {
+		r.add("cluster_cores", round(float64(cpu1-cpu0)/100/elapsed.Seconds()*100)/100)
+	}
+	for _, l := range ls {
+		_ = l.Release(ctx)
+	}
+	return r, nil
+}
+
+func fencedCommit(hot bool) workload {
+	return func(ctx context.Context, cfg config, n int) (*result, error) {
+		cs, done, err := newClients(ctx, cfg, n)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		name := "fenced-commit"
+		leases := make([]*client.Lease, n)
+		if hot {
+			name = "fenced-commit-hot"
+			l, err := cs[0].Acquire(ctx, "fch-"+run, time.Minute)
+			if err != nil {
+				return nil, err
+			}
+			for i := range leases {
+				leases[i] = l
+			}
+		} else {
+			for i := range leases {
+				if leases[i], err = cs[i].Acquire(ctx, fmt.Sprintf("fc-%s-%d", run, i), time.Minute); err != nil {
+					return nil, err
+				}
+			}
+		}
+		r := drive(cfg, name, n, func(w, i int) (bool, error) {
+			res := fmt.Sprintf("fc-res-%s-%d", run, w)
+			if hot {
+				res = "fc-hot-" + run
+			}
+			_, err := cs[w].Validate(ctx, res, leases[w].Token(), fmt.Sprintf("k-%d-%d", w, i), []byte("payload"))
+			return true, err
+		})
+		for _, l := range leases {
+			_ = l.Release(ctx)
+		}
+		return r, nil
+	}
+}
+
+func windowCycle(ctx context.Context, cfg config, n int) (*result, error) {
+	cs, done, err := newClients(ctx, cfg, n)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return drive(cfg, "window-cycle", n, func(w, i int) (bool, error) {
+		job := fmt.Sprintf("wc-%s-%d", run, w)
+		l, err := cs[w].Acquire(ctx, job, 10*time.Second)
+		if err != nil {
+			return false, err
+		}
+		cl, err := l.ClaimWindow(ctx, job, strconv.Itoa(i))
+		if err == nil {
+			_, err = cl.Complete(ctx, nil)
+		}
+		if rerr := l.Release(ctx); err == nil {
+			err = rerr
+		}
+		return true, err
+	}), nil
+}
+
+// failover kills -9 the leader of the tool's own cluster reps times and
+// measures the time to the next successful Acquire, and kept-alive leases lost.
+func failover(ctx context.Context, cfg config, n int) (*result, error) {
+	lc := cfg.cluster
+	if lc == nil {
+		return nil, errors.New("failover needs --cluster")
+	}
+	c, err := client.New(ctx, cfg.endpoints, client.WithOwner("bench-failover"))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var held []*client.Lease
+	for i := 0; i < 100; i++ {
+		l, err := c.Acquire(ctx, fmt.Sprintf("fo-held-%s-%d", run, i), 5*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		held = append(held, l)
+	}
+	r := &result{workload: "failover", clients: 1}
+	for rep := 0; rep < cfg.reps; rep++ {
+		leader, err := lc.waitLeader(20 * time.Second)
+		if err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		lc.kill(leader)
+		probe, err := client.New(ctx, cfg.endpoints, client.WithOwner("probe"), client.WithAttemptTimeout(300*time.Millisecond))
+		if err != nil {
+			return nil, err
+		}
+		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		_, err = probe.Acquire(actx, fmt.Sprintf("fo-%s-%d", run, rep), 5*time.Second)
+		cancel()
+		probe.Close()
+		if err != nil {
+			return nil, err
+		}
+		r.lat = append(r.lat, time.Since(t0))
+		r.ops++
+		if err := lc.start(leader); err != nil {
+			return nil, err
+		}
+		time.Sleep(2 * time.Second) // let the restarted node catch up before the next kill
+	}
+	lost := 0
+	for _, l := range held {
+		if l.Err() != nil {
+			lost++
+		}
+		_ = l.Release(ctx)
+	}
+	r.elapsed = time.Duration(r.ops) * time.Second // ops_per_s is meaningless here; report latencies
+	r.add("reps", cfg.reps)
+	r.add("kept_alive_leases", len(held))
+	r.add("lost", lost)
+	return r, nil
+}
