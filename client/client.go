@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/coordd/coordd/client/internal/clock"
+	"github.com/coordd/coordd/client/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/coordd/coordd/client/internal/clock"
+	"github.com/coordd/coordd/client/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -59,7 +59,7 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	h := &harness{t: t, clk: clock.NewFake(time.Unix(1_000_000, 0)), sent: make(chan sentReq, 100), streams: make(chan *fakeStream, 10)}
 	h.t0 = h.clk.Now()
-	c, err := New(context.Background(), []string{"127.0.0.1:1", "127.0.0.1:2"}, withClock(h.clk), WithOwner("me"))
+	c, err := New(context.Background(), []string{"127.0.0.1:1", "127.0.0.1:2"}, WithClock(h.clk), WithOwner("me"))
 	if err != nil {
 		t.Fatal(err)
 	}

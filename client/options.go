@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/coordd/coordd/client/internal/clock"
+	"github.com/coordd/coordd/client/clock"
 )
 
 // Option configures a Client.
@@ -54,8 +54,9 @@ func WithRetryBackoff(min, max time.Duration) Option {
 // call is bounded by the caller's context.
 func WithAttemptTimeout(d time.Duration) Option { return func(o *options) { o.attemptTimeout = d } }
 
-// withClock injects a clock (tests in this module).
-func withClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
+// WithClock injects the clock that drives renewals and local deadlines
+// (tests use clock.Fake for virtual time).
+func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
 
 // Metrics receives client-side events. Implementations must be cheap and
 // safe for concurrent use.

@@ -87,6 +87,8 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 		return s.setMember(cmd.GetSetMember())
 	case fsmv1.CommandType_COMMAND_TYPE_REMOVE_MEMBER:
 		return s.removeMember(cmd.GetRemoveMember())
+	case fsmv1.CommandType_COMMAND_TYPE_REGISTER_JOB:
+		return s.registerJob(now, cmd.GetRegisterJob())
 	default:
 		// A command from a newer version: stop rather than diverge.
 		panic(fmt.Sprintf("fsm: unknown command type %d", cmd.GetType()))

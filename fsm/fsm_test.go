@@ -397,8 +397,39 @@ func buildState(t testing.TB, f *FSM) {
 		run(t, f, base+203, &fsmv1.FencedCommit{Resource: "res/" + name, LeaseName: name, Generation: 2, IdempotencyKey: "k", Payload: []byte("p")})
 	}
 	run(t, f, 5000, &fsmv1.SetMember{Id: "n1", GrpcAddress: "127.0.0.1:1"})
+	run(t, f, 5001, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "lease-1", Schedule: "@daily"}})
 }
 
 type nopCloser struct{ *bytes.Reader }
 
 func (nopCloser) Close() error { return nil }
+
+func TestRegisterJob(t *testing.T) {
+	f := New()
+	rec := &fsmv1.JobRecord{Name: "daily-close", Schedule: "5 0 * * *", TimeZone: "America/Sao_Paulo", RegisteredBy: "r1"}
+	first := run(t, f, 10, &fsmv1.RegisterJob{Job: rec}).(*JobResult)
+	if !first.Changed || first.Job.RegisteredAt != 10 {
+		t.Fatalf("register: %+v", first)
+	}
+	// The same spec from another replica changes nothing.
+	again := run(t, f, 20, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "daily-close", Schedule: "5 0 * * *",
+		TimeZone: "America/Sao_Paulo", RegisteredBy: "r2"}}).(*JobResult)
+	if again.Changed || again.Job.UpdatedAt != 10 || again.Job.RegisteredBy != "r1" {
+		t.Fatalf("re-register: %+v", again)
+	}
+	// Completions are noted on the job.
+	mustAcquire(t, f, 30, "daily-close", "a", 100)
+	run(t, f, 31, &fsmv1.ClaimWindow{Job: "daily-close", Window: "2026-09-25", LeaseName: "daily-close", Owner: "a", Generation: 1})
+	run(t, f, 32, &fsmv1.CompleteWindow{Job: "daily-close", Window: "2026-09-25", LeaseName: "daily-close", Owner: "a", Generation: 1})
+	// A changed spec keeps the registration time and the last completion.
+	changed := run(t, f, 40, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "daily-close", Schedule: "10 0 * * *",
+		TimeZone: "America/Sao_Paulo"}}).(*JobResult)
+	if !changed.Changed || changed.Job.RegisteredAt != 10 || changed.Job.UpdatedAt != 40 ||
+		changed.Job.LastCompletedWindow != "2026-09-25" || changed.Job.LastCompletedAt != 32 {
+		t.Fatalf("update: %+v", changed)
+	}
+	wantReason(t, run(t, f, 50, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "x"}}), ReasonInvalidArgument)
+	if ws := f.RecentWindows("daily-close", 5); len(ws) != 1 || ws[0].Window != "2026-09-25" {
+		t.Fatalf("recent: %+v", ws)
+	}
+}

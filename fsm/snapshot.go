@@ -65,6 +65,7 @@ func (st *state) writeTo(w io.Writer) error {
 		Resources:   uint64(st.resources.Len()),
 		Idempotency: uint64(st.idem.Len()),
 		Members:     uint64(st.members.Len()),
+		Jobs:        uint64(st.jobs.Len()),
 	}}})
 	st.leases.Ascend(func(l *Lease) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Lease{Lease: leaseRecord(l)}})
@@ -87,6 +88,9 @@ func (st *state) writeTo(w io.Writer) error {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Member{Member: &fsmv1.MemberRecord{
 			Id: m.ID, GrpcAddress: m.GRPCAddress,
 		}}})
+	})
+	st.jobs.Ascend(func(j *Job) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Job{Job: jobRecord(j)}})
 	})
 	if werr != nil {
 		return werr
@@ -171,6 +175,8 @@ func readSnapshot(r io.Reader) (*state, error) {
 				Generation: r.GetGeneration(), Payload: r.GetPayload(), At: r.GetAtMs()})
 		case *fsmv1.SnapshotRecord_Member:
 			st.members.ReplaceOrInsert(&Member{ID: x.Member.GetId(), GRPCAddress: x.Member.GetGrpcAddress()})
+		case *fsmv1.SnapshotRecord_Job:
+			st.jobs.ReplaceOrInsert(jobFromRecord(x.Job))
 		default:
 			return nil, fmt.Errorf("snapshot: unknown record type")
 		}

@@ -15,6 +15,7 @@ type state struct {
 	resources *btree.BTreeG[*Resource]
 	idem      *btree.BTreeG[*Idempotency]
 	members   *btree.BTreeG[*Member]
+	jobs      *btree.BTreeG[*Job]
 	// Prune queues, in apply order (so in order of completion / acceptance
 	// time). Derived from the trees: not part of snapshots or the digest.
 	completedQ []windowKey
@@ -47,6 +48,7 @@ func newState() *state {
 		resources: btree.NewG(btreeDegree, lessResource),
 		idem:      btree.NewG(btreeDegree, lessIdem),
 		members:   btree.NewG(btreeDegree, lessMember),
+		jobs:      btree.NewG(btreeDegree, lessJob),
 	}
 }
 
@@ -59,6 +61,7 @@ func (s *state) clone() *state {
 		resources: s.resources.Clone(),
 		idem:      s.idem.Clone(),
 		members:   s.members.Clone(),
+		jobs:      s.jobs.Clone(),
 	}
 }
 

@@ -60,6 +60,7 @@ func (s *state) completeWindow(now int64, c *fsmv1.CompleteWindow) any {
 	n.Result = c.GetResult()
 	s.windows.ReplaceOrInsert(&n)
 	s.completedQ = append(s.completedQ, windowKey{n.Job, n.Window})
+	s.noteCompletion(&n)
 	return &WindowResult{Window: n}
 }
 

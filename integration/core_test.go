@@ -484,3 +484,30 @@ func TestObservability(t *testing.T) {
 		}
 	}
 }
+
+// Contention costs no log entries: an Acquire of a held lease (and a
+// retry of a live grant) is answered from committed state.
+func TestContendedAcquireAppendsNothing(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *server.Config) { cfg.TickInterval = time.Hour }))
+	leader := c.WaitLeader()
+	cc := c.Coord(leader)
+	ctx := ctxT(t)
+	first, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "hot", Owner: "a", TtlMs: 30000, RequestId: "r1"})
+	if err != nil || !first.GetAcquired() {
+		t.Fatal(first, err)
+	}
+	before := leader.Server.Raft().LastIndex()
+	for i := 0; i < 50; i++ {
+		r, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "hot", Owner: fmt.Sprintf("b%d", i), TtlMs: 30000})
+		if err != nil || r.GetAcquired() || r.GetLease().GetOwner() != "a" {
+			t.Fatalf("contended: %v %v", r, err)
+		}
+	}
+	again, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "hot", Owner: "a", TtlMs: 30000, RequestId: "r1"})
+	if err != nil || !again.GetAcquired() || again.GetLease().GetGeneration() != first.GetLease().GetGeneration() {
+		t.Fatalf("retry: %v %v", again, err)
+	}
+	if after := leader.Server.Raft().LastIndex(); after != before {
+		t.Fatalf("contended acquires appended %d entries", after-before)
+	}
+}

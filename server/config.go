@@ -44,6 +44,15 @@ type Config struct {
 	// ApplyTimeout bounds one proposal when the caller sets no deadline.
 	ApplyTimeout time.Duration
 
+	// MonitorInterval is how often the leader computes overdue windows and
+	// stuck leases for metrics and logs; OverdueLookback bounds how far back
+	// expected windows are checked; MaxLeaseAge is the age of a generation
+	// past which its lease counts as stuck (HELD_TOO_LONG), and the window in
+	// which an expired, unreleased lease counts as SILENT.
+	MonitorInterval time.Duration
+	OverdueLookback time.Duration
+	MaxLeaseAge     time.Duration
+
 	// EnablePprof serves net/http/pprof under /debug/pprof/ on HTTPAddr.
 	EnablePprof bool
 
@@ -75,6 +84,9 @@ func (c Config) withDefaults() Config {
 	def(&c.PruneInterval, time.Minute)
 	def(&c.MaxTTL, 24*time.Hour)
 	def(&c.ApplyTimeout, 10*time.Second)
+	def(&c.MonitorInterval, 5*time.Second)
+	def(&c.OverdueLookback, 7*24*time.Hour)
+	def(&c.MaxLeaseAge, 24*time.Hour)
 	if c.MinTTL == 0 {
 		c.MinTTL = max(time.Second, c.ElectionTimeout*3/2)
 	}

@@ -39,6 +39,7 @@ func (s *Server) watchLeadership() {
 			}
 			s.metrics.leader.Set(b2f(isLeader))
 			if !isLeader {
+				s.monitor.clear()
 				s.log.Info("lost leadership")
 				continue
 			}
@@ -79,6 +80,8 @@ func (s *Server) runLeader(ls *leaderState) {
 	defer tick.Stop()
 	prune := time.NewTicker(s.cfg.PruneInterval)
 	defer prune.Stop()
+	mon := time.NewTicker(s.cfg.MonitorInterval)
+	defer mon.Stop()
 	for {
 		select {
 		case <-ls.ctx.Done():
@@ -89,6 +92,8 @@ func (s *Server) runLeader(ls *leaderState) {
 					s.log.Warn("tick failed", "err", err)
 				}
 			}
+		case <-mon.C:
+			s.observeAbsence(s.computeAbsence(ls.clock.current()))
 		case <-prune.C:
 			cutoff := ls.clock.current() - s.cfg.Retention.Milliseconds()
 			res, err := s.proposeAs(ls.ctx, ls, &fsmv1.Prune{CutoffMs: cutoff})

@@ -40,6 +40,9 @@ type Server struct {
 	trans   *raft.NetworkTransport
 	snaps   *raft.FileSnapshotStore
 	metrics *metrics
+	monitor *monitor
+
+	schedules schedules
 
 	grpc     *grpc.Server
 	grpcLis  net.Listener
@@ -76,6 +79,7 @@ func New(cfg Config) (*Server, error) {
 		notifyCh: make(chan bool, 16),
 	}
 	s.metrics = newMetrics(s)
+	s.monitor = newMonitorMetrics(s.metrics.reg)
 	if err := s.start(); err != nil {
 		s.shutdown()
 		return nil, err
@@ -104,6 +108,7 @@ func (s *Server) start() error {
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(4 << 20))
 	coordv1.RegisterCoordinatorServer(s.grpc, &coordinator{s: s})
 	coordv1.RegisterClusterServer(s.grpc, &cluster{s: s})
+	coordv1.RegisterJobsServer(s.grpc, &jobs{s: s})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)

@@ -38,3 +38,52 @@ func (m *Metrics) LeaseLost(name, reason string)  { m.lost.WithLabelValues(name,
 func (m *Metrics) RenewLatency(d time.Duration)   { m.renew.Observe(d.Seconds()) }
 func (m *Metrics) RunSkipped(name string)         { m.skipped.WithLabelValues(name).Inc() }
 func (m *Metrics) FenceRejected(_, reason string) { m.rejected.WithLabelValues(reason).Inc() }
+
+// JobMetrics implements jobs.Metrics with Prometheus collectors, labelled
+// by job (the process's host is the scrape target's instance).
+type JobMetrics struct {
+	started, completed, failed, skipped, missed, lost *prometheus.CounterVec
+	lag, duration, ratio                              *prometheus.HistogramVec
+}
+
+// NewJobMetrics creates the runner's collectors and registers them.
+func NewJobMetrics(reg prometheus.Registerer) *JobMetrics {
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"job"})
+	}
+	m := &JobMetrics{
+		started:   counter("coordd_job_runs_started_total", "Occurrences this replica started."),
+		completed: counter("coordd_job_runs_completed_total", "Occurrences this replica completed."),
+		failed:    counter("coordd_job_runs_failed_total", "Runs that returned an error (the window stays incomplete and is retried)."),
+		skipped:   counter("coordd_job_runs_skipped_total", "Occurrences this replica did not run because another replica held the lease."),
+		missed:    counter("coordd_job_runs_missed_total", "Occurrences skipped past their starting deadline or catch-up horizon."),
+		lost:      counter("coordd_job_leases_lost_total", "Runs whose lease was lost."),
+		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coordd_job_start_lag_seconds",
+			Help: "Actual start minus the occurrence.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}, []string{"job"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coordd_job_run_duration_seconds",
+			Help: "Duration of completed runs.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 24)}, []string{"job"}),
+		ratio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coordd_job_run_duration_ratio",
+			Help:    "Duration of completed runs divided by the job's interval (above 0.5 deserves a look).",
+			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2}}, []string{"job"}),
+	}
+	reg.MustRegister(m.started, m.completed, m.failed, m.skipped, m.missed, m.lost, m.lag, m.duration, m.ratio)
+	return m
+}
+
+func (m *JobMetrics) RunStarted(job string, lag time.Duration) {
+	m.started.WithLabelValues(job).Inc()
+	m.lag.WithLabelValues(job).Observe(lag.Seconds())
+}
+
+func (m *JobMetrics) RunCompleted(job string, d, interval time.Duration) {
+	m.completed.WithLabelValues(job).Inc()
+	m.duration.WithLabelValues(job).Observe(d.Seconds())
+	if interval > 0 {
+		m.ratio.WithLabelValues(job).Observe(d.Seconds() / interval.Seconds())
+	}
+}
+
+func (m *JobMetrics) RunFailed(job string)  { m.failed.WithLabelValues(job).Inc() }
+func (m *JobMetrics) RunSkipped(job string) { m.skipped.WithLabelValues(job).Inc() }
+func (m *JobMetrics) RunMissed(job string)  { m.missed.WithLabelValues(job).Inc() }
+func (m *JobMetrics) LeaseLost(job string)  { m.lost.WithLabelValues(job).Inc() }

@@ -9,9 +9,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/client/jobs"
 )
 
-var _ client.Metrics = (*Metrics)(nil)
+var (
+	_ client.Metrics = (*Metrics)(nil)
+	_ jobs.Metrics   = (*JobMetrics)(nil)
+)
 
 func TestCounts(t *testing.T) {
 	reg := prometheus.NewRegistry()

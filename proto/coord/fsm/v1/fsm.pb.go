@@ -40,6 +40,7 @@ const (
 	CommandType_COMMAND_TYPE_PRUNE           CommandType = 8
 	CommandType_COMMAND_TYPE_SET_MEMBER      CommandType = 9
 	CommandType_COMMAND_TYPE_REMOVE_MEMBER   CommandType = 10
+	CommandType_COMMAND_TYPE_REGISTER_JOB    CommandType = 11
 )
 
 // Enum value maps for CommandType.
@@ -56,6 +57,7 @@ var (
 		8:  "COMMAND_TYPE_PRUNE",
 		9:  "COMMAND_TYPE_SET_MEMBER",
 		10: "COMMAND_TYPE_REMOVE_MEMBER",
+		11: "COMMAND_TYPE_REGISTER_JOB",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":     0,
@@ -69,6 +71,7 @@ var (
 		"COMMAND_TYPE_PRUNE":           8,
 		"COMMAND_TYPE_SET_MEMBER":      9,
 		"COMMAND_TYPE_REMOVE_MEMBER":   10,
+		"COMMAND_TYPE_REGISTER_JOB":    11,
 	}
 )
 
@@ -117,6 +120,7 @@ type Command struct {
 	//	*Command_Prune
 	//	*Command_SetMember
 	//	*Command_RemoveMember
+	//	*Command_RegisterJob
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -263,6 +267,15 @@ func (x *Command) GetRemoveMember() *RemoveMember {
 	return nil
 }
 
+func (x *Command) GetRegisterJob() *RegisterJob {
+	if x != nil {
+		if x, ok := x.Body.(*Command_RegisterJob); ok {
+			return x.RegisterJob
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -307,6 +320,10 @@ type Command_RemoveMember struct {
 	RemoveMember *RemoveMember `protobuf:"bytes,19,opt,name=remove_member,json=removeMember,proto3,oneof"`
 }
 
+type Command_RegisterJob struct {
+	RegisterJob *RegisterJob `protobuf:"bytes,20,opt,name=register_job,json=registerJob,proto3,oneof"`
+}
+
 func (*Command_Tick) isCommand_Body() {}
 
 func (*Command_Acquire) isCommand_Body() {}
@@ -326,6 +343,8 @@ func (*Command_Prune) isCommand_Body() {}
 func (*Command_SetMember) isCommand_Body() {}
 
 func (*Command_RemoveMember) isCommand_Body() {}
+
+func (*Command_RegisterJob) isCommand_Body() {}
 
 type Tick struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -937,6 +956,52 @@ func (x *RemoveMember) GetId() string {
 	return ""
 }
 
+// RegisterJob upserts a job of the registry. The spec is stored as given
+// (the server validated it); the FSM never parses schedules.
+type RegisterJob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *JobRecord             `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterJob) Reset() {
+	*x = RegisterJob{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterJob) ProtoMessage() {}
+
+func (x *RegisterJob) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterJob.ProtoReflect.Descriptor instead.
+func (*RegisterJob) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RegisterJob) GetJob() *JobRecord {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
 // Snapshot records: a snapshot is a header line followed by length-delimited
 // SnapshotRecord messages in a fixed order (meta, then each family sorted by
 // key), so equal state gives equal bytes.
@@ -950,6 +1015,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Resource
 	//	*SnapshotRecord_Idempotency
 	//	*SnapshotRecord_Member
+	//	*SnapshotRecord_Job
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -957,7 +1023,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1035,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1048,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -1046,6 +1112,15 @@ func (x *SnapshotRecord) GetMember() *MemberRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetJob() *JobRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Job); ok {
+			return x.Job
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -1074,6 +1149,10 @@ type SnapshotRecord_Member struct {
 	Member *MemberRecord `protobuf:"bytes,6,opt,name=member,proto3,oneof"`
 }
 
+type SnapshotRecord_Job struct {
+	Job *JobRecord `protobuf:"bytes,7,opt,name=job,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Meta) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Lease) isSnapshotRecord_Record() {}
@@ -1086,6 +1165,8 @@ func (*SnapshotRecord_Idempotency) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Member) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
+
 type SnapshotMeta struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClockMs       int64                  `protobuf:"varint,1,opt,name=clock_ms,json=clockMs,proto3" json:"clock_ms,omitempty"`
@@ -1094,13 +1175,14 @@ type SnapshotMeta struct {
 	Resources     uint64                 `protobuf:"varint,4,opt,name=resources,proto3" json:"resources,omitempty"`
 	Idempotency   uint64                 `protobuf:"varint,5,opt,name=idempotency,proto3" json:"idempotency,omitempty"`
 	Members       uint64                 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
+	Jobs          uint64                 `protobuf:"varint,7,opt,name=jobs,proto3" json:"jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1194,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1207,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SnapshotMeta) GetClockMs() int64 {
@@ -1170,6 +1252,13 @@ func (x *SnapshotMeta) GetMembers() uint64 {
 	return 0
 }
 
+func (x *SnapshotMeta) GetJobs() uint64 {
+	if x != nil {
+		return x.Jobs
+	}
+	return 0
+}
+
 type LeaseRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1188,7 +1277,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1289,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1302,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LeaseRecord) GetName() string {
@@ -1305,7 +1394,7 @@ type WindowRecord struct {
 
 func (x *WindowRecord) Reset() {
 	*x = WindowRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1406,7 @@ func (x *WindowRecord) String() string {
 func (*WindowRecord) ProtoMessage() {}
 
 func (x *WindowRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1419,7 @@ func (x *WindowRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowRecord.ProtoReflect.Descriptor instead.
 func (*WindowRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WindowRecord) GetJob() string {
@@ -1424,7 +1513,7 @@ type ResourceRecord struct {
 
 func (x *ResourceRecord) Reset() {
 	*x = ResourceRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1525,7 @@ func (x *ResourceRecord) String() string {
 func (*ResourceRecord) ProtoMessage() {}
 
 func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1538,7 @@ func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRecord.ProtoReflect.Descriptor instead.
 func (*ResourceRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResourceRecord) GetResource() string {
@@ -1507,7 +1596,7 @@ type IdempotencyRecord struct {
 
 func (x *IdempotencyRecord) Reset() {
 	*x = IdempotencyRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1608,7 @@ func (x *IdempotencyRecord) String() string {
 func (*IdempotencyRecord) ProtoMessage() {}
 
 func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1621,7 @@ func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdempotencyRecord.ProtoReflect.Descriptor instead.
 func (*IdempotencyRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *IdempotencyRecord) GetResource() string {
@@ -1580,7 +1669,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1681,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1694,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -1622,11 +1711,167 @@ func (x *MemberRecord) GetGrpcAddress() string {
 	return ""
 }
 
+type JobRecord struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Schedule            string                 `protobuf:"bytes,2,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	TimeZone            string                 `protobuf:"bytes,3,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	CompleteWithinMs    int64                  `protobuf:"varint,4,opt,name=complete_within_ms,json=completeWithinMs,proto3" json:"complete_within_ms,omitempty"`
+	TtlMs               int64                  `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	WindowLayout        string                 `protobuf:"bytes,6,opt,name=window_layout,json=windowLayout,proto3" json:"window_layout,omitempty"`
+	WindowShiftDays     int32                  `protobuf:"varint,7,opt,name=window_shift_days,json=windowShiftDays,proto3" json:"window_shift_days,omitempty"`
+	StartingDeadlineMs  int64                  `protobuf:"varint,8,opt,name=starting_deadline_ms,json=startingDeadlineMs,proto3" json:"starting_deadline_ms,omitempty"`
+	CatchUpMs           int64                  `protobuf:"varint,9,opt,name=catch_up_ms,json=catchUpMs,proto3" json:"catch_up_ms,omitempty"`
+	Concurrency         int32                  `protobuf:"varint,10,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	RegisteredBy        string                 `protobuf:"bytes,11,opt,name=registered_by,json=registeredBy,proto3" json:"registered_by,omitempty"`
+	RegisteredAtMs      int64                  `protobuf:"varint,12,opt,name=registered_at_ms,json=registeredAtMs,proto3" json:"registered_at_ms,omitempty"`
+	UpdatedAtMs         int64                  `protobuf:"varint,13,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	LastCompletedAtMs   int64                  `protobuf:"varint,14,opt,name=last_completed_at_ms,json=lastCompletedAtMs,proto3" json:"last_completed_at_ms,omitempty"`
+	LastCompletedWindow string                 `protobuf:"bytes,15,opt,name=last_completed_window,json=lastCompletedWindow,proto3" json:"last_completed_window,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *JobRecord) Reset() {
+	*x = JobRecord{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobRecord) ProtoMessage() {}
+
+func (x *JobRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
+func (*JobRecord) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *JobRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JobRecord) GetSchedule() string {
+	if x != nil {
+		return x.Schedule
+	}
+	return ""
+}
+
+func (x *JobRecord) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *JobRecord) GetCompleteWithinMs() int64 {
+	if x != nil {
+		return x.CompleteWithinMs
+	}
+	return 0
+}
+
+func (x *JobRecord) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *JobRecord) GetWindowLayout() string {
+	if x != nil {
+		return x.WindowLayout
+	}
+	return ""
+}
+
+func (x *JobRecord) GetWindowShiftDays() int32 {
+	if x != nil {
+		return x.WindowShiftDays
+	}
+	return 0
+}
+
+func (x *JobRecord) GetStartingDeadlineMs() int64 {
+	if x != nil {
+		return x.StartingDeadlineMs
+	}
+	return 0
+}
+
+func (x *JobRecord) GetCatchUpMs() int64 {
+	if x != nil {
+		return x.CatchUpMs
+	}
+	return 0
+}
+
+func (x *JobRecord) GetConcurrency() int32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *JobRecord) GetRegisteredBy() string {
+	if x != nil {
+		return x.RegisteredBy
+	}
+	return ""
+}
+
+func (x *JobRecord) GetRegisteredAtMs() int64 {
+	if x != nil {
+		return x.RegisteredAtMs
+	}
+	return 0
+}
+
+func (x *JobRecord) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+func (x *JobRecord) GetLastCompletedAtMs() int64 {
+	if x != nil {
+		return x.LastCompletedAtMs
+	}
+	return 0
+}
+
+func (x *JobRecord) GetLastCompletedWindow() string {
+	if x != nil {
+		return x.LastCompletedWindow
+	}
+	return ""
+}
+
 var File_coord_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\x8a\x05\n" +
+	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\xca\x05\n" +
 	"\aCommand\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.coord.fsm.v1.CommandTypeR\x04type\x12\x15\n" +
 	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12(\n" +
@@ -1641,7 +1886,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05prune\x18\x11 \x01(\v2\x13.coord.fsm.v1.PruneH\x00R\x05prune\x128\n" +
 	"\n" +
 	"set_member\x18\x12 \x01(\v2\x17.coord.fsm.v1.SetMemberH\x00R\tsetMember\x12A\n" +
-	"\rremove_member\x18\x13 \x01(\v2\x1a.coord.fsm.v1.RemoveMemberH\x00R\fremoveMemberB\x06\n" +
+	"\rremove_member\x18\x13 \x01(\v2\x1a.coord.fsm.v1.RemoveMemberH\x00R\fremoveMember\x12>\n" +
+	"\fregister_job\x18\x14 \x01(\v2\x19.coord.fsm.v1.RegisterJobH\x00R\vregisterJobB\x06\n" +
 	"\x04body\"\x06\n" +
 	"\x04Tick\"i\n" +
 	"\aAcquire\x12\x12\n" +
@@ -1697,22 +1943,26 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\"\x1e\n" +
 	"\fRemoveMember\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xec\x02\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"8\n" +
+	"\vRegisterJob\x12)\n" +
+	"\x03job\x18\x01 \x01(\v2\x17.coord.fsm.v1.JobRecordR\x03job\"\x99\x03\n" +
 	"\x0eSnapshotRecord\x120\n" +
 	"\x04meta\x18\x01 \x01(\v2\x1a.coord.fsm.v1.SnapshotMetaH\x00R\x04meta\x121\n" +
 	"\x05lease\x18\x02 \x01(\v2\x19.coord.fsm.v1.LeaseRecordH\x00R\x05lease\x124\n" +
 	"\x06window\x18\x03 \x01(\v2\x1a.coord.fsm.v1.WindowRecordH\x00R\x06window\x12:\n" +
 	"\bresource\x18\x04 \x01(\v2\x1c.coord.fsm.v1.ResourceRecordH\x00R\bresource\x12C\n" +
 	"\vidempotency\x18\x05 \x01(\v2\x1f.coord.fsm.v1.IdempotencyRecordH\x00R\vidempotency\x124\n" +
-	"\x06member\x18\x06 \x01(\v2\x1a.coord.fsm.v1.MemberRecordH\x00R\x06memberB\b\n" +
-	"\x06record\"\xb5\x01\n" +
+	"\x06member\x18\x06 \x01(\v2\x1a.coord.fsm.v1.MemberRecordH\x00R\x06member\x12+\n" +
+	"\x03job\x18\a \x01(\v2\x17.coord.fsm.v1.JobRecordH\x00R\x03jobB\b\n" +
+	"\x06record\"\xc9\x01\n" +
 	"\fSnapshotMeta\x12\x19\n" +
 	"\bclock_ms\x18\x01 \x01(\x03R\aclockMs\x12\x16\n" +
 	"\x06leases\x18\x02 \x01(\x04R\x06leases\x12\x18\n" +
 	"\awindows\x18\x03 \x01(\x04R\awindows\x12\x1c\n" +
 	"\tresources\x18\x04 \x01(\x04R\tresources\x12 \n" +
 	"\vidempotency\x18\x05 \x01(\x04R\vidempotency\x12\x18\n" +
-	"\amembers\x18\x06 \x01(\x04R\amembers\"\xb3\x02\n" +
+	"\amembers\x18\x06 \x01(\x04R\amembers\x12\x12\n" +
+	"\x04jobs\x18\a \x01(\x04R\x04jobs\"\xb3\x02\n" +
 	"\vLeaseRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
@@ -1762,7 +2012,24 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"A\n" +
 	"\fMemberRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
-	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress*\xc4\x02\n" +
+	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\"\xba\x04\n" +
+	"\tJobRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bschedule\x18\x02 \x01(\tR\bschedule\x12\x1b\n" +
+	"\ttime_zone\x18\x03 \x01(\tR\btimeZone\x12,\n" +
+	"\x12complete_within_ms\x18\x04 \x01(\x03R\x10completeWithinMs\x12\x15\n" +
+	"\x06ttl_ms\x18\x05 \x01(\x03R\x05ttlMs\x12#\n" +
+	"\rwindow_layout\x18\x06 \x01(\tR\fwindowLayout\x12*\n" +
+	"\x11window_shift_days\x18\a \x01(\x05R\x0fwindowShiftDays\x120\n" +
+	"\x14starting_deadline_ms\x18\b \x01(\x03R\x12startingDeadlineMs\x12\x1e\n" +
+	"\vcatch_up_ms\x18\t \x01(\x03R\tcatchUpMs\x12 \n" +
+	"\vconcurrency\x18\n" +
+	" \x01(\x05R\vconcurrency\x12#\n" +
+	"\rregistered_by\x18\v \x01(\tR\fregisteredBy\x12(\n" +
+	"\x10registered_at_ms\x18\f \x01(\x03R\x0eregisteredAtMs\x12\"\n" +
+	"\rupdated_at_ms\x18\r \x01(\x03R\vupdatedAtMs\x12/\n" +
+	"\x14last_completed_at_ms\x18\x0e \x01(\x03R\x11lastCompletedAtMs\x122\n" +
+	"\x15last_completed_window\x18\x0f \x01(\tR\x13lastCompletedWindow*\xe3\x02\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11COMMAND_TYPE_TICK\x10\x01\x12\x18\n" +
@@ -1775,7 +2042,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x12COMMAND_TYPE_PRUNE\x10\b\x12\x1b\n" +
 	"\x17COMMAND_TYPE_SET_MEMBER\x10\t\x12\x1e\n" +
 	"\x1aCOMMAND_TYPE_REMOVE_MEMBER\x10\n" +
-	"B3Z1github.com/coordd/coordd/proto/coord/fsm/v1;fsmv1b\x06proto3"
+	"\x12\x1d\n" +
+	"\x19COMMAND_TYPE_REGISTER_JOB\x10\vB3Z1github.com/coordd/coordd/proto/coord/fsm/v1;fsmv1b\x06proto3"
 
 var (
 	file_coord_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -1790,7 +2058,7 @@ func file_coord_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: coord.fsm.v1.CommandType
 	(*Command)(nil),           // 1: coord.fsm.v1.Command
@@ -1804,13 +2072,15 @@ var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(*Prune)(nil),             // 9: coord.fsm.v1.Prune
 	(*SetMember)(nil),         // 10: coord.fsm.v1.SetMember
 	(*RemoveMember)(nil),      // 11: coord.fsm.v1.RemoveMember
-	(*SnapshotRecord)(nil),    // 12: coord.fsm.v1.SnapshotRecord
-	(*SnapshotMeta)(nil),      // 13: coord.fsm.v1.SnapshotMeta
-	(*LeaseRecord)(nil),       // 14: coord.fsm.v1.LeaseRecord
-	(*WindowRecord)(nil),      // 15: coord.fsm.v1.WindowRecord
-	(*ResourceRecord)(nil),    // 16: coord.fsm.v1.ResourceRecord
-	(*IdempotencyRecord)(nil), // 17: coord.fsm.v1.IdempotencyRecord
-	(*MemberRecord)(nil),      // 18: coord.fsm.v1.MemberRecord
+	(*RegisterJob)(nil),       // 12: coord.fsm.v1.RegisterJob
+	(*SnapshotRecord)(nil),    // 13: coord.fsm.v1.SnapshotRecord
+	(*SnapshotMeta)(nil),      // 14: coord.fsm.v1.SnapshotMeta
+	(*LeaseRecord)(nil),       // 15: coord.fsm.v1.LeaseRecord
+	(*WindowRecord)(nil),      // 16: coord.fsm.v1.WindowRecord
+	(*ResourceRecord)(nil),    // 17: coord.fsm.v1.ResourceRecord
+	(*IdempotencyRecord)(nil), // 18: coord.fsm.v1.IdempotencyRecord
+	(*MemberRecord)(nil),      // 19: coord.fsm.v1.MemberRecord
+	(*JobRecord)(nil),         // 20: coord.fsm.v1.JobRecord
 }
 var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: coord.fsm.v1.Command.type:type_name -> coord.fsm.v1.CommandType
@@ -1824,17 +2094,20 @@ var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	9,  // 8: coord.fsm.v1.Command.prune:type_name -> coord.fsm.v1.Prune
 	10, // 9: coord.fsm.v1.Command.set_member:type_name -> coord.fsm.v1.SetMember
 	11, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
-	13, // 11: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
-	14, // 12: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
-	15, // 13: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
-	16, // 14: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
-	17, // 15: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
-	18, // 16: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	12, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
+	20, // 12: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
+	14, // 13: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
+	15, // 14: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
+	16, // 15: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
+	17, // 16: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
+	18, // 17: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
+	19, // 18: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
+	20, // 19: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_coord_fsm_v1_fsm_proto_init() }
@@ -1853,14 +2126,16 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*Command_Prune)(nil),
 		(*Command_SetMember)(nil),
 		(*Command_RemoveMember)(nil),
+		(*Command_RegisterJob)(nil),
 	}
-	file_coord_fsm_v1_fsm_proto_msgTypes[11].OneofWrappers = []any{
+	file_coord_fsm_v1_fsm_proto_msgTypes[12].OneofWrappers = []any{
 		(*SnapshotRecord_Meta)(nil),
 		(*SnapshotRecord_Lease)(nil),
 		(*SnapshotRecord_Window)(nil),
 		(*SnapshotRecord_Resource)(nil),
 		(*SnapshotRecord_Idempotency)(nil),
 		(*SnapshotRecord_Member)(nil),
+		(*SnapshotRecord_Job)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1868,7 +2143,7 @@ func file_coord_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_fsm_v1_fsm_proto_rawDesc), len(file_coord_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,5 +1,6 @@
-// Package clock is the client's time source: the real clock, and a fake one
-// that tests advance by hand (virtual time, no sleeps).
+// Package clock is the SDK's time source: the real clock, and a fake one
+// that tests advance by hand (virtual time, no sleeps). The lease keeper
+// and the job runner take one (client.WithClock, jobs.WithClock).
 package clock
 
 import (

@@ -1,0 +1,144 @@
+package fsm
+
+import (
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+)
+
+// Job is a registered job. The FSM stores the spec as given; schedules are
+// parsed only outside it (the leader's monitor, the runner).
+type Job struct {
+	Name                string
+	Schedule            string
+	TimeZone            string
+	CompleteWithinMs    int64
+	TTLMs               int64
+	WindowLayout        string
+	WindowShiftDays     int32
+	StartingDeadlineMs  int64
+	CatchUpMs           int64
+	Concurrency         int32
+	RegisteredBy        string
+	RegisteredAt        int64
+	UpdatedAt           int64
+	LastCompletedAt     int64
+	LastCompletedWindow string
+}
+
+// sameSpec reports whether two jobs have the same definition.
+func (j *Job) sameSpec(o *Job) bool {
+	return j.Schedule == o.Schedule && j.TimeZone == o.TimeZone && j.CompleteWithinMs == o.CompleteWithinMs &&
+		j.TTLMs == o.TTLMs && j.WindowLayout == o.WindowLayout && j.WindowShiftDays == o.WindowShiftDays &&
+		j.StartingDeadlineMs == o.StartingDeadlineMs && j.CatchUpMs == o.CatchUpMs && j.Concurrency == o.Concurrency
+}
+
+// JobResult is the outcome of a RegisterJob.
+type JobResult struct {
+	Job     Job
+	Changed bool
+}
+
+func lessJob(a, b *Job) bool { return a.Name < b.Name }
+
+func (s *state) job(name string) *Job {
+	j, _ := s.jobs.Get(&Job{Name: name})
+	return j
+}
+
+func jobFromRecord(r *fsmv1.JobRecord) *Job {
+	return &Job{
+		Name: r.GetName(), Schedule: r.GetSchedule(), TimeZone: r.GetTimeZone(), CompleteWithinMs: r.GetCompleteWithinMs(),
+		TTLMs: r.GetTtlMs(), WindowLayout: r.GetWindowLayout(), WindowShiftDays: r.GetWindowShiftDays(),
+		StartingDeadlineMs: r.GetStartingDeadlineMs(), CatchUpMs: r.GetCatchUpMs(), Concurrency: r.GetConcurrency(),
+		RegisteredBy: r.GetRegisteredBy(), RegisteredAt: r.GetRegisteredAtMs(), UpdatedAt: r.GetUpdatedAtMs(),
+		LastCompletedAt: r.GetLastCompletedAtMs(), LastCompletedWindow: r.GetLastCompletedWindow(),
+	}
+}
+
+func jobRecord(j *Job) *fsmv1.JobRecord {
+	return &fsmv1.JobRecord{
+		Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone, CompleteWithinMs: j.CompleteWithinMs, TtlMs: j.TTLMs,
+		WindowLayout: j.WindowLayout, WindowShiftDays: j.WindowShiftDays, StartingDeadlineMs: j.StartingDeadlineMs,
+		CatchUpMs: j.CatchUpMs, Concurrency: j.Concurrency, RegisteredBy: j.RegisteredBy, RegisteredAtMs: j.RegisteredAt,
+		UpdatedAtMs: j.UpdatedAt, LastCompletedAtMs: j.LastCompletedAt, LastCompletedWindow: j.LastCompletedWindow,
+	}
+}
+
+// registerJob upserts a job. The same spec again changes nothing (so every
+// replica of a service can register at start).
+func (s *state) registerJob(now int64, c *fsmv1.RegisterJob) any {
+	in := jobFromRecord(c.GetJob())
+	if in.Name == "" || in.Schedule == "" {
+		return reject(ReasonInvalidArgument, nil, "a job needs a name and a schedule")
+	}
+	cur := s.job(in.Name)
+	if cur != nil && cur.sameSpec(in) {
+		return &JobResult{Job: *cur}
+	}
+	n := *in
+	n.RegisteredAt, n.UpdatedAt = now, now
+	if cur != nil {
+		n.RegisteredAt, n.LastCompletedAt, n.LastCompletedWindow = cur.RegisteredAt, cur.LastCompletedAt, cur.LastCompletedWindow
+	}
+	s.jobs.ReplaceOrInsert(&n)
+	return &JobResult{Job: n, Changed: true}
+}
+
+// noteCompletion records the last completion on a registered job.
+func (s *state) noteCompletion(w *Window) {
+	j := s.job(w.Job)
+	if j == nil {
+		return
+	}
+	n := *j
+	n.LastCompletedAt, n.LastCompletedWindow = w.CompletedAt, w.Window
+	s.jobs.ReplaceOrInsert(&n)
+}
+
+// Job returns a registered job.
+func (f *FSM) Job(name string) (Job, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	j := f.st.job(name)
+	if j == nil {
+		return Job{}, false
+	}
+	return *j, true
+}
+
+// Jobs returns every registered job, by name.
+func (f *FSM) Jobs() []Job {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []Job
+	f.st.jobs.Ascend(func(j *Job) bool {
+		out = append(out, *j)
+		return true
+	})
+	return out
+}
+
+// RecentWindows returns up to limit windows of job with the greatest keys,
+// newest first (keys of one job sort by time when their layout does).
+func (f *FSM) RecentWindows(job string, limit int) []Window {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []Window
+	f.st.windows.DescendLessOrEqual(&Window{Job: job, Window: "\U0010FFFF"}, func(w *Window) bool {
+		if w.Job != job || len(out) == limit {
+			return false
+		}
+		out = append(out, *w)
+		return true
+	})
+	return out
+}
+
+// EachLease calls fn for every lease (under the read lock; fn must be quick).
+func (f *FSM) EachLease(fn func(Lease)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	f.st.leases.Ascend(func(l *Lease) bool {
+		fn(*l)
+		return true
+	})
+}

@@ -1,0 +1,149 @@
+package schedule
+
+import (
+	"testing"
+	"time"
+)
+
+func must(t *testing.T, expr, tz string) *Schedule {
+	t.Helper()
+	s, err := Parse(expr, tz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestParseForms(t *testing.T) {
+	for expr, interval := range map[string]time.Duration{
+		"5 0 * * *":      24 * time.Hour,
+		"*/15 * * * *":   15 * time.Minute,
+		"30 * * * * *":   time.Minute, // with seconds
+		"@hourly":        time.Hour,
+		"@every 30s":     30 * time.Second,
+		"0 9 1 * *":      28 * 24 * time.Hour,
+		"0 0 * * MON":    7 * 24 * time.Hour,
+		"*/10 * * * * *": 10 * time.Second,
+	} {
+		s := must(t, expr, "America/Sao_Paulo")
+		if expr == "0 9 1 * *" {
+			if s.Interval() < 28*24*time.Hour {
+				t.Errorf("%s: interval %s", expr, s.Interval())
+			}
+			continue
+		}
+		if s.Interval() != interval {
+			t.Errorf("%s: interval %s, want %s", expr, s.Interval(), interval)
+		}
+	}
+	for _, bad := range []string{"", "nonsense", "61 * * * *", "CRON_TZ=UTC 0 * * * *", "@once yesterday"} {
+		if _, err := Parse(bad, "UTC"); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	if _, err := Parse("@daily", "Mars/Olympus"); err == nil {
+		t.Error("bad zone accepted")
+	}
+}
+
+// The window is the occurrence's business day in the job's zone, whatever
+// the UTC date, and a late start does not move it.
+func TestWindowFromOccurrence(t *testing.T) {
+	s := must(t, "55 23 * * *", "America/Sao_Paulo")
+	occ := s.Next(time.Date(2026, 9, 25, 12, 0, 0, 0, time.UTC))
+	if got := occ.UTC().Format(time.RFC3339); got != "2026-09-26T02:55:00Z" {
+		t.Fatalf("occurrence %s", got)
+	}
+	if k := s.Key(occ, Window{}); k != "2026-09-25" {
+		t.Fatalf("window %s", k)
+	}
+	// The 00:05 run closes the previous business day.
+	closer := must(t, "5 0 * * *", "America/Sao_Paulo")
+	occ = closer.Next(time.Date(2026, 9, 26, 0, 0, 0, 0, closer.Location()))
+	if k := closer.Key(occ, Window{ShiftDays: -1}); k != "2026-09-25" {
+		t.Fatalf("previous-day window %s", k)
+	}
+}
+
+// Daylight saving time in the job's zone: every calendar day has a window,
+// also on the days the clocks move. A wall time that happens twice (01:30 on
+// the fall-back day) is two occurrences of one window, so the ledger runs
+// it once; a wall time that never happens (02:30 on the spring-forward day)
+// has no occurrence.
+func TestDSTTransitions(t *testing.T) {
+	ny, _ := time.LoadLocation("America/New_York")
+	for _, expr := range []string{"30 2 * * *", "30 1 * * *", "0 0 * * *", "@daily"} {
+		s := must(t, expr, "America/New_York")
+		if s.Interval() != 24*time.Hour {
+			t.Fatalf("%s: interval %s", expr, s.Interval())
+		}
+		occs := s.Between(time.Date(2026, 3, 1, 0, 0, 0, 0, ny), time.Date(2026, 11, 15, 0, 0, 0, 0, ny), 1000)
+		seen := map[string]int{}
+		prev := ""
+		for _, o := range occs {
+			k := s.Key(o, Window{})
+			if k < prev {
+				t.Fatalf("%s: window %s after %s", expr, k, prev)
+			}
+			prev = k
+			seen[k]++
+		}
+		for k, n := range seen {
+			if n > 1 && !(expr == "30 1 * * *" && k == "2026-11-01") {
+				t.Fatalf("%s: window %s has %d occurrences", expr, k, n)
+			}
+		}
+		for d := time.Date(2026, 3, 2, 12, 0, 0, 0, ny); d.Before(time.Date(2026, 11, 14, 0, 0, 0, 0, ny)); d = d.AddDate(0, 0, 1) {
+			if k := d.Format("2006-01-02"); seen[k] == 0 && !(expr == "30 2 * * *" && k == "2026-03-08") {
+				t.Fatalf("%s: no window for %s", expr, k)
+			}
+		}
+	}
+	// Hourly windows across the fall-back hour stay distinct per occurrence
+	// only when the layout carries the offset; by default 01:00 repeats, so
+	// hourly jobs in a DST zone should use a layout with the zone offset.
+	s := must(t, "0 * * * *", "America/New_York")
+	occs := s.Between(time.Date(2026, 11, 1, 0, 30, 0, 0, ny), time.Date(2026, 11, 1, 3, 30, 0, 0, ny), 10)
+	keys := map[string]int{}
+	for _, o := range occs {
+		keys[s.Key(o, Window{Layout: "2006-01-02T15Z07"})]++
+	}
+	for k, n := range keys {
+		if n != 1 {
+			t.Fatalf("offset layout: %s seen %d times (%v)", k, n, occs)
+		}
+	}
+}
+
+// @every is aligned to the epoch: every replica computes the same
+// occurrences, whenever it asks.
+func TestEveryIsAligned(t *testing.T) {
+	s := must(t, "@every 30s", "UTC")
+	a := s.Next(time.Date(2026, 1, 1, 0, 0, 7, 123, time.UTC))
+	b := s.Next(time.Date(2026, 1, 1, 0, 0, 29, 0, time.UTC))
+	if !a.Equal(b) || !a.Equal(time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)) {
+		t.Fatalf("%v %v", a, b)
+	}
+	if n := s.Next(a); !n.Equal(a.Add(30 * time.Second)) {
+		t.Fatalf("after an occurrence: %v", n)
+	}
+	for _, bad := range []string{"@every 1500ms", "@every 0s", "@every x"} {
+		if _, err := Parse(bad, "UTC"); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+func TestBetweenAndOnce(t *testing.T) {
+	s := must(t, "@every 1m", "UTC")
+	from := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)
+	got := s.Between(from, from.Add(10*time.Minute), 3)
+	if len(got) != 3 || !got[2].Equal(time.Date(2026, 1, 1, 0, 10, 0, 0, time.UTC)) {
+		t.Fatalf("between: %v", got)
+	}
+	once := must(t, "@once 2026-09-25T10:00:00Z", "UTC")
+	at := time.Date(2026, 9, 25, 10, 0, 0, 0, time.UTC)
+	if !once.Next(at.Add(-time.Second)).Equal(at) || !once.Next(at).IsZero() || once.Key(at, Window{}) != OnceWindow {
+		t.Fatal("one-shot")
+	}
+}
