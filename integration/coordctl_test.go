@@ -258,6 +258,41 @@ func TestCoordctlEndToEnd(t *testing.T) {
 		t.Fatalf("after remove: %v", m)
 	}
 
+	// Jobs: register, list, status, overdue (nobody runs it: overdue).
+	reg := c.json("job", "register", "every-second", "--schedule", "@every 1s", "--complete-within", "1s")
+	if field(reg, "changed") != true || field(reg, "job", "spec", "schedule") != "@every 1s" || field(reg, "job", "interval_ms") != "1000" {
+		t.Fatalf("job register: %v", reg)
+	}
+	if again := c.json("job", "register", "every-second", "--schedule", "@every 1s", "--complete-within", "1s"); field(again, "changed") != false {
+		t.Fatalf("re-register: %v", again)
+	}
+	if _, errOut, code := c.run("job", "register", "bad", "--schedule", "whenever"); code != 1 || !strings.Contains(errOut, "spec.schedule") {
+		t.Fatalf("bad schedule: exit %d %q", code, errOut)
+	}
+	if jl := c.json("job", "list"); len(jl["jobs"].([]any)) != 1 {
+		t.Fatalf("job list: %v", jl)
+	}
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		od := c.json("job", "overdue")
+		if ws, _ := od["windows"].([]any); len(ws) > 0 {
+			if field(ws[0].(map[string]any), "claimed") != false {
+				t.Fatalf("overdue: %v", od)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no overdue window: %v", od)
+		}
+		time.Sleep(100 * time.Millisecond) // occurrences come due in real time
+	}
+	if st := c.json("job", "status", "every-second"); len(st["next_occurrences"].([]any)) != 5 || len(st["overdue"].([]any)) == 0 {
+		t.Fatalf("job status: %v", st)
+	}
+	if out := c.ok("job", "overdue"); !strings.Contains(out, "never claimed") {
+		t.Fatalf("job overdue table:\n%s", out)
+	}
+
 	// Bad usage and help.
 	if _, _, code := c.run("lease", "get"); code != 2 {
 		t.Fatalf("usage: exit %d", code)
