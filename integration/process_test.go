@@ -18,8 +18,8 @@ import (
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-// coorddBin, coordctlBin and exampleBin are built once by TestMain.
-var coorddBin, coordctlBin, exampleBin string
+// The binaries are built once by TestMain.
+var coorddBin, coordctlBin, exampleBin, scheduledBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "coordd-it-")
@@ -30,7 +30,9 @@ func TestMain(m *testing.M) {
 	coorddBin = filepath.Join(dir, "coordd")
 	exampleBin = filepath.Join(dir, "daily-close")
 	coordctlBin = filepath.Join(dir, "coordctl")
-	for bin, pkg := range map[string]string{coorddBin: "./cmd/coordd", exampleBin: "./examples/daily-close", coordctlBin: "./cmd/coordctl"} {
+	scheduledBin = filepath.Join(dir, "scheduled-close")
+	for bin, pkg := range map[string]string{coorddBin: "./cmd/coordd", exampleBin: "./examples/daily-close",
+		coordctlBin: "./cmd/coordctl", scheduledBin: "./examples/scheduled-close"} {
 		build := exec.Command("go", "build", "-o", bin, pkg)
 		build.Dir = ".."
 		if out, err := build.CombinedOutput(); err != nil {
@@ -239,6 +241,30 @@ func TestDailyCloseExample(t *testing.T) {
 		"C         window 2026-09-25 already completed by B",
 		"every store was closed exactly once.",
 	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// The scheduled-close example: three runner processes on an accelerated
+// clock; one killed mid-run, one frozen past its TTL, one two minutes
+// behind; every window completes once and every store is written once a day.
+func TestScheduledCloseExample(t *testing.T) {
+	pc := startProcs(t, 3)
+	pc.waitLeader()
+	var eps []string
+	for _, p := range pc.procs {
+		eps = append(eps, p.grpcAddr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, scheduledBin, "--endpoints", strings.Join(eps, ",")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("example failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{"--- kill -9", "--- SIGSTOP", "attempt 2", "duplicate of token",
+		"every window completed once; every store closed exactly once per day."} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

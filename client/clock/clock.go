@@ -187,3 +187,42 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	t.f.signal()
 	return was
 }
+
+// Scaled is a clock that runs speed times faster than the wall clock:
+// Now is base + (wall time since epoch) x speed. Processes that share base,
+// epoch and speed agree on the time (demos that compress days into seconds).
+type Scaled struct {
+	Base  time.Time
+	Epoch time.Time
+	Speed float64
+}
+
+func (s Scaled) Now() time.Time {
+	return s.Base.Add(time.Duration(float64(time.Since(s.Epoch)) * s.Speed))
+}
+
+func (s Scaled) real(d time.Duration) time.Duration { return time.Duration(float64(d) / s.Speed) }
+
+func (s Scaled) NewTimer(d time.Duration) Timer { return scaledTimer{realTimer{time.NewTimer(s.real(d))}, s} }
+
+func (s Scaled) AfterFunc(d time.Duration, f func()) Timer {
+	return scaledTimer{realTimer{time.AfterFunc(s.real(d), f)}, s}
+}
+
+type scaledTimer struct {
+	realTimer
+	s Scaled
+}
+
+func (t scaledTimer) Reset(d time.Duration) bool { return t.realTimer.Reset(t.s.real(d)) }
+
+// Offset is a clock that reads Skew away from Base (a replica whose clock
+// is minutes behind); timers are unaffected.
+type Offset struct {
+	Base Clock
+	Skew time.Duration
+}
+
+func (o Offset) Now() time.Time                            { return o.Base.Now().Add(o.Skew) }
+func (o Offset) NewTimer(d time.Duration) Timer            { return o.Base.NewTimer(d) }
+func (o Offset) AfterFunc(d time.Duration, f func()) Timer { return o.Base.AfterFunc(d, f) }
