@@ -214,6 +214,14 @@ func (c *Client) invoke(ctx context.Context, idempotent bool, call func(context.
 func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(context.Context, *grpc.ClientConn) error) error {
 	backoff := c.opts.backoffMin
 	redirects := 0
+	uncertain := false // an attempt may have been applied
+	finish := func(err error) error {
+		err = c.wrapFinal(err)
+		if uncertain {
+			return &unknownOutcomeError{err: err}
+		}
+		return err
+	}
 	for {
 		ep := c.leaderEndpoint()
 		cc, err := c.conn(ep)
@@ -226,10 +234,13 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
-			return c.wrapFinal(err)
-		}
 		kind, addr := classify(err)
+		if kind == unknown {
+			uncertain = true
+		}
+		if ctx.Err() != nil {
+			return finish(err)
+		}
 		switch kind {
 		case final:
 			return c.wrapFinal(err)
@@ -240,7 +251,7 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 			}
 		case unknown:
 			if !idempotent {
-				return c.wrapFinal(err)
+				return finish(err)
 			}
 			c.rotate(ep)
 		case retry:
@@ -251,7 +262,7 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return c.wrapFinal(err)
+			return finish(err)
 		case <-t.C():
 		}
 		backoff = min(2*backoff, c.opts.backoffMax)

@@ -40,7 +40,19 @@ var (
 	ErrUnavailable = errors.New("coordd: unavailable")
 	// ErrInvalidToken: a token string is malformed.
 	ErrInvalidToken = errors.New("coordd: invalid token")
+	// ErrUnknownOutcome: the call may have been applied (the connection or
+	// leadership was lost after it was sent, or the context ended while it
+	// was in flight). Retry it with the same request id (AcquireRequestID)
+	// or idempotency key to learn the outcome without a second effect.
+	ErrUnknownOutcome = errors.New("coordd: outcome unknown")
 )
+
+// unknownOutcomeError marks a final error after an attempt whose outcome is
+// unknown; it matches ErrUnknownOutcome and the underlying error.
+type unknownOutcomeError struct{ err error }
+
+func (e *unknownOutcomeError) Error() string   { return e.err.Error() + " (outcome unknown)" }
+func (e *unknownOutcomeError) Unwrap() []error { return []error{ErrUnknownOutcome, e.err} }
 
 // reasonSentinels maps server reasons to sentinels.
 var reasonSentinels = map[string]error{
