@@ -203,7 +203,9 @@ func (s Scaled) Now() time.Time {
 
 func (s Scaled) real(d time.Duration) time.Duration { return time.Duration(float64(d) / s.Speed) }
 
-func (s Scaled) NewTimer(d time.Duration) Timer { return scaledTimer{realTimer{time.NewTimer(s.real(d))}, s} }
+func (s Scaled) NewTimer(d time.Duration) Timer {
+	return scaledTimer{realTimer{time.NewTimer(s.real(d))}, s}
+}
 
 func (s Scaled) AfterFunc(d time.Duration, f func()) Timer {
 	return scaledTimer{realTimer{time.AfterFunc(s.real(d), f)}, s}

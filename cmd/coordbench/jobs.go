@@ -25,10 +25,10 @@ func (m *lagMetrics) RunStarted(_ string, lag time.Duration) {
 	m.mu.Unlock()
 }
 func (m *lagMetrics) RunCompleted(string, time.Duration, time.Duration) { m.completed.Add(1) }
-func (m *lagMetrics) RunFailed(string)                                   { m.failed.Add(1) }
-func (m *lagMetrics) RunSkipped(string)                                  {}
-func (m *lagMetrics) RunMissed(string)                                   {}
-func (m *lagMetrics) LeaseLost(string)                                   {}
+func (m *lagMetrics) RunFailed(string)                                  { m.failed.Add(1) }
+func (m *lagMetrics) RunSkipped(string)                                 {}
+func (m *lagMetrics) RunMissed(string)                                  {}
+func (m *lagMetrics) LeaseLost(string)                                  {}
 
 // jobsWorkload runs `clients` jobs, each every second, on three replicas
 // (three SDK clients and runners); ops are occurrences completed, latency

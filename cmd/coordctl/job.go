@@ -20,10 +20,10 @@ func (a *app) jobCmd() *cobra.Command {
 
 func (a *app) jobRegisterCmd() *cobra.Command {
 	var (
-		spec                                  coordv1.JobSpec
+		spec                                   coordv1.JobSpec
 		completeWithin, ttl, deadline, catchUp time.Duration
-		allow                                 bool
-		by                                    string
+		allow                                  bool
+		by                                     string
 	)
 	cmd := &cobra.Command{
 		Use:   "register NAME --schedule EXPR [--tz ZONE]",

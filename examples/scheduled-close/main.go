@@ -93,7 +93,9 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-func say(name, format string, args ...any) { fmt.Printf("%-3s %s\n", name, fmt.Sprintf(format, args...)) }
+func say(name, format string, args ...any) {
+	fmt.Printf("%-3s %s\n", name, fmt.Sprintf(format, args...))
+}
 
 func replica(cfg config) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
