@@ -1,0 +1,258 @@
+// Command faultclient is a client process for the fault-injection suite: it
+// runs a workload against coordd through the SDK and records every call
+// (start, end, outcome, token) as JSON lines, so a test can pause it with
+// SIGSTOP or kill it and check the merged histories offline.
+//
+//	faultclient --mode work --name c1 --endpoints … --history c1.jsonl
+//	faultclient --mode hold --name a --endpoints … --history a.jsonl
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coordd/coordd/client"
+)
+
+// Record is one line of a history: a call ("call") and its end ("ret")
+// share Seq; a lost lease is an "event".
+type Record struct {
+	Kind      string `json:"kind"` // call, ret, event
+	Client    string `json:"client"`
+	Seq       int64  `json:"seq"`
+	Op        string `json:"op"` // acquire, release, commit, claim, complete, lost
+	Lease     string `json:"lease,omitempty"`
+	Resource  string `json:"resource,omitempty"`
+	Window    string `json:"window,omitempty"`
+	Key       string `json:"key,omitempty"`
+	Gen       uint64 `json:"gen,omitempty"`
+	AtNs      int64  `json:"at_ns"`
+	Outcome   string `json:"outcome,omitempty"` // ok, err, unknown
+	Reason    string `json:"reason,omitempty"`
+	Accepted  bool   `json:"accepted,omitempty"`
+	Duplicate bool   `json:"duplicate,omitempty"`
+	Claimed   bool   `json:"claimed,omitempty"`
+	// DeadlineNs is the lease's local deadline when it was lost (G10).
+	DeadlineNs int64 `json:"deadline_ns,omitempty"`
+}
+
+type recorder struct {
+	mu   sync.Mutex
+	w    *bufio.Writer
+	f    *os.File
+	name string
+	seq  int64
+}
+
+func (r *recorder) write(rec Record) {
+	rec.Client = r.name
+	b, _ := json.Marshal(rec)
+	r.mu.Lock()
+	r.w.Write(b)
+	r.w.WriteByte('\n')
+	r.w.Flush() // reach the kernel: a kill -9 loses at most the line in flight
+	r.mu.Unlock()
+}
+
+// call records the start of an op and returns a function that records its end.
+func (r *recorder) call(rec Record) func(out Record, err error) {
+	r.mu.Lock()
+	r.seq++
+	seq := r.seq
+	r.mu.Unlock()
+	rec.Kind, rec.Seq, rec.AtNs = "call", seq, time.Now().UnixNano()
+	r.write(rec)
+	return func(out Record, err error) {
+		out.Kind, out.Seq, out.Op, out.AtNs = "ret", seq, rec.Op, time.Now().UnixNano()
+		out.Outcome = "ok"
+		if err != nil {
+			out.Outcome = "err"
+			var ce *client.Error
+			if errors.As(err, &ce) {
+				out.Reason = ce.Reason
+			}
+			if errors.Is(err, client.ErrUnknownOutcome) || errors.Is(err, client.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+				out.Outcome = "unknown"
+			}
+		}
+		r.write(out)
+	}
+}
+
+func main() {
+	var (
+		mode      = flag.String("mode", "work", "work: acquire, claim, commit, complete, release in a loop; hold: acquire once and commit until stopped")
+		name      = flag.String("name", "c", "client name (also the owner id)")
+		endpoints = flag.String("endpoints", "", "coordd gRPC endpoints")
+		history   = flag.String("history", "", "history file (JSON lines)")
+		lease     = flag.String("lease", "L", "lease name")
+		resource  = flag.String("resource", "R", "fenced resource")
+		ttl       = flag.Duration("ttl", 2*time.Second, "lease TTL")
+		commits   = flag.Int("commits", 3, "commits per held lease (work)")
+		interval  = flag.Duration("interval", 100*time.Millisecond, "pause between operations")
+		firstWait = flag.Duration("first-commit-delay", 0, "wait after acquiring before the first commit")
+	)
+	flag.Parse()
+	f, err := os.OpenFile(*history, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	rec := &recorder{w: bufio.NewWriter(f), f: f, name: *name}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	c, err := client.New(ctx, strings.Split(*endpoints, ","), client.WithOwner(*name), client.WithAttemptTimeout(time.Second))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer c.Close()
+	w := &worker{c: c, rec: rec, lease: *lease, resource: *resource, ttl: *ttl, commits: *commits, interval: *interval,
+		firstWait: *firstWait}
+	switch *mode {
+	case "work":
+		w.work(ctx)
+	case "hold":
+		w.hold(ctx)
+	default:
+		fmt.Fprintln(os.Stderr, "unknown mode", *mode)
+		os.Exit(2)
+	}
+	f.Sync()
+}
+
+type worker struct {
+	c         *client.Client
+	rec       *recorder
+	lease     string
+	resource  string
+	ttl       time.Duration
+	commits   int
+	interval  time.Duration
+	firstWait time.Duration
+	iter      int
+}
+
+func opCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(parent), 3*time.Second)
+}
+
+func (w *worker) acquire(ctx context.Context) *client.Lease {
+	done := w.rec.call(Record{Op: "acquire", Lease: w.lease})
+	cctx, cancel := opCtx(ctx)
+	l, err := w.c.Acquire(cctx, w.lease, w.ttl)
+	cancel()
+	if errors.Is(err, client.ErrNotAcquired) {
+		done(Record{Lease: w.lease, Reason: "HELD"}, nil)
+		return nil
+	}
+	if err != nil {
+		done(Record{Lease: w.lease}, err)
+		return nil
+	}
+	done(Record{Lease: w.lease, Gen: l.Generation(), Accepted: true}, nil)
+	go func() {
+		<-l.Done()
+		if errors.Is(l.Err(), client.ErrLeaseLost) {
+			w.rec.write(Record{Kind: "event", Op: "lost", Lease: w.lease, Gen: l.Generation(), AtNs: time.Now().UnixNano(),
+				DeadlineNs: l.Deadline().UnixNano(), Reason: l.Err().Error()})
+		}
+	}()
+	return l
+}
+
+func (w *worker) commit(ctx context.Context, l *client.Lease, key string) error {
+	done := w.rec.call(Record{Op: "commit", Lease: w.lease, Resource: w.resource, Key: key, Gen: l.Generation()})
+	cctx, cancel := opCtx(ctx)
+	res, err := l.FencedCommit(cctx, w.resource, key, []byte(key))
+	cancel()
+	out := Record{Lease: w.lease, Resource: w.resource, Key: key, Gen: l.Generation()}
+	if err == nil {
+		out.Accepted, out.Duplicate = res.Accepted, res.Duplicate
+	}
+	done(out, err)
+	return err
+}
+
+func (w *worker) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// work: acquire; claim a window; commit; complete; release; repeat.
+func (w *worker) work(ctx context.Context) {
+	for ctx.Err() == nil {
+		l := w.acquire(ctx)
+		if l == nil {
+			w.sleep(ctx, w.interval)
+			continue
+		}
+		w.iter++
+		// Clients share windows (one per two seconds), so completions race.
+		window := fmt.Sprintf("w-%d", time.Now().Unix()/2)
+		done := w.rec.call(Record{Op: "claim", Lease: w.lease, Window: window, Gen: l.Generation()})
+		cctx, cancel := opCtx(ctx)
+		claim, err := l.ClaimWindow(cctx, "J", window)
+		cancel()
+		out := Record{Window: window, Gen: l.Generation()}
+		if err == nil {
+			out.Claimed = claim.Claimed
+		}
+		done(out, err)
+		if w.firstWait > 0 && !w.sleep(ctx, w.firstWait) {
+			return
+		}
+		ok := err == nil
+		for i := 0; ok && i < w.commits && ctx.Err() == nil; i++ {
+			ok = w.commit(ctx, l, fmt.Sprintf("%s-g%d-%d", w.rec.name, l.Generation(), i)) == nil
+			w.sleep(ctx, w.interval)
+		}
+		if ok && claim != nil && claim.Claimed {
+			done := w.rec.call(Record{Op: "complete", Window: window, Gen: l.Generation()})
+			cctx, cancel := opCtx(ctx)
+			_, err := claim.Complete(cctx, nil)
+			cancel()
+			done(Record{Window: window, Gen: l.Generation()}, err)
+		}
+		done = w.rec.call(Record{Op: "release", Lease: w.lease, Gen: l.Generation()})
+		cctx, cancel = opCtx(ctx)
+		err = l.Release(cctx)
+		cancel()
+		done(Record{Lease: w.lease, Gen: l.Generation()}, err)
+		w.sleep(ctx, w.interval)
+	}
+}
+
+// hold: acquire until granted, then commit every interval until stopped
+// (a paused holder keeps committing when it wakes up).
+func (w *worker) hold(ctx context.Context) {
+	var l *client.Lease
+	for l == nil && ctx.Err() == nil {
+		if l = w.acquire(ctx); l == nil {
+			w.sleep(ctx, w.interval)
+		}
+	}
+	for i := 0; ctx.Err() == nil; i++ {
+		_ = w.commit(ctx, l, fmt.Sprintf("%s-g%d-%d", w.rec.name, l.Generation(), i))
+		w.sleep(ctx, w.interval)
+	}
+	cctx, cancel := opCtx(ctx)
+	_ = l.Release(cctx)
+	cancel()
+}
