@@ -230,3 +230,23 @@ func (c *Cluster) WaitConverged(timeout time.Duration) string {
 	c.t.Fatalf("nodes did not converge within %s: digests %v (logs in %s)", timeout, last, c.Dir)
 	return ""
 }
+
+// WaitCaughtUp waits until nd applied everything the leader had committed
+// when the wait began (works under load, unlike WaitConverged).
+func (c *Cluster) WaitCaughtUp(nd *Node, timeout time.Duration) {
+	c.t.Helper()
+	leader := c.WaitLeader(timeout)
+	st, err := c.Status(leader, time.Second)
+	if err != nil {
+		c.t.Fatalf("status of the leader: %v", err)
+	}
+	target := st.GetCommitIndex()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if s, err := c.Status(nd, time.Second); err == nil && s.GetAppliedIndex() >= target {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatalf("%s did not catch up to index %d within %s (logs in %s)", nd.ID, target, timeout, c.Dir)
+}

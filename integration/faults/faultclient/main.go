@@ -224,7 +224,7 @@ func (w *worker) work(ctx context.Context) {
 			w.sleep(ctx, w.interval)
 		}
 		if ok && claim != nil && claim.Claimed {
-			done := w.rec.call(Record{Op: "complete", Window: window, Gen: l.Generation()})
+			done := w.rec.call(Record{Op: "complete", Lease: w.lease, Window: window, Gen: l.Generation()})
 			cctx, cancel := opCtx(ctx)
 			_, err := claim.Complete(cctx, nil)
 			cancel()

@@ -1,0 +1,161 @@
+//go:build faults
+
+// Package faults is the fault-injection suite: real coordd processes, real
+// faults (kill -9, SIGSTOP, whole-cluster crashes), clients as separate
+// processes that record every call, histories checked offline (generations,
+// porcupine against a model of the fencing authority, windows, durability,
+// digests). Run it with
+//
+//	go test -tags faults ./integration/faults -v                       # short profile
+//	COORDD_FAULTS_PROFILE=full go test -tags faults ./integration/faults -v -timeout 60m
+//
+// On failure the histories, node logs and data dirs are kept and their path
+// printed.
+package faults
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/internal/proccluster"
+)
+
+var coorddBin, clientBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "coordd-faults-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if coorddBin, err = proccluster.Build(dir, "./cmd/coordd", "coordd"); err == nil {
+		clientBin, err = proccluster.Build(dir, "./integration/faults/faultclient", "faultclient")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// full reports whether the full profile runs.
+func full() bool { return os.Getenv("COORDD_FAULTS_PROFILE") == "full" }
+
+// cycles picks the short or full count.
+func cycles(short, long int) int {
+	if full() {
+		return long
+	}
+	return short
+}
+
+// run is one scenario: a cluster, client processes and their histories.
+type run struct {
+	t       *testing.T
+	dir     string
+	c       *proccluster.Cluster
+	clients map[string]*exec.Cmd
+}
+
+func newRun(t *testing.T) *run {
+	dir, err := os.MkdirTemp("", "coordd-faults-"+strings.ReplaceAll(t.Name(), "/", "_")+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run{t: t, dir: dir, clients: map[string]*exec.Cmd{}}
+	r.c = proccluster.Start(t, coorddBin, 3)
+	t.Cleanup(func() {
+		for _, cmd := range r.clients {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		if t.Failed() {
+			keep := filepath.Join(dir, "cluster")
+			_ = exec.Command("cp", "-r", r.c.Dir, keep).Run()
+			t.Logf("histories, node logs and data dirs kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	r.c.WaitLeader(20 * time.Second)
+	return r
+}
+
+// client starts a faultclient process recording into dir/name.jsonl.
+func (r *run) client(name, mode string, args ...string) *exec.Cmd {
+	r.t.Helper()
+	logf, err := os.Create(filepath.Join(r.dir, name+".log"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(clientBin, append([]string{"--mode", mode, "--name", name, "--endpoints",
+		strings.Join(r.c.Endpoints(), ","), "--history", filepath.Join(r.dir, name+".jsonl")}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.clients[name] = cmd
+	return cmd
+}
+
+// stopClients ends every client gracefully (SIGTERM) and waits.
+func (r *run) stopClients() {
+	for name, cmd := range r.clients {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		delete(r.clients, name)
+	}
+}
+
+// check runs every checker over the recorded histories.
+func (r *run) check() history {
+	r.t.Helper()
+	h := loadHistory(r.t, r.dir)
+	for lease, lh := range h.byLease() {
+		if lease == "" {
+			continue
+		}
+		r.t.Logf("lease %s:", lease)
+		checkGenerations(r.t, lh)
+		checkFencing(r.t, lh)
+		checkWindows(r.t, lh)
+		checkDurable(r.t, r.c.Endpoints(), lh, lease)
+	}
+	d := r.c.WaitConverged(30 * time.Second)
+	r.t.Logf("checker 5: all nodes at digest %s", d[:12])
+	for _, name := range []string{"acquire", "commit", "release", "claim", "complete"} {
+		ok, failed, unknown := h.count(name)
+		r.t.Logf("%-8s ok %d, refused %d, unknown %d", name, ok, failed, unknown)
+	}
+	return h
+}
+
+// await polls cond until it holds.
+func (r *run) await(what string, timeout time.Duration, cond func() bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
