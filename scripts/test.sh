@@ -3,13 +3,18 @@
 # enabled test suite. Extra arguments go to `go test` (e.g. -run, -v).
 #   scripts/test.sh                 # the default suite (a few minutes)
 #   COORDD_FUZZTIME=60s scripts/test.sh   # also fuzz the FSM for that long
+#   COORDD_FAULTS_PROFILE=full scripts/test.sh   # the fault suite's full profile
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go mod download
 go vet ./...
+go vet -tags faults ./integration/faults/
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null | grep -v '\.pb\.go$' || find . -name '*.go' ! -name '*.pb.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
 go test -race -count=1 -timeout 20m "$@" ./...
+# The fault-injection suite's short profile (real processes, about a minute);
+# COORDD_FAULTS_PROFILE=full runs the long one.
+go test -tags faults -count=1 -timeout 30m "$@" ./integration/faults/
 if [ -n "${COORDD_FUZZTIME:-}" ]; then
   go test ./fsm -run '^$' -fuzz FuzzCommands -fuzztime "$COORDD_FUZZTIME"
 fi

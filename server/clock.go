@@ -54,3 +54,28 @@ func (c *clusterClock) stamp() int64 {
 		}
 	}
 }
+
+// SkewedClock is a clock for fault tests: its wall reading is Offset away
+// from the real one and its elapsed time runs at Rate (1 = real time).
+// coordd exposes it through --test-clock-offset and --test-clock-rate,
+// because Go programs ignore libfaketime.
+type SkewedClock struct {
+	Offset time.Duration
+	Rate   float64
+	start  time.Time
+}
+
+// NewSkewedClock starts a skewed clock now.
+func NewSkewedClock(offset time.Duration, rate float64) *SkewedClock {
+	if rate <= 0 {
+		rate = 1
+	}
+	return &SkewedClock{Offset: offset, Rate: rate, start: time.Now()}
+}
+
+// Now keeps the monotonic reading, so Sub between two readings is the
+// scaled elapsed time.
+func (c *SkewedClock) Now() time.Time {
+	elapsed := time.Since(c.start)
+	return c.start.Add(time.Duration(float64(elapsed)*c.Rate) + c.Offset)
+}

@@ -68,6 +68,9 @@ func run(args []string) error {
 		logLevel  = fs.String("log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
 		logFormat = fs.String("log-format", env("LOG_FORMAT", "text"), "text or json")
 		pprofOn   = fs.Bool("enable-pprof", env("ENABLE_PPROF", "") == "true", "serve /debug/pprof/ on the HTTP address")
+		// Fault tests only: Go ignores libfaketime, so clock faults need a hook.
+		clockOffset = fs.Duration("test-clock-offset", 0, "FAULT TESTS ONLY: offset this node's wall clock")
+		clockRate   = fs.Float64("test-clock-rate", 1, "FAULT TESTS ONLY: scale this node's monotonic clock")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -94,10 +97,16 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--peers: %w", err)
 	}
+	var clk server.Clock
+	if *clockOffset != 0 || *clockRate != 1 {
+		clk = server.NewSkewedClock(*clockOffset, *clockRate)
+		logger.Warn("test clock hook active: this node's clock is skewed", "offset", *clockOffset, "rate", *clockRate)
+	}
 	srv, err := server.New(server.Config{
 		ID: *id, DataDir: *dataDir, GRPCAddr: *grpcAddr, RaftAddr: *raftAddr, HTTPAddr: *httpAddr,
 		Peers: peerMap, Join: *join, HeartbeatTimeout: *heartbeat, ElectionTimeout: *election,
 		LeaderLeaseTimeout: *heartbeat / 2, Retention: *retention, MinTTL: *minTTL, Logger: logger, EnablePprof: *pprofOn,
+		Clock: clk,
 	})
 	if err != nil {
 		return err

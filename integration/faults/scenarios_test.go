@@ -5,6 +5,8 @@ package faults
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -207,4 +209,143 @@ func TestWholeClusterKill(t *testing.T) {
 	if ok, _, _ := h.count("commit"); ok == 0 {
 		t.Fatal("no commit was acknowledged: the workload did not run")
 	}
+}
+
+// Scenario 9: clock faults through coordd's test hook. The leader's wall
+// clock is set 5 minutes ahead, then 5 minutes behind, and it takes over
+// leadership while the workload runs: no outcome changes (the checkers),
+// the kept-alive holder loses nothing, and the leader change shortens no
+// lease.
+func TestClockSkew(t *testing.T) {
+	r := newRun(t)
+	r.client("holder", "hold", "--lease", "H", "--resource", "HR", "--ttl", "5s", "--interval", "200ms")
+	for i := 1; i <= 2; i++ {
+		r.client(fmt.Sprintf("w%d", i), "work", "--ttl", "2s", "--interval", "30ms")
+	}
+	for i, skew := range []time.Duration{5 * time.Minute, -5 * time.Minute} {
+		time.Sleep(time.Second)
+		nd := r.c.Nodes[i]
+		r.c.Stop(nd, syscall.SIGTERM)
+		nd.ExtraArgs = []string{"--test-clock-offset", skew.String()}
+		r.c.Restart(nd)
+		r.c.WaitCaughtUp(nd, 30*time.Second)
+
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		leader := r.c.WaitLeader(20 * time.Second)
+		if leader == nd { // the change under test is *to* the skewed node
+			other := r.c.Nodes[(i+1)%3]
+			if _, err := coordv1.NewClusterClient(leader.Conn).TransferLeadership(ctx, &coordv1.TransferLeadershipRequest{Id: other.ID}); err != nil {
+				t.Fatalf("transfer to %s: %v", other.ID, err)
+			}
+			r.await(other.ID+" leads", 10*time.Second, func() bool { return r.c.Leader() == other })
+			leader = other
+		}
+		cc := coordv1.NewCoordinatorClient(leader.Conn)
+		probe := fmt.Sprintf("skew-probe-%d", i)
+		if _, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: probe, Owner: "probe", TtlMs: 20000}); err != nil {
+			t.Fatal(err)
+		}
+		before, err := cc.GetLease(ctx, &coordv1.GetLeaseRequest{Name: probe})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		if _, err := coordv1.NewClusterClient(leader.Conn).TransferLeadership(ctx, &coordv1.TransferLeadershipRequest{Id: nd.ID}); err != nil {
+			t.Fatalf("transfer to %s: %v", nd.ID, err)
+		}
+		r.await(nd.ID+" leads", 10*time.Second, func() bool { return r.c.Leader() == nd })
+		after, err := coordv1.NewCoordinatorClient(nd.Conn).GetLease(ctx, &coordv1.GetLeaseRequest{Name: probe})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		elapsed := time.Since(t0).Milliseconds()
+		b, a := before.GetLease(), after.GetLease()
+		if a.GetExpired() || a.GetExpiresInMs()+elapsed+50 < b.GetExpiresInMs() || a.GetExpiresInMs() > b.GetExpiresInMs()+1000 {
+			t.Errorf("skew %s: %d ms left before the leader change, %d ms left %d ms later", skew, b.GetExpiresInMs(), a.GetExpiresInMs(), elapsed)
+		}
+		t.Logf("skew %s: leadership %s -> %s; probe lease %d ms left -> %d ms left %d ms later", skew, leader.ID, nd.ID,
+			b.GetExpiresInMs(), a.GetExpiresInMs(), elapsed)
+		time.Sleep(2 * time.Second) // the workload runs under the skewed leader
+	}
+	r.stopClients()
+	h := r.check()
+	for _, e := range h.events {
+		if e.Client == "holder" && e.Op == "lost" {
+			t.Errorf("the kept-alive holder lost its lease: %s", e.Reason)
+		}
+	}
+}
+
+// freeze puts a process into a cgroup (v1 freezer) and freezes it: unlike
+// SIGSTOP, the process gets no signal and cannot tell. (A 1 % CPU quota is
+// not enough here: a Go client still renews its lease at 1 %.) The returned
+// function thaws it and removes the group.
+func freeze(t *testing.T, pid int) func() {
+	t.Helper()
+	dir := fmt.Sprintf("/sys/fs/cgroup/freezer/coordd-faults-%d", pid)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("no cgroup v1 freezer here: %v", err)
+	}
+	write := func(file, v string) {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(v), 0o644); err != nil {
+			t.Fatalf("cgroup %s: %v", file, err)
+		}
+	}
+	write("cgroup.procs", fmt.Sprint(pid))
+	write("freezer.state", "FROZEN")
+	done := false
+	thaw := func() {
+		if done {
+			return
+		}
+		done = true
+		write("freezer.state", "THAWED")
+		_ = os.WriteFile("/sys/fs/cgroup/freezer/cgroup.procs", []byte(fmt.Sprint(pid)), 0o644)
+		_ = os.Remove(dir)
+	}
+	t.Cleanup(thaw)
+	return thaw
+}
+
+// Scenario 2: the starved holder. A renews and commits in a loop; it is
+// frozen by the cgroup freezer for TTL + 1 s; B acquires meanwhile. No
+// commit of A that started after B's grant is accepted.
+func TestStarvedHolder(t *testing.T) {
+	r := newRun(t)
+	const ttl = 2 * time.Second
+	a := r.client("A", "hold", "--ttl", ttl.String(), "--interval", "20ms")
+	r.await("A holds L and commits", 15*time.Second, func() bool {
+		return r.seen("A", func(x record) bool { return x.Op == "commit" && x.Accepted })
+	})
+	lift := freeze(t, a.Process.Pid)
+	starved := time.Now()
+	r.client("B", "work", "--ttl", ttl.String(), "--interval", "50ms")
+	r.await("B acquires", 20*time.Second, func() bool {
+		return r.seen("B", func(x record) bool { return x.Op == "acquire" && x.Accepted })
+	})
+	if d := time.Since(starved); d < ttl+time.Second {
+		time.Sleep(ttl + time.Second - d)
+	}
+	lift()
+	time.Sleep(time.Second) // A runs at full speed again and keeps committing
+	r.stopClients()
+	h := r.check()
+	var bGrant int64
+	for _, o := range h.ops {
+		if o.client == "B" && o.call.Op == "acquire" && o.ok() && o.ret.Accepted {
+			bGrant = o.retNs
+			break
+		}
+	}
+	after := 0
+	for _, o := range h.ops {
+		if o.client == "A" && o.call.Op == "commit" && o.callNs > bGrant {
+			after++
+			if o.ok() && o.ret.Accepted && !o.ret.Duplicate {
+				t.Errorf("A's commit %s started after B's grant and was accepted", o.call.Key)
+			}
+		}
+	}
+	t.Logf("A made %d commits after B's grant, none accepted", after)
 }
