@@ -93,13 +93,20 @@ func newRun(t *testing.T) *run {
 // client starts a faultclient process recording into dir/name.jsonl.
 func (r *run) client(name, mode string, args ...string) *exec.Cmd {
 	r.t.Helper()
+	return r.clientVia(name, strings.Join(r.c.Endpoints(), ","), mode, args...)
+}
+
+// clientVia starts a client that reaches the cluster through endpoints
+// (proxies the test can cut).
+func (r *run) clientVia(name, endpoints, mode string, args ...string) *exec.Cmd {
+	r.t.Helper()
 	logf, err := os.Create(filepath.Join(r.dir, name+".log"))
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	defer logf.Close()
 	cmd := exec.Command(clientBin, append([]string{"--mode", mode, "--name", name, "--endpoints",
-		strings.Join(r.c.Endpoints(), ","), "--history", filepath.Join(r.dir, name+".jsonl")}, args...)...)
+		endpoints, "--history", filepath.Join(r.dir, name+".jsonl")}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		r.t.Fatal(err)

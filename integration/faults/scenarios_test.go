@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -348,4 +350,157 @@ func TestStarvedHolder(t *testing.T) {
 		}
 	}
 	t.Logf("A made %d commits after B's grant, none accepted", after)
+}
+
+// Scenario 8 (the keepalive part): a holder's connections to the cluster
+// are cut for 0.5 x TTL (the lease is kept) and then for 1.5 x TTL (the
+// lease is lost: the SDK signals it before the server grants the lease to
+// the waiting B, and the holder's writes after healing are refused).
+func TestKeepAliveCutOff(t *testing.T) {
+	r := newRun(t)
+	const ttl = 4 * time.Second
+	var proxies []*proxy
+	var eps []string
+	for _, nd := range r.c.Nodes {
+		p := newProxy(t, nd.GRPCAddr)
+		proxies = append(proxies, p)
+		eps = append(eps, p.Addr())
+	}
+	cutFor := func(d time.Duration) {
+		for _, p := range proxies {
+			p.Cut()
+		}
+		time.Sleep(d)
+		for _, p := range proxies {
+			p.Heal()
+		}
+	}
+	r.clientVia("K", strings.Join(eps, ","), "hold", "--ttl", ttl.String(), "--interval", "100ms")
+	r.await("K holds L and commits", 15*time.Second, func() bool {
+		return r.seen("K", func(x record) bool { return x.Op == "commit" && x.Accepted })
+	})
+	cutFor(ttl / 2)
+	time.Sleep(ttl) // renewals resume; a lease lost here would show as an event
+	if lostEvents(loadHistory(t, r.dir), "K") != 0 {
+		t.Fatal("K lost its lease over a cut of 0.5 x TTL")
+	}
+	r.client("B", "work", "--ttl", ttl.String(), "--interval", "50ms")
+	cutFor(3 * ttl / 2)
+	r.await("B acquires", 20*time.Second, func() bool {
+		return r.seen("B", func(x record) bool { return x.Op == "acquire" && x.Accepted })
+	})
+	time.Sleep(time.Second) // K, healed, keeps committing with its old token
+	r.stopClients()
+	h := r.check()
+	var bGrant int64
+	for _, o := range h.ops {
+		if o.client == "B" && o.call.Op == "acquire" && o.ok() && o.ret.Accepted {
+			bGrant = o.callNs
+			break
+		}
+	}
+	var lostAt int64
+	for _, e := range h.events {
+		if e.Client == "K" && e.Op == "lost" {
+			lostAt = e.AtNs
+		}
+	}
+	if lostAt == 0 || lostAt >= bGrant {
+		t.Fatalf("K's SDK signalled the loss at %d, B's granting call started at %d", lostAt, bGrant)
+	}
+	for _, o := range h.ops {
+		if o.client == "K" && o.call.Op == "commit" && o.callNs > bGrant && o.ok() && o.ret.Accepted && !o.ret.Duplicate {
+			t.Errorf("K's commit %s after B's grant was accepted", o.call.Key)
+		}
+	}
+	t.Logf("K signalled the loss %s before B's granting call", time.Duration(bGrant-lostAt).Round(time.Millisecond))
+}
+
+func lostEvents(h history, client string) int {
+	n := 0
+	for _, e := range h.events {
+		if e.Client == client && e.Op == "lost" {
+			n++
+		}
+	}
+	return n
+}
+
+// Scenario 7: the disk fills up. One node's data dir moves to a small tmpfs
+// (first the leader's, then a follower's); a filler file takes the rest of
+// the space while the workload runs. The full node fails its writes (a
+// clear log line) and a leader steps down; the others make progress;
+// nothing acknowledged is lost; after the filler goes, the node catches up.
+func TestDiskFull(t *testing.T) {
+	r := newRun(t)
+	for i := 1; i <= 2; i++ {
+		r.client(fmt.Sprintf("w%d", i), "work", "--ttl", "2s", "--interval", "30ms")
+	}
+	for round, pickLeader := range []bool{true, false} {
+		time.Sleep(time.Second)
+		leader := r.c.WaitLeader(20 * time.Second)
+		nd := leader
+		if !pickLeader {
+			for _, x := range r.c.Nodes {
+				if x != leader {
+					nd = x
+					break
+				}
+			}
+		}
+		mnt := filepath.Join(r.dir, fmt.Sprintf("tmpfs-%d", round))
+		if err := os.MkdirAll(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt).CombinedOutput(); err != nil {
+			t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("umount", "-l", mnt).Run() })
+		r.c.Stop(nd, syscall.SIGTERM)
+		data := filepath.Join(mnt, "data")
+		if out, err := exec.Command("cp", "-a", nd.DataDir, data).CombinedOutput(); err != nil {
+			t.Fatalf("copy data dir: %v %s", err, out)
+		}
+		nd.DataDir = data
+		r.c.Restart(nd)
+		r.c.WaitCaughtUp(nd, 30*time.Second)
+		if pickLeader {
+			if l := r.c.WaitLeader(20 * time.Second); l != nd {
+				if _, err := coordv1.NewClusterClient(l.Conn).TransferLeadership(context.Background(),
+					&coordv1.TransferLeadershipRequest{Id: nd.ID}); err != nil {
+					t.Fatal(err)
+				}
+				r.await(nd.ID+" leads", 10*time.Second, func() bool { return r.c.Leader() == nd })
+			}
+		}
+		// Fill the disk.
+		filler := filepath.Join(mnt, "filler")
+		_ = exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=1M", "count=64").Run()
+		r.await("another node leads", 20*time.Second, func() bool {
+			l := r.c.Leader()
+			return l != nil && l != nd
+		})
+		before := r.commitsAccepted()
+		r.await("progress without the full node", 20*time.Second, func() bool { return r.commitsAccepted() > before+5 })
+		logs, _ := os.ReadFile(nd.LogPath)
+		if !strings.Contains(strings.ToLower(string(logs)), "no space left on device") {
+			t.Errorf("%s's log does not say the disk is full", nd.ID)
+		}
+		os.Remove(filler)
+		r.c.WaitCaughtUp(nd, 30*time.Second)
+		t.Logf("round %d: %s (leader=%v) ran out of space, the others went on, it caught up", round, nd.ID, pickLeader)
+	}
+	r.stopClients()
+	r.check()
+}
+
+// commitsAccepted counts accepted commits in the histories so far.
+func (r *run) commitsAccepted() int {
+	n := 0
+	for _, o := range loadHistory(r.t, r.dir).ops {
+		if o.call.Op == "commit" && o.ok() && o.ret.Accepted {
+			n++
+		}
+	}
+	return n
 }
