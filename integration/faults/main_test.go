@@ -66,12 +66,17 @@ type run struct {
 }
 
 func newRun(t *testing.T) *run {
+	return newRunOn(t, func() *proccluster.Cluster { return proccluster.Start(t, coorddBin, 3) })
+}
+
+// newRunOn is newRun on a cluster that start builds (e.g. in namespaces).
+func newRunOn(t *testing.T, start func() *proccluster.Cluster) *run {
 	dir, err := os.MkdirTemp("", "coordd-faults-"+strings.ReplaceAll(t.Name(), "/", "_")+"-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &run{t: t, dir: dir, clients: map[string]*exec.Cmd{}}
-	r.c = proccluster.Start(t, coorddBin, 3)
+	r.c = start()
 	t.Cleanup(func() {
 		for _, cmd := range r.clients {
 			_ = cmd.Process.Signal(syscall.SIGCONT)
@@ -100,13 +105,23 @@ func (r *run) client(name, mode string, args ...string) *exec.Cmd {
 // (proxies the test can cut).
 func (r *run) clientVia(name, endpoints, mode string, args ...string) *exec.Cmd {
 	r.t.Helper()
+	return r.clientIn("", name, endpoints, mode, args...)
+}
+
+// clientIn starts a client in a network namespace ("" for the test's own).
+func (r *run) clientIn(netns, name, endpoints, mode string, args ...string) *exec.Cmd {
+	r.t.Helper()
 	logf, err := os.Create(filepath.Join(r.dir, name+".log"))
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(clientBin, append([]string{"--mode", mode, "--name", name, "--endpoints",
-		endpoints, "--history", filepath.Join(r.dir, name+".jsonl")}, args...)...)
+	argv := append([]string{clientBin, "--mode", mode, "--name", name, "--endpoints",
+		endpoints, "--history", filepath.Join(r.dir, name+".jsonl")}, args...)
+	if netns != "" {
+		argv = append([]string{"ip", "netns", "exec", netns}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		r.t.Fatal(err)

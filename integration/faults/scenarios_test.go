@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/proccluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -503,4 +504,72 @@ func (r *run) commitsAccepted() int {
 		}
 	}
 	return n
+}
+
+// Scenario 4: the leader is isolated by iptables in its network namespace,
+// with one client stuck on its side. The old leader acknowledges nothing
+// after the majority elects a new one (the stuck client gets no success),
+// the majority side goes on, and everything converges after healing.
+func TestLeaderIsolated(t *testing.T) {
+	lab := newNetlab(t)
+	var nodes []*proccluster.Node
+	ips := map[string]string{}
+	nss := map[string]string{}
+	for i := 1; i <= 3; i++ {
+		ns, ip := lab.host()
+		id := fmt.Sprintf("node%d", i)
+		ips[id], nss[id] = ip, ns
+		nodes = append(nodes, &proccluster.Node{ID: id, Netns: ns, GRPCAddr: ip + ":7400", HTTPAddr: ip + ":7401", RaftAddr: ip + ":7402"})
+	}
+	r := newRunOn(t, func() *proccluster.Cluster { return proccluster.StartNodes(t, coorddBin, nodes) })
+	stuckNS, _ := lab.host()
+	eps := strings.Join(r.c.Endpoints(), ",")
+	for i := 1; i <= 2; i++ {
+		r.clientVia(fmt.Sprintf("w%d", i), eps, "work", "--ttl", "2s", "--interval", "30ms")
+	}
+	time.Sleep(2 * time.Second)
+	old := r.c.WaitLeader(20 * time.Second)
+	r.clientIn(stuckNS, "stuck", old.GRPCAddr, "work", "--ttl", "2s", "--interval", "30ms")
+	time.Sleep(time.Second)
+	// Partition: the old leader talks only to the stuck client.
+	var others []string
+	for id, ip := range ips {
+		if id != old.ID {
+			others = append(others, ip)
+		}
+	}
+	lab.drop(nss[old.ID], append(others, lab.RootIP())...)
+	lab.drop(stuckNS, others...)
+	partitioned := time.Now()
+	r.await("a new leader on the majority side", 15*time.Second, func() bool {
+		l := r.c.Leader()
+		return l != nil && l != old
+	})
+	newLeaderAt := time.Now()
+	time.Sleep(3 * time.Second) // the majority works; the stuck client tries the old leader
+	for ns := range map[string]bool{nss[old.ID]: true, stuckNS: true} {
+		lab.heal(ns)
+	}
+	r.c.WaitCaughtUp(old, 30*time.Second)
+	time.Sleep(time.Second)
+	r.stopClients()
+	h := r.check()
+	successes, tried := 0, 0
+	for _, o := range h.ops {
+		if o.client != "stuck" || o.callNs < newLeaderAt.UnixNano() || o.callNs > newLeaderAt.Add(3*time.Second).UnixNano() {
+			continue
+		}
+		tried++
+		if o.ok() && (o.ret.Accepted || o.ret.Claimed) {
+			successes++
+			t.Errorf("the isolated old leader acknowledged %s %s at +%s", o.call.Op, o.call.Key,
+				time.Duration(o.retNs-partitioned.UnixNano()).Round(time.Millisecond))
+		}
+	}
+	if tried == 0 {
+		t.Error("the stuck client made no call while it was cut off")
+	}
+	majority, _, _ := h.count("commit")
+	t.Logf("partitioned %s for %s; the stuck client tried %d calls while cut, %d succeeded; commits overall: %d", old.ID,
+		time.Since(partitioned).Round(100*time.Millisecond), tried, successes, majority)
 }

@@ -56,6 +56,9 @@ func moduleRoot() (string, error) {
 // Node is one coordd process.
 type Node struct {
 	ID, GRPCAddr, RaftAddr, HTTPAddr, DataDir, LogPath string
+	// Netns, when set, runs the process in that network namespace
+	// (ip netns exec); its addresses are the namespace's.
+	Netns string
 	Cmd                                                *exec.Cmd
 	Conn                                               *grpc.ClientConn
 	ExtraArgs                                          []string
@@ -82,14 +85,25 @@ func freePort(t testing.TB) string {
 	return l.Addr().String()
 }
 
-// Start starts n nodes from bin; every process is killed at cleanup.
+// Start starts n nodes from bin on loopback; every process is killed at
+// cleanup.
 func Start(t testing.TB, bin string, n int, extraArgs ...string) *Cluster {
+	t.Helper()
+	var nodes []*Node
+	for i := 1; i <= n; i++ {
+		nodes = append(nodes, &Node{ID: fmt.Sprintf("node%d", i), GRPCAddr: freePort(t), RaftAddr: freePort(t),
+			HTTPAddr: freePort(t), ExtraArgs: extraArgs})
+	}
+	return StartNodes(t, bin, nodes)
+}
+
+// StartNodes starts the given nodes (ids and addresses set, optionally a
+// network namespace each).
+func StartNodes(t testing.TB, bin string, nodes []*Node) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, bin: bin, Dir: t.TempDir()}
 	var peers []string
-	for i := 1; i <= n; i++ {
-		nd := &Node{ID: fmt.Sprintf("node%d", i), GRPCAddr: freePort(t), RaftAddr: freePort(t), HTTPAddr: freePort(t),
-			ExtraArgs: extraArgs}
+	for _, nd := range nodes {
 		nd.DataDir = filepath.Join(c.Dir, nd.ID)
 		nd.LogPath = filepath.Join(c.Dir, nd.ID+".log")
 		cc, err := grpc.NewClient(nd.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -124,7 +138,12 @@ func (c *Cluster) Restart(nd *Node) {
 	defer logf.Close()
 	args := append([]string{"--id", nd.ID, "--data-dir", nd.DataDir, "--grpc-addr", nd.GRPCAddr, "--raft-addr", nd.RaftAddr,
 		"--http-addr", nd.HTTPAddr, "--peers", c.peers}, nd.ExtraArgs...)
-	nd.Cmd = exec.Command(c.bin, args...)
+	if nd.Netns != "" {
+		args = append([]string{"netns", "exec", nd.Netns, c.bin}, args...)
+		nd.Cmd = exec.Command("ip", args...)
+	} else {
+		nd.Cmd = exec.Command(c.bin, args...)
+	}
 	nd.Cmd.Stdout, nd.Cmd.Stderr = logf, logf
 	if err := nd.Cmd.Start(); err != nil {
 		c.t.Fatal(err)
