@@ -58,10 +58,10 @@ type Node struct {
 	ID, GRPCAddr, RaftAddr, HTTPAddr, DataDir, LogPath string
 	// Netns, when set, runs the process in that network namespace
 	// (ip netns exec); its addresses are the namespace's.
-	Netns string
-	Cmd                                                *exec.Cmd
-	Conn                                               *grpc.ClientConn
-	ExtraArgs                                          []string
+	Netns     string
+	Cmd       *exec.Cmd
+	Conn      *grpc.ClientConn
+	ExtraArgs []string
 }
 
 // Running reports whether the process is up.
