@@ -6,10 +6,12 @@ package proccluster
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -76,13 +78,30 @@ type Cluster struct {
 	peers string
 }
 
+// freePort picks a free loopback port below the kernel's ephemeral range:
+// a port from ":0" would be free now but could be handed to an outgoing
+// connection before the node binds it (seen: a raft port taken by a client).
 func freePort(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 12000 {
+				low = v
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	for i := 0; i < 100; i++ {
+		port := 10000 + rand.IntN(low-10000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return l.Addr().String()
+	}
+	t.Fatal("no free port below the ephemeral range")
+	return ""
 }
 
 // Start starts n nodes from bin on loopback; every process is killed at

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"strings"
@@ -21,7 +22,12 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/coordd/coordd/client"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
 // Record is one line of a history: a call ("call") and its end ("ret")
@@ -101,6 +107,7 @@ func main() {
 		commits   = flag.Int("commits", 3, "commits per held lease (work)")
 		interval  = flag.Duration("interval", 100*time.Millisecond, "pause between operations")
 		firstWait = flag.Duration("first-commit-delay", 0, "wait after acquiring before the first commit")
+		lose      = flag.Float64("lose-replies", 0, "drop this fraction of successful mutation replies after the server answered (unknown outcomes)")
 	)
 	flag.Parse()
 	f, err := os.OpenFile(*history, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -111,7 +118,11 @@ func main() {
 	rec := &recorder{w: bufio.NewWriter(f), f: f, name: *name}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	c, err := client.New(ctx, strings.Split(*endpoints, ","), client.WithOwner(*name), client.WithAttemptTimeout(time.Second))
+	opts := []client.Option{client.WithOwner(*name), client.WithAttemptTimeout(time.Second)}
+	if *lose > 0 {
+		opts = append(opts, client.WithDialOptions(grpc.WithChainUnaryInterceptor(loseReplies(*lose, rec))))
+	}
+	c, err := client.New(ctx, strings.Split(*endpoints, ","), opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -255,4 +266,23 @@ func (w *worker) hold(ctx context.Context) {
 	cctx, cancel := opCtx(ctx)
 	_ = l.Release(cctx)
 	cancel()
+}
+
+// loseReplies makes the network eat a fraction of the answers to calls the
+// server applied: the SDK sees a reset connection after the fact and must
+// retry without a second effect (same request id, same idempotency key).
+func loseReplies(p float64, rec *recorder) grpc.UnaryClientInterceptor {
+	mutations := map[string]bool{
+		coordv1.Coordinator_Acquire_FullMethodName: true, coordv1.Coordinator_Release_FullMethodName: true,
+		coordv1.Coordinator_ClaimWindow_FullMethodName: true, coordv1.Coordinator_CompleteWindow_FullMethodName: true,
+		coordv1.Coordinator_FencedCommit_FullMethodName: true,
+	}
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil && mutations[method] && rand.Float64() < p {
+			rec.write(Record{Kind: "event", Op: "reply-lost", Reason: method, AtNs: time.Now().UnixNano()})
+			return status.Error(codes.Unavailable, "connection reset (reply lost after the server applied the call)")
+		}
+		return err
+	}
 }
