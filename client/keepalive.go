@@ -137,7 +137,10 @@ func (k *keeper) close() {
 
 func (k *keeper) run() {
 	defer close(k.done)
-	backoff := k.c.opts.backoffMin
+	// Reconnects back off to at most 250 ms: every moment without a stream
+	// eats into the leases' TTL budget, and a reconnect is cheap.
+	maxBackoff := min(k.c.opts.backoffMax, 250*time.Millisecond)
+	backoff := min(k.c.opts.backoffMin, maxBackoff)
 	reconnect := false
 	for k.ctx.Err() == nil {
 		if k.count() == 0 {
@@ -162,7 +165,7 @@ func (k *keeper) run() {
 		kind, addr := classify(err)
 		if kind == redirect {
 			k.c.setLeader(addr)
-			backoff = k.c.opts.backoffMin
+			backoff = min(k.c.opts.backoffMin, maxBackoff)
 			continue
 		}
 		k.c.rotate(ep)
@@ -174,7 +177,7 @@ func (k *keeper) run() {
 			t.Stop()
 			return
 		}
-		backoff = min(2*backoff, k.c.opts.backoffMax)
+		backoff = min(2*backoff, maxBackoff)
 	}
 }
 

@@ -86,6 +86,16 @@ func (l *netlab) drop(ns string, ips ...string) {
 	}
 }
 
+// reject makes ns reset every TCP connection to the given addresses at
+// once (a cut the client notices, rather than a silent blackhole).
+func (l *netlab) reject(ns string, ips ...string) {
+	l.t.Helper()
+	for _, ip := range ips {
+		sh(l.t, "ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-d", ip, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset")
+		sh(l.t, "ip", "netns", "exec", ns, "iptables", "-A", "INPUT", "-s", ip, "-j", "DROP")
+	}
+}
+
 // heal removes every rule in ns.
 func (l *netlab) heal(ns string) {
 	l.t.Helper()

@@ -353,30 +353,27 @@ func TestStarvedHolder(t *testing.T) {
 	t.Logf("A made %d commits after B's grant, none accepted", after)
 }
 
-// Scenario 8 (the keepalive part): a holder's connections to the cluster
-// are cut for 0.5 x TTL (the lease is kept) and then for 1.5 x TTL (the
-// lease is lost: the SDK signals it before the server grants the lease to
-// the waiting B, and the holder's writes after healing are refused).
+// Scenario 8 (the keepalive part): a holder in its own network namespace
+// has its connections to the cluster cut (iptables resets them) for
+// 0.5 x TTL — the lease is kept — and then for 1.5 x TTL — the lease is
+// lost: the SDK signals it before the server grants the lease to the
+// waiting B, and the holder's writes after healing are refused.
 func TestKeepAliveCutOff(t *testing.T) {
-	r := newRun(t)
-	const ttl = 4 * time.Second
-	var proxies []*proxy
-	var eps []string
+	lab := newNetlab(t)
+	r := newRunOn(t, func() *proccluster.Cluster { return netCluster(t, lab) })
+	const ttl = 6 * time.Second
+	kNS, _ := lab.host()
+	var nodeIPs []string
 	for _, nd := range r.c.Nodes {
-		p := newProxy(t, nd.GRPCAddr)
-		proxies = append(proxies, p)
-		eps = append(eps, p.Addr())
+		nodeIPs = append(nodeIPs, strings.Split(nd.GRPCAddr, ":")[0])
 	}
 	cutFor := func(d time.Duration) {
-		for _, p := range proxies {
-			p.Cut()
-		}
+		lab.reject(kNS, nodeIPs...)
 		time.Sleep(d)
-		for _, p := range proxies {
-			p.Heal()
-		}
+		lab.heal(kNS)
 	}
-	r.clientVia("K", strings.Join(eps, ","), "hold", "--ttl", ttl.String(), "--interval", "100ms")
+	eps := strings.Join(r.c.Endpoints(), ",")
+	r.clientIn(kNS, "K", eps, "hold", "--ttl", ttl.String(), "--interval", "100ms")
 	r.await("K holds L and commits", 15*time.Second, func() bool {
 		return r.seen("K", func(x record) bool { return x.Op == "commit" && x.Accepted })
 	})
@@ -385,7 +382,7 @@ func TestKeepAliveCutOff(t *testing.T) {
 	if lostEvents(loadHistory(t, r.dir), "K") != 0 {
 		t.Fatal("K lost its lease over a cut of 0.5 x TTL")
 	}
-	r.client("B", "work", "--ttl", ttl.String(), "--interval", "50ms")
+	r.clientVia("B", eps, "work", "--ttl", ttl.String(), "--interval", "50ms")
 	cutFor(3 * ttl / 2)
 	r.await("B acquires", 20*time.Second, func() bool {
 		return r.seen("B", func(x record) bool { return x.Op == "acquire" && x.Accepted })
@@ -417,6 +414,17 @@ func TestKeepAliveCutOff(t *testing.T) {
 	t.Logf("K signalled the loss %s before B's granting call", time.Duration(bGrant-lostAt).Round(time.Millisecond))
 }
 
+// netCluster starts three nodes, each in its own namespace of lab.
+func netCluster(t *testing.T, lab *netlab) *proccluster.Cluster {
+	var nodes []*proccluster.Node
+	for i := 1; i <= 3; i++ {
+		ns, ip := lab.host()
+		nodes = append(nodes, &proccluster.Node{ID: fmt.Sprintf("node%d", i), Netns: ns, GRPCAddr: ip + ":7400",
+			HTTPAddr: ip + ":7401", RaftAddr: ip + ":7402"})
+	}
+	return proccluster.StartNodes(t, coorddBin, nodes)
+}
+
 func lostEvents(h history, client string) int {
 	n := 0
 	for _, e := range h.events {
@@ -427,21 +435,26 @@ func lostEvents(h history, client string) int {
 	return n
 }
 
-// Scenario 7: the disk fills up. One node's data dir moves to a small tmpfs
-// (first the leader's, then a follower's); a filler file takes the rest of
-// the space while the workload runs. The full node fails its writes (a
-// clear log line) and a leader steps down; the others make progress;
-// nothing acknowledged is lost; after the filler goes, the node catches up.
+// Scenario 7: the disk fills up, or turns read-only. One node's data dir
+// moves to a small tmpfs (first the leader's, then a follower's); a filler
+// file takes the rest of the space (or the mount is remounted read-only)
+// while the workload runs. The node fails its writes with a clear log line
+// and a leader steps down; the others make progress; nothing acknowledged
+// is lost; once space returns, the node catches up.
 func TestDiskFull(t *testing.T) {
 	r := newRun(t)
 	for i := 1; i <= 2; i++ {
 		r.client(fmt.Sprintf("w%d", i), "work", "--ttl", "2s", "--interval", "30ms")
 	}
-	for round, pickLeader := range []bool{true, false} {
+	rounds := []struct {
+		leader   bool
+		readOnly bool
+	}{{true, false}, {false, false}, {true, true}}
+	for round, rd := range rounds {
 		time.Sleep(time.Second)
 		leader := r.c.WaitLeader(20 * time.Second)
 		nd := leader
-		if !pickLeader {
+		if !rd.leader {
 			for _, x := range r.c.Nodes {
 				if x != leader {
 					nd = x
@@ -465,7 +478,7 @@ func TestDiskFull(t *testing.T) {
 		nd.DataDir = data
 		r.c.Restart(nd)
 		r.c.WaitCaughtUp(nd, 30*time.Second)
-		if pickLeader {
+		if rd.leader {
 			if l := r.c.WaitLeader(20 * time.Second); l != nd {
 				if _, err := coordv1.NewClusterClient(l.Conn).TransferLeadership(context.Background(),
 					&coordv1.TransferLeadershipRequest{Id: nd.ID}); err != nil {
@@ -474,22 +487,32 @@ func TestDiskFull(t *testing.T) {
 				r.await(nd.ID+" leads", 10*time.Second, func() bool { return r.c.Leader() == nd })
 			}
 		}
-		// Fill the disk.
 		filler := filepath.Join(mnt, "filler")
-		_ = exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=1M", "count=64").Run()
+		want := "no space left on device"
+		if rd.readOnly {
+			want = "read-only file system"
+			sh(t, "mount", "-o", "remount,ro", mnt)
+		} else {
+			_ = exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=1M", "count=64").Run()
+		}
 		r.await("another node leads", 20*time.Second, func() bool {
 			l := r.c.Leader()
 			return l != nil && l != nd
 		})
 		before := r.commitsAccepted()
-		r.await("progress without the full node", 20*time.Second, func() bool { return r.commitsAccepted() > before+5 })
+		r.await("progress without the faulty node", 20*time.Second, func() bool { return r.commitsAccepted() > before+5 })
 		logs, _ := os.ReadFile(nd.LogPath)
-		if !strings.Contains(strings.ToLower(string(logs)), "no space left on device") {
-			t.Errorf("%s's log does not say the disk is full", nd.ID)
+		if !strings.Contains(strings.ToLower(string(logs)), want) {
+			t.Errorf("%s's log does not say %q", nd.ID, want)
 		}
-		os.Remove(filler)
+		if rd.readOnly {
+			sh(t, "mount", "-o", "remount,rw", mnt)
+		} else {
+			os.Remove(filler)
+		}
 		r.c.WaitCaughtUp(nd, 30*time.Second)
-		t.Logf("round %d: %s (leader=%v) ran out of space, the others went on, it caught up", round, nd.ID, pickLeader)
+		t.Logf("round %d: %s (leader=%v, read-only=%v) failed its writes, the others went on, it caught up",
+			round, nd.ID, rd.leader, rd.readOnly)
 	}
 	r.stopClients()
 	r.check()
@@ -512,16 +535,12 @@ func (r *run) commitsAccepted() int {
 // the majority side goes on, and everything converges after healing.
 func TestLeaderIsolated(t *testing.T) {
 	lab := newNetlab(t)
-	var nodes []*proccluster.Node
+	r := newRunOn(t, func() *proccluster.Cluster { return netCluster(t, lab) })
 	ips := map[string]string{}
 	nss := map[string]string{}
-	for i := 1; i <= 3; i++ {
-		ns, ip := lab.host()
-		id := fmt.Sprintf("node%d", i)
-		ips[id], nss[id] = ip, ns
-		nodes = append(nodes, &proccluster.Node{ID: id, Netns: ns, GRPCAddr: ip + ":7400", HTTPAddr: ip + ":7401", RaftAddr: ip + ":7402"})
+	for _, nd := range r.c.Nodes {
+		ips[nd.ID], nss[nd.ID] = strings.Split(nd.GRPCAddr, ":")[0], nd.Netns
 	}
-	r := newRunOn(t, func() *proccluster.Cluster { return proccluster.StartNodes(t, coorddBin, nodes) })
 	stuckNS, _ := lab.host()
 	eps := strings.Join(r.c.Endpoints(), ",")
 	for i := 1; i <= 2; i++ {
