@@ -6,6 +6,11 @@
 #   COORDD_FAULTS_PROFILE=full scripts/test.sh   # the fault suite's full profile
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The fault suite needs iptables and iproute2 (network namespaces); install
+# them from Debian's packages when this machine lacks them and we are root.
+if { ! command -v iptables >/dev/null || ! command -v ip >/dev/null; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables iproute2 >/dev/null
+fi
 go mod download
 go vet ./...
 go vet -tags faults ./integration/faults/

@@ -141,10 +141,18 @@ func (a *app) ctx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(cmd.Context(), a.timeout)
 }
 
-// group is a command that only holds subcommands.
+// group is a command that only holds subcommands; its example lists the
+// subcommands' first examples.
 func group(use, short string, subs ...*cobra.Command) *cobra.Command {
 	c := &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+	var ex []string
+	for _, sub := range subs {
+		if first, _, _ := strings.Cut(sub.Example, "\n"); first != "" {
+			ex = append(ex, first)
+		}
+	}
+	c.Example = strings.Join(ex, "\n")
 	c.AddCommand(subs...)
 	return c
 }

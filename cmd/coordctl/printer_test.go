@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -118,4 +120,21 @@ func TestJobTables(t *testing.T) {
 	})
 	overdueText(&buf, &coordv1.ListOverdueResponse{})
 	golden(t, "jobs", buf.Bytes())
+}
+
+// Every command's --help shows an example.
+func TestEveryCommandHasAnExample(t *testing.T) {
+	a := &app{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Example == "" {
+			t.Errorf("%q has no example", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			if sub.Name() != "help" && sub.Name() != "completion" {
+				walk(sub)
+			}
+		}
+	}
+	walk(a.rootCmd())
 }

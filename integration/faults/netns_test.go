@@ -38,6 +38,9 @@ func newNetlab(t *testing.T) *netlab {
 	if err := exec.Command("ip", "netns", "list").Run(); err != nil {
 		t.Skipf("no network namespaces here: %v", err)
 	}
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("iptables is not installed (scripts/test.sh installs it as root)")
+	}
 	var b [2]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
