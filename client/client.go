@@ -136,6 +136,10 @@ func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
+// Endpoint is the node the client currently sends calls to (its belief of
+// the leader; any node forwards).
+func (c *Client) Endpoint() string { return c.leaderEndpoint() }
+
 func (c *Client) leaderEndpoint() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -124,3 +124,34 @@ func (h history) byLease() map[string]history {
 	}
 	return out
 }
+
+// firstGrant returns the call and return times of client's first granted
+// Acquire (zeros when there is none).
+func (h history) firstGrant(client string) (callNs, retNs int64) {
+	for _, o := range h.ops {
+		if o.client == client && o.call.Op == "acquire" && o.ok() && o.ret.Accepted {
+			return o.callNs, o.retNs
+		}
+	}
+	return 0, 0
+}
+
+// commitsAfter fails the test for every commit of client that started
+// after the given time and was accepted as a first effect; it returns how
+// many commits started then and how many were refused.
+func (h history) commitsAfter(t *testing.T, client string, after int64) (made, refused int) {
+	t.Helper()
+	for _, o := range h.ops {
+		if o.client != client || o.call.Op != "commit" || o.callNs <= after {
+			continue
+		}
+		made++
+		if o.ok() && o.ret.Accepted && !o.ret.Duplicate {
+			t.Errorf("%s's commit %s started after the successor's grant and was accepted", client, o.call.Key)
+		}
+		if !o.ok() {
+			refused++
+		}
+	}
+	return made, refused
+}

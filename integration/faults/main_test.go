@@ -123,6 +123,7 @@ func (r *run) clientIn(netns, name, endpoints, mode string, args ...string) *exe
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test process
 	if err := cmd.Start(); err != nil {
 		r.t.Fatal(err)
 	}

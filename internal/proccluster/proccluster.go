@@ -164,6 +164,9 @@ func (c *Cluster) Restart(nd *Node) {
 		nd.Cmd = exec.Command(c.bin, args...)
 	}
 	nd.Cmd.Stdout, nd.Cmd.Stderr = logf, logf
+	// If the test process dies without its cleanups (killed, timed out),
+	// the nodes die with it.
+	nd.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := nd.Cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}

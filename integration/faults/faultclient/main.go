@@ -50,6 +50,8 @@ type Record struct {
 	Claimed   bool   `json:"claimed,omitempty"`
 	// DeadlineNs is the lease's local deadline when it was lost (G10).
 	DeadlineNs int64 `json:"deadline_ns,omitempty"`
+	// Node is the endpoint the client was sending to when the call ended.
+	Node string `json:"node,omitempty"`
 }
 
 type recorder struct {
@@ -58,6 +60,7 @@ type recorder struct {
 	f    *os.File
 	name string
 	seq  int64
+	node func() string
 }
 
 func (r *recorder) write(rec Record) {
@@ -80,6 +83,9 @@ func (r *recorder) call(rec Record) func(out Record, err error) {
 	r.write(rec)
 	return func(out Record, err error) {
 		out.Kind, out.Seq, out.Op, out.AtNs = "ret", seq, rec.Op, time.Now().UnixNano()
+		if r.node != nil {
+			out.Node = r.node()
+		}
 		out.Outcome = "ok"
 		if err != nil {
 			out.Outcome = "err"
@@ -128,6 +134,7 @@ func main() {
 		os.Exit(1)
 	}
 	defer c.Close()
+	rec.node = c.Endpoint
 	w := &worker{c: c, rec: rec, lease: *lease, resource: *resource, ttl: *ttl, commits: *commits, interval: *interval,
 		firstWait: *firstWait}
 	switch *mode {
