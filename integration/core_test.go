@@ -194,13 +194,14 @@ func TestFollowerForwardingAndRedirect(t *testing.T) {
 	for _, req := range []*coordv1.KeepAliveRequest{
 		{Name: "fwd", Owner: "o", Generation: l.GetGeneration(), Seq: 1},
 		{Name: "fwd", Owner: "intruder", Generation: l.GetGeneration(), Seq: 2},
+		{Name: "fwd", Owner: "o", Generation: 0, Seq: 3},
 	} {
 		if err := ks.Send(req); err != nil {
 			t.Fatal(err)
 		}
 	}
 	bySeq := map[uint64]*coordv1.KeepAliveResponse{}
-	for len(bySeq) < 2 {
+	for len(bySeq) < 3 {
 		r, err := ks.Recv()
 		if err != nil {
 			t.Fatal(err)
@@ -212,6 +213,9 @@ func TestFollowerForwardingAndRedirect(t *testing.T) {
 	}
 	if r := bySeq[2]; r.GetOk() || r.GetReason() != "LEASE_LOST" {
 		t.Fatalf("foreign keepalive: %v", r)
+	}
+	if r := bySeq[3]; r.GetOk() || r.GetReason() != "INVALID_ARGUMENT" || !strings.Contains(r.GetMessage(), "generation") {
+		t.Fatalf("invalid keepalive: %v", r)
 	}
 	if err := ks.CloseSend(); err != nil {
 		t.Fatal(err)

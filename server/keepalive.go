@@ -49,7 +49,11 @@ func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) erro
 			if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
 				checkGeneration(req.GetGeneration()), s.checkTTL("ttl_ms", req.GetTtlMs(), true)); err != nil {
 				resp.Reason, resp.Message = ReasonInvalidArgument, err.Error()
-				sendCh <- resp
+				select {
+				case sendCh <- resp:
+				case <-done:
+					return
+				}
 				continue
 			}
 			select {
