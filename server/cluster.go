@@ -22,8 +22,7 @@ type cluster struct {
 func (c *cluster) Status(ctx context.Context, _ *coordv1.StatusRequest) (*coordv1.StatusResponse, error) {
 	s := c.s
 	r := s.raft
-	leaderAddr, leaderID := r.LeaderWithID()
-	_ = leaderAddr
+	_, leaderID := r.LeaderWithID()
 	out := &coordv1.StatusResponse{
 		Id:            s.cfg.ID,
 		State:         r.State().String(),
