@@ -8,36 +8,57 @@ import (
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-// Reads are linearizable (answered by the leader). They retry while no
-// leader answers, until ctx ends.
+// Reads are linearizable (answered by the leader after it confirmed its
+// leadership) unless Stale is given. They retry while no leader answers,
+// until ctx ends.
+
+// ReadOption changes one read.
+type ReadOption func(*readOptions)
+
+type readOptions struct{ stale bool }
+
+// Stale lets the node the client talks to answer from its own state without
+// a leadership round trip: cheaper, possibly behind by what it has not yet
+// applied. Good for polling and dashboards, not for decisions.
+func Stale() ReadOption { return func(o *readOptions) { o.stale = true } }
+
+func readOpts(opts []ReadOption) readOptions {
+	var o readOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
 
 // GetLease returns a lease record (ErrNotFound if none).
-func (c *Client) GetLease(ctx context.Context, name string) (*coordv1.Lease, error) {
-	resp, err := read(c, ctx, coordv1.CoordinatorClient.GetLease, &coordv1.GetLeaseRequest{Name: name})
+func (c *Client) GetLease(ctx context.Context, name string, opts ...ReadOption) (*coordv1.Lease, error) {
+	resp, err := read(c, ctx, coordv1.CoordinatorClient.GetLease, &coordv1.GetLeaseRequest{Name: name, Stale: readOpts(opts).stale})
 	return resp.GetLease(), err
 }
 
 // ListLeases returns one page of leases whose names start with prefix.
-func (c *Client) ListLeases(ctx context.Context, prefix, pageToken string, pageSize int32) (*coordv1.ListLeasesResponse, error) {
+func (c *Client) ListLeases(ctx context.Context, prefix, pageToken string, pageSize int32, opts ...ReadOption) (*coordv1.ListLeasesResponse, error) {
 	return read(c, ctx, coordv1.CoordinatorClient.ListLeases,
-		&coordv1.ListLeasesRequest{Prefix: prefix, PageToken: pageToken, PageSize: pageSize})
+		&coordv1.ListLeasesRequest{Prefix: prefix, PageToken: pageToken, PageSize: pageSize, Stale: readOpts(opts).stale})
 }
 
 // GetWindow returns a window record (ErrNotFound if none).
-func (c *Client) GetWindow(ctx context.Context, job, window string) (*coordv1.Window, error) {
-	resp, err := read(c, ctx, coordv1.CoordinatorClient.GetWindow, &coordv1.GetWindowRequest{Job: job, Window: window})
+func (c *Client) GetWindow(ctx context.Context, job, window string, opts ...ReadOption) (*coordv1.Window, error) {
+	resp, err := read(c, ctx, coordv1.CoordinatorClient.GetWindow,
+		&coordv1.GetWindowRequest{Job: job, Window: window, Stale: readOpts(opts).stale})
 	return resp.GetWindow(), err
 }
 
 // ListWindows returns one page of a job's windows.
-func (c *Client) ListWindows(ctx context.Context, job, pageToken string, pageSize int32) (*coordv1.ListWindowsResponse, error) {
+func (c *Client) ListWindows(ctx context.Context, job, pageToken string, pageSize int32, opts ...ReadOption) (*coordv1.ListWindowsResponse, error) {
 	return read(c, ctx, coordv1.CoordinatorClient.ListWindows,
-		&coordv1.ListWindowsRequest{Job: job, PageToken: pageToken, PageSize: pageSize})
+		&coordv1.ListWindowsRequest{Job: job, PageToken: pageToken, PageSize: pageSize, Stale: readOpts(opts).stale})
 }
 
 // GetResource returns a resource's fence state (ErrNotFound if none).
-func (c *Client) GetResource(ctx context.Context, resource string) (*coordv1.Resource, error) {
-	resp, err := read(c, ctx, coordv1.CoordinatorClient.GetResource, &coordv1.GetResourceRequest{Resource: resource})
+func (c *Client) GetResource(ctx context.Context, resource string, opts ...ReadOption) (*coordv1.Resource, error) {
+	resp, err := read(c, ctx, coordv1.CoordinatorClient.GetResource,
+		&coordv1.GetResourceRequest{Resource: resource, Stale: readOpts(opts).stale})
 	return resp.GetResource(), err
 }
 

@@ -203,7 +203,9 @@ func (r *Runner) occurrence(sched, work context.Context, j *compiled, occ time.T
 				r.metrics.RunSkipped(j.Name)
 				log.Debug("another replica holds the lease")
 			}
-			if w, err := r.c.GetWindow(sched, j.Name, window); err == nil && w.GetCompletedAt() > 0 {
+			// A stale read is enough here: completion is permanent, and an
+			// answer that lags only costs one more poll.
+			if w, err := r.c.GetWindow(sched, j.Name, window, client.Stale()); err == nil && w.GetCompletedAt() > 0 {
 				return
 			}
 			if !r.sleepUntil(sched, r.clock.Now().Add(r.poll)) {
