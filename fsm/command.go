@@ -31,6 +31,8 @@ func Envelope(nowMs int64, body any) *fsmv1.Command {
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_SET_MEMBER, &fsmv1.Command_SetMember{SetMember: b}
 	case *fsmv1.RemoveMember:
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_REMOVE_MEMBER, &fsmv1.Command_RemoveMember{RemoveMember: b}
+	case *fsmv1.Batch:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_BATCH, &fsmv1.Command_Batch{Batch: b}
 	case *fsmv1.RegisterJob:
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_REGISTER_JOB, &fsmv1.Command_RegisterJob{RegisterJob: b}
 	default:

@@ -62,7 +62,7 @@ func (f *FSM) ApplyCommand(cmd *fsmv1.Command) any {
 
 // apply dispatches one command. Every command type is handled here.
 func (s *state) apply(cmd *fsmv1.Command) any {
-	if cmd.GetNowMs() > s.clock {
+	if cmd.GetType() != fsmv1.CommandType_COMMAND_TYPE_BATCH && cmd.GetNowMs() > s.clock {
 		s.clock = cmd.GetNowMs()
 	}
 	now := s.clock
@@ -89,6 +89,8 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 		return s.removeMember(cmd.GetRemoveMember())
 	case fsmv1.CommandType_COMMAND_TYPE_REGISTER_JOB:
 		return s.registerJob(now, cmd.GetRegisterJob())
+	case fsmv1.CommandType_COMMAND_TYPE_BATCH:
+		return s.applyBatch(cmd.GetBatch())
 	default:
 		// A command from a newer version: stop rather than diverge.
 		panic(fmt.Sprintf("fsm: unknown command type %d", cmd.GetType()))
@@ -126,4 +128,21 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.st = st
 	f.mu.Unlock()
 	return nil
+}
+
+// BatchResult holds the results of a Batch's commands, in order.
+type BatchResult []any
+
+// applyBatch applies the commands of a batch in order; each advances the
+// clock to its own stamp. A nested batch is refused, not applied.
+func (s *state) applyBatch(b *fsmv1.Batch) any {
+	out := make(BatchResult, len(b.GetCommands()))
+	for i, c := range b.GetCommands() {
+		if c.GetType() == fsmv1.CommandType_COMMAND_TYPE_BATCH {
+			out[i] = reject(ReasonInvalidArgument, nil, "batches do not nest")
+			continue
+		}
+		out[i] = s.apply(c)
+	}
+	return out
 }

@@ -433,3 +433,31 @@ func TestRegisterJob(t *testing.T) {
 		t.Fatalf("recent: %+v", ws)
 	}
 }
+
+// A batch applies its commands in order, each at its own stamp, with one
+// result each; it ends in the same state as the commands one by one.
+func TestBatch(t *testing.T) {
+	cmds := []*fsmv1.Command{
+		Envelope(100, acq("l", "a", 50, "")),
+		Envelope(120, &fsmv1.FencedCommit{Resource: "r", LeaseName: "l", Generation: 1, IdempotencyKey: "k"}),
+		Envelope(200, acq("l", "b", 50, "")), // a's lease expired at 150
+		Envelope(201, &fsmv1.FencedCommit{Resource: "r", LeaseName: "l", Generation: 1}),
+		Envelope(202, &fsmv1.Batch{}),
+	}
+	batched, single := New(), New()
+	res := run(t, batched, 0, &fsmv1.Batch{Commands: cmds}).(BatchResult)
+	if len(res) != 5 {
+		t.Fatalf("results: %v", res)
+	}
+	if r := res[2].(*AcquireResult); !r.Acquired || r.Lease.Generation != 2 {
+		t.Fatalf("second acquire in the batch: %+v", r)
+	}
+	wantReason(t, res[3], ReasonStaleToken)
+	wantReason(t, res[4], ReasonInvalidArgument)
+	for _, c := range cmds[:4] {
+		single.ApplyCommand(c)
+	}
+	if batched.Digest() != single.Digest() || batched.Clock() != 201 {
+		t.Fatalf("batch and single differ (clock %d)", batched.Clock())
+	}
+}

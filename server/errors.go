@@ -47,6 +47,9 @@ func (e *notLeaderError) Error() string {
 }
 func (e *notFoundError) Error() string { return e.what + " not found" }
 
+// errShutdown is raft's own, so that it maps like raft's.
+var errShutdown = raft.ErrRaftShutdown
+
 func invalidArg(field, format string, args ...any) error {
 	return &invalidArgError{field: field, msg: fmt.Sprintf(format, args...)}
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/coordd/coordd/fsm"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -154,29 +153,22 @@ func (s *Server) propose(ctx context.Context, body any) (any, error) {
 	return s.proposeAs(ctx, ls, body)
 }
 
-// proposeAs proposes under a known leadership (leader-only loops).
+// proposeAs proposes under a known leadership (leader-only loops). The
+// command is stamped now and handed to the proposer, which commits it,
+// possibly in one log entry with others (proposer.go).
 func (s *Server) proposeAs(ctx context.Context, ls *leaderState, body any) (any, error) {
-	timeout := s.cfg.ApplyTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
-		if timeout <= 0 {
-			return nil, context.DeadlineExceeded
-		}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= 0 {
+		return nil, context.DeadlineExceeded
 	}
 	cmd := fsm.Envelope(ls.clock.stamp(), body)
 	ls.lastProposal.Store(cmd.GetNowMs())
-	data, err := proto.Marshal(cmd)
-	if err != nil {
-		return nil, err
-	}
 	start := time.Now()
-	f := s.raft.Apply(data, timeout)
-	if err := s.await(ctx, f); err != nil {
+	resp, err := s.submit(ctx, cmd)
+	if err != nil {
 		s.metrics.proposals.WithLabelValues(cmd.GetType().String(), "error").Inc()
 		return nil, err
 	}
 	s.metrics.applyLatency.Observe(time.Since(start).Seconds())
-	resp := f.Response()
 	if rej, ok := resp.(*fsm.Rejection); ok {
 		s.metrics.proposals.WithLabelValues(cmd.GetType().String(), "rejected").Inc()
 		return nil, rej

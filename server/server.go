@@ -51,7 +51,8 @@ type Server struct {
 	httpLis  net.Listener
 	notifyCh chan bool
 
-	leader atomic.Pointer[leaderState]
+	leader    atomic.Pointer[leaderState]
+	proposals chan *proposal
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn // gRPC connections to peers, by address
@@ -71,12 +72,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	s := &Server{
-		cfg:      cfg,
-		log:      cfg.Logger.With("node", cfg.ID),
-		fsm:      fsm.New(),
-		conns:    map[string]*grpc.ClientConn{},
-		stop:     make(chan struct{}),
-		notifyCh: make(chan bool, 16),
+		cfg:       cfg,
+		log:       cfg.Logger.With("node", cfg.ID),
+		fsm:       fsm.New(),
+		conns:     map[string]*grpc.ClientConn{},
+		stop:      make(chan struct{}),
+		notifyCh:  make(chan bool, 16),
+		proposals: make(chan *proposal, 4*maxBatch),
 	}
 	s.metrics = newMetrics(s)
 	s.monitor = newMonitorMetrics(s.metrics.reg)
@@ -128,6 +130,7 @@ func (s *Server) start() error {
 		s.goRun(func() { _ = s.http.Serve(s.httpLis) })
 	}
 
+	s.goRun(s.runProposer)
 	s.goRun(s.watchLeadership)
 	s.goRun(s.registerSelf)
 	if cfg.Join != "" {

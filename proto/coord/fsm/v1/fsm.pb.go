@@ -41,6 +41,7 @@ const (
 	CommandType_COMMAND_TYPE_SET_MEMBER      CommandType = 9
 	CommandType_COMMAND_TYPE_REMOVE_MEMBER   CommandType = 10
 	CommandType_COMMAND_TYPE_REGISTER_JOB    CommandType = 11
+	CommandType_COMMAND_TYPE_BATCH           CommandType = 12
 )
 
 // Enum value maps for CommandType.
@@ -58,6 +59,7 @@ var (
 		9:  "COMMAND_TYPE_SET_MEMBER",
 		10: "COMMAND_TYPE_REMOVE_MEMBER",
 		11: "COMMAND_TYPE_REGISTER_JOB",
+		12: "COMMAND_TYPE_BATCH",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":     0,
@@ -72,6 +74,7 @@ var (
 		"COMMAND_TYPE_SET_MEMBER":      9,
 		"COMMAND_TYPE_REMOVE_MEMBER":   10,
 		"COMMAND_TYPE_REGISTER_JOB":    11,
+		"COMMAND_TYPE_BATCH":           12,
 	}
 )
 
@@ -121,6 +124,7 @@ type Command struct {
 	//	*Command_SetMember
 	//	*Command_RemoveMember
 	//	*Command_RegisterJob
+	//	*Command_Batch
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -276,6 +280,15 @@ func (x *Command) GetRegisterJob() *RegisterJob {
 	return nil
 }
 
+func (x *Command) GetBatch() *Batch {
+	if x != nil {
+		if x, ok := x.Body.(*Command_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -324,6 +337,10 @@ type Command_RegisterJob struct {
 	RegisterJob *RegisterJob `protobuf:"bytes,20,opt,name=register_job,json=registerJob,proto3,oneof"`
 }
 
+type Command_Batch struct {
+	Batch *Batch `protobuf:"bytes,21,opt,name=batch,proto3,oneof"`
+}
+
 func (*Command_Tick) isCommand_Body() {}
 
 func (*Command_Acquire) isCommand_Body() {}
@@ -346,6 +363,55 @@ func (*Command_RemoveMember) isCommand_Body() {}
 
 func (*Command_RegisterJob) isCommand_Body() {}
 
+func (*Command_Batch) isCommand_Body() {}
+
+// Batch carries commands proposed at about the same time as one log entry
+// (group commit above Raft). Each keeps its own stamp; they are applied in
+// order and each gets its own result. Batches do not nest.
+type Batch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Commands      []*Command             `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Batch) Reset() {
+	*x = Batch{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Batch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Batch) ProtoMessage() {}
+
+func (x *Batch) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Batch.ProtoReflect.Descriptor instead.
+func (*Batch) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Batch) GetCommands() []*Command {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
 type Tick struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -354,7 +420,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[1]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -366,7 +432,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[1]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -379,7 +445,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{1}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{2}
 }
 
 type Acquire struct {
@@ -394,7 +460,7 @@ type Acquire struct {
 
 func (x *Acquire) Reset() {
 	*x = Acquire{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[2]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -406,7 +472,7 @@ func (x *Acquire) String() string {
 func (*Acquire) ProtoMessage() {}
 
 func (x *Acquire) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[2]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -419,7 +485,7 @@ func (x *Acquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acquire.ProtoReflect.Descriptor instead.
 func (*Acquire) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{2}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Acquire) GetName() string {
@@ -462,7 +528,7 @@ type Renew struct {
 
 func (x *Renew) Reset() {
 	*x = Renew{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[3]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +540,7 @@ func (x *Renew) String() string {
 func (*Renew) ProtoMessage() {}
 
 func (x *Renew) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[3]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +553,7 @@ func (x *Renew) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Renew.ProtoReflect.Descriptor instead.
 func (*Renew) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{3}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Renew) GetName() string {
@@ -529,7 +595,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[4]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +607,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[4]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +620,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{4}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Release) GetName() string {
@@ -591,7 +657,7 @@ type ClaimWindow struct {
 
 func (x *ClaimWindow) Reset() {
 	*x = ClaimWindow{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[5]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +669,7 @@ func (x *ClaimWindow) String() string {
 func (*ClaimWindow) ProtoMessage() {}
 
 func (x *ClaimWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[5]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +682,7 @@ func (x *ClaimWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimWindow.ProtoReflect.Descriptor instead.
 func (*ClaimWindow) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClaimWindow) GetJob() string {
@@ -668,7 +734,7 @@ type CompleteWindow struct {
 
 func (x *CompleteWindow) Reset() {
 	*x = CompleteWindow{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[6]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +746,7 @@ func (x *CompleteWindow) String() string {
 func (*CompleteWindow) ProtoMessage() {}
 
 func (x *CompleteWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[6]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +759,7 @@ func (x *CompleteWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteWindow.ProtoReflect.Descriptor instead.
 func (*CompleteWindow) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CompleteWindow) GetJob() string {
@@ -751,7 +817,7 @@ type FencedCommit struct {
 
 func (x *FencedCommit) Reset() {
 	*x = FencedCommit{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[7]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +829,7 @@ func (x *FencedCommit) String() string {
 func (*FencedCommit) ProtoMessage() {}
 
 func (x *FencedCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[7]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +842,7 @@ func (x *FencedCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedCommit.ProtoReflect.Descriptor instead.
 func (*FencedCommit) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{7}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FencedCommit) GetResource() string {
@@ -825,7 +891,7 @@ type Prune struct {
 
 func (x *Prune) Reset() {
 	*x = Prune{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[8]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +903,7 @@ func (x *Prune) String() string {
 func (*Prune) ProtoMessage() {}
 
 func (x *Prune) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[8]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +916,7 @@ func (x *Prune) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Prune.ProtoReflect.Descriptor instead.
 func (*Prune) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{8}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Prune) GetCutoffMs() int64 {
@@ -870,7 +936,7 @@ type SetMember struct {
 
 func (x *SetMember) Reset() {
 	*x = SetMember{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +948,7 @@ func (x *SetMember) String() string {
 func (*SetMember) ProtoMessage() {}
 
 func (x *SetMember) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +961,7 @@ func (x *SetMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMember.ProtoReflect.Descriptor instead.
 func (*SetMember) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetMember) GetId() string {
@@ -921,7 +987,7 @@ type RemoveMember struct {
 
 func (x *RemoveMember) Reset() {
 	*x = RemoveMember{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +999,7 @@ func (x *RemoveMember) String() string {
 func (*RemoveMember) ProtoMessage() {}
 
 func (x *RemoveMember) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1012,7 @@ func (x *RemoveMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMember.ProtoReflect.Descriptor instead.
 func (*RemoveMember) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemoveMember) GetId() string {
@@ -967,7 +1033,7 @@ type RegisterJob struct {
 
 func (x *RegisterJob) Reset() {
 	*x = RegisterJob{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1045,7 @@ func (x *RegisterJob) String() string {
 func (*RegisterJob) ProtoMessage() {}
 
 func (x *RegisterJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1058,7 @@ func (x *RegisterJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterJob.ProtoReflect.Descriptor instead.
 func (*RegisterJob) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RegisterJob) GetJob() *JobRecord {
@@ -1023,7 +1089,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1101,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1114,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -1182,7 +1248,7 @@ type SnapshotMeta struct {
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1260,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1273,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SnapshotMeta) GetClockMs() int64 {
@@ -1277,7 +1343,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1355,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1368,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LeaseRecord) GetName() string {
@@ -1394,7 +1460,7 @@ type WindowRecord struct {
 
 func (x *WindowRecord) Reset() {
 	*x = WindowRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1472,7 @@ func (x *WindowRecord) String() string {
 func (*WindowRecord) ProtoMessage() {}
 
 func (x *WindowRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1485,7 @@ func (x *WindowRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowRecord.ProtoReflect.Descriptor instead.
 func (*WindowRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WindowRecord) GetJob() string {
@@ -1513,7 +1579,7 @@ type ResourceRecord struct {
 
 func (x *ResourceRecord) Reset() {
 	*x = ResourceRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1591,7 @@ func (x *ResourceRecord) String() string {
 func (*ResourceRecord) ProtoMessage() {}
 
 func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1604,7 @@ func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRecord.ProtoReflect.Descriptor instead.
 func (*ResourceRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResourceRecord) GetResource() string {
@@ -1596,7 +1662,7 @@ type IdempotencyRecord struct {
 
 func (x *IdempotencyRecord) Reset() {
 	*x = IdempotencyRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1674,7 @@ func (x *IdempotencyRecord) String() string {
 func (*IdempotencyRecord) ProtoMessage() {}
 
 func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1687,7 @@ func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdempotencyRecord.ProtoReflect.Descriptor instead.
 func (*IdempotencyRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *IdempotencyRecord) GetResource() string {
@@ -1669,7 +1735,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1747,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1760,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -1734,7 +1800,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1812,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1825,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *JobRecord) GetName() string {
@@ -1871,7 +1937,7 @@ var File_coord_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\xca\x05\n" +
+	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\xf7\x05\n" +
 	"\aCommand\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.coord.fsm.v1.CommandTypeR\x04type\x12\x15\n" +
 	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12(\n" +
@@ -1887,8 +1953,11 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"set_member\x18\x12 \x01(\v2\x17.coord.fsm.v1.SetMemberH\x00R\tsetMember\x12A\n" +
 	"\rremove_member\x18\x13 \x01(\v2\x1a.coord.fsm.v1.RemoveMemberH\x00R\fremoveMember\x12>\n" +
-	"\fregister_job\x18\x14 \x01(\v2\x19.coord.fsm.v1.RegisterJobH\x00R\vregisterJobB\x06\n" +
-	"\x04body\"\x06\n" +
+	"\fregister_job\x18\x14 \x01(\v2\x19.coord.fsm.v1.RegisterJobH\x00R\vregisterJob\x12+\n" +
+	"\x05batch\x18\x15 \x01(\v2\x13.coord.fsm.v1.BatchH\x00R\x05batchB\x06\n" +
+	"\x04body\":\n" +
+	"\x05Batch\x121\n" +
+	"\bcommands\x18\x01 \x03(\v2\x15.coord.fsm.v1.CommandR\bcommands\"\x06\n" +
 	"\x04Tick\"i\n" +
 	"\aAcquire\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -2029,7 +2098,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x10registered_at_ms\x18\f \x01(\x03R\x0eregisteredAtMs\x12\"\n" +
 	"\rupdated_at_ms\x18\r \x01(\x03R\vupdatedAtMs\x12/\n" +
 	"\x14last_completed_at_ms\x18\x0e \x01(\x03R\x11lastCompletedAtMs\x122\n" +
-	"\x15last_completed_window\x18\x0f \x01(\tR\x13lastCompletedWindow*\xe3\x02\n" +
+	"\x15last_completed_window\x18\x0f \x01(\tR\x13lastCompletedWindow*\xfb\x02\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11COMMAND_TYPE_TICK\x10\x01\x12\x18\n" +
@@ -2043,7 +2112,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x17COMMAND_TYPE_SET_MEMBER\x10\t\x12\x1e\n" +
 	"\x1aCOMMAND_TYPE_REMOVE_MEMBER\x10\n" +
 	"\x12\x1d\n" +
-	"\x19COMMAND_TYPE_REGISTER_JOB\x10\vB3Z1github.com/coordd/coordd/proto/coord/fsm/v1;fsmv1b\x06proto3"
+	"\x19COMMAND_TYPE_REGISTER_JOB\x10\v\x12\x16\n" +
+	"\x12COMMAND_TYPE_BATCH\x10\fB3Z1github.com/coordd/coordd/proto/coord/fsm/v1;fsmv1b\x06proto3"
 
 var (
 	file_coord_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -2058,56 +2128,59 @@ func file_coord_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: coord.fsm.v1.CommandType
 	(*Command)(nil),           // 1: coord.fsm.v1.Command
-	(*Tick)(nil),              // 2: coord.fsm.v1.Tick
-	(*Acquire)(nil),           // 3: coord.fsm.v1.Acquire
-	(*Renew)(nil),             // 4: coord.fsm.v1.Renew
-	(*Release)(nil),           // 5: coord.fsm.v1.Release
-	(*ClaimWindow)(nil),       // 6: coord.fsm.v1.ClaimWindow
-	(*CompleteWindow)(nil),    // 7: coord.fsm.v1.CompleteWindow
-	(*FencedCommit)(nil),      // 8: coord.fsm.v1.FencedCommit
-	(*Prune)(nil),             // 9: coord.fsm.v1.Prune
-	(*SetMember)(nil),         // 10: coord.fsm.v1.SetMember
-	(*RemoveMember)(nil),      // 11: coord.fsm.v1.RemoveMember
-	(*RegisterJob)(nil),       // 12: coord.fsm.v1.RegisterJob
-	(*SnapshotRecord)(nil),    // 13: coord.fsm.v1.SnapshotRecord
-	(*SnapshotMeta)(nil),      // 14: coord.fsm.v1.SnapshotMeta
-	(*LeaseRecord)(nil),       // 15: coord.fsm.v1.LeaseRecord
-	(*WindowRecord)(nil),      // 16: coord.fsm.v1.WindowRecord
-	(*ResourceRecord)(nil),    // 17: coord.fsm.v1.ResourceRecord
-	(*IdempotencyRecord)(nil), // 18: coord.fsm.v1.IdempotencyRecord
-	(*MemberRecord)(nil),      // 19: coord.fsm.v1.MemberRecord
-	(*JobRecord)(nil),         // 20: coord.fsm.v1.JobRecord
+	(*Batch)(nil),             // 2: coord.fsm.v1.Batch
+	(*Tick)(nil),              // 3: coord.fsm.v1.Tick
+	(*Acquire)(nil),           // 4: coord.fsm.v1.Acquire
+	(*Renew)(nil),             // 5: coord.fsm.v1.Renew
+	(*Release)(nil),           // 6: coord.fsm.v1.Release
+	(*ClaimWindow)(nil),       // 7: coord.fsm.v1.ClaimWindow
+	(*CompleteWindow)(nil),    // 8: coord.fsm.v1.CompleteWindow
+	(*FencedCommit)(nil),      // 9: coord.fsm.v1.FencedCommit
+	(*Prune)(nil),             // 10: coord.fsm.v1.Prune
+	(*SetMember)(nil),         // 11: coord.fsm.v1.SetMember
+	(*RemoveMember)(nil),      // 12: coord.fsm.v1.RemoveMember
+	(*RegisterJob)(nil),       // 13: coord.fsm.v1.RegisterJob
+	(*SnapshotRecord)(nil),    // 14: coord.fsm.v1.SnapshotRecord
+	(*SnapshotMeta)(nil),      // 15: coord.fsm.v1.SnapshotMeta
+	(*LeaseRecord)(nil),       // 16: coord.fsm.v1.LeaseRecord
+	(*WindowRecord)(nil),      // 17: coord.fsm.v1.WindowRecord
+	(*ResourceRecord)(nil),    // 18: coord.fsm.v1.ResourceRecord
+	(*IdempotencyRecord)(nil), // 19: coord.fsm.v1.IdempotencyRecord
+	(*MemberRecord)(nil),      // 20: coord.fsm.v1.MemberRecord
+	(*JobRecord)(nil),         // 21: coord.fsm.v1.JobRecord
 }
 var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: coord.fsm.v1.Command.type:type_name -> coord.fsm.v1.CommandType
-	2,  // 1: coord.fsm.v1.Command.tick:type_name -> coord.fsm.v1.Tick
-	3,  // 2: coord.fsm.v1.Command.acquire:type_name -> coord.fsm.v1.Acquire
-	4,  // 3: coord.fsm.v1.Command.renew:type_name -> coord.fsm.v1.Renew
-	5,  // 4: coord.fsm.v1.Command.release:type_name -> coord.fsm.v1.Release
-	6,  // 5: coord.fsm.v1.Command.claim_window:type_name -> coord.fsm.v1.ClaimWindow
-	7,  // 6: coord.fsm.v1.Command.complete_window:type_name -> coord.fsm.v1.CompleteWindow
-	8,  // 7: coord.fsm.v1.Command.fenced_commit:type_name -> coord.fsm.v1.FencedCommit
-	9,  // 8: coord.fsm.v1.Command.prune:type_name -> coord.fsm.v1.Prune
-	10, // 9: coord.fsm.v1.Command.set_member:type_name -> coord.fsm.v1.SetMember
-	11, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
-	12, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
-	20, // 12: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
-	14, // 13: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
-	15, // 14: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
-	16, // 15: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
-	17, // 16: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
-	18, // 17: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
-	19, // 18: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
-	20, // 19: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	3,  // 1: coord.fsm.v1.Command.tick:type_name -> coord.fsm.v1.Tick
+	4,  // 2: coord.fsm.v1.Command.acquire:type_name -> coord.fsm.v1.Acquire
+	5,  // 3: coord.fsm.v1.Command.renew:type_name -> coord.fsm.v1.Renew
+	6,  // 4: coord.fsm.v1.Command.release:type_name -> coord.fsm.v1.Release
+	7,  // 5: coord.fsm.v1.Command.claim_window:type_name -> coord.fsm.v1.ClaimWindow
+	8,  // 6: coord.fsm.v1.Command.complete_window:type_name -> coord.fsm.v1.CompleteWindow
+	9,  // 7: coord.fsm.v1.Command.fenced_commit:type_name -> coord.fsm.v1.FencedCommit
+	10, // 8: coord.fsm.v1.Command.prune:type_name -> coord.fsm.v1.Prune
+	11, // 9: coord.fsm.v1.Command.set_member:type_name -> coord.fsm.v1.SetMember
+	12, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
+	13, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
+	2,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
+	1,  // 13: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
+	21, // 14: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
+	15, // 15: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
+	16, // 16: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
+	17, // 17: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
+	18, // 18: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
+	19, // 19: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
+	20, // 20: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
+	21, // 21: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_coord_fsm_v1_fsm_proto_init() }
@@ -2127,8 +2200,9 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*Command_SetMember)(nil),
 		(*Command_RemoveMember)(nil),
 		(*Command_RegisterJob)(nil),
+		(*Command_Batch)(nil),
 	}
-	file_coord_fsm_v1_fsm_proto_msgTypes[12].OneofWrappers = []any{
+	file_coord_fsm_v1_fsm_proto_msgTypes[13].OneofWrappers = []any{
 		(*SnapshotRecord_Meta)(nil),
 		(*SnapshotRecord_Lease)(nil),
 		(*SnapshotRecord_Window)(nil),
@@ -2143,7 +2217,7 @@ func file_coord_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_fsm_v1_fsm_proto_rawDesc), len(file_coord_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
