@@ -291,3 +291,27 @@ func (c *Cluster) WaitCaughtUp(nd *Node, timeout time.Duration) {
 	}
 	c.t.Fatalf("%s did not catch up to index %d within %s (logs in %s)", nd.ID, target, timeout, c.Dir)
 }
+
+// AcquireAnywhere tries a fresh Acquire of name on every running node in
+// turn (250 ms per try) until one grants it, and returns how long that took:
+// the time until the cluster serves writes again after a fault.
+func (c *Cluster) AcquireAnywhere(name string, budget time.Duration) (time.Duration, error) {
+	start := time.Now()
+	var last error
+	for time.Since(start) < budget {
+		for _, nd := range c.Nodes {
+			if !nd.Running() {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+			r, err := coordv1.NewCoordinatorClient(nd.Conn).Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "probe", TtlMs: 5000})
+			cancel()
+			if err == nil && r.GetAcquired() {
+				return time.Since(start), nil
+			}
+			last = err
+		}
+		time.Sleep(10 * time.Millisecond) // retry pacing, as a client would
+	}
+	return 0, fmt.Errorf("no acquire within %s: %v", budget, last)
+}
