@@ -19,6 +19,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/coordd/coordd/client/clock"
@@ -63,6 +64,9 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	}
 	if o.clock == nil {
 		o.clock = clock.Real{}
+	}
+	if o.tlsErr != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, o.tlsErr)
 	}
 	if o.backoffMin <= 0 || o.backoffMax < o.backoffMin {
 		return nil, fmt.Errorf("%w: retry backoff [%s, %s]", ErrInvalidArgument, o.backoffMin, o.backoffMax)
@@ -127,7 +131,11 @@ func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[ep]; ok {
 		return cc, nil
 	}
-	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.opts.dialOpts...)
+	creds := insecure.NewCredentials()
+	if c.opts.tls != nil {
+		creds = credentials.NewTLS(c.opts.tls)
+	}
+	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, c.opts.dialOpts...)
 	cc, err := grpc.NewClient(ep, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("coordd: endpoint %q: %w", ep, err)
@@ -197,6 +205,9 @@ func classify(err error) (outcome, string) {
 		return retry, ""
 	case reason == "LEADERSHIP_LOST" || reason == "TIMEOUT":
 		return unknown, ""
+	case tlsFailure(st):
+		// The handshake failed: nothing was sent, and retrying will not help.
+		return final, ""
 	case st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled:
 		// Transport trouble: the request may or may not have reached a node.
 		return unknown, ""

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -45,6 +46,16 @@ var (
 	// was in flight). Retry it with the same request id (AcquireRequestID)
 	// or idempotency key to learn the outcome without a second effect.
 	ErrUnknownOutcome = errors.New("coordd: outcome unknown")
+	// ErrUnauthenticated: the cluster runs mutual TLS and this client
+	// presented no certificate it accepts.
+	ErrUnauthenticated = errors.New("coordd: unauthenticated")
+	// ErrPermissionDenied: the ACL does not allow this identity the call
+	// (the *Error's Metadata["rule"] names the rule), or the lease is bound
+	// to another identity.
+	ErrPermissionDenied = errors.New("coordd: permission denied")
+	// ErrResourceExhausted: a per-identity limit (live leases, request
+	// rate, KeepAlive streams) refused the call.
+	ErrResourceExhausted = errors.New("coordd: limit exceeded")
 )
 
 // unknownOutcomeError marks a final error after an attempt whose outcome is
@@ -66,6 +77,12 @@ var reasonSentinels = map[string]error{
 	"WINDOW_NOT_CLAIMED":      ErrWindowNotClaimed,
 	"INVALID_ARGUMENT":        ErrInvalidArgument,
 	"NOT_FOUND":               ErrNotFound,
+	"UNAUTHENTICATED":         ErrUnauthenticated,
+	"PERMISSION_DENIED":       ErrPermissionDenied,
+	"IDENTITY_MISMATCH":       ErrPermissionDenied,
+	"LEASE_LIMIT":             ErrResourceExhausted,
+	"RATE_LIMITED":            ErrResourceExhausted,
+	"STREAM_LIMIT":            ErrResourceExhausted,
 }
 
 // Error is a refusal from coordd: the gRPC code, the ErrorInfo reason
@@ -135,13 +152,32 @@ func fromStatus(err error) error {
 		switch st.Code() {
 		case codes.Unavailable:
 			e.sentinel = ErrUnavailable
+			if tlsFailure(st) {
+				e.sentinel = ErrUnauthenticated
+			}
 		case codes.InvalidArgument:
 			e.sentinel = ErrInvalidArgument
 		case codes.NotFound:
 			e.sentinel = ErrNotFound
+		case codes.Unauthenticated:
+			e.sentinel = ErrUnauthenticated
+		case codes.PermissionDenied:
+			e.sentinel = ErrPermissionDenied
+		case codes.ResourceExhausted:
+			e.sentinel = ErrResourceExhausted
 		}
 	}
 	return e
+}
+
+// tlsFailure reports whether a transport error is a failed TLS handshake
+// (no certificate, one from another CA, an untrusted server).
+func tlsFailure(st *status.Status) bool {
+	if st.Code() != codes.Unavailable {
+		return false
+	}
+	m := st.Message()
+	return strings.Contains(m, "tls: ") || strings.Contains(m, "x509: ") || strings.Contains(m, "authentication handshake failed")
 }
 
 // metaUint reads a numeric metadata field of an *Error.

@@ -54,3 +54,25 @@ func (c *Client) fencedCommit(ctx context.Context, resource, lease string, gen u
 	return &Commit{Accepted: resp.GetAccepted(), Duplicate: resp.GetDuplicate(), Generation: resp.GetGeneration(),
 		MaxGeneration: resp.GetMaxGeneration(), Payload: resp.GetPayload()}, nil
 }
+
+// CheckToken answers whether Validate with these arguments would be
+// accepted, without recording anything (a linearizable read on the
+// leader): the would-be Commit, the first outcome of a key already used
+// (Duplicate), or a refusal wrapping ErrStaleToken or ErrLeaseLost.
+func (c *Client) CheckToken(ctx context.Context, resource, token, idempotencyKey string) (*Commit, error) {
+	if _, _, err := ParseToken(token); err != nil {
+		return nil, err
+	}
+	req := &coordv1.ValidateRequest{Resource: resource, Token: token, IdempotencyKey: idempotencyKey, DryRun: true}
+	var resp *coordv1.ValidateResponse
+	err := c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
+		var err error
+		resp, err = cc.Validate(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Commit{Accepted: resp.GetAccepted(), Duplicate: resp.GetDuplicate(), Generation: resp.GetGeneration(),
+		MaxGeneration: resp.GetMaxGeneration(), Payload: resp.GetPayload()}, nil
+}

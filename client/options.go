@@ -1,12 +1,14 @@
 package client
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/coordd/coordd/client/clock"
+	"github.com/coordd/coordd/internal/tlsutil"
 )
 
 // Option configures a Client.
@@ -22,6 +24,8 @@ type options struct {
 	backoffMin     time.Duration
 	backoffMax     time.Duration
 	attemptTimeout time.Duration
+	tls            *tls.Config
+	tlsErr         error
 }
 
 // WithOwner sets the owner id used for leases (default hostname:pid:random).
@@ -37,6 +41,20 @@ func WithMetrics(m Metrics) Option { return func(o *options) { o.metrics = m } }
 // default is plaintext.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// WithTLS connects with TLS using cfg: its RootCAs verify the nodes and its
+// certificate (Certificates or GetClientCertificate) is this client's
+// identity to a cluster running mutual TLS.
+func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg.Clone() } }
+
+// WithTLSFiles is WithTLS from PEM files: the client certificate and key
+// (both empty for a client without identity) and the CA bundle that signed
+// the nodes' certificates. A file that cannot be read fails New.
+func WithTLSFiles(certFile, keyFile, caFile string) Option {
+	return func(o *options) {
+		o.tls, o.tlsErr = tlsutil.ClientConfig(tlsutil.Files{Cert: certFile, Key: keyFile, CA: caFile})
+	}
 }
 
 // WithSafetyMargin sets how long before the server could expire a lease the

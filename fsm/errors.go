@@ -18,6 +18,10 @@ const (
 	ReasonResourceLeaseMismatch Reason = "RESOURCE_LEASE_MISMATCH"
 	ReasonWindowCompleted       Reason = "WINDOW_COMPLETED"
 	ReasonWindowNotClaimed      Reason = "WINDOW_NOT_CLAIMED"
+	// ReasonIdentityMismatch: the lease is bound to another identity.
+	ReasonIdentityMismatch Reason = "IDENTITY_MISMATCH"
+	// ReasonLeaseLimit: the identity holds its limit of live leases.
+	ReasonLeaseLimit Reason = "LEASE_LIMIT"
 )
 
 // Rejection is a business rejection of a command: the command was applied

@@ -6,6 +6,66 @@ import (
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
+// fenceCheck runs every check of fencedCommit without changing anything. It
+// returns the duplicate's result or a rejection, or a nil verdict when the
+// commit is to be accepted, with the resource's record (nil when new).
+func (s *state) fenceCheck(now int64, c *fsmv1.FencedCommit) (verdict any, res *Resource) {
+	if c.GetResource() == "" || c.GetLeaseName() == "" {
+		return reject(ReasonInvalidArgument, nil, "fenced commit needs a resource and a lease"), nil
+	}
+	res = s.resource(c.GetResource())
+	if c.GetIdempotencyKey() != "" {
+		if rec := s.idempotency(c.GetResource(), c.GetIdempotencyKey()); rec != nil {
+			out := &CommitResult{Accepted: true, Duplicate: true, Generation: rec.Generation, Payload: rec.Payload}
+			if res != nil {
+				out.MaxGeneration = res.MaxGeneration
+			}
+			return out, res
+		}
+	}
+	l := s.lease(c.GetLeaseName())
+	if l == nil {
+		return reject(ReasonLeaseNotFound, nil, "lease %q does not exist", c.GetLeaseName()), res
+	}
+	if c.GetGeneration() != l.Generation {
+		return reject(ReasonStaleToken, holderMeta(l),
+			"token %d of lease %q is not current (current generation %d)", c.GetGeneration(), l.Name, l.Generation), res
+	}
+	if l.Released {
+		return reject(ReasonLeaseReleased, holderMeta(l), "lease %q generation %d was released", l.Name, l.Generation), res
+	}
+	if !l.Live(now) {
+		return reject(ReasonLeaseExpired, holderMeta(l),
+			"lease %q generation %d expired %d ms ago", l.Name, l.Generation, now-l.ExpiresAt), res
+	}
+	if res != nil && res.LeaseName != c.GetLeaseName() {
+		return reject(ReasonResourceLeaseMismatch, map[string]string{"resource_lease": res.LeaseName},
+			"resource %q is fenced by lease %q, not %q", res.Name, res.LeaseName, c.GetLeaseName()), res
+	}
+	if res != nil && c.GetGeneration() < res.MaxGeneration {
+		return reject(ReasonStaleToken, map[string]string{"max_generation": strconv.FormatUint(res.MaxGeneration, 10)},
+			"token %d is below the highest accepted for %q (%d)", c.GetGeneration(), res.Name, res.MaxGeneration), res
+	}
+	return nil, res
+}
+
+// CheckFence answers whether a fenced commit would be accepted at cluster
+// time now, without recording it: a *CommitResult (a duplicate's first
+// outcome, or the would-be acceptance) or a *Rejection.
+func (f *FSM) CheckFence(now int64, c *fsmv1.FencedCommit) any {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	verdict, res := f.st.fenceCheck(now, c)
+	if verdict != nil {
+		return verdict
+	}
+	out := &CommitResult{Accepted: true, Generation: c.GetGeneration(), MaxGeneration: c.GetGeneration()}
+	if res != nil {
+		out.MaxGeneration = max(res.MaxGeneration, c.GetGeneration())
+	}
+	return out
+}
+
 // fencedCommit is G4 and G6. An idempotency key seen before returns its first
 // accepted outcome (so a retry after an unknown outcome learns it was
 // accepted, even if the lease has lapsed since). Otherwise the generation
@@ -13,41 +73,9 @@ import (
 // Only accepted commits are recorded: a refused key stays free for the
 // rightful holder.
 func (s *state) fencedCommit(now int64, c *fsmv1.FencedCommit) any {
-	if c.GetResource() == "" || c.GetLeaseName() == "" {
-		return reject(ReasonInvalidArgument, nil, "fenced commit needs a resource and a lease")
-	}
-	res := s.resource(c.GetResource())
-	if c.GetIdempotencyKey() != "" {
-		if rec := s.idempotency(c.GetResource(), c.GetIdempotencyKey()); rec != nil {
-			out := &CommitResult{Accepted: true, Duplicate: true, Generation: rec.Generation, Payload: rec.Payload}
-			if res != nil {
-				out.MaxGeneration = res.MaxGeneration
-			}
-			return out
-		}
-	}
-	l := s.lease(c.GetLeaseName())
-	if l == nil {
-		return reject(ReasonLeaseNotFound, nil, "lease %q does not exist", c.GetLeaseName())
-	}
-	if c.GetGeneration() != l.Generation {
-		return reject(ReasonStaleToken, holderMeta(l),
-			"token %d of lease %q is not current (current generation %d)", c.GetGeneration(), l.Name, l.Generation)
-	}
-	if l.Released {
-		return reject(ReasonLeaseReleased, holderMeta(l), "lease %q generation %d was released", l.Name, l.Generation)
-	}
-	if !l.Live(now) {
-		return reject(ReasonLeaseExpired, holderMeta(l),
-			"lease %q generation %d expired %d ms ago", l.Name, l.Generation, now-l.ExpiresAt)
-	}
-	if res != nil && res.LeaseName != c.GetLeaseName() {
-		return reject(ReasonResourceLeaseMismatch, map[string]string{"resource_lease": res.LeaseName},
-			"resource %q is fenced by lease %q, not %q", res.Name, res.LeaseName, c.GetLeaseName())
-	}
-	if res != nil && c.GetGeneration() < res.MaxGeneration {
-		return reject(ReasonStaleToken, map[string]string{"max_generation": strconv.FormatUint(res.MaxGeneration, 10)},
-			"token %d is below the highest accepted for %q (%d)", c.GetGeneration(), res.Name, res.MaxGeneration)
+	verdict, res := s.fenceCheck(now, c)
+	if verdict != nil {
+		return verdict
 	}
 	n := Resource{Name: c.GetResource(), LeaseName: c.GetLeaseName()}
 	if res != nil {

@@ -461,3 +461,81 @@ func TestBatch(t *testing.T) {
 		t.Fatalf("batch and single differ (clock %d)", batched.Clock())
 	}
 }
+
+func TestIdentityBinding(t *testing.T) {
+	f := New()
+	a := &fsmv1.Acquire{Name: "job", Owner: "o", TtlMs: 100, RequestId: "r1", Identity: "billing"}
+	r := run(t, f, 1000, a).(*AcquireResult)
+	if !r.Acquired || r.Lease.Identity != "billing" {
+		t.Fatalf("acquire: %+v", r)
+	}
+	// Another identity with the right owner and generation is refused for
+	// every holder operation.
+	wantReason(t, run(t, f, 1001, &fsmv1.Renew{Name: "job", Owner: "o", Generation: 1, Identity: "mallory"}), ReasonIdentityMismatch)
+	wantReason(t, run(t, f, 1002, &fsmv1.Release{Name: "job", Owner: "o", Generation: 1, Identity: "mallory"}), ReasonIdentityMismatch)
+	wantReason(t, run(t, f, 1003, &fsmv1.ClaimWindow{Job: "j", Window: "w", LeaseName: "job", Owner: "o", Generation: 1, Identity: "mallory"}), ReasonIdentityMismatch)
+	wantReason(t, run(t, f, 1003, &fsmv1.CompleteWindow{Job: "j", Window: "w", LeaseName: "job", Owner: "o", Generation: 1, Identity: ""}), ReasonIdentityMismatch)
+	// A retry of the grant by another identity with the same request id is
+	// not that grant.
+	if r := run(t, f, 1004, &fsmv1.Acquire{Name: "job", Owner: "o", TtlMs: 100, RequestId: "r1", Identity: "mallory"}).(*AcquireResult); r.Acquired {
+		t.Fatalf("retry by another identity granted: %+v", r)
+	}
+	// The bound identity can.
+	if _, ok := run(t, f, 1005, &fsmv1.Renew{Name: "job", Owner: "o", Generation: 1, Identity: "billing"}).(*LeaseResult); !ok {
+		t.Fatal("renew by the bound identity refused")
+	}
+	if r := run(t, f, 1006, &fsmv1.Release{Name: "job", Owner: "o", Generation: 1, Identity: "billing"}).(*ReleaseResult); !r.Released {
+		t.Fatalf("release by the bound identity: %+v", r)
+	}
+	// After release, any identity may take the next generation, bound to it.
+	r = run(t, f, 1007, &fsmv1.Acquire{Name: "job", Owner: "o2", TtlMs: 100, Identity: "ops"}).(*AcquireResult)
+	if !r.Acquired || r.Lease.Generation != 2 || r.Lease.Identity != "ops" {
+		t.Fatalf("next grant: %+v", r)
+	}
+	// The binding survives a snapshot.
+	var buf bytes.Buffer
+	if err := f.WriteSnapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	g := New()
+	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
+		t.Fatal(err)
+	}
+	wantReason(t, run(t, g, 1008, &fsmv1.Renew{Name: "job", Owner: "o2", Generation: 2, Identity: "billing"}), ReasonIdentityMismatch)
+}
+
+func TestLiveLeaseLimit(t *testing.T) {
+	f := New()
+	acquire := func(now int64, name, identity string) any {
+		return run(t, f, now, &fsmv1.Acquire{Name: name, Owner: "o", TtlMs: 100, Identity: identity, MaxLiveLeases: 2})
+	}
+	for _, name := range []string{"a", "b"} {
+		if r, ok := acquire(1000, name, "x").(*AcquireResult); !ok || !r.Acquired {
+			t.Fatalf("acquire %s: %#v", name, r)
+		}
+	}
+	wantReason(t, acquire(1001, "c", "x"), ReasonLeaseLimit)
+	// Other identities are not affected.
+	if r, ok := acquire(1001, "c", "y").(*AcquireResult); !ok || !r.Acquired {
+		t.Fatalf("other identity: %#v", r)
+	}
+	// A released lease and an expired one stop counting.
+	run(t, f, 1002, &fsmv1.Release{Name: "a", Owner: "o", Generation: 1, Identity: "x"})
+	if r, ok := acquire(1003, "d", "x").(*AcquireResult); !ok || !r.Acquired {
+		t.Fatalf("after release: %#v", r)
+	}
+	wantReason(t, acquire(1004, "e", "x"), ReasonLeaseLimit)
+	if r, ok := acquire(1100, "e", "x").(*AcquireResult); !ok || !r.Acquired { // b expired at 1100
+		t.Fatalf("after expiry: %#v", r)
+	}
+	// The limit survives a restore (the index is rebuilt from the leases).
+	var buf bytes.Buffer
+	if err := f.WriteSnapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	g := New()
+	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
+		t.Fatal(err)
+	}
+	wantReason(t, run(t, g, 1101, &fsmv1.Acquire{Name: "f", Owner: "o", TtlMs: 100, Identity: "x", MaxLiveLeases: 2}), ReasonLeaseLimit)
+}

@@ -15,10 +15,14 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 	}
 	cur := s.lease(c.GetName())
 	if cur != nil && cur.Live(now) {
-		if c.GetRequestId() != "" && cur.RequestID == c.GetRequestId() && cur.Owner == c.GetOwner() {
+		if c.GetRequestId() != "" && cur.RequestID == c.GetRequestId() && cur.Owner == c.GetOwner() && cur.Identity == c.GetIdentity() {
 			return &AcquireResult{At: now, Acquired: true, Lease: *cur}
 		}
 		return &AcquireResult{At: now, Acquired: false, Lease: *cur}
+	}
+	if limit := c.GetMaxLiveLeases(); limit > 0 && c.GetIdentity() != "" && s.liveLeases(c.GetIdentity(), now) >= int(limit) {
+		return reject(ReasonLeaseLimit, map[string]string{"limit": strconv.FormatUint(uint64(limit), 10)},
+			"identity %q already holds %d live leases, its limit", c.GetIdentity(), limit)
 	}
 	gen := uint64(1)
 	if cur != nil {
@@ -33,8 +37,10 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 		AcquiredAt: now,
 		RenewedAt:  now,
 		ExpiresAt:  now + c.GetTtlMs(),
+		Identity:   c.GetIdentity(),
 	}
 	s.leases.ReplaceOrInsert(l)
+	s.indexIdentity(l.Identity, l.Name)
 	res := &AcquireResult{At: now, Acquired: true, Lease: *l}
 	if cur != nil && !cur.Released {
 		res.TookOver, res.Previous = true, *cur
@@ -43,11 +49,17 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 }
 
 // checkHolder is the fence of G3: (owner, generation) must be the current,
-// unreleased, unexpired holder of the lease.
-func (s *state) checkHolder(now int64, name, owner string, gen uint64) (*Lease, *Rejection) {
+// unreleased, unexpired holder of the lease, and the caller the identity
+// the generation is bound to. The identity is checked first, so another
+// identity learns nothing by guessing generations.
+func (s *state) checkHolder(now int64, name, owner, identity string, gen uint64) (*Lease, *Rejection) {
 	l := s.lease(name)
 	if l == nil {
 		return nil, reject(ReasonLeaseNotFound, nil, "lease %q does not exist", name)
+	}
+	if l.Identity != "" && l.Identity != identity {
+		return nil, reject(ReasonIdentityMismatch, nil,
+			"lease %q generation %d is bound to the identity that acquired it, not %q", name, l.Generation, identity)
 	}
 	meta := holderMeta(l)
 	if l.Generation != gen || l.Owner != owner {
@@ -71,7 +83,7 @@ func holderMeta(l *Lease) map[string]string {
 }
 
 func (s *state) renew(now int64, c *fsmv1.Renew) any {
-	l, rej := s.checkHolder(now, c.GetName(), c.GetOwner(), c.GetGeneration())
+	l, rej := s.checkHolder(now, c.GetName(), c.GetOwner(), c.GetIdentity(), c.GetGeneration())
 	if rej != nil {
 		return rej
 	}
@@ -90,10 +102,10 @@ func (s *state) renew(now int64, c *fsmv1.Renew) any {
 // keeps growing (G1). Releasing an already released generation is harmless.
 func (s *state) release(now int64, c *fsmv1.Release) any {
 	l := s.lease(c.GetName())
-	if l != nil && l.Released && l.Generation == c.GetGeneration() && l.Owner == c.GetOwner() {
+	if l != nil && l.Released && l.Generation == c.GetGeneration() && l.Owner == c.GetOwner() && l.Identity == c.GetIdentity() {
 		return &ReleaseResult{At: now, Released: false, Lease: *l}
 	}
-	l, rej := s.checkHolder(now, c.GetName(), c.GetOwner(), c.GetGeneration())
+	l, rej := s.checkHolder(now, c.GetName(), c.GetOwner(), c.GetIdentity(), c.GetGeneration())
 	if rej != nil {
 		return rej
 	}

@@ -102,7 +102,7 @@ func leaseRecord(l *Lease) *fsmv1.LeaseRecord {
 	return &fsmv1.LeaseRecord{
 		Name: l.Name, Owner: l.Owner, Generation: l.Generation, TtlMs: l.TTLMs,
 		AcquiredAtMs: l.AcquiredAt, RenewedAtMs: l.RenewedAt, ExpiresAtMs: l.ExpiresAt,
-		Released: l.Released, RequestId: l.RequestID, Renewals: l.Renewals,
+		Released: l.Released, RequestId: l.RequestID, Renewals: l.Renewals, Identity: l.Identity,
 	}
 }
 
@@ -157,7 +157,11 @@ func readSnapshot(r io.Reader) (*state, error) {
 			r := x.Lease
 			st.leases.ReplaceOrInsert(&Lease{Name: r.GetName(), Owner: r.GetOwner(), RequestID: r.GetRequestId(),
 				Generation: r.GetGeneration(), TTLMs: r.GetTtlMs(), AcquiredAt: r.GetAcquiredAtMs(),
-				RenewedAt: r.GetRenewedAtMs(), ExpiresAt: r.GetExpiresAtMs(), Renewals: r.GetRenewals(), Released: r.GetReleased()})
+				RenewedAt: r.GetRenewedAtMs(), ExpiresAt: r.GetExpiresAtMs(), Renewals: r.GetRenewals(), Released: r.GetReleased(),
+				Identity: r.GetIdentity()})
+			if !r.GetReleased() {
+				st.indexIdentity(r.GetIdentity(), r.GetName())
+			}
 		case *fsmv1.SnapshotRecord_Window:
 			r := x.Window
 			st.windows.ReplaceOrInsert(&Window{Job: r.GetJob(), Window: r.GetWindow(), LeaseName: r.GetLeaseName(),

@@ -20,6 +20,11 @@ type state struct {
 	// time). Derived from the trees: not part of snapshots or the digest.
 	completedQ []windowKey
 	idemQ      []idemKey
+	// byIdentity indexes, per identity, the names of leases it acquired, for
+	// the live-lease limit. Entries whose lease moved on are dropped lazily.
+	// Derived from leases: not part of snapshots or the digest, and only
+	// counted (never iterated into output), so map order cannot leak.
+	byIdentity map[string]map[string]struct{}
 }
 
 type windowKey struct{ job, window string }
@@ -43,13 +48,42 @@ func lessMember(a, b *Member) bool { return a.ID < b.ID }
 
 func newState() *state {
 	return &state{
-		leases:    btree.NewG(btreeDegree, lessLease),
-		windows:   btree.NewG(btreeDegree, lessWindow),
-		resources: btree.NewG(btreeDegree, lessResource),
-		idem:      btree.NewG(btreeDegree, lessIdem),
-		members:   btree.NewG(btreeDegree, lessMember),
-		jobs:      btree.NewG(btreeDegree, lessJob),
+		leases:     btree.NewG(btreeDegree, lessLease),
+		windows:    btree.NewG(btreeDegree, lessWindow),
+		resources:  btree.NewG(btreeDegree, lessResource),
+		idem:       btree.NewG(btreeDegree, lessIdem),
+		members:    btree.NewG(btreeDegree, lessMember),
+		jobs:       btree.NewG(btreeDegree, lessJob),
+		byIdentity: map[string]map[string]struct{}{},
 	}
+}
+
+// indexIdentity records that identity acquired lease name.
+func (s *state) indexIdentity(identity, name string) {
+	if identity == "" {
+		return
+	}
+	set := s.byIdentity[identity]
+	if set == nil {
+		set = map[string]struct{}{}
+		s.byIdentity[identity] = set
+	}
+	set[name] = struct{}{}
+}
+
+// liveLeases counts the leases identity holds at now, dropping index entries
+// that no longer count.
+func (s *state) liveLeases(identity string, now int64) int {
+	set := s.byIdentity[identity]
+	n := 0
+	for name := range set {
+		if l := s.lease(name); l != nil && l.Identity == identity && l.Live(now) {
+			n++
+		} else {
+			delete(set, name)
+		}
+	}
+	return n
 }
 
 // clone returns a copy that shares records with s; the copy must only be read.

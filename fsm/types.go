@@ -13,6 +13,9 @@ type Lease struct {
 	ExpiresAt  int64
 	Renewals   uint64
 	Released   bool
+	// Identity is the authenticated identity that acquired this generation
+	// ("" without authorization); only it may renew or release it.
+	Identity string
 }
 
 // Live reports whether the lease is held at cluster time now.

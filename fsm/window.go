@@ -16,7 +16,7 @@ func (s *state) claimWindow(now int64, c *fsmv1.ClaimWindow) any {
 	if w := s.window(c.GetJob(), c.GetWindow()); w != nil && w.Completed {
 		return &ClaimResult{Claimed: false, Window: *w}
 	}
-	if _, rej := s.checkHolder(now, c.GetLeaseName(), c.GetOwner(), c.GetGeneration()); rej != nil {
+	if _, rej := s.checkHolder(now, c.GetLeaseName(), c.GetOwner(), c.GetIdentity(), c.GetGeneration()); rej != nil {
 		return rej
 	}
 	w := s.window(c.GetJob(), c.GetWindow())
@@ -47,7 +47,7 @@ func (s *state) completeWindow(now int64, c *fsmv1.CompleteWindow) any {
 		return reject(ReasonWindowCompleted, windowMeta(w),
 			"window %s/%s was completed by %q generation %d", w.Job, w.Window, w.Owner, w.Generation)
 	}
-	if _, rej := s.checkHolder(now, c.GetLeaseName(), c.GetOwner(), c.GetGeneration()); rej != nil {
+	if _, rej := s.checkHolder(now, c.GetLeaseName(), c.GetOwner(), c.GetIdentity(), c.GetGeneration()); rej != nil {
 		return rej
 	}
 	if w == nil || !w.claimedBy(c.GetLeaseName(), c.GetOwner(), c.GetGeneration()) {

@@ -2,13 +2,16 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -51,4 +54,49 @@ func acquire(t *testing.T, cc coordv1.CoordinatorClient, name, owner string, ttl
 		t.Fatalf("acquire %s by %s: held by %v", name, owner, resp.GetLease())
 	}
 	return resp.GetLease()
+}
+
+func withMD(ctx context.Context, kv ...string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, kv...)
+}
+
+// metricValue reads one sample of a node's metrics, written as in the text
+// exposition format: name{label="v",...} (labels in any order).
+func metricValue(t *testing.T, n *testcluster.Node, sample string) float64 {
+	t.Helper()
+	name, labels, _ := strings.Cut(strings.TrimSuffix(sample, "}"), "{")
+	want := map[string]string{}
+	for _, kv := range strings.Split(labels, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			want[k] = strings.Trim(v, `"`)
+		}
+	}
+	mfs, err := n.Server.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range want {
+				if got[k] != v {
+					continue metrics
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
 }

@@ -8,7 +8,20 @@ export PATH="$(go env GOPATH)/bin:$PATH"
 command -v protoc >/dev/null || { echo "protoc missing: apt-get install -y protobuf-compiler" >&2; exit 1; }
 GOFLAGS= go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 GOFLAGS= go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+GOFLAGS= go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@v2.33.0
 (cd proto && protoc -I . --go_out=. --go_opt=paths=source_relative \
   --go-grpc_out=. --go-grpc_opt=paths=source_relative \
   $(find . -name '*.proto' | sed 's,^\./,,' | sort))
+# The HTTP/JSON gateway for the calls listed in coord_http.yaml (no
+# google.api annotations in the protos: the mapping lives in that file).
+# It is a package of its own (standalone) so that the client SDK, which
+# imports coordv1, does not pull in the gateway runtime.
+gw=$(mktemp -d)
+trap 'rm -rf "$gw"' EXIT
+(cd proto && protoc -I . --grpc-gateway_out="$gw" --grpc-gateway_opt=paths=source_relative \
+  --grpc-gateway_opt=standalone=true \
+  --grpc-gateway_opt=grpc_api_configuration=coord/v1/coord_http.yaml coord/v1/coord.proto)
+mkdir -p proto/coord/v1/coordv1gw
+sed 's/^package coordv1$/package coordv1gw/; s/^Package coordv1 is/Package coordv1gw is/' \
+  "$gw/coord/v1/coord.pb.gw.go" >proto/coord/v1/coordv1gw/coord.pb.gw.go
 if command -v buf >/dev/null; then buf lint && echo "buf lint: clean"; fi

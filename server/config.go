@@ -7,6 +7,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/coordd/coordd/internal/tlsutil"
 )
 
 // Config is everything a node needs; it is validated once by New.
@@ -56,16 +58,34 @@ type Config struct {
 	// EnablePprof serves net/http/pprof under /debug/pprof/ on HTTPAddr.
 	EnablePprof bool
 
+	// TLS is the node's certificate and key and the CA of its clients; it
+	// turns on TLS for gRPC and HTTP, mutual TLS for gRPC, and identities.
+	// PeerTLS is used between Raft peers; when empty, TLS is.
+	TLS     tlsutil.Files
+	PeerTLS tlsutil.Files
+	// Insecure allows plaintext listeners on non-loopback addresses.
+	Insecure bool
+	// ACLFile is the authorization policy (see ACL), reloaded by Reload.
+	// Without it, every authenticated identity may do everything.
+	ACLFile string
+	// Limits are per-identity caps.
+	Limits Limits
+
 	Logger *slog.Logger
 	// Clock is the node's time source; tests inject one to skew or scale it.
 	Clock Clock
 }
+
+// TLSFiles names a certificate, its key and a CA bundle (PEM files).
+type TLSFiles = tlsutil.Files
 
 // Limits on input, enforced on every RPC.
 const (
 	MaxNameBytes    = 256
 	MaxPayloadBytes = 64 << 10
 	MaxPageSize     = 1000
+	// MaxMessageBytes caps a gRPC request and an HTTP request body.
+	MaxMessageBytes = 1 << 20
 	DefaultPageSize = 100
 )
 
@@ -134,10 +154,37 @@ func (c Config) validate() error {
 	if c.MaxTTL < c.MinTTL {
 		errs = append(errs, fmt.Errorf("max TTL %s is below min TTL %s", c.MaxTTL, c.MinTTL))
 	}
+	errs = append(errs, c.TLS.Validate(), c.PeerTLS.Validate())
+	if c.PeerTLS.Enabled() && !c.TLS.Enabled() {
+		errs = append(errs, errors.New("peer TLS without client TLS: set --tls-cert/--tls-key/--tls-ca too"))
+	}
+	if c.ACLFile != "" && !c.TLS.Enabled() {
+		errs = append(errs, errors.New("an ACL needs identities, which come from TLS client certificates: set --tls-cert/--tls-key/--tls-ca"))
+	}
+	if !c.TLS.Enabled() && !c.Insecure {
+		for name, addr := range map[string]string{"gRPC": c.GRPCAddr, "Raft": c.RaftAddr, "HTTP": c.HTTPAddr} {
+			if addr != "" && !isLoopback(addr) {
+				errs = append(errs, fmt.Errorf("refusing to listen on %s (%s) without TLS: give --tls-cert, --tls-key and --tls-ca, or --insecure to accept plaintext on the network", addr, name))
+			}
+		}
+	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		errs = append(errs, errors.New("leader lease timeout must not exceed the heartbeat timeout"))
 	}
 	return errors.Join(errs...)
+}
+
+// isLoopback reports whether a listen address binds loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // ParsePeers reads "id=raftaddr,id=raftaddr".

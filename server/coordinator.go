@@ -25,8 +25,12 @@ func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) 
 		if resp, ok := c.s.acquireFromState(ctx, req); ok {
 			return resp, nil
 		}
-		res, err := c.s.propose(ctx, &fsmv1.Acquire{Name: req.GetName(), Owner: req.GetOwner(), TtlMs: req.GetTtlMs(), RequestId: req.GetRequestId()})
+		res, err := c.s.propose(ctx, &fsmv1.Acquire{Name: req.GetName(), Owner: req.GetOwner(), TtlMs: req.GetTtlMs(),
+			RequestId: req.GetRequestId(), Identity: identityOf(ctx), MaxLiveLeases: c.s.cfg.Limits.LeasesPerIdentity})
 		if err != nil {
+			if rej := (*fsm.Rejection)(nil); errors.As(err, &rej) && rej.Reason == fsm.ReasonLeaseLimit {
+				c.s.metrics.limited.WithLabelValues("leases").Inc()
+			}
 			return nil, err
 		}
 		r := res.(*fsm.AcquireResult)
@@ -41,7 +45,7 @@ func (c *coordinator) Renew(ctx context.Context, req *coordv1.RenewRequest) (*co
 		return nil, toStatus(err)
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Renew, req, func() (*coordv1.RenewResponse, error) {
-		l, err := c.s.renew(ctx, req.GetName(), req.GetOwner(), req.GetGeneration(), req.GetTtlMs())
+		l, err := c.s.renew(ctx, req.GetName(), req.GetOwner(), identityOf(ctx), req.GetGeneration(), req.GetTtlMs())
 		if err != nil {
 			return nil, err
 		}
@@ -50,8 +54,8 @@ func (c *coordinator) Renew(ctx context.Context, req *coordv1.RenewRequest) (*co
 }
 
 // renew is shared by Renew and KeepAlive; it logs and counts a lost lease.
-func (s *Server) renew(ctx context.Context, name, owner string, gen uint64, ttl int64) (fsm.Lease, error) {
-	res, err := s.propose(ctx, &fsmv1.Renew{Name: name, Owner: owner, Generation: gen, TtlMs: ttl})
+func (s *Server) renew(ctx context.Context, name, owner, identity string, gen uint64, ttl int64) (fsm.Lease, error) {
+	res, err := s.propose(ctx, &fsmv1.Renew{Name: name, Owner: owner, Generation: gen, TtlMs: ttl, Identity: identity})
 	if err != nil {
 		var rej *fsm.Rejection
 		if errors.As(err, &rej) {
@@ -71,7 +75,8 @@ func (c *coordinator) Release(ctx context.Context, req *coordv1.ReleaseRequest) 
 		return nil, toStatus(err)
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Release, req, func() (*coordv1.ReleaseResponse, error) {
-		res, err := c.s.propose(ctx, &fsmv1.Release{Name: req.GetName(), Owner: req.GetOwner(), Generation: req.GetGeneration()})
+		res, err := c.s.propose(ctx, &fsmv1.Release{Name: req.GetName(), Owner: req.GetOwner(), Generation: req.GetGeneration(),
+			Identity: identityOf(ctx)})
 		if err != nil {
 			return nil, err
 		}
@@ -88,7 +93,7 @@ func (c *coordinator) ClaimWindow(ctx context.Context, req *coordv1.ClaimWindowR
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.ClaimWindow, req, func() (*coordv1.ClaimWindowResponse, error) {
 		res, err := c.s.propose(ctx, &fsmv1.ClaimWindow{Job: req.GetJob(), Window: req.GetWindow(),
-			LeaseName: req.GetLeaseName(), Owner: req.GetOwner(), Generation: req.GetGeneration()})
+			LeaseName: req.GetLeaseName(), Owner: req.GetOwner(), Generation: req.GetGeneration(), Identity: identityOf(ctx)})
 		if err != nil {
 			c.s.observeWindowRefusal("claim", req.GetJob(), req.GetWindow(), req.GetOwner(), req.GetGeneration(), err)
 			return nil, err
@@ -111,7 +116,8 @@ func (c *coordinator) CompleteWindow(ctx context.Context, req *coordv1.CompleteW
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.CompleteWindow, req, func() (*coordv1.CompleteWindowResponse, error) {
 		res, err := c.s.propose(ctx, &fsmv1.CompleteWindow{Job: req.GetJob(), Window: req.GetWindow(),
-			LeaseName: req.GetLeaseName(), Owner: req.GetOwner(), Generation: req.GetGeneration(), Result: req.GetResult()})
+			LeaseName: req.GetLeaseName(), Owner: req.GetOwner(), Generation: req.GetGeneration(), Result: req.GetResult(),
+			Identity: identityOf(ctx)})
 		if err != nil {
 			c.s.observeWindowRefusal("complete", req.GetJob(), req.GetWindow(), req.GetOwner(), req.GetGeneration(), err)
 			return nil, err
@@ -128,26 +134,74 @@ func (c *coordinator) FencedCommit(ctx context.Context, req *coordv1.FencedCommi
 		return nil, toStatus(err)
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.FencedCommit, req, func() (*coordv1.FencedCommitResponse, error) {
-		res, err := c.s.propose(ctx, &fsmv1.FencedCommit{Resource: req.GetResource(), LeaseName: req.GetLeaseName(),
+		r, err := c.s.fencedCommit(ctx, &fsmv1.FencedCommit{Resource: req.GetResource(), LeaseName: req.GetLeaseName(),
 			Generation: req.GetGeneration(), IdempotencyKey: req.GetIdempotencyKey(), Payload: req.GetPayload()})
 		if err != nil {
-			var rej *fsm.Rejection
-			if errors.As(err, &rej) {
-				c.s.metrics.fenceRejections.WithLabelValues(string(rej.Reason)).Inc()
-				c.s.log.Warn("fenced commit refused", "resource", req.GetResource(), "lease", req.GetLeaseName(),
-					"generation", req.GetGeneration(), "idempotency_key", req.GetIdempotencyKey(), "reason", rej.Reason,
-					"detail", rej.Message)
-			}
 			return nil, err
 		}
-		r := res.(*fsm.CommitResult)
-		kind := "new"
-		if r.Duplicate {
-			kind = "duplicate"
-		}
-		c.s.metrics.fenceAccepted.WithLabelValues(kind).Inc()
 		return &coordv1.FencedCommitResponse{Accepted: r.Accepted, Duplicate: r.Duplicate, MaxGeneration: r.MaxGeneration,
 			Payload: r.Payload, Generation: r.Generation}, nil
+	})
+}
+
+// fencedCommit proposes a fenced commit; it logs and counts the outcome.
+func (s *Server) fencedCommit(ctx context.Context, cmd *fsmv1.FencedCommit) (*fsm.CommitResult, error) {
+	res, err := s.propose(ctx, cmd)
+	if err != nil {
+		s.observeFenceRefusal(cmd, err)
+		return nil, err
+	}
+	r := res.(*fsm.CommitResult)
+	kind := "new"
+	if r.Duplicate {
+		kind = "duplicate"
+	}
+	s.metrics.fenceAccepted.WithLabelValues(kind).Inc()
+	return r, nil
+}
+
+func (s *Server) observeFenceRefusal(cmd *fsmv1.FencedCommit, err error) {
+	var rej *fsm.Rejection
+	if errors.As(err, &rej) {
+		s.metrics.fenceRejections.WithLabelValues(string(rej.Reason)).Inc()
+		s.log.Warn("fenced commit refused", "resource", cmd.GetResource(), "lease", cmd.GetLeaseName(),
+			"generation", cmd.GetGeneration(), "idempotency_key", cmd.GetIdempotencyKey(), "reason", rej.Reason,
+			"detail", rej.Message)
+	}
+}
+
+// Validate is FencedCommit from a token; with dry_run it is a linearizable
+// read of the same checks (no log entry).
+func (c *coordinator) Validate(ctx context.Context, req *coordv1.ValidateRequest) (*coordv1.ValidateResponse, error) {
+	name, gen, perr := parseToken(req.GetToken())
+	if err := firstErr(checkName("resource", req.GetResource(), true), perr, checkName("lease_name", name, true),
+		checkName("idempotency_key", req.GetIdempotencyKey(), false), checkPayload("payload", req.GetPayload())); err != nil {
+		return nil, toStatus(err)
+	}
+	cmd := &fsmv1.FencedCommit{Resource: req.GetResource(), LeaseName: name, Generation: gen,
+		IdempotencyKey: req.GetIdempotencyKey(), Payload: req.GetPayload()}
+	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Validate, req, func() (*coordv1.ValidateResponse, error) {
+		var r *fsm.CommitResult
+		if req.GetDryRun() {
+			now, err := c.s.readAt(ctx, false)
+			if err != nil {
+				return nil, err
+			}
+			switch v := c.s.fsm.CheckFence(now, cmd).(type) {
+			case *fsm.Rejection:
+				c.s.observeFenceRefusal(cmd, v)
+				return nil, v
+			case *fsm.CommitResult:
+				r = v
+			}
+		} else {
+			var err error
+			if r, err = c.s.fencedCommit(ctx, cmd); err != nil {
+				return nil, err
+			}
+		}
+		return &coordv1.ValidateResponse{Accepted: r.Accepted, Duplicate: r.Duplicate, MaxGeneration: r.MaxGeneration,
+			Payload: r.Payload, Generation: r.Generation, LeaseName: name, DryRun: req.GetDryRun()}, nil
 	})
 }
 
@@ -192,7 +246,7 @@ func (s *Server) acquireFromState(ctx context.Context, req *coordv1.AcquireReque
 	if !ok || !l.Live(now) {
 		return nil, false
 	}
-	if l.Owner == req.GetOwner() && l.RequestID != "" && l.RequestID == req.GetRequestId() {
+	if l.Owner == req.GetOwner() && l.RequestID != "" && l.RequestID == req.GetRequestId() && l.Identity == identityOf(ctx) {
 		return &coordv1.AcquireResponse{Acquired: true, Lease: leaseToProto(l, now)}, true
 	}
 	s.metrics.acquisitions.WithLabelValues("held").Inc()

@@ -66,6 +66,8 @@ var rejectionCodes = map[fsm.Reason]codes.Code{
 	fsm.ReasonResourceLeaseMismatch: codes.FailedPrecondition,
 	fsm.ReasonWindowCompleted:       codes.FailedPrecondition,
 	fsm.ReasonWindowNotClaimed:      codes.FailedPrecondition,
+	fsm.ReasonIdentityMismatch:      codes.PermissionDenied,
+	fsm.ReasonLeaseLimit:            codes.ResourceExhausted,
 }
 
 // toStatus turns any error of the server into a gRPC status error with an

@@ -43,6 +43,10 @@ func onLeader[C, Req, Resp any](s *Server, ctx context.Context, newClient func(g
 		return zero, toStatus(err)
 	}
 	out := metadata.AppendToOutgoingContext(ctx, forwardedKey, s.cfg.ID)
+	if s.authEnabled() {
+		// The leader believes this only because we are a member.
+		out = metadata.AppendToOutgoingContext(out, identityKey, identityOf(ctx))
+	}
 	s.metrics.forwarded.Inc()
 	return call(newClient(conn), out, req)
 }

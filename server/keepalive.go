@@ -4,6 +4,9 @@ import (
 	"errors"
 	"io"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/coordd/coordd/fsm"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -24,6 +27,7 @@ func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) erro
 	if err != nil {
 		return toStatus(err)
 	}
+	identity := identityOf(ctx)
 	s.metrics.keepaliveStreams.Inc()
 	defer s.metrics.keepaliveStreams.Dec()
 
@@ -47,8 +51,12 @@ func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) erro
 			}
 			resp := &coordv1.KeepAliveResponse{Name: req.GetName(), Generation: req.GetGeneration(), Seq: req.GetSeq()}
 			if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
-				checkGeneration(req.GetGeneration()), s.checkTTL("ttl_ms", req.GetTtlMs(), true)); err != nil {
+				checkGeneration(req.GetGeneration()), s.checkTTL("ttl_ms", req.GetTtlMs(), true),
+				s.authorize(identity, OpLease, req.GetName(), false)); err != nil {
 				resp.Reason, resp.Message = ReasonInvalidArgument, err.Error()
+				if st, _ := status.FromError(err); st.Code() == codes.PermissionDenied {
+					resp.Reason, resp.Message = ReasonPermissionDenied, st.Message()
+				}
 				select {
 				case sendCh <- resp:
 				case <-done:
@@ -63,7 +71,7 @@ func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) erro
 			}
 			go func() {
 				defer func() { <-sem }()
-				l, err := s.renew(ctx, req.GetName(), req.GetOwner(), req.GetGeneration(), req.GetTtlMs())
+				l, err := s.renew(ctx, req.GetName(), req.GetOwner(), identity, req.GetGeneration(), req.GetTtlMs())
 				var rej *fsm.Rejection
 				switch {
 				case err == nil:

@@ -24,6 +24,8 @@ type metrics struct {
 	windowsRefused   *prometheus.CounterVec
 	forwarded        prometheus.Counter
 	keepaliveStreams prometheus.Gauge
+	authDenied       *prometheus.CounterVec
+	limited          *prometheus.CounterVec
 }
 
 func newMetrics(s *Server) *metrics {
@@ -51,7 +53,11 @@ func newMetrics(s *Server) *metrics {
 		Help: "Window claims and completions refused, by reason (WINDOW_COMPLETED for a claim on a completed window)."}, []string{"reason"})
 	m.forwarded = prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_forwarded_requests_total", Help: "Calls this follower forwarded to the leader."})
 	m.keepaliveStreams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_keepalive_streams", Help: "Open KeepAlive streams on this node."})
-	for _, c := range []prometheus.Collector{m.leader, m.applyLatency, m.proposals, m.acquisitions, m.leasesLost,
+	m.authDenied = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_auth_denied_total",
+		Help: "Calls refused by authentication (op unauthenticated) or by the ACL, by op and the rule that applied."}, []string{"op", "rule"})
+	m.limited = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_limited_total",
+		Help: "Calls refused by a per-identity limit, by limit (rate, keepalive_streams, leases)."}, []string{"limit"})
+	for _, c := range []prometheus.Collector{m.authDenied, m.limited, m.leader, m.applyLatency, m.proposals, m.acquisitions, m.leasesLost,
 		m.fenceRejections, m.fenceAccepted, m.windowsClaimed, m.windowsCompleted, m.windowsRefused, m.forwarded, m.keepaliveStreams} {
 		f(c)
 	}
@@ -104,3 +110,6 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// Gatherer exposes this node's metrics registry (tests and embedders).
+func (s *Server) Gatherer() prometheus.Gatherer { return s.metrics.reg }

@@ -21,12 +21,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -50,6 +52,11 @@ type Server struct {
 	http     *http.Server
 	httpLis  net.Listener
 	notifyCh chan bool
+
+	tls     *tlsutil.Reloader // nil without TLS
+	peerTLS *tlsutil.Reloader
+	acl     atomic.Pointer[ACL]
+	limits  *limiter
 
 	leader    atomic.Pointer[leaderState]
 	proposals chan *proposal
@@ -79,6 +86,7 @@ func New(cfg Config) (*Server, error) {
 		stop:      make(chan struct{}),
 		notifyCh:  make(chan bool, 16),
 		proposals: make(chan *proposal, 4*maxBatch),
+		limits:    newLimiter(cfg.Limits),
 	}
 	s.metrics = newMetrics(s)
 	s.monitor = newMonitorMetrics(s.metrics.reg)
@@ -94,6 +102,17 @@ func (s *Server) start() error {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	if err := s.loadTLS(); err != nil {
+		return err
+	}
+	if cfg.ACLFile != "" {
+		acl, err := LoadACL(cfg.ACLFile)
+		if err != nil {
+			return err
+		}
+		s.acl.Store(acl)
+	}
+	s.logSecurity()
 	var err error
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("grpc listen: %w", err)
@@ -107,7 +126,12 @@ func (s *Server) start() error {
 		return err
 	}
 
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(4 << 20))
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.ChainUnaryInterceptor(s.unaryGuard), grpc.ChainStreamInterceptor(s.streamGuard)}
+	if s.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.ServerConfig(true))))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	coordv1.RegisterCoordinatorServer(s.grpc, &coordinator{s: s})
 	coordv1.RegisterClusterServer(s.grpc, &cluster{s: s})
 	coordv1.RegisterJobsServer(s.grpc, &jobs{s: s})
@@ -118,6 +142,7 @@ func (s *Server) start() error {
 
 	if s.httpLis != nil {
 		mux := http.NewServeMux()
+		mux.Handle("/v1/", s.httpAPI())
 		mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", s.serveHealthz)
 		if s.cfg.EnablePprof {
@@ -127,7 +152,14 @@ func (s *Server) start() error {
 			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		}
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: 64 << 10}
-		s.goRun(func() { _ = s.http.Serve(s.httpLis) })
+		if s.tls != nil {
+			// Client certificates are verified when given: /metrics and
+			// /healthz answer anyone, the API only verified identities.
+			s.http.TLSConfig = s.tls.ServerConfig(false)
+			s.goRun(func() { _ = s.http.ServeTLS(s.httpLis, "", "") })
+		} else {
+			s.goRun(func() { _ = s.http.Serve(s.httpLis) })
+		}
 	}
 
 	s.goRun(s.runProposer)
@@ -173,8 +205,13 @@ func (s *Server) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
-	s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, rc.Logger)
-	if err != nil {
+	if s.peerTLS != nil {
+		layer, lerr := newTLSStreamLayer(cfg.RaftAddr, s.peerTLS)
+		if lerr != nil {
+			return fmt.Errorf("raft transport %s: %w", cfg.RaftAddr, lerr)
+		}
+		s.trans = raft.NewNetworkTransportWithLogger(layer, 3, 10*time.Second, rc.Logger)
+	} else if s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, rc.Logger); err != nil {
 		return fmt.Errorf("raft transport %s: %w", cfg.RaftAddr, err)
 	}
 	existing, err := raft.HasExistingState(logs, s.store, s.snaps)
@@ -323,12 +360,29 @@ func (s *Server) peerConn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := s.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if s.tls != nil {
+		creds = credentials.NewTLS(s.tls.ClientConfig(""))
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, err
 	}
 	s.conns[addr] = c
 	return c, nil
+}
+
+// logSecurity says at start how callers are authenticated and authorized.
+func (s *Server) logSecurity() {
+	switch {
+	case s.tls == nil:
+		s.log.Warn("TLS is off: callers are not authenticated and authorization is disabled (plaintext)",
+			"insecure_network", s.cfg.Insecure)
+	case s.acl.Load() == nil:
+		s.log.Warn("mutual TLS on, no ACL file: every identity with a certificate from the CA may do everything")
+	default:
+		s.log.Info("mutual TLS on, ACL enforced", "acl_file", s.cfg.ACLFile, "rules", len(s.acl.Load().Rules))
+	}
 }
 
 // Counts reports the number of records per family in this node's FSM.

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -73,4 +75,18 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
+}
+
+// parseToken reads a fencing token "lease_name:generation" (the generation
+// follows the last colon, so names may contain colons).
+func parseToken(tok string) (string, uint64, error) {
+	i := strings.LastIndexByte(tok, ':')
+	if tok == "" || i <= 0 {
+		return "", 0, invalidArg("token", "%q is not lease_name:generation", tok)
+	}
+	gen, err := strconv.ParseUint(tok[i+1:], 10, 64)
+	if err != nil || gen == 0 {
+		return "", 0, invalidArg("token", "%q has no valid generation after the last colon", tok)
+	}
+	return tok[:i], gen, nil
 }

@@ -9,9 +9,11 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -20,12 +22,20 @@ import (
 type conn struct {
 	endpoints []string
 	conns     map[string]*grpc.ClientConn
+	creds     credentials.TransportCredentials
 }
 
-func dial(endpoints []string) (*conn, error) {
-	c := &conn{endpoints: endpoints, conns: map[string]*grpc.ClientConn{}}
+func dial(endpoints []string, files tlsutil.Files) (*conn, error) {
+	c := &conn{endpoints: endpoints, conns: map[string]*grpc.ClientConn{}, creds: insecure.NewCredentials()}
+	if files.Enabled() {
+		cfg, err := tlsutil.ClientConfig(files)
+		if err != nil {
+			return nil, err
+		}
+		c.creds = credentials.NewTLS(cfg)
+	}
 	for _, ep := range endpoints {
-		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(c.creds))
 		if err != nil {
 			c.close()
 			return nil, fmt.Errorf("endpoint %q: %w", ep, err)
@@ -80,7 +90,7 @@ func (c *conn) leaderConn(ctx context.Context) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds))
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -47,6 +48,24 @@ func envDuration(name string, def time.Duration) time.Duration {
 	return def
 }
 
+func uintEnv(name string, def uint) uint {
+	if v, ok := os.LookupEnv("COORDD_" + name); ok {
+		if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+			return uint(n)
+		}
+	}
+	return def
+}
+
+func floatEnv(name string, def float64) float64 {
+	if v, ok := os.LookupEnv("COORDD_" + name); ok {
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			return f
+		}
+	}
+	return def
+}
+
 func run(args []string) error {
 	fs := flag.NewFlagSet("coordd", flag.ContinueOnError)
 	fs.Usage = func() {
@@ -68,6 +87,18 @@ func run(args []string) error {
 		logLevel  = fs.String("log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
 		logFormat = fs.String("log-format", env("LOG_FORMAT", "text"), "text or json")
 		pprofOn   = fs.Bool("enable-pprof", env("ENABLE_PPROF", "") == "true", "serve /debug/pprof/ on the HTTP address")
+		tlsCert   = fs.String("tls-cert", env("TLS_CERT", ""), "PEM certificate of this node: turns on TLS for gRPC and HTTP and mutual TLS for clients and peers")
+		tlsKey    = fs.String("tls-key", env("TLS_KEY", ""), "PEM key of --tls-cert")
+		tlsCA     = fs.String("tls-ca", env("TLS_CA", ""), "PEM CA bundle that signs client (and, without --peer-tls-ca, peer) certificates")
+		peerCert  = fs.String("peer-tls-cert", env("PEER_TLS_CERT", ""), "PEM certificate for Raft between peers (default: --tls-cert)")
+		peerKey   = fs.String("peer-tls-key", env("PEER_TLS_KEY", ""), "PEM key of --peer-tls-cert")
+		peerCA    = fs.String("peer-tls-ca", env("PEER_TLS_CA", ""), "PEM CA bundle of peer certificates (default: --tls-ca)")
+		insecure  = fs.Bool("insecure", env("INSECURE", "") == "true", "allow plaintext listeners on non-loopback addresses")
+		aclFile   = fs.String("acl-file", env("ACL_FILE", ""), "YAML authorization rules (needs TLS); reloaded on SIGHUP")
+		maxLeases = fs.Uint("limit-leases", uintEnv("LIMIT_LEASES", 0), "live leases one identity may hold (0: unlimited)")
+		rateLimit = fs.Float64("limit-rate", floatEnv("LIMIT_RATE", 0), "calls per second one identity may make on a node (0: unlimited)")
+		burst     = fs.Int("limit-burst", int(uintEnv("LIMIT_BURST", 0)), "burst of --limit-rate (default: one second's worth)")
+		maxKA     = fs.Int("limit-keepalive-streams", int(uintEnv("LIMIT_KEEPALIVE_STREAMS", 0)), "KeepAlive streams one identity may open on a node (0: unlimited)")
 		// Fault tests only: Go ignores libfaketime, so clock faults need a hook.
 		clockOffset = fs.Duration("test-clock-offset", 0, "FAULT TESTS ONLY: offset this node's wall clock")
 		clockRate   = fs.Float64("test-clock-rate", 1, "FAULT TESTS ONLY: scale this node's monotonic clock")
@@ -107,13 +138,23 @@ func run(args []string) error {
 		Peers: peerMap, Join: *join, HeartbeatTimeout: *heartbeat, ElectionTimeout: *election,
 		LeaderLeaseTimeout: *heartbeat / 2, Retention: *retention, MinTTL: *minTTL, Logger: logger, EnablePprof: *pprofOn,
 		Clock: clk,
+		TLS:   server.TLSFiles{Cert: *tlsCert, Key: *tlsKey, CA: *tlsCA}, PeerTLS: server.TLSFiles{Cert: *peerCert, Key: *peerKey, CA: *peerCA},
+		Insecure: *insecure, ACLFile: *aclFile,
+		Limits: server.Limits{LeasesPerIdentity: uint32(*maxLeases), RequestsPerSecond: *rateLimit, Burst: *burst, KeepAliveStreams: *maxKA},
 	})
 	if err != nil {
 		return err
 	}
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	got := <-sig
-	logger.Info("shutting down", "signal", got.String())
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	for got := range sig {
+		if got == syscall.SIGHUP {
+			logger.Info("SIGHUP: reloading TLS files and the ACL")
+			_ = srv.Reload() // it logs what failed and keeps the previous version
+			continue
+		}
+		logger.Info("shutting down", "signal", got.String())
+		break
+	}
 	return srv.Close()
 }

@@ -96,7 +96,11 @@ type Lease struct {
 	RenewedAtMs  int64 `protobuf:"varint,11,opt,name=renewed_at_ms,json=renewedAtMs,proto3" json:"renewed_at_ms,omitempty"`
 	ExpiresAtMs  int64 `protobuf:"varint,12,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
 	// renewals counts renewals of this generation.
-	Renewals      uint64 `protobuf:"varint,13,opt,name=renewals,proto3" json:"renewals,omitempty"`
+	Renewals uint64 `protobuf:"varint,13,opt,name=renewals,proto3" json:"renewals,omitempty"`
+	// identity is the authenticated identity (certificate subject) that
+	// acquired this generation; only it may renew or release it. Empty when
+	// the cluster runs without TLS.
+	Identity      string `protobuf:"bytes,14,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -220,6 +224,13 @@ func (x *Lease) GetRenewals() uint64 {
 		return x.Renewals
 	}
 	return 0
+}
+
+func (x *Lease) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 type AcquireRequest struct {
@@ -1289,6 +1300,178 @@ func (x *FencedCommitResponse) GetGeneration() uint64 {
 }
 
 // Resource is the fence state of a protected resource.
+type ValidateRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Resource string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	// token is "lease_name:generation" (the last colon separates them).
+	Token          string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	Payload        []byte `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
+	DryRun         bool   `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ValidateRequest) Reset() {
+	*x = ValidateRequest{}
+	mi := &file_coord_v1_coord_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateRequest) ProtoMessage() {}
+
+func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_coord_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateRequest.ProtoReflect.Descriptor instead.
+func (*ValidateRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ValidateRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *ValidateRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *ValidateRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *ValidateRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *ValidateRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type ValidateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// accepted is true when the token was (dry_run: would be) accepted.
+	Accepted bool `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// duplicate: the idempotency key was accepted before; payload and
+	// generation are the first commit's.
+	Duplicate     bool   `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	MaxGeneration uint64 `protobuf:"varint,3,opt,name=max_generation,json=maxGeneration,proto3" json:"max_generation,omitempty"`
+	Payload       []byte `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
+	Generation    uint64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	LeaseName     string `protobuf:"bytes,6,opt,name=lease_name,json=leaseName,proto3" json:"lease_name,omitempty"`
+	DryRun        bool   `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateResponse) Reset() {
+	*x = ValidateResponse{}
+	mi := &file_coord_v1_coord_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateResponse) ProtoMessage() {}
+
+func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_coord_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
+func (*ValidateResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ValidateResponse) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
+}
+
+func (x *ValidateResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *ValidateResponse) GetMaxGeneration() uint64 {
+	if x != nil {
+		return x.MaxGeneration
+	}
+	return 0
+}
+
+func (x *ValidateResponse) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *ValidateResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ValidateResponse) GetLeaseName() string {
+	if x != nil {
+		return x.LeaseName
+	}
+	return ""
+}
+
+func (x *ValidateResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type Resource struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Resource           string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
@@ -1303,7 +1486,7 @@ type Resource struct {
 
 func (x *Resource) Reset() {
 	*x = Resource{}
-	mi := &file_coord_v1_coord_proto_msgTypes[16]
+	mi := &file_coord_v1_coord_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1498,7 @@ func (x *Resource) String() string {
 func (*Resource) ProtoMessage() {}
 
 func (x *Resource) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[16]
+	mi := &file_coord_v1_coord_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1511,7 @@ func (x *Resource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resource.ProtoReflect.Descriptor instead.
 func (*Resource) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{16}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Resource) GetResource() string {
@@ -1383,7 +1566,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[17]
+	mi := &file_coord_v1_coord_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1578,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[17]
+	mi := &file_coord_v1_coord_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1591,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{17}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetLeaseRequest) GetName() string {
@@ -1434,7 +1617,7 @@ type GetLeaseResponse struct {
 
 func (x *GetLeaseResponse) Reset() {
 	*x = GetLeaseResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[18]
+	mi := &file_coord_v1_coord_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1629,7 @@ func (x *GetLeaseResponse) String() string {
 func (*GetLeaseResponse) ProtoMessage() {}
 
 func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[18]
+	mi := &file_coord_v1_coord_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1642,7 @@ func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GetLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{18}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetLeaseResponse) GetLease() *Lease {
@@ -1481,7 +1664,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[19]
+	mi := &file_coord_v1_coord_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1676,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[19]
+	mi := &file_coord_v1_coord_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1689,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{19}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListLeasesRequest) GetPrefix() string {
@@ -1547,7 +1730,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[20]
+	mi := &file_coord_v1_coord_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1742,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[20]
+	mi := &file_coord_v1_coord_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1755,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{20}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -1600,7 +1783,7 @@ type GetWindowRequest struct {
 
 func (x *GetWindowRequest) Reset() {
 	*x = GetWindowRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[21]
+	mi := &file_coord_v1_coord_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1795,7 @@ func (x *GetWindowRequest) String() string {
 func (*GetWindowRequest) ProtoMessage() {}
 
 func (x *GetWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[21]
+	mi := &file_coord_v1_coord_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1808,7 @@ func (x *GetWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWindowRequest.ProtoReflect.Descriptor instead.
 func (*GetWindowRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{21}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetWindowRequest) GetJob() string {
@@ -1658,7 +1841,7 @@ type GetWindowResponse struct {
 
 func (x *GetWindowResponse) Reset() {
 	*x = GetWindowResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[22]
+	mi := &file_coord_v1_coord_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1853,7 @@ func (x *GetWindowResponse) String() string {
 func (*GetWindowResponse) ProtoMessage() {}
 
 func (x *GetWindowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[22]
+	mi := &file_coord_v1_coord_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1866,7 @@ func (x *GetWindowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWindowResponse.ProtoReflect.Descriptor instead.
 func (*GetWindowResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{22}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetWindowResponse) GetWindow() *Window {
@@ -1705,7 +1888,7 @@ type ListWindowsRequest struct {
 
 func (x *ListWindowsRequest) Reset() {
 	*x = ListWindowsRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[23]
+	mi := &file_coord_v1_coord_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1900,7 @@ func (x *ListWindowsRequest) String() string {
 func (*ListWindowsRequest) ProtoMessage() {}
 
 func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[23]
+	mi := &file_coord_v1_coord_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1913,7 @@ func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWindowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWindowsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{23}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListWindowsRequest) GetJob() string {
@@ -1771,7 +1954,7 @@ type ListWindowsResponse struct {
 
 func (x *ListWindowsResponse) Reset() {
 	*x = ListWindowsResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[24]
+	mi := &file_coord_v1_coord_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1966,7 @@ func (x *ListWindowsResponse) String() string {
 func (*ListWindowsResponse) ProtoMessage() {}
 
 func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[24]
+	mi := &file_coord_v1_coord_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1979,7 @@ func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWindowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWindowsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{24}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListWindowsResponse) GetWindows() []*Window {
@@ -1823,7 +2006,7 @@ type GetResourceRequest struct {
 
 func (x *GetResourceRequest) Reset() {
 	*x = GetResourceRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[25]
+	mi := &file_coord_v1_coord_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +2018,7 @@ func (x *GetResourceRequest) String() string {
 func (*GetResourceRequest) ProtoMessage() {}
 
 func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[25]
+	mi := &file_coord_v1_coord_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +2031,7 @@ func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceRequest.ProtoReflect.Descriptor instead.
 func (*GetResourceRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{25}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetResourceRequest) GetResource() string {
@@ -1874,7 +2057,7 @@ type GetResourceResponse struct {
 
 func (x *GetResourceResponse) Reset() {
 	*x = GetResourceResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[26]
+	mi := &file_coord_v1_coord_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2069,7 @@ func (x *GetResourceResponse) String() string {
 func (*GetResourceResponse) ProtoMessage() {}
 
 func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[26]
+	mi := &file_coord_v1_coord_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2082,7 @@ func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceResponse.ProtoReflect.Descriptor instead.
 func (*GetResourceResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{26}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetResourceResponse) GetResource() *Resource {
@@ -1913,7 +2096,7 @@ var File_coord_v1_coord_proto protoreflect.FileDescriptor
 
 const file_coord_v1_coord_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/coord.proto\x12\bcoord.v1\"\x8b\x03\n" +
+	"\x14coord/v1/coord.proto\x12\bcoord.v1\"\xa7\x03\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
@@ -1930,7 +2113,8 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	" \x01(\x03R\facquiredAtMs\x12\"\n" +
 	"\rrenewed_at_ms\x18\v \x01(\x03R\vrenewedAtMs\x12\"\n" +
 	"\rexpires_at_ms\x18\f \x01(\x03R\vexpiresAtMs\x12\x1a\n" +
-	"\brenewals\x18\r \x01(\x04R\brenewals\"p\n" +
+	"\brenewals\x18\r \x01(\x04R\brenewals\x12\x1a\n" +
+	"\bidentity\x18\x0e \x01(\tR\bidentity\"p\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
@@ -2034,7 +2218,24 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\apayload\x18\x04 \x01(\fR\apayload\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x05 \x01(\x04R\n" +
-	"generation\"\xde\x01\n" +
+	"generation\"\x9f\x01\n" +
+	"\x0fValidateRequest\x12\x1a\n" +
+	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12\x18\n" +
+	"\apayload\x18\x04 \x01(\fR\apayload\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"\xe5\x01\n" +
+	"\x10ValidateResponse\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x1c\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12%\n" +
+	"\x0emax_generation\x18\x03 \x01(\x04R\rmaxGeneration\x12\x18\n" +
+	"\apayload\x18\x04 \x01(\fR\apayload\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x05 \x01(\x04R\n" +
+	"generation\x12\x1d\n" +
+	"\n" +
+	"lease_name\x18\x06 \x01(\tR\tleaseName\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\"\xde\x01\n" +
 	"\bResource\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1d\n" +
 	"\n" +
@@ -2080,7 +2281,7 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\vWindowState\x12\x1c\n" +
 	"\x18WINDOW_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17WINDOW_STATE_INCOMPLETE\x10\x01\x12\x1a\n" +
-	"\x16WINDOW_STATE_COMPLETED\x10\x022\xeb\x06\n" +
+	"\x16WINDOW_STATE_COMPLETED\x10\x022\xae\a\n" +
 	"\vCoordinator\x12>\n" +
 	"\aAcquire\x12\x18.coord.v1.AcquireRequest\x1a\x19.coord.v1.AcquireResponse\x128\n" +
 	"\x05Renew\x12\x16.coord.v1.RenewRequest\x1a\x17.coord.v1.RenewResponse\x12>\n" +
@@ -2089,6 +2290,7 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\vClaimWindow\x12\x1c.coord.v1.ClaimWindowRequest\x1a\x1d.coord.v1.ClaimWindowResponse\x12S\n" +
 	"\x0eCompleteWindow\x12\x1f.coord.v1.CompleteWindowRequest\x1a .coord.v1.CompleteWindowResponse\x12M\n" +
 	"\fFencedCommit\x12\x1d.coord.v1.FencedCommitRequest\x1a\x1e.coord.v1.FencedCommitResponse\x12A\n" +
+	"\bValidate\x12\x19.coord.v1.ValidateRequest\x1a\x1a.coord.v1.ValidateResponse\x12A\n" +
 	"\bGetLease\x12\x19.coord.v1.GetLeaseRequest\x1a\x1a.coord.v1.GetLeaseResponse\x12G\n" +
 	"\n" +
 	"ListLeases\x12\x1b.coord.v1.ListLeasesRequest\x1a\x1c.coord.v1.ListLeasesResponse\x12D\n" +
@@ -2109,7 +2311,7 @@ func file_coord_v1_coord_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_v1_coord_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coord_v1_coord_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_coord_v1_coord_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_coord_v1_coord_proto_goTypes = []any{
 	(WindowState)(0),               // 0: coord.v1.WindowState
 	(*Lease)(nil),                  // 1: coord.v1.Lease
@@ -2128,17 +2330,19 @@ var file_coord_v1_coord_proto_goTypes = []any{
 	(*CompleteWindowResponse)(nil), // 14: coord.v1.CompleteWindowResponse
 	(*FencedCommitRequest)(nil),    // 15: coord.v1.FencedCommitRequest
 	(*FencedCommitResponse)(nil),   // 16: coord.v1.FencedCommitResponse
-	(*Resource)(nil),               // 17: coord.v1.Resource
-	(*GetLeaseRequest)(nil),        // 18: coord.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),       // 19: coord.v1.GetLeaseResponse
-	(*ListLeasesRequest)(nil),      // 20: coord.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),     // 21: coord.v1.ListLeasesResponse
-	(*GetWindowRequest)(nil),       // 22: coord.v1.GetWindowRequest
-	(*GetWindowResponse)(nil),      // 23: coord.v1.GetWindowResponse
-	(*ListWindowsRequest)(nil),     // 24: coord.v1.ListWindowsRequest
-	(*ListWindowsResponse)(nil),    // 25: coord.v1.ListWindowsResponse
-	(*GetResourceRequest)(nil),     // 26: coord.v1.GetResourceRequest
-	(*GetResourceResponse)(nil),    // 27: coord.v1.GetResourceResponse
+	(*ValidateRequest)(nil),        // 17: coord.v1.ValidateRequest
+	(*ValidateResponse)(nil),       // 18: coord.v1.ValidateResponse
+	(*Resource)(nil),               // 19: coord.v1.Resource
+	(*GetLeaseRequest)(nil),        // 20: coord.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),       // 21: coord.v1.GetLeaseResponse
+	(*ListLeasesRequest)(nil),      // 22: coord.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),     // 23: coord.v1.ListLeasesResponse
+	(*GetWindowRequest)(nil),       // 24: coord.v1.GetWindowRequest
+	(*GetWindowResponse)(nil),      // 25: coord.v1.GetWindowResponse
+	(*ListWindowsRequest)(nil),     // 26: coord.v1.ListWindowsRequest
+	(*ListWindowsResponse)(nil),    // 27: coord.v1.ListWindowsResponse
+	(*GetResourceRequest)(nil),     // 28: coord.v1.GetResourceRequest
+	(*GetResourceResponse)(nil),    // 29: coord.v1.GetResourceResponse
 }
 var file_coord_v1_coord_proto_depIdxs = []int32{
 	1,  // 0: coord.v1.AcquireResponse.lease:type_name -> coord.v1.Lease
@@ -2151,7 +2355,7 @@ var file_coord_v1_coord_proto_depIdxs = []int32{
 	1,  // 7: coord.v1.ListLeasesResponse.leases:type_name -> coord.v1.Lease
 	10, // 8: coord.v1.GetWindowResponse.window:type_name -> coord.v1.Window
 	10, // 9: coord.v1.ListWindowsResponse.windows:type_name -> coord.v1.Window
-	17, // 10: coord.v1.GetResourceResponse.resource:type_name -> coord.v1.Resource
+	19, // 10: coord.v1.GetResourceResponse.resource:type_name -> coord.v1.Resource
 	2,  // 11: coord.v1.Coordinator.Acquire:input_type -> coord.v1.AcquireRequest
 	4,  // 12: coord.v1.Coordinator.Renew:input_type -> coord.v1.RenewRequest
 	6,  // 13: coord.v1.Coordinator.Release:input_type -> coord.v1.ReleaseRequest
@@ -2159,25 +2363,27 @@ var file_coord_v1_coord_proto_depIdxs = []int32{
 	11, // 15: coord.v1.Coordinator.ClaimWindow:input_type -> coord.v1.ClaimWindowRequest
 	13, // 16: coord.v1.Coordinator.CompleteWindow:input_type -> coord.v1.CompleteWindowRequest
 	15, // 17: coord.v1.Coordinator.FencedCommit:input_type -> coord.v1.FencedCommitRequest
-	18, // 18: coord.v1.Coordinator.GetLease:input_type -> coord.v1.GetLeaseRequest
-	20, // 19: coord.v1.Coordinator.ListLeases:input_type -> coord.v1.ListLeasesRequest
-	22, // 20: coord.v1.Coordinator.GetWindow:input_type -> coord.v1.GetWindowRequest
-	24, // 21: coord.v1.Coordinator.ListWindows:input_type -> coord.v1.ListWindowsRequest
-	26, // 22: coord.v1.Coordinator.GetResource:input_type -> coord.v1.GetResourceRequest
-	3,  // 23: coord.v1.Coordinator.Acquire:output_type -> coord.v1.AcquireResponse
-	5,  // 24: coord.v1.Coordinator.Renew:output_type -> coord.v1.RenewResponse
-	7,  // 25: coord.v1.Coordinator.Release:output_type -> coord.v1.ReleaseResponse
-	9,  // 26: coord.v1.Coordinator.KeepAlive:output_type -> coord.v1.KeepAliveResponse
-	12, // 27: coord.v1.Coordinator.ClaimWindow:output_type -> coord.v1.ClaimWindowResponse
-	14, // 28: coord.v1.Coordinator.CompleteWindow:output_type -> coord.v1.CompleteWindowResponse
-	16, // 29: coord.v1.Coordinator.FencedCommit:output_type -> coord.v1.FencedCommitResponse
-	19, // 30: coord.v1.Coordinator.GetLease:output_type -> coord.v1.GetLeaseResponse
-	21, // 31: coord.v1.Coordinator.ListLeases:output_type -> coord.v1.ListLeasesResponse
-	23, // 32: coord.v1.Coordinator.GetWindow:output_type -> coord.v1.GetWindowResponse
-	25, // 33: coord.v1.Coordinator.ListWindows:output_type -> coord.v1.ListWindowsResponse
-	27, // 34: coord.v1.Coordinator.GetResource:output_type -> coord.v1.GetResourceResponse
-	23, // [23:35] is the sub-list for method output_type
-	11, // [11:23] is the sub-list for method input_type
+	17, // 18: coord.v1.Coordinator.Validate:input_type -> coord.v1.ValidateRequest
+	20, // 19: coord.v1.Coordinator.GetLease:input_type -> coord.v1.GetLeaseRequest
+	22, // 20: coord.v1.Coordinator.ListLeases:input_type -> coord.v1.ListLeasesRequest
+	24, // 21: coord.v1.Coordinator.GetWindow:input_type -> coord.v1.GetWindowRequest
+	26, // 22: coord.v1.Coordinator.ListWindows:input_type -> coord.v1.ListWindowsRequest
+	28, // 23: coord.v1.Coordinator.GetResource:input_type -> coord.v1.GetResourceRequest
+	3,  // 24: coord.v1.Coordinator.Acquire:output_type -> coord.v1.AcquireResponse
+	5,  // 25: coord.v1.Coordinator.Renew:output_type -> coord.v1.RenewResponse
+	7,  // 26: coord.v1.Coordinator.Release:output_type -> coord.v1.ReleaseResponse
+	9,  // 27: coord.v1.Coordinator.KeepAlive:output_type -> coord.v1.KeepAliveResponse
+	12, // 28: coord.v1.Coordinator.ClaimWindow:output_type -> coord.v1.ClaimWindowResponse
+	14, // 29: coord.v1.Coordinator.CompleteWindow:output_type -> coord.v1.CompleteWindowResponse
+	16, // 30: coord.v1.Coordinator.FencedCommit:output_type -> coord.v1.FencedCommitResponse
+	18, // 31: coord.v1.Coordinator.Validate:output_type -> coord.v1.ValidateResponse
+	21, // 32: coord.v1.Coordinator.GetLease:output_type -> coord.v1.GetLeaseResponse
+	23, // 33: coord.v1.Coordinator.ListLeases:output_type -> coord.v1.ListLeasesResponse
+	25, // 34: coord.v1.Coordinator.GetWindow:output_type -> coord.v1.GetWindowResponse
+	27, // 35: coord.v1.Coordinator.ListWindows:output_type -> coord.v1.ListWindowsResponse
+	29, // 36: coord.v1.Coordinator.GetResource:output_type -> coord.v1.GetResourceResponse
+	24, // [24:37] is the sub-list for method output_type
+	11, // [11:24] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -2194,7 +2400,7 @@ func file_coord_v1_coord_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_coord_proto_rawDesc), len(file_coord_v1_coord_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	Coordinator_ClaimWindow_FullMethodName    = "/coord.v1.Coordinator/ClaimWindow"
 	Coordinator_CompleteWindow_FullMethodName = "/coord.v1.Coordinator/CompleteWindow"
 	Coordinator_FencedCommit_FullMethodName   = "/coord.v1.Coordinator/FencedCommit"
+	Coordinator_Validate_FullMethodName       = "/coord.v1.Coordinator/Validate"
 	Coordinator_GetLease_FullMethodName       = "/coord.v1.Coordinator/GetLease"
 	Coordinator_ListLeases_FullMethodName     = "/coord.v1.Coordinator/ListLeases"
 	Coordinator_GetWindow_FullMethodName      = "/coord.v1.Coordinator/GetWindow"
@@ -70,6 +71,11 @@ type CoordinatorClient interface {
 	CompleteWindow(ctx context.Context, in *CompleteWindowRequest, opts ...grpc.CallOption) (*CompleteWindowResponse, error)
 	// FencedCommit validates a fencing token for a protected write.
 	FencedCommit(ctx context.Context, in *FencedCommitRequest, opts ...grpc.CallOption) (*FencedCommitResponse, error)
+	// Validate is FencedCommit for a caller that holds only a token
+	// ("lease:generation"), as an API called by a job receives it. With
+	// dry_run it answers whether the commit would be accepted (or is a
+	// duplicate, with the first payload) without recording anything.
+	Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error)
 	// Reads are linearizable unless stale is set.
 	GetLease(ctx context.Context, in *GetLeaseRequest, opts ...grpc.CallOption) (*GetLeaseResponse, error)
 	ListLeases(ctx context.Context, in *ListLeasesRequest, opts ...grpc.CallOption) (*ListLeasesResponse, error)
@@ -159,6 +165,16 @@ func (c *coordinatorClient) FencedCommit(ctx context.Context, in *FencedCommitRe
 	return out, nil
 }
 
+func (c *coordinatorClient) Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ValidateResponse)
+	err := c.cc.Invoke(ctx, Coordinator_Validate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coordinatorClient) GetLease(ctx context.Context, in *GetLeaseRequest, opts ...grpc.CallOption) (*GetLeaseResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetLeaseResponse)
@@ -241,6 +257,11 @@ type CoordinatorServer interface {
 	CompleteWindow(context.Context, *CompleteWindowRequest) (*CompleteWindowResponse, error)
 	// FencedCommit validates a fencing token for a protected write.
 	FencedCommit(context.Context, *FencedCommitRequest) (*FencedCommitResponse, error)
+	// Validate is FencedCommit for a caller that holds only a token
+	// ("lease:generation"), as an API called by a job receives it. With
+	// dry_run it answers whether the commit would be accepted (or is a
+	// duplicate, with the first payload) without recording anything.
+	Validate(context.Context, *ValidateRequest) (*ValidateResponse, error)
 	// Reads are linearizable unless stale is set.
 	GetLease(context.Context, *GetLeaseRequest) (*GetLeaseResponse, error)
 	ListLeases(context.Context, *ListLeasesRequest) (*ListLeasesResponse, error)
@@ -277,6 +298,9 @@ func (UnimplementedCoordinatorServer) CompleteWindow(context.Context, *CompleteW
 }
 func (UnimplementedCoordinatorServer) FencedCommit(context.Context, *FencedCommitRequest) (*FencedCommitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FencedCommit not implemented")
+}
+func (UnimplementedCoordinatorServer) Validate(context.Context, *ValidateRequest) (*ValidateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Validate not implemented")
 }
 func (UnimplementedCoordinatorServer) GetLease(context.Context, *GetLeaseRequest) (*GetLeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetLease not implemented")
@@ -429,6 +453,24 @@ func _Coordinator_FencedCommit_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_Validate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ValidateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Validate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Validate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Validate(ctx, req.(*ValidateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Coordinator_GetLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetLeaseRequest)
 	if err := dec(in); err != nil {
@@ -549,6 +591,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FencedCommit",
 			Handler:    _Coordinator_FencedCommit_Handler,
+		},
+		{
+			MethodName: "Validate",
+			Handler:    _Coordinator_Validate_Handler,
 		},
 		{
 			MethodName: "GetLease",

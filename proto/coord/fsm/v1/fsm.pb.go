@@ -449,11 +449,17 @@ func (*Tick) Descriptor() ([]byte, []int) {
 }
 
 type Acquire struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	RequestId     string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Owner     string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	TtlMs     int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	RequestId string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// identity is the authenticated caller (empty with authorization off); a
+	// lease acquired with one is bound to it (see Lease.identity).
+	Identity string `protobuf:"bytes,5,opt,name=identity,proto3" json:"identity,omitempty"`
+	// max_live_leases > 0 refuses the grant when identity already holds that
+	// many live leases (the leader stamps its configured limit).
+	MaxLiveLeases uint32 `protobuf:"varint,6,opt,name=max_live_leases,json=maxLiveLeases,proto3" json:"max_live_leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -516,12 +522,27 @@ func (x *Acquire) GetRequestId() string {
 	return ""
 }
 
+func (x *Acquire) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *Acquire) GetMaxLiveLeases() uint32 {
+	if x != nil {
+		return x.MaxLiveLeases
+	}
+	return 0
+}
+
 type Renew struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	Generation    uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	TtlMs         int64                  `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Identity      string                 `protobuf:"bytes,5,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -584,11 +605,19 @@ func (x *Renew) GetTtlMs() int64 {
 	return 0
 }
 
+func (x *Renew) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type Release struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	Generation    uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Identity      string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -644,6 +673,13 @@ func (x *Release) GetGeneration() uint64 {
 	return 0
 }
 
+func (x *Release) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type ClaimWindow struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -651,6 +687,7 @@ type ClaimWindow struct {
 	LeaseName     string                 `protobuf:"bytes,3,opt,name=lease_name,json=leaseName,proto3" json:"lease_name,omitempty"`
 	Owner         string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
 	Generation    uint64                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	Identity      string                 `protobuf:"bytes,6,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -720,6 +757,13 @@ func (x *ClaimWindow) GetGeneration() uint64 {
 	return 0
 }
 
+func (x *ClaimWindow) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type CompleteWindow struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -728,6 +772,7 @@ type CompleteWindow struct {
 	Owner         string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
 	Generation    uint64                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
 	Result        []byte                 `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	Identity      string                 `protobuf:"bytes,7,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -802,6 +847,13 @@ func (x *CompleteWindow) GetResult() []byte {
 		return x.Result
 	}
 	return nil
+}
+
+func (x *CompleteWindow) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 type FencedCommit struct {
@@ -1337,6 +1389,7 @@ type LeaseRecord struct {
 	Released      bool                   `protobuf:"varint,8,opt,name=released,proto3" json:"released,omitempty"`
 	RequestId     string                 `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Renewals      uint64                 `protobuf:"varint,10,opt,name=renewals,proto3" json:"renewals,omitempty"`
+	Identity      string                 `protobuf:"bytes,11,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1439,6 +1492,13 @@ func (x *LeaseRecord) GetRenewals() uint64 {
 		return x.Renewals
 	}
 	return 0
+}
+
+func (x *LeaseRecord) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 type WindowRecord struct {
@@ -1958,26 +2018,30 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04body\":\n" +
 	"\x05Batch\x121\n" +
 	"\bcommands\x18\x01 \x03(\v2\x15.coord.fsm.v1.CommandR\bcommands\"\x06\n" +
-	"\x04Tick\"i\n" +
+	"\x04Tick\"\xad\x01\n" +
 	"\aAcquire\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"h\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1a\n" +
+	"\bidentity\x18\x05 \x01(\tR\bidentity\x12&\n" +
+	"\x0fmax_live_leases\x18\x06 \x01(\rR\rmaxLiveLeases\"\x84\x01\n" +
 	"\x05Renew\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x15\n" +
-	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\"S\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\x1a\n" +
+	"\bidentity\x18\x05 \x01(\tR\bidentity\"o\n" +
 	"\aRelease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x04R\n" +
-	"generation\"\x8c\x01\n" +
+	"generation\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\"\xa8\x01\n" +
 	"\vClaimWindow\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x1d\n" +
@@ -1986,7 +2050,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05owner\x18\x04 \x01(\tR\x05owner\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x05 \x01(\x04R\n" +
-	"generation\"\xa7\x01\n" +
+	"generation\x12\x1a\n" +
+	"\bidentity\x18\x06 \x01(\tR\bidentity\"\xc3\x01\n" +
 	"\x0eCompleteWindow\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x1d\n" +
@@ -1996,7 +2061,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x05 \x01(\x04R\n" +
 	"generation\x12\x16\n" +
-	"\x06result\x18\x06 \x01(\fR\x06result\"\xac\x01\n" +
+	"\x06result\x18\x06 \x01(\fR\x06result\x12\x1a\n" +
+	"\bidentity\x18\a \x01(\tR\bidentity\"\xac\x01\n" +
 	"\fFencedCommit\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1d\n" +
 	"\n" +
@@ -2031,7 +2097,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tresources\x18\x04 \x01(\x04R\tresources\x12 \n" +
 	"\vidempotency\x18\x05 \x01(\x04R\vidempotency\x12\x18\n" +
 	"\amembers\x18\x06 \x01(\x04R\amembers\x12\x12\n" +
-	"\x04jobs\x18\a \x01(\x04R\x04jobs\"\xb3\x02\n" +
+	"\x04jobs\x18\a \x01(\x04R\x04jobs\"\xcf\x02\n" +
 	"\vLeaseRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
@@ -2046,7 +2112,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\t \x01(\tR\trequestId\x12\x1a\n" +
 	"\brenewals\x18\n" +
-	" \x01(\x04R\brenewals\"\xda\x02\n" +
+	" \x01(\x04R\brenewals\x12\x1a\n" +
+	"\bidentity\x18\v \x01(\tR\bidentity\"\xda\x02\n" +
 	"\fWindowRecord\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x1c\n" +

@@ -1,0 +1,185 @@
+// Package devca creates a development certificate authority and the node
+// and client certificates a coordd cluster uses for mutual TLS, with Go's
+// crypto libraries only (no openssl). It is for development and tests;
+// production clusters use their own PKI.
+package devca
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+)
+
+// Files in a CA directory.
+const (
+	CACert = "ca.pem"
+	CAKey  = "ca-key.pem"
+)
+
+// CA is a loaded or new certificate authority.
+type CA struct {
+	Cert *x509.Certificate
+	Key  *ecdsa.PrivateKey
+	PEM  []byte
+}
+
+// Validity of what this package issues.
+const (
+	caValidity   = 10 * 365 * 24 * time.Hour
+	leafValidity = 2 * 365 * 24 * time.Hour
+)
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$`)
+
+// New creates a CA named name.
+func New(name string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: name, Organization: []string{"coordd development CA"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(caValidity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{Cert: cert, Key: key, PEM: pemBlock("CERTIFICATE", der)}, nil
+}
+
+// Load reads a CA from dir (ca.pem and ca-key.pem).
+func Load(dir string) (*CA, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, CACert))
+	if err != nil {
+		return nil, fmt.Errorf("no CA in %s (create one first): %w", dir, err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, CAKey))
+	if err != nil {
+		return nil, err
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, fmt.Errorf("CA files in %s are not PEM", dir)
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
+	}
+	return &CA{Cert: cert, Key: key, PEM: certPEM}, nil
+}
+
+// Save writes the CA into dir; it refuses to overwrite an existing one.
+func (ca *CA) Save(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, CACert)); err == nil {
+		return fmt.Errorf("%s already holds a CA; remove it or use another directory", dir)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(ca.Key)
+	if err != nil {
+		return err
+	}
+	return errors.Join(
+		os.WriteFile(filepath.Join(dir, CACert), ca.PEM, 0o644),
+		os.WriteFile(filepath.Join(dir, CAKey), pemBlock("EC PRIVATE KEY", keyDER), 0o600))
+}
+
+// Leaf is an issued certificate and its key, PEM encoded.
+type Leaf struct {
+	CertPEM, KeyPEM []byte
+}
+
+// Issue signs a certificate whose identity (subject CN) is name. A node
+// certificate (server) is valid for serving and for connecting to peers,
+// with hosts (IP addresses or DNS names) as SANs; loopback is always
+// included. A client certificate is valid for client authentication only.
+func (ca *CA) Issue(name string, server bool, hosts []string) (*Leaf, error) {
+	if !nameRE.MatchString(name) {
+		return nil, fmt.Errorf("name %q: use letters, digits and . _ : @ - (at most 128)", name)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(leafValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if server {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+		tmpl.DNSNames = []string{"localhost"}
+		for _, h := range hosts {
+			if ip := net.ParseIP(h); ip != nil {
+				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+			} else if h != "" {
+				tmpl.DNSNames = append(tmpl.DNSNames, h)
+			}
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		return nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return &Leaf{CertPEM: pemBlock("CERTIFICATE", der), KeyPEM: pemBlock("EC PRIVATE KEY", keyDER)}, nil
+}
+
+// IssueTo issues and writes <name>.pem and <name>-key.pem into dir.
+func (ca *CA) IssueTo(dir, name string, server bool, hosts []string) (certPath, keyPath string, err error) {
+	leaf, err := ca.Issue(name, server, hosts)
+	if err != nil {
+		return "", "", err
+	}
+	certPath, keyPath = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	return certPath, keyPath, errors.Join(os.WriteFile(certPath, leaf.CertPEM, 0o644), os.WriteFile(keyPath, leaf.KeyPEM, 0o600))
+}
+
+func pemBlock(typ string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	if err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return n
+}

@@ -1,0 +1,187 @@
+// Package tlsutil loads coordd's TLS material (PEM files), builds the
+// mutual-TLS configurations of servers and clients, reloads certificates
+// without a restart, and names the identity a certificate carries.
+package tlsutil
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+)
+
+// Files names the PEM files of one TLS setup: this side's certificate and
+// key, and the CA bundle that signs the other side's certificates.
+type Files struct {
+	Cert string
+	Key  string
+	CA   string
+}
+
+// Enabled reports whether any file is set.
+func (f Files) Enabled() bool { return f.Cert != "" || f.Key != "" || f.CA != "" }
+
+// Validate checks that the three files are set together.
+func (f Files) Validate() error {
+	if !f.Enabled() {
+		return nil
+	}
+	var missing []string
+	for _, x := range []struct{ name, v string }{{"cert", f.Cert}, {"key", f.Key}, {"ca", f.CA}} {
+		if x.v == "" {
+			missing = append(missing, x.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("TLS needs a certificate, its key and a CA bundle; missing %v", missing)
+	}
+	return nil
+}
+
+// Identity is the identity a certificate carries: the subject's common
+// name, else the first URI SAN, else the first DNS SAN.
+func Identity(c *x509.Certificate) string {
+	switch {
+	case c == nil:
+		return ""
+	case c.Subject.CommonName != "":
+		return c.Subject.CommonName
+	case len(c.URIs) > 0:
+		return c.URIs[0].String()
+	case len(c.DNSNames) > 0:
+		return c.DNSNames[0]
+	}
+	return ""
+}
+
+// IdentityOf is the identity of the verified peer of a connection state,
+// or "" when the peer presented no verified certificate.
+func IdentityOf(st *tls.ConnectionState) string {
+	if st == nil || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return ""
+	}
+	return Identity(st.VerifiedChains[0][0])
+}
+
+// Reloader holds a certificate, its key and a CA pool read from Files, and
+// reads them again on Reload. Configs built from it pick up the new
+// material for new connections.
+type Reloader struct {
+	files Files
+	mu    sync.RWMutex
+	cert  *tls.Certificate
+	pool  *x509.CertPool
+}
+
+// NewReloader reads the files once; an error names the file at fault.
+func NewReloader(f Files) (*Reloader, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Reloader{files: f}
+	if err := r.Reload(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Reload reads the files again; on error the previous material stays.
+func (r *Reloader) Reload() error {
+	cert, err := tls.LoadX509KeyPair(r.files.Cert, r.files.Key)
+	if err != nil {
+		return fmt.Errorf("TLS certificate %s / key %s: %w", r.files.Cert, r.files.Key, err)
+	}
+	pool, err := LoadPool(r.files.CA)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.cert, r.pool = &cert, pool
+	r.mu.Unlock()
+	return nil
+}
+
+// LoadPool reads a PEM CA bundle.
+func LoadPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("TLS CA bundle: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("TLS CA bundle %s: no PEM certificate in it", path)
+	}
+	return pool, nil
+}
+
+func (r *Reloader) current() (*tls.Certificate, *x509.CertPool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.cert, r.pool
+}
+
+// ServerConfig is a server configuration. With requireClientCert, a
+// client must present a certificate signed by the CA; otherwise one is
+// verified when given (the HTTP port serves /metrics and /healthz to
+// anyone and the API only to verified clients).
+func (r *Reloader) ServerConfig(requireClientCert bool) *tls.Config {
+	auth := tls.VerifyClientCertIfGiven
+	if requireClientCert {
+		auth = tls.RequireAndVerifyClientCert
+	}
+	base := &tls.Config{MinVersion: tls.VersionTLS12, ClientAuth: auth}
+	// GetConfigForClient picks up a reloaded certificate and CA per
+	// handshake.
+	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		cert, pool := r.current()
+		return &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			ClientAuth:   auth,
+			Certificates: []tls.Certificate{*cert},
+			ClientCAs:    pool,
+			NextProtos:   []string{"h2", "http/1.1"},
+		}, nil
+	}
+	return base
+}
+
+// ClientConfig is a client configuration presenting this certificate and
+// verifying the server against the CA. serverName may be empty: the host
+// of the dialed address is used.
+func (r *Reloader) ClientConfig(serverName string) *tls.Config {
+	cert, pool := r.current()
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ServerName: serverName,
+		RootCAs:    pool,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			c, _ := r.current()
+			return c, nil
+		},
+		Certificates: []tls.Certificate{*cert},
+	}
+}
+
+// ClientConfig reads Files for a client in one call (SDK and coordctl).
+// A client without a certificate (only CA) is allowed: the server refuses
+// it when it requires one, with a clear error at the handshake.
+func ClientConfig(f Files) (*tls.Config, error) {
+	if f.CA == "" {
+		return nil, errors.New("TLS needs a CA bundle to verify the server (--tls-ca)")
+	}
+	pool, err := LoadPool(f.CA)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	if f.Cert != "" || f.Key != "" {
+		cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+		if err != nil {
+			return nil, fmt.Errorf("TLS client certificate %s / key %s: %w", f.Cert, f.Key, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
