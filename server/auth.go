@@ -202,7 +202,13 @@ func (s *Server) authorizeMethod(c caller, method string, req any) error {
 	if method == coordv1.Coordinator_KeepAlive_FullMethodName {
 		return nil // each message is authorized on its own
 	}
-	return s.authorize(c.identity, acc.op, acc.name(req), acc.list)
+	name := acc.name(req)
+	if name == "" && !acc.list && acc.op != OpAdmin {
+		// Every such call requires its name: the handler refuses it as
+		// InvalidArgument, which tells the caller more than a denial.
+		return nil
+	}
+	return s.authorize(c.identity, acc.op, name, acc.list)
 }
 
 // authorize applies the ACL; a denial is PermissionDenied naming the rule.

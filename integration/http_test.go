@@ -1,0 +1,161 @@
+package integration
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/internal/testcluster"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+	"github.com/coordd/coordd/server"
+)
+
+type httpResult struct {
+	status int
+	header http.Header
+	body   map[string]any
+}
+
+func httpsClient(cfg *tls.Config) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+}
+
+func doJSON(t *testing.T, hc *http.Client, method, url string, body any) httpResult {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = bytes.NewBufferString(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	out := httpResult{status: resp.StatusCode, header: resp.Header}
+	data, _ := io.ReadAll(resp.Body)
+	if resp.Header.Get("Content-Type") == "application/json" && len(data) > 0 {
+		if err := json.Unmarshal(data, &out.body); err != nil {
+			t.Fatalf("%s %s: body %q is not JSON: %v", method, url, data, err)
+		}
+	}
+	return out
+}
+
+func wantHTTP(t *testing.T, what string, got httpResult, status int, reason string) {
+	t.Helper()
+	if got.status != status || (reason != "" && got.body["reason"] != reason) {
+		t.Fatalf("%s: got %d %v, want %d %s", what, got.status, got.body, status, reason)
+	}
+}
+
+func TestHTTPAPI(t *testing.T) {
+	c, certs, _ := secureCluster(t, 3, securityACL, testcluster.WithConfig(func(cfg *server.Config) { cfg.HTTPAddr = "127.0.0.1:0" }))
+	leader := c.WaitLeader()
+	follower := c.Followers()[0]
+	billing := coordAs(t, certs, leader, "billing-worker")
+	l := acquire(t, billing, "billing/close", "w1", 3*time.Second)
+
+	ledger := httpsClient(certs.Client("ledger-api"))
+	base := "https://" + follower.Server.HTTPAddr() // a follower: the call is forwarded
+	token := "billing/close:1"
+
+	// Validate, dry run: nothing recorded.
+	r := doJSON(t, ledger, "POST", base+"/v1/fence/validate", map[string]any{"resource": "ledger/store-42", "token": token, "dry_run": true})
+	wantHTTP(t, "dry run", r, 200, "")
+	if r.body["accepted"] != true || r.body["dry_run"] != true || r.body["lease_name"] != "billing/close" {
+		t.Fatalf("dry run body: %v", r.body)
+	}
+	// Commit with a key and a payload (bytes are base64 in JSON).
+	commit := map[string]any{"resource": "ledger/store-42", "lease_name": "billing/close", "generation": "1",
+		"idempotency_key": "close-2026-09-25-store-42", "payload": "NDIuMDA="}
+	r = doJSON(t, ledger, "POST", base+"/v1/fence/commit", commit)
+	wantHTTP(t, "commit", r, 200, "")
+	if r.body["accepted"] != true || r.body["duplicate"] != false || r.body["max_generation"] != "1" {
+		t.Fatalf("commit body: %v", r.body)
+	}
+	// The same key again: the first outcome, with its payload.
+	r = doJSON(t, ledger, "POST", base+"/v1/fence/commit", commit)
+	if r.status != 200 || r.body["duplicate"] != true || r.body["payload"] != "NDIuMDA=" {
+		t.Fatalf("repeat: %d %v", r.status, r.body)
+	}
+
+	// The lease moves on: the old token is 409.
+	if _, err := billing.Release(ctxT(t), &coordv1.ReleaseRequest{Name: "billing/close", Owner: "w1", Generation: l.GetGeneration()}); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, billing, "billing/close", "w2", 3*time.Second)
+	r = doJSON(t, ledger, "POST", base+"/v1/fence/validate", map[string]any{"resource": "ledger/store-42", "token": token})
+	wantHTTP(t, "stale token", r, 409, "STALE_TOKEN")
+	if r.body["code"] != "FAILED_PRECONDITION" || r.body["metadata"].(map[string]any)["current_generation"] != "2" {
+		t.Fatalf("stale body: %v", r.body)
+	}
+
+	// Denied: a resource outside ledger-api's prefix.
+	r = doJSON(t, ledger, "POST", base+"/v1/fence/validate", map[string]any{"resource": "hr/x", "token": "billing/close:2"})
+	wantHTTP(t, "denied", r, 403, server.ReasonPermissionDenied)
+	if r.body["metadata"].(map[string]any)["rule"] != server.DefaultDenyRule {
+		t.Fatalf("denial names no rule: %v", r.body)
+	}
+
+	// Bad input: a malformed token, a missing resource, broken JSON, an
+	// unknown field.
+	for name, body := range map[string]any{
+		"malformed token": map[string]any{"resource": "ledger/a", "token": "no-generation"},
+		"no resource":     map[string]any{"token": "billing/close:2"},
+		"broken json":     `{"resource": `,
+		"unknown field":   map[string]any{"resource": "ledger/a", "token": "billing/close:2", "tokn": 1},
+	} {
+		wantHTTP(t, name, doJSON(t, ledger, "POST", base+"/v1/fence/validate", body), 400, server.ReasonInvalidArgument)
+	}
+
+	// Reads: a lease by name (with slashes), a missing one.
+	ops := httpsClient(certs.Client("ops"))
+	r = doJSON(t, ops, "GET", base+"/v1/leases/billing/close", nil)
+	if r.status != 200 || r.body["lease"].(map[string]any)["generation"] != "2" ||
+		r.body["lease"].(map[string]any)["identity"] != "billing-worker" {
+		t.Fatalf("get lease: %d %v", r.status, r.body)
+	}
+	wantHTTP(t, "missing lease", doJSON(t, ops, "GET", base+"/v1/leases/nope", nil), 404, "NOT_FOUND")
+	r = doJSON(t, ops, "GET", base+"/v1/resources/ledger/store-42", nil)
+	if r.status != 200 || r.body["resource"].(map[string]any)["max_generation"] != "1" {
+		t.Fatalf("get resource: %d %v", r.status, r.body)
+	}
+
+	// No client certificate: the API is 401, metrics and health are open.
+	anon := httpsClient(certs.Client(""))
+	wantHTTP(t, "anonymous", doJSON(t, anon, "GET", base+"/v1/leases/billing/close", nil), 401, server.ReasonUnauthenticated)
+	if r := doJSON(t, anon, "GET", base+"/metrics", nil); r.status != 200 {
+		t.Fatalf("metrics without a client certificate: %d", r.status)
+	}
+
+	// No leader: 503 with Retry-After.
+	for _, n := range c.Running() {
+		if n != follower {
+			c.Stop(n)
+		}
+	}
+	c.Eventually("503 without a leader", 10*time.Second, func() bool {
+		r = doJSON(t, ledger, "POST", base+"/v1/fence/validate", map[string]any{"resource": "ledger/store-42", "token": "billing/close:2", "dry_run": true})
+		return r.status == 503
+	})
+	if r.header.Get("Retry-After") == "" || r.body["code"] != "UNAVAILABLE" {
+		t.Fatalf("503: %v %v", r.header, r.body)
+	}
+}
