@@ -103,7 +103,10 @@ func TestPausedJobRefusedRetryReplayed(t *testing.T) {
 	replies := make([]reply, 4)
 	for i := range replies {
 		wg.Add(1)
-		go func() { defer wg.Done(); replies[i] = post(t, url, lb.Token(), "close-2026-09-25-store-42", `{"amount":"42.00"}`) }()
+		go func() {
+			defer wg.Done()
+			replies[i] = post(t, url, lb.Token(), "close-2026-09-25-store-42", `{"amount":"42.00"}`)
+		}()
 	}
 	wg.Wait()
 	for _, again := range replies {
