@@ -2,7 +2,9 @@
 # The test command: everything a fresh machine needs, then vet and the race-
 # enabled test suite. Extra arguments go to `go test` (e.g. -run, -v).
 #   scripts/test.sh                 # the default suite (a few minutes)
-#   COORDD_FUZZTIME=60s scripts/test.sh   # also fuzz the FSM for that long
+#   COORDD_FUZZTIME=60s scripts/test.sh   # also fuzz the FSM, the request
+#                                         # decoders, the HTTP API and the ACL
+#                                         # parser, each for that long
 #   COORDD_FAULTS_PROFILE=full scripts/test.sh   # the fault suite's full profile
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,4 +24,7 @@ go test -race -count=1 -timeout 20m "$@" ./...
 go test -tags faults -count=1 -timeout 30m "$@" ./integration/faults/
 if [ -n "${COORDD_FUZZTIME:-}" ]; then
   go test ./fsm -run '^$' -fuzz FuzzCommands -fuzztime "$COORDD_FUZZTIME"
+  for target in FuzzRequests FuzzHTTPAPI FuzzParseACL; do
+    go test ./server -run '^$' -fuzz "^$target\$" -fuzztime "$COORDD_FUZZTIME"
+  done
 fi
