@@ -48,12 +48,13 @@ func freeBase(t *testing.T) int {
 type ctl struct {
 	t         *testing.T
 	endpoints string
+	extra     []string // global flags put before args (TLS)
 }
 
 // run executes coordctl and returns stdout, stderr and the exit status.
 func (c ctl) run(args ...string) (string, string, int) {
 	c.t.Helper()
-	cmd := exec.Command(coordctlBin, args...)
+	cmd := exec.Command(coordctlBin, append(append([]string(nil), c.extra...), args...)...)
 	cmd.Env = append(os.Environ(), "COORD_ENDPOINTS="+c.endpoints)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

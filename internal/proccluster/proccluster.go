@@ -18,8 +18,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -64,6 +66,9 @@ type Node struct {
 	Cmd       *exec.Cmd
 	Conn      *grpc.ClientConn
 	ExtraArgs []string
+	// TLS, when set, are the node's certificate files (its identity is its
+	// id): the node runs mutual TLS and the harness connects as the node.
+	TLS tlsutil.Files
 }
 
 // Running reports whether the process is up.
@@ -116,6 +121,21 @@ func Start(t testing.TB, bin string, n int, extraArgs ...string) *Cluster {
 	return StartNodes(t, bin, nodes)
 }
 
+// StartTLS is Start with mutual TLS: files gives each node's certificate
+// files (identity = node id).
+func StartTLS(t testing.TB, bin string, n int, files func(id string) tlsutil.Files, extraArgs ...string) *Cluster {
+	t.Helper()
+	var nodes []*Node
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("node%d", i)
+		f := files(id)
+		args := append([]string{"--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA}, extraArgs...)
+		nodes = append(nodes, &Node{ID: id, GRPCAddr: freePort(t), RaftAddr: freePort(t),
+			HTTPAddr: freePort(t), ExtraArgs: args, TLS: f})
+	}
+	return StartNodes(t, bin, nodes)
+}
+
 // StartNodes starts the given nodes (ids and addresses set, optionally a
 // network namespace each).
 func StartNodes(t testing.TB, bin string, nodes []*Node) *Cluster {
@@ -125,7 +145,15 @@ func StartNodes(t testing.TB, bin string, nodes []*Node) *Cluster {
 	for _, nd := range nodes {
 		nd.DataDir = filepath.Join(c.Dir, nd.ID)
 		nd.LogPath = filepath.Join(c.Dir, nd.ID+".log")
-		cc, err := grpc.NewClient(nd.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds := insecure.NewCredentials()
+		if nd.TLS.Enabled() {
+			cfg, err := tlsutil.ClientConfig(nd.TLS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			creds = credentials.NewTLS(cfg)
+		}
+		cc, err := grpc.NewClient(nd.GRPCAddr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			t.Fatal(err)
 		}
