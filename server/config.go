@@ -162,10 +162,15 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("an ACL needs identities, which come from TLS client certificates: set --tls-cert/--tls-key/--tls-ca"))
 	}
 	if !c.TLS.Enabled() && !c.Insecure {
-		for name, addr := range map[string]string{"gRPC": c.GRPCAddr, "Raft": c.RaftAddr, "HTTP": c.HTTPAddr} {
-			if addr != "" && !isLoopback(addr) {
-				errs = append(errs, fmt.Errorf("refusing to listen on %s (%s) without TLS: give --tls-cert, --tls-key and --tls-ca, or --insecure to accept plaintext on the network", addr, name))
+		var open []string
+		for _, l := range []struct{ name, addr string }{{"gRPC", c.GRPCAddr}, {"Raft", c.RaftAddr}, {"HTTP", c.HTTPAddr}} {
+			if l.addr != "" && !isLoopback(l.addr) {
+				open = append(open, l.addr+" ("+l.name+")")
 			}
+		}
+		if len(open) > 0 {
+			errs = append(errs, fmt.Errorf("refusing to listen on %s without TLS: give --tls-cert, --tls-key and --tls-ca, or --insecure to accept plaintext on the network",
+				strings.Join(open, ", ")))
 		}
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {

@@ -184,7 +184,7 @@ func TestClockSkew(t *testing.T) {
 		time.Sleep(time.Second)
 		nd := r.c.Nodes[i]
 		r.c.Stop(nd, syscall.SIGTERM)
-		nd.ExtraArgs = []string{"--test-clock-offset", skew.String()}
+		nd.ExtraArgs = append(nd.ExtraArgs, "--test-clock-offset", skew.String())
 		r.c.Restart(nd)
 		r.c.WaitCaughtUp(nd, 30*time.Second)
 
@@ -347,8 +347,9 @@ func netCluster(t *testing.T, lab *netlab) *proccluster.Cluster {
 	var nodes []*proccluster.Node
 	for i := 1; i <= 3; i++ {
 		ns, ip := lab.host()
+		// The namespace addresses are not loopback: plaintext needs --insecure.
 		nodes = append(nodes, &proccluster.Node{ID: fmt.Sprintf("node%d", i), Netns: ns, GRPCAddr: ip + ":7400",
-			HTTPAddr: ip + ":7401", RaftAddr: ip + ":7402"})
+			HTTPAddr: ip + ":7401", RaftAddr: ip + ":7402", ExtraArgs: []string{"--insecure"}})
 	}
 	return proccluster.StartNodes(t, coorddBin, nodes)
 }
