@@ -31,6 +31,8 @@ type Lease struct {
 	timer    clock.Timer
 	done     bool
 	err      error
+
+	claim *Claim // the window claimed with the grant (AcquireClaim)
 }
 
 // AcquireOption changes one Acquire call.
@@ -39,7 +41,29 @@ type AcquireOption func(*acquireOptions)
 type acquireOptions struct {
 	owner     string
 	requestID string
+	claim     *coordv1.WindowRef
 }
+
+// AcquireClaim grants the lease only together with a claim of the window
+// job/window, in one call and one log entry: the start of a scheduled
+// occurrence. Lease.Claim returns the claim. When the window is already
+// completed nothing is granted and the error is a *WindowCompletedError
+// (errors.Is(err, ErrWindowCompleted)).
+func AcquireClaim(job, window string) AcquireOption {
+	return func(o *acquireOptions) { o.claim = &coordv1.WindowRef{Job: job, Window: window} }
+}
+
+// WindowCompletedError: an AcquireClaim found its window completed.
+type WindowCompletedError struct {
+	Window *coordv1.Window
+}
+
+func (e *WindowCompletedError) Error() string {
+	return "coordd: window " + e.Window.GetJob() + "/" + e.Window.GetWindow() + " is already completed (by " +
+		e.Window.GetOwner() + " generation " + strconv.FormatUint(e.Window.GetGeneration(), 10) + ")"
+}
+
+func (e *WindowCompletedError) Unwrap() error { return ErrWindowCompleted }
 
 // AcquireOwner overrides the client's owner id for this lease.
 func AcquireOwner(owner string) AcquireOption { return func(o *acquireOptions) { o.owner = owner } }
@@ -66,7 +90,7 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	// The server grants after this moment, so its expiry is at least
 	// sent + ttl: the local deadline derived from it is conservative (G10).
 	sent := c.clock.Now()
-	req := &coordv1.AcquireRequest{Name: name, Owner: o.owner, TtlMs: ttl.Milliseconds(), RequestId: o.requestID}
+	req := &coordv1.AcquireRequest{Name: name, Owner: o.owner, TtlMs: ttl.Milliseconds(), RequestId: o.requestID, Claim: o.claim}
 	var resp *coordv1.AcquireResponse
 	err := c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
 		var err error
@@ -76,12 +100,18 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	if err != nil {
 		return nil, err
 	}
+	if cl := resp.GetClaim(); cl != nil && !cl.GetClaimed() {
+		return nil, &WindowCompletedError{Window: cl.GetWindow()}
+	}
 	if !resp.GetAcquired() {
 		h := resp.GetLease()
 		return nil, &NotAcquiredError{Name: name, Owner: h.GetOwner(), Generation: h.GetGeneration(),
 			Remaining: time.Duration(h.GetExpiresInMs()) * time.Millisecond}
 	}
 	l := c.newLease(name, o.owner, resp.GetLease().GetGeneration(), ttl, sent)
+	if cl := resp.GetClaim(); cl != nil {
+		l.claim = &Claim{Claimed: true, Attempts: cl.GetAttempts(), Window: cl.GetWindow(), lease: l}
+	}
 	c.keeper.add(l)
 	return l, nil
 }
@@ -102,6 +132,9 @@ func (c *Client) newLease(name, owner string, gen uint64, ttl time.Duration, sen
 	l.mu.Unlock()
 	return l
 }
+
+// Claim is the window claimed with the grant (AcquireClaim), or nil.
+func (l *Lease) Claim() *Claim { return l.claim }
 
 // Name is the lease name.
 func (l *Lease) Name() string { return l.name }
@@ -178,15 +211,7 @@ func (l *Lease) lose(reason string, err error) {
 // server. If the lease had already been lost, the error says so (it wraps
 // ErrLeaseLost).
 func (l *Lease) Release(ctx context.Context) error {
-	l.mu.Lock()
-	lost := l.err
-	if !l.done {
-		l.done, l.err = true, ErrLeaseReleased
-		l.timer.Stop()
-	}
-	l.mu.Unlock()
-	l.c.keeper.remove(l)
-	l.cancel(ErrLeaseReleased)
+	lost := l.end()
 	req := &coordv1.ReleaseRequest{Name: l.name, Owner: l.owner, Generation: l.gen}
 	err := l.c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
 		_, err := cc.Release(ctx, req)
@@ -196,6 +221,21 @@ func (l *Lease) Release(ctx context.Context) error {
 		return lost
 	}
 	return err
+}
+
+// end stops keeping the lease alive and cancels its context with
+// ErrLeaseReleased; it returns the loss already recorded, if any.
+func (l *Lease) end() error {
+	l.mu.Lock()
+	lost := l.err
+	if !l.done {
+		l.done, l.err = true, ErrLeaseReleased
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	l.c.keeper.remove(l)
+	l.cancel(ErrLeaseReleased)
+	return lost
 }
 
 // FormatToken renders a fencing token as "name:generation".

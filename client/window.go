@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -39,6 +40,32 @@ func (cl *Claim) Complete(ctx context.Context, result []byte) (*coordv1.Window, 
 	l := cl.lease
 	req := &coordv1.CompleteWindowRequest{Job: cl.Window.GetJob(), Window: cl.Window.GetWindow(), LeaseName: l.name,
 		Owner: l.owner, Generation: l.gen, Result: result}
+	var resp *coordv1.CompleteWindowResponse
+	err := l.c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
+		var err error
+		resp, err = cc.CompleteWindow(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetWindow(), nil
+}
+
+// CompleteAndRelease completes the claimed window and releases the lease in
+// one call and one log entry: the end of a scheduled occurrence. The lease
+// stops being kept alive and its context is cancelled (ErrLeaseReleased)
+// before the call, as with Release. A retry by the same holder returns the
+// completed record. If the lease was already lost (here or on the server),
+// the window stays incomplete and the error wraps ErrLeaseLost.
+func (cl *Claim) CompleteAndRelease(ctx context.Context, result []byte) (*coordv1.Window, error) {
+	l := cl.lease
+	lost := l.end()
+	if errors.Is(lost, ErrLeaseLost) {
+		return nil, lost
+	}
+	req := &coordv1.CompleteWindowRequest{Job: cl.Window.GetJob(), Window: cl.Window.GetWindow(), LeaseName: l.name,
+		Owner: l.owner, Generation: l.gen, Result: result, Release: true}
 	var resp *coordv1.CompleteWindowResponse
 	err := l.c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
 		var err error

@@ -539,3 +539,48 @@ func TestLiveLeaseLimit(t *testing.T) {
 	}
 	wantReason(t, run(t, g, 1101, &fsmv1.Acquire{Name: "f", Owner: "o", TtlMs: 100, Identity: "x", MaxLiveLeases: 2}), ReasonLeaseLimit)
 }
+
+func TestAcquireWithClaimAndCompleteWithRelease(t *testing.T) {
+	f := New()
+	a := &fsmv1.Acquire{Name: "job", Owner: "a", TtlMs: 100, RequestId: "r1", ClaimJob: "job", ClaimWindow: "w1"}
+	r := run(t, f, 1000, a).(*AcquireResult)
+	if !r.Acquired || r.Claim == nil || !r.Claim.Claimed || r.Claim.Window.Attempts != 1 || r.Claim.Window.Generation != 1 {
+		t.Fatalf("acquire+claim: %+v %+v", r, r.Claim)
+	}
+	// A retry with the same request id is the same grant and the same claim.
+	if r := run(t, f, 1001, a).(*AcquireResult); !r.Acquired || r.Lease.Generation != 1 || r.Claim.Window.Attempts != 1 {
+		t.Fatalf("retry: %+v %+v", r, r.Claim)
+	}
+	// Another owner: held, no claim.
+	if r := run(t, f, 1002, &fsmv1.Acquire{Name: "job", Owner: "b", TtlMs: 100, ClaimJob: "job", ClaimWindow: "w1"}).(*AcquireResult); r.Acquired || r.Claim != nil {
+		t.Fatalf("held: %+v", r)
+	}
+	// Complete and release in one command.
+	done := &fsmv1.CompleteWindow{Job: "job", Window: "w1", LeaseName: "job", Owner: "a", Generation: 1, Result: []byte("ok"), Release: true}
+	w := run(t, f, 1003, done).(*WindowResult)
+	if !w.Window.Completed || !w.Released {
+		t.Fatalf("complete+release: %+v", w)
+	}
+	if l, _, _ := f.Lease("job"); !l.Released {
+		t.Fatalf("lease not released: %+v", l)
+	}
+	// A retry returns the record; the lease is already released.
+	if w := run(t, f, 1004, done).(*WindowResult); !w.Window.Completed || w.Released {
+		t.Fatalf("retry of complete+release: %+v", w)
+	}
+	// The completed window grants nothing: no new generation.
+	r = run(t, f, 1005, &fsmv1.Acquire{Name: "job", Owner: "c", TtlMs: 100, ClaimJob: "job", ClaimWindow: "w1"}).(*AcquireResult)
+	if r.Acquired || r.Claim == nil || r.Claim.Claimed || r.Claim.Window.Owner != "a" {
+		t.Fatalf("acquire for a completed window: %+v %+v", r, r.Claim)
+	}
+	if l, _, _ := f.Lease("job"); l.Generation != 1 {
+		t.Fatalf("a grant happened for a completed window: %+v", l)
+	}
+	// A resumed window counts a second attempt.
+	run(t, f, 1006, &fsmv1.Acquire{Name: "job", Owner: "a", TtlMs: 100, ClaimJob: "job", ClaimWindow: "w2"})
+	r = run(t, f, 1200, &fsmv1.Acquire{Name: "job", Owner: "c", TtlMs: 100, ClaimJob: "job", ClaimWindow: "w2"}).(*AcquireResult)
+	if !r.Acquired || r.Lease.Generation != 3 || r.Claim.Window.Attempts != 2 {
+		t.Fatalf("resume: %+v %+v", r, r.Claim)
+	}
+	wantReason(t, run(t, f, 1201, &fsmv1.Acquire{Name: "x", Owner: "c", TtlMs: 100, ClaimJob: "job"}), ReasonInvalidArgument)
+}

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"strconv"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -14,9 +15,22 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 		return reject(ReasonInvalidArgument, nil, "acquire needs a name, an owner and a positive TTL")
 	}
 	cur := s.lease(c.GetName())
+	claim := c.GetClaimJob() != "" || c.GetClaimWindow() != ""
+	if claim {
+		if c.GetClaimJob() == "" || c.GetClaimWindow() == "" {
+			return reject(ReasonInvalidArgument, nil, "a claim needs a job and a window")
+		}
+		if w := s.window(c.GetClaimJob(), c.GetClaimWindow()); w != nil && w.Completed {
+			res := &AcquireResult{At: now, Claim: &ClaimResult{Claimed: false, Window: *w}}
+			if cur != nil {
+				res.Lease = *cur
+			}
+			return res
+		}
+	}
 	if cur != nil && cur.Live(now) {
 		if c.GetRequestId() != "" && cur.RequestID == c.GetRequestId() && cur.Owner == c.GetOwner() && cur.Identity == c.GetIdentity() {
-			return &AcquireResult{At: now, Acquired: true, Lease: *cur}
+			return s.withClaim(now, c, &AcquireResult{At: now, Acquired: true, Lease: *cur})
 		}
 		return &AcquireResult{At: now, Acquired: false, Lease: *cur}
 	}
@@ -45,6 +59,22 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 	if cur != nil && !cur.Released {
 		res.TookOver, res.Previous = true, *cur
 	}
+	return s.withClaim(now, c, res)
+}
+
+// withClaim claims the Acquire's window for the holder res was granted to.
+// The holder is current and live at now, so the claim cannot be refused.
+func (s *state) withClaim(now int64, c *fsmv1.Acquire, res *AcquireResult) any {
+	if c.GetClaimJob() == "" {
+		return res
+	}
+	out := s.claimWindow(now, &fsmv1.ClaimWindow{Job: c.GetClaimJob(), Window: c.GetClaimWindow(), LeaseName: res.Lease.Name,
+		Owner: res.Lease.Owner, Generation: res.Lease.Generation, Identity: res.Lease.Identity})
+	cr, ok := out.(*ClaimResult)
+	if !ok {
+		panic(fmt.Sprintf("fsm: claim by the holder just granted was refused: %v", out)) // a bug, not an input
+	}
+	res.Claim = cr
 	return res
 }
 

@@ -12,6 +12,10 @@ type AcquireResult struct {
 	// without a release (its holder lost the lease); Previous is that record.
 	TookOver bool
 	Previous Lease
+	// Claim is the outcome of the Acquire's claim, when it asked for one:
+	// the new holder's claim, or Claimed=false with the completed window
+	// (then nothing was granted).
+	Claim *ClaimResult
 }
 
 // LeaseResult is the outcome of a Renew.
@@ -35,6 +39,8 @@ type ClaimResult struct {
 // WindowResult is the outcome of a CompleteWindow.
 type WindowResult struct {
 	Window Window
+	// Released: the command asked for a release and released the lease.
+	Released bool
 }
 
 // CommitResult is the outcome of a FencedCommit.

@@ -42,7 +42,7 @@ func (s *state) completeWindow(now int64, c *fsmv1.CompleteWindow) any {
 	w := s.window(c.GetJob(), c.GetWindow())
 	if w != nil && w.Completed {
 		if w.claimedBy(c.GetLeaseName(), c.GetOwner(), c.GetGeneration()) {
-			return &WindowResult{Window: *w}
+			return s.releaseAfterComplete(now, c, &WindowResult{Window: *w})
 		}
 		return reject(ReasonWindowCompleted, windowMeta(w),
 			"window %s/%s was completed by %q generation %d", w.Job, w.Window, w.Owner, w.Generation)
@@ -61,7 +61,21 @@ func (s *state) completeWindow(now int64, c *fsmv1.CompleteWindow) any {
 	s.windows.ReplaceOrInsert(&n)
 	s.completedQ = append(s.completedQ, windowKey{n.Job, n.Window})
 	s.noteCompletion(&n)
-	return &WindowResult{Window: n}
+	return s.releaseAfterComplete(now, c, &WindowResult{Window: n})
+}
+
+// releaseAfterComplete releases the lease when the CompleteWindow asked for
+// it. The completion stands whatever the release finds (a retry whose first
+// call released already, a lease that expired since).
+func (s *state) releaseAfterComplete(now int64, c *fsmv1.CompleteWindow, res *WindowResult) *WindowResult {
+	if !c.GetRelease() {
+		return res
+	}
+	if r, ok := s.release(now, &fsmv1.Release{Name: c.GetLeaseName(), Owner: c.GetOwner(), Generation: c.GetGeneration(),
+		Identity: c.GetIdentity()}).(*ReleaseResult); ok {
+		res.Released = r.Released
+	}
+	return res
 }
 
 func windowMeta(w *Window) map[string]string {

@@ -319,3 +319,50 @@ func TestClientFailoverAcrossEndpoints(t *testing.T) {
 		t.Fatalf("retry after the majority returned: %v %v", l, err)
 	}
 }
+
+// One scheduled occurrence in two calls: acquire-and-claim, then
+// complete-and-release; a completed window grants nothing.
+func TestClientAcquireClaimCompleteRelease(t *testing.T) {
+	c := testcluster.New(t, 3)
+	c.WaitLeader()
+	a := newClient(t, c, "replica-a")
+	b := newClient(t, c, "replica-b")
+	ctx := ctxT(t)
+	l, err := a.Acquire(ctx, "close", 3*time.Second, client.AcquireClaim("close", "2026-09-25"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := l.Claim()
+	if cl == nil || !cl.Claimed || cl.Attempts != 1 || cl.Window.GetGeneration() != l.Generation() {
+		t.Fatalf("claim: %+v", cl)
+	}
+	if _, err := b.Acquire(ctx, "close", 3*time.Second, client.AcquireClaim("close", "2026-09-25")); !errors.Is(err, client.ErrNotAcquired) {
+		t.Fatalf("b while a holds it: %v", err)
+	}
+	w, err := cl.CompleteAndRelease(ctx, []byte("6 stores"))
+	if err != nil || w.GetState() != coordv1.WindowState_WINDOW_STATE_COMPLETED {
+		t.Fatalf("complete and release: %v %v", w, err)
+	}
+	if l.Context().Err() == nil {
+		t.Fatal("the lease context is still live after the release")
+	}
+	got, err := b.GetLease(ctx, "close")
+	if err != nil || !got.GetReleased() {
+		t.Fatalf("lease after complete-and-release: %v %v", got, err)
+	}
+	// A late replica: nothing granted, the generation does not move.
+	_, err = b.Acquire(ctx, "close", 3*time.Second, client.AcquireClaim("close", "2026-09-25"))
+	var wc *client.WindowCompletedError
+	if !errors.Is(err, client.ErrWindowCompleted) || !errors.As(err, &wc) || wc.Window.GetOwner() != "replica-a" {
+		t.Fatalf("late replica: %v", err)
+	}
+	if got, _ := b.GetLease(ctx, "close"); got.GetGeneration() != l.Generation() {
+		t.Fatalf("generation moved for a completed window: %d -> %d", l.Generation(), got.GetGeneration())
+	}
+	// The next occurrence is granted with the next generation.
+	l2, err := b.Acquire(ctx, "close", 3*time.Second, client.AcquireClaim("close", "2026-09-26"))
+	if err != nil || l2.Generation() != l.Generation()+1 || l2.Claim().Attempts != 1 {
+		t.Fatalf("next occurrence: %v %v", l2, err)
+	}
+	defer l2.Release(context.Background())
+}

@@ -208,7 +208,13 @@ func (s *Server) authorizeMethod(c caller, method string, req any) error {
 		// InvalidArgument, which tells the caller more than a denial.
 		return nil
 	}
-	return s.authorize(c.identity, acc.op, name, acc.list)
+	if err := s.authorize(c.identity, acc.op, name, acc.list); err != nil {
+		return err
+	}
+	if r, ok := req.(*coordv1.AcquireRequest); ok && r.GetClaim() != nil && r.GetClaim().GetJob() != "" {
+		return s.authorize(c.identity, OpWindow, r.GetClaim().GetJob(), false) // acquire-and-claim is also a claim
+	}
+	return nil
 }
 
 // authorize applies the ACL; a denial is PermissionDenied naming the rule.

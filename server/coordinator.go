@@ -21,12 +21,18 @@ func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) 
 		checkName("request_id", req.GetRequestId(), false), c.s.checkTTL("ttl_ms", req.GetTtlMs(), false)); err != nil {
 		return nil, toStatus(err)
 	}
+	if cl := req.GetClaim(); cl != nil {
+		if err := firstErr(checkName("claim.job", cl.GetJob(), true), checkName("claim.window", cl.GetWindow(), true)); err != nil {
+			return nil, toStatus(err)
+		}
+	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Acquire, req, func() (*coordv1.AcquireResponse, error) {
 		if resp, ok := c.s.acquireFromState(ctx, req); ok {
 			return resp, nil
 		}
 		res, err := c.s.propose(ctx, &fsmv1.Acquire{Name: req.GetName(), Owner: req.GetOwner(), TtlMs: req.GetTtlMs(),
-			RequestId: req.GetRequestId(), Identity: identityOf(ctx), MaxLiveLeases: c.s.cfg.Limits.LeasesPerIdentity})
+			RequestId: req.GetRequestId(), Identity: identityOf(ctx), MaxLiveLeases: c.s.cfg.Limits.LeasesPerIdentity,
+			ClaimJob: req.GetClaim().GetJob(), ClaimWindow: req.GetClaim().GetWindow()})
 		if err != nil {
 			if rej := (*fsm.Rejection)(nil); errors.As(err, &rej) && rej.Reason == fsm.ReasonLeaseLimit {
 				c.s.metrics.limited.WithLabelValues("leases").Inc()
@@ -35,7 +41,16 @@ func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) 
 		}
 		r := res.(*fsm.AcquireResult)
 		c.s.observeAcquire(r)
-		return &coordv1.AcquireResponse{Acquired: r.Acquired, Lease: leaseToProto(r.Lease, r.At)}, nil
+		out := &coordv1.AcquireResponse{Acquired: r.Acquired, Lease: leaseToProto(r.Lease, r.At)}
+		if r.Claim != nil {
+			out.Claim = &coordv1.WindowClaim{Claimed: r.Claim.Claimed, Attempts: r.Claim.Window.Attempts, Window: windowToProto(r.Claim.Window)}
+			if r.Claim.Claimed {
+				c.s.metrics.windowsClaimed.Inc()
+			} else {
+				c.s.metrics.windowsRefused.WithLabelValues(string(fsm.ReasonWindowCompleted)).Inc()
+			}
+		}
+		return out, nil
 	})
 }
 
@@ -117,13 +132,14 @@ func (c *coordinator) CompleteWindow(ctx context.Context, req *coordv1.CompleteW
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.CompleteWindow, req, func() (*coordv1.CompleteWindowResponse, error) {
 		res, err := c.s.propose(ctx, &fsmv1.CompleteWindow{Job: req.GetJob(), Window: req.GetWindow(),
 			LeaseName: req.GetLeaseName(), Owner: req.GetOwner(), Generation: req.GetGeneration(), Result: req.GetResult(),
-			Identity: identityOf(ctx)})
+			Identity: identityOf(ctx), Release: req.GetRelease()})
 		if err != nil {
 			c.s.observeWindowRefusal("complete", req.GetJob(), req.GetWindow(), req.GetOwner(), req.GetGeneration(), err)
 			return nil, err
 		}
 		c.s.metrics.windowsCompleted.Inc()
-		return &coordv1.CompleteWindowResponse{Window: windowToProto(res.(*fsm.WindowResult).Window)}, nil
+		r := res.(*fsm.WindowResult)
+		return &coordv1.CompleteWindowResponse{Window: windowToProto(r.Window), Released: r.Released}, nil
 	})
 }
 
@@ -243,10 +259,24 @@ func (s *Server) acquireFromState(ctx context.Context, req *coordv1.AcquireReque
 	}
 	l, _, ok := s.fsm.Lease(req.GetName())
 	now := ls.clock.current()
+	if cl := req.GetClaim(); cl != nil {
+		// A completed window grants nothing: answer from state.
+		if w, found := s.fsm.Window(cl.GetJob(), cl.GetWindow()); found && w.Completed {
+			s.metrics.windowsRefused.WithLabelValues(string(fsm.ReasonWindowCompleted)).Inc()
+			out := &coordv1.AcquireResponse{Claim: &coordv1.WindowClaim{Claimed: false, Attempts: w.Attempts, Window: windowToProto(w)}}
+			if ok {
+				out.Lease = leaseToProto(l, now)
+			}
+			return out, true
+		}
+	}
 	if !ok || !l.Live(now) {
 		return nil, false
 	}
 	if l.Owner == req.GetOwner() && l.RequestID != "" && l.RequestID == req.GetRequestId() && l.Identity == identityOf(ctx) {
+		if req.GetClaim() != nil {
+			return nil, false // the retry's claim comes from the log
+		}
 		return &coordv1.AcquireResponse{Acquired: true, Lease: leaseToProto(l, now)}, true
 	}
 	s.metrics.acquisitions.WithLabelValues("held").Inc()

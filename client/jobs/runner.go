@@ -224,38 +224,58 @@ func (r *Runner) occurrence(sched, work context.Context, j *compiled, occ time.T
 	}
 }
 
-// attempt is one acquire-claim-run-complete-release. done is true when the
-// window is completed (by this run or earlier).
+// attempt is one occurrence in two calls: acquire-and-claim, run,
+// complete-and-release (one log entry each). done is true when the window
+// is completed (by this run or earlier); ran is false when another replica
+// holds the lease.
 func (r *Runner) attempt(work context.Context, j *compiled, occ time.Time, window string) (done, ran bool, err error) {
 	// The attempt runs under work, not sched: at shutdown a running
 	// occurrence may finish (until the shutdown timeout cancels work).
-	ran, err = r.c.RunExclusive(work, j.leaseName(window), j.TTL, func(lctx context.Context, l *client.Lease) error {
-		claim, err := l.ClaimWindow(lctx, j.Name, window)
-		if err != nil {
-			return err
+	l, err := r.c.Acquire(work, j.leaseName(window), j.TTL, client.AcquireClaim(j.Name, window))
+	switch {
+	case errors.Is(err, client.ErrWindowCompleted):
+		return true, false, nil
+	case errors.Is(err, client.ErrNotAcquired):
+		return false, false, nil
+	case err != nil:
+		return false, false, err
+	}
+	claim := l.Claim()
+	lctx, cancel := context.WithCancelCause(work)
+	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
+	completed := false
+	defer func() {
+		stop()
+		cancel(nil)
+		if !completed { // failed, lost or panicked: give the lease back, the window stays open
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(work), 5*time.Second)
+			relErr := l.Release(rctx)
+			rcancel()
+			if errors.Is(relErr, client.ErrLeaseLost) && !errors.Is(err, client.ErrLeaseLost) {
+				err = errors.Join(err, relErr)
+			}
 		}
-		if !claim.Claimed {
-			done = true
-			return nil
-		}
-		start := r.clock.Now()
-		r.metrics.RunStarted(j.Name, start.Sub(occ))
-		run := &Run{Job: j.Name, Window: window, Occurrence: occ, Attempt: claim.Attempts, Generation: l.Generation(), lease: l}
-		if err := j.Run(lctx, run); err != nil {
-			r.metrics.RunFailed(j.Name)
-			return err
-		}
-		if _, err := claim.Complete(lctx, nil); err != nil {
-			return err
-		}
-		done = true
-		d := r.clock.Now().Sub(start)
-		r.metrics.RunCompleted(j.Name, d, j.interval())
-		r.log.Info("occurrence completed", "job", j.Name, "window", window, "attempt", claim.Attempts,
-			"generation", l.Generation(), "duration", d, "start_lag", start.Sub(occ))
-		return nil
-	})
-	return done, ran, err
+	}()
+	start := r.clock.Now()
+	r.metrics.RunStarted(j.Name, start.Sub(occ))
+	run := &Run{Job: j.Name, Window: window, Occurrence: occ, Attempt: claim.Attempts, Generation: l.Generation(), lease: l}
+	if err := j.Run(lctx, run); err != nil {
+		r.metrics.RunFailed(j.Name)
+		return false, true, err
+	}
+	if lctx.Err() != nil { // lost while running: the effect may be partial, leave the window open
+		return false, true, context.Cause(lctx)
+	}
+	// Complete under work (not lctx, which ending the lease cancels).
+	if _, err := claim.CompleteAndRelease(work, nil); err != nil {
+		return false, true, err // the deferred Release frees a lease the server may still hold
+	}
+	completed = true
+	d := r.clock.Now().Sub(start)
+	r.metrics.RunCompleted(j.Name, d, j.interval())
+	r.log.Info("occurrence completed", "job", j.Name, "window", window, "attempt", claim.Attempts,
+		"generation", l.Generation(), "duration", d, "start_lag", start.Sub(occ))
+	return true, true, nil
 }
 
 func (c *compiled) interval() time.Duration {

@@ -239,7 +239,12 @@ type AcquireRequest struct {
 	Owner string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	TtlMs int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// request_id makes a retry return the same grant instead of a second one.
-	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// claim, when set, grants the lease only together with a claim of this
+	// window, in one log entry (the start of a scheduled occurrence in one
+	// call). When the window is already completed nothing is granted:
+	// acquired is false and claim.window says what completed it.
+	Claim         *WindowRef `protobuf:"bytes,5,opt,name=claim,proto3" json:"claim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -302,17 +307,80 @@ func (x *AcquireRequest) GetRequestId() string {
 	return ""
 }
 
-type AcquireResponse struct {
+func (x *AcquireRequest) GetClaim() *WindowRef {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
+// WindowRef names one window of a job.
+type WindowRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Acquired      bool                   `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
-	Lease         *Lease                 `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowRef) Reset() {
+	*x = WindowRef{}
+	mi := &file_coord_v1_coord_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowRef) ProtoMessage() {}
+
+func (x *WindowRef) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_coord_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowRef.ProtoReflect.Descriptor instead.
+func (*WindowRef) Descriptor() ([]byte, []int) {
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WindowRef) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *WindowRef) GetWindow() string {
+	if x != nil {
+		return x.Window
+	}
+	return ""
+}
+
+type AcquireResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Acquired bool                   `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
+	Lease    *Lease                 `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// claim is the outcome of AcquireRequest.claim: set when the lease was
+	// granted (claimed) or the window is completed (not claimed).
+	Claim         *WindowClaim `protobuf:"bytes,3,opt,name=claim,proto3" json:"claim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[2]
+	mi := &file_coord_v1_coord_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -324,7 +392,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[2]
+	mi := &file_coord_v1_coord_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -337,7 +405,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{2}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AcquireResponse) GetAcquired() bool {
@@ -350,6 +418,74 @@ func (x *AcquireResponse) GetAcquired() bool {
 func (x *AcquireResponse) GetLease() *Lease {
 	if x != nil {
 		return x.Lease
+	}
+	return nil
+}
+
+func (x *AcquireResponse) GetClaim() *WindowClaim {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
+// WindowClaim is the outcome of a claim made with an Acquire.
+type WindowClaim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Claimed       bool                   `protobuf:"varint,1,opt,name=claimed,proto3" json:"claimed,omitempty"`
+	Attempts      uint64                 `protobuf:"varint,2,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Window        *Window                `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowClaim) Reset() {
+	*x = WindowClaim{}
+	mi := &file_coord_v1_coord_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowClaim) ProtoMessage() {}
+
+func (x *WindowClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_coord_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowClaim.ProtoReflect.Descriptor instead.
+func (*WindowClaim) Descriptor() ([]byte, []int) {
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WindowClaim) GetClaimed() bool {
+	if x != nil {
+		return x.Claimed
+	}
+	return false
+}
+
+func (x *WindowClaim) GetAttempts() uint64 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *WindowClaim) GetWindow() *Window {
+	if x != nil {
+		return x.Window
 	}
 	return nil
 }
@@ -367,7 +503,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[3]
+	mi := &file_coord_v1_coord_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +515,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[3]
+	mi := &file_coord_v1_coord_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +528,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{3}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RenewRequest) GetName() string {
@@ -432,7 +568,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[4]
+	mi := &file_coord_v1_coord_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +580,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[4]
+	mi := &file_coord_v1_coord_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +593,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{4}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RenewResponse) GetLease() *Lease {
@@ -478,7 +614,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[5]
+	mi := &file_coord_v1_coord_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +626,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[5]
+	mi := &file_coord_v1_coord_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +639,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{5}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReleaseRequest) GetName() string {
@@ -538,7 +674,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[6]
+	mi := &file_coord_v1_coord_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +686,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[6]
+	mi := &file_coord_v1_coord_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +699,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{6}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -594,7 +730,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[7]
+	mi := &file_coord_v1_coord_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -606,7 +742,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[7]
+	mi := &file_coord_v1_coord_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -619,7 +755,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{7}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KeepAliveRequest) GetName() string {
@@ -673,7 +809,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[8]
+	mi := &file_coord_v1_coord_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +821,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[8]
+	mi := &file_coord_v1_coord_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +834,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{8}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KeepAliveResponse) GetName() string {
@@ -772,7 +908,7 @@ type Window struct {
 
 func (x *Window) Reset() {
 	*x = Window{}
-	mi := &file_coord_v1_coord_proto_msgTypes[9]
+	mi := &file_coord_v1_coord_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +920,7 @@ func (x *Window) String() string {
 func (*Window) ProtoMessage() {}
 
 func (x *Window) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[9]
+	mi := &file_coord_v1_coord_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +933,7 @@ func (x *Window) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Window.ProtoReflect.Descriptor instead.
 func (*Window) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{9}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Window) GetJob() string {
@@ -890,7 +1026,7 @@ type ClaimWindowRequest struct {
 
 func (x *ClaimWindowRequest) Reset() {
 	*x = ClaimWindowRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[10]
+	mi := &file_coord_v1_coord_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1038,7 @@ func (x *ClaimWindowRequest) String() string {
 func (*ClaimWindowRequest) ProtoMessage() {}
 
 func (x *ClaimWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[10]
+	mi := &file_coord_v1_coord_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1051,7 @@ func (x *ClaimWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimWindowRequest.ProtoReflect.Descriptor instead.
 func (*ClaimWindowRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{10}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClaimWindowRequest) GetJob() string {
@@ -966,7 +1102,7 @@ type ClaimWindowResponse struct {
 
 func (x *ClaimWindowResponse) Reset() {
 	*x = ClaimWindowResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[11]
+	mi := &file_coord_v1_coord_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1114,7 @@ func (x *ClaimWindowResponse) String() string {
 func (*ClaimWindowResponse) ProtoMessage() {}
 
 func (x *ClaimWindowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[11]
+	mi := &file_coord_v1_coord_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1127,7 @@ func (x *ClaimWindowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimWindowResponse.ProtoReflect.Descriptor instead.
 func (*ClaimWindowResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{11}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClaimWindowResponse) GetClaimed() bool {
@@ -1016,20 +1152,23 @@ func (x *ClaimWindowResponse) GetWindow() *Window {
 }
 
 type CompleteWindowRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
-	LeaseName     string                 `protobuf:"bytes,3,opt,name=lease_name,json=leaseName,proto3" json:"lease_name,omitempty"`
-	Owner         string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
-	Generation    uint64                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
-	Result        []byte                 `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Job        string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Window     string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	LeaseName  string                 `protobuf:"bytes,3,opt,name=lease_name,json=leaseName,proto3" json:"lease_name,omitempty"`
+	Owner      string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	Generation uint64                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	Result     []byte                 `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	// release releases the lease in the same log entry once the window is
+	// completed (the end of a scheduled occurrence in one call).
+	Release       bool `protobuf:"varint,7,opt,name=release,proto3" json:"release,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompleteWindowRequest) Reset() {
 	*x = CompleteWindowRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[12]
+	mi := &file_coord_v1_coord_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1180,7 @@ func (x *CompleteWindowRequest) String() string {
 func (*CompleteWindowRequest) ProtoMessage() {}
 
 func (x *CompleteWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[12]
+	mi := &file_coord_v1_coord_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1193,7 @@ func (x *CompleteWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteWindowRequest.ProtoReflect.Descriptor instead.
 func (*CompleteWindowRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{12}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CompleteWindowRequest) GetJob() string {
@@ -1099,16 +1238,26 @@ func (x *CompleteWindowRequest) GetResult() []byte {
 	return nil
 }
 
+func (x *CompleteWindowRequest) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
+}
+
 type CompleteWindowResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Window        *Window                `protobuf:"bytes,1,opt,name=window,proto3" json:"window,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Window *Window                `protobuf:"bytes,1,opt,name=window,proto3" json:"window,omitempty"`
+	// released is true when release was asked and this call released the
+	// lease (false on a retry whose first call already released it).
+	Released      bool `protobuf:"varint,2,opt,name=released,proto3" json:"released,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompleteWindowResponse) Reset() {
 	*x = CompleteWindowResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[13]
+	mi := &file_coord_v1_coord_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1269,7 @@ func (x *CompleteWindowResponse) String() string {
 func (*CompleteWindowResponse) ProtoMessage() {}
 
 func (x *CompleteWindowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[13]
+	mi := &file_coord_v1_coord_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1282,7 @@ func (x *CompleteWindowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteWindowResponse.ProtoReflect.Descriptor instead.
 func (*CompleteWindowResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{13}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CompleteWindowResponse) GetWindow() *Window {
@@ -1141,6 +1290,13 @@ func (x *CompleteWindowResponse) GetWindow() *Window {
 		return x.Window
 	}
 	return nil
+}
+
+func (x *CompleteWindowResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
 }
 
 type FencedCommitRequest struct {
@@ -1158,7 +1314,7 @@ type FencedCommitRequest struct {
 
 func (x *FencedCommitRequest) Reset() {
 	*x = FencedCommitRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[14]
+	mi := &file_coord_v1_coord_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1326,7 @@ func (x *FencedCommitRequest) String() string {
 func (*FencedCommitRequest) ProtoMessage() {}
 
 func (x *FencedCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[14]
+	mi := &file_coord_v1_coord_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1339,7 @@ func (x *FencedCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedCommitRequest.ProtoReflect.Descriptor instead.
 func (*FencedCommitRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{14}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FencedCommitRequest) GetResource() string {
@@ -1236,7 +1392,7 @@ type FencedCommitResponse struct {
 
 func (x *FencedCommitResponse) Reset() {
 	*x = FencedCommitResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[15]
+	mi := &file_coord_v1_coord_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1404,7 @@ func (x *FencedCommitResponse) String() string {
 func (*FencedCommitResponse) ProtoMessage() {}
 
 func (x *FencedCommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[15]
+	mi := &file_coord_v1_coord_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1417,7 @@ func (x *FencedCommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedCommitResponse.ProtoReflect.Descriptor instead.
 func (*FencedCommitResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{15}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FencedCommitResponse) GetAccepted() bool {
@@ -1314,7 +1470,7 @@ type ValidateRequest struct {
 
 func (x *ValidateRequest) Reset() {
 	*x = ValidateRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[16]
+	mi := &file_coord_v1_coord_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1482,7 @@ func (x *ValidateRequest) String() string {
 func (*ValidateRequest) ProtoMessage() {}
 
 func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[16]
+	mi := &file_coord_v1_coord_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1495,7 @@ func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateRequest.ProtoReflect.Descriptor instead.
 func (*ValidateRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{16}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ValidateRequest) GetResource() string {
@@ -1395,7 +1551,7 @@ type ValidateResponse struct {
 
 func (x *ValidateResponse) Reset() {
 	*x = ValidateResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[17]
+	mi := &file_coord_v1_coord_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1407,7 +1563,7 @@ func (x *ValidateResponse) String() string {
 func (*ValidateResponse) ProtoMessage() {}
 
 func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[17]
+	mi := &file_coord_v1_coord_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1420,7 +1576,7 @@ func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
 func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{17}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ValidateResponse) GetAccepted() bool {
@@ -1486,7 +1642,7 @@ type Resource struct {
 
 func (x *Resource) Reset() {
 	*x = Resource{}
-	mi := &file_coord_v1_coord_proto_msgTypes[18]
+	mi := &file_coord_v1_coord_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1654,7 @@ func (x *Resource) String() string {
 func (*Resource) ProtoMessage() {}
 
 func (x *Resource) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[18]
+	mi := &file_coord_v1_coord_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1667,7 @@ func (x *Resource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resource.ProtoReflect.Descriptor instead.
 func (*Resource) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{18}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Resource) GetResource() string {
@@ -1566,7 +1722,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[19]
+	mi := &file_coord_v1_coord_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1734,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[19]
+	mi := &file_coord_v1_coord_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1747,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{19}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetLeaseRequest) GetName() string {
@@ -1617,7 +1773,7 @@ type GetLeaseResponse struct {
 
 func (x *GetLeaseResponse) Reset() {
 	*x = GetLeaseResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[20]
+	mi := &file_coord_v1_coord_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1785,7 @@ func (x *GetLeaseResponse) String() string {
 func (*GetLeaseResponse) ProtoMessage() {}
 
 func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[20]
+	mi := &file_coord_v1_coord_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1798,7 @@ func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GetLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{20}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetLeaseResponse) GetLease() *Lease {
@@ -1664,7 +1820,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[21]
+	mi := &file_coord_v1_coord_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1832,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[21]
+	mi := &file_coord_v1_coord_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1845,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{21}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListLeasesRequest) GetPrefix() string {
@@ -1730,7 +1886,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[22]
+	mi := &file_coord_v1_coord_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1898,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[22]
+	mi := &file_coord_v1_coord_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1911,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{22}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -1783,7 +1939,7 @@ type GetWindowRequest struct {
 
 func (x *GetWindowRequest) Reset() {
 	*x = GetWindowRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[23]
+	mi := &file_coord_v1_coord_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +1951,7 @@ func (x *GetWindowRequest) String() string {
 func (*GetWindowRequest) ProtoMessage() {}
 
 func (x *GetWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[23]
+	mi := &file_coord_v1_coord_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +1964,7 @@ func (x *GetWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWindowRequest.ProtoReflect.Descriptor instead.
 func (*GetWindowRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{23}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetWindowRequest) GetJob() string {
@@ -1841,7 +1997,7 @@ type GetWindowResponse struct {
 
 func (x *GetWindowResponse) Reset() {
 	*x = GetWindowResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[24]
+	mi := &file_coord_v1_coord_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +2009,7 @@ func (x *GetWindowResponse) String() string {
 func (*GetWindowResponse) ProtoMessage() {}
 
 func (x *GetWindowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[24]
+	mi := &file_coord_v1_coord_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +2022,7 @@ func (x *GetWindowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWindowResponse.ProtoReflect.Descriptor instead.
 func (*GetWindowResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{24}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetWindowResponse) GetWindow() *Window {
@@ -1888,7 +2044,7 @@ type ListWindowsRequest struct {
 
 func (x *ListWindowsRequest) Reset() {
 	*x = ListWindowsRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[25]
+	mi := &file_coord_v1_coord_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2056,7 @@ func (x *ListWindowsRequest) String() string {
 func (*ListWindowsRequest) ProtoMessage() {}
 
 func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[25]
+	mi := &file_coord_v1_coord_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2069,7 @@ func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWindowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWindowsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{25}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListWindowsRequest) GetJob() string {
@@ -1954,7 +2110,7 @@ type ListWindowsResponse struct {
 
 func (x *ListWindowsResponse) Reset() {
 	*x = ListWindowsResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[26]
+	mi := &file_coord_v1_coord_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2122,7 @@ func (x *ListWindowsResponse) String() string {
 func (*ListWindowsResponse) ProtoMessage() {}
 
 func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[26]
+	mi := &file_coord_v1_coord_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2135,7 @@ func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWindowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWindowsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{26}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListWindowsResponse) GetWindows() []*Window {
@@ -2006,7 +2162,7 @@ type GetResourceRequest struct {
 
 func (x *GetResourceRequest) Reset() {
 	*x = GetResourceRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[27]
+	mi := &file_coord_v1_coord_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2174,7 @@ func (x *GetResourceRequest) String() string {
 func (*GetResourceRequest) ProtoMessage() {}
 
 func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[27]
+	mi := &file_coord_v1_coord_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2187,7 @@ func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceRequest.ProtoReflect.Descriptor instead.
 func (*GetResourceRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{27}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetResourceRequest) GetResource() string {
@@ -2057,7 +2213,7 @@ type GetResourceResponse struct {
 
 func (x *GetResourceResponse) Reset() {
 	*x = GetResourceResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[28]
+	mi := &file_coord_v1_coord_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2225,7 @@ func (x *GetResourceResponse) String() string {
 func (*GetResourceResponse) ProtoMessage() {}
 
 func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[28]
+	mi := &file_coord_v1_coord_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2238,7 @@ func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceResponse.ProtoReflect.Descriptor instead.
 func (*GetResourceResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{28}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetResourceResponse) GetResource() *Resource {
@@ -2114,16 +2270,25 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\rrenewed_at_ms\x18\v \x01(\x03R\vrenewedAtMs\x12\"\n" +
 	"\rexpires_at_ms\x18\f \x01(\x03R\vexpiresAtMs\x12\x1a\n" +
 	"\brenewals\x18\r \x01(\x04R\brenewals\x12\x1a\n" +
-	"\bidentity\x18\x0e \x01(\tR\bidentity\"p\n" +
+	"\bidentity\x18\x0e \x01(\tR\bidentity\"\x9b\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"T\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12)\n" +
+	"\x05claim\x18\x05 \x01(\v2\x13.coord.v1.WindowRefR\x05claim\"5\n" +
+	"\tWindowRef\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
+	"\x06window\x18\x02 \x01(\tR\x06window\"\x81\x01\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12%\n" +
-	"\x05lease\x18\x02 \x01(\v2\x0f.coord.v1.LeaseR\x05lease\"o\n" +
+	"\x05lease\x18\x02 \x01(\v2\x0f.coord.v1.LeaseR\x05lease\x12+\n" +
+	"\x05claim\x18\x03 \x01(\v2\x15.coord.v1.WindowClaimR\x05claim\"m\n" +
+	"\vWindowClaim\x12\x18\n" +
+	"\aclaimed\x18\x01 \x01(\bR\aclaimed\x12\x1a\n" +
+	"\battempts\x18\x02 \x01(\x04R\battempts\x12(\n" +
+	"\x06window\x18\x03 \x01(\v2\x10.coord.v1.WindowR\x06window\"o\n" +
 	"\fRenewRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
@@ -2189,7 +2354,7 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\x13ClaimWindowResponse\x12\x18\n" +
 	"\aclaimed\x18\x01 \x01(\bR\aclaimed\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\x04R\battempts\x12(\n" +
-	"\x06window\x18\x03 \x01(\v2\x10.coord.v1.WindowR\x06window\"\xae\x01\n" +
+	"\x06window\x18\x03 \x01(\v2\x10.coord.v1.WindowR\x06window\"\xc8\x01\n" +
 	"\x15CompleteWindowRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x1d\n" +
@@ -2199,9 +2364,11 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x05 \x01(\x04R\n" +
 	"generation\x12\x16\n" +
-	"\x06result\x18\x06 \x01(\fR\x06result\"B\n" +
+	"\x06result\x18\x06 \x01(\fR\x06result\x12\x18\n" +
+	"\arelease\x18\a \x01(\bR\arelease\"^\n" +
 	"\x16CompleteWindowResponse\x12(\n" +
-	"\x06window\x18\x01 \x01(\v2\x10.coord.v1.WindowR\x06window\"\xb3\x01\n" +
+	"\x06window\x18\x01 \x01(\v2\x10.coord.v1.WindowR\x06window\x12\x1a\n" +
+	"\breleased\x18\x02 \x01(\bR\breleased\"\xb3\x01\n" +
 	"\x13FencedCommitRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1d\n" +
 	"\n" +
@@ -2311,82 +2478,87 @@ func file_coord_v1_coord_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_v1_coord_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coord_v1_coord_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_coord_v1_coord_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_coord_v1_coord_proto_goTypes = []any{
 	(WindowState)(0),               // 0: coord.v1.WindowState
 	(*Lease)(nil),                  // 1: coord.v1.Lease
 	(*AcquireRequest)(nil),         // 2: coord.v1.AcquireRequest
-	(*AcquireResponse)(nil),        // 3: coord.v1.AcquireResponse
-	(*RenewRequest)(nil),           // 4: coord.v1.RenewRequest
-	(*RenewResponse)(nil),          // 5: coord.v1.RenewResponse
-	(*ReleaseRequest)(nil),         // 6: coord.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 7: coord.v1.ReleaseResponse
-	(*KeepAliveRequest)(nil),       // 8: coord.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 9: coord.v1.KeepAliveResponse
-	(*Window)(nil),                 // 10: coord.v1.Window
-	(*ClaimWindowRequest)(nil),     // 11: coord.v1.ClaimWindowRequest
-	(*ClaimWindowResponse)(nil),    // 12: coord.v1.ClaimWindowResponse
-	(*CompleteWindowRequest)(nil),  // 13: coord.v1.CompleteWindowRequest
-	(*CompleteWindowResponse)(nil), // 14: coord.v1.CompleteWindowResponse
-	(*FencedCommitRequest)(nil),    // 15: coord.v1.FencedCommitRequest
-	(*FencedCommitResponse)(nil),   // 16: coord.v1.FencedCommitResponse
-	(*ValidateRequest)(nil),        // 17: coord.v1.ValidateRequest
-	(*ValidateResponse)(nil),       // 18: coord.v1.ValidateResponse
-	(*Resource)(nil),               // 19: coord.v1.Resource
-	(*GetLeaseRequest)(nil),        // 20: coord.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),       // 21: coord.v1.GetLeaseResponse
-	(*ListLeasesRequest)(nil),      // 22: coord.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),     // 23: coord.v1.ListLeasesResponse
-	(*GetWindowRequest)(nil),       // 24: coord.v1.GetWindowRequest
-	(*GetWindowResponse)(nil),      // 25: coord.v1.GetWindowResponse
-	(*ListWindowsRequest)(nil),     // 26: coord.v1.ListWindowsRequest
-	(*ListWindowsResponse)(nil),    // 27: coord.v1.ListWindowsResponse
-	(*GetResourceRequest)(nil),     // 28: coord.v1.GetResourceRequest
-	(*GetResourceResponse)(nil),    // 29: coord.v1.GetResourceResponse
+	(*WindowRef)(nil),              // 3: coord.v1.WindowRef
+	(*AcquireResponse)(nil),        // 4: coord.v1.AcquireResponse
+	(*WindowClaim)(nil),            // 5: coord.v1.WindowClaim
+	(*RenewRequest)(nil),           // 6: coord.v1.RenewRequest
+	(*RenewResponse)(nil),          // 7: coord.v1.RenewResponse
+	(*ReleaseRequest)(nil),         // 8: coord.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 9: coord.v1.ReleaseResponse
+	(*KeepAliveRequest)(nil),       // 10: coord.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),      // 11: coord.v1.KeepAliveResponse
+	(*Window)(nil),                 // 12: coord.v1.Window
+	(*ClaimWindowRequest)(nil),     // 13: coord.v1.ClaimWindowRequest
+	(*ClaimWindowResponse)(nil),    // 14: coord.v1.ClaimWindowResponse
+	(*CompleteWindowRequest)(nil),  // 15: coord.v1.CompleteWindowRequest
+	(*CompleteWindowResponse)(nil), // 16: coord.v1.CompleteWindowResponse
+	(*FencedCommitRequest)(nil),    // 17: coord.v1.FencedCommitRequest
+	(*FencedCommitResponse)(nil),   // 18: coord.v1.FencedCommitResponse
+	(*ValidateRequest)(nil),        // 19: coord.v1.ValidateRequest
+	(*ValidateResponse)(nil),       // 20: coord.v1.ValidateResponse
+	(*Resource)(nil),               // 21: coord.v1.Resource
+	(*GetLeaseRequest)(nil),        // 22: coord.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),       // 23: coord.v1.GetLeaseResponse
+	(*ListLeasesRequest)(nil),      // 24: coord.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),     // 25: coord.v1.ListLeasesResponse
+	(*GetWindowRequest)(nil),       // 26: coord.v1.GetWindowRequest
+	(*GetWindowResponse)(nil),      // 27: coord.v1.GetWindowResponse
+	(*ListWindowsRequest)(nil),     // 28: coord.v1.ListWindowsRequest
+	(*ListWindowsResponse)(nil),    // 29: coord.v1.ListWindowsResponse
+	(*GetResourceRequest)(nil),     // 30: coord.v1.GetResourceRequest
+	(*GetResourceResponse)(nil),    // 31: coord.v1.GetResourceResponse
 }
 var file_coord_v1_coord_proto_depIdxs = []int32{
-	1,  // 0: coord.v1.AcquireResponse.lease:type_name -> coord.v1.Lease
-	1,  // 1: coord.v1.RenewResponse.lease:type_name -> coord.v1.Lease
-	1,  // 2: coord.v1.ReleaseResponse.lease:type_name -> coord.v1.Lease
-	0,  // 3: coord.v1.Window.state:type_name -> coord.v1.WindowState
-	10, // 4: coord.v1.ClaimWindowResponse.window:type_name -> coord.v1.Window
-	10, // 5: coord.v1.CompleteWindowResponse.window:type_name -> coord.v1.Window
-	1,  // 6: coord.v1.GetLeaseResponse.lease:type_name -> coord.v1.Lease
-	1,  // 7: coord.v1.ListLeasesResponse.leases:type_name -> coord.v1.Lease
-	10, // 8: coord.v1.GetWindowResponse.window:type_name -> coord.v1.Window
-	10, // 9: coord.v1.ListWindowsResponse.windows:type_name -> coord.v1.Window
-	19, // 10: coord.v1.GetResourceResponse.resource:type_name -> coord.v1.Resource
-	2,  // 11: coord.v1.Coordinator.Acquire:input_type -> coord.v1.AcquireRequest
-	4,  // 12: coord.v1.Coordinator.Renew:input_type -> coord.v1.RenewRequest
-	6,  // 13: coord.v1.Coordinator.Release:input_type -> coord.v1.ReleaseRequest
-	8,  // 14: coord.v1.Coordinator.KeepAlive:input_type -> coord.v1.KeepAliveRequest
-	11, // 15: coord.v1.Coordinator.ClaimWindow:input_type -> coord.v1.ClaimWindowRequest
-	13, // 16: coord.v1.Coordinator.CompleteWindow:input_type -> coord.v1.CompleteWindowRequest
-	15, // 17: coord.v1.Coordinator.FencedCommit:input_type -> coord.v1.FencedCommitRequest
-	17, // 18: coord.v1.Coordinator.Validate:input_type -> coord.v1.ValidateRequest
-	20, // 19: coord.v1.Coordinator.GetLease:input_type -> coord.v1.GetLeaseRequest
-	22, // 20: coord.v1.Coordinator.ListLeases:input_type -> coord.v1.ListLeasesRequest
-	24, // 21: coord.v1.Coordinator.GetWindow:input_type -> coord.v1.GetWindowRequest
-	26, // 22: coord.v1.Coordinator.ListWindows:input_type -> coord.v1.ListWindowsRequest
-	28, // 23: coord.v1.Coordinator.GetResource:input_type -> coord.v1.GetResourceRequest
-	3,  // 24: coord.v1.Coordinator.Acquire:output_type -> coord.v1.AcquireResponse
-	5,  // 25: coord.v1.Coordinator.Renew:output_type -> coord.v1.RenewResponse
-	7,  // 26: coord.v1.Coordinator.Release:output_type -> coord.v1.ReleaseResponse
-	9,  // 27: coord.v1.Coordinator.KeepAlive:output_type -> coord.v1.KeepAliveResponse
-	12, // 28: coord.v1.Coordinator.ClaimWindow:output_type -> coord.v1.ClaimWindowResponse
-	14, // 29: coord.v1.Coordinator.CompleteWindow:output_type -> coord.v1.CompleteWindowResponse
-	16, // 30: coord.v1.Coordinator.FencedCommit:output_type -> coord.v1.FencedCommitResponse
-	18, // 31: coord.v1.Coordinator.Validate:output_type -> coord.v1.ValidateResponse
-	21, // 32: coord.v1.Coordinator.GetLease:output_type -> coord.v1.GetLeaseResponse
-	23, // 33: coord.v1.Coordinator.ListLeases:output_type -> coord.v1.ListLeasesResponse
-	25, // 34: coord.v1.Coordinator.GetWindow:output_type -> coord.v1.GetWindowResponse
-	27, // 35: coord.v1.Coordinator.ListWindows:output_type -> coord.v1.ListWindowsResponse
-	29, // 36: coord.v1.Coordinator.GetResource:output_type -> coord.v1.GetResourceResponse
-	24, // [24:37] is the sub-list for method output_type
-	11, // [11:24] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	3,  // 0: coord.v1.AcquireRequest.claim:type_name -> coord.v1.WindowRef
+	1,  // 1: coord.v1.AcquireResponse.lease:type_name -> coord.v1.Lease
+	5,  // 2: coord.v1.AcquireResponse.claim:type_name -> coord.v1.WindowClaim
+	12, // 3: coord.v1.WindowClaim.window:type_name -> coord.v1.Window
+	1,  // 4: coord.v1.RenewResponse.lease:type_name -> coord.v1.Lease
+	1,  // 5: coord.v1.ReleaseResponse.lease:type_name -> coord.v1.Lease
+	0,  // 6: coord.v1.Window.state:type_name -> coord.v1.WindowState
+	12, // 7: coord.v1.ClaimWindowResponse.window:type_name -> coord.v1.Window
+	12, // 8: coord.v1.CompleteWindowResponse.window:type_name -> coord.v1.Window
+	1,  // 9: coord.v1.GetLeaseResponse.lease:type_name -> coord.v1.Lease
+	1,  // 10: coord.v1.ListLeasesResponse.leases:type_name -> coord.v1.Lease
+	12, // 11: coord.v1.GetWindowResponse.window:type_name -> coord.v1.Window
+	12, // 12: coord.v1.ListWindowsResponse.windows:type_name -> coord.v1.Window
+	21, // 13: coord.v1.GetResourceResponse.resource:type_name -> coord.v1.Resource
+	2,  // 14: coord.v1.Coordinator.Acquire:input_type -> coord.v1.AcquireRequest
+	6,  // 15: coord.v1.Coordinator.Renew:input_type -> coord.v1.RenewRequest
+	8,  // 16: coord.v1.Coordinator.Release:input_type -> coord.v1.ReleaseRequest
+	10, // 17: coord.v1.Coordinator.KeepAlive:input_type -> coord.v1.KeepAliveRequest
+	13, // 18: coord.v1.Coordinator.ClaimWindow:input_type -> coord.v1.ClaimWindowRequest
+	15, // 19: coord.v1.Coordinator.CompleteWindow:input_type -> coord.v1.CompleteWindowRequest
+	17, // 20: coord.v1.Coordinator.FencedCommit:input_type -> coord.v1.FencedCommitRequest
+	19, // 21: coord.v1.Coordinator.Validate:input_type -> coord.v1.ValidateRequest
+	22, // 22: coord.v1.Coordinator.GetLease:input_type -> coord.v1.GetLeaseRequest
+	24, // 23: coord.v1.Coordinator.ListLeases:input_type -> coord.v1.ListLeasesRequest
+	26, // 24: coord.v1.Coordinator.GetWindow:input_type -> coord.v1.GetWindowRequest
+	28, // 25: coord.v1.Coordinator.ListWindows:input_type -> coord.v1.ListWindowsRequest
+	30, // 26: coord.v1.Coordinator.GetResource:input_type -> coord.v1.GetResourceRequest
+	4,  // 27: coord.v1.Coordinator.Acquire:output_type -> coord.v1.AcquireResponse
+	7,  // 28: coord.v1.Coordinator.Renew:output_type -> coord.v1.RenewResponse
+	9,  // 29: coord.v1.Coordinator.Release:output_type -> coord.v1.ReleaseResponse
+	11, // 30: coord.v1.Coordinator.KeepAlive:output_type -> coord.v1.KeepAliveResponse
+	14, // 31: coord.v1.Coordinator.ClaimWindow:output_type -> coord.v1.ClaimWindowResponse
+	16, // 32: coord.v1.Coordinator.CompleteWindow:output_type -> coord.v1.CompleteWindowResponse
+	18, // 33: coord.v1.Coordinator.FencedCommit:output_type -> coord.v1.FencedCommitResponse
+	20, // 34: coord.v1.Coordinator.Validate:output_type -> coord.v1.ValidateResponse
+	23, // 35: coord.v1.Coordinator.GetLease:output_type -> coord.v1.GetLeaseResponse
+	25, // 36: coord.v1.Coordinator.ListLeases:output_type -> coord.v1.ListLeasesResponse
+	27, // 37: coord.v1.Coordinator.GetWindow:output_type -> coord.v1.GetWindowResponse
+	29, // 38: coord.v1.Coordinator.ListWindows:output_type -> coord.v1.ListWindowsResponse
+	31, // 39: coord.v1.Coordinator.GetResource:output_type -> coord.v1.GetResourceResponse
+	27, // [27:40] is the sub-list for method output_type
+	14, // [14:27] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_coord_proto_init() }
@@ -2400,7 +2572,7 @@ func file_coord_v1_coord_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_coord_proto_rawDesc), len(file_coord_v1_coord_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

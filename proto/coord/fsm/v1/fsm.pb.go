@@ -460,6 +460,10 @@ type Acquire struct {
 	// max_live_leases > 0 refuses the grant when identity already holds that
 	// many live leases (the leader stamps its configured limit).
 	MaxLiveLeases uint32 `protobuf:"varint,6,opt,name=max_live_leases,json=maxLiveLeases,proto3" json:"max_live_leases,omitempty"`
+	// claim_job and claim_window, when set, make the grant conditional on
+	// that window being incomplete and claim it for the new holder.
+	ClaimJob      string `protobuf:"bytes,7,opt,name=claim_job,json=claimJob,proto3" json:"claim_job,omitempty"`
+	ClaimWindow   string `protobuf:"bytes,8,opt,name=claim_window,json=claimWindow,proto3" json:"claim_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -534,6 +538,20 @@ func (x *Acquire) GetMaxLiveLeases() uint32 {
 		return x.MaxLiveLeases
 	}
 	return 0
+}
+
+func (x *Acquire) GetClaimJob() string {
+	if x != nil {
+		return x.ClaimJob
+	}
+	return ""
+}
+
+func (x *Acquire) GetClaimWindow() string {
+	if x != nil {
+		return x.ClaimWindow
+	}
+	return ""
 }
 
 type Renew struct {
@@ -765,14 +783,16 @@ func (x *ClaimWindow) GetIdentity() string {
 }
 
 type CompleteWindow struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
-	LeaseName     string                 `protobuf:"bytes,3,opt,name=lease_name,json=leaseName,proto3" json:"lease_name,omitempty"`
-	Owner         string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
-	Generation    uint64                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
-	Result        []byte                 `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
-	Identity      string                 `protobuf:"bytes,7,opt,name=identity,proto3" json:"identity,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Job        string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Window     string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	LeaseName  string                 `protobuf:"bytes,3,opt,name=lease_name,json=leaseName,proto3" json:"lease_name,omitempty"`
+	Owner      string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	Generation uint64                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	Result     []byte                 `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	Identity   string                 `protobuf:"bytes,7,opt,name=identity,proto3" json:"identity,omitempty"`
+	// release releases the lease after completing the window.
+	Release       bool `protobuf:"varint,8,opt,name=release,proto3" json:"release,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -854,6 +874,13 @@ func (x *CompleteWindow) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *CompleteWindow) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
 }
 
 type FencedCommit struct {
@@ -2018,7 +2045,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04body\":\n" +
 	"\x05Batch\x121\n" +
 	"\bcommands\x18\x01 \x03(\v2\x15.coord.fsm.v1.CommandR\bcommands\"\x06\n" +
-	"\x04Tick\"\xad\x01\n" +
+	"\x04Tick\"\xed\x01\n" +
 	"\aAcquire\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
@@ -2026,7 +2053,9 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1a\n" +
 	"\bidentity\x18\x05 \x01(\tR\bidentity\x12&\n" +
-	"\x0fmax_live_leases\x18\x06 \x01(\rR\rmaxLiveLeases\"\x84\x01\n" +
+	"\x0fmax_live_leases\x18\x06 \x01(\rR\rmaxLiveLeases\x12\x1b\n" +
+	"\tclaim_job\x18\a \x01(\tR\bclaimJob\x12!\n" +
+	"\fclaim_window\x18\b \x01(\tR\vclaimWindow\"\x84\x01\n" +
 	"\x05Renew\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
@@ -2051,7 +2080,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x05 \x01(\x04R\n" +
 	"generation\x12\x1a\n" +
-	"\bidentity\x18\x06 \x01(\tR\bidentity\"\xc3\x01\n" +
+	"\bidentity\x18\x06 \x01(\tR\bidentity\"\xdd\x01\n" +
 	"\x0eCompleteWindow\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x1d\n" +
@@ -2062,7 +2091,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"generation\x18\x05 \x01(\x04R\n" +
 	"generation\x12\x16\n" +
 	"\x06result\x18\x06 \x01(\fR\x06result\x12\x1a\n" +
-	"\bidentity\x18\a \x01(\tR\bidentity\"\xac\x01\n" +
+	"\bidentity\x18\a \x01(\tR\bidentity\x12\x18\n" +
+	"\arelease\x18\b \x01(\bR\arelease\"\xac\x01\n" +
 	"\fFencedCommit\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1d\n" +
 	"\n" +
