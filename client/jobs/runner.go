@@ -203,11 +203,9 @@ func (r *Runner) occurrence(sched, work context.Context, j *compiled, occ time.T
 				r.metrics.RunSkipped(j.Name)
 				log.Debug("another replica holds the lease")
 			}
-			// A stale read is enough here: completion is permanent, and an
-			// answer that lags only costs one more poll.
-			if w, err := r.c.GetWindow(sched, j.Name, window, client.Stale()); err == nil && w.GetCompletedAt() > 0 {
-				return
-			}
+			// The next attempt is the poll: an acquire-and-claim on a
+			// completed window answers from the leader's state (no log
+			// entry) that it is done, and one on a lapsed lease takes over.
 			if !r.sleepUntil(sched, r.clock.Now().Add(r.poll)) {
 				return
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,25 +18,40 @@ type lagMetrics struct {
 	lags      []time.Duration
 	completed atomic.Int64
 	failed    atomic.Int64
+	missed    atomic.Int64
+	skipped   atomic.Int64
 }
 
-func (m *lagMetrics) RunStarted(_ string, lag time.Duration) {
+func (m *lagMetrics) RunStarted(string, time.Duration) {}
+
+func (m *lagMetrics) lag(d time.Duration) {
 	m.mu.Lock()
-	m.lags = append(m.lags, lag)
+	m.lags = append(m.lags, d)
 	m.mu.Unlock()
 }
 func (m *lagMetrics) RunCompleted(string, time.Duration, time.Duration) { m.completed.Add(1) }
 func (m *lagMetrics) RunFailed(string)                                  { m.failed.Add(1) }
-func (m *lagMetrics) RunSkipped(string)                                 {}
-func (m *lagMetrics) RunMissed(string)                                  {}
+func (m *lagMetrics) RunSkipped(string)                                 { m.skipped.Add(1) }
+func (m *lagMetrics) RunMissed(string)                                  { m.missed.Add(1) }
 func (m *lagMetrics) LeaseLost(string)                                  {}
 
 // jobsWorkload runs `clients` jobs, each every second, on three replicas
-// (three SDK clients and runners); ops are occurrences completed, latency
-// is the start lag (start minus occurrence).
+// (three SDK clients and runners). ops are the occurrences due in the
+// measured window (whole seconds) whose effect (a fenced commit keyed by
+// the occurrence) was made; latency is their start lag (start minus
+// occurrence). Counting by occurrence, not by completion
+// time, matters: every job fires on the second, so completions arrive in
+// waves and a window counted by completion time would see 9 or 10 of them.
 func jobsWorkload(ctx context.Context, cfg config, n int) (*result, error) {
 	m := &lagMetrics{}
-	var commits atomic.Int64
+	// The window [from, to) of occurrence times measured, in unix ns.
+	var from, to atomic.Int64
+	from.Store(math.MaxInt64)
+	var (
+		effects    atomic.Int64 // first fenced commits of occurrences in the window
+		dupEffects atomic.Int64 // runs that found their effect already done
+	)
+	inside := func(occ time.Time) bool { return occ.UnixNano() >= from.Load() && occ.UnixNano() < to.Load() }
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -49,11 +65,19 @@ func jobsWorkload(ctx context.Context, cfg config, n int) (*result, error) {
 		for j := 0; j < n; j++ {
 			if err := r.Add(jobs.Job{Name: fmt.Sprintf("job-%s-%d", run, j), Schedule: jobs.Every(time.Second), TTL: 10 * time.Second,
 				CatchUp: time.Second, Run: func(ctx context.Context, run *jobs.Run) error {
-					_, err := run.Fence(ctx, "effect-"+run.Job, nil)
-					if err == nil {
-						commits.Add(1)
+					if inside(run.Occurrence) {
+						m.lag(time.Since(run.Occurrence)) // the start lag
 					}
-					return err
+					cm, err := run.Fence(ctx, "effect-"+run.Job, nil)
+					if err != nil || !inside(run.Occurrence) {
+						return err
+					}
+					if cm.Duplicate {
+						dupEffects.Add(1)
+					} else {
+						effects.Add(1)
+					}
+					return nil
 				}}); err != nil {
 				return nil, err
 			}
@@ -61,23 +85,39 @@ func jobsWorkload(ctx context.Context, cfg config, n int) (*result, error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = r.Run(ctx) }()
 	}
-	// Warm up one occurrence, then measure.
-	time.Sleep(2 * time.Second)
-	m.mu.Lock()
-	m.lags = m.lags[:0]
-	m.mu.Unlock()
-	c0, f0 := m.completed.Load(), m.failed.Load()
-	t0 := time.Now()
-	time.Sleep(cfg.duration)
-	elapsed := time.Since(t0)
-	c1, f1 := m.completed.Load(), m.failed.Load()
+	// Warm up until one occurrence of every job completed (registering
+	// thousands of jobs takes seconds), then measure the occurrences of
+	// the next whole seconds.
+	warm := time.Now()
+	for m.completed.Load() < int64(n) {
+		if time.Since(warm) > time.Minute {
+			return nil, fmt.Errorf("jobs: %d of %d first occurrences completed after a minute", m.completed.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t0 := time.Now().Truncate(time.Second).Add(time.Second)
+	secs := max(1, cfg.duration.Round(time.Second))
+	to.Store(t0.Add(secs).UnixNano())
+	from.Store(t0.UnixNano())
+	f0, x0 := m.failed.Load(), m.missed.Load()
+	// Wait for the window to pass plus the catch-up horizon and a margin,
+	// so every occurrence in it finished, one way or the other.
+	time.Sleep(time.Until(t0.Add(secs + 3*time.Second)))
+	f1, x1 := m.failed.Load(), m.missed.Load()
 	cancel()
 	wg.Wait()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := &result{workload: "jobs", clients: n, ops: c1 - c0, elapsed: elapsed, lat: append([]time.Duration(nil), m.lags...), errors: f1 - f0}
+	r := &result{workload: "jobs", clients: n, ops: effects.Load(), elapsed: secs, lat: append([]time.Duration(nil), m.lags...), errors: f1 - f0}
 	r.add("jobs", n)
 	r.add("replicas", 3)
 	r.add("expected_per_s", n)
+	// Missed: occurrences a replica gave up (not completed by anyone it
+	// saw within the horizon); counted per replica, so one occurrence
+	// nobody ran counts up to three times.
+	r.add("missed", int(x1-x0))
+	// Exactly once: a second run of an occurrence would find its effect
+	// done (a duplicate); none is expected here.
+	r.add("duplicate_effects", int(dupEffects.Load()))
 	return r, nil
 }
