@@ -56,7 +56,15 @@ var (
 	// ErrResourceExhausted: a per-identity limit (live leases, request
 	// rate, KeepAlive streams) refused the call.
 	ErrResourceExhausted = errors.New("coordd: limit exceeded")
+	// ErrTooEarly: a claim before its not-before time on the cluster's clock
+	// (ClaimNotBefore); RetryAfter says how long until it.
+	ErrTooEarly = errors.New("coordd: too early")
 )
+
+// RetryAfter is how long the server said to wait (ErrTooEarly), or 0.
+func RetryAfter(err error) time.Duration {
+	return time.Duration(metaUint(err, "wait_ms")) * time.Millisecond
+}
 
 // unknownOutcomeError marks a final error after an attempt whose outcome is
 // unknown; it matches ErrUnknownOutcome and the underlying error.
@@ -83,6 +91,7 @@ var reasonSentinels = map[string]error{
 	"LEASE_LIMIT":             ErrResourceExhausted,
 	"RATE_LIMITED":            ErrResourceExhausted,
 	"STREAM_LIMIT":            ErrResourceExhausted,
+	"TOO_EARLY":               ErrTooEarly,
 }
 
 // Error is a refusal from coordd: the gRPC code, the ErrorInfo reason

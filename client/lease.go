@@ -42,7 +42,14 @@ type acquireOptions struct {
 	owner     string
 	requestID string
 	claim     *coordv1.WindowRef
+	notBefore time.Time
 }
+
+// ClaimNotBefore makes the AcquireClaim refused before t on the cluster's
+// clock (coordd's, not this machine's): the error wraps ErrTooEarly and
+// RetryAfter says how long to wait. The job runner sets it to the
+// occurrence, so a replica whose clock runs ahead cannot start early.
+func ClaimNotBefore(t time.Time) AcquireOption { return func(o *acquireOptions) { o.notBefore = t } }
 
 // AcquireClaim grants the lease only together with a claim of the window
 // job/window, in one call and one log entry: the start of a scheduled
@@ -90,6 +97,9 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	// The server grants after this moment, so its expiry is at least
 	// sent + ttl: the local deadline derived from it is conservative (G10).
 	sent := c.clock.Now()
+	if o.claim != nil && !o.notBefore.IsZero() {
+		o.claim.NotBeforeMs = o.notBefore.UnixMilli()
+	}
 	req := &coordv1.AcquireRequest{Name: name, Owner: o.owner, TtlMs: ttl.Milliseconds(), RequestId: o.requestID, Claim: o.claim}
 	var resp *coordv1.AcquireResponse
 	err := c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {

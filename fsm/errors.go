@@ -22,6 +22,8 @@ const (
 	ReasonIdentityMismatch Reason = "IDENTITY_MISMATCH"
 	// ReasonLeaseLimit: the identity holds its limit of live leases.
 	ReasonLeaseLimit Reason = "LEASE_LIMIT"
+	// ReasonTooEarly: a claim before its not-before time (cluster clock).
+	ReasonTooEarly Reason = "TOO_EARLY"
 )
 
 // Rejection is a business rejection of a command: the command was applied

@@ -584,3 +584,24 @@ func TestAcquireWithClaimAndCompleteWithRelease(t *testing.T) {
 	}
 	wantReason(t, run(t, f, 1201, &fsmv1.Acquire{Name: "x", Owner: "c", TtlMs: 100, ClaimJob: "job"}), ReasonInvalidArgument)
 }
+
+func TestClaimNotBefore(t *testing.T) {
+	f := New()
+	early := &fsmv1.Acquire{Name: "job", Owner: "a", TtlMs: 100, ClaimJob: "job", ClaimWindow: "w1", ClaimNotBeforeMs: 5000}
+	rej := run(t, f, 4200, early)
+	wantReason(t, rej, ReasonTooEarly)
+	if got := rej.(*Rejection).Metadata["wait_ms"]; got != "800" {
+		t.Fatalf("wait_ms %q", got)
+	}
+	if _, _, ok := f.Lease("job"); ok {
+		t.Fatal("a refused early claim granted the lease")
+	}
+	if r := run(t, f, 5000, early).(*AcquireResult); !r.Acquired || !r.Claim.Claimed {
+		t.Fatalf("at the not-before time: %+v", r)
+	}
+	run(t, f, 5001, &fsmv1.CompleteWindow{Job: "job", Window: "w1", LeaseName: "job", Owner: "a", Generation: 1, Release: true})
+	// A completed window answers "completed" whatever the time.
+	if r := run(t, f, 10, early).(*AcquireResult); r.Acquired || r.Claim.Claimed {
+		t.Fatalf("completed window: %+v", r)
+	}
+}

@@ -27,6 +27,9 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 			}
 			return res
 		}
+		if nb := c.GetClaimNotBeforeMs(); now < nb {
+			return TooEarly(now, nb, c.GetClaimJob(), c.GetClaimWindow())
+		}
 	}
 	if cur != nil && cur.Live(now) {
 		if c.GetRequestId() != "" && cur.RequestID == c.GetRequestId() && cur.Owner == c.GetOwner() && cur.Identity == c.GetIdentity() {
@@ -60,6 +63,12 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 		res.TookOver, res.Previous = true, *cur
 	}
 	return s.withClaim(now, c, res)
+}
+
+// TooEarly is the rejection of a claim at now before its not-before time.
+func TooEarly(now, notBefore int64, job, window string) *Rejection {
+	return reject(ReasonTooEarly, map[string]string{"wait_ms": strconv.FormatInt(notBefore-now, 10)},
+		"window %s/%s may not start for %d ms (cluster time); is this replica's clock ahead?", job, window, notBefore-now)
 }
 
 // withClaim claims the Acquire's window for the holder res was granted to.

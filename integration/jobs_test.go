@@ -339,3 +339,65 @@ func TestJobsOverdueAndStuckLeases(t *testing.T) {
 type tw struct{ t *testing.T }
 
 func (w tw) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+
+// A replica whose clock runs 3 s ahead does not start occurrences early:
+// coordd refuses the claim until the occurrence on the cluster's clock, and
+// the runner waits. Without the gate the same replica starts each run
+// about 3 s early.
+func TestJobsReplicaClockAheadWaitsForTheCluster(t *testing.T) {
+	c := testcluster.New(t, 1)
+	c.WaitLeader()
+	for _, gate := range []bool{true, false} {
+		t.Run(fmt.Sprintf("gate=%v", gate), func(t *testing.T) {
+			cl := newClient(t, c, "ahead")
+			ahead := clock.Offset{Base: clock.Real{}, Skew: 3 * time.Second}
+			opts := []jobs.Option{jobs.WithClock(ahead), jobs.WithPollInterval(100 * time.Millisecond)}
+			if !gate {
+				opts = append(opts, jobs.WithoutClusterClockGate())
+			}
+			runner := jobs.NewRunner(cl, opts...)
+			type started struct {
+				window string
+				occ    time.Time
+			}
+			runs := make(chan started, 16)
+			name := fmt.Sprintf("ahead-%v", gate)
+			if err := runner.Add(jobs.Job{Name: name, Schedule: jobs.Every(time.Second), TTL: 5 * time.Second,
+				Run: func(_ context.Context, run *jobs.Run) error {
+					select {
+					case runs <- started{run.Window, run.Occurrence}:
+					default:
+					}
+					return nil
+				}}); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { _ = runner.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+			for i := 0; i < 3; i++ {
+				var s started
+				select {
+				case s = <-runs:
+				case <-time.After(10 * time.Second):
+					t.Fatal("no run")
+				}
+				c.Eventually("window recorded", 5*time.Second, func() bool {
+					w, err := cl.GetWindow(context.Background(), name, s.window)
+					if err != nil {
+						return false
+					}
+					early := s.occ.UnixMilli() - w.GetFirstStartedAt()
+					if gate && early > 0 {
+						t.Fatalf("window %s started %d ms before its occurrence on the cluster clock", s.window, early)
+					}
+					if !gate && early < 2000 {
+						t.Fatalf("without the gate, window %s started only %d ms early; the test would not catch a missing gate", s.window, early)
+					}
+					return true
+				})
+			}
+		})
+	}
+}

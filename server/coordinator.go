@@ -27,12 +27,12 @@ func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) 
 		}
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Acquire, req, func() (*coordv1.AcquireResponse, error) {
-		if resp, ok := c.s.acquireFromState(ctx, req); ok {
-			return resp, nil
+		if resp, ok, err := c.s.acquireFromState(ctx, req); ok {
+			return resp, err
 		}
 		res, err := c.s.propose(ctx, &fsmv1.Acquire{Name: req.GetName(), Owner: req.GetOwner(), TtlMs: req.GetTtlMs(),
 			RequestId: req.GetRequestId(), Identity: identityOf(ctx), MaxLiveLeases: c.s.cfg.Limits.LeasesPerIdentity,
-			ClaimJob: req.GetClaim().GetJob(), ClaimWindow: req.GetClaim().GetWindow()})
+			ClaimJob: req.GetClaim().GetJob(), ClaimWindow: req.GetClaim().GetWindow(), ClaimNotBeforeMs: req.GetClaim().GetNotBeforeMs()})
 		if err != nil {
 			if rej := (*fsm.Rejection)(nil); errors.As(err, &rej) && rej.Reason == fsm.ReasonLeaseLimit {
 				c.s.metrics.limited.WithLabelValues("leases").Inc()
@@ -250,12 +250,13 @@ func (s *Server) observeWindowRefusal(op, job, window, owner string, gen uint64,
 // acquireFromState answers an Acquire that cannot grant anything without a
 // log entry: the lease is live at the leader's cluster time and held by
 // someone else (not acquired), or it is this request's own live grant (a
-// retry). Both answers are reads of committed state, and a "not acquired"
-// answer grants nothing, so contention costs no fsync.
-func (s *Server) acquireFromState(ctx context.Context, req *coordv1.AcquireRequest) (*coordv1.AcquireResponse, bool) {
+// retry), or a claim finds its window completed or its not-before time
+// ahead. These answers are reads of committed state and grant nothing, so
+// contention costs no fsync.
+func (s *Server) acquireFromState(ctx context.Context, req *coordv1.AcquireRequest) (*coordv1.AcquireResponse, bool, error) {
 	ls, err := s.readyLeader(ctx)
 	if err != nil {
-		return nil, false
+		return nil, false, nil
 	}
 	l, _, ok := s.fsm.Lease(req.GetName())
 	now := ls.clock.current()
@@ -267,18 +268,22 @@ func (s *Server) acquireFromState(ctx context.Context, req *coordv1.AcquireReque
 			if ok {
 				out.Lease = leaseToProto(l, now)
 			}
-			return out, true
+			return out, true, nil
 		}
 	}
+	if nb := req.GetClaim().GetNotBeforeMs(); now < nb {
+		// Refused without a log entry (the FSM refuses it too).
+		return nil, true, fsm.TooEarly(now, nb, req.GetClaim().GetJob(), req.GetClaim().GetWindow())
+	}
 	if !ok || !l.Live(now) {
-		return nil, false
+		return nil, false, nil
 	}
 	if l.Owner == req.GetOwner() && l.RequestID != "" && l.RequestID == req.GetRequestId() && l.Identity == identityOf(ctx) {
 		if req.GetClaim() != nil {
-			return nil, false // the retry's claim comes from the log
+			return nil, false, nil // the retry's claim comes from the log
 		}
-		return &coordv1.AcquireResponse{Acquired: true, Lease: leaseToProto(l, now)}, true
+		return &coordv1.AcquireResponse{Acquired: true, Lease: leaseToProto(l, now)}, true, nil
 	}
 	s.metrics.acquisitions.WithLabelValues("held").Inc()
-	return &coordv1.AcquireResponse{Acquired: false, Lease: leaseToProto(l, now)}, true
+	return &coordv1.AcquireResponse{Acquired: false, Lease: leaseToProto(l, now)}, true, nil
 }

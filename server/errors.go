@@ -68,6 +68,7 @@ var rejectionCodes = map[fsm.Reason]codes.Code{
 	fsm.ReasonWindowNotClaimed:      codes.FailedPrecondition,
 	fsm.ReasonIdentityMismatch:      codes.PermissionDenied,
 	fsm.ReasonLeaseLimit:            codes.ResourceExhausted,
+	fsm.ReasonTooEarly:              codes.FailedPrecondition,
 }
 
 // toStatus turns any error of the server into a gRPC status error with an

@@ -23,7 +23,16 @@ type Runner struct {
 	poll     time.Duration
 	shutdown time.Duration
 	jobs     []*compiled
+	noGate   bool
 }
+
+// WithoutClusterClockGate lets occurrences start when this runner's clock
+// says so even if coordd's clock has not reached them yet. By default a
+// claim is refused before its occurrence on the cluster's clock, so a
+// replica whose clock runs ahead waits instead of starting early; runners
+// on virtual or accelerated clocks that run ahead of real time (demos,
+// tests) turn the gate off.
+func WithoutClusterClockGate() Option { return func(r *Runner) { r.noGate = true } }
 
 // Option configures a Runner.
 type Option func(*Runner)
@@ -174,10 +183,14 @@ func (r *Runner) occurrence(sched, work context.Context, j *compiled, occ time.T
 	window := j.windowKey(occ)
 	log := r.log.With("job", j.Name, "window", window)
 	backoff := j.RetryBackoff
-	skipped := false
+	skipped, tooEarly := false, false
+	// slack is how long the cluster made this occurrence wait (this
+	// replica's clock is ahead by about that much): it moves the give-up
+	// time, which is on this replica's clock, so waiting is not missing.
+	var slack time.Duration
 	for sched.Err() == nil {
 		now := r.clock.Now()
-		if now.After(j.giveUp(occ)) && j.sched != nil {
+		if now.After(j.giveUp(occ).Add(slack)) && j.sched != nil {
 			log.Warn("occurrence given up: not completed within the catch-up horizon", "occurrence", occ)
 			r.metrics.RunMissed(j.Name)
 			return
@@ -209,6 +222,19 @@ func (r *Runner) occurrence(sched, work context.Context, j *compiled, occ time.T
 			if !r.sleepUntil(sched, r.clock.Now().Add(r.poll)) {
 				return
 			}
+		case errors.Is(err, client.ErrTooEarly):
+			// This replica's clock is ahead of the cluster's: wait for the
+			// occurrence on the cluster's clock. Not a failure.
+			wait := client.RetryAfter(err)
+			if !tooEarly {
+				tooEarly = true
+				log.Warn("occurrence is not due yet on the cluster's clock; is this replica's clock ahead?", "occurrence", occ, "wait", wait)
+			}
+			wait = max(wait, time.Millisecond)
+			slack += wait
+			if !r.sleepUntil(sched, r.clock.Now().Add(wait)) {
+				return
+			}
 		default:
 			if errors.Is(err, client.ErrLeaseLost) {
 				r.metrics.LeaseLost(j.Name)
@@ -229,7 +255,11 @@ func (r *Runner) occurrence(sched, work context.Context, j *compiled, occ time.T
 func (r *Runner) attempt(work context.Context, j *compiled, occ time.Time, window string) (done, ran bool, err error) {
 	// The attempt runs under work, not sched: at shutdown a running
 	// occurrence may finish (until the shutdown timeout cancels work).
-	l, err := r.c.Acquire(work, j.leaseName(window), j.TTL, client.AcquireClaim(j.Name, window))
+	opts := []client.AcquireOption{client.AcquireClaim(j.Name, window)}
+	if !r.noGate {
+		opts = append(opts, client.ClaimNotBefore(occ))
+	}
+	l, err := r.c.Acquire(work, j.leaseName(window), j.TTL, opts...)
 	switch {
 	case errors.Is(err, client.ErrWindowCompleted):
 		return true, false, nil

@@ -109,7 +109,10 @@ func replica(cfg config) error {
 		return err
 	}
 	defer c.Close()
-	r := jobs.NewRunner(c, jobs.WithClock(clk), jobs.WithPollInterval(20*time.Minute), jobs.WithShutdownTimeout(time.Hour))
+	// Virtual time is not the cluster's: without the gate a --start in the
+	// future does not wait for coordd's clock to get there.
+	r := jobs.NewRunner(c, jobs.WithClock(clk), jobs.WithPollInterval(20*time.Minute), jobs.WithShutdownTimeout(time.Hour),
+		jobs.WithoutClusterClockGate())
 	err = r.Add(jobs.Job{
 		Name: job, Schedule: jobs.Cron("5 0 * * *", zone), Window: schedule.Window{ShiftDays: -1},
 		TTL: 1500 * time.Millisecond, RetryBackoff: 30 * time.Minute, CompleteWithin: 2 * time.Hour,

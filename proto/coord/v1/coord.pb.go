@@ -316,9 +316,14 @@ func (x *AcquireRequest) GetClaim() *WindowRef {
 
 // WindowRef names one window of a job.
 type WindowRef struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Job    string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Window string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	// not_before_ms (cluster time, Unix ms), when set, refuses the claim
+	// before that time with FAILED_PRECONDITION / TOO_EARLY and metadata
+	// wait_ms: a replica whose clock runs ahead cannot start an occurrence
+	// early. The runner sets it to the occurrence.
+	NotBeforeMs   int64 `protobuf:"varint,3,opt,name=not_before_ms,json=notBeforeMs,proto3" json:"not_before_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -365,6 +370,13 @@ func (x *WindowRef) GetWindow() string {
 		return x.Window
 	}
 	return ""
+}
+
+func (x *WindowRef) GetNotBeforeMs() int64 {
+	if x != nil {
+		return x.NotBeforeMs
+	}
+	return 0
 }
 
 type AcquireResponse struct {
@@ -2277,10 +2289,11 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12)\n" +
-	"\x05claim\x18\x05 \x01(\v2\x13.coord.v1.WindowRefR\x05claim\"5\n" +
+	"\x05claim\x18\x05 \x01(\v2\x13.coord.v1.WindowRefR\x05claim\"Y\n" +
 	"\tWindowRef\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
-	"\x06window\x18\x02 \x01(\tR\x06window\"\x81\x01\n" +
+	"\x06window\x18\x02 \x01(\tR\x06window\x12\"\n" +
+	"\rnot_before_ms\x18\x03 \x01(\x03R\vnotBeforeMs\"\x81\x01\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12%\n" +
 	"\x05lease\x18\x02 \x01(\v2\x0f.coord.v1.LeaseR\x05lease\x12+\n" +

@@ -462,10 +462,12 @@ type Acquire struct {
 	MaxLiveLeases uint32 `protobuf:"varint,6,opt,name=max_live_leases,json=maxLiveLeases,proto3" json:"max_live_leases,omitempty"`
 	// claim_job and claim_window, when set, make the grant conditional on
 	// that window being incomplete and claim it for the new holder.
-	ClaimJob      string `protobuf:"bytes,7,opt,name=claim_job,json=claimJob,proto3" json:"claim_job,omitempty"`
-	ClaimWindow   string `protobuf:"bytes,8,opt,name=claim_window,json=claimWindow,proto3" json:"claim_window,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ClaimJob    string `protobuf:"bytes,7,opt,name=claim_job,json=claimJob,proto3" json:"claim_job,omitempty"`
+	ClaimWindow string `protobuf:"bytes,8,opt,name=claim_window,json=claimWindow,proto3" json:"claim_window,omitempty"`
+	// claim_not_before_ms refuses the grant before that cluster time.
+	ClaimNotBeforeMs int64 `protobuf:"varint,9,opt,name=claim_not_before_ms,json=claimNotBeforeMs,proto3" json:"claim_not_before_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Acquire) Reset() {
@@ -552,6 +554,13 @@ func (x *Acquire) GetClaimWindow() string {
 		return x.ClaimWindow
 	}
 	return ""
+}
+
+func (x *Acquire) GetClaimNotBeforeMs() int64 {
+	if x != nil {
+		return x.ClaimNotBeforeMs
+	}
+	return 0
 }
 
 type Renew struct {
@@ -2045,7 +2054,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04body\":\n" +
 	"\x05Batch\x121\n" +
 	"\bcommands\x18\x01 \x03(\v2\x15.coord.fsm.v1.CommandR\bcommands\"\x06\n" +
-	"\x04Tick\"\xed\x01\n" +
+	"\x04Tick\"\x9c\x02\n" +
 	"\aAcquire\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
@@ -2055,7 +2064,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\bidentity\x18\x05 \x01(\tR\bidentity\x12&\n" +
 	"\x0fmax_live_leases\x18\x06 \x01(\rR\rmaxLiveLeases\x12\x1b\n" +
 	"\tclaim_job\x18\a \x01(\tR\bclaimJob\x12!\n" +
-	"\fclaim_window\x18\b \x01(\tR\vclaimWindow\"\x84\x01\n" +
+	"\fclaim_window\x18\b \x01(\tR\vclaimWindow\x12-\n" +
+	"\x13claim_not_before_ms\x18\t \x01(\x03R\x10claimNotBeforeMs\"\x84\x01\n" +
 	"\x05Renew\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
