@@ -244,6 +244,9 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 			return err
 		}
 		actx, cancel := context.WithTimeout(ctx, c.opts.attemptTimeout)
+		if ctx.Value(noAttemptTimeout{}) != nil {
+			actx, cancel = context.WithCancel(ctx)
+		}
 		err = call(actx, cc)
 		cancel()
 		if err == nil {
@@ -282,6 +285,14 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 		}
 		backoff = min(2*backoff, c.opts.backoffMax)
 	}
+}
+
+type noAttemptTimeout struct{}
+
+// withoutAttemptTimeout marks a call whose attempts may last as long as
+// ctx (a waiting Acquire).
+func withoutAttemptTimeout(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noAttemptTimeout{}, true)
 }
 
 func (c *Client) wrapFinal(err error) error {

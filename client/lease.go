@@ -43,7 +43,15 @@ type acquireOptions struct {
 	requestID string
 	claim     *coordv1.WindowRef
 	notBefore time.Time
+	wait      bool
 }
+
+// AcquireWait waits while another owner holds the lease, instead of
+// returning ErrNotAcquired: waiters get the lease in arrival order, handed
+// over in the same log entry as the holder's Release (or when the holder's
+// TTL runs out), until ctx ends. A blocking lock, like etcd's
+// concurrency.Mutex.Lock.
+func AcquireWait() AcquireOption { return func(o *acquireOptions) { o.wait = true } }
 
 // ClaimNotBefore makes the AcquireClaim refused before t on the cluster's
 // clock (coordd's, not this machine's): the error wraps ErrTooEarly and
@@ -96,13 +104,18 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	}
 	// The server grants after this moment, so its expiry is at least
 	// sent + ttl: the local deadline derived from it is conservative (G10).
+	// (A waiting Acquire is granted later still: more conservative.)
 	sent := c.clock.Now()
 	if o.claim != nil && !o.notBefore.IsZero() {
 		o.claim.NotBeforeMs = o.notBefore.UnixMilli()
 	}
-	req := &coordv1.AcquireRequest{Name: name, Owner: o.owner, TtlMs: ttl.Milliseconds(), RequestId: o.requestID, Claim: o.claim}
+	req := &coordv1.AcquireRequest{Name: name, Owner: o.owner, TtlMs: ttl.Milliseconds(), RequestId: o.requestID, Claim: o.claim, Wait: o.wait}
 	var resp *coordv1.AcquireResponse
-	err := c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
+	ictx := ctx
+	if o.wait {
+		ictx = withoutAttemptTimeout(ctx) // a wait lasts as long as ctx allows
+	}
+	err := c.invoke(ictx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
 		var err error
 		resp, err = cc.Acquire(ctx, req)
 		return err
@@ -118,7 +131,22 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		return nil, &NotAcquiredError{Name: name, Owner: h.GetOwner(), Generation: h.GetGeneration(),
 			Remaining: time.Duration(h.GetExpiresInMs()) * time.Millisecond}
 	}
-	l := c.newLease(name, o.owner, resp.GetLease().GetGeneration(), ttl, sent)
+	gen := resp.GetLease().GetGeneration()
+	if o.wait && c.clock.Now().Sub(sent) > ttl/4 {
+		// The grant came some time after sent, and the local deadline is
+		// only safe from sent: after a long wait, renew once so the lease
+		// starts with a deadline worth having.
+		rs := c.clock.Now()
+		rreq := &coordv1.RenewRequest{Name: name, Owner: o.owner, Generation: gen, TtlMs: ttl.Milliseconds()}
+		if err := c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
+			_, err := cc.Renew(ctx, rreq)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		sent = rs
+	}
+	l := c.newLease(name, o.owner, gen, ttl, sent)
 	if cl := resp.GetClaim(); cl != nil {
 		l.claim = &Claim{Claimed: true, Attempts: cl.GetAttempts(), Window: cl.GetWindow(), lease: l}
 	}

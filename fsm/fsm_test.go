@@ -605,3 +605,23 @@ func TestClaimNotBefore(t *testing.T) {
 		t.Fatalf("completed window: %+v", r)
 	}
 }
+
+func TestReleaseHandsOffToTheNextWaiter(t *testing.T) {
+	f := New()
+	mustAcquire(t, f, 1000, "job", "a", 100)
+	next := &fsmv1.Acquire{Name: "job", Owner: "b", TtlMs: 100, RequestId: "rb", Identity: "id-b"}
+	r := run(t, f, 1010, &fsmv1.Release{Name: "job", Owner: "a", Generation: 1, Handoff: next}).(*ReleaseResult)
+	h, ok := r.Handoff.(*AcquireResult)
+	if !r.Released || !ok || !h.Acquired || h.Lease.Generation != 2 || h.Lease.Owner != "b" || h.Lease.Identity != "id-b" {
+		t.Fatalf("handoff: %+v %#v", r, r.Handoff)
+	}
+	// A refused release hands nothing off.
+	wantReason(t, run(t, f, 1020, &fsmv1.Release{Name: "job", Owner: "a", Generation: 1,
+		Handoff: &fsmv1.Acquire{Name: "job", Owner: "c", TtlMs: 100}}), ReasonIdentityMismatch)
+	if l, _, _ := f.Lease("job"); l.Owner != "b" {
+		t.Fatalf("after a refused release: %+v", l)
+	}
+	// A handoff must be for the released lease.
+	r = run(t, f, 1030, &fsmv1.Release{Name: "job", Owner: "b", Generation: 2, Identity: "id-b", Handoff: &fsmv1.Acquire{Name: "other", Owner: "c", TtlMs: 100}}).(*ReleaseResult)
+	wantReason(t, r.Handoff, ReasonInvalidArgument)
+}

@@ -152,5 +152,13 @@ func (s *state) release(now int64, c *fsmv1.Release) any {
 	n.Released = true
 	n.ExpiresAt = now
 	s.leases.ReplaceOrInsert(&n)
-	return &ReleaseResult{At: now, Released: true, Lease: n}
+	res := &ReleaseResult{At: now, Released: true, Lease: n}
+	if h := c.GetHandoff(); h != nil {
+		if h.GetName() != c.GetName() {
+			res.Handoff = reject(ReasonInvalidArgument, nil, "a handoff must acquire the released lease")
+		} else {
+			res.Handoff = s.acquire(now, h)
+		}
+	}
+	return res
 }

@@ -28,6 +28,9 @@ type ReleaseResult struct {
 	At       int64
 	Released bool
 	Lease    Lease
+	// Handoff is the outcome of the Release's handoff Acquire, when it had
+	// one and the release succeeded: an *AcquireResult or a *Rejection.
+	Handoff any
 }
 
 // ClaimResult is the outcome of a ClaimWindow.

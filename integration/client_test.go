@@ -366,3 +366,76 @@ func TestClientAcquireClaimCompleteRelease(t *testing.T) {
 	}
 	defer l2.Release(context.Background())
 }
+
+// Waiting acquires: waiters get the lease in arrival order, handed over in
+// the holder's Release entry; a holder that never releases is replaced at
+// its TTL; a waiter whose context ends leaves the queue.
+func TestClientAcquireWait(t *testing.T) {
+	c := testcluster.New(t, 3)
+	leader := c.WaitLeader()
+	a, b, d := newClient(t, c, "a"), newClient(t, c, "b"), newClient(t, c, "d")
+	ctx := ctxT(t)
+	la, err := a.Acquire(ctx, "lock", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiters := func() float64 { return metricValue(t, c.Leader(), "coordd_acquire_waiters") }
+	type got struct {
+		l   *client.Lease
+		err error
+	}
+	bCh, dCh := make(chan got, 1), make(chan got, 1)
+	go func() { l, err := b.Acquire(ctx, "lock", 5*time.Second, client.AcquireWait()); bCh <- got{l, err} }()
+	c.Eventually("b waits", 5*time.Second, func() bool { return waiters() == 1 })
+	go func() { l, err := d.Acquire(ctx, "lock", 5*time.Second, client.AcquireWait()); dCh <- got{l, err} }()
+	c.Eventually("d waits", 5*time.Second, func() bool { return waiters() == 2 })
+	acquires := func() float64 {
+		return metricValue(t, c.Leader(), `coordd_proposals_total{type="COMMAND_TYPE_ACQUIRE",outcome="ok"}`)
+	}
+	before := acquires()
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gb := <-bCh
+	if gb.err != nil || gb.l.Generation() != 2 {
+		t.Fatalf("b: %v %v", gb.l, gb.err)
+	}
+	// Handed over in the release's entry: no Acquire of its own.
+	if n := acquires() - before; n != 0 {
+		t.Fatalf("the hand-over proposed %v Acquire commands", n)
+	}
+	select {
+	case g := <-dCh:
+		t.Fatalf("d got the lease while b holds it: %v %v", g.l, g.err)
+	default:
+	}
+	if err := gb.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gd := <-dCh
+	if gd.err != nil || gd.l.Generation() != 3 {
+		t.Fatalf("d: %v %v", gd.l, gd.err)
+	}
+	// A holder that never releases (no keepalive): the waiter gets it at
+	// the TTL.
+	if err := gd.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stuck := acquire(t, c.Coord(leader), "lock", "stuck", 1500*time.Millisecond)
+	start := time.Now()
+	le, err := b.Acquire(ctx, "lock", 5*time.Second, client.AcquireWait())
+	if err != nil || le.Generation() != stuck.GetGeneration()+1 {
+		t.Fatalf("after the stuck holder: %v %v", le, err)
+	}
+	if waited := time.Since(start); waited > 3*time.Second {
+		t.Fatalf("waited %s for a 1.5 s lease", waited)
+	}
+	// A waiter whose context ends leaves the queue.
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := d.Acquire(short, "lock", 5*time.Second, client.AcquireWait()); err == nil {
+		t.Fatal("a waiter got a held lease")
+	}
+	c.Eventually("the queue is empty", 5*time.Second, func() bool { return waiters() == 0 })
+	_ = le.Release(ctx)
+}

@@ -27,12 +27,19 @@ func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) 
 		}
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Acquire, req, func() (*coordv1.AcquireResponse, error) {
-		if resp, ok, err := c.s.acquireFromState(ctx, req); ok {
+		resp, ok, err := c.s.acquireFromState(ctx, req)
+		if ok && (err != nil || !req.GetWait() || resp.GetAcquired() || resp.GetClaim() != nil) {
 			return resp, err
 		}
-		res, err := c.s.propose(ctx, &fsmv1.Acquire{Name: req.GetName(), Owner: req.GetOwner(), TtlMs: req.GetTtlMs(),
+		cmd := &fsmv1.Acquire{Name: req.GetName(), Owner: req.GetOwner(), TtlMs: req.GetTtlMs(),
 			RequestId: req.GetRequestId(), Identity: identityOf(ctx), MaxLiveLeases: c.s.cfg.Limits.LeasesPerIdentity,
-			ClaimJob: req.GetClaim().GetJob(), ClaimWindow: req.GetClaim().GetWindow(), ClaimNotBeforeMs: req.GetClaim().GetNotBeforeMs()})
+			ClaimJob: req.GetClaim().GetJob(), ClaimWindow: req.GetClaim().GetWindow(), ClaimNotBeforeMs: req.GetClaim().GetNotBeforeMs()}
+		var res any
+		if req.GetWait() {
+			res, err = c.s.acquireWaiting(ctx, cmd)
+		} else {
+			res, err = c.s.propose(ctx, cmd)
+		}
 		if err != nil {
 			if rej := (*fsm.Rejection)(nil); errors.As(err, &rej) && rej.Reason == fsm.ReasonLeaseLimit {
 				c.s.metrics.limited.WithLabelValues("leases").Inc()
@@ -90,12 +97,18 @@ func (c *coordinator) Release(ctx context.Context, req *coordv1.ReleaseRequest) 
 		return nil, toStatus(err)
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Release, req, func() (*coordv1.ReleaseResponse, error) {
+		handoff, deliver := c.s.handoffFor(req.GetName())
 		res, err := c.s.propose(ctx, &fsmv1.Release{Name: req.GetName(), Owner: req.GetOwner(), Generation: req.GetGeneration(),
-			Identity: identityOf(ctx)})
+			Identity: identityOf(ctx), Handoff: handoff})
 		if err != nil {
 			return nil, err
 		}
 		r := res.(*fsm.ReleaseResult)
+		if r.Handoff != nil {
+			deliver(r.Handoff)
+		} else if r.Released {
+			c.s.waiters.wakeAll(req.GetName())
+		}
 		return &coordv1.ReleaseResponse{Released: r.Released, Lease: leaseToProto(r.Lease, r.At)}, nil
 	})
 }
@@ -139,6 +152,9 @@ func (c *coordinator) CompleteWindow(ctx context.Context, req *coordv1.CompleteW
 		}
 		c.s.metrics.windowsCompleted.Inc()
 		r := res.(*fsm.WindowResult)
+		if r.Released {
+			c.s.waiters.wakeAll(req.GetLeaseName())
+		}
 		return &coordv1.CompleteWindowResponse{Window: windowToProto(r.Window), Released: r.Released}, nil
 	})
 }

@@ -24,6 +24,7 @@ type metrics struct {
 	windowsRefused   *prometheus.CounterVec
 	forwarded        prometheus.Counter
 	keepaliveStreams prometheus.Gauge
+	waiters          prometheus.Gauge
 	authDenied       *prometheus.CounterVec
 	limited          *prometheus.CounterVec
 }
@@ -57,7 +58,9 @@ func newMetrics(s *Server) *metrics {
 		Help: "Calls refused by authentication (op unauthenticated) or by the ACL, by op and the rule that applied."}, []string{"op", "rule"})
 	m.limited = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_limited_total",
 		Help: "Calls refused by a per-identity limit, by limit (rate, keepalive_streams, leases)."}, []string{"limit"})
-	for _, c := range []prometheus.Collector{m.authDenied, m.limited, m.leader, m.applyLatency, m.proposals, m.acquisitions, m.leasesLost,
+	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_acquire_waiters",
+		Help: "Acquire calls waiting for a held lease on this leader (AcquireRequest.wait)."})
+	for _, c := range []prometheus.Collector{m.waiters, m.authDenied, m.limited, m.leader, m.applyLatency, m.proposals, m.acquisitions, m.leasesLost,
 		m.fenceRejections, m.fenceAccepted, m.windowsClaimed, m.windowsCompleted, m.windowsRefused, m.forwarded, m.keepaliveStreams} {
 		f(c)
 	}

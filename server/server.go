@@ -58,6 +58,8 @@ type Server struct {
 	acl     atomic.Pointer[ACL]
 	limits  *limiter
 
+	waiters waitQueues // Acquire calls waiting for a lease (leader only)
+
 	leader    atomic.Pointer[leaderState]
 	proposals chan *proposal
 

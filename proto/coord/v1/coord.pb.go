@@ -244,7 +244,13 @@ type AcquireRequest struct {
 	// window, in one log entry (the start of a scheduled occurrence in one
 	// call). When the window is already completed nothing is granted:
 	// acquired is false and claim.window says what completed it.
-	Claim         *WindowRef `protobuf:"bytes,5,opt,name=claim,proto3" json:"claim,omitempty"`
+	Claim *WindowRef `protobuf:"bytes,5,opt,name=claim,proto3" json:"claim,omitempty"`
+	// wait, when the lease is held, waits (until the call's deadline) instead
+	// of answering acquired=false: waiters are granted the lease in arrival
+	// order, in the same log entry as the holder's Release, or when the
+	// holder's lease expires. Waiting lasts while this node leads; after a
+	// leader change the call fails with UNAVAILABLE and is retried.
+	Wait          bool `protobuf:"varint,6,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -312,6 +318,13 @@ func (x *AcquireRequest) GetClaim() *WindowRef {
 		return x.Claim
 	}
 	return nil
+}
+
+func (x *AcquireRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
 }
 
 // WindowRef names one window of a job.
@@ -2282,14 +2295,15 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\rrenewed_at_ms\x18\v \x01(\x03R\vrenewedAtMs\x12\"\n" +
 	"\rexpires_at_ms\x18\f \x01(\x03R\vexpiresAtMs\x12\x1a\n" +
 	"\brenewals\x18\r \x01(\x04R\brenewals\x12\x1a\n" +
-	"\bidentity\x18\x0e \x01(\tR\bidentity\"\x9b\x01\n" +
+	"\bidentity\x18\x0e \x01(\tR\bidentity\"\xaf\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12)\n" +
-	"\x05claim\x18\x05 \x01(\v2\x13.coord.v1.WindowRefR\x05claim\"Y\n" +
+	"\x05claim\x18\x05 \x01(\v2\x13.coord.v1.WindowRefR\x05claim\x12\x12\n" +
+	"\x04wait\x18\x06 \x01(\bR\x04wait\"Y\n" +
 	"\tWindowRef\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\"\n" +

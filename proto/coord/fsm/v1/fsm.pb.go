@@ -640,11 +640,15 @@ func (x *Renew) GetIdentity() string {
 }
 
 type Release struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	Generation    uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
-	Identity      string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Owner      string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Generation uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Identity   string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	// handoff, when set, is the next waiter's Acquire, applied in the same
+	// entry right after a successful release (the lease goes to it with no
+	// second log entry).
+	Handoff       *Acquire `protobuf:"bytes,5,opt,name=handoff,proto3" json:"handoff,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -705,6 +709,13 @@ func (x *Release) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *Release) GetHandoff() *Acquire {
+	if x != nil {
+		return x.Handoff
+	}
+	return nil
 }
 
 type ClaimWindow struct {
@@ -2073,14 +2084,15 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x15\n" +
 	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\x1a\n" +
-	"\bidentity\x18\x05 \x01(\tR\bidentity\"o\n" +
+	"\bidentity\x18\x05 \x01(\tR\bidentity\"\xa0\x01\n" +
 	"\aRelease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x1a\n" +
-	"\bidentity\x18\x04 \x01(\tR\bidentity\"\xa8\x01\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x12/\n" +
+	"\ahandoff\x18\x05 \x01(\v2\x15.coord.fsm.v1.AcquireR\ahandoff\"\xa8\x01\n" +
 	"\vClaimWindow\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x1d\n" +
@@ -2275,19 +2287,20 @@ var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	13, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
 	2,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
 	1,  // 13: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
-	21, // 14: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
-	15, // 15: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
-	16, // 16: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
-	17, // 17: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
-	18, // 18: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
-	19, // 19: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
-	20, // 20: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
-	21, // 21: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	4,  // 14: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
+	21, // 15: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
+	15, // 16: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
+	16, // 17: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
+	17, // 18: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
+	18, // 19: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
+	19, // 20: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
+	20, // 21: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
+	21, // 22: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_coord_fsm_v1_fsm_proto_init() }
