@@ -131,9 +131,13 @@ func contended(ctx context.Context, cfg config, n int) (*result, error) {
 	}
 	defer done()
 	var attempts atomic.Int64
+	var opts []client.AcquireOption
+	if cfg.wait {
+		opts = append(opts, client.AcquireWait())
+	}
 	r := drive(cfg, "contended", n, func(w, i int) (bool, error) {
 		attempts.Add(1)
-		l, err := cs[w].Acquire(ctx, fmt.Sprintf("ct-%s-%d", run, (w+i)%cfg.names), 10*time.Second)
+		l, err := cs[w].Acquire(ctx, fmt.Sprintf("ct-%s-%d", run, (w+i)%cfg.names), 10*time.Second, opts...)
 		if errors.Is(err, client.ErrNotAcquired) {
 			time.Sleep(time.Millisecond) // a waiter polls; it does not spin
 			return false, nil
@@ -144,6 +148,7 @@ func contended(ctx context.Context, cfg config, n int) (*result, error) {
 		return true, l.Release(ctx)
 	})
 	r.add("names", cfg.names)
+	r.add("wait", cfg.wait)
 	r.add("attempts", attempts.Load())
 	return r, nil
 }
