@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -95,7 +96,20 @@ func main() {
 		reps     = flag.Int("reps", 5, "repetitions for failover")
 		conns    = flag.Int("conns", 4, "SDK clients (connection sets) the workers share; 0 = one per worker")
 	)
+	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "coordbench:", err)
+			os.Exit(2)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "coordbench:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	cfg := config{duration: *duration, names: *names, wait: *wait, leases: *leases, ttl: *ttl, reps: *reps, conns: *conns}
 	for _, c := range strings.Split(*clients, ",") {
 		var n int

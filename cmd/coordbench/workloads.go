@@ -189,7 +189,7 @@ func renew(ctx context.Context, cfg config, n int) (*result, error) {
 		go func(w int) {
 			defer wg.Done()
 			for i := w; i < cfg.leases; i += 64 {
-				resp, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: fmt.Sprintf("rn-%s-%d", run, i), Owner: "bench", TtlMs: 600_000})
+				resp, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: fmt.Sprintf("rn-%s-%d-%d", run, n, i), Owner: "bench", TtlMs: 600_000})
 				if err != nil || !resp.GetAcquired() {
 					failed.Add(1)
 					continue
@@ -204,7 +204,7 @@ func renew(ctx context.Context, cfg config, n int) (*result, error) {
 	}
 	r := drive(cfg, "renew", n, func(w, i int) (bool, error) {
 		k := (w + i*n) % cfg.leases
-		_, err := cc.Renew(ctx, &coordv1.RenewRequest{Name: fmt.Sprintf("rn-%s-%d", run, k), Owner: "bench", Generation: gens[k]})
+		_, err := cc.Renew(ctx, &coordv1.RenewRequest{Name: fmt.Sprintf("rn-%s-%d-%d", run, n, k), Owner: "bench", Generation: gens[k]})
 		return true, err
 	})
 	r.add("leases", cfg.leases)
