@@ -242,6 +242,29 @@ func TestCoordctlEndToEnd(t *testing.T) {
 		t.Fatalf("stale commit: exit %d %q", code, errOut)
 	}
 
+	// --wait queues behind the holder and gets the lease at its release.
+	c.ok("lease", "acquire", "maint", "--owner", "erin", "--ttl", "30s")
+	waitCmd := exec.Command(coordctlBin, "-o", "json", "lease", "acquire", "maint", "--owner", "dave", "--wait", "--timeout", "20s")
+	waitCmd.Env = append(os.Environ(), "COORD_ENDPOINTS="+c.endpoints)
+	var waitOut bytes.Buffer
+	waitCmd.Stdout = &waitOut
+	if err := waitCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitDone := make(chan error, 1)
+	go func() { waitDone <- waitCmd.Wait() }()
+	select {
+	case err := <-waitDone:
+		t.Fatalf("--wait returned while the lease was held: %v %s", err, waitOut.String())
+	case <-time.After(300 * time.Millisecond): // still waiting, as it should
+	}
+	c.ok("lease", "release", "maint", "--owner", "erin", "--generation", "1")
+	var waited map[string]any
+	if err := <-waitDone; err != nil || json.Unmarshal(waitOut.Bytes(), &waited) != nil ||
+		field(waited, "lease", "owner") != "dave" || field(waited, "lease", "generation") != "2" {
+		t.Fatalf("--wait: %v %s", err, waitOut.String())
+	}
+
 	// Operations: snapshot, leader transfer, members add/remove.
 	if s := c.json("snapshot"); field(s, "index") == "0" {
 		t.Fatalf("snapshot: %v", s)

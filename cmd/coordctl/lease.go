@@ -95,11 +95,13 @@ func (a *app) leaseGetCmd() *cobra.Command {
 func (a *app) leaseAcquireCmd() *cobra.Command {
 	var h holderFlags
 	var requestID string
+	var wait bool
 	cmd := &cobra.Command{
 		Use:   "acquire NAME",
 		Short: "Acquire a lease; exit status 3 (and the holder printed) when another owner holds it",
 		Example: `  coordctl lease acquire daily-close --owner ops-alice --ttl 30s
-  gen=$(coordctl -o json lease acquire maint --owner me | jq -r .lease.generation)`,
+  gen=$(coordctl -o json lease acquire maint --owner me | jq -r .lease.generation)
+  coordctl lease acquire maint --owner ops-bob --wait --timeout 5m   # queue until the holder releases it`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
@@ -109,7 +111,7 @@ func (a *app) leaseAcquireCmd() *cobra.Command {
 				_, _ = crand.Read(b[:])
 				requestID = hex.EncodeToString(b[:])
 			}
-			req := &coordv1.AcquireRequest{Name: args[0], Owner: h.owner, TtlMs: h.ttl.Milliseconds(), RequestId: requestID}
+			req := &coordv1.AcquireRequest{Name: args[0], Owner: h.owner, TtlMs: h.ttl.Milliseconds(), RequestId: requestID, Wait: wait}
 			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.AcquireResponse, error) {
 				return coord(cc).Acquire(ctx, req)
 			})
@@ -134,6 +136,7 @@ func (a *app) leaseAcquireCmd() *cobra.Command {
 	}
 	h.add(cmd, false, true)
 	cmd.Flags().StringVar(&requestID, "request-id", "", "request id; a retry with the same id returns the same grant (default random)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait (up to --timeout) while another owner holds it; waiters are served in arrival order")
 	return cmd
 }
 
