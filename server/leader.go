@@ -165,15 +165,15 @@ func (s *Server) proposeAs(ctx context.Context, ls *leaderState, body any) (any,
 	start := time.Now()
 	resp, err := s.submit(ctx, cmd)
 	if err != nil {
-		s.metrics.proposals.WithLabelValues(cmd.GetType().String(), "error").Inc()
+		s.metrics.proposed(cmd.GetType(), "error").Inc()
 		return nil, err
 	}
 	s.metrics.applyLatency.Observe(time.Since(start).Seconds())
 	if rej, ok := resp.(*fsm.Rejection); ok {
-		s.metrics.proposals.WithLabelValues(cmd.GetType().String(), "rejected").Inc()
+		s.metrics.proposed(cmd.GetType(), "rejected").Inc()
 		return nil, rej
 	}
-	s.metrics.proposals.WithLabelValues(cmd.GetType().String(), "ok").Inc()
+	s.metrics.proposed(cmd.GetType(), "ok").Inc()
 	return resp, nil
 }
 

@@ -2,10 +2,13 @@ package server
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
 // metrics are one node's Prometheus collectors, in a registry of its own
@@ -15,6 +18,7 @@ type metrics struct {
 	leader           prometheus.Gauge
 	applyLatency     prometheus.Histogram
 	proposals        *prometheus.CounterVec
+	proposalCounters sync.Map // proposalKey -> prometheus.Counter: no label hashing per command
 	acquisitions     *prometheus.CounterVec
 	leasesLost       *prometheus.CounterVec
 	fenceRejections  *prometheus.CounterVec
@@ -113,6 +117,22 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }
+
+type proposalKey struct {
+	t       fsmv1.CommandType
+	outcome string
+}
+
+// proposed is the proposals counter of a command type and outcome.
+func (m *metrics) proposed(t fsmv1.CommandType, outcome string) prometheus.Counter {
+	k := proposalKey{t, outcome}
+	if c, ok := m.proposalCounters.Load(k); ok {
+		return c.(prometheus.Counter)
+	}
+	c := m.proposals.WithLabelValues(t.String(), outcome)
+	m.proposalCounters.Store(k, c)
+	return c
+}
 
 // Gatherer exposes this node's metrics registry (tests and embedders).
 func (s *Server) Gatherer() prometheus.Gatherer { return s.metrics.reg }

@@ -83,6 +83,8 @@ func (lc *localCluster) start(nd *node) error {
 	nd.cmd = exec.Command(lc.bin, "--id", nd.id, "--data-dir", nd.dataDir, "--grpc-addr", nd.grpcAddr,
 		"--raft-addr", nd.raftAddr, "--http-addr", "", "--peers", lc.peers, "--log-level", "warn")
 	nd.cmd.Stdout, nd.cmd.Stderr = logf, logf
+	// The nodes die with the load generator, however it ends.
+	nd.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return nd.cmd.Start()
 }
 

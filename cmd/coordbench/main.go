@@ -136,6 +136,7 @@ func main() {
 			fatal(err)
 		}
 		defer lc.stop()
+		atExit = append(atExit, lc.stop) // fatal exits without running defers
 		cfg.cluster = lc
 		cfg.endpoints = lc.endpoints()
 	} else if *endpoints != "" {
@@ -175,7 +176,14 @@ func main() {
 	tw.Flush()
 }
 
+// atExit runs on fatal errors (os.Exit skips deferred calls).
+var atExit []func()
+
 func fatal(err error) {
+	for _, f := range atExit {
+		f()
+	}
+	pprof.StopCPUProfile()
 	fmt.Fprintln(os.Stderr, "coordbench:", err)
 	os.Exit(1)
 }
