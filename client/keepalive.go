@@ -181,6 +181,16 @@ func (k *keeper) run() {
 	}
 }
 
+// coalesceWindow is how early a renewal may go so that renewals due at
+// about the same time leave together: a client's leases are renewed in a
+// few bursts a second instead of one message at a time, which lets the
+// leader put each burst in one log entry (one fsync on each node instead of
+// dozens). Renewing early is always safe; it costs at most
+// window/(TTL/3) more renewals (about 2.5 % for TTL 3 s).
+func coalesceWindow(ttl time.Duration) time.Duration {
+	return min(ttl/60, 50*time.Millisecond)
+}
+
 type sentRenewal struct {
 	l    *Lease
 	sent time.Time
@@ -225,7 +235,7 @@ func (k *keeper) serve(ctx context.Context, st kaStream, reconnect bool) error {
 		now := k.c.clock.Now()
 		var batch []sentRenewal
 		k.mu.Lock()
-		for len(k.due) > 0 && !k.due[0].due.After(now) {
+		for len(k.due) > 0 && !k.due[0].due.After(now.Add(coalesceWindow(k.due[0].l.ttl))) {
 			e := k.due[0]
 			e.due = now.Add(e.l.ttl / 3)
 			heap.Fix(&k.due, 0)

@@ -280,7 +280,7 @@ func keepalive(ctx context.Context, cfg config, n int) (*result, error) {
 	r.add("ttl_s", cfg.ttl.Seconds())
 	r.add("lost", lost)
 	if cpu0 >= 0 {
-		r.add("cluster_cores", round(float64(cpu1-cpu0)/100/elapsed.Seconds()*100)/100)
+		r.add("cluster_cores", fmt.Sprintf("%.2f", float64(cpu1-cpu0)/100/elapsed.Seconds()))
 	}
 	for _, l := range ls {
 		_ = l.Release(ctx)
