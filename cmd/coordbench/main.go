@@ -25,6 +25,7 @@ type config struct {
 	duration  time.Duration
 	clients   []int
 	names     int
+	warmup    time.Duration
 	wait      bool
 	leases    int
 	ttl       time.Duration
@@ -90,6 +91,7 @@ func main() {
 		clients  = flag.String("clients", "64", "comma-separated client counts (each workload runs once per count)")
 		duration = flag.Duration("duration", 5*time.Second, "time per workload")
 		names    = flag.Int("names", 8, "names for the contended workload")
+		warmup   = flag.Duration("warmup", time.Second, "run each closed-loop workload this long before measuring")
 		wait     = flag.Bool("wait", true, "contended: waiting acquires (queued on the leader, handed over at release); false: poll every 1 ms")
 		leases   = flag.Int("leases", 10000, "live leases for renew and keepalive")
 		ttl      = flag.Duration("ttl", 3*time.Second, "lease TTL for keepalive")
@@ -110,7 +112,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cfg := config{duration: *duration, names: *names, wait: *wait, leases: *leases, ttl: *ttl, reps: *reps, conns: *conns}
+	cfg := config{duration: *duration, warmup: *warmup, names: *names, wait: *wait, leases: *leases, ttl: *ttl, reps: *reps, conns: *conns}
 	for _, c := range strings.Split(*clients, ",") {
 		var n int
 		if _, err := fmt.Sscan(c, &n); err != nil || n <= 0 {
