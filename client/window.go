@@ -37,9 +37,13 @@ func (l *Lease) ClaimWindow(ctx context.Context, job, window string) (*Claim, er
 // Complete completes the claimed window with result, at most once. A retry
 // by the same holder returns the completed record.
 func (cl *Claim) Complete(ctx context.Context, result []byte) (*coordv1.Window, error) {
+	return cl.complete(ctx, result, false)
+}
+
+func (cl *Claim) complete(ctx context.Context, result []byte, release bool) (*coordv1.Window, error) {
 	l := cl.lease
 	req := &coordv1.CompleteWindowRequest{Job: cl.Window.GetJob(), Window: cl.Window.GetWindow(), LeaseName: l.name,
-		Owner: l.owner, Generation: l.gen, Result: result}
+		Owner: l.owner, Generation: l.gen, Result: result, Release: release}
 	var resp *coordv1.CompleteWindowResponse
 	err := l.c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
 		var err error
@@ -59,21 +63,8 @@ func (cl *Claim) Complete(ctx context.Context, result []byte) (*coordv1.Window, 
 // completed record. If the lease was already lost (here or on the server),
 // the window stays incomplete and the error wraps ErrLeaseLost.
 func (cl *Claim) CompleteAndRelease(ctx context.Context, result []byte) (*coordv1.Window, error) {
-	l := cl.lease
-	lost := l.end()
-	if errors.Is(lost, ErrLeaseLost) {
+	if lost := cl.lease.end(); errors.Is(lost, ErrLeaseLost) {
 		return nil, lost
 	}
-	req := &coordv1.CompleteWindowRequest{Job: cl.Window.GetJob(), Window: cl.Window.GetWindow(), LeaseName: l.name,
-		Owner: l.owner, Generation: l.gen, Result: result, Release: true}
-	var resp *coordv1.CompleteWindowResponse
-	err := l.c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
-		var err error
-		resp, err = cc.CompleteWindow(ctx, req)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetWindow(), nil
+	return cl.complete(ctx, result, true)
 }

@@ -352,14 +352,7 @@ func TestListLeasesPaging(t *testing.T) {
 func TestSnapshotRoundTrip(t *testing.T) {
 	f := New()
 	buildState(t, f)
-	var buf bytes.Buffer
-	if err := f.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
-	g := New()
-	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, f)
 	if f.Digest() != g.Digest() {
 		t.Fatal("digest differs after restore")
 	}
@@ -378,6 +371,10 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 	if _, err := readSnapshot(bytes.NewReader([]byte("garbage"))); err == nil {
 		t.Fatal("garbage snapshot accepted")
+	}
+	var buf bytes.Buffer
+	if err := f.WriteSnapshot(&buf); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := readSnapshot(bytes.NewReader(buf.Bytes()[:buf.Len()-3])); err == nil {
 		t.Fatal("truncated snapshot accepted")
@@ -493,14 +490,7 @@ func TestIdentityBinding(t *testing.T) {
 		t.Fatalf("next grant: %+v", r)
 	}
 	// The binding survives a snapshot.
-	var buf bytes.Buffer
-	if err := f.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
-	g := New()
-	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, f)
 	wantReason(t, run(t, g, 1008, &fsmv1.Renew{Name: "job", Owner: "o2", Generation: 2, Identity: "billing"}), ReasonIdentityMismatch)
 }
 
@@ -529,14 +519,7 @@ func TestLiveLeaseLimit(t *testing.T) {
 		t.Fatalf("after expiry: %#v", r)
 	}
 	// The limit survives a restore (the index is rebuilt from the leases).
-	var buf bytes.Buffer
-	if err := f.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
-	g := New()
-	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, f)
 	wantReason(t, run(t, g, 1101, &fsmv1.Acquire{Name: "f", Owner: "o", TtlMs: 100, Identity: "x", MaxLiveLeases: 2}), ReasonLeaseLimit)
 }
 
@@ -624,4 +607,18 @@ func TestReleaseHandsOffToTheNextWaiter(t *testing.T) {
 	// A handoff must be for the released lease.
 	r = run(t, f, 1030, &fsmv1.Release{Name: "job", Owner: "b", Generation: 2, Identity: "id-b", Handoff: &fsmv1.Acquire{Name: "other", Owner: "c", TtlMs: 100}}).(*ReleaseResult)
 	wantReason(t, r.Handoff, ReasonInvalidArgument)
+}
+
+// restored is a new FSM restored from f's snapshot.
+func restored(t *testing.T, f *FSM) *FSM {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := f.WriteSnapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	g := New()
+	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

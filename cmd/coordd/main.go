@@ -39,31 +39,30 @@ func env(name, def string) string {
 	return def
 }
 
-func envDuration(name string, def time.Duration) time.Duration {
+// envParsed returns COORDD_<NAME> parsed by parse, or def when unset or
+// unparsable.
+func envParsed[T any](name string, def T, parse func(string) (T, error)) T {
 	if v, ok := os.LookupEnv("COORDD_" + name); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
+		if x, err := parse(v); err == nil {
+			return x
 		}
 	}
 	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	return envParsed(name, def, time.ParseDuration)
 }
 
 func uintEnv(name string, def uint) uint {
-	if v, ok := os.LookupEnv("COORDD_" + name); ok {
-		if n, err := strconv.ParseUint(v, 10, 32); err == nil {
-			return uint(n)
-		}
-	}
-	return def
+	return envParsed(name, def, func(v string) (uint, error) {
+		n, err := strconv.ParseUint(v, 10, 32)
+		return uint(n), err
+	})
 }
 
 func floatEnv(name string, def float64) float64 {
-	if v, ok := os.LookupEnv("COORDD_" + name); ok {
-		if f, err := strconv.ParseFloat(v, 64); err == nil {
-			return f
-		}
-	}
-	return def
+	return envParsed(name, def, func(v string) (float64, error) { return strconv.ParseFloat(v, 64) })
 }
 
 func run(args []string) error {
