@@ -91,6 +91,7 @@ var reasonSentinels = map[string]error{
 	"LEASE_LIMIT":             ErrResourceExhausted,
 	"RATE_LIMITED":            ErrResourceExhausted,
 	"STREAM_LIMIT":            ErrResourceExhausted,
+	"WAIT_LIMIT":              ErrResourceExhausted,
 	"TOO_EARLY":               ErrTooEarly,
 }
 

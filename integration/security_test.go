@@ -267,7 +267,7 @@ func TestLeaseBoundToItsIdentity(t *testing.T) {
 
 func TestPerIdentityLimits(t *testing.T) {
 	c, certs, _ := secureCluster(t, 1, "", testcluster.WithConfig(func(cfg *server.Config) {
-		cfg.Limits = server.Limits{LeasesPerIdentity: 2, RequestsPerSecond: 0.5, Burst: 6, KeepAliveStreams: 1}
+		cfg.Limits = server.Limits{LeasesPerIdentity: 2, RequestsPerSecond: 0.5, Burst: 6, KeepAliveStreams: 1, WaitingAcquires: 1}
 	}))
 	n := c.WaitLeader()
 	a := coordAs(t, certs, n, "tenant-a")
@@ -308,6 +308,23 @@ func TestPerIdentityLimits(t *testing.T) {
 	}
 	if _, err := b.GetLease(ctx, &coordv1.GetLeaseRequest{Name: "a/1"}); err != nil {
 		t.Fatalf("another identity is rate-limited too: %v", err)
+	}
+
+	// Waiting acquires: one queued call per identity.
+	d := coordAs(t, certs, n, "tenant-d")
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := d.Acquire(wctx, &coordv1.AcquireRequest{Name: "a/1", Owner: "d", TtlMs: 5000, Wait: true})
+		first <- err
+	}()
+	c.Eventually("d waits", 5*time.Second, func() bool { return metricValue(t, n, "coordd_acquire_waiters") == 1 })
+	_, err = d.Acquire(ctx, &coordv1.AcquireRequest{Name: "a/2", Owner: "d", TtlMs: 5000, Wait: true})
+	wantErr(t, err, codes.ResourceExhausted, server.ReasonWaitLimit)
+	cancel()
+	if err := <-first; codeOf(err) != codes.Canceled {
+		t.Fatalf("cancelled wait: %v", err)
 	}
 }
 

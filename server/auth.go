@@ -40,6 +40,7 @@ const (
 	ReasonPermissionDenied = "PERMISSION_DENIED"
 	ReasonRateLimited      = "RATE_LIMITED"
 	ReasonStreamLimit      = "STREAM_LIMIT"
+	ReasonWaitLimit        = "WAIT_LIMIT"
 )
 
 // caller is who made a call, as established by authenticate.
@@ -284,6 +285,9 @@ type Limits struct {
 	Burst             int
 	// KeepAliveStreams caps open KeepAlive streams per identity on a node.
 	KeepAliveStreams int
+	// WaitingAcquires caps Acquire calls with wait queued per identity on
+	// the leader (each holds a call open until it is granted).
+	WaitingAcquires int
 }
 
 // limiter holds the per-identity rate limiters and stream counts.
@@ -292,10 +296,11 @@ type limiter struct {
 	mu      sync.Mutex
 	rates   map[string]*rate.Limiter
 	streams map[string]int
+	waits   map[string]int
 }
 
 func newLimiter(cfg Limits) *limiter {
-	return &limiter{cfg: cfg, rates: map[string]*rate.Limiter{}, streams: map[string]int{}}
+	return &limiter{cfg: cfg, rates: map[string]*rate.Limiter{}, streams: map[string]int{}, waits: map[string]int{}}
 }
 
 func (l *limiter) allow(identity string) error {
@@ -322,22 +327,31 @@ func (l *limiter) allow(identity string) error {
 }
 
 func (l *limiter) openStream(identity string) (func(), error) {
-	if l.cfg.KeepAliveStreams <= 0 {
+	return l.hold(l.streams, l.cfg.KeepAliveStreams, identity, ReasonStreamLimit, "KeepAlive streams open on this node")
+}
+
+func (l *limiter) startWait(identity string) (func(), error) {
+	return l.hold(l.waits, l.cfg.WaitingAcquires, identity, ReasonWaitLimit, "waiting Acquire calls")
+}
+
+// hold counts one more open thing of identity in counts, up to limit (0:
+// unlimited); the returned function gives it back.
+func (l *limiter) hold(counts map[string]int, limit int, identity, reason, what string) (func(), error) {
+	if limit <= 0 {
 		return func() {}, nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.streams[identity] >= l.cfg.KeepAliveStreams {
+	if counts[identity] >= limit {
 		return nil, withInfo(codes.ResourceExhausted,
-			fmt.Sprintf("identity %q already has %d KeepAlive streams open on this node, its limit", identity, l.cfg.KeepAliveStreams),
-			ReasonStreamLimit, map[string]string{"identity": identity})
+			fmt.Sprintf("identity %q already has %d %s, its limit", identity, limit, what),
+			reason, map[string]string{"identity": identity})
 	}
-	l.streams[identity]++
+	counts[identity]++
 	return func() {
 		l.mu.Lock()
-		l.streams[identity]--
-		if l.streams[identity] == 0 {
-			delete(l.streams, identity)
+		if counts[identity]--; counts[identity] == 0 {
+			delete(counts, identity)
 		}
 		l.mu.Unlock()
 	}, nil

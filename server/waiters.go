@@ -85,6 +85,12 @@ func (w *waitQueues) first(name string) *waiter {
 // the call's context ends or leadership is lost. The caller joins the
 // queue before looking at the lease, so no release is missed.
 func (s *Server) acquireWaiting(ctx context.Context, cmd *fsmv1.Acquire) (*fsm.AcquireResult, error) {
+	done, err := s.limits.startWait(cmd.GetIdentity())
+	if err != nil {
+		s.metrics.limited.WithLabelValues("waiting_acquires").Inc()
+		return nil, err
+	}
+	defer done()
 	name := cmd.GetName()
 	me := &waiter{cmd: cmd, grant: make(chan *fsm.AcquireResult, 1), wake: make(chan struct{}, 1)}
 	s.waiters.push(name, me)

@@ -98,6 +98,7 @@ func run(args []string) error {
 		rateLimit = fs.Float64("limit-rate", floatEnv("LIMIT_RATE", 0), "calls per second one identity may make on a node (0: unlimited)")
 		burst     = fs.Int("limit-burst", int(uintEnv("LIMIT_BURST", 0)), "burst of --limit-rate (default: one second's worth)")
 		maxKA     = fs.Int("limit-keepalive-streams", int(uintEnv("LIMIT_KEEPALIVE_STREAMS", 0)), "KeepAlive streams one identity may open on a node (0: unlimited)")
+		maxWaits  = fs.Int("limit-waiting-acquires", int(uintEnv("LIMIT_WAITING_ACQUIRES", 0)), "Acquire calls with wait one identity may have queued on the leader (0: unlimited)")
 		// Fault tests only: Go ignores libfaketime, so clock faults need a hook.
 		clockOffset = fs.Duration("test-clock-offset", 0, "FAULT TESTS ONLY: offset this node's wall clock")
 		clockRate   = fs.Float64("test-clock-rate", 1, "FAULT TESTS ONLY: scale this node's monotonic clock")
@@ -139,7 +140,8 @@ func run(args []string) error {
 		Clock: clk,
 		TLS:   server.TLSFiles{Cert: *tlsCert, Key: *tlsKey, CA: *tlsCA}, PeerTLS: server.TLSFiles{Cert: *peerCert, Key: *peerKey, CA: *peerCA},
 		Insecure: *insecure, ACLFile: *aclFile,
-		Limits: server.Limits{LeasesPerIdentity: uint32(*maxLeases), RequestsPerSecond: *rateLimit, Burst: *burst, KeepAliveStreams: *maxKA},
+		Limits: server.Limits{LeasesPerIdentity: uint32(*maxLeases), RequestsPerSecond: *rateLimit, Burst: *burst, KeepAliveStreams: *maxKA,
+			WaitingAcquires: *maxWaits},
 	})
 	if err != nil {
 		return err
