@@ -439,3 +439,50 @@ func TestClientAcquireWait(t *testing.T) {
 	c.Eventually("the queue is empty", 5*time.Second, func() bool { return waiters() == 0 })
 	_ = le.Release(ctx)
 }
+
+// A waiting Acquire survives a leader change: the old leader's queue is
+// gone, the call fails over to the new leader with the same request id and
+// waits there, and the holder's release hands the lease over.
+func TestClientAcquireWaitSurvivesLeaderKill(t *testing.T) {
+	c := testcluster.New(t, 3)
+	a, b := newClient(t, c, "a"), newClient(t, c, "b")
+	ctx := ctxT(t)
+	la, err := a.Acquire(ctx, "lock", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *client.Lease, 1)
+	errs := make(chan error, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "lock", 3*time.Second, client.AcquireWait())
+		if err != nil {
+			errs <- err
+			return
+		}
+		got <- l
+	}()
+	old := c.WaitLeader()
+	c.Eventually("b waits on the leader", 5*time.Second, func() bool { return metricValue(t, old, "coordd_acquire_waiters") == 1 })
+	c.Stop(old)
+	leader := c.WaitLeader()
+	c.Eventually("b waits on the new leader", 10*time.Second, func() bool {
+		return metricValue(t, leader, "coordd_acquire_waiters") == 1
+	})
+	if la.Err() != nil {
+		t.Fatalf("holder lost its lease over the failover: %v", la.Err())
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case lb := <-got:
+		if lb.Generation() != la.Generation()+1 {
+			t.Fatalf("b got generation %d after %d", lb.Generation(), la.Generation())
+		}
+		_ = lb.Release(ctx)
+	case err := <-errs:
+		t.Fatalf("b: %v", err)
+	case <-ctx.Done():
+		t.Fatal("b never got the lease")
+	}
+}

@@ -141,6 +141,9 @@ func (s *Server) acquireWaiting(ctx context.Context, cmd *fsmv1.Acquire) (*fsm.A
 		case <-ls.ctx.Done():
 			t.Stop()
 			return nil, s.notLeader()
+		case <-s.stop: // shutting down: let the call go elsewhere now, not at the grace timeout
+			t.Stop()
+			return nil, errShutdown
 		}
 		t.Stop()
 	}
