@@ -111,7 +111,9 @@ func (s *Server) acquireWaiting(ctx context.Context, cmd *fsmv1.Acquire) (*fsm.A
 		}
 		l, _, ok := s.fsm.Lease(name)
 		now := ls.clock.current()
-		free := !ok || !l.Live(now) || (l.RequestID == cmd.GetRequestId() && l.Owner == cmd.GetOwner())
+		// Free, or already this request's grant (a retry after a lost reply).
+		mine := cmd.GetRequestId() != "" && l.RequestID == cmd.GetRequestId() && l.Owner == cmd.GetOwner()
+		free := !ok || !l.Live(now) || mine
 		var wait time.Duration
 		switch {
 		case free && s.waiters.first(name) == me:
