@@ -101,8 +101,11 @@ func (k *keeper) add(l *Lease) {
 	e := &kaEntry{l: l, due: k.c.clock.Now().Add(l.ttl / 3)}
 	k.entries[l] = e
 	heap.Push(&k.due, e)
+	first := e.index == 0
 	k.mu.Unlock()
-	k.signal()
+	if first { // the keeper sleeps until the earliest due time: wake it only if that moved
+		k.signal()
+	}
 }
 
 func (k *keeper) remove(l *Lease) {
