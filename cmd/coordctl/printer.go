@@ -78,18 +78,39 @@ func leaseState(l *coordv1.Lease) string {
 	}
 }
 
+// leaseTable shows leases; with TLS (leases bound to identities) it has an
+// IDENTITY column: who may renew and release each one.
 func leaseTable(out io.Writer, leases []*coordv1.Lease) {
+	identities := false
+	for _, l := range leases {
+		identities = identities || l.GetIdentity() != ""
+	}
 	tab(out, func(w io.Writer) {
-		row(w, "NAME", "OWNER", "GENERATION", "STATE", "AGE", "RENEWED", "EXPIRES IN")
+		head := []any{"NAME", "OWNER", "GENERATION", "STATE", "AGE", "RENEWED", "EXPIRES IN"}
+		if identities {
+			head = append(head[:2:2], append([]any{"IDENTITY"}, head[2:]...)...)
+		}
+		row(w, head...)
 		for _, l := range leases {
 			expires := "-"
 			if leaseState(l) == "held" {
 				expires = human(l.GetExpiresInMs())
 			}
-			row(w, l.GetName(), l.GetOwner(), l.GetGeneration(), leaseState(l), human(l.GetHeldMs()),
-				human(l.GetRenewedAgoMs())+" ago", expires)
+			cells := []any{l.GetName(), l.GetOwner(), l.GetGeneration(), leaseState(l), human(l.GetHeldMs()),
+				human(l.GetRenewedAgoMs()) + " ago", expires}
+			if identities {
+				cells = append(cells[:2:2], append([]any{or(l.GetIdentity(), "-")}, cells[2:]...)...)
+			}
+			row(w, cells...)
 		}
 	})
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func windowState(w *coordv1.Window) string {

@@ -41,6 +41,15 @@ func TestLeaseTable(t *testing.T) {
 		{Name: "nightly", Owner: "ops", Generation: 1, HeldMs: 2*3600_000 + 5*60_000, RenewedAgoMs: 12_000, Released: true},
 	})
 	golden(t, "lease_table", buf.Bytes())
+
+	// With identities (TLS): an IDENTITY column after the owner.
+	buf.Reset()
+	leaseTable(&buf, []*coordv1.Lease{
+		{Name: "daily-close", Owner: "billing-7f9c:4121:ab12", Identity: "billing-worker", Generation: 42, HeldMs: 90_000,
+			RenewedAgoMs: 1_200, ExpiresInMs: 28_800},
+		{Name: "legacy", Owner: "ops", Generation: 1, HeldMs: 60_000, RenewedAgoMs: 60_000, Released: true},
+	})
+	golden(t, "lease_table_identity", buf.Bytes())
 }
 
 func TestWindowTable(t *testing.T) {
