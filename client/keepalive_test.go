@@ -238,3 +238,28 @@ func TestTokens(t *testing.T) {
 		}
 	}
 }
+
+// Renewals due within the coalescing window (min(TTL/60, 50 ms)) leave
+// together, at the first one's due time; one due later waits for its turn.
+func TestKeepAliveCoalescesRenewals(t *testing.T) {
+	h := newHarness(t)
+	h.lease(3 * time.Second) // due t0+1s
+	h.stream()
+	h.clk.Advance(30 * time.Millisecond)
+	second := h.c.newLease("job2", "me", 8, 3*time.Second, h.clk.Now()) // due t0+1.03s: within 50 ms
+	h.c.keeper.add(second)
+	h.clk.Advance(40 * time.Millisecond)
+	third := h.c.newLease("job3", "me", 9, 3*time.Second, h.clk.Now()) // due t0+1.07s: 70 ms after the first
+	h.c.keeper.add(third)
+	h.advanceTo(at(h, time.Second))
+	a, b := h.nextSend(), h.nextSend()
+	if !a.at.Equal(at(h, time.Second)) || !b.at.Equal(at(h, time.Second)) || a.req.GetName() != "job" || b.req.GetName() != "job2" {
+		t.Fatalf("first burst: %s at t0+%s, %s at t0+%s", a.req.GetName(), a.at.Sub(h.t0), b.req.GetName(), b.at.Sub(h.t0))
+	}
+	// The third was due 70 ms after the first: had it gone with the burst,
+	// it would show up here sent at t0+1s.
+	h.advanceTo(at(h, 1070*time.Millisecond))
+	if c := h.nextSend(); c.req.GetName() != "job3" || !c.at.Equal(at(h, 1070*time.Millisecond)) {
+		t.Fatalf("third renewal: %s at t0+%s", c.req.GetName(), c.at.Sub(h.t0))
+	}
+}
