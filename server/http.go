@@ -129,9 +129,9 @@ func writeHTTPError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler,
 			body.Reason, body.Metadata = info.GetReason(), info.GetMetadata()
 		}
 	}
-	// The gateway reports unparsable bodies and unknown routes with its own
-	// statuses; keep their codes.
 	httpStatus := HTTPStatus(st.Code())
+	// The gateway's own errors (an unparsable body, an unknown route) carry
+	// no ErrorInfo; give bad input its reason all the same.
 	if body.Reason == "" && st.Code() == codes.InvalidArgument {
 		body.Reason = ReasonInvalidArgument
 	}
