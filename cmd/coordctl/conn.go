@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/internal/tlsutil"
@@ -26,14 +25,11 @@ type conn struct {
 }
 
 func dial(endpoints []string, files tlsutil.Files) (*conn, error) {
-	c := &conn{endpoints: endpoints, conns: map[string]*grpc.ClientConn{}, creds: insecure.NewCredentials()}
-	if files.Enabled() {
-		cfg, err := tlsutil.ClientConfig(files)
-		if err != nil {
-			return nil, err
-		}
-		c.creds = credentials.NewTLS(cfg)
+	creds, err := tlsutil.Credentials(files)
+	if err != nil {
+		return nil, err
 	}
+	c := &conn{endpoints: endpoints, conns: map[string]*grpc.ClientConn{}, creds: creds}
 	for _, ep := range endpoints {
 		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(c.creds))
 		if err != nil {

@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -145,13 +143,9 @@ func StartNodes(t testing.TB, bin string, nodes []*Node) *Cluster {
 	for _, nd := range nodes {
 		nd.DataDir = filepath.Join(c.Dir, nd.ID)
 		nd.LogPath = filepath.Join(c.Dir, nd.ID+".log")
-		creds := insecure.NewCredentials()
-		if nd.TLS.Enabled() {
-			cfg, err := tlsutil.ClientConfig(nd.TLS)
-			if err != nil {
-				t.Fatal(err)
-			}
-			creds = credentials.NewTLS(cfg)
+		creds, err := tlsutil.Credentials(nd.TLS)
+		if err != nil {
+			t.Fatal(err)
 		}
 		cc, err := grpc.NewClient(nd.GRPCAddr, grpc.WithTransportCredentials(creds))
 		if err != nil {

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -203,13 +201,9 @@ func (c *Cluster) Conn(n *Node) *grpc.ClientConn {
 	}
 	// With TLS, the harness connects as the node itself (a member: not
 	// subject to the ACL).
-	creds := insecure.NewCredentials()
-	if n.cfg.TLS.Enabled() {
-		cfg, err := tlsutil.ClientConfig(n.cfg.TLS)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		creds = credentials.NewTLS(cfg)
+	creds, err := tlsutil.Credentials(n.cfg.TLS)
+	if err != nil {
+		c.t.Fatal(err)
 	}
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {

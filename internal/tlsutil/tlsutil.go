@@ -10,6 +10,9 @@ import (
 	"fmt"
 	"os"
 	"sync"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Files names the PEM files of one TLS setup: this side's certificate and
@@ -184,4 +187,17 @@ func ClientConfig(f Files) (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg, nil
+}
+
+// Credentials are gRPC client transport credentials from Files: plaintext
+// when no file is set, TLS (with the certificate as identity) otherwise.
+func Credentials(f Files) (credentials.TransportCredentials, error) {
+	if !f.Enabled() {
+		return insecure.NewCredentials(), nil
+	}
+	cfg, err := ClientConfig(f)
+	if err != nil {
+		return nil, err
+	}
+	return credentials.NewTLS(cfg), nil
 }
