@@ -53,6 +53,8 @@ func (w *waitQueues) push(name string, x *waiter) {
 	w.q[name] = append(w.q[name], x)
 }
 
+// remove takes x out of name's queue; when x was first, the new first
+// is woken: it may be its turn now.
 func (w *waitQueues) remove(name string, x *waiter) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -60,6 +62,12 @@ func (w *waitQueues) remove(name string, x *waiter) {
 	for i, y := range q {
 		if y == x {
 			q = append(q[:i:i], q[i+1:]...)
+			if i == 0 && len(q) > 0 {
+				select {
+				case q[0].wake <- struct{}{}:
+				default:
+				}
+			}
 			break
 		}
 	}
@@ -114,7 +122,8 @@ func (s *Server) acquireWaiting(ctx context.Context, cmd *fsmv1.Acquire) (*fsm.A
 		// Free, or already this request's grant (a retry after a lost reply).
 		mine := cmd.GetRequestId() != "" && l.RequestID == cmd.GetRequestId() && l.Owner == cmd.GetOwner()
 		free := !ok || !l.Live(now) || mine
-		var wait time.Duration
+		var timer *time.Timer // nil: wait for a wake-up only
+		var expiry <-chan time.Time
 		switch {
 		case free && s.waiters.first(name) == me:
 			res, err := s.propose(ctx, cmd)
@@ -126,28 +135,30 @@ func (s *Server) acquireWaiting(ctx context.Context, cmd *fsmv1.Acquire) (*fsm.A
 			}
 			continue // taken by a caller that did not wait: wait for it
 		case free:
-			wait = 5 * time.Millisecond // the first waiter is taking it
+			// The first waiter is taking it; its removal from the queue
+			// wakes us if it is our turn next.
 		default:
-			wait = time.Duration(l.ExpiresAt-now+1) * time.Millisecond // the holder's TTL
+			timer = time.NewTimer(time.Duration(l.ExpiresAt-now+1) * time.Millisecond) // the holder's TTL
+			expiry = timer.C
 		}
-		t := time.NewTimer(wait)
+		var res *fsm.AcquireResult
 		select {
-		case r := <-me.grant:
-			t.Stop()
-			return r, nil
+		case res = <-me.grant:
 		case <-me.wake:
-		case <-t.C:
+		case <-expiry:
 		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
+			err = ctx.Err()
 		case <-ls.ctx.Done():
-			t.Stop()
-			return nil, s.notLeader()
+			err = s.notLeader()
 		case <-s.stop: // shutting down: let the call go elsewhere now, not at the grace timeout
-			t.Stop()
-			return nil, errShutdown
+			err = errShutdown
 		}
-		t.Stop()
+		if timer != nil {
+			timer.Stop()
+		}
+		if res != nil || err != nil {
+			return res, err
+		}
 	}
 }
 
