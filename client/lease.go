@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/client/clock"
+	"github.com/coordd/coordd/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/client/clock"
 	"github.com/coordd/coordd/client/jobs"
+	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 	"github.com/coordd/coordd/server"
