@@ -8,19 +8,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// entry encodes a command as a Raft log entry.
-func entry(b testing.TB, now int64, body any) *raft.Log {
+// entry encodes a command as a log entry's data.
+func entry(b testing.TB, now int64, body any) []byte {
 	data, err := proto.Marshal(Envelope(now, body))
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &raft.Log{Type: raft.LogCommand, Data: data}
+	return data
 }
 
 // benchApply measures ApplyBatch (decode + apply) per command, in batches
@@ -28,7 +27,7 @@ func entry(b testing.TB, now int64, body any) *raft.Log {
 func benchApply(b *testing.B, setup func(f *FSM, n int), mk func(i int) any) {
 	f := New()
 	setup(f, b.N)
-	logs := make([]*raft.Log, b.N)
+	logs := make([][]byte, b.N)
 	for i := range logs {
 		logs[i] = entry(b, 1_000_000+int64(i), mk(i))
 	}

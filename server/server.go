@@ -220,7 +220,7 @@ func (s *Server) startRaft() error {
 	if err != nil {
 		return err
 	}
-	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.store, s.snaps, s.trans)
+	s.raft, err = raft.NewRaft(rc, raftFSM{s.fsm}, logs, s.store, s.snaps, s.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
