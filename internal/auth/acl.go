@@ -1,4 +1,4 @@
-package server
+package auth
 
 import (
 	"errors"
@@ -108,6 +108,24 @@ func ParseACL(data []byte) (*ACL, error) {
 		return nil, errors.Join(errs...)
 	}
 	return &a, nil
+}
+
+// Check is Authorize as an error: nil when allowed, else a
+// PermissionDenied *Error naming the rule that denied.
+func (a *ACL) Check(identity string, op Op, name string, list bool) (Decision, error) {
+	d := a.Authorize(identity, op, name, list)
+	if d.Allowed {
+		return d, nil
+	}
+	what := fmt.Sprintf("%q", name)
+	if list {
+		what = fmt.Sprintf("names under %q", name)
+	}
+	if op == OpAdmin {
+		what = "the cluster"
+	}
+	return d, &Error{Kind: PermissionDenied, Msg: fmt.Sprintf("identity %q may not %s %s (ACL rule %q)", identity, op, what, d.Rule),
+		Meta: map[string]string{"identity": identity, "op": string(op), "name": name, "rule": d.Rule}}
 }
 
 // Decision is the outcome of an authorization: which rule applied.
