@@ -1,35 +1,29 @@
-package server
+package node
 
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/fsm"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// Clock is a node's source of time. Only two things read it: the leader's
-// monotonic elapsed time (which advances the cluster clock) and, once in a
-// cluster's life, the wall clock that sets the cluster clock's epoch.
-type Clock interface {
-	Now() time.Time
-}
-
-// SystemClock is the real clock.
-type SystemClock struct{}
-
-// Now returns time.Now (with its monotonic reading).
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// clusterClock stamps commands on the leader: base + monotonic time since
-// this node became leader, never below the last stamp. base is the FSM's
-// clock after the new leader applied everything, so a failover pauses
-// cluster time (leases are extended by the gap, never shortened: G9).
+// clusterClock stamps commands on the leader (G9): lease time is base +
+// time elapsed on the node's clock since this node became leader, never
+// below the last stamp. base is the FSM's clock after the new leader
+// applied everything (Barrier), so a failover pauses cluster time: leases
+// are extended by the gap, never shortened. The node's clock is read for
+// elapsed time (monotonic) and, once in a cluster's life, for the wall
+// time that sets the first epoch (runLeader).
 type clusterClock struct {
-	clock Clock
+	clock clock.Clock
 	base  int64
 	start time.Time
 	last  atomic.Int64
 }
 
-func newClusterClock(c Clock, base int64) *clusterClock {
+func newClusterClock(c clock.Clock, base int64) *clusterClock {
 	cc := &clusterClock{clock: c, base: base, start: c.Now()}
 	cc.last.Store(base)
 	return cc
@@ -37,45 +31,36 @@ func newClusterClock(c Clock, base int64) *clusterClock {
 
 // current is the cluster time now, for reads; it does not advance stamps.
 func (c *clusterClock) current() int64 {
-	t := c.base + c.clock.Now().Sub(c.start).Milliseconds()
-	return max(t, c.last.Load())
+	return max(c.elapsed(), c.last.Load())
 }
 
-// stamp returns a time for a new command: monotonic across calls.
-func (c *clusterClock) stamp() int64 {
-	t := c.base + c.clock.Now().Sub(c.start).Milliseconds()
+func (c *clusterClock) elapsed() int64 {
+	return c.base + c.clock.Now().Sub(c.start).Milliseconds()
+}
+
+// stamp is what the leader writes into a command besides its body: today
+// the lease time. (A second, calendar clock would be one more field here,
+// filled in stamp() and written in envelope.)
+type stamp struct {
+	nowMs int64
+}
+
+// stamp returns the stamp of a new command: lease time monotonic across
+// calls.
+func (c *clusterClock) stamp() stamp {
+	t := c.elapsed()
 	for {
 		last := c.last.Load()
 		if t <= last {
-			return last
+			return stamp{nowMs: last}
 		}
 		if c.last.CompareAndSwap(last, t) {
-			return t
+			return stamp{nowMs: t}
 		}
 	}
 }
 
-// SkewedClock is a clock for fault tests: its wall reading is Offset away
-// from the real one and its elapsed time runs at Rate (1 = real time).
-// coordd exposes it through --test-clock-offset and --test-clock-rate,
-// because Go programs ignore libfaketime.
-type SkewedClock struct {
-	Offset time.Duration
-	Rate   float64
-	start  time.Time
-}
-
-// NewSkewedClock starts a skewed clock now.
-func NewSkewedClock(offset time.Duration, rate float64) *SkewedClock {
-	if rate <= 0 {
-		rate = 1
-	}
-	return &SkewedClock{Offset: offset, Rate: rate, start: time.Now()}
-}
-
-// Now keeps the monotonic reading, so Sub between two readings is the
-// scaled elapsed time.
-func (c *SkewedClock) Now() time.Time {
-	elapsed := time.Since(c.start)
-	return c.start.Add(time.Duration(float64(elapsed)*c.Rate) + c.Offset)
+// envelope wraps body into a command carrying the stamp.
+func (s stamp) envelope(body any) *fsmv1.Command {
+	return fsm.Envelope(s.nowMs, body)
 }

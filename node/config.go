@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"errors"
@@ -8,22 +8,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/internal/tlsutil"
 )
 
-// Config is everything a node needs; it is validated once by New.
+// Config is everything a node needs; New fills unset fields from Defaults
+// and validates it once.
 type Config struct {
 	ID       string // Raft server id, unique in the cluster
 	DataDir  string
-	GRPCAddr string // listen address; port 0 picks a free one
 	RaftAddr string // Raft TCP listen (and advertised) address
-	HTTPAddr string // metrics and health; empty disables
 
 	// Peers is the static initial cluster: id -> Raft address. When the data
 	// dir is empty and Join is empty, the node bootstraps with these peers (or
 	// alone when Peers is empty).
 	Peers map[string]string
-	// Join is the gRPC address of a running member to ask for admission.
+	// Join is the gRPC address of a running member to ask for admission; a
+	// node with Join never bootstraps.
 	Join string
 
 	HeartbeatTimeout   time.Duration
@@ -46,78 +49,65 @@ type Config struct {
 	// ApplyTimeout bounds one proposal when the caller sets no deadline.
 	ApplyTimeout time.Duration
 
-	// MonitorInterval is how often the leader computes overdue windows and
-	// stuck leases for metrics and logs; OverdueLookback bounds how far back
-	// expected windows are checked; MaxLeaseAge is the age of a generation
-	// past which its lease counts as stuck (HELD_TOO_LONG), and the window in
-	// which an expired, unreleased lease counts as SILENT.
-	MonitorInterval time.Duration
-	OverdueLookback time.Duration
-	MaxLeaseAge     time.Duration
-
-	// EnablePprof serves net/http/pprof under /debug/pprof/ on HTTPAddr.
-	EnablePprof bool
-
-	// TLS is the node's certificate and key and the CA of its clients; it
-	// turns on TLS for gRPC and HTTP, mutual TLS for gRPC, and identities.
-	// PeerTLS is used between Raft peers; when empty, TLS is.
-	TLS     tlsutil.Files
-	PeerTLS tlsutil.Files
-	// Insecure allows plaintext listeners on non-loopback addresses.
+	// TLS is this node's certificate and key and the CA of its peers: Raft
+	// runs over mutual TLS with it. Empty: plaintext Raft.
+	TLS tlsutil.Files
+	// Insecure allows a plaintext Raft listener on a non-loopback address.
 	Insecure bool
-	// ACLFile is the authorization policy (see ACL), reloaded by Reload.
-	// Without it, every authenticated identity may do everything.
-	ACLFile string
-	// Limits are per-identity caps.
-	Limits Limits
 
 	Logger *slog.Logger
-	// Clock is the node's time source; tests inject one to skew or scale it.
-	Clock Clock
+	// Clock is the node's time source: the cluster clock, the leader's
+	// ticks, waiting acquires' expiry timers. Tests inject a fake or skewed
+	// one.
+	Clock clock.Clock
+	// Metrics is the registry the node's collectors join (nil: a registry
+	// of its own). Several nodes can live in one process.
+	Metrics *prometheus.Registry
 }
 
-// TLSFiles names a certificate, its key and a CA bundle (PEM files).
-type TLSFiles = tlsutil.Files
-
-// Limits on input, enforced on every RPC.
-const (
-	MaxNameBytes    = 256
-	MaxPayloadBytes = 64 << 10
-	MaxPageSize     = 1000
-	// MaxMessageBytes caps a gRPC request and an HTTP request body.
-	MaxMessageBytes = 1 << 20
-	DefaultPageSize = 100
-)
+// Defaults are the values New gives unset fields; coordd's flags show the
+// same values. MinTTL is derived from ElectionTimeout when unset.
+func Defaults() Config {
+	return Config{
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
+		TickInterval:       250 * time.Millisecond,
+		Retention:          30 * 24 * time.Hour,
+		PruneInterval:      time.Minute,
+		SnapshotThreshold:  16384,
+		MaxTTL:             24 * time.Hour,
+		ApplyTimeout:       10 * time.Second,
+	}
+}
 
 // withDefaults fills unset fields.
 func (c Config) withDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
+	d := Defaults()
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&c.HeartbeatTimeout, &d.HeartbeatTimeout}, {&c.ElectionTimeout, &d.ElectionTimeout},
+		{&c.LeaderLeaseTimeout, &d.LeaderLeaseTimeout}, {&c.TickInterval, &d.TickInterval},
+		{&c.Retention, &d.Retention}, {&c.PruneInterval, &d.PruneInterval}, {&c.MaxTTL, &d.MaxTTL},
+		{&c.ApplyTimeout, &d.ApplyTimeout},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
 		}
 	}
-	def(&c.HeartbeatTimeout, 500*time.Millisecond)
-	def(&c.ElectionTimeout, 500*time.Millisecond)
-	def(&c.LeaderLeaseTimeout, 250*time.Millisecond)
-	def(&c.TickInterval, 250*time.Millisecond)
-	def(&c.Retention, 30*24*time.Hour)
-	def(&c.PruneInterval, time.Minute)
-	def(&c.MaxTTL, 24*time.Hour)
-	def(&c.ApplyTimeout, 10*time.Second)
-	def(&c.MonitorInterval, 5*time.Second)
-	def(&c.OverdueLookback, 7*24*time.Hour)
-	def(&c.MaxLeaseAge, 24*time.Hour)
 	if c.MinTTL == 0 {
 		c.MinTTL = max(time.Second, c.ElectionTimeout*3/2)
 	}
 	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 16384
+		c.SnapshotThreshold = d.SnapshotThreshold
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	if c.Clock == nil {
-		c.Clock = SystemClock{}
+		c.Clock = clock.Real{}
+	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
 	}
 	return c
 }
@@ -130,15 +120,8 @@ func (c Config) validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is required"))
 	}
-	for name, addr := range map[string]string{"grpc address": c.GRPCAddr, "raft address": c.RaftAddr} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			errs = append(errs, fmt.Errorf("%s %q: %w", name, addr, err))
-		}
-	}
-	if c.HTTPAddr != "" {
-		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-			errs = append(errs, fmt.Errorf("http address %q: %w", c.HTTPAddr, err))
-		}
+	if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
+		errs = append(errs, fmt.Errorf("raft address %q: %w", c.RaftAddr, err))
 	}
 	if len(c.Peers) > 0 {
 		if _, ok := c.Peers[c.ID]; !ok {
@@ -154,42 +137,14 @@ func (c Config) validate() error {
 	if c.MaxTTL < c.MinTTL {
 		errs = append(errs, fmt.Errorf("max TTL %s is below min TTL %s", c.MaxTTL, c.MinTTL))
 	}
-	errs = append(errs, c.TLS.Validate(), c.PeerTLS.Validate())
-	if c.PeerTLS.Enabled() && !c.TLS.Enabled() {
-		errs = append(errs, errors.New("peer TLS without client TLS: set --tls-cert/--tls-key/--tls-ca too"))
-	}
-	if c.ACLFile != "" && !c.TLS.Enabled() {
-		errs = append(errs, errors.New("an ACL needs identities, which come from TLS client certificates: set --tls-cert/--tls-key/--tls-ca"))
-	}
-	if !c.TLS.Enabled() && !c.Insecure {
-		var open []string
-		for _, l := range []struct{ name, addr string }{{"gRPC", c.GRPCAddr}, {"Raft", c.RaftAddr}, {"HTTP", c.HTTPAddr}} {
-			if l.addr != "" && !isLoopback(l.addr) {
-				open = append(open, l.addr+" ("+l.name+")")
-			}
-		}
-		if len(open) > 0 {
-			errs = append(errs, fmt.Errorf("refusing to listen on %s without TLS: give --tls-cert, --tls-key and --tls-ca, or --insecure to accept plaintext on the network",
-				strings.Join(open, ", ")))
-		}
-	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		errs = append(errs, errors.New("leader lease timeout must not exceed the heartbeat timeout"))
 	}
+	errs = append(errs, c.TLS.Validate())
+	if !c.TLS.Enabled() {
+		errs = append(errs, tlsutil.CheckPlaintext(c.Insecure, tlsutil.Listener{Name: "Raft", Addr: c.RaftAddr}))
+	}
 	return errors.Join(errs...)
-}
-
-// isLoopback reports whether a listen address binds loopback only.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // ParsePeers reads "id=raftaddr,id=raftaddr".

@@ -1,42 +1,26 @@
-package server
+package node
 
 import (
-	"strconv"
 	"sync"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// metrics are one node's Prometheus collectors, in a registry of its own
-// (several nodes can live in one test process). Names are stable.
+// metrics are the node's Prometheus collectors (the API registers its own
+// in the same registry). Names are stable.
 type metrics struct {
-	reg              *prometheus.Registry
 	leader           prometheus.Gauge
 	applyLatency     prometheus.Histogram
 	proposals        *prometheus.CounterVec
 	proposalCounters sync.Map // proposalKey -> prometheus.Counter: no label hashing per command
-	acquisitions     *prometheus.CounterVec
-	leasesLost       *prometheus.CounterVec
-	fenceRejections  *prometheus.CounterVec
-	fenceAccepted    *prometheus.CounterVec
-	windowsClaimed   prometheus.Counter
-	windowsCompleted prometheus.Counter
-	windowsRefused   *prometheus.CounterVec
-	forwarded        prometheus.Counter
-	keepaliveStreams prometheus.Gauge
 	waiters          prometheus.Gauge
-	authDenied       *prometheus.CounterVec
-	limited          *prometheus.CounterVec
 }
 
-func newMetrics(s *Server) *metrics {
-	reg := prometheus.NewRegistry()
-	f := func(c prometheus.Collector) { reg.MustRegister(c) }
-	m := &metrics{reg: reg}
+func newMetrics(n *Node, reg *prometheus.Registry) *metrics {
+	m := &metrics{}
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_raft_leader", Help: "1 when this node is the Raft leader."})
 	m.applyLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "coordd_apply_duration_seconds", Help: "Time from proposal to applied result on the leader (commit + apply).",
@@ -44,38 +28,14 @@ func newMetrics(s *Server) *metrics {
 	})
 	m.proposals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_proposals_total",
 		Help: "Commands proposed by this node as leader, by type and outcome (ok, rejected, error)."}, []string{"type", "outcome"})
-	m.acquisitions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_lease_acquisitions_total",
-		Help: "Acquire calls by outcome: acquired, held (someone else holds it), takeover (previous holder expired)."}, []string{"outcome"})
-	m.leasesLost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_leases_lost_total",
-		Help: "Leases lost, by reason: expired (taken over after its TTL), or the reason a holder's renew was refused."}, []string{"reason"})
-	m.fenceRejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_fence_rejections_total",
-		Help: "FencedCommit calls refused, by reason."}, []string{"reason"})
-	m.fenceAccepted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_fenced_commits_total",
-		Help: "FencedCommit calls accepted, by kind (new, duplicate)."}, []string{"kind"})
-	m.windowsClaimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_windows_claimed_total", Help: "Window claims granted."})
-	m.windowsCompleted = prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_windows_completed_total", Help: "Windows completed."})
-	m.windowsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_window_refusals_total",
-		Help: "Window claims and completions refused, by reason (WINDOW_COMPLETED for a claim on a completed window)."}, []string{"reason"})
-	m.forwarded = prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_forwarded_requests_total", Help: "Calls this follower forwarded to the leader."})
-	m.keepaliveStreams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_keepalive_streams", Help: "Open KeepAlive streams on this node."})
-	m.authDenied = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_auth_denied_total",
-		Help: "Calls refused by authentication (op unauthenticated) or by the ACL, by op and the rule that applied."}, []string{"op", "rule"})
-	m.limited = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_limited_total",
-		Help: "Calls refused by a per-identity limit, by limit (rate, keepalive_streams, leases)."}, []string{"limit"})
 	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_acquire_waiters",
 		Help: "Acquire calls waiting for a held lease on this leader (AcquireRequest.wait)."})
-	for _, c := range []prometheus.Collector{m.waiters, m.authDenied, m.limited, m.leader, m.applyLatency, m.proposals, m.acquisitions, m.leasesLost,
-		m.fenceRejections, m.fenceAccepted, m.windowsClaimed, m.windowsCompleted, m.windowsRefused, m.forwarded, m.keepaliveStreams} {
-		f(c)
-	}
-	f(collectors.NewGoCollector())
-	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	f(&raftCollector{s: s})
+	reg.MustRegister(m.leader, m.applyLatency, m.proposals, m.waiters, &raftCollector{n: n})
 	return m
 }
 
 // raftCollector reads Raft and FSM state at scrape time.
-type raftCollector struct{ s *Server }
+type raftCollector struct{ n *Node }
 
 var (
 	descState     = prometheus.NewDesc("coordd_raft_state", "Raft state of this node (1 for the current state).", []string{"state"}, nil)
@@ -95,7 +55,7 @@ func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
-	r := c.s.raft
+	r := c.n.raft
 	if r == nil {
 		return
 	}
@@ -107,16 +67,15 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCommit, prometheus.GaugeValue, float64(r.CommitIndex()))
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(r.AppliedIndex()))
 	ch <- prometheus.MustNewConstMetric(descLastIndex, prometheus.GaugeValue, float64(r.LastIndex()))
-	clock := c.s.fsm.Clock()
+	f := c.n.fsm
+	clock := f.Clock()
 	ch <- prometheus.MustNewConstMetric(descClock, prometheus.GaugeValue, float64(clock)/1000)
-	ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(c.s.fsm.LiveLeases(clock)))
-	l, w, res, idem := c.s.fsm.Counts()
+	ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(f.LiveLeases(clock)))
+	l, w, res, idem := f.Counts()
 	for fam, n := range map[string]int{"leases": l, "windows": w, "resources": res, "idempotency": idem} {
 		ch <- prometheus.MustNewConstMetric(descRecords, prometheus.GaugeValue, float64(n), fam)
 	}
 }
-
-func u64(v uint64) string { return strconv.FormatUint(v, 10) }
 
 type proposalKey struct {
 	t       fsmv1.CommandType
@@ -133,6 +92,3 @@ func (m *metrics) proposed(t fsmv1.CommandType, outcome string) prometheus.Count
 	m.proposalCounters.Store(k, c)
 	return c
 }
-
-// Gatherer exposes this node's metrics registry (tests and embedders).
-func (s *Server) Gatherer() prometheus.Gatherer { return s.metrics.reg }

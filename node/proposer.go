@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"context"
@@ -34,33 +34,33 @@ type proposalResult struct {
 
 // submit hands a stamped command to the proposer and waits for its result.
 // When ctx ends first the outcome is unknown.
-func (s *Server) submit(ctx context.Context, cmd *fsmv1.Command) (any, error) {
+func (n *Node) submit(ctx context.Context, cmd *fsmv1.Command) (any, error) {
 	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
 	select {
-	case s.proposals <- p:
+	case n.proposals <- p:
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-s.stop:
-		return nil, errShutdown
+	case <-n.ctx.Done():
+		return nil, ErrShutdown
 	}
 	select {
 	case r := <-p.done:
 		return r.resp, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-s.stop:
-		return nil, errShutdown
+	case <-n.ctx.Done():
+		return nil, ErrShutdown
 	}
 }
 
 // runProposer forms entries from queued proposals and applies them.
-func (s *Server) runProposer() {
+func (n *Node) runProposer() {
 	slots := make(chan struct{}, maxInflightEntries)
 	var batch []*proposal
 	drain := func() {
 		for len(batch) < maxBatch {
 			select {
-			case p := <-s.proposals:
+			case p := <-n.proposals:
 				batch = append(batch, p)
 			default:
 				return
@@ -69,16 +69,16 @@ func (s *Server) runProposer() {
 	}
 	for {
 		select {
-		case p := <-s.proposals:
+		case p := <-n.proposals:
 			batch = append(batch[:0:0], p)
-		case <-s.stop:
+		case <-n.ctx.Done():
 			return
 		}
 		drain()
 		select {
 		case slots <- struct{}{}:
-		case <-s.stop:
-			fail(batch, errShutdown)
+		case <-n.ctx.Done():
+			fail(batch, ErrShutdown)
 			return
 		}
 		drain() // what queued while the slots were busy goes along
@@ -88,10 +88,10 @@ func (s *Server) runProposer() {
 			<-slots
 			continue
 		}
-		f := s.raft.Apply(data, s.cfg.ApplyTimeout)
+		f := n.raft.Apply(data, n.cfg.ApplyTimeout)
 		go func(batch []*proposal) {
 			defer func() { <-slots }()
-			if err := s.await(context.Background(), f); err != nil {
+			if err := n.await(context.Background(), f); err != nil {
 				fail(batch, err)
 				return
 			}

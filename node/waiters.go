@@ -1,9 +1,7 @@
-package server
+package node
 
 import (
-	"context"
 	"sync"
-	"time"
 
 	"github.com/coordd/coordd/fsm"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -13,8 +11,11 @@ import (
 // the callers waiting for it in arrival order. A Release on the leader
 // carries the first waiter's Acquire as its handoff, so the lease passes to
 // the waiter in the release's own log entry (one commit per hand-over
-// instead of two, and no polling). A waiter also re-checks the lease when
-// the holder's TTL runs out (a holder that crashed never releases).
+// instead of two, and no polling). A waiter also looks again when the
+// holder's TTL runs out (a holder that crashed never releases), on the
+// node's clock. What a waiter sees is decided by fsm.CheckAcquire, the
+// predicate the apply uses: a lease held by another request (whatever
+// owner and request id it claims) is waited for, never proposed for.
 //
 // Queues live in memory on the leader: a leader change fails the waiting
 // calls with UNAVAILABLE and clients retry on the new leader (with the same
@@ -24,6 +25,17 @@ type waiter struct {
 	cmd   *fsmv1.Acquire
 	grant chan *fsm.AcquireResult // buffered: a handoff never blocks the releaser
 	wake  chan struct{}           // buffered 1: the lease may have become free
+}
+
+func newWaiter(cmd *fsmv1.Acquire) *waiter {
+	return &waiter{cmd: cmd, grant: make(chan *fsm.AcquireResult, 1), wake: make(chan struct{}, 1)}
+}
+
+func (x *waiter) poke() {
+	select {
+	case x.wake <- struct{}{}:
+	default:
+	}
 }
 
 type waitQueues struct {
@@ -37,10 +49,7 @@ func (w *waitQueues) wakeAll(name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, x := range w.q[name] {
-		select {
-		case x.wake <- struct{}{}:
-		default:
-		}
+		x.poke()
 	}
 }
 
@@ -63,10 +72,7 @@ func (w *waitQueues) remove(name string, x *waiter) {
 		if y == x {
 			q = append(q[:i:i], q[i+1:]...)
 			if i == 0 && len(q) > 0 {
-				select {
-				case q[0].wake <- struct{}{}:
-				default:
-				}
+				q[0].poke()
 			}
 			break
 		}
@@ -88,94 +94,20 @@ func (w *waitQueues) first(name string) *waiter {
 	return nil
 }
 
-// acquireWaiting is Acquire with wait on the leader: while the lease is
-// held, queue until a release hands it over, the holder's TTL runs out,
-// the call's context ends or leadership is lost. The caller joins the
-// queue before looking at the lease, so no release is missed.
-func (s *Server) acquireWaiting(ctx context.Context, cmd *fsmv1.Acquire) (*fsm.AcquireResult, error) {
-	done, err := s.limits.startWait(cmd.GetIdentity())
-	if err != nil {
-		s.metrics.limited.WithLabelValues("waiting_acquires").Inc()
-		return nil, err
-	}
-	defer done()
-	name := cmd.GetName()
-	me := &waiter{cmd: cmd, grant: make(chan *fsm.AcquireResult, 1), wake: make(chan struct{}, 1)}
-	s.waiters.push(name, me)
-	s.metrics.waiters.Inc()
-	defer func() {
-		s.waiters.remove(name, me)
-		s.metrics.waiters.Dec()
-	}()
-	for {
-		ls, err := s.readyLeader(ctx)
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case r := <-me.grant:
-			return r, nil
-		default:
-		}
-		l, _, ok := s.fsm.Lease(name)
-		now := ls.clock.current()
-		// Free, or already this request's grant (a retry after a lost reply).
-		mine := cmd.GetRequestId() != "" && l.RequestID == cmd.GetRequestId() && l.Owner == cmd.GetOwner()
-		free := !ok || !l.Live(now) || mine
-		var timer *time.Timer // nil: wait for a wake-up only
-		var expiry <-chan time.Time
-		switch {
-		case free && s.waiters.first(name) == me:
-			res, err := s.propose(ctx, cmd)
-			if err != nil {
-				return nil, err
-			}
-			if r := res.(*fsm.AcquireResult); r.Acquired || r.Claim != nil {
-				return r, nil
-			}
-			continue // taken by a caller that did not wait: wait for it
-		case free:
-			// The first waiter is taking it; its removal from the queue
-			// wakes us if it is our turn next.
-		default:
-			timer = time.NewTimer(time.Duration(l.ExpiresAt-now+1) * time.Millisecond) // the holder's TTL
-			expiry = timer.C
-		}
-		var res *fsm.AcquireResult
-		select {
-		case res = <-me.grant:
-		case <-me.wake:
-		case <-expiry:
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-ls.ctx.Done():
-			err = s.notLeader()
-		case <-s.stop: // shutting down: let the call go elsewhere now, not at the grace timeout
-			err = errShutdown
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if res != nil || err != nil {
-			return res, err
-		}
-	}
-}
-
 // handoffFor returns the Acquire of the first waiter for name, to ride on
-// a Release, and a function that delivers the outcome to it.
-func (s *Server) handoffFor(name string) (*fsmv1.Acquire, func(any)) {
-	w := s.waiters.first(name)
-	if w == nil {
+// a Release, and a function that delivers the handoff's outcome to it.
+func (w *waitQueues) handoffFor(name string) (*fsmv1.Acquire, func(any)) {
+	x := w.first(name)
+	if x == nil {
 		return nil, func(any) {}
 	}
-	return w.cmd, func(out any) {
+	return x.cmd, func(out any) {
 		r, ok := out.(*fsm.AcquireResult)
 		if !ok || (!r.Acquired && r.Claim == nil) {
-			s.waiters.wakeAll(name) // refused: the waiters look again
+			w.wakeAll(name) // refused: the waiters look again
 			return
 		}
-		s.waiters.remove(name, w)
-		w.grant <- r
+		w.remove(name, x)
+		x.grant <- r
 	}
 }
