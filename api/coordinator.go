@@ -1,24 +1,27 @@
-package server
+package api
 
 import (
 	"context"
 	"errors"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/auth"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
 // coordinator implements coord.v1.Coordinator. Every handler validates its
-// input, then runs on the leader (forwarding from a follower).
+// input, then runs on the leader (forwarding from a follower): it builds
+// the command, hands it to the node and converts the typed result.
 type coordinator struct {
 	coordv1.UnimplementedCoordinatorServer
 	s *Server
 }
 
 func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) (*coordv1.AcquireResponse, error) {
+	s := c.s
 	if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
-		checkName("request_id", req.GetRequestId(), false), c.s.checkTTL("ttl_ms", req.GetTtlMs(), false)); err != nil {
+		checkName("request_id", req.GetRequestId(), false), s.checkTTL("ttl_ms", req.GetTtlMs(), false)); err != nil {
 		return nil, toStatus(err)
 	}
 	if cl := req.GetClaim(); cl != nil {
@@ -26,36 +29,33 @@ func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) 
 			return nil, toStatus(err)
 		}
 	}
-	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Acquire, req, func() (*coordv1.AcquireResponse, error) {
-		resp, ok, err := c.s.acquireFromState(ctx, req)
-		if ok && (err != nil || !req.GetWait() || resp.GetAcquired() || resp.GetClaim() != nil) {
-			return resp, err
-		}
+	return coordOnLeader(s, ctx, coordv1.CoordinatorClient.Acquire, req, func() (*coordv1.AcquireResponse, error) {
+		identity := auth.IdentityOf(ctx)
 		cmd := &fsmv1.Acquire{Name: req.GetName(), Owner: req.GetOwner(), TtlMs: req.GetTtlMs(),
-			RequestId: req.GetRequestId(), Identity: identityOf(ctx), MaxLiveLeases: c.s.cfg.Limits.LeasesPerIdentity,
+			RequestId: req.GetRequestId(), Identity: identity, MaxLiveLeases: s.cfg.Limits.LeasesPerIdentity,
 			ClaimJob: req.GetClaim().GetJob(), ClaimWindow: req.GetClaim().GetWindow(), ClaimNotBeforeMs: req.GetClaim().GetNotBeforeMs()}
-		var res any
 		if req.GetWait() {
-			res, err = c.s.acquireWaiting(ctx, cmd)
-		} else {
-			res, err = c.s.propose(ctx, cmd)
+			done, err := s.limits.StartWait(identity)
+			if err != nil {
+				s.metrics.limited.WithLabelValues("waiting_acquires").Inc()
+				return nil, err
+			}
+			defer done()
 		}
+		r, err := s.node.Acquire(ctx, cmd, req.GetWait())
 		if err != nil {
 			if rej := (*fsm.Rejection)(nil); errors.As(err, &rej) && rej.Reason == fsm.ReasonLeaseLimit {
-				c.s.metrics.limited.WithLabelValues("leases").Inc()
+				s.metrics.limited.WithLabelValues("leases").Inc()
 			}
 			return nil, err
 		}
-		r := res.(*fsm.AcquireResult)
-		c.s.observeAcquire(r)
+		s.observeAcquire(r)
 		out := &coordv1.AcquireResponse{Acquired: r.Acquired, Lease: leaseToProto(r.Lease, r.At)}
 		if r.Claim != nil {
 			out.Claim = &coordv1.WindowClaim{Claimed: r.Claim.Claimed, Attempts: r.Claim.Window.Attempts, Window: windowToProto(r.Claim.Window)}
-			if r.Claim.Claimed {
-				c.s.metrics.windowsClaimed.Inc()
-			} else {
-				c.s.metrics.windowsRefused.WithLabelValues(string(fsm.ReasonWindowCompleted)).Inc()
-			}
+		}
+		if r.Lease.Name == "" {
+			out.Lease = nil // a claim of a completed window, on a lease that never existed
 		}
 		return out, nil
 	})
@@ -67,7 +67,7 @@ func (c *coordinator) Renew(ctx context.Context, req *coordv1.RenewRequest) (*co
 		return nil, toStatus(err)
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Renew, req, func() (*coordv1.RenewResponse, error) {
-		l, err := c.s.renew(ctx, req.GetName(), req.GetOwner(), identityOf(ctx), req.GetGeneration(), req.GetTtlMs())
+		l, err := c.s.renew(ctx, req.GetName(), req.GetOwner(), auth.IdentityOf(ctx), req.GetGeneration(), req.GetTtlMs())
 		if err != nil {
 			return nil, err
 		}
@@ -77,7 +77,7 @@ func (c *coordinator) Renew(ctx context.Context, req *coordv1.RenewRequest) (*co
 
 // renew is shared by Renew and KeepAlive; it logs and counts a lost lease.
 func (s *Server) renew(ctx context.Context, name, owner, identity string, gen uint64, ttl int64) (fsm.Lease, error) {
-	res, err := s.propose(ctx, &fsmv1.Renew{Name: name, Owner: owner, Generation: gen, TtlMs: ttl, Identity: identity})
+	r, err := propose[*fsm.LeaseResult](ctx, s.node, &fsmv1.Renew{Name: name, Owner: owner, Generation: gen, TtlMs: ttl, Identity: identity})
 	if err != nil {
 		var rej *fsm.Rejection
 		if errors.As(err, &rej) {
@@ -88,7 +88,7 @@ func (s *Server) renew(ctx context.Context, name, owner, identity string, gen ui
 		}
 		return fsm.Lease{}, err
 	}
-	return res.(*fsm.LeaseResult).Lease, nil
+	return r.Lease, nil
 }
 
 func (c *coordinator) Release(ctx context.Context, req *coordv1.ReleaseRequest) (*coordv1.ReleaseResponse, error) {
@@ -97,17 +97,10 @@ func (c *coordinator) Release(ctx context.Context, req *coordv1.ReleaseRequest) 
 		return nil, toStatus(err)
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Release, req, func() (*coordv1.ReleaseResponse, error) {
-		handoff, deliver := c.s.handoffFor(req.GetName())
-		res, err := c.s.propose(ctx, &fsmv1.Release{Name: req.GetName(), Owner: req.GetOwner(), Generation: req.GetGeneration(),
-			Identity: identityOf(ctx), Handoff: handoff})
+		r, err := propose[*fsm.ReleaseResult](ctx, c.s.node, &fsmv1.Release{Name: req.GetName(), Owner: req.GetOwner(),
+			Generation: req.GetGeneration(), Identity: auth.IdentityOf(ctx)})
 		if err != nil {
 			return nil, err
-		}
-		r := res.(*fsm.ReleaseResult)
-		if r.Handoff != nil {
-			deliver(r.Handoff)
-		} else if r.Released {
-			c.s.waiters.wakeAll(req.GetName())
 		}
 		return &coordv1.ReleaseResponse{Released: r.Released, Lease: leaseToProto(r.Lease, r.At)}, nil
 	})
@@ -120,18 +113,13 @@ func (c *coordinator) ClaimWindow(ctx context.Context, req *coordv1.ClaimWindowR
 		return nil, toStatus(err)
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.ClaimWindow, req, func() (*coordv1.ClaimWindowResponse, error) {
-		res, err := c.s.propose(ctx, &fsmv1.ClaimWindow{Job: req.GetJob(), Window: req.GetWindow(),
-			LeaseName: req.GetLeaseName(), Owner: req.GetOwner(), Generation: req.GetGeneration(), Identity: identityOf(ctx)})
+		r, err := propose[*fsm.ClaimResult](ctx, c.s.node, &fsmv1.ClaimWindow{Job: req.GetJob(), Window: req.GetWindow(),
+			LeaseName: req.GetLeaseName(), Owner: req.GetOwner(), Generation: req.GetGeneration(), Identity: auth.IdentityOf(ctx)})
 		if err != nil {
 			c.s.observeWindowRefusal("claim", req.GetJob(), req.GetWindow(), req.GetOwner(), req.GetGeneration(), err)
 			return nil, err
 		}
-		r := res.(*fsm.ClaimResult)
-		if r.Claimed {
-			c.s.metrics.windowsClaimed.Inc()
-		} else {
-			c.s.metrics.windowsRefused.WithLabelValues(string(fsm.ReasonWindowCompleted)).Inc()
-		}
+		c.s.observeClaim(r)
 		return &coordv1.ClaimWindowResponse{Claimed: r.Claimed, Attempts: r.Window.Attempts, Window: windowToProto(r.Window)}, nil
 	})
 }
@@ -143,18 +131,14 @@ func (c *coordinator) CompleteWindow(ctx context.Context, req *coordv1.CompleteW
 		return nil, toStatus(err)
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.CompleteWindow, req, func() (*coordv1.CompleteWindowResponse, error) {
-		res, err := c.s.propose(ctx, &fsmv1.CompleteWindow{Job: req.GetJob(), Window: req.GetWindow(),
+		r, err := propose[*fsm.WindowResult](ctx, c.s.node, &fsmv1.CompleteWindow{Job: req.GetJob(), Window: req.GetWindow(),
 			LeaseName: req.GetLeaseName(), Owner: req.GetOwner(), Generation: req.GetGeneration(), Result: req.GetResult(),
-			Identity: identityOf(ctx), Release: req.GetRelease()})
+			Identity: auth.IdentityOf(ctx), Release: req.GetRelease()})
 		if err != nil {
 			c.s.observeWindowRefusal("complete", req.GetJob(), req.GetWindow(), req.GetOwner(), req.GetGeneration(), err)
 			return nil, err
 		}
 		c.s.metrics.windowsCompleted.Inc()
-		r := res.(*fsm.WindowResult)
-		if r.Released {
-			c.s.waiters.wakeAll(req.GetLeaseName())
-		}
 		return &coordv1.CompleteWindowResponse{Window: windowToProto(r.Window), Released: r.Released}, nil
 	})
 }
@@ -178,18 +162,35 @@ func (c *coordinator) FencedCommit(ctx context.Context, req *coordv1.FencedCommi
 
 // fencedCommit proposes a fenced commit; it logs and counts the outcome.
 func (s *Server) fencedCommit(ctx context.Context, cmd *fsmv1.FencedCommit) (*fsm.CommitResult, error) {
-	res, err := s.propose(ctx, cmd)
+	r, err := propose[*fsm.CommitResult](ctx, s.node, cmd)
 	if err != nil {
 		s.observeFenceRefusal(cmd, err)
 		return nil, err
 	}
-	r := res.(*fsm.CommitResult)
 	kind := "new"
 	if r.Duplicate {
 		kind = "duplicate"
 	}
 	s.metrics.fenceAccepted.WithLabelValues(kind).Inc()
 	return r, nil
+}
+
+// checkFence answers a dry-run fenced commit: a linearizable read of the
+// same checks as the apply (fsm.CheckFence), with no log entry.
+func (s *Server) checkFence(ctx context.Context, cmd *fsmv1.FencedCommit) (*fsm.CommitResult, error) {
+	st, now, err := s.node.Read(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	switch v := st.CheckFence(now, cmd).(type) {
+	case *fsm.CommitResult:
+		return v, nil
+	case *fsm.Rejection:
+		s.observeFenceRefusal(cmd, v)
+		return nil, v
+	default:
+		return nil, errors.New("fence check answered nothing")
+	}
 }
 
 func (s *Server) observeFenceRefusal(cmd *fsmv1.FencedCommit, err error) {
@@ -213,32 +214,30 @@ func (c *coordinator) Validate(ctx context.Context, req *coordv1.ValidateRequest
 	cmd := &fsmv1.FencedCommit{Resource: req.GetResource(), LeaseName: name, Generation: gen,
 		IdempotencyKey: req.GetIdempotencyKey(), Payload: req.GetPayload()}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Validate, req, func() (*coordv1.ValidateResponse, error) {
-		var r *fsm.CommitResult
+		var (
+			r   *fsm.CommitResult
+			err error
+		)
 		if req.GetDryRun() {
-			now, err := c.s.readAt(ctx, false)
-			if err != nil {
-				return nil, err
-			}
-			switch v := c.s.fsm.CheckFence(now, cmd).(type) {
-			case *fsm.Rejection:
-				c.s.observeFenceRefusal(cmd, v)
-				return nil, v
-			case *fsm.CommitResult:
-				r = v
-			}
+			r, err = c.s.checkFence(ctx, cmd)
 		} else {
-			var err error
-			if r, err = c.s.fencedCommit(ctx, cmd); err != nil {
-				return nil, err
-			}
+			r, err = c.s.fencedCommit(ctx, cmd)
+		}
+		if err != nil {
+			return nil, err
 		}
 		return &coordv1.ValidateResponse{Accepted: r.Accepted, Duplicate: r.Duplicate, MaxGeneration: r.MaxGeneration,
 			Payload: r.Payload, Generation: r.Generation, LeaseName: name, DryRun: req.GetDryRun()}, nil
 	})
 }
 
+// observeAcquire counts an Acquire's outcome and logs a lease taken over
+// from a holder that let it expire.
 func (s *Server) observeAcquire(r *fsm.AcquireResult) {
 	switch {
+	case r.Claim != nil && !r.Claim.Claimed:
+		s.metrics.windowsRefused.WithLabelValues(string(fsm.ReasonWindowCompleted)).Inc()
+		return
 	case !r.Acquired:
 		s.metrics.acquisitions.WithLabelValues("held").Inc()
 	case r.TookOver:
@@ -251,6 +250,17 @@ func (s *Server) observeAcquire(r *fsm.AcquireResult) {
 	default:
 		s.metrics.acquisitions.WithLabelValues("acquired").Inc()
 	}
+	if r.Claim != nil {
+		s.observeClaim(r.Claim)
+	}
+}
+
+func (s *Server) observeClaim(r *fsm.ClaimResult) {
+	if r.Claimed {
+		s.metrics.windowsClaimed.Inc()
+	} else {
+		s.metrics.windowsRefused.WithLabelValues(string(fsm.ReasonWindowCompleted)).Inc()
+	}
 }
 
 func (s *Server) observeWindowRefusal(op, job, window, owner string, gen uint64, err error) {
@@ -261,45 +271,4 @@ func (s *Server) observeWindowRefusal(op, job, window, owner string, gen uint64,
 	s.metrics.windowsRefused.WithLabelValues(string(rej.Reason)).Inc()
 	s.log.Warn("window "+op+" refused", "job", job, "window", window, "owner", owner, "generation", gen,
 		"reason", rej.Reason, "detail", rej.Message)
-}
-
-// acquireFromState answers an Acquire that cannot grant anything without a
-// log entry: the lease is live at the leader's cluster time and held by
-// someone else (not acquired), or it is this request's own live grant (a
-// retry), or a claim finds its window completed or its not-before time
-// ahead. These answers are reads of committed state and grant nothing, so
-// contention costs no fsync.
-func (s *Server) acquireFromState(ctx context.Context, req *coordv1.AcquireRequest) (*coordv1.AcquireResponse, bool, error) {
-	ls, err := s.readyLeader(ctx)
-	if err != nil {
-		return nil, false, nil
-	}
-	l, _, ok := s.fsm.Lease(req.GetName())
-	now := ls.clock.current()
-	if cl := req.GetClaim(); cl != nil {
-		// A completed window grants nothing: answer from state.
-		if w, found := s.fsm.Window(cl.GetJob(), cl.GetWindow()); found && w.Completed {
-			s.metrics.windowsRefused.WithLabelValues(string(fsm.ReasonWindowCompleted)).Inc()
-			out := &coordv1.AcquireResponse{Claim: &coordv1.WindowClaim{Claimed: false, Attempts: w.Attempts, Window: windowToProto(w)}}
-			if ok {
-				out.Lease = leaseToProto(l, now)
-			}
-			return out, true, nil
-		}
-	}
-	if nb := req.GetClaim().GetNotBeforeMs(); now < nb {
-		// Refused without a log entry (the FSM refuses it too).
-		return nil, true, fsm.TooEarly(now, nb, req.GetClaim().GetJob(), req.GetClaim().GetWindow())
-	}
-	if !ok || !l.Live(now) {
-		return nil, false, nil
-	}
-	if l.Owner == req.GetOwner() && l.RequestID != "" && l.RequestID == req.GetRequestId() && l.Identity == identityOf(ctx) {
-		if req.GetClaim() != nil {
-			return nil, false, nil // the retry's claim comes from the log
-		}
-		return &coordv1.AcquireResponse{Acquired: true, Lease: leaseToProto(l, now)}, true, nil
-	}
-	s.metrics.acquisitions.WithLabelValues("held").Inc()
-	return &coordv1.AcquireResponse{Acquired: false, Lease: leaseToProto(l, now)}, true, nil
 }

@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/coordd/coordd/internal/auth"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -13,19 +14,28 @@ import (
 // is never forwarded twice (no loops while leadership moves).
 const forwardedKey = "coordd-forwarded"
 
+// identityKey is the metadata key a forwarding member puts the original
+// caller's identity under.
+const identityKey = "coordd-identity"
+
 func isForwarded(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
 	return len(md.Get(forwardedKey)) > 0
 }
 
-// leaderConn returns a connection to the leader, or the notLeaderError to
-// answer with when this node cannot forward.
-func (s *Server) leaderConn(ctx context.Context) (*grpc.ClientConn, error) {
-	nl := s.notLeader().(*notLeaderError)
-	if nl.leaderAddr == "" || isForwarded(ctx) {
-		return nil, nl
+// route decides where a call that must run on the leader goes: here (nil
+// conn, nil error) when this node leads; to the leader's connection; or
+// nowhere, with the notLeaderError to answer, when the leader is unknown
+// or the call was already forwarded once.
+func (s *Server) route(ctx context.Context) (grpc.ClientConnInterface, error) {
+	if s.node.Leading() {
+		return nil, nil
 	}
-	return s.peerConn(nl.leaderAddr)
+	id, addr := s.node.Leader()
+	if addr == "" || isForwarded(ctx) {
+		return nil, &notLeaderError{id: id, addr: addr}
+	}
+	return s.dial(addr)
 }
 
 // onLeader runs local on the leader; on a follower it forwards the call to
@@ -33,19 +43,19 @@ func (s *Server) leaderConn(ctx context.Context) (*grpc.ClientConn, error) {
 // answers Unavailable with the leader's address.
 func onLeader[C, Req, Resp any](s *Server, ctx context.Context, newClient func(grpc.ClientConnInterface) C,
 	call func(C, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req, local func() (Resp, error)) (Resp, error) {
-	if s.leader.Load() != nil {
+	conn, err := s.route(ctx)
+	switch {
+	case err != nil:
+		var zero Resp
+		return zero, toStatus(err)
+	case conn == nil:
 		resp, err := local()
 		return resp, toStatus(err)
 	}
-	conn, err := s.leaderConn(ctx)
-	if err != nil {
-		var zero Resp
-		return zero, toStatus(err)
-	}
-	out := metadata.AppendToOutgoingContext(ctx, forwardedKey, s.cfg.ID)
+	out := metadata.AppendToOutgoingContext(ctx, forwardedKey, s.node.ID())
 	if s.authEnabled() {
 		// The leader believes this only because we are a member.
-		out = metadata.AppendToOutgoingContext(out, identityKey, identityOf(ctx))
+		out = metadata.AppendToOutgoingContext(out, identityKey, auth.IdentityOf(ctx))
 	}
 	s.metrics.forwarded.Inc()
 	return call(newClient(conn), out, req)

@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"context"
@@ -78,7 +78,7 @@ func (j *jobs) RegisterJob(ctx context.Context, req *coordv1.RegisterJobRequest)
 	}
 	return jobsOnLeader(s, ctx, coordv1.JobsClient.RegisterJob, req, func() (*coordv1.RegisterJobResponse, error) {
 		sp := req.GetSpec()
-		res, err := s.propose(ctx, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{
+		r, err := propose[*fsm.JobResult](ctx, s.node, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{
 			Name: sp.GetName(), Schedule: sp.GetSchedule(), TimeZone: sp.GetTimeZone(), CompleteWithinMs: sp.GetCompleteWithinMs(),
 			TtlMs: sp.GetTtlMs(), WindowLayout: sp.GetWindowLayout(), WindowShiftDays: sp.GetWindowShiftDays(),
 			StartingDeadlineMs: sp.GetStartingDeadlineMs(), CatchUpMs: sp.GetCatchUpMs(), Concurrency: int32(sp.GetConcurrency()),
@@ -87,7 +87,6 @@ func (j *jobs) RegisterJob(ctx context.Context, req *coordv1.RegisterJobRequest)
 		if err != nil {
 			return nil, err
 		}
-		r := res.(*fsm.JobResult)
 		if r.Changed {
 			s.log.Info("job registered", "job", sp.GetName(), "schedule", sp.GetSchedule(), "time_zone", sp.GetTimeZone(),
 				"by", req.GetRegisteredBy())
@@ -99,11 +98,12 @@ func (j *jobs) RegisterJob(ctx context.Context, req *coordv1.RegisterJobRequest)
 func (j *jobs) ListJobs(ctx context.Context, req *coordv1.ListJobsRequest) (*coordv1.ListJobsResponse, error) {
 	s := j.s
 	return jobsOnLeader(s, ctx, coordv1.JobsClient.ListJobs, req, func() (*coordv1.ListJobsResponse, error) {
-		if _, err := s.readAt(ctx, false); err != nil {
+		st, _, err := s.node.Read(ctx, false)
+		if err != nil {
 			return nil, err
 		}
 		out := &coordv1.ListJobsResponse{}
-		for _, job := range s.fsm.Jobs() {
+		for _, job := range st.Jobs() {
 			out.Jobs = append(out.Jobs, s.jobToProto(job))
 		}
 		return out, nil
@@ -123,19 +123,19 @@ func (j *jobs) JobStatus(ctx context.Context, req *coordv1.JobStatusRequest) (*c
 		limit = 20
 	}
 	return jobsOnLeader(s, ctx, coordv1.JobsClient.JobStatus, req, func() (*coordv1.JobStatusResponse, error) {
-		now, err := s.readAt(ctx, false)
+		st, now, err := s.node.Read(ctx, false)
 		if err != nil {
 			return nil, err
 		}
-		job, ok := s.fsm.Job(req.GetName())
+		job, ok := st.Job(req.GetName())
 		if !ok {
 			return nil, &notFoundError{what: "job " + req.GetName()}
 		}
 		out := &coordv1.JobStatusResponse{Job: s.jobToProto(job)}
-		for _, w := range s.fsm.RecentWindows(job.Name, limit) {
+		for _, w := range st.RecentWindows(job.Name, limit) {
 			out.Windows = append(out.Windows, windowToProto(w))
 		}
-		od, sched := s.jobOverdue(job, now)
+		od, sched := s.jobOverdue(st, job, now)
 		out.Overdue = od
 		if sched != nil {
 			t := time.UnixMilli(now)
@@ -153,11 +153,11 @@ func (j *jobs) JobStatus(ctx context.Context, req *coordv1.JobStatusRequest) (*c
 func (j *jobs) ListOverdue(ctx context.Context, req *coordv1.ListOverdueRequest) (*coordv1.ListOverdueResponse, error) {
 	s := j.s
 	return jobsOnLeader(s, ctx, coordv1.JobsClient.ListOverdue, req, func() (*coordv1.ListOverdueResponse, error) {
-		now, err := s.readAt(ctx, false)
+		st, now, err := s.node.Read(ctx, false)
 		if err != nil {
 			return nil, err
 		}
-		a := s.computeAbsence(now)
+		a := s.computeAbsence(st, now)
 		return &coordv1.ListOverdueResponse{Windows: a.overdue, StuckLeases: a.stuck, SlowWindows: a.slow}, nil
 	})
 }

@@ -1,19 +1,24 @@
-package server
+package api
 
 import (
 	"errors"
 	"io"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/auth"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
 // maxInflightRenewals bounds concurrent renewals per stream; they share
 // fsyncs through Raft's batching.
 const maxInflightRenewals = 512
+
+// notLeader is the error a leader-only stream ends with: where the
+// leader is now, as far as this node knows.
+func (s *Server) notLeader() error {
+	id, addr := s.node.Leader()
+	return &notLeaderError{id: id, addr: addr}
+}
 
 // KeepAlive renews many leases over one stream. The stream lives on the
 // leader: a follower answers Unavailable with the leader's address, and the
@@ -23,11 +28,11 @@ const maxInflightRenewals = 512
 func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) error {
 	s := c.s
 	ctx := stream.Context()
-	ls, err := s.readyLeader(ctx)
+	lctx, err := s.node.LeaderContext(ctx)
 	if err != nil {
 		return toStatus(err)
 	}
-	identity := identityOf(ctx)
+	identity := auth.IdentityOf(ctx)
 	s.metrics.keepaliveStreams.Inc()
 	defer s.metrics.keepaliveStreams.Dec()
 
@@ -52,10 +57,10 @@ func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) erro
 			resp := &coordv1.KeepAliveResponse{Name: req.GetName(), Generation: req.GetGeneration(), Seq: req.GetSeq()}
 			if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
 				checkGeneration(req.GetGeneration()), s.checkTTL("ttl_ms", req.GetTtlMs(), true),
-				s.authorize(identity, OpLease, req.GetName(), false)); err != nil {
+				s.authorize(identity, auth.OpLease, req.GetName(), false)); err != nil {
 				resp.Reason, resp.Message = ReasonInvalidArgument, err.Error()
-				if st, _ := status.FromError(err); st.Code() == codes.PermissionDenied {
-					resp.Reason, resp.Message = ReasonPermissionDenied, st.Message()
+				if ae := (*auth.Error)(nil); errors.As(err, &ae) && ae.Kind == auth.PermissionDenied {
+					resp.Reason = ReasonPermissionDenied
 				}
 				select {
 				case sendCh <- resp:
@@ -102,7 +107,7 @@ func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) erro
 				return nil
 			}
 			return toStatus(err)
-		case <-ls.ctx.Done():
+		case <-lctx.Done(): // leadership lost, or the node stops
 			return toStatus(s.notLeader())
 		case <-s.stop:
 			return toStatus(s.notLeader())

@@ -1,6 +1,7 @@
-package server
+package api
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
@@ -64,7 +65,7 @@ func completeWithin(j fsm.Job, s *schedule.Schedule) time.Duration {
 }
 
 // jobOverdue lists the expected windows of one job that are overdue at now.
-func (s *Server) jobOverdue(j fsm.Job, now int64) ([]*coordv1.OverdueWindow, *schedule.Schedule) {
+func (s *Server) jobOverdue(st *fsm.FSM, j fsm.Job, now int64) ([]*coordv1.OverdueWindow, *schedule.Schedule) {
 	sched, err := s.schedules.get(j.Schedule, j.TimeZone)
 	if err != nil {
 		return nil, nil
@@ -84,7 +85,7 @@ func (s *Server) jobOverdue(j fsm.Job, now int64) ([]*coordv1.OverdueWindow, *sc
 			continue // a wall time that happened twice (DST): one window
 		}
 		seen[key] = true
-		w, ok := s.fsm.Window(j.Name, key)
+		w, ok := st.Window(j.Name, key)
 		if ok && w.Completed {
 			continue
 		}
@@ -98,17 +99,17 @@ func (s *Server) jobOverdue(j fsm.Job, now int64) ([]*coordv1.OverdueWindow, *sc
 // maxOccurrencesPerJob bounds the occurrences examined per job and pass.
 const maxOccurrencesPerJob = 200
 
-func (s *Server) computeAbsence(now int64) absence {
+func (s *Server) computeAbsence(st *fsm.FSM, now int64) absence {
 	a := absence{perJob: map[string]int{}, lastDone: map[string]int64{}}
-	for _, j := range s.fsm.Jobs() {
-		od, sched := s.jobOverdue(j, now)
+	for _, j := range st.Jobs() {
+		od, sched := s.jobOverdue(st, j, now)
 		a.overdue = append(a.overdue, od...)
 		a.perJob[j.Name] = len(od)
 		a.lastDone[j.Name] = j.LastCompletedAt
 		if sched == nil || sched.Interval() <= 0 {
 			continue
 		}
-		for _, w := range s.fsm.RecentWindows(j.Name, 20) {
+		for _, w := range st.RecentWindows(j.Name, 20) {
 			if d := w.CompletedAt - w.FirstStartedAt; w.Completed && d > sched.Interval().Milliseconds()/2 {
 				a.slow = append(a.slow, &coordv1.SlowWindow{Job: j.Name, Window: w.Window, DurationMs: d,
 					IntervalMs: sched.Interval().Milliseconds()})
@@ -116,7 +117,7 @@ func (s *Server) computeAbsence(now int64) absence {
 		}
 	}
 	maxAge := s.cfg.MaxLeaseAge.Milliseconds()
-	s.fsm.EachLease(func(l fsm.Lease) {
+	st.EachLease(func(l fsm.Lease) {
 		switch {
 		case l.Live(now) && now-l.AcquiredAt > maxAge:
 			a.stuck = append(a.stuck, &coordv1.StuckLease{Lease: leaseToProto(l, now), Reason: "HELD_TOO_LONG"})
@@ -126,6 +127,28 @@ func (s *Server) computeAbsence(now int64) absence {
 	})
 	sort.SliceStable(a.overdue, func(i, k int) bool { return a.overdue[i].GetOccurrence() < a.overdue[k].GetOccurrence() })
 	return a
+}
+
+// runMonitor is the absence monitor: while this node leads (the node runs
+// it through WhileLeading), every MonitorInterval it computes absence on
+// the cluster clock and publishes it; when leadership ends it clears the
+// gauges, so alerts never count a window twice.
+func (s *Server) runMonitor(ctx context.Context, now func() int64) {
+	defer s.monitor.clear()
+	t := s.cfg.Clock.NewTicker(s.cfg.MonitorInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		st, _, err := s.node.Read(ctx, true) // this leader's own state; now is its clock
+		if err != nil {
+			continue
+		}
+		s.observeAbsence(s.computeAbsence(st, now()))
+	}
 }
 
 // monitor runs on the leader: gauges and one log line per newly overdue

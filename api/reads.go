@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"context"
@@ -9,26 +9,9 @@ import (
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-// Reads are linearizable by default: they run on the leader, after it
-// applied everything before its term (Barrier) and confirmed with a quorum
-// that it still leads (VerifyLeader). Every acknowledged write was applied
-// to the leader's FSM before it was acknowledged, so the read sees it.
-// With stale set, any node answers from its own FSM, at its applied clock.
-
-// readAt returns the cluster time to judge expiry at for a read on this node.
-func (s *Server) readAt(ctx context.Context, stale bool) (int64, error) {
-	if stale {
-		return s.fsm.Clock(), nil
-	}
-	ls, err := s.readyLeader(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if err := s.await(ctx, s.raft.VerifyLeader()); err != nil {
-		return 0, s.notLeader()
-	}
-	return ls.clock.current(), nil
-}
+// Reads are linearizable by default: they run on the leader, which reads
+// its FSM after a VerifyLeader round (node.Read). With stale set, any node
+// answers from its own FSM, at its applied clock.
 
 // readOn answers a stale read from this node, any other on the leader.
 func readOn[Req, Resp any](s *Server, ctx context.Context, stale bool,
@@ -46,11 +29,11 @@ func (c *coordinator) GetLease(ctx context.Context, req *coordv1.GetLeaseRequest
 		return nil, toStatus(err)
 	}
 	local := func() (*coordv1.GetLeaseResponse, error) {
-		now, err := c.s.readAt(ctx, req.GetStale())
+		st, now, err := c.s.node.Read(ctx, req.GetStale())
 		if err != nil {
 			return nil, err
 		}
-		l, _, ok := c.s.fsm.Lease(req.GetName())
+		l, _, ok := st.Lease(req.GetName())
 		if !ok {
 			return nil, &notFoundError{what: "lease " + req.GetName()}
 		}
@@ -69,11 +52,11 @@ func (c *coordinator) ListLeases(ctx context.Context, req *coordv1.ListLeasesReq
 		return nil, toStatus(err)
 	}
 	local := func() (*coordv1.ListLeasesResponse, error) {
-		now, err := c.s.readAt(ctx, req.GetStale())
+		st, now, err := c.s.node.Read(ctx, req.GetStale())
 		if err != nil {
 			return nil, err
 		}
-		leases, more := c.s.fsm.Leases(req.GetPrefix(), after, size)
+		leases, more := st.Leases(req.GetPrefix(), after, size)
 		out := &coordv1.ListLeasesResponse{Leases: make([]*coordv1.Lease, len(leases))}
 		for i, l := range leases {
 			out.Leases[i] = leaseToProto(l, now)
@@ -91,10 +74,11 @@ func (c *coordinator) GetWindow(ctx context.Context, req *coordv1.GetWindowReque
 		return nil, toStatus(err)
 	}
 	local := func() (*coordv1.GetWindowResponse, error) {
-		if _, err := c.s.readAt(ctx, req.GetStale()); err != nil {
+		st, _, err := c.s.node.Read(ctx, req.GetStale())
+		if err != nil {
 			return nil, err
 		}
-		w, ok := c.s.fsm.Window(req.GetJob(), req.GetWindow())
+		w, ok := st.Window(req.GetJob(), req.GetWindow())
 		if !ok {
 			return nil, &notFoundError{what: "window " + req.GetJob() + "/" + req.GetWindow()}
 		}
@@ -110,10 +94,11 @@ func (c *coordinator) ListWindows(ctx context.Context, req *coordv1.ListWindowsR
 		return nil, toStatus(err)
 	}
 	local := func() (*coordv1.ListWindowsResponse, error) {
-		if _, err := c.s.readAt(ctx, req.GetStale()); err != nil {
+		st, _, err := c.s.node.Read(ctx, req.GetStale())
+		if err != nil {
 			return nil, err
 		}
-		ws, more := c.s.fsm.Windows(req.GetJob(), after, size)
+		ws, more := st.Windows(req.GetJob(), after, size)
 		out := &coordv1.ListWindowsResponse{Windows: make([]*coordv1.Window, len(ws))}
 		for i, w := range ws {
 			out.Windows[i] = windowToProto(w)
@@ -131,10 +116,11 @@ func (c *coordinator) GetResource(ctx context.Context, req *coordv1.GetResourceR
 		return nil, toStatus(err)
 	}
 	local := func() (*coordv1.GetResourceResponse, error) {
-		if _, err := c.s.readAt(ctx, req.GetStale()); err != nil {
+		st, _, err := c.s.node.Read(ctx, req.GetStale())
+		if err != nil {
 			return nil, err
 		}
-		r, ok := c.s.fsm.Resource(req.GetResource())
+		r, ok := st.Resource(req.GetResource())
 		if !ok {
 			return nil, &notFoundError{what: "resource " + req.GetResource()}
 		}

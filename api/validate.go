@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"strconv"
@@ -31,13 +31,15 @@ func checkName(field, v string, required bool) error {
 	return nil
 }
 
+// checkTTL checks a lease TTL against the range the node accepts.
 func (s *Server) checkTTL(field string, ms int64, zeroOK bool) error {
 	if ms == 0 && zeroOK {
 		return nil
 	}
+	lo, hi := s.node.TTLRange()
 	ttl := time.Duration(ms) * time.Millisecond
-	if ms <= 0 || ttl < s.cfg.MinTTL || ttl > s.cfg.MaxTTL {
-		return invalidArg(field, "%d ms is outside [%d, %d] ms", ms, s.cfg.MinTTL.Milliseconds(), s.cfg.MaxTTL.Milliseconds())
+	if ms <= 0 || ttl < lo || ttl > hi {
+		return invalidArg(field, "%d ms is outside [%d, %d] ms", ms, lo.Milliseconds(), hi.Milliseconds())
 	}
 	return nil
 }
