@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/api"
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
-	"github.com/coordd/coordd/server"
 )
 
 type httpResult struct {
@@ -66,14 +67,14 @@ func wantHTTP(t *testing.T, what string, got httpResult, status int, reason stri
 }
 
 func TestHTTPAPI(t *testing.T) {
-	c, certs, _ := secureCluster(t, 3, securityACL, testcluster.WithConfig(func(cfg *server.Config) { cfg.HTTPAddr = "127.0.0.1:0" }))
+	c, certs, _ := secureCluster(t, 3, securityACL, testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.API.HTTPAddr = "127.0.0.1:0" }))
 	leader := c.WaitLeader()
 	follower := c.Followers()[0]
 	billing := coordAs(t, certs, leader, "billing-worker")
 	l := acquire(t, billing, "billing/close", "w1", 3*time.Second)
 
 	ledger := httpsClient(certs.Client("ledger-api"))
-	base := "https://" + follower.Server.HTTPAddr() // a follower: the call is forwarded
+	base := "https://" + follower.API.HTTPAddr() // a follower: the call is forwarded
 	token := "billing/close:1"
 
 	// Validate, dry run: nothing recorded.
@@ -109,8 +110,8 @@ func TestHTTPAPI(t *testing.T) {
 
 	// Denied: a resource outside ledger-api's prefix.
 	r = doJSON(t, ledger, "POST", base+"/v1/fence/validate", map[string]any{"resource": "hr/x", "token": "billing/close:2"})
-	wantHTTP(t, "denied", r, 403, server.ReasonPermissionDenied)
-	if r.body["metadata"].(map[string]any)["rule"] != server.DefaultDenyRule {
+	wantHTTP(t, "denied", r, 403, api.ReasonPermissionDenied)
+	if r.body["metadata"].(map[string]any)["rule"] != auth.DefaultDenyRule {
 		t.Fatalf("denial names no rule: %v", r.body)
 	}
 
@@ -122,7 +123,7 @@ func TestHTTPAPI(t *testing.T) {
 		"broken json":     `{"resource": `,
 		"unknown field":   map[string]any{"resource": "ledger/a", "token": "billing/close:2", "tokn": 1},
 	} {
-		wantHTTP(t, name, doJSON(t, ledger, "POST", base+"/v1/fence/validate", body), 400, server.ReasonInvalidArgument)
+		wantHTTP(t, name, doJSON(t, ledger, "POST", base+"/v1/fence/validate", body), 400, api.ReasonInvalidArgument)
 	}
 
 	// Reads: a lease by name (with slashes), a missing one.
@@ -140,7 +141,7 @@ func TestHTTPAPI(t *testing.T) {
 
 	// No client certificate: the API is 401, metrics and health are open.
 	anon := httpsClient(certs.Client(""))
-	wantHTTP(t, "anonymous", doJSON(t, anon, "GET", base+"/v1/leases/billing/close", nil), 401, server.ReasonUnauthenticated)
+	wantHTTP(t, "anonymous", doJSON(t, anon, "GET", base+"/v1/leases/billing/close", nil), 401, api.ReasonUnauthenticated)
 	if r := doJSON(t, anon, "GET", base+"/metrics", nil); r.status != 200 {
 		t.Fatalf("metrics without a client certificate: %d", r.status)
 	}

@@ -213,3 +213,14 @@ func (n *Node) Snapshot(ctx context.Context) (*coordv1.SnapshotResponse, error) 
 	n.log.Info("snapshot taken on request", "id", snaps[0].ID, "index", snaps[0].Index)
 	return &coordv1.SnapshotResponse{Id: snaps[0].ID, Index: snaps[0].Index, Term: snaps[0].Term}, nil
 }
+
+// Health is nil when this node runs and knows a leader (/healthz).
+func (n *Node) Health() error {
+	if n.raft.State() == raft.Shutdown {
+		return ErrShutdown
+	}
+	if _, id := n.raft.LeaderWithID(); id == "" {
+		return &NotLeaderError{}
+	}
+	return nil
+}

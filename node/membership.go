@@ -9,8 +9,9 @@ import (
 )
 
 // AddVoterFunc asks the member at the gRPC address addr to add (or update)
-// a voter: the API's Cluster.AddVoter call over its peer connections.
-type AddVoterFunc func(ctx context.Context, addr string, req *coordv1.AddVoterRequest) error
+// a voter: the API's Cluster.AddVoter call over its peer connections. (An
+// alias, so the API's interface can spell the type without this package.)
+type AddVoterFunc = func(ctx context.Context, addr string, req *coordv1.AddVoterRequest) error
 
 // Advertise tells the node the gRPC address its API serves on, and how to
 // reach other members' APIs. The node then keeps that address in the
