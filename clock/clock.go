@@ -208,6 +208,33 @@ func (f *Fake) waitFor(timeout time.Duration, match func(*fakeTimer) bool) bool 
 	}
 }
 
+// WaitTicksReceived blocks until every tick the fake's tickers fired was
+// received (their channels are empty), or timeout (real time) passes; it
+// reports whether they were. Tests call it between Advance steps so a
+// loop on a ticker sees each tick instead of the ones it was too slow for
+// being dropped.
+func (f *Fake) WaitTicksReceived(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		f.mu.Lock()
+		pending := false
+		for _, t := range f.timers {
+			if t.period > 0 && t.armed && len(t.ch) > 0 {
+				pending = true
+				break
+			}
+		}
+		f.mu.Unlock()
+		if !pending {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
 // Pending returns the number of armed timers and tickers.
 func (f *Fake) Pending() int {
 	f.mu.Lock()

@@ -132,3 +132,18 @@ func TestSkewed(t *testing.T) {
 		t.Fatalf("rate 1000: 2 ms of real time is %s", d)
 	}
 }
+
+func TestWaitTicksReceived(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	tk := f.NewTicker(time.Second)
+	f.Advance(time.Second)
+	if f.WaitTicksReceived(10 * time.Millisecond) {
+		t.Fatal("a tick nobody received counted as received")
+	}
+	got := make(chan time.Time, 1)
+	go func() { got <- <-tk.C() }()
+	if !f.WaitTicksReceived(5 * time.Second) {
+		t.Fatal("the received tick was not seen")
+	}
+	<-got
+}

@@ -135,7 +135,11 @@ func (n *Node) acquireWaiting(ctx context.Context, ls *leaderState, cmd *fsmv1.A
 // lease's waiters.
 func (n *Node) Propose(ctx context.Context, body any) (any, error) {
 	if a, ok := body.(*fsmv1.Acquire); ok {
-		return n.Acquire(ctx, a, false)
+		r, err := n.Acquire(ctx, a, false)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return r, nil
 	}
 	ls, err := n.readyLeader(ctx)
 	if err != nil {

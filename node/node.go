@@ -70,6 +70,7 @@ type Node struct {
 	notifyCh  chan bool
 	leader    atomic.Pointer[leaderState]
 	proposals chan *proposal
+	queued    atomic.Int64 // commands with the proposer, not yet in an entry
 	waiters   waitQueues // Acquire calls waiting for a lease (leader only)
 	hooks     leaderHooks
 

@@ -38,6 +38,7 @@ func (n *Node) submit(ctx context.Context, cmd *fsmv1.Command) (any, error) {
 	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
 	select {
 	case n.proposals <- p:
+		n.queued.Add(1)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-n.ctx.Done():
@@ -78,10 +79,12 @@ func (n *Node) runProposer() {
 		select {
 		case slots <- struct{}{}:
 		case <-n.ctx.Done():
+			n.queued.Add(-int64(len(batch)))
 			fail(batch, ErrShutdown)
 			return
 		}
 		drain() // what queued while the slots were busy goes along
+		n.queued.Add(-int64(len(batch)))
 		data, err := encodeEntry(batch)
 		if err != nil {
 			fail(batch, err)
