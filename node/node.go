@@ -71,7 +71,7 @@ type Node struct {
 	leader    atomic.Pointer[leaderState]
 	proposals chan *proposal
 	queued    atomic.Int64 // commands with the proposer, not yet in an entry
-	waiters   waitQueues // Acquire calls waiting for a lease (leader only)
+	waiters   waitQueues   // Acquire calls waiting for a lease (leader only)
 	hooks     leaderHooks
 
 	advertised atomic.Pointer[string] // this node's gRPC address, once Advertise ran
