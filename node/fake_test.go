@@ -153,13 +153,15 @@ func newTestNode(t *testing.T, opts ...func(*Config)) *testNode {
 	return tn
 }
 
-// lead makes the node the leader and waits until it is ready and its
-// first tick is committed.
+// lead makes the node the leader and waits until it is ready, its first
+// tick is committed and its loop armed its tick and prune tickers.
 func (tn *testNode) lead(t *testing.T) {
 	t.Helper()
 	before := tn.raft.count()
 	tn.notifyCh <- true
-	eventually(t, "leadership established", func() bool { return tn.IsLeader() && tn.raft.count() > before })
+	eventually(t, "leadership established", func() bool {
+		return tn.IsLeader() && tn.raft.count() > before && tn.clock.Pending() >= 2
+	})
 }
 
 // eventually waits (real time, briefly) for cond: the node's goroutines
