@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -138,19 +139,10 @@ func writeHTTPError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler,
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-// codeName is the canonical upper-case name of a gRPC code.
+// codeName is the canonical upper-case name of a gRPC code (google.rpc.Code).
 func codeName(c codes.Code) string {
-	if name, ok := codeNames[c]; ok {
+	if name, ok := code.Code_name[int32(c)]; ok {
 		return name
 	}
-	return "UNKNOWN"
-}
-
-var codeNames = map[codes.Code]string{
-	codes.OK: "OK", codes.Canceled: "CANCELLED", codes.Unknown: "UNKNOWN", codes.InvalidArgument: "INVALID_ARGUMENT",
-	codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.NotFound: "NOT_FOUND", codes.AlreadyExists: "ALREADY_EXISTS",
-	codes.PermissionDenied: "PERMISSION_DENIED", codes.ResourceExhausted: "RESOURCE_EXHAUSTED",
-	codes.FailedPrecondition: "FAILED_PRECONDITION", codes.Aborted: "ABORTED", codes.OutOfRange: "OUT_OF_RANGE",
-	codes.Unimplemented: "UNIMPLEMENTED", codes.Internal: "INTERNAL", codes.Unavailable: "UNAVAILABLE",
-	codes.DataLoss: "DATA_LOSS", codes.Unauthenticated: "UNAUTHENTICATED",
+	return code.Code_UNKNOWN.String()
 }
