@@ -824,7 +824,8 @@ type KeepAliveResponse struct {
 	Generation  uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	Ok          bool                   `protobuf:"varint,3,opt,name=ok,proto3" json:"ok,omitempty"`
 	ExpiresInMs int64                  `protobuf:"varint,4,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
-	// reason is the ErrorInfo reason when ok is false (e.g. LEASE_LOST).
+	// reason is the ErrorInfo reason when ok is false: an ErrorReason
+	// without its ERROR_REASON_ prefix (e.g. LEASE_LOST).
 	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	Seq           uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
 	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
