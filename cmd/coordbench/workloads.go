@@ -324,7 +324,7 @@ func fencedCommit(hot bool) workload {
 			if hot {
 				res = "fc-hot-" + run
 			}
-			_, err := cs[w].Validate(ctx, res, leases[w].Token(), fmt.Sprintf("k-%d-%d", w, i), []byte("payload"))
+			_, err := cs[w].FencedCommit(ctx, res, leases[w].Token(), fmt.Sprintf("k-%d-%d", w, i), []byte("payload"))
 			return true, err
 		})
 		for _, l := range leases {
