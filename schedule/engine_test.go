@@ -44,7 +44,7 @@ func TestMatchesRobfigWithoutDST(t *testing.T) {
 				t.Fatal(err)
 			}
 			ref.(*cron.SpecSchedule).Location = loc
-			for i := 0; i < 20; i++ {
+			for i := 0; i < 8; i++ {
 				at := time.Unix(1_600_000_000+rng.Int63n(400_000_000), 0)
 				want, got := at, at
 				for k := 0; k < 30; k++ {
@@ -79,9 +79,9 @@ func TestEngineConsistentAcrossDST(t *testing.T) {
 			c := mustCal(t, expr, tz, Window{})
 			short := c.s.Interval() < time.Minute
 			for _, tr := range transitions {
-				span := int64(2 * 86400_000)
+				span := int64(86400_000)
 				if short {
-					span = 3 * 3600_000
+					span = 3600_000
 				}
 				a, b := utc(tr)-span, utc(tr)+span
 				var all []Occurrence
@@ -100,11 +100,15 @@ func TestEngineConsistentAcrossDST(t *testing.T) {
 					t.Fatalf("%s %s around %s: Count %d, listed %d", expr, tz, tr, n, len(all))
 				}
 				keys := map[string]bool{}
+				stride := len(all)/150 + 1 // Prev and Key on a sample, and around each transition
 				for i, o := range all {
 					if keys[o.Window] && c.s.kind == kindCron {
 						t.Fatalf("%s %s: window %s twice", expr, tz, o.Window)
 					}
 					keys[o.Window] = true
+					if i%stride != 0 && (o.At < utc(tr)-2*3600_000 || o.At > utc(tr)+2*3600_000) {
+						continue
+					}
 					if p := c.Prev(o.At+1, 1); len(p) != 1 || p[0] != o {
 						t.Fatalf("%s %s: Prev(%s+1) = %+v, want %+v", expr, tz, fmtMs(o.At), p, o)
 					}
