@@ -14,7 +14,7 @@ type InvalidError struct {
 	Reason string
 }
 
-func (e *InvalidError) Error() string { return "schedule: " + e.Field + ": " + e.Reason }
+func (e *InvalidError) Error() string { return "invalid " + e.Field + ": " + e.Reason }
 
 // Is makes errors.Is(err, ErrInvalid) true.
 func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
