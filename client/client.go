@@ -208,6 +208,9 @@ func classify(err error) (outcome, string) {
 	case tlsFailure(st):
 		// The handshake failed: nothing was sent, and retrying will not help.
 		return final, ""
+	case notSent(st):
+		// The connection was never made: try another node.
+		return retry, ""
 	case st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled:
 		// Transport trouble: the request may or may not have reached a node.
 		return unknown, ""
