@@ -233,4 +233,3 @@ func membersTable(out io.Writer, ms []*coordv1.Member) {
 		}
 	})
 }
-
