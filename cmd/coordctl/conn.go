@@ -15,6 +15,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/client"
@@ -62,7 +63,7 @@ type watcher struct {
 	speaksTLS func(addr string) bool
 
 	mu       sync.Mutex
-	noLeader error // the last NO_LEADER answer
+	noLeader string // the last answer of a node that had no leader, rendered
 	needTLS  bool
 }
 
@@ -70,14 +71,16 @@ func newWatcher(errOut io.Writer) *watcher { return &watcher{errOut: errOut, spe
 
 func (w *watcher) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	return w.observe(cc.Target(), invoker(ctx, method, req, reply, cc, opts...))
+	var p peer.Peer // set when the call reached a node
+	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&p))...)
+	return w.observe(cc.Target(), p.Addr != nil, err)
 }
 
 func (w *watcher) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
 	streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	s, err := streamer(ctx, desc, cc, method, opts...)
 	if err != nil {
-		return nil, w.observe(cc.Target(), err)
+		return nil, w.observe(cc.Target(), false, err)
 	}
 	return &watchedStream{ClientStream: s, w: w, target: cc.Target()}, nil
 }
@@ -93,22 +96,23 @@ func (s *watchedStream) RecvMsg(m any) error {
 	if err == nil || errors.Is(err, io.EOF) {
 		return err
 	}
-	return s.w.observe(s.target, err)
+	return s.w.observe(s.target, false, err)
 }
 
-func (w *watcher) observe(target string, err error) error {
+// observe looks at one attempt's outcome; reached says the call got to the
+// node at target (its own connection was made).
+func (w *watcher) observe(target string, reached bool, err error) error {
 	st, ok := status.FromError(err)
 	if err == nil || !ok {
 		return err
 	}
-	if reasonOf(st) == "NO_LEADER" {
-		w.mu.Lock()
-		first := w.noLeader == nil
-		w.noLeader = err
-		w.mu.Unlock()
-		if first {
-			fmt.Fprintln(w.errOut, "no leader yet (election in progress), retrying")
-		}
+	switch {
+	case reasonOf(st) == "NO_LEADER":
+		w.sawNoLeader(describe(err))
+	case reached && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "Error while dialing"):
+		// The node answered, but could not forward the call to the leader
+		// it knows: that leader is down, an election is coming.
+		w.sawNoLeader(fmt.Sprintf("%s could not forward to the leader it knows: %s", target, st.Message()))
 	}
 	if w.plaintext && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "error reading server preface") &&
 		w.speaksTLS(target) {
@@ -120,6 +124,18 @@ func (w *watcher) observe(target string, err error) error {
 	return err
 }
 
+// sawNoLeader records that a node answered without a leader; the first
+// time, it tells the user.
+func (w *watcher) sawNoLeader(answer string) {
+	w.mu.Lock()
+	first := w.noLeader == ""
+	w.noLeader = answer
+	w.mu.Unlock()
+	if first {
+		fmt.Fprintln(w.errOut, "no leader yet (election in progress), retrying")
+	}
+}
+
 // explain renders a command's final error: what the watcher learned
 // first (TLS needed, no leader elected in time), else describe.
 func (w *watcher) explain(err error, timeout time.Duration) string {
@@ -129,8 +145,8 @@ func (w *watcher) explain(err error, timeout time.Duration) string {
 	switch {
 	case needTLS:
 		return tlsRequired
-	case noLeader != nil && unreachable(err):
-		return fmt.Sprintf("no leader elected within --timeout %s: %s", timeout, describe(noLeader))
+	case noLeader != "" && (unreachable(err) || reasonOfErr(err) == "NO_LEADER"):
+		return fmt.Sprintf("no leader elected within --timeout %s: %s", timeout, noLeader)
 	}
 	return describe(err)
 }
@@ -159,11 +175,22 @@ func speaksTLS(addr string) bool {
 	return true
 }
 
-func reasonOf(st *status.Status) string {
+func reasonOf(st *status.Status) string { return errorInfo(st).GetReason() }
+
+func errorInfo(st *status.Status) *errdetails.ErrorInfo {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetReason()
+			return info
 		}
+	}
+	return nil
+}
+
+// reasonOfErr is the reason of an SDK error, or "".
+func reasonOfErr(err error) string {
+	var e *client.Error
+	if errors.As(err, &e) {
+		return e.Reason
 	}
 	return ""
 }
@@ -177,7 +204,8 @@ func describe(err error) string {
 		if !ok {
 			return err.Error()
 		}
-		e = &client.Error{Code: st.Code(), Message: st.Message()}
+		info := errorInfo(st)
+		e = &client.Error{Code: st.Code(), Message: st.Message(), Reason: info.GetReason(), Metadata: info.GetMetadata()}
 	}
 	msg := e.Message
 	if e.Reason == "" {
