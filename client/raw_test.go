@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordd/coordd/client/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -189,5 +190,35 @@ func TestSnapshotFirstNodeThatAnswers(t *testing.T) {
 	n, addr = startScripted(t, status.Error(codes.NotFound, "nothing applied yet"), nil)
 	if _, err := rawClient(t, addr).Snapshot(ctx, addr); !errors.Is(err, ErrNotFound) || n.count() != 1 {
 		t.Fatalf("refusal: %v, %d calls", err, n.count())
+	}
+}
+
+// A node that refuses connections costs no backoff while another endpoint
+// is untried: with a clock that never moves, the call still gets through
+// (a backoff sleep would block it until the context ends).
+func TestRefusingNodeCostsNoBackoff(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, addr := startScripted(t)
+	c, err := New(ctx, []string{refusingAddr(t), refusingAddr(t), addr}, WithClock(clock.NewFake(time.Unix(1_000_000, 0))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := &coordv1.FencedCommitRequest{Resource: "r", LeaseName: "l", Generation: 3}
+	if _, err := coordv1.NewCoordinatorClient(c.Raw()).FencedCommit(ctx, req); err != nil || n.count() != 1 {
+		t.Fatalf("%v, %d calls", err, n.count())
+	}
+	// Every node refusing: the client backs off (here: until ctx ends) and
+	// says it could not reach coordd.
+	c2, err := New(ctx, []string{refusingAddr(t), refusingAddr(t)}, WithClock(clock.NewFake(time.Unix(1_000_000, 0))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer scancel()
+	if _, err := coordv1.NewCoordinatorClient(c2.Raw()).FencedCommit(sctx, req); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("all refusing: %v", err)
 	}
 }
