@@ -57,7 +57,7 @@ func (a *app) statusCmd() *cobra.Command {
 			var nodes []nodeStatus
 			failed := 0
 			for _, ep := range a.client.Endpoints() {
-				st, err := a.client.Status(ctx, ep)
+				st, err := a.client.Status(perNodeContext(ctx), ep)
 				nodes = append(nodes, nodeStatus{endpoint: ep, status: st, err: err})
 				if err != nil {
 					failed++
@@ -197,7 +197,7 @@ func (a *app) snapshotCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := a.client.Snapshot(ctx, "")
+			resp, err := a.client.Snapshot(perNodeContext(ctx), "")
 			if err != nil {
 				return fail("snapshot", err)
 			}

@@ -61,10 +61,14 @@ type watcher struct {
 	errOut    io.Writer
 	plaintext bool
 	speaksTLS func(addr string) bool
+	endpoints int           // how many endpoints the SDK rotates through
+	timeout   time.Duration // --timeout, for the messages
 
 	mu       sync.Mutex
 	noLeader string // the last answer of a node that had no leader, rendered
 	needTLS  bool
+	refused  int  // attempts in a row that could not connect
+	down     bool // every endpoint refused in a row (said once)
 }
 
 func newWatcher(errOut io.Writer) *watcher { return &watcher{errOut: errOut, speaksTLS: speaksTLS} }
@@ -73,14 +77,20 @@ func (w *watcher) unary(ctx context.Context, method string, req, reply any, cc *
 	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	var p peer.Peer // set when the call reached a node
 	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&p))...)
-	return w.observe(cc.Target(), p.Addr != nil, err)
+	return w.observe(cc.Target(), p.Addr != nil, ctx.Value(perNode{}) == nil, err)
 }
+
+// perNode marks the context of a command that asks nodes one by one
+// (status, snapshot) instead of through the SDK's retries.
+type perNode struct{}
+
+func perNodeContext(ctx context.Context) context.Context { return context.WithValue(ctx, perNode{}, true) }
 
 func (w *watcher) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
 	streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	s, err := streamer(ctx, desc, cc, method, opts...)
 	if err != nil {
-		return nil, w.observe(cc.Target(), false, err)
+		return nil, w.observe(cc.Target(), false, true, err)
 	}
 	return &watchedStream{ClientStream: s, w: w, target: cc.Target()}, nil
 }
@@ -96,15 +106,19 @@ func (s *watchedStream) RecvMsg(m any) error {
 	if err == nil || errors.Is(err, io.EOF) {
 		return err
 	}
-	return s.w.observe(s.target, false, err)
+	return s.w.observe(s.target, false, true, err)
 }
 
 // observe looks at one attempt's outcome; reached says the call got to the
-// node at target (its own connection was made).
-func (w *watcher) observe(target string, reached bool, err error) error {
+// node at target (its own connection was made), retried that the SDK
+// retries the call (it is not a per-node question such as status).
+func (w *watcher) observe(target string, reached, retried bool, err error) error {
 	st, ok := status.FromError(err)
 	if err == nil || !ok {
 		return err
+	}
+	if retried {
+		w.countRefused(target, reached, st)
 	}
 	switch {
 	case reasonOf(st) == "NO_LEADER":
@@ -122,6 +136,31 @@ func (w *watcher) observe(target string, reached bool, err error) error {
 		return status.Error(codes.FailedPrecondition, tlsRequired)
 	}
 	return err
+}
+
+// countRefused tells the user, once, that no endpoint accepts connections
+// (nothing runs there?) while the SDK keeps trying for up to --timeout.
+func (w *watcher) countRefused(target string, reached bool, st *status.Status) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if reached || st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "Error while dialing") {
+		w.refused = 0
+		return
+	}
+	if w.refused++; w.refused >= w.endpoints && !w.down {
+		w.down = true
+		fmt.Fprintf(w.errOut, "cannot connect to any endpoint yet (%s: %s), retrying for up to --timeout %s\n",
+			target, dialProblem(st.Message()), w.timeout)
+	}
+}
+
+// dialProblem is the end of a dial error: "connection refused".
+func dialProblem(msg string) string {
+	msg = strings.TrimSuffix(msg, `"`)
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		return msg[i+2:]
+	}
+	return msg
 }
 
 // sawNoLeader records that a node answered without a leader; the first

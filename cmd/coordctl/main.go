@@ -121,6 +121,7 @@ strings, as protojson writes them: "generation": "7".`,
 			if len(eps) == 0 {
 				return fmt.Errorf("--endpoints: no endpoint given")
 			}
+			a.watch.endpoints, a.watch.timeout = len(eps), a.timeout
 			c, err := newClient(eps, a.tls, a.watch)
 			if err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net"
 	"regexp"
 	"strings"
 	"testing"
@@ -105,4 +106,33 @@ func TestStatusJSON(t *testing.T) {
 			t.Fatalf("line %q of:\n%s", line, buf.String())
 		}
 	}
+}
+
+// With no node accepting connections, coordctl says so at once, keeps
+// trying for --timeout, then reports it; status asks each node once and
+// says nothing about retrying.
+func TestNoNodeUp(t *testing.T) {
+	eps := []string{freeAddr(t), freeAddr(t)}
+	r := ctl(t, eps, "--timeout", "300ms", "lease", "get", "x")
+	lines := strings.Split(strings.TrimSuffix(r.errOut, "\n"), "\n")
+	if r.code != exitError || len(lines) != 2 ||
+		!regexp.MustCompile(`^cannot connect to any endpoint yet \(127\.0\.0\.1:\d+: connection refused\), retrying for up to --timeout 300ms$`).MatchString(lines[0]) ||
+		!strings.HasPrefix(lines[1], "error: lease get x: cannot reach coordd: ") {
+		t.Fatalf("exit %d\n%s", r.code, r.errOut)
+	}
+	r = ctl(t, eps, "--timeout", "300ms", "status")
+	if r.code != exitError || r.errOut != "error: 2 of 2 endpoints did not answer\n" || strings.Count(r.out, "unreachable") != 2 {
+		t.Fatalf("status: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
+}
+
+// freeAddr is a loopback address where nothing listens.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
