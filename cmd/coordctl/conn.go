@@ -84,7 +84,9 @@ func (w *watcher) unary(ctx context.Context, method string, req, reply any, cc *
 // (status, snapshot) instead of through the SDK's retries.
 type perNode struct{}
 
-func perNodeContext(ctx context.Context) context.Context { return context.WithValue(ctx, perNode{}, true) }
+func perNodeContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, perNode{}, true)
+}
 
 func (w *watcher) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
 	streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
