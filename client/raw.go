@@ -45,15 +45,16 @@ func (r rawConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method st
 // idempotentCall reports whether repeating a request cannot have a second
 // effect, so that it may be retried after an uncertain outcome: reads,
 // upserts, requests the server deduplicates (an Acquire with a request id,
-// a fenced commit with an idempotency key) and operations on a holder that
-// a repeat leaves as they are (renew, release, claim, complete). A leader
-// transfer, a server removal or a snapshot is not retried once sent.
+// a fenced commit with an idempotency key), dry runs and operations on a
+// holder that a repeat leaves as they are (renew, release, claim,
+// complete). A leader transfer, a server removal or a snapshot is not
+// retried once sent.
 func idempotentCall(req any) bool {
 	switch r := req.(type) {
 	case *coordv1.AcquireRequest:
 		return r.GetRequestId() != ""
 	case *coordv1.FencedCommitRequest:
-		return r.GetIdempotencyKey() != ""
+		return r.GetIdempotencyKey() != "" || r.GetDryRun()
 	case *coordv1.RenewRequest, *coordv1.ReleaseRequest, *coordv1.ClaimWindowRequest, *coordv1.CompleteWindowRequest,
 		*coordv1.GetLeaseRequest, *coordv1.ListLeasesRequest, *coordv1.GetWindowRequest, *coordv1.ListWindowsRequest,
 		*coordv1.GetResourceRequest,

@@ -158,6 +158,7 @@ func TestIdempotentCall(t *testing.T) {
 		{&coordv1.AcquireRequest{Name: "a", RequestId: "r"}, true},
 		{&coordv1.FencedCommitRequest{}, false},
 		{&coordv1.FencedCommitRequest{IdempotencyKey: "k"}, true},
+		{&coordv1.FencedCommitRequest{Token: "l:3", DryRun: true}, true},
 		{&coordv1.RenewRequest{}, true},
 		{&coordv1.ReleaseRequest{}, true},
 		{&coordv1.GetLeaseRequest{}, true},

@@ -12,13 +12,13 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -123,7 +123,7 @@ func (w *watcher) observe(target string, reached, retried bool, err error) error
 		w.countRefused(target, reached, st)
 	}
 	switch {
-	case reasonOf(st) == "NO_LEADER":
+	case coorderr.ReasonOf(err) == coorderr.NoLeader:
 		w.sawNoLeader(describe(err))
 	case reached && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "Error while dialing"):
 		// The node answered, but could not forward the call to the leader
@@ -186,7 +186,7 @@ func (w *watcher) explain(err error, timeout time.Duration) string {
 	switch {
 	case needTLS:
 		return tlsRequired
-	case noLeader != "" && (unreachable(err) || reasonOfErr(err) == "NO_LEADER"):
+	case noLeader != "" && (unreachable(err) || reasonOfErr(err) == coorderr.NoLeader):
 		return fmt.Sprintf("no leader elected within --timeout %s: %s", timeout, noLeader)
 	}
 	return describe(err)
@@ -216,24 +216,14 @@ func speaksTLS(addr string) bool {
 	return true
 }
 
-func reasonOf(st *status.Status) string { return errorInfo(st).GetReason() }
-
-func errorInfo(st *status.Status) *errdetails.ErrorInfo {
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info
-		}
-	}
-	return nil
-}
-
-// reasonOfErr is the reason of an SDK error, or "".
-func reasonOfErr(err error) string {
+// reasonOfErr is the reason of an SDK error (Unspecified if none).
+func reasonOfErr(err error) coorderr.Reason {
 	var e *client.Error
-	if errors.As(err, &e) {
-		return e.Reason
+	if !errors.As(err, &e) {
+		return coorderr.Unspecified
 	}
-	return ""
+	r, _ := coorderr.ParseReason(e.Reason)
+	return r
 }
 
 // describe renders an error as one line: what failed, the reason code and
@@ -241,11 +231,10 @@ func reasonOfErr(err error) string {
 func describe(err error) string {
 	var e *client.Error
 	if !errors.As(err, &e) {
-		st, ok := status.FromError(err)
-		if !ok {
+		st, info := coorderr.Info(err)
+		if st == nil {
 			return err.Error()
 		}
-		info := errorInfo(st)
 		e = &client.Error{Code: st.Code(), Message: st.Message(), Reason: info.GetReason(), Metadata: info.GetMetadata()}
 	}
 	msg := e.Message

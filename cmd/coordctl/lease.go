@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -274,8 +275,8 @@ func (a *app) withHolder(name string, err error) error {
 	if !errors.As(err, &e) || len(e.Metadata) > 0 {
 		return err
 	}
-	switch e.Reason {
-	case "LEASE_LOST", "LEASE_EXPIRED", "LEASE_RELEASED":
+	switch reasonOfErr(err) {
+	case coorderr.LeaseLost, coorderr.LeaseExpired, coorderr.LeaseReleased:
 	default:
 		return err
 	}
