@@ -95,7 +95,11 @@ func (a *app) rootCmd() *cobra.Command {
 Endpoints come from --endpoints, else COORD_ENDPOINTS, else 127.0.0.1:7400.
 -o json prints the RPC response as protojson with the proto field names;
 64-bit integers (generations, indexes, counts, milliseconds) are JSON
-strings, as protojson writes them: "generation": "7".`,
+strings, as protojson writes them: "generation": "7".
+
+Commands go through the Go SDK: to the leader, past nodes that are down, and,
+while a leader is being elected, retried for up to --timeout (coordctl says
+so once on stderr).`,
 		Example: `  coordctl status
   coordctl lease list --prefix daily-
   COORD_ENDPOINTS=127.0.0.1:7410,127.0.0.1:7420 coordctl -o json lease get daily-close`,
