@@ -103,7 +103,6 @@ var methods = map[string]methodAccess{
 	coordv1.Coordinator_ClaimWindow_FullMethodName:    {op: auth.OpWindow, name: nameOf((*coordv1.ClaimWindowRequest).GetJob)},
 	coordv1.Coordinator_CompleteWindow_FullMethodName: {op: auth.OpWindow, name: nameOf((*coordv1.CompleteWindowRequest).GetJob)},
 	coordv1.Coordinator_FencedCommit_FullMethodName:   {op: auth.OpFence, name: nameOf((*coordv1.FencedCommitRequest).GetResource)},
-	coordv1.Coordinator_Validate_FullMethodName:       {op: auth.OpFence, name: nameOf((*coordv1.ValidateRequest).GetResource)},
 	coordv1.Coordinator_GetLease_FullMethodName:       {op: auth.OpRead, name: nameOf((*coordv1.GetLeaseRequest).GetName)},
 	coordv1.Coordinator_ListLeases_FullMethodName:     {op: auth.OpRead, name: nameOf((*coordv1.ListLeasesRequest).GetPrefix), list: true},
 	coordv1.Coordinator_GetWindow_FullMethodName:      {op: auth.OpRead, name: nameOf((*coordv1.GetWindowRequest).GetJob)},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -81,9 +82,9 @@ func (s *Server) renew(ctx context.Context, name, owner, identity string, gen ui
 	if err != nil {
 		var rej *fsm.Rejection
 		if errors.As(err, &rej) {
-			s.metrics.leasesLost.WithLabelValues(string(rej.Reason)).Inc()
+			s.metrics.leasesLost.WithLabelValues(coorderr.Name(rej.Reason)).Inc()
 			s.log.Warn("lease lost: renew refused", "lease", name, "owner", owner, "generation", gen,
-				"reason", rej.Reason, "current_owner", rej.Metadata["current_owner"],
+				"reason", coorderr.Name(rej.Reason), "current_owner", rej.Metadata["current_owner"],
 				"current_generation", rej.Metadata["current_generation"])
 		}
 		return fsm.Lease{}, err
@@ -143,20 +144,34 @@ func (c *coordinator) CompleteWindow(ctx context.Context, req *coordv1.CompleteW
 	})
 }
 
+// FencedCommit records a fenced write, or with dry_run answers whether it
+// would be accepted: a linearizable read of the same checks on the leader
+// (fsm.CheckFence), with no log entry. The token is (lease_name,
+// generation) or its string form in token.
 func (c *coordinator) FencedCommit(ctx context.Context, req *coordv1.FencedCommitRequest) (*coordv1.FencedCommitResponse, error) {
-	if err := firstErr(checkName("resource", req.GetResource(), true), checkName("lease_name", req.GetLeaseName(), true),
-		checkGeneration(req.GetGeneration()), checkName("idempotency_key", req.GetIdempotencyKey(), false),
+	name, gen, terr := fenceToken(req)
+	if err := firstErr(checkName("resource", req.GetResource(), true), terr, checkName("lease_name", name, true),
+		checkGeneration(gen), checkName("idempotency_key", req.GetIdempotencyKey(), false),
 		checkPayload("payload", req.GetPayload())); err != nil {
 		return nil, toStatus(err)
 	}
+	cmd := &fsmv1.FencedCommit{Resource: req.GetResource(), LeaseName: name, Generation: gen,
+		IdempotencyKey: req.GetIdempotencyKey(), Payload: req.GetPayload()}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.FencedCommit, req, func() (*coordv1.FencedCommitResponse, error) {
-		r, err := c.s.fencedCommit(ctx, &fsmv1.FencedCommit{Resource: req.GetResource(), LeaseName: req.GetLeaseName(),
-			Generation: req.GetGeneration(), IdempotencyKey: req.GetIdempotencyKey(), Payload: req.GetPayload()})
+		var (
+			r   *fsm.CommitResult
+			err error
+		)
+		if req.GetDryRun() {
+			r, err = c.s.checkFence(ctx, cmd)
+		} else {
+			r, err = c.s.fencedCommit(ctx, cmd)
+		}
 		if err != nil {
 			return nil, err
 		}
 		return &coordv1.FencedCommitResponse{Accepted: r.Accepted, Duplicate: r.Duplicate, MaxGeneration: r.MaxGeneration,
-			Payload: r.Payload, Generation: r.Generation}, nil
+			Payload: r.Payload, Generation: r.Generation, LeaseName: name, DryRun: req.GetDryRun()}, nil
 	})
 }
 
@@ -196,39 +211,11 @@ func (s *Server) checkFence(ctx context.Context, cmd *fsmv1.FencedCommit) (*fsm.
 func (s *Server) observeFenceRefusal(cmd *fsmv1.FencedCommit, err error) {
 	var rej *fsm.Rejection
 	if errors.As(err, &rej) {
-		s.metrics.fenceRejections.WithLabelValues(string(rej.Reason)).Inc()
+		s.metrics.fenceRejections.WithLabelValues(coorderr.Name(rej.Reason)).Inc()
 		s.log.Warn("fenced commit refused", "resource", cmd.GetResource(), "lease", cmd.GetLeaseName(),
-			"generation", cmd.GetGeneration(), "idempotency_key", cmd.GetIdempotencyKey(), "reason", rej.Reason,
+			"generation", cmd.GetGeneration(), "idempotency_key", cmd.GetIdempotencyKey(), "reason", coorderr.Name(rej.Reason),
 			"detail", rej.Message)
 	}
-}
-
-// Validate is FencedCommit from a token; with dry_run it is a linearizable
-// read of the same checks (no log entry).
-func (c *coordinator) Validate(ctx context.Context, req *coordv1.ValidateRequest) (*coordv1.ValidateResponse, error) {
-	name, gen, perr := parseToken(req.GetToken())
-	if err := firstErr(checkName("resource", req.GetResource(), true), perr, checkName("lease_name", name, true),
-		checkName("idempotency_key", req.GetIdempotencyKey(), false), checkPayload("payload", req.GetPayload())); err != nil {
-		return nil, toStatus(err)
-	}
-	cmd := &fsmv1.FencedCommit{Resource: req.GetResource(), LeaseName: name, Generation: gen,
-		IdempotencyKey: req.GetIdempotencyKey(), Payload: req.GetPayload()}
-	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Validate, req, func() (*coordv1.ValidateResponse, error) {
-		var (
-			r   *fsm.CommitResult
-			err error
-		)
-		if req.GetDryRun() {
-			r, err = c.s.checkFence(ctx, cmd)
-		} else {
-			r, err = c.s.fencedCommit(ctx, cmd)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return &coordv1.ValidateResponse{Accepted: r.Accepted, Duplicate: r.Duplicate, MaxGeneration: r.MaxGeneration,
-			Payload: r.Payload, Generation: r.Generation, LeaseName: name, DryRun: req.GetDryRun()}, nil
-	})
 }
 
 // observeAcquire counts an Acquire's outcome and logs a lease taken over
@@ -236,7 +223,7 @@ func (c *coordinator) Validate(ctx context.Context, req *coordv1.ValidateRequest
 func (s *Server) observeAcquire(r *fsm.AcquireResult) {
 	switch {
 	case r.Claim != nil && !r.Claim.Claimed:
-		s.metrics.windowsRefused.WithLabelValues(string(fsm.ReasonWindowCompleted)).Inc()
+		s.metrics.windowsRefused.WithLabelValues(coorderr.Name(fsm.ReasonWindowCompleted)).Inc()
 		return
 	case !r.Acquired:
 		s.metrics.acquisitions.WithLabelValues("held").Inc()
@@ -259,7 +246,7 @@ func (s *Server) observeClaim(r *fsm.ClaimResult) {
 	if r.Claimed {
 		s.metrics.windowsClaimed.Inc()
 	} else {
-		s.metrics.windowsRefused.WithLabelValues(string(fsm.ReasonWindowCompleted)).Inc()
+		s.metrics.windowsRefused.WithLabelValues(coorderr.Name(fsm.ReasonWindowCompleted)).Inc()
 	}
 }
 
@@ -268,7 +255,7 @@ func (s *Server) observeWindowRefusal(op, job, window, owner string, gen uint64,
 	if !errors.As(err, &rej) {
 		return
 	}
-	s.metrics.windowsRefused.WithLabelValues(string(rej.Reason)).Inc()
+	s.metrics.windowsRefused.WithLabelValues(coorderr.Name(rej.Reason)).Inc()
 	s.log.Warn("window "+op+" refused", "job", job, "window", window, "owner", owner, "generation", gen,
-		"reason", rej.Reason, "detail", rej.Message)
+		"reason", coorderr.Name(rej.Reason), "detail", rej.Message)
 }

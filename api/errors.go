@@ -5,31 +5,12 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
-)
-
-// ErrorDomain is the domain of every google.rpc.ErrorInfo coordd sends.
-const ErrorDomain = "coordd.io"
-
-// Reasons that are not FSM rejections.
-const (
-	ReasonNotLeader        = "NOT_LEADER"
-	ReasonNoLeader         = "NO_LEADER"
-	ReasonLeadershipLost   = "LEADERSHIP_LOST" // outcome unknown: retry with the same request id
-	ReasonTimeout          = "TIMEOUT"         // outcome unknown
-	ReasonNotFound         = "NOT_FOUND"
-	ReasonInvalidArgument  = string(fsm.ReasonInvalidArgument)
-	ReasonShuttingDown     = "SHUTTING_DOWN"
-	ReasonUnauthenticated  = "UNAUTHENTICATED"
-	ReasonPermissionDenied = "PERMISSION_DENIED"
-	ReasonRateLimited      = "RATE_LIMITED"
-	ReasonStreamLimit      = "STREAM_LIMIT"
-	ReasonWaitLimit        = "WAIT_LIMIT"
 )
 
 // Errors of the API itself, before they become statuses.
@@ -89,19 +70,19 @@ var rejectionCodes = map[fsm.Reason]codes.Code{
 // authCodes maps refusals of the auth package to codes and reasons.
 var authCodes = map[auth.Kind]struct {
 	code   codes.Code
-	reason string
+	reason coorderr.Reason
 }{
-	auth.Unauthenticated:  {codes.Unauthenticated, ReasonUnauthenticated},
-	auth.PermissionDenied: {codes.PermissionDenied, ReasonPermissionDenied},
-	auth.RateLimited:      {codes.ResourceExhausted, ReasonRateLimited},
-	auth.StreamLimit:      {codes.ResourceExhausted, ReasonStreamLimit},
-	auth.WaitLimit:        {codes.ResourceExhausted, ReasonWaitLimit},
+	auth.Unauthenticated:  {codes.Unauthenticated, coorderr.Unauthenticated},
+	auth.PermissionDenied: {codes.PermissionDenied, coorderr.PermissionDenied},
+	auth.RateLimited:      {codes.ResourceExhausted, coorderr.RateLimited},
+	auth.StreamLimit:      {codes.ResourceExhausted, coorderr.StreamLimit},
+	auth.WaitLimit:        {codes.ResourceExhausted, coorderr.WaitLimit},
 }
 
 // toStatus turns any error of the API, the node, the FSM or auth into a
-// gRPC status error with an ErrorInfo. It and the tables above are the only
-// place that builds statuses. Errors that already are statuses (from a
-// forwarded call) pass.
+// gRPC status error with an ErrorInfo (built by coorderr, shared with the
+// SDK). It and the tables above are the only place that builds statuses.
+// Errors that already are statuses (from a forwarded call) pass.
 func toStatus(err error) error {
 	if err == nil {
 		return nil
@@ -125,7 +106,7 @@ func toStatus(err error) error {
 		if !ok {
 			code = codes.FailedPrecondition
 		}
-		return withInfo(code, rej.Message, string(rej.Reason), rej.Metadata)
+		return withInfo(code, rej.Message, rej.Reason, rej.Metadata)
 	case errors.As(err, &ae):
 		c, ok := authCodes[ae.Kind]
 		if !ok {
@@ -133,26 +114,26 @@ func toStatus(err error) error {
 		}
 		return withInfo(c.code, ae.Msg, c.reason, ae.Meta)
 	case errors.As(err, &ia):
-		return withInfo(codes.InvalidArgument, err.Error(), ReasonInvalidArgument, map[string]string{"field": ia.InvalidArgument()})
+		return withInfo(codes.InvalidArgument, err.Error(), coorderr.InvalidArgument, map[string]string{"field": ia.InvalidArgument()})
 	case errors.As(err, &nl):
 		id, addr := nl.NotLeader()
-		reason, meta := ReasonNoLeader, map[string]string{}
+		reason, meta := coorderr.NoLeader, map[string]string{}
 		if addr != "" {
-			reason = ReasonNotLeader
+			reason = coorderr.NotLeader
 			meta["leader_address"], meta["leader_id"] = addr, id
 		}
 		return withInfo(codes.Unavailable, err.Error(), reason, meta)
 	case errors.As(err, &nf):
-		return withInfo(codes.NotFound, err.Error(), ReasonNotFound, nil)
+		return withInfo(codes.NotFound, err.Error(), coorderr.NotFound, nil)
 	case errors.As(err, &ll):
 		return withInfo(codes.Unavailable, "leadership lost while applying; the outcome is unknown, retry with the same request id",
-			ReasonLeadershipLost, nil)
+			coorderr.LeadershipLost, nil)
 	case errors.As(err, &sd):
-		return withInfo(codes.Unavailable, "node is shutting down", ReasonShuttingDown, nil)
+		return withInfo(codes.Unavailable, "node is shutting down", coorderr.ShuttingDown, nil)
 	case errors.As(err, &fp):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
-		return withInfo(codes.DeadlineExceeded, "timed out; the outcome is unknown, retry with the same request id", ReasonTimeout, nil)
+		return withInfo(codes.DeadlineExceeded, "timed out; the outcome is unknown, retry with the same request id", coorderr.Timeout, nil)
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	default:
@@ -160,24 +141,6 @@ func toStatus(err error) error {
 	}
 }
 
-func withInfo(code codes.Code, msg, reason string, meta map[string]string) error {
-	st := status.New(code, msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}); err == nil {
-		st = d
-	}
-	return st.Err()
-}
-
-// ReasonOf returns the ErrorInfo reason of a status error, or "".
-func ReasonOf(err error) string {
-	st, ok := status.FromError(err)
-	if !ok {
-		return ""
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetReason()
-		}
-	}
-	return ""
+func withInfo(code codes.Code, msg string, reason coorderr.Reason, meta map[string]string) error {
+	return coorderr.New(code, reason, msg, meta)
 }

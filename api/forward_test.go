@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/tlsutil"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -74,7 +75,7 @@ func TestForwardingDecisions(t *testing.T) {
 		s := newTestServer(t, n) // dial fails the test
 		_, err := (&coordinator{s: s}).Acquire(forwardedCtx(), acquireReq())
 		st := status.Convert(err)
-		if st.Code() != codes.Unavailable || ReasonOf(err) != ReasonNotLeader || metaOf(err)["leader_address"] != "leader:7400" {
+		if st.Code() != codes.Unavailable || coorderr.WireReason(err) != "NOT_LEADER" || metaOf(err)["leader_address"] != "leader:7400" {
 			t.Fatalf("%v", err)
 		}
 	})
@@ -83,7 +84,7 @@ func TestForwardingDecisions(t *testing.T) {
 		n.leading = false
 		s := newTestServer(t, n)
 		_, err := (&coordinator{s: s}).Acquire(context.Background(), acquireReq())
-		if status.Code(err) != codes.Unavailable || ReasonOf(err) != ReasonNoLeader {
+		if status.Code(err) != codes.Unavailable || coorderr.WireReason(err) != "NO_LEADER" {
 			t.Fatalf("%v", err)
 		}
 	})

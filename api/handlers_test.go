@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/node"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -85,7 +86,7 @@ func TestWaitingAcquireLimit(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	_, err := c.Acquire(ctx, &coordv1.AcquireRequest{Name: "b", Owner: "d", TtlMs: 5000, Wait: true})
-	if status.Code(err) != codes.ResourceExhausted || ReasonOf(err) != ReasonWaitLimit {
+	if status.Code(err) != codes.ResourceExhausted || coorderr.WireReason(err) != "WAIT_LIMIT" {
 		t.Fatalf("second wait: %v", err)
 	}
 	// Another identity is not limited by d's waits; a call without wait is not a wait.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -58,9 +59,9 @@ func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) erro
 			if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
 				checkGeneration(req.GetGeneration()), s.checkTTL("ttl_ms", req.GetTtlMs(), true),
 				s.authorize(identity, auth.OpLease, req.GetName(), false)); err != nil {
-				resp.Reason, resp.Message = ReasonInvalidArgument, err.Error()
+				resp.Reason, resp.Message = coorderr.Name(coorderr.InvalidArgument), err.Error()
 				if ae := (*auth.Error)(nil); errors.As(err, &ae) && ae.Kind == auth.PermissionDenied {
-					resp.Reason = ReasonPermissionDenied
+					resp.Reason = coorderr.Name(coorderr.PermissionDenied)
 				}
 				select {
 				case sendCh <- resp:
@@ -82,7 +83,7 @@ func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) erro
 				case err == nil:
 					resp.Ok, resp.ExpiresInMs = true, l.ExpiresAt-l.RenewedAt
 				case errors.As(err, &rej):
-					resp.Reason, resp.Message = string(rej.Reason), rej.Message
+					resp.Reason, resp.Message = coorderr.Name(rej.Reason), rej.Message
 				default:
 					// Not a verdict on the lease (leadership moved, shutdown):
 					// end the stream so the client retries on the leader.

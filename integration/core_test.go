@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/coordd/coordd/api"
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -183,7 +182,7 @@ func TestFollowerForwardingAndRedirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = stream.Recv()
-	meta := wantErr(t, err, codes.Unavailable, api.ReasonNotLeader)
+	meta := wantErr(t, err, codes.Unavailable, "NOT_LEADER")
 	if meta["leader_address"] != leader.API.GRPCAddr() || meta["leader_id"] != leader.ID {
 		t.Fatalf("redirect metadata %v, leader %s at %s", meta, leader.ID, leader.API.GRPCAddr())
 	}

@@ -26,6 +26,7 @@ type options struct {
 	burst, maxKA, maxWaits                                 int
 	clockOffset                                            time.Duration
 	clockRate                                              float64
+	version                                                bool
 }
 
 // hiddenFlags work but are not shown by -h: the fault suite's clock hooks.
@@ -66,6 +67,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.burst, "limit-burst", int(e.uint32("LIMIT_BURST")), "burst of --limit-rate (default: one second's worth)")
 	fs.IntVar(&o.maxKA, "limit-keepalive-streams", int(e.uint32("LIMIT_KEEPALIVE_STREAMS")), "KeepAlive streams one identity may open on a node (0: unlimited)")
 	fs.IntVar(&o.maxWaits, "limit-waiting-acquires", int(e.uint32("LIMIT_WAITING_ACQUIRES")), "Acquire calls with wait one identity may have queued on the leader (0: unlimited)")
+	fs.BoolVar(&o.version, "version", false, "print the version (module version, VCS revision and time, Go version) and exit")
 	// Fault tests only (hidden): Go ignores libfaketime, so clock faults
 	// need a hook.
 	fs.DurationVar(&o.clockOffset, "test-clock-offset", 0, "FAULT TESTS ONLY: offset this node's wall clock")

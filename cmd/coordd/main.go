@@ -22,6 +22,7 @@ import (
 	"github.com/coordd/coordd/api"
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/internal/auth"
+	"github.com/coordd/coordd/internal/buildinfo"
 	"github.com/coordd/coordd/internal/tlsutil"
 	"github.com/coordd/coordd/node"
 )
@@ -42,6 +43,10 @@ func run(args []string) error {
 	o, err := parseFlags(args)
 	if err != nil || o == nil {
 		return err
+	}
+	if o.version {
+		fmt.Println(buildinfo.Read().String("coordd"))
+		return nil
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
