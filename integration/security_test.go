@@ -342,3 +342,44 @@ func TestPlaintextRefusedOffLoopback(t *testing.T) {
 		t.Fatalf("want a refusal of plaintext Raft, got %v", err)
 	}
 }
+
+// A waiting Acquire from another identity that sends the holder's owner and
+// request id is not the holder's retry: it waits like any caller, with no
+// log entries while the lease is held and one per hand-over. (The waiter
+// used to skip the identity check and propose in a loop: 266 entries in
+// 1 s.)
+func TestForeignWaiterWithTheHoldersRequestID(t *testing.T) {
+	c, certs, _ := secureCluster(t, 1, "", testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.Node.TickInterval = time.Hour }))
+	n := c.WaitLeader()
+	a := coordAs(t, certs, n, "tenant-a")
+	b := coordAs(t, certs, n, "tenant-b")
+	ctx := ctxT(t)
+	held, err := a.Acquire(ctx, &coordv1.AcquireRequest{Name: "shared", Owner: "o", TtlMs: 10_000, RequestId: "r1"})
+	if err != nil || !held.GetAcquired() {
+		t.Fatal(held, err)
+	}
+	waited := make(chan *coordv1.AcquireResponse, 1)
+	go func() {
+		r, err := b.Acquire(ctx, &coordv1.AcquireRequest{Name: "shared", Owner: "o", TtlMs: 10_000, RequestId: "r1", Wait: true})
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- r
+	}()
+	c.Eventually("b waits", 5*time.Second, func() bool { return metricValue(t, n, "coordd_acquire_waiters") == 1 })
+	before := n.Node.Raft().LastIndex()
+	time.Sleep(time.Second) // the window the old waiter filled with proposals
+	if got := n.Node.Raft().LastIndex() - before; got != 0 {
+		t.Fatalf("%d log entries in 1 s while the lease was held", got)
+	}
+	if _, err := a.Release(ctx, &coordv1.ReleaseRequest{Name: "shared", Owner: "o", Generation: held.GetLease().GetGeneration()}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-waited
+	if !r.GetAcquired() || r.GetLease().GetIdentity() != "tenant-b" || r.GetLease().GetGeneration() != 2 {
+		t.Fatalf("hand-over: %v", r)
+	}
+	if got := n.Node.Raft().LastIndex() - before; got != 1 {
+		t.Fatalf("%d log entries for one hand-over", got)
+	}
+}
