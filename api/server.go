@@ -8,6 +8,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,23 +79,15 @@ func Defaults() Config {
 }
 
 func (c Config) withDefaults() Config {
-	d := Defaults()
-	for _, f := range []struct{ v, def *time.Duration }{
-		{&c.MonitorInterval, &d.MonitorInterval}, {&c.OverdueLookback, &d.OverdueLookback}, {&c.MaxLeaseAge, &d.MaxLeaseAge},
-	} {
-		if *f.v == 0 {
-			*f.v = *f.def
-		}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Clock == nil {
-		c.Clock = clock.Real{}
-	}
 	if c.Metrics == nil {
 		c.Metrics = prometheus.NewRegistry()
 	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Clock = cmp.Or[clock.Clock](c.Clock, clock.Real{})
+	d := Defaults()
+	c.MonitorInterval = cmp.Or(c.MonitorInterval, d.MonitorInterval)
+	c.OverdueLookback = cmp.Or(c.OverdueLookback, d.OverdueLookback)
+	c.MaxLeaseAge = cmp.Or(c.MaxLeaseAge, d.MaxLeaseAge)
 	return c
 }
 
@@ -235,7 +228,7 @@ func (s *Server) start() error {
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
-	s.goRun(func() { _ = s.grpc.Serve(s.grpcLis) })
+	s.wg.Go(func() { _ = s.grpc.Serve(s.grpcLis) })
 
 	if s.httpLis != nil {
 		mux := http.NewServeMux()
@@ -253,20 +246,12 @@ func (s *Server) start() error {
 			// Client certificates are verified when given: /metrics and
 			// /healthz answer anyone, the API only verified identities.
 			s.http.TLSConfig = s.tls.ServerConfig(false)
-			s.goRun(func() { _ = s.http.ServeTLS(s.httpLis, "", "") })
+			s.wg.Go(func() { _ = s.http.ServeTLS(s.httpLis, "", "") })
 		} else {
-			s.goRun(func() { _ = s.http.Serve(s.httpLis) })
+			s.wg.Go(func() { _ = s.http.Serve(s.httpLis) })
 		}
 	}
 	return nil
-}
-
-func (s *Server) goRun(f func()) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f()
-	}()
 }
 
 // GRPCAddr is the address the gRPC server listens on.

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,28 +85,19 @@ func Defaults() Config {
 // withDefaults fills unset fields.
 func (c Config) withDefaults() Config {
 	d := Defaults()
-	for _, f := range []struct{ v, def *time.Duration }{
-		{&c.HeartbeatTimeout, &d.HeartbeatTimeout}, {&c.ElectionTimeout, &d.ElectionTimeout},
-		{&c.LeaderLeaseTimeout, &d.LeaderLeaseTimeout}, {&c.TickInterval, &d.TickInterval},
-		{&c.Retention, &d.Retention}, {&c.PruneInterval, &d.PruneInterval}, {&c.MaxTTL, &d.MaxTTL},
-		{&c.ApplyTimeout, &d.ApplyTimeout},
-	} {
-		if *f.v == 0 {
-			*f.v = *f.def
-		}
-	}
-	if c.MinTTL == 0 {
-		c.MinTTL = max(time.Second, c.ElectionTimeout*3/2)
-	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = d.SnapshotThreshold
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Clock == nil {
-		c.Clock = clock.Real{}
-	}
+	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, d.HeartbeatTimeout)
+	c.ElectionTimeout = cmp.Or(c.ElectionTimeout, d.ElectionTimeout)
+	c.LeaderLeaseTimeout = cmp.Or(c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
+	c.TickInterval = cmp.Or(c.TickInterval, d.TickInterval)
+	c.Retention = cmp.Or(c.Retention, d.Retention)
+	c.PruneInterval = cmp.Or(c.PruneInterval, d.PruneInterval)
+	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, d.SnapshotThreshold)
+	c.MaxTTL = cmp.Or(c.MaxTTL, d.MaxTTL)
+	c.ApplyTimeout = cmp.Or(c.ApplyTimeout, d.ApplyTimeout)
+	// A lease shorter than 1.5 election timeouts could lapse in a failover.
+	c.MinTTL = cmp.Or(c.MinTTL, max(time.Second, c.ElectionTimeout*3/2))
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Clock = cmp.Or[clock.Clock](c.Clock, clock.Real{})
 	if c.Metrics == nil {
 		c.Metrics = prometheus.NewRegistry()
 	}

@@ -47,7 +47,7 @@ func (n *Node) watchLeadership() {
 			}
 			ls := n.newLeaderState()
 			n.leader.Store(ls)
-			n.goRun(func() { n.runLeader(ls) })
+			n.wg.Go(func() { n.runLeader(ls) })
 		}
 	}
 }
@@ -146,7 +146,7 @@ func (h *leaderHooks) start(n *Node, ls *leaderState) {
 }
 
 func (n *Node) runHook(ls *leaderState, f func(ctx context.Context, now func() int64)) {
-	n.goRun(func() { f(ls.ctx, ls.clock.current) })
+	n.wg.Go(func() { f(ls.ctx, ls.clock.current) })
 }
 
 // readyLeader returns the leader state once it is ready, or a

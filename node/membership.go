@@ -23,9 +23,9 @@ func (n *Node) Advertise(grpcAddr string, addVoter AddVoterFunc) {
 		return
 	}
 	n.log.Info("API advertised", "grpc", grpcAddr)
-	n.goRun(func() { n.registerSelf(addVoter) })
+	n.wg.Go(func() { n.registerSelf(addVoter) })
 	if n.cfg.Join != "" {
-		n.goRun(func() { n.joinLoop(addVoter) })
+		n.wg.Go(func() { n.joinLoop(addVoter) })
 	}
 }
 

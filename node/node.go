@@ -122,8 +122,8 @@ func newNode(cfg Config) *Node {
 
 // start runs the node's loops.
 func (n *Node) start() {
-	n.goRun(n.runProposer)
-	n.goRun(n.watchLeadership)
+	n.wg.Go(n.runProposer)
+	n.wg.Go(n.watchLeadership)
 }
 
 func (n *Node) startRaft() error {
@@ -200,14 +200,6 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
 	return nil
-}
-
-func (n *Node) goRun(f func()) {
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		f()
-	}()
 }
 
 // ID is the node's Raft server id.
