@@ -31,7 +31,7 @@ func (s *state) acquireCheck(now int64, c *fsmv1.Acquire) (answer any, cur *Leas
 			return res, cur, false
 		}
 		if nb := c.GetClaimNotBeforeMs(); now < nb {
-			return TooEarly(now, nb, c.GetClaimJob(), c.GetClaimWindow()), cur, false
+			return tooEarly(now, nb, c.GetClaimJob(), c.GetClaimWindow()), cur, false
 		}
 	}
 	if cur == nil || !cur.Live(now) {
@@ -105,8 +105,8 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 	return s.withClaim(now, c, res)
 }
 
-// TooEarly is the rejection of a claim at now before its not-before time.
-func TooEarly(now, notBefore int64, job, window string) *Rejection {
+// tooEarly is the rejection of a claim at now before its not-before time.
+func tooEarly(now, notBefore int64, job, window string) *Rejection {
 	return reject(ReasonTooEarly, map[string]string{"wait_ms": strconv.FormatInt(notBefore-now, 10)},
 		"window %s/%s may not start for %d ms (cluster time); is this replica's clock ahead?", job, window, notBefore-now)
 }
