@@ -7,9 +7,15 @@ import (
 )
 
 // Envelope wraps a command body with its type and the cluster time, so type
-// and body can never disagree.
+// and body can never disagree. It stamps no calendar time (see EnvelopeAt).
 func Envelope(nowMs int64, body any) *fsmv1.Command {
-	c := &fsmv1.Command{NowMs: nowMs}
+	return EnvelopeAt(nowMs, 0, body)
+}
+
+// EnvelopeAt is Envelope with both times: nowMs the lease time, calendarMs
+// the leader's wall clock (Unix ms, never below a stamp proposed before).
+func EnvelopeAt(nowMs, calendarMs int64, body any) *fsmv1.Command {
+	c := &fsmv1.Command{NowMs: nowMs, CalendarMs: calendarMs}
 	switch b := body.(type) {
 	case *fsmv1.Tick:
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_TICK, &fsmv1.Command_Tick{Tick: b}

@@ -66,6 +66,7 @@ func (st *state) writeTo(w io.Writer) error {
 		Idempotency: uint64(st.idem.Len()),
 		Members:     uint64(st.members.Len()),
 		Jobs:        uint64(st.jobs.Len()),
+		CalendarMs:  st.calendar,
 	}}})
 	st.leases.Ascend(func(l *Lease) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Lease{Lease: leaseRecord(l)}})
@@ -152,6 +153,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 		switch x := rec.GetRecord().(type) {
 		case *fsmv1.SnapshotRecord_Meta:
 			st.clock = x.Meta.GetClockMs()
+			st.calendar = x.Meta.GetCalendarMs()
 			sawMeta = true
 		case *fsmv1.SnapshotRecord_Lease:
 			r := x.Lease

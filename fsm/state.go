@@ -9,7 +9,8 @@ const btreeDegree = 32
 // state is everything the log determines. Trees hold immutable records, so
 // clone() is O(1) and a clone can be read while the original changes.
 type state struct {
-	clock     int64 // highest cluster time applied (ms)
+	clock     int64 // highest cluster (lease) time applied (ms)
+	calendar  int64 // highest calendar time applied (Unix ms)
 	leases    *btree.BTreeG[*Lease]
 	windows   *btree.BTreeG[*Window]
 	resources *btree.BTreeG[*Resource]
@@ -90,6 +91,7 @@ func (s *state) liveLeases(identity string, now int64) int {
 func (s *state) clone() *state {
 	return &state{
 		clock:     s.clock,
+		calendar:  s.calendar,
 		leases:    s.leases.Clone(),
 		windows:   s.windows.Clone(),
 		resources: s.resources.Clone(),

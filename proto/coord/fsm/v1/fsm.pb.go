@@ -109,8 +109,14 @@ func (CommandType) EnumDescriptor() ([]byte, []int) {
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  CommandType            `protobuf:"varint,1,opt,name=type,proto3,enum=coord.fsm.v1.CommandType" json:"type,omitempty"`
-	// now_ms is the cluster time stamped by the leader that proposed it.
+	// now_ms is the cluster time stamped by the leader that proposed it:
+	// lease time, paused across failovers. Lease expiry is judged on it.
 	NowMs int64 `protobuf:"varint,2,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	// calendar_ms is the leader's wall clock (Unix ms) when it proposed the
+	// command, never below a stamp it proposed before: calendar time. Due
+	// jobs and job claims (visibility timeouts) are judged on it. 0 (entries
+	// written before this field existed) leaves the FSM's calendar as it is.
+	CalendarMs int64 `protobuf:"varint,3,opt,name=calendar_ms,json=calendarMs,proto3" json:"calendar_ms,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Command_Tick
@@ -170,6 +176,13 @@ func (x *Command) GetType() CommandType {
 func (x *Command) GetNowMs() int64 {
 	if x != nil {
 		return x.NowMs
+	}
+	return 0
+}
+
+func (x *Command) GetCalendarMs() int64 {
+	if x != nil {
+		return x.CalendarMs
 	}
 	return 0
 }
@@ -1333,14 +1346,16 @@ func (*SnapshotRecord_Member) isSnapshotRecord_Record() {}
 func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
 
 type SnapshotMeta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClockMs       int64                  `protobuf:"varint,1,opt,name=clock_ms,json=clockMs,proto3" json:"clock_ms,omitempty"`
-	Leases        uint64                 `protobuf:"varint,2,opt,name=leases,proto3" json:"leases,omitempty"`
-	Windows       uint64                 `protobuf:"varint,3,opt,name=windows,proto3" json:"windows,omitempty"`
-	Resources     uint64                 `protobuf:"varint,4,opt,name=resources,proto3" json:"resources,omitempty"`
-	Idempotency   uint64                 `protobuf:"varint,5,opt,name=idempotency,proto3" json:"idempotency,omitempty"`
-	Members       uint64                 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
-	Jobs          uint64                 `protobuf:"varint,7,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ClockMs     int64                  `protobuf:"varint,1,opt,name=clock_ms,json=clockMs,proto3" json:"clock_ms,omitempty"`
+	Leases      uint64                 `protobuf:"varint,2,opt,name=leases,proto3" json:"leases,omitempty"`
+	Windows     uint64                 `protobuf:"varint,3,opt,name=windows,proto3" json:"windows,omitempty"`
+	Resources   uint64                 `protobuf:"varint,4,opt,name=resources,proto3" json:"resources,omitempty"`
+	Idempotency uint64                 `protobuf:"varint,5,opt,name=idempotency,proto3" json:"idempotency,omitempty"`
+	Members     uint64                 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
+	Jobs        uint64                 `protobuf:"varint,7,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	// calendar_ms is the highest calendar stamp applied.
+	CalendarMs    int64 `protobuf:"varint,8,opt,name=calendar_ms,json=calendarMs,proto3" json:"calendar_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1420,6 +1435,13 @@ func (x *SnapshotMeta) GetMembers() uint64 {
 func (x *SnapshotMeta) GetJobs() uint64 {
 	if x != nil {
 		return x.Jobs
+	}
+	return 0
+}
+
+func (x *SnapshotMeta) GetCalendarMs() int64 {
+	if x != nil {
+		return x.CalendarMs
 	}
 	return 0
 }
@@ -2044,10 +2066,12 @@ var File_coord_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\xf7\x05\n" +
+	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\x98\x06\n" +
 	"\aCommand\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.coord.fsm.v1.CommandTypeR\x04type\x12\x15\n" +
-	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12(\n" +
+	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12\x1f\n" +
+	"\vcalendar_ms\x18\x03 \x01(\x03R\n" +
+	"calendarMs\x12(\n" +
 	"\x04tick\x18\n" +
 	" \x01(\v2\x12.coord.fsm.v1.TickH\x00R\x04tick\x121\n" +
 	"\aacquire\x18\v \x01(\v2\x15.coord.fsm.v1.AcquireH\x00R\aacquire\x12+\n" +
@@ -2141,7 +2165,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\vidempotency\x18\x05 \x01(\v2\x1f.coord.fsm.v1.IdempotencyRecordH\x00R\vidempotency\x124\n" +
 	"\x06member\x18\x06 \x01(\v2\x1a.coord.fsm.v1.MemberRecordH\x00R\x06member\x12+\n" +
 	"\x03job\x18\a \x01(\v2\x17.coord.fsm.v1.JobRecordH\x00R\x03jobB\b\n" +
-	"\x06record\"\xc9\x01\n" +
+	"\x06record\"\xea\x01\n" +
 	"\fSnapshotMeta\x12\x19\n" +
 	"\bclock_ms\x18\x01 \x01(\x03R\aclockMs\x12\x16\n" +
 	"\x06leases\x18\x02 \x01(\x04R\x06leases\x12\x18\n" +
@@ -2149,7 +2173,9 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tresources\x18\x04 \x01(\x04R\tresources\x12 \n" +
 	"\vidempotency\x18\x05 \x01(\x04R\vidempotency\x12\x18\n" +
 	"\amembers\x18\x06 \x01(\x04R\amembers\x12\x12\n" +
-	"\x04jobs\x18\a \x01(\x04R\x04jobs\"\xcf\x02\n" +
+	"\x04jobs\x18\a \x01(\x04R\x04jobs\x12\x1f\n" +
+	"\vcalendar_ms\x18\b \x01(\x03R\n" +
+	"calendarMs\"\xcf\x02\n" +
 	"\vLeaseRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
