@@ -24,6 +24,28 @@ const (
 	ReasonLeaseLimit Reason = "LEASE_LIMIT"
 	// ReasonTooEarly: a claim before its not-before time (cluster clock).
 	ReasonTooEarly Reason = "TOO_EARLY"
+
+	// Job queue (fsm/queue*.go). Job attempts mirror leases: LOST is "not
+	// the current holder", EXPIRED is "its deadline passed".
+
+	// ReasonJobNotFound: no job with that id (never, or pruned).
+	ReasonJobNotFound Reason = "JOB_NOT_FOUND"
+	// ReasonAttemptLost: the attempt is not the job's live attempt: a later
+	// one was handed out, it already ended (completed or failed), it was
+	// handed to another worker, or it never existed. Metadata "job_id",
+	// "attempt", "current_attempt", "state", "outcome" (of that attempt).
+	ReasonAttemptLost Reason = "ATTEMPT_LOST"
+	// ReasonAttemptExpired: the attempt's visibility timeout passed without
+	// a heartbeat; the job was made available again (or dead). Same
+	// metadata.
+	ReasonAttemptExpired Reason = "ATTEMPT_EXPIRED"
+	// ReasonJobCancelled: the job was cancelled while this attempt ran.
+	ReasonJobCancelled Reason = "JOB_CANCELLED"
+	// ReasonJobFinished: Cancel of a succeeded or dead job, Retry of a
+	// succeeded one. Metadata "job_id", "state".
+	ReasonJobFinished Reason = "JOB_FINISHED"
+	// ReasonJobRunning: Retry of a running job. Metadata "job_id", "state".
+	ReasonJobRunning Reason = "JOB_RUNNING"
 )
 
 // Rejection is a business rejection of a command: the command was applied

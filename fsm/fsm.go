@@ -71,7 +71,10 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 			s.calendar = cmd.GetCalendarMs()
 		}
 	}
-	now := s.clock
+	now, cal := s.clock, s.calendar
+	if cmd.GetType() != fsmv1.CommandType_COMMAND_TYPE_BATCH {
+		s.advanceQueue(cal)
+	}
 	switch cmd.GetType() {
 	case fsmv1.CommandType_COMMAND_TYPE_TICK:
 		return nil
@@ -97,6 +100,20 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 		return s.registerJob(now, cmd.GetRegisterJob())
 	case fsmv1.CommandType_COMMAND_TYPE_BATCH:
 		return s.applyBatch(cmd.GetBatch())
+	case fsmv1.CommandType_COMMAND_TYPE_SUBMIT_JOBS:
+		return s.submitJobs(cal, cmd.GetSubmitJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_FETCH_JOBS:
+		return s.fetchJobs(cal, cmd.GetFetchJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_HEARTBEAT_JOBS:
+		return s.heartbeatJobs(cal, cmd.GetHeartbeatJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_COMPLETE_JOBS:
+		return s.completeJobs(cal, cmd.GetCompleteJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_FAIL_JOBS:
+		return s.failJobs(cal, cmd.GetFailJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_CANCEL_JOBS:
+		return s.cancelJobs(cal, cmd.GetCancelJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_RETRY_JOBS:
+		return s.retryJobs(cal, cmd.GetRetryJobs())
 	default:
 		// A command from a newer version: stop rather than diverge.
 		panic(fmt.Sprintf("fsm: unknown command type %d", cmd.GetType()))
