@@ -12,13 +12,21 @@ import (
 // SubmitResult is the outcome of a SubmitJobs: one entry per spec, in
 // order.
 type SubmitResult struct {
-	Jobs []JobOutcome
+	Jobs []SubmittedJob
+}
+
+// SubmittedJob is what a submit did with one spec. Duplicate: its unique
+// key named an existing job, which is the one returned (with its state).
+type SubmittedJob struct {
+	ID        uint64
+	RunAt     int64
+	State     JobState
+	Duplicate bool
 }
 
 // JobOutcome is a job after a command on it. Duplicate: the command
-// changed nothing because it had been done (a submit whose unique key
-// exists returns the first job; a repeated Complete, Fail, Cancel or Retry
-// returns the job as the first one left it).
+// changed nothing because it had been done (a repeated Complete, Fail,
+// Cancel or Retry returns the job as the first one left it).
 type JobOutcome struct {
 	Job       QueueJob
 	Duplicate bool
@@ -52,11 +60,12 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 				"job %d: %s %s; nothing was submitted", i, field, problem)
 		}
 	}
-	res := &SubmitResult{Jobs: make([]JobOutcome, len(specs))}
+	res := &SubmitResult{Jobs: make([]SubmittedJob, len(specs))}
 	for i, sp := range specs {
 		if sp.GetUniqueKey() != "" {
 			if id, ok := s.qidx.unique[uniqueRef{sp.GetQueue(), sp.GetUniqueKey()}]; ok {
-				res.Jobs[i] = JobOutcome{Job: *s.qjob(id), Duplicate: true}
+				d := s.qjob(id)
+				res.Jobs[i] = SubmittedJob{ID: d.ID, RunAt: d.RunAt, State: d.State, Duplicate: true}
 				continue
 			}
 		}
@@ -76,7 +85,7 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 		}
 		s.insertJob(j)
 		s.qidx.counts(j.Queue).Submitted++
-		res.Jobs[i] = JobOutcome{Job: *j}
+		res.Jobs[i] = SubmittedJob{ID: j.ID, RunAt: j.RunAt, State: j.State}
 	}
 	return res
 }

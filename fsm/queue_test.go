@@ -46,7 +46,7 @@ func labels(kv ...string) func(*fsmv1.QueueJobSpec) {
 	}
 }
 
-func submit(t testing.TB, f *FSM, cal int64, specs ...*fsmv1.QueueJobSpec) []JobOutcome {
+func submit(t testing.TB, f *FSM, cal int64, specs ...*fsmv1.QueueJobSpec) []SubmittedJob {
 	t.Helper()
 	r, ok := runAt(t, f, 0, cal, &fsmv1.SubmitJobs{Jobs: specs, Identity: "submitter"}).(*SubmitResult)
 	if !ok {
@@ -57,7 +57,12 @@ func submit(t testing.TB, f *FSM, cal int64, specs ...*fsmv1.QueueJobSpec) []Job
 
 func submitOne(t testing.TB, f *FSM, cal int64, s *fsmv1.QueueJobSpec) QueueJob {
 	t.Helper()
-	return submit(t, f, cal, s)[0].Job
+	r := submit(t, f, cal, s)[0]
+	j, ok := f.QueueJob(r.ID)
+	if !ok || j.State != r.State || j.RunAt != r.RunAt {
+		t.Fatalf("submitted %+v, stored %+v", r, j)
+	}
+	return j
 }
 
 func fetch(t testing.TB, f *FSM, cal int64, worker string, maxJobs uint32, queues ...string) []QueueJob {
@@ -462,7 +467,7 @@ func TestQueueRetry(t *testing.T) {
 		t.Fatalf("fetched %v", ids(got))
 	}
 	okJob(t, fail(f, t, t0+1, "w", 1, 1, true, 0))
-	okJob(t, (runAt(t, f, 0, t0+1, &fsmv1.CancelJobs{JobIds: []uint64{2}})))
+	okJob(t, runAt(t, f, 0, t0+1, &fsmv1.CancelJobs{JobIds: []uint64{2}}))
 	okJob(t, fail(f, t, t0+1, "w", 3, 1, true, 0))
 	okJob(t, complete(f, t, t0+1, "w", 6, 1, ""))
 	out := runAt(t, f, 0, t0+50, &fsmv1.RetryJobs{JobIds: []uint64{1, 2, 3, 4, 5, 6, 1, 77}}).(JobResults)
@@ -503,7 +508,7 @@ func TestQueueRetry(t *testing.T) {
 func TestQueueUniqueKeys(t *testing.T) {
 	f := New()
 	first := submit(t, f, t0, jspec("q", "k", unique("order-17")), jspec("q", "k", unique("order-17")), jspec("other", "k", unique("order-17")))
-	if first[0].Duplicate || !first[1].Duplicate || first[1].Job.ID != first[0].Job.ID || first[2].Duplicate || first[2].Job.ID == first[0].Job.ID {
+	if first[0].Duplicate || !first[1].Duplicate || first[1].ID != first[0].ID || first[2].Duplicate || first[2].ID == first[0].ID {
 		t.Fatalf("same batch: %+v", first)
 	}
 	// Two clients race: both submits land in one entry; the first in log
@@ -513,20 +518,20 @@ func TestQueueUniqueKeys(t *testing.T) {
 		EnvelopeAt(0, t0+1, &fsmv1.SubmitJobs{Jobs: []*fsmv1.QueueJobSpec{jspec("q", "b", unique("invoice-9"))}}),
 	}}).(BatchResult)
 	a, b := race[0].(*SubmitResult).Jobs[0], race[1].(*SubmitResult).Jobs[0]
-	if a.Duplicate || !b.Duplicate || b.Job.ID != a.Job.ID || b.Job.Kind != "a" {
+	if j, _ := f.QueueJob(b.ID); a.Duplicate || !b.Duplicate || b.ID != a.ID || j.Kind != "a" {
 		t.Fatalf("race: %+v %+v", a, b)
 	}
 	// While the job is kept, whatever its state, the key returns it.
 	fetch(t, f, t0+2, "w", 10, "q")
-	okJob(t, complete(f, t, t0+3, "w", first[0].Job.ID, 1, ""))
-	if again := submit(t, f, t0+4, jspec("q", "k", unique("order-17")))[0]; !again.Duplicate || again.Job.State != JobSucceeded {
+	okJob(t, complete(f, t, t0+3, "w", first[0].ID, 1, ""))
+	if again := submit(t, f, t0+4, jspec("q", "k", unique("order-17")))[0]; !again.Duplicate || again.State != JobSucceeded {
 		t.Fatalf("after completion: %+v", again)
 	}
 	// Pruned with its job, the key is free again.
 	if r := runAt(t, f, 0, t0+5, &fsmv1.Prune{JobsCutoffMs: t0 + 4}).(*PruneResult); r.Jobs != 1 {
 		t.Fatalf("prune: %+v", r)
 	}
-	if fresh := submit(t, f, t0+6, jspec("q", "k", unique("order-17")))[0]; fresh.Duplicate || fresh.Job.ID == first[0].Job.ID {
+	if fresh := submit(t, f, t0+6, jspec("q", "k", unique("order-17")))[0]; fresh.Duplicate || fresh.ID == first[0].ID {
 		t.Fatalf("after prune: %+v", fresh)
 	}
 }
@@ -591,7 +596,7 @@ func TestQueueRetention(t *testing.T) {
 		okJob(t, complete(f, t, t0+int64(id), "w", id, 1, ""))
 	}
 	okJob(t, fail(f, t, t0+4, "w", 4, 1, true, 0))
-	okJob(t, (runAt(t, f, 0, t0+5, &fsmv1.CancelJobs{JobIds: []uint64{5}})))
+	okJob(t, runAt(t, f, 0, t0+5, &fsmv1.CancelJobs{JobIds: []uint64{5}}))
 	// By age: finished before t0+2 goes.
 	if r := runAt(t, f, 0, t0+10, &fsmv1.Prune{JobsCutoffMs: t0 + 2}).(*PruneResult); r.Jobs != 1 {
 		t.Fatalf("by age: %+v", r)
