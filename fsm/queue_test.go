@@ -382,10 +382,10 @@ func TestQueueExpiryWhileCompletionInFlight(t *testing.T) {
 		complete int64
 		want     Reason
 	}{
-		{"in time", 0, t0 + 999, ""},
+		{"in time", 0, t0 + 999, 0},
 		{"at the deadline", 0, t0 + 1000, ReasonAttemptExpired},
 		{"overtaken by a later stamp", t0 + 1000, t0 + 999, ReasonAttemptExpired},
-		{"later stamp still before the deadline", t0 + 998, t0 + 999, ""},
+		{"later stamp still before the deadline", t0 + 998, t0 + 999, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := New()
@@ -395,7 +395,7 @@ func TestQueueExpiryWhileCompletionInFlight(t *testing.T) {
 				tick(t, f, c.before)
 			}
 			got := one(t, complete(f, t, c.complete, "w", j.ID, 1, "r"))
-			if c.want != "" {
+			if c.want != 0 {
 				wantReason(t, got, c.want)
 				if s := jobState(t, f, j.ID); s.State != JobAvailable {
 					t.Fatalf("state %s", s.State)
