@@ -464,11 +464,7 @@ func (q *queueIndex) removeDynamic(j *QueueJob) {
 	case JobCancelled, JobDead:
 		q.finOther.Delete(timeKey{j.FinishedAt, j.ID})
 	}
-	c := q.counts(j.Queue)
-	c.states[j.State]--
-	if c.states == [numJobStates]uint64{} && c.QueueCounters == (QueueCounters{}) {
-		delete(q.stats, j.Queue)
-	}
+	q.counts(j.Queue).states[j.State]--
 }
 
 func (s *state) qjob(id uint64) *QueueJob {
@@ -491,11 +487,15 @@ func (s *state) replaceJob(old, n *QueueJob) {
 	s.qidx.addDynamic(n)
 }
 
-// deleteJob removes a job and its index entries (retention).
+// deleteJob removes a job and its index entries (retention). A queue's
+// counts go with its last job, so they stay bounded by the queues in use.
 func (s *state) deleteJob(j *QueueJob) {
 	s.qidx.removeDynamic(j)
 	s.qidx.removeStatic(j)
 	s.qjobs.Delete(j)
+	if s.qidx.stats[j.Queue].states == ([numJobStates]uint64{}) {
+		delete(s.qidx.stats, j.Queue)
+	}
 }
 
 // advanceQueue applies what calendar time cal makes due, before every

@@ -118,6 +118,9 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 	if c.GetMax() == 0 || c.GetMax() > MaxFetchBatch {
 		return reject(ReasonInvalidArgument, map[string]string{"field": "max"}, "max must be 1 to %d, not %d", MaxFetchBatch, c.GetMax())
 	}
+	if n := len(c.GetQueues()); n == 0 || n > MaxFetchQueues {
+		return reject(ReasonInvalidArgument, map[string]string{"field": "queues"}, "fetch from 1 to %d queues, not %d", MaxFetchQueues, n)
+	}
 	var queues []string
 	for _, q := range c.GetQueues() {
 		if q == "" || len(q) > MaxQueueNameBytes {
@@ -130,9 +133,6 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 		if !dup {
 			queues = append(queues, q)
 		}
-	}
-	if len(queues) == 0 || len(queues) > MaxFetchQueues {
-		return reject(ReasonInvalidArgument, map[string]string{"field": "queues"}, "fetch from 1 to %d queues, not %d", MaxFetchQueues, len(queues))
 	}
 	start := int(s.fetchSeq % uint64(len(queues)))
 	s.fetchSeq++

@@ -241,6 +241,9 @@ func TestQueueCompleteAndTokens(t *testing.T) {
 	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.HeartbeatJobs{Attempts: []*fsmv1.JobAttemptRef{{JobId: 1, Attempt: 1}}}), ReasonInvalidArgument)
 	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Queues: []string{"q"}, WorkerId: "w"}), ReasonInvalidArgument)
 	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Max: 1, WorkerId: "w"}), ReasonInvalidArgument)
+	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Queues: make([]string, MaxFetchQueues+1), Max: 1, WorkerId: "w"}), ReasonInvalidArgument)
+	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Queues: []string{"q", ""}, Max: 1, WorkerId: "w"}), ReasonInvalidArgument)
+	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Queues: []string{"q"}, Max: MaxFetchBatch + 1, WorkerId: "w"}), ReasonInvalidArgument)
 }
 
 func TestQueueHeartbeatBatch(t *testing.T) {
