@@ -17,7 +17,8 @@
 # node's data directory.
 #
 # COORDD_BIN:   the coordd binary to run (default: built from this tree into DIR/bin).
-# COORDCTL_BIN: with TLS=1, the coordctl binary (default: built into DIR/bin).
+# COORDCTL_BIN: with TLS=1, the coordctl binary (default: built into DIR/bin;
+#               DIR/bin/coordctl is always there, for the commands in docs/).
 # BASE_PORT:    node N uses BASE_PORT+10*(N-1) for gRPC, +1 for metrics and
 #               the HTTP API, +2 for Raft (default 7410: gRPC on 7410, 7420, 7430).
 # TLS=1:        mutual TLS everywhere: creates a development CA and certificates
@@ -48,7 +49,7 @@ stop | restart)
   ;;
 *) usage ;;
 esac
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd -P "$(dirname "$0")/.." && pwd)
 nodes=(1 2 3)
 
 if [ "$cmd" = up ]; then mkdir -p "$dir"; fi
@@ -267,6 +268,9 @@ build() {
   if [ "$tls" = 1 ]; then
     if [ -z "${COORDCTL_BIN:-}" ]; then
       (cd "$here" && go build -o "$ctl" ./cmd/coordctl)
+    elif [ "$COORDCTL_BIN" != "$dir/bin/coordctl" ]; then
+      mkdir -p "$dir/bin"
+      ln -sf "$(cd "$(dirname "$COORDCTL_BIN")" && pwd)/$(basename "$COORDCTL_BIN")" "$dir/bin/coordctl"
     fi
     if [ ! -f "$dir/certs/admin.pem" ]; then
       "$ctl" certs dev --dir "$dir/certs" --nodes node1,node2,node3 --clients admin >/dev/null

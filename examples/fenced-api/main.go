@@ -20,11 +20,11 @@
 //	until coordctl status 2>/dev/null | grep -q Leader; do sleep 0.2; done
 //	until curl -s 127.0.0.1:8080/ledger >/dev/null; do sleep 0.2; done
 //	TOKEN=$(coordctl -o json lease acquire ledger-close --owner job-a --ttl 30s | jq -r '"\(.lease.name):\(.lease.generation)"')
-//	curl -si -X POST 127.0.0.1:8080/stores/42/commission -H "Fencing-Token: $TOKEN" -H "Idempotency-Key: ledger-2026-09-25-store-42" -d '{"amount":"42.00"}'
-//	curl -si -X POST 127.0.0.1:8080/stores/42/commission -H "Fencing-Token: $TOKEN" -H "Idempotency-Key: ledger-2026-09-25-store-42" -d '{"amount":"42.00"}'   # the same response, Idempotent-Replayed: true
+//	curl -si --fail-with-body -X POST 127.0.0.1:8080/stores/42/commission -H "Fencing-Token: $TOKEN" -H "Idempotency-Key: ledger-2026-09-25-store-42" -d '{"amount":"42.00"}'
+//	curl -si --fail-with-body -X POST 127.0.0.1:8080/stores/42/commission -H "Fencing-Token: $TOKEN" -H "Idempotency-Key: ledger-2026-09-25-store-42" -d '{"amount":"42.00"}'   # the same response, Idempotent-Replayed: true
 //	coordctl lease release ledger-close --owner job-a --generation "${TOKEN##*:}"
 //	coordctl lease acquire ledger-close --owner job-b --ttl 30s
-//	curl -sf -X POST 127.0.0.1:8080/stores/43/commission -H "Fencing-Token: $TOKEN" -H "Idempotency-Key: ledger-2026-09-25-store-43" -d '{"amount":"43.00"}'   # 409 STALE_TOKEN: job-a's token (exit 22)
+//	curl -s --fail-with-body -X POST 127.0.0.1:8080/stores/43/commission -H "Fencing-Token: $TOKEN" -H "Idempotency-Key: ledger-2026-09-25-store-43" -d '{"amount":"43.00"}'   # 409 STALE_TOKEN: job-a's token (exit 22)
 //	curl -s 127.0.0.1:8080/ledger
 //	kill $api_pid $coordd_pid; wait
 package main
