@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/coordd/coordd/client/clock"
+	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -187,27 +188,27 @@ const (
 )
 
 func classify(err error) (outcome, string) {
-	st, info := errorInfo(err)
+	st, info := coorderr.Info(err)
 	if st == nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return unknown, ""
 		}
 		return final, ""
 	}
-	reason := ""
-	if info != nil {
-		reason = info.GetReason()
-	}
+	reason, _ := coorderr.ParseReason(info.GetReason())
 	switch {
-	case reason == "NOT_LEADER" && info.GetMetadata()["leader_address"] != "":
+	case reason == coorderr.NotLeader && info.GetMetadata()["leader_address"] != "":
 		return redirect, info.GetMetadata()["leader_address"]
-	case reason == "NO_LEADER" || reason == "SHUTTING_DOWN" || reason == "NOT_LEADER":
+	case reason == coorderr.NoLeader || reason == coorderr.ShuttingDown || reason == coorderr.NotLeader:
 		return retry, ""
-	case reason == "LEADERSHIP_LOST" || reason == "TIMEOUT":
+	case reason == coorderr.LeadershipLost || reason == coorderr.Timeout:
 		return unknown, ""
 	case tlsFailure(st):
 		// The handshake failed: nothing was sent, and retrying will not help.
 		return final, ""
+	case notSent(st):
+		// The connection was never made: try another node.
+		return retry, ""
 	case st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled:
 		// Transport trouble: the request may or may not have reached a node.
 		return unknown, ""
@@ -230,6 +231,7 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 	backoff := c.opts.backoffMin
 	redirects := 0
 	uncertain := false // an attempt may have been applied
+	refused := 0       // attempts in a row that could not connect
 	finish := func(err error) error {
 		err = c.wrapFinal(err)
 		if uncertain {
@@ -274,7 +276,11 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 			c.rotate(ep)
 		case retry:
 			c.rotate(ep)
+			if refused = refusedInARow(refused, err); refused > 0 && refused < len(c.endpoints) {
+				continue // a node that cannot be connected to costs no wait: another may be up
+			}
 		}
+		refused = 0
 		sleep := backoff/2 + rand.N(backoff/2+1)
 		t := c.clock.NewTimer(sleep)
 		select {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -223,11 +224,11 @@ func cpuTicks(cfg config) int64 {
 		return -1
 	}
 	var total int64
-	for _, nd := range cfg.cluster.nodes {
-		if nd.cmd == nil {
+	for _, nd := range cfg.cluster.Nodes {
+		if !nd.Running() {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", nd.cmd.Process.Pid))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", nd.Cmd.Process.Pid))
 		if err != nil {
 			continue
 		}
@@ -324,7 +325,7 @@ func fencedCommit(hot bool) workload {
 			if hot {
 				res = "fc-hot-" + run
 			}
-			_, err := cs[w].Validate(ctx, res, leases[w].Token(), fmt.Sprintf("k-%d-%d", w, i), []byte("payload"))
+			_, err := cs[w].FencedCommit(ctx, res, leases[w].Token(), fmt.Sprintf("k-%d-%d", w, i), []byte("payload"))
 			return true, err
 		})
 		for _, l := range leases {
@@ -379,12 +380,12 @@ func failover(ctx context.Context, cfg config, n int) (*result, error) {
 	}
 	r := &result{workload: "failover", clients: 1}
 	for rep := 0; rep < cfg.reps; rep++ {
-		leader, err := lc.waitLeader(20 * time.Second)
+		leader, err := lc.WaitLeader(20 * time.Second)
 		if err != nil {
 			return nil, err
 		}
 		t0 := time.Now()
-		lc.kill(leader)
+		lc.Stop(leader, syscall.SIGKILL)
 		probe, err := client.New(ctx, cfg.endpoints, client.WithOwner("probe"), client.WithAttemptTimeout(300*time.Millisecond))
 		if err != nil {
 			return nil, err
@@ -398,7 +399,7 @@ func failover(ctx context.Context, cfg config, n int) (*result, error) {
 		}
 		r.lat = append(r.lat, time.Since(t0))
 		r.ops++
-		if err := lc.start(leader); err != nil {
+		if err := lc.Restart(leader); err != nil {
 			return nil, err
 		}
 		time.Sleep(2 * time.Second) // let the restarted node catch up before the next kill
