@@ -502,6 +502,11 @@ func TestDocCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, tool := range []string{"bash", "curl", "jq", "timeout"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("the documented commands use %s: %v", tool, err)
+		}
+	}
 	blocks := docBlocksToRun(t, root)
 	if t.Failed() {
 		t.FailNow()
