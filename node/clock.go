@@ -39,8 +39,10 @@ func (c *clusterClock) elapsed() int64 {
 }
 
 // stamp is what the leader writes into a command besides its body: today
-// the lease time. (A second, calendar clock would be one more field here,
-// filled in stamp() and written in envelope.)
+// the lease time. The envelope already has room for a calendar time
+// (fsm.EnvelopeAt, Command.calendar_ms); stamping it is one more field
+// here, filled in stamp() (the leader's wall clock, never below the last)
+// and written in envelope.
 type stamp struct {
 	nowMs int64
 }
