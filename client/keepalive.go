@@ -283,6 +283,9 @@ func (k *keeper) handle(inflight map[uint64]sentRenewal, r *coordv1.KeepAliveRes
 	if r.GetOk() {
 		k.c.metrics.RenewLatency(k.c.clock.Now().Sub(s.sent))
 		s.l.acked(s.sent)
+		if f := s.l.onRenewal; f != nil {
+			f(r)
+		}
 		return
 	}
 	s.l.lose(r.GetReason(), &Error{Reason: r.GetReason(), Message: r.GetMessage(), sentinel: ErrLeaseLost})
