@@ -221,7 +221,7 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // Stop shuts the worker down gracefully: it stops fetching (a long poll in
-// flight is abandoned), lets running handlers finish and their outcomes be
+// flight is cancelled), lets running handlers finish and their outcomes be
 // recorded until ctx ends, then hands back the attempts still running:
 // their handlers' contexts are cancelled (cause ErrWorkerShutdown) and
 // each attempt is failed, retryable, with the error "worker shutdown", so
@@ -237,8 +237,9 @@ func (w *Worker) Run(ctx context.Context) error {
 // Why fail rather than let the claims lapse: the job comes back after its
 // backoff (1 s by default) instead of after its visibility timeout, and
 // its attempt log says why. A fetch cancelled in flight may have been
-// granted: its jobs lapse after their visibility timeout, as if this
-// worker had died.
+// granted: jobs of a grant that arrives are handed back too; those of an
+// answer that never arrives lapse after their visibility timeout, as if
+// this worker had died.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if !w.started {
@@ -369,7 +370,13 @@ func (w *Worker) fetchLoop(s *slots) {
 		resp, err := w.q.Fetch(w.fetchCtx, &coordv1.QueueFetchRequest{Queues: []string{s.name}, Max: uint32(min(n, MaxBatch)),
 			WaitMs: w.o.pollWait.Milliseconds(), WorkerId: w.o.id})
 		if w.fetchCtx.Err() != nil {
-			return // Stop: a grant in flight lapses (see Stop)
+			if err == nil { // granted as Stop began: hand the jobs back at once
+				s.take(len(resp.GetJobs()))
+				for _, cj := range resp.GetJobs() {
+					w.register(s, newJob(cj), sent, stateHandedBack)
+				}
+			}
+			return
 		}
 		if err != nil {
 			w.log.Warn("job fetch failed", "queue", s.name, "err", err, "retry_in", backoff)
@@ -436,25 +443,39 @@ func (w *Worker) startClaims(s *slots, jobs []*coordv1.ClaimedJob, sent time.Tim
 
 // start registers the claim of j (live since sent) and runs its handler.
 func (w *Worker) start(s *slots, j *Job, sent time.Time) {
+	if cl := w.register(s, j, sent, stateRunning); cl != nil {
+		go w.run(cl)
+	}
+}
+
+// register holds the claim of j, live since sent: its local deadline and
+// heartbeats start. A claim registered as handed back (fetched as Stop
+// began) is failed at once, retryable, "worker shutdown".
+func (w *Worker) register(s *slots, j *Job, sent time.Time, state claimState) *claim {
 	ctx, cancel := context.WithCancelCause(w.ctx)
 	cl := &claim{w: w, ref: ref{j.ID, j.Attempt}, job: j, slots: s, vt: j.VisibilityTimeout,
-		margin: w.c.SafetyMargin(j.VisibilityTimeout), ctx: ctx, cancel: cancel, index: -1}
+		margin: w.c.SafetyMargin(j.VisibilityTimeout), ctx: ctx, cancel: cancel, index: -1, state: state}
 	j.cl = cl
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if _, dup := w.claims[cl.ref]; dup || w.ctx.Err() != nil {
-		w.mu.Unlock()
 		cancel(nil)
 		s.release()
-		return
+		return nil
 	}
 	cl.deadline = sent.Add(cl.vt - cl.margin)
 	cl.timer = w.clk.AfterFunc(cl.deadline.Sub(w.clk.Now()), func() { w.deadlinePassed(cl) })
 	cl.nextHB = sent.Add(cl.vt / 3)
 	w.claims[cl.ref] = cl
 	w.pushLocked(cl)
+	if state == stateHandedBack {
+		w.out.addFail(cl, "worker shutdown", true)
+		s.release()
+		cancel(ErrWorkerShutdown)
+		return nil
+	}
 	w.running.Add(1)
-	w.mu.Unlock()
-	go w.run(cl)
+	return cl
 }
 
 // run runs a claim's handler and queues its outcome.
