@@ -99,7 +99,10 @@ func WithQueue(name string, concurrency int) WorkerOption {
 func WithWorkerID(id string) WorkerOption { return func(o *workerOptions) { o.id = id } }
 
 // WithPollWait sets how long a Fetch waits for a job when none is due (a
-// long poll; default 10 s, at most 30 s).
+// long poll; default 5 s, at most 30 s). A poll that returns jobs after
+// more than a quarter of their visibility timeout costs them a heartbeat
+// before they start (see DESIGN.md): 5 s stays under that for the default
+// timeout of 30 s.
 func WithPollWait(d time.Duration) WorkerOption { return func(o *workerOptions) { o.pollWait = d } }
 
 // WithBatching sets when completions and failures are sent: once size are
@@ -122,7 +125,7 @@ func WithShutdownTimeout(d time.Duration) WorkerOption {
 // NewWorker returns a worker on c; register handlers with Handle or
 // HandleJSON, then Run (or Start and Stop).
 func NewWorker(c *client.Client, opts ...WorkerOption) *Worker {
-	o := workerOptions{pollWait: 10 * time.Second, batchSize: MaxBatch, batchInterval: 5 * time.Millisecond,
+	o := workerOptions{pollWait: 5 * time.Second, batchSize: MaxBatch, batchInterval: 5 * time.Millisecond,
 		shutdownTimeout: 30 * time.Second, handBackTimeout: 5 * time.Second}
 	for _, f := range opts {
 		f(&o)
@@ -138,7 +141,7 @@ func NewWorker(c *client.Client, opts ...WorkerOption) *Worker {
 	}
 	o.pollWait = min(o.pollWait, 30*time.Second)
 	if o.pollWait <= 0 {
-		o.pollWait = 10 * time.Second
+		o.pollWait = 5 * time.Second
 	}
 	o.batchSize = min(max(o.batchSize, 1), MaxBatch)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -50,7 +50,7 @@ func TestHeartbeatScheduleBatched(t *testing.T) {
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if f := recv(t, h.f.fetched, "fetch"); f.GetMax() != 4 || f.GetWorkerId() != "w1" || f.GetWaitMs() != 10_000 {
+	if f := recv(t, h.f.fetched, "fetch"); f.GetMax() != 4 || f.GetWorkerId() != "w1" || f.GetWaitMs() != 5_000 {
 		t.Fatalf("first fetch %v", f)
 	}
 	a, b := recv(t, ch, "start"), recv(t, ch, "start")
