@@ -66,6 +66,9 @@ const (
 	JobCancelled          = coordv1.ErrorReason_ERROR_REASON_JOB_CANCELLED
 	JobFinished           = coordv1.ErrorReason_ERROR_REASON_JOB_FINISHED
 	JobRunning            = coordv1.ErrorReason_ERROR_REASON_JOB_RUNNING
+	WatchIndexCompacted   = coordv1.ErrorReason_ERROR_REASON_WATCH_INDEX_COMPACTED
+	WatcherTooSlow        = coordv1.ErrorReason_ERROR_REASON_WATCHER_TOO_SLOW
+	WatchLimit            = coordv1.ErrorReason_ERROR_REASON_WATCH_LIMIT
 )
 
 // prefix is what the enum's value names carry and the wire names do not.

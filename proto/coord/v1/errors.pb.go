@@ -132,6 +132,20 @@ const (
 	// Retry of a running job (cancel it first, or wait).
 	// FAILED_PRECONDITION. Metadata "job_id", "state".
 	ErrorReason_ERROR_REASON_JOB_RUNNING ErrorReason = 29
+	// The watch asked to start (or resume) at an event this node no longer
+	// holds: its ring of recent events starts later (it was overwritten, or
+	// the node restarted from a snapshot). FAILED_PRECONDITION. Metadata
+	// "oldest_index": the oldest index a watch may start at here (another
+	// node may hold more). Re-read the state, then watch from now.
+	ErrorReason_ERROR_REASON_WATCH_INDEX_COMPACTED ErrorReason = 30
+	// The watcher fell so far behind that the events it had still to
+	// receive left the node's ring (it read too slowly). RESOURCE_EXHAUSTED.
+	// Metadata "resume_index", "resume_position": where it stopped; resume
+	// from there (on a node that still holds it) or re-read.
+	ErrorReason_ERROR_REASON_WATCHER_TOO_SLOW ErrorReason = 31
+	// The node serves its limit of watches. RESOURCE_EXHAUSTED. Metadata
+	// "limit".
+	ErrorReason_ERROR_REASON_WATCH_LIMIT ErrorReason = 32
 )
 
 // Enum value maps for ErrorReason.
@@ -167,6 +181,9 @@ var (
 		27: "ERROR_REASON_JOB_CANCELLED",
 		28: "ERROR_REASON_JOB_FINISHED",
 		29: "ERROR_REASON_JOB_RUNNING",
+		30: "ERROR_REASON_WATCH_INDEX_COMPACTED",
+		31: "ERROR_REASON_WATCHER_TOO_SLOW",
+		32: "ERROR_REASON_WATCH_LIMIT",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":             0,
@@ -199,6 +216,9 @@ var (
 		"ERROR_REASON_JOB_CANCELLED":           27,
 		"ERROR_REASON_JOB_FINISHED":            28,
 		"ERROR_REASON_JOB_RUNNING":             29,
+		"ERROR_REASON_WATCH_INDEX_COMPACTED":   30,
+		"ERROR_REASON_WATCHER_TOO_SLOW":        31,
+		"ERROR_REASON_WATCH_LIMIT":             32,
 	}
 )
 
@@ -233,7 +253,7 @@ var File_coord_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coord_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x15coord/v1/errors.proto\x12\bcoord.v1*\xcc\a\n" +
+	"\x15coord/v1/errors.proto\x12\bcoord.v1*\xb5\b\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -265,7 +285,10 @@ const file_coord_v1_errors_proto_rawDesc = "" +
 	"\x1cERROR_REASON_ATTEMPT_EXPIRED\x10\x1a\x12\x1e\n" +
 	"\x1aERROR_REASON_JOB_CANCELLED\x10\x1b\x12\x1d\n" +
 	"\x19ERROR_REASON_JOB_FINISHED\x10\x1c\x12\x1c\n" +
-	"\x18ERROR_REASON_JOB_RUNNING\x10\x1dB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\x18ERROR_REASON_JOB_RUNNING\x10\x1d\x12&\n" +
+	"\"ERROR_REASON_WATCH_INDEX_COMPACTED\x10\x1e\x12!\n" +
+	"\x1dERROR_REASON_WATCHER_TOO_SLOW\x10\x1f\x12\x1c\n" +
+	"\x18ERROR_REASON_WATCH_LIMIT\x10 B1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_errors_proto_rawDescOnce sync.Once
