@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/coordd/coordd/client/clock"
+	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/internal/tlsutil"
 )
 

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/coordd/coordd/client/clock"
+	"github.com/coordd/coordd/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 

@@ -8,19 +8,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// entry encodes a command as a Raft log entry.
-func entry(b testing.TB, now int64, body any) *raft.Log {
+// entry encodes a command as a log entry's data.
+func entry(b testing.TB, now int64, body any) []byte {
 	data, err := proto.Marshal(Envelope(now, body))
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &raft.Log{Type: raft.LogCommand, Data: data}
+	return data
 }
 
 // benchApply measures ApplyBatch (decode + apply) per command, in batches
@@ -28,7 +27,7 @@ func entry(b testing.TB, now int64, body any) *raft.Log {
 func benchApply(b *testing.B, setup func(f *FSM, n int), mk func(i int) any) {
 	f := New()
 	setup(f, b.N)
-	logs := make([]*raft.Log, b.N)
+	logs := make([][]byte, b.N)
 	for i := range logs {
 		logs[i] = entry(b, 1_000_000+int64(i), mk(i))
 	}
@@ -178,7 +177,7 @@ func queueJobs(tb testing.TB, f *FSM, n int) {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if _, ok := f.Apply(&raft.Log{Type: raft.LogCommand, Data: data}).(*SubmitResult); !ok {
+		if _, ok := f.Apply(data).(*SubmitResult); !ok {
 			tb.Fatal("submit refused")
 		}
 	}
@@ -247,7 +246,7 @@ func TestQueueFootprint(t *testing.T) {
 func BenchmarkApplySubmitJobs(b *testing.B) {
 	// b.N jobs in entries of 100.
 	args := bytes.Repeat([]byte("x"), 200)
-	var logs []*raft.Log
+	var logs [][]byte
 	for i := 0; i < b.N; i += 100 {
 		specs := make([]*fsmv1.QueueJobSpec, 0, 100)
 		for k := i; k < min(i+100, b.N); k++ {
@@ -256,7 +255,7 @@ func BenchmarkApplySubmitJobs(b *testing.B) {
 			specs = append(specs, s)
 		}
 		data, _ := proto.Marshal(EnvelopeAt(1, t0, &fsmv1.SubmitJobs{Jobs: specs}))
-		logs = append(logs, &raft.Log{Type: raft.LogCommand, Data: data})
+		logs = append(logs, data)
 	}
 	f := New()
 	b.ReportAllocs()
@@ -270,19 +269,19 @@ func BenchmarkApplyFetchComplete(b *testing.B) {
 	f := New()
 	queueJobs(b, f, b.N)
 	cal := t0 + 61_000
-	var logs []*raft.Log
+	var logs [][]byte
 	next := uint64(1)
 	for i := 0; i < b.N; i += 100 {
 		n := min(100, b.N-i)
 		data, _ := proto.Marshal(EnvelopeAt(1, cal, &fsmv1.FetchJobs{Queues: []string{"default"}, Max: uint32(n), WorkerId: "w"}))
-		logs = append(logs, &raft.Log{Type: raft.LogCommand, Data: data})
+		logs = append(logs, data)
 		var done []*fsmv1.JobCompletion
 		for k := 0; k < n; k++ {
 			done = append(done, &fsmv1.JobCompletion{JobId: next, Attempt: 1})
 			next++
 		}
 		data, _ = proto.Marshal(EnvelopeAt(1, cal, &fsmv1.CompleteJobs{Completions: done, WorkerId: "w"}))
-		logs = append(logs, &raft.Log{Type: raft.LogCommand, Data: data})
+		logs = append(logs, data)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

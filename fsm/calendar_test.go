@@ -3,21 +3,20 @@ package fsm
 import (
 	"testing"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
 // runAt applies body stamped with lease time now and calendar time cal
-// through the raft entry point.
+// through the encoded entry point.
 func runAt(t testing.TB, f *FSM, now, cal int64, body any) any {
 	t.Helper()
 	data, err := proto.Marshal(EnvelopeAt(now, cal, body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f.Apply(&raft.Log{Type: raft.LogCommand, Data: data})
+	return f.Apply(data)
 }
 
 func TestCalendarOnlyMovesForward(t *testing.T) {

@@ -10,43 +10,44 @@ import (
 	"io"
 	"sync"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// FSM implements raft.FSM and raft.BatchingFSM.
+// FSM is the replicated state and its one Apply switch. It knows nothing
+// of Raft: the node adapts it to raft.FSM and raft.BatchingFSM, handing it
+// the data of committed command entries.
 type FSM struct {
 	mu sync.RWMutex
 	st *state
 }
-
-var _ raft.BatchingFSM = (*FSM)(nil)
 
 // New returns an empty state machine.
 func New() *FSM {
 	return &FSM{st: newState()}
 }
 
-// Apply applies one log entry.
-func (f *FSM) Apply(l *raft.Log) any {
-	return f.ApplyBatch([]*raft.Log{l})[0]
+// Apply applies the data of one committed command entry.
+func (f *FSM) Apply(data []byte) any {
+	return f.ApplyBatch([][]byte{data})[0]
 }
 
-// ApplyBatch applies committed entries under one lock acquisition.
-func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
-	out := make([]any, len(logs))
+// ApplyBatch applies the data of committed entries under one lock
+// acquisition, in order. A nil element is an entry that is not a command
+// (Raft's own configuration entries): it is skipped and its result is nil.
+func (f *FSM) ApplyBatch(entries [][]byte) []any {
+	out := make([]any, len(entries))
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for i, l := range logs {
-		if l.Type != raft.LogCommand {
+	for i, data := range entries {
+		if data == nil {
 			continue
 		}
 		cmd := &fsmv1.Command{}
-		if err := proto.Unmarshal(l.Data, cmd); err != nil {
+		if err := proto.Unmarshal(data, cmd); err != nil {
 			// Fail-stop: a replica that cannot read the log must not guess.
-			panic(fmt.Sprintf("fsm: undecodable log entry %d: %v", l.Index, err))
+			panic(fmt.Sprintf("fsm: undecodable log entry (%d of a batch of %d): %v", i+1, len(entries), err))
 		}
 		out[i] = f.st.apply(cmd)
 	}
@@ -135,9 +136,10 @@ func (f *FSM) CalendarMs() int64 {
 	return f.st.calendar
 }
 
-// Snapshot takes an O(1) copy of the state for raft to persist.
-func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	return &snapshot{st: f.cloneState()}, nil
+// Snapshot takes an O(1) copy of the state; Persist writes it out while
+// commands keep applying.
+func (f *FSM) Snapshot() *Snapshot {
+	return &Snapshot{st: f.cloneState()}
 }
 
 // cloneState copies the state in O(1). btree's Clone writes to the original

@@ -5,21 +5,20 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// run applies body at cluster time now through the raft entry point, as a
-// replica would.
+// run applies body at cluster time now through the encoded entry point, as
+// a replica would.
 func run(t testing.TB, f *FSM, now int64, body any) any {
 	t.Helper()
 	data, err := proto.Marshal(Envelope(now, body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f.Apply(&raft.Log{Type: raft.LogCommand, Data: data})
+	return f.Apply(data)
 }
 
 func acq(name, owner string, ttl int64, rid string) *fsmv1.Acquire {
@@ -324,12 +323,12 @@ func TestUnknownCommandStops(t *testing.T) {
 			t.Fatal("unknown command applied without stopping")
 		}
 	}()
-	f.Apply(&raft.Log{Type: raft.LogCommand, Data: data})
+	f.Apply(data)
 }
 
 func TestNonCommandEntriesIgnored(t *testing.T) {
 	f := New()
-	if out := f.ApplyBatch([]*raft.Log{{Type: raft.LogConfiguration, Data: []byte("x")}}); len(out) != 1 || out[0] != nil {
+	if out := f.ApplyBatch([][]byte{nil}); len(out) != 1 || out[0] != nil {
 		t.Fatalf("%v", out)
 	}
 }

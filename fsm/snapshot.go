@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -22,19 +21,12 @@ const snapshotHeader = "coordd-snapshot-v1\n"
 // make a node allocate without limit.
 const maxRecordSize = 16 << 20
 
-type snapshot struct{ st *state }
+// Snapshot is a point-in-time copy of the state (FSM.Snapshot).
+type Snapshot struct{ st *state }
 
 // Persist streams the header and then length-delimited records: meta, then
 // every family in key order. Equal state gives equal bytes (G8).
-func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	if err := s.st.writeTo(sink); err != nil {
-		_ = sink.Cancel()
-		return err
-	}
-	return sink.Close()
-}
-
-func (s *snapshot) Release() {}
+func (s *Snapshot) Persist(w io.Writer) error { return s.st.writeTo(w) }
 
 func (st *state) writeTo(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 256<<10)

@@ -65,7 +65,7 @@ func metricValue(t *testing.T, n *testcluster.Node, sample string) float64 {
 			want[k] = strings.Trim(v, `"`)
 		}
 	}
-	mfs, err := n.Server.Gatherer().Gather()
+	mfs, err := n.API.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
-	"github.com/coordd/coordd/server"
 )
 
 type httpResult struct {
@@ -66,14 +66,14 @@ func wantHTTP(t *testing.T, what string, got httpResult, status int, reason stri
 }
 
 func TestHTTPAPI(t *testing.T) {
-	c, certs, _ := secureCluster(t, 3, securityACL, testcluster.WithConfig(func(cfg *server.Config) { cfg.HTTPAddr = "127.0.0.1:0" }))
+	c, certs, _ := secureCluster(t, 3, securityACL, testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.API.HTTPAddr = "127.0.0.1:0" }))
 	leader := c.WaitLeader()
 	follower := c.Followers()[0]
 	billing := coordAs(t, certs, leader, "billing-worker")
 	l := acquire(t, billing, "billing/close", "w1", 3*time.Second)
 
 	ledger := httpsClient(certs.Client("ledger-api"))
-	base := "https://" + follower.Server.HTTPAddr() // a follower: the call is forwarded
+	base := "https://" + follower.API.HTTPAddr() // a follower: the call is forwarded
 	token := "billing/close:1"
 
 	// Commit with the token form, dry run: nothing recorded.
@@ -110,7 +110,7 @@ func TestHTTPAPI(t *testing.T) {
 	// Denied: a resource outside ledger-api's prefix.
 	r = doJSON(t, ledger, "POST", base+"/v1/fence/commit", map[string]any{"resource": "hr/x", "token": "billing/close:2"})
 	wantHTTP(t, "denied", r, 403, "PERMISSION_DENIED")
-	if r.body["metadata"].(map[string]any)["rule"] != server.DefaultDenyRule {
+	if r.body["metadata"].(map[string]any)["rule"] != auth.DefaultDenyRule {
 		t.Fatalf("denial names no rule: %v", r.body)
 	}
 

@@ -30,8 +30,8 @@ import (
 	_ "time/tzdata"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/client/clock"
 	"github.com/coordd/coordd/client/jobs"
+	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/schedule"
 )
 

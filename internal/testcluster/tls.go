@@ -7,7 +7,6 @@ import (
 
 	"github.com/coordd/coordd/internal/devca"
 	"github.com/coordd/coordd/internal/tlsutil"
-	"github.com/coordd/coordd/server"
 )
 
 // Certs is a development CA in a temp dir that issues node and client
@@ -68,8 +67,11 @@ func (c *Certs) Client(identity string) *tls.Config {
 	return cfg
 }
 
-// Option turns on TLS for every node, each with a node certificate whose
-// identity is its id.
+// Option turns on TLS for every node (its API and Raft), each with a node
+// certificate whose identity is its id.
 func (c *Certs) Option() Option {
-	return func(id string, cfg *server.Config) { cfg.TLS = c.Files(id, true) }
+	return func(id string, cfg *Config) {
+		cfg.API.TLS = c.Files(id, true)
+		cfg.Node.TLS = cfg.API.TLS
+	}
 }

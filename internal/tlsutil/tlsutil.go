@@ -8,7 +8,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc/credentials"
@@ -217,4 +219,40 @@ func Credentials(f Files) (credentials.TransportCredentials, error) {
 		return nil, err
 	}
 	return credentials.NewTLS(cfg), nil
+}
+
+// Listener names a listen address for CheckPlaintext.
+type Listener struct{ Name, Addr string }
+
+// CheckPlaintext refuses plaintext listeners that bind beyond loopback,
+// unless insecure: a cluster on the network needs TLS or an explicit
+// --insecure. Empty addresses are skipped.
+func CheckPlaintext(insecure bool, listeners ...Listener) error {
+	if insecure {
+		return nil
+	}
+	var open []string
+	for _, l := range listeners {
+		if l.Addr != "" && !IsLoopback(l.Addr) {
+			open = append(open, l.Addr+" ("+l.Name+")")
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	return fmt.Errorf("refusing to listen on %s without TLS: give --tls-cert, --tls-key and --tls-ca, or --insecure to accept plaintext on the network",
+		strings.Join(open, ", "))
+}
+
+// IsLoopback reports whether a listen address binds loopback only.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/coordd/coordd/internal/devca"
@@ -75,6 +76,20 @@ func TestReloaderReload(t *testing.T) {
 	}
 	if err := (tlsutil.Files{Cert: "x"}).Validate(); err == nil {
 		t.Fatal("a certificate without key and CA validated")
+	}
+}
+
+func TestCheckPlaintext(t *testing.T) {
+	if err := tlsutil.CheckPlaintext(false, tlsutil.Listener{"gRPC", "127.0.0.1:0"}, tlsutil.Listener{"HTTP", ""}, tlsutil.Listener{"Raft", "[::1]:7"}, tlsutil.Listener{"x", "localhost:1"}); err != nil {
+		t.Fatalf("loopback refused: %v", err)
+	}
+	err := tlsutil.CheckPlaintext(false, tlsutil.Listener{"gRPC", "0.0.0.0:7400"}, tlsutil.Listener{"Raft", "127.0.0.1:7402"})
+	if err == nil || !strings.Contains(err.Error(), "0.0.0.0:7400 (gRPC)") || strings.Contains(err.Error(), "Raft") ||
+		!strings.Contains(err.Error(), "--insecure") {
+		t.Fatalf("want a refusal naming the gRPC listener and --insecure, got %v", err)
+	}
+	if err := tlsutil.CheckPlaintext(true, tlsutil.Listener{"gRPC", "0.0.0.0:7400"}); err != nil {
+		t.Fatalf("insecure: %v", err)
 	}
 }
 
