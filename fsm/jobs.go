@@ -80,6 +80,7 @@ func (s *state) registerJob(now int64, c *fsmv1.RegisterJob) any {
 		n.RegisteredAt, n.LastCompletedAt, n.LastCompletedWindow = cur.RegisteredAt, cur.LastCompletedAt, cur.LastCompletedWindow
 	}
 	s.jobs.ReplaceOrInsert(&n)
+	s.emitJob(&n)
 	return &JobResult{Job: n, Changed: true}
 }
 
@@ -92,6 +93,7 @@ func (s *state) noteCompletion(w *Window) {
 	n := *j
 	n.LastCompletedAt, n.LastCompletedWindow = w.CompletedAt, w.Window
 	s.jobs.ReplaceOrInsert(&n)
+	s.emitJob(&n)
 }
 
 // Job returns a registered job.

@@ -96,7 +96,7 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 		ExpiresAt:  now + c.GetTtlMs(),
 		Identity:   c.GetIdentity(),
 	}
-	s.leases.ReplaceOrInsert(l)
+	s.putLease(cur, l)
 	s.indexIdentity(l.Identity, l.Name)
 	res := &AcquireResult{At: now, Acquired: true, Lease: *l}
 	if cur != nil && !cur.Released {
@@ -173,7 +173,7 @@ func (s *state) renew(now int64, c *fsmv1.Renew) any {
 	n.RenewedAt = now
 	n.ExpiresAt = now + n.TTLMs
 	n.Renewals++
-	s.leases.ReplaceOrInsert(&n)
+	s.putLease(l, &n)
 	return &LeaseResult{Lease: n}
 }
 
@@ -191,7 +191,7 @@ func (s *state) release(now int64, c *fsmv1.Release) any {
 	n := *l
 	n.Released = true
 	n.ExpiresAt = now
-	s.leases.ReplaceOrInsert(&n)
+	s.putLease(l, &n)
 	res := &ReleaseResult{At: now, Released: true, Lease: n}
 	if h := c.GetHandoff(); h != nil {
 		if h.GetName() != c.GetName() {

@@ -477,6 +477,7 @@ func (s *state) insertJob(j *QueueJob) {
 	s.qjobs.ReplaceOrInsert(j)
 	s.qidx.addStatic(j)
 	s.qidx.addDynamic(j)
+	s.emitQueueJob(EventPut, j)
 }
 
 // replaceJob stores n in place of old (same id) and moves its index
@@ -485,6 +486,7 @@ func (s *state) replaceJob(old, n *QueueJob) {
 	s.qidx.removeDynamic(old)
 	s.qjobs.ReplaceOrInsert(n)
 	s.qidx.addDynamic(n)
+	s.emitQueueJob(EventPut, n)
 }
 
 // deleteJob removes a job and its index entries (retention). A queue's
@@ -493,6 +495,7 @@ func (s *state) deleteJob(j *QueueJob) {
 	s.qidx.removeDynamic(j)
 	s.qidx.removeStatic(j)
 	s.qjobs.Delete(j)
+	s.emitQueueJob(EventDelete, j)
 	if s.qidx.stats[j.Queue].states == ([numJobStates]uint64{}) {
 		delete(s.qidx.stats, j.Queue)
 	}

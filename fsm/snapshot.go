@@ -201,6 +201,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 	}
 	st.rebuildQueues()
 	st.rebuildQueueIndex()
+	st.rebuildExpiry()
 	return st, nil
 }
 

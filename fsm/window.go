@@ -33,6 +33,7 @@ func (s *state) claimWindow(now int64, c *fsmv1.ClaimWindow) any {
 	n.LeaseName, n.Owner, n.Generation = c.GetLeaseName(), c.GetOwner(), c.GetGeneration()
 	n.StartedAt = now
 	s.windows.ReplaceOrInsert(&n)
+	s.emitWindow(EventPut, &n)
 	return &ClaimResult{Claimed: true, Window: n}
 }
 
@@ -59,6 +60,7 @@ func (s *state) completeWindow(now int64, c *fsmv1.CompleteWindow) any {
 	n.CompletedAt = now
 	n.Result = c.GetResult()
 	s.windows.ReplaceOrInsert(&n)
+	s.emitWindow(EventPut, &n)
 	s.completedQ = append(s.completedQ, windowKey{n.Job, n.Window})
 	s.noteCompletion(&n)
 	return s.releaseAfterComplete(now, c, &WindowResult{Window: n})
