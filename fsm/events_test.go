@@ -103,7 +103,7 @@ func TestEventsOfWindowsFencesJobs(t *testing.T) {
 		{1020, &fsmv1.ClaimWindow{Job: "close", Window: "d1", LeaseName: "close", Owner: "o", Generation: 1}, ""}, // same holder again
 		{1030, &fsmv1.CompleteWindow{Job: "close", Window: "d1", LeaseName: "close", Owner: "o", Generation: 1, Release: true},
 			"WINDOW PUT close/d1;JOB PUT close;LEASE PUT close;"},
-		{1040, &fsmv1.FencedCommit{Resource: "ledger", LeaseName: "close", Generation: 1}, ""}, // released: refused
+		{1040, &fsmv1.FencedCommit{Resource: "ledger", LeaseName: "close", Generation: 1}, ""},   // released: refused
 		{1050, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "close", Schedule: "@daily"}}, ""}, // same spec
 		{1060, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "close", Schedule: "@hourly"}}, "JOB PUT close;"},
 		{1070, acq("close", "o", 1000, "r2"), "LEASE PUT close;"},
