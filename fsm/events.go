@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/google/btree"
 	"google.golang.org/protobuf/proto"
@@ -299,3 +300,44 @@ func jobPart(prefix string) string {
 }
 
 func hasPrefix(s, prefix string) bool { return len(s) >= len(prefix) && s[:len(prefix)] == prefix }
+
+// Position is where a change event sits in the log: the index of its
+// entry and its place among that entry's events. The node numbers events
+// as it applies entries; every replica numbers them alike.
+type Position struct {
+	Index  uint64
+	Offset uint32
+}
+
+// Before reports whether p comes before q in the log.
+func (p Position) Before(q Position) bool {
+	return p.Index < q.Index || (p.Index == q.Index && p.Offset < q.Offset)
+}
+
+// LogEvent is an event at its position, shared by every watcher of a node.
+type LogEvent struct {
+	Position
+	Event
+	enc atomic.Pointer[[]byte]
+}
+
+// Encoded returns the event's wire encoding, made by encode once per event
+// and then shared: a node with many watchers encodes each change once.
+func (e *LogEvent) Encoded(encode func(*LogEvent) []byte) []byte {
+	if b := e.enc.Load(); b != nil {
+		return *b
+	}
+	b := encode(e)
+	e.enc.Store(&b)
+	return b
+}
+
+// WatchBatch is what a watch hands its sender at a time: the initial View
+// (only in the first batch of a watch that asked for one), or events in
+// log order; Next is where to resume after the batch (every event before
+// it was delivered or did not match).
+type WatchBatch struct {
+	View   *View
+	Events []*LogEvent
+	Next   Position
+}

@@ -73,6 +73,7 @@ type Node struct {
 	queued    atomic.Int64 // commands with the proposer, not yet in an entry
 	waiters   waitQueues   // Acquire calls waiting for a lease (leader only)
 	hooks     leaderHooks
+	watch     *watchHub // recent change events and their watchers (watch.go)
 
 	advertised atomic.Pointer[string] // this node's gRPC address, once Advertise ran
 
@@ -111,6 +112,7 @@ func newNode(cfg Config) *Node {
 		log:       cfg.Logger.With("node", cfg.ID),
 		clock:     cfg.Clock,
 		fsm:       fsm.New(),
+		watch:     newWatchHub(cfg.Watch, cfg.Clock),
 		notifyCh:  make(chan bool, 16),
 		proposals: make(chan *proposal, 4*maxBatch),
 		ctx:       ctx,
@@ -124,6 +126,7 @@ func newNode(cfg Config) *Node {
 func (n *Node) start() {
 	n.wg.Go(n.runProposer)
 	n.wg.Go(n.watchLeadership)
+	n.wg.Go(func() { n.watch.runReaper(n.ctx) })
 }
 
 func (n *Node) startRaft() error {
@@ -180,7 +183,7 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return err
 	}
-	r, err := raft.NewRaft(rc, raftFSM{n.fsm}, logs, n.store, n.snaps, n.trans)
+	r, err := raft.NewRaft(rc, raftFSM{f: n.fsm, hub: n.watch}, logs, n.store, indexedSnapshots{n.snaps, n.watch}, n.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
