@@ -118,6 +118,9 @@ var methods = map[string]methodAccess{
 	coordv1.Cluster_RemoveServer_FullMethodName:       {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_TransferLeadership_FullMethodName: {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_Snapshot_FullMethodName:           {op: auth.OpAdmin, name: noName},
+	// The prefix is in the request, which a stream's handler receives: it
+	// authorizes it (read, as a list of the prefix).
+	coordv1.Watch_Watch_FullMethodName: {op: auth.OpRead, name: noName, list: true},
 }
 
 func (s *Server) authorizeMethod(c auth.Caller, method string, req any) error {
@@ -134,8 +137,8 @@ func (s *Server) authorizeMethod(c auth.Caller, method string, req any) error {
 	if acc.open {
 		return nil
 	}
-	if method == coordv1.Coordinator_KeepAlive_FullMethodName {
-		return nil // each message is authorized on its own
+	if method == coordv1.Coordinator_KeepAlive_FullMethodName || method == coordv1.Watch_Watch_FullMethodName {
+		return nil // each message (the watch's request) is authorized on its own
 	}
 	name := acc.name(req)
 	if name == "" && !acc.list && acc.op != auth.OpAdmin {

@@ -44,6 +44,11 @@ type Node interface {
 	// Read returns the committed state (read only) and the cluster time to
 	// judge expiry at: linearizable on the leader, or stale on any node.
 	Read(ctx context.Context, stale bool) (*fsm.FSM, int64, error)
+	// Watch delivers the change events this node applies from position
+	// from (index 0: now), those that match, to send, with an initial View
+	// when asked; it returns when ctx ends, send fails, or the watch cannot
+	// go on (an error with WatchRefused). Any node serves it.
+	Watch(ctx context.Context, from fsm.Position, initial bool, match func(*fsm.Event) bool, send func(fsm.WatchBatch) error) error
 
 	// IsMember reports whether identity is a Raft server id.
 	IsMember(identity string) bool

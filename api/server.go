@@ -225,6 +225,7 @@ func (s *Server) start() error {
 	coordv1.RegisterCoordinatorServer(s.grpc, &coordinator{s: s})
 	coordv1.RegisterClusterServer(s.grpc, &cluster{s: s})
 	coordv1.RegisterJobsServer(s.grpc, &jobs{s: s})
+	coordv1.RegisterWatchServer(s.grpc, newWatchService(s))
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
