@@ -100,6 +100,7 @@ var reasonSentinels = map[coorderr.Reason]error{
 	coorderr.JobCancelled:          ErrJobCancelled,
 	coorderr.JobFinished:           ErrJobFinished,
 	coorderr.JobRunning:            ErrJobRunning,
+	coorderr.WatchIndexCompacted:   ErrWatchCompacted,
 }
 
 // Error is a refusal from coordd: the gRPC code, the ErrorInfo reason
