@@ -142,6 +142,7 @@ func (w *Watcher) run(ctx context.Context, req *coordv1.WatchRequest) {
 		}
 		e := fromStatus(err)
 		reason := coorderr.ReasonOf(err)
+		c.log.Debug("watch stream ended", "endpoint", ep, "prefix", req.GetPrefix(), "resume_index", req.GetStartIndex(), "err", err)
 		switch {
 		case reason == coorderr.WatchIndexCompacted:
 			// This node's ring starts later; another may still hold it.
