@@ -58,7 +58,7 @@ func (e *Event) Size() int {
 	n := 64 + len(e.Key)
 	switch r := e.Record.(type) {
 	case *Lease:
-		n += 96 + len(r.Name) + len(r.Owner) + len(r.RequestID) + len(r.Identity)
+		n += 112 + len(r.Name) + len(r.Owner) + len(r.RequestID) + len(r.Identity) + len(r.Value)
 	case *Window:
 		n += 112 + len(r.Job) + len(r.Window) + len(r.LeaseName) + len(r.Owner) + len(r.Result)
 	case *Resource:

@@ -95,6 +95,7 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 		RenewedAt:  now,
 		ExpiresAt:  now + c.GetTtlMs(),
 		Identity:   c.GetIdentity(),
+		Value:      string(c.GetValue()),
 	}
 	s.putLease(cur, l)
 	s.indexIdentity(l.Identity, l.Name)
@@ -173,6 +174,9 @@ func (s *state) renew(now int64, c *fsmv1.Renew) any {
 	n.RenewedAt = now
 	n.ExpiresAt = now + n.TTLMs
 	n.Renewals++
+	if c.Value != nil {
+		n.Value = string(c.GetValue())
+	}
 	s.putLease(l, &n)
 	return &LeaseResult{Lease: n}
 }
