@@ -12,7 +12,7 @@ import (
 
 func (a *app) jobCmd() *cobra.Command {
 	return group("job", "Queued jobs (submit, get, list, cancel, retry); registered jobs and what did not happen",
-		a.jobSubmitCmd(), a.jobGetCmd(), a.jobListCmd(), a.jobCancelCmd(), a.jobRetryCmd(),
+		a.jobSubmitCmd(), a.jobGetCmd(), a.jobListCmd(), a.jobCancelCmd(), a.jobRetryCmd(), a.jobWatchCmd(),
 		a.jobRegisteredCmd(), a.jobStatusCmd(), a.jobOverdueCmd(), a.jobRegisterCmd())
 }
 
