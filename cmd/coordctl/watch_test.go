@@ -28,7 +28,9 @@ func TestLeaseWatch(t *testing.T) {
 		return strings.Contains(s, " PUT t/a owner=alice generation=1 renewals=0 expires in ")
 	})
 	ctlOK(t, eps, "lease", "release", "t/a", "--owner", "alice", "--generation", "1")
-	out.waitFor(t, "the release", 10*time.Second, func(s string) bool { return strings.Contains(s, " PUT t/a owner=alice generation=1 renewals=0 released\n") })
+	out.waitFor(t, "the release", 10*time.Second, func(s string) bool {
+		return strings.Contains(s, " PUT t/a owner=alice generation=1 renewals=0 released\n")
+	})
 	cancel()
 	if code := waitExit(t, done, 10*time.Second); code != exitOK || strings.Contains(out.String(), "other") {
 		t.Fatalf("exit %d\n%s%s", code, out.String(), errOut.String())
