@@ -61,8 +61,8 @@ type Leadership struct {
 // value published, or ctx ends. While another candidate leads, it waits in
 // line (a waiting Acquire on the cluster's leader, resumed across leader
 // changes with the same request id, so it is never elected twice). If ctx
-// ends while the outcome is unknown, a grant made as it ended lapses after
-// the TTL.
+// ends just as it is elected, the grant is released (best effort: a grant
+// that cannot be found then lapses after the TTL).
 func (c *Client) Campaign(ctx context.Context, name string, value []byte, opts ...ElectionOption) (*Leadership, error) {
 	o := electionOptions{ttl: DefaultElectionTTL, owner: c.opts.owner}
 	for _, opt := range opts {
@@ -70,9 +70,29 @@ func (c *Client) Campaign(ctx context.Context, name string, value []byte, opts .
 	}
 	l, err := c.Acquire(ctx, name, o.ttl, AcquireWait(), AcquireValue(value), AcquireOwner(o.owner))
 	if err != nil {
+		if ctx.Err() != nil {
+			c.releaseIfHeld(name, o.owner)
+		}
 		return nil, err
 	}
 	return &Leadership{name: name, lease: l, value: append([]byte(nil), value...)}, nil
+}
+
+// releaseIfHeld releases name if owner holds it: a waiting Acquire whose
+// context ended may have been granted as it ended (the grant comes in the
+// predecessor's Release entry).
+func (c *Client) releaseIfHeld(name, owner string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := c.GetLease(ctx, name)
+	if err != nil || l.GetOwner() != owner || l.GetReleased() || l.GetExpiresInMs() <= 0 {
+		return
+	}
+	req := &coordv1.ReleaseRequest{Name: name, Owner: owner, Generation: l.GetGeneration()}
+	_ = c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
+		_, err := cc.Release(ctx, req)
+		return err
+	})
 }
 
 // Context is cancelled when the leadership ends; context.Cause says why

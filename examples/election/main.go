@@ -25,9 +25,9 @@
 // A replica prints one line per event, for people and for tests:
 //
 //	elected id=a generation=3 at=1790000000123
-//	commit id=a generation=3 seq=0 accepted at=1790000000150
-//	commit id=a generation=3 seq=7 refused reason=STALE_TOKEN at=1790000003100
-//	lost id=a generation=3 at=1790000003101 err=...
+//	commit id=a generation=3 seq=0 accepted sent=1790000000141 at=1790000000150
+//	commit id=a generation=3 seq=7 refused reason=STALE_TOKEN sent=1790000003090 at=1790000003100
+//	lost id=a generation=3 at=1790000003101 err=coordd: lease lost: no renewal ...
 //	observed leader=b generation=4 held=true value="..." index=812
 package main
 
@@ -55,6 +55,9 @@ type config struct {
 	id        string
 	ttl       time.Duration
 	interval  time.Duration
+	// afterLoss: writes a replica attempts with a term's token after the
+	// term ended, to show that the fence refuses them.
+	afterLoss int
 }
 
 func main() {
@@ -68,6 +71,7 @@ func main() {
 	flag.StringVar(&cfg.id, "id", "", "this replica's id (required without --demo)")
 	flag.DurationVar(&cfg.ttl, "ttl", 3*time.Second, "leadership lease TTL: a dead leader is replaced this long after its last renewal")
 	flag.DurationVar(&cfg.interval, "interval", 200*time.Millisecond, "how often the leader writes its ledger")
+	flag.IntVar(&cfg.afterLoss, "writes-after-loss", 0, "writes to attempt with a term's token after it ended (all refused: the fence)")
 	flag.BoolVar(&demo, "demo", false, "start two replicas of this program and check what an observer sees")
 	flag.Parse()
 	cfg.endpoints = strings.Split(endpoints, ",")
@@ -115,13 +119,17 @@ func serve(ctx context.Context, c *client.Client, cfg config, out io.Writer) err
 	}()
 	for {
 		lead, err := c.Campaign(ctx, cfg.name, []byte("id="+cfg.id+" elected"), client.ElectionTTL(cfg.ttl), client.ElectionOwner(cfg.id))
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil // stopped while waiting (Campaign released a grant made as it ended)
+		case err != nil:
 			return fmt.Errorf("campaign: %w", err)
 		}
 		p.printf("elected id=%s generation=%d at=%d", cfg.id, lead.Generation(), now())
+		gen := lead.Generation()
+		context.AfterFunc(lead.Context(), func() { // the moment the term ends, whatever the leader is doing
+			p.printf("lost id=%s generation=%d at=%d err=%v", cfg.id, gen, now(), context.Cause(lead.Context()))
+		})
 		lead.Proclaim(lead.Context(), []byte(fmt.Sprintf("id=%s serving since %d", cfg.id, now()))) // a lost term says so below
 		err = lead.Context().Err()
 		if err == nil {
@@ -135,7 +143,18 @@ func serve(ctx context.Context, c *client.Client, cfg config, out io.Writer) err
 			return nil
 		}
 		<-lead.Done()
-		p.printf("lost id=%s generation=%d at=%d err=%v", cfg.id, lead.Generation(), now(), context.Cause(lead.Context()))
+		for i := range cfg.afterLoss { // a leader that ignores its context is still fenced
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			key := fmt.Sprintf("%s-%d-late-%d", cfg.id, lead.Generation(), i)
+			sent := now()
+			_, err := lead.Lease().FencedCommit(wctx, cfg.name+"/ledger", key, []byte(key))
+			cancel()
+			if err == nil {
+				p.printf("commit id=%s generation=%d seq=late%d accepted sent=%d at=%d", cfg.id, lead.Generation(), i, sent, now())
+			} else if e := (*client.Error)(nil); errors.As(err, &e) {
+				p.printf("commit id=%s generation=%d seq=late%d refused reason=%s sent=%d at=%d", cfg.id, lead.Generation(), i, e.Reason, sent, now())
+			}
+		}
 	}
 }
 
@@ -152,11 +171,12 @@ func work(ctx context.Context, lead *client.Leadership, cfg config, p *printer) 
 		// write sent by a leader that just lost is answered by the fence.
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		key := fmt.Sprintf("%s-%d-%d", cfg.id, lead.Generation(), seq)
+		sent := now()
 		_, err := lead.Lease().FencedCommit(wctx, cfg.name+"/ledger", key, []byte(key))
 		cancel()
 		switch {
 		case err == nil:
-			p.printf("commit id=%s generation=%d seq=%d accepted at=%d", cfg.id, lead.Generation(), seq, now())
+			p.printf("commit id=%s generation=%d seq=%d accepted sent=%d at=%d", cfg.id, lead.Generation(), seq, sent, now())
 		case ctx.Err() != nil:
 			return nil
 		default:
@@ -165,7 +185,7 @@ func work(ctx context.Context, lead *client.Leadership, cfg config, p *printer) 
 			if errors.As(err, &e) {
 				reason = e.Reason
 			}
-			p.printf("commit id=%s generation=%d seq=%d refused reason=%s at=%d", cfg.id, lead.Generation(), seq, reason, now())
+			p.printf("commit id=%s generation=%d seq=%d refused reason=%s sent=%d at=%d", cfg.id, lead.Generation(), seq, reason, sent, now())
 			if errors.Is(err, client.ErrStaleToken) || errors.Is(err, client.ErrLeaseLost) {
 				return nil // not the leader any more: stop working
 			}
