@@ -38,9 +38,9 @@ var lineRE = regexp.MustCompile(`^(elected|lost|commit|resigned) id=(\w+) genera
 
 // term is one leadership as its process reported it.
 type term struct {
-	id             string
-	gen            uint64
-	elected, ended int64 // ms; ended: the context's cancellation
+	id                string
+	gen               uint64
+	elected, ended    int64   // ms; ended: the context's cancellation
 	accepted, refused []int64 // the writes' send times
 }
 
