@@ -32,6 +32,7 @@ type config struct {
 	ttl       time.Duration
 	reps      int
 	conns     int
+	rate      int                  // watch: changes per second
 	cluster   *proccluster.Cluster // --cluster: the nodes the tool started
 }
 
@@ -88,7 +89,7 @@ func main() {
 		cluster   = flag.Bool("cluster", false, "start a local three-node cluster from --coordd-bin and tear it down")
 		bin       = flag.String("coordd-bin", "", "coordd binary for --cluster (default: build it from this module)")
 		workloads = flag.String("workload", "acquire-release,contended,renew,keepalive,fenced-commit,fenced-commit-hot,window-cycle",
-			"comma-separated workloads: acquire-release, contended, renew, keepalive, fenced-commit, fenced-commit-hot, window-cycle, failover, jobs (clients = jobs every second on 3 replicas)")
+			"comma-separated workloads: acquire-release, contended, renew, keepalive, fenced-commit, fenced-commit-hot, window-cycle, failover, jobs (clients = jobs every second on 3 replicas), watch (clients = watchers on one prefix, --rate changes/s)")
 		clients  = flag.String("clients", "64", "comma-separated client counts (each workload runs once per count)")
 		duration = flag.Duration("duration", 5*time.Second, "time per workload")
 		names    = flag.Int("names", 8, "names for the contended workload")
@@ -98,6 +99,7 @@ func main() {
 		ttl      = flag.Duration("ttl", 3*time.Second, "lease TTL for keepalive")
 		reps     = flag.Int("reps", 5, "repetitions for failover")
 		conns    = flag.Int("conns", 4, "SDK clients (connection sets) the workers share; 0 = one per worker")
+		rate     = flag.Int("rate", 5000, "watch: changes per second (renewals under the watched prefix)")
 	)
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
 	flag.Parse()
@@ -113,7 +115,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cfg := config{duration: *duration, warmup: *warmup, names: *names, wait: *wait, leases: *leases, ttl: *ttl, reps: *reps, conns: *conns}
+	cfg := config{duration: *duration, warmup: *warmup, names: *names, wait: *wait, leases: *leases, ttl: *ttl, reps: *reps, conns: *conns, rate: *rate}
 	for _, c := range strings.Split(*clients, ",") {
 		var n int
 		if _, err := fmt.Sscan(c, &n); err != nil || n <= 0 {

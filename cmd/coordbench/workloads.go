@@ -31,6 +31,7 @@ var workloadFuncs = map[string]workload{
 	"window-cycle":      windowCycle,
 	"failover":          failover,
 	"jobs":              jobsWorkload,
+	"watch":             watchWorkload,
 }
 
 // run is a benchmark id, so that names never collide between runs.
