@@ -276,10 +276,14 @@ func leaderEndpoint(ctx context.Context, cfg config) (string, error) {
 		return "", err
 	}
 	defer c.Close()
-	for _, ep := range cfg.endpoints {
-		st, err := c.Status(ctx, ep)
-		if err == nil && st.GetLeaderAddress() != "" {
-			return st.GetLeaderAddress(), nil
+	// A new cluster's nodes learn the leader's gRPC address once it has
+	// registered: ask again for a while.
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for _, ep := range cfg.endpoints {
+			st, err := c.Status(ctx, ep)
+			if err == nil && st.GetLeaderAddress() != "" {
+				return st.GetLeaderAddress(), nil
+			}
 		}
 	}
 	return "", errors.New("no leader found")
