@@ -1,5 +1,5 @@
-// Package server runs a coordd node: Raft (hashicorp/raft with a bbolt log
-// store) under the fsm package, and the gRPC services on top. See DESIGN.md.
+// Package server runs a coordd node: Raft (hashicorp/raft with a raft-wal or
+// bbolt log store) under the fsm package, and the gRPC services on top. See DESIGN.md.
 package server
 
 import (
@@ -11,15 +11,12 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -28,6 +25,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -38,7 +36,7 @@ type Server struct {
 	log     *slog.Logger
 	fsm     *fsm.FSM
 	raft    *raft.Raft
-	store   *raftboltdb.BoltStore
+	store   *logstore.Store
 	trans   *raft.NetworkTransport
 	snaps   *raft.FileSnapshotStore
 	metrics *metrics
@@ -190,16 +188,13 @@ func (s *Server) startRaft() error {
 	rc.Logger = newRaftLogger(s.log)
 
 	var err error
-	// The freelist is rebuilt on open instead of written on every commit:
-	// one page less per fsync'd transaction (etcd does the same).
-	s.store, err = raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(cfg.DataDir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-	})
+	// wal or bolt, as the data dir was created (see internal/logstore).
+	s.store, err = logstore.Open(cfg.DataDir, logstore.Options{Kind: logstore.Kind(cfg.RaftLogStore),
+		WALSegmentSize: cfg.RaftWALSegmentSize, Logger: rc.Logger.Named("logstore")})
 	if err != nil {
-		return fmt.Errorf("open raft log %s: %w", cfg.DataDir, err)
+		return err
 	}
-	logs, err := raft.NewLogCache(1024, s.store)
+	logs, err := raft.NewLogCache(1024, s.store.Logs)
 	if err != nil {
 		return err
 	}
@@ -216,11 +211,11 @@ func (s *Server) startRaft() error {
 	} else if s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, rc.Logger); err != nil {
 		return fmt.Errorf("raft transport %s: %w", cfg.RaftAddr, err)
 	}
-	existing, err := raft.HasExistingState(logs, s.store, s.snaps)
+	existing, err := raft.HasExistingState(logs, s.store.Stable, s.snaps)
 	if err != nil {
 		return err
 	}
-	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.store, s.snaps, s.trans)
+	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.store.Stable, s.snaps, s.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}

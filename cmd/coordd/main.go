@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/server"
 )
 
@@ -99,6 +100,8 @@ func run(args []string) error {
 		burst     = fs.Int("limit-burst", int(uintEnv("LIMIT_BURST", 0)), "burst of --limit-rate (default: one second's worth)")
 		maxKA     = fs.Int("limit-keepalive-streams", int(uintEnv("LIMIT_KEEPALIVE_STREAMS", 0)), "KeepAlive streams one identity may open on a node (0: unlimited)")
 		maxWaits  = fs.Int("limit-waiting-acquires", int(uintEnv("LIMIT_WAITING_ACQUIRES", 0)), "Acquire calls with wait one identity may have queued on the leader (0: unlimited)")
+		logStore  = fs.String("raft-log-store", env("RAFT_LOG_STORE", ""), "Raft log store of a new data dir: wal or bolt (default wal); an existing data dir keeps the one it was created with")
+		walSeg    = fs.String("raft-wal-segment-size", env("RAFT_WAL_SEGMENT_SIZE", "64MiB"), "size of the wal store's segment files (preallocated; bytes or K/M/G)")
 		// Fault tests only: Go ignores libfaketime, so clock faults need a hook.
 		clockOffset = fs.Duration("test-clock-offset", 0, "FAULT TESTS ONLY: offset this node's wall clock")
 		clockRate   = fs.Float64("test-clock-rate", 1, "FAULT TESTS ONLY: scale this node's monotonic clock")
@@ -128,6 +131,10 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--peers: %w", err)
 	}
+	segSize, err := logstore.ParseSize(*walSeg)
+	if err != nil {
+		return fmt.Errorf("--raft-wal-segment-size: %w", err)
+	}
 	var clk server.Clock
 	if *clockOffset != 0 || *clockRate != 1 {
 		clk = server.NewSkewedClock(*clockOffset, *clockRate)
@@ -142,6 +149,7 @@ func run(args []string) error {
 		Insecure: *insecure, ACLFile: *aclFile,
 		Limits: server.Limits{LeasesPerIdentity: uint32(*maxLeases), RequestsPerSecond: *rateLimit, Burst: *burst, KeepAliveStreams: *maxKA,
 			WaitingAcquires: *maxWaits},
+		RaftLogStore: *logStore, RaftWALSegmentSize: segSize,
 	})
 	if err != nil {
 		return err

@@ -71,6 +71,8 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 		cfg := server.Config{
 			ID: id, DataDir: t.TempDir(), GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
 			PruneInterval: time.Minute,
+			// The same variable coordd reads: run the suite on either store.
+			RaftLogStore: os.Getenv("COORDD_RAFT_LOG_STORE"),
 		}
 		if i > 1 {
 			cfg.Join = c.Nodes[0].Server.GRPCAddr()
