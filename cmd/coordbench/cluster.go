@@ -24,6 +24,7 @@ type localCluster struct {
 	dir   string
 	peers string
 	nodes []*node
+	args  []string // extra coordd flags
 }
 
 type node struct {
@@ -40,12 +41,12 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func startCluster(bin string, n int) (*localCluster, error) {
+func startCluster(bin string, n int, args ...string) (*localCluster, error) {
 	dir, err := os.MkdirTemp("", "coordbench-")
 	if err != nil {
 		return nil, err
 	}
-	lc := &localCluster{bin: bin, dir: dir}
+	lc := &localCluster{bin: bin, dir: dir, args: args}
 	var peers []string
 	for i := 1; i <= n; i++ {
 		g, err := freeAddr()
@@ -80,8 +81,8 @@ func (lc *localCluster) start(nd *node) error {
 		return err
 	}
 	defer logf.Close()
-	nd.cmd = exec.Command(lc.bin, "--id", nd.id, "--data-dir", nd.dataDir, "--grpc-addr", nd.grpcAddr,
-		"--raft-addr", nd.raftAddr, "--http-addr", "", "--peers", lc.peers, "--log-level", "warn")
+	nd.cmd = exec.Command(lc.bin, append([]string{"--id", nd.id, "--data-dir", nd.dataDir, "--grpc-addr", nd.grpcAddr,
+		"--raft-addr", nd.raftAddr, "--http-addr", "", "--peers", lc.peers, "--log-level", "warn"}, lc.args...)...)
 	nd.cmd.Stdout, nd.cmd.Stderr = logf, logf
 	// The nodes die with the load generator, however it ends.
 	nd.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

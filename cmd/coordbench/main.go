@@ -3,6 +3,7 @@
 //
 //	coordbench --cluster --coordd-bin ./bin/coordd                 # start 3 nodes, run everything
 //	coordbench --endpoints 127.0.0.1:7410,... --workload acquire-release --clients 64
+//	coordbench --cluster --raft-log-store wal,bolt --rounds 2    # a fresh cluster per store, alternating
 package main
 
 import (
@@ -98,6 +99,8 @@ func main() {
 		reps     = flag.Int("reps", 5, "repetitions for failover")
 		conns    = flag.Int("conns", 4, "SDK clients (connection sets) the workers share; 0 = one per worker")
 	)
+	stores := flag.String("raft-log-store", "", "with --cluster: the nodes' Raft log store(s), comma-separated (wal, bolt); each gets a fresh cluster, in turn (default: coordd's)")
+	rounds := flag.Int("rounds", 1, "with --cluster: run everything this many times, each store in turn (wal, bolt, wal, bolt, ...)")
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -120,6 +123,28 @@ func main() {
 		}
 		cfg.clients = append(cfg.clients, n)
 	}
+	var results []*result
+	runAll := func(tag [][2]any) {
+		for _, w := range strings.Split(*workloads, ",") {
+			run, ok := workloadFuncs[w]
+			if !ok {
+				fatal(fmt.Errorf("unknown workload %q", w))
+			}
+			counts := cfg.clients
+			if w == "keepalive" || w == "failover" {
+				counts = counts[:1]
+			}
+			for _, c := range counts {
+				r, err := run(context.Background(), cfg, c)
+				if err != nil {
+					fatal(fmt.Errorf("%s: %w", w, err))
+				}
+				r.extra = append(tag, r.extra...)
+				fmt.Println(r.json())
+				results = append(results, r)
+			}
+		}
+	}
 	if *cluster {
 		path := *bin
 		if path == "" {
@@ -133,37 +158,38 @@ func main() {
 				fatal(fmt.Errorf("build coordd: %v\n%s", err, out))
 			}
 		}
-		lc, err := startCluster(path, 3)
-		if err != nil {
-			fatal(err)
+		storeList := []string{""}
+		if *stores != "" {
+			storeList = strings.Split(*stores, ",")
 		}
-		defer lc.stop()
-		atExit = append(atExit, lc.stop) // fatal exits without running defers
-		cfg.cluster = lc
-		cfg.endpoints = lc.endpoints()
+		for round := 1; round <= *rounds; round++ {
+			for _, store := range storeList {
+				var args [][2]any
+				var flags []string
+				if store != "" {
+					flags = []string{"--raft-log-store", store}
+					args = append(args, [2]any{"raft_log_store", store})
+				}
+				if *rounds > 1 {
+					args = append(args, [2]any{"round", round})
+				}
+				lc, err := startCluster(path, 3, flags...)
+				if err != nil {
+					fatal(err)
+				}
+				atExit = append(atExit, lc.stop) // fatal exits without running defers
+				cfg.cluster = lc
+				cfg.endpoints = lc.endpoints()
+				runAll(args)
+				lc.stop()
+				atExit = atExit[:len(atExit)-1]
+			}
+		}
 	} else if *endpoints != "" {
 		cfg.endpoints = strings.Split(*endpoints, ",")
+		runAll(nil)
 	} else {
 		fatal(fmt.Errorf("give --endpoints or --cluster"))
-	}
-	var results []*result
-	for _, w := range strings.Split(*workloads, ",") {
-		run, ok := workloadFuncs[w]
-		if !ok {
-			fatal(fmt.Errorf("unknown workload %q", w))
-		}
-		counts := cfg.clients
-		if w == "keepalive" || w == "failover" {
-			counts = counts[:1]
-		}
-		for _, c := range counts {
-			r, err := run(context.Background(), cfg, c)
-			if err != nil {
-				fatal(fmt.Errorf("%s: %w", w, err))
-			}
-			fmt.Println(r.json())
-			results = append(results, r)
-		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nWORKLOAD\tCLIENTS\tOPS/S\tP50 MS\tP99 MS\tMAX MS\tERRORS\tEXTRA")

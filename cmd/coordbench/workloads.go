@@ -79,6 +79,16 @@ func drive(cfg config, name string, n int, op func(worker, iter int) (bool, erro
 	// a cold cluster was up to 25 % slower than the rest).
 	start := time.Now().Add(cfg.warmup)
 	deadline := start.Add(cfg.duration)
+	// The cluster's counters over the measured window.
+	var before, after *clusterCounters
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		time.Sleep(time.Until(start))
+		before = readCounters(cfg)
+		time.Sleep(time.Until(deadline))
+		after = readCounters(cfg)
+	}()
 	for w := 0; w < n; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -109,6 +119,8 @@ func drive(cfg config, name string, n int, op func(worker, iter int) (bool, erro
 	wg.Wait()
 	r.elapsed = time.Since(start)
 	r.ops, r.errors = ops.Load(), errs.Load()
+	<-sampled
+	addCounters(r, before, after)
 	if e, ok := lastErr.Load().(string); ok {
 		fmt.Fprintf(os.Stderr, "%s: %d errors, last: %s\n", name, r.errors, e)
 	}
