@@ -29,12 +29,15 @@ type clusterCounters struct {
 	commit     uint64
 }
 
-// readCounters samples the cluster (nil without --cluster).
+// readCounters samples the cluster: the commit index always, CPU and
+// bytes written only of the tool's own cluster (-1 otherwise).
 func readCounters(cfg config) *clusterCounters {
+	c := &clusterCounters{at: time.Now(), cpu: cpuTicks(cfg), writeBytes: -1}
+	c.commit = commitIndex(cfg)
 	if cfg.cluster == nil {
-		return nil
+		return c
 	}
-	c := &clusterCounters{at: time.Now(), cpu: cpuTicks(cfg)}
+	c.writeBytes = 0
 	for _, nd := range cfg.cluster.nodes {
 		if nd.cmd == nil {
 			continue
@@ -50,7 +53,6 @@ func readCounters(cfg config) *clusterCounters {
 			}
 		}
 	}
-	c.commit = commitIndex(cfg)
 	return c
 }
 
@@ -82,7 +84,9 @@ func addCounters(r *result, a, b *clusterCounters) {
 	}
 	secs := b.at.Sub(a.at).Seconds()
 	nodes := 3.0
-	r.add("cluster_cores", math.Round(float64(b.cpu-a.cpu)/secs)/100) // ticks are 1/100 s
+	if a.cpu >= 0 {
+		r.add("cluster_cores", math.Round(float64(b.cpu-a.cpu)/secs)/100) // ticks are 1/100 s
+	}
 	entries := int64(b.commit - a.commit)
 	r.add("raft_entries_per_s", round(float64(entries)/secs))
 	if cpo := commandsPerOp[r.workload]; cpo > 0 && r.ops > 0 {
@@ -90,6 +94,8 @@ func addCounters(r *result, a, b *clusterCounters) {
 		if entries > 0 {
 			r.add("commands_per_entry", round(cmds/float64(entries)))
 		}
-		r.add("write_bytes_per_command_node", round(float64(b.writeBytes-a.writeBytes)/nodes/cmds))
+		if a.writeBytes >= 0 {
+			r.add("write_bytes_per_command_node", round(float64(b.writeBytes-a.writeBytes)/nodes/cmds))
+		}
 	}
 }
