@@ -591,16 +591,17 @@ func TestLostReplies(t *testing.T) {
 }
 
 // Scenario 10: crash consistency of the Raft log store. Heavy appends
-// (four workers with no pause between calls, two writers of 16 KiB fenced
-// commits that fill the wal store's 1 MiB segments several times a second,
-// so kills also land around segment rotations); kill -9 a node during them
+// (four workers with no pause between calls, two writers of 4 KiB fenced
+// commits that fill the wal store's 512 KiB segments every few seconds, so
+// kills also land around segment rotations; the payloads stay in the state,
+// whose digest every status call computes, so not larger); kill -9 a node during them
 // (the leader on even iterations, a follower on odd ones) and restart it
 // at once: it must come back and catch up every time. 5 iterations (full:
 // 50). Then every acknowledged write must be there (checker 4), every node
 // at the same digest (checker 5), and the other checkers hold.
 func TestLogStoreCrashLoop(t *testing.T) {
 	r := newRunOn(t, func() *proccluster.Cluster {
-		return proccluster.Start(t, coorddBin, 3, "--raft-wal-segment-size", "1MiB")
+		return proccluster.Start(t, coorddBin, 3, "--raft-wal-segment-size", "512KiB")
 	})
 	for i := 1; i <= 4; i++ {
 		r.client(fmt.Sprintf("w%d", i), "work", "--lease", fmt.Sprintf("L%d", i), "--resource", fmt.Sprintf("R%d", i),
@@ -608,7 +609,7 @@ func TestLogStoreCrashLoop(t *testing.T) {
 	}
 	for i := 1; i <= 2; i++ {
 		r.client(fmt.Sprintf("bulk%d", i), "hold", "--lease", fmt.Sprintf("B%d", i), "--resource", fmt.Sprintf("BR%d", i),
-			"--ttl", "10s", "--interval", "0s", "--payload-bytes", "16384")
+			"--ttl", "10s", "--interval", "0s", "--payload-bytes", "4096")
 	}
 	r.await("the bulk writers commit", 20*time.Second, func() bool { return r.commitsAccepted() > 20 })
 	n := cycles(5, 50)

@@ -298,13 +298,21 @@ func (c *Cluster) WaitConverged(timeout time.Duration) string {
 // when the wait began (works under load, unlike WaitConverged).
 func (c *Cluster) WaitCaughtUp(nd *Node, timeout time.Duration) {
 	c.t.Helper()
-	leader := c.WaitLeader(timeout)
-	st, err := c.Status(leader, time.Second)
-	if err != nil {
-		c.t.Fatalf("status of the leader: %v", err)
-	}
-	target := st.GetCommitIndex()
 	deadline := time.Now().Add(timeout)
+	var target uint64
+	for {
+		// A loaded leader may answer a status late (it hashes its whole
+		// state for the digest); ask again rather than fail the test.
+		st, err := c.Status(c.WaitLeader(timeout), time.Second)
+		if err == nil {
+			target = st.GetCommitIndex()
+			break
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("status of the leader: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for time.Now().Before(deadline) {
 		if s, err := c.Status(nd, time.Second); err == nil && s.GetAppliedIndex() >= target {
 			return
