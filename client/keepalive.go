@@ -3,9 +3,11 @@ package client
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/coordd/coordd/client/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -15,23 +17,34 @@ type kaStream interface {
 	Recv() (*coordv1.KeepAliveResponse, error)
 }
 
-// openFunc opens a KeepAlive stream to the node believed to lead.
-type openFunc func(ctx context.Context) (kaStream, error)
+// openFunc opens a KeepAlive stream to ep.
+type openFunc func(ctx context.Context, ep string) (kaStream, error)
 
-func (c *Client) openKeepAlive(ctx context.Context) (kaStream, error) {
-	cc, err := c.conn(c.leaderEndpoint())
+func (c *Client) openKeepAlive(ctx context.Context, ep string) (kaStream, error) {
+	cc, err := c.conn(ep)
 	if err != nil {
 		return nil, err
 	}
 	return coordv1.NewCoordinatorClient(cc).KeepAlive(ctx)
 }
 
+// errStalled ends a stream whose acknowledgements are late: the node
+// neither answers nor breaks the stream (frozen, partitioned without a
+// reset, stuck).
+var errStalled = errors.New("keepalive acknowledgements late")
+
+// stallLimit is how late an acknowledgement may be before the stream is
+// abandoned: a third of the TTL (one renewal period), at most 2 s. A lease
+// then still has about 2/3 TTL − margin to be renewed on another leader.
+func stallLimit(ttl time.Duration) time.Duration { return min(ttl/3, 2*time.Second) }
+
 // keeper renews every held lease of a client over one shared stream: each
 // lease is sent at TTL/3 after its previous send; an acknowledgement moves
 // the lease's local deadline to (send time + TTL - margin). When the stream
-// breaks it reconnects (following the leader's address) and sends every
-// lease at once. A lease whose local deadline passes is lost, whatever the
-// stream is doing.
+// breaks, or its acknowledgements are late by more than stallLimit, it
+// reconnects to the leader (following NOT_LEADER, or asking the nodes) and
+// sends every lease at once. A lease whose local deadline passes is lost,
+// whatever the stream is doing.
 type keeper struct {
 	c    *Client
 	open openFunc
@@ -143,8 +156,15 @@ func (k *keeper) run() {
 	// Reconnects back off to at most 250 ms: every moment without a stream
 	// eats into the leases' TTL budget, and a reconnect is cheap.
 	maxBackoff := min(k.c.opts.backoffMax, 250*time.Millisecond)
-	backoff := min(k.c.opts.backoffMin, maxBackoff)
+	minBackoff := min(k.c.opts.backoffMin, maxBackoff)
+	backoff := minBackoff
 	reconnect := false
+	redirects := 0
+	// After a failure the keeper reconnects only to a leader that Status
+	// names, never to the failed node (the suspect) unless it says itself
+	// that it leads: the others name a frozen leader until they elect a
+	// new one, and a stream there would only stall again.
+	failed := false
 	for k.ctx.Err() == nil {
 		if k.count() == 0 {
 			select {
@@ -154,34 +174,82 @@ func (k *keeper) run() {
 				return
 			}
 		}
-		ep := k.c.leaderEndpoint()
-		sctx, scancel := context.WithCancel(k.ctx)
-		st, err := k.open(sctx)
+		ep := ""
+		if !failed {
+			ep = k.c.leader(k.ctx)
+		} else if info := k.c.locate(k.ctx); info.trusted {
+			ep = info.addr
+		}
+		if ep == "" { // no leader known yet (an election): look again shortly
+			if !k.sleep(backoff) {
+				return
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		failed = false
+		sctx, scancel := context.WithCancelCause(k.ctx)
+		// The open itself must make progress too (a new connection to a
+		// frozen node never completes its handshake).
+		watchdog := k.c.clock.AfterFunc(k.shortestStallLimit(), func() { scancel(errStalled) })
+		st, err := k.open(sctx, ep)
+		watchdog.Stop()
+		acked := false
 		if err == nil {
-			err = k.serve(sctx, st, reconnect)
+			acked, err = k.serve(sctx, st, scancel, reconnect)
 			reconnect = true
 		}
-		scancel()
+		if context.Cause(sctx) == errStalled {
+			err = errStalled
+		}
+		scancel(nil)
 		if k.ctx.Err() != nil {
 			return
 		}
-		kind, addr := classify(err)
-		if kind == redirect {
-			k.c.setLeader(addr)
-			backoff = min(k.c.opts.backoffMin, maxBackoff)
+		if acked {
+			backoff, redirects = minBackoff, 0
+		}
+		if kind, addr := classify(err); kind == redirect && redirects < 3 {
+			redirects++
+			k.c.redirected(ep, addr)
 			continue
 		}
-		k.c.rotate(ep)
+		k.c.leaderFailed(ep)
+		failed = true
+		if errors.Is(err, errStalled) {
+			// The stall already cost stallLimit: look for the leader now.
+			k.c.log.Warn("keepalive stream stalled; moving to the leader", "endpoint", ep)
+			continue
+		}
 		k.c.log.Info("keepalive stream broken; reconnecting", "endpoint", ep, "err", err, "in", backoff)
-		t := k.c.clock.NewTimer(backoff)
-		select {
-		case <-t.C():
-		case <-k.ctx.Done():
-			t.Stop()
+		if !k.sleep(backoff) {
 			return
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// sleep waits d on the client's clock; false when the keeper closes.
+func (k *keeper) sleep(d time.Duration) bool {
+	t := k.c.clock.NewTimer(d)
+	select {
+	case <-t.C():
+		return true
+	case <-k.ctx.Done():
+		t.Stop()
+		return false
+	}
+}
+
+// shortestStallLimit is the stall limit of the shortest-TTL lease held.
+func (k *keeper) shortestStallLimit() time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	d := 2 * time.Second
+	for _, e := range k.due {
+		d = min(d, stallLimit(e.l.ttl))
+	}
+	return d
 }
 
 // coalesceWindow is how early a renewal may go so that renewals due at
@@ -199,10 +267,67 @@ type sentRenewal struct {
 	sent time.Time
 }
 
-// serve runs one stream until it breaks. On a reconnect every lease is
-// renewed at once: renewals sent on the broken stream may be lost, and the
-// new stream may be on a new leader.
-func (k *keeper) serve(ctx context.Context, st kaStream, reconnect bool) error {
+// outstanding are the renewals sent on one stream and not yet answered,
+// with a watchdog that abandons the stream when the oldest is late by
+// more than the stall limit of the shortest TTL among them.
+type outstanding struct {
+	bySeq   map[uint64]sentRenewal
+	order   []uint64 // send order; answered ones are dropped lazily from the front
+	ttls    map[time.Duration]int
+	timer   clock.Timer
+	armed   bool
+	armedAt time.Time
+}
+
+func (o *outstanding) add(seq uint64, r sentRenewal) {
+	o.bySeq[seq] = r
+	o.order = append(o.order, seq)
+	o.ttls[r.l.ttl]++
+}
+
+func (o *outstanding) take(seq uint64) (sentRenewal, bool) {
+	r, ok := o.bySeq[seq]
+	if !ok {
+		return r, false
+	}
+	delete(o.bySeq, seq)
+	if o.ttls[r.l.ttl]--; o.ttls[r.l.ttl] == 0 {
+		delete(o.ttls, r.l.ttl)
+	}
+	return r, true
+}
+
+// rearm points the watchdog at the oldest renewal's stall deadline.
+func (o *outstanding) rearm(now time.Time) {
+	for len(o.order) > 0 {
+		if _, ok := o.bySeq[o.order[0]]; ok {
+			break
+		}
+		o.order = o.order[1:]
+	}
+	if len(o.order) == 0 {
+		if o.armed {
+			o.timer.Stop()
+			o.armed = false
+		}
+		return
+	}
+	limit := 2 * time.Second
+	for ttl := range o.ttls {
+		limit = min(limit, stallLimit(ttl))
+	}
+	at := o.bySeq[o.order[0]].sent.Add(limit)
+	if !o.armed || !at.Equal(o.armedAt) {
+		o.timer.Reset(at.Sub(now))
+		o.armed, o.armedAt = true, at
+	}
+}
+
+// serve runs one stream until it breaks or stalls (then cancel ends it
+// with errStalled); acked reports whether any renewal was acknowledged. On
+// a reconnect every lease is renewed at once: renewals sent on the broken
+// stream may be lost, and the new stream may be on a new leader.
+func (k *keeper) serve(ctx context.Context, st kaStream, cancel context.CancelCauseFunc, reconnect bool) (acked bool, err error) {
 	respCh := make(chan *coordv1.KeepAliveResponse, 64)
 	errCh := make(chan error, 1)
 	go func() {
@@ -229,7 +354,12 @@ func (k *keeper) serve(ctx context.Context, st kaStream, reconnect bool) error {
 		k.mu.Unlock()
 	}
 
-	inflight := map[uint64]sentRenewal{}
+	// The watchdog cancels the stream, which also unblocks a Send stuck on
+	// flow control (a frozen peer stops reading).
+	out := &outstanding{bySeq: map[uint64]sentRenewal{}, ttls: map[time.Duration]int{},
+		timer: k.c.clock.AfterFunc(time.Hour, func() { cancel(errStalled) })}
+	out.timer.Stop()
+	defer out.timer.Stop()
 	var seq uint64
 	timer := k.c.clock.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -251,10 +381,14 @@ func (k *keeper) serve(ctx context.Context, st kaStream, reconnect bool) error {
 		k.mu.Unlock()
 		for _, b := range batch {
 			seq++
-			inflight[seq] = b
+			out.add(seq, b)
+		}
+		out.rearm(now)
+		for i, b := range batch {
+			s := seq - uint64(len(batch)-1-i)
 			if err := st.Send(&coordv1.KeepAliveRequest{Name: b.l.name, Owner: b.l.owner, Generation: b.l.gen,
-				TtlMs: b.l.ttl.Milliseconds(), Seq: seq}); err != nil {
-				return err
+				TtlMs: b.l.ttl.Milliseconds(), Seq: s}); err != nil {
+				return acked, err
 			}
 		}
 		timer.Stop()
@@ -265,25 +399,29 @@ func (k *keeper) serve(ctx context.Context, st kaStream, reconnect bool) error {
 		case <-timer.C():
 		case <-k.wake:
 		case r := <-respCh:
-			k.handle(inflight, r)
+			if k.handle(out, r) {
+				acked = true
+			}
+			out.rearm(k.c.clock.Now())
 		case err := <-errCh:
-			return err
+			return acked, err
 		case <-ctx.Done():
-			return ctx.Err()
+			return acked, ctx.Err()
 		}
 	}
 }
 
-func (k *keeper) handle(inflight map[uint64]sentRenewal, r *coordv1.KeepAliveResponse) {
-	s, ok := inflight[r.GetSeq()]
+// handle applies one answer; it reports whether it was an acknowledgement.
+func (k *keeper) handle(out *outstanding, r *coordv1.KeepAliveResponse) bool {
+	s, ok := out.take(r.GetSeq())
 	if !ok {
-		return
+		return false
 	}
-	delete(inflight, r.GetSeq())
 	if r.GetOk() {
 		k.c.metrics.RenewLatency(k.c.clock.Now().Sub(s.sent))
 		s.l.acked(s.sent)
-		return
+		return true
 	}
 	s.l.lose(r.GetReason(), &Error{Reason: r.GetReason(), Message: r.GetMessage(), sentinel: ErrLeaseLost})
+	return false
 }
