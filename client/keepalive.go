@@ -190,8 +190,9 @@ func (k *keeper) run() {
 		failed = false
 		sctx, scancel := context.WithCancelCause(k.ctx)
 		// The open itself must make progress too (a new connection to a
-		// frozen node never completes its handshake).
-		watchdog := k.c.clock.AfterFunc(k.shortestStallLimit(), func() { scancel(errStalled) })
+		// frozen node never completes its handshake). A network timeout:
+		// real time, also under a test clock.
+		watchdog := time.AfterFunc(k.shortestStallLimit(), func() { scancel(errStalled) })
 		st, err := k.open(sctx, ep)
 		watchdog.Stop()
 		acked := false
@@ -399,10 +400,11 @@ func (k *keeper) serve(ctx context.Context, st kaStream, cancel context.CancelCa
 		case <-timer.C():
 		case <-k.wake:
 		case r := <-respCh:
-			if k.handle(out, r) {
-				acked = true
+			if s, ok := out.take(r.GetSeq()); ok {
+				// The watchdog moves before the lease learns of the ack.
+				out.rearm(k.c.clock.Now())
+				acked = k.handle(s, r) || acked
 			}
-			out.rearm(k.c.clock.Now())
 		case err := <-errCh:
 			return acked, err
 		case <-ctx.Done():
@@ -411,12 +413,9 @@ func (k *keeper) serve(ctx context.Context, st kaStream, cancel context.CancelCa
 	}
 }
 
-// handle applies one answer; it reports whether it was an acknowledgement.
-func (k *keeper) handle(out *outstanding, r *coordv1.KeepAliveResponse) bool {
-	s, ok := out.take(r.GetSeq())
-	if !ok {
-		return false
-	}
+// handle applies the answer r to the renewal s; it reports whether it
+// was an acknowledgement.
+func (k *keeper) handle(s sentRenewal, r *coordv1.KeepAliveResponse) bool {
 	if r.GetOk() {
 		k.c.metrics.RenewLatency(k.c.clock.Now().Sub(s.sent))
 		s.l.acked(s.sent)

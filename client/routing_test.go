@@ -1,0 +1,495 @@
+package client
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/client/clock"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// fakeNode is an in-process gRPC server on 127.0.0.1:0 that plays a coordd
+// node: Status, Acquire, Release and KeepAlive. A leader grants; a follower
+// either forwards (answers as the leader would, counting the call) or
+// refuses with NOT_LEADER; a frozen node answers nothing (Status and
+// KeepAlive acknowledgements block until it thaws), like a SIGSTOPped one.
+type fakeNode struct {
+	coordv1.UnimplementedCoordinatorServer
+	coordv1.UnimplementedClusterServer
+
+	id, addr string
+	clk      *clock.Fake // to stamp renewals with virtual time (may be nil)
+	srv      *grpc.Server
+
+	mu          sync.Mutex
+	leader      bool
+	leaderOf    *fakeNode // the leader this node names (followers)
+	term        uint64
+	statusErr   error
+	refuse      bool // a follower answers NOT_LEADER instead of forwarding
+	header      bool // a forwarding follower names the leader in leaderHeader
+	thaw        chan struct{}
+	calls       map[string]int
+	streams     int
+	renewals    chan fakeRenewal
+	generations uint64
+}
+
+type fakeRenewal struct {
+	node string
+	name string
+	at   time.Time
+}
+
+func startFakeNode(t *testing.T, id string, clk *clock.Fake, renewals chan fakeRenewal) *fakeNode {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &fakeNode{id: id, addr: lis.Addr().String(), clk: clk, srv: grpc.NewServer(), calls: map[string]int{},
+		renewals: renewals, term: 1}
+	coordv1.RegisterCoordinatorServer(n.srv, n)
+	coordv1.RegisterClusterServer(n.srv, n)
+	go func() { _ = n.srv.Serve(lis) }()
+	t.Cleanup(func() {
+		n.unfreeze()
+		n.srv.Stop()
+	})
+	return n
+}
+
+// lead makes n the leader in term, and the others its followers.
+func lead(n *fakeNode, term uint64, others ...*fakeNode) {
+	n.mu.Lock()
+	n.leader, n.leaderOf, n.term = true, n, term
+	n.mu.Unlock()
+	for _, o := range others {
+		o.mu.Lock()
+		o.leader, o.leaderOf, o.term = false, n, term
+		o.mu.Unlock()
+	}
+}
+
+func (n *fakeNode) freeze() {
+	n.mu.Lock()
+	if n.thaw == nil {
+		n.thaw = make(chan struct{})
+	}
+	n.mu.Unlock()
+}
+
+func (n *fakeNode) unfreeze() {
+	n.mu.Lock()
+	if n.thaw != nil {
+		close(n.thaw)
+		n.thaw = nil
+	}
+	n.mu.Unlock()
+}
+
+// wait blocks while n is frozen.
+func (n *fakeNode) wait(ctx context.Context) error {
+	n.mu.Lock()
+	thaw := n.thaw
+	n.mu.Unlock()
+	if thaw == nil {
+		return nil
+	}
+	select {
+	case <-thaw:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *fakeNode) count(method string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.calls[method]
+}
+
+func (n *fakeNode) streamCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.streams
+}
+
+func notLeader(leaderAddr string) error {
+	st := status.New(codes.Unavailable, "not the leader")
+	st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: "NOT_LEADER", Domain: "coordd.io",
+		Metadata: map[string]string{"leader_address": leaderAddr}})
+	return st.Err()
+}
+
+func (n *fakeNode) Status(ctx context.Context, _ *coordv1.StatusRequest) (*coordv1.StatusResponse, error) {
+	if err := n.wait(ctx); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.statusErr != nil {
+		return nil, n.statusErr
+	}
+	out := &coordv1.StatusResponse{Id: n.id, State: "Follower", Term: n.term, GrpcAddress: n.addr}
+	if n.leader {
+		out.State = "Leader"
+	}
+	if n.leaderOf != nil {
+		out.LeaderId, out.LeaderAddress = n.leaderOf.id, n.leaderOf.addr
+	}
+	return out, nil
+}
+
+// serveUnary answers a unary call as leader, or as a follower that
+// forwards or refuses.
+func (n *fakeNode) serveUnary(ctx context.Context, method string, local func() error) error {
+	if err := n.wait(ctx); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.calls[method]++
+	leader, l, refuse, header := n.leader, n.leaderOf, n.refuse, n.header
+	n.mu.Unlock()
+	if leader {
+		return local()
+	}
+	if l == nil {
+		return status.Error(codes.Unavailable, "no leader")
+	}
+	if refuse {
+		return notLeader(l.addr)
+	}
+	if header {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(leaderHeader, l.addr))
+	}
+	l.mu.Lock()
+	l.calls["forwarded "+method]++
+	l.mu.Unlock()
+	return l.wait(ctx) // then answered as the leader would
+}
+
+func (n *fakeNode) Acquire(ctx context.Context, req *coordv1.AcquireRequest) (*coordv1.AcquireResponse, error) {
+	var gen uint64
+	err := n.serveUnary(ctx, "Acquire", func() error {
+		n.mu.Lock()
+		n.generations++
+		gen = n.generations
+		n.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &coordv1.AcquireResponse{Acquired: true, Lease: &coordv1.Lease{Name: req.GetName(), Owner: req.GetOwner(), Generation: max(gen, 1)}}, nil
+}
+
+func (n *fakeNode) Release(ctx context.Context, _ *coordv1.ReleaseRequest) (*coordv1.ReleaseResponse, error) {
+	if err := n.serveUnary(ctx, "Release", func() error { return nil }); err != nil {
+		return nil, err
+	}
+	return &coordv1.ReleaseResponse{}, nil
+}
+
+// KeepAlive acknowledges every renewal while not frozen; a frozen node
+// records what arrives and answers nothing.
+func (n *fakeNode) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) error {
+	n.mu.Lock()
+	leader, l := n.leader, n.leaderOf
+	n.streams++
+	n.mu.Unlock()
+	if !leader {
+		if l == nil {
+			return status.Error(codes.Unavailable, "no leader")
+		}
+		return notLeader(l.addr)
+	}
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		r := fakeRenewal{node: n.id, name: req.GetName()}
+		if n.clk != nil {
+			r.at = n.clk.Now()
+		}
+		if n.renewals != nil {
+			n.renewals <- r
+		}
+		if err := n.wait(stream.Context()); err != nil {
+			return err
+		}
+		if err := stream.Send(&coordv1.KeepAliveResponse{Name: req.GetName(), Generation: req.GetGeneration(), Ok: true,
+			Seq: req.GetSeq(), ExpiresInMs: req.GetTtlMs()}); err != nil {
+			return err
+		}
+	}
+}
+
+func fakeClient(t *testing.T, endpoints []string, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(context.Background(), endpoints, append([]Option{WithOwner("me")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func acquireRelease(t *testing.T, c *Client, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := 0; i < n; i++ {
+		l, err := c.Acquire(ctx, "x", 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A client whose first endpoint is a follower learns the leader from
+// Status at start and sends every call there: the follower forwards none.
+func TestRoutingLeaderFromStatusAtStart(t *testing.T) {
+	f, l := startFakeNode(t, "f", nil, nil), startFakeNode(t, "l", nil, nil)
+	lead(l, 1, f)
+	c := fakeClient(t, []string{f.addr, l.addr})
+	acquireRelease(t, c, 20)
+	if a, r := f.count("Acquire"), f.count("Release"); a != 0 || r != 0 {
+		t.Fatalf("the follower got %d acquires and %d releases", a, r)
+	}
+	if a := l.count("Acquire"); a != 20 {
+		t.Fatalf("the leader got %d acquires, want 20", a)
+	}
+	if c.Endpoint() != l.addr {
+		t.Fatalf("endpoint %s, want the leader %s", c.Endpoint(), l.addr)
+	}
+}
+
+// Without Status answers, the first call goes to the first endpoint; a
+// NOT_LEADER refusal names the leader and the client stays there.
+func TestRoutingNotLeaderRedirect(t *testing.T) {
+	f, l := startFakeNode(t, "f", nil, nil), startFakeNode(t, "l", nil, nil)
+	lead(l, 1, f)
+	for _, n := range []*fakeNode{f, l} {
+		n.statusErr = status.Error(codes.Unimplemented, "no Status here")
+	}
+	f.refuse = true
+	c := fakeClient(t, []string{f.addr, l.addr})
+	acquireRelease(t, c, 10)
+	if a := f.count("Acquire"); a != 1 {
+		t.Fatalf("the follower got %d acquires, want 1 (the first, redirected)", a)
+	}
+	if a := l.count("Acquire"); a != 10 {
+		t.Fatalf("the leader got %d acquires, want 10", a)
+	}
+}
+
+// A follower that forwards and names the leader in the response header
+// forwards one call, not every call.
+func TestRoutingLeaderHeader(t *testing.T) {
+	f, l := startFakeNode(t, "f", nil, nil), startFakeNode(t, "l", nil, nil)
+	lead(l, 1, f)
+	for _, n := range []*fakeNode{f, l} {
+		n.statusErr = status.Error(codes.Unimplemented, "no Status here")
+	}
+	f.header = true
+	c := fakeClient(t, []string{f.addr, l.addr})
+	acquireRelease(t, c, 10)
+	if fw := l.count("forwarded Acquire"); fw != 1 {
+		t.Fatalf("%d acquires forwarded, want 1", fw)
+	}
+	if a := l.count("Acquire"); a != 9 {
+		t.Fatalf("the leader got %d acquires directly, want 9", a)
+	}
+}
+
+// When the leader the nodes name cannot be reached, calls fall back to a
+// follower, which forwards.
+func TestRoutingFollowerFallback(t *testing.T) {
+	f := startFakeNode(t, "f", nil, nil)
+	// A leader at an address where nothing listens.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := &fakeNode{id: "gone", addr: lis.Addr().String(), calls: map[string]int{}}
+	lis.Close()
+	f.leaderOf = gone
+	gone.leader = true
+	c := fakeClient(t, []string{f.addr}, WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "x", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if a := f.count("Acquire"); a != 1 {
+		t.Fatalf("the follower got %d acquires, want 1", a)
+	}
+}
+
+// A frozen leader neither breaks the KeepAlive stream nor answers. Its
+// renewals go unacknowledged; after stallLimit (min(TTL/3, 2 s)) the keeper
+// abandons the stream, finds the new leader through Status on the other
+// node and renews there at once — in virtual time, stallLimit after the
+// unanswered renewal. The lease is never lost and the frozen node gets no
+// second stream.
+func TestKeepAliveLeavesFrozenLeader(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	t0 := clk.Now()
+	renewals := make(chan fakeRenewal, 100)
+	a, b := startFakeNode(t, "a", clk, renewals), startFakeNode(t, "b", clk, renewals)
+	lead(a, 1, b)
+	c := fakeClient(t, []string{b.addr, a.addr}, WithClock(clk))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const ttl = 3 * time.Second // stall limit 1 s, margin 300 ms
+	l, err := c.Acquire(ctx, "job", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.count("Acquire") != 0 {
+		t.Fatal("the acquire went through the follower")
+	}
+	next := func() fakeRenewal {
+		t.Helper()
+		select {
+		case r := <-renewals:
+			return r
+		case <-time.After(5 * time.Second):
+			t.Fatal("no renewal arrived")
+			return fakeRenewal{}
+		}
+	}
+	advanceTo := func(d time.Duration) {
+		t.Helper()
+		if !clk.WaitArmed(t0.Add(d), 5*time.Second) {
+			t.Fatalf("nothing armed at t0+%s", d)
+		}
+		clk.Advance(t0.Add(d).Sub(clk.Now()))
+	}
+	waitDeadline := func(want time.Duration) {
+		t.Helper()
+		for end := time.Now().Add(5 * time.Second); !l.Deadline().Equal(t0.Add(want)); {
+			if time.Now().After(end) {
+				t.Fatalf("local deadline t0+%s, want t0+%s", l.Deadline().Sub(t0), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	advanceTo(time.Second)
+	if r := next(); r.node != "a" || !r.at.Equal(t0.Add(time.Second)) {
+		t.Fatalf("first renewal on %s at t0+%s", r.node, r.at.Sub(t0))
+	}
+	waitDeadline(3700 * time.Millisecond)
+
+	// a freezes; b wins the election.
+	a.freeze()
+	lead(b, 2)
+	advanceTo(2 * time.Second)
+	if r := next(); r.node != "a" {
+		t.Fatalf("renewal at t0+2s went to %s", r.node)
+	}
+	advanceTo(3 * time.Second) // 2 s + stall limit: the keeper leaves a
+	r := next()
+	for r.node == "a" { // sent on the stalled stream as it was abandoned
+		r = next()
+	}
+	if r.node != "b" || r.at.After(t0.Add(3*time.Second)) {
+		t.Fatalf("renewal resumed on %s at t0+%s, want b by t0+3s", r.node, r.at.Sub(t0))
+	}
+	waitDeadline(5700 * time.Millisecond)
+	if l.Err() != nil {
+		t.Fatal(l.Err())
+	}
+	if n := a.streamCount(); n != 1 {
+		t.Fatalf("the frozen node got %d streams", n)
+	}
+	if c.Endpoint() != b.addr {
+		t.Fatalf("endpoint %s, want the new leader %s", c.Endpoint(), b.addr)
+	}
+}
+
+// Before the election the other nodes still name the frozen leader. The
+// keeper does not go back to it (it would stall again): it keeps asking
+// until a new leader is named, then renews there.
+func TestKeepAliveWaitsForElectionAfterStall(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	t0 := clk.Now()
+	renewals := make(chan fakeRenewal, 100)
+	a, b := startFakeNode(t, "a", clk, renewals), startFakeNode(t, "b", clk, renewals)
+	lead(a, 1, b)
+	c := fakeClient(t, []string{a.addr, b.addr}, WithClock(clk))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "job", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	advanceTo := func(at time.Time) {
+		t.Helper()
+		if !clk.WaitArmed(at, 5*time.Second) {
+			t.Fatalf("nothing armed at t0+%s", at.Sub(t0))
+		}
+		clk.Advance(at.Sub(clk.Now()))
+	}
+	next := func() fakeRenewal {
+		t.Helper()
+		select {
+		case r := <-renewals:
+			return r
+		case <-time.After(5 * time.Second):
+			t.Fatal("no renewal arrived")
+			return fakeRenewal{}
+		}
+	}
+	a.freeze() // b still names a: no election yet
+	advanceTo(t0.Add(time.Second))
+	if r := next(); r.node != "a" {
+		t.Fatalf("renewal on %s", r.node)
+	}
+	advanceTo(t0.Add(2 * time.Second)) // stalled; b names a, a is silent
+	// The keeper waits (50 ms backoff) and asks again.
+	retryAt := t0.Add(2*time.Second + 50*time.Millisecond)
+	if !clk.WaitArmed(retryAt, 5*time.Second) {
+		t.Fatal("the keeper is not waiting to ask again")
+	}
+	lead(b, 2)
+	clk.Advance(retryAt.Sub(clk.Now()))
+	r := next()
+	if r.node != "b" || !r.at.Equal(retryAt) {
+		t.Fatalf("renewal on %s at t0+%s, want b at t0+2.05s", r.node, r.at.Sub(t0))
+	}
+	if n := a.streamCount(); n != 1 {
+		t.Fatalf("the frozen node got %d streams", n)
+	}
+	if l.Err() != nil {
+		t.Fatal(l.Err())
+	}
+}
+
+func TestKeepAliveStallLimit(t *testing.T) {
+	for ttl, want := range map[time.Duration]time.Duration{
+		300 * time.Millisecond: 100 * time.Millisecond,
+		3 * time.Second:        time.Second,
+		5 * time.Second:        5 * time.Second / 3,
+		time.Minute:            2 * time.Second,
+	} {
+		if got := stallLimit(ttl); got != want {
+			t.Errorf("stall limit for TTL %s = %s, want %s", ttl, got, want)
+		}
+	}
+}
