@@ -102,7 +102,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	// Ask the nodes who leads now, so that the first calls go straight
 	// there; a call made meanwhile waits for the answer (locate).
 	c.startLocate()
-	c.keeper = newKeeper(c, c.openKeepAlive)
+	c.keeper = newKeeper(c, c.openKeepAlive, c.probeHealth)
 	return c, nil
 }
 
@@ -153,6 +153,9 @@ func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
 	defer c.mu.Unlock()
 	if cc, ok := c.conns[ep]; ok {
 		return cc, nil
+	}
+	if c.closed {
+		return nil, fmt.Errorf("%w: client closed", ErrUnavailable)
 	}
 	creds := insecure.NewCredentials()
 	if c.opts.tls != nil {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/coordd/coordd/client/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -28,6 +30,19 @@ func (c *Client) openKeepAlive(ctx context.Context, ep string) (kaStream, error)
 	return coordv1.NewCoordinatorClient(cc).KeepAlive(ctx)
 }
 
+// probeFunc asks ep whether it is alive, over the connection the stream
+// uses (any answer counts; only silence does not).
+type probeFunc func(ctx context.Context, ep string) error
+
+func (c *Client) probeHealth(ctx context.Context, ep string) error {
+	cc, err := c.conn(ep)
+	if err != nil {
+		return err
+	}
+	_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err
+}
+
 // errStalled ends a stream whose acknowledgements are late: the node
 // neither answers nor breaks the stream (frozen, partitioned without a
 // reset, stuck).
@@ -38,6 +53,22 @@ var errStalled = errors.New("keepalive acknowledgements late")
 // then still has about 2/3 TTL − margin to be renewed on another leader.
 func stallLimit(ttl time.Duration) time.Duration { return min(ttl/3, 2*time.Second) }
 
+// probeAfter is how long a stream may sit with nothing outstanding before
+// the keeper probes the node (a health check on the same connection), or
+// -1 when renewals come often enough: a frozen node is then noticed within
+// probeAfter + stallLimit <= TTL/2 - reconnect allowance of the freeze,
+// whatever the phase of the renewals, instead of up to TTL/3 + stallLimit.
+// Probes are needed for TTLs below about 12 s; a client whose leases renew
+// at spread-out times rarely has such a gap.
+func probeAfter(ttl time.Duration) time.Duration {
+	l := stallLimit(ttl)
+	p := ttl/2 - l - min(l/4, 250*time.Millisecond)
+	if p <= 0 || p >= ttl/3 {
+		return -1
+	}
+	return p
+}
+
 // keeper renews every held lease of a client over one shared stream: each
 // lease is sent at TTL/3 after its previous send; an acknowledgement moves
 // the lease's local deadline to (send time + TTL - margin). When the stream
@@ -46,12 +77,14 @@ func stallLimit(ttl time.Duration) time.Duration { return min(ttl/3, 2*time.Seco
 // sends every lease at once. A lease whose local deadline passes is lost,
 // whatever the stream is doing.
 type keeper struct {
-	c    *Client
-	open openFunc
+	c     *Client
+	open  openFunc
+	probe probeFunc // nil: no idle probes
 
 	mu      sync.Mutex
 	entries map[*Lease]*kaEntry
 	due     dueHeap
+	ttls    map[time.Duration]int // TTL -> leases held with it
 
 	wake   chan struct{}
 	ctx    context.Context
@@ -87,10 +120,10 @@ func (h *dueHeap) Pop() any {
 	return e
 }
 
-func newKeeper(c *Client, open openFunc) *keeper {
+func newKeeper(c *Client, open openFunc, probe probeFunc) *keeper {
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &keeper{c: c, open: open, entries: map[*Lease]*kaEntry{}, wake: make(chan struct{}, 1),
-		ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	k := &keeper{c: c, open: open, probe: probe, entries: map[*Lease]*kaEntry{}, ttls: map[time.Duration]int{},
+		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	go k.run()
 	return k
 }
@@ -115,8 +148,12 @@ func (k *keeper) add(l *Lease) {
 	k.entries[l] = e
 	heap.Push(&k.due, e)
 	first := e.index == 0
+	k.ttls[l.ttl]++
+	shortest := k.ttls[l.ttl] == 1 && k.shortestTTLLocked() == l.ttl
 	k.mu.Unlock()
-	if first { // the keeper sleeps until the earliest due time: wake it only if that moved
+	// The keeper sleeps until the earliest due time (or probe): wake it only
+	// if that moved.
+	if first || shortest {
 		k.signal()
 	}
 }
@@ -126,8 +163,28 @@ func (k *keeper) remove(l *Lease) {
 	if e, ok := k.entries[l]; ok {
 		delete(k.entries, l)
 		heap.Remove(&k.due, e.index)
+		if k.ttls[l.ttl]--; k.ttls[l.ttl] == 0 {
+			delete(k.ttls, l.ttl)
+		}
 	}
 	k.mu.Unlock()
+}
+
+// shortestTTLLocked is the shortest TTL held (0 when none); k.mu held.
+func (k *keeper) shortestTTLLocked() time.Duration {
+	var d time.Duration
+	for ttl := range k.ttls {
+		if d == 0 || ttl < d {
+			d = ttl
+		}
+	}
+	return d
+}
+
+func (k *keeper) shortestTTL() time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.shortestTTLLocked()
 }
 
 func (k *keeper) count() int {
@@ -197,7 +254,7 @@ func (k *keeper) run() {
 		watchdog.Stop()
 		acked := false
 		if err == nil {
-			acked, err = k.serve(sctx, st, scancel, reconnect)
+			acked, err = k.serve(sctx, ep, st, scancel, reconnect)
 			reconnect = true
 		}
 		if context.Cause(sctx) == errStalled {
@@ -244,13 +301,10 @@ func (k *keeper) sleep(d time.Duration) bool {
 
 // shortestStallLimit is the stall limit of the shortest-TTL lease held.
 func (k *keeper) shortestStallLimit() time.Duration {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	d := 2 * time.Second
-	for _, e := range k.due {
-		d = min(d, stallLimit(e.l.ttl))
+	if ttl := k.shortestTTL(); ttl > 0 {
+		return stallLimit(ttl)
 	}
-	return d
+	return 2 * time.Second
 }
 
 // coalesceWindow is how early a renewal may go so that renewals due at
@@ -263,9 +317,12 @@ func coalesceWindow(ttl time.Duration) time.Duration {
 	return min(ttl/60, 50*time.Millisecond)
 }
 
+// sentRenewal is a renewal of l sent at sent, or a probe (l nil) on
+// behalf of leases with TTL ttl.
 type sentRenewal struct {
 	l    *Lease
 	sent time.Time
+	ttl  time.Duration
 }
 
 // outstanding are the renewals sent on one stream and not yet answered,
@@ -283,7 +340,7 @@ type outstanding struct {
 func (o *outstanding) add(seq uint64, r sentRenewal) {
 	o.bySeq[seq] = r
 	o.order = append(o.order, seq)
-	o.ttls[r.l.ttl]++
+	o.ttls[r.ttl]++
 }
 
 func (o *outstanding) take(seq uint64) (sentRenewal, bool) {
@@ -292,8 +349,8 @@ func (o *outstanding) take(seq uint64) (sentRenewal, bool) {
 		return r, false
 	}
 	delete(o.bySeq, seq)
-	if o.ttls[r.l.ttl]--; o.ttls[r.l.ttl] == 0 {
-		delete(o.ttls, r.l.ttl)
+	if o.ttls[r.ttl]--; o.ttls[r.ttl] == 0 {
+		delete(o.ttls, r.ttl)
 	}
 	return r, true
 }
@@ -324,11 +381,12 @@ func (o *outstanding) rearm(now time.Time) {
 	}
 }
 
-// serve runs one stream until it breaks or stalls (then cancel ends it
-// with errStalled); acked reports whether any renewal was acknowledged. On
-// a reconnect every lease is renewed at once: renewals sent on the broken
-// stream may be lost, and the new stream may be on a new leader.
-func (k *keeper) serve(ctx context.Context, st kaStream, cancel context.CancelCauseFunc, reconnect bool) (acked bool, err error) {
+// serve runs one stream to ep until it breaks or stalls (then cancel ends
+// it with errStalled); acked reports whether any renewal was acknowledged.
+// On a reconnect every lease is renewed at once: renewals sent on the
+// broken stream may be lost, and the new stream may be on a new leader.
+// While nothing is outstanding for probeAfter, a probe is.
+func (k *keeper) serve(ctx context.Context, ep string, st kaStream, cancel context.CancelCauseFunc, reconnect bool) (acked bool, err error) {
 	respCh := make(chan *coordv1.KeepAliveResponse, 64)
 	errCh := make(chan error, 1)
 	go func() {
@@ -364,6 +422,9 @@ func (k *keeper) serve(ctx context.Context, st kaStream, cancel context.CancelCa
 	var seq uint64
 	timer := k.c.clock.NewTimer(time.Hour)
 	defer timer.Stop()
+	quietSince := k.c.clock.Now() // nothing outstanding since
+	probing := uint64(0)          // the outstanding probe's seq
+	probed := make(chan uint64, 1)
 	for {
 		// Send what is due, then sleep until the next one or an event.
 		now := k.c.clock.Now()
@@ -373,16 +434,33 @@ func (k *keeper) serve(ctx context.Context, st kaStream, cancel context.CancelCa
 			e := k.due[0]
 			e.due = now.Add(e.l.ttl / 3)
 			heap.Fix(&k.due, 0)
-			batch = append(batch, sentRenewal{l: e.l, sent: now})
+			batch = append(batch, sentRenewal{l: e.l, sent: now, ttl: e.l.ttl})
 		}
 		next := time.Duration(-1)
 		if len(k.due) > 0 {
 			next = k.due[0].due.Sub(now)
 		}
+		shortest := k.shortestTTLLocked()
 		k.mu.Unlock()
 		for _, b := range batch {
 			seq++
 			out.add(seq, b)
+		}
+		if pa := probeAfter(shortest); k.probe != nil && pa >= 0 && len(out.bySeq) == 0 && next >= 0 {
+			if at := quietSince.Add(pa); at.After(now) {
+				next = min(next, at.Sub(now))
+			} else {
+				seq++
+				probing = seq
+				out.add(seq, sentRenewal{sent: now, ttl: shortest})
+				go func(seq uint64) {
+					_ = k.probe(ctx, ep)
+					select {
+					case probed <- seq:
+					case <-ctx.Done():
+					}
+				}(seq)
+			}
 		}
 		out.rearm(now)
 		for i, b := range batch {
@@ -400,10 +478,25 @@ func (k *keeper) serve(ctx context.Context, st kaStream, cancel context.CancelCa
 		case <-timer.C():
 		case <-k.wake:
 		case r := <-respCh:
+			if r.GetSeq() == probing {
+				break // a probe's seq: never a renewal's answer
+			}
 			if s, ok := out.take(r.GetSeq()); ok {
 				// The watchdog moves before the lease learns of the ack.
-				out.rearm(k.c.clock.Now())
+				now := k.c.clock.Now()
+				out.rearm(now)
+				if len(out.bySeq) == 0 {
+					quietSince = now
+				}
 				acked = k.handle(s, r) || acked
+			}
+		case p := <-probed:
+			out.take(p)
+			probing = 0
+			now := k.c.clock.Now()
+			out.rearm(now)
+			if len(out.bySeq) == 0 {
+				quietSince = now
 			}
 		case err := <-errCh:
 			return acked, err

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -199,6 +200,11 @@ func (c *Client) askStatus(candidates []string, suspect string) leaderInfo {
 	var named string
 	var namedTerm, leaderTerm uint64
 	var leader string
+	// grace bounds the wait for the suspect's own word once the others
+	// answered and named it: it may be slow, or frozen and still named
+	// because the election has not happened yet. Short, so that the next
+	// round comes soon and sees the new leader.
+	var grace <-chan time.Time
 	for pending := len(candidates); pending > 0; {
 		select {
 		case a := <-answers:
@@ -220,16 +226,23 @@ func (c *Client) askStatus(candidates []string, suspect string) leaderInfo {
 			if a.st.GetLeaderAddress() != "" && (named == "" || a.st.GetTerm() > namedTerm) {
 				named, namedTerm = c.addressOf(a.st.GetLeaderId(), a.st.GetLeaderAddress()), a.st.GetTerm()
 			}
+		case <-grace:
+			pending = 0
 		case <-ctx.Done():
 			pending = 0
 		}
 		if leader != "" && leaderTerm >= namedTerm {
 			return leaderInfo{addr: leader, self: true}
 		}
-		if others == 0 && (named == "" || named != suspect) {
-			// Every node but the suspect answered. When they name the
-			// suspect, wait for its own word (it may be slow, not gone).
-			return leaderInfo{addr: named}
+		if others == 0 {
+			if named == "" || named != suspect {
+				return leaderInfo{addr: named}
+			}
+			if grace == nil {
+				t := time.NewTimer(suspectGrace)
+				defer t.Stop()
+				grace = t.C
+			}
 		}
 	}
 	if leader != "" && leaderTerm >= namedTerm {
@@ -237,6 +250,10 @@ func (c *Client) askStatus(candidates []string, suspect string) leaderInfo {
 	}
 	return leaderInfo{addr: named}
 }
+
+// suspectGrace is how long a Status round waits for the suspect's own
+// answer after the other nodes named it leader.
+const suspectGrace = 100 * time.Millisecond
 
 // addressOf prefers the address a node answered Status on (the one this
 // client was given) over the address it advertises.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -25,6 +26,7 @@ import (
 type fakeNode struct {
 	coordv1.UnimplementedCoordinatorServer
 	coordv1.UnimplementedClusterServer
+	healthpb.UnimplementedHealthServer
 
 	id, addr string
 	clk      *clock.Fake // to stamp renewals with virtual time (may be nil)
@@ -60,6 +62,7 @@ func startFakeNode(t *testing.T, id string, clk *clock.Fake, renewals chan fakeR
 		renewals: renewals, term: 1}
 	coordv1.RegisterCoordinatorServer(n.srv, n)
 	coordv1.RegisterClusterServer(n.srv, n)
+	healthpb.RegisterHealthServer(n.srv, n)
 	go func() { _ = n.srv.Serve(lis) }()
 	t.Cleanup(func() {
 		n.unfreeze()
@@ -149,6 +152,17 @@ func (n *fakeNode) Status(ctx context.Context, _ *coordv1.StatusRequest) (*coord
 		out.LeaderId, out.LeaderAddress = n.leaderOf.id, n.leaderOf.addr
 	}
 	return out, nil
+}
+
+// Check is the health check the keeper probes an idle stream with.
+func (n *fakeNode) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	n.mu.Lock()
+	n.calls["Check"]++
+	n.mu.Unlock()
+	if err := n.wait(ctx); err != nil {
+		return nil, err
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
 // serveUnary answers a unary call as leader, or as a follower that
@@ -341,77 +355,100 @@ func TestRoutingFollowerFallback(t *testing.T) {
 	}
 }
 
-// A frozen leader neither breaks the KeepAlive stream nor answers. Its
-// renewals go unacknowledged; after stallLimit (min(TTL/3, 2 s)) the keeper
-// abandons the stream, finds the new leader through Status on the other
-// node and renews there at once — in virtual time, stallLimit after the
-// unanswered renewal. The lease is never lost and the frozen node gets no
-// second stream.
-func TestKeepAliveLeavesFrozenLeader(t *testing.T) {
+// virtual drives a fake clock for the keeper tests.
+type virtual struct {
+	t        *testing.T
+	clk      *clock.Fake
+	t0       time.Time
+	renewals chan fakeRenewal
+}
+
+func newVirtual(t *testing.T) *virtual {
 	clk := clock.NewFake(time.Unix(1_000_000, 0))
-	t0 := clk.Now()
-	renewals := make(chan fakeRenewal, 100)
-	a, b := startFakeNode(t, "a", clk, renewals), startFakeNode(t, "b", clk, renewals)
-	lead(a, 1, b)
-	c := fakeClient(t, []string{b.addr, a.addr}, WithClock(clk))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	const ttl = 3 * time.Second // stall limit 1 s, margin 300 ms
-	l, err := c.Acquire(ctx, "job", ttl)
-	if err != nil {
-		t.Fatal(err)
+	return &virtual{t: t, clk: clk, t0: clk.Now(), renewals: make(chan fakeRenewal, 100)}
+}
+
+// advanceTo waits until a timer is armed at t0+d (the keeper is idle
+// until then), then moves the clock there.
+func (v *virtual) advanceTo(d time.Duration) {
+	v.t.Helper()
+	if !v.clk.WaitArmed(v.t0.Add(d), 5*time.Second) {
+		v.t.Fatalf("nothing armed at t0+%s", d)
 	}
-	if b.count("Acquire") != 0 {
-		t.Fatal("the acquire went through the follower")
-	}
-	next := func() fakeRenewal {
-		t.Helper()
+	v.clk.Advance(v.t0.Add(d).Sub(v.clk.Now()))
+}
+
+// next is the next renewal a node received; skip ignores those from a
+// node (sent on a stream as it was abandoned).
+func (v *virtual) next(skip string) fakeRenewal {
+	v.t.Helper()
+	for {
 		select {
-		case r := <-renewals:
-			return r
+		case r := <-v.renewals:
+			if r.node != skip {
+				return r
+			}
 		case <-time.After(5 * time.Second):
-			t.Fatal("no renewal arrived")
+			v.t.Fatal("no renewal arrived")
 			return fakeRenewal{}
 		}
 	}
-	advanceTo := func(d time.Duration) {
-		t.Helper()
-		if !clk.WaitArmed(t0.Add(d), 5*time.Second) {
-			t.Fatalf("nothing armed at t0+%s", d)
-		}
-		clk.Advance(t0.Add(d).Sub(clk.Now()))
-	}
-	waitDeadline := func(want time.Duration) {
-		t.Helper()
-		for end := time.Now().Add(5 * time.Second); !l.Deadline().Equal(t0.Add(want)); {
-			if time.Now().After(end) {
-				t.Fatalf("local deadline t0+%s, want t0+%s", l.Deadline().Sub(t0), want)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	advanceTo(time.Second)
-	if r := next(); r.node != "a" || !r.at.Equal(t0.Add(time.Second)) {
-		t.Fatalf("first renewal on %s at t0+%s", r.node, r.at.Sub(t0))
-	}
-	waitDeadline(3700 * time.Millisecond)
+}
 
-	// a freezes; b wins the election.
-	a.freeze()
+func (v *virtual) waitDeadline(l *Lease, want time.Duration) {
+	v.t.Helper()
+	for end := time.Now().Add(5 * time.Second); !l.Deadline().Equal(v.t0.Add(want)); {
+		if time.Now().After(end) {
+			v.t.Fatalf("local deadline t0+%s, want t0+%s", l.Deadline().Sub(v.t0), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (v *virtual) acquire(c *Client, ttl time.Duration) *Lease {
+	v.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "job", ttl)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return l
+}
+
+// A frozen leader neither breaks the KeepAlive stream nor answers. Its
+// renewals go unacknowledged; stallLimit (min(TTL/3, 2 s)) after the
+// oldest one the keeper abandons the stream, finds the new leader through
+// Status on the other node and renews there at once: in virtual time,
+// exactly stallLimit after the unanswered renewal. The lease is never lost
+// and the frozen node gets no second stream. (TTL 15 s renews often enough
+// that the keeper sends no idle probes.)
+func TestKeepAliveLeavesFrozenLeader(t *testing.T) {
+	v := newVirtual(t)
+	a, b := startFakeNode(t, "a", v.clk, v.renewals), startFakeNode(t, "b", v.clk, v.renewals)
+	lead(a, 1, b)
+	c := fakeClient(t, []string{b.addr, a.addr}, WithClock(v.clk))
+	l := v.acquire(c, 15*time.Second) // renewals every 5 s, stall limit 2 s, margin 1.5 s
+	if b.count("Acquire") != 0 {
+		t.Fatal("the acquire went through the follower")
+	}
+	v.advanceTo(5 * time.Second)
+	if r := v.next(""); r.node != "a" || !r.at.Equal(v.t0.Add(5*time.Second)) {
+		t.Fatalf("first renewal on %s at t0+%s", r.node, r.at.Sub(v.t0))
+	}
+	v.waitDeadline(l, 18500*time.Millisecond)
+
+	a.freeze() // and b wins the election
 	lead(b, 2)
-	advanceTo(2 * time.Second)
-	if r := next(); r.node != "a" {
-		t.Fatalf("renewal at t0+2s went to %s", r.node)
+	v.advanceTo(10 * time.Second)
+	if r := v.next(""); r.node != "a" {
+		t.Fatalf("renewal at t0+10s went to %s", r.node)
 	}
-	advanceTo(3 * time.Second) // 2 s + stall limit: the keeper leaves a
-	r := next()
-	for r.node == "a" { // sent on the stalled stream as it was abandoned
-		r = next()
+	v.advanceTo(12 * time.Second) // 10 s + stall limit: the keeper leaves a
+	if r := v.next("a"); r.node != "b" || !r.at.Equal(v.t0.Add(12*time.Second)) {
+		t.Fatalf("renewal resumed on %s at t0+%s, want b at t0+12s", r.node, r.at.Sub(v.t0))
 	}
-	if r.node != "b" || r.at.After(t0.Add(3*time.Second)) {
-		t.Fatalf("renewal resumed on %s at t0+%s, want b by t0+3s", r.node, r.at.Sub(t0))
-	}
-	waitDeadline(5700 * time.Millisecond)
+	v.waitDeadline(l, 25500*time.Millisecond)
 	if l.Err() != nil {
 		t.Fatal(l.Err())
 	}
@@ -421,57 +458,77 @@ func TestKeepAliveLeavesFrozenLeader(t *testing.T) {
 	if c.Endpoint() != b.addr {
 		t.Fatalf("endpoint %s, want the new leader %s", c.Endpoint(), b.addr)
 	}
+	if n := a.count("Check") + b.count("Check"); n != 0 {
+		t.Fatalf("%d probes at TTL 15 s", n)
+	}
+}
+
+// A stream with nothing outstanding is probed (a health check on its
+// connection) once it has been quiet for probeAfter, so a leader that
+// freezes between renewals is noticed within probeAfter + stallLimit
+// (TTL/2 - 250 ms for TTL 3 s), not TTL/3 + stallLimit.
+func TestKeepAliveProbesQuietStream(t *testing.T) {
+	v := newVirtual(t)
+	a, b := startFakeNode(t, "a", v.clk, v.renewals), startFakeNode(t, "b", v.clk, v.renewals)
+	lead(a, 1, b)
+	c := fakeClient(t, []string{a.addr, b.addr}, WithClock(v.clk))
+	const ttl = 3 * time.Second // renewals every 1 s, stall limit 1 s, probe after 250 ms quiet
+	if got := probeAfter(ttl); got != 250*time.Millisecond {
+		t.Fatalf("probeAfter(%s) = %s", ttl, got)
+	}
+	l := v.acquire(c, ttl) // the stream opens quiet at t0
+	v.advanceTo(250 * time.Millisecond)
+	v.advanceTo(500 * time.Millisecond) // armed once the first probe was answered
+	if !v.clk.WaitArmed(v.t0.Add(750*time.Millisecond), 5*time.Second) {
+		t.Fatal("the second probe was not answered")
+	}
+	a.freeze() // between probes; b wins the election
+	lead(b, 2)
+	v.advanceTo(750 * time.Millisecond) // a probe a does not answer
+	for end := time.Now().Add(5 * time.Second); a.count("Check") < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d probes by t0+750ms, want 3", a.count("Check"))
+		}
+	}
+	v.advanceTo(time.Second) // the renewal goes to a, unanswered too
+	if r := v.next(""); r.node != "a" {
+		t.Fatalf("renewal at t0+1s went to %s", r.node)
+	}
+	v.advanceTo(1750 * time.Millisecond) // the probe at 750 ms + stall limit
+	r := v.next("a")
+	if r.node != "b" || !r.at.Equal(v.t0.Add(1750*time.Millisecond)) {
+		t.Fatalf("renewal resumed on %s at t0+%s, want b at t0+1.75s", r.node, r.at.Sub(v.t0))
+	}
+	v.waitDeadline(l, 4450*time.Millisecond)
+	if l.Err() != nil {
+		t.Fatal(l.Err())
+	}
 }
 
 // Before the election the other nodes still name the frozen leader. The
 // keeper does not go back to it (it would stall again): it keeps asking
 // until a new leader is named, then renews there.
 func TestKeepAliveWaitsForElectionAfterStall(t *testing.T) {
-	clk := clock.NewFake(time.Unix(1_000_000, 0))
-	t0 := clk.Now()
-	renewals := make(chan fakeRenewal, 100)
-	a, b := startFakeNode(t, "a", clk, renewals), startFakeNode(t, "b", clk, renewals)
+	v := newVirtual(t)
+	a, b := startFakeNode(t, "a", v.clk, v.renewals), startFakeNode(t, "b", v.clk, v.renewals)
 	lead(a, 1, b)
-	c := fakeClient(t, []string{a.addr, b.addr}, WithClock(clk))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	l, err := c.Acquire(ctx, "job", 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	advanceTo := func(at time.Time) {
-		t.Helper()
-		if !clk.WaitArmed(at, 5*time.Second) {
-			t.Fatalf("nothing armed at t0+%s", at.Sub(t0))
-		}
-		clk.Advance(at.Sub(clk.Now()))
-	}
-	next := func() fakeRenewal {
-		t.Helper()
-		select {
-		case r := <-renewals:
-			return r
-		case <-time.After(5 * time.Second):
-			t.Fatal("no renewal arrived")
-			return fakeRenewal{}
-		}
-	}
+	c := fakeClient(t, []string{a.addr, b.addr}, WithClock(v.clk))
+	l := v.acquire(c, 15*time.Second)
 	a.freeze() // b still names a: no election yet
-	advanceTo(t0.Add(time.Second))
-	if r := next(); r.node != "a" {
+	v.advanceTo(5 * time.Second)
+	if r := v.next(""); r.node != "a" {
 		t.Fatalf("renewal on %s", r.node)
 	}
-	advanceTo(t0.Add(2 * time.Second)) // stalled; b names a, a is silent
+	v.advanceTo(7 * time.Second) // stalled; b names a, a is silent
 	// The keeper waits (50 ms backoff) and asks again.
-	retryAt := t0.Add(2*time.Second + 50*time.Millisecond)
-	if !clk.WaitArmed(retryAt, 5*time.Second) {
+	retry := 7*time.Second + 50*time.Millisecond
+	if !v.clk.WaitArmed(v.t0.Add(retry), 5*time.Second) {
 		t.Fatal("the keeper is not waiting to ask again")
 	}
 	lead(b, 2)
-	clk.Advance(retryAt.Sub(clk.Now()))
-	r := next()
-	if r.node != "b" || !r.at.Equal(retryAt) {
-		t.Fatalf("renewal on %s at t0+%s, want b at t0+2.05s", r.node, r.at.Sub(t0))
+	v.advanceTo(retry)
+	if r := v.next("a"); r.node != "b" || !r.at.Equal(v.t0.Add(retry)) {
+		t.Fatalf("renewal on %s at t0+%s, want b at t0+%s", r.node, r.at.Sub(v.t0), retry)
 	}
 	if n := a.streamCount(); n != 1 {
 		t.Fatalf("the frozen node got %d streams", n)
