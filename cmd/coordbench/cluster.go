@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,8 +30,8 @@ type localCluster struct {
 }
 
 type node struct {
-	id, grpcAddr, raftAddr, dataDir string
-	cmd                             *exec.Cmd
+	id, grpcAddr, raftAddr, httpAddr, dataDir string
+	cmd                                       *exec.Cmd
 }
 
 func freeAddr() (string, error) {
@@ -56,7 +59,11 @@ func startCluster(bin string, n int) (*localCluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		nd := &node{id: fmt.Sprintf("node%d", i), grpcAddr: g, raftAddr: r, dataDir: filepath.Join(dir, fmt.Sprintf("node%d", i))}
+		h, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		nd := &node{id: fmt.Sprintf("node%d", i), grpcAddr: g, raftAddr: r, httpAddr: h, dataDir: filepath.Join(dir, fmt.Sprintf("node%d", i))}
 		lc.nodes = append(lc.nodes, nd)
 		peers = append(peers, nd.id+"="+r)
 	}
@@ -81,7 +88,7 @@ func (lc *localCluster) start(nd *node) error {
 	}
 	defer logf.Close()
 	nd.cmd = exec.Command(lc.bin, "--id", nd.id, "--data-dir", nd.dataDir, "--grpc-addr", nd.grpcAddr,
-		"--raft-addr", nd.raftAddr, "--http-addr", "", "--peers", lc.peers, "--log-level", "warn")
+		"--raft-addr", nd.raftAddr, "--http-addr", nd.httpAddr, "--peers", lc.peers, "--log-level", "warn")
 	nd.cmd.Stdout, nd.cmd.Stderr = logf, logf
 	// The nodes die with the load generator, however it ends.
 	nd.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -138,4 +145,72 @@ func leaderOf(addr string) bool {
 	defer cancel()
 	st, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{})
 	return err == nil && st.GetState() == "Leader"
+}
+
+// forwarded sums coordd_forwarded_requests_total (calls a follower
+// forwarded to the leader) over the running nodes' /metrics.
+func (lc *localCluster) forwarded() (float64, error) {
+	var total float64
+	for _, nd := range lc.nodes {
+		if nd.cmd == nil {
+			continue
+		}
+		v, err := scrape("http://"+nd.httpAddr+"/metrics", "coordd_forwarded_requests_total")
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", nd.id, err)
+		}
+		total += v
+	}
+	return total, nil
+}
+
+// scrape reads one unlabelled sample from a Prometheus text endpoint.
+func scrape(url, metric string) (float64, error) {
+	hc := http.Client{Timeout: 2 * time.Second}
+	resp, err := hc.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), metric+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no %s in %s", metric, url)
+}
+
+// ordered returns the endpoints with the leader first ("leader") or last,
+// behind the followers ("follower"); "" keeps them as given.
+func ordered(endpoints []string, first string) ([]string, error) {
+	if first == "" {
+		return endpoints, nil
+	}
+	var leader string
+	var followers []string
+	for _, ep := range endpoints {
+		if leader == "" && leaderOf(ep) {
+			leader = ep
+		} else {
+			followers = append(followers, ep)
+		}
+	}
+	if leader == "" {
+		return nil, fmt.Errorf("no leader among %v", endpoints)
+	}
+	switch first {
+	case "leader":
+		return append([]string{leader}, followers...), nil
+	case "follower":
+		if len(followers) == 0 {
+			return nil, fmt.Errorf("no follower among %v", endpoints)
+		}
+		return append(followers, leader), nil
+	}
+	return nil, fmt.Errorf("--first %q: leader or follower", first)
 }

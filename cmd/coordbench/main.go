@@ -97,6 +97,7 @@ func main() {
 		ttl      = flag.Duration("ttl", 3*time.Second, "lease TTL for keepalive")
 		reps     = flag.Int("reps", 5, "repetitions for failover")
 		conns    = flag.Int("conns", 4, "SDK clients (connection sets) the workers share; 0 = one per worker")
+		first    = flag.String("first", "", "comma-separated endpoint orders to run each workload with: leader (the leader's endpoint first), follower (followers first, the leader last); default: as given")
 	)
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
 	flag.Parse()
@@ -156,13 +157,24 @@ func main() {
 		if w == "keepalive" || w == "failover" {
 			counts = counts[:1]
 		}
-		for _, c := range counts {
-			r, err := run(context.Background(), cfg, c)
+		for _, f := range strings.Split(*first, ",") {
+			ocfg := cfg
+			eps, err := ordered(cfg.endpoints, f)
 			if err != nil {
-				fatal(fmt.Errorf("%s: %w", w, err))
+				fatal(err)
 			}
-			fmt.Println(r.json())
-			results = append(results, r)
+			ocfg.endpoints = eps
+			for _, c := range counts {
+				r, err := run(context.Background(), ocfg, c)
+				if err != nil {
+					fatal(fmt.Errorf("%s: %w", w, err))
+				}
+				if f != "" {
+					r.add("first", f)
+				}
+				fmt.Println(r.json())
+				results = append(results, r)
+			}
 		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
