@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/coordd/coordd/client/clock"
+	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -185,23 +186,20 @@ const (
 )
 
 func classify(err error) (outcome, string) {
-	st, info := errorInfo(err)
+	st, info := coorderr.Info(err)
 	if st == nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return unknown, ""
 		}
 		return final, ""
 	}
-	reason := ""
-	if info != nil {
-		reason = info.GetReason()
-	}
+	reason, _ := coorderr.ParseReason(info.GetReason())
 	switch {
-	case reason == "NOT_LEADER" && info.GetMetadata()["leader_address"] != "":
+	case reason == coorderr.NotLeader && info.GetMetadata()["leader_address"] != "":
 		return redirect, info.GetMetadata()["leader_address"]
-	case reason == "NO_LEADER" || reason == "SHUTTING_DOWN" || reason == "NOT_LEADER":
+	case reason == coorderr.NoLeader || reason == coorderr.ShuttingDown || reason == coorderr.NotLeader:
 		return retry, ""
-	case reason == "LEADERSHIP_LOST" || reason == "TIMEOUT":
+	case reason == coorderr.LeadershipLost || reason == coorderr.Timeout:
 		return unknown, ""
 	case tlsFailure(st):
 		// The handshake failed: nothing was sent, and retrying will not help.

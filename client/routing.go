@@ -39,13 +39,6 @@ func (c *Client) leaderEndpoint() string {
 	return c.current
 }
 
-// setLeader records ep as the leader, learned from a node.
-func (c *Client) setLeader(ep string) {
-	c.mu.Lock()
-	c.current, c.known = ep, true
-	c.mu.Unlock()
-}
-
 // redirected records a leader address learned from a call to from
 // (NOT_LEADER, the leader header).
 func (c *Client) redirected(from, to string) {

@@ -118,7 +118,7 @@ func TestHolderFence(t *testing.T) {
 		{"unknown lease", 160, "b", "nope", 1, ReasonLeaseNotFound},
 		{"released", 160, "x", "gone", 1, ReasonLeaseReleased},
 		{"expired", 170, "y", "lapsed", 1, ReasonLeaseExpired},
-		{"current", 160, "b", "l", 2, ""},
+		{"current", 160, "b", "l", 2, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -128,7 +128,7 @@ func TestHolderFence(t *testing.T) {
 			}
 			for _, op := range []string{"claim", "renew"} {
 				got := run(t, f, c.now, ops[op])
-				if c.want == "" {
+				if c.want == 0 {
 					if _, bad := got.(error); bad {
 						t.Fatalf("%s: %v", op, got)
 					}

@@ -229,6 +229,9 @@ func TestCoordctlEndToEnd(t *testing.T) {
 	if dup := c.json("fence", "commit", "payments/store-42", "--lease", "daily-close", "--generation", "1", "--key", "k1"); field(dup, "duplicate") != true {
 		t.Fatalf("repeat: %v", dup)
 	}
+	if d := c.json("fence", "commit", "payments/store-42", "--token", "daily-close:1", "--key", "k2", "--dry-run"); field(d, "accepted") != true || field(d, "dry_run") != true {
+		t.Fatalf("dry run: %v", d)
+	}
 	if r := c.json("fence", "get", "payments/store-42"); field(r, "resource", "max_generation") != "1" {
 		t.Fatalf("fence get: %v", r)
 	}

@@ -182,7 +182,7 @@ func TestFollowerForwardingAndRedirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = stream.Recv()
-	meta := wantErr(t, err, codes.Unavailable, server.ReasonNotLeader)
+	meta := wantErr(t, err, codes.Unavailable, "NOT_LEADER")
 	if meta["leader_address"] != leader.Server.GRPCAddr() || meta["leader_id"] != leader.ID {
 		t.Fatalf("redirect metadata %v, leader %s at %s", meta, leader.ID, leader.Server.GRPCAddr())
 	}

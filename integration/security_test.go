@@ -138,7 +138,7 @@ func TestACLAllowsAndDeniesEachFamily(t *testing.T) {
 
 	denied := func(what string, err error, rule string) {
 		t.Helper()
-		meta := wantErr(t, err, codes.PermissionDenied, server.ReasonPermissionDenied)
+		meta := wantErr(t, err, codes.PermissionDenied, "PERMISSION_DENIED")
 		if meta["rule"] != rule {
 			t.Fatalf("%s: denied by rule %q, want %q (%v)", what, meta["rule"], rule, err)
 		}
@@ -170,8 +170,8 @@ func TestACLAllowsAndDeniesEachFamily(t *testing.T) {
 		Generation: l.GetGeneration()}); err != nil {
 		t.Fatalf("fence by ledger-api: %v", err)
 	}
-	_, err = ledger.Validate(ctx, &coordv1.ValidateRequest{Resource: "hr/x", Token: "billing/close:1", DryRun: true})
-	denied("validate outside prefix", err, server.DefaultDenyRule)
+	_, err = ledger.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "hr/x", Token: "billing/close:1", DryRun: true})
+	denied("dry-run commit outside prefix", err, server.DefaultDenyRule)
 
 	// read
 	if _, err := billing.ListLeases(ctx, &coordv1.ListLeasesRequest{Prefix: "billing/"}); err != nil {
@@ -198,7 +198,7 @@ func TestACLAllowsAndDeniesEachFamily(t *testing.T) {
 
 	// A client cannot claim to be someone else: only members may forward.
 	_, err = billing.Acquire(withMD(ctx, "coordd-identity", "ops"), &coordv1.AcquireRequest{Name: "billing/x", Owner: "w1", TtlMs: 2000})
-	wantErr(t, err, codes.PermissionDenied, server.ReasonPermissionDenied)
+	wantErr(t, err, codes.PermissionDenied, "PERMISSION_DENIED")
 
 	// Denials are counted by rule.
 	if v := metricValue(t, leader, `coordd_auth_denied_total{op="lease",rule="default-deny"}`); v < 1 {
@@ -295,14 +295,14 @@ func TestPerIdentityLimits(t *testing.T) {
 	if err == nil {
 		_, err = s2.Recv()
 	}
-	wantErr(t, err, codes.ResourceExhausted, server.ReasonStreamLimit)
+	wantErr(t, err, codes.ResourceExhausted, "STREAM_LIMIT")
 
 	// Rate: the burst is spent after 6 calls; the 7th is refused at once,
 	// not queued, and b is not affected.
 	_, _ = a.GetLease(ctx, &coordv1.GetLeaseRequest{Name: "a/1"}) // call 6
 	start := time.Now()
 	_, err = a.GetLease(ctx, &coordv1.GetLeaseRequest{Name: "a/1"})
-	wantErr(t, err, codes.ResourceExhausted, server.ReasonRateLimited)
+	wantErr(t, err, codes.ResourceExhausted, "RATE_LIMITED")
 	if waited := time.Since(start); waited > time.Second {
 		t.Fatalf("a rate-limited call waited %s instead of failing fast", waited)
 	}
@@ -321,7 +321,7 @@ func TestPerIdentityLimits(t *testing.T) {
 	}()
 	c.Eventually("d waits", 5*time.Second, func() bool { return metricValue(t, n, "coordd_acquire_waiters") == 1 })
 	_, err = d.Acquire(ctx, &coordv1.AcquireRequest{Name: "a/2", Owner: "d", TtlMs: 5000, Wait: true})
-	wantErr(t, err, codes.ResourceExhausted, server.ReasonWaitLimit)
+	wantErr(t, err, codes.ResourceExhausted, "WAIT_LIMIT")
 	cancel()
 	if err := <-first; codeOf(err) != codes.Canceled {
 		t.Fatalf("cancelled wait: %v", err)

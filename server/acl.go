@@ -20,7 +20,7 @@ type Op string
 const (
 	OpLease  Op = "lease"  // Acquire, Renew, Release, KeepAlive
 	OpWindow Op = "window" // ClaimWindow, CompleteWindow, RegisterJob (by job)
-	OpFence  Op = "fence"  // FencedCommit, Validate (by resource)
+	OpFence  Op = "fence"  // FencedCommit, also dry runs (by resource)
 	OpRead   Op = "read"   // GetLease, ListLeases, windows, resources, jobs
 	OpAdmin  Op = "admin"  // AddVoter, RemoveServer, TransferLeadership, Snapshot
 )

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -33,15 +34,6 @@ import (
 // identityKey is the metadata key a forwarding member puts the original
 // caller's identity under.
 const identityKey = "coordd-identity"
-
-// Reasons of authentication, authorization and limit errors.
-const (
-	ReasonUnauthenticated  = "UNAUTHENTICATED"
-	ReasonPermissionDenied = "PERMISSION_DENIED"
-	ReasonRateLimited      = "RATE_LIMITED"
-	ReasonStreamLimit      = "STREAM_LIMIT"
-	ReasonWaitLimit        = "WAIT_LIMIT"
-)
 
 // caller is who made a call, as established by authenticate.
 type caller struct {
@@ -86,7 +78,7 @@ func (s *Server) authenticate(ctx context.Context, transportIdentity string, tru
 	}
 	if transportIdentity == "" {
 		return caller{}, withInfo(codes.Unauthenticated, "a client certificate signed by the cluster's CA is required",
-			ReasonUnauthenticated, nil)
+			coorderr.Unauthenticated, nil)
 	}
 	c := caller{identity: transportIdentity, member: s.isMember(transportIdentity)}
 	if !trustForwarding {
@@ -97,7 +89,7 @@ func (s *Server) authenticate(ctx context.Context, transportIdentity string, tru
 		if !c.member {
 			return caller{}, withInfo(codes.PermissionDenied,
 				fmt.Sprintf("%q is not a cluster member and may not call on behalf of another identity", transportIdentity),
-				ReasonPermissionDenied, map[string]string{"identity": transportIdentity})
+				coorderr.PermissionDenied, map[string]string{"identity": transportIdentity})
 		}
 		return caller{identity: fwd[0], forwarded: true, member: s.isMember(fwd[0])}, nil
 	}
@@ -168,7 +160,6 @@ var methods = map[string]methodAccess{
 	coordv1.Coordinator_ClaimWindow_FullMethodName:    {op: OpWindow, name: nameOf((*coordv1.ClaimWindowRequest).GetJob)},
 	coordv1.Coordinator_CompleteWindow_FullMethodName: {op: OpWindow, name: nameOf((*coordv1.CompleteWindowRequest).GetJob)},
 	coordv1.Coordinator_FencedCommit_FullMethodName:   {op: OpFence, name: nameOf((*coordv1.FencedCommitRequest).GetResource)},
-	coordv1.Coordinator_Validate_FullMethodName:       {op: OpFence, name: nameOf((*coordv1.ValidateRequest).GetResource)},
 	coordv1.Coordinator_GetLease_FullMethodName:       {op: OpRead, name: nameOf((*coordv1.GetLeaseRequest).GetName)},
 	coordv1.Coordinator_ListLeases_FullMethodName:     {op: OpRead, name: nameOf((*coordv1.ListLeasesRequest).GetPrefix), list: true},
 	coordv1.Coordinator_GetWindow_FullMethodName:      {op: OpRead, name: nameOf((*coordv1.GetWindowRequest).GetJob)},
@@ -238,7 +229,7 @@ func (s *Server) authorize(identity string, op Op, name string, list bool) error
 	}
 	msg := fmt.Sprintf("identity %q may not %s %s (ACL rule %q)", identity, op, what, d.Rule)
 	s.log.Warn("permission denied", "identity", identity, "op", op, "name", name, "rule", d.Rule)
-	return withInfo(codes.PermissionDenied, msg, ReasonPermissionDenied,
+	return withInfo(codes.PermissionDenied, msg, coorderr.PermissionDenied,
 		map[string]string{"identity": identity, "op": string(op), "name": name, "rule": d.Rule})
 }
 
@@ -323,20 +314,20 @@ func (l *limiter) allow(identity string) error {
 	}
 	return withInfo(codes.ResourceExhausted,
 		fmt.Sprintf("identity %q is over its request rate (%g/s, burst %d); retry later", identity, l.cfg.RequestsPerSecond, r.Burst()),
-		ReasonRateLimited, map[string]string{"identity": identity})
+		coorderr.RateLimited, map[string]string{"identity": identity})
 }
 
 func (l *limiter) openStream(identity string) (func(), error) {
-	return l.hold(l.streams, l.cfg.KeepAliveStreams, identity, ReasonStreamLimit, "KeepAlive streams open on this node")
+	return l.hold(l.streams, l.cfg.KeepAliveStreams, identity, coorderr.StreamLimit, "KeepAlive streams open on this node")
 }
 
 func (l *limiter) startWait(identity string) (func(), error) {
-	return l.hold(l.waits, l.cfg.WaitingAcquires, identity, ReasonWaitLimit, "waiting Acquire calls")
+	return l.hold(l.waits, l.cfg.WaitingAcquires, identity, coorderr.WaitLimit, "waiting Acquire calls")
 }
 
 // hold counts one more open thing of identity in counts, up to limit (0:
 // unlimited); the returned function gives it back.
-func (l *limiter) hold(counts map[string]int, limit int, identity, reason, what string) (func(), error) {
+func (l *limiter) hold(counts map[string]int, limit int, identity string, reason coorderr.Reason, what string) (func(), error) {
 	if limit <= 0 {
 		return func() {}, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -54,7 +55,7 @@ func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) 
 			if r.Claim.Claimed {
 				c.s.metrics.windowsClaimed.Inc()
 			} else {
-				c.s.metrics.windowsRefused.WithLabelValues(string(fsm.ReasonWindowCompleted)).Inc()
+				c.s.metrics.windowsRefused.WithLabelValues(coorderr.Name(fsm.ReasonWindowCompleted)).Inc()
 			}
 		}
 		return out, nil
@@ -81,9 +82,9 @@ func (s *Server) renew(ctx context.Context, name, owner, identity string, gen ui
 	if err != nil {
 		var rej *fsm.Rejection
 		if errors.As(err, &rej) {
-			s.metrics.leasesLost.WithLabelValues(string(rej.Reason)).Inc()
+			s.metrics.leasesLost.WithLabelValues(coorderr.Name(rej.Reason)).Inc()
 			s.log.Warn("lease lost: renew refused", "lease", name, "owner", owner, "generation", gen,
-				"reason", rej.Reason, "current_owner", rej.Metadata["current_owner"],
+				"reason", coorderr.Name(rej.Reason), "current_owner", rej.Metadata["current_owner"],
 				"current_generation", rej.Metadata["current_generation"])
 		}
 		return fsm.Lease{}, err
@@ -130,7 +131,7 @@ func (c *coordinator) ClaimWindow(ctx context.Context, req *coordv1.ClaimWindowR
 		if r.Claimed {
 			c.s.metrics.windowsClaimed.Inc()
 		} else {
-			c.s.metrics.windowsRefused.WithLabelValues(string(fsm.ReasonWindowCompleted)).Inc()
+			c.s.metrics.windowsRefused.WithLabelValues(coorderr.Name(fsm.ReasonWindowCompleted)).Inc()
 		}
 		return &coordv1.ClaimWindowResponse{Claimed: r.Claimed, Attempts: r.Window.Attempts, Window: windowToProto(r.Window)}, nil
 	})
@@ -159,20 +160,41 @@ func (c *coordinator) CompleteWindow(ctx context.Context, req *coordv1.CompleteW
 	})
 }
 
+// FencedCommit records a fenced write, or with dry_run answers whether it
+// would be accepted: a linearizable read of the same checks on the leader
+// (fsm.CheckFence), with no log entry. The token is (lease_name,
+// generation) or its string form in token.
 func (c *coordinator) FencedCommit(ctx context.Context, req *coordv1.FencedCommitRequest) (*coordv1.FencedCommitResponse, error) {
-	if err := firstErr(checkName("resource", req.GetResource(), true), checkName("lease_name", req.GetLeaseName(), true),
-		checkGeneration(req.GetGeneration()), checkName("idempotency_key", req.GetIdempotencyKey(), false),
+	name, gen, terr := fenceToken(req)
+	if err := firstErr(checkName("resource", req.GetResource(), true), terr, checkName("lease_name", name, true),
+		checkGeneration(gen), checkName("idempotency_key", req.GetIdempotencyKey(), false),
 		checkPayload("payload", req.GetPayload())); err != nil {
 		return nil, toStatus(err)
 	}
+	cmd := &fsmv1.FencedCommit{Resource: req.GetResource(), LeaseName: name, Generation: gen,
+		IdempotencyKey: req.GetIdempotencyKey(), Payload: req.GetPayload()}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.FencedCommit, req, func() (*coordv1.FencedCommitResponse, error) {
-		r, err := c.s.fencedCommit(ctx, &fsmv1.FencedCommit{Resource: req.GetResource(), LeaseName: req.GetLeaseName(),
-			Generation: req.GetGeneration(), IdempotencyKey: req.GetIdempotencyKey(), Payload: req.GetPayload()})
-		if err != nil {
-			return nil, err
+		var r *fsm.CommitResult
+		if req.GetDryRun() {
+			now, err := c.s.readAt(ctx, false)
+			if err != nil {
+				return nil, err
+			}
+			switch v := c.s.fsm.CheckFence(now, cmd).(type) {
+			case *fsm.Rejection:
+				c.s.observeFenceRefusal(cmd, v)
+				return nil, v
+			case *fsm.CommitResult:
+				r = v
+			}
+		} else {
+			var err error
+			if r, err = c.s.fencedCommit(ctx, cmd); err != nil {
+				return nil, err
+			}
 		}
 		return &coordv1.FencedCommitResponse{Accepted: r.Accepted, Duplicate: r.Duplicate, MaxGeneration: r.MaxGeneration,
-			Payload: r.Payload, Generation: r.Generation}, nil
+			Payload: r.Payload, Generation: r.Generation, LeaseName: name, DryRun: req.GetDryRun()}, nil
 	})
 }
 
@@ -195,46 +217,11 @@ func (s *Server) fencedCommit(ctx context.Context, cmd *fsmv1.FencedCommit) (*fs
 func (s *Server) observeFenceRefusal(cmd *fsmv1.FencedCommit, err error) {
 	var rej *fsm.Rejection
 	if errors.As(err, &rej) {
-		s.metrics.fenceRejections.WithLabelValues(string(rej.Reason)).Inc()
+		s.metrics.fenceRejections.WithLabelValues(coorderr.Name(rej.Reason)).Inc()
 		s.log.Warn("fenced commit refused", "resource", cmd.GetResource(), "lease", cmd.GetLeaseName(),
-			"generation", cmd.GetGeneration(), "idempotency_key", cmd.GetIdempotencyKey(), "reason", rej.Reason,
+			"generation", cmd.GetGeneration(), "idempotency_key", cmd.GetIdempotencyKey(), "reason", coorderr.Name(rej.Reason),
 			"detail", rej.Message)
 	}
-}
-
-// Validate is FencedCommit from a token; with dry_run it is a linearizable
-// read of the same checks (no log entry).
-func (c *coordinator) Validate(ctx context.Context, req *coordv1.ValidateRequest) (*coordv1.ValidateResponse, error) {
-	name, gen, perr := parseToken(req.GetToken())
-	if err := firstErr(checkName("resource", req.GetResource(), true), perr, checkName("lease_name", name, true),
-		checkName("idempotency_key", req.GetIdempotencyKey(), false), checkPayload("payload", req.GetPayload())); err != nil {
-		return nil, toStatus(err)
-	}
-	cmd := &fsmv1.FencedCommit{Resource: req.GetResource(), LeaseName: name, Generation: gen,
-		IdempotencyKey: req.GetIdempotencyKey(), Payload: req.GetPayload()}
-	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Validate, req, func() (*coordv1.ValidateResponse, error) {
-		var r *fsm.CommitResult
-		if req.GetDryRun() {
-			now, err := c.s.readAt(ctx, false)
-			if err != nil {
-				return nil, err
-			}
-			switch v := c.s.fsm.CheckFence(now, cmd).(type) {
-			case *fsm.Rejection:
-				c.s.observeFenceRefusal(cmd, v)
-				return nil, v
-			case *fsm.CommitResult:
-				r = v
-			}
-		} else {
-			var err error
-			if r, err = c.s.fencedCommit(ctx, cmd); err != nil {
-				return nil, err
-			}
-		}
-		return &coordv1.ValidateResponse{Accepted: r.Accepted, Duplicate: r.Duplicate, MaxGeneration: r.MaxGeneration,
-			Payload: r.Payload, Generation: r.Generation, LeaseName: name, DryRun: req.GetDryRun()}, nil
-	})
 }
 
 func (s *Server) observeAcquire(r *fsm.AcquireResult) {
@@ -258,9 +245,9 @@ func (s *Server) observeWindowRefusal(op, job, window, owner string, gen uint64,
 	if !errors.As(err, &rej) {
 		return
 	}
-	s.metrics.windowsRefused.WithLabelValues(string(rej.Reason)).Inc()
+	s.metrics.windowsRefused.WithLabelValues(coorderr.Name(rej.Reason)).Inc()
 	s.log.Warn("window "+op+" refused", "job", job, "window", window, "owner", owner, "generation", gen,
-		"reason", rej.Reason, "detail", rej.Message)
+		"reason", coorderr.Name(rej.Reason), "detail", rej.Message)
 }
 
 // acquireFromState answers an Acquire that cannot grant anything without a
@@ -279,7 +266,7 @@ func (s *Server) acquireFromState(ctx context.Context, req *coordv1.AcquireReque
 	if cl := req.GetClaim(); cl != nil {
 		// A completed window grants nothing: answer from state.
 		if w, found := s.fsm.Window(cl.GetJob(), cl.GetWindow()); found && w.Completed {
-			s.metrics.windowsRefused.WithLabelValues(string(fsm.ReasonWindowCompleted)).Inc()
+			s.metrics.windowsRefused.WithLabelValues(coorderr.Name(fsm.ReasonWindowCompleted)).Inc()
 			out := &coordv1.AcquireResponse{Claim: &coordv1.WindowClaim{Claimed: false, Attempts: w.Attempts, Window: windowToProto(w)}}
 			if ok {
 				out.Lease = leaseToProto(l, now)

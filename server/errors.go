@@ -6,25 +6,11 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
-)
-
-// ErrorDomain is the domain of every google.rpc.ErrorInfo coordd sends.
-const ErrorDomain = "coordd.io"
-
-// Reasons that are not FSM rejections.
-const (
-	ReasonNotLeader       = "NOT_LEADER"
-	ReasonNoLeader        = "NO_LEADER"
-	ReasonLeadershipLost  = "LEADERSHIP_LOST" // outcome unknown: retry with the same request id
-	ReasonTimeout         = "TIMEOUT"         // outcome unknown
-	ReasonNotFound        = "NOT_FOUND"
-	ReasonInvalidArgument = string(fsm.ReasonInvalidArgument)
-	ReasonShuttingDown    = "SHUTTING_DOWN"
 )
 
 // Domain errors the server produces, before they become statuses.
@@ -92,27 +78,27 @@ func toStatus(err error) error {
 		if !ok {
 			code = codes.FailedPrecondition
 		}
-		return withInfo(code, rej.Message, string(rej.Reason), rej.Metadata)
+		return withInfo(code, rej.Message, rej.Reason, rej.Metadata)
 	case errors.As(err, &ia):
-		return withInfo(codes.InvalidArgument, ia.Error(), ReasonInvalidArgument, map[string]string{"field": ia.field})
+		return withInfo(codes.InvalidArgument, ia.Error(), coorderr.InvalidArgument, map[string]string{"field": ia.field})
 	case errors.As(err, &nl):
-		reason, meta := ReasonNoLeader, map[string]string{}
+		reason, meta := coorderr.NoLeader, map[string]string{}
 		if nl.leaderAddr != "" {
-			reason = ReasonNotLeader
+			reason = coorderr.NotLeader
 			meta["leader_address"], meta["leader_id"] = nl.leaderAddr, nl.leaderID
 		}
 		return withInfo(codes.Unavailable, nl.Error(), reason, meta)
 	case errors.As(err, &nf):
-		return withInfo(codes.NotFound, nf.Error(), ReasonNotFound, nil)
+		return withInfo(codes.NotFound, nf.Error(), coorderr.NotFound, nil)
 	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		return withInfo(codes.Unavailable, "leadership lost while applying; the outcome is unknown, retry with the same request id",
-			ReasonLeadershipLost, nil)
+			coorderr.LeadershipLost, nil)
 	case errors.Is(err, raft.ErrNotLeader):
-		return withInfo(codes.Unavailable, "not the leader", ReasonNoLeader, nil)
+		return withInfo(codes.Unavailable, "not the leader", coorderr.NoLeader, nil)
 	case errors.Is(err, raft.ErrRaftShutdown):
-		return withInfo(codes.Unavailable, "node is shutting down", ReasonShuttingDown, nil)
+		return withInfo(codes.Unavailable, "node is shutting down", coorderr.ShuttingDown, nil)
 	case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, context.DeadlineExceeded):
-		return withInfo(codes.DeadlineExceeded, "timed out; the outcome is unknown, retry with the same request id", ReasonTimeout, nil)
+		return withInfo(codes.DeadlineExceeded, "timed out; the outcome is unknown, retry with the same request id", coorderr.Timeout, nil)
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	default:
@@ -120,24 +106,6 @@ func toStatus(err error) error {
 	}
 }
 
-func withInfo(code codes.Code, msg, reason string, meta map[string]string) error {
-	st := status.New(code, msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}); err == nil {
-		st = d
-	}
-	return st.Err()
-}
-
-// ReasonOf returns the ErrorInfo reason of a status error, or "".
-func ReasonOf(err error) string {
-	st, ok := status.FromError(err)
-	if !ok {
-		return ""
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetReason()
-		}
-	}
-	return ""
+func withInfo(code codes.Code, msg string, reason coorderr.Reason, meta map[string]string) error {
+	return coorderr.New(code, reason, msg, meta)
 }

@@ -127,10 +127,6 @@ var fuzzCalls = []fuzzCall{
 		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.FencedCommitRequest) (any, error) {
 			return co(cc).FencedCommit(ctx, r)
 		}),
-	unary("Validate", func() *coordv1.ValidateRequest { return &coordv1.ValidateRequest{} },
-		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.ValidateRequest) (any, error) {
-			return co(cc).Validate(ctx, r)
-		}),
 	unary("GetLease", func() *coordv1.GetLeaseRequest { return &coordv1.GetLeaseRequest{} },
 		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.GetLeaseRequest) (any, error) {
 			return co(cc).GetLease(ctx, r)
@@ -167,7 +163,8 @@ func FuzzRequests(f *testing.F) {
 		&coordv1.RenewRequest{Name: "a", Owner: "o", Generation: 1, TtlMs: 1 << 62},
 		&coordv1.ClaimWindowRequest{Job: "j", Window: "w\x00", LeaseName: "a", Owner: "o", Generation: 1},
 		&coordv1.FencedCommitRequest{Resource: "r", LeaseName: "a", Generation: 1<<63 + 1, Payload: make([]byte, 70000)},
-		&coordv1.ValidateRequest{Resource: "r", Token: "a:1:2", DryRun: true},
+		&coordv1.FencedCommitRequest{Resource: "r", Token: "a:1:2", DryRun: true},
+		&coordv1.FencedCommitRequest{Resource: "r", Token: "a:x", LeaseName: "a", Generation: 1},
 		&coordv1.ListLeasesRequest{PageSize: -5, PageToken: "%%%"},
 		&coordv1.RegisterJobRequest{Spec: &coordv1.JobSpec{Name: "j", Schedule: "61 * * * *", TimeZone: "Mars/Olympus"}},
 	}
@@ -190,13 +187,14 @@ func FuzzRequests(f *testing.F) {
 // FuzzHTTPAPI sends arbitrary requests to the HTTP/JSON API: every answer
 // is a JSON body with a 2xx or the mapped 4xx/5xx status, never a 500.
 func FuzzHTTPAPI(f *testing.F) {
-	f.Add("POST", "/v1/fence/validate", `{"resource":"r","token":"a:1","dry_run":true}`)
+	f.Add("POST", "/v1/fence/commit", `{"resource":"r","token":"a:1","dry_run":true}`)
 	f.Add("POST", "/v1/fence/commit", `{"resource":"r","lease_name":"a","generation":"18446744073709551615","payload":"!!"}`)
 	f.Add("GET", "/v1/leases/a/b/c", "")
 	f.Add("GET", "/v1/resources/%00", "")
 	f.Add("PUT", "/v1/fence/commit", `[]`)
-	f.Add("POST", "/v1/fence/validate", `{"resource":1e999}`)
-	f.Add("POST", "/v1/fence/validate", strings.Repeat(`{"a":`, 10000))
+	f.Add("POST", "/v1/fence/commit", `{"resource":1e999}`)
+	f.Add("POST", "/v1/fence/commit", strings.Repeat(`{"a":`, 10000))
+	f.Add("POST", "/v1/fence/commit", `{"resource":"r","token":":","lease_name":"a"}`)
 	f.Fuzz(func(t *testing.T, method, path, body string) {
 		startFuzzNode(t)
 		if !strings.HasPrefix(path, "/") {

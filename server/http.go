@@ -6,18 +6,19 @@ import (
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 	"github.com/coordd/coordd/proto/coord/v1/coordv1gw"
 )
 
 // The HTTP/JSON API (grpc-gateway, mapping in proto/coord/v1/coord_http.yaml)
-// serves FencedCommit, Validate, GetLease and GetResource for APIs in any
+// serves FencedCommit, GetLease and GetResource for APIs in any
 // language, with the same validation, authorization and errors as gRPC.
 // docs/http-api.md documents it.
 
@@ -66,10 +67,6 @@ func httpGuard[Req, Resp any](s *Server, ctx context.Context, method string, req
 
 func (h *httpCoordinator) FencedCommit(ctx context.Context, req *coordv1.FencedCommitRequest) (*coordv1.FencedCommitResponse, error) {
 	return httpGuard(h.c.s, ctx, coordv1.Coordinator_FencedCommit_FullMethodName, req, h.c.FencedCommit)
-}
-
-func (h *httpCoordinator) Validate(ctx context.Context, req *coordv1.ValidateRequest) (*coordv1.ValidateResponse, error) {
-	return httpGuard(h.c.s, ctx, coordv1.Coordinator_Validate_FullMethodName, req, h.c.Validate)
 }
 
 func (h *httpCoordinator) GetLease(ctx context.Context, req *coordv1.GetLeaseRequest) (*coordv1.GetLeaseResponse, error) {
@@ -123,17 +120,13 @@ func HTTPStatus(code codes.Code) int {
 
 func writeHTTPError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
 	st := status.Convert(err)
-	body := HTTPError{Code: codeName(st.Code()), Message: st.Message()}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			body.Reason, body.Metadata = info.GetReason(), info.GetMetadata()
-		}
-	}
+	body := HTTPError{Code: codeName(st.Code()), Message: st.Message(),
+		Reason: coorderr.WireReason(err), Metadata: coorderr.Metadata(err)}
 	httpStatus := HTTPStatus(st.Code())
 	// The gateway's own errors (an unparsable body, an unknown route) carry
 	// no ErrorInfo; give bad input its reason all the same.
 	if body.Reason == "" && st.Code() == codes.InvalidArgument {
-		body.Reason = ReasonInvalidArgument
+		body.Reason = coorderr.Name(coorderr.InvalidArgument)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if st.Code() == codes.Unavailable {
@@ -146,19 +139,10 @@ func writeHTTPError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler,
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-// codeName is the canonical upper-case name of a gRPC code.
+// codeName is the canonical upper-case name of a gRPC code (google.rpc.Code).
 func codeName(c codes.Code) string {
-	if name, ok := codeNames[c]; ok {
+	if name, ok := code.Code_name[int32(c)]; ok {
 		return name
 	}
-	return "UNKNOWN"
-}
-
-var codeNames = map[codes.Code]string{
-	codes.OK: "OK", codes.Canceled: "CANCELLED", codes.Unknown: "UNKNOWN", codes.InvalidArgument: "INVALID_ARGUMENT",
-	codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.NotFound: "NOT_FOUND", codes.AlreadyExists: "ALREADY_EXISTS",
-	codes.PermissionDenied: "PERMISSION_DENIED", codes.ResourceExhausted: "RESOURCE_EXHAUSTED",
-	codes.FailedPrecondition: "FAILED_PRECONDITION", codes.Aborted: "ABORTED", codes.OutOfRange: "OUT_OF_RANGE",
-	codes.Unimplemented: "UNIMPLEMENTED", codes.Internal: "INTERNAL", codes.Unavailable: "UNAVAILABLE",
-	codes.DataLoss: "DATA_LOSS", codes.Unauthenticated: "UNAUTHENTICATED",
+	return code.Code_UNKNOWN.String()
 }

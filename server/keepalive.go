@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -53,9 +54,9 @@ func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) erro
 			if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
 				checkGeneration(req.GetGeneration()), s.checkTTL("ttl_ms", req.GetTtlMs(), true),
 				s.authorize(identity, OpLease, req.GetName(), false)); err != nil {
-				resp.Reason, resp.Message = ReasonInvalidArgument, err.Error()
+				resp.Reason, resp.Message = coorderr.Name(coorderr.InvalidArgument), err.Error()
 				if st, _ := status.FromError(err); st.Code() == codes.PermissionDenied {
-					resp.Reason, resp.Message = ReasonPermissionDenied, st.Message()
+					resp.Reason, resp.Message = coorderr.Name(coorderr.PermissionDenied), st.Message()
 				}
 				select {
 				case sendCh <- resp:
@@ -77,7 +78,7 @@ func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) erro
 				case err == nil:
 					resp.Ok, resp.ExpiresInMs = true, l.ExpiresAt-l.RenewedAt
 				case errors.As(err, &rej):
-					resp.Reason, resp.Message = string(rej.Reason), rej.Message
+					resp.Reason, resp.Message = coorderr.Name(rej.Reason), rej.Message
 				default:
 					// Not a verdict on the lease (leadership moved, shutdown):
 					// end the stream so the client retries on the leader.

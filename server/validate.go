@@ -1,11 +1,13 @@
 package server
 
 import (
-	"strconv"
-	"strings"
+	"errors"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/coordd/coordd/coorderr"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
 // checkName validates names, owners, jobs, windows, resources and keys:
@@ -77,16 +79,23 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
-// parseToken reads a fencing token "lease_name:generation" (the generation
-// follows the last colon, so names may contain colons).
-func parseToken(tok string) (string, uint64, error) {
-	i := strings.LastIndexByte(tok, ':')
-	if tok == "" || i <= 0 {
-		return "", 0, invalidArg("token", "%q is not lease_name:generation", tok)
+// fenceToken reads the token of a FencedCommit: (lease_name, generation)
+// or its string form in token, not both. Without either, lease_name is the
+// missing field.
+func fenceToken(req *coordv1.FencedCommitRequest) (string, uint64, error) {
+	tok := req.GetToken()
+	if tok == "" {
+		if req.GetLeaseName() == "" {
+			return "", 0, invalidArg("lease_name", "must not be empty (or set token to lease_name:generation)")
+		}
+		return req.GetLeaseName(), req.GetGeneration(), nil
 	}
-	gen, err := strconv.ParseUint(tok[i+1:], 10, 64)
-	if err != nil || gen == 0 {
-		return "", 0, invalidArg("token", "%q has no valid generation after the last colon", tok)
+	if req.GetLeaseName() != "" || req.GetGeneration() != 0 {
+		return "", 0, invalidArg("token", "set either token or lease_name and generation, not both")
 	}
-	return tok[:i], gen, nil
+	name, gen, err := coorderr.ParseToken(tok)
+	if te := (*coorderr.TokenError)(nil); errors.As(err, &te) {
+		return "", 0, invalidArg("token", "%s", te.Problem)
+	}
+	return name, gen, err
 }

@@ -12,12 +12,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime/pprof"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/coordd/coordd/internal/proccluster"
 )
 
 type config struct {
@@ -31,7 +32,7 @@ type config struct {
 	ttl       time.Duration
 	reps      int
 	conns     int
-	cluster   *localCluster
+	cluster   *proccluster.Cluster // --cluster: the nodes the tool started
 }
 
 // result is one workload's line: the common fields first, then extras.
@@ -129,19 +130,19 @@ func main() {
 				fatal(err)
 			}
 			defer os.RemoveAll(dir)
-			path = dir + "/coordd"
-			if out, err := exec.Command("go", "build", "-o", path, "github.com/coordd/coordd/cmd/coordd").CombinedOutput(); err != nil {
-				fatal(fmt.Errorf("build coordd: %v\n%s", err, out))
+			atExit = append(atExit, func() { os.RemoveAll(dir) })
+			if path, err = proccluster.Build(dir, "./cmd/coordd", "coordd"); err != nil {
+				fatal(err)
 			}
 		}
-		lc, err := startCluster(path, 3)
+		lc, err := startCluster(path)
 		if err != nil {
 			fatal(err)
 		}
-		defer lc.stop()
-		atExit = append(atExit, lc.stop) // fatal exits without running defers
+		defer lc.Close()
+		atExit = append(atExit, lc.Close) // fatal exits without running defers
 		cfg.cluster = lc
-		cfg.endpoints = lc.endpoints()
+		cfg.endpoints = lc.Endpoints()
 	} else if *endpoints != "" {
 		cfg.endpoints = strings.Split(*endpoints, ",")
 	} else {
@@ -192,6 +193,25 @@ func main() {
 
 // atExit runs on fatal errors (os.Exit skips deferred calls).
 var atExit []func()
+
+// startCluster starts three coordd processes on loopback (warnings only;
+// HTTP for the forwarded-calls counter) and waits for a leader. The nodes die with coordbench (Pdeathsig)
+// and are killed by PID at the end or on a fatal error.
+func startCluster(bin string) (*proccluster.Cluster, error) {
+	nodes, err := proccluster.LoopbackNodes(3, true, "--log-level", "warn")
+	if err != nil {
+		return nil, err
+	}
+	lc, err := proccluster.Launch(bin, nodes, proccluster.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := lc.WaitLeader(20 * time.Second); err != nil {
+		lc.Close()
+		return nil, err
+	}
+	return lc, nil
+}
 
 func fatal(err error) {
 	for _, f := range atExit {

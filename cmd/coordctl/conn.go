@@ -6,12 +6,12 @@ import (
 	"sort"
 	"strings"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -97,15 +97,9 @@ func (c *conn) leaderConn(ctx context.Context) (*grpc.ClientConn, error) {
 // describe renders an error as one line: what failed, the reason code and
 // the facts that matter (holder, generation, leader).
 func describe(err error) string {
-	st, ok := status.FromError(err)
-	if !ok {
+	st, info := coorderr.Info(err)
+	if st == nil {
 		return err.Error()
-	}
-	var info *errdetails.ErrorInfo
-	for _, d := range st.Details() {
-		if i, ok := d.(*errdetails.ErrorInfo); ok {
-			info = i
-		}
 	}
 	msg := st.Message()
 	if st.Code() == codes.Unavailable && info == nil {

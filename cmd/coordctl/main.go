@@ -132,7 +132,7 @@ Endpoints come from --endpoints, else COORD_ENDPOINTS, else 127.0.0.1:7400.
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	root.PersistentFlags().DurationVar(&a.timeout, "timeout", 10*time.Second, "timeout of each command")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
-	root.AddCommand(a.statusCmd(), a.membersCmd(), a.leaderCmd(), a.snapshotCmd(), a.leaseCmd(), a.windowCmd(), a.fenceCmd(), a.jobCmd(), a.certsCmd())
+	root.AddCommand(a.statusCmd(), a.membersCmd(), a.leaderCmd(), a.snapshotCmd(), a.leaseCmd(), a.windowCmd(), a.fenceCmd(), a.jobCmd(), a.certsCmd(), a.versionCmd())
 	return root
 }
 

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coordd/coordd/internal/buildinfo"
 	"github.com/coordd/coordd/server"
 )
 
@@ -102,12 +103,17 @@ func run(args []string) error {
 		// Fault tests only: Go ignores libfaketime, so clock faults need a hook.
 		clockOffset = fs.Duration("test-clock-offset", 0, "FAULT TESTS ONLY: offset this node's wall clock")
 		clockRate   = fs.Float64("test-clock-rate", 1, "FAULT TESTS ONLY: scale this node's monotonic clock")
+		version     = fs.Bool("version", false, "print the version (module version, VCS revision and time, Go version) and exit")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
+	}
+	if *version {
+		fmt.Println(buildinfo.Read().String("coordd"))
+		return nil
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {

@@ -298,7 +298,7 @@ func TestStarvedHolder(t *testing.T) {
 // waiting B, and the holder's writes after healing are refused.
 func TestKeepAliveCutOff(t *testing.T) {
 	lab := newNetlab(t)
-	r := newRunOn(t, func() *proccluster.Cluster { return netCluster(t, lab) })
+	r := newRunOn(t, func() *proccluster.TestCluster { return netCluster(t, lab) })
 	const ttl = 6 * time.Second
 	kNS, _ := lab.host()
 	var nodeIPs []string
@@ -343,7 +343,7 @@ func TestKeepAliveCutOff(t *testing.T) {
 }
 
 // netCluster starts three nodes, each in its own namespace of lab.
-func netCluster(t *testing.T, lab *netlab) *proccluster.Cluster {
+func netCluster(t *testing.T, lab *netlab) *proccluster.TestCluster {
 	var nodes []*proccluster.Node
 	for i := 1; i <= 3; i++ {
 		ns, ip := lab.host()
@@ -477,7 +477,7 @@ func (r *run) commitsAccepted() int {
 // the majority side goes on, and everything converges after healing.
 func TestLeaderIsolated(t *testing.T) {
 	lab := newNetlab(t)
-	r := newRunOn(t, func() *proccluster.Cluster { return netCluster(t, lab) })
+	r := newRunOn(t, func() *proccluster.TestCluster { return netCluster(t, lab) })
 	ips := map[string]string{}
 	nss := map[string]string{}
 	for _, nd := range r.c.Nodes {

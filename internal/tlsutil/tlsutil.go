@@ -167,6 +167,10 @@ func (r *Reloader) ClientConfig(serverName string) *tls.Config {
 	}
 }
 
+// ErrNoClientCert is the handshake error of a client configured without a
+// certificate when the server requires one.
+var ErrNoClientCert = errors.New("tls: the server requires a client certificate and none is configured (--tls-cert/--tls-key, COORD_TLS_CERT/COORD_TLS_KEY)")
+
 // ClientConfig reads Files for a client in one call (SDK and coordctl).
 // A client without a certificate (only CA) is allowed: the server refuses
 // it when it requires one, with a clear error at the handshake.
@@ -178,13 +182,24 @@ func ClientConfig(f Files) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool,
+		// Without a certificate, fail our own handshake when the server
+		// asks for one. Under TLS 1.3 the server checks the client's
+		// certificate only after the client has finished its handshake, so
+		// its refusal would otherwise surface as whatever the next write
+		// meets (a "broken pipe", a reset): a transport error that looks
+		// retryable. Failing here makes it one clear TLS error every time.
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return nil, ErrNoClientCert
+		},
+	}
 	if f.Cert != "" || f.Key != "" {
 		cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
 		if err != nil {
 			return nil, fmt.Errorf("TLS client certificate %s / key %s: %w", f.Cert, f.Key, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
+		cfg.GetClientCertificate = nil
 	}
 	return cfg, nil
 }
