@@ -29,7 +29,7 @@ func TestFrozenLeaderKeepsLeases(t *testing.T) {
 	r := newRun(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c, err := client.New(ctx, r.c.Endpoints(), client.WithOwner("frozen-leader-holder"), client.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
