@@ -221,7 +221,7 @@ func (k *keeper) run() {
 	// names, never to the failed node (the suspect) unless it says itself
 	// that it leads: the others name a frozen leader until they elect a
 	// new one, and a stream there would only stall again.
-	failed := false
+	failed := "" // the endpoint whose stream failed last
 	for k.ctx.Err() == nil {
 		if k.count() == 0 {
 			select {
@@ -232,9 +232,9 @@ func (k *keeper) run() {
 			}
 		}
 		ep := ""
-		if !failed {
+		if failed == "" {
 			ep = k.c.leader(k.ctx)
-		} else if info := k.c.locate(k.ctx); info.trusted {
+		} else if info := k.c.locate(k.ctx); info.trusted && (info.addr != failed || info.self) {
 			ep = info.addr
 		}
 		if ep == "" { // no leader known yet (an election): look again shortly
@@ -244,7 +244,7 @@ func (k *keeper) run() {
 			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
-		failed = false
+		failed = ""
 		sctx, scancel := context.WithCancelCause(k.ctx)
 		// The open itself must make progress too (a new connection to a
 		// frozen node never completes its handshake). A network timeout:
@@ -273,7 +273,7 @@ func (k *keeper) run() {
 			continue
 		}
 		k.c.leaderFailed(ep)
-		failed = true
+		failed = ep
 		if errors.Is(err, errStalled) {
 			// The stall already cost stallLimit: look for the leader now.
 			k.c.log.Warn("keepalive stream stalled; moving to the leader", "endpoint", ep)
@@ -325,16 +325,21 @@ type sentRenewal struct {
 	ttl  time.Duration
 }
 
-// outstanding are the renewals sent on one stream and not yet answered,
-// with a watchdog that abandons the stream when the oldest is late by
-// more than the stall limit of the shortest TTL among them.
+// outstanding are the renewals (and the probe) sent on one stream and not
+// yet answered, with a watchdog that abandons the stream when it makes no
+// progress: the oldest has waited longer than the stall limit of the
+// shortest TTL among them, and no answer at all came in that time. (A
+// leader slow under a burst — every lease renewed at once on a new stream —
+// still answers some, so it is not left for being slow; a frozen one
+// answers none.)
 type outstanding struct {
-	bySeq   map[uint64]sentRenewal
-	order   []uint64 // send order; answered ones are dropped lazily from the front
-	ttls    map[time.Duration]int
-	timer   clock.Timer
-	armed   bool
-	armedAt time.Time
+	bySeq    map[uint64]sentRenewal
+	order    []uint64 // send order; answered ones are dropped lazily from the front
+	ttls     map[time.Duration]int
+	progress time.Time // the last answer
+	timer    clock.Timer
+	armed    bool
+	armedAt  time.Time
 }
 
 func (o *outstanding) add(seq uint64, r sentRenewal) {
@@ -343,11 +348,13 @@ func (o *outstanding) add(seq uint64, r sentRenewal) {
 	o.ttls[r.ttl]++
 }
 
-func (o *outstanding) take(seq uint64) (sentRenewal, bool) {
+// take removes the answered seq; now is when the answer came.
+func (o *outstanding) take(seq uint64, now time.Time) (sentRenewal, bool) {
 	r, ok := o.bySeq[seq]
 	if !ok {
 		return r, false
 	}
+	o.progress = now
 	delete(o.bySeq, seq)
 	if o.ttls[r.ttl]--; o.ttls[r.ttl] == 0 {
 		delete(o.ttls, r.ttl)
@@ -355,7 +362,8 @@ func (o *outstanding) take(seq uint64) (sentRenewal, bool) {
 	return r, true
 }
 
-// rearm points the watchdog at the oldest renewal's stall deadline.
+// rearm points the watchdog at the stall deadline: the stall limit after
+// the oldest outstanding send or the last answer, whichever is later.
 func (o *outstanding) rearm(now time.Time) {
 	for len(o.order) > 0 {
 		if _, ok := o.bySeq[o.order[0]]; ok {
@@ -374,7 +382,11 @@ func (o *outstanding) rearm(now time.Time) {
 	for ttl := range o.ttls {
 		limit = min(limit, stallLimit(ttl))
 	}
-	at := o.bySeq[o.order[0]].sent.Add(limit)
+	at := o.bySeq[o.order[0]].sent
+	if o.progress.After(at) {
+		at = o.progress
+	}
+	at = at.Add(limit)
 	if !o.armed || !at.Equal(o.armedAt) {
 		o.timer.Reset(at.Sub(now))
 		o.armed, o.armedAt = true, at
@@ -481,9 +493,9 @@ func (k *keeper) serve(ctx context.Context, ep string, st kaStream, cancel conte
 			if r.GetSeq() == probing {
 				break // a probe's seq: never a renewal's answer
 			}
-			if s, ok := out.take(r.GetSeq()); ok {
+			now := k.c.clock.Now()
+			if s, ok := out.take(r.GetSeq(), now); ok {
 				// The watchdog moves before the lease learns of the ack.
-				now := k.c.clock.Now()
 				out.rearm(now)
 				if len(out.bySeq) == 0 {
 					quietSince = now
@@ -491,9 +503,9 @@ func (k *keeper) serve(ctx context.Context, ep string, st kaStream, cancel conte
 				acked = k.handle(s, r) || acked
 			}
 		case p := <-probed:
-			out.take(p)
-			probing = 0
 			now := k.c.clock.Now()
+			out.take(p, now)
+			probing = 0
 			out.rearm(now)
 			if len(out.bySeq) == 0 {
 				quietSince = now
