@@ -40,10 +40,10 @@ type Client struct {
 	mu       sync.Mutex
 	conns    map[string]*grpc.ClientConn
 	current  string            // the endpoint believed to lead (or the fallback while none is known)
-	known    bool              // current was learned (Status, NOT_LEADER, a leader header), not guessed
+	known    bool              // current was learned (Members, NOT_LEADER, a leader header), not guessed
 	suspect  string            // the endpoint that last failed as leader
-	ids      map[string]string // node id -> the address it answered Status on
-	locating *locateCall       // the Status round in flight, if any
+	ids      map[string]string // node id -> the address it answered on
+	locating *locateCall       // the lookup round in flight, if any
 	closed   bool
 
 	life    context.Context // ends at Close: background leader lookups
@@ -60,7 +60,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		return nil, fmt.Errorf("%w: no endpoints", ErrInvalidArgument)
 	}
 	o := options{backoffMin: 50 * time.Millisecond, backoffMax: time.Second, attemptTimeout: 5 * time.Second,
-		pingInterval: 10 * time.Second, pingTimeout: 5 * time.Second, statusTimeout: 500 * time.Millisecond}
+		pingInterval: 10 * time.Second, pingTimeout: 5 * time.Second, locateTimeout: 500 * time.Millisecond}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -88,7 +88,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	if o.attemptTimeout <= 0 {
 		return nil, fmt.Errorf("%w: attempt timeout %s", ErrInvalidArgument, o.attemptTimeout)
 	}
-	o.statusTimeout = min(o.statusTimeout, o.attemptTimeout)
+	o.locateTimeout = min(o.locateTimeout, o.attemptTimeout)
 	c := &Client{
 		opts: o, endpoints: append([]string(nil), endpoints...), log: o.logger, clock: o.clock,
 		metrics: o.metrics, conns: map[string]*grpc.ClientConn{}, current: endpoints[0], ids: map[string]string{},

@@ -217,8 +217,8 @@ func (k *keeper) run() {
 	backoff := minBackoff
 	reconnect := false
 	redirects := 0
-	// After a failure the keeper reconnects only to a leader that Status
-	// names, never to the failed node (the suspect) unless it says itself
+	// After a failure the keeper reconnects only to a leader the nodes
+	// name, never to the failed node (the suspect) unless it says itself
 	// that it leads: the others name a frozen leader until they elect a
 	// new one, and a stream there would only stall again.
 	failed := "" // the endpoint whose stream failed last

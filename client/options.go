@@ -26,7 +26,7 @@ type options struct {
 	attemptTimeout time.Duration
 	pingInterval   time.Duration // gRPC keepalive pings; 0: none
 	pingTimeout    time.Duration
-	statusTimeout  time.Duration // one round of Status calls looking for the leader
+	locateTimeout  time.Duration // one round of Members calls looking for the leader
 	tls            *tls.Config
 	tlsErr         error
 }

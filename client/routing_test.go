@@ -36,7 +36,7 @@ type fakeNode struct {
 	leader      bool
 	leaderOf    *fakeNode // the leader this node names (followers)
 	term        uint64
-	statusErr   error
+	lookupErr   error
 	refuse      bool // a follower answers NOT_LEADER instead of forwarding
 	header      bool // a forwarding follower names the leader in leaderHeader
 	thaw        chan struct{}
@@ -135,21 +135,21 @@ func notLeader(leaderAddr string) error {
 	return st.Err()
 }
 
-func (n *fakeNode) Status(ctx context.Context, _ *coordv1.StatusRequest) (*coordv1.StatusResponse, error) {
+// Members lists this node and the leader it names (the SDK's leader
+// lookup).
+func (n *fakeNode) Members(ctx context.Context, _ *coordv1.MembersRequest) (*coordv1.MembersResponse, error) {
 	if err := n.wait(ctx); err != nil {
 		return nil, err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.statusErr != nil {
-		return nil, n.statusErr
+	n.calls["Members"]++
+	if n.lookupErr != nil {
+		return nil, n.lookupErr
 	}
-	out := &coordv1.StatusResponse{Id: n.id, State: "Follower", Term: n.term, GrpcAddress: n.addr}
-	if n.leader {
-		out.State = "Leader"
-	}
-	if n.leaderOf != nil {
-		out.LeaderId, out.LeaderAddress = n.leaderOf.id, n.leaderOf.addr
+	out := &coordv1.MembersResponse{Members: []*coordv1.Member{{Id: n.id, GrpcAddress: n.addr, Leader: n.leaderOf == n}}}
+	if l := n.leaderOf; l != nil && l != n {
+		out.Members = append(out.Members, &coordv1.Member{Id: l.id, GrpcAddress: l.addr, Leader: true})
 	}
 	return out, nil
 }
@@ -299,7 +299,7 @@ func TestRoutingNotLeaderRedirect(t *testing.T) {
 	f, l := startFakeNode(t, "f", nil, nil), startFakeNode(t, "l", nil, nil)
 	lead(l, 1, f)
 	for _, n := range []*fakeNode{f, l} {
-		n.statusErr = status.Error(codes.Unimplemented, "no Status here")
+		n.lookupErr = status.Error(codes.Unimplemented, "no lookup here")
 	}
 	f.refuse = true
 	c := fakeClient(t, []string{f.addr, l.addr})
@@ -318,7 +318,7 @@ func TestRoutingLeaderHeader(t *testing.T) {
 	f, l := startFakeNode(t, "f", nil, nil), startFakeNode(t, "l", nil, nil)
 	lead(l, 1, f)
 	for _, n := range []*fakeNode{f, l} {
-		n.statusErr = status.Error(codes.Unimplemented, "no Status here")
+		n.lookupErr = status.Error(codes.Unimplemented, "no lookup here")
 	}
 	f.header = true
 	c := fakeClient(t, []string{f.addr, l.addr})
@@ -414,6 +414,33 @@ func (v *virtual) acquire(c *Client, ttl time.Duration) *Lease {
 		v.t.Fatal(err)
 	}
 	return l
+}
+
+// Right after the leader dies the others still name it. The lookup does
+// not trust a named leader that did not answer, and the calls go to a
+// node that did (which forwards once it knows the new leader), not to the
+// dead one.
+func TestRoutingSkipsDeadNamedLeader(t *testing.T) {
+	f := startFakeNode(t, "f", nil, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := &fakeNode{id: "dead", addr: lis.Addr().String(), calls: map[string]int{}}
+	lis.Close()
+	f.leaderOf = dead
+	c := fakeClient(t, []string{dead.addr, f.addr})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "x", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if a := f.count("Acquire"); a != 1 {
+		t.Fatalf("the live node got %d acquires, want 1 (the first attempt)", a)
+	}
+	if c.Endpoint() != f.addr {
+		t.Fatalf("endpoint %s, want the live node %s", c.Endpoint(), f.addr)
+	}
 }
 
 // A frozen leader neither breaks the KeepAlive stream nor answers. Its
