@@ -204,6 +204,9 @@ func classify(err error) (outcome, string) {
 	case tlsFailure(st):
 		// The handshake failed: nothing was sent, and retrying will not help.
 		return final, ""
+	case notSent(st):
+		// The connection was never made: try another node.
+		return retry, ""
 	case st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled:
 		// Transport trouble: the request may or may not have reached a node.
 		return unknown, ""
@@ -227,6 +230,7 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 	backoff := c.opts.backoffMin
 	redirects := 0
 	uncertain := false // an attempt may have been applied
+	refused := 0       // attempts in a row that could not connect
 	finish := func(err error) error {
 		err = c.wrapFinal(err)
 		if uncertain {
@@ -274,7 +278,12 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 			if !idempotent {
 				return finish(err)
 			}
+		case retry:
+			if refused = refusedInARow(refused, err); refused > 0 && refused < len(c.endpoints) {
+				continue // a node that cannot be connected to costs no wait: another may be up
+			}
 		}
+		refused = 0
 		sleep := backoff/2 + rand.N(backoff/2+1)
 		t := c.clock.NewTimer(sleep)
 		select {

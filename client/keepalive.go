@@ -524,6 +524,9 @@ func (k *keeper) handle(s sentRenewal, r *coordv1.KeepAliveResponse) bool {
 	if r.GetOk() {
 		k.c.metrics.RenewLatency(k.c.clock.Now().Sub(s.sent))
 		s.l.acked(s.sent)
+		if f := s.l.onRenewal; f != nil {
+			f(r)
+		}
 		return true
 	}
 	s.l.lose(r.GetReason(), &Error{Reason: r.GetReason(), Message: r.GetMessage(), sentinel: ErrLeaseLost})

@@ -33,6 +33,8 @@ type Lease struct {
 	err      error
 
 	claim *Claim // the window claimed with the grant (AcquireClaim)
+
+	onRenewal func(*coordv1.KeepAliveResponse) // see OnRenewal (Resume)
 }
 
 // AcquireOption changes one Acquire call.

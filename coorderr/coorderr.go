@@ -60,6 +60,12 @@ const (
 	RateLimited           = coordv1.ErrorReason_ERROR_REASON_RATE_LIMITED
 	StreamLimit           = coordv1.ErrorReason_ERROR_REASON_STREAM_LIMIT
 	WaitLimit             = coordv1.ErrorReason_ERROR_REASON_WAIT_LIMIT
+	JobNotFound           = coordv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND
+	AttemptLost           = coordv1.ErrorReason_ERROR_REASON_ATTEMPT_LOST
+	AttemptExpired        = coordv1.ErrorReason_ERROR_REASON_ATTEMPT_EXPIRED
+	JobCancelled          = coordv1.ErrorReason_ERROR_REASON_JOB_CANCELLED
+	JobFinished           = coordv1.ErrorReason_ERROR_REASON_JOB_FINISHED
+	JobRunning            = coordv1.ErrorReason_ERROR_REASON_JOB_RUNNING
 )
 
 // prefix is what the enum's value names carry and the wire names do not.

@@ -30,6 +30,16 @@ const (
 	ReasonLeaseLimit = coordv1.ErrorReason_ERROR_REASON_LEASE_LIMIT
 	// ReasonTooEarly: a claim before its not-before time (cluster clock).
 	ReasonTooEarly = coordv1.ErrorReason_ERROR_REASON_TOO_EARLY
+
+	// Job queue (fsm/queue*.go); errors.proto documents each. Job attempts
+	// mirror leases: LOST is "not the live attempt", EXPIRED is "its
+	// deadline passed".
+	ReasonJobNotFound    = coordv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND
+	ReasonAttemptLost    = coordv1.ErrorReason_ERROR_REASON_ATTEMPT_LOST
+	ReasonAttemptExpired = coordv1.ErrorReason_ERROR_REASON_ATTEMPT_EXPIRED
+	ReasonJobCancelled   = coordv1.ErrorReason_ERROR_REASON_JOB_CANCELLED
+	ReasonJobFinished    = coordv1.ErrorReason_ERROR_REASON_JOB_FINISHED
+	ReasonJobRunning     = coordv1.ErrorReason_ERROR_REASON_JOB_RUNNING
 )
 
 // Rejection is a business rejection of a command: the command was applied

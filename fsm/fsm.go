@@ -1,7 +1,8 @@
 // Package fsm is coordd's deterministic state machine: leases and their
 // generations, the window ledger, per-resource fences and idempotency
-// records. It reads no wall clock and no randomness; time is the cluster time
-// stamped into each command by the leader. See DESIGN.md.
+// records, the job queue. It reads no wall clock and no randomness; time is
+// what the leader stamped into each command: lease time (now_ms) and calendar
+// time (calendar_ms). See DESIGN.md.
 package fsm
 
 import (
@@ -62,10 +63,18 @@ func (f *FSM) ApplyCommand(cmd *fsmv1.Command) any {
 
 // apply dispatches one command. Every command type is handled here.
 func (s *state) apply(cmd *fsmv1.Command) any {
-	if cmd.GetType() != fsmv1.CommandType_COMMAND_TYPE_BATCH && cmd.GetNowMs() > s.clock {
-		s.clock = cmd.GetNowMs()
+	if cmd.GetType() != fsmv1.CommandType_COMMAND_TYPE_BATCH {
+		if cmd.GetNowMs() > s.clock {
+			s.clock = cmd.GetNowMs()
+		}
+		if cmd.GetCalendarMs() > s.calendar {
+			s.calendar = cmd.GetCalendarMs()
+		}
 	}
-	now := s.clock
+	now, cal := s.clock, s.calendar
+	if cmd.GetType() != fsmv1.CommandType_COMMAND_TYPE_BATCH {
+		s.advanceQueue(cal)
+	}
 	switch cmd.GetType() {
 	case fsmv1.CommandType_COMMAND_TYPE_TICK:
 		return nil
@@ -91,6 +100,20 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 		return s.registerJob(now, cmd.GetRegisterJob())
 	case fsmv1.CommandType_COMMAND_TYPE_BATCH:
 		return s.applyBatch(cmd.GetBatch())
+	case fsmv1.CommandType_COMMAND_TYPE_SUBMIT_JOBS:
+		return s.submitJobs(cal, cmd.GetSubmitJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_FETCH_JOBS:
+		return s.fetchJobs(cal, cmd.GetFetchJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_HEARTBEAT_JOBS:
+		return s.heartbeatJobs(cal, cmd.GetHeartbeatJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_COMPLETE_JOBS:
+		return s.completeJobs(cal, cmd.GetCompleteJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_FAIL_JOBS:
+		return s.failJobs(cal, cmd.GetFailJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_CANCEL_JOBS:
+		return s.cancelJobs(cal, cmd.GetCancelJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_RETRY_JOBS:
+		return s.retryJobs(cal, cmd.GetRetryJobs())
 	default:
 		// A command from a newer version: stop rather than diverge.
 		panic(fmt.Sprintf("fsm: unknown command type %d", cmd.GetType()))
@@ -102,6 +125,14 @@ func (f *FSM) Clock() int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.st.clock
+}
+
+// CalendarMs is the calendar time (ms since the Unix epoch) of the last
+// applied command: the highest calendar stamp applied (0 before any).
+func (f *FSM) CalendarMs() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.calendar
 }
 
 // Snapshot takes an O(1) copy of the state for raft to persist.

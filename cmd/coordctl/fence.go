@@ -5,7 +5,6 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -29,10 +28,8 @@ func (a *app) fenceCommitCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.FencedCommitResponse, error) {
-				return coord(cc).FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: args[0], LeaseName: lease,
-					Generation: generation, Token: token, IdempotencyKey: key, Payload: []byte(payload), DryRun: dryRun})
-			})
+			resp, err := a.coord().FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: args[0], LeaseName: lease,
+				Generation: generation, Token: token, IdempotencyKey: key, Payload: []byte(payload), DryRun: dryRun})
 			if err != nil {
 				return fail("fence commit "+args[0], err)
 			}
@@ -73,12 +70,11 @@ func (a *app) fenceGetCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.GetResourceResponse, error) {
-				return coord(cc).GetResource(ctx, &coordv1.GetResourceRequest{Resource: args[0]})
-			})
+			r, err := a.client.GetResource(ctx, args[0])
 			if err != nil {
 				return fail(fmt.Sprintf("fence get %s", args[0]), err)
 			}
+			resp := &coordv1.GetResourceResponse{Resource: r}
 			now := a.clusterTime(ctx)
 			return a.print(resp, func(w io.Writer) { resourceTable(w, resp.GetResource(), now) })
 		},

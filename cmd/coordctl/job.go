@@ -6,12 +6,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
-
-func jobsClient(cc *grpc.ClientConn) coordv1.JobsClient { return coordv1.NewJobsClient(cc) }
 
 func (a *app) jobCmd() *cobra.Command {
 	return group("job", "Registered jobs and what did not happen: overdue windows, stuck leases, slow runs",
@@ -43,9 +40,7 @@ occurrence and reports the ones not completed by occurrence + complete-within.`,
 			if allow {
 				spec.Concurrency = coordv1.JobConcurrency_JOB_CONCURRENCY_ALLOW
 			}
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.RegisterJobResponse, error) {
-				return jobsClient(cc).RegisterJob(ctx, &coordv1.RegisterJobRequest{Spec: &spec, RegisteredBy: by})
-			})
+			resp, err := a.jobs().RegisterJob(ctx, &coordv1.RegisterJobRequest{Spec: &spec, RegisteredBy: by})
 			if err != nil {
 				return fail("job register "+args[0], err)
 			}
@@ -82,9 +77,7 @@ func (a *app) jobListCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.ListJobsResponse, error) {
-				return jobsClient(cc).ListJobs(ctx, &coordv1.ListJobsRequest{})
-			})
+			resp, err := a.client.ListJobs(ctx)
 			if err != nil {
 				return fail("job list", err)
 			}
@@ -118,9 +111,7 @@ func (a *app) jobStatusCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.JobStatusResponse, error) {
-				return jobsClient(cc).JobStatus(ctx, &coordv1.JobStatusRequest{Name: args[0], Limit: limit})
-			})
+			resp, err := a.client.JobStatus(ctx, args[0], limit)
 			if err != nil {
 				return fail("job status "+args[0], err)
 			}
@@ -182,9 +173,7 @@ their job's interval. Exit status 0 even when something is listed.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.ListOverdueResponse, error) {
-				return jobsClient(cc).ListOverdue(ctx, &coordv1.ListOverdueRequest{})
-			})
+			resp, err := a.client.ListOverdue(ctx)
 			if err != nil {
 				return fail("job overdue", err)
 			}
@@ -207,7 +196,7 @@ func overdueText(w io.Writer, resp *coordv1.ListOverdueResponse) {
 			row(w, "STUCK LEASE", "REASON", "OWNER", "GENERATION", "AGE", "RENEWED")
 			for _, s := range resp.GetStuckLeases() {
 				l := s.GetLease()
-				row(w, l.GetName(), s.GetReason(), l.GetOwner(), l.GetGeneration(), human(l.GetHeldMs()), human(l.GetRenewedAgoMs())+" ago")
+				row(w, l.GetName(), s.GetReason(), l.GetOwner(), l.GetGeneration(), human(l.GetHeldMs()), agoMs(l.GetRenewedAgoMs()))
 			}
 		})
 	}

@@ -171,9 +171,11 @@ func (r *Reloader) ClientConfig(serverName string) *tls.Config {
 // certificate when the server requires one.
 var ErrNoClientCert = errors.New("tls: the server requires a client certificate and none is configured (--tls-cert/--tls-key, COORD_TLS_CERT/COORD_TLS_KEY)")
 
-// ClientConfig reads Files for a client in one call (SDK and coordctl).
-// A client without a certificate (only CA) is allowed: the server refuses
-// it when it requires one, with a clear error at the handshake.
+// ClientConfig reads Files for a gRPC client in one call (SDK and
+// coordctl). A client without a certificate (only CA) is allowed; when a
+// server asks for one, its handshake fails with ErrNoClientCert (coordd's
+// gRPC port always requires one). An HTTP client of a port that asks only
+// optionally (coordd's HTTP port) clears GetClientCertificate.
 func ClientConfig(f Files) (*tls.Config, error) {
 	if f.CA == "" {
 		return nil, errors.New("TLS needs a CA bundle to verify the server (--tls-ca)")

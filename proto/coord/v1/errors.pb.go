@@ -112,6 +112,26 @@ const (
 	// The identity has its limit of waiting Acquire calls. RESOURCE_EXHAUSTED.
 	// Metadata "identity".
 	ErrorReason_ERROR_REASON_WAIT_LIMIT ErrorReason = 23
+	// No job has that id (never submitted, or pruned by retention).
+	// FAILED_PRECONDITION (NOT_FOUND for a read). Metadata "job_id".
+	ErrorReason_ERROR_REASON_JOB_NOT_FOUND ErrorReason = 24
+	// The attempt is not the job's live one: a later attempt was handed
+	// out, it already ended (completed or failed), it was handed to another
+	// worker_id, or it never existed. FAILED_PRECONDITION: stop working on
+	// the job.
+	ErrorReason_ERROR_REASON_ATTEMPT_LOST ErrorReason = 25
+	// The attempt's visibility timeout passed without a heartbeat; the job
+	// was handed on (or is dead). FAILED_PRECONDITION: stop working on it.
+	ErrorReason_ERROR_REASON_ATTEMPT_EXPIRED ErrorReason = 26
+	// The job was cancelled while the attempt ran. FAILED_PRECONDITION: stop
+	// working on it.
+	ErrorReason_ERROR_REASON_JOB_CANCELLED ErrorReason = 27
+	// Cancel of a succeeded or dead job, or Retry of a succeeded one.
+	// FAILED_PRECONDITION. Metadata "job_id", "state".
+	ErrorReason_ERROR_REASON_JOB_FINISHED ErrorReason = 28
+	// Retry of a running job (cancel it first, or wait).
+	// FAILED_PRECONDITION. Metadata "job_id", "state".
+	ErrorReason_ERROR_REASON_JOB_RUNNING ErrorReason = 29
 )
 
 // Enum value maps for ErrorReason.
@@ -141,6 +161,12 @@ var (
 		21: "ERROR_REASON_RATE_LIMITED",
 		22: "ERROR_REASON_STREAM_LIMIT",
 		23: "ERROR_REASON_WAIT_LIMIT",
+		24: "ERROR_REASON_JOB_NOT_FOUND",
+		25: "ERROR_REASON_ATTEMPT_LOST",
+		26: "ERROR_REASON_ATTEMPT_EXPIRED",
+		27: "ERROR_REASON_JOB_CANCELLED",
+		28: "ERROR_REASON_JOB_FINISHED",
+		29: "ERROR_REASON_JOB_RUNNING",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":             0,
@@ -167,6 +193,12 @@ var (
 		"ERROR_REASON_RATE_LIMITED":            21,
 		"ERROR_REASON_STREAM_LIMIT":            22,
 		"ERROR_REASON_WAIT_LIMIT":              23,
+		"ERROR_REASON_JOB_NOT_FOUND":           24,
+		"ERROR_REASON_ATTEMPT_LOST":            25,
+		"ERROR_REASON_ATTEMPT_EXPIRED":         26,
+		"ERROR_REASON_JOB_CANCELLED":           27,
+		"ERROR_REASON_JOB_FINISHED":            28,
+		"ERROR_REASON_JOB_RUNNING":             29,
 	}
 )
 
@@ -201,7 +233,7 @@ var File_coord_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coord_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x15coord/v1/errors.proto\x12\bcoord.v1*\x8e\x06\n" +
+	"\x15coord/v1/errors.proto\x12\bcoord.v1*\xcc\a\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -227,7 +259,13 @@ const file_coord_v1_errors_proto_rawDesc = "" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x14\x12\x1d\n" +
 	"\x19ERROR_REASON_RATE_LIMITED\x10\x15\x12\x1d\n" +
 	"\x19ERROR_REASON_STREAM_LIMIT\x10\x16\x12\x1b\n" +
-	"\x17ERROR_REASON_WAIT_LIMIT\x10\x17B1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\x17ERROR_REASON_WAIT_LIMIT\x10\x17\x12\x1e\n" +
+	"\x1aERROR_REASON_JOB_NOT_FOUND\x10\x18\x12\x1d\n" +
+	"\x19ERROR_REASON_ATTEMPT_LOST\x10\x19\x12 \n" +
+	"\x1cERROR_REASON_ATTEMPT_EXPIRED\x10\x1a\x12\x1e\n" +
+	"\x1aERROR_REASON_JOB_CANCELLED\x10\x1b\x12\x1d\n" +
+	"\x19ERROR_REASON_JOB_FINISHED\x10\x1c\x12\x1c\n" +
+	"\x18ERROR_REASON_JOB_RUNNING\x10\x1dB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_errors_proto_rawDescOnce sync.Once
