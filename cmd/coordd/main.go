@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/internal/buildinfo"
+	"github.com/coordd/coordd/internal/datadir"
 	"github.com/coordd/coordd/server"
 )
 
@@ -139,6 +140,13 @@ func run(args []string) error {
 		clk = server.NewSkewedClock(*clockOffset, *clockRate)
 		logger.Warn("test clock hook active: this node's clock is skewed", "offset", *clockOffset, "rate", *clockRate)
 	}
+	// Before Raft opens its files: a second coordd on this directory fails
+	// here, naming the first, instead of timing out on the Raft log.
+	lock, err := datadir.Acquire(*dataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	srv, err := server.New(server.Config{
 		ID: *id, DataDir: *dataDir, GRPCAddr: *grpcAddr, RaftAddr: *raftAddr, HTTPAddr: *httpAddr,
 		Peers: peerMap, Join: *join, HeartbeatTimeout: *heartbeat, ElectionTimeout: *election,
