@@ -7,9 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/coorderr"
 )
 
 // Sentinel errors, for errors.Is. Errors from the server wrap one of them
@@ -39,8 +40,8 @@ var (
 	ErrNotFound = errors.New("coordd: not found")
 	// ErrUnavailable: no leader could be reached before the context ended.
 	ErrUnavailable = errors.New("coordd: unavailable")
-	// ErrInvalidToken: a token string is malformed.
-	ErrInvalidToken = errors.New("coordd: invalid token")
+	// ErrInvalidToken: a token string is malformed (coorderr.ErrInvalidToken).
+	ErrInvalidToken = coorderr.ErrInvalidToken
 	// ErrUnknownOutcome: the call may have been applied (the connection or
 	// leadership was lost after it was sent, or the context ended while it
 	// was in flight). Retry it with the same request id (AcquireRequestID)
@@ -74,30 +75,37 @@ func (e *unknownOutcomeError) Error() string   { return e.err.Error() + " (outco
 func (e *unknownOutcomeError) Unwrap() []error { return []error{ErrUnknownOutcome, e.err} }
 
 // reasonSentinels maps server reasons to sentinels.
-var reasonSentinels = map[string]error{
-	"LEASE_LOST":              ErrLeaseLost,
-	"LEASE_EXPIRED":           ErrLeaseLost,
-	"LEASE_RELEASED":          ErrLeaseLost,
-	"LEASE_NOT_FOUND":         ErrLeaseNotFound,
-	"STALE_TOKEN":             ErrStaleToken,
-	"RESOURCE_LEASE_MISMATCH": ErrResourceLeaseMismatch,
-	"WINDOW_COMPLETED":        ErrWindowCompleted,
-	"WINDOW_NOT_CLAIMED":      ErrWindowNotClaimed,
-	"INVALID_ARGUMENT":        ErrInvalidArgument,
-	"NOT_FOUND":               ErrNotFound,
-	"UNAUTHENTICATED":         ErrUnauthenticated,
-	"PERMISSION_DENIED":       ErrPermissionDenied,
-	"IDENTITY_MISMATCH":       ErrPermissionDenied,
-	"LEASE_LIMIT":             ErrResourceExhausted,
-	"RATE_LIMITED":            ErrResourceExhausted,
-	"STREAM_LIMIT":            ErrResourceExhausted,
-	"WAIT_LIMIT":              ErrResourceExhausted,
-	"TOO_EARLY":               ErrTooEarly,
+var reasonSentinels = map[coorderr.Reason]error{
+	coorderr.LeaseLost:             ErrLeaseLost,
+	coorderr.LeaseExpired:          ErrLeaseLost,
+	coorderr.LeaseReleased:         ErrLeaseLost,
+	coorderr.LeaseNotFound:         ErrLeaseNotFound,
+	coorderr.StaleToken:            ErrStaleToken,
+	coorderr.ResourceLeaseMismatch: ErrResourceLeaseMismatch,
+	coorderr.WindowCompleted:       ErrWindowCompleted,
+	coorderr.WindowNotClaimed:      ErrWindowNotClaimed,
+	coorderr.InvalidArgument:       ErrInvalidArgument,
+	coorderr.NotFound:              ErrNotFound,
+	coorderr.Unauthenticated:       ErrUnauthenticated,
+	coorderr.PermissionDenied:      ErrPermissionDenied,
+	coorderr.IdentityMismatch:      ErrPermissionDenied,
+	coorderr.LeaseLimit:            ErrResourceExhausted,
+	coorderr.RateLimited:           ErrResourceExhausted,
+	coorderr.StreamLimit:           ErrResourceExhausted,
+	coorderr.WaitLimit:             ErrResourceExhausted,
+	coorderr.TooEarly:              ErrTooEarly,
+	coorderr.JobNotFound:           ErrJobNotFound,
+	coorderr.AttemptLost:           ErrAttemptLost,
+	coorderr.AttemptExpired:        ErrAttemptLost,
+	coorderr.JobCancelled:          ErrJobCancelled,
+	coorderr.JobFinished:           ErrJobFinished,
+	coorderr.JobRunning:            ErrJobRunning,
 }
 
 // Error is a refusal from coordd: the gRPC code, the ErrorInfo reason
-// (LEASE_LOST, STALE_TOKEN, …) and its metadata (current_generation,
-// max_generation, completed_by, field, …).
+// (LEASE_LOST, STALE_TOKEN, …: a coord.v1.ErrorReason as sent, see
+// coorderr) and its metadata (current_generation, max_generation,
+// completed_by, field, …).
 type Error struct {
 	Code     codes.Code
 	Reason   string
@@ -130,33 +138,19 @@ func (e *NotAcquiredError) Error() string {
 
 func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
 
-// errorInfo returns the status and its ErrorInfo, if any.
-func errorInfo(err error) (*status.Status, *errdetails.ErrorInfo) {
-	st, ok := status.FromError(err)
-	if !ok {
-		return nil, nil
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return st, info
-		}
-	}
-	return st, nil
-}
-
 // fromStatus turns a gRPC error into an *Error wrapping its sentinel.
 func fromStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	st, info := errorInfo(err)
+	st, info := coorderr.Info(err)
 	if st == nil {
 		return err
 	}
 	e := &Error{Code: st.Code(), Message: st.Message()}
 	if info != nil {
 		e.Reason, e.Metadata = info.GetReason(), info.GetMetadata()
-		e.sentinel = reasonSentinels[e.Reason]
+		e.sentinel = reasonSentinels[coorderr.ReasonOf(err)]
 	}
 	if e.sentinel == nil {
 		switch st.Code() {

@@ -16,63 +16,69 @@ type Commit struct {
 	Generation    uint64
 	MaxGeneration uint64
 	Payload       []byte
+	// DryRun is true when the commit was only checked (CommitDryRun):
+	// Accepted then says it would be accepted, and nothing was recorded.
+	DryRun bool
 }
+
+// CommitOption changes one FencedCommit call.
+type CommitOption func(*commitOptions)
+
+type commitOptions struct{ dryRun bool }
+
+// CommitDryRun only checks the commit: the answer is what the commit would
+// be (accepted, or the first outcome of a key already used, or a refusal),
+// from a linearizable read on the leader; nothing is recorded and the
+// payload is not stored. It is retried like a read.
+func CommitDryRun() CommitOption { return func(o *commitOptions) { o.dryRun = true } }
 
 // FencedCommit validates this lease's token for a write to resource. With
 // an idempotency key, a repeat returns the first outcome (Duplicate) and
 // the call is retried safely after an unknown outcome; without one it is
 // not retried once sent. Refusals wrap ErrStaleToken or ErrLeaseLost.
-func (l *Lease) FencedCommit(ctx context.Context, resource, idempotencyKey string, payload []byte) (*Commit, error) {
-	return l.c.fencedCommit(ctx, resource, l.name, l.gen, idempotencyKey, payload)
+func (l *Lease) FencedCommit(ctx context.Context, resource, idempotencyKey string, payload []byte, opts ...CommitOption) (*Commit, error) {
+	return l.c.fencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: resource, LeaseName: l.name, Generation: l.gen,
+		IdempotencyKey: idempotencyKey, Payload: payload}, opts)
 }
 
-// Validate is FencedCommit for a service that received only a token (see
-// Lease.Token), e.g. an API called by a job.
-func (c *Client) Validate(ctx context.Context, resource, token, idempotencyKey string, payload []byte) (*Commit, error) {
-	name, gen, err := ParseToken(token)
-	if err != nil {
+// FencedCommit is Lease.FencedCommit for a service that received only a
+// token (see Lease.Token), e.g. an API called by a job. A malformed token
+// is ErrInvalidToken, before any call.
+func (c *Client) FencedCommit(ctx context.Context, resource, token, idempotencyKey string, payload []byte, opts ...CommitOption) (*Commit, error) {
+	if _, _, err := ParseToken(token); err != nil {
 		return nil, err
 	}
-	return c.fencedCommit(ctx, resource, name, gen, idempotencyKey, payload)
+	return c.fencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: resource, Token: token,
+		IdempotencyKey: idempotencyKey, Payload: payload}, opts)
 }
 
-func (c *Client) fencedCommit(ctx context.Context, resource, lease string, gen uint64, key string, payload []byte) (*Commit, error) {
-	req := &coordv1.FencedCommitRequest{Resource: resource, LeaseName: lease, Generation: gen, IdempotencyKey: key, Payload: payload}
+// CheckToken answers whether FencedCommit with these arguments would be
+// accepted, without recording anything: FencedCommit with CommitDryRun.
+// The would-be Commit, the first outcome of a key already used
+// (Duplicate), or a refusal wrapping ErrStaleToken or ErrLeaseLost.
+func (c *Client) CheckToken(ctx context.Context, resource, token, idempotencyKey string) (*Commit, error) {
+	return c.FencedCommit(ctx, resource, token, idempotencyKey, nil, CommitDryRun())
+}
+
+func (c *Client) fencedCommit(ctx context.Context, req *coordv1.FencedCommitRequest, opts []CommitOption) (*Commit, error) {
+	var o commitOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	req.DryRun = o.dryRun
 	var resp *coordv1.FencedCommitResponse
-	err := c.invoke(ctx, key != "", func(ctx context.Context, cc coordv1.CoordinatorClient) error {
+	err := c.invoke(ctx, o.dryRun || req.GetIdempotencyKey() != "", func(ctx context.Context, cc coordv1.CoordinatorClient) error {
 		var err error
 		resp, err = cc.FencedCommit(ctx, req)
 		return err
 	})
 	if err != nil {
 		var e *Error
-		if errors.As(err, &e) && e.Reason != "" {
-			c.metrics.FenceRejected(resource, e.Reason)
+		if !o.dryRun && errors.As(err, &e) && e.Reason != "" {
+			c.metrics.FenceRejected(req.GetResource(), e.Reason)
 		}
 		return nil, err
 	}
 	return &Commit{Accepted: resp.GetAccepted(), Duplicate: resp.GetDuplicate(), Generation: resp.GetGeneration(),
-		MaxGeneration: resp.GetMaxGeneration(), Payload: resp.GetPayload()}, nil
-}
-
-// CheckToken answers whether Validate with these arguments would be
-// accepted, without recording anything (a linearizable read on the
-// leader): the would-be Commit, the first outcome of a key already used
-// (Duplicate), or a refusal wrapping ErrStaleToken or ErrLeaseLost.
-func (c *Client) CheckToken(ctx context.Context, resource, token, idempotencyKey string) (*Commit, error) {
-	if _, _, err := ParseToken(token); err != nil {
-		return nil, err
-	}
-	req := &coordv1.ValidateRequest{Resource: resource, Token: token, IdempotencyKey: idempotencyKey, DryRun: true}
-	var resp *coordv1.ValidateResponse
-	err := c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
-		var err error
-		resp, err = cc.Validate(ctx, req)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Commit{Accepted: resp.GetAccepted(), Duplicate: resp.GetDuplicate(), Generation: resp.GetGeneration(),
-		MaxGeneration: resp.GetMaxGeneration(), Payload: resp.GetPayload()}, nil
+		MaxGeneration: resp.GetMaxGeneration(), Payload: resp.GetPayload(), DryRun: resp.GetDryRun()}, nil
 }

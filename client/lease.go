@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/client/clock"
+	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -33,6 +33,8 @@ type Lease struct {
 	err      error
 
 	claim *Claim // the window claimed with the grant (AcquireClaim)
+
+	onRenewal func(*coordv1.KeepAliveResponse) // see OnRenewal (Resume)
 }
 
 // AcquireOption changes one Acquire call.
@@ -276,19 +278,11 @@ func (l *Lease) end() error {
 	return lost
 }
 
-// FormatToken renders a fencing token as "name:generation".
-func FormatToken(name string, gen uint64) string { return name + ":" + strconv.FormatUint(gen, 10) }
+// FormatToken renders a fencing token as "name:generation"
+// (coorderr.FormatToken).
+func FormatToken(name string, gen uint64) string { return coorderr.FormatToken(name, gen) }
 
 // ParseToken reads a token made by FormatToken (the generation follows the
-// last colon, so names may contain colons).
-func ParseToken(tok string) (name string, gen uint64, err error) {
-	i := strings.LastIndexByte(tok, ':')
-	if i <= 0 {
-		return "", 0, fmt.Errorf("%w: %q is not name:generation", ErrInvalidToken, tok)
-	}
-	gen, err = strconv.ParseUint(tok[i+1:], 10, 64)
-	if err != nil || gen == 0 {
-		return "", 0, fmt.Errorf("%w: %q has no valid generation", ErrInvalidToken, tok)
-	}
-	return tok[:i], gen, nil
-}
+// last colon, so names may contain colons); errors wrap ErrInvalidToken
+// (coorderr.ParseToken).
+func ParseToken(tok string) (name string, gen uint64, err error) { return coorderr.ParseToken(tok) }

@@ -8,19 +8,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// entry encodes a command as a Raft log entry.
-func entry(b testing.TB, now int64, body any) *raft.Log {
+// entry encodes a command as a log entry's data.
+func entry(b testing.TB, now int64, body any) []byte {
 	data, err := proto.Marshal(Envelope(now, body))
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &raft.Log{Type: raft.LogCommand, Data: data}
+	return data
 }
 
 // benchApply measures ApplyBatch (decode + apply) per command, in batches
@@ -28,7 +27,7 @@ func entry(b testing.TB, now int64, body any) *raft.Log {
 func benchApply(b *testing.B, setup func(f *FSM, n int), mk func(i int) any) {
 	f := New()
 	setup(f, b.N)
-	logs := make([]*raft.Log, b.N)
+	logs := make([][]byte, b.N)
 	for i := range logs {
 		logs[i] = entry(b, 1_000_000+int64(i), mk(i))
 	}
@@ -161,4 +160,150 @@ func TestFootprint(t *testing.T) {
 	t.Logf("%d leases + %d completed windows: heap %.0f bytes per lease+window pair; snapshot %.1f MiB; restore %s",
 		n, n, float64(after-before)/n, float64(buf.Len())/(1<<20), restore.Round(time.Millisecond))
 	runtime.KeepAlive(f)
+}
+
+// queueJobs submits n scheduled jobs with 200-byte args through encoded
+// log entries of 1,000 jobs, as the leader would, due 1..60 s after t0.
+func queueJobs(tb testing.TB, f *FSM, n int) {
+	args := bytes.Repeat([]byte("x"), 200)
+	for i := 0; i < n; i += MaxSubmitBatch {
+		specs := make([]*fsmv1.QueueJobSpec, 0, MaxSubmitBatch)
+		for k := i; k < min(i+MaxSubmitBatch, n); k++ {
+			s := &fsmv1.QueueJobSpec{Queue: "default", Kind: "send-report", Args: args, RunAtMs: t0 + 1000 + int64(k)*59_000/int64(n)}
+			FillJobDefaults(s)
+			specs = append(specs, s)
+		}
+		data, err := proto.Marshal(EnvelopeAt(1_000_000, t0, &fsmv1.SubmitJobs{Jobs: specs, Identity: "svc-billing"}))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, ok := f.Apply(data).(*SubmitResult); !ok {
+			tb.Fatal("submit refused")
+		}
+	}
+}
+
+// queueFootprint is the heap per scheduled job (record, args, indexes).
+func queueFootprint(tb testing.TB, n int) (perJob float64, f *FSM) {
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	f = New()
+	queueJobs(tb, f, n)
+	after := heap()
+	return float64(after-before) / float64(n), f
+}
+
+// TestQueueFootprintSmall keeps the memory per scheduled job (200-byte
+// args) under 1 KiB at 50,000 jobs; TestFootprint measures 1,000,000.
+func TestQueueFootprintSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates ~50 MB")
+	}
+	per, f := queueFootprint(t, 50_000)
+	t.Logf("50,000 scheduled jobs with 200-byte args: %.0f bytes per job", per)
+	if per > 1024 {
+		t.Fatalf("%.0f bytes per scheduled job; the budget is 1024", per)
+	}
+	runtime.KeepAlive(f)
+}
+
+// TestQueueFootprint measures memory per scheduled job, snapshot size and
+// restore time at 1,000,000 jobs with 200-byte args:
+// COORDD_FOOTPRINT=1 go test ./fsm -run QueueFootprint$ -v
+func TestQueueFootprint(t *testing.T) {
+	if os.Getenv("COORDD_FOOTPRINT") == "" {
+		t.Skip("set COORDD_FOOTPRINT=1 to measure")
+	}
+	const n = 1_000_000
+	start := time.Now()
+	per, f := queueFootprint(t, n)
+	submitTime := time.Since(start)
+	var buf bytes.Buffer
+	if err := f.WriteSnapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	f = nil // a restarting node holds only the state it restores
+	runtime.GC()
+	start = time.Now()
+	g := New()
+	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
+		t.Fatal(err)
+	}
+	restore := time.Since(start)
+	t.Logf("%d scheduled jobs with 200-byte args: heap %.0f bytes per job; submit %s (%.0f jobs/s applied, in entries of 1,000); snapshot %.1f MiB; restore %s",
+		n, per, submitTime.Round(time.Millisecond), n/submitTime.Seconds(), float64(buf.Len())/(1<<20), restore.Round(time.Millisecond))
+	if per > 1024 {
+		t.Errorf("%.0f bytes per scheduled job; the budget is 1024", per)
+	}
+	runtime.KeepAlive(g)
+}
+
+func BenchmarkApplySubmitJobs(b *testing.B) {
+	// b.N jobs in entries of 100.
+	args := bytes.Repeat([]byte("x"), 200)
+	var logs [][]byte
+	for i := 0; i < b.N; i += 100 {
+		specs := make([]*fsmv1.QueueJobSpec, 0, 100)
+		for k := i; k < min(i+100, b.N); k++ {
+			s := &fsmv1.QueueJobSpec{Queue: "default", Kind: "k", Args: args}
+			FillJobDefaults(s)
+			specs = append(specs, s)
+		}
+		data, _ := proto.Marshal(EnvelopeAt(1, t0, &fsmv1.SubmitJobs{Jobs: specs}))
+		logs = append(logs, data)
+	}
+	f := New()
+	b.ReportAllocs()
+	b.ResetTimer()
+	f.ApplyBatch(logs)
+}
+
+// BenchmarkApplyFetchComplete measures one job's way through the queue:
+// its share of a fetch of 100 and of a completion of 100.
+func BenchmarkApplyFetchComplete(b *testing.B) {
+	f := New()
+	queueJobs(b, f, b.N)
+	cal := t0 + 61_000
+	var logs [][]byte
+	next := uint64(1)
+	for i := 0; i < b.N; i += 100 {
+		n := min(100, b.N-i)
+		data, _ := proto.Marshal(EnvelopeAt(1, cal, &fsmv1.FetchJobs{Queues: []string{"default"}, Max: uint32(n), WorkerId: "w"}))
+		logs = append(logs, data)
+		var done []*fsmv1.JobCompletion
+		for k := 0; k < n; k++ {
+			done = append(done, &fsmv1.JobCompletion{JobId: next, Attempt: 1})
+			next++
+		}
+		data, _ = proto.Marshal(EnvelopeAt(1, cal, &fsmv1.CompleteJobs{Completions: done, WorkerId: "w"}))
+		logs = append(logs, data)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	out := f.ApplyBatch(logs)
+	b.StopTimer()
+	if r, ok := out[len(out)-1].(JobResults); !ok || len(r) == 0 {
+		b.Fatalf("%#v", out[len(out)-1])
+	}
+}
+
+func BenchmarkSnapshotRestoreQueue100k(b *testing.B) {
+	f := New()
+	queueJobs(b, f, 100_000)
+	var buf bytes.Buffer
+	if err := f.WriteSnapshot(&buf); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(buf.Len()))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := New().Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -7,9 +7,15 @@ import (
 )
 
 // Envelope wraps a command body with its type and the cluster time, so type
-// and body can never disagree.
+// and body can never disagree. It stamps no calendar time (see EnvelopeAt).
 func Envelope(nowMs int64, body any) *fsmv1.Command {
-	c := &fsmv1.Command{NowMs: nowMs}
+	return EnvelopeAt(nowMs, 0, body)
+}
+
+// EnvelopeAt is Envelope with both times: nowMs the lease time, calendarMs
+// the leader's wall clock (Unix ms, never below a stamp proposed before).
+func EnvelopeAt(nowMs, calendarMs int64, body any) *fsmv1.Command {
+	c := &fsmv1.Command{NowMs: nowMs, CalendarMs: calendarMs}
 	switch b := body.(type) {
 	case *fsmv1.Tick:
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_TICK, &fsmv1.Command_Tick{Tick: b}
@@ -35,6 +41,20 @@ func Envelope(nowMs int64, body any) *fsmv1.Command {
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_BATCH, &fsmv1.Command_Batch{Batch: b}
 	case *fsmv1.RegisterJob:
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_REGISTER_JOB, &fsmv1.Command_RegisterJob{RegisterJob: b}
+	case *fsmv1.SubmitJobs:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_SUBMIT_JOBS, &fsmv1.Command_SubmitJobs{SubmitJobs: b}
+	case *fsmv1.FetchJobs:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_FETCH_JOBS, &fsmv1.Command_FetchJobs{FetchJobs: b}
+	case *fsmv1.HeartbeatJobs:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_HEARTBEAT_JOBS, &fsmv1.Command_HeartbeatJobs{HeartbeatJobs: b}
+	case *fsmv1.CompleteJobs:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_COMPLETE_JOBS, &fsmv1.Command_CompleteJobs{CompleteJobs: b}
+	case *fsmv1.FailJobs:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_FAIL_JOBS, &fsmv1.Command_FailJobs{FailJobs: b}
+	case *fsmv1.CancelJobs:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_CANCEL_JOBS, &fsmv1.Command_CancelJobs{CancelJobs: b}
+	case *fsmv1.RetryJobs:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_RETRY_JOBS, &fsmv1.Command_RetryJobs{RetryJobs: b}
 	default:
 		panic(fmt.Sprintf("fsm.Envelope: not a command body: %T", body))
 	}

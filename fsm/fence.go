@@ -10,8 +10,8 @@ import (
 // returns the duplicate's result or a rejection, or a nil verdict when the
 // commit is to be accepted, with the resource's record (nil when new).
 func (s *state) fenceCheck(now int64, c *fsmv1.FencedCommit) (verdict any, res *Resource) {
-	if c.GetResource() == "" || c.GetLeaseName() == "" {
-		return reject(ReasonInvalidArgument, nil, "fenced commit needs a resource and a lease"), nil
+	if c.GetResource() == "" || (c.GetLeaseName() == "") == (c.GetJobId() == 0) {
+		return reject(ReasonInvalidArgument, nil, "fenced commit needs a resource and either a lease or a job attempt"), nil
 	}
 	res = s.resource(c.GetResource())
 	if c.GetIdempotencyKey() != "" {
@@ -22,6 +22,9 @@ func (s *state) fenceCheck(now int64, c *fsmv1.FencedCommit) (verdict any, res *
 			}
 			return out, res
 		}
+	}
+	if c.GetJobId() != 0 {
+		return s.jobFenceCheck(c, res), res
 	}
 	l := s.lease(c.GetLeaseName())
 	if l == nil {
@@ -38,7 +41,7 @@ func (s *state) fenceCheck(now int64, c *fsmv1.FencedCommit) (verdict any, res *
 		return reject(ReasonLeaseExpired, holderMeta(l),
 			"lease %q generation %d expired %d ms ago", l.Name, l.Generation, now-l.ExpiresAt), res
 	}
-	if res != nil && res.LeaseName != c.GetLeaseName() {
+	if res != nil && (res.LeaseName != c.GetLeaseName() || res.JobID != 0) {
 		return reject(ReasonResourceLeaseMismatch, map[string]string{"resource_lease": res.LeaseName},
 			"resource %q is fenced by lease %q, not %q", res.Name, res.LeaseName, c.GetLeaseName()), res
 	}
@@ -51,7 +54,10 @@ func (s *state) fenceCheck(now int64, c *fsmv1.FencedCommit) (verdict any, res *
 
 // CheckFence answers whether a fenced commit would be accepted at cluster
 // time now, without recording it: a *CommitResult (a duplicate's first
-// outcome, or the would-be acceptance) or a *Rejection.
+// outcome, or the would-be acceptance) or a *Rejection. A job attempt
+// token is judged as of the last applied command's calendar time (a claim
+// whose deadline passed since is still live until the next command, which
+// the leader's dispatcher proposes at the deadline).
 func (f *FSM) CheckFence(now int64, c *fsmv1.FencedCommit) any {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -77,7 +83,10 @@ func (s *state) fencedCommit(now int64, c *fsmv1.FencedCommit) any {
 	if verdict != nil {
 		return verdict
 	}
-	n := Resource{Name: c.GetResource(), LeaseName: c.GetLeaseName()}
+	n := Resource{Name: c.GetResource(), LeaseName: c.GetLeaseName(), JobID: c.GetJobId()}
+	if n.JobID != 0 {
+		n.LeaseName = JobTokenName(n.JobID)
+	}
 	if res != nil {
 		n = *res
 	}

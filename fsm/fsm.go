@@ -1,7 +1,8 @@
 // Package fsm is coordd's deterministic state machine: leases and their
 // generations, the window ledger, per-resource fences and idempotency
-// records. It reads no wall clock and no randomness; time is the cluster time
-// stamped into each command by the leader. See DESIGN.md.
+// records, the job queue. It reads no wall clock and no randomness; time is
+// what the leader stamped into each command: lease time (now_ms) and calendar
+// time (calendar_ms). See DESIGN.md.
 package fsm
 
 import (
@@ -9,43 +10,44 @@ import (
 	"io"
 	"sync"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// FSM implements raft.FSM and raft.BatchingFSM.
+// FSM is the replicated state and its one Apply switch. It knows nothing
+// of Raft: the node adapts it to raft.FSM and raft.BatchingFSM, handing it
+// the data of committed command entries.
 type FSM struct {
 	mu sync.RWMutex
 	st *state
 }
-
-var _ raft.BatchingFSM = (*FSM)(nil)
 
 // New returns an empty state machine.
 func New() *FSM {
 	return &FSM{st: newState()}
 }
 
-// Apply applies one log entry.
-func (f *FSM) Apply(l *raft.Log) any {
-	return f.ApplyBatch([]*raft.Log{l})[0]
+// Apply applies the data of one committed command entry.
+func (f *FSM) Apply(data []byte) any {
+	return f.ApplyBatch([][]byte{data})[0]
 }
 
-// ApplyBatch applies committed entries under one lock acquisition.
-func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
-	out := make([]any, len(logs))
+// ApplyBatch applies the data of committed entries under one lock
+// acquisition, in order. A nil element is an entry that is not a command
+// (Raft's own configuration entries): it is skipped and its result is nil.
+func (f *FSM) ApplyBatch(entries [][]byte) []any {
+	out := make([]any, len(entries))
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for i, l := range logs {
-		if l.Type != raft.LogCommand {
+	for i, data := range entries {
+		if data == nil {
 			continue
 		}
 		cmd := &fsmv1.Command{}
-		if err := proto.Unmarshal(l.Data, cmd); err != nil {
+		if err := proto.Unmarshal(data, cmd); err != nil {
 			// Fail-stop: a replica that cannot read the log must not guess.
-			panic(fmt.Sprintf("fsm: undecodable log entry %d: %v", l.Index, err))
+			panic(fmt.Sprintf("fsm: undecodable log entry (%d of a batch of %d): %v", i+1, len(entries), err))
 		}
 		out[i] = f.st.apply(cmd)
 	}
@@ -62,10 +64,18 @@ func (f *FSM) ApplyCommand(cmd *fsmv1.Command) any {
 
 // apply dispatches one command. Every command type is handled here.
 func (s *state) apply(cmd *fsmv1.Command) any {
-	if cmd.GetType() != fsmv1.CommandType_COMMAND_TYPE_BATCH && cmd.GetNowMs() > s.clock {
-		s.clock = cmd.GetNowMs()
+	if cmd.GetType() != fsmv1.CommandType_COMMAND_TYPE_BATCH {
+		if cmd.GetNowMs() > s.clock {
+			s.clock = cmd.GetNowMs()
+		}
+		if cmd.GetCalendarMs() > s.calendar {
+			s.calendar = cmd.GetCalendarMs()
+		}
 	}
-	now := s.clock
+	now, cal := s.clock, s.calendar
+	if cmd.GetType() != fsmv1.CommandType_COMMAND_TYPE_BATCH {
+		s.advanceQueue(cal)
+	}
 	switch cmd.GetType() {
 	case fsmv1.CommandType_COMMAND_TYPE_TICK:
 		return nil
@@ -91,6 +101,20 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 		return s.registerJob(now, cmd.GetRegisterJob())
 	case fsmv1.CommandType_COMMAND_TYPE_BATCH:
 		return s.applyBatch(cmd.GetBatch())
+	case fsmv1.CommandType_COMMAND_TYPE_SUBMIT_JOBS:
+		return s.submitJobs(cal, cmd.GetSubmitJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_FETCH_JOBS:
+		return s.fetchJobs(cal, cmd.GetFetchJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_HEARTBEAT_JOBS:
+		return s.heartbeatJobs(cal, cmd.GetHeartbeatJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_COMPLETE_JOBS:
+		return s.completeJobs(cal, cmd.GetCompleteJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_FAIL_JOBS:
+		return s.failJobs(cal, cmd.GetFailJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_CANCEL_JOBS:
+		return s.cancelJobs(cal, cmd.GetCancelJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_RETRY_JOBS:
+		return s.retryJobs(cal, cmd.GetRetryJobs())
 	default:
 		// A command from a newer version: stop rather than diverge.
 		panic(fmt.Sprintf("fsm: unknown command type %d", cmd.GetType()))
@@ -104,9 +128,18 @@ func (f *FSM) Clock() int64 {
 	return f.st.clock
 }
 
-// Snapshot takes an O(1) copy of the state for raft to persist.
-func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	return &snapshot{st: f.cloneState()}, nil
+// CalendarMs is the calendar time (ms since the Unix epoch) of the last
+// applied command: the highest calendar stamp applied (0 before any).
+func (f *FSM) CalendarMs() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.calendar
+}
+
+// Snapshot takes an O(1) copy of the state; Persist writes it out while
+// commands keep applying.
+func (f *FSM) Snapshot() *Snapshot {
+	return &Snapshot{st: f.cloneState()}
 }
 
 // cloneState copies the state in O(1). btree's Clone writes to the original

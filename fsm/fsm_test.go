@@ -5,21 +5,20 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// run applies body at cluster time now through the raft entry point, as a
-// replica would.
+// run applies body at cluster time now through the encoded entry point, as
+// a replica would.
 func run(t testing.TB, f *FSM, now int64, body any) any {
 	t.Helper()
 	data, err := proto.Marshal(Envelope(now, body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f.Apply(&raft.Log{Type: raft.LogCommand, Data: data})
+	return f.Apply(data)
 }
 
 func acq(name, owner string, ttl int64, rid string) *fsmv1.Acquire {
@@ -118,7 +117,7 @@ func TestHolderFence(t *testing.T) {
 		{"unknown lease", 160, "b", "nope", 1, ReasonLeaseNotFound},
 		{"released", 160, "x", "gone", 1, ReasonLeaseReleased},
 		{"expired", 170, "y", "lapsed", 1, ReasonLeaseExpired},
-		{"current", 160, "b", "l", 2, ""},
+		{"current", 160, "b", "l", 2, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -128,7 +127,7 @@ func TestHolderFence(t *testing.T) {
 			}
 			for _, op := range []string{"claim", "renew"} {
 				got := run(t, f, c.now, ops[op])
-				if c.want == "" {
+				if c.want == 0 {
 					if _, bad := got.(error); bad {
 						t.Fatalf("%s: %v", op, got)
 					}
@@ -324,12 +323,12 @@ func TestUnknownCommandStops(t *testing.T) {
 			t.Fatal("unknown command applied without stopping")
 		}
 	}()
-	f.Apply(&raft.Log{Type: raft.LogCommand, Data: data})
+	f.Apply(data)
 }
 
 func TestNonCommandEntriesIgnored(t *testing.T) {
 	f := New()
-	if out := f.ApplyBatch([]*raft.Log{{Type: raft.LogConfiguration, Data: []byte("x")}}); len(out) != 1 || out[0] != nil {
+	if out := f.ApplyBatch([][]byte{nil}); len(out) != 1 || out[0] != nil {
 		t.Fatalf("%v", out)
 	}
 }

@@ -7,35 +7,75 @@ import (
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// acquire grants the lease when it is free, released or expired, with the
-// next generation. A retry carrying the request id of the live grant gets
-// that grant back instead of a second one.
-func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
+// acquireCheck is every decision of acquire that changes nothing (the
+// acquire predicate). It returns the answer when acquire answers without a
+// write: a malformed command, a claim on a completed window or before its
+// not-before time, the lease live and held by another request. Otherwise
+// answer is nil and acquire writes: own reports that the live lease is
+// this request's grant (a retry: the same request id, owner and identity),
+// else the lease is free (cur is its record, nil when it never existed).
+func (s *state) acquireCheck(now int64, c *fsmv1.Acquire) (answer any, cur *Lease, own bool) {
 	if c.GetTtlMs() <= 0 || c.GetName() == "" || c.GetOwner() == "" {
-		return reject(ReasonInvalidArgument, nil, "acquire needs a name, an owner and a positive TTL")
+		return reject(ReasonInvalidArgument, nil, "acquire needs a name, an owner and a positive TTL"), nil, false
 	}
-	cur := s.lease(c.GetName())
-	claim := c.GetClaimJob() != "" || c.GetClaimWindow() != ""
-	if claim {
+	cur = s.lease(c.GetName())
+	if c.GetClaimJob() != "" || c.GetClaimWindow() != "" {
 		if c.GetClaimJob() == "" || c.GetClaimWindow() == "" {
-			return reject(ReasonInvalidArgument, nil, "a claim needs a job and a window")
+			return reject(ReasonInvalidArgument, nil, "a claim needs a job and a window"), cur, false
 		}
 		if w := s.window(c.GetClaimJob(), c.GetClaimWindow()); w != nil && w.Completed {
 			res := &AcquireResult{At: now, Claim: &ClaimResult{Claimed: false, Window: *w}}
 			if cur != nil {
 				res.Lease = *cur
 			}
-			return res
+			return res, cur, false
 		}
 		if nb := c.GetClaimNotBeforeMs(); now < nb {
-			return TooEarly(now, nb, c.GetClaimJob(), c.GetClaimWindow())
+			return tooEarly(now, nb, c.GetClaimJob(), c.GetClaimWindow()), cur, false
 		}
 	}
-	if cur != nil && cur.Live(now) {
-		if c.GetRequestId() != "" && cur.RequestID == c.GetRequestId() && cur.Owner == c.GetOwner() && cur.Identity == c.GetIdentity() {
-			return s.withClaim(now, c, &AcquireResult{At: now, Acquired: true, Lease: *cur})
-		}
-		return &AcquireResult{At: now, Acquired: false, Lease: *cur}
+	if cur == nil || !cur.Live(now) {
+		return nil, cur, false
+	}
+	if c.GetRequestId() != "" && cur.RequestID == c.GetRequestId() && cur.Owner == c.GetOwner() && cur.Identity == c.GetIdentity() {
+		return nil, cur, true
+	}
+	return &AcquireResult{At: now, Acquired: false, Lease: *cur}, cur, false
+}
+
+// CheckAcquire answers an Acquire at cluster time now from committed state,
+// without recording anything, when acquire would answer it without a
+// write: the lease held by another request (not acquired), this request's
+// own live grant (acquired again; not when it asks for a claim, which only
+// the apply records), a completed window, a claim too early, a malformed
+// command. It returns that answer (an *AcquireResult or a *Rejection) and
+// true, or nil and false when only a log entry can answer (the lease is
+// free). The node answers from it, waiting acquires wait on it, and the
+// apply decides by the same acquireCheck, so the three cannot disagree.
+func (f *FSM) CheckAcquire(now int64, c *fsmv1.Acquire) (any, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	answer, cur, own := f.st.acquireCheck(now, c)
+	switch {
+	case answer != nil:
+		return answer, true
+	case own && c.GetClaimJob() == "":
+		return &AcquireResult{At: now, Acquired: true, Lease: *cur}, true
+	default:
+		return nil, false
+	}
+}
+
+// acquire grants the lease when it is free, released or expired, with the
+// next generation. A retry carrying the request id of the live grant gets
+// that grant back instead of a second one.
+func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
+	answer, cur, own := s.acquireCheck(now, c)
+	if answer != nil {
+		return answer
+	}
+	if own {
+		return s.withClaim(now, c, &AcquireResult{At: now, Acquired: true, Lease: *cur})
 	}
 	if limit := c.GetMaxLiveLeases(); limit > 0 && c.GetIdentity() != "" && s.liveLeases(c.GetIdentity(), now) >= int(limit) {
 		return reject(ReasonLeaseLimit, map[string]string{"limit": strconv.FormatUint(uint64(limit), 10)},
@@ -65,8 +105,8 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 	return s.withClaim(now, c, res)
 }
 
-// TooEarly is the rejection of a claim at now before its not-before time.
-func TooEarly(now, notBefore int64, job, window string) *Rejection {
+// tooEarly is the rejection of a claim at now before its not-before time.
+func tooEarly(now, notBefore int64, job, window string) *Rejection {
 	return reject(ReasonTooEarly, map[string]string{"wait_ms": strconv.FormatInt(notBefore-now, 10)},
 		"window %s/%s may not start for %d ms (cluster time); is this replica's clock ahead?", job, window, notBefore-now)
 }

@@ -7,7 +7,9 @@ import (
 )
 
 // prune applies the retention policy: completed windows and idempotency
-// records older than the cutoff go. Leases are never pruned (G1). The queues
+// records older than the cutoff go, and finished queue jobs by their own
+// calendar cutoff and count limit (queue_prune.go). Leases are never
+// pruned (G1). The queues
 // are in apply order, which is time order because the clock never goes back,
 // so a prune costs what it removes.
 func (s *state) prune(c *fsmv1.Prune) any {
@@ -37,6 +39,7 @@ func (s *state) prune(c *fsmv1.Prune) any {
 		}
 		s.idemQ = s.idemQ[1:]
 	}
+	res.Jobs = s.pruneJobs(c.GetJobsCutoffMs(), c.GetMaxFinishedJobs())
 	if cap(s.completedQ) > 1024 && len(s.completedQ) < cap(s.completedQ)/4 {
 		s.completedQ = append([]windowKey(nil), s.completedQ...)
 	}

@@ -59,4 +59,5 @@ type CommitResult struct {
 type PruneResult struct {
 	Windows     int
 	Idempotency int
+	Jobs        int // finished queue jobs
 }

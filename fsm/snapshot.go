@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -22,19 +21,12 @@ const snapshotHeader = "coordd-snapshot-v1\n"
 // make a node allocate without limit.
 const maxRecordSize = 16 << 20
 
-type snapshot struct{ st *state }
+// Snapshot is a point-in-time copy of the state (FSM.Snapshot).
+type Snapshot struct{ st *state }
 
 // Persist streams the header and then length-delimited records: meta, then
 // every family in key order. Equal state gives equal bytes (G8).
-func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	if err := s.st.writeTo(sink); err != nil {
-		_ = sink.Cancel()
-		return err
-	}
-	return sink.Close()
-}
-
-func (s *snapshot) Release() {}
+func (s *Snapshot) Persist(w io.Writer) error { return s.st.writeTo(w) }
 
 func (st *state) writeTo(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 256<<10)
@@ -66,6 +58,10 @@ func (st *state) writeTo(w io.Writer) error {
 		Idempotency: uint64(st.idem.Len()),
 		Members:     uint64(st.members.Len()),
 		Jobs:        uint64(st.jobs.Len()),
+		CalendarMs:  st.calendar,
+		LastJobId:   st.lastJobID,
+		FetchSeq:    st.fetchSeq,
+		QueueJobs:   uint64(st.qjobs.Len()),
 	}}})
 	st.leases.Ascend(func(l *Lease) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Lease{Lease: leaseRecord(l)}})
@@ -76,7 +72,7 @@ func (st *state) writeTo(w io.Writer) error {
 	st.resources.Ascend(func(r *Resource) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Resource{Resource: &fsmv1.ResourceRecord{
 			Resource: r.Name, LeaseName: r.LeaseName, MaxGeneration: r.MaxGeneration,
-			LastCommitAtMs: r.LastCommitAt, LastIdempotencyKey: r.LastIdempotencyKey, Commits: r.Commits,
+			LastCommitAtMs: r.LastCommitAt, LastIdempotencyKey: r.LastIdempotencyKey, Commits: r.Commits, JobId: r.JobID,
 		}}})
 	})
 	st.idem.Ascend(func(r *Idempotency) bool {
@@ -91,6 +87,9 @@ func (st *state) writeTo(w io.Writer) error {
 	})
 	st.jobs.Ascend(func(j *Job) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Job{Job: jobRecord(j)}})
+	})
+	st.qjobs.Ascend(func(j *QueueJob) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueueJob{QueueJob: queueJobRecord(j)}})
 	})
 	if werr != nil {
 		return werr
@@ -152,6 +151,9 @@ func readSnapshot(r io.Reader) (*state, error) {
 		switch x := rec.GetRecord().(type) {
 		case *fsmv1.SnapshotRecord_Meta:
 			st.clock = x.Meta.GetClockMs()
+			st.calendar = x.Meta.GetCalendarMs()
+			st.lastJobID = x.Meta.GetLastJobId()
+			st.fetchSeq = x.Meta.GetFetchSeq()
 			sawMeta = true
 		case *fsmv1.SnapshotRecord_Lease:
 			r := x.Lease
@@ -172,7 +174,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 			r := x.Resource
 			st.resources.ReplaceOrInsert(&Resource{Name: r.GetResource(), LeaseName: r.GetLeaseName(),
 				MaxGeneration: r.GetMaxGeneration(), LastCommitAt: r.GetLastCommitAtMs(),
-				LastIdempotencyKey: r.GetLastIdempotencyKey(), Commits: r.GetCommits()})
+				LastIdempotencyKey: r.GetLastIdempotencyKey(), Commits: r.GetCommits(), JobID: r.GetJobId()})
 		case *fsmv1.SnapshotRecord_Idempotency:
 			r := x.Idempotency
 			st.idem.ReplaceOrInsert(&Idempotency{Resource: r.GetResource(), Key: r.GetKey(),
@@ -181,6 +183,15 @@ func readSnapshot(r io.Reader) (*state, error) {
 			st.members.ReplaceOrInsert(&Member{ID: x.Member.GetId(), GRPCAddress: x.Member.GetGrpcAddress()})
 		case *fsmv1.SnapshotRecord_Job:
 			st.jobs.ReplaceOrInsert(jobFromRecord(x.Job))
+		case *fsmv1.SnapshotRecord_QueueJob:
+			j, err := queueJobFromRecord(x.QueueJob)
+			if err != nil {
+				return nil, err
+			}
+			if j.ID > st.lastJobID {
+				return nil, fmt.Errorf("snapshot: queue job %d above the last id assigned (%d)", j.ID, st.lastJobID)
+			}
+			st.qjobs.ReplaceOrInsert(j)
 		default:
 			return nil, fmt.Errorf("snapshot: unknown record type")
 		}
@@ -189,6 +200,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 		return nil, fmt.Errorf("snapshot: no meta record")
 	}
 	st.rebuildQueues()
+	st.rebuildQueueIndex()
 	return st, nil
 }
 

@@ -9,13 +9,20 @@ const btreeDegree = 32
 // state is everything the log determines. Trees hold immutable records, so
 // clone() is O(1) and a clone can be read while the original changes.
 type state struct {
-	clock     int64 // highest cluster time applied (ms)
+	clock     int64 // highest cluster (lease) time applied (ms)
+	calendar  int64 // highest calendar time applied (Unix ms)
 	leases    *btree.BTreeG[*Lease]
 	windows   *btree.BTreeG[*Window]
 	resources *btree.BTreeG[*Resource]
 	idem      *btree.BTreeG[*Idempotency]
 	members   *btree.BTreeG[*Member]
 	jobs      *btree.BTreeG[*Job]
+	qjobs     *btree.BTreeG[*QueueJob] // the job queue, by id
+	lastJobID uint64                   // the last queue job id assigned
+	fetchSeq  uint64                   // fetches applied: the round robin's start
+	// qidx indexes qjobs (due times, claims, availability, lists, unique
+	// keys, counts). Derived: rebuilt after a restore.
+	qidx *queueIndex
 	// Prune queues, in apply order (so in order of completion / acceptance
 	// time). Derived from the trees: not part of snapshots or the digest.
 	completedQ []windowKey
@@ -54,6 +61,8 @@ func newState() *state {
 		idem:       btree.NewG(btreeDegree, lessIdem),
 		members:    btree.NewG(btreeDegree, lessMember),
 		jobs:       btree.NewG(btreeDegree, lessJob),
+		qjobs:      btree.NewG(btreeDegree, lessQueueJob),
+		qidx:       newQueueIndex(),
 		byIdentity: map[string]map[string]struct{}{},
 	}
 }
@@ -86,16 +95,22 @@ func (s *state) liveLeases(identity string, now int64) int {
 	return n
 }
 
-// clone returns a copy that shares records with s; the copy must only be read.
+// clone returns a copy that shares records with s; the copy must only be
+// read, and only its replicated parts (snapshot, digest): derived indexes
+// are not copied.
 func (s *state) clone() *state {
 	return &state{
 		clock:     s.clock,
+		calendar:  s.calendar,
 		leases:    s.leases.Clone(),
 		windows:   s.windows.Clone(),
 		resources: s.resources.Clone(),
 		idem:      s.idem.Clone(),
 		members:   s.members.Clone(),
 		jobs:      s.jobs.Clone(),
+		qjobs:     s.qjobs.Clone(),
+		lastJobID: s.lastJobID,
+		fetchSeq:  s.fetchSeq,
 	}
 }
 

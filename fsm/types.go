@@ -48,6 +48,9 @@ type Resource struct {
 	LastCommitAt       int64
 	LastIdempotencyKey string
 	Commits            uint64
+	// JobID: the resource is fenced by this queue job's attempts (then
+	// LeaseName is "job:<id>", for display).
+	JobID uint64
 }
 
 // Idempotency is the first accepted outcome of an idempotency key.

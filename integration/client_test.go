@@ -258,8 +258,10 @@ func TestClientWindowResumeAfterCrash(t *testing.T) {
 	}
 }
 
-// Validate refuses a stale token; a duplicate key returns the first payload.
-func TestClientValidate(t *testing.T) {
+// FencedCommit with a token refuses a stale token; a duplicate key returns
+// the first payload; CheckToken (a dry run) answers the same without
+// recording anything.
+func TestClientFencedCommitToken(t *testing.T) {
 	c := testcluster.New(t, 3)
 	ctx := ctxT(t)
 	a := newClient(t, c, "a")
@@ -276,11 +278,21 @@ func TestClientValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = api.Validate(ctx, "payouts/42", oldToken, "k1", []byte("x"))
+	_, err = api.FencedCommit(ctx, "payouts/42", oldToken, "k1", []byte("x"))
 	if !errors.Is(err, client.ErrStaleToken) {
 		t.Fatalf("stale token: %v", err)
 	}
-	first, err := api.Validate(ctx, "payouts/42", lb.Token(), "k1", []byte("first"))
+	if _, err := api.CheckToken(ctx, "payouts/42", oldToken, "k1"); !errors.Is(err, client.ErrStaleToken) {
+		t.Fatalf("stale token, dry run: %v", err)
+	}
+	check, err := api.CheckToken(ctx, "payouts/42", lb.Token(), "k1")
+	if err != nil || !check.Accepted || !check.DryRun || check.Duplicate {
+		t.Fatal(check, err)
+	}
+	if res, err := api.GetResource(ctx, "payouts/42"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("a dry run recorded the resource: %v %v", res, err)
+	}
+	first, err := api.FencedCommit(ctx, "payouts/42", lb.Token(), "k1", []byte("first"))
 	if err != nil || !first.Accepted || first.Duplicate {
 		t.Fatal(first, err)
 	}
@@ -288,7 +300,10 @@ func TestClientValidate(t *testing.T) {
 	if err != nil || !again.Duplicate || string(again.Payload) != "first" {
 		t.Fatal(again, err)
 	}
-	if _, err := api.Validate(ctx, "payouts/42", "garbage", "", nil); !errors.Is(err, client.ErrInvalidToken) {
+	if again, err := api.CheckToken(ctx, "payouts/42", lb.Token(), "k1"); err != nil || !again.Duplicate || string(again.Payload) != "first" {
+		t.Fatal(again, err)
+	}
+	if _, err := api.FencedCommit(ctx, "payouts/42", "garbage", "", nil); !errors.Is(err, client.ErrInvalidToken) {
 		t.Fatal(err)
 	}
 }

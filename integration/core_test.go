@@ -10,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 
+	"github.com/coordd/coordd/api"
+	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
-	"github.com/coordd/coordd/server"
 )
 
 // The paused-holder story (G3, G4): A's lease lapses while A is paused and B
@@ -94,7 +97,7 @@ func medianDuration(ds []time.Duration) time.Duration {
 // generations continue. Five runs; the median is logged.
 func TestLeaderFailover(t *testing.T) {
 	const tick = 250 * time.Millisecond
-	c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *server.Config) { cfg.TickInterval = tick }))
+	c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.Node.TickInterval = tick }))
 	var took, extended []time.Duration
 	for run := 0; run < 5; run++ {
 		old := c.WaitLeader()
@@ -167,10 +170,15 @@ func TestFollowerForwardingAndRedirect(t *testing.T) {
 	fc := c.Coord(f)
 	l := acquire(t, fc, "fwd", "o", 5*time.Second)
 	ctx := ctxT(t)
-	// Linearizable read through the follower sees the write at once.
-	got, err := fc.GetLease(ctx, &coordv1.GetLeaseRequest{Name: "fwd"})
+	// Linearizable read through the follower sees the write at once, and
+	// the follower tells the caller where the leader is.
+	var hdr metadata.MD
+	got, err := fc.GetLease(ctx, &coordv1.GetLeaseRequest{Name: "fwd"}, grpc.Header(&hdr))
 	if err != nil || got.GetLease().GetGeneration() != l.GetGeneration() {
 		t.Fatalf("forwarded read: %v %v", got, err)
+	}
+	if a := hdr.Get(api.LeaderAddressHeader); len(a) != 1 || a[0] != leader.API.GRPCAddr() {
+		t.Fatalf("leader address header %v, leader at %s", a, leader.API.GRPCAddr())
 	}
 	// A stale read is answered by the follower itself once it applied.
 	c.Eventually("follower applies", 5*time.Second, func() bool {
@@ -182,9 +190,9 @@ func TestFollowerForwardingAndRedirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = stream.Recv()
-	meta := wantErr(t, err, codes.Unavailable, server.ReasonNotLeader)
-	if meta["leader_address"] != leader.Server.GRPCAddr() || meta["leader_id"] != leader.ID {
-		t.Fatalf("redirect metadata %v, leader %s at %s", meta, leader.ID, leader.Server.GRPCAddr())
+	meta := wantErr(t, err, codes.Unavailable, "NOT_LEADER")
+	if meta["leader_address"] != leader.API.GRPCAddr() || meta["leader_id"] != leader.ID {
+		t.Fatalf("redirect metadata %v, leader %s at %s", meta, leader.ID, leader.API.GRPCAddr())
 	}
 	// On the leader the stream renews, and reports a lost lease in-band.
 	ks, err := c.Coord(leader).KeepAlive(ctx)
@@ -227,7 +235,7 @@ func TestFollowerForwardingAndRedirect(t *testing.T) {
 
 // Restarting every node replays snapshot + log; counters continue (G1).
 func TestRestartAllNodesGenerationsContinue(t *testing.T) {
-	c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *server.Config) { cfg.SnapshotThreshold = 64 }))
+	c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.Node.SnapshotThreshold = 64 }))
 	cc := c.Coord(c.WaitLeader())
 	ctx := ctxT(t)
 	var last *coordv1.Lease
@@ -241,7 +249,7 @@ func TestRestartAllNodesGenerationsContinue(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitConverged()
-	before := c.Nodes[0].Server.Digest()
+	before := c.Nodes[0].Node.Digest()
 	for _, n := range c.Nodes {
 		c.Stop(n)
 	}
@@ -250,7 +258,7 @@ func TestRestartAllNodesGenerationsContinue(t *testing.T) {
 	}
 	leader := c.WaitLeader()
 	c.WaitConverged()
-	if d := c.Nodes[2].Server.Digest(); d == before {
+	if d := c.Nodes[2].Node.Digest(); d == before {
 		// The new leader's tick moved the clock; compare the records instead.
 		t.Log("digest unchanged across restart")
 	}
@@ -300,8 +308,8 @@ func TestIdempotencyAcrossLeaderChange(t *testing.T) {
 // A node whose wall clock is minutes off changes no outcome (G9): the
 // cluster clock advances only by leaders' monotonic time.
 func TestSkewedWallClockChangesNothing(t *testing.T) {
-	c := testcluster.New(t, 3, testcluster.WithNodeConfig("node2", func(cfg *server.Config) {
-		cfg.Clock = skewedClock{offset: 5 * time.Minute}
+	c := testcluster.New(t, 3, testcluster.WithNodeConfig("node2", func(cfg *testcluster.Config) {
+		cfg.Node.Clock = clock.Skewed(5*time.Minute, 1)
 	}))
 	leader := c.WaitLeader()
 	l := acquire(t, c.Coord(leader), "skew", "o", 30*time.Second)
@@ -321,16 +329,12 @@ func TestSkewedWallClockChangesNothing(t *testing.T) {
 	}
 }
 
-type skewedClock struct{ offset time.Duration }
-
-func (s skewedClock) Now() time.Time { return time.Now().Add(s.offset) }
-
 // Retention runs through the log: completed windows and idempotency
 // records go on every node; leases and fences stay.
 func TestRetentionPrunesThroughTheLog(t *testing.T) {
-	c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *server.Config) {
-		cfg.Retention = 500 * time.Millisecond
-		cfg.PruneInterval = 100 * time.Millisecond
+	c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *testcluster.Config) {
+		cfg.Node.Retention = 500 * time.Millisecond
+		cfg.Node.PruneInterval = 100 * time.Millisecond
 	}))
 	cc := c.Coord(c.WaitLeader())
 	ctx := ctxT(t)
@@ -354,7 +358,7 @@ func TestRetentionPrunesThroughTheLog(t *testing.T) {
 	})
 	c.WaitConverged()
 	for _, n := range c.Nodes {
-		if _, w, _, idem := n.Server.Counts(); w != 0 || idem != 0 {
+		if _, w, _, idem := n.Node.Counts(); w != 0 || idem != 0 {
 			t.Fatalf("%s kept %d windows, %d idempotency records", n.ID, w, idem)
 		}
 	}
@@ -456,7 +460,7 @@ func TestListPaging(t *testing.T) {
 
 // Health, reflection-free status and metrics are served.
 func TestObservability(t *testing.T) {
-	c := testcluster.New(t, 1, testcluster.WithConfig(func(cfg *server.Config) { cfg.HTTPAddr = "127.0.0.1:0" }))
+	c := testcluster.New(t, 1, testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.API.HTTPAddr = "127.0.0.1:0" }))
 	n := c.WaitLeader()
 	ctx := ctxT(t)
 	h, err := healthpb.NewHealthClient(c.Conn(n)).Check(ctx, &healthpb.HealthCheckRequest{})
@@ -468,11 +472,11 @@ func TestObservability(t *testing.T) {
 	_, err = cc.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "r", LeaseName: "m", Generation: 9})
 	wantErr(t, err, codes.FailedPrecondition, "STALE_TOKEN")
 	st, err := c.Client(n).Status(ctx, &coordv1.StatusRequest{})
-	if err != nil || st.GetState() != "Leader" || st.GetLeaderAddress() != n.Server.GRPCAddr() || st.GetFsmDigest() == "" ||
+	if err != nil || st.GetState() != "Leader" || st.GetLeaderAddress() != n.API.GRPCAddr() || st.GetFsmDigest() == "" ||
 		st.GetLiveLeases() != 1 || st.GetClusterTime() == 0 {
 		t.Fatalf("status: %v %v", st, err)
 	}
-	resp, err := http.Get("http://" + n.Server.HTTPAddr() + "/metrics")
+	resp, err := http.Get("http://" + n.API.HTTPAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,7 +496,7 @@ func TestObservability(t *testing.T) {
 // Contention costs no log entries: an Acquire of a held lease (and a
 // retry of a live grant) is answered from committed state.
 func TestContendedAcquireAppendsNothing(t *testing.T) {
-	c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *server.Config) { cfg.TickInterval = time.Hour }))
+	c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.Node.TickInterval = time.Hour }))
 	leader := c.WaitLeader()
 	cc := c.Coord(leader)
 	ctx := ctxT(t)
@@ -500,7 +504,7 @@ func TestContendedAcquireAppendsNothing(t *testing.T) {
 	if err != nil || !first.GetAcquired() {
 		t.Fatal(first, err)
 	}
-	before := leader.Server.Raft().LastIndex()
+	before := leader.Node.Raft().LastIndex()
 	for i := 0; i < 50; i++ {
 		r, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "hot", Owner: fmt.Sprintf("b%d", i), TtlMs: 30000})
 		if err != nil || r.GetAcquired() || r.GetLease().GetOwner() != "a" {
@@ -511,7 +515,7 @@ func TestContendedAcquireAppendsNothing(t *testing.T) {
 	if err != nil || !again.GetAcquired() || again.GetLease().GetGeneration() != first.GetLease().GetGeneration() {
 		t.Fatalf("retry: %v %v", again, err)
 	}
-	if after := leader.Server.Raft().LastIndex(); after != before {
+	if after := leader.Node.Raft().LastIndex(); after != before {
 		t.Fatalf("contended acquires appended %d entries", after-before)
 	}
 }
@@ -519,12 +523,12 @@ func TestContendedAcquireAppendsNothing(t *testing.T) {
 // Commands proposed at the same time share log entries (the proposer's
 // group commit), and each caller still gets its own result.
 func TestConcurrentProposalsShareEntries(t *testing.T) {
-	c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *server.Config) { cfg.TickInterval = time.Hour }))
+	c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.Node.TickInterval = time.Hour }))
 	leader := c.WaitLeader()
 	cc := c.Coord(leader)
 	ctx := ctxT(t)
 	const n = 200
-	before := leader.Server.Raft().LastIndex()
+	before := leader.Node.Raft().LastIndex()
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
 		go func(i int) {
@@ -545,7 +549,7 @@ func TestConcurrentProposalsShareEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	entries := leader.Server.Raft().LastIndex() - before
+	entries := leader.Node.Raft().LastIndex() - before
 	if entries > n/2 {
 		t.Fatalf("%d concurrent acquires took %d log entries: no group commit", n, entries)
 	}

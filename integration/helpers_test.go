@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -23,13 +23,7 @@ func ctxT(t *testing.T) context.Context {
 
 // errInfo returns the code, ErrorInfo reason and metadata of a status error.
 func errInfo(err error) (codes.Code, string, map[string]string) {
-	st := status.Convert(err)
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return st.Code(), info.GetReason(), info.GetMetadata()
-		}
-	}
-	return st.Code(), "", nil
+	return status.Code(err), coorderr.WireReason(err), coorderr.Metadata(err)
 }
 
 func wantErr(t *testing.T, err error, code codes.Code, reason string) map[string]string {
@@ -71,7 +65,7 @@ func metricValue(t *testing.T, n *testcluster.Node, sample string) float64 {
 			want[k] = strings.Trim(v, `"`)
 		}
 	}
-	mfs, err := n.Server.Gatherer().Gather()
+	mfs, err := n.API.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
-	"github.com/coordd/coordd/server"
 )
 
 type httpResult struct {
@@ -66,18 +66,18 @@ func wantHTTP(t *testing.T, what string, got httpResult, status int, reason stri
 }
 
 func TestHTTPAPI(t *testing.T) {
-	c, certs, _ := secureCluster(t, 3, securityACL, testcluster.WithConfig(func(cfg *server.Config) { cfg.HTTPAddr = "127.0.0.1:0" }))
+	c, certs, _ := secureCluster(t, 3, securityACL, testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.API.HTTPAddr = "127.0.0.1:0" }))
 	leader := c.WaitLeader()
 	follower := c.Followers()[0]
 	billing := coordAs(t, certs, leader, "billing-worker")
 	l := acquire(t, billing, "billing/close", "w1", 3*time.Second)
 
 	ledger := httpsClient(certs.Client("ledger-api"))
-	base := "https://" + follower.Server.HTTPAddr() // a follower: the call is forwarded
+	base := "https://" + follower.API.HTTPAddr() // a follower: the call is forwarded
 	token := "billing/close:1"
 
-	// Validate, dry run: nothing recorded.
-	r := doJSON(t, ledger, "POST", base+"/v1/fence/validate", map[string]any{"resource": "ledger/store-42", "token": token, "dry_run": true})
+	// Commit with the token form, dry run: nothing recorded.
+	r := doJSON(t, ledger, "POST", base+"/v1/fence/commit", map[string]any{"resource": "ledger/store-42", "token": token, "dry_run": true})
 	wantHTTP(t, "dry run", r, 200, "")
 	if r.body["accepted"] != true || r.body["dry_run"] != true || r.body["lease_name"] != "billing/close" {
 		t.Fatalf("dry run body: %v", r.body)
@@ -101,28 +101,43 @@ func TestHTTPAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	acquire(t, billing, "billing/close", "w2", 3*time.Second)
-	r = doJSON(t, ledger, "POST", base+"/v1/fence/validate", map[string]any{"resource": "ledger/store-42", "token": token})
+	r = doJSON(t, ledger, "POST", base+"/v1/fence/commit", map[string]any{"resource": "ledger/store-42", "token": token})
 	wantHTTP(t, "stale token", r, 409, "STALE_TOKEN")
 	if r.body["code"] != "FAILED_PRECONDITION" || r.body["metadata"].(map[string]any)["current_generation"] != "2" {
 		t.Fatalf("stale body: %v", r.body)
 	}
 
 	// Denied: a resource outside ledger-api's prefix.
-	r = doJSON(t, ledger, "POST", base+"/v1/fence/validate", map[string]any{"resource": "hr/x", "token": "billing/close:2"})
-	wantHTTP(t, "denied", r, 403, server.ReasonPermissionDenied)
-	if r.body["metadata"].(map[string]any)["rule"] != server.DefaultDenyRule {
+	r = doJSON(t, ledger, "POST", base+"/v1/fence/commit", map[string]any{"resource": "hr/x", "token": "billing/close:2"})
+	wantHTTP(t, "denied", r, 403, "PERMISSION_DENIED")
+	if r.body["metadata"].(map[string]any)["rule"] != auth.DefaultDenyRule {
 		t.Fatalf("denial names no rule: %v", r.body)
 	}
 
-	// Bad input: a malformed token, a missing resource, broken JSON, an
-	// unknown field.
-	for name, body := range map[string]any{
-		"malformed token": map[string]any{"resource": "ledger/a", "token": "no-generation"},
-		"no resource":     map[string]any{"token": "billing/close:2"},
-		"broken json":     `{"resource": `,
-		"unknown field":   map[string]any{"resource": "ledger/a", "token": "billing/close:2", "tokn": 1},
+	// Bad input: a malformed token, both token forms, neither, a missing
+	// resource (each naming the field), broken JSON, an unknown field.
+	for name, c := range map[string]struct {
+		body  any
+		field string
+	}{
+		"token without colon":       {map[string]any{"resource": "ledger/a", "token": "no-generation"}, "token"},
+		"non-numeric generation":    {map[string]any{"resource": "ledger/a", "token": "billing/close:x"}, "token"},
+		"generation 0":              {map[string]any{"resource": "ledger/a", "token": "billing/close:0"}, "token"},
+		"token and lease_name":      {map[string]any{"resource": "ledger/a", "token": "billing/close:2", "lease_name": "billing/close"}, "token"},
+		"token and generation":      {map[string]any{"resource": "ledger/a", "token": "billing/close:2", "generation": "2"}, "token"},
+		"neither token nor a lease": {map[string]any{"resource": "ledger/a", "generation": "2"}, "lease_name"},
+		"lease without generation":  {map[string]any{"resource": "ledger/a", "lease_name": "billing/close"}, "generation"},
+		"no resource":               {map[string]any{"token": "billing/close:2"}, "resource"},
+		"broken json":               {`{"resource": `, ""},
+		"unknown field":             {map[string]any{"resource": "ledger/a", "token": "billing/close:2", "tokn": 1}, ""},
 	} {
-		wantHTTP(t, name, doJSON(t, ledger, "POST", base+"/v1/fence/validate", body), 400, server.ReasonInvalidArgument)
+		r := doJSON(t, ledger, "POST", base+"/v1/fence/commit", c.body)
+		wantHTTP(t, name, r, 400, "INVALID_ARGUMENT")
+		if c.field != "" {
+			if meta, _ := r.body["metadata"].(map[string]any); meta["field"] != c.field {
+				t.Fatalf("%s: want field %q: %v", name, c.field, r.body)
+			}
+		}
 	}
 
 	// Reads: a lease by name (with slashes), a missing one.
@@ -140,7 +155,7 @@ func TestHTTPAPI(t *testing.T) {
 
 	// No client certificate: the API is 401, metrics and health are open.
 	anon := httpsClient(certs.Client(""))
-	wantHTTP(t, "anonymous", doJSON(t, anon, "GET", base+"/v1/leases/billing/close", nil), 401, server.ReasonUnauthenticated)
+	wantHTTP(t, "anonymous", doJSON(t, anon, "GET", base+"/v1/leases/billing/close", nil), 401, "UNAUTHENTICATED")
 	if r := doJSON(t, anon, "GET", base+"/metrics", nil); r.status != 200 {
 		t.Fatalf("metrics without a client certificate: %d", r.status)
 	}
@@ -152,7 +167,7 @@ func TestHTTPAPI(t *testing.T) {
 		}
 	}
 	c.Eventually("503 without a leader", 10*time.Second, func() bool {
-		r = doJSON(t, ledger, "POST", base+"/v1/fence/validate", map[string]any{"resource": "ledger/store-42", "token": "billing/close:2", "dry_run": true})
+		r = doJSON(t, ledger, "POST", base+"/v1/fence/commit", map[string]any{"resource": "ledger/store-42", "token": "billing/close:2", "dry_run": true})
 		return r.status == 503
 	})
 	if r.header.Get("Retry-After") == "" || r.body["code"] != "UNAVAILABLE" {

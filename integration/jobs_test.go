@@ -14,11 +14,10 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/client/clock"
 	"github.com/coordd/coordd/client/jobs"
+	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
-	"github.com/coordd/coordd/server"
 )
 
 // ledger records, across replicas, every accepted first commit per window
@@ -272,10 +271,10 @@ func TestJobsRunnerVirtualTime(t *testing.T) {
 // overdue windows that nobody claimed; they show in ListOverdue, JobStatus
 // and the leader's gauges. Stuck leases are flagged.
 func TestJobsOverdueAndStuckLeases(t *testing.T) {
-	c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *server.Config) {
-		cfg.HTTPAddr = "127.0.0.1:0"
-		cfg.MonitorInterval = 100 * time.Millisecond
-		cfg.MaxLeaseAge = 1500 * time.Millisecond
+	c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *testcluster.Config) {
+		cfg.API.HTTPAddr = "127.0.0.1:0"
+		cfg.API.MonitorInterval = 100 * time.Millisecond
+		cfg.API.MaxLeaseAge = 1500 * time.Millisecond
 	}))
 	cl := newClient(t, c, "ops")
 	ctx := ctxT(t)
@@ -320,7 +319,7 @@ func TestJobsOverdueAndStuckLeases(t *testing.T) {
 	}
 	leader := c.WaitLeader()
 	c.Eventually("overdue gauge", 10*time.Second, func() bool {
-		resp, err := http.Get("http://" + leader.Server.HTTPAddr() + "/metrics")
+		resp, err := http.Get("http://" + leader.API.HTTPAddr() + "/metrics")
 		if err != nil {
 			return false
 		}

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/api"
 	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/internal/testcluster"
+	"github.com/coordd/coordd/node"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
-	"github.com/coordd/coordd/server"
 )
 
 // A restart keeps the Raft log store the data dir has, whatever is asked;
@@ -22,8 +23,8 @@ func TestRestartKeepsItsLogStoreAndARejoinMovesIt(t *testing.T) {
 	for _, move := range [][2]logstore.Kind{{logstore.Bolt, logstore.WAL}, {logstore.WAL, logstore.Bolt}} {
 		from, to := move[0], move[1]
 		t.Run(fmt.Sprintf("%s_to_%s", from, to), func(t *testing.T) {
-			c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *server.Config) {
-				cfg.RaftLogStore = string(from)
+			c := testcluster.New(t, 3, testcluster.WithConfig(func(cfg *testcluster.Config) {
+				cfg.Node.RaftLogStore = string(from)
 			}))
 			leader := c.WaitLeader()
 			cc := c.Coord(leader)
@@ -34,12 +35,12 @@ func TestRestartKeepsItsLogStoreAndARejoinMovesIt(t *testing.T) {
 
 			// Asking for the other store on the existing dir changes nothing.
 			c.Stop(n)
-			s, err := server.New(server.Config{ID: n.ID, DataDir: n.Dir, GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
-				RaftLogStore: string(to), Logger: slog.New(slog.DiscardHandler)})
+			quiet := slog.New(slog.DiscardHandler)
+			nd, err := node.New(node.Config{ID: n.ID, DataDir: n.Dir, RaftAddr: "127.0.0.1:0", RaftLogStore: string(to), Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.Close()
+			nd.Close()
 			if k, err := logstore.Detect(n.Dir); err != nil || k != from {
 				t.Fatalf("%s's dir holds %q (%v) after a restart asking for %s, want the %s it had", n.ID, k, err, to, from)
 			}
@@ -51,21 +52,26 @@ func TestRestartKeepsItsLogStoreAndARejoinMovesIt(t *testing.T) {
 			if err := os.RemoveAll(n.Dir); err != nil {
 				t.Fatal(err)
 			}
-			s, err = server.New(server.Config{ID: n.ID, DataDir: n.Dir, GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
-				Join: leader.Server.GRPCAddr(), RaftLogStore: string(to), Logger: slog.New(slog.DiscardHandler)})
+			nd, err = node.New(node.Config{ID: n.ID, DataDir: n.Dir, RaftAddr: "127.0.0.1:0", Join: leader.API.GRPCAddr(),
+				RaftLogStore: string(to), Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer s.Close()
+			srv, err := api.Serve(api.Config{GRPCAddr: "127.0.0.1:0", Logger: quiet}, nd)
+			if err != nil {
+				nd.Close()
+				t.Fatal(err)
+			}
+			defer func() { nd.Close(); srv.Close() }() // the node first, then its API (as testcluster stops them)
 			if k, err := logstore.Detect(n.Dir); err != nil || k != to {
 				t.Fatalf("the rejoined %s runs %q (%v), want %s", n.ID, k, err, to)
 			}
 			acquire(t, cc, "after-move", "o", time.Minute)
 			c.Eventually(n.ID+" to catch up on "+string(to), 20*time.Second, func() bool {
-				return s.AppliedIndex() == leader.Server.AppliedIndex() && s.Digest() == leader.Server.Digest()
+				return nd.AppliedIndex() == leader.Node.AppliedIndex() && nd.Digest() == leader.Node.Digest()
 			})
-			if s.Raft().LastIndex() < 150 {
-				t.Fatalf("the rejoined node's last index is %d", s.Raft().LastIndex())
+			if last := nd.Raft().LastIndex(); last < 150 {
+				t.Fatalf("the rejoined node's last index is %d", last)
 			}
 		})
 	}

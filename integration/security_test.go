@@ -15,10 +15,12 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/coordd/coordd/api"
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/testcluster"
+	"github.com/coordd/coordd/node"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
-	"github.com/coordd/coordd/server"
 )
 
 const securityACL = `
@@ -51,7 +53,7 @@ func secureCluster(t *testing.T, n int, acl string, opts ...testcluster.Option) 
 			t.Fatal(err)
 		}
 	}
-	opts = append([]testcluster.Option{certs.Option(), testcluster.WithConfig(func(cfg *server.Config) { cfg.ACLFile = aclPath })}, opts...)
+	opts = append([]testcluster.Option{certs.Option(), testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.API.ACLFile = aclPath })}, opts...)
 	return testcluster.New(t, n, opts...), certs, aclPath
 }
 
@@ -59,7 +61,7 @@ func secureCluster(t *testing.T, n int, acl string, opts ...testcluster.Option) 
 // certificate.
 func coordAs(t *testing.T, certs *testcluster.Certs, n *testcluster.Node, identity string) coordv1.CoordinatorClient {
 	t.Helper()
-	return coordv1.NewCoordinatorClient(connAs(t, certs.Client(identity), n.Server.GRPCAddr()))
+	return coordv1.NewCoordinatorClient(connAs(t, certs.Client(identity), n.API.GRPCAddr()))
 }
 
 func connAs(t *testing.T, cfg *tls.Config, addr string) *grpc.ClientConn {
@@ -110,7 +112,7 @@ func TestTLSRefusesClientsWithoutAValidCertificate(t *testing.T) {
 		t.Fatalf("client with another CA's certificate: want ErrUnauthenticated, got %v", err)
 	}
 	// Plaintext.
-	plain := coordv1.NewCoordinatorClient(connAs(t, nil, c.Nodes[0].Server.GRPCAddr()))
+	plain := coordv1.NewCoordinatorClient(connAs(t, nil, c.Nodes[0].API.GRPCAddr()))
 	if _, err := plain.GetLease(ctx, &coordv1.GetLeaseRequest{Name: "billing/close"}); codeOf(err) != codes.Unavailable {
 		t.Fatalf("plaintext client: want Unavailable (handshake refused), got %v", err)
 	}
@@ -138,7 +140,7 @@ func TestACLAllowsAndDeniesEachFamily(t *testing.T) {
 
 	denied := func(what string, err error, rule string) {
 		t.Helper()
-		meta := wantErr(t, err, codes.PermissionDenied, server.ReasonPermissionDenied)
+		meta := wantErr(t, err, codes.PermissionDenied, "PERMISSION_DENIED")
 		if meta["rule"] != rule {
 			t.Fatalf("%s: denied by rule %q, want %q (%v)", what, meta["rule"], rule, err)
 		}
@@ -150,9 +152,9 @@ func TestACLAllowsAndDeniesEachFamily(t *testing.T) {
 		t.Fatalf("forwarded acquire bound to %q, want the original caller", l.GetIdentity())
 	}
 	_, err := billing.Acquire(ctx, &coordv1.AcquireRequest{Name: "hr/close", Owner: "w1", TtlMs: 2000})
-	denied("acquire outside prefix", err, server.DefaultDenyRule)
+	denied("acquire outside prefix", err, auth.DefaultDenyRule)
 	_, err = ledger.Acquire(ctx, &coordv1.AcquireRequest{Name: "billing/close", Owner: "w1", TtlMs: 2000})
-	denied("acquire by ledger-api", err, server.DefaultDenyRule)
+	denied("acquire by ledger-api", err, auth.DefaultDenyRule)
 
 	// window
 	if _, err := billing.ClaimWindow(ctx, &coordv1.ClaimWindowRequest{Job: "billing/close", Window: "2026-09-25",
@@ -161,33 +163,33 @@ func TestACLAllowsAndDeniesEachFamily(t *testing.T) {
 	}
 	_, err = ops.ClaimWindow(ctx, &coordv1.ClaimWindowRequest{Job: "billing/close", Window: "2026-09-25",
 		LeaseName: "billing/close", Owner: "w1", Generation: l.GetGeneration()})
-	denied("claim by ops", err, server.DefaultDenyRule)
+	denied("claim by ops", err, auth.DefaultDenyRule)
 
 	// fence
 	_, err = billing.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "ledger/store-42", LeaseName: "billing/close", Generation: l.GetGeneration()})
-	denied("fence by billing", err, server.DefaultDenyRule)
+	denied("fence by billing", err, auth.DefaultDenyRule)
 	if _, err := ledger.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "ledger/store-42", LeaseName: "billing/close",
 		Generation: l.GetGeneration()}); err != nil {
 		t.Fatalf("fence by ledger-api: %v", err)
 	}
-	_, err = ledger.Validate(ctx, &coordv1.ValidateRequest{Resource: "hr/x", Token: "billing/close:1", DryRun: true})
-	denied("validate outside prefix", err, server.DefaultDenyRule)
+	_, err = ledger.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "hr/x", Token: "billing/close:1", DryRun: true})
+	denied("dry-run commit outside prefix", err, auth.DefaultDenyRule)
 
 	// read
 	if _, err := billing.ListLeases(ctx, &coordv1.ListLeasesRequest{Prefix: "billing/"}); err != nil {
 		t.Fatalf("list own prefix: %v", err)
 	}
 	_, err = billing.ListLeases(ctx, &coordv1.ListLeasesRequest{})
-	denied("list everything", err, server.DefaultDenyRule)
+	denied("list everything", err, auth.DefaultDenyRule)
 	if _, err := ops.ListLeases(ctx, &coordv1.ListLeasesRequest{}); err != nil {
 		t.Fatalf("ops lists: %v", err)
 	}
 
 	// admin
-	billingCluster := coordv1.NewClusterClient(connAs(t, certs.Client("billing-worker"), leader.Server.GRPCAddr()))
+	billingCluster := coordv1.NewClusterClient(connAs(t, certs.Client("billing-worker"), leader.API.GRPCAddr()))
 	_, err = billingCluster.Snapshot(ctx, &coordv1.SnapshotRequest{})
-	denied("snapshot by billing", err, server.DefaultDenyRule)
-	opsCluster := coordv1.NewClusterClient(connAs(t, certs.Client("ops"), leader.Server.GRPCAddr()))
+	denied("snapshot by billing", err, auth.DefaultDenyRule)
+	opsCluster := coordv1.NewClusterClient(connAs(t, certs.Client("ops"), leader.API.GRPCAddr()))
 	if _, err := opsCluster.Snapshot(ctx, &coordv1.SnapshotRequest{}); err != nil {
 		t.Fatalf("snapshot by ops: %v", err)
 	}
@@ -198,7 +200,7 @@ func TestACLAllowsAndDeniesEachFamily(t *testing.T) {
 
 	// A client cannot claim to be someone else: only members may forward.
 	_, err = billing.Acquire(withMD(ctx, "coordd-identity", "ops"), &coordv1.AcquireRequest{Name: "billing/x", Owner: "w1", TtlMs: 2000})
-	wantErr(t, err, codes.PermissionDenied, server.ReasonPermissionDenied)
+	wantErr(t, err, codes.PermissionDenied, "PERMISSION_DENIED")
 
 	// Denials are counted by rule.
 	if v := metricValue(t, leader, `coordd_auth_denied_total{op="lease",rule="default-deny"}`); v < 1 {
@@ -214,7 +216,7 @@ func TestACLAllowsAndDeniesEachFamily(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range c.Running() {
-		if err := n.Server.Reload(); err != nil {
+		if err := n.API.Reload(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -225,7 +227,7 @@ func TestACLAllowsAndDeniesEachFamily(t *testing.T) {
 	if err := os.WriteFile(aclPath, []byte("rules: [{name: x, ops: [fly]}]"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := leader.Server.Reload(); err == nil || !strings.Contains(err.Error(), "unknown op") {
+	if err := leader.API.Reload(); err == nil || !strings.Contains(err.Error(), "unknown op") {
 		t.Fatalf("reload of a broken ACL: %v", err)
 	}
 	if _, err := coordAs(t, certs, leader, "billing-worker").ListLeases(ctx, &coordv1.ListLeasesRequest{}); err != nil {
@@ -266,8 +268,8 @@ func TestLeaseBoundToItsIdentity(t *testing.T) {
 }
 
 func TestPerIdentityLimits(t *testing.T) {
-	c, certs, _ := secureCluster(t, 1, "", testcluster.WithConfig(func(cfg *server.Config) {
-		cfg.Limits = server.Limits{LeasesPerIdentity: 2, RequestsPerSecond: 0.5, Burst: 6, KeepAliveStreams: 1, WaitingAcquires: 1}
+	c, certs, _ := secureCluster(t, 1, "", testcluster.WithConfig(func(cfg *testcluster.Config) {
+		cfg.API.Limits = auth.Limits{LeasesPerIdentity: 2, RequestsPerSecond: 0.5, Burst: 6, KeepAliveStreams: 1, WaitingAcquires: 1}
 	}))
 	n := c.WaitLeader()
 	a := coordAs(t, certs, n, "tenant-a")
@@ -295,14 +297,14 @@ func TestPerIdentityLimits(t *testing.T) {
 	if err == nil {
 		_, err = s2.Recv()
 	}
-	wantErr(t, err, codes.ResourceExhausted, server.ReasonStreamLimit)
+	wantErr(t, err, codes.ResourceExhausted, "STREAM_LIMIT")
 
 	// Rate: the burst is spent after 6 calls; the 7th is refused at once,
 	// not queued, and b is not affected.
 	_, _ = a.GetLease(ctx, &coordv1.GetLeaseRequest{Name: "a/1"}) // call 6
 	start := time.Now()
 	_, err = a.GetLease(ctx, &coordv1.GetLeaseRequest{Name: "a/1"})
-	wantErr(t, err, codes.ResourceExhausted, server.ReasonRateLimited)
+	wantErr(t, err, codes.ResourceExhausted, "RATE_LIMITED")
 	if waited := time.Since(start); waited > time.Second {
 		t.Fatalf("a rate-limited call waited %s instead of failing fast", waited)
 	}
@@ -321,7 +323,7 @@ func TestPerIdentityLimits(t *testing.T) {
 	}()
 	c.Eventually("d waits", 5*time.Second, func() bool { return metricValue(t, n, "coordd_acquire_waiters") == 1 })
 	_, err = d.Acquire(ctx, &coordv1.AcquireRequest{Name: "a/2", Owner: "d", TtlMs: 5000, Wait: true})
-	wantErr(t, err, codes.ResourceExhausted, server.ReasonWaitLimit)
+	wantErr(t, err, codes.ResourceExhausted, "WAIT_LIMIT")
 	cancel()
 	if err := <-first; codeOf(err) != codes.Canceled {
 		t.Fatalf("cancelled wait: %v", err)
@@ -329,8 +331,55 @@ func TestPerIdentityLimits(t *testing.T) {
 }
 
 func TestPlaintextRefusedOffLoopback(t *testing.T) {
-	_, err := server.New(server.Config{ID: "n", DataDir: t.TempDir(), GRPCAddr: "0.0.0.0:0", RaftAddr: "127.0.0.1:0"})
+	// The API refuses a plaintext gRPC listener off loopback before it
+	// touches the node; the node refuses a plaintext Raft listener.
+	_, err := api.Serve(api.Config{GRPCAddr: "0.0.0.0:0"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "without TLS") || !strings.Contains(err.Error(), "--insecure") {
 		t.Fatalf("want a refusal naming TLS and --insecure, got %v", err)
+	}
+	_, err = node.New(node.Config{ID: "n", DataDir: t.TempDir(), RaftAddr: "0.0.0.0:0"})
+	if err == nil || !strings.Contains(err.Error(), "without TLS") || !strings.Contains(err.Error(), "(Raft)") {
+		t.Fatalf("want a refusal of plaintext Raft, got %v", err)
+	}
+}
+
+// A waiting Acquire from another identity that sends the holder's owner and
+// request id is not the holder's retry: it waits like any caller, with no
+// log entries while the lease is held and one per hand-over. (The waiter
+// used to skip the identity check and propose in a loop: 266 entries in
+// 1 s.)
+func TestForeignWaiterWithTheHoldersRequestID(t *testing.T) {
+	c, certs, _ := secureCluster(t, 1, "", testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.Node.TickInterval = time.Hour }))
+	n := c.WaitLeader()
+	a := coordAs(t, certs, n, "tenant-a")
+	b := coordAs(t, certs, n, "tenant-b")
+	ctx := ctxT(t)
+	held, err := a.Acquire(ctx, &coordv1.AcquireRequest{Name: "shared", Owner: "o", TtlMs: 10_000, RequestId: "r1"})
+	if err != nil || !held.GetAcquired() {
+		t.Fatal(held, err)
+	}
+	waited := make(chan *coordv1.AcquireResponse, 1)
+	go func() {
+		r, err := b.Acquire(ctx, &coordv1.AcquireRequest{Name: "shared", Owner: "o", TtlMs: 10_000, RequestId: "r1", Wait: true})
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- r
+	}()
+	c.Eventually("b waits", 5*time.Second, func() bool { return metricValue(t, n, "coordd_acquire_waiters") == 1 })
+	before := n.Node.Raft().LastIndex()
+	time.Sleep(time.Second) // the window the old waiter filled with proposals
+	if got := n.Node.Raft().LastIndex() - before; got != 0 {
+		t.Fatalf("%d log entries in 1 s while the lease was held", got)
+	}
+	if _, err := a.Release(ctx, &coordv1.ReleaseRequest{Name: "shared", Owner: "o", Generation: held.GetLease().GetGeneration()}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-waited
+	if !r.GetAcquired() || r.GetLease().GetIdentity() != "tenant-b" || r.GetLease().GetGeneration() != 2 {
+		t.Fatalf("hand-over: %v", r)
+	}
+	if got := n.Node.Raft().LastIndex() - before; got != 1 {
+		t.Fatalf("%d log entries for one hand-over", got)
 	}
 }

@@ -1,12 +1,21 @@
-// Package schedule turns a job's schedule into occurrences and window keys.
-// The runner (client/jobs) and the server's monitor use the same code, so a
-// window key means the same thing on both sides: it is taken from the
-// occurrence the schedule intended, in the job's time zone — never from the
-// time a run started.
+// Package schedule turns a schedule into occurrences and window keys. It is
+// pure and deterministic: the caller gives the calendar time (the leader's
+// calendar clock, Unix ms); nothing here reads a clock.
+//
+// Two views of the same engine:
+//   - Schedule (expression + zone) with time.Time methods, used by the
+//     code-defined runner (client/jobs) and the leader's absence monitor;
+//   - Calendar (Schedule + window layout) with Unix-ms methods — Next, Prev,
+//     Due, Trigger — for the leader that materialises schedule objects.
+//
+// A window key is taken from the occurrence the schedule intended, in the
+// schedule's time zone — never from the time a run started — so both sides
+// agree on it. DESIGN.md says what happens at DST changes, how catch-up,
+// the starting deadline and skipped records work, and the keys of
+// triggered occurrences.
 package schedule
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -15,152 +24,187 @@ import (
 )
 
 // parser accepts 5 fields, an optional leading seconds field, and
-// descriptors (@daily, @hourly, @every 30s, …).
+// descriptors (@daily, @hourly, …); "@every" is handled here.
 var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
-// OncePrefix marks a one-shot schedule: "@once 2026-09-25T10:00:00Z".
+// OncePrefix marks a one-shot schedule: "@once 2026-09-25T10:00:00Z"
+// (fractional seconds allowed).
 const OncePrefix = "@once "
 
 // OnceWindow is the window key of a one-shot job.
 const OnceWindow = "once"
 
-// Schedule is a parsed schedule in its time zone.
+type kind uint8
+
+const (
+	kindCron  kind = iota
+	kindEvery      // @every: multiples of a whole number of seconds since the Unix epoch
+	kindOnce
+)
+
+// Schedule is a parsed schedule in its time zone. It is immutable and safe
+// for concurrent use.
 type Schedule struct {
 	expr     string
 	loc      *time.Location
-	cron     cron.Schedule // nil for one-shot
+	z        zone
+	kind     kind
+	spec     cronSpec
+	every    int64 // seconds
 	once     time.Time
+	onceMs   int64 // once, rounded up to the millisecond: never before the requested time
 	interval time.Duration
 }
 
-// Parse reads a cron expression, a descriptor or "@once <RFC3339>", in the
-// IANA zone tz (empty means UTC).
+// Parse reads a cron expression (5 fields, or 6 with seconds first), a
+// descriptor (@daily, @hourly, @every 30s, …) or "@once <RFC3339>", in the
+// IANA zone tz (empty means UTC). Errors wrap ErrInvalid.
 func Parse(expr, tz string) (*Schedule, error) {
 	loc := time.UTC
 	if tz != "" {
 		l, err := time.LoadLocation(tz)
 		if err != nil {
-			return nil, fmt.Errorf("time zone %q: %w", tz, err)
+			return nil, invalid("time_zone", fmt.Sprintf("unknown time zone %q", tz))
 		}
 		loc = l
 	}
-	s := &Schedule{expr: strings.TrimSpace(expr), loc: loc}
+	s := &Schedule{expr: strings.TrimSpace(expr), loc: loc, z: newZone(loc)}
 	if s.expr == "" {
-		return nil, errors.New("schedule is empty")
+		return nil, invalid("schedule", "empty")
 	}
-	if strings.HasPrefix(s.expr, OncePrefix) {
-		t, err := time.Parse(time.RFC3339, strings.TrimSpace(strings.TrimPrefix(s.expr, OncePrefix)))
+	if rest, ok := strings.CutPrefix(s.expr, OncePrefix); ok {
+		t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(rest))
 		if err != nil {
-			return nil, fmt.Errorf("one-shot schedule %q: %w", s.expr, err)
+			return nil, invalid("schedule", fmt.Sprintf("one-shot %q: want \"@once <RFC3339 time>\"", s.expr))
 		}
-		s.once = t.In(loc)
+		s.kind, s.once = kindOnce, t.In(loc)
+		s.onceMs = t.UnixMilli()
+		if t.Nanosecond()%int(time.Millisecond) != 0 {
+			s.onceMs++
+		}
 		return s, nil
 	}
 	if strings.HasPrefix(s.expr, "CRON_TZ=") || strings.HasPrefix(s.expr, "TZ=") {
-		return nil, fmt.Errorf("schedule %q: give the time zone separately", s.expr)
+		return nil, invalid("schedule", fmt.Sprintf("%q: give the time zone separately", s.expr))
 	}
-	var c cron.Schedule
 	if rest, ok := strings.CutPrefix(s.expr, "@every "); ok {
 		d, err := time.ParseDuration(strings.TrimSpace(rest))
 		if err != nil || d < time.Second || d%time.Second != 0 {
-			return nil, fmt.Errorf("schedule %q: @every needs a whole number of seconds, at least 1s", s.expr)
+			return nil, invalid("schedule", fmt.Sprintf("%q: @every needs a whole number of seconds, at least 1s", s.expr))
 		}
-		c = every(d)
-	} else {
-		var err error
-		if c, err = parser.Parse(s.expr); err != nil {
-			return nil, fmt.Errorf("schedule %q: %w", s.expr, err)
-		}
+		s.kind, s.every, s.interval = kindEvery, int64(d/time.Second), d
+		return s, nil
 	}
-	s.cron = c
+	c, err := parser.Parse(s.expr)
+	if err != nil {
+		return nil, invalid("schedule", fmt.Sprintf("%q: %v", s.expr, err))
+	}
+	spec, ok := c.(*cron.SpecSchedule)
+	if !ok {
+		return nil, invalid("schedule", fmt.Sprintf("%q: not a calendar expression", s.expr))
+	}
+	s.kind, s.spec = kindCron, newCronSpec(spec)
 	s.interval = s.measureInterval()
 	if s.interval <= 0 {
-		return nil, fmt.Errorf("schedule %q never fires", s.expr)
+		return nil, invalid("schedule", fmt.Sprintf("%q never fires", s.expr))
 	}
 	return s, nil
 }
 
-// measureInterval is the shortest gap between occurrences over a sample
-// year, measured in UTC so that a DST change cannot make a daily job look
-// hourly: it sets the window's granularity.
+// measureInterval is the shortest gap between slots over a sample of 400,
+// on the wall clock (so that a DST change cannot make a daily job look
+// hourly): it sets the window's granularity.
 func (s *Schedule) measureInterval() time.Duration {
-	t := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	prev := s.cron.Next(t)
-	if prev.IsZero() {
+	w := dayNumber(2025, 1, 1) * daySecs
+	prev, ok := s.spec.nextSlot(w)
+	if !ok {
 		return 0
 	}
-	best := time.Duration(1<<63 - 1)
+	best := int64(-1)
 	for i := 0; i < 400; i++ {
-		next := s.cron.Next(prev)
-		if next.IsZero() {
+		next, ok := s.spec.nextSlot(prev + 1)
+		if !ok {
 			break
 		}
-		if d := next.Sub(prev); d < best && d > 0 {
+		if d := next - prev; best < 0 || d < best {
 			best = d
 		}
 		prev = next
 	}
-	return best
-}
-
-// every fires at the multiples of d since the Unix epoch. (robfig/cron's
-// @every counts from the time it is asked, so two replicas would disagree
-// on the occurrences; here every replica computes the same ones.)
-type every time.Duration
-
-func (e every) Next(t time.Time) time.Time {
-	d := int64(e)
-	n := t.UnixNano()
-	next := (n/d + 1) * d
-	if n < 0 && n%d != 0 {
-		next = (n / d) * d
+	if best < 0 { // a single slot in 8 years: call it a year
+		best = 366 * daySecs
 	}
-	return time.Unix(0, next).In(t.Location())
+	return time.Duration(best) * time.Second
 }
 
 // String is the expression.
 func (s *Schedule) String() string { return s.expr }
 
-// Location is the job's time zone.
+// Location is the schedule's time zone.
 func (s *Schedule) Location() *time.Location { return s.loc }
 
 // OneShot reports whether the schedule fires once.
-func (s *Schedule) OneShot() bool { return s.cron == nil }
+func (s *Schedule) OneShot() bool { return s.kind == kindOnce }
 
 // Interval is the shortest gap between occurrences (0 for one-shot).
 func (s *Schedule) Interval() time.Duration { return s.interval }
 
-// Next returns the first occurrence strictly after t (zero if none).
+// Next returns the first occurrence strictly after t (zero if none), in
+// the schedule's zone.
 func (s *Schedule) Next(t time.Time) time.Time {
-	if s.cron == nil {
-		if s.once.After(t) {
-			return s.once
-		}
+	o, ok := s.nextAfter(t.UnixMilli())
+	if !ok {
 		return time.Time{}
 	}
-	return s.cron.Next(t.In(s.loc))
+	return time.UnixMilli(o.at).In(s.loc)
 }
 
 // Between returns the occurrences in (from, to], oldest first, at most max
-// (the newest max when there are more).
+// (the newest max when there are more). Its work is bounded by max.
 func (s *Schedule) Between(from, to time.Time, max int) []time.Time {
-	var out []time.Time
-	for t := s.Next(from); !t.IsZero() && !t.After(to); t = s.Next(t) {
-		out = append(out, t)
-		if len(out) > max {
-			out = out[1:]
+	lo, hi := from.UnixMilli(), to.UnixMilli()
+	var rev []time.Time
+	for len(rev) < max {
+		o, ok := s.atOrBefore(hi)
+		if !ok || o.at <= lo {
+			break
 		}
+		rev = append(rev, time.UnixMilli(o.at).In(s.loc))
+		hi = o.at - 1
 	}
-	return out
+	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
+		rev[i], rev[j] = rev[j], rev[i]
+	}
+	return rev
 }
 
-// Window says how an occurrence becomes a window key: the occurrence,
-// shifted by ShiftDays calendar days in the job's zone, formatted with
-// Layout (a Go time layout). An empty Layout follows the schedule's
-// granularity: month, day, hour, minute or second.
+// Window says how an occurrence becomes a window key: the occurrence's
+// wall-clock time in the schedule's zone, shifted by ShiftDays calendar
+// days, formatted with Layout (a Go time layout). An empty Layout follows
+// the schedule's granularity: month, day, hour, minute or second.
 type Window struct {
 	Layout    string
 	ShiftDays int
+}
+
+// ManualMark separates a triggered occurrence's window key from the
+// scheduled window it falls in (see Calendar.Trigger).
+const ManualMark = "/manual-"
+
+// MaxShiftDays bounds Window.ShiftDays.
+const MaxShiftDays = 366
+
+func (w Window) validate() error {
+	if len(w.Layout) > 64 {
+		return invalid("window_layout", "longer than 64 bytes")
+	}
+	if strings.Contains(w.Layout, ManualMark) {
+		return invalid("window_layout", fmt.Sprintf("contains %q, reserved for triggered occurrences", ManualMark))
+	}
+	if w.ShiftDays < -MaxShiftDays || w.ShiftDays > MaxShiftDays {
+		return invalid("window_shift_days", fmt.Sprintf("%d is outside [-%d, %d]", w.ShiftDays, MaxShiftDays, MaxShiftDays))
+	}
+	return nil
 }
 
 // DefaultLayout is the layout for a schedule of the given interval.
@@ -179,18 +223,48 @@ func DefaultLayout(interval time.Duration) string {
 	}
 }
 
-// Key returns the window key of occurrence occ.
-func (s *Schedule) Key(occ time.Time, w Window) string {
-	if s.cron == nil {
+// Key returns the window key of occurrence occ (an instant returned by
+// Next or Between). The key is the occurrence's scheduled wall-clock time
+// in the zone, so an occurrence moved by a DST gap keeps the key of the
+// wall time it was scheduled for (02:30 on the spring-forward day runs at
+// 03:00 and keeps "…T02:30" in a minute layout).
+func (s *Schedule) Key(at time.Time, w Window) string {
+	t := floorDiv(at.UnixMilli(), 1000)
+	return s.keyOf(occ{at: t * 1000, wall: s.wallOf(t)}, w)
+}
+
+// wallOf is the scheduled wall time of an occurrence at instant t
+// (seconds): its wall reading, except at the end of a DST gap, where the
+// occurrence stands for a slot inside the gap.
+func (s *Schedule) wallOf(t int64) int64 {
+	if s.kind == kindCron {
+		if g, ok := s.z.gapAt(t); ok {
+			if rep, moved := s.gapRep(g); moved {
+				return rep
+			}
+		}
+	}
+	return s.z.wall(t)
+}
+
+// keyOf formats the window key of an occurrence: its scheduled wall time,
+// shifted by whole civil days. An unshifted @every occurrence is formatted
+// at its instant, so a layout with the offset tells the two passes of a
+// repeated hour apart.
+func (s *Schedule) keyOf(o occ, win Window) string {
+	if s.kind == kindOnce {
 		return OnceWindow
 	}
-	t := occ.In(s.loc)
-	if w.ShiftDays != 0 {
-		t = t.AddDate(0, 0, w.ShiftDays)
-	}
-	layout := w.Layout
+	layout := win.Layout
 	if layout == "" {
 		layout = DefaultLayout(s.interval)
 	}
-	return t.Format(layout)
+	var t time.Time
+	if s.kind == kindEvery && win.ShiftDays == 0 {
+		t = time.Unix(o.at/1000, 0).In(s.loc)
+	} else {
+		t = s.z.timeOf(o.wall + int64(win.ShiftDays)*daySecs)
+	}
+	var buf [64]byte
+	return string(t.AppendFormat(buf[:0], layout))
 }

@@ -65,11 +65,11 @@ func TestWindowFromOccurrence(t *testing.T) {
 	}
 }
 
-// Daylight saving time in the job's zone: every calendar day has a window,
-// also on the days the clocks move. A wall time that happens twice (01:30 on
-// the fall-back day) is two occurrences of one window, so the ledger runs
-// it once; a wall time that never happens (02:30 on the spring-forward day)
-// has no occurrence.
+// Daylight saving time in the job's zone: every calendar day has exactly
+// one window and one occurrence, also on the days the clocks move. A wall
+// time that happens twice (01:30 on the fall-back day) runs once, at the
+// first; a wall time that never happens (02:30 on the spring-forward day)
+// runs when the gap ends (03:00 EDT) and keeps its day (DESIGN.md).
 func TestDSTTransitions(t *testing.T) {
 	ny, _ := time.LoadLocation("America/New_York")
 	for _, expr := range []string{"30 2 * * *", "30 1 * * *", "0 0 * * *", "@daily"} {
@@ -82,35 +82,37 @@ func TestDSTTransitions(t *testing.T) {
 		prev := ""
 		for _, o := range occs {
 			k := s.Key(o, Window{})
-			if k < prev {
+			if k <= prev {
 				t.Fatalf("%s: window %s after %s", expr, k, prev)
 			}
 			prev = k
 			seen[k]++
 		}
-		for k, n := range seen {
-			if n > 1 && !(expr == "30 1 * * *" && k == "2026-11-01") {
-				t.Fatalf("%s: window %s has %d occurrences", expr, k, n)
-			}
-		}
 		for d := time.Date(2026, 3, 2, 12, 0, 0, 0, ny); d.Before(time.Date(2026, 11, 14, 0, 0, 0, 0, ny)); d = d.AddDate(0, 0, 1) {
-			if k := d.Format("2006-01-02"); seen[k] == 0 && !(expr == "30 2 * * *" && k == "2026-03-08") {
-				t.Fatalf("%s: no window for %s", expr, k)
+			if k := d.Format("2006-01-02"); seen[k] != 1 {
+				t.Fatalf("%s: %d windows for %s", expr, seen[k], k)
 			}
 		}
 	}
-	// Hourly windows across the fall-back hour stay distinct per occurrence
-	// only when the layout carries the offset; by default 01:00 repeats, so
-	// hourly jobs in a DST zone should use a layout with the zone offset.
+	gap := must(t, "30 2 * * *", "America/New_York").Next(time.Date(2026, 3, 7, 12, 0, 0, 0, ny))
+	if want := time.Date(2026, 3, 8, 7, 0, 0, 0, time.UTC); !gap.Equal(want) {
+		t.Fatalf("02:30 on 2026-03-08 ran at %s, want %s (03:00 EDT)", gap, want)
+	}
+	// Hourly expressions are wall times too: across the fall-back hour
+	// 01:00 runs once, and a layout with the offset changes nothing.
 	s := must(t, "0 * * * *", "America/New_York")
 	occs := s.Between(time.Date(2026, 11, 1, 0, 30, 0, 0, ny), time.Date(2026, 11, 1, 3, 30, 0, 0, ny), 10)
+	if len(occs) != 3 { // 01:00 EDT, 02:00 EST, 03:00 EST over four real hours
+		t.Fatalf("hourly across fall-back: %v", occs)
+	}
 	keys := map[string]int{}
 	for _, o := range occs {
 		keys[s.Key(o, Window{Layout: "2006-01-02T15Z07"})]++
+		keys[s.Key(o, Window{})]++
 	}
 	for k, n := range keys {
 		if n != 1 {
-			t.Fatalf("offset layout: %s seen %d times (%v)", k, n, occs)
+			t.Fatalf("%s seen %d times (%v)", k, n, occs)
 		}
 	}
 }

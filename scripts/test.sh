@@ -10,10 +10,31 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # The fault suite needs iptables and iproute2 (network namespaces); install
 # them from Debian's packages when this machine lacks them and we are root.
+# One line says so; apt's output goes to a log shown only if it fails.
+# (No protoc or buf: the generated code is committed and no test needs them;
+# scripts/genproto.sh is the only user.)
 if { ! command -v iptables >/dev/null || ! command -v ip >/dev/null; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables iproute2 >/dev/null
+  echo "test.sh: installing iptables and iproute2 with apt-get (the fault suite's network namespaces need them)"
+  aptlog=$(mktemp)
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables iproute2; } >"$aptlog" 2>&1; then
+    cat "$aptlog" >&2
+    echo "test.sh: apt-get install iptables iproute2 failed (output above)" >&2
+    rm -f "$aptlog"
+    exit 1
+  fi
+  rm -f "$aptlog"
 fi
 go mod download
+# go.mod and go.sum must be exactly what `go mod tidy` writes.
+if ! tidy=$(go mod tidy -diff 2>&1); then
+  if grep -q '^diff ' <<<"$tidy"; then
+    echo "test.sh: go.mod/go.sum are not tidy: run 'go mod tidy' and commit go.mod and go.sum" >&2
+  else
+    printf '%s\n' "$tidy" >&2
+    echo "test.sh: go mod tidy -diff failed (output above)" >&2
+  fi
+  exit 1
+fi
 go vet ./...
 go vet -tags faults ./integration/faults/
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null | grep -v '\.pb\.go$' || find . -name '*.go' ! -name '*.pb.go'))
@@ -24,7 +45,8 @@ go test -race -count=1 -timeout 20m "$@" ./...
 go test -tags faults -count=1 -timeout 30m "$@" ./integration/faults/
 if [ -n "${COORDD_FUZZTIME:-}" ]; then
   go test ./fsm -run '^$' -fuzz FuzzCommands -fuzztime "$COORDD_FUZZTIME"
-  for target in FuzzRequests FuzzHTTPAPI FuzzParseACL; do
-    go test ./server -run '^$' -fuzz "^$target\$" -fuzztime "$COORDD_FUZZTIME"
+  for target in FuzzRequests FuzzHTTPAPI; do
+    go test ./api -run '^$' -fuzz "^$target\$" -fuzztime "$COORDD_FUZZTIME"
   done
+  go test ./internal/auth -run '^$' -fuzz '^FuzzParseACL$' -fuzztime "$COORDD_FUZZTIME"
 fi

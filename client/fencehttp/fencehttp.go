@@ -8,12 +8,12 @@
 //
 // The order of one request:
 //
-//  1. CheckToken (no write): a key seen before replays its stored response;
+//  1. CheckToken (a dry-run FencedCommit, no write): a key seen before replays its stored response;
 //     a token that is not current, or below the highest the resource has
 //     accepted, gets 409.
 //  2. Requests with the same key on this replica run one at a time.
 //  3. The handler runs, its response buffered.
-//  4. Validate records the key, raises the resource's highest token and
+//  4. FencedCommit records the key, raises the resource's highest token and
 //     stores the response; then the response is sent. A 5xx is sent
 //     without recording, so the caller may retry the key.
 //
@@ -173,7 +173,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		rec.send(w) // not recorded: the caller may retry the key
 		return
 	}
-	commit, err := m.c.Validate(ctx, resource, raw, key, rec.stored())
+	commit, err := m.c.FencedCommit(ctx, resource, raw, key, rec.stored())
 	if err != nil {
 		m.o.Logger.Error("fencehttp: the handler ran but its token was refused at commit",
 			"resource", resource, "token", raw, "idempotency_key", key, "err", err)

@@ -33,9 +33,15 @@ func Cron(expr, tz string) Schedule { return Schedule{expr: expr, tz: tz} }
 // Every is "@every d" (UTC windows at d's granularity).
 func Every(d time.Duration) Schedule { return Schedule{expr: "@every " + d.String(), tz: "UTC"} }
 
-// At is a one-shot occurrence at t; its window key is "once".
+// At is a one-shot occurrence at t; its window key is "once". It never
+// starts before t: t is kept to the millisecond (coordd's unit), rounded
+// up. (It used to be cut to the second, which ran a job up to a second
+// early.)
 func At(t time.Time) Schedule {
-	return Schedule{expr: schedule.OncePrefix + t.UTC().Format(time.RFC3339), tz: "UTC"}
+	if r := t.Sub(t.Truncate(time.Millisecond)); r > 0 {
+		t = t.Add(time.Millisecond - r)
+	}
+	return Schedule{expr: schedule.OncePrefix + t.UTC().Format(time.RFC3339Nano), tz: "UTC"}
 }
 
 // Now is a one-shot occurrence when the runner starts; its window key is

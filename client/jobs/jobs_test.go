@@ -117,3 +117,25 @@ func TestRunnerWindowsAcrossDST(t *testing.T) {
 		}
 	}
 }
+
+// jobs.At never starts before the requested time: a time 712 ms past the
+// second is kept (it was cut to the second and ran 712 ms early), and a
+// sub-millisecond remainder rounds up to coordd's millisecond.
+func TestAtNeverEarly(t *testing.T) {
+	base := time.Date(2026, 9, 25, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct{ at, want time.Time }{
+		{base.Add(712 * time.Millisecond), base.Add(712 * time.Millisecond)},
+		{base.Add(712*time.Millisecond + time.Nanosecond), base.Add(713 * time.Millisecond)},
+		{base, base},
+		{base.In(time.FixedZone("x", -3*3600)).Add(999_999_999), base.Add(time.Second)},
+	} {
+		c := mustCompile(t, Job{Name: "once", Schedule: At(tc.at)})
+		occ := c.sched.Next(tc.at.Add(-time.Hour))
+		if !occ.Equal(tc.want) || occ.Before(tc.at) {
+			t.Errorf("At(%s): occurrence %s, want %s", tc.at.Format(time.RFC3339Nano), occ.Format(time.RFC3339Nano), tc.want.Format(time.RFC3339Nano))
+		}
+		if !c.sched.Next(occ).IsZero() || c.windowKey(occ) != schedule.OnceWindow {
+			t.Errorf("At(%s): not one shot", tc.at)
+		}
+	}
+}

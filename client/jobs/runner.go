@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/client/clock"
+	"github.com/coordd/coordd/clock"
 )
 
 // Runner runs jobs in one replica. Every replica runs the same jobs; coordd

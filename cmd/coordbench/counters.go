@@ -38,11 +38,11 @@ func readCounters(cfg config) *clusterCounters {
 		return c
 	}
 	c.writeBytes = 0
-	for _, nd := range cfg.cluster.nodes {
-		if nd.cmd == nil {
+	for _, nd := range cfg.cluster.Nodes {
+		if !nd.Running() {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", nd.cmd.Process.Pid))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", nd.Cmd.Process.Pid))
 		if err != nil {
 			continue
 		}

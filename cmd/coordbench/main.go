@@ -13,12 +13,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime/pprof"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/coordd/coordd/internal/proccluster"
 )
 
 type config struct {
@@ -32,7 +33,7 @@ type config struct {
 	ttl       time.Duration
 	reps      int
 	conns     int
-	cluster   *localCluster
+	cluster   *proccluster.Cluster // --cluster: the nodes the tool started
 }
 
 // result is one workload's line: the common fields first, then extras.
@@ -98,6 +99,7 @@ func main() {
 		ttl      = flag.Duration("ttl", 3*time.Second, "lease TTL for keepalive")
 		reps     = flag.Int("reps", 5, "repetitions for failover")
 		conns    = flag.Int("conns", 4, "SDK clients (connection sets) the workers share; 0 = one per worker")
+		first    = flag.String("first", "", "comma-separated endpoint orders to run each workload with: leader (the leader's endpoint first), follower (followers first, the leader last); default: as given")
 	)
 	stores := flag.String("raft-log-store", "", "with --cluster: the nodes' Raft log store(s), comma-separated (wal, bolt); each gets a fresh cluster, in turn (default: coordd's)")
 	rounds := flag.Int("rounds", 1, "with --cluster: run everything this many times, each store in turn (wal, bolt, wal, bolt, ...)")
@@ -124,6 +126,8 @@ func main() {
 		cfg.clients = append(cfg.clients, n)
 	}
 	var results []*result
+	// runAll runs every workload once per client count and endpoint order;
+	// tag goes first into each line's extra fields.
 	runAll := func(tag [][2]any) {
 		for _, w := range strings.Split(*workloads, ",") {
 			run, ok := workloadFuncs[w]
@@ -134,14 +138,25 @@ func main() {
 			if w == "keepalive" || w == "failover" {
 				counts = counts[:1]
 			}
-			for _, c := range counts {
-				r, err := run(context.Background(), cfg, c)
+			for _, f := range strings.Split(*first, ",") {
+				ocfg := cfg
+				eps, err := ordered(cfg.endpoints, f)
 				if err != nil {
-					fatal(fmt.Errorf("%s: %w", w, err))
+					fatal(err)
 				}
-				r.extra = append(tag, r.extra...)
-				fmt.Println(r.json())
-				results = append(results, r)
+				ocfg.endpoints = eps
+				for _, c := range counts {
+					r, err := run(context.Background(), ocfg, c)
+					if err != nil {
+						fatal(fmt.Errorf("%s: %w", w, err))
+					}
+					if f != "" {
+						r.add("first", f)
+					}
+					r.extra = append(append([][2]any(nil), tag...), r.extra...)
+					fmt.Println(r.json())
+					results = append(results, r)
+				}
 			}
 		}
 	}
@@ -153,9 +168,9 @@ func main() {
 				fatal(err)
 			}
 			defer os.RemoveAll(dir)
-			path = dir + "/coordd"
-			if out, err := exec.Command("go", "build", "-o", path, "github.com/coordd/coordd/cmd/coordd").CombinedOutput(); err != nil {
-				fatal(fmt.Errorf("build coordd: %v\n%s", err, out))
+			atExit = append(atExit, func() { os.RemoveAll(dir) })
+			if path, err = proccluster.Build(dir, "./cmd/coordd", "coordd"); err != nil {
+				fatal(err)
 			}
 		}
 		storeList := []string{""}
@@ -164,24 +179,24 @@ func main() {
 		}
 		for round := 1; round <= *rounds; round++ {
 			for _, store := range storeList {
-				var args [][2]any
+				var tag [][2]any
 				var flags []string
 				if store != "" {
 					flags = []string{"--raft-log-store", store}
-					args = append(args, [2]any{"raft_log_store", store})
+					tag = append(tag, [2]any{"raft_log_store", store})
 				}
 				if *rounds > 1 {
-					args = append(args, [2]any{"round", round})
+					tag = append(tag, [2]any{"round", round})
 				}
-				lc, err := startCluster(path, 3, flags...)
+				lc, err := startCluster(path, flags...)
 				if err != nil {
 					fatal(err)
 				}
-				atExit = append(atExit, lc.stop) // fatal exits without running defers
+				atExit = append(atExit, lc.Close) // fatal exits without running defers
 				cfg.cluster = lc
-				cfg.endpoints = lc.endpoints()
-				runAll(args)
-				lc.stop()
+				cfg.endpoints = lc.Endpoints()
+				runAll(tag)
+				lc.Close()
 				atExit = atExit[:len(atExit)-1]
 			}
 		}
@@ -206,6 +221,25 @@ func main() {
 
 // atExit runs on fatal errors (os.Exit skips deferred calls).
 var atExit []func()
+
+// startCluster starts three coordd processes on loopback (warnings only;
+// HTTP for the forwarded-calls counter; extraArgs for every node) and waits for a leader. The nodes die with coordbench (Pdeathsig)
+// and are killed by PID at the end or on a fatal error.
+func startCluster(bin string, extraArgs ...string) (*proccluster.Cluster, error) {
+	nodes, err := proccluster.LoopbackNodes(3, true, append([]string{"--log-level", "warn"}, extraArgs...)...)
+	if err != nil {
+		return nil, err
+	}
+	lc, err := proccluster.Launch(bin, nodes, proccluster.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := lc.WaitLeader(20 * time.Second); err != nil {
+		lc.Close()
+		return nil, err
+	}
+	return lc, nil
+}
 
 func fatal(err error) {
 	for _, f := range atExit {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -89,6 +90,19 @@ func drive(cfg config, name string, n int, op func(worker, iter int) (bool, erro
 		time.Sleep(time.Until(deadline))
 		after = readCounters(cfg)
 	}()
+	// Forwarded calls in the measured part (steady state: the SDK found the
+	// leader during the warm-up), with --cluster.
+	fwd0 := make(chan float64, 1)
+	if cfg.cluster != nil {
+		go func() {
+			time.Sleep(time.Until(start))
+			v, err := forwarded(cfg.cluster)
+			if err != nil {
+				v = -1
+			}
+			fwd0 <- v
+		}()
+	}
 	for w := 0; w < n; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -121,6 +135,12 @@ func drive(cfg config, name string, n int, op func(worker, iter int) (bool, erro
 	r.ops, r.errors = ops.Load(), errs.Load()
 	<-sampled
 	addCounters(r, before, after)
+	if cfg.cluster != nil {
+		v0 := <-fwd0
+		if v1, err := forwarded(cfg.cluster); err == nil && v0 >= 0 {
+			r.add("forwarded", v1-v0)
+		}
+	}
 	if e, ok := lastErr.Load().(string); ok {
 		fmt.Fprintf(os.Stderr, "%s: %d errors, last: %s\n", name, r.errors, e)
 	}
@@ -235,11 +255,11 @@ func cpuTicks(cfg config) int64 {
 		return -1
 	}
 	var total int64
-	for _, nd := range cfg.cluster.nodes {
-		if nd.cmd == nil {
+	for _, nd := range cfg.cluster.Nodes {
+		if !nd.Running() {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", nd.cmd.Process.Pid))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", nd.Cmd.Process.Pid))
 		if err != nil {
 			continue
 		}
@@ -336,7 +356,7 @@ func fencedCommit(hot bool) workload {
 			if hot {
 				res = "fc-hot-" + run
 			}
-			_, err := cs[w].Validate(ctx, res, leases[w].Token(), fmt.Sprintf("k-%d-%d", w, i), []byte("payload"))
+			_, err := cs[w].FencedCommit(ctx, res, leases[w].Token(), fmt.Sprintf("k-%d-%d", w, i), []byte("payload"))
 			return true, err
 		})
 		for _, l := range leases {
@@ -391,12 +411,12 @@ func failover(ctx context.Context, cfg config, n int) (*result, error) {
 	}
 	r := &result{workload: "failover", clients: 1}
 	for rep := 0; rep < cfg.reps; rep++ {
-		leader, err := lc.waitLeader(20 * time.Second)
+		leader, err := lc.WaitLeader(20 * time.Second)
 		if err != nil {
 			return nil, err
 		}
 		t0 := time.Now()
-		lc.kill(leader)
+		lc.Stop(leader, syscall.SIGKILL)
 		probe, err := client.New(ctx, cfg.endpoints, client.WithOwner("probe"), client.WithAttemptTimeout(300*time.Millisecond))
 		if err != nil {
 			return nil, err
@@ -410,7 +430,7 @@ func failover(ctx context.Context, cfg config, n int) (*result, error) {
 		}
 		r.lat = append(r.lat, time.Since(t0))
 		r.ops++
-		if err := lc.start(leader); err != nil {
+		if err := lc.Restart(leader); err != nil {
 			return nil, err
 		}
 		time.Sleep(2 * time.Second) // let the restarted node catch up before the next kill

@@ -2,25 +2,40 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/grpc/codes"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-// opError names the operation that failed.
+// opError names the operation that failed. msg, when set, replaces the
+// rendering of err.
 type opError struct {
 	op  string
 	err error
+	msg string
 }
 
-func (e *opError) Error() string { return e.op + ": " + describe(e.err) }
+func (e *opError) Error() string {
+	if e.msg != "" {
+		return e.op + ": " + e.msg
+	}
+	return e.op + ": " + describe(e.err)
+}
 func (e *opError) Unwrap() error { return e.err }
+
+// render is the message after the op, with what the watcher learned.
+func (e *opError) render(a *app) string {
+	if e.msg != "" {
+		return e.msg
+	}
+	return a.watch.explain(e.err, a.timeout)
+}
 
 func fail(op string, err error) error {
 	if err == nil {
@@ -41,8 +56,8 @@ func (a *app) statusCmd() *cobra.Command {
 			defer cancel()
 			var nodes []nodeStatus
 			failed := 0
-			for _, ep := range a.conn.endpoints {
-				st, err := clus(a.conn.conns[ep]).Status(ctx, &coordv1.StatusRequest{})
+			for _, ep := range a.client.Endpoints() {
+				st, err := a.client.Status(perNodeContext(ctx), ep)
 				nodes = append(nodes, nodeStatus{endpoint: ep, status: st, err: err})
 				if err != nil {
 					failed++
@@ -63,24 +78,35 @@ func (a *app) statusCmd() *cobra.Command {
 	}
 }
 
-// writeStatusJSON prints {"nodes":[{"endpoint":…,"status":{StatusResponse}}
-// or {"endpoint":…,"error":…}]}: one document for every endpoint.
+// writeStatusJSON prints one document, {"nodes": [...]}, with one object
+// per endpoint: {"endpoint": …, "status": {StatusResponse}} or
+// {"endpoint": …, "error": …}, all indented alike.
 func writeStatusJSON(out io.Writer, nodes []nodeStatus) error {
-	parts := make([]string, len(nodes))
+	type node struct {
+		Endpoint string          `json:"endpoint"`
+		Status   json.RawMessage `json:"status,omitempty"`
+		Error    string          `json:"error,omitempty"`
+	}
+	doc := struct {
+		Nodes []node `json:"nodes"`
+	}{Nodes: make([]node, len(nodes))}
 	for i, n := range nodes {
-		ep, _ := protojson.Marshal(wrapString(n.endpoint))
+		doc.Nodes[i].Endpoint = n.endpoint
 		if n.err != nil {
-			msg, _ := protojson.Marshal(wrapString(describe(n.err)))
-			parts[i] = fmt.Sprintf(`{"endpoint": %s, "error": %s}`, ep, msg)
+			doc.Nodes[i].Error = describe(n.err)
 			continue
 		}
-		b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(n.status)
+		b, err := jsonOpts.Marshal(n.status)
 		if err != nil {
 			return err
 		}
-		parts[i] = fmt.Sprintf(`{"endpoint": %s, "status": %s}`, ep, b)
+		doc.Nodes[i].Status = b
 	}
-	_, err := fmt.Fprintf(out, "{\"nodes\": [\n  %s\n]}\n", strings.Join(parts, ",\n  "))
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s\n", b)
 	return err
 }
 
@@ -93,9 +119,7 @@ func (a *app) membersCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.MembersResponse, error) {
-				return clus(cc).Members(ctx, &coordv1.MembersRequest{})
-			})
+			resp, err := a.cluster().Members(ctx, &coordv1.MembersRequest{})
 			if err != nil {
 				return fail("members", err)
 			}
@@ -110,9 +134,7 @@ func (a *app) membersCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.AddVoterResponse, error) {
-				return clus(cc).AddVoter(ctx, &coordv1.AddVoterRequest{Id: args[0], RaftAddress: args[1], GrpcAddress: args[2]})
-			})
+			resp, err := a.cluster().AddVoter(ctx, &coordv1.AddVoterRequest{Id: args[0], RaftAddress: args[1], GrpcAddress: args[2]})
 			if err != nil {
 				return fail("members add "+args[0], err)
 			}
@@ -127,9 +149,7 @@ func (a *app) membersCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.RemoveServerResponse, error) {
-				return clus(cc).RemoveServer(ctx, &coordv1.RemoveServerRequest{Id: args[0]})
-			})
+			resp, err := a.cluster().RemoveServer(ctx, &coordv1.RemoveServerRequest{Id: args[0]})
 			if err != nil {
 				return fail("members remove "+args[0], err)
 			}
@@ -153,9 +173,10 @@ func (a *app) leaderCmd() *cobra.Command {
 			if len(args) == 1 {
 				id = args[0]
 			}
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.TransferLeadershipResponse, error) {
-				return clus(cc).TransferLeadership(ctx, &coordv1.TransferLeadershipRequest{Id: id})
-			})
+			if err := a.checkTransfer(ctx); err != nil {
+				return err
+			}
+			resp, err := a.cluster().TransferLeadership(ctx, &coordv1.TransferLeadershipRequest{Id: id})
 			if err != nil {
 				return fail("leader transfer", err)
 			}
@@ -176,9 +197,7 @@ func (a *app) snapshotCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.SnapshotResponse, error) {
-				return clus(cc).Snapshot(ctx, &coordv1.SnapshotRequest{})
-			})
+			resp, err := a.client.Snapshot(perNodeContext(ctx), "")
 			if err != nil {
 				return fail("snapshot", err)
 			}
@@ -189,11 +208,30 @@ func (a *app) snapshotCmd() *cobra.Command {
 	}
 }
 
+// checkTransfer refuses a leader transfer in a cluster of one voter: there
+// is nobody to hand leadership to (Raft would say "cannot find peer").
+func (a *app) checkTransfer(ctx context.Context) error {
+	ms, err := a.cluster().Members(ctx, &coordv1.MembersRequest{})
+	if err != nil {
+		return fail("leader transfer", err)
+	}
+	var voters []string
+	for _, m := range ms.GetMembers() {
+		if m.GetSuffrage() == "Voter" {
+			voters = append(voters, m.GetId())
+		}
+	}
+	if len(voters) <= 1 {
+		return &opError{op: "leader transfer", msg: fmt.Sprintf(
+			"the cluster has a single voter (%s): there is no other node to hand leadership to (%s)",
+			strings.Join(voters, ""), codes.FailedPrecondition)}
+	}
+	return nil
+}
+
 // clusterTime asks for the cluster clock, to render record ages.
 func (a *app) clusterTime(ctx context.Context) int64 {
-	st, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.StatusResponse, error) {
-		return clus(cc).Status(ctx, &coordv1.StatusRequest{})
-	})
+	st, err := a.cluster().Status(ctx, &coordv1.StatusRequest{})
 	if err != nil {
 		return 0
 	}

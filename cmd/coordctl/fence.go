@@ -5,7 +5,6 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -17,8 +16,9 @@ func (a *app) fenceCmd() *cobra.Command {
 
 func (a *app) fenceCommitCmd() *cobra.Command {
 	var (
-		lease, key, payload string
-		generation          uint64
+		lease, key, payload, token string
+		generation                 uint64
+		dryRun                     bool
 	)
 	cmd := &cobra.Command{
 		Use:     "commit RESOURCE",
@@ -28,10 +28,8 @@ func (a *app) fenceCommitCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.FencedCommitResponse, error) {
-				return coord(cc).FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: args[0], LeaseName: lease,
-					Generation: generation, IdempotencyKey: key, Payload: []byte(payload)})
-			})
+			resp, err := a.coord().FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: args[0], LeaseName: lease,
+				Generation: generation, Token: token, IdempotencyKey: key, Payload: []byte(payload), DryRun: dryRun})
 			if err != nil {
 				return fail("fence commit "+args[0], err)
 			}
@@ -40,6 +38,9 @@ func (a *app) fenceCommitCmd() *cobra.Command {
 				if resp.GetDuplicate() {
 					kind = "duplicate (first outcome returned)"
 				}
+				if resp.GetDryRun() {
+					kind = "would be " + kind + " (dry run, nothing recorded)"
+				}
 				tab(w, func(w io.Writer) {
 					row(w, "RESOURCE", "OUTCOME", "GENERATION", "MAX GENERATION", "PAYLOAD")
 					row(w, args[0], kind, resp.GetGeneration(), resp.GetMaxGeneration(), short(string(resp.GetPayload()), 40))
@@ -47,12 +48,16 @@ func (a *app) fenceCommitCmd() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&lease, "lease", "", "lease whose token this is (required)")
-	cmd.Flags().Uint64Var(&generation, "generation", 0, "the token: the lease generation (required)")
+	cmd.Flags().StringVar(&lease, "lease", "", "lease whose token this is (with --generation, or use --token)")
+	cmd.Flags().Uint64Var(&generation, "generation", 0, "the token: the lease generation")
+	cmd.Flags().StringVar(&token, "token", "", "the token as lease:generation, instead of --lease and --generation")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only check whether the commit would be accepted; record nothing")
 	cmd.Flags().StringVar(&key, "key", "", "idempotency key: a repeat returns the first outcome")
 	cmd.Flags().StringVar(&payload, "payload", "", "payload stored with the first commit of the key")
-	_ = cmd.MarkFlagRequired("lease")
-	_ = cmd.MarkFlagRequired("generation")
+	cmd.MarkFlagsRequiredTogether("lease", "generation")
+	cmd.MarkFlagsMutuallyExclusive("token", "lease")
+	cmd.MarkFlagsMutuallyExclusive("token", "generation")
+	cmd.MarkFlagsOneRequired("token", "lease")
 	return cmd
 }
 
@@ -65,12 +70,11 @@ func (a *app) fenceGetCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.GetResourceResponse, error) {
-				return coord(cc).GetResource(ctx, &coordv1.GetResourceRequest{Resource: args[0]})
-			})
+			r, err := a.client.GetResource(ctx, args[0])
 			if err != nil {
 				return fail(fmt.Sprintf("fence get %s", args[0]), err)
 			}
+			resp := &coordv1.GetResourceResponse{Resource: r}
 			now := a.clusterTime(ctx)
 			return a.print(resp, func(w io.Writer) { resourceTable(w, resp.GetResource(), now) })
 		},

@@ -6,16 +6,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-func jobsClient(cc *grpc.ClientConn) coordv1.JobsClient { return coordv1.NewJobsClient(cc) }
-
 func (a *app) jobCmd() *cobra.Command {
-	return group("job", "Registered jobs and what did not happen: overdue windows, stuck leases, slow runs",
-		a.jobListCmd(), a.jobStatusCmd(), a.jobOverdueCmd(), a.jobRegisterCmd())
+	return group("job", "Queued jobs (submit, get, list, cancel, retry); registered jobs and what did not happen",
+		a.jobSubmitCmd(), a.jobGetCmd(), a.jobListCmd(), a.jobCancelCmd(), a.jobRetryCmd(),
+		a.jobRegisteredCmd(), a.jobStatusCmd(), a.jobOverdueCmd(), a.jobRegisterCmd())
 }
 
 func (a *app) jobRegisterCmd() *cobra.Command {
@@ -43,9 +41,7 @@ occurrence and reports the ones not completed by occurrence + complete-within.`,
 			if allow {
 				spec.Concurrency = coordv1.JobConcurrency_JOB_CONCURRENCY_ALLOW
 			}
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.RegisterJobResponse, error) {
-				return jobsClient(cc).RegisterJob(ctx, &coordv1.RegisterJobRequest{Spec: &spec, RegisteredBy: by})
-			})
+			resp, err := a.jobs().RegisterJob(ctx, &coordv1.RegisterJobRequest{Spec: &spec, RegisteredBy: by})
 			if err != nil {
 				return fail("job register "+args[0], err)
 			}
@@ -73,20 +69,21 @@ occurrence and reports the ones not completed by occurrence + complete-within.`,
 	return cmd
 }
 
-func (a *app) jobListCmd() *cobra.Command {
+func (a *app) jobRegisteredCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:     "list",
-		Short:   "List registered jobs: schedule, zone, last completion",
-		Example: "  coordctl job list",
+		Use:   "registered",
+		Short: "List registered (monitored) jobs: schedule, zone, last completion",
+		Long: `Lists the jobs of coordd's registry (job register; runners register at
+start): the schedules whose windows coordd watches. Queued jobs are listed by
+'job list'.`,
+		Example: "  coordctl job registered",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.ListJobsResponse, error) {
-				return jobsClient(cc).ListJobs(ctx, &coordv1.ListJobsRequest{})
-			})
+			resp, err := a.client.ListJobs(ctx)
 			if err != nil {
-				return fail("job list", err)
+				return fail("job registered", err)
 			}
 			now := a.clusterTime(ctx)
 			return a.print(resp, func(w io.Writer) { jobTable(w, resp.GetJobs(), now) })
@@ -118,9 +115,7 @@ func (a *app) jobStatusCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.JobStatusResponse, error) {
-				return jobsClient(cc).JobStatus(ctx, &coordv1.JobStatusRequest{Name: args[0], Limit: limit})
-			})
+			resp, err := a.client.JobStatus(ctx, args[0], limit)
 			if err != nil {
 				return fail("job status "+args[0], err)
 			}
@@ -182,9 +177,7 @@ their job's interval. Exit status 0 even when something is listed.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.ListOverdueResponse, error) {
-				return jobsClient(cc).ListOverdue(ctx, &coordv1.ListOverdueRequest{})
-			})
+			resp, err := a.client.ListOverdue(ctx)
 			if err != nil {
 				return fail("job overdue", err)
 			}
@@ -207,7 +200,7 @@ func overdueText(w io.Writer, resp *coordv1.ListOverdueResponse) {
 			row(w, "STUCK LEASE", "REASON", "OWNER", "GENERATION", "AGE", "RENEWED")
 			for _, s := range resp.GetStuckLeases() {
 				l := s.GetLease()
-				row(w, l.GetName(), s.GetReason(), l.GetOwner(), l.GetGeneration(), human(l.GetHeldMs()), human(l.GetRenewedAgoMs())+" ago")
+				row(w, l.GetName(), s.GetReason(), l.GetOwner(), l.GetGeneration(), human(l.GetHeldMs()), agoMs(l.GetRenewedAgoMs()))
 			}
 		})
 	}

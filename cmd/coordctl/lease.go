@@ -4,16 +4,20 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
+	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -54,9 +58,7 @@ func (a *app) leaseListCmd() *cobra.Command {
 			all := &coordv1.ListLeasesResponse{}
 			tok := ""
 			for {
-				resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.ListLeasesResponse, error) {
-					return coord(cc).ListLeases(ctx, &coordv1.ListLeasesRequest{Prefix: prefix, PageToken: tok, PageSize: 1000})
-				})
+				resp, err := a.client.ListLeases(ctx, prefix, tok, 1000)
 				if err != nil {
 					return fail("lease list", err)
 				}
@@ -81,12 +83,11 @@ func (a *app) leaseGetCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.GetLeaseResponse, error) {
-				return coord(cc).GetLease(ctx, &coordv1.GetLeaseRequest{Name: args[0]})
-			})
+			l, err := a.client.GetLease(ctx, args[0])
 			if err != nil {
 				return fail("lease get "+args[0], err)
 			}
+			resp := &coordv1.GetLeaseResponse{Lease: l}
 			return a.print(resp, func(w io.Writer) { leaseTable(w, []*coordv1.Lease{resp.GetLease()}) })
 		},
 	}
@@ -112,11 +113,9 @@ func (a *app) leaseAcquireCmd() *cobra.Command {
 				requestID = hex.EncodeToString(b[:])
 			}
 			req := &coordv1.AcquireRequest{Name: args[0], Owner: h.owner, TtlMs: h.ttl.Milliseconds(), RequestId: requestID, Wait: wait}
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.AcquireResponse, error) {
-				return coord(cc).Acquire(ctx, req)
-			})
+			resp, err := a.coord().Acquire(ctx, req)
 			if err != nil {
-				return fail("lease acquire "+args[0], err)
+				return a.acquireFailed(ctx, "lease acquire "+args[0], requestID, wait, err)
 			}
 			if err := a.print(resp, func(w io.Writer) {
 				if !resp.GetAcquired() {
@@ -150,9 +149,8 @@ func (a *app) leaseRenewCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.RenewResponse, error) {
-				return coord(cc).Renew(ctx, &coordv1.RenewRequest{Name: args[0], Owner: h.owner, Generation: h.generation, TtlMs: h.ttl.Milliseconds()})
-			})
+			resp, err := a.coord().Renew(ctx, &coordv1.RenewRequest{Name: args[0], Owner: h.owner, Generation: h.generation,
+				TtlMs: h.ttl.Milliseconds()})
 			if err != nil {
 				return fail("lease renew "+args[0], err)
 			}
@@ -173,9 +171,7 @@ func (a *app) leaseReleaseCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.ReleaseResponse, error) {
-				return coord(cc).Release(ctx, &coordv1.ReleaseRequest{Name: args[0], Owner: h.owner, Generation: h.generation})
-			})
+			resp, err := a.coord().Release(ctx, &coordv1.ReleaseRequest{Name: args[0], Owner: h.owner, Generation: h.generation})
 			if err != nil {
 				return fail("lease release "+args[0], err)
 			}
@@ -196,9 +192,10 @@ func (a *app) leaseKeepAliveCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "keepalive NAME",
 		Short: "Keep a held lease alive (renewing at TTL/3) until interrupted or lost",
-		Long: `Renews the lease over a KeepAlive stream on the leader every TTL/3 until
-SIGINT/SIGTERM (exit 0; the lease is not released) or until the lease is lost
-(exit 1). With -o json each acknowledgement is printed as one JSON line.`,
+		Long: `Renews the lease at once and then every TTL/3 over a KeepAlive stream on the
+leader (the SDK's keepalive: it follows leader changes) until SIGINT/SIGTERM
+(exit 0; the lease is not released) or until the lease is lost (exit 1). With
+-o json each acknowledgement is printed as one JSON line.`,
 		Example: "  coordctl lease keepalive maint --owner ops-alice --generation 3 --ttl 15s",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -211,65 +208,86 @@ SIGINT/SIGTERM (exit 0; the lease is not released) or until the lease is lost
 	return cmd
 }
 
+// acquireFailed renders a failed acquire. When the outcome is unknown (a
+// --wait that ran out of time, a lost reply) the lease may have been
+// granted: a retry with the same request id returns that grant.
+func (a *app) acquireFailed(ctx context.Context, op, requestID string, wait bool, err error) error {
+	switch {
+	case wait && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return &opError{op: op, err: err, msg: fmt.Sprintf("not granted within --timeout %s; a grant made as the wait "+
+			"ended is kept for this request: retry with --request-id %s to get it or wait again", a.timeout, requestID)}
+	case errors.Is(err, client.ErrUnknownOutcome):
+		return &opError{op: op, err: err, msg: fmt.Sprintf("%s; the outcome is unknown: retry with --request-id %s "+
+			"to learn it without a second grant", a.watch.explain(err, a.timeout), requestID)}
+	}
+	return fail(op, err)
+}
+
 func (a *app) keepAlive(ctx context.Context, name string, h holderFlags) error {
-	lctx, cancel := context.WithTimeout(ctx, a.timeout)
-	cc, err := a.conn.leaderConn(lctx)
-	cancel()
-	if err != nil {
-		return fail("lease keepalive "+name, err)
-	}
-	stream, err := coord(cc).KeepAlive(ctx)
-	if err != nil {
-		return fail("lease keepalive "+name, err)
-	}
-	req := &coordv1.KeepAliveRequest{Name: name, Owner: h.owner, Generation: h.generation, TtlMs: h.ttl.Milliseconds()}
-	tick := time.NewTicker(h.ttl / 3)
-	defer tick.Stop()
-	for seq := uint64(1); ; seq++ {
-		req.Seq = seq
-		if err := stream.Send(req); err != nil {
-			return fail("lease keepalive "+name, err)
-		}
-		resp, err := stream.Recv()
-		if ctx.Err() != nil {
-			fmt.Fprintf(a.errOut, "stopped renewing %s (generation %d); it expires after its TTL\n", name, h.generation)
-			return nil
-		}
-		if err != nil {
-			return fail("lease keepalive "+name, err)
-		}
-		if !resp.GetOk() {
-			return fmt.Errorf("lease keepalive %s: %s: %s", name, resp.GetReason(), resp.GetMessage())
+	op := "lease keepalive " + name
+	var (
+		mu      sync.Mutex
+		stopped bool
+	)
+	printRenewal := func(r *coordv1.KeepAliveResponse) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
 		if a.output == "json" {
-			b, _ := jsonOpts.Marshal(resp)
-			fmt.Fprintf(a.out, "%s\n", compact(b))
-		} else {
-			fmt.Fprintf(a.out, "renewed %s generation %d: expires in %s\n", name, resp.GetGeneration(), human(resp.GetExpiresInMs()))
+			b, _ := protoJSON(r, false)
+			fmt.Fprintf(a.out, "%s\n", b)
+			return
 		}
-		select {
-		case <-ctx.Done():
-			fmt.Fprintf(a.errOut, "stopped renewing %s (generation %d); it expires after its TTL\n", name, h.generation)
-			return nil
-		case <-tick.C:
-		}
+		fmt.Fprintf(a.out, "renewed %s generation %d: expires in %s\n", name, r.GetGeneration(), human(r.GetExpiresInMs()))
+	}
+	stop := func() error {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		fmt.Fprintf(a.errOut, "stopped renewing %s (generation %d); it expires after its TTL\n", name, h.generation)
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, a.timeout)
+	l, err := a.client.Resume(rctx, name, h.owner, h.generation, h.ttl, client.OnRenewal(printRenewal))
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return stop()
+	case err != nil:
+		return fail(op, err)
+	}
+	select {
+	case <-ctx.Done():
+		return stop()
+	case <-l.Done():
+		return fail(op, a.withHolder(name, l.Err()))
 	}
 }
 
-// compact removes the newlines of multiline JSON.
-func compact(b []byte) []byte {
-	out := make([]byte, 0, len(b))
-	space := false
-	for _, c := range b {
-		if c == '\n' {
-			space = true
-			continue
-		}
-		if space && c == ' ' {
-			continue
-		}
-		space = false
-		out = append(out, c)
+// withHolder adds the current holder to a lease loss that the KeepAlive
+// stream reported without it (its answers carry a reason and a message,
+// not the metadata that a refused Renew or Release carries), so that both
+// read alike: "(current_generation=…, current_owner=…)".
+func (a *app) withHolder(name string, err error) error {
+	var e *client.Error
+	if !errors.As(err, &e) || len(e.Metadata) > 0 {
+		return err
 	}
-	return out
+	switch reasonOfErr(err) {
+	case coorderr.LeaseLost, coorderr.LeaseExpired, coorderr.LeaseReleased:
+	default:
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+	defer cancel()
+	cur, gerr := a.client.GetLease(ctx, name)
+	if gerr != nil {
+		return err
+	}
+	withMeta := *e
+	withMeta.Metadata = map[string]string{"current_owner": cur.GetOwner(),
+		"current_generation": strconv.FormatUint(cur.GetGeneration(), 10)}
+	return &withMeta
 }

@@ -1,5 +1,5 @@
 // Command coordctl lets operators see and act on a coordd cluster: leases,
-// windows, fenced resources and the cluster itself.
+// windows, fenced resources, the job queue and the cluster itself.
 //
 // Exit status: 0 success, 1 error, 2 bad usage, 3 lease held by another
 // owner (lease acquire).
@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/internal/tlsutil"
 )
 
@@ -35,8 +36,9 @@ type app struct {
 	timeout   time.Duration
 	out       io.Writer
 	errOut    io.Writer
-	started   bool // a command's RunE began: later errors are not usage errors
-	conn      *conn
+	started   bool           // a command's RunE began: later errors are not usage errors
+	client    *client.Client // the SDK client of commands that talk to a cluster
+	watch     *watcher
 }
 
 // heldError makes coordctl exit with exitHeld.
@@ -49,14 +51,19 @@ func main() {
 }
 
 func run(args []string, out, errOut io.Writer) int {
-	a := &app{out: out, errOut: errOut}
+	return runContext(context.Background(), args, out, errOut)
+}
+
+// runContext runs coordctl with args; ctx ending is an interrupt (tests).
+func runContext(ctx context.Context, args []string, out, errOut io.Writer) int {
+	a := &app{out: out, errOut: errOut, watch: newWatcher(errOut)}
 	root := a.rootCmd()
 	root.SetArgs(args)
 	root.SetOut(out)
 	root.SetErr(errOut)
-	err := root.Execute()
-	if a.conn != nil {
-		a.conn.close()
+	cmd, err := root.ExecuteContextC(ctx)
+	if a.client != nil {
+		a.client.Close()
 	}
 	if err == nil {
 		return exitOK
@@ -66,14 +73,14 @@ func run(args []string, out, errOut io.Writer) int {
 	case errors.As(err, &held):
 		return exitHeld
 	case !a.started:
-		fmt.Fprintf(errOut, "error: %v\nRun 'coordctl --help' for usage.\n", err)
+		fmt.Fprintf(errOut, "error: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
 		return exitUsage
 	default:
 		var op *opError
 		if errors.As(err, &op) {
-			fmt.Fprintf(errOut, "error: %s\n", op.Error())
+			fmt.Fprintf(errOut, "error: %s: %s\n", op.op, op.render(a))
 		} else {
-			fmt.Fprintf(errOut, "error: %s\n", describe(err))
+			fmt.Fprintf(errOut, "error: %s\n", a.watch.explain(err, a.timeout))
 		}
 		return exitError
 	}
@@ -86,7 +93,13 @@ func (a *app) rootCmd() *cobra.Command {
 		Long: `coordctl talks to a coordd cluster over gRPC.
 
 Endpoints come from --endpoints, else COORD_ENDPOINTS, else 127.0.0.1:7400.
--o json prints the RPC response as protojson with the proto field names.`,
+-o json prints the RPC response as protojson with the proto field names;
+64-bit integers (generations, indexes, counts, milliseconds) are JSON
+strings, as protojson writes them: "generation": "7".
+
+Commands go through the Go SDK: to the leader, past nodes that are down, and,
+while a leader is being elected, retried for up to --timeout (coordctl says
+so once on stderr).`,
 		Example: `  coordctl status
   coordctl lease list --prefix daily-
   COORD_ENDPOINTS=127.0.0.1:7410,127.0.0.1:7420 coordctl -o json lease get daily-close`,
@@ -112,11 +125,12 @@ Endpoints come from --endpoints, else COORD_ENDPOINTS, else 127.0.0.1:7400.
 			if len(eps) == 0 {
 				return fmt.Errorf("--endpoints: no endpoint given")
 			}
-			c, err := dial(eps, a.tls)
+			a.watch.endpoints, a.watch.timeout = len(eps), a.timeout
+			c, err := newClient(eps, a.tls, a.watch)
 			if err != nil {
 				return err
 			}
-			a.conn = c
+			a.client = c
 			a.started = true
 			return nil
 		},
@@ -132,7 +146,7 @@ Endpoints come from --endpoints, else COORD_ENDPOINTS, else 127.0.0.1:7400.
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	root.PersistentFlags().DurationVar(&a.timeout, "timeout", 10*time.Second, "timeout of each command")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
-	root.AddCommand(a.statusCmd(), a.membersCmd(), a.leaderCmd(), a.snapshotCmd(), a.leaseCmd(), a.windowCmd(), a.fenceCmd(), a.jobCmd(), a.certsCmd())
+	root.AddCommand(a.statusCmd(), a.membersCmd(), a.leaderCmd(), a.snapshotCmd(), a.leaseCmd(), a.windowCmd(), a.fenceCmd(), a.jobCmd(), a.queueCmd(), a.certsCmd(), a.versionCmd())
 	return root
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -9,17 +11,34 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-var jsonOpts = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true, Multiline: true, Indent: "  "}
+var jsonOpts = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+
+// protoJSON renders msg as protojson with the proto field names (64-bit
+// integers are strings), indented by two spaces or, with indent false, on
+// one line. Formatting goes through encoding/json, so it is the same for
+// every document (protojson varies its whitespace on purpose).
+func protoJSON(msg proto.Message, indent bool) ([]byte, error) {
+	b, err := jsonOpts.Marshal(msg)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if indent {
+		err = json.Indent(&buf, b, "", "  ")
+	} else {
+		err = json.Compact(&buf, b)
+	}
+	return buf.Bytes(), err
+}
 
 // print writes msg as one protojson document (-o json) or renders table.
 func (a *app) print(msg proto.Message, table func(w io.Writer)) error {
 	if a.output == "json" {
-		b, err := jsonOpts.Marshal(msg)
+		b, err := protoJSON(msg, true)
 		if err != nil {
 			return err
 		}
@@ -45,13 +64,13 @@ func row(w io.Writer, cols ...any) {
 	fmt.Fprintln(w, strings.Join(s, "\t"))
 }
 
-// human renders milliseconds the way people read them: 850ms, 4.2s, 1m30s,
-// 2h5m, 9d4h.
+// human renders a duration in milliseconds the way people read it: 850ms,
+// 4.2s, 1m30s, 2h5m, 9d4h. A duration here is an age, a time left or an
+// interval: a negative one (clock skew between nodes) is shown as 0ms.
 func human(ms int64) string {
+	ms = max(ms, 0)
 	d := time.Duration(ms) * time.Millisecond
 	switch {
-	case d < 0:
-		return "-" + human(-ms)
 	case d < time.Second:
 		return fmt.Sprintf("%dms", ms)
 	case d < 10*time.Second:
@@ -97,7 +116,7 @@ func leaseTable(out io.Writer, leases []*coordv1.Lease) {
 				expires = human(l.GetExpiresInMs())
 			}
 			cells := []any{l.GetName(), l.GetOwner(), l.GetGeneration(), leaseState(l), human(l.GetHeldMs()),
-				human(l.GetRenewedAgoMs()) + " ago", expires}
+				agoMs(l.GetRenewedAgoMs()), expires}
 			if identities {
 				cells = append(cells[:2:2], append([]any{or(l.GetIdentity(), "-")}, cells[2:]...)...)
 			}
@@ -135,11 +154,22 @@ func windowTable(out io.Writer, ws []*coordv1.Window, now int64) {
 	})
 }
 
+// ago renders the time at as seen at now (both Unix ms), "-" if either is
+// unknown.
 func ago(now, at int64) string {
 	if at == 0 || now == 0 {
 		return "-"
 	}
-	return human(now-at) + " ago"
+	return agoMs(now - at)
+}
+
+// agoMs renders a time ms before now: "1.2s ago". A time after now (the
+// clocks of two nodes differ) reads "in 152ms", never "-152ms ago".
+func agoMs(ms int64) string {
+	if ms < 0 {
+		return "in " + human(-ms)
+	}
+	return human(ms) + " ago"
 }
 
 func short(s string, n int) string {
@@ -183,7 +213,7 @@ func statusTable(out io.Writer, nodes []nodeStatus) {
 			case lc < 0:
 				contact = "never"
 			default:
-				contact = human(lc) + " ago"
+				contact = agoMs(lc)
 			}
 			row(w, n.endpoint, s.GetId(), s.GetState(), s.GetLeaderId(), s.GetTerm(), s.GetCommitIndex(), s.GetAppliedIndex(),
 				contact, short(s.GetFsmDigest(), 12))
@@ -203,5 +233,3 @@ func membersTable(out io.Writer, ms []*coordv1.Member) {
 		}
 	})
 }
-
-func wrapString(s string) *wrapperspb.StringValue { return wrapperspb.String(s) }

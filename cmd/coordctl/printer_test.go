@@ -84,7 +84,7 @@ func TestStatusAndMembersTables(t *testing.T) {
 
 func TestHuman(t *testing.T) {
 	for ms, want := range map[int64]string{0: "0ms", 850: "850ms", 4200: "4.2s", 12_000: "12s", 90_000: "1m30s",
-		7_500_000: "2h05m", 9*86_400_000 + 4*3_600_000: "9d4h", -1500: "-1.5s"} {
+		7_500_000: "2h05m", 9*86_400_000 + 4*3_600_000: "9d4h", -1500: "0ms"} {
 		if got := human(ms); got != want {
 			t.Errorf("human(%d) = %q, want %q", ms, got, want)
 		}

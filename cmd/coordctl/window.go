@@ -4,7 +4,6 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -27,9 +26,7 @@ func (a *app) windowListCmd() *cobra.Command {
 			all := &coordv1.ListWindowsResponse{}
 			tok := ""
 			for {
-				resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.ListWindowsResponse, error) {
-					return coord(cc).ListWindows(ctx, &coordv1.ListWindowsRequest{Job: job, PageToken: tok, PageSize: 1000})
-				})
+				resp, err := a.client.ListWindows(ctx, job, tok, 1000)
 				if err != nil {
 					return fail("window list", err)
 				}
@@ -56,12 +53,11 @@ func (a *app) windowGetCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.GetWindowResponse, error) {
-				return coord(cc).GetWindow(ctx, &coordv1.GetWindowRequest{Job: args[0], Window: args[1]})
-			})
+			w, err := a.client.GetWindow(ctx, args[0], args[1])
 			if err != nil {
 				return fail("window get "+args[0]+" "+args[1], err)
 			}
+			resp := &coordv1.GetWindowResponse{Window: w}
 			now := a.clusterTime(ctx)
 			return a.print(resp, func(w io.Writer) { windowTable(w, []*coordv1.Window{resp.GetWindow()}, now) })
 		},
@@ -93,10 +89,8 @@ func (a *app) windowClaimCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.ClaimWindowResponse, error) {
-				return coord(cc).ClaimWindow(ctx, &coordv1.ClaimWindowRequest{Job: args[0], Window: args[1],
-					LeaseName: f.lease, Owner: f.owner, Generation: f.generation})
-			})
+			resp, err := a.coord().ClaimWindow(ctx, &coordv1.ClaimWindowRequest{Job: args[0], Window: args[1],
+				LeaseName: f.lease, Owner: f.owner, Generation: f.generation})
 			if err != nil {
 				return fail("window claim "+args[0]+" "+args[1], err)
 			}
@@ -124,10 +118,8 @@ func (a *app) windowCompleteCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := call(ctx, a.conn, func(cc *grpc.ClientConn) (*coordv1.CompleteWindowResponse, error) {
-				return coord(cc).CompleteWindow(ctx, &coordv1.CompleteWindowRequest{Job: args[0], Window: args[1],
-					LeaseName: f.lease, Owner: f.owner, Generation: f.generation, Result: []byte(result)})
-			})
+			resp, err := a.coord().CompleteWindow(ctx, &coordv1.CompleteWindowRequest{Job: args[0], Window: args[1],
+				LeaseName: f.lease, Owner: f.owner, Generation: f.generation, Result: []byte(result)})
 			if err != nil {
 				return fail("window complete "+args[0]+" "+args[1], err)
 			}

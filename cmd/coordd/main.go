@@ -1,23 +1,31 @@
 // Command coordd runs a coordd node. With no flags it starts (or restarts) a
 // single-node cluster with its data in ./coordd-data, gRPC on
 // 127.0.0.1:7400 and metrics on 127.0.0.1:7401.
+//
+// A node is two layers composed here: node.New (Raft, the state machine,
+// the leader's work) and api.Serve (gRPC, HTTP, security), sharing a
+// logger, a clock and a metrics registry.
 package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/coordd/coordd/internal/logstore"
-	"github.com/coordd/coordd/server"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/coordd/coordd/api"
+	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/internal/auth"
+	"github.com/coordd/coordd/internal/buildinfo"
+	"github.com/coordd/coordd/internal/datadir"
+	"github.com/coordd/coordd/internal/tlsutil"
+	"github.com/coordd/coordd/node"
 )
 
 func main() {
@@ -32,127 +40,72 @@ func main() {
 	}
 }
 
-// env returns COORDD_<NAME> or def.
-func env(name, def string) string {
-	if v, ok := os.LookupEnv("COORDD_" + name); ok {
-		return v
-	}
-	return def
-}
-
-// envParsed returns COORDD_<NAME> parsed by parse, or def when unset or
-// unparsable.
-func envParsed[T any](name string, def T, parse func(string) (T, error)) T {
-	if v, ok := os.LookupEnv("COORDD_" + name); ok {
-		if x, err := parse(v); err == nil {
-			return x
-		}
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	return envParsed(name, def, time.ParseDuration)
-}
-
-func uintEnv(name string, def uint) uint {
-	return envParsed(name, def, func(v string) (uint, error) {
-		n, err := strconv.ParseUint(v, 10, 32)
-		return uint(n), err
-	})
-}
-
-func floatEnv(name string, def float64) float64 {
-	return envParsed(name, def, func(v string) (float64, error) { return strconv.ParseFloat(v, 64) })
-}
-
 func run(args []string) error {
-	fs := flag.NewFlagSet("coordd", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: coordd [flags]\n\nEvery flag can also be set as COORDD_<FLAG> (upper case, - as _).\n\n")
-		fs.PrintDefaults()
-	}
-	var (
-		id        = fs.String("id", env("ID", "node1"), "Raft server id, unique in the cluster")
-		dataDir   = fs.String("data-dir", env("DATA_DIR", "./coordd-data"), "data directory (Raft log, snapshots)")
-		grpcAddr  = fs.String("grpc-addr", env("GRPC_ADDR", "127.0.0.1:7400"), "gRPC listen address")
-		raftAddr  = fs.String("raft-addr", env("RAFT_ADDR", "127.0.0.1:7402"), "Raft listen and advertised address")
-		httpAddr  = fs.String("http-addr", env("HTTP_ADDR", "127.0.0.1:7401"), "metrics and health HTTP address (empty disables)")
-		peers     = fs.String("peers", env("PEERS", ""), "static initial cluster: id=raft_addr,... (must include this node)")
-		join      = fs.String("join", env("JOIN", ""), "gRPC address of a running member to join through")
-		heartbeat = fs.Duration("heartbeat-timeout", envDuration("HEARTBEAT_TIMEOUT", 500*time.Millisecond), "Raft heartbeat timeout")
-		election  = fs.Duration("election-timeout", envDuration("ELECTION_TIMEOUT", 500*time.Millisecond), "Raft election timeout")
-		retention = fs.Duration("retention", envDuration("RETENTION", 30*24*time.Hour), "how long completed windows and idempotency records are kept")
-		minTTL    = fs.Duration("min-ttl", envDuration("MIN_TTL", 0), "shortest lease TTL accepted (default 1.5 x election timeout, at least 1s)")
-		logLevel  = fs.String("log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error")
-		logFormat = fs.String("log-format", env("LOG_FORMAT", "text"), "text or json")
-		pprofOn   = fs.Bool("enable-pprof", env("ENABLE_PPROF", "") == "true", "serve /debug/pprof/ on the HTTP address")
-		tlsCert   = fs.String("tls-cert", env("TLS_CERT", ""), "PEM certificate of this node: turns on TLS for gRPC and HTTP and mutual TLS for clients and peers")
-		tlsKey    = fs.String("tls-key", env("TLS_KEY", ""), "PEM key of --tls-cert")
-		tlsCA     = fs.String("tls-ca", env("TLS_CA", ""), "PEM CA bundle that signs client (and, without --peer-tls-ca, peer) certificates")
-		peerCert  = fs.String("peer-tls-cert", env("PEER_TLS_CERT", ""), "PEM certificate for Raft between peers (default: --tls-cert)")
-		peerKey   = fs.String("peer-tls-key", env("PEER_TLS_KEY", ""), "PEM key of --peer-tls-cert")
-		peerCA    = fs.String("peer-tls-ca", env("PEER_TLS_CA", ""), "PEM CA bundle of peer certificates (default: --tls-ca)")
-		insecure  = fs.Bool("insecure", env("INSECURE", "") == "true", "allow plaintext listeners on non-loopback addresses")
-		aclFile   = fs.String("acl-file", env("ACL_FILE", ""), "YAML authorization rules (needs TLS); reloaded on SIGHUP")
-		maxLeases = fs.Uint("limit-leases", uintEnv("LIMIT_LEASES", 0), "live leases one identity may hold (0: unlimited)")
-		rateLimit = fs.Float64("limit-rate", floatEnv("LIMIT_RATE", 0), "calls per second one identity may make on a node (0: unlimited)")
-		burst     = fs.Int("limit-burst", int(uintEnv("LIMIT_BURST", 0)), "burst of --limit-rate (default: one second's worth)")
-		maxKA     = fs.Int("limit-keepalive-streams", int(uintEnv("LIMIT_KEEPALIVE_STREAMS", 0)), "KeepAlive streams one identity may open on a node (0: unlimited)")
-		maxWaits  = fs.Int("limit-waiting-acquires", int(uintEnv("LIMIT_WAITING_ACQUIRES", 0)), "Acquire calls with wait one identity may have queued on the leader (0: unlimited)")
-		logStore  = fs.String("raft-log-store", env("RAFT_LOG_STORE", ""), "Raft log store of a new data dir: wal or bolt (default wal); an existing data dir keeps the one it was created with")
-		walSeg    = fs.String("raft-wal-segment-size", env("RAFT_WAL_SEGMENT_SIZE", "64MiB"), "size of the wal store's segment files (preallocated; bytes or K/M/G)")
-		// Fault tests only: Go ignores libfaketime, so clock faults need a hook.
-		clockOffset = fs.Duration("test-clock-offset", 0, "FAULT TESTS ONLY: offset this node's wall clock")
-		clockRate   = fs.Float64("test-clock-rate", 1, "FAULT TESTS ONLY: scale this node's monotonic clock")
-	)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	o, err := parseFlags(args)
+	if err != nil || o == nil {
 		return err
 	}
+	if o.version {
+		fmt.Println(buildinfo.Read().String("coordd"))
+		return nil
+	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	hopts := &slog.HandlerOptions{Level: level}
 	var handler slog.Handler
-	switch strings.ToLower(*logFormat) {
+	switch strings.ToLower(o.logFormat) {
 	case "json":
-		handler = slog.NewJSONHandler(os.Stderr, opts)
+		handler = slog.NewJSONHandler(os.Stderr, hopts)
 	case "text":
-		handler = slog.NewTextHandler(os.Stderr, opts)
+		handler = slog.NewTextHandler(os.Stderr, hopts)
 	default:
-		return fmt.Errorf("--log-format %q: want text or json", *logFormat)
+		return fmt.Errorf("--log-format %q: want text or json", o.logFormat)
 	}
 	logger := slog.New(handler)
-	peerMap, err := server.ParsePeers(*peers)
+	peers, err := node.ParsePeers(o.peers)
 	if err != nil {
 		return fmt.Errorf("--peers: %w", err)
 	}
-	segSize, err := logstore.ParseSize(*walSeg)
+	tlsFiles := tlsutil.Files{Cert: o.tlsCert, Key: o.tlsKey, CA: o.tlsCA}
+	peerTLS := tlsutil.Files{Cert: o.peerCert, Key: o.peerKey, CA: o.peerCA}
+	if peerTLS.Enabled() && !tlsFiles.Enabled() {
+		return errors.New("config: peer TLS without client TLS: set --tls-cert/--tls-key/--tls-ca too")
+	}
+	if !peerTLS.Enabled() {
+		peerTLS = tlsFiles
+	}
+	var clk clock.Clock = clock.Real{}
+	if o.clockOffset != 0 || o.clockRate != 1 {
+		clk = clock.Skewed(o.clockOffset, o.clockRate)
+		logger.Warn("test clock hook active: this node's clock is skewed", "offset", o.clockOffset, "rate", o.clockRate)
+	}
+	// Before Raft opens its files: a second coordd on this directory fails
+	// here, naming the first, instead of timing out on the Raft log.
+	lock, err := datadir.Acquire(o.dataDir)
 	if err != nil {
-		return fmt.Errorf("--raft-wal-segment-size: %w", err)
+		return err
 	}
-	var clk server.Clock
-	if *clockOffset != 0 || *clockRate != 1 {
-		clk = server.NewSkewedClock(*clockOffset, *clockRate)
-		logger.Warn("test clock hook active: this node's clock is skewed", "offset", *clockOffset, "rate", *clockRate)
-	}
-	srv, err := server.New(server.Config{
-		ID: *id, DataDir: *dataDir, GRPCAddr: *grpcAddr, RaftAddr: *raftAddr, HTTPAddr: *httpAddr,
-		Peers: peerMap, Join: *join, HeartbeatTimeout: *heartbeat, ElectionTimeout: *election,
-		LeaderLeaseTimeout: *heartbeat / 2, Retention: *retention, MinTTL: *minTTL, Logger: logger, EnablePprof: *pprofOn,
-		Clock: clk,
-		TLS:   server.TLSFiles{Cert: *tlsCert, Key: *tlsKey, CA: *tlsCA}, PeerTLS: server.TLSFiles{Cert: *peerCert, Key: *peerKey, CA: *peerCA},
-		Insecure: *insecure, ACLFile: *aclFile,
-		Limits: server.Limits{LeasesPerIdentity: uint32(*maxLeases), RequestsPerSecond: *rateLimit, Burst: *burst, KeepAliveStreams: *maxKA,
-			WaitingAcquires: *maxWaits},
-		RaftLogStore: *logStore, RaftWALSegmentSize: segSize,
+	defer lock.Release()
+	reg := prometheus.NewRegistry()
+	n, err := node.New(node.Config{
+		ID: o.id, DataDir: o.dataDir, RaftAddr: o.raftAddr, Peers: peers, Join: o.join,
+		HeartbeatTimeout: o.heartbeat, ElectionTimeout: o.election, LeaderLeaseTimeout: o.heartbeat / 2,
+		Retention: o.retention, MinTTL: o.minTTL, TLS: peerTLS, Insecure: o.insecure,
+		Logger: logger, Clock: clk, Metrics: reg, RaftLogStore: o.logStore, RaftWALSegmentSize: o.walSegment,
 	})
 	if err != nil {
 		return err
+	}
+	srv, err := api.Serve(api.Config{
+		GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, TLS: tlsFiles, Insecure: o.insecure, ACLFile: o.aclFile,
+		Limits: auth.Limits{LeasesPerIdentity: uint32(o.maxLeases), RequestsPerSecond: o.rateLimit, Burst: o.burst,
+			KeepAliveStreams: o.maxKA, WaitingAcquires: o.maxWaits},
+		EnablePprof: o.pprof, Logger: logger, Clock: clk, Metrics: reg,
+	}, n)
+	if err != nil {
+		return errors.Join(err, n.Close())
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -160,10 +113,17 @@ func run(args []string) error {
 		if got == syscall.SIGHUP {
 			logger.Info("SIGHUP: reloading TLS files and the ACL")
 			_ = srv.Reload() // it logs what failed and keeps the previous version
+			if err := n.Reload(); err != nil {
+				logger.Error("reloading the peer TLS files failed; keeping the previous ones", "err", err)
+			}
 			continue
 		}
 		logger.Info("shutting down", "signal", got.String())
 		break
 	}
-	return srv.Close()
+	// The node first: waiting calls and streams end at once, so the API's
+	// graceful stop is quick.
+	err = n.Close()
+	srv.Close()
+	return err
 }

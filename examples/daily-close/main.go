@@ -13,11 +13,15 @@
 //   - B finishes: A's two stores come back as duplicates, the rest accepted;
 //   - C fires late, after the window completed, and does nothing.
 //
-// Then it prints the ledger and exits non-zero unless every store has
-// exactly one accepted commission.
+// Then it prints the ledger and exits non-zero unless this occurrence
+// wrote exactly one accepted commission for every store. A window runs once:
+// on a cluster that already ran it, the demo refuses to start; pass another
+// --occurrence (the next day's is a fresh window):
 //
-//	scripts/local-cluster.sh up /tmp/c3
+//	scripts/local-cluster.sh up /tmp/coordd3
 //	go run ./examples/daily-close --endpoints 127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430
+//	go run ./examples/daily-close --endpoints 127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430 --occurrence 2026-09-26T23:55:00
+//	scripts/local-cluster.sh down /tmp/coordd3
 package main
 
 import (
@@ -126,11 +130,10 @@ func replica(cfg config, name string) error {
 			say(name, "holds %s generation %d; claimed window %s (attempt %d)", job, l.Generation(), day, claim.Attempts)
 			for i := 1; i <= cfg.stores; i++ {
 				time.Sleep(cfg.step) // the work for one store
-				key := fmt.Sprintf("close-%s-store-%d", day, i)
 				// A fresh context, not lctx: a process that wakes from a pause
 				// mid-operation sends what it was sending. The fence decides.
 				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				commit, err := l.FencedCommit(cctx, fmt.Sprintf("commissions/store-%d", i), key,
+				commit, err := l.FencedCommit(cctx, resource(i), key(day, i),
 					[]byte(fmt.Sprintf("commission for store %d by %s (generation %d)", i, name, l.Generation())))
 				cancel()
 				switch {
@@ -217,7 +220,22 @@ func demo(cfg config) error {
 	day := window(cfg)
 	fmt.Printf("occurrence %s (%s) -> window %s/%s\n\n", cfg.occurrence.Format(time.RFC3339), cfg.zone, job, day)
 	if w, err := c.GetWindow(ctx, job, day); err == nil {
-		return fmt.Errorf("window %s/%s already exists (state %s): use a fresh cluster or another --occurrence", job, day, w.GetState())
+		next := cfg.occurrence.AddDate(0, 0, 1).Format("2006-01-02T15:04:05")
+		return fmt.Errorf("window %s/%s already exists (state %s, by %s): this demo runs a window once; "+
+			"use a fresh cluster or another occurrence, e.g. --occurrence %s", job, day, w.GetState(), w.GetOwner(), next)
+	}
+	// The stores' ledgers before this occurrence: earlier occurrences (other
+	// --occurrence runs on this cluster) wrote to them too.
+	before := make([]uint64, cfg.stores+1)
+	for i := 1; i <= cfg.stores; i++ {
+		r, err := c.GetResource(ctx, resource(i))
+		switch {
+		case err == nil:
+			before[i] = r.GetCommits()
+		case errors.Is(err, client.ErrNotFound):
+		default:
+			return err
+		}
 	}
 
 	lines := make(chan string, 256)
@@ -285,7 +303,7 @@ func demo(cfg config) error {
 	if err := drain(ctx, late, lines); err != nil {
 		return err
 	}
-	return ledger(ctx, c, cfg, day)
+	return ledger(ctx, c, cfg, day, before)
 }
 
 // drain prints a child's lines until it exits.
@@ -312,7 +330,9 @@ func drain(ctx context.Context, ch *child, lines chan string) error {
 	}
 }
 
-func ledger(ctx context.Context, c *client.Client, cfg config, day string) error {
+// ledger checks this occurrence: the window completed, and every store got
+// exactly one more accepted commission, with this day's key.
+func ledger(ctx context.Context, c *client.Client, cfg config, day string, before []uint64) error {
 	fmt.Printf("\nledger for %s/%s:\n", job, day)
 	w, err := c.GetWindow(ctx, job, day)
 	if err != nil {
@@ -321,13 +341,13 @@ func ledger(ctx context.Context, c *client.Client, cfg config, day string) error
 	fmt.Printf("  window: %s by %s, generation %d, %d attempts\n", w.GetState(), w.GetOwner(), w.GetGeneration(), w.GetAttempts())
 	bad := 0
 	for i := 1; i <= cfg.stores; i++ {
-		r, err := c.GetResource(ctx, fmt.Sprintf("commissions/store-%d", i))
+		r, err := c.GetResource(ctx, resource(i))
 		if err != nil {
 			return err
 		}
 		verdict := "exactly one accepted commission"
-		if r.GetCommits() != 1 {
-			verdict = fmt.Sprintf("WRONG: %d accepted commissions", r.GetCommits())
+		if n := r.GetCommits() - before[i]; n != 1 || r.GetLastIdempotencyKey() != key(day, i) {
+			verdict = fmt.Sprintf("WRONG: %d accepted commissions for %s", n, day)
 			bad++
 		}
 		fmt.Printf("  store-%d: %s (max token %d, key %s)\n", i, verdict, r.GetMaxGeneration(), r.GetLastIdempotencyKey())
@@ -338,3 +358,7 @@ func ledger(ctx context.Context, c *client.Client, cfg config, day string) error
 	fmt.Println("\nevery store was closed exactly once.")
 	return nil
 }
+
+func resource(store int) string { return fmt.Sprintf("commissions/store-%d", store) }
+
+func key(day string, store int) string { return fmt.Sprintf("close-%s-store-%d", day, store) }

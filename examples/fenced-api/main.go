@@ -3,20 +3,30 @@
 // so it fences every write through coordd with the fencehttp middleware:
 //
 //   - a job sends Fencing-Token: <lease>:<generation> and an
-//     Idempotency-Key derived from the occurrence (close-2026-09-25-store-42);
+//     Idempotency-Key derived from the occurrence (ledger-2026-09-25-store-42);
 //   - a token that is not the lease's current generation (a holder that
 //     woke from a pause after its lease moved on) gets 409 and the handler
 //     never runs;
 //   - a retried request (same key) gets the first response back, replayed
 //     from coordd, and the commission is written once.
 //
-// Run it against a cluster and call it with curl:
+// Its names are its own (lease ledger-close, resources ledger/store-{id},
+// keys ledger-<day>-store-{id}). Run it against a single coordd and call it
+// with curl (jq reads the token from coordctl's JSON):
 //
-//	go run ./cmd/coordd &
-//	go run ./examples/fenced-api --endpoints 127.0.0.1:7400 --listen 127.0.0.1:8080 &
-//	TOKEN=$(go run ./cmd/coordctl -o json lease acquire daily-close --ttl 30s | jq -r '.lease.name + ":" + .lease.generation')
-//	curl -i -X POST localhost:8080/stores/42/commission -H "Fencing-Token: $TOKEN" \
-//	     -H "Idempotency-Key: close-2026-09-25-store-42" -d '{"amount":"42.00"}'
+//	go build -o bin/ ./cmd/coordd ./cmd/coordctl ./examples/fenced-api && export PATH=$PWD/bin:$PATH
+//	coordd 2>/tmp/coordd.log & coordd_pid=$!
+//	fenced-api --endpoints 127.0.0.1:7400 --listen 127.0.0.1:8080 2>/tmp/fenced-api.log & api_pid=$!
+//	until coordctl status 2>/dev/null | grep -q Leader; do sleep 0.2; done
+//	until curl -s 127.0.0.1:8080/ledger >/dev/null; do sleep 0.2; done
+//	TOKEN=$(coordctl -o json lease acquire ledger-close --owner job-a --ttl 30s | jq -r '"\(.lease.name):\(.lease.generation)"')
+//	curl -si --fail-with-body -X POST 127.0.0.1:8080/stores/42/commission -H "Fencing-Token: $TOKEN" -H "Idempotency-Key: ledger-2026-09-25-store-42" -d '{"amount":"42.00"}'
+//	curl -si --fail-with-body -X POST 127.0.0.1:8080/stores/42/commission -H "Fencing-Token: $TOKEN" -H "Idempotency-Key: ledger-2026-09-25-store-42" -d '{"amount":"42.00"}'   # the same response, Idempotent-Replayed: true
+//	coordctl lease release ledger-close --owner job-a --generation "${TOKEN##*:}"
+//	coordctl lease acquire ledger-close --owner job-b --ttl 30s
+//	curl -s --fail-with-body -X POST 127.0.0.1:8080/stores/43/commission -H "Fencing-Token: $TOKEN" -H "Idempotency-Key: ledger-2026-09-25-store-43" -d '{"amount":"43.00"}'   # 409 STALE_TOKEN: job-a's token (exit 22)
+//	curl -s 127.0.0.1:8080/ledger
+//	kill $api_pid $coordd_pid; wait
 package main
 
 import (
@@ -71,7 +81,9 @@ func Handler(c *client.Client, ledger *Ledger, log *slog.Logger) http.Handler {
 			Amount string `json:"amount"`
 		}
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil || body.Amount == "" {
-			http.Error(w, `{"error":"want {\"amount\": \"…\"}"}`, http.StatusBadRequest)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": `want {"amount": "…"}`})
 			return
 		}
 		tok, _ := fencehttp.TokenFrom(r.Context())

@@ -19,9 +19,10 @@ import (
 )
 
 type reply struct {
-	status   int
-	body     string
-	replayed bool
+	status      int
+	body        string
+	contentType string
+	replayed    bool
 }
 
 func post(t *testing.T, url, token, key, body string) reply {
@@ -39,7 +40,8 @@ func post(t *testing.T, url, token, key, body string) reply {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return reply{status: resp.StatusCode, body: string(b), replayed: resp.Header.Get(fencehttp.ReplayedHeader) == "true"}
+	return reply{status: resp.StatusCode, body: string(b), contentType: resp.Header.Get("Content-Type"),
+		replayed: resp.Header.Get(fencehttp.ReplayedHeader) == "true"}
 }
 
 // A job paused past its TTL sends its write after the lease moved on: the
@@ -62,11 +64,11 @@ func TestPausedJobRefusedRetryReplayed(t *testing.T) {
 
 	// Job A acquires and "pauses": no renewals (raw Acquire, no keepalive).
 	coord := coordv1.NewCoordinatorClient(c.Conn(c.Nodes[0]))
-	a, err := coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "daily-close", Owner: "job-a", TtlMs: 1500})
+	a, err := coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "ledger-close", Owner: "job-a", TtlMs: 1500})
 	if err != nil || !a.GetAcquired() {
 		t.Fatalf("A: %v %v", a, err)
 	}
-	tokenA := client.FormatToken("daily-close", a.GetLease().GetGeneration())
+	tokenA := client.FormatToken("ledger-close", a.GetLease().GetGeneration())
 
 	// B takes over once A's lease expires (the SDK retries until then).
 	jobB, err := client.New(ctx, c.Endpoints(), client.WithOwner("job-b"))
@@ -76,7 +78,7 @@ func TestPausedJobRefusedRetryReplayed(t *testing.T) {
 	defer jobB.Close()
 	var lb *client.Lease
 	c.Eventually("B acquires after A's TTL", 10*time.Second, func() bool {
-		lb, err = jobB.Acquire(ctx, "daily-close", 3*time.Second)
+		lb, err = jobB.Acquire(ctx, "ledger-close", 3*time.Second)
 		return err == nil
 	})
 	defer lb.Release(context.Background())
@@ -85,7 +87,7 @@ func TestPausedJobRefusedRetryReplayed(t *testing.T) {
 	}
 
 	// A wakes up and sends its write before B wrote anything: 409.
-	r := post(t, url, tokenA, "close-2026-09-25-store-42", `{"amount":"42.00"}`)
+	r := post(t, url, tokenA, "ledger-2026-09-25-store-42", `{"amount":"42.00"}`)
 	if r.status != http.StatusConflict || !strings.Contains(r.body, "STALE_TOKEN") {
 		t.Fatalf("A's late write: %d %s", r.status, r.body)
 	}
@@ -95,7 +97,7 @@ func TestPausedJobRefusedRetryReplayed(t *testing.T) {
 
 	// B writes; its retry (the reply was lost, say) replays the first
 	// response, and so do concurrent duplicates.
-	first := post(t, url, lb.Token(), "close-2026-09-25-store-42", `{"amount":"42.00"}`)
+	first := post(t, url, lb.Token(), "ledger-2026-09-25-store-42", `{"amount":"42.00"}`)
 	if first.status != http.StatusCreated || first.replayed {
 		t.Fatalf("B's write: %+v", first)
 	}
@@ -105,7 +107,7 @@ func TestPausedJobRefusedRetryReplayed(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			replies[i] = post(t, url, lb.Token(), "close-2026-09-25-store-42", `{"amount":"42.00"}`)
+			replies[i] = post(t, url, lb.Token(), "ledger-2026-09-25-store-42", `{"amount":"42.00"}`)
 		}()
 	}
 	wg.Wait()
@@ -118,11 +120,11 @@ func TestPausedJobRefusedRetryReplayed(t *testing.T) {
 	if err := lb.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if again := post(t, url, lb.Token(), "close-2026-09-25-store-42", `{"amount":"42.00"}`); again.body != first.body || !again.replayed {
+	if again := post(t, url, lb.Token(), "ledger-2026-09-25-store-42", `{"amount":"42.00"}`); again.body != first.body || !again.replayed {
 		t.Fatalf("retry after release: %+v", again)
 	}
 	// But a new write with the released token is refused.
-	if r := post(t, url, lb.Token(), "close-2026-09-25-store-43", `{"amount":"1.00"}`); r.status != http.StatusConflict {
+	if r := post(t, url, lb.Token(), "ledger-2026-09-25-store-43", `{"amount":"1.00"}`); r.status != http.StatusConflict {
 		t.Fatalf("write with a released token: %+v", r)
 	}
 
@@ -139,21 +141,22 @@ func TestPausedJobRefusedRetryReplayed(t *testing.T) {
 	if r := post(t, url, "", "", `{"amount":"1"}`); r.status != http.StatusPreconditionRequired {
 		t.Fatalf("no token: %+v", r)
 	}
-	if r := post(t, url, "daily-close", "", `{"amount":"1"}`); r.status != http.StatusBadRequest {
+	if r := post(t, url, "ledger-close", "", `{"amount":"1"}`); r.status != http.StatusBadRequest {
 		t.Fatalf("malformed token: %+v", r)
 	}
 	// A handler's 4xx is recorded too (the caller's mistake does not change
 	// on retry); its 5xx would not be.
-	l3, err := jobB.Acquire(ctx, "daily-close", 3*time.Second)
+	l3, err := jobB.Acquire(ctx, "ledger-close", 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l3.Release(context.Background())
-	bad := post(t, url, l3.Token(), "close-2026-09-26-store-42", `{}`)
-	if bad.status != http.StatusBadRequest {
-		t.Fatalf("bad body: %+v", bad)
+	bad := post(t, url, l3.Token(), "ledger-2026-09-26-store-42", `{}`)
+	if bad.status != http.StatusBadRequest || bad.contentType != "application/json" || !json.Valid([]byte(bad.body)) {
+		t.Fatalf("bad body: %+v, want 400 with a JSON body served as application/json", bad)
 	}
-	if again := post(t, url, l3.Token(), "close-2026-09-26-store-42", `{"amount":"2.00"}`); again.status != http.StatusBadRequest || !again.replayed {
-		t.Fatalf("retry of a recorded 400: %+v", again)
+	if again := post(t, url, l3.Token(), "ledger-2026-09-26-store-42", `{"amount":"2.00"}`); again.status != http.StatusBadRequest ||
+		!again.replayed || again.contentType != "application/json" || again.body != bad.body {
+		t.Fatalf("retry of a recorded 400: %+v, want %+v replayed", again, bad)
 	}
 }

@@ -5,9 +5,14 @@
 // would), freezes the one running the next day past its TTL, and runs the
 // third with its clock two minutes behind. Then it prints the ledger: every
 // window completed once, every store's commission written once per day.
+// Its job, lease and resources are its own (job scheduled-close, resources
+// scheduled/store-N), apart from the daily-close example's. Its windows run
+// once: on a cluster that already ran them it refuses to start; pass another
+// --start:
 //
-//	scripts/local-cluster.sh up /tmp/c3
+//	scripts/local-cluster.sh up /tmp/coordd3
 //	go run ./examples/scheduled-close --endpoints 127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430
+//	scripts/local-cluster.sh down /tmp/coordd3
 package main
 
 import (
@@ -25,13 +30,13 @@ import (
 	_ "time/tzdata"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/client/clock"
 	"github.com/coordd/coordd/client/jobs"
+	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/schedule"
 )
 
 const (
-	job    = "daily-close"
+	job    = "scheduled-close"
 	zone   = "America/Sao_Paulo"
 	stores = 4
 	days   = 3
@@ -125,7 +130,7 @@ func replica(cfg config) error {
 				time.Sleep(250 * time.Millisecond) // the work for one store (real time)
 				// Not ctx: a frozen process wakes up mid-write. The fence decides.
 				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				commit, err := run.Fence(cctx, fmt.Sprintf("commissions/store-%d", i), []byte(cfg.name))
+				commit, err := run.Fence(cctx, resource(i), []byte(cfg.name))
 				cancel()
 				var ce *client.Error
 				switch {
@@ -163,8 +168,30 @@ func demo(cfg config) error {
 		return err
 	}
 	defer c.Close()
-	if _, err := c.GetWindow(ctx, job, cfg.base.AddDate(0, 0, 0).Format("2006-01-02")); err == nil {
-		return fmt.Errorf("window %s exists: use a fresh cluster or another --start", cfg.base.Format("2006-01-02"))
+	// Every window of the demo must be fresh: a completed one would be
+	// skipped, and with it the kill and the pause this demo is about.
+	for d := 0; d < days; d++ {
+		day := cfg.base.AddDate(0, 0, d).Format("2006-01-02")
+		w, err := c.GetWindow(ctx, job, day)
+		switch {
+		case err == nil:
+			next := cfg.base.AddDate(0, 0, days).Format("2006-01-02T15:04:05")
+			return fmt.Errorf("window %s/%s already exists (state %s, by %s): this demo runs its windows once; "+
+				"use a fresh cluster or another start, e.g. --start %s", job, day, w.GetState(), w.GetOwner(), next)
+		case !errors.Is(err, client.ErrNotFound):
+			return err
+		}
+	}
+	// The stores' ledgers before this run (another --start wrote to them too).
+	before := make([]uint64, stores+1)
+	for i := 1; i <= stores; i++ {
+		r, err := c.GetResource(ctx, resource(i))
+		switch {
+		case err == nil:
+			before[i] = r.GetCommits()
+		case !errors.Is(err, client.ErrNotFound):
+			return err
+		}
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -225,7 +252,10 @@ func demo(cfg config) error {
 				for len(lines) > 0 {
 					fmt.Println(<-lines)
 				}
-				return ledger(ctx, c, cfg)
+				if !killed || !paused {
+					return fmt.Errorf("the demo's faults did not happen (kill -9 mid-run: %t, SIGSTOP past the TTL: %t)", killed, paused)
+				}
+				return ledger(ctx, c, cfg, before)
 			}
 		case l := <-lines:
 			fmt.Println(l)
@@ -256,7 +286,11 @@ func demo(cfg config) error {
 	}
 }
 
-func ledger(ctx context.Context, c *client.Client, cfg config) error {
+func resource(store int) string { return fmt.Sprintf("scheduled/store-%d", store) }
+
+// ledger checks this run: every window completed, every store got one
+// accepted commission per day.
+func ledger(ctx context.Context, c *client.Client, cfg config, before []uint64) error {
 	fmt.Printf("\nledger of %s:\n", job)
 	bad := 0
 	for d := 0; d < days; d++ {
@@ -272,16 +306,17 @@ func ledger(ctx context.Context, c *client.Client, cfg config) error {
 		}
 	}
 	for i := 1; i <= stores; i++ {
-		r, err := c.GetResource(ctx, fmt.Sprintf("commissions/store-%d", i))
+		r, err := c.GetResource(ctx, resource(i))
 		if err != nil {
 			return err
 		}
+		n := r.GetCommits() - before[i]
 		verdict := "one commission per day"
-		if r.GetCommits() != days {
-			verdict = fmt.Sprintf("WRONG: %d commissions in %d days", r.GetCommits(), days)
+		if n != days {
+			verdict = fmt.Sprintf("WRONG: %d commissions in %d days", n, days)
 			bad++
 		}
-		fmt.Printf("  store-%d: %s (%d accepted)\n", i, verdict, r.GetCommits())
+		fmt.Printf("  store-%d: %s (%d accepted)\n", i, verdict, n)
 	}
 	if bad > 0 {
 		return errors.New("ledger is wrong")

@@ -216,7 +216,7 @@ func checkDurable(t *testing.T, endpoints []string, h history, lease string) {
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].call.Key < keys[j].call.Key })
 	for _, k := range keys {
-		r, err := c.Validate(ctx, resource, client.FormatToken(lease, k.call.Gen), k.call.Key, nil)
+		r, err := c.FencedCommit(ctx, resource, client.FormatToken(lease, k.call.Gen), k.call.Key, nil)
 		if err != nil || !r.Duplicate || r.Generation != k.call.Gen {
 			t.Errorf("checker 4: acknowledged commit %s (generation %d) is not there: %+v %v", k.call.Key, k.call.Gen, r, err)
 		}

@@ -75,16 +75,16 @@ func cycles(short, long int) int {
 type run struct {
 	t       *testing.T
 	dir     string
-	c       *proccluster.Cluster
+	c       *proccluster.TestCluster
 	clients map[string]*exec.Cmd
 }
 
 func newRun(t *testing.T) *run {
-	return newRunOn(t, func() *proccluster.Cluster { return proccluster.Start(t, coorddBin, 3) })
+	return newRunOn(t, func() *proccluster.TestCluster { return proccluster.Start(t, coorddBin, 3) })
 }
 
 // newRunOn is newRun on a cluster that start builds (e.g. in namespaces).
-func newRunOn(t *testing.T, start func() *proccluster.Cluster) *run {
+func newRunOn(t *testing.T, start func() *proccluster.TestCluster) *run {
 	dir, err := os.MkdirTemp("", "coordd-faults-"+strings.ReplaceAll(t.Name(), "/", "_")+"-")
 	if err != nil {
 		t.Fatal(err)

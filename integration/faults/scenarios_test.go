@@ -299,7 +299,7 @@ func TestStarvedHolder(t *testing.T) {
 // waiting B, and the holder's writes after healing are refused.
 func TestKeepAliveCutOff(t *testing.T) {
 	lab := newNetlab(t)
-	r := newRunOn(t, func() *proccluster.Cluster { return netCluster(t, lab) })
+	r := newRunOn(t, func() *proccluster.TestCluster { return netCluster(t, lab) })
 	const ttl = 6 * time.Second
 	kNS, _ := lab.host()
 	var nodeIPs []string
@@ -344,7 +344,7 @@ func TestKeepAliveCutOff(t *testing.T) {
 }
 
 // netCluster starts three nodes, each in its own namespace of lab.
-func netCluster(t *testing.T, lab *netlab) *proccluster.Cluster {
+func netCluster(t *testing.T, lab *netlab) *proccluster.TestCluster {
 	var nodes []*proccluster.Node
 	for i := 1; i <= 3; i++ {
 		ns, ip := lab.host()
@@ -376,7 +376,7 @@ func lostEvents(h history, client string) int {
 // nothing acknowledged is lost; once space returns, the node catches up
 // without a restart.
 func TestDiskFull(t *testing.T) {
-	r := newRunOn(t, func() *proccluster.Cluster {
+	r := newRunOn(t, func() *proccluster.TestCluster {
 		return proccluster.Start(t, coorddBin, 3, "--raft-wal-segment-size", "4MiB")
 	})
 	for i := 1; i <= 2; i++ {
@@ -503,7 +503,7 @@ func (r *run) commitsAccepted() int {
 // the majority side goes on, and everything converges after healing.
 func TestLeaderIsolated(t *testing.T) {
 	lab := newNetlab(t)
-	r := newRunOn(t, func() *proccluster.Cluster { return netCluster(t, lab) })
+	r := newRunOn(t, func() *proccluster.TestCluster { return netCluster(t, lab) })
 	ips := map[string]string{}
 	nss := map[string]string{}
 	for _, nd := range r.c.Nodes {
@@ -600,7 +600,7 @@ func TestLostReplies(t *testing.T) {
 // 50). Then every acknowledged write must be there (checker 4), every node
 // at the same digest (checker 5), and the other checkers hold.
 func TestLogStoreCrashLoop(t *testing.T) {
-	r := newRunOn(t, func() *proccluster.Cluster {
+	r := newRunOn(t, func() *proccluster.TestCluster {
 		return proccluster.Start(t, coorddBin, 3, "--raft-wal-segment-size", "512KiB")
 	})
 	for i := 1; i <= 4; i++ {

@@ -47,6 +47,9 @@ const (
 // Default is the kind a new data dir gets when none is requested.
 const Default = WAL
 
+// DefaultWALSegmentSize is the size of a wal segment file (raft-wal's).
+const DefaultWALSegmentSize = 64 << 20
+
 // File names inside the data dir that identify each store.
 const (
 	BoltFile = "raft.db"

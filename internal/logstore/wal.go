@@ -52,7 +52,7 @@ var (
 
 func segmentSize(n int) int {
 	if n <= 0 {
-		return wal.DefaultSegmentSize
+		return DefaultWALSegmentSize
 	}
 	return n
 }

@@ -1,10 +1,17 @@
-// Package proccluster runs coordd clusters of real processes for tests:
-// each node is a `coordd` process on loopback with its own data dir,
-// started with a static initial cluster, stopped by PID at cleanup.
+// Package proccluster runs coordd clusters of real processes: each node is
+// a `coordd` process with its own data dir and log file, started with a
+// static initial cluster and stopped by PID. The fault suite, the process
+// tests and coordbench use it.
+//
+// The API returns errors and logs through Options.Logf; it does not import
+// testing. Tests use the adapter in testing.go (Start, StartTLS,
+// StartNodes), which fails the test on an error and stops the cluster at
+// cleanup.
 package proccluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -14,7 +21,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
 	"google.golang.org/grpc"
@@ -23,7 +29,9 @@ import (
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-// Build compiles a main package of this module into dir and returns the path.
+// Build compiles a main package of this module (e.g. "./cmd/coordd") into
+// dir and returns the path. The working directory must be inside the
+// module.
 func Build(dir, pkg, name string) (string, error) {
 	out := filepath.Join(dir, name)
 	root, err := moduleRoot()
@@ -57,6 +65,7 @@ func moduleRoot() (string, error) {
 
 // Node is one coordd process.
 type Node struct {
+	// HTTPAddr empty: the node serves no HTTP (metrics, health, API).
 	ID, GRPCAddr, RaftAddr, HTTPAddr, DataDir, LogPath string
 	// Netns, when set, runs the process in that network namespace
 	// (ip netns exec); its addresses are the namespace's.
@@ -72,20 +81,30 @@ type Node struct {
 // Running reports whether the process is up.
 func (n *Node) Running() bool { return n.Cmd != nil }
 
+// Options tune Launch.
+type Options struct {
+	// Dir holds the nodes' data dirs and logs. Empty: a new temporary
+	// directory, removed by Close.
+	Dir string
+	// Logf, when set, gets a line for every process started and stopped.
+	Logf func(format string, args ...any)
+}
+
 // Cluster is a set of coordd processes.
 type Cluster struct {
-	t     testing.TB
-	bin   string
-	Dir   string
-	Nodes []*Node
-	peers string
+	bin    string
+	Dir    string
+	Nodes  []*Node
+	peers  string
+	logf   func(format string, args ...any)
+	ownDir bool
+	closed bool
 }
 
 // freePort picks a free loopback port below the kernel's ephemeral range:
 // a port from ":0" would be free now but could be handed to an outgoing
 // connection before the node binds it (seen: a raft port taken by a client).
-func freePort(t testing.TB) string {
-	t.Helper()
+func freePort() (string, error) {
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
@@ -101,97 +120,102 @@ func freePort(t testing.TB) string {
 			continue
 		}
 		l.Close()
-		return l.Addr().String()
+		return l.Addr().String(), nil
 	}
-	t.Fatal("no free port below the ephemeral range")
-	return ""
+	return "", errors.New("no free loopback port below the ephemeral range")
 }
 
-// Start starts n nodes from bin on loopback; every process is killed at
-// cleanup.
-func Start(t testing.TB, bin string, n int, extraArgs ...string) *Cluster {
-	t.Helper()
+// LoopbackNodes describes n nodes (node1…nodeN) on free loopback ports,
+// each started with extraArgs. withHTTP gives each an HTTP address too.
+func LoopbackNodes(n int, withHTTP bool, extraArgs ...string) ([]*Node, error) {
 	var nodes []*Node
 	for i := 1; i <= n; i++ {
-		nodes = append(nodes, &Node{ID: fmt.Sprintf("node%d", i), GRPCAddr: freePort(t), RaftAddr: freePort(t),
-			HTTPAddr: freePort(t), ExtraArgs: extraArgs})
+		nd := &Node{ID: fmt.Sprintf("node%d", i), ExtraArgs: extraArgs}
+		addrs := []*string{&nd.GRPCAddr, &nd.RaftAddr}
+		if withHTTP {
+			addrs = append(addrs, &nd.HTTPAddr)
+		}
+		for _, a := range addrs {
+			p, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			*a = p
+		}
+		nodes = append(nodes, nd)
 	}
-	return StartNodes(t, bin, nodes)
+	return nodes, nil
 }
 
-// StartTLS is Start with mutual TLS: files gives each node's certificate
-// files (identity = node id).
-func StartTLS(t testing.TB, bin string, n int, files func(id string) tlsutil.Files, extraArgs ...string) *Cluster {
-	t.Helper()
-	var nodes []*Node
-	for i := 1; i <= n; i++ {
-		id := fmt.Sprintf("node%d", i)
-		f := files(id)
-		args := append([]string{"--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA}, extraArgs...)
-		nodes = append(nodes, &Node{ID: id, GRPCAddr: freePort(t), RaftAddr: freePort(t),
-			HTTPAddr: freePort(t), ExtraArgs: args, TLS: f})
+// Launch starts the given nodes (ids and addresses set, optionally a
+// network namespace each) from bin, with a static initial cluster of all
+// of them. It does not wait for a leader (WaitLeader does). On an error the
+// nodes already started are stopped.
+func Launch(bin string, nodes []*Node, o Options) (*Cluster, error) {
+	c := &Cluster{bin: bin, Dir: o.Dir, logf: o.Logf}
+	if c.logf == nil {
+		c.logf = func(string, ...any) {}
 	}
-	return StartNodes(t, bin, nodes)
-}
-
-// StartNodes starts the given nodes (ids and addresses set, optionally a
-// network namespace each).
-func StartNodes(t testing.TB, bin string, nodes []*Node) *Cluster {
-	t.Helper()
-	c := &Cluster{t: t, bin: bin, Dir: t.TempDir()}
+	if c.Dir == "" {
+		dir, err := os.MkdirTemp("", "coordd-cluster-")
+		if err != nil {
+			return nil, err
+		}
+		c.Dir, c.ownDir = dir, true
+	}
 	var peers []string
 	for _, nd := range nodes {
 		nd.DataDir = filepath.Join(c.Dir, nd.ID)
 		nd.LogPath = filepath.Join(c.Dir, nd.ID+".log")
-		creds, err := tlsutil.Credentials(nd.TLS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cc, err := grpc.NewClient(nd.GRPCAddr, grpc.WithTransportCredentials(creds))
-		if err != nil {
-			t.Fatal(err)
-		}
-		nd.Conn = cc
-		peers = append(peers, nd.ID+"="+nd.RaftAddr)
 		c.Nodes = append(c.Nodes, nd)
+		peers = append(peers, nd.ID+"="+nd.RaftAddr)
 	}
 	c.peers = strings.Join(peers, ",")
-	t.Cleanup(func() {
-		for _, nd := range c.Nodes {
-			c.Signal(nd, syscall.SIGCONT)
-			c.Stop(nd, syscall.SIGKILL)
-			nd.Conn.Close()
-		}
-	})
 	for _, nd := range c.Nodes {
-		c.Restart(nd)
+		creds, err := tlsutil.Credentials(nd.TLS)
+		if err == nil {
+			nd.Conn, err = grpc.NewClient(nd.GRPCAddr, grpc.WithTransportCredentials(creds))
+		}
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("%s: %w", nd.ID, err)
+		}
 	}
-	return c
+	for _, nd := range c.Nodes {
+		if err := c.Restart(nd); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
-// Restart starts a stopped node with the same data dir and addresses.
-func (c *Cluster) Restart(nd *Node) {
-	c.t.Helper()
+// Restart starts a stopped node with the same data dir and addresses; its
+// output is appended to its log file. The process gets SIGKILL if the
+// process that started it dies (Pdeathsig), so no node outlives a crashed
+// test or tool.
+func (c *Cluster) Restart(nd *Node) error {
 	logf, err := os.OpenFile(nd.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		c.t.Fatal(err)
+		return err
 	}
 	defer logf.Close()
 	args := append([]string{"--id", nd.ID, "--data-dir", nd.DataDir, "--grpc-addr", nd.GRPCAddr, "--raft-addr", nd.RaftAddr,
 		"--http-addr", nd.HTTPAddr, "--peers", c.peers}, nd.ExtraArgs...)
+	var cmd *exec.Cmd
 	if nd.Netns != "" {
-		args = append([]string{"netns", "exec", nd.Netns, c.bin}, args...)
-		nd.Cmd = exec.Command("ip", args...)
+		cmd = exec.Command("ip", append([]string{"netns", "exec", nd.Netns, c.bin}, args...)...)
 	} else {
-		nd.Cmd = exec.Command(c.bin, args...)
+		cmd = exec.Command(c.bin, args...)
 	}
-	nd.Cmd.Stdout, nd.Cmd.Stderr = logf, logf
-	// If the test process dies without its cleanups (killed, timed out),
-	// the nodes die with it.
-	nd.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := nd.Cmd.Start(); err != nil {
-		c.t.Fatal(err)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", nd.ID, err)
 	}
+	nd.Cmd = cmd
+	c.logf("%s started, pid %d, gRPC %s, log %s", nd.ID, cmd.Process.Pid, nd.GRPCAddr, nd.LogPath)
+	return nil
 }
 
 // Signal sends sig to a running node by its PID.
@@ -201,14 +225,36 @@ func (c *Cluster) Signal(nd *Node, sig syscall.Signal) {
 	}
 }
 
-// Stop sends sig (SIGTERM, SIGKILL) and reaps the process.
+// Stop sends sig (SIGTERM, SIGKILL) to a node by its PID and reaps it.
 func (c *Cluster) Stop(nd *Node, sig syscall.Signal) {
 	if nd.Cmd == nil || nd.Cmd.Process == nil {
 		return
 	}
+	pid := nd.Cmd.Process.Pid
 	_ = nd.Cmd.Process.Signal(sig)
 	_ = nd.Cmd.Wait()
 	nd.Cmd = nil
+	c.logf("%s stopped (%s), pid %d", nd.ID, sig, pid)
+}
+
+// Close kills every node by PID (resuming a stopped one first), closes the
+// connections and removes the directory if Launch created it. Calling it
+// again does nothing.
+func (c *Cluster) Close() {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	for _, nd := range c.Nodes {
+		c.Signal(nd, syscall.SIGCONT)
+		c.Stop(nd, syscall.SIGKILL)
+		if nd.Conn != nil {
+			nd.Conn.Close()
+		}
+	}
+	if c.ownDir {
+		os.RemoveAll(c.Dir)
+	}
 }
 
 // Endpoints are the gRPC addresses of all nodes.
@@ -241,23 +287,20 @@ func (c *Cluster) Leader() *Node {
 }
 
 // WaitLeader polls until a leader answers.
-func (c *Cluster) WaitLeader(timeout time.Duration) *Node {
-	c.t.Helper()
+func (c *Cluster) WaitLeader(timeout time.Duration) (*Node, error) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		if l := c.Leader(); l != nil {
-			return l
+			return l, nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	c.t.Fatalf("no leader within %s (logs in %s)", timeout, c.Dir)
-	return nil
+	return nil, fmt.Errorf("no leader within %s (logs in %s)", timeout, c.Dir)
 }
 
-// WaitConverged waits until every running node applied the same index and
-// returns their digests (equal, or the test fails).
-func (c *Cluster) WaitConverged(timeout time.Duration) string {
-	c.t.Helper()
+// WaitConverged waits until every running node applied the same index with
+// the same FSM digest, and returns the digest.
+func (c *Cluster) WaitConverged(timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
 	var last []string
 	for time.Now().Before(deadline) {
@@ -284,42 +327,44 @@ func (c *Cluster) WaitConverged(timeout time.Duration) string {
 				}
 			}
 			if same {
-				return digests[0]
+				return digests[0], nil
 			}
 			last = digests
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.t.Fatalf("nodes did not converge within %s: digests %v (logs in %s)", timeout, last, c.Dir)
-	return ""
+	return "", fmt.Errorf("nodes did not converge within %s: digests %v (logs in %s)", timeout, last, c.Dir)
 }
 
 // WaitCaughtUp waits until nd applied everything the leader had committed
 // when the wait began (works under load, unlike WaitConverged).
-func (c *Cluster) WaitCaughtUp(nd *Node, timeout time.Duration) {
-	c.t.Helper()
+func (c *Cluster) WaitCaughtUp(nd *Node, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var target uint64
 	for {
 		// A loaded leader may answer a status late (it hashes its whole
-		// state for the digest); ask again rather than fail the test.
-		st, err := c.Status(c.WaitLeader(timeout), time.Second)
+		// state for the digest); ask again rather than give up.
+		leader, err := c.WaitLeader(time.Until(deadline))
+		if err != nil {
+			return err
+		}
+		st, err := c.Status(leader, time.Second)
 		if err == nil {
 			target = st.GetCommitIndex()
 			break
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("status of the leader: %v", err)
+			return fmt.Errorf("status of the leader: %w", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	for time.Now().Before(deadline) {
 		if s, err := c.Status(nd, time.Second); err == nil && s.GetAppliedIndex() >= target {
-			return
+			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	c.t.Fatalf("%s did not catch up to index %d within %s (logs in %s)", nd.ID, target, timeout, c.Dir)
+	return fmt.Errorf("%s did not catch up to index %d within %s (logs in %s)", nd.ID, target, timeout, c.Dir)
 }
 
 // AcquireAnywhere tries a fresh Acquire of name on every running node in

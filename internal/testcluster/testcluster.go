@@ -1,6 +1,7 @@
 // Package testcluster starts in-process coordd clusters for tests: N real
-// nodes (real gRPC, real Raft over TCP on loopback, temp data dirs), torn
-// down through t.Cleanup, with Raft and server logs routed to t.Log.
+// nodes (real gRPC, real Raft over TCP on loopback, temp data dirs), each a
+// node.Node served by an api.Server, torn down through t.Cleanup, with Raft
+// and server logs routed to t.Log.
 package testcluster
 
 import (
@@ -14,23 +15,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/coordd/coordd/api"
 	"github.com/coordd/coordd/internal/tlsutil"
+	"github.com/coordd/coordd/node"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
-	"github.com/coordd/coordd/server"
 )
+
+// Config is one member's configuration: its node's and its API's.
+type Config struct {
+	Node node.Config
+	API  api.Config
+}
 
 // Node is one member of a test cluster.
 type Node struct {
-	ID     string
-	Dir    string
-	Server *server.Server // nil while stopped
-	cfg    server.Config
+	ID   string
+	Dir  string
+	Node *node.Node  // nil while stopped
+	API  *api.Server // nil while stopped
+	cfg  Config
 }
 
 // Running reports whether the node is up.
-func (n *Node) Running() bool { return n.Server != nil }
+func (n *Node) Running() bool { return n.Node != nil }
 
 // Cluster is a set of in-process nodes.
 type Cluster struct {
@@ -42,16 +52,16 @@ type Cluster struct {
 }
 
 // Option changes the configuration of every node (or one, by id).
-type Option func(id string, cfg *server.Config)
+type Option func(id string, cfg *Config)
 
 // WithConfig applies f to every node's config.
-func WithConfig(f func(cfg *server.Config)) Option {
-	return func(_ string, cfg *server.Config) { f(cfg) }
+func WithConfig(f func(cfg *Config)) Option {
+	return func(_ string, cfg *Config) { f(cfg) }
 }
 
 // WithNodeConfig applies f to one node's config.
-func WithNodeConfig(id string, f func(cfg *server.Config)) Option {
-	return func(nid string, cfg *server.Config) {
+func WithNodeConfig(id string, f func(cfg *Config)) Option {
+	return func(nid string, cfg *Config) {
 		if nid == id {
 			f(cfg)
 		}
@@ -68,21 +78,21 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Cleanup(c.cleanup)
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("node%d", i)
-		cfg := server.Config{
-			ID: id, DataDir: t.TempDir(), GRPCAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
-			PruneInterval: time.Minute,
-			// The same variable coordd reads: run the suite on either store.
-			RaftLogStore: os.Getenv("COORDD_RAFT_LOG_STORE"),
+		cfg := Config{
+			Node: node.Config{ID: id, DataDir: t.TempDir(), RaftAddr: "127.0.0.1:0", PruneInterval: time.Minute,
+				// The same variable coordd reads: run the suite on either store.
+				RaftLogStore: os.Getenv("COORDD_RAFT_LOG_STORE")},
+			API: api.Config{GRPCAddr: "127.0.0.1:0"},
 		}
 		if i > 1 {
-			cfg.Join = c.Nodes[0].Server.GRPCAddr()
+			cfg.Node.Join = c.Nodes[0].API.GRPCAddr()
 		}
 		for _, o := range opts {
 			o(id, &cfg)
 		}
-		node := &Node{ID: id, Dir: cfg.DataDir, cfg: cfg}
-		c.Nodes = append(c.Nodes, node)
-		c.start(node)
+		member := &Node{ID: id, Dir: cfg.Node.DataDir, cfg: cfg}
+		c.Nodes = append(c.Nodes, member)
+		c.start(member)
 		if i == 1 {
 			c.WaitLeader()
 		}
@@ -108,36 +118,48 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 	return c
 }
 
+// start composes a member as coordd does: a node, served by the API,
+// sharing a logger and a metrics registry.
 func (c *Cluster) start(n *Node) {
 	c.t.Helper()
-	cfg := n.cfg
-	cfg.Logger = slog.New(slog.NewTextHandler(c.log, &slog.HandlerOptions{Level: logLevel()}))
-	s, err := server.New(cfg)
+	log := slog.New(slog.NewTextHandler(c.log, &slog.HandlerOptions{Level: logLevel()}))
+	reg := prometheus.NewRegistry()
+	ncfg, acfg := n.cfg.Node, n.cfg.API
+	ncfg.Logger, ncfg.Metrics = log, reg
+	acfg.Logger, acfg.Metrics = log, reg
+	nd, err := node.New(ncfg)
 	if err != nil {
 		c.t.Fatalf("start %s: %v", n.ID, err)
 	}
-	n.Server = s
+	srv, err := api.Serve(acfg, nd)
+	if err != nil {
+		nd.Close()
+		c.t.Fatalf("serve %s: %v", n.ID, err)
+	}
+	n.Node, n.API = nd, srv
 	// Restarts reuse the addresses the first start picked.
-	n.cfg.GRPCAddr, n.cfg.RaftAddr = s.GRPCAddr(), s.RaftAddr()
+	n.cfg.API.GRPCAddr, n.cfg.Node.RaftAddr = srv.GRPCAddr(), nd.RaftAddr()
 }
 
-// Stop shuts a node down (its data dir stays, so it can Restart).
+// Stop shuts a node down (its data dir stays, so it can Restart): the
+// node first, then its API.
 func (c *Cluster) Stop(n *Node) {
 	c.t.Helper()
-	if n.Server == nil {
+	if n.Node == nil {
 		return
 	}
-	if err := n.Server.Close(); err != nil {
+	if err := n.Node.Close(); err != nil {
 		c.t.Logf("stop %s: %v", n.ID, err)
 	}
-	n.Server = nil
+	n.API.Close()
+	n.Node, n.API = nil, nil
 }
 
 // Restart starts a stopped node again on the same data dir and addresses.
 // It joins nothing: its state says which cluster it belongs to.
 func (c *Cluster) Restart(n *Node) {
 	c.t.Helper()
-	n.cfg.Join = ""
+	n.cfg.Node.Join = ""
 	c.start(n)
 }
 
@@ -155,7 +177,7 @@ func (c *Cluster) Running() []*Node {
 // Leader returns the node that leads and serves, or nil.
 func (c *Cluster) Leader() *Node {
 	for _, n := range c.Running() {
-		if n.Server.IsLeader() {
+		if n.Node.IsLeader() {
 			return n
 		}
 	}
@@ -177,7 +199,7 @@ func (c *Cluster) WaitLeader() *Node {
 func (c *Cluster) Followers() []*Node {
 	var out []*Node
 	for _, n := range c.Running() {
-		if !n.Server.IsLeader() {
+		if !n.Node.IsLeader() {
 			out = append(out, n)
 		}
 	}
@@ -188,7 +210,7 @@ func (c *Cluster) Followers() []*Node {
 func (c *Cluster) Endpoints() []string {
 	out := make([]string, len(c.Nodes))
 	for i, n := range c.Nodes {
-		out[i] = n.cfg.GRPCAddr
+		out[i] = n.cfg.API.GRPCAddr
 	}
 	return out
 }
@@ -197,13 +219,13 @@ func (c *Cluster) Endpoints() []string {
 func (c *Cluster) Conn(n *Node) *grpc.ClientConn {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	addr := n.cfg.GRPCAddr
+	addr := n.cfg.API.GRPCAddr
 	if cc, ok := c.conns[addr]; ok {
 		return cc
 	}
 	// With TLS, the harness connects as the node itself (a member: not
 	// subject to the ACL).
-	creds, err := tlsutil.Credentials(n.cfg.TLS)
+	creds, err := tlsutil.Credentials(n.cfg.API.TLS)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -245,12 +267,12 @@ func (c *Cluster) WaitConverged() {
 		seen := map[string]bool{}
 		var idx uint64
 		for i, n := range c.Running() {
-			a := n.Server.AppliedIndex()
+			a := n.Node.AppliedIndex()
 			if i > 0 && a != idx {
 				return false
 			}
 			idx = a
-			d := n.Server.Digest()
+			d := n.Node.Digest()
 			digests[n.ID] = d
 			seen[d] = true
 		}

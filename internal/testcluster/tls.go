@@ -7,7 +7,6 @@ import (
 
 	"github.com/coordd/coordd/internal/devca"
 	"github.com/coordd/coordd/internal/tlsutil"
-	"github.com/coordd/coordd/server"
 )
 
 // Certs is a development CA in a temp dir that issues node and client
@@ -59,11 +58,20 @@ func (c *Certs) Client(identity string) *tls.Config {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	// These configs are for the HTTP port, which asks for a certificate
+	// only optionally: a client without one sends none instead of failing
+	// its handshake as a gRPC client must (see tlsutil.ErrNoClientCert).
+	if identity == "" {
+		cfg.GetClientCertificate = nil
+	}
 	return cfg
 }
 
-// Option turns on TLS for every node, each with a node certificate whose
-// identity is its id.
+// Option turns on TLS for every node (its API and Raft), each with a node
+// certificate whose identity is its id.
 func (c *Certs) Option() Option {
-	return func(id string, cfg *server.Config) { cfg.TLS = c.Files(id, true) }
+	return func(id string, cfg *Config) {
+		cfg.API.TLS = c.Files(id, true)
+		cfg.Node.TLS = cfg.API.TLS
+	}
 }

@@ -8,7 +8,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc/credentials"
@@ -167,9 +169,15 @@ func (r *Reloader) ClientConfig(serverName string) *tls.Config {
 	}
 }
 
-// ClientConfig reads Files for a client in one call (SDK and coordctl).
-// A client without a certificate (only CA) is allowed: the server refuses
-// it when it requires one, with a clear error at the handshake.
+// ErrNoClientCert is the handshake error of a client configured without a
+// certificate when the server requires one.
+var ErrNoClientCert = errors.New("tls: the server requires a client certificate and none is configured (--tls-cert/--tls-key, COORD_TLS_CERT/COORD_TLS_KEY)")
+
+// ClientConfig reads Files for a gRPC client in one call (SDK and
+// coordctl). A client without a certificate (only CA) is allowed; when a
+// server asks for one, its handshake fails with ErrNoClientCert (coordd's
+// gRPC port always requires one). An HTTP client of a port that asks only
+// optionally (coordd's HTTP port) clears GetClientCertificate.
 func ClientConfig(f Files) (*tls.Config, error) {
 	if f.CA == "" {
 		return nil, errors.New("TLS needs a CA bundle to verify the server (--tls-ca)")
@@ -178,13 +186,24 @@ func ClientConfig(f Files) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool,
+		// Without a certificate, fail our own handshake when the server
+		// asks for one. Under TLS 1.3 the server checks the client's
+		// certificate only after the client has finished its handshake, so
+		// its refusal would otherwise surface as whatever the next write
+		// meets (a "broken pipe", a reset): a transport error that looks
+		// retryable. Failing here makes it one clear TLS error every time.
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return nil, ErrNoClientCert
+		},
+	}
 	if f.Cert != "" || f.Key != "" {
 		cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
 		if err != nil {
 			return nil, fmt.Errorf("TLS client certificate %s / key %s: %w", f.Cert, f.Key, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
+		cfg.GetClientCertificate = nil
 	}
 	return cfg, nil
 }
@@ -200,4 +219,40 @@ func Credentials(f Files) (credentials.TransportCredentials, error) {
 		return nil, err
 	}
 	return credentials.NewTLS(cfg), nil
+}
+
+// Listener names a listen address for CheckPlaintext.
+type Listener struct{ Name, Addr string }
+
+// CheckPlaintext refuses plaintext listeners that bind beyond loopback,
+// unless insecure: a cluster on the network needs TLS or an explicit
+// --insecure. Empty addresses are skipped.
+func CheckPlaintext(insecure bool, listeners ...Listener) error {
+	if insecure {
+		return nil
+	}
+	var open []string
+	for _, l := range listeners {
+		if l.Addr != "" && !IsLoopback(l.Addr) {
+			open = append(open, l.Addr+" ("+l.Name+")")
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	return fmt.Errorf("refusing to listen on %s without TLS: give --tls-cert, --tls-key and --tls-ca, or --insecure to accept plaintext on the network",
+		strings.Join(open, ", "))
+}
+
+// IsLoopback reports whether a listen address binds loopback only.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -3,8 +3,10 @@ package tlsutil_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/coordd/coordd/internal/devca"
@@ -75,4 +77,95 @@ func TestReloaderReload(t *testing.T) {
 	if err := (tlsutil.Files{Cert: "x"}).Validate(); err == nil {
 		t.Fatal("a certificate without key and CA validated")
 	}
+}
+
+func TestCheckPlaintext(t *testing.T) {
+	if err := tlsutil.CheckPlaintext(false, tlsutil.Listener{"gRPC", "127.0.0.1:0"}, tlsutil.Listener{"HTTP", ""}, tlsutil.Listener{"Raft", "[::1]:7"}, tlsutil.Listener{"x", "localhost:1"}); err != nil {
+		t.Fatalf("loopback refused: %v", err)
+	}
+	err := tlsutil.CheckPlaintext(false, tlsutil.Listener{"gRPC", "0.0.0.0:7400"}, tlsutil.Listener{"Raft", "127.0.0.1:7402"})
+	if err == nil || !strings.Contains(err.Error(), "0.0.0.0:7400 (gRPC)") || strings.Contains(err.Error(), "Raft") ||
+		!strings.Contains(err.Error(), "--insecure") {
+		t.Fatalf("want a refusal naming the gRPC listener and --insecure, got %v", err)
+	}
+	if err := tlsutil.CheckPlaintext(true, tlsutil.Listener{"gRPC", "0.0.0.0:7400"}); err != nil {
+		t.Fatalf("insecure: %v", err)
+	}
+}
+
+// A client configured without a certificate fails its own handshake with
+// ErrNoClientCert when the server requires one — every time, also under
+// TLS 1.3, where the server's refusal would otherwise arrive after the
+// client's handshake had finished and surface as a broken pipe.
+func TestClientWithoutCertificateFailsItsHandshake(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := devca.New("ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue("node1", true, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := tlsutil.Files{Cert: filepath.Join(dir, "node.pem"), Key: filepath.Join(dir, "node-key.pem"), CA: filepath.Join(dir, devca.CACert)}
+	if err := os.WriteFile(files.Cert, leaf.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(files.Key, leaf.KeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := tlsutil.NewReloader(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := tls.Listen("tcp", "127.0.0.1:0", r.ServerConfig(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _ = c.(*tls.Conn).Handshake(); c.Close() }()
+		}
+	}()
+	anon, err := tlsutil.ClientConfig(tlsutil.Files{CA: files.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon.ServerName = "127.0.0.1"
+	for i := 0; i < 20; i++ {
+		c, err := tls.Dial("tcp", lis.Addr().String(), anon)
+		if err == nil {
+			c.Close()
+			t.Fatalf("attempt %d: handshake without a client certificate succeeded", i)
+		}
+		if !errors.Is(err, tlsutil.ErrNoClientCert) {
+			t.Fatalf("attempt %d: %v, want ErrNoClientCert", i, err)
+		}
+	}
+	// With a certificate the same server accepts the client.
+	client, err := ca.Issue("billing", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf := tlsutil.Files{Cert: filepath.Join(dir, "c.pem"), Key: filepath.Join(dir, "c-key.pem"), CA: files.CA}
+	_ = os.WriteFile(cf.Cert, client.CertPEM, 0o600)
+	_ = os.WriteFile(cf.Key, client.KeyPEM, 0o600)
+	withCert, err := tlsutil.ClientConfig(cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCert.ServerName = "127.0.0.1"
+	c, err := tls.Dial("tcp", lis.Addr().String(), withCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
 }

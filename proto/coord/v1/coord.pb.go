@@ -824,7 +824,8 @@ type KeepAliveResponse struct {
 	Generation  uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	Ok          bool                   `protobuf:"varint,3,opt,name=ok,proto3" json:"ok,omitempty"`
 	ExpiresInMs int64                  `protobuf:"varint,4,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
-	// reason is the ErrorInfo reason when ok is false (e.g. LEASE_LOST).
+	// reason is the ErrorInfo reason when ok is false: an ErrorReason
+	// without its ERROR_REASON_ prefix (e.g. LEASE_LOST).
 	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	Seq           uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
 	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
@@ -1325,16 +1326,26 @@ func (x *CompleteWindowResponse) GetReleased() bool {
 }
 
 type FencedCommitRequest struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Resource   string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
-	LeaseName  string                 `protobuf:"bytes,2,opt,name=lease_name,json=leaseName,proto3" json:"lease_name,omitempty"`
-	Generation uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Resource string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	// lease_name and generation are the token; leave both empty when token
+	// is set.
+	LeaseName  string `protobuf:"bytes,2,opt,name=lease_name,json=leaseName,proto3" json:"lease_name,omitempty"`
+	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	// idempotency_key, when set, makes every repeat return the first accepted
 	// outcome with duplicate = true.
 	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	Payload        []byte `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// token is "lease_name:generation" (the last colon separates them), the
+	// alternative to lease_name and generation. Setting both forms, or
+	// neither, is INVALID_ARGUMENT.
+	Token string `protobuf:"bytes,6,opt,name=token,proto3" json:"token,omitempty"`
+	// dry_run answers whether the commit would be accepted (a linearizable
+	// read on the leader) and records nothing: no log entry, the resource's
+	// highest token and the key are unchanged.
+	DryRun        bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FencedCommitRequest) Reset() {
@@ -1402,15 +1413,35 @@ func (x *FencedCommitRequest) GetPayload() []byte {
 	return nil
 }
 
+func (x *FencedCommitRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *FencedCommitRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type FencedCommitResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Accepted      bool                   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	Duplicate     bool                   `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
-	MaxGeneration uint64                 `protobuf:"varint,3,opt,name=max_generation,json=maxGeneration,proto3" json:"max_generation,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// accepted is true when the token was (dry_run: would be) accepted.
+	Accepted bool `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// duplicate: the idempotency key was accepted before; payload and
+	// generation are the first commit's.
+	Duplicate     bool   `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	MaxGeneration uint64 `protobuf:"varint,3,opt,name=max_generation,json=maxGeneration,proto3" json:"max_generation,omitempty"`
 	// payload is the stored payload of the first accepted commit of the key.
 	Payload []byte `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
 	// generation is the generation the (first) commit was accepted with.
-	Generation    uint64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation uint64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	// lease_name is the token's lease (parsed from token when it was given).
+	LeaseName     string `protobuf:"bytes,6,opt,name=lease_name,json=leaseName,proto3" json:"lease_name,omitempty"`
+	DryRun        bool   `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1480,179 +1511,21 @@ func (x *FencedCommitResponse) GetGeneration() uint64 {
 	return 0
 }
 
-// Resource is the fence state of a protected resource.
-type ValidateRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Resource string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
-	// token is "lease_name:generation" (the last colon separates them).
-	Token          string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
-	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	Payload        []byte `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
-	DryRun         bool   `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
-}
-
-func (x *ValidateRequest) Reset() {
-	*x = ValidateRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[18]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ValidateRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ValidateRequest) ProtoMessage() {}
-
-func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[18]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ValidateRequest.ProtoReflect.Descriptor instead.
-func (*ValidateRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{18}
-}
-
-func (x *ValidateRequest) GetResource() string {
-	if x != nil {
-		return x.Resource
-	}
-	return ""
-}
-
-func (x *ValidateRequest) GetToken() string {
-	if x != nil {
-		return x.Token
-	}
-	return ""
-}
-
-func (x *ValidateRequest) GetIdempotencyKey() string {
-	if x != nil {
-		return x.IdempotencyKey
-	}
-	return ""
-}
-
-func (x *ValidateRequest) GetPayload() []byte {
-	if x != nil {
-		return x.Payload
-	}
-	return nil
-}
-
-func (x *ValidateRequest) GetDryRun() bool {
-	if x != nil {
-		return x.DryRun
-	}
-	return false
-}
-
-type ValidateResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// accepted is true when the token was (dry_run: would be) accepted.
-	Accepted bool `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	// duplicate: the idempotency key was accepted before; payload and
-	// generation are the first commit's.
-	Duplicate     bool   `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
-	MaxGeneration uint64 `protobuf:"varint,3,opt,name=max_generation,json=maxGeneration,proto3" json:"max_generation,omitempty"`
-	Payload       []byte `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
-	Generation    uint64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
-	LeaseName     string `protobuf:"bytes,6,opt,name=lease_name,json=leaseName,proto3" json:"lease_name,omitempty"`
-	DryRun        bool   `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ValidateResponse) Reset() {
-	*x = ValidateResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[19]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ValidateResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ValidateResponse) ProtoMessage() {}
-
-func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[19]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
-func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{19}
-}
-
-func (x *ValidateResponse) GetAccepted() bool {
-	if x != nil {
-		return x.Accepted
-	}
-	return false
-}
-
-func (x *ValidateResponse) GetDuplicate() bool {
-	if x != nil {
-		return x.Duplicate
-	}
-	return false
-}
-
-func (x *ValidateResponse) GetMaxGeneration() uint64 {
-	if x != nil {
-		return x.MaxGeneration
-	}
-	return 0
-}
-
-func (x *ValidateResponse) GetPayload() []byte {
-	if x != nil {
-		return x.Payload
-	}
-	return nil
-}
-
-func (x *ValidateResponse) GetGeneration() uint64 {
-	if x != nil {
-		return x.Generation
-	}
-	return 0
-}
-
-func (x *ValidateResponse) GetLeaseName() string {
+func (x *FencedCommitResponse) GetLeaseName() string {
 	if x != nil {
 		return x.LeaseName
 	}
 	return ""
 }
 
-func (x *ValidateResponse) GetDryRun() bool {
+func (x *FencedCommitResponse) GetDryRun() bool {
 	if x != nil {
 		return x.DryRun
 	}
 	return false
 }
 
+// Resource is the fence state of a protected resource.
 type Resource struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Resource           string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
@@ -1667,7 +1540,7 @@ type Resource struct {
 
 func (x *Resource) Reset() {
 	*x = Resource{}
-	mi := &file_coord_v1_coord_proto_msgTypes[20]
+	mi := &file_coord_v1_coord_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1552,7 @@ func (x *Resource) String() string {
 func (*Resource) ProtoMessage() {}
 
 func (x *Resource) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[20]
+	mi := &file_coord_v1_coord_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1565,7 @@ func (x *Resource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resource.ProtoReflect.Descriptor instead.
 func (*Resource) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{20}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Resource) GetResource() string {
@@ -1747,7 +1620,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[21]
+	mi := &file_coord_v1_coord_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1632,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[21]
+	mi := &file_coord_v1_coord_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1645,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{21}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetLeaseRequest) GetName() string {
@@ -1798,7 +1671,7 @@ type GetLeaseResponse struct {
 
 func (x *GetLeaseResponse) Reset() {
 	*x = GetLeaseResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[22]
+	mi := &file_coord_v1_coord_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1683,7 @@ func (x *GetLeaseResponse) String() string {
 func (*GetLeaseResponse) ProtoMessage() {}
 
 func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[22]
+	mi := &file_coord_v1_coord_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1696,7 @@ func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GetLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{22}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetLeaseResponse) GetLease() *Lease {
@@ -1845,7 +1718,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[23]
+	mi := &file_coord_v1_coord_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1730,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[23]
+	mi := &file_coord_v1_coord_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1743,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{23}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListLeasesRequest) GetPrefix() string {
@@ -1911,7 +1784,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[24]
+	mi := &file_coord_v1_coord_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +1796,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[24]
+	mi := &file_coord_v1_coord_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +1809,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{24}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -1964,7 +1837,7 @@ type GetWindowRequest struct {
 
 func (x *GetWindowRequest) Reset() {
 	*x = GetWindowRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[25]
+	mi := &file_coord_v1_coord_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +1849,7 @@ func (x *GetWindowRequest) String() string {
 func (*GetWindowRequest) ProtoMessage() {}
 
 func (x *GetWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[25]
+	mi := &file_coord_v1_coord_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +1862,7 @@ func (x *GetWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWindowRequest.ProtoReflect.Descriptor instead.
 func (*GetWindowRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{25}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetWindowRequest) GetJob() string {
@@ -2022,7 +1895,7 @@ type GetWindowResponse struct {
 
 func (x *GetWindowResponse) Reset() {
 	*x = GetWindowResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[26]
+	mi := &file_coord_v1_coord_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +1907,7 @@ func (x *GetWindowResponse) String() string {
 func (*GetWindowResponse) ProtoMessage() {}
 
 func (x *GetWindowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[26]
+	mi := &file_coord_v1_coord_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +1920,7 @@ func (x *GetWindowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWindowResponse.ProtoReflect.Descriptor instead.
 func (*GetWindowResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{26}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetWindowResponse) GetWindow() *Window {
@@ -2069,7 +1942,7 @@ type ListWindowsRequest struct {
 
 func (x *ListWindowsRequest) Reset() {
 	*x = ListWindowsRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[27]
+	mi := &file_coord_v1_coord_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +1954,7 @@ func (x *ListWindowsRequest) String() string {
 func (*ListWindowsRequest) ProtoMessage() {}
 
 func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[27]
+	mi := &file_coord_v1_coord_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +1967,7 @@ func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWindowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWindowsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{27}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListWindowsRequest) GetJob() string {
@@ -2135,7 +2008,7 @@ type ListWindowsResponse struct {
 
 func (x *ListWindowsResponse) Reset() {
 	*x = ListWindowsResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[28]
+	mi := &file_coord_v1_coord_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2020,7 @@ func (x *ListWindowsResponse) String() string {
 func (*ListWindowsResponse) ProtoMessage() {}
 
 func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[28]
+	mi := &file_coord_v1_coord_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2033,7 @@ func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWindowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWindowsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{28}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListWindowsResponse) GetWindows() []*Window {
@@ -2187,7 +2060,7 @@ type GetResourceRequest struct {
 
 func (x *GetResourceRequest) Reset() {
 	*x = GetResourceRequest{}
-	mi := &file_coord_v1_coord_proto_msgTypes[29]
+	mi := &file_coord_v1_coord_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2072,7 @@ func (x *GetResourceRequest) String() string {
 func (*GetResourceRequest) ProtoMessage() {}
 
 func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[29]
+	mi := &file_coord_v1_coord_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2085,7 @@ func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceRequest.ProtoReflect.Descriptor instead.
 func (*GetResourceRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{29}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetResourceRequest) GetResource() string {
@@ -2238,7 +2111,7 @@ type GetResourceResponse struct {
 
 func (x *GetResourceResponse) Reset() {
 	*x = GetResourceResponse{}
-	mi := &file_coord_v1_coord_proto_msgTypes[30]
+	mi := &file_coord_v1_coord_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2123,7 @@ func (x *GetResourceResponse) String() string {
 func (*GetResourceResponse) ProtoMessage() {}
 
 func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_coord_proto_msgTypes[30]
+	mi := &file_coord_v1_coord_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2136,7 @@ func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceResponse.ProtoReflect.Descriptor instead.
 func (*GetResourceResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_coord_proto_rawDescGZIP(), []int{30}
+	return file_coord_v1_coord_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetResourceResponse) GetResource() *Resource {
@@ -2395,7 +2268,7 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\arelease\x18\a \x01(\bR\arelease\"^\n" +
 	"\x16CompleteWindowResponse\x12(\n" +
 	"\x06window\x18\x01 \x01(\v2\x10.coord.v1.WindowR\x06window\x12\x1a\n" +
-	"\breleased\x18\x02 \x01(\bR\breleased\"\xb3\x01\n" +
+	"\breleased\x18\x02 \x01(\bR\breleased\"\xe2\x01\n" +
 	"\x13FencedCommitRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1d\n" +
 	"\n" +
@@ -2404,22 +2277,10 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x18\n" +
-	"\apayload\x18\x05 \x01(\fR\apayload\"\xb1\x01\n" +
+	"\apayload\x18\x05 \x01(\fR\apayload\x12\x14\n" +
+	"\x05token\x18\x06 \x01(\tR\x05token\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\"\xe9\x01\n" +
 	"\x14FencedCommitResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12%\n" +
-	"\x0emax_generation\x18\x03 \x01(\x04R\rmaxGeneration\x12\x18\n" +
-	"\apayload\x18\x04 \x01(\fR\apayload\x12\x1e\n" +
-	"\n" +
-	"generation\x18\x05 \x01(\x04R\n" +
-	"generation\"\x9f\x01\n" +
-	"\x0fValidateRequest\x12\x1a\n" +
-	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\x12'\n" +
-	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12\x18\n" +
-	"\apayload\x18\x04 \x01(\fR\apayload\x12\x17\n" +
-	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"\xe5\x01\n" +
-	"\x10ValidateResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12%\n" +
 	"\x0emax_generation\x18\x03 \x01(\x04R\rmaxGeneration\x12\x18\n" +
@@ -2475,7 +2336,7 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\vWindowState\x12\x1c\n" +
 	"\x18WINDOW_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17WINDOW_STATE_INCOMPLETE\x10\x01\x12\x1a\n" +
-	"\x16WINDOW_STATE_COMPLETED\x10\x022\xae\a\n" +
+	"\x16WINDOW_STATE_COMPLETED\x10\x022\xeb\x06\n" +
 	"\vCoordinator\x12>\n" +
 	"\aAcquire\x12\x18.coord.v1.AcquireRequest\x1a\x19.coord.v1.AcquireResponse\x128\n" +
 	"\x05Renew\x12\x16.coord.v1.RenewRequest\x1a\x17.coord.v1.RenewResponse\x12>\n" +
@@ -2484,7 +2345,6 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\vClaimWindow\x12\x1c.coord.v1.ClaimWindowRequest\x1a\x1d.coord.v1.ClaimWindowResponse\x12S\n" +
 	"\x0eCompleteWindow\x12\x1f.coord.v1.CompleteWindowRequest\x1a .coord.v1.CompleteWindowResponse\x12M\n" +
 	"\fFencedCommit\x12\x1d.coord.v1.FencedCommitRequest\x1a\x1e.coord.v1.FencedCommitResponse\x12A\n" +
-	"\bValidate\x12\x19.coord.v1.ValidateRequest\x1a\x1a.coord.v1.ValidateResponse\x12A\n" +
 	"\bGetLease\x12\x19.coord.v1.GetLeaseRequest\x1a\x1a.coord.v1.GetLeaseResponse\x12G\n" +
 	"\n" +
 	"ListLeases\x12\x1b.coord.v1.ListLeasesRequest\x1a\x1c.coord.v1.ListLeasesResponse\x12D\n" +
@@ -2505,7 +2365,7 @@ func file_coord_v1_coord_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_v1_coord_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coord_v1_coord_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_coord_v1_coord_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_coord_v1_coord_proto_goTypes = []any{
 	(WindowState)(0),               // 0: coord.v1.WindowState
 	(*Lease)(nil),                  // 1: coord.v1.Lease
@@ -2526,19 +2386,17 @@ var file_coord_v1_coord_proto_goTypes = []any{
 	(*CompleteWindowResponse)(nil), // 16: coord.v1.CompleteWindowResponse
 	(*FencedCommitRequest)(nil),    // 17: coord.v1.FencedCommitRequest
 	(*FencedCommitResponse)(nil),   // 18: coord.v1.FencedCommitResponse
-	(*ValidateRequest)(nil),        // 19: coord.v1.ValidateRequest
-	(*ValidateResponse)(nil),       // 20: coord.v1.ValidateResponse
-	(*Resource)(nil),               // 21: coord.v1.Resource
-	(*GetLeaseRequest)(nil),        // 22: coord.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),       // 23: coord.v1.GetLeaseResponse
-	(*ListLeasesRequest)(nil),      // 24: coord.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),     // 25: coord.v1.ListLeasesResponse
-	(*GetWindowRequest)(nil),       // 26: coord.v1.GetWindowRequest
-	(*GetWindowResponse)(nil),      // 27: coord.v1.GetWindowResponse
-	(*ListWindowsRequest)(nil),     // 28: coord.v1.ListWindowsRequest
-	(*ListWindowsResponse)(nil),    // 29: coord.v1.ListWindowsResponse
-	(*GetResourceRequest)(nil),     // 30: coord.v1.GetResourceRequest
-	(*GetResourceResponse)(nil),    // 31: coord.v1.GetResourceResponse
+	(*Resource)(nil),               // 19: coord.v1.Resource
+	(*GetLeaseRequest)(nil),        // 20: coord.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),       // 21: coord.v1.GetLeaseResponse
+	(*ListLeasesRequest)(nil),      // 22: coord.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),     // 23: coord.v1.ListLeasesResponse
+	(*GetWindowRequest)(nil),       // 24: coord.v1.GetWindowRequest
+	(*GetWindowResponse)(nil),      // 25: coord.v1.GetWindowResponse
+	(*ListWindowsRequest)(nil),     // 26: coord.v1.ListWindowsRequest
+	(*ListWindowsResponse)(nil),    // 27: coord.v1.ListWindowsResponse
+	(*GetResourceRequest)(nil),     // 28: coord.v1.GetResourceRequest
+	(*GetResourceResponse)(nil),    // 29: coord.v1.GetResourceResponse
 }
 var file_coord_v1_coord_proto_depIdxs = []int32{
 	3,  // 0: coord.v1.AcquireRequest.claim:type_name -> coord.v1.WindowRef
@@ -2554,7 +2412,7 @@ var file_coord_v1_coord_proto_depIdxs = []int32{
 	1,  // 10: coord.v1.ListLeasesResponse.leases:type_name -> coord.v1.Lease
 	12, // 11: coord.v1.GetWindowResponse.window:type_name -> coord.v1.Window
 	12, // 12: coord.v1.ListWindowsResponse.windows:type_name -> coord.v1.Window
-	21, // 13: coord.v1.GetResourceResponse.resource:type_name -> coord.v1.Resource
+	19, // 13: coord.v1.GetResourceResponse.resource:type_name -> coord.v1.Resource
 	2,  // 14: coord.v1.Coordinator.Acquire:input_type -> coord.v1.AcquireRequest
 	6,  // 15: coord.v1.Coordinator.Renew:input_type -> coord.v1.RenewRequest
 	8,  // 16: coord.v1.Coordinator.Release:input_type -> coord.v1.ReleaseRequest
@@ -2562,27 +2420,25 @@ var file_coord_v1_coord_proto_depIdxs = []int32{
 	13, // 18: coord.v1.Coordinator.ClaimWindow:input_type -> coord.v1.ClaimWindowRequest
 	15, // 19: coord.v1.Coordinator.CompleteWindow:input_type -> coord.v1.CompleteWindowRequest
 	17, // 20: coord.v1.Coordinator.FencedCommit:input_type -> coord.v1.FencedCommitRequest
-	19, // 21: coord.v1.Coordinator.Validate:input_type -> coord.v1.ValidateRequest
-	22, // 22: coord.v1.Coordinator.GetLease:input_type -> coord.v1.GetLeaseRequest
-	24, // 23: coord.v1.Coordinator.ListLeases:input_type -> coord.v1.ListLeasesRequest
-	26, // 24: coord.v1.Coordinator.GetWindow:input_type -> coord.v1.GetWindowRequest
-	28, // 25: coord.v1.Coordinator.ListWindows:input_type -> coord.v1.ListWindowsRequest
-	30, // 26: coord.v1.Coordinator.GetResource:input_type -> coord.v1.GetResourceRequest
-	4,  // 27: coord.v1.Coordinator.Acquire:output_type -> coord.v1.AcquireResponse
-	7,  // 28: coord.v1.Coordinator.Renew:output_type -> coord.v1.RenewResponse
-	9,  // 29: coord.v1.Coordinator.Release:output_type -> coord.v1.ReleaseResponse
-	11, // 30: coord.v1.Coordinator.KeepAlive:output_type -> coord.v1.KeepAliveResponse
-	14, // 31: coord.v1.Coordinator.ClaimWindow:output_type -> coord.v1.ClaimWindowResponse
-	16, // 32: coord.v1.Coordinator.CompleteWindow:output_type -> coord.v1.CompleteWindowResponse
-	18, // 33: coord.v1.Coordinator.FencedCommit:output_type -> coord.v1.FencedCommitResponse
-	20, // 34: coord.v1.Coordinator.Validate:output_type -> coord.v1.ValidateResponse
-	23, // 35: coord.v1.Coordinator.GetLease:output_type -> coord.v1.GetLeaseResponse
-	25, // 36: coord.v1.Coordinator.ListLeases:output_type -> coord.v1.ListLeasesResponse
-	27, // 37: coord.v1.Coordinator.GetWindow:output_type -> coord.v1.GetWindowResponse
-	29, // 38: coord.v1.Coordinator.ListWindows:output_type -> coord.v1.ListWindowsResponse
-	31, // 39: coord.v1.Coordinator.GetResource:output_type -> coord.v1.GetResourceResponse
-	27, // [27:40] is the sub-list for method output_type
-	14, // [14:27] is the sub-list for method input_type
+	20, // 21: coord.v1.Coordinator.GetLease:input_type -> coord.v1.GetLeaseRequest
+	22, // 22: coord.v1.Coordinator.ListLeases:input_type -> coord.v1.ListLeasesRequest
+	24, // 23: coord.v1.Coordinator.GetWindow:input_type -> coord.v1.GetWindowRequest
+	26, // 24: coord.v1.Coordinator.ListWindows:input_type -> coord.v1.ListWindowsRequest
+	28, // 25: coord.v1.Coordinator.GetResource:input_type -> coord.v1.GetResourceRequest
+	4,  // 26: coord.v1.Coordinator.Acquire:output_type -> coord.v1.AcquireResponse
+	7,  // 27: coord.v1.Coordinator.Renew:output_type -> coord.v1.RenewResponse
+	9,  // 28: coord.v1.Coordinator.Release:output_type -> coord.v1.ReleaseResponse
+	11, // 29: coord.v1.Coordinator.KeepAlive:output_type -> coord.v1.KeepAliveResponse
+	14, // 30: coord.v1.Coordinator.ClaimWindow:output_type -> coord.v1.ClaimWindowResponse
+	16, // 31: coord.v1.Coordinator.CompleteWindow:output_type -> coord.v1.CompleteWindowResponse
+	18, // 32: coord.v1.Coordinator.FencedCommit:output_type -> coord.v1.FencedCommitResponse
+	21, // 33: coord.v1.Coordinator.GetLease:output_type -> coord.v1.GetLeaseResponse
+	23, // 34: coord.v1.Coordinator.ListLeases:output_type -> coord.v1.ListLeasesResponse
+	25, // 35: coord.v1.Coordinator.GetWindow:output_type -> coord.v1.GetWindowResponse
+	27, // 36: coord.v1.Coordinator.ListWindows:output_type -> coord.v1.ListWindowsResponse
+	29, // 37: coord.v1.Coordinator.GetResource:output_type -> coord.v1.GetResourceResponse
+	26, // [26:38] is the sub-list for method output_type
+	14, // [14:26] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -2599,7 +2455,7 @@ func file_coord_v1_coord_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_coord_proto_rawDesc), len(file_coord_v1_coord_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,7 +31,6 @@ const (
 	Coordinator_ClaimWindow_FullMethodName    = "/coord.v1.Coordinator/ClaimWindow"
 	Coordinator_CompleteWindow_FullMethodName = "/coord.v1.Coordinator/CompleteWindow"
 	Coordinator_FencedCommit_FullMethodName   = "/coord.v1.Coordinator/FencedCommit"
-	Coordinator_Validate_FullMethodName       = "/coord.v1.Coordinator/Validate"
 	Coordinator_GetLease_FullMethodName       = "/coord.v1.Coordinator/GetLease"
 	Coordinator_ListLeases_FullMethodName     = "/coord.v1.Coordinator/ListLeases"
 	Coordinator_GetWindow_FullMethodName      = "/coord.v1.Coordinator/GetWindow"
@@ -46,13 +45,13 @@ const (
 // Coordinator serves leases (mutual exclusion), fenced commits, the window
 // ledger and idempotency records.
 //
-// Errors: a lost or foreign lease, a stale token or a completed window is
-// FAILED_PRECONDITION with a google.rpc.ErrorInfo (domain "coordd.io") whose
-// reason is one of LEASE_NOT_FOUND, LEASE_LOST, LEASE_EXPIRED, LEASE_RELEASED,
-// STALE_TOKEN, RESOURCE_LEASE_MISMATCH, WINDOW_COMPLETED, WINDOW_NOT_CLAIMED.
-// Bad input is INVALID_ARGUMENT naming the field. A node that cannot reach a
-// leader answers UNAVAILABLE with reason NO_LEADER or NOT_LEADER and, when
-// known, metadata "leader_address" (the leader's gRPC address).
+// Errors carry a google.rpc.ErrorInfo (domain "coordd.io") whose reason is
+// a coord.v1.ErrorReason without its ERROR_REASON_ prefix (errors.proto
+// lists them with their codes and metadata): a lost or foreign lease, a
+// stale token or a completed window is FAILED_PRECONDITION (LEASE_LOST,
+// STALE_TOKEN, WINDOW_COMPLETED, ...); bad input is INVALID_ARGUMENT naming
+// the field; a node that cannot reach a leader answers UNAVAILABLE with
+// NO_LEADER or NOT_LEADER and, when known, metadata "leader_address".
 type CoordinatorClient interface {
 	// Acquire takes the lease if it is free, released or expired; the new
 	// generation is the previous one + 1 (the first ever is 1). When someone
@@ -69,13 +68,12 @@ type CoordinatorClient interface {
 	ClaimWindow(ctx context.Context, in *ClaimWindowRequest, opts ...grpc.CallOption) (*ClaimWindowResponse, error)
 	// CompleteWindow completes a claimed window, at most once.
 	CompleteWindow(ctx context.Context, in *CompleteWindowRequest, opts ...grpc.CallOption) (*CompleteWindowResponse, error)
-	// FencedCommit validates a fencing token for a protected write.
-	FencedCommit(ctx context.Context, in *FencedCommitRequest, opts ...grpc.CallOption) (*FencedCommitResponse, error)
-	// Validate is FencedCommit for a caller that holds only a token
-	// ("lease:generation"), as an API called by a job receives it. With
-	// dry_run it answers whether the commit would be accepted (or is a
+	// FencedCommit validates a fencing token for a protected write: the
+	// token is (lease_name, generation) or, for a caller that holds only the
+	// string form (an API called by a job), token "lease_name:generation".
+	// With dry_run it answers whether the commit would be accepted (or is a
 	// duplicate, with the first payload) without recording anything.
-	Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error)
+	FencedCommit(ctx context.Context, in *FencedCommitRequest, opts ...grpc.CallOption) (*FencedCommitResponse, error)
 	// Reads are linearizable unless stale is set.
 	GetLease(ctx context.Context, in *GetLeaseRequest, opts ...grpc.CallOption) (*GetLeaseResponse, error)
 	ListLeases(ctx context.Context, in *ListLeasesRequest, opts ...grpc.CallOption) (*ListLeasesResponse, error)
@@ -165,16 +163,6 @@ func (c *coordinatorClient) FencedCommit(ctx context.Context, in *FencedCommitRe
 	return out, nil
 }
 
-func (c *coordinatorClient) Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ValidateResponse)
-	err := c.cc.Invoke(ctx, Coordinator_Validate_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 func (c *coordinatorClient) GetLease(ctx context.Context, in *GetLeaseRequest, opts ...grpc.CallOption) (*GetLeaseResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetLeaseResponse)
@@ -232,13 +220,13 @@ func (c *coordinatorClient) GetResource(ctx context.Context, in *GetResourceRequ
 // Coordinator serves leases (mutual exclusion), fenced commits, the window
 // ledger and idempotency records.
 //
-// Errors: a lost or foreign lease, a stale token or a completed window is
-// FAILED_PRECONDITION with a google.rpc.ErrorInfo (domain "coordd.io") whose
-// reason is one of LEASE_NOT_FOUND, LEASE_LOST, LEASE_EXPIRED, LEASE_RELEASED,
-// STALE_TOKEN, RESOURCE_LEASE_MISMATCH, WINDOW_COMPLETED, WINDOW_NOT_CLAIMED.
-// Bad input is INVALID_ARGUMENT naming the field. A node that cannot reach a
-// leader answers UNAVAILABLE with reason NO_LEADER or NOT_LEADER and, when
-// known, metadata "leader_address" (the leader's gRPC address).
+// Errors carry a google.rpc.ErrorInfo (domain "coordd.io") whose reason is
+// a coord.v1.ErrorReason without its ERROR_REASON_ prefix (errors.proto
+// lists them with their codes and metadata): a lost or foreign lease, a
+// stale token or a completed window is FAILED_PRECONDITION (LEASE_LOST,
+// STALE_TOKEN, WINDOW_COMPLETED, ...); bad input is INVALID_ARGUMENT naming
+// the field; a node that cannot reach a leader answers UNAVAILABLE with
+// NO_LEADER or NOT_LEADER and, when known, metadata "leader_address".
 type CoordinatorServer interface {
 	// Acquire takes the lease if it is free, released or expired; the new
 	// generation is the previous one + 1 (the first ever is 1). When someone
@@ -255,13 +243,12 @@ type CoordinatorServer interface {
 	ClaimWindow(context.Context, *ClaimWindowRequest) (*ClaimWindowResponse, error)
 	// CompleteWindow completes a claimed window, at most once.
 	CompleteWindow(context.Context, *CompleteWindowRequest) (*CompleteWindowResponse, error)
-	// FencedCommit validates a fencing token for a protected write.
-	FencedCommit(context.Context, *FencedCommitRequest) (*FencedCommitResponse, error)
-	// Validate is FencedCommit for a caller that holds only a token
-	// ("lease:generation"), as an API called by a job receives it. With
-	// dry_run it answers whether the commit would be accepted (or is a
+	// FencedCommit validates a fencing token for a protected write: the
+	// token is (lease_name, generation) or, for a caller that holds only the
+	// string form (an API called by a job), token "lease_name:generation".
+	// With dry_run it answers whether the commit would be accepted (or is a
 	// duplicate, with the first payload) without recording anything.
-	Validate(context.Context, *ValidateRequest) (*ValidateResponse, error)
+	FencedCommit(context.Context, *FencedCommitRequest) (*FencedCommitResponse, error)
 	// Reads are linearizable unless stale is set.
 	GetLease(context.Context, *GetLeaseRequest) (*GetLeaseResponse, error)
 	ListLeases(context.Context, *ListLeasesRequest) (*ListLeasesResponse, error)
@@ -298,9 +285,6 @@ func (UnimplementedCoordinatorServer) CompleteWindow(context.Context, *CompleteW
 }
 func (UnimplementedCoordinatorServer) FencedCommit(context.Context, *FencedCommitRequest) (*FencedCommitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FencedCommit not implemented")
-}
-func (UnimplementedCoordinatorServer) Validate(context.Context, *ValidateRequest) (*ValidateResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Validate not implemented")
 }
 func (UnimplementedCoordinatorServer) GetLease(context.Context, *GetLeaseRequest) (*GetLeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetLease not implemented")
@@ -453,24 +437,6 @@ func _Coordinator_FencedCommit_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Coordinator_Validate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ValidateRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(CoordinatorServer).Validate(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Coordinator_Validate_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(CoordinatorServer).Validate(ctx, req.(*ValidateRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 func _Coordinator_GetLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetLeaseRequest)
 	if err := dec(in); err != nil {
@@ -591,10 +557,6 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FencedCommit",
 			Handler:    _Coordinator_FencedCommit_Handler,
-		},
-		{
-			MethodName: "Validate",
-			Handler:    _Coordinator_Validate_Handler,
 		},
 		{
 			MethodName: "GetLease",

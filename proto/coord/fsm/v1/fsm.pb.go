@@ -42,6 +42,13 @@ const (
 	CommandType_COMMAND_TYPE_REMOVE_MEMBER   CommandType = 10
 	CommandType_COMMAND_TYPE_REGISTER_JOB    CommandType = 11
 	CommandType_COMMAND_TYPE_BATCH           CommandType = 12
+	CommandType_COMMAND_TYPE_SUBMIT_JOBS     CommandType = 13
+	CommandType_COMMAND_TYPE_FETCH_JOBS      CommandType = 14
+	CommandType_COMMAND_TYPE_HEARTBEAT_JOBS  CommandType = 15
+	CommandType_COMMAND_TYPE_COMPLETE_JOBS   CommandType = 16
+	CommandType_COMMAND_TYPE_FAIL_JOBS       CommandType = 17
+	CommandType_COMMAND_TYPE_CANCEL_JOBS     CommandType = 18
+	CommandType_COMMAND_TYPE_RETRY_JOBS      CommandType = 19
 )
 
 // Enum value maps for CommandType.
@@ -60,6 +67,13 @@ var (
 		10: "COMMAND_TYPE_REMOVE_MEMBER",
 		11: "COMMAND_TYPE_REGISTER_JOB",
 		12: "COMMAND_TYPE_BATCH",
+		13: "COMMAND_TYPE_SUBMIT_JOBS",
+		14: "COMMAND_TYPE_FETCH_JOBS",
+		15: "COMMAND_TYPE_HEARTBEAT_JOBS",
+		16: "COMMAND_TYPE_COMPLETE_JOBS",
+		17: "COMMAND_TYPE_FAIL_JOBS",
+		18: "COMMAND_TYPE_CANCEL_JOBS",
+		19: "COMMAND_TYPE_RETRY_JOBS",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":     0,
@@ -75,6 +89,13 @@ var (
 		"COMMAND_TYPE_REMOVE_MEMBER":   10,
 		"COMMAND_TYPE_REGISTER_JOB":    11,
 		"COMMAND_TYPE_BATCH":           12,
+		"COMMAND_TYPE_SUBMIT_JOBS":     13,
+		"COMMAND_TYPE_FETCH_JOBS":      14,
+		"COMMAND_TYPE_HEARTBEAT_JOBS":  15,
+		"COMMAND_TYPE_COMPLETE_JOBS":   16,
+		"COMMAND_TYPE_FAIL_JOBS":       17,
+		"COMMAND_TYPE_CANCEL_JOBS":     18,
+		"COMMAND_TYPE_RETRY_JOBS":      19,
 	}
 )
 
@@ -105,12 +126,141 @@ func (CommandType) EnumDescriptor() ([]byte, []int) {
 	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{0}
 }
 
+type JobState int32
+
+const (
+	JobState_JOB_STATE_UNSPECIFIED JobState = 0
+	JobState_JOB_STATE_SCHEDULED   JobState = 1
+	JobState_JOB_STATE_AVAILABLE   JobState = 2
+	JobState_JOB_STATE_RUNNING     JobState = 3
+	JobState_JOB_STATE_RETRYABLE   JobState = 4
+	JobState_JOB_STATE_SUCCEEDED   JobState = 5
+	JobState_JOB_STATE_CANCELLED   JobState = 6
+	JobState_JOB_STATE_DEAD        JobState = 7
+)
+
+// Enum value maps for JobState.
+var (
+	JobState_name = map[int32]string{
+		0: "JOB_STATE_UNSPECIFIED",
+		1: "JOB_STATE_SCHEDULED",
+		2: "JOB_STATE_AVAILABLE",
+		3: "JOB_STATE_RUNNING",
+		4: "JOB_STATE_RETRYABLE",
+		5: "JOB_STATE_SUCCEEDED",
+		6: "JOB_STATE_CANCELLED",
+		7: "JOB_STATE_DEAD",
+	}
+	JobState_value = map[string]int32{
+		"JOB_STATE_UNSPECIFIED": 0,
+		"JOB_STATE_SCHEDULED":   1,
+		"JOB_STATE_AVAILABLE":   2,
+		"JOB_STATE_RUNNING":     3,
+		"JOB_STATE_RETRYABLE":   4,
+		"JOB_STATE_SUCCEEDED":   5,
+		"JOB_STATE_CANCELLED":   6,
+		"JOB_STATE_DEAD":        7,
+	}
+)
+
+func (x JobState) Enum() *JobState {
+	p := new(JobState)
+	*p = x
+	return p
+}
+
+func (x JobState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JobState) Descriptor() protoreflect.EnumDescriptor {
+	return file_coord_fsm_v1_fsm_proto_enumTypes[1].Descriptor()
+}
+
+func (JobState) Type() protoreflect.EnumType {
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[1]
+}
+
+func (x JobState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JobState.Descriptor instead.
+func (JobState) EnumDescriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{1}
+}
+
+type AttemptOutcome int32
+
+const (
+	AttemptOutcome_ATTEMPT_OUTCOME_UNSPECIFIED AttemptOutcome = 0
+	AttemptOutcome_ATTEMPT_OUTCOME_RUNNING     AttemptOutcome = 1
+	AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED   AttemptOutcome = 2
+	AttemptOutcome_ATTEMPT_OUTCOME_FAILED      AttemptOutcome = 3
+	// LAPSED: the visibility deadline passed without a heartbeat.
+	AttemptOutcome_ATTEMPT_OUTCOME_LAPSED    AttemptOutcome = 4
+	AttemptOutcome_ATTEMPT_OUTCOME_CANCELLED AttemptOutcome = 5
+)
+
+// Enum value maps for AttemptOutcome.
+var (
+	AttemptOutcome_name = map[int32]string{
+		0: "ATTEMPT_OUTCOME_UNSPECIFIED",
+		1: "ATTEMPT_OUTCOME_RUNNING",
+		2: "ATTEMPT_OUTCOME_SUCCEEDED",
+		3: "ATTEMPT_OUTCOME_FAILED",
+		4: "ATTEMPT_OUTCOME_LAPSED",
+		5: "ATTEMPT_OUTCOME_CANCELLED",
+	}
+	AttemptOutcome_value = map[string]int32{
+		"ATTEMPT_OUTCOME_UNSPECIFIED": 0,
+		"ATTEMPT_OUTCOME_RUNNING":     1,
+		"ATTEMPT_OUTCOME_SUCCEEDED":   2,
+		"ATTEMPT_OUTCOME_FAILED":      3,
+		"ATTEMPT_OUTCOME_LAPSED":      4,
+		"ATTEMPT_OUTCOME_CANCELLED":   5,
+	}
+)
+
+func (x AttemptOutcome) Enum() *AttemptOutcome {
+	p := new(AttemptOutcome)
+	*p = x
+	return p
+}
+
+func (x AttemptOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_coord_fsm_v1_fsm_proto_enumTypes[2].Descriptor()
+}
+
+func (AttemptOutcome) Type() protoreflect.EnumType {
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[2]
+}
+
+func (x AttemptOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AttemptOutcome.Descriptor instead.
+func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{2}
+}
+
 // Command is the envelope of every log entry.
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  CommandType            `protobuf:"varint,1,opt,name=type,proto3,enum=coord.fsm.v1.CommandType" json:"type,omitempty"`
-	// now_ms is the cluster time stamped by the leader that proposed it.
+	// now_ms is the cluster time stamped by the leader that proposed it:
+	// lease time, paused across failovers. Lease expiry is judged on it.
 	NowMs int64 `protobuf:"varint,2,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	// calendar_ms is the leader's wall clock (Unix ms) when it proposed the
+	// command, never below a stamp it proposed before: calendar time. Due
+	// jobs and job claims (visibility timeouts) are judged on it. 0 (entries
+	// written before this field existed) leaves the FSM's calendar as it is.
+	CalendarMs int64 `protobuf:"varint,3,opt,name=calendar_ms,json=calendarMs,proto3" json:"calendar_ms,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Command_Tick
@@ -125,6 +275,13 @@ type Command struct {
 	//	*Command_RemoveMember
 	//	*Command_RegisterJob
 	//	*Command_Batch
+	//	*Command_SubmitJobs
+	//	*Command_FetchJobs
+	//	*Command_HeartbeatJobs
+	//	*Command_CompleteJobs
+	//	*Command_FailJobs
+	//	*Command_CancelJobs
+	//	*Command_RetryJobs
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -170,6 +327,13 @@ func (x *Command) GetType() CommandType {
 func (x *Command) GetNowMs() int64 {
 	if x != nil {
 		return x.NowMs
+	}
+	return 0
+}
+
+func (x *Command) GetCalendarMs() int64 {
+	if x != nil {
+		return x.CalendarMs
 	}
 	return 0
 }
@@ -289,6 +453,69 @@ func (x *Command) GetBatch() *Batch {
 	return nil
 }
 
+func (x *Command) GetSubmitJobs() *SubmitJobs {
+	if x != nil {
+		if x, ok := x.Body.(*Command_SubmitJobs); ok {
+			return x.SubmitJobs
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFetchJobs() *FetchJobs {
+	if x != nil {
+		if x, ok := x.Body.(*Command_FetchJobs); ok {
+			return x.FetchJobs
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetHeartbeatJobs() *HeartbeatJobs {
+	if x != nil {
+		if x, ok := x.Body.(*Command_HeartbeatJobs); ok {
+			return x.HeartbeatJobs
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCompleteJobs() *CompleteJobs {
+	if x != nil {
+		if x, ok := x.Body.(*Command_CompleteJobs); ok {
+			return x.CompleteJobs
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFailJobs() *FailJobs {
+	if x != nil {
+		if x, ok := x.Body.(*Command_FailJobs); ok {
+			return x.FailJobs
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCancelJobs() *CancelJobs {
+	if x != nil {
+		if x, ok := x.Body.(*Command_CancelJobs); ok {
+			return x.CancelJobs
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRetryJobs() *RetryJobs {
+	if x != nil {
+		if x, ok := x.Body.(*Command_RetryJobs); ok {
+			return x.RetryJobs
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -341,6 +568,34 @@ type Command_Batch struct {
 	Batch *Batch `protobuf:"bytes,21,opt,name=batch,proto3,oneof"`
 }
 
+type Command_SubmitJobs struct {
+	SubmitJobs *SubmitJobs `protobuf:"bytes,22,opt,name=submit_jobs,json=submitJobs,proto3,oneof"`
+}
+
+type Command_FetchJobs struct {
+	FetchJobs *FetchJobs `protobuf:"bytes,23,opt,name=fetch_jobs,json=fetchJobs,proto3,oneof"`
+}
+
+type Command_HeartbeatJobs struct {
+	HeartbeatJobs *HeartbeatJobs `protobuf:"bytes,24,opt,name=heartbeat_jobs,json=heartbeatJobs,proto3,oneof"`
+}
+
+type Command_CompleteJobs struct {
+	CompleteJobs *CompleteJobs `protobuf:"bytes,25,opt,name=complete_jobs,json=completeJobs,proto3,oneof"`
+}
+
+type Command_FailJobs struct {
+	FailJobs *FailJobs `protobuf:"bytes,26,opt,name=fail_jobs,json=failJobs,proto3,oneof"`
+}
+
+type Command_CancelJobs struct {
+	CancelJobs *CancelJobs `protobuf:"bytes,27,opt,name=cancel_jobs,json=cancelJobs,proto3,oneof"`
+}
+
+type Command_RetryJobs struct {
+	RetryJobs *RetryJobs `protobuf:"bytes,28,opt,name=retry_jobs,json=retryJobs,proto3,oneof"`
+}
+
 func (*Command_Tick) isCommand_Body() {}
 
 func (*Command_Acquire) isCommand_Body() {}
@@ -364,6 +619,20 @@ func (*Command_RemoveMember) isCommand_Body() {}
 func (*Command_RegisterJob) isCommand_Body() {}
 
 func (*Command_Batch) isCommand_Body() {}
+
+func (*Command_SubmitJobs) isCommand_Body() {}
+
+func (*Command_FetchJobs) isCommand_Body() {}
+
+func (*Command_HeartbeatJobs) isCommand_Body() {}
+
+func (*Command_CompleteJobs) isCommand_Body() {}
+
+func (*Command_FailJobs) isCommand_Body() {}
+
+func (*Command_CancelJobs) isCommand_Body() {}
+
+func (*Command_RetryJobs) isCommand_Body() {}
 
 // Batch carries commands proposed at about the same time as one log entry
 // (group commit above Raft). Each keeps its own stamp; they are applied in
@@ -910,8 +1179,12 @@ type FencedCommit struct {
 	Generation     uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	Payload        []byte                 `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// job_id, when set, makes the token a job attempt instead of a lease:
+	// generation is the attempt number and lease_name is empty. The attempt
+	// must be the job's current, running one (token "job:<id>:<attempt>").
+	JobId         uint64 `protobuf:"varint,6,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FencedCommit) Reset() {
@@ -979,13 +1252,25 @@ func (x *FencedCommit) GetPayload() []byte {
 	return nil
 }
 
+func (x *FencedCommit) GetJobId() uint64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
 // Prune removes completed windows and idempotency records older than
-// cutoff_ms (cluster time).
+// cutoff_ms (cluster time), and finished queue jobs (succeeded, cancelled,
+// dead) that finished before jobs_cutoff_ms (calendar time; 0: none by
+// age) or exceed max_finished_jobs (0: no limit; succeeded jobs go
+// first, oldest first, then the others, oldest first).
 type Prune struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CutoffMs      int64                  `protobuf:"varint,1,opt,name=cutoff_ms,json=cutoffMs,proto3" json:"cutoff_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	CutoffMs        int64                  `protobuf:"varint,1,opt,name=cutoff_ms,json=cutoffMs,proto3" json:"cutoff_ms,omitempty"`
+	JobsCutoffMs    int64                  `protobuf:"varint,2,opt,name=jobs_cutoff_ms,json=jobsCutoffMs,proto3" json:"jobs_cutoff_ms,omitempty"`
+	MaxFinishedJobs uint64                 `protobuf:"varint,3,opt,name=max_finished_jobs,json=maxFinishedJobs,proto3" json:"max_finished_jobs,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Prune) Reset() {
@@ -1021,6 +1306,20 @@ func (*Prune) Descriptor() ([]byte, []int) {
 func (x *Prune) GetCutoffMs() int64 {
 	if x != nil {
 		return x.CutoffMs
+	}
+	return 0
+}
+
+func (x *Prune) GetJobsCutoffMs() int64 {
+	if x != nil {
+		return x.JobsCutoffMs
+	}
+	return 0
+}
+
+func (x *Prune) GetMaxFinishedJobs() uint64 {
+	if x != nil {
+		return x.MaxFinishedJobs
 	}
 	return 0
 }
@@ -1167,6 +1466,800 @@ func (x *RegisterJob) GetJob() *JobRecord {
 	return nil
 }
 
+// QueueJobSpec is what a submitter chose for a queued job. The server
+// fills in defaults (fsm.FillJobDefaults) before proposing; the FSM checks
+// the limits (fsm.CheckJobSpec) and refuses a batch with a bad spec whole.
+type QueueJobSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Kind  string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Args  []byte                 `protobuf:"bytes,3,opt,name=args,proto3" json:"args,omitempty"`
+	// run_at_ms is calendar time (Unix ms); 0 means the submit's calendar
+	// stamp. A past time makes the job available at once.
+	RunAtMs int64 `protobuf:"varint,4,opt,name=run_at_ms,json=runAtMs,proto3" json:"run_at_ms,omitempty"`
+	// priority: higher is handed out first within a queue.
+	Priority         int32 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	MaxAttempts      int32 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	BackoffInitialMs int64 `protobuf:"varint,7,opt,name=backoff_initial_ms,json=backoffInitialMs,proto3" json:"backoff_initial_ms,omitempty"`
+	BackoffMaxMs     int64 `protobuf:"varint,8,opt,name=backoff_max_ms,json=backoffMaxMs,proto3" json:"backoff_max_ms,omitempty"`
+	// backoff_factor_permille: each retry's base backoff is the previous one
+	// times factor / 1000 (2000: doubles), integer arithmetic.
+	BackoffFactorPermille uint32 `protobuf:"varint,9,opt,name=backoff_factor_permille,json=backoffFactorPermille,proto3" json:"backoff_factor_permille,omitempty"`
+	VisibilityTimeoutMs   int64  `protobuf:"varint,10,opt,name=visibility_timeout_ms,json=visibilityTimeoutMs,proto3" json:"visibility_timeout_ms,omitempty"`
+	UniqueKey             string `protobuf:"bytes,11,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
+	// labels are sorted by key, keys unique.
+	Labels        []*JobLabel `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueJobSpec) Reset() {
+	*x = QueueJobSpec{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueJobSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueJobSpec) ProtoMessage() {}
+
+func (x *QueueJobSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueJobSpec.ProtoReflect.Descriptor instead.
+func (*QueueJobSpec) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *QueueJobSpec) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueJobSpec) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *QueueJobSpec) GetArgs() []byte {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *QueueJobSpec) GetRunAtMs() int64 {
+	if x != nil {
+		return x.RunAtMs
+	}
+	return 0
+}
+
+func (x *QueueJobSpec) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *QueueJobSpec) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *QueueJobSpec) GetBackoffInitialMs() int64 {
+	if x != nil {
+		return x.BackoffInitialMs
+	}
+	return 0
+}
+
+func (x *QueueJobSpec) GetBackoffMaxMs() int64 {
+	if x != nil {
+		return x.BackoffMaxMs
+	}
+	return 0
+}
+
+func (x *QueueJobSpec) GetBackoffFactorPermille() uint32 {
+	if x != nil {
+		return x.BackoffFactorPermille
+	}
+	return 0
+}
+
+func (x *QueueJobSpec) GetVisibilityTimeoutMs() int64 {
+	if x != nil {
+		return x.VisibilityTimeoutMs
+	}
+	return 0
+}
+
+func (x *QueueJobSpec) GetUniqueKey() string {
+	if x != nil {
+		return x.UniqueKey
+	}
+	return ""
+}
+
+func (x *QueueJobSpec) GetLabels() []*JobLabel {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+type JobLabel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobLabel) Reset() {
+	*x = JobLabel{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobLabel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobLabel) ProtoMessage() {}
+
+func (x *JobLabel) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobLabel.ProtoReflect.Descriptor instead.
+func (*JobLabel) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *JobLabel) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *JobLabel) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+// SubmitJobs adds jobs, all or none: one bad spec refuses the batch.
+type SubmitJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Jobs          []*QueueJobSpec        `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	Identity      string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitJobs) Reset() {
+	*x = SubmitJobs{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitJobs) ProtoMessage() {}
+
+func (x *SubmitJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitJobs.ProtoReflect.Descriptor instead.
+func (*SubmitJobs) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SubmitJobs) GetJobs() []*QueueJobSpec {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *SubmitJobs) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+// FetchJobs hands out up to max available jobs of the queues to worker_id,
+// round robin over the queues, each queue by priority then run_at.
+type FetchJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queues        []string               `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
+	Max           uint32                 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
+	WorkerId      string                 `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Identity      string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchJobs) Reset() {
+	*x = FetchJobs{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchJobs) ProtoMessage() {}
+
+func (x *FetchJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchJobs.ProtoReflect.Descriptor instead.
+func (*FetchJobs) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *FetchJobs) GetQueues() []string {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *FetchJobs) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *FetchJobs) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *FetchJobs) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+// JobAttemptRef is a job attempt's token: the job and the attempt number.
+type JobAttemptRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         uint64                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt       uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobAttemptRef) Reset() {
+	*x = JobAttemptRef{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobAttemptRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobAttemptRef) ProtoMessage() {}
+
+func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobAttemptRef.ProtoReflect.Descriptor instead.
+func (*JobAttemptRef) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *JobAttemptRef) GetJobId() uint64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *JobAttemptRef) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+// HeartbeatJobs extends the visibility deadline of running attempts.
+type HeartbeatJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attempts      []*JobAttemptRef       `protobuf:"bytes,1,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	WorkerId      string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Identity      string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatJobs) Reset() {
+	*x = HeartbeatJobs{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatJobs) ProtoMessage() {}
+
+func (x *HeartbeatJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatJobs.ProtoReflect.Descriptor instead.
+func (*HeartbeatJobs) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *HeartbeatJobs) GetAttempts() []*JobAttemptRef {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *HeartbeatJobs) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *HeartbeatJobs) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+type CompleteJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Completions   []*JobCompletion       `protobuf:"bytes,1,rep,name=completions,proto3" json:"completions,omitempty"`
+	WorkerId      string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Identity      string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteJobs) Reset() {
+	*x = CompleteJobs{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteJobs) ProtoMessage() {}
+
+func (x *CompleteJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteJobs.ProtoReflect.Descriptor instead.
+func (*CompleteJobs) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CompleteJobs) GetCompletions() []*JobCompletion {
+	if x != nil {
+		return x.Completions
+	}
+	return nil
+}
+
+func (x *CompleteJobs) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *CompleteJobs) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+type JobCompletion struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         uint64                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt       uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Result        []byte                 `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobCompletion) Reset() {
+	*x = JobCompletion{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobCompletion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobCompletion) ProtoMessage() {}
+
+func (x *JobCompletion) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobCompletion.ProtoReflect.Descriptor instead.
+func (*JobCompletion) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *JobCompletion) GetJobId() uint64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *JobCompletion) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *JobCompletion) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+type FailJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Failures      []*JobFailure          `protobuf:"bytes,1,rep,name=failures,proto3" json:"failures,omitempty"`
+	WorkerId      string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Identity      string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailJobs) Reset() {
+	*x = FailJobs{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailJobs) ProtoMessage() {}
+
+func (x *FailJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailJobs.ProtoReflect.Descriptor instead.
+func (*FailJobs) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *FailJobs) GetFailures() []*JobFailure {
+	if x != nil {
+		return x.Failures
+	}
+	return nil
+}
+
+func (x *FailJobs) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *FailJobs) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+type JobFailure struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	JobId   uint64                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Error   string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// retryable: schedule another attempt after the backoff if attempts
+	// remain; otherwise the job is dead.
+	Retryable bool `protobuf:"varint,4,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	// jitter_ppm in [0, 1000000) is chosen by the leader: the backoff is
+	// base * (1 + jitter_ppm / 4000000), i.e. up to 25 % longer.
+	JitterPpm     uint32 `protobuf:"varint,5,opt,name=jitter_ppm,json=jitterPpm,proto3" json:"jitter_ppm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobFailure) Reset() {
+	*x = JobFailure{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobFailure) ProtoMessage() {}
+
+func (x *JobFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobFailure.ProtoReflect.Descriptor instead.
+func (*JobFailure) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *JobFailure) GetJobId() uint64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *JobFailure) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *JobFailure) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *JobFailure) GetRetryable() bool {
+	if x != nil {
+		return x.Retryable
+	}
+	return false
+}
+
+func (x *JobFailure) GetJitterPpm() uint32 {
+	if x != nil {
+		return x.JitterPpm
+	}
+	return 0
+}
+
+type CancelJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobIds        []uint64               `protobuf:"varint,1,rep,packed,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	Identity      string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelJobs) Reset() {
+	*x = CancelJobs{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelJobs) ProtoMessage() {}
+
+func (x *CancelJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelJobs.ProtoReflect.Descriptor instead.
+func (*CancelJobs) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CancelJobs) GetJobIds() []uint64 {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+func (x *CancelJobs) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+type RetryJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobIds        []uint64               `protobuf:"varint,1,rep,packed,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	Identity      string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryJobs) Reset() {
+	*x = RetryJobs{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryJobs) ProtoMessage() {}
+
+func (x *RetryJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryJobs.ProtoReflect.Descriptor instead.
+func (*RetryJobs) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RetryJobs) GetJobIds() []uint64 {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+func (x *RetryJobs) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 // Snapshot records: a snapshot is a header line followed by length-delimited
 // SnapshotRecord messages in a fixed order (meta, then each family sorted by
 // key), so equal state gives equal bytes.
@@ -1181,6 +2274,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Idempotency
 	//	*SnapshotRecord_Member
 	//	*SnapshotRecord_Job
+	//	*SnapshotRecord_QueueJob
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1188,7 +2282,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +2294,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +2307,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -1286,6 +2380,15 @@ func (x *SnapshotRecord) GetJob() *JobRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetQueueJob() *QueueJobRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_QueueJob); ok {
+			return x.QueueJob
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -1318,6 +2421,10 @@ type SnapshotRecord_Job struct {
 	Job *JobRecord `protobuf:"bytes,7,opt,name=job,proto3,oneof"`
 }
 
+type SnapshotRecord_QueueJob struct {
+	QueueJob *QueueJobRecord `protobuf:"bytes,8,opt,name=queue_job,json=queueJob,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Meta) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Lease) isSnapshotRecord_Record() {}
@@ -1332,22 +2439,31 @@ func (*SnapshotRecord_Member) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_QueueJob) isSnapshotRecord_Record() {}
+
 type SnapshotMeta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClockMs       int64                  `protobuf:"varint,1,opt,name=clock_ms,json=clockMs,proto3" json:"clock_ms,omitempty"`
-	Leases        uint64                 `protobuf:"varint,2,opt,name=leases,proto3" json:"leases,omitempty"`
-	Windows       uint64                 `protobuf:"varint,3,opt,name=windows,proto3" json:"windows,omitempty"`
-	Resources     uint64                 `protobuf:"varint,4,opt,name=resources,proto3" json:"resources,omitempty"`
-	Idempotency   uint64                 `protobuf:"varint,5,opt,name=idempotency,proto3" json:"idempotency,omitempty"`
-	Members       uint64                 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
-	Jobs          uint64                 `protobuf:"varint,7,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ClockMs     int64                  `protobuf:"varint,1,opt,name=clock_ms,json=clockMs,proto3" json:"clock_ms,omitempty"`
+	Leases      uint64                 `protobuf:"varint,2,opt,name=leases,proto3" json:"leases,omitempty"`
+	Windows     uint64                 `protobuf:"varint,3,opt,name=windows,proto3" json:"windows,omitempty"`
+	Resources   uint64                 `protobuf:"varint,4,opt,name=resources,proto3" json:"resources,omitempty"`
+	Idempotency uint64                 `protobuf:"varint,5,opt,name=idempotency,proto3" json:"idempotency,omitempty"`
+	Members     uint64                 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
+	Jobs        uint64                 `protobuf:"varint,7,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	// calendar_ms is the highest calendar stamp applied.
+	CalendarMs int64 `protobuf:"varint,8,opt,name=calendar_ms,json=calendarMs,proto3" json:"calendar_ms,omitempty"`
+	// last_job_id is the last queue job id assigned (ids are never reused).
+	LastJobId uint64 `protobuf:"varint,9,opt,name=last_job_id,json=lastJobId,proto3" json:"last_job_id,omitempty"`
+	// fetch_seq counts fetches: the round robin's starting queue.
+	FetchSeq      uint64 `protobuf:"varint,10,opt,name=fetch_seq,json=fetchSeq,proto3" json:"fetch_seq,omitempty"`
+	QueueJobs     uint64 `protobuf:"varint,11,opt,name=queue_jobs,json=queueJobs,proto3" json:"queue_jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +2475,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +2488,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SnapshotMeta) GetClockMs() int64 {
@@ -1424,6 +2540,34 @@ func (x *SnapshotMeta) GetJobs() uint64 {
 	return 0
 }
 
+func (x *SnapshotMeta) GetCalendarMs() int64 {
+	if x != nil {
+		return x.CalendarMs
+	}
+	return 0
+}
+
+func (x *SnapshotMeta) GetLastJobId() uint64 {
+	if x != nil {
+		return x.LastJobId
+	}
+	return 0
+}
+
+func (x *SnapshotMeta) GetFetchSeq() uint64 {
+	if x != nil {
+		return x.FetchSeq
+	}
+	return 0
+}
+
+func (x *SnapshotMeta) GetQueueJobs() uint64 {
+	if x != nil {
+		return x.QueueJobs
+	}
+	return 0
+}
+
 type LeaseRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1443,7 +2587,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +2599,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +2612,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LeaseRecord) GetName() string {
@@ -1567,7 +2711,7 @@ type WindowRecord struct {
 
 func (x *WindowRecord) Reset() {
 	*x = WindowRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +2723,7 @@ func (x *WindowRecord) String() string {
 func (*WindowRecord) ProtoMessage() {}
 
 func (x *WindowRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +2736,7 @@ func (x *WindowRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowRecord.ProtoReflect.Descriptor instead.
 func (*WindowRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WindowRecord) GetJob() string {
@@ -1680,13 +2824,15 @@ type ResourceRecord struct {
 	LastCommitAtMs     int64                  `protobuf:"varint,4,opt,name=last_commit_at_ms,json=lastCommitAtMs,proto3" json:"last_commit_at_ms,omitempty"`
 	LastIdempotencyKey string                 `protobuf:"bytes,5,opt,name=last_idempotency_key,json=lastIdempotencyKey,proto3" json:"last_idempotency_key,omitempty"`
 	Commits            uint64                 `protobuf:"varint,6,opt,name=commits,proto3" json:"commits,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// job_id: the resource is fenced by this queue job's attempts.
+	JobId         uint64 `protobuf:"varint,7,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResourceRecord) Reset() {
 	*x = ResourceRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +2844,7 @@ func (x *ResourceRecord) String() string {
 func (*ResourceRecord) ProtoMessage() {}
 
 func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +2857,7 @@ func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRecord.ProtoReflect.Descriptor instead.
 func (*ResourceRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResourceRecord) GetResource() string {
@@ -1756,6 +2902,13 @@ func (x *ResourceRecord) GetCommits() uint64 {
 	return 0
 }
 
+func (x *ResourceRecord) GetJobId() uint64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
 type IdempotencyRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Resource      string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
@@ -1769,7 +2922,7 @@ type IdempotencyRecord struct {
 
 func (x *IdempotencyRecord) Reset() {
 	*x = IdempotencyRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +2934,7 @@ func (x *IdempotencyRecord) String() string {
 func (*IdempotencyRecord) ProtoMessage() {}
 
 func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +2947,7 @@ func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdempotencyRecord.ProtoReflect.Descriptor instead.
 func (*IdempotencyRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IdempotencyRecord) GetResource() string {
@@ -1842,7 +2995,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +3007,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +3020,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -1907,7 +3060,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +3072,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +3085,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JobRecord) GetName() string {
@@ -2040,14 +3193,245 @@ func (x *JobRecord) GetLastCompletedWindow() string {
 	return ""
 }
 
+// QueueJobRecord is a queued job with its recent attempts. spec.run_at_ms
+// is the current due time (a retry moves it).
+type QueueJobRecord struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Spec         *QueueJobSpec          `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	State        JobState               `protobuf:"varint,3,opt,name=state,proto3,enum=coord.fsm.v1.JobState" json:"state,omitempty"`
+	Identity     string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	CreatedAtMs  int64                  `protobuf:"varint,5,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	UpdatedAtMs  int64                  `protobuf:"varint,6,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	FinishedAtMs int64                  `protobuf:"varint,7,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
+	// attempts is the number of attempts handed out (the last token).
+	Attempts uint32 `protobuf:"varint,8,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// attempt_log holds the most recent attempts, oldest first.
+	AttemptLog    []*JobAttemptRecord `protobuf:"bytes,9,rep,name=attempt_log,json=attemptLog,proto3" json:"attempt_log,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueJobRecord) Reset() {
+	*x = QueueJobRecord{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueJobRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueJobRecord) ProtoMessage() {}
+
+func (x *QueueJobRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueJobRecord.ProtoReflect.Descriptor instead.
+func (*QueueJobRecord) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *QueueJobRecord) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueJobRecord) GetSpec() *QueueJobSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *QueueJobRecord) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *QueueJobRecord) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *QueueJobRecord) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *QueueJobRecord) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+func (x *QueueJobRecord) GetFinishedAtMs() int64 {
+	if x != nil {
+		return x.FinishedAtMs
+	}
+	return 0
+}
+
+func (x *QueueJobRecord) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *QueueJobRecord) GetAttemptLog() []*JobAttemptRecord {
+	if x != nil {
+		return x.AttemptLog
+	}
+	return nil
+}
+
+type JobAttemptRecord struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Number      uint32                 `protobuf:"varint,1,opt,name=number,proto3" json:"number,omitempty"`
+	Outcome     AttemptOutcome         `protobuf:"varint,2,opt,name=outcome,proto3,enum=coord.fsm.v1.AttemptOutcome" json:"outcome,omitempty"`
+	WorkerId    string                 `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Identity    string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	StartedAtMs int64                  `protobuf:"varint,5,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	// deadline_ms: the visibility deadline (calendar), moved by heartbeats.
+	DeadlineMs    int64  `protobuf:"varint,6,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
+	FinishedAtMs  int64  `protobuf:"varint,7,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
+	Heartbeats    uint32 `protobuf:"varint,8,opt,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	Error         string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	Result        []byte `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobAttemptRecord) Reset() {
+	*x = JobAttemptRecord{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobAttemptRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobAttemptRecord) ProtoMessage() {}
+
+func (x *JobAttemptRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobAttemptRecord.ProtoReflect.Descriptor instead.
+func (*JobAttemptRecord) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *JobAttemptRecord) GetNumber() uint32 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *JobAttemptRecord) GetOutcome() AttemptOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return AttemptOutcome_ATTEMPT_OUTCOME_UNSPECIFIED
+}
+
+func (x *JobAttemptRecord) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *JobAttemptRecord) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *JobAttemptRecord) GetStartedAtMs() int64 {
+	if x != nil {
+		return x.StartedAtMs
+	}
+	return 0
+}
+
+func (x *JobAttemptRecord) GetDeadlineMs() int64 {
+	if x != nil {
+		return x.DeadlineMs
+	}
+	return 0
+}
+
+func (x *JobAttemptRecord) GetFinishedAtMs() int64 {
+	if x != nil {
+		return x.FinishedAtMs
+	}
+	return 0
+}
+
+func (x *JobAttemptRecord) GetHeartbeats() uint32 {
+	if x != nil {
+		return x.Heartbeats
+	}
+	return 0
+}
+
+func (x *JobAttemptRecord) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *JobAttemptRecord) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 var File_coord_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\xf7\x05\n" +
+	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\xc6\t\n" +
 	"\aCommand\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.coord.fsm.v1.CommandTypeR\x04type\x12\x15\n" +
-	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12(\n" +
+	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12\x1f\n" +
+	"\vcalendar_ms\x18\x03 \x01(\x03R\n" +
+	"calendarMs\x12(\n" +
 	"\x04tick\x18\n" +
 	" \x01(\v2\x12.coord.fsm.v1.TickH\x00R\x04tick\x121\n" +
 	"\aacquire\x18\v \x01(\v2\x15.coord.fsm.v1.AcquireH\x00R\aacquire\x12+\n" +
@@ -2061,7 +3445,18 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"set_member\x18\x12 \x01(\v2\x17.coord.fsm.v1.SetMemberH\x00R\tsetMember\x12A\n" +
 	"\rremove_member\x18\x13 \x01(\v2\x1a.coord.fsm.v1.RemoveMemberH\x00R\fremoveMember\x12>\n" +
 	"\fregister_job\x18\x14 \x01(\v2\x19.coord.fsm.v1.RegisterJobH\x00R\vregisterJob\x12+\n" +
-	"\x05batch\x18\x15 \x01(\v2\x13.coord.fsm.v1.BatchH\x00R\x05batchB\x06\n" +
+	"\x05batch\x18\x15 \x01(\v2\x13.coord.fsm.v1.BatchH\x00R\x05batch\x12;\n" +
+	"\vsubmit_jobs\x18\x16 \x01(\v2\x18.coord.fsm.v1.SubmitJobsH\x00R\n" +
+	"submitJobs\x128\n" +
+	"\n" +
+	"fetch_jobs\x18\x17 \x01(\v2\x17.coord.fsm.v1.FetchJobsH\x00R\tfetchJobs\x12D\n" +
+	"\x0eheartbeat_jobs\x18\x18 \x01(\v2\x1b.coord.fsm.v1.HeartbeatJobsH\x00R\rheartbeatJobs\x12A\n" +
+	"\rcomplete_jobs\x18\x19 \x01(\v2\x1a.coord.fsm.v1.CompleteJobsH\x00R\fcompleteJobs\x125\n" +
+	"\tfail_jobs\x18\x1a \x01(\v2\x16.coord.fsm.v1.FailJobsH\x00R\bfailJobs\x12;\n" +
+	"\vcancel_jobs\x18\x1b \x01(\v2\x18.coord.fsm.v1.CancelJobsH\x00R\n" +
+	"cancelJobs\x128\n" +
+	"\n" +
+	"retry_jobs\x18\x1c \x01(\v2\x17.coord.fsm.v1.RetryJobsH\x00R\tretryJobsB\x06\n" +
 	"\x04body\":\n" +
 	"\x05Batch\x121\n" +
 	"\bcommands\x18\x01 \x03(\v2\x15.coord.fsm.v1.CommandR\bcommands\"\x06\n" +
@@ -2114,7 +3509,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"generation\x12\x16\n" +
 	"\x06result\x18\x06 \x01(\fR\x06result\x12\x1a\n" +
 	"\bidentity\x18\a \x01(\tR\bidentity\x12\x18\n" +
-	"\arelease\x18\b \x01(\bR\arelease\"\xac\x01\n" +
+	"\arelease\x18\b \x01(\bR\arelease\"\xc3\x01\n" +
 	"\fFencedCommit\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1d\n" +
 	"\n" +
@@ -2123,16 +3518,80 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x18\n" +
-	"\apayload\x18\x05 \x01(\fR\apayload\"$\n" +
+	"\apayload\x18\x05 \x01(\fR\apayload\x12\x15\n" +
+	"\x06job_id\x18\x06 \x01(\x04R\x05jobId\"v\n" +
 	"\x05Prune\x12\x1b\n" +
-	"\tcutoff_ms\x18\x01 \x01(\x03R\bcutoffMs\">\n" +
+	"\tcutoff_ms\x18\x01 \x01(\x03R\bcutoffMs\x12$\n" +
+	"\x0ejobs_cutoff_ms\x18\x02 \x01(\x03R\fjobsCutoffMs\x12*\n" +
+	"\x11max_finished_jobs\x18\x03 \x01(\x04R\x0fmaxFinishedJobs\">\n" +
 	"\tSetMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\"\x1e\n" +
 	"\fRemoveMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"8\n" +
 	"\vRegisterJob\x12)\n" +
-	"\x03job\x18\x01 \x01(\v2\x17.coord.fsm.v1.JobRecordR\x03job\"\x99\x03\n" +
+	"\x03job\x18\x01 \x01(\v2\x17.coord.fsm.v1.JobRecordR\x03job\"\xb6\x03\n" +
+	"\fQueueJobSpec\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04args\x18\x03 \x01(\fR\x04args\x12\x1a\n" +
+	"\trun_at_ms\x18\x04 \x01(\x03R\arunAtMs\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\x05R\bpriority\x12!\n" +
+	"\fmax_attempts\x18\x06 \x01(\x05R\vmaxAttempts\x12,\n" +
+	"\x12backoff_initial_ms\x18\a \x01(\x03R\x10backoffInitialMs\x12$\n" +
+	"\x0ebackoff_max_ms\x18\b \x01(\x03R\fbackoffMaxMs\x126\n" +
+	"\x17backoff_factor_permille\x18\t \x01(\rR\x15backoffFactorPermille\x122\n" +
+	"\x15visibility_timeout_ms\x18\n" +
+	" \x01(\x03R\x13visibilityTimeoutMs\x12\x1d\n" +
+	"\n" +
+	"unique_key\x18\v \x01(\tR\tuniqueKey\x12.\n" +
+	"\x06labels\x18\f \x03(\v2\x16.coord.fsm.v1.JobLabelR\x06labels\"2\n" +
+	"\bJobLabel\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"X\n" +
+	"\n" +
+	"SubmitJobs\x12.\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x1a.coord.fsm.v1.QueueJobSpecR\x04jobs\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\"n\n" +
+	"\tFetchJobs\x12\x16\n" +
+	"\x06queues\x18\x01 \x03(\tR\x06queues\x12\x10\n" +
+	"\x03max\x18\x02 \x01(\rR\x03max\x12\x1b\n" +
+	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\"@\n" +
+	"\rJobAttemptRef\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\"\x81\x01\n" +
+	"\rHeartbeatJobs\x127\n" +
+	"\battempts\x18\x01 \x03(\v2\x1b.coord.fsm.v1.JobAttemptRefR\battempts\x12\x1b\n" +
+	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\"\x86\x01\n" +
+	"\fCompleteJobs\x12=\n" +
+	"\vcompletions\x18\x01 \x03(\v2\x1b.coord.fsm.v1.JobCompletionR\vcompletions\x12\x1b\n" +
+	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\"X\n" +
+	"\rJobCompletion\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\"y\n" +
+	"\bFailJobs\x124\n" +
+	"\bfailures\x18\x01 \x03(\v2\x18.coord.fsm.v1.JobFailureR\bfailures\x12\x1b\n" +
+	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\"\x90\x01\n" +
+	"\n" +
+	"JobFailure\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1c\n" +
+	"\tretryable\x18\x04 \x01(\bR\tretryable\x12\x1d\n" +
+	"\n" +
+	"jitter_ppm\x18\x05 \x01(\rR\tjitterPpm\"A\n" +
+	"\n" +
+	"CancelJobs\x12\x17\n" +
+	"\ajob_ids\x18\x01 \x03(\x04R\x06jobIds\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\"@\n" +
+	"\tRetryJobs\x12\x17\n" +
+	"\ajob_ids\x18\x01 \x03(\x04R\x06jobIds\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\"\xd6\x03\n" +
 	"\x0eSnapshotRecord\x120\n" +
 	"\x04meta\x18\x01 \x01(\v2\x1a.coord.fsm.v1.SnapshotMetaH\x00R\x04meta\x121\n" +
 	"\x05lease\x18\x02 \x01(\v2\x19.coord.fsm.v1.LeaseRecordH\x00R\x05lease\x124\n" +
@@ -2140,8 +3599,9 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\bresource\x18\x04 \x01(\v2\x1c.coord.fsm.v1.ResourceRecordH\x00R\bresource\x12C\n" +
 	"\vidempotency\x18\x05 \x01(\v2\x1f.coord.fsm.v1.IdempotencyRecordH\x00R\vidempotency\x124\n" +
 	"\x06member\x18\x06 \x01(\v2\x1a.coord.fsm.v1.MemberRecordH\x00R\x06member\x12+\n" +
-	"\x03job\x18\a \x01(\v2\x17.coord.fsm.v1.JobRecordH\x00R\x03jobB\b\n" +
-	"\x06record\"\xc9\x01\n" +
+	"\x03job\x18\a \x01(\v2\x17.coord.fsm.v1.JobRecordH\x00R\x03job\x12;\n" +
+	"\tqueue_job\x18\b \x01(\v2\x1c.coord.fsm.v1.QueueJobRecordH\x00R\bqueueJobB\b\n" +
+	"\x06record\"\xc6\x02\n" +
 	"\fSnapshotMeta\x12\x19\n" +
 	"\bclock_ms\x18\x01 \x01(\x03R\aclockMs\x12\x16\n" +
 	"\x06leases\x18\x02 \x01(\x04R\x06leases\x12\x18\n" +
@@ -2149,7 +3609,14 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tresources\x18\x04 \x01(\x04R\tresources\x12 \n" +
 	"\vidempotency\x18\x05 \x01(\x04R\vidempotency\x12\x18\n" +
 	"\amembers\x18\x06 \x01(\x04R\amembers\x12\x12\n" +
-	"\x04jobs\x18\a \x01(\x04R\x04jobs\"\xcf\x02\n" +
+	"\x04jobs\x18\a \x01(\x04R\x04jobs\x12\x1f\n" +
+	"\vcalendar_ms\x18\b \x01(\x03R\n" +
+	"calendarMs\x12\x1e\n" +
+	"\vlast_job_id\x18\t \x01(\x04R\tlastJobId\x12\x1b\n" +
+	"\tfetch_seq\x18\n" +
+	" \x01(\x04R\bfetchSeq\x12\x1d\n" +
+	"\n" +
+	"queue_jobs\x18\v \x01(\x04R\tqueueJobs\"\xcf\x02\n" +
 	"\vLeaseRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
@@ -2181,7 +3648,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\rstarted_at_ms\x18\t \x01(\x03R\vstartedAtMs\x12&\n" +
 	"\x0fcompleted_at_ms\x18\n" +
 	" \x01(\x03R\rcompletedAtMs\x12\x16\n" +
-	"\x06result\x18\v \x01(\fR\x06result\"\xe9\x01\n" +
+	"\x06result\x18\v \x01(\fR\x06result\"\x80\x02\n" +
 	"\x0eResourceRecord\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1d\n" +
 	"\n" +
@@ -2189,7 +3656,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0emax_generation\x18\x03 \x01(\x04R\rmaxGeneration\x12)\n" +
 	"\x11last_commit_at_ms\x18\x04 \x01(\x03R\x0elastCommitAtMs\x120\n" +
 	"\x14last_idempotency_key\x18\x05 \x01(\tR\x12lastIdempotencyKey\x12\x18\n" +
-	"\acommits\x18\x06 \x01(\x04R\acommits\"\x90\x01\n" +
+	"\acommits\x18\x06 \x01(\x04R\acommits\x12\x15\n" +
+	"\x06job_id\x18\a \x01(\x04R\x05jobId\"\x90\x01\n" +
 	"\x11IdempotencyRecord\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1e\n" +
@@ -2217,7 +3685,33 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x10registered_at_ms\x18\f \x01(\x03R\x0eregisteredAtMs\x12\"\n" +
 	"\rupdated_at_ms\x18\r \x01(\x03R\vupdatedAtMs\x12/\n" +
 	"\x14last_completed_at_ms\x18\x0e \x01(\x03R\x11lastCompletedAtMs\x122\n" +
-	"\x15last_completed_window\x18\x0f \x01(\tR\x13lastCompletedWindow*\xfb\x02\n" +
+	"\x15last_completed_window\x18\x0f \x01(\tR\x13lastCompletedWindow\"\xe5\x02\n" +
+	"\x0eQueueJobRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12.\n" +
+	"\x04spec\x18\x02 \x01(\v2\x1a.coord.fsm.v1.QueueJobSpecR\x04spec\x12,\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x16.coord.fsm.v1.JobStateR\x05state\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\"\n" +
+	"\rcreated_at_ms\x18\x05 \x01(\x03R\vcreatedAtMs\x12\"\n" +
+	"\rupdated_at_ms\x18\x06 \x01(\x03R\vupdatedAtMs\x12$\n" +
+	"\x0efinished_at_ms\x18\a \x01(\x03R\ffinishedAtMs\x12\x1a\n" +
+	"\battempts\x18\b \x01(\rR\battempts\x12?\n" +
+	"\vattempt_log\x18\t \x03(\v2\x1e.coord.fsm.v1.JobAttemptRecordR\n" +
+	"attemptLog\"\xd4\x02\n" +
+	"\x10JobAttemptRecord\x12\x16\n" +
+	"\x06number\x18\x01 \x01(\rR\x06number\x126\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x1c.coord.fsm.v1.AttemptOutcomeR\aoutcome\x12\x1b\n" +
+	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\"\n" +
+	"\rstarted_at_ms\x18\x05 \x01(\x03R\vstartedAtMs\x12\x1f\n" +
+	"\vdeadline_ms\x18\x06 \x01(\x03R\n" +
+	"deadlineMs\x12$\n" +
+	"\x0efinished_at_ms\x18\a \x01(\x03R\ffinishedAtMs\x12\x1e\n" +
+	"\n" +
+	"heartbeats\x18\b \x01(\rR\n" +
+	"heartbeats\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12\x16\n" +
+	"\x06result\x18\n" +
+	" \x01(\fR\x06result*\xce\x04\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11COMMAND_TYPE_TICK\x10\x01\x12\x18\n" +
@@ -2232,7 +3726,30 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x1aCOMMAND_TYPE_REMOVE_MEMBER\x10\n" +
 	"\x12\x1d\n" +
 	"\x19COMMAND_TYPE_REGISTER_JOB\x10\v\x12\x16\n" +
-	"\x12COMMAND_TYPE_BATCH\x10\fB3Z1github.com/coordd/coordd/proto/coord/fsm/v1;fsmv1b\x06proto3"
+	"\x12COMMAND_TYPE_BATCH\x10\f\x12\x1c\n" +
+	"\x18COMMAND_TYPE_SUBMIT_JOBS\x10\r\x12\x1b\n" +
+	"\x17COMMAND_TYPE_FETCH_JOBS\x10\x0e\x12\x1f\n" +
+	"\x1bCOMMAND_TYPE_HEARTBEAT_JOBS\x10\x0f\x12\x1e\n" +
+	"\x1aCOMMAND_TYPE_COMPLETE_JOBS\x10\x10\x12\x1a\n" +
+	"\x16COMMAND_TYPE_FAIL_JOBS\x10\x11\x12\x1c\n" +
+	"\x18COMMAND_TYPE_CANCEL_JOBS\x10\x12\x12\x1b\n" +
+	"\x17COMMAND_TYPE_RETRY_JOBS\x10\x13*\xcd\x01\n" +
+	"\bJobState\x12\x19\n" +
+	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x17\n" +
+	"\x13JOB_STATE_AVAILABLE\x10\x02\x12\x15\n" +
+	"\x11JOB_STATE_RUNNING\x10\x03\x12\x17\n" +
+	"\x13JOB_STATE_RETRYABLE\x10\x04\x12\x17\n" +
+	"\x13JOB_STATE_SUCCEEDED\x10\x05\x12\x17\n" +
+	"\x13JOB_STATE_CANCELLED\x10\x06\x12\x12\n" +
+	"\x0eJOB_STATE_DEAD\x10\a*\xc4\x01\n" +
+	"\x0eAttemptOutcome\x12\x1f\n" +
+	"\x1bATTEMPT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17ATTEMPT_OUTCOME_RUNNING\x10\x01\x12\x1d\n" +
+	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
+	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12\x1a\n" +
+	"\x16ATTEMPT_OUTCOME_LAPSED\x10\x04\x12\x1d\n" +
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x05B3Z1github.com/coordd/coordd/proto/coord/fsm/v1;fsmv1b\x06proto3"
 
 var (
 	file_coord_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -2246,61 +3763,94 @@ func file_coord_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_coord_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),          // 0: coord.fsm.v1.CommandType
-	(*Command)(nil),           // 1: coord.fsm.v1.Command
-	(*Batch)(nil),             // 2: coord.fsm.v1.Batch
-	(*Tick)(nil),              // 3: coord.fsm.v1.Tick
-	(*Acquire)(nil),           // 4: coord.fsm.v1.Acquire
-	(*Renew)(nil),             // 5: coord.fsm.v1.Renew
-	(*Release)(nil),           // 6: coord.fsm.v1.Release
-	(*ClaimWindow)(nil),       // 7: coord.fsm.v1.ClaimWindow
-	(*CompleteWindow)(nil),    // 8: coord.fsm.v1.CompleteWindow
-	(*FencedCommit)(nil),      // 9: coord.fsm.v1.FencedCommit
-	(*Prune)(nil),             // 10: coord.fsm.v1.Prune
-	(*SetMember)(nil),         // 11: coord.fsm.v1.SetMember
-	(*RemoveMember)(nil),      // 12: coord.fsm.v1.RemoveMember
-	(*RegisterJob)(nil),       // 13: coord.fsm.v1.RegisterJob
-	(*SnapshotRecord)(nil),    // 14: coord.fsm.v1.SnapshotRecord
-	(*SnapshotMeta)(nil),      // 15: coord.fsm.v1.SnapshotMeta
-	(*LeaseRecord)(nil),       // 16: coord.fsm.v1.LeaseRecord
-	(*WindowRecord)(nil),      // 17: coord.fsm.v1.WindowRecord
-	(*ResourceRecord)(nil),    // 18: coord.fsm.v1.ResourceRecord
-	(*IdempotencyRecord)(nil), // 19: coord.fsm.v1.IdempotencyRecord
-	(*MemberRecord)(nil),      // 20: coord.fsm.v1.MemberRecord
-	(*JobRecord)(nil),         // 21: coord.fsm.v1.JobRecord
+	(JobState)(0),             // 1: coord.fsm.v1.JobState
+	(AttemptOutcome)(0),       // 2: coord.fsm.v1.AttemptOutcome
+	(*Command)(nil),           // 3: coord.fsm.v1.Command
+	(*Batch)(nil),             // 4: coord.fsm.v1.Batch
+	(*Tick)(nil),              // 5: coord.fsm.v1.Tick
+	(*Acquire)(nil),           // 6: coord.fsm.v1.Acquire
+	(*Renew)(nil),             // 7: coord.fsm.v1.Renew
+	(*Release)(nil),           // 8: coord.fsm.v1.Release
+	(*ClaimWindow)(nil),       // 9: coord.fsm.v1.ClaimWindow
+	(*CompleteWindow)(nil),    // 10: coord.fsm.v1.CompleteWindow
+	(*FencedCommit)(nil),      // 11: coord.fsm.v1.FencedCommit
+	(*Prune)(nil),             // 12: coord.fsm.v1.Prune
+	(*SetMember)(nil),         // 13: coord.fsm.v1.SetMember
+	(*RemoveMember)(nil),      // 14: coord.fsm.v1.RemoveMember
+	(*RegisterJob)(nil),       // 15: coord.fsm.v1.RegisterJob
+	(*QueueJobSpec)(nil),      // 16: coord.fsm.v1.QueueJobSpec
+	(*JobLabel)(nil),          // 17: coord.fsm.v1.JobLabel
+	(*SubmitJobs)(nil),        // 18: coord.fsm.v1.SubmitJobs
+	(*FetchJobs)(nil),         // 19: coord.fsm.v1.FetchJobs
+	(*JobAttemptRef)(nil),     // 20: coord.fsm.v1.JobAttemptRef
+	(*HeartbeatJobs)(nil),     // 21: coord.fsm.v1.HeartbeatJobs
+	(*CompleteJobs)(nil),      // 22: coord.fsm.v1.CompleteJobs
+	(*JobCompletion)(nil),     // 23: coord.fsm.v1.JobCompletion
+	(*FailJobs)(nil),          // 24: coord.fsm.v1.FailJobs
+	(*JobFailure)(nil),        // 25: coord.fsm.v1.JobFailure
+	(*CancelJobs)(nil),        // 26: coord.fsm.v1.CancelJobs
+	(*RetryJobs)(nil),         // 27: coord.fsm.v1.RetryJobs
+	(*SnapshotRecord)(nil),    // 28: coord.fsm.v1.SnapshotRecord
+	(*SnapshotMeta)(nil),      // 29: coord.fsm.v1.SnapshotMeta
+	(*LeaseRecord)(nil),       // 30: coord.fsm.v1.LeaseRecord
+	(*WindowRecord)(nil),      // 31: coord.fsm.v1.WindowRecord
+	(*ResourceRecord)(nil),    // 32: coord.fsm.v1.ResourceRecord
+	(*IdempotencyRecord)(nil), // 33: coord.fsm.v1.IdempotencyRecord
+	(*MemberRecord)(nil),      // 34: coord.fsm.v1.MemberRecord
+	(*JobRecord)(nil),         // 35: coord.fsm.v1.JobRecord
+	(*QueueJobRecord)(nil),    // 36: coord.fsm.v1.QueueJobRecord
+	(*JobAttemptRecord)(nil),  // 37: coord.fsm.v1.JobAttemptRecord
 }
 var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: coord.fsm.v1.Command.type:type_name -> coord.fsm.v1.CommandType
-	3,  // 1: coord.fsm.v1.Command.tick:type_name -> coord.fsm.v1.Tick
-	4,  // 2: coord.fsm.v1.Command.acquire:type_name -> coord.fsm.v1.Acquire
-	5,  // 3: coord.fsm.v1.Command.renew:type_name -> coord.fsm.v1.Renew
-	6,  // 4: coord.fsm.v1.Command.release:type_name -> coord.fsm.v1.Release
-	7,  // 5: coord.fsm.v1.Command.claim_window:type_name -> coord.fsm.v1.ClaimWindow
-	8,  // 6: coord.fsm.v1.Command.complete_window:type_name -> coord.fsm.v1.CompleteWindow
-	9,  // 7: coord.fsm.v1.Command.fenced_commit:type_name -> coord.fsm.v1.FencedCommit
-	10, // 8: coord.fsm.v1.Command.prune:type_name -> coord.fsm.v1.Prune
-	11, // 9: coord.fsm.v1.Command.set_member:type_name -> coord.fsm.v1.SetMember
-	12, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
-	13, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
-	2,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
-	1,  // 13: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
-	4,  // 14: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
-	21, // 15: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
-	15, // 16: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
-	16, // 17: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
-	17, // 18: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
-	18, // 19: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
-	19, // 20: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
-	20, // 21: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
-	21, // 22: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	5,  // 1: coord.fsm.v1.Command.tick:type_name -> coord.fsm.v1.Tick
+	6,  // 2: coord.fsm.v1.Command.acquire:type_name -> coord.fsm.v1.Acquire
+	7,  // 3: coord.fsm.v1.Command.renew:type_name -> coord.fsm.v1.Renew
+	8,  // 4: coord.fsm.v1.Command.release:type_name -> coord.fsm.v1.Release
+	9,  // 5: coord.fsm.v1.Command.claim_window:type_name -> coord.fsm.v1.ClaimWindow
+	10, // 6: coord.fsm.v1.Command.complete_window:type_name -> coord.fsm.v1.CompleteWindow
+	11, // 7: coord.fsm.v1.Command.fenced_commit:type_name -> coord.fsm.v1.FencedCommit
+	12, // 8: coord.fsm.v1.Command.prune:type_name -> coord.fsm.v1.Prune
+	13, // 9: coord.fsm.v1.Command.set_member:type_name -> coord.fsm.v1.SetMember
+	14, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
+	15, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
+	4,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
+	18, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
+	19, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
+	21, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
+	22, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
+	24, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
+	26, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
+	27, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
+	3,  // 20: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
+	6,  // 21: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
+	35, // 22: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
+	17, // 23: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
+	16, // 24: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
+	20, // 25: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
+	23, // 26: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
+	25, // 27: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
+	29, // 28: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
+	30, // 29: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
+	31, // 30: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
+	32, // 31: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
+	33, // 32: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
+	34, // 33: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
+	35, // 34: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
+	36, // 35: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
+	16, // 36: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
+	1,  // 37: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
+	37, // 38: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
+	2,  // 39: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
+	40, // [40:40] is the sub-list for method output_type
+	40, // [40:40] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_coord_fsm_v1_fsm_proto_init() }
@@ -2321,8 +3871,15 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*Command_RemoveMember)(nil),
 		(*Command_RegisterJob)(nil),
 		(*Command_Batch)(nil),
+		(*Command_SubmitJobs)(nil),
+		(*Command_FetchJobs)(nil),
+		(*Command_HeartbeatJobs)(nil),
+		(*Command_CompleteJobs)(nil),
+		(*Command_FailJobs)(nil),
+		(*Command_CancelJobs)(nil),
+		(*Command_RetryJobs)(nil),
 	}
-	file_coord_fsm_v1_fsm_proto_msgTypes[13].OneofWrappers = []any{
+	file_coord_fsm_v1_fsm_proto_msgTypes[25].OneofWrappers = []any{
 		(*SnapshotRecord_Meta)(nil),
 		(*SnapshotRecord_Lease)(nil),
 		(*SnapshotRecord_Window)(nil),
@@ -2330,14 +3887,15 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*SnapshotRecord_Idempotency)(nil),
 		(*SnapshotRecord_Member)(nil),
 		(*SnapshotRecord_Job)(nil),
+		(*SnapshotRecord_QueueJob)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_fsm_v1_fsm_proto_rawDesc), len(file_coord_fsm_v1_fsm_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   21,
+			NumEnums:      3,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

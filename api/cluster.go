@@ -1,0 +1,91 @@
+package api
+
+import (
+	"context"
+	"net"
+
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// cluster implements coord.v1.Cluster: it validates, forwards membership
+// changes to the leader, and lets the node act on Raft.
+type cluster struct {
+	coordv1.UnimplementedClusterServer
+	s *Server
+}
+
+// Status answers from this node, whatever its role.
+func (c *cluster) Status(context.Context, *coordv1.StatusRequest) (*coordv1.StatusResponse, error) {
+	return c.s.node.Status(), nil
+}
+
+// Members answers from this node's view of the configuration.
+func (c *cluster) Members(context.Context, *coordv1.MembersRequest) (*coordv1.MembersResponse, error) {
+	ms, err := c.s.node.Members()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &coordv1.MembersResponse{Members: ms}, nil
+}
+
+func checkAddr(field, addr string, required bool) error {
+	if addr == "" && !required {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return invalidArg(field, "%q is not host:port", addr)
+	}
+	return nil
+}
+
+// AddVoter adds a voter, or updates a member's addresses. It is idempotent,
+// so a node may call it at every start.
+func (c *cluster) AddVoter(ctx context.Context, req *coordv1.AddVoterRequest) (*coordv1.AddVoterResponse, error) {
+	if err := firstErr(checkName("id", req.GetId(), true), checkAddr("raft_address", req.GetRaftAddress(), true),
+		checkAddr("grpc_address", req.GetGrpcAddress(), false)); err != nil {
+		return nil, toStatus(err)
+	}
+	return clusterOnLeader(c.s, ctx, coordv1.ClusterClient.AddVoter, req, func() (*coordv1.AddVoterResponse, error) {
+		ms, err := c.s.node.AddVoter(ctx, req.GetId(), req.GetRaftAddress(), req.GetGrpcAddress())
+		if err != nil {
+			return nil, err
+		}
+		return &coordv1.AddVoterResponse{Members: ms}, nil
+	})
+}
+
+func (c *cluster) RemoveServer(ctx context.Context, req *coordv1.RemoveServerRequest) (*coordv1.RemoveServerResponse, error) {
+	if err := checkName("id", req.GetId(), true); err != nil {
+		return nil, toStatus(err)
+	}
+	return clusterOnLeader(c.s, ctx, coordv1.ClusterClient.RemoveServer, req, func() (*coordv1.RemoveServerResponse, error) {
+		ms, err := c.s.node.RemoveServer(ctx, req.GetId())
+		if err != nil {
+			return nil, err
+		}
+		return &coordv1.RemoveServerResponse{Members: ms}, nil
+	})
+}
+
+// TransferLeadership hands leadership to a voter (any, without an id). On
+// a single-node cluster it is FAILED_PRECONDITION: there is no one to hand
+// it to.
+func (c *cluster) TransferLeadership(ctx context.Context, req *coordv1.TransferLeadershipRequest) (*coordv1.TransferLeadershipResponse, error) {
+	if err := checkName("id", req.GetId(), false); err != nil {
+		return nil, toStatus(err)
+	}
+	return clusterOnLeader(c.s, ctx, coordv1.ClusterClient.TransferLeadership, req, func() (*coordv1.TransferLeadershipResponse, error) {
+		id, err := c.s.node.TransferLeadership(ctx, req.GetId())
+		if err != nil {
+			return nil, err
+		}
+		return &coordv1.TransferLeadershipResponse{LeaderId: id}, nil
+	})
+}
+
+// Snapshot takes a snapshot on this node now (or reports the latest one
+// when nothing was applied since).
+func (c *cluster) Snapshot(ctx context.Context, _ *coordv1.SnapshotRequest) (*coordv1.SnapshotResponse, error) {
+	resp, err := c.s.node.Snapshot(ctx)
+	return resp, toStatus(err)
+}

@@ -1,0 +1,142 @@
+package api
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coordd/coordd/fsm"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+)
+
+// fakeNode is the node in the API's unit tests: a real FSM applied in
+// process at a fixed cluster time, with leadership set by the test.
+// Methods the tests do not need panic (the embedded nil interface).
+type fakeNode struct {
+	Node
+	id         string
+	leading    bool
+	leaderID   string
+	leaderAddr string
+	now        int64
+	fsm        *fsm.FSM
+
+	mu       sync.Mutex
+	acquires []*fsmv1.Acquire
+	waits    int
+	block    chan struct{} // waiting acquires block on it
+	transfer error
+}
+
+func newFakeNode() *fakeNode {
+	return &fakeNode{id: "n1", leading: true, now: 1_000_000, fsm: fsm.New()}
+}
+
+func (f *fakeNode) ID() string                       { return f.id }
+func (f *fakeNode) TTLRange() (lo, hi time.Duration) { return time.Second, time.Hour }
+func (f *fakeNode) Leading() bool                    { return f.leading }
+func (f *fakeNode) Leader() (string, string)         { return f.leaderID, f.leaderAddr }
+func (f *fakeNode) IsMember(id string) bool          { return id == "n1" || id == "n2" }
+
+func (f *fakeNode) LeaderContext(ctx context.Context) (context.Context, error) {
+	if !f.leading {
+		return nil, &notLeaderError{id: f.leaderID, addr: f.leaderAddr}
+	}
+	return ctx, nil
+}
+
+func (f *fakeNode) apply(body any) any {
+	return f.fsm.ApplyCommand(fsm.Envelope(f.now, body))
+}
+
+func (f *fakeNode) Propose(_ context.Context, body any) (any, error) {
+	if !f.leading {
+		return nil, &notLeaderError{id: f.leaderID, addr: f.leaderAddr}
+	}
+	res := f.apply(body)
+	if rej, ok := res.(*fsm.Rejection); ok {
+		return nil, rej
+	}
+	return res, nil
+}
+
+func (f *fakeNode) Acquire(ctx context.Context, cmd *fsmv1.Acquire, wait bool) (*fsm.AcquireResult, error) {
+	f.mu.Lock()
+	f.acquires = append(f.acquires, proto.Clone(cmd).(*fsmv1.Acquire))
+	if wait {
+		f.waits++
+	}
+	block := f.block
+	f.mu.Unlock()
+	if wait && block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	res, err := f.Propose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return res.(*fsm.AcquireResult), nil
+}
+
+func (f *fakeNode) Read(_ context.Context, stale bool) (*fsm.FSM, int64, error) {
+	if !stale && !f.leading {
+		return nil, 0, &notLeaderError{id: f.leaderID, addr: f.leaderAddr}
+	}
+	return f.fsm, f.now, nil
+}
+
+func (f *fakeNode) TransferLeadership(context.Context, string) (string, error) {
+	return "n2", f.transfer
+}
+
+// newTestServer is an API server on a fake node that does not listen:
+// tests call its handlers directly.
+func newTestServer(t *testing.T, n *fakeNode) *Server {
+	t.Helper()
+	cfg := Config{GRPCAddr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}.withDefaults()
+	cfg.Metrics = prometheus.NewRegistry()
+	s := newServer(cfg, n)
+	s.dial = func(addr string) (grpc.ClientConnInterface, error) {
+		t.Fatalf("dialled %s", addr)
+		return nil, nil
+	}
+	return s
+}
+
+// recordingConn stands for a connection to the leader: it records what is
+// forwarded and answers with reply.
+type recordingConn struct {
+	addr   string
+	method string
+	md     metadata.MD
+	reply  proto.Message
+}
+
+func (c *recordingConn) Invoke(ctx context.Context, method string, _, reply any, _ ...grpc.CallOption) error {
+	c.method = method
+	c.md, _ = metadata.FromOutgoingContext(ctx)
+	proto.Merge(reply.(proto.Message), c.reply)
+	return nil
+}
+
+func (c *recordingConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	panic("not forwarded")
+}
+
+var _ grpc.ClientConnInterface = (*recordingConn)(nil)
+
+func forwardedCtx() context.Context {
+	return metadata.NewIncomingContext(context.Background(), metadata.Pairs(forwardedKey, "n3"))
+}

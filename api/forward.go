@@ -1,0 +1,90 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/coordd/coordd/internal/auth"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// forwardedKey marks a call a follower forwarded to the leader, so that it
+// is never forwarded twice (no loops while leadership moves).
+const forwardedKey = "coordd-forwarded"
+
+// identityKey is the metadata key a forwarding member puts the original
+// caller's identity under.
+const identityKey = "coordd-identity"
+
+// LeaderAddressHeader is the response header a follower sets on a call it
+// forwarded: the leader's gRPC address (the SDK sends its next calls there).
+const LeaderAddressHeader = "coordd-leader-address"
+
+// PingMinInterval is the shortest interval between keepalive pings a
+// client may send without being told to go away (the SDK pings every 10 s).
+const PingMinInterval = 5 * time.Second
+
+func isForwarded(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return len(md.Get(forwardedKey)) > 0
+}
+
+// route decides where a call that must run on the leader goes: here (nil
+// conn, nil error) when this node leads; to the leader's connection; or
+// nowhere, with the notLeaderError to answer, when the leader is unknown
+// or the call was already forwarded once.
+func (s *Server) route(ctx context.Context) (grpc.ClientConnInterface, error) {
+	if s.node.Leading() {
+		return nil, nil
+	}
+	id, addr := s.node.Leader()
+	if addr == "" || isForwarded(ctx) {
+		return nil, &notLeaderError{id: id, addr: addr}
+	}
+	return s.dial(addr)
+}
+
+// onLeader runs local on the leader; on a follower it forwards the call to
+// the leader with call (a method expression of the generated client), or
+// answers Unavailable with the leader's address.
+func onLeader[C, Req, Resp any](s *Server, ctx context.Context, newClient func(grpc.ClientConnInterface) C,
+	call func(C, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req, local func() (Resp, error)) (Resp, error) {
+	conn, err := s.route(ctx)
+	switch {
+	case err != nil:
+		var zero Resp
+		return zero, toStatus(err)
+	case conn == nil:
+		resp, err := local()
+		return resp, toStatus(err)
+	}
+	out := metadata.AppendToOutgoingContext(ctx, forwardedKey, s.node.ID())
+	if s.authEnabled() {
+		// The leader believes this only because we are a member.
+		out = metadata.AppendToOutgoingContext(out, identityKey, auth.IdentityOf(ctx))
+	}
+	s.metrics.forwarded.Inc()
+	// Tell the caller where the leader is, so its next call goes there
+	// directly instead of through this node.
+	if _, addr := s.node.Leader(); addr != "" {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(LeaderAddressHeader, addr))
+	}
+	return call(newClient(conn), out, req)
+}
+
+// coordOnLeader is onLeader for the Coordinator service.
+func coordOnLeader[Req, Resp any](s *Server, ctx context.Context,
+	call func(coordv1.CoordinatorClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
+	local func() (Resp, error)) (Resp, error) {
+	return onLeader(s, ctx, coordv1.NewCoordinatorClient, call, req, local)
+}
+
+// clusterOnLeader is onLeader for the Cluster service.
+func clusterOnLeader[Req, Resp any](s *Server, ctx context.Context,
+	call func(coordv1.ClusterClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
+	local func() (Resp, error)) (Resp, error) {
+	return onLeader(s, ctx, coordv1.NewClusterClient, call, req, local)
+}

@@ -1,0 +1,148 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/internal/tlsutil"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+	"github.com/coordd/coordd/proto/coord/v1/coordv1gw"
+)
+
+// The HTTP/JSON API (grpc-gateway, mapping in proto/coord/v1/coord_http.yaml)
+// serves FencedCommit, GetLease and GetResource for APIs in any
+// language, with the same validation, authorization and errors as gRPC.
+// docs/http-api.md documents it.
+
+type httpIdentityKey struct{}
+
+// httpAPI is the handler of /v1/.
+func (s *Server) httpAPI() http.Handler {
+	gw := runtime.NewServeMux(
+		runtime.WithErrorHandler(writeHTTPError),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}),
+	)
+	// The generated code calls our server directly (no gRPC hop); the
+	// wrapper applies what the gRPC interceptor applies.
+	if err := coordv1gw.RegisterCoordinatorHandlerServer(context.Background(), gw, &httpCoordinator{c: &coordinator{s: s}}); err != nil {
+		panic(err) // registration of generated patterns cannot fail
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, MaxMessageBytes)
+		var id string
+		if r.TLS != nil {
+			id = tlsutil.IdentityOf(r.TLS)
+		}
+		gw.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpIdentityKey{}, id)))
+	})
+}
+
+// httpCoordinator is the part of the Coordinator the gateway exposes.
+type httpCoordinator struct {
+	coordv1.UnimplementedCoordinatorServer
+	c *coordinator
+}
+
+func httpGuard[Req, Resp any](s *Server, ctx context.Context, method string, req Req,
+	call func(context.Context, Req) (Resp, error)) (Resp, error) {
+	id, _ := ctx.Value(httpIdentityKey{}).(string)
+	ctx, err := s.guard(ctx, id, false, method, req)
+	if err != nil {
+		var zero Resp
+		return zero, err
+	}
+	return call(ctx, req)
+}
+
+func (h *httpCoordinator) FencedCommit(ctx context.Context, req *coordv1.FencedCommitRequest) (*coordv1.FencedCommitResponse, error) {
+	return httpGuard(h.c.s, ctx, coordv1.Coordinator_FencedCommit_FullMethodName, req, h.c.FencedCommit)
+}
+
+func (h *httpCoordinator) GetLease(ctx context.Context, req *coordv1.GetLeaseRequest) (*coordv1.GetLeaseResponse, error) {
+	return httpGuard(h.c.s, ctx, coordv1.Coordinator_GetLease_FullMethodName, req, h.c.GetLease)
+}
+
+func (h *httpCoordinator) GetResource(ctx context.Context, req *coordv1.GetResourceRequest) (*coordv1.GetResourceResponse, error) {
+	return httpGuard(h.c.s, ctx, coordv1.Coordinator_GetResource_FullMethodName, req, h.c.GetResource)
+}
+
+// HTTPError is the JSON body of every HTTP API error.
+type HTTPError struct {
+	// Code is the gRPC code name (FAILED_PRECONDITION, ...).
+	Code     string            `json:"code"`
+	Message  string            `json:"message"`
+	Reason   string            `json:"reason,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// HTTPStatus maps a gRPC status to the HTTP API's status: a token that is
+// not current (or any other refused fence) is 409, a denial 403, bad input
+// 400, no leader 503.
+func HTTPStatus(code codes.Code) int {
+	switch code {
+	case codes.OK:
+		return http.StatusOK
+	case codes.InvalidArgument, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.FailedPrecondition, codes.Aborted, codes.AlreadyExists:
+		return http.StatusConflict
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.Canceled:
+		return 499 // client closed request
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func writeHTTPError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
+	st := status.Convert(err)
+	body := HTTPError{Code: codeName(st.Code()), Message: st.Message(),
+		Reason: coorderr.WireReason(err), Metadata: coorderr.Metadata(err)}
+	httpStatus := HTTPStatus(st.Code())
+	// The gateway's own errors (an unparsable body, an unknown route) carry
+	// no ErrorInfo; give bad input its reason all the same.
+	if body.Reason == "" && st.Code() == codes.InvalidArgument {
+		body.Reason = coorderr.Name(coorderr.InvalidArgument)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if st.Code() == codes.Unavailable {
+		w.Header().Set("Retry-After", "1")
+		if addr := body.Metadata["leader_address"]; addr != "" {
+			w.Header().Set("Coordd-Leader", addr)
+		}
+	}
+	w.WriteHeader(httpStatus)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// codeName is the canonical upper-case name of a gRPC code (google.rpc.Code).
+func codeName(c codes.Code) string {
+	if name, ok := code.Code_name[int32(c)]; ok {
+		return name
+	}
+	return code.Code_UNKNOWN.String()
+}

@@ -1,0 +1,74 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/coordd/coordd/fsm"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// Node is what the API needs of a coordd node (node.Node implements it; the
+// API's unit tests use a fake). It is defined here, by its consumer, so
+// that this package never imports the node or Raft.
+//
+// Errors come back as *fsm.Rejection (a verdict of the state machine) or as
+// node errors that toStatus recognises by their methods (NotLeader,
+// LeadershipLost, ShuttingDown, FailedPrecondition, InvalidArgument,
+// NotFound), or context errors.
+type Node interface {
+	ID() string
+	// TTLRange is the range of lease TTLs the node accepts.
+	TTLRange() (lo, hi time.Duration)
+
+	// Leading: this node leads (calls run here, waiting for it to be
+	// ready). Leader: the leader's id and gRPC address when it is another
+	// node ("" when unknown).
+	Leading() bool
+	Leader() (id, grpcAddr string)
+	// LeaderContext ends with this node's current leadership (streams that
+	// live on the leader end with it).
+	LeaderContext(ctx context.Context) (context.Context, error)
+	// WhileLeading runs f each time this node becomes a ready leader, until
+	// that leadership ends; now reads the cluster clock.
+	WhileLeading(f func(ctx context.Context, now func() int64))
+
+	// Acquire answers from state, proposes, or (wait) queues: the one
+	// entry point for acquires. cmd carries the caller's identity and the
+	// live-lease limit.
+	Acquire(ctx context.Context, cmd *fsmv1.Acquire, wait bool) (*fsm.AcquireResult, error)
+	// Propose commits an fsm command body and returns the FSM's result.
+	Propose(ctx context.Context, body any) (any, error)
+	// Read returns the committed state (read only) and the cluster time to
+	// judge expiry at: linearizable on the leader, or stale on any node.
+	Read(ctx context.Context, stale bool) (*fsm.FSM, int64, error)
+
+	// IsMember reports whether identity is a Raft server id.
+	IsMember(identity string) bool
+	Health() error
+	Status() *coordv1.StatusResponse
+	Members() ([]*coordv1.Member, error)
+	AddVoter(ctx context.Context, id, raftAddr, grpcAddr string) ([]*coordv1.Member, error)
+	RemoveServer(ctx context.Context, id string) ([]*coordv1.Member, error)
+	TransferLeadership(ctx context.Context, id string) (string, error)
+	Snapshot(ctx context.Context) (*coordv1.SnapshotResponse, error)
+	// Advertise tells the node where its API listens and how to call
+	// another member's AddVoter (registration and join).
+	Advertise(grpcAddr string, addVoter func(ctx context.Context, addr string, req *coordv1.AddVoterRequest) error)
+}
+
+// propose commits body and types its result.
+func propose[R any](ctx context.Context, n Node, body any) (R, error) {
+	var zero R
+	res, err := n.Propose(ctx, body)
+	if err != nil {
+		return zero, err
+	}
+	r, ok := res.(R)
+	if !ok {
+		return zero, fmt.Errorf("%T answered with %T", body, res)
+	}
+	return r, nil
+}

@@ -1,0 +1,406 @@
+// Package api serves a coordd node: the gRPC services Coordinator, Cluster
+// and Jobs (with KeepAlive), the HTTP/JSON gateway, metrics and health;
+// forwarding to the leader, validation, authentication and authorization,
+// proto <-> domain conversion, and the one table that turns errors into
+// statuses. It depends on the node only through the Node interface, so it
+// never imports Raft, and its handlers are unit-tested with a fake node.
+// See DESIGN.md.
+package api
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/internal/auth"
+	"github.com/coordd/coordd/internal/tlsutil"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// Config is everything the API needs; Serve fills unset fields from
+// Defaults and validates it once.
+type Config struct {
+	GRPCAddr string // listen address; port 0 picks a free one
+	HTTPAddr string // metrics, health and the HTTP/JSON API; empty disables
+
+	// TLS is the node's certificate and key and the CA of its clients; it
+	// turns on TLS for gRPC and HTTP, mutual TLS for gRPC, and identities.
+	TLS tlsutil.Files
+	// Insecure allows plaintext listeners on non-loopback addresses.
+	Insecure bool
+	// ACLFile is the authorization policy (see auth.ACL), reloaded by
+	// Reload. Without it, every authenticated identity may do everything.
+	ACLFile string
+	// Limits are per-identity caps.
+	Limits auth.Limits
+	// EnablePprof serves net/http/pprof under /debug/pprof/ on HTTPAddr.
+	EnablePprof bool
+
+	// MonitorInterval is how often the leader computes overdue windows and
+	// stuck leases for metrics and logs; OverdueLookback bounds how far back
+	// expected windows are checked; MaxLeaseAge is the age of a generation
+	// past which its lease counts as stuck (HELD_TOO_LONG), and the window in
+	// which an expired, unreleased lease counts as SILENT.
+	MonitorInterval time.Duration
+	OverdueLookback time.Duration
+	MaxLeaseAge     time.Duration
+
+	Logger *slog.Logger
+	// Clock drives the monitor's ticker.
+	Clock clock.Clock
+	// Metrics is the registry served on /metrics; the API registers its
+	// collectors (and the Go and process collectors) in it. Give the node's
+	// registry so one scrape sees both. Nil: a registry of its own.
+	Metrics *prometheus.Registry
+}
+
+// Defaults are the values Serve gives unset fields.
+func Defaults() Config {
+	return Config{MonitorInterval: 5 * time.Second, OverdueLookback: 7 * 24 * time.Hour, MaxLeaseAge: 24 * time.Hour}
+}
+
+func (c Config) withDefaults() Config {
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
+	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Clock = cmp.Or[clock.Clock](c.Clock, clock.Real{})
+	d := Defaults()
+	c.MonitorInterval = cmp.Or(c.MonitorInterval, d.MonitorInterval)
+	c.OverdueLookback = cmp.Or(c.OverdueLookback, d.OverdueLookback)
+	c.MaxLeaseAge = cmp.Or(c.MaxLeaseAge, d.MaxLeaseAge)
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
+		errs = append(errs, fmt.Errorf("grpc address %q: %w", c.GRPCAddr, err))
+	}
+	if c.HTTPAddr != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			errs = append(errs, fmt.Errorf("http address %q: %w", c.HTTPAddr, err))
+		}
+	}
+	errs = append(errs, c.TLS.Validate())
+	if c.ACLFile != "" && !c.TLS.Enabled() {
+		errs = append(errs, errors.New("an ACL needs identities, which come from TLS client certificates: set --tls-cert/--tls-key/--tls-ca"))
+	}
+	if !c.TLS.Enabled() {
+		errs = append(errs, tlsutil.CheckPlaintext(c.Insecure,
+			tlsutil.Listener{Name: "gRPC", Addr: c.GRPCAddr}, tlsutil.Listener{Name: "HTTP", Addr: c.HTTPAddr}))
+	}
+	return errors.Join(errs...)
+}
+
+// Limits on input, enforced on every RPC.
+const (
+	MaxNameBytes    = 256
+	MaxPayloadBytes = 64 << 10
+	MaxPageSize     = 1000
+	// MaxMessageBytes caps a gRPC request and an HTTP request body.
+	MaxMessageBytes = 1 << 20
+	DefaultPageSize = 100
+)
+
+// Server is the API of one node.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	node    Node
+	metrics *metrics
+	monitor *monitor
+
+	schedules schedules
+
+	grpc    *grpc.Server
+	grpcLis net.Listener
+	health  *health.Server
+	http    *http.Server
+	httpLis net.Listener
+
+	tls    *tlsutil.Reloader // nil without TLS
+	acl    atomic.Pointer[auth.ACL]
+	limits *auth.Limiter
+
+	// dial returns a connection to a member's gRPC address (forwarding,
+	// registration); peerConn, unless a test replaces it.
+	dial   func(addr string) (grpc.ClientConnInterface, error)
+	connMu sync.Mutex
+	conns  map[string]*grpc.ClientConn
+
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closeOne sync.Once
+}
+
+// Serve listens on the configured addresses and serves n: gRPC always,
+// HTTP when configured. It tells the node its gRPC address (Advertise) and
+// runs the absence monitor while the node leads. Close the node first,
+// then the Server.
+func Serve(cfg Config, n Node) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	s := newServer(cfg, n)
+	if err := s.start(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	n.WhileLeading(s.runMonitor)
+	n.Advertise(s.GRPCAddr(), s.addVoterOn)
+	s.log.Info("coordd API serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr())
+	return s, nil
+}
+
+// newServer builds a Server that does not listen yet (unit tests call
+// handlers on it directly).
+func newServer(cfg Config, n Node) *Server {
+	s := &Server{
+		cfg:    cfg,
+		log:    cfg.Logger.With("node", n.ID()),
+		node:   n,
+		limits: auth.NewLimiter(cfg.Limits),
+		conns:  map[string]*grpc.ClientConn{},
+		stop:   make(chan struct{}),
+	}
+	s.dial = s.peerConn
+	s.metrics = newMetrics(cfg.Metrics)
+	s.monitor = newMonitorMetrics(cfg.Metrics)
+	return s
+}
+
+func (s *Server) start() error {
+	cfg := s.cfg
+	if cfg.TLS.Enabled() {
+		var err error
+		if s.tls, err = tlsutil.NewReloader(cfg.TLS); err != nil {
+			return err
+		}
+	}
+	if cfg.ACLFile != "" {
+		acl, err := auth.LoadACL(cfg.ACLFile)
+		if err != nil {
+			return err
+		}
+		s.acl.Store(acl)
+	}
+	s.logSecurity()
+	var err error
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("grpc listen: %w", err)
+	}
+	if cfg.HTTPAddr != "" {
+		if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return fmt.Errorf("http listen: %w", err)
+		}
+	}
+
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.ChainUnaryInterceptor(s.unaryGuard), grpc.ChainStreamInterceptor(s.streamGuard),
+		// The SDK pings idle connections (every 10 s by default) to notice a
+		// frozen node; gRPC's default policy (5 min, only with streams)
+		// would answer those pings with GOAWAY too_many_pings, ending a
+		// waiting Acquire that sits alone on its connection.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: PingMinInterval, PermitWithoutStream: true})}
+	if s.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.ServerConfig(true))))
+	}
+	s.grpc = grpc.NewServer(opts...)
+	coordv1.RegisterCoordinatorServer(s.grpc, &coordinator{s: s})
+	coordv1.RegisterClusterServer(s.grpc, &cluster{s: s})
+	coordv1.RegisterJobsServer(s.grpc, &jobs{s: s})
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	s.wg.Go(func() { _ = s.grpc.Serve(s.grpcLis) })
+
+	if s.httpLis != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/v1/", s.httpAPI())
+		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", s.serveHealthz)
+		if s.cfg.EnablePprof {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		}
+		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: 64 << 10}
+		if s.tls != nil {
+			// Client certificates are verified when given: /metrics and
+			// /healthz answer anyone, the API only verified identities.
+			s.http.TLSConfig = s.tls.ServerConfig(false)
+			s.wg.Go(func() { _ = s.http.ServeTLS(s.httpLis, "", "") })
+		} else {
+			s.wg.Go(func() { _ = s.http.Serve(s.httpLis) })
+		}
+	}
+	return nil
+}
+
+// GRPCAddr is the address the gRPC server listens on.
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the HTTP address, or "" when disabled.
+func (s *Server) HTTPAddr() string {
+	if s.httpLis == nil {
+		return ""
+	}
+	return s.httpLis.Addr().String()
+}
+
+// Gatherer exposes the metrics registry (tests and embedders).
+func (s *Server) Gatherer() prometheus.Gatherer { return s.cfg.Metrics }
+
+// Close stops serving: health reports NOT_SERVING, gRPC stops gracefully
+// (at most 2 s), HTTP shuts down, peer connections close. It is safe to
+// call more than once.
+func (s *Server) Close() {
+	s.closeOne.Do(s.shutdown)
+}
+
+func (s *Server) shutdown() {
+	close(s.stop)
+	if s.health != nil {
+		s.health.Shutdown()
+	}
+	if s.grpc != nil {
+		done := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			s.grpc.Stop()
+		}
+	} else if s.grpcLis != nil {
+		s.grpcLis.Close()
+	}
+	if s.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = s.http.Shutdown(ctx)
+		cancel()
+	} else if s.httpLis != nil {
+		s.httpLis.Close()
+	}
+	s.wg.Wait()
+	s.connMu.Lock()
+	for _, c := range s.conns {
+		c.Close()
+	}
+	s.conns = map[string]*grpc.ClientConn{}
+	s.connMu.Unlock()
+}
+
+// Reload reads the TLS files and the ACL file again (coordd calls it on
+// SIGHUP). What fails to load keeps its previous version; the error says
+// what failed.
+func (s *Server) Reload() error {
+	var errs []error
+	if s.tls != nil {
+		errs = append(errs, s.tls.Reload())
+	}
+	if s.cfg.ACLFile != "" {
+		acl, err := auth.LoadACL(s.cfg.ACLFile)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			s.acl.Store(acl)
+			s.log.Info("ACL loaded", "file", s.cfg.ACLFile, "rules", len(acl.Rules))
+		}
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		s.log.Error("reload failed; keeping the previous configuration where it failed", "err", err)
+	}
+	return err
+}
+
+func (s *Server) serveHealthz(w http.ResponseWriter, _ *http.Request) {
+	if err := s.node.Health(); err != nil {
+		msg := "no leader"
+		if _, ok := err.(interface{ ShuttingDown() bool }); ok {
+			msg = "shutdown"
+		}
+		http.Error(w, msg, http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// peerConn returns a shared client connection to a member's gRPC address.
+func (s *Server) peerConn(addr string) (grpc.ClientConnInterface, error) {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if c, ok := s.conns[addr]; ok {
+		return c, nil
+	}
+	creds := insecure.NewCredentials()
+	if s.tls != nil {
+		creds = credentials.NewTLS(s.tls.ClientConfig(""))
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, err
+	}
+	s.conns[addr] = c
+	return c, nil
+}
+
+// addVoterOn calls AddVoter on the member at addr (the node's registration
+// and join).
+func (s *Server) addVoterOn(ctx context.Context, addr string, req *coordv1.AddVoterRequest) error {
+	conn, err := s.dial(addr)
+	if err != nil {
+		return err
+	}
+	_, err = coordv1.NewClusterClient(conn).AddVoter(ctx, req)
+	return err
+}
+
+// logSecurity says at start how callers are authenticated and authorized.
+func (s *Server) logSecurity() {
+	switch {
+	case s.tls == nil:
+		s.log.Warn("TLS is off: callers are not authenticated and authorization is disabled (plaintext)",
+			"insecure_network", s.cfg.Insecure)
+	case s.acl.Load() == nil:
+		s.log.Warn("mutual TLS on, no ACL file: every identity with a certificate from the CA may do everything")
+	default:
+		s.log.Info("mutual TLS on, ACL enforced", "acl_file", s.cfg.ACLFile, "rules", len(s.acl.Load().Rules))
+	}
+}
+
+// registerRuntime registers the Go and process collectors once per
+// registry.
+func registerRuntime(reg *prometheus.Registry) {
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				panic(err)
+			}
+		}
+	}
+}

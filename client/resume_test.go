@@ -1,0 +1,46 @@
+package client
+
+import (
+	"testing"
+	"time"
+
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// A resumed lease's OnRenewal sees every acknowledged renewal of the
+// shared stream, and only its own.
+func TestOnRenewalSeesAcknowledgements(t *testing.T) {
+	h := newHarness(t)
+	got := make(chan *coordv1.KeepAliveResponse, 4)
+	l := h.c.newLease("job", "me", 7, 3*time.Second, h.clk.Now())
+	l.onRenewal = func(r *coordv1.KeepAliveResponse) { got <- r }
+	h.c.keeper.add(l)
+	other := h.c.newLease("other", "me", 8, 3*time.Second, h.clk.Now()) // same due time, no callback
+	h.c.keeper.add(other)
+	st := h.stream()
+	h.advanceTo(at(h, time.Second))
+	sent := map[string]*coordv1.KeepAliveRequest{}
+	for range 2 {
+		s := h.nextSend()
+		sent[s.req.GetName()] = s.req
+	}
+	// The other lease's ack first: the keeper handles acks in order, so when
+	// the callback reports "job", the other's ack was handled before it.
+	for _, name := range []string{"other", "job"} {
+		r := sent[name]
+		st.resp <- &coordv1.KeepAliveResponse{Name: name, Generation: r.GetGeneration(), Ok: true, Seq: r.GetSeq(), ExpiresInMs: 3000}
+	}
+	select {
+	case r := <-got:
+		if r.GetName() != "job" || r.GetGeneration() != 7 || r.GetExpiresInMs() != 3000 || !r.GetOk() {
+			t.Fatalf("renewal %v", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no renewal reported")
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("callback for another lease: %v", r)
+	default:
+	}
+}

@@ -1,0 +1,149 @@
+package clock
+
+import (
+	"testing"
+	"time"
+)
+
+func TestFakeFiresInOrder(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	var order []int
+	f.AfterFunc(2*time.Second, func() { order = append(order, 2) })
+	f.AfterFunc(time.Second, func() { order = append(order, 1) })
+	stopped := f.AfterFunc(1500*time.Millisecond, func() { order = append(order, 99) })
+	stopped.Stop()
+	tm := f.NewTimer(3 * time.Second)
+	f.Advance(2500 * time.Millisecond)
+	if len(order) != 2 || order[0] != 1 || order[1] != 2 {
+		t.Fatalf("order %v", order)
+	}
+	select {
+	case <-tm.C():
+		t.Fatal("timer fired early")
+	default:
+	}
+	f.Advance(500 * time.Millisecond)
+	if at := <-tm.C(); !at.Equal(time.Unix(3, 0)) {
+		t.Fatalf("fired at %v", at)
+	}
+}
+
+func TestScaledAndOffset(t *testing.T) {
+	base := time.Date(2026, 9, 24, 23, 59, 0, 0, time.UTC)
+	s := Scaled{Base: base, Epoch: time.Now(), Speed: 3600}
+	if got := s.Now().Sub(base); got < 0 || got > time.Hour {
+		t.Fatalf("scaled now drifted %s", got)
+	}
+	if d := s.real(time.Hour); d != time.Second {
+		t.Fatalf("an hour of scaled time is %s of real time", d)
+	}
+	o := Offset{Base: s, Skew: -2 * time.Minute}
+	early := o.Now()
+	if diff := s.Now().Sub(early); diff < 2*time.Minute || diff > 2*time.Minute+time.Hour {
+		t.Fatalf("offset %s", diff)
+	}
+}
+
+func TestFakeTicker(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	tk := f.NewTicker(time.Second)
+	f.Advance(999 * time.Millisecond)
+	select {
+	case <-tk.C():
+		t.Fatal("ticked early")
+	default:
+	}
+	f.Advance(time.Millisecond)
+	if at := <-tk.C(); !at.Equal(time.Unix(1, 0)) {
+		t.Fatalf("ticked at %v", at)
+	}
+	// A slow receiver misses ticks: the channel holds one, like time.Ticker.
+	f.Advance(3 * time.Second)
+	if at := <-tk.C(); !at.Equal(time.Unix(2, 0)) {
+		t.Fatalf("kept tick at %v, want the first missed one", at)
+	}
+	select {
+	case at := <-tk.C():
+		t.Fatalf("a second buffered tick at %v", at)
+	default:
+	}
+	tk.Reset(500 * time.Millisecond)
+	f.Advance(500 * time.Millisecond)
+	if at := <-tk.C(); !at.Equal(time.Unix(4, 5e8)) {
+		t.Fatalf("after Reset ticked at %v", at)
+	}
+	tk.Stop()
+	f.Advance(time.Hour)
+	select {
+	case <-tk.C():
+		t.Fatal("ticked after Stop")
+	default:
+	}
+	if f.Pending() != 0 {
+		t.Fatalf("%d timers armed after Stop", f.Pending())
+	}
+}
+
+func TestFakeTimerResetAfterStop(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	tm := f.NewTimer(time.Second)
+	tm.Stop()
+	f.Advance(2 * time.Second)
+	if tm.Reset(time.Second) {
+		t.Fatal("Reset of a stopped timer reported it armed")
+	}
+	f.Advance(time.Second)
+	if at := <-tm.C(); !at.Equal(time.Unix(3, 0)) {
+		t.Fatalf("fired at %v", at)
+	}
+}
+
+func TestSinceUntilAndWaitTimers(t *testing.T) {
+	f := NewFake(time.Unix(100, 0))
+	start := f.Now()
+	f.Advance(1500 * time.Millisecond)
+	if d := Since(f, start); d != 1500*time.Millisecond {
+		t.Fatalf("Since %s", d)
+	}
+	if d := Until(f, start.Add(2*time.Second)); d != 500*time.Millisecond {
+		t.Fatalf("Until %s", d)
+	}
+	if f.WaitTimers(1, 10*time.Millisecond) {
+		t.Fatal("saw a timer nobody armed")
+	}
+	go f.NewTimer(time.Second)
+	if !f.WaitTimers(1, 5*time.Second) {
+		t.Fatal("did not see the armed timer")
+	}
+}
+
+func TestSkewed(t *testing.T) {
+	if _, ok := Skewed(0, 1).(Real); !ok {
+		t.Fatal("no skew is the real clock")
+	}
+	c := Skewed(5*time.Minute, 1)
+	if d := c.Now().Sub(time.Now()); d < 5*time.Minute-time.Second || d > 5*time.Minute+time.Second {
+		t.Fatalf("offset clock reads %s ahead", d)
+	}
+	fast := Skewed(-time.Minute, 1000)
+	a := fast.Now()
+	time.Sleep(2 * time.Millisecond)
+	if d := fast.Now().Sub(a); d < time.Second {
+		t.Fatalf("rate 1000: 2 ms of real time is %s", d)
+	}
+}
+
+func TestWaitTicksReceived(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	tk := f.NewTicker(time.Second)
+	f.Advance(time.Second)
+	if f.WaitTicksReceived(10 * time.Millisecond) {
+		t.Fatal("a tick nobody received counted as received")
+	}
+	got := make(chan time.Time, 1)
+	go func() { got <- <-tk.C() }()
+	if !f.WaitTicksReceived(5 * time.Second) {
+		t.Fatal("the received tick was not seen")
+	}
+	<-got
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/node"
+)
+
+// An environment variable that does not parse stops coordd at start with
+// an error naming it (it used to mean the default: COORDD_LIMIT_RATE=abc
+// was no limit at all).
+func TestEnvThatDoesNotParseIsAnError(t *testing.T) {
+	for name, value := range map[string]string{
+		"LIMIT_RATE":             "abc",
+		"LIMIT_RATE ":            "-1",
+		"LIMIT_LEASES":           "many",
+		"LIMIT_WAITING_ACQUIRES": "-3",
+		"HEARTBEAT_TIMEOUT":      "500",
+		"ENABLE_PPROF":           "yes",
+		"INSECURE":               "on",
+		"RAFT_WAL_SEGMENT_SIZE":  "64MB",
+	} {
+		name = strings.TrimSpace(name)
+		t.Run(name+"="+value, func(t *testing.T) {
+			t.Setenv("COORDD_"+name, value)
+			_, err := parseFlags(nil)
+			if err == nil || !strings.Contains(err.Error(), "COORDD_"+name) || !strings.Contains(err.Error(), value) {
+				t.Fatalf("want an error naming COORDD_%s=%q, got %v", name, value, err)
+			}
+			if err := run(nil); err == nil || !strings.Contains(err.Error(), "COORDD_"+name) {
+				t.Fatalf("run started anyway: %v", err)
+			}
+		})
+	}
+}
+
+func TestEnvValues(t *testing.T) {
+	t.Setenv("COORDD_LIMIT_RATE", "2.5")
+	t.Setenv("COORDD_ENABLE_PPROF", "TRUE")
+	t.Setenv("COORDD_INSECURE", "1")
+	t.Setenv("COORDD_ELECTION_TIMEOUT", "2s")
+	t.Setenv("COORDD_LIMIT_BURST", "") // empty: unset
+	o, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.rateLimit != 2.5 || !o.pprof || !o.insecure || o.election != 2*time.Second || o.burst != 0 {
+		t.Fatalf("%+v", o)
+	}
+	// Flags win over the environment.
+	if o, err = parseFlags([]string{"--limit-rate=7", "--enable-pprof=false"}); err != nil || o.rateLimit != 7 || o.pprof {
+		t.Fatalf("%+v %v", o, err)
+	}
+}
+
+// Defaults are written once: the flags show the node's.
+func TestFlagDefaultsAreTheNodes(t *testing.T) {
+	o, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := node.Defaults()
+	if o.heartbeat != d.HeartbeatTimeout || o.election != d.ElectionTimeout || o.retention != d.Retention {
+		t.Fatalf("flag defaults %s %s %s, node defaults %s %s %s", o.heartbeat, o.election, o.retention,
+			d.HeartbeatTimeout, d.ElectionTimeout, d.Retention)
+	}
+}
+
+// The fault suite's clock flags work but -h does not show them.
+func TestTestClockFlagsHidden(t *testing.T) {
+	fs := flag.NewFlagSet("coordd", flag.ContinueOnError)
+	fs.Duration("test-clock-offset", 0, "hidden")
+	fs.Float64("test-clock-rate", 1, "hidden")
+	fs.String("grpc-addr", "127.0.0.1:7400", "gRPC listen address")
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	usage(fs)
+	if strings.Contains(out.String(), "test-clock") || !strings.Contains(out.String(), "-grpc-addr") ||
+		!strings.Contains(out.String(), `(default "127.0.0.1:7400")`) {
+		t.Fatalf("usage:\n%s", out.String())
+	}
+	o, err := parseFlags([]string{"--test-clock-offset=5m", "--test-clock-rate=2"})
+	if err != nil || o.clockOffset != 5*time.Minute || o.clockRate != 2 {
+		t.Fatalf("%+v %v", o, err)
+	}
+}
+
+func TestRaftLogStoreFlags(t *testing.T) {
+	o, err := parseFlags(nil)
+	if err != nil || o.logStore != "" || o.walSegment != 64<<20 {
+		t.Fatalf("defaults: %+v %v", o, err)
+	}
+	t.Setenv("COORDD_RAFT_LOG_STORE", "bolt")
+	t.Setenv("COORDD_RAFT_WAL_SEGMENT_SIZE", "16MiB")
+	if o, err = parseFlags(nil); err != nil || o.logStore != "bolt" || o.walSegment != 16<<20 {
+		t.Fatalf("from the environment: %+v %v", o, err)
+	}
+	if o, err = parseFlags([]string{"--raft-log-store", "wal", "--raft-wal-segment-size", "512K"}); err != nil ||
+		o.logStore != "wal" || o.walSegment != 512<<10 {
+		t.Fatalf("flags over the environment: %+v %v", o, err)
+	}
+	for _, args := range [][]string{{"--raft-log-store", "rocks"}, {"--raft-wal-segment-size", "-1"}} {
+		if _, err := parseFlags(args); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}

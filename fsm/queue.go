@@ -1,0 +1,545 @@
+package fsm
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/google/btree"
+
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+)
+
+// The job queue: one-off and delayed jobs handed to workers as fenced
+// attempts. Time here is calendar time (Command.calendar_ms); see DESIGN.md
+// "Jobs queue". Files: queue.go (records, limits, indexes), queue_cmds.go
+// (commands), queue_reads.go, queue_fence.go, queue_snapshot.go,
+// queue_prune.go.
+
+// Limits of the queue. They are part of the log's meaning: a replica
+// replaying an entry must judge it as the leader did, so they only ever
+// grow, never shrink.
+const (
+	MaxSubmitBatch       = 1000
+	MaxJobArgsBytes      = 64 << 10
+	MaxJobResultBytes    = 64 << 10
+	MaxJobErrorBytes     = 4 << 10 // longer errors are cut, not refused
+	MaxQueueNameBytes    = 128
+	MaxJobKindBytes      = 256
+	MaxUniqueKeyBytes    = 256
+	MaxWorkerIDBytes     = 256
+	MaxJobLabels         = 16
+	MaxLabelKeyBytes     = 64
+	MaxLabelValueBytes   = 256
+	MaxJobPriority       = 100
+	MinJobPriority       = -100
+	MaxJobAttempts       = 100
+	MaxRunAheadMs        = 366 * 24 * 3600 * 1000
+	MaxVisibilityMs      = 24 * 3600 * 1000
+	MaxBackoffMs         = 30 * 24 * 3600 * 1000
+	MaxBackoffPermille   = 100_000 // a factor of 100
+	MaxFetchBatch        = 1000
+	MaxFetchQueues       = 32
+	MaxJobBatch          = 1000 // heartbeat, complete, fail, cancel, retry
+	MaxAttemptRecords    = 32   // attempts kept per job (older ones are dropped; numbers keep counting)
+	maxJitterPPM         = 1_000_000
+	DefaultQueue         = "default"
+	DefaultMaxAttempts   = 25
+	DefaultVisibilityMs  = 30_000
+	DefaultBackoffMs     = 1_000
+	DefaultBackoffMaxMs  = 3_600_000
+	DefaultBackoffFactor = 2000 // permille: doubles
+	// DefaultJobRetentionMs and DefaultMaxFinishedJobs are the leader's
+	// defaults for Prune (see DESIGN.md for why).
+	DefaultJobRetentionMs  = 7 * 24 * 3600 * 1000
+	DefaultMaxFinishedJobs = 1_000_000
+)
+
+// JobState is where a queued job is. Values are fsmv1.JobState's.
+type JobState uint8
+
+const (
+	JobScheduled JobState = JobState(fsmv1.JobState_JOB_STATE_SCHEDULED)
+	JobAvailable JobState = JobState(fsmv1.JobState_JOB_STATE_AVAILABLE)
+	JobRunning   JobState = JobState(fsmv1.JobState_JOB_STATE_RUNNING)
+	JobRetryable JobState = JobState(fsmv1.JobState_JOB_STATE_RETRYABLE)
+	JobSucceeded JobState = JobState(fsmv1.JobState_JOB_STATE_SUCCEEDED)
+	JobCancelled JobState = JobState(fsmv1.JobState_JOB_STATE_CANCELLED)
+	JobDead      JobState = JobState(fsmv1.JobState_JOB_STATE_DEAD)
+	numJobStates          = int(JobDead) + 1
+)
+
+// Final reports whether the state is an end state (only Retry leaves
+// cancelled and dead; nothing leaves succeeded).
+func (s JobState) Final() bool { return s == JobSucceeded || s == JobCancelled || s == JobDead }
+
+func (s JobState) String() string {
+	return fsmv1.JobState(s).String()[len("JOB_STATE_"):]
+}
+
+// AttemptOutcome is how an attempt ended (or Running).
+type AttemptOutcome uint8
+
+const (
+	AttemptRunning   AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_RUNNING)
+	AttemptSucceeded AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED)
+	AttemptFailed    AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_FAILED)
+	AttemptLapsed    AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_LAPSED)
+	AttemptCancelled AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_CANCELLED)
+)
+
+func (o AttemptOutcome) String() string {
+	return fsmv1.AttemptOutcome(o).String()[len("ATTEMPT_OUTCOME_"):]
+}
+
+// Label is a job label; a job's labels are sorted by key.
+type Label struct{ Key, Value string }
+
+// QueueJob is a queued job. Records are immutable once stored (snapshots
+// and readers share them); a change stores a modified copy. Times are
+// calendar ms. Field order keeps the struct at 224 bytes.
+type QueueJob struct {
+	ID           uint64
+	RunAt        int64 // due time: available once the calendar reaches it
+	BackoffMs    int64 // initial
+	BackoffMaxMs int64
+	VisibilityMs int64
+	CreatedAt    int64
+	UpdatedAt    int64
+	FinishedAt   int64 // 0 unless final
+	Queue        string
+	Kind         string
+	UniqueKey    string
+	Identity     string // who submitted it
+	Args         []byte
+	Labels       []Label
+	// Log holds the last MaxAttemptRecords attempts, oldest first; while
+	// running, the last one is the live attempt.
+	Log             []Attempt
+	Priority        int32
+	MaxAttempts     int32
+	Attempts        uint32 // attempts handed out: the current token
+	BackoffPermille uint32
+	State           JobState
+}
+
+// Attempt is one hand-out of a job to a worker. Its token is (job id,
+// Number): numbers only grow per job.
+type Attempt struct {
+	Number     uint32
+	Outcome    AttemptOutcome
+	Heartbeats uint32
+	StartedAt  int64
+	Deadline   int64 // visibility deadline; live while > calendar
+	FinishedAt int64
+	WorkerID   string
+	Identity   string // the fetcher's: only it may heartbeat, complete or fail
+	Error      string
+	Result     []byte
+}
+
+// Current is the live attempt of a running job.
+func (j *QueueJob) Current() (*Attempt, bool) {
+	if j.State != JobRunning || len(j.Log) == 0 {
+		return nil, false
+	}
+	return &j.Log[len(j.Log)-1], true
+}
+
+// attempt returns the record of attempt n if it is still kept.
+func (j *QueueJob) attempt(n uint32) *Attempt {
+	for i := len(j.Log) - 1; i >= 0; i-- {
+		if j.Log[i].Number == n {
+			return &j.Log[i]
+		}
+		if j.Log[i].Number < n {
+			break
+		}
+	}
+	return nil
+}
+
+// withLog returns a copy of j whose log is a private copy (so the stored
+// record's log is never written), with room for one more attempt.
+func (j *QueueJob) withLog() *QueueJob {
+	n := *j
+	n.Log = make([]Attempt, len(j.Log), len(j.Log)+1)
+	copy(n.Log, j.Log)
+	return &n
+}
+
+// FillJobDefaults sets the zero fields of a spec to the defaults (the
+// server calls it before proposing; the FSM never fills anything in, so
+// changing a default never changes how a logged entry replays).
+func FillJobDefaults(s *fsmv1.QueueJobSpec) {
+	if s.GetQueue() == "" {
+		s.Queue = DefaultQueue
+	}
+	if s.GetMaxAttempts() == 0 {
+		s.MaxAttempts = DefaultMaxAttempts
+	}
+	if s.GetVisibilityTimeoutMs() == 0 {
+		s.VisibilityTimeoutMs = DefaultVisibilityMs
+	}
+	if s.GetBackoffInitialMs() == 0 && s.GetBackoffMaxMs() == 0 {
+		s.BackoffInitialMs, s.BackoffMaxMs = DefaultBackoffMs, DefaultBackoffMaxMs
+	}
+	if s.GetBackoffMaxMs() == 0 {
+		s.BackoffMaxMs = max(s.GetBackoffInitialMs(), DefaultBackoffMaxMs)
+	}
+	if s.GetBackoffFactorPermille() == 0 {
+		s.BackoffFactorPermille = DefaultBackoffFactor
+	}
+}
+
+// CheckJobSpec checks a spec against the limits at calendar time cal. It
+// returns the offending field and what is wrong, or "" when the spec is
+// valid. The FSM refuses a batch with a bad spec; the server calls it
+// first to name the field in INVALID_ARGUMENT.
+func CheckJobSpec(s *fsmv1.QueueJobSpec, cal int64) (field, problem string) {
+	switch {
+	case s.GetQueue() == "" || len(s.GetQueue()) > MaxQueueNameBytes:
+		return "queue", fmt.Sprintf("must be 1 to %d bytes", MaxQueueNameBytes)
+	case s.GetKind() == "" || len(s.GetKind()) > MaxJobKindBytes:
+		return "kind", fmt.Sprintf("must be 1 to %d bytes", MaxJobKindBytes)
+	case len(s.GetArgs()) > MaxJobArgsBytes:
+		return "args", fmt.Sprintf("is %d bytes; the limit is %d", len(s.GetArgs()), MaxJobArgsBytes)
+	case s.GetRunAtMs() < 0:
+		return "run_at", "must not be negative"
+	case s.GetRunAtMs() > cal+MaxRunAheadMs:
+		return "run_at", fmt.Sprintf("is %d ms ahead; the limit is %d ms (366 days)", s.GetRunAtMs()-cal, MaxRunAheadMs)
+	case s.GetPriority() < MinJobPriority || s.GetPriority() > MaxJobPriority:
+		return "priority", fmt.Sprintf("%d is outside [%d, %d]", s.GetPriority(), MinJobPriority, MaxJobPriority)
+	case s.GetMaxAttempts() < 1 || s.GetMaxAttempts() > MaxJobAttempts:
+		return "max_attempts", fmt.Sprintf("%d is outside [1, %d]", s.GetMaxAttempts(), MaxJobAttempts)
+	case s.GetBackoffMaxMs() < 0 || s.GetBackoffMaxMs() > MaxBackoffMs:
+		return "backoff_max_ms", fmt.Sprintf("%d is outside [0, %d]", s.GetBackoffMaxMs(), int64(MaxBackoffMs))
+	case s.GetBackoffInitialMs() < 0 || s.GetBackoffInitialMs() > s.GetBackoffMaxMs():
+		return "backoff_initial_ms", fmt.Sprintf("%d is outside [0, backoff_max_ms = %d]", s.GetBackoffInitialMs(), s.GetBackoffMaxMs())
+	case s.GetBackoffFactorPermille() < 1000 || s.GetBackoffFactorPermille() > MaxBackoffPermille:
+		return "backoff_factor", fmt.Sprintf("%d‰ is outside [1000, %d]‰", s.GetBackoffFactorPermille(), MaxBackoffPermille)
+	case s.GetVisibilityTimeoutMs() < 1 || s.GetVisibilityTimeoutMs() > MaxVisibilityMs:
+		return "visibility_timeout_ms", fmt.Sprintf("%d is outside [1, %d]", s.GetVisibilityTimeoutMs(), MaxVisibilityMs)
+	case len(s.GetUniqueKey()) > MaxUniqueKeyBytes:
+		return "unique_key", fmt.Sprintf("is %d bytes; the limit is %d", len(s.GetUniqueKey()), MaxUniqueKeyBytes)
+	case len(s.GetLabels()) > MaxJobLabels:
+		return "labels", fmt.Sprintf("%d labels; the limit is %d", len(s.GetLabels()), MaxJobLabels)
+	}
+	seen := make(map[string]struct{}, len(s.GetLabels()))
+	for _, l := range s.GetLabels() {
+		if l.GetKey() == "" || len(l.GetKey()) > MaxLabelKeyBytes || len(l.GetValue()) > MaxLabelValueBytes {
+			return "labels", fmt.Sprintf("label %q: keys are 1 to %d bytes, values up to %d", l.GetKey(), MaxLabelKeyBytes, MaxLabelValueBytes)
+		}
+		if _, dup := seen[l.GetKey()]; dup {
+			return "labels", fmt.Sprintf("label %q given twice", l.GetKey())
+		}
+		seen[l.GetKey()] = struct{}{}
+	}
+	return "", ""
+}
+
+// sortedLabels copies labels sorted by key (keys are unique: checked).
+func sortedLabels(in []*fsmv1.JobLabel) []Label {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]Label, len(in))
+	for i, l := range in {
+		out[i] = Label{l.GetKey(), l.GetValue()}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Key < out[b].Key })
+	return out
+}
+
+// Index keys. Every index is a btree of small values ordered by a total
+// order ending in the job id, so iteration order is deterministic.
+type timeKey struct {
+	at int64
+	id uint64
+}
+
+type availKey struct {
+	queue string
+	prio  int32 // ordered high first
+	runAt int64
+	id    uint64
+}
+
+type queueKey struct {
+	queue string
+	id    uint64
+}
+
+type stateKey struct {
+	state JobState
+	id    uint64
+}
+
+type queueStateKey struct {
+	queue string
+	state JobState
+	id    uint64
+}
+
+type labelKey struct {
+	key, value string
+	id         uint64
+}
+
+type uniqueRef struct{ queue, key string }
+
+func lessTime(a, b timeKey) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.id < b.id
+}
+
+func lessAvail(a, b availKey) bool {
+	switch {
+	case a.queue != b.queue:
+		return a.queue < b.queue
+	case a.prio != b.prio:
+		return a.prio > b.prio
+	case a.runAt != b.runAt:
+		return a.runAt < b.runAt
+	}
+	return a.id < b.id
+}
+
+func lessQueueKey(a, b queueKey) bool {
+	if a.queue != b.queue {
+		return a.queue < b.queue
+	}
+	return a.id < b.id
+}
+
+func lessStateKey(a, b stateKey) bool {
+	if a.state != b.state {
+		return a.state < b.state
+	}
+	return a.id < b.id
+}
+
+func lessQueueStateKey(a, b queueStateKey) bool {
+	switch {
+	case a.queue != b.queue:
+		return a.queue < b.queue
+	case a.state != b.state:
+		return a.state < b.state
+	}
+	return a.id < b.id
+}
+
+func lessLabelKey(a, b labelKey) bool {
+	switch {
+	case a.key != b.key:
+		return a.key < b.key
+	case a.value != b.value:
+		return a.value < b.value
+	}
+	return a.id < b.id
+}
+
+func lessQueueJob(a, b *QueueJob) bool { return a.ID < b.ID }
+
+// queueIndex is everything derived from the jobs tree: rebuilt after a
+// restore, never in snapshots or the digest. Maps are only looked up,
+// never iterated into output (stats are sorted by queue name).
+type queueIndex struct {
+	due          *btree.BTreeG[timeKey]  // scheduled and retryable, by run_at
+	running      *btree.BTreeG[timeKey]  // running, by visibility deadline
+	avail        *btree.BTreeG[availKey] // available, per queue by priority, run_at
+	finOK        *btree.BTreeG[timeKey]  // succeeded, by finish time
+	finOther     *btree.BTreeG[timeKey]  // cancelled and dead, by finish time
+	byQueue      *btree.BTreeG[queueKey]
+	byState      *btree.BTreeG[stateKey]
+	byQueueState *btree.BTreeG[queueStateKey]
+	byKind       *btree.BTreeG[queueKey] // queue field holds the kind
+	byLabel      *btree.BTreeG[labelKey]
+	unique       map[uniqueRef]uint64
+	stats        map[string]*queueCounts
+}
+
+// queueCounts is a queue's job count per state, kept as jobs move, and
+// counters of what happened on this replica since it started (for
+// metrics; not replicated state).
+type queueCounts struct {
+	states [numJobStates]uint64
+	QueueCounters
+}
+
+// QueueCounters count events per queue since this replica started
+// applying (they restart at 0 after a restart or a snapshot install, as
+// Prometheus counters may).
+type QueueCounters struct {
+	Submitted, Attempts, Succeeded, Failures, Lapses, Dead, Cancelled uint64
+}
+
+func newQueueIndex() *queueIndex {
+	return &queueIndex{
+		due:          btree.NewG(btreeDegree, lessTime),
+		running:      btree.NewG(btreeDegree, lessTime),
+		avail:        btree.NewG(btreeDegree, lessAvail),
+		finOK:        btree.NewG(btreeDegree, lessTime),
+		finOther:     btree.NewG(btreeDegree, lessTime),
+		byQueue:      btree.NewG(btreeDegree, lessQueueKey),
+		byState:      btree.NewG(btreeDegree, lessStateKey),
+		byQueueState: btree.NewG(btreeDegree, lessQueueStateKey),
+		byKind:       btree.NewG(btreeDegree, lessQueueKey),
+		byLabel:      btree.NewG(btreeDegree, lessLabelKey),
+		unique:       map[uniqueRef]uint64{},
+		stats:        map[string]*queueCounts{},
+	}
+}
+
+func (q *queueIndex) counts(queue string) *queueCounts {
+	c := q.stats[queue]
+	if c == nil {
+		c = &queueCounts{}
+		q.stats[queue] = c
+	}
+	return c
+}
+
+// addStatic indexes what never changes for a job: queue, kind, labels,
+// unique key.
+func (q *queueIndex) addStatic(j *QueueJob) {
+	q.byQueue.ReplaceOrInsert(queueKey{j.Queue, j.ID})
+	q.byKind.ReplaceOrInsert(queueKey{j.Kind, j.ID})
+	for _, l := range j.Labels {
+		q.byLabel.ReplaceOrInsert(labelKey{l.Key, l.Value, j.ID})
+	}
+	if j.UniqueKey != "" {
+		q.unique[uniqueRef{j.Queue, j.UniqueKey}] = j.ID
+	}
+}
+
+func (q *queueIndex) removeStatic(j *QueueJob) {
+	q.byQueue.Delete(queueKey{j.Queue, j.ID})
+	q.byKind.Delete(queueKey{j.Kind, j.ID})
+	for _, l := range j.Labels {
+		q.byLabel.Delete(labelKey{l.Key, l.Value, j.ID})
+	}
+	if j.UniqueKey != "" {
+		ref := uniqueRef{j.Queue, j.UniqueKey}
+		if q.unique[ref] == j.ID {
+			delete(q.unique, ref)
+		}
+	}
+}
+
+// addDynamic indexes what depends on the state, and counts the job.
+func (q *queueIndex) addDynamic(j *QueueJob) {
+	q.byState.ReplaceOrInsert(stateKey{j.State, j.ID})
+	q.byQueueState.ReplaceOrInsert(queueStateKey{j.Queue, j.State, j.ID})
+	switch j.State {
+	case JobScheduled, JobRetryable:
+		q.due.ReplaceOrInsert(timeKey{j.RunAt, j.ID})
+	case JobAvailable:
+		q.avail.ReplaceOrInsert(availKey{j.Queue, j.Priority, j.RunAt, j.ID})
+	case JobRunning:
+		a, _ := j.Current()
+		q.running.ReplaceOrInsert(timeKey{a.Deadline, j.ID})
+	case JobSucceeded:
+		q.finOK.ReplaceOrInsert(timeKey{j.FinishedAt, j.ID})
+	case JobCancelled, JobDead:
+		q.finOther.ReplaceOrInsert(timeKey{j.FinishedAt, j.ID})
+	}
+	q.counts(j.Queue).states[j.State]++
+}
+
+func (q *queueIndex) removeDynamic(j *QueueJob) {
+	q.byState.Delete(stateKey{j.State, j.ID})
+	q.byQueueState.Delete(queueStateKey{j.Queue, j.State, j.ID})
+	switch j.State {
+	case JobScheduled, JobRetryable:
+		q.due.Delete(timeKey{j.RunAt, j.ID})
+	case JobAvailable:
+		q.avail.Delete(availKey{j.Queue, j.Priority, j.RunAt, j.ID})
+	case JobRunning:
+		a, _ := j.Current()
+		q.running.Delete(timeKey{a.Deadline, j.ID})
+	case JobSucceeded:
+		q.finOK.Delete(timeKey{j.FinishedAt, j.ID})
+	case JobCancelled, JobDead:
+		q.finOther.Delete(timeKey{j.FinishedAt, j.ID})
+	}
+	q.counts(j.Queue).states[j.State]--
+}
+
+func (s *state) qjob(id uint64) *QueueJob {
+	j, _ := s.qjobs.Get(&QueueJob{ID: id})
+	return j
+}
+
+// insertJob stores a new job and indexes it.
+func (s *state) insertJob(j *QueueJob) {
+	s.qjobs.ReplaceOrInsert(j)
+	s.qidx.addStatic(j)
+	s.qidx.addDynamic(j)
+}
+
+// replaceJob stores n in place of old (same id) and moves its index
+// entries.
+func (s *state) replaceJob(old, n *QueueJob) {
+	s.qidx.removeDynamic(old)
+	s.qjobs.ReplaceOrInsert(n)
+	s.qidx.addDynamic(n)
+}
+
+// deleteJob removes a job and its index entries (retention). A queue's
+// counts go with its last job, so they stay bounded by the queues in use.
+func (s *state) deleteJob(j *QueueJob) {
+	s.qidx.removeDynamic(j)
+	s.qidx.removeStatic(j)
+	s.qjobs.Delete(j)
+	if s.qidx.stats[j.Queue].states == ([numJobStates]uint64{}) {
+		delete(s.qidx.stats, j.Queue)
+	}
+}
+
+// advanceQueue applies what calendar time cal makes due, before every
+// command: claims whose visibility deadline passed lapse, and scheduled or
+// retryable jobs whose run_at arrived become available. Both walk an index
+// from its earliest entry, so the cost is what changes, never a scan.
+func (s *state) advanceQueue(cal int64) {
+	for {
+		k, ok := s.qidx.running.Min()
+		if !ok || k.at > cal {
+			break
+		}
+		s.lapse(s.qjob(k.id), cal)
+	}
+	for {
+		k, ok := s.qidx.due.Min()
+		if !ok || k.at > cal {
+			break
+		}
+		j := s.qjob(k.id)
+		n := *j
+		n.State, n.UpdatedAt = JobAvailable, cal
+		s.replaceJob(j, &n)
+	}
+}
+
+// lapse ends a running attempt whose visibility deadline passed: the
+// attempt counts (LAPSED, finished at its deadline) and the job is
+// available again at once with its original run_at, or dead when that was
+// its last attempt. See DESIGN.md for why a lapse counts.
+func (s *state) lapse(j *QueueJob, cal int64) {
+	n := j.withLog()
+	a := &n.Log[len(n.Log)-1]
+	a.Outcome, a.FinishedAt = AttemptLapsed, a.Deadline
+	a.Error = fmt.Sprintf("visibility timeout: no heartbeat from worker %q for %d ms", a.WorkerID, n.VisibilityMs)
+	n.UpdatedAt = cal
+	c := s.qidx.counts(n.Queue)
+	c.Lapses++
+	c.Failures++
+	if int32(n.Attempts) >= n.MaxAttempts {
+		n.State, n.FinishedAt = JobDead, cal
+		c.Dead++
+	} else {
+		n.State = JobAvailable
+	}
+	s.replaceJob(j, n)
+}

@@ -1,0 +1,439 @@
+package fsm
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf8"
+
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+)
+
+// SubmitResult is the outcome of a SubmitJobs: one entry per spec, in
+// order.
+type SubmitResult struct {
+	Jobs []SubmittedJob
+}
+
+// SubmittedJob is what a submit did with one spec. Duplicate: its unique
+// key named an existing job, which is the one returned (with its state).
+type SubmittedJob struct {
+	ID        uint64
+	RunAt     int64
+	State     JobState
+	Duplicate bool
+}
+
+// JobOutcome is a job after a command on it. Duplicate: the command
+// changed nothing because it had been done (a repeated Complete, Fail,
+// Cancel or Retry returns the job as the first one left it).
+type JobOutcome struct {
+	Job       QueueJob
+	Duplicate bool
+}
+
+// FetchResult is the outcome of a FetchJobs: the jobs handed out, each
+// running with its new attempt (Job.Current()).
+type FetchResult struct {
+	Jobs []QueueJob
+}
+
+// JobResults holds one result per item of a Heartbeat, Complete, Fail,
+// Cancel or Retry, in order: a *JobOutcome or a *Rejection. Items are
+// independent: one refused item does not stop the others.
+type JobResults []any
+
+// submitJobs adds a batch of jobs, all or none: every spec is checked
+// before anything changes, and a bad one refuses the batch (metadata
+// "index" and "field"). A spec whose unique key names a job in the same
+// queue (still retained, whatever its state; or earlier in this batch)
+// returns that job with Duplicate set.
+func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
+	specs := c.GetJobs()
+	if len(specs) == 0 || len(specs) > MaxSubmitBatch {
+		return reject(ReasonInvalidArgument, map[string]string{"field": "jobs"},
+			"a submit carries 1 to %d jobs, not %d", MaxSubmitBatch, len(specs))
+	}
+	for i, sp := range specs {
+		if field, problem := CheckJobSpec(sp, cal); field != "" {
+			return reject(ReasonInvalidArgument, map[string]string{"index": strconv.Itoa(i), "field": field},
+				"job %d: %s %s; nothing was submitted", i, field, problem)
+		}
+	}
+	res := &SubmitResult{Jobs: make([]SubmittedJob, len(specs))}
+	for i, sp := range specs {
+		if sp.GetUniqueKey() != "" {
+			if id, ok := s.qidx.unique[uniqueRef{sp.GetQueue(), sp.GetUniqueKey()}]; ok {
+				d := s.qjob(id)
+				res.Jobs[i] = SubmittedJob{ID: d.ID, RunAt: d.RunAt, State: d.State, Duplicate: true}
+				continue
+			}
+		}
+		s.lastJobID++
+		j := &QueueJob{
+			ID: s.lastJobID, RunAt: sp.GetRunAtMs(), BackoffMs: sp.GetBackoffInitialMs(), BackoffMaxMs: sp.GetBackoffMaxMs(),
+			VisibilityMs: sp.GetVisibilityTimeoutMs(), CreatedAt: cal, UpdatedAt: cal, Queue: sp.GetQueue(), Kind: sp.GetKind(),
+			UniqueKey: sp.GetUniqueKey(), Identity: c.GetIdentity(), Args: sp.GetArgs(), Labels: sortedLabels(sp.GetLabels()),
+			Priority: sp.GetPriority(), MaxAttempts: sp.GetMaxAttempts(), BackoffPermille: sp.GetBackoffFactorPermille(),
+			State: JobScheduled,
+		}
+		if j.RunAt == 0 {
+			j.RunAt = cal
+		}
+		if j.RunAt <= cal {
+			j.State = JobAvailable
+		}
+		s.insertJob(j)
+		s.qidx.counts(j.Queue).Submitted++
+		res.Jobs[i] = SubmittedJob{ID: j.ID, RunAt: j.RunAt, State: j.State}
+	}
+	return res
+}
+
+func checkWorker(worker string) *Rejection {
+	if worker == "" || len(worker) > MaxWorkerIDBytes {
+		return reject(ReasonInvalidArgument, map[string]string{"field": "worker_id"}, "worker_id must be 1 to %d bytes", MaxWorkerIDBytes)
+	}
+	return nil
+}
+
+func checkItems(field string, n int) *Rejection {
+	if n == 0 || n > MaxJobBatch {
+		return reject(ReasonInvalidArgument, map[string]string{"field": field}, "%s: 1 to %d items, not %d", field, MaxJobBatch, n)
+	}
+	return nil
+}
+
+// fetchJobs hands out up to max available jobs of the requested queues to
+// one worker in this one command. Queues take turns (round robin, one job
+// per queue per turn, skipping empty ones); the first queue of the first
+// turn rotates with every fetch, so a queue listed last is not starved by
+// small fetches. Within a queue: higher priority first, then earlier
+// run_at, then lower id. Each job becomes running with a new attempt whose
+// visibility deadline is now + the job's visibility timeout.
+func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
+	if rej := checkWorker(c.GetWorkerId()); rej != nil {
+		return rej
+	}
+	if c.GetMax() == 0 || c.GetMax() > MaxFetchBatch {
+		return reject(ReasonInvalidArgument, map[string]string{"field": "max"}, "max must be 1 to %d, not %d", MaxFetchBatch, c.GetMax())
+	}
+	if n := len(c.GetQueues()); n == 0 || n > MaxFetchQueues {
+		return reject(ReasonInvalidArgument, map[string]string{"field": "queues"}, "fetch from 1 to %d queues, not %d", MaxFetchQueues, n)
+	}
+	var queues []string
+	for _, q := range c.GetQueues() {
+		if q == "" || len(q) > MaxQueueNameBytes {
+			return reject(ReasonInvalidArgument, map[string]string{"field": "queues"}, "queue names are 1 to %d bytes", MaxQueueNameBytes)
+		}
+		dup := false
+		for _, seen := range queues {
+			dup = dup || seen == q
+		}
+		if !dup {
+			queues = append(queues, q)
+		}
+	}
+	start := int(s.fetchSeq % uint64(len(queues)))
+	s.fetchSeq++
+	res := &FetchResult{}
+	empty := make([]bool, len(queues))
+	left := len(queues)
+	for len(res.Jobs) < int(c.GetMax()) && left > 0 {
+		for k := 0; k < len(queues) && len(res.Jobs) < int(c.GetMax()); k++ {
+			i := (start + k) % len(queues)
+			if empty[i] {
+				continue
+			}
+			head, found := s.qidx.availHead(queues[i], availKey{queue: queues[i], prio: math.MaxInt32})
+			if !found {
+				empty[i] = true
+				left--
+				continue
+			}
+			res.Jobs = append(res.Jobs, *s.claim(s.qjob(head.id), cal, c.GetWorkerId(), c.GetIdentity()))
+		}
+	}
+	return res
+}
+
+// claim starts the next attempt of an available job.
+func (s *state) claim(j *QueueJob, cal int64, worker, identity string) *QueueJob {
+	n := j.withLog()
+	if len(n.Log) == MaxAttemptRecords {
+		n.Log = append(n.Log[:0:0], n.Log[1:]...)
+	}
+	n.Attempts++
+	n.Log = append(n.Log, Attempt{Number: n.Attempts, Outcome: AttemptRunning, StartedAt: cal, Deadline: cal + n.VisibilityMs,
+		WorkerID: worker, Identity: identity})
+	n.State, n.UpdatedAt = JobRunning, cal
+	s.replaceJob(j, n)
+	s.qidx.counts(n.Queue).Attempts++
+	return n
+}
+
+// checkAttempt is the fence of a worker's call (like G3 for leases): the
+// attempt must be the job's current, running one, handed to this worker
+// and identity. A lapsed claim has been ended by advanceQueue before the
+// command, so "running" means "unexpired at this command's calendar time".
+func checkAttempt(j *QueueJob, id uint64, n uint32, worker, identity string) *Rejection {
+	if j == nil {
+		return reject(ReasonJobNotFound, map[string]string{"job_id": strconv.FormatUint(id, 10)},
+			"job %d does not exist (or was pruned)", id)
+	}
+	meta := attemptMeta(j, n)
+	if n == 0 || n > j.Attempts {
+		return reject(ReasonAttemptLost, meta, "job %d has no attempt %d (its last is %d)", j.ID, n, j.Attempts)
+	}
+	a := j.attempt(n)
+	if a != nil && a.Identity != "" && a.Identity != identity {
+		return reject(ReasonIdentityMismatch, nil, "attempt %d of job %d is bound to the identity that fetched it, not %q", n, j.ID, identity)
+	}
+	if a != nil && a.WorkerID != worker {
+		return reject(ReasonAttemptLost, meta, "attempt %d of job %d was handed to worker %q, not %q", n, j.ID, a.WorkerID, worker)
+	}
+	if cur, ok := j.Current(); ok && cur.Number == n {
+		return nil
+	}
+	return attemptOver(j, n, a, meta)
+}
+
+// attemptOver explains why attempt n (record a, nil when no longer kept)
+// is not live.
+func attemptOver(j *QueueJob, n uint32, a *Attempt, meta map[string]string) *Rejection {
+	switch {
+	case a != nil && a.Outcome == AttemptLapsed:
+		return reject(ReasonAttemptExpired, meta, "attempt %d of job %d expired at %d: no heartbeat within the visibility timeout (%d ms); the job was handed on",
+			n, j.ID, a.Deadline, j.VisibilityMs)
+	case a != nil && a.Outcome == AttemptCancelled:
+		return reject(ReasonJobCancelled, meta, "job %d was cancelled during attempt %d", j.ID, n)
+	case a != nil:
+		return reject(ReasonAttemptLost, meta, "attempt %d of job %d already ended (%s); the job is %s at attempt %d", n, j.ID, a.Outcome, j.State, j.Attempts)
+	default:
+		return reject(ReasonAttemptLost, meta, "attempt %d of job %d is over; the job is %s at attempt %d", n, j.ID, j.State, j.Attempts)
+	}
+}
+
+func attemptMeta(j *QueueJob, n uint32) map[string]string {
+	m := map[string]string{
+		"job_id":          strconv.FormatUint(j.ID, 10),
+		"attempt":         strconv.FormatUint(uint64(n), 10),
+		"current_attempt": strconv.FormatUint(uint64(j.Attempts), 10),
+		"state":           j.State.String(),
+	}
+	if a := j.attempt(n); a != nil {
+		m["outcome"] = a.Outcome.String()
+	}
+	return m
+}
+
+// heartbeatJobs extends each live attempt's visibility deadline to now +
+// the job's visibility timeout.
+func (s *state) heartbeatJobs(cal int64, c *fsmv1.HeartbeatJobs) any {
+	if rej := firstRejection(checkWorker(c.GetWorkerId()), checkItems("attempts", len(c.GetAttempts()))); rej != nil {
+		return rej
+	}
+	out := make(JobResults, len(c.GetAttempts()))
+	for i, r := range c.GetAttempts() {
+		j := s.qjob(r.GetJobId())
+		if rej := checkAttempt(j, r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity()); rej != nil {
+			out[i] = rej
+			continue
+		}
+		n := j.withLog()
+		a := &n.Log[len(n.Log)-1]
+		a.Deadline = max(a.Deadline, cal+n.VisibilityMs)
+		a.Heartbeats++
+		n.UpdatedAt = cal
+		s.replaceJob(j, n)
+		out[i] = &JobOutcome{Job: *n}
+	}
+	return out
+}
+
+// completeJobs records each attempt's success: the job is succeeded, final.
+// A repeat by the attempt that succeeded returns the job (Duplicate).
+func (s *state) completeJobs(cal int64, c *fsmv1.CompleteJobs) any {
+	if rej := firstRejection(checkWorker(c.GetWorkerId()), checkItems("completions", len(c.GetCompletions()))); rej != nil {
+		return rej
+	}
+	out := make(JobResults, len(c.GetCompletions()))
+	for i, r := range c.GetCompletions() {
+		j := s.qjob(r.GetJobId())
+		if len(r.GetResult()) > MaxJobResultBytes {
+			out[i] = reject(ReasonInvalidArgument, map[string]string{"field": "result", "index": strconv.Itoa(i)},
+				"result is %d bytes; the limit is %d", len(r.GetResult()), MaxJobResultBytes)
+			continue
+		}
+		if j != nil && j.State == JobSucceeded {
+			if a := j.attempt(r.GetAttempt()); a != nil && a.Outcome == AttemptSucceeded && a.WorkerID == c.GetWorkerId() && a.Identity == c.GetIdentity() {
+				out[i] = &JobOutcome{Job: *j, Duplicate: true}
+				continue
+			}
+		}
+		if rej := checkAttempt(j, r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity()); rej != nil {
+			out[i] = rej
+			continue
+		}
+		n := j.withLog()
+		a := &n.Log[len(n.Log)-1]
+		a.Outcome, a.FinishedAt, a.Result = AttemptSucceeded, cal, r.GetResult()
+		n.State, n.UpdatedAt, n.FinishedAt = JobSucceeded, cal, cal
+		s.replaceJob(j, n)
+		s.qidx.counts(n.Queue).Succeeded++
+		out[i] = &JobOutcome{Job: *n}
+	}
+	return out
+}
+
+// failJobs records each attempt's failure. Retryable with attempts left:
+// retryable, due again at now + backoff. Otherwise: dead. A repeat by the
+// attempt that failed returns the job (Duplicate).
+func (s *state) failJobs(cal int64, c *fsmv1.FailJobs) any {
+	if rej := firstRejection(checkWorker(c.GetWorkerId()), checkItems("failures", len(c.GetFailures()))); rej != nil {
+		return rej
+	}
+	out := make(JobResults, len(c.GetFailures()))
+	for i, r := range c.GetFailures() {
+		j := s.qjob(r.GetJobId())
+		if j != nil {
+			if a := j.attempt(r.GetAttempt()); a != nil && a.Outcome == AttemptFailed && a.WorkerID == c.GetWorkerId() && a.Identity == c.GetIdentity() {
+				out[i] = &JobOutcome{Job: *j, Duplicate: true}
+				continue
+			}
+		}
+		if rej := checkAttempt(j, r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity()); rej != nil {
+			out[i] = rej
+			continue
+		}
+		n := j.withLog()
+		a := &n.Log[len(n.Log)-1]
+		a.Outcome, a.FinishedAt, a.Error = AttemptFailed, cal, truncateUTF8(r.GetError(), MaxJobErrorBytes)
+		n.UpdatedAt = cal
+		cnt := s.qidx.counts(n.Queue)
+		cnt.Failures++
+		if !r.GetRetryable() || int32(n.Attempts) >= n.MaxAttempts {
+			n.State, n.FinishedAt = JobDead, cal
+			cnt.Dead++
+		} else {
+			n.State = JobRetryable
+			n.RunAt = cal + Backoff(n.BackoffMs, n.BackoffMaxMs, n.BackoffPermille, n.Attempts, r.GetJitterPpm())
+		}
+		s.replaceJob(j, n)
+		out[i] = &JobOutcome{Job: *n}
+	}
+	return out
+}
+
+// Backoff is the delay before the retry that follows failed attempt
+// number attempt: initial * (permille/1000)^(attempt-1), at most maxMs,
+// then up to 25 % longer by the leader's jitter (jitterPPM in [0, 1e6)).
+// Integer arithmetic only, so every replica computes the same.
+func Backoff(initial, maxMs int64, permille, attempt, jitterPPM uint32) int64 {
+	base := min(initial, maxMs)
+	for i := uint32(1); i < attempt && base < maxMs; i++ {
+		base = min(base*int64(permille)/1000, maxMs)
+	}
+	jitter := int64(min(jitterPPM, maxJitterPPM-1))
+	return base + base*jitter/(4*maxJitterPPM)
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// cancelJobs cancels jobs that are not final. A running job's attempt ends
+// CANCELLED, so its token is stale at once: the worker's next heartbeat,
+// completion, failure or fenced commit is refused with JOB_CANCELLED.
+// Cancelling a cancelled job returns it (Duplicate); a succeeded or dead
+// job is JOB_FINISHED.
+func (s *state) cancelJobs(cal int64, c *fsmv1.CancelJobs) any {
+	if rej := checkItems("job_ids", len(c.GetJobIds())); rej != nil {
+		return rej
+	}
+	out := make(JobResults, len(c.GetJobIds()))
+	for i, id := range c.GetJobIds() {
+		j := s.qjob(id)
+		switch {
+		case j == nil:
+			out[i] = reject(ReasonJobNotFound, map[string]string{"job_id": strconv.FormatUint(id, 10)}, "job %d does not exist (or was pruned)", id)
+			continue
+		case j.State == JobCancelled:
+			out[i] = &JobOutcome{Job: *j, Duplicate: true}
+			continue
+		case j.State.Final():
+			out[i] = reject(ReasonJobFinished, map[string]string{"job_id": strconv.FormatUint(id, 10), "state": j.State.String()},
+				"job %d is already %s", id, j.State)
+			continue
+		}
+		n := j.withLog()
+		if a, ok := n.Current(); ok {
+			a.Outcome, a.FinishedAt = AttemptCancelled, cal
+			a.Error = "cancelled"
+			if c.GetIdentity() != "" {
+				a.Error = fmt.Sprintf("cancelled by %q", c.GetIdentity())
+			}
+		}
+		n.State, n.UpdatedAt, n.FinishedAt = JobCancelled, cal, cal
+		s.replaceJob(j, n)
+		s.qidx.counts(n.Queue).Cancelled++
+		out[i] = &JobOutcome{Job: *n}
+	}
+	return out
+}
+
+// retryJobs makes jobs available now: dead, cancelled, retryable (skips
+// the backoff) and scheduled (runs early) ones. A job whose attempts are
+// used up gets one more (max_attempts = attempts + 1). Attempt numbers go
+// on growing, so older tokens stay stale. Available: Duplicate; running:
+// JOB_RUNNING; succeeded: JOB_FINISHED (submit a new job instead).
+func (s *state) retryJobs(cal int64, c *fsmv1.RetryJobs) any {
+	if rej := checkItems("job_ids", len(c.GetJobIds())); rej != nil {
+		return rej
+	}
+	out := make(JobResults, len(c.GetJobIds()))
+	for i, id := range c.GetJobIds() {
+		j := s.qjob(id)
+		meta := map[string]string{"job_id": strconv.FormatUint(id, 10)}
+		switch {
+		case j == nil:
+			out[i] = reject(ReasonJobNotFound, meta, "job %d does not exist (or was pruned)", id)
+			continue
+		case j.State == JobAvailable:
+			out[i] = &JobOutcome{Job: *j, Duplicate: true}
+			continue
+		case j.State == JobRunning:
+			meta["state"] = j.State.String()
+			out[i] = reject(ReasonJobRunning, meta, "job %d is running (attempt %d); cancel it first or wait", id, j.Attempts)
+			continue
+		case j.State == JobSucceeded:
+			meta["state"] = j.State.String()
+			out[i] = reject(ReasonJobFinished, meta, "job %d succeeded; submit a new job to run it again", id)
+			continue
+		}
+		n := *j
+		if int32(n.Attempts) >= n.MaxAttempts {
+			n.MaxAttempts = int32(n.Attempts) + 1
+		}
+		n.State, n.RunAt, n.UpdatedAt, n.FinishedAt = JobAvailable, cal, cal, 0
+		s.replaceJob(j, &n)
+		out[i] = &JobOutcome{Job: n}
+	}
+	return out
+}
+
+func firstRejection(rs ...*Rejection) *Rejection {
+	for _, r := range rs {
+		if r != nil {
+			return r
+		}
+	}
+	return nil
+}

@@ -1,0 +1,20 @@
+package auth
+
+import "testing"
+
+// FuzzParseACL: no ACL document crashes the parser, and one that parses
+// authorizes without crashing.
+func FuzzParseACL(f *testing.F) {
+	f.Add("rules: [{name: a, identities: ['*'], ops: [lease], prefixes: ['']}]")
+	f.Add("rules:\n  - name: x\n    deny: true\n    identities: [a*]\n    ops: [read, admin]\n")
+	f.Fuzz(func(t *testing.T, doc string) {
+		a, err := ParseACL([]byte(doc))
+		if err != nil {
+			return
+		}
+		for _, op := range knownOps {
+			a.Authorize("a", op, "x", false)
+			a.Authorize("", op, "", true)
+		}
+	})
+}

@@ -1,0 +1,251 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/fsm"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+)
+
+// leaderState lives while this node is the leader. ready is closed once
+// the node applied everything before its term (Barrier) and set its cluster
+// clock; no proposal is stamped before that. ctx ends with the leadership
+// or the node.
+type leaderState struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	ready  chan struct{}
+	clock  *clusterClock
+	// lastProposal is the cluster time of the last stamped command, so the
+	// ticker only appends ticks when the log is idle.
+	lastProposal atomic.Int64
+	hooksRun     bool // guarded by leaderHooks.mu
+}
+
+// watchLeadership is the leadership lifecycle: on gaining leadership it
+// starts runLeader; on losing it, it cancels everything leader-only.
+// Raft's NotifyCh is buffered and always drained here.
+func (n *Node) watchLeadership() {
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case isLeader := <-n.notifyCh:
+			if old := n.leader.Swap(nil); old != nil {
+				old.cancel()
+			}
+			n.metrics.leader.Set(b2f(isLeader))
+			if !isLeader {
+				n.log.Info("lost leadership")
+				continue
+			}
+			ls := n.newLeaderState()
+			n.leader.Store(ls)
+			n.wg.Go(func() { n.runLeader(ls) })
+		}
+	}
+}
+
+func (n *Node) newLeaderState() *leaderState {
+	ctx, cancel := context.WithCancel(n.ctx)
+	return &leaderState{ctx: ctx, cancel: cancel, ready: make(chan struct{})}
+}
+
+// runLeader establishes leadership (Barrier, then the cluster clock), then
+// runs the leader-only loops on the node's clock until leadership ends:
+// ticks when the log is idle, retention prunes, and the hooks registered
+// with WhileLeading.
+func (n *Node) runLeader(ls *leaderState) {
+	start := n.clock.Now()
+	// Apply everything committed by earlier leaders before stamping anything:
+	// the cluster clock continues from the FSM's clock.
+	if err := n.await(ls.ctx, n.raft.Barrier(0)); err != nil {
+		n.log.Warn("barrier after election failed; waiting for the next election", "err", err)
+		return
+	}
+	if ls.ctx.Err() != nil {
+		return
+	}
+	base := n.fsm.Clock()
+	if base == 0 {
+		// A new cluster: its clock starts at this node's wall clock, once.
+		base = n.clock.Now().UnixMilli()
+	}
+	ls.clock = newClusterClock(n.clock, base)
+	close(ls.ready)
+	n.log.Info("leadership established", "term", n.raft.CurrentTerm(), "cluster_time", base,
+		"barrier", clock.Since(n.clock, start).Round(time.Millisecond))
+	n.hooks.start(n, ls)
+	// A tick at once moves the followers' clocks to this term's base.
+	if _, err := n.proposeAs(ls.ctx, ls, &fsmv1.Tick{}); err != nil {
+		n.log.Warn("first tick failed", "err", err)
+	}
+
+	tick := n.clock.NewTicker(n.cfg.TickInterval / 2)
+	defer tick.Stop()
+	prune := n.clock.NewTicker(n.cfg.PruneInterval)
+	defer prune.Stop()
+	for {
+		select {
+		case <-ls.ctx.Done():
+			return
+		case <-tick.C():
+			if ls.clock.current()-ls.lastProposal.Load() >= n.cfg.TickInterval.Milliseconds() {
+				if _, err := n.proposeAs(ls.ctx, ls, &fsmv1.Tick{}); err != nil && ls.ctx.Err() == nil {
+					n.log.Warn("tick failed", "err", err)
+				}
+			}
+		case <-prune.C():
+			cutoff := ls.clock.current() - n.cfg.Retention.Milliseconds()
+			res, err := n.proposeAs(ls.ctx, ls, &fsmv1.Prune{CutoffMs: cutoff})
+			if err != nil {
+				n.log.Warn("prune failed", "err", err)
+				continue
+			}
+			if r := res.(*fsm.PruneResult); r.Windows+r.Idempotency > 0 {
+				n.log.Info("retention pruned records", "windows", r.Windows, "idempotency_records", r.Idempotency,
+					"older_than", n.cfg.Retention)
+			}
+		}
+	}
+}
+
+// leaderHooks are loops above the node that run only on the leader.
+type leaderHooks struct {
+	mu    sync.Mutex
+	hooks []func(ctx context.Context, now func() int64)
+}
+
+// WhileLeading runs f in a goroutine of its own each time this node
+// becomes a ready leader, and at once when it is one now. f's context ends
+// with that leadership (or the node); now reads the leader's cluster clock.
+// The API's absence monitor runs this way.
+func (n *Node) WhileLeading(f func(ctx context.Context, now func() int64)) {
+	n.hooks.mu.Lock()
+	defer n.hooks.mu.Unlock()
+	n.hooks.hooks = append(n.hooks.hooks, f)
+	if ls := n.leader.Load(); ls != nil && ls.hooksRun {
+		n.runHook(ls, f)
+	}
+}
+
+// start runs every hook for a leadership that just became ready.
+func (h *leaderHooks) start(n *Node, ls *leaderState) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ls.hooksRun = true
+	for _, f := range h.hooks {
+		n.runHook(ls, f)
+	}
+}
+
+func (n *Node) runHook(ls *leaderState, f func(ctx context.Context, now func() int64)) {
+	n.wg.Go(func() { f(ls.ctx, ls.clock.current) })
+}
+
+// readyLeader returns the leader state once it is ready, or a
+// *NotLeaderError.
+func (n *Node) readyLeader(ctx context.Context) (*leaderState, error) {
+	ls := n.leader.Load()
+	if ls == nil {
+		return nil, n.notLeader()
+	}
+	select {
+	case <-ls.ready:
+		return ls, nil
+	case <-ls.ctx.Done():
+		return nil, n.notLeader()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// LeaderContext returns a context that ends when this node's current
+// leadership does (or the node stops), once the leader is ready; or a
+// *NotLeaderError. Streams that live on the leader (KeepAlive) end with it.
+func (n *Node) LeaderContext(ctx context.Context) (context.Context, error) {
+	ls, err := n.readyLeader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ls.ctx, nil
+}
+
+// Leader returns the id and gRPC address of the leader when it is another
+// node ("" when unknown, or when this node leads).
+func (n *Node) Leader() (id, addr string) {
+	_, lid := n.raft.LeaderWithID()
+	if lid == "" || lid == raft.ServerID(n.cfg.ID) {
+		return "", ""
+	}
+	return string(lid), n.memberAddr(string(lid))
+}
+
+// notLeader describes where the leader is, as far as this node knows.
+func (n *Node) notLeader() error {
+	id, addr := n.Leader()
+	return &NotLeaderError{LeaderID: id, LeaderAddr: addr}
+}
+
+// memberAddr is the gRPC address of a member, from the replicated table.
+func (n *Node) memberAddr(id string) string {
+	for _, m := range n.fsm.Members() {
+		if m.ID == id {
+			return m.GRPCAddress
+		}
+	}
+	return ""
+}
+
+// proposeAs proposes under a known leadership. The command is stamped now
+// and handed to the proposer, which commits it, possibly in one log entry
+// with others (proposer.go). A rejection comes back as the error.
+func (n *Node) proposeAs(ctx context.Context, ls *leaderState, body any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cmd := ls.clock.stamp().envelope(body)
+	ls.lastProposal.Store(cmd.GetNowMs())
+	start := n.clock.Now()
+	resp, err := n.submit(ctx, cmd)
+	if err != nil {
+		n.metrics.proposed(cmd.GetType(), "error").Inc()
+		return nil, err
+	}
+	n.metrics.applyLatency.Observe(clock.Since(n.clock, start).Seconds())
+	if rej, ok := resp.(*fsm.Rejection); ok {
+		n.metrics.proposed(cmd.GetType(), "rejected").Inc()
+		return nil, rej
+	}
+	n.metrics.proposed(cmd.GetType(), "ok").Inc()
+	return resp, nil
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// await waits for a Raft future, but not past shutdown or ctx (a future
+// still queued when Raft shuts down is never answered), and translates
+// Raft's errors into the node's.
+func (n *Node) await(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return n.translate(err)
+	case <-n.ctx.Done():
+		return ErrShutdown
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,277 @@
+// Package node is one coordd node below the API: Raft (hashicorp/raft with
+// a raft-wal or bbolt log store, internal/logstore) under the fsm package, the proposer and its group
+// commit, the leader's lifecycle and cluster clock, waiting acquires, and
+// membership. Its API is typed: Propose a command body and get the FSM's
+// result; Read committed state, linearizable or stale; Acquire, the one
+// entry point that decides between answering from state, proposing and
+// waiting. The api package serves it over gRPC and HTTP through a narrow
+// interface and never imports this package. See DESIGN.md.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/logstore"
+	"github.com/coordd/coordd/internal/tlsutil"
+)
+
+// raftAPI is the part of *raft.Raft the node uses; unit tests replace it
+// with a fake that applies entries to the FSM in process.
+type raftAPI interface {
+	Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture
+	Barrier(timeout time.Duration) raft.Future
+	VerifyLeader() raft.Future
+	LeaderWithID() (raft.ServerAddress, raft.ServerID)
+	State() raft.RaftState
+	CurrentTerm() uint64
+	CommitIndex() uint64
+	AppliedIndex() uint64
+	LastIndex() uint64
+	LastContact() time.Time
+	GetConfiguration() raft.ConfigurationFuture
+	AddVoter(id raft.ServerID, address raft.ServerAddress, prevIndex uint64, timeout time.Duration) raft.IndexFuture
+	RemoveServer(id raft.ServerID, prevIndex uint64, timeout time.Duration) raft.IndexFuture
+	LeadershipTransfer() raft.Future
+	LeadershipTransferToServer(id raft.ServerID, address raft.ServerAddress) raft.Future
+	RegisterObserver(or *raft.Observer)
+	DeregisterObserver(or *raft.Observer)
+	Snapshot() raft.SnapshotFuture
+	Shutdown() raft.Future
+}
+
+var _ raftAPI = (*raft.Raft)(nil)
+
+// Node is one coordd node.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	clock   clock.Clock
+	fsm     *fsm.FSM
+	raft    raftAPI
+	store   *logstore.Store
+	trans   *raft.NetworkTransport
+	snaps   *raft.FileSnapshotStore
+	peerTLS *tlsutil.Reloader // nil: plaintext Raft
+	metrics *metrics
+
+	notifyCh  chan bool
+	leader    atomic.Pointer[leaderState]
+	proposals chan *proposal
+	queued    atomic.Int64 // commands with the proposer, not yet in an entry
+	waiters   waitQueues   // Acquire calls waiting for a lease (leader only)
+	hooks     leaderHooks
+
+	advertised atomic.Pointer[string] // this node's gRPC address, once Advertise ran
+
+	ctx      context.Context // ends at Close
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+	closeOne sync.Once
+	closeErr error
+}
+
+// New opens the data dir and starts Raft, the proposer and the leadership
+// lifecycle. It bootstraps a new cluster when the data dir holds no state
+// and Join is empty. The node serves nothing by itself: api.Serve does,
+// and tells it its gRPC address (Advertise).
+func New(cfg Config) (*Node, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	n := newNode(cfg)
+	if err := n.startRaft(); err != nil {
+		_ = n.Close()
+		return nil, err
+	}
+	n.start()
+	n.log.Info("coordd node started", "raft", n.RaftAddr(), "data_dir", cfg.DataDir,
+		"min_ttl", cfg.MinTTL, "retention", cfg.Retention)
+	return n, nil
+}
+
+// newNode builds a node without Raft (startRaft or a unit test sets it).
+func newNode(cfg Config) *Node {
+	ctx, stop := context.WithCancel(context.Background())
+	n := &Node{
+		cfg:       cfg,
+		log:       cfg.Logger.With("node", cfg.ID),
+		clock:     cfg.Clock,
+		fsm:       fsm.New(),
+		notifyCh:  make(chan bool, 16),
+		proposals: make(chan *proposal, 4*maxBatch),
+		ctx:       ctx,
+		stop:      stop,
+	}
+	n.metrics = newMetrics(n, cfg.Metrics)
+	return n
+}
+
+// start runs the node's loops.
+func (n *Node) start() {
+	n.wg.Go(n.runProposer)
+	n.wg.Go(n.watchLeadership)
+}
+
+func (n *Node) startRaft() error {
+	cfg := n.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if cfg.TLS.Enabled() {
+		var err error
+		if n.peerTLS, err = tlsutil.NewReloader(cfg.TLS); err != nil {
+			return fmt.Errorf("peer %w", err)
+		}
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 1024
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = 10240
+	rc.NotifyCh = n.notifyCh
+	rc.Logger = newRaftLogger(n.log)
+
+	var err error
+	// wal or bolt, as the data dir was created (see internal/logstore).
+	n.store, err = logstore.Open(cfg.DataDir, logstore.Options{Kind: logstore.Kind(cfg.RaftLogStore),
+		WALSegmentSize: cfg.RaftWALSegmentSize, Logger: rc.Logger.Named("logstore")})
+	if err != nil {
+		return err
+	}
+	logs, err := raft.NewLogCache(1024, n.store.Logs)
+	if err != nil {
+		return err
+	}
+	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, rc.Logger)
+	if err != nil {
+		return fmt.Errorf("snapshot store: %w", err)
+	}
+	if n.peerTLS != nil {
+		layer, lerr := newTLSStreamLayer(cfg.RaftAddr, n.peerTLS)
+		if lerr != nil {
+			return fmt.Errorf("raft transport %s: %w", cfg.RaftAddr, lerr)
+		}
+		n.trans = raft.NewNetworkTransportWithLogger(layer, 3, 10*time.Second, rc.Logger)
+	} else if n.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, rc.Logger); err != nil {
+		return fmt.Errorf("raft transport %s: %w", cfg.RaftAddr, err)
+	}
+	existing, err := raft.HasExistingState(logs, n.store.Stable, n.snaps)
+	if err != nil {
+		return err
+	}
+	r, err := raft.NewRaft(rc, raftFSM{n.fsm}, logs, n.store.Stable, n.snaps, n.trans)
+	if err != nil {
+		return fmt.Errorf("start raft: %w", err)
+	}
+	n.raft = r
+	if existing || cfg.Join != "" {
+		return nil
+	}
+	servers := []raft.Server{{ID: rc.LocalID, Address: n.trans.LocalAddr(), Suffrage: raft.Voter}}
+	if len(cfg.Peers) > 0 {
+		servers = servers[:0]
+		for id, addr := range cfg.Peers {
+			servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(addr), Suffrage: raft.Voter})
+		}
+	}
+	n.log.Info("bootstrapping a new cluster", "servers", len(servers))
+	if err := r.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	return nil
+}
+
+// ID is the node's Raft server id.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// RaftAddr is the Raft transport address.
+func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
+
+// TTLRange is the range of lease TTLs this node accepts.
+func (n *Node) TTLRange() (lo, hi time.Duration) { return n.cfg.MinTTL, n.cfg.MaxTTL }
+
+// Leading reports whether this node leads (it may still be applying its
+// predecessors' entries: calls then wait for it to be ready).
+func (n *Node) Leading() bool { return n.leader.Load() != nil }
+
+// IsLeader reports whether this node is the leader and ready to serve.
+func (n *Node) IsLeader() bool {
+	ls := n.leader.Load()
+	if ls == nil {
+		return false
+	}
+	select {
+	case <-ls.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// Digest is the FSM digest (see fsm.FSM.Digest).
+func (n *Node) Digest() string { return n.fsm.Digest() }
+
+// AppliedIndex is the index of the last entry this node's FSM applied.
+func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
+
+// Counts reports the number of records per family in this node's FSM.
+func (n *Node) Counts() (leases, windows, resources, idempotency int) { return n.fsm.Counts() }
+
+// Raft exposes the Raft instance to tests and tools in this module.
+func (n *Node) Raft() *raft.Raft {
+	r, _ := n.raft.(*raft.Raft)
+	return r
+}
+
+// Reload reads the peer TLS files again (coordd calls it on SIGHUP); on
+// error the previous certificate stays.
+func (n *Node) Reload() error {
+	if n.peerTLS == nil {
+		return nil
+	}
+	return n.peerTLS.Reload()
+}
+
+// Close stops the node: leader-only work and waiting acquires end at once,
+// Raft shuts down and the stores close. Close the API after the node (its
+// graceful stop is then quick). It is safe to call more than once.
+func (n *Node) Close() error {
+	n.closeOne.Do(func() { n.closeErr = n.shutdown() })
+	return n.closeErr
+}
+
+func (n *Node) shutdown() error {
+	n.stop()
+	var errs []error
+	if n.raft != nil {
+		errs = append(errs, n.raft.Shutdown().Error())
+	}
+	if ls := n.leader.Swap(nil); ls != nil {
+		ls.cancel()
+	}
+	n.wg.Wait()
+	if n.trans != nil {
+		errs = append(errs, n.trans.Close())
+	}
+	if n.store != nil {
+		errs = append(errs, n.store.Close())
+	}
+	n.log.Info("coordd node stopped")
+	return errors.Join(errs...)
+}

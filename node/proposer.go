@@ -1,0 +1,135 @@
+package node
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coordd/coordd/fsm"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+)
+
+// Group commit above Raft. Raft already shares each fsync among the entries
+// it has queued, but every entry still costs its own encoding (msgpack in
+// the log store and on the wire), bbolt put, future and FSM dispatch. The
+// proposer turns the commands proposed while earlier ones are in flight
+// into one Batch entry: at most maxInflightEntries entries are in flight, so
+// under load commands queue up and leave together; alone, a command goes at
+// once, as a plain entry.
+const (
+	maxInflightEntries = 1
+	maxBatch           = 512
+)
+
+type proposal struct {
+	cmd  *fsmv1.Command
+	done chan proposalResult
+}
+
+type proposalResult struct {
+	resp any
+	err  error
+}
+
+// submit hands a stamped command to the proposer and waits for its result.
+// When ctx ends first the outcome is unknown.
+func (n *Node) submit(ctx context.Context, cmd *fsmv1.Command) (any, error) {
+	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
+	select {
+	case n.proposals <- p:
+		n.queued.Add(1)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-n.ctx.Done():
+		return nil, ErrShutdown
+	}
+	select {
+	case r := <-p.done:
+		return r.resp, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-n.ctx.Done():
+		return nil, ErrShutdown
+	}
+}
+
+// runProposer forms entries from queued proposals and applies them.
+func (n *Node) runProposer() {
+	slots := make(chan struct{}, maxInflightEntries)
+	var batch []*proposal
+	drain := func() {
+		for len(batch) < maxBatch {
+			select {
+			case p := <-n.proposals:
+				batch = append(batch, p)
+			default:
+				return
+			}
+		}
+	}
+	for {
+		select {
+		case p := <-n.proposals:
+			batch = append(batch[:0:0], p)
+		case <-n.ctx.Done():
+			return
+		}
+		drain()
+		select {
+		case slots <- struct{}{}:
+		case <-n.ctx.Done():
+			n.queued.Add(-int64(len(batch)))
+			fail(batch, ErrShutdown)
+			return
+		}
+		drain() // what queued while the slots were busy goes along
+		n.queued.Add(-int64(len(batch)))
+		data, err := encodeEntry(batch)
+		if err != nil {
+			fail(batch, err)
+			<-slots
+			continue
+		}
+		f := n.raft.Apply(data, n.cfg.ApplyTimeout)
+		go func(batch []*proposal) {
+			defer func() { <-slots }()
+			if err := n.await(context.Background(), f); err != nil {
+				fail(batch, err)
+				return
+			}
+			resp := f.Response()
+			if len(batch) == 1 {
+				batch[0].done <- proposalResult{resp: resp}
+				return
+			}
+			results, ok := resp.(fsm.BatchResult)
+			if !ok || len(results) != len(batch) {
+				fail(batch, fmt.Errorf("batch of %d answered with %T", len(batch), resp))
+				return
+			}
+			for i, p := range batch {
+				p.done <- proposalResult{resp: results[i]}
+			}
+		}(batch)
+	}
+}
+
+// encodeEntry encodes one command as itself and several as a Batch.
+func encodeEntry(batch []*proposal) ([]byte, error) {
+	if len(batch) == 1 {
+		return proto.Marshal(batch[0].cmd)
+	}
+	cmds := make([]*fsmv1.Command, len(batch))
+	for i, p := range batch {
+		cmds[i] = p.cmd
+	}
+	// The envelope's own stamp is unused: each command keeps its own.
+	return proto.Marshal(fsm.Envelope(0, &fsmv1.Batch{Commands: cmds}))
+}
+
+func fail(batch []*proposal, err error) {
+	for _, p := range batch {
+		p.done <- proposalResult{err: err}
+	}
+}
