@@ -1,13 +1,13 @@
 package queue
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/client/internal/due"
 	"github.com/coordd/coordd/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -29,7 +29,7 @@ type claim struct {
 	deadline time.Time // local: send time of the last acknowledged heartbeat (or the fetch) + vt - margin
 	timer    clock.Timer
 	nextHB   time.Time
-	index    int // in Worker.due; -1 while a heartbeat is in flight or after the claim ended
+	due.Slot // in Worker.due; not while a heartbeat is in flight or after the claim ended
 	gone     bool
 }
 
@@ -48,36 +48,16 @@ func (cl *claim) localDeadline() time.Time {
 	return cl.deadline
 }
 
-// claimHeap orders claims by their next heartbeat.
-type claimHeap []*claim
-
-func (h claimHeap) Len() int           { return len(h) }
-func (h claimHeap) Less(i, j int) bool { return h[i].nextHB.Before(h[j].nextHB) }
-func (h claimHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *claimHeap) Push(x any) {
-	cl := x.(*claim)
-	cl.index = len(*h)
-	*h = append(*h, cl)
-}
-func (h *claimHeap) Pop() any {
-	old := *h
-	cl := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	cl.index = -1
-	return cl
-}
+// Due is when cl's next heartbeat is: Worker.due orders claims by it.
+func (cl *claim) Due() time.Time { return cl.nextHB }
 
 // pushLocked schedules cl's next heartbeat at cl.nextHB.
 func (w *Worker) pushLocked(cl *claim) {
-	if cl.gone || cl.index >= 0 {
+	if cl.gone || cl.Queued() {
 		return
 	}
-	heap.Push(&w.due, cl)
-	if cl.index == 0 {
+	w.due.Push(cl)
+	if w.due.Peek() == cl {
 		select {
 		case w.hbWake <- struct{}{}:
 		default:
@@ -92,9 +72,7 @@ func (w *Worker) forgetLocked(cl *claim) {
 		return
 	}
 	cl.gone = true
-	if cl.index >= 0 {
-		heap.Remove(&w.due, cl.index)
-	}
+	w.due.Remove(cl)
 	cl.timer.Stop()
 	delete(w.claims, cl.ref)
 }
@@ -180,11 +158,11 @@ func (w *Worker) heartbeats() {
 		var batch []*claim
 		var next time.Time
 		w.mu.Lock()
-		for len(w.due) > 0 && !w.due[0].nextHB.After(now.Add(heartbeatSlack(w.due[0].vt))) {
-			batch = append(batch, heap.Pop(&w.due).(*claim))
+		for w.due.Len() > 0 && !w.due.Peek().nextHB.After(now.Add(heartbeatSlack(w.due.Peek().vt))) {
+			batch = append(batch, w.due.Pop())
 		}
-		if len(w.due) > 0 {
-			next = w.due[0].nextHB
+		if w.due.Len() > 0 {
+			next = w.due.Peek().nextHB
 		}
 		w.mu.Unlock()
 		for len(batch) > 0 {
