@@ -8,7 +8,6 @@ import (
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/internal/due"
-	"github.com/coordd/coordd/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -26,8 +25,7 @@ type claim struct {
 	cancel context.CancelCauseFunc
 
 	state    claimState
-	deadline time.Time // local: send time of the last acknowledged heartbeat (or the fetch) + vt - margin
-	timer    clock.Timer
+	deadline due.Deadline // local: send time of the last acknowledged heartbeat (or the fetch) + vt - margin
 	nextHB   time.Time
 	due.Slot // in Worker.due; not while a heartbeat is in flight or after the claim ended
 	gone     bool
@@ -45,7 +43,7 @@ const (
 func (cl *claim) localDeadline() time.Time {
 	cl.w.mu.Lock()
 	defer cl.w.mu.Unlock()
-	return cl.deadline
+	return cl.deadline.At
 }
 
 // Due is when cl's next heartbeat is: Worker.due orders claims by it.
@@ -73,7 +71,7 @@ func (w *Worker) forgetLocked(cl *claim) {
 	}
 	cl.gone = true
 	w.due.Remove(cl)
-	cl.timer.Stop()
+	cl.deadline.Timer.Stop()
 	delete(w.claims, cl.ref)
 }
 
@@ -104,7 +102,7 @@ func (w *Worker) finish(cl *claim) {
 
 func (w *Worker) deadlinePassed(cl *claim) {
 	w.mu.Lock()
-	d, gone := cl.deadline, cl.gone
+	d, gone := cl.deadline.At, cl.gone
 	w.mu.Unlock()
 	if gone {
 		return
@@ -125,10 +123,7 @@ func (w *Worker) acked(cl *claim, sent time.Time) {
 	if cl.gone {
 		return
 	}
-	if d := sent.Add(cl.vt - cl.margin); d.After(cl.deadline) {
-		cl.deadline = d
-		cl.timer.Reset(d.Sub(w.clk.Now()))
-	}
+	cl.deadline.Extend(sent.Add(cl.vt-cl.margin), w.clk.Now())
 	cl.nextHB = sent.Add(cl.vt / 3)
 	w.pushLocked(cl)
 }
@@ -197,8 +192,8 @@ func (w *Worker) sendHeartbeats(batch []*claim, sent time.Time) {
 	w.mu.Lock()
 	for i, cl := range batch {
 		refs[i] = &coordv1.JobAttemptRef{JobId: cl.ref.id, Attempt: cl.ref.attempt}
-		if cl.deadline.After(last) {
-			last = cl.deadline
+		if cl.deadline.At.After(last) {
+			last = cl.deadline.At
 		}
 	}
 	w.mu.Unlock()

@@ -467,8 +467,7 @@ func (w *Worker) register(s *slots, j *Job, sent time.Time, state claimState) *c
 		s.release()
 		return nil
 	}
-	cl.deadline = sent.Add(cl.vt - cl.margin)
-	cl.timer = w.clk.AfterFunc(cl.deadline.Sub(w.clk.Now()), func() { w.deadlinePassed(cl) })
+	cl.deadline.Start(w.clk, sent.Add(cl.vt-cl.margin), func() { w.deadlinePassed(cl) })
 	cl.nextHB = sent.Add(cl.vt / 3)
 	w.claims[cl.ref] = cl
 	w.pushLocked(cl)
