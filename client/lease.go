@@ -111,16 +111,11 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		o.claim.NotBeforeMs = o.notBefore.UnixMilli()
 	}
 	req := &coordv1.AcquireRequest{Name: name, Owner: o.owner, TtlMs: ttl.Milliseconds(), RequestId: o.requestID, Claim: o.claim, Wait: o.wait}
-	var resp *coordv1.AcquireResponse
 	ictx := ctx
 	if o.wait {
 		ictx = withoutAttemptTimeout(ctx) // a wait lasts as long as ctx allows
 	}
-	err := c.invoke(ictx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
-		var err error
-		resp, err = cc.Acquire(ctx, req)
-		return err
-	})
+	resp, err := call(c, ictx, true, coordv1.CoordinatorClient.Acquire, req)
 	if err != nil {
 		return nil, err
 	}
