@@ -339,16 +339,25 @@ func (c *Cluster) WaitConverged(timeout time.Duration) (string, error) {
 // WaitCaughtUp waits until nd applied everything the leader had committed
 // when the wait began (works under load, unlike WaitConverged).
 func (c *Cluster) WaitCaughtUp(nd *Node, timeout time.Duration) error {
-	leader, err := c.WaitLeader(timeout)
-	if err != nil {
-		return err
-	}
-	st, err := c.Status(leader, time.Second)
-	if err != nil {
-		return fmt.Errorf("status of the leader: %w", err)
-	}
-	target := st.GetCommitIndex()
 	deadline := time.Now().Add(timeout)
+	var target uint64
+	for {
+		// A loaded leader may answer a status late (it hashes its whole
+		// state for the digest); ask again rather than give up.
+		leader, err := c.WaitLeader(time.Until(deadline))
+		if err != nil {
+			return err
+		}
+		st, err := c.Status(leader, time.Second)
+		if err == nil {
+			target = st.GetCommitIndex()
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("status of the leader: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for time.Now().Before(deadline) {
 		if s, err := c.Status(nd, time.Second); err == nil && s.GetAppliedIndex() >= target {
 			return nil
@@ -370,7 +379,10 @@ func (c *Cluster) AcquireAnywhere(name string, budget time.Duration) (time.Durat
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
-			r, err := coordv1.NewCoordinatorClient(nd.Conn).Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "probe", TtlMs: 5000})
+			// One request id for every attempt, as a client retries: an
+			// attempt that timed out here but committed later is returned
+			// as this probe's grant, not seen as held by someone else.
+			r, err := coordv1.NewCoordinatorClient(nd.Conn).Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "probe", TtlMs: 5000, RequestId: "probe-" + name})
 			cancel()
 			if err == nil && r.GetAcquired() {
 				return time.Since(start), nil
