@@ -21,12 +21,38 @@ type clusterClock struct {
 	base  int64
 	start time.Time
 	last  atomic.Int64
+	// calLast is the last calendar stamp (Unix ms): calendar time is the
+	// node's wall clock, never below it (nor below the FSM's calendar
+	// when this leadership began).
+	calLast atomic.Int64
 }
 
-func newClusterClock(c clock.Clock, base int64) *clusterClock {
+func newClusterClock(c clock.Clock, base, calendar int64) *clusterClock {
 	cc := &clusterClock{clock: c, base: base, start: c.Now()}
 	cc.last.Store(base)
+	cc.calLast.Store(calendar)
 	return cc
+}
+
+// calendar is the calendar time now, for reads and the dispatcher; it does
+// not advance stamps.
+func (c *clusterClock) calendar() int64 {
+	return max(c.clock.Now().UnixMilli(), c.calLast.Load())
+}
+
+// stampCalendar returns the calendar stamp of a new command: the wall
+// clock, monotonic across calls (a clock stepped back holds the stamp).
+func (c *clusterClock) stampCalendar() int64 {
+	t := c.clock.Now().UnixMilli()
+	for {
+		last := c.calLast.Load()
+		if t <= last {
+			return last
+		}
+		if c.calLast.CompareAndSwap(last, t) {
+			return t
+		}
+	}
 }
 
 // current is the cluster time now, for reads; it does not advance stamps.
@@ -38,13 +64,11 @@ func (c *clusterClock) elapsed() int64 {
 	return c.base + c.clock.Now().Sub(c.start).Milliseconds()
 }
 
-// stamp is what the leader writes into a command besides its body: today
-// the lease time. The envelope already has room for a calendar time
-// (fsm.EnvelopeAt, Command.calendar_ms); stamping it is one more field
-// here, filled in stamp() (the leader's wall clock, never below the last)
-// and written in envelope.
+// stamp is what the leader writes into a command besides its body: the
+// lease time and the calendar time (the leader's wall clock, never below
+// the last stamp; fsm/DESIGN.md "Calendar time").
 type stamp struct {
-	nowMs int64
+	nowMs, calMs int64
 }
 
 // stamp returns the stamp of a new command: lease time monotonic across
@@ -54,15 +78,15 @@ func (c *clusterClock) stamp() stamp {
 	for {
 		last := c.last.Load()
 		if t <= last {
-			return stamp{nowMs: last}
+			return stamp{nowMs: last, calMs: c.stampCalendar()}
 		}
 		if c.last.CompareAndSwap(last, t) {
-			return stamp{nowMs: t}
+			return stamp{nowMs: t, calMs: c.stampCalendar()}
 		}
 	}
 }
 
 // envelope wraps body into a command carrying the stamp.
 func (s stamp) envelope(body any) *fsmv1.Command {
-	return fsm.Envelope(s.nowMs, body)
+	return fsm.EnvelopeAt(s.nowMs, s.calMs, body)
 }

@@ -26,6 +26,10 @@ type leaderState struct {
 	// ticker only appends ticks when the log is idle.
 	lastProposal atomic.Int64
 	hooksRun     bool // guarded by leaderHooks.mu
+	// fetches are the long-polling Fetch calls on this leader; dispatch
+	// wakes the dispatcher (queue.go) when the queue may have changed.
+	fetches  fetchQueue
+	dispatch chan struct{}
 }
 
 // watchLeadership is the leadership lifecycle: on gaining leadership it
@@ -54,7 +58,8 @@ func (n *Node) watchLeadership() {
 
 func (n *Node) newLeaderState() *leaderState {
 	ctx, cancel := context.WithCancel(n.ctx)
-	return &leaderState{ctx: ctx, cancel: cancel, ready: make(chan struct{})}
+	return &leaderState{ctx: ctx, cancel: cancel, ready: make(chan struct{}), dispatch: make(chan struct{}, 1),
+		fetches: fetchQueue{kick: make(chan struct{}, 1)}}
 }
 
 // runLeader establishes leadership (Barrier, then the cluster clock), then
@@ -77,11 +82,13 @@ func (n *Node) runLeader(ls *leaderState) {
 		// A new cluster: its clock starts at this node's wall clock, once.
 		base = n.clock.Now().UnixMilli()
 	}
-	ls.clock = newClusterClock(n.clock, base)
+	ls.clock = newClusterClock(n.clock, base, n.fsm.CalendarMs())
 	close(ls.ready)
 	n.log.Info("leadership established", "term", n.raft.CurrentTerm(), "cluster_time", base,
 		"barrier", clock.Since(n.clock, start).Round(time.Millisecond))
 	n.hooks.start(n, ls)
+	n.wg.Go(func() { n.runDispatcher(ls) })
+	n.wg.Go(func() { n.runFetchPump(ls) })
 	// A tick at once moves the followers' clocks to this term's base.
 	if _, err := n.proposeAs(ls.ctx, ls, &fsmv1.Tick{}); err != nil {
 		n.log.Warn("first tick failed", "err", err)
@@ -103,14 +110,17 @@ func (n *Node) runLeader(ls *leaderState) {
 			}
 		case <-prune.C():
 			cutoff := ls.clock.current() - n.cfg.Retention.Milliseconds()
-			res, err := n.proposeAs(ls.ctx, ls, &fsmv1.Prune{CutoffMs: cutoff})
+			res, err := n.proposeAs(ls.ctx, ls, &fsmv1.Prune{CutoffMs: cutoff,
+				JobsCutoffMs:    ls.clock.calendar() - n.cfg.JobRetention.Milliseconds(),
+				MaxFinishedJobs: n.cfg.MaxFinishedJobs})
 			if err != nil {
 				n.log.Warn("prune failed", "err", err)
 				continue
 			}
-			if r := res.(*fsm.PruneResult); r.Windows+r.Idempotency > 0 {
+			if r := res.(*fsm.PruneResult); r.Windows+r.Idempotency+r.Jobs > 0 {
 				n.log.Info("retention pruned records", "windows", r.Windows, "idempotency_records", r.Idempotency,
-					"older_than", n.cfg.Retention)
+					"older_than", n.cfg.Retention, "finished_jobs", r.Jobs, "jobs_older_than", n.cfg.JobRetention,
+					"max_finished_jobs", n.cfg.MaxFinishedJobs)
 			}
 		}
 	}
@@ -207,24 +217,45 @@ func (n *Node) memberAddr(id string) string {
 // and handed to the proposer, which commits it, possibly in one log entry
 // with others (proposer.go). A rejection comes back as the error.
 func (n *Node) proposeAs(ctx context.Context, ls *leaderState, body any) (any, error) {
+	wait, err := n.proposeStart(ctx, ls, body)
+	if err != nil {
+		return nil, err
+	}
+	return wait(ctx)
+}
+
+// proposeStart stamps body and hands it to the proposer; wait returns its
+// result. Commands started one after the other apply in that order (the
+// fetch pump relies on it to serve long polls in arrival order).
+func (n *Node) proposeStart(ctx context.Context, ls *leaderState, body any) (wait func(context.Context) (any, error), err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	cmd := ls.clock.stamp().envelope(body)
 	ls.lastProposal.Store(cmd.GetNowMs())
 	start := n.clock.Now()
-	resp, err := n.submit(ctx, cmd)
+	p, err := n.enqueue(ctx, cmd)
 	if err != nil {
 		n.metrics.proposed(cmd.GetType(), "error").Inc()
 		return nil, err
 	}
-	n.metrics.applyLatency.Observe(clock.Since(n.clock, start).Seconds())
-	if rej, ok := resp.(*fsm.Rejection); ok {
-		n.metrics.proposed(cmd.GetType(), "rejected").Inc()
-		return nil, rej
-	}
-	n.metrics.proposed(cmd.GetType(), "ok").Inc()
-	return resp, nil
+	return func(ctx context.Context) (any, error) {
+		resp, err := n.result(ctx, p)
+		// Any command may have changed the queue (each one first applies
+		// what its calendar stamp made due or lapsed).
+		ls.queueChanged()
+		if err != nil {
+			n.metrics.proposed(cmd.GetType(), "error").Inc()
+			return nil, err
+		}
+		n.metrics.applyLatency.Observe(clock.Since(n.clock, start).Seconds())
+		if rej, ok := resp.(*fsm.Rejection); ok {
+			n.metrics.proposed(cmd.GetType(), "rejected").Inc()
+			return nil, rej
+		}
+		n.metrics.proposed(cmd.GetType(), "ok").Inc()
+		return resp, nil
+	}, nil
 }
 
 func b2f(b bool) float64 {

@@ -17,6 +17,7 @@ type metrics struct {
 	proposals        *prometheus.CounterVec
 	proposalCounters sync.Map // proposalKey -> prometheus.Counter: no label hashing per command
 	waiters          prometheus.Gauge
+	fetchWaiters     prometheus.Gauge
 }
 
 func newMetrics(n *Node, reg *prometheus.Registry) *metrics {
@@ -30,7 +31,9 @@ func newMetrics(n *Node, reg *prometheus.Registry) *metrics {
 		Help: "Commands proposed by this node as leader, by type and outcome (ok, rejected, error)."}, []string{"type", "outcome"})
 	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_acquire_waiters",
 		Help: "Acquire calls waiting for a held lease on this leader (AcquireRequest.wait)."})
-	reg.MustRegister(m.leader, m.applyLatency, m.proposals, m.waiters, &raftCollector{n: n})
+	m.fetchWaiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_fetch_waiters",
+		Help: "Queue Fetch calls long-polling on this leader (QueueFetchRequest.wait_ms)."})
+	reg.MustRegister(m.leader, m.applyLatency, m.proposals, m.waiters, m.fetchWaiters, &raftCollector{n: n})
 	return m
 }
 
@@ -72,7 +75,7 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descClock, prometheus.GaugeValue, float64(clock)/1000)
 	ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(f.LiveLeases(clock)))
 	l, w, res, idem := f.Counts()
-	for fam, n := range map[string]int{"leases": l, "windows": w, "resources": res, "idempotency": idem} {
+	for fam, n := range map[string]int{"leases": l, "windows": w, "resources": res, "idempotency": idem, "queue_jobs": f.QueueJobCount()} {
 		ch <- prometheus.MustNewConstMetric(descRecords, prometheus.GaugeValue, float64(n), fam)
 	}
 }

@@ -35,15 +35,31 @@ type proposalResult struct {
 // submit hands a stamped command to the proposer and waits for its result.
 // When ctx ends first the outcome is unknown.
 func (n *Node) submit(ctx context.Context, cmd *fsmv1.Command) (any, error) {
+	p, err := n.enqueue(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return n.result(ctx, p)
+}
+
+// enqueue hands a stamped command to the proposer: commands enqueued one
+// after the other are applied in that order.
+func (n *Node) enqueue(ctx context.Context, cmd *fsmv1.Command) (*proposal, error) {
 	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
 	select {
 	case n.proposals <- p:
 		n.queued.Add(1)
+		return p, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-n.ctx.Done():
 		return nil, ErrShutdown
 	}
+}
+
+// result waits for an enqueued command's result. When ctx ends first the
+// outcome is unknown.
+func (n *Node) result(ctx context.Context, p *proposal) (any, error) {
 	select {
 	case r := <-p.done:
 		return r.resp, r.err
