@@ -27,17 +27,20 @@ type fakeNode struct {
 	leaderID   string
 	leaderAddr string
 	now        int64
+	cal        int64 // calendar time stamped on commands
 	fsm        *fsm.FSM
 
-	mu       sync.Mutex
-	acquires []*fsmv1.Acquire
-	waits    int
-	block    chan struct{} // waiting acquires block on it
-	transfer error
+	mu        sync.Mutex
+	commands  []any // bodies applied, when non-nil
+	fetchWait time.Duration
+	acquires  []*fsmv1.Acquire
+	waits     int
+	block     chan struct{} // waiting acquires block on it
+	transfer  error
 }
 
 func newFakeNode() *fakeNode {
-	return &fakeNode{id: "n1", leading: true, now: 1_000_000, fsm: fsm.New()}
+	return &fakeNode{id: "n1", leading: true, now: 1_000_000, cal: 1_800_000_000_000, fsm: fsm.New()}
 }
 
 func (f *fakeNode) ID() string                       { return f.id }
@@ -54,7 +57,27 @@ func (f *fakeNode) LeaderContext(ctx context.Context) (context.Context, error) {
 }
 
 func (f *fakeNode) apply(body any) any {
-	return f.fsm.ApplyCommand(fsm.Envelope(f.now, body))
+	f.mu.Lock()
+	if f.commands != nil {
+		f.commands = append(f.commands, body)
+	}
+	f.mu.Unlock()
+	return f.fsm.ApplyCommand(fsm.EnvelopeAt(f.now, f.cal, body))
+}
+
+func (f *fakeNode) Calendar() int64 { return f.cal }
+
+// Fetch applies the fetch at once (the node's long polls are its own
+// tests'); it records the wait it was given.
+func (f *fakeNode) Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Duration) (*fsm.FetchResult, error) {
+	f.mu.Lock()
+	f.fetchWait = wait
+	f.mu.Unlock()
+	res, err := f.Propose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return res.(*fsm.FetchResult), nil
 }
 
 func (f *fakeNode) Propose(_ context.Context, body any) (any, error) {

@@ -74,3 +74,10 @@ func clusterOnLeader[Req, Resp any](s *Server, ctx context.Context,
 	local func() (Resp, error)) (Resp, error) {
 	return onLeader(s, ctx, coordv1.NewClusterClient, call, req, local)
 }
+
+// queueOnLeader is onLeader for the Queue service.
+func queueOnLeader[Req, Resp any](s *Server, ctx context.Context,
+	call func(coordv1.QueueClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
+	local func() (Resp, error)) (Resp, error) {
+	return onLeader(s, ctx, coordv1.NewQueueClient, call, req, local)
+}

@@ -44,6 +44,13 @@ type Node interface {
 	// Read returns the committed state (read only) and the cluster time to
 	// judge expiry at: linearizable on the leader, or stale on any node.
 	Read(ctx context.Context, stale bool) (*fsm.FSM, int64, error)
+	// Fetch hands out queued jobs (FetchJobs, with the caller's identity);
+	// with wait it long-polls on the leader, up to wait and not past ctx's
+	// deadline, in arrival order with the other waiting fetches.
+	Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Duration) (*fsm.FetchResult, error)
+	// Calendar is calendar time now (Unix ms): the leader's stamp clock on
+	// the leader, else the last applied calendar stamp.
+	Calendar() int64
 
 	// IsMember reports whether identity is a Raft server id.
 	IsMember(identity string) bool

@@ -1,5 +1,5 @@
-// Package api serves a coordd node: the gRPC services Coordinator, Cluster
-// and Jobs (with KeepAlive), the HTTP/JSON gateway, metrics and health;
+// Package api serves a coordd node: the gRPC services Coordinator, Cluster,
+// Jobs and Queue (with KeepAlive), the HTTP/JSON gateway, metrics and health;
 // forwarding to the leader, validation, authentication and authorization,
 // proto <-> domain conversion, and the one table that turns errors into
 // statuses. It depends on the node only through the Node interface, so it
@@ -117,18 +117,20 @@ const (
 	MaxNameBytes    = 256
 	MaxPayloadBytes = 64 << 10
 	MaxPageSize     = 1000
-	// MaxMessageBytes caps a gRPC request and an HTTP request body.
-	MaxMessageBytes = 1 << 20
+	// MaxMessageBytes caps a gRPC request and an HTTP request body (a
+	// Submit of 1,000 jobs with a few KiB of args each must fit).
+	MaxMessageBytes = 4 << 20
 	DefaultPageSize = 100
 )
 
 // Server is the API of one node.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	node    Node
-	metrics *metrics
-	monitor *monitor
+	cfg          Config
+	log          *slog.Logger
+	node         Node
+	metrics      *metrics
+	monitor      *monitor
+	queueMetrics *queueMetrics
 
 	schedules schedules
 
@@ -187,6 +189,7 @@ func newServer(cfg Config, n Node) *Server {
 	s.dial = s.peerConn
 	s.metrics = newMetrics(cfg.Metrics)
 	s.monitor = newMonitorMetrics(cfg.Metrics)
+	s.queueMetrics = newQueueMetrics(cfg.Metrics, s)
 	return s
 }
 
@@ -225,6 +228,7 @@ func (s *Server) start() error {
 	coordv1.RegisterCoordinatorServer(s.grpc, &coordinator{s: s})
 	coordv1.RegisterClusterServer(s.grpc, &cluster{s: s})
 	coordv1.RegisterJobsServer(s.grpc, &jobs{s: s})
+	coordv1.RegisterQueueServer(s.grpc, &queue{s: s})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
