@@ -548,3 +548,81 @@ func TestQueueLeaderKillDuringDispatch(t *testing.T) {
 	}
 	t.Logf("all %d jobs succeeded once; %d attempts lapsed (fetches whose answer died with the leader)", total, relapsed)
 }
+
+const queueACL = `
+rules:
+  - name: nodes
+    identities: [node*]
+    ops: [admin]
+  - name: producer
+    identities: [reports-api]
+    ops: [job, read]
+    prefixes: [reports/]
+  - name: worker
+    identities: [reports-worker]
+    ops: [work]
+    prefixes: [reports/]
+  - name: ledger
+    identities: [reports-worker]
+    ops: [fence]
+    prefixes: [ledger/]
+`
+
+// With mutual TLS and an ACL: a producer submits and reads its queues, a
+// worker fetches from them, each refused outside its ops and prefixes
+// (through a follower: the leader authorizes the forwarded identity); an
+// attempt is bound to the identity that fetched it.
+func TestQueueSecurity(t *testing.T) {
+	c, certs, _ := secureCluster(t, 3, queueACL)
+	c.WaitLeader()
+	follower := c.Followers()[0]
+	api := coordv1.NewQueueClient(connAs(t, certs.Client("reports-api"), follower.API.GRPCAddr()))
+	wrk := coordv1.NewQueueClient(connAs(t, certs.Client("reports-worker"), follower.API.GRPCAddr()))
+	ctx := ctxT(t)
+	denied := func(what string, err error) {
+		t.Helper()
+		wantErr(t, err, codes.PermissionDenied, "PERMISSION_DENIED")
+	}
+	sub, err := api.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: "reports/daily", Kind: "k"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sub.GetJobs()[0].GetId()
+	_, err = api.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: "reports/daily", Kind: "k"}, {Kind: "k"}}})
+	denied("submit to the default queue", err)
+	_, err = wrk.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: "reports/daily", Kind: "k"}}})
+	denied("submit by a worker", err)
+	_, err = api.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"reports/daily"}, Max: 1, WorkerId: "w"})
+	denied("fetch by the producer", err)
+	if g, err := api.Get(ctx, &coordv1.QueueGetRequest{Id: id}); err != nil || g.GetJob().GetSubmittedBy() != "reports-api" {
+		t.Fatalf("%v %v", g, err)
+	}
+	_, err = wrk.Get(ctx, &coordv1.QueueGetRequest{Id: id})
+	denied("get by the worker", err)
+	_, err = api.List(ctx, &coordv1.QueueListRequest{})
+	denied("list of every queue", err)
+	if _, err := api.List(ctx, &coordv1.QueueListRequest{Queue: "reports/daily"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := wrk.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"reports/daily"}, Max: 1, WorkerId: "w"})
+	if err != nil || len(r.GetJobs()) != 1 || r.GetJobs()[0].GetAttempt().GetIdentity() != "reports-worker" {
+		t.Fatalf("%v %v", r, err)
+	}
+	// Bound to the fetcher: another identity's completion is refused per item.
+	done, err := api.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: "w", Completions: []*coordv1.JobCompletion{{JobId: id, Attempt: 1}}})
+	if err != nil || done.GetResults()[0].GetError().GetReason() != "IDENTITY_MISMATCH" {
+		t.Fatalf("%v %v", done, err)
+	}
+	fc := coordAs(t, certs, follower, "reports-worker")
+	if res, err := fc.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "ledger/r1", Token: r.GetJobs()[0].GetAttempt().GetToken()}); err != nil || !res.GetAccepted() {
+		t.Fatalf("%v %v", res, err)
+	}
+	done, err = wrk.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: "w", Completions: []*coordv1.JobCompletion{{JobId: id, Attempt: 1}}})
+	if err != nil || done.GetResults()[0].GetError() != nil {
+		t.Fatalf("%v %v", done, err)
+	}
+	_, err = wrk.Retry(ctx, &coordv1.QueueRetryRequest{Id: id})
+	denied("retry by the worker", err)
+	_, err = api.Retry(ctx, &coordv1.QueueRetryRequest{Id: id})
+	wantErr(t, err, codes.FailedPrecondition, "JOB_FINISHED")
+}
