@@ -28,6 +28,9 @@ type Node interface {
 	// node ("" when unknown).
 	Leading() bool
 	Leader() (id, grpcAddr string)
+	// LeaderChanged is closed when the leader this node knows may have
+	// changed (reads wait on it during an election).
+	LeaderChanged() <-chan struct{}
 	// LeaderContext ends with this node's current leadership (streams that
 	// live on the leader end with it).
 	LeaderContext(ctx context.Context) (context.Context, error)

@@ -288,5 +288,5 @@ func (k *keeper) handle(inflight map[uint64]sentRenewal, r *coordv1.KeepAliveRes
 		}
 		return
 	}
-	s.l.lose(r.GetReason(), &Error{Reason: r.GetReason(), Message: r.GetMessage(), sentinel: ErrLeaseLost})
+	s.l.lose(r.GetReason(), &Error{Reason: r.GetReason(), Message: r.GetMessage(), Metadata: r.GetMetadata(), sentinel: ErrLeaseLost})
 }

@@ -42,11 +42,13 @@ func (n *Node) watchLeadership() {
 			}
 			n.metrics.leader.Set(b2f(isLeader))
 			if !isLeader {
+				n.leaderChanged()
 				n.log.Info("lost leadership")
 				continue
 			}
 			ls := n.newLeaderState()
 			n.leader.Store(ls)
+			n.leaderChanged()
 			n.wg.Go(func() { n.runLeader(ls) })
 		}
 	}
@@ -139,6 +141,20 @@ func (n *Node) Calendar() int64 {
 		}
 	}
 	return n.fsm.CalendarMs()
+}
+
+// times is lease time and calendar time now, as one pair: on the ready
+// leader its clocks (what it would stamp now), elsewhere the FSM's last
+// applied stamps.
+func (n *Node) times() (lease, calendar int64) {
+	if ls := n.leader.Load(); ls != nil {
+		select {
+		case <-ls.ready:
+			return ls.clock.current(), ls.clock.calendar()
+		default:
+		}
+	}
+	return n.fsm.Clock(), n.fsm.CalendarMs()
 }
 
 // leaderHooks are loops above the node that run only on the leader.
