@@ -98,6 +98,7 @@ func main() {
 		ttl      = flag.Duration("ttl", 3*time.Second, "lease TTL for keepalive")
 		reps     = flag.Int("reps", 5, "repetitions for failover")
 		conns    = flag.Int("conns", 4, "SDK clients (connection sets) the workers share; 0 = one per worker")
+		first    = flag.String("first", "", "comma-separated endpoint orders to run each workload with: leader (the leader's endpoint first), follower (followers first, the leader last); default: as given")
 	)
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
 	flag.Parse()
@@ -157,13 +158,24 @@ func main() {
 		if w == "keepalive" || w == "failover" {
 			counts = counts[:1]
 		}
-		for _, c := range counts {
-			r, err := run(context.Background(), cfg, c)
+		for _, f := range strings.Split(*first, ",") {
+			ocfg := cfg
+			eps, err := ordered(cfg.endpoints, f)
 			if err != nil {
-				fatal(fmt.Errorf("%s: %w", w, err))
+				fatal(err)
 			}
-			fmt.Println(r.json())
-			results = append(results, r)
+			ocfg.endpoints = eps
+			for _, c := range counts {
+				r, err := run(context.Background(), ocfg, c)
+				if err != nil {
+					fatal(fmt.Errorf("%s: %w", w, err))
+				}
+				if f != "" {
+					r.add("first", f)
+				}
+				fmt.Println(r.json())
+				results = append(results, r)
+			}
 		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
@@ -182,11 +194,11 @@ func main() {
 // atExit runs on fatal errors (os.Exit skips deferred calls).
 var atExit []func()
 
-// startCluster starts three coordd processes on loopback (no HTTP, warnings
-// only) and waits for a leader. The nodes die with coordbench (Pdeathsig)
+// startCluster starts three coordd processes on loopback (warnings only;
+// HTTP for the forwarded-calls counter) and waits for a leader. The nodes die with coordbench (Pdeathsig)
 // and are killed by PID at the end or on a fatal error.
 func startCluster(bin string) (*proccluster.Cluster, error) {
-	nodes, err := proccluster.LoopbackNodes(3, false, "--log-level", "warn")
+	nodes, err := proccluster.LoopbackNodes(3, true, "--log-level", "warn")
 	if err != nil {
 		return nil, err
 	}
