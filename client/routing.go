@@ -269,6 +269,13 @@ func (c *Client) askLeader(candidates []string, suspect string) leaderInfo {
 	return result()
 }
 
+type leaderLookupKey struct{}
+
+// IsLeaderLookup reports whether a call's context is one of the SDK's own
+// leader lookups (Members calls on the endpoints), for interceptors that
+// watch a command's attempts (coordctl) and should not count these.
+func IsLeaderLookup(ctx context.Context) bool { return ctx.Value(leaderLookupKey{}) != nil }
+
 // askMembers asks the node at ep for the members and reads which one it
 // believes leads, and whether that is itself (its gRPC address is the one
 // dialled or the connection's peer address).
@@ -279,6 +286,7 @@ func (c *Client) askMembers(ctx context.Context, ep string) memberAnswer {
 		return out
 	}
 	var p peer.Peer
+	ctx = context.WithValue(ctx, leaderLookupKey{}, true)
 	resp, err := coordv1.NewClusterClient(cc).Members(ctx, &coordv1.MembersRequest{}, grpc.Peer(&p))
 	if err != nil {
 		return out
