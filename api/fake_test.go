@@ -35,9 +35,9 @@ type fakeNode struct {
 	leaderSig chan struct{} // LeaderChanged
 	members   []*coordv1.Member
 	acquires  []*fsmv1.Acquire
-	waits    int
-	block    chan struct{} // waiting acquires block on it
-	transfer error
+	waits     int
+	block     chan struct{} // waiting acquires block on it
+	transfer  error
 }
 
 func newFakeNode() *fakeNode {
@@ -79,7 +79,7 @@ func (f *fakeNode) setLeader(leading bool, id, addr string) {
 }
 
 func (f *fakeNode) Members() ([]*coordv1.Member, error) { return f.members, nil }
-func (f *fakeNode) IsMember(id string) bool          { return id == "n1" || id == "n2" }
+func (f *fakeNode) IsMember(id string) bool             { return id == "n1" || id == "n2" }
 
 func (f *fakeNode) LeaderContext(ctx context.Context) (context.Context, error) {
 	if !f.leading {
