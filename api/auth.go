@@ -139,6 +139,7 @@ var methods = map[string]methodAccess{
 	coordv1.Cluster_RemoveServer_FullMethodName:       {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_TransferLeadership_FullMethodName: {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_Snapshot_FullMethodName:           {op: auth.OpAdmin, name: noName},
+	coordv1.Cluster_Clock_FullMethodName:              {op: auth.OpAdmin, name: noName}, // the leader's probe (a member)
 }
 
 func (s *Server) authorizeMethod(c auth.Caller, method string, req any) error {

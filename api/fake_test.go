@@ -15,6 +15,7 @@ import (
 
 	"github.com/coordd/coordd/fsm"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
 // fakeNode is the node in the API's unit tests: a real FSM applied in
@@ -26,12 +27,13 @@ type fakeNode struct {
 	leading    bool
 	leaderID   string
 	leaderAddr string
-	now        int64
-	cal        int64 // calendar time stamped on commands
+	now        int64 // lease time
+	calendar   int64 // calendar time
 	fsm        *fsm.FSM
 
 	mu        sync.Mutex
-	commands  []any // bodies applied, when non-nil
+	leaderSig chan struct{} // LeaderChanged
+	members   []*coordv1.Member
 	fetchWait time.Duration
 	acquires  []*fsmv1.Acquire
 	waits     int
@@ -40,14 +42,45 @@ type fakeNode struct {
 }
 
 func newFakeNode() *fakeNode {
-	return &fakeNode{id: "n1", leading: true, now: 1_000_000, cal: 1_800_000_000_000, fsm: fsm.New()}
+	return &fakeNode{id: "n1", leading: true, now: 1_000_000, calendar: 1_700_000_000_000, fsm: fsm.New()}
 }
 
 func (f *fakeNode) ID() string                       { return f.id }
 func (f *fakeNode) TTLRange() (lo, hi time.Duration) { return time.Second, time.Hour }
-func (f *fakeNode) Leading() bool                    { return f.leading }
-func (f *fakeNode) Leader() (string, string)         { return f.leaderID, f.leaderAddr }
-func (f *fakeNode) IsMember(id string) bool          { return id == "n1" || id == "n2" }
+func (f *fakeNode) Leading() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.leading
+}
+
+func (f *fakeNode) Leader() (string, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.leaderID, f.leaderAddr
+}
+
+func (f *fakeNode) LeaderChanged() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.leaderSig == nil {
+		f.leaderSig = make(chan struct{})
+	}
+	return f.leaderSig
+}
+
+// setLeader changes the leader this node knows, as an election would.
+func (f *fakeNode) setLeader(leading bool, id, addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leading, f.leaderID, f.leaderAddr = leading, id, addr
+	if f.leaderSig != nil {
+		close(f.leaderSig)
+		f.leaderSig = nil
+	}
+}
+
+func (f *fakeNode) Members() ([]*coordv1.Member, error) { return f.members, nil }
+func (f *fakeNode) IsMember(id string) bool             { return id == "n1" || id == "n2" }
 
 func (f *fakeNode) LeaderContext(ctx context.Context) (context.Context, error) {
 	if !f.leading {
@@ -56,16 +89,11 @@ func (f *fakeNode) LeaderContext(ctx context.Context) (context.Context, error) {
 	return ctx, nil
 }
 
-func (f *fakeNode) apply(body any) any {
-	f.mu.Lock()
-	if f.commands != nil {
-		f.commands = append(f.commands, body)
-	}
-	f.mu.Unlock()
-	return f.fsm.ApplyCommand(fsm.EnvelopeAt(f.now, f.cal, body))
-}
+func (f *fakeNode) Calendar() int64 { return f.calendar }
 
-func (f *fakeNode) Calendar() int64 { return f.cal }
+func (f *fakeNode) apply(body any) any {
+	return f.fsm.ApplyCommand(fsm.EnvelopeAt(f.now, f.calendar, body))
+}
 
 // Fetch applies the fetch at once (the node's long polls are its own
 // tests'); it records the wait it was given.

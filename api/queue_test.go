@@ -67,7 +67,7 @@ func TestSubmitValidation(t *testing.T) {
 	for field, req := range map[string]*coordv1.QueueSubmitRequest{
 		"args":                  with(func(j *coordv1.NewJob) { j.Args = make([]byte, 64<<10+1) }),
 		"kind":                  with(func(j *coordv1.NewJob) { j.Kind = "" }),
-		"run_at_ms":             with(func(j *coordv1.NewJob) { j.RunAtMs = n.cal + 367*24*3600*1000 }),
+		"run_at_ms":             with(func(j *coordv1.NewJob) { j.RunAtMs = n.calendar + 367*24*3600*1000 }),
 		"delay_ms":              with(func(j *coordv1.NewJob) { j.DelayMs = -1 }),
 		"visibility_timeout_ms": with(func(j *coordv1.NewJob) { j.VisibilityTimeoutMs = -5 }),
 		"backoff_initial_ms":    with(func(j *coordv1.NewJob) { j.BackoffInitialMs = -1 }),
@@ -83,7 +83,7 @@ func TestSubmitValidation(t *testing.T) {
 			invalid(t, err, field, 2)
 		})
 	}
-	_, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAtMs: n.cal + 5000, DelayMs: 5}}})
+	_, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAtMs: n.calendar + 5000, DelayMs: 5}}})
 	invalid(t, err, "delay_ms", 0)
 	big := &coordv1.QueueSubmitRequest{}
 	for range 1001 {
@@ -97,7 +97,7 @@ func TestSubmitValidation(t *testing.T) {
 		t.Fatalf("%d jobs after refused submits", c)
 	}
 	// A year ahead is fine; so is a batch of 1,000.
-	if _, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAtMs: n.cal + 365*24*3600*1000}}}); err != nil {
+	if _, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAtMs: n.calendar + 365*24*3600*1000}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: big.Jobs[:1000]}); err != nil {
@@ -119,10 +119,10 @@ func TestSubmitAndGet(t *testing.T) {
 		t.Fatal(err)
 	}
 	js := resp.GetJobs()
-	if len(js) != 3 || js[0].GetState() != coordv1.JobState_JOB_STATE_AVAILABLE || js[0].GetRunAtMs() != n.cal {
+	if len(js) != 3 || js[0].GetState() != coordv1.JobState_JOB_STATE_AVAILABLE || js[0].GetRunAtMs() != n.calendar {
 		t.Fatalf("%v", js)
 	}
-	if js[1].GetState() != coordv1.JobState_JOB_STATE_SCHEDULED || js[1].GetRunAtMs() != n.cal+5000 {
+	if js[1].GetState() != coordv1.JobState_JOB_STATE_SCHEDULED || js[1].GetRunAtMs() != n.calendar+5000 {
 		t.Fatalf("delayed %v", js[1])
 	}
 	if !js[2].GetDuplicate() || js[2].GetId() != js[1].GetId() {
@@ -135,7 +135,7 @@ func TestSubmitAndGet(t *testing.T) {
 	j := g.GetJob()
 	if j.GetQueue() != "default" || j.GetMaxAttempts() != 25 || j.GetVisibilityTimeoutMs() != 30_000 || j.GetBackoffInitialMs() != 1000 ||
 		j.GetBackoffMaxMs() != 3_600_000 || j.GetBackoffFactor() != 2 || j.GetSubmittedBy() != "billing" ||
-		string(j.GetArgs()) != `{"to":"a"}` || j.GetLabels()["tenant"] != "t1" || g.GetCalendarMs() != n.cal {
+		string(j.GetArgs()) != `{"to":"a"}` || j.GetLabels()["tenant"] != "t1" || g.GetCalendarMs() != n.calendar {
 		t.Fatalf("%v", g)
 	}
 	if g2, _ := q.Get(ctx, &coordv1.QueueGetRequest{Id: js[1].GetId()}); g2.GetJob().GetBackoffFactor() != 1.5 {
@@ -242,13 +242,13 @@ func TestFetchHeartbeatComplete(t *testing.T) {
 	c := r.GetJobs()[0]
 	a := c.GetAttempt()
 	if c.GetJob().GetId() != id || string(c.GetJob().GetArgs()) != "x" || c.GetJob().GetAttemptLog() != nil ||
-		a.GetNumber() != 1 || a.GetToken() != fmt.Sprintf("job:%d:1", id) || a.GetDeadlineMs() != n.cal+10_000 ||
+		a.GetNumber() != 1 || a.GetToken() != fmt.Sprintf("job:%d:1", id) || a.GetDeadlineMs() != n.calendar+10_000 ||
 		a.GetIdentity() != "worker" || a.GetWorkerId() != "w1" {
 		t.Fatalf("claimed %v", c)
 	}
-	n.cal += 1000
+	n.calendar += 1000
 	hb, err := q.Heartbeat(ctx, &coordv1.QueueHeartbeatRequest{WorkerId: "w1", Attempts: []*coordv1.JobAttemptRef{{JobId: id, Attempt: 1}, {JobId: id, Attempt: 2}}})
-	if err != nil || hb.GetResults()[0].GetDeadlineMs() != n.cal+10_000 || hb.GetResults()[0].GetError() != nil ||
+	if err != nil || hb.GetResults()[0].GetDeadlineMs() != n.calendar+10_000 || hb.GetResults()[0].GetError() != nil ||
 		hb.GetResults()[1].GetError().GetReason() != "ATTEMPT_LOST" {
 		t.Fatalf("%v %v", hb, err)
 	}
@@ -309,10 +309,10 @@ func TestFailCancelRetry(t *testing.T) {
 	id := submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", MaxAttempts: 2, BackoffInitialMs: 100, BackoffMaxMs: 1000})
 	fetchOne(t, q, ctx, "w", "q")
 	f, err := q.Fail(ctx, &coordv1.QueueFailRequest{WorkerId: "w", Failures: []*coordv1.JobFailure{{JobId: id, Attempt: 1, Error: "boom", Retryable: true}}})
-	if err != nil || f.GetResults()[0].GetState() != coordv1.JobState_JOB_STATE_RETRYABLE || f.GetResults()[0].GetRunAtMs() != n.cal+100 {
+	if err != nil || f.GetResults()[0].GetState() != coordv1.JobState_JOB_STATE_RETRYABLE || f.GetResults()[0].GetRunAtMs() != n.calendar+100 {
 		t.Fatalf("%v %v", f, err)
 	}
-	n.cal += 100
+	n.calendar += 100
 	c := fetchOne(t, q, ctx, "w", "q")
 	if c.GetAttempt().GetNumber() != 2 {
 		t.Fatalf("%v", c)
@@ -362,7 +362,7 @@ func TestJobTokensInFencedCommit(t *testing.T) {
 		t.Fatalf("dry run %v %v", dry, err)
 	}
 	// The claim lapses; the next attempt is handed out; the old token is refused.
-	n.cal += 1000
+	n.calendar += 1000
 	cl2 := fetchOne(t, q, ctx, "w2", "q")
 	if cl2.GetAttempt().GetNumber() != 2 {
 		t.Fatalf("%v", cl2)
@@ -479,8 +479,8 @@ func TestQueueForwarding(t *testing.T) {
 func TestQueueMetrics(t *testing.T) {
 	n, s, q := newQueueTest(t)
 	ctx := context.Background()
-	submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", RunAtMs: n.cal - 1500})
-	submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", RunAtMs: n.cal + 60_000})
+	submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", RunAtMs: n.calendar - 1500})
+	submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", RunAtMs: n.calendar + 60_000})
 	fetchOne(t, q, ctx, "w", "q")
 	want := `
 # HELP coordd_queue_jobs Queued jobs by queue and state, in this node's replica.

@@ -65,8 +65,19 @@ type Config struct {
 	OverdueLookback time.Duration
 	MaxLeaseAge     time.Duration
 
+	// LeaderWait is how long a read waits for a leader during an election
+	// (at most the caller's deadline) before it answers NO_LEADER.
+	LeaderWait time.Duration
+	// ClockProbeInterval is how often the leader measures every member's
+	// wall clock offset (Cluster.Clock); an offset beyond ClockOffsetWarn is
+	// logged and flagged (coordd_clock_offset_exceeded).
+	ClockProbeInterval time.Duration
+	ClockOffsetWarn    time.Duration
+
 	Logger *slog.Logger
-	// Clock drives the monitor's ticker.
+	// Clock drives the monitor's and the clock probe's tickers and the
+	// read's leader wait; its wall reading (clock.Wall) is this node's wall
+	// clock in Cluster.Clock and Status.
 	Clock clock.Clock
 	// Metrics is the registry served on /metrics; the API registers its
 	// collectors (and the Go and process collectors) in it. Give the node's
@@ -76,7 +87,8 @@ type Config struct {
 
 // Defaults are the values Serve gives unset fields.
 func Defaults() Config {
-	return Config{MonitorInterval: 5 * time.Second, OverdueLookback: 7 * 24 * time.Hour, MaxLeaseAge: 24 * time.Hour}
+	return Config{MonitorInterval: 5 * time.Second, OverdueLookback: 7 * 24 * time.Hour, MaxLeaseAge: 24 * time.Hour,
+		LeaderWait: 2 * time.Second, ClockProbeInterval: time.Second, ClockOffsetWarn: 500 * time.Millisecond}
 }
 
 func (c Config) withDefaults() Config {
@@ -89,6 +101,9 @@ func (c Config) withDefaults() Config {
 	c.MonitorInterval = cmp.Or(c.MonitorInterval, d.MonitorInterval)
 	c.OverdueLookback = cmp.Or(c.OverdueLookback, d.OverdueLookback)
 	c.MaxLeaseAge = cmp.Or(c.MaxLeaseAge, d.MaxLeaseAge)
+	c.LeaderWait = cmp.Or(c.LeaderWait, d.LeaderWait)
+	c.ClockProbeInterval = cmp.Or(c.ClockProbeInterval, d.ClockProbeInterval)
+	c.ClockOffsetWarn = cmp.Or(c.ClockOffsetWarn, d.ClockOffsetWarn)
 	return c
 }
 
@@ -132,6 +147,7 @@ type Server struct {
 	metrics      *metrics
 	monitor      *monitor
 	queueMetrics *queueMetrics
+	clocks       *clocks
 
 	schedules schedules
 
@@ -171,6 +187,7 @@ func Serve(cfg Config, n Node) (*Server, error) {
 		return nil, err
 	}
 	n.WhileLeading(s.runMonitor)
+	n.WhileLeading(s.runClockProbe)
 	n.Advertise(s.GRPCAddr(), s.addVoterOn)
 	s.log.Info("coordd API serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr())
 	return s, nil
@@ -191,6 +208,7 @@ func newServer(cfg Config, n Node) *Server {
 	s.metrics = newMetrics(cfg.Metrics)
 	s.monitor = newMonitorMetrics(cfg.Metrics)
 	s.queueMetrics = newQueueMetrics(cfg.Metrics, s)
+	s.clocks = newClocks(cfg.Metrics)
 	return s
 }
 

@@ -38,20 +38,6 @@ func poke(ch chan struct{}) {
 	}
 }
 
-// Calendar is calendar time now (Unix ms): the leader's stamp clock when
-// this node is the ready leader, else the calendar time of the last
-// command this node applied.
-func (n *Node) Calendar() int64 {
-	if ls := n.leader.Load(); ls != nil {
-		select {
-		case <-ls.ready:
-			return ls.clock.calendar()
-		default:
-		}
-	}
-	return n.fsm.CalendarMs()
-}
-
 // runDispatcher proposes a Tick whenever the calendar reaches the FSM's
 // NextJobDue: the earliest run_at of a scheduled or retryable job, or the
 // earliest visibility deadline of a running attempt. It sleeps on the
