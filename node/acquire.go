@@ -133,7 +133,8 @@ func (n *Node) acquireWaiting(ctx context.Context, ls *leaderState, cmd *fsmv1.A
 // *fsm.Rejection. An Acquire goes through Acquire (without wait), a
 // FetchJobs through Fetch (without wait); a Release carries the first
 // waiter's Acquire as its handoff; a release wakes the lease's waiters; a
-// FailJobs gets the leader's retry jitter.
+// FailJobs gets the leader's retry jitter; a SubmitJobs takes the fetches
+// of the long polls it feeds into its entry.
 func (n *Node) Propose(ctx context.Context, body any) (any, error) {
 	if a, ok := body.(*fsmv1.Acquire); ok {
 		r, err := n.Acquire(ctx, a, false)
@@ -157,6 +158,8 @@ func (n *Node) Propose(ctx context.Context, body any) (any, error) {
 	case *fsmv1.FailJobs:
 		jitter(b)
 		return n.proposeAs(ctx, ls, b)
+	case *fsmv1.SubmitJobs:
+		return n.submitJobs(ctx, ls, b)
 	case *fsmv1.Release:
 		return n.release(ctx, ls, b)
 	case *fsmv1.CompleteWindow:

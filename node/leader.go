@@ -269,17 +269,44 @@ func (n *Node) proposeAs(ctx context.Context, ls *leaderState, body any) (any, e
 // result. Commands started one after the other apply in that order (the
 // fetch pump relies on it to serve long polls in arrival order).
 func (n *Node) proposeStart(ctx context.Context, ls *leaderState, body any) (wait func(context.Context) (any, error), err error) {
+	waits, err := n.proposeGroup(ctx, ls, body)
+	if err != nil {
+		return nil, err
+	}
+	return waits[0], nil
+}
+
+// proposeGroup stamps bodies and hands them to the proposer as one unit:
+// they apply in one entry, in order. It returns a wait function per body.
+func (n *Node) proposeGroup(ctx context.Context, ls *leaderState, bodies ...any) ([]func(context.Context) (any, error), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cmd := ls.clock.stamp().envelope(body)
-	ls.lastProposal.Store(cmd.GetNowMs())
+	ps := make([]*proposal, len(bodies))
+	for i, body := range bodies {
+		cmd := ls.clock.stamp().envelope(body)
+		ls.lastProposal.Store(cmd.GetNowMs())
+		ps[i] = &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
+	}
+	ps[0].with = ps[1:]
 	start := n.clock.Now()
-	p, err := n.enqueue(ctx, cmd)
-	if err != nil {
-		n.metrics.proposed(cmd.GetType(), "error").Inc()
+	if _, err := n.enqueueGroup(ctx, ps[0]); err != nil {
+		for _, p := range ps {
+			n.metrics.proposed(p.cmd.GetType(), "error").Inc()
+		}
 		return nil, err
 	}
+	waits := make([]func(context.Context) (any, error), len(ps))
+	for i, p := range ps {
+		waits[i] = n.waitFor(ls, p, start)
+	}
+	return waits, nil
+}
+
+// waitFor returns the function that waits for an enqueued proposal's
+// result, counts it and wakes the queue's loops.
+func (n *Node) waitFor(ls *leaderState, p *proposal, start time.Time) func(context.Context) (any, error) {
+	cmd := p.cmd
 	return func(ctx context.Context) (any, error) {
 		resp, err := n.result(ctx, p)
 		// Any command may have changed the queue (each one first applies
@@ -296,7 +323,7 @@ func (n *Node) proposeStart(ctx context.Context, ls *leaderState, body any) (wai
 		}
 		n.metrics.proposed(cmd.GetType(), "ok").Inc()
 		return resp, nil
-	}, nil
+	}
 }
 
 func b2f(b bool) float64 {

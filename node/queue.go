@@ -268,18 +268,31 @@ func (n *Node) runFetchPump(ls *leaderState) {
 	}
 }
 
-// serveFetches walks the waiters in arrival order and proposes a fetch for
-// each whose queues still have available jobs, counting down what earlier
-// waiters will take (so a job submitted to a hundred waiters costs one
-// fetch, not a hundred). The fetches are proposed in that order, so they
-// apply in that order. A fetch that comes back empty (another call took
-// the jobs first) leaves its waiter where it was in the line.
+// serveFetches proposes the fetches of the waiters pickWaiters picks, in
+// arrival order, so they apply in that order.
 func (n *Node) serveFetches(ls *leaderState) {
+	for _, w := range n.pickWaiters(ls, nil) {
+		wait, err := n.proposeStart(ls.ctx, ls, w.cmd)
+		if err != nil {
+			n.fetchDone(ls, w, nil, err)
+			continue
+		}
+		n.awaitFetch(ls, w, wait)
+	}
+}
+
+// pickWaiters walks the waiters in arrival order and picks each whose
+// queues still have available jobs (plus extra: jobs about to be), counting
+// down what earlier waiters will take, so a job submitted to a hundred
+// waiters costs one fetch, not a hundred. Picked waiters are in flight
+// until fetchDone. A fetch that comes back empty (another call took the
+// jobs first) leaves its waiter where it was in the line.
+func (n *Node) pickWaiters(ls *leaderState, extra map[string]uint64) []*fetchWaiter {
 	q := &ls.fetches
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	if len(q.waiters) == 0 {
-		q.mu.Unlock()
-		return
+		return nil
 	}
 	cal := ls.clock.calendar()
 	avail := map[string]uint64{}
@@ -292,7 +305,7 @@ func (n *Node) serveFetches(ls *leaderState) {
 		for _, name := range w.queues {
 			a, ok := avail[name]
 			if !ok {
-				a = n.availableJobs(name, cal)
+				a = n.availableJobs(name, cal) + extra[name]
 			}
 			take := min(a, want-have)
 			avail[name] = a - take
@@ -305,18 +318,51 @@ func (n *Node) serveFetches(ls *leaderState) {
 			picked = append(picked, w)
 		}
 	}
-	q.mu.Unlock()
-	for _, w := range picked {
-		wait, err := n.proposeStart(ls.ctx, ls, w.cmd)
-		if err != nil {
-			n.fetchDone(ls, w, nil, err)
-			continue
+	return picked
+}
+
+// awaitFetch hands a waiter's fetch outcome to fetchDone when it comes.
+func (n *Node) awaitFetch(ls *leaderState, w *fetchWaiter, wait func(context.Context) (any, error)) {
+	n.wg.Go(func() {
+		r, err := fetchResult(wait(ls.ctx))
+		n.fetchDone(ls, w, r, err)
+	})
+}
+
+// submit proposes a SubmitJobs and, in the same entry right after it, the
+// fetches of the long polls waiting for the jobs it makes available at
+// once: a waiting worker gets a submitted job one commit after the submit
+// instead of two.
+func (n *Node) submitJobs(ctx context.Context, ls *leaderState, cmd *fsmv1.SubmitJobs) (any, error) {
+	cal := ls.clock.calendar()
+	var due map[string]uint64
+	for _, j := range cmd.GetJobs() {
+		if j.GetRunAtMs() <= cal {
+			if due == nil {
+				due = map[string]uint64{}
+			}
+			due[j.GetQueue()]++
 		}
-		n.wg.Go(func() {
-			r, err := fetchResult(wait(ls.ctx))
-			n.fetchDone(ls, w, r, err)
-		})
 	}
+	var picked []*fetchWaiter
+	if due != nil {
+		picked = n.pickWaiters(ls, due)
+	}
+	bodies := []any{cmd}
+	for _, w := range picked {
+		bodies = append(bodies, w.cmd)
+	}
+	waits, err := n.proposeGroup(ctx, ls, bodies...)
+	if err != nil {
+		for _, w := range picked {
+			n.fetchDone(ls, w, nil, err)
+		}
+		return nil, err
+	}
+	for i, w := range picked {
+		n.awaitFetch(ls, w, waits[i+1])
+	}
+	return waits[0](ctx)
 }
 
 // availableJobs is the number of available jobs in a queue.

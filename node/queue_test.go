@@ -173,9 +173,14 @@ func TestLongPollWakesOnSubmit(t *testing.T) {
 	if len(r.Jobs) != 2 || r.Jobs[0].ID != ids[0] || r.Jobs[1].ID != ids[1] {
 		t.Fatalf("fetched %+v, want %v", r.Jobs, ids)
 	}
-	// Submit, the fetch: nothing else.
-	if got := n.raft.count() - base; got != 3 {
+	// The other queue's submit; then the submit and the poll's fetch in one
+	// entry: nothing else.
+	if got := n.raft.count() - base; got != 2 {
 		t.Fatalf("%d entries", got)
+	}
+	if b := n.raft.entry(t, base+1).GetBatch().GetCommands(); len(b) != 2 ||
+		b[0].GetType() != fsmv1.CommandType_COMMAND_TYPE_SUBMIT_JOBS || b[1].GetType() != fsmv1.CommandType_COMMAND_TYPE_FETCH_JOBS {
+		t.Fatalf("the submit's entry: %v", n.raft.entry(t, base+1))
 	}
 
 	empty := n.longPoll(bg(), "w", 10, 3*time.Second, "q")
@@ -228,8 +233,8 @@ func TestLongPollsAreServedInArrivalOrder(t *testing.T) {
 		t.Fatalf("a got %+v", r.Jobs)
 	}
 	stillWaiting(t, chans[1], "b")
-	if got := n.raft.count() - base; got != 2 {
-		t.Fatalf("%d entries for one job and three waiters, want the submit and one fetch", got)
+	if got := n.raft.count() - base; got != 1 || len(n.raft.entry(t, base).GetBatch().GetCommands()) != 2 {
+		t.Fatalf("%d entries for one job and three waiters, want one: the submit and one fetch", got)
 	}
 	two := n.submit(t, "q", 0, 0)
 	rb, rc := got(t, chans[1], "b"), got(t, chans[2], "c")
@@ -353,5 +358,20 @@ func TestPruneCarriesJobRetention(t *testing.T) {
 	d := Defaults()
 	if d.JobRetention != 7*24*time.Hour || d.MaxFinishedJobs != 1_000_000 {
 		t.Fatalf("defaults %s %d", d.JobRetention, d.MaxFinishedJobs)
+	}
+}
+
+// A poll is woken by any command that makes jobs available, not only a
+// submit: here a Retry of a scheduled job (the pump, after the commit).
+func TestLongPollWakesOnRetry(t *testing.T) {
+	n := newTestNode(t)
+	ids := n.submit(t, "q", start.UnixMilli()+time.Hour.Milliseconds())
+	ch := n.longPoll(bg(), "w", 1, time.Minute, "q")
+	eventually(t, "the poll waits", func() bool { return n.fetchers() == 1 })
+	if _, err := n.Propose(bg(), &fsmv1.RetryJobs{JobIds: ids}); err != nil {
+		t.Fatal(err)
+	}
+	if r := got(t, ch, "the poll"); len(r.Jobs) != 1 || r.Jobs[0].ID != ids[0] {
+		t.Fatalf("%+v", r)
 	}
 }

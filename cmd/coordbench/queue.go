@@ -13,14 +13,18 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/coordd/coordd/client/queue"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-// The job queue workloads (coord.v1.Queue), on raw gRPC against the
-// leader: workers fetch (long poll) and complete at once (an empty
-// handler). The start lag of a job is the worker's wall clock when its
-// handler starts minus the job's run_at (the leader's calendar clock; same
-// machine, same clock).
+// The job queue workloads (coord.v1.Queue). Jobs are submitted on raw
+// gRPC against the leader; workers are the SDK's (client/queue.Worker: one
+// per worker "client", --queue-concurrency handlers each, batched fetches
+// and completions), or with --queue-raw plain loops that fetch (long poll)
+// and complete each fetched batch on raw gRPC. Handlers are empty. The
+// start lag of a job is the worker's wall clock when its handler starts
+// minus the job's run_at (the leader's calendar clock; same machine, same
+// clock).
 //
 //	queue          submit in batches of up to 1,000 at --queue-rate jobs/s
 //	               (0: as fast as the cluster takes them); clients = workers
@@ -29,15 +33,17 @@ import (
 //	               workers; none may start before its run_at
 
 type queueConfig struct {
-	rate     int           // jobs/s submitted by the queue workload (0: max)
-	batch    int           // jobs per Submit
-	fetchMax int           // jobs per Fetch
-	workers  int           // workers of queue-single
-	delayed  int           // jobs of queue-delayed
-	delayMax time.Duration // queue-delayed: latest run_at ahead
+	raw         bool          // raw gRPC workers instead of the SDK's
+	concurrency int           // handlers per SDK worker
+	rate        int           // jobs/s submitted by the queue workload (0: max)
+	batch       int           // jobs per Submit
+	fetchMax    int           // jobs per Fetch
+	workers     int           // workers of queue-single
+	delayed     int           // jobs of queue-delayed
+	delayMax    time.Duration // queue-delayed: latest run_at ahead
 }
 
-var qcfg = queueConfig{batch: 1000, fetchMax: 100, workers: 8, delayed: 100_000, delayMax: 60 * time.Second}
+var qcfg = queueConfig{concurrency: 100, batch: 1000, fetchMax: 100, workers: 8, delayed: 100_000, delayMax: 60 * time.Second}
 
 // leaderQueue dials the leader's gRPC address and returns a Queue client
 // on it.
@@ -76,10 +82,58 @@ func findLeaderQueue(ctx context.Context, cfg config) (coordv1.QueueClient, func
 type queueWorkers struct {
 	q       coordv1.QueueClient
 	queue   string
-	started func(job *coordv1.QueueJob, at time.Time)
+	started func(runAtMs int64, at time.Time)
 	errs    atomic.Int64
 	lastErr atomic.Value
 	wg      sync.WaitGroup
+}
+
+// startWorkers runs n workers on the queue (the SDK's, or raw with
+// --queue-raw); stop ends them and reports their errors.
+func startWorkers(ctx context.Context, cfg config, q coordv1.QueueClient, name string, n int,
+	started func(runAtMs int64, at time.Time)) (stop func(), err error) {
+	if qcfg.raw {
+		wctx, cancel := context.WithCancel(ctx)
+		qw := &queueWorkers{q: q, queue: name, started: started}
+		qw.run(wctx, n)
+		return func() {
+			cancel()
+			qw.wg.Wait()
+			qw.report(name)
+		}, nil
+	}
+	cs, done, err := newClients(ctx, cfg, n)
+	if err != nil {
+		return nil, err
+	}
+	var ws []*queue.Worker
+	for i := 0; i < n; i++ {
+		w := queue.NewWorker(cs[i], queue.WithQueue(name, qcfg.concurrency), queue.WithWorkerID(fmt.Sprintf("bench-%s-w%d", run, i)),
+			queue.WithPollWait(time.Second))
+		w.Handle("noop", func(_ context.Context, j *queue.Job) error {
+			started(j.RunAt.UnixMilli(), time.Now())
+			return nil
+		})
+		if err := w.Start(); err != nil {
+			done()
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	return func() {
+		var wg sync.WaitGroup
+		for _, w := range ws {
+			wg.Go(func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := w.Stop(sctx); err != nil {
+					fmt.Fprintf(os.Stderr, "%s: worker stop: %v\n", name, err)
+				}
+			})
+		}
+		wg.Wait()
+		done()
+	}, nil
 }
 
 func (qw *queueWorkers) fail(err error) {
@@ -108,7 +162,7 @@ func (qw *queueWorkers) run(ctx context.Context, n int) {
 				}
 				comps := make([]*coordv1.JobCompletion, len(r.GetJobs()))
 				for i, cl := range r.GetJobs() {
-					qw.started(cl.GetJob(), time.Now()) // the (empty) handler starts
+					qw.started(cl.GetJob().GetRunAtMs(), time.Now()) // the (empty) handler starts
 					comps[i] = &coordv1.JobCompletion{JobId: cl.GetJob().GetId(), Attempt: cl.GetAttempt().GetNumber()}
 				}
 				for ctx.Err() == nil {
@@ -142,18 +196,25 @@ type lagRecorder struct {
 	maxEarlyMs int64
 }
 
-func (l *lagRecorder) started(job *coordv1.QueueJob, at time.Time) {
-	lag := at.Sub(time.UnixMilli(job.GetRunAtMs()))
+func (l *lagRecorder) started(runAtMs int64, at time.Time) {
+	lag := at.Sub(time.UnixMilli(runAtMs))
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if at.UnixMilli() < job.GetRunAtMs() {
+	if at.UnixMilli() < runAtMs {
 		l.early++
-		l.maxEarlyMs = max(l.maxEarlyMs, job.GetRunAtMs()-at.UnixMilli())
+		l.maxEarlyMs = max(l.maxEarlyMs, runAtMs-at.UnixMilli())
 	}
 	if (l.from.IsZero() || !at.Before(l.from)) && (l.to.IsZero() || at.Before(l.to)) {
 		l.inWindow++
 		l.lags = append(l.lags, max(0, lag))
 	}
+}
+
+func workerKind() string {
+	if qcfg.raw {
+		return fmt.Sprintf("raw(fetch %d)", qcfg.fetchMax)
+	}
+	return fmt.Sprintf("sdk(concurrency %d)", qcfg.concurrency)
 }
 
 func queueName(kind string) string {
@@ -171,9 +232,10 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 	start := time.Now().Add(cfg.warmup)
 	end := start.Add(cfg.duration)
 	lags := &lagRecorder{from: start, to: end}
-	wctx, stopWorkers := context.WithCancel(ctx)
-	qw := &queueWorkers{q: q, queue: name, started: lags.started}
-	qw.run(wctx, n)
+	stopWorkers, err := startWorkers(ctx, cfg, q, name, n, lags.started)
+	if err != nil {
+		return nil, err
+	}
 
 	var submitted, submitErrs atomic.Int64
 	var sub sync.WaitGroup
@@ -216,10 +278,11 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 	// Let the backlog drain a little (not counted), then stop.
 	time.Sleep(500 * time.Millisecond)
 	stopWorkers()
-	qw.wg.Wait()
-	qw.report("queue")
+	lags.mu.Lock()
+	defer lags.mu.Unlock()
 	r := &result{workload: "queue", clients: n, elapsed: cfg.duration, ops: lags.inWindow, lat: lags.lags,
-		errors: qw.errs.Load() + submitErrs.Load()}
+		errors: submitErrs.Load()}
+	r.add("workers", workerKind())
 	r.add("latency", "start_lag")
 	r.add("target_rate", qcfg.rate)
 	r.add("batch", batch)
@@ -242,19 +305,18 @@ func queueSingle(ctx context.Context, cfg config, n int) (*result, error) {
 	defer done()
 	name := queueName("one")
 	lags := &lagRecorder{}
-	wctx, stopWorkers := context.WithCancel(ctx)
-	qw := &queueWorkers{q: q, queue: name, started: lags.started}
-	qw.run(wctx, qcfg.workers)
+	stopWorkers, err := startWorkers(ctx, cfg, q, name, qcfg.workers, lags.started)
+	if err != nil {
+		return nil, err
+	}
 	r := drive(cfg, "queue-single", n, func(w, i int) (bool, error) {
 		_, err := q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: name, Kind: "noop"}}})
 		return true, err
 	})
 	time.Sleep(500 * time.Millisecond)
 	stopWorkers()
-	qw.wg.Wait()
-	qw.report("queue-single")
 	r.add("latency", "submit")
-	r.add("workers", qcfg.workers)
+	r.add("workers", fmt.Sprintf("%d %s", qcfg.workers, workerKind()))
 	lags.mu.Lock()
 	r.add("completed", lags.inWindow)
 	r.add("early", lags.early)
@@ -273,10 +335,16 @@ func queueDelayed(ctx context.Context, cfg config, n int) (*result, error) {
 	defer done()
 	name := queueName("delayed")
 	lags := &lagRecorder{}
-	wctx, stopWorkers := context.WithCancel(ctx)
-	defer stopWorkers()
-	qw := &queueWorkers{q: q, queue: name, started: lags.started}
-	qw.run(wctx, n)
+	stopWorkers, err := startWorkers(ctx, cfg, q, name, n, lags.started)
+	if err != nil {
+		return nil, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			stopWorkers()
+		}
+	}()
 	t0 := time.Now()
 	spread := qcfg.delayMax - time.Second
 	for sent := 0; sent < qcfg.delayed; {
@@ -304,11 +372,11 @@ func queueDelayed(ctx context.Context, cfg config, n int) (*result, error) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	stopWorkers()
-	qw.wg.Wait()
-	qw.report("queue-delayed")
+	stopped = true
 	lags.mu.Lock()
 	defer lags.mu.Unlock()
-	r := &result{workload: "queue-delayed", clients: n, elapsed: time.Since(t0), ops: lags.inWindow, lat: lags.lags, errors: qw.errs.Load()}
+	r := &result{workload: "queue-delayed", clients: n, elapsed: time.Since(t0), ops: lags.inWindow, lat: lags.lags}
+	r.add("workers", workerKind())
 	r.add("latency", "start_lag")
 	r.add("jobs", qcfg.delayed)
 	r.add("delay_s", fmt.Sprintf("1-%g", qcfg.delayMax.Seconds()))
