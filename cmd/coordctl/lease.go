@@ -55,23 +55,35 @@ func (a *app) leaseListCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			all := &coordv1.ListLeasesResponse{}
-			tok := ""
-			for {
-				resp, err := a.client.ListLeases(ctx, prefix, tok, 1000)
-				if err != nil {
-					return fail("lease list", err)
-				}
-				all.Leases = append(all.Leases, resp.GetLeases()...)
-				if tok = resp.GetNextPageToken(); tok == "" {
-					break
-				}
+			leases, err := allPages(func(tok string) (*coordv1.ListLeasesResponse, error) {
+				return a.client.ListLeases(ctx, prefix, tok, 1000)
+			}, (*coordv1.ListLeasesResponse).GetLeases)
+			if err != nil {
+				return fail("lease list", err)
 			}
+			all := &coordv1.ListLeasesResponse{Leases: leases}
 			return a.print(all, func(w io.Writer) { leaseTable(w, all.GetLeases()) })
 		},
 	}
 	cmd.Flags().StringVar(&prefix, "prefix", "", "only leases whose name starts with this")
 	return cmd
+}
+
+// allPages gathers the items of every page of a list call: list is called
+// with each page's token until a page has no next one.
+func allPages[R interface{ GetNextPageToken() string }, T any](list func(tok string) (R, error), items func(R) []T) ([]T, error) {
+	var all []T
+	tok := ""
+	for {
+		resp, err := list(tok)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items(resp)...)
+		if tok = resp.GetNextPageToken(); tok == "" {
+			return all, nil
+		}
+	}
 }
 
 func (a *app) leaseGetCmd() *cobra.Command {

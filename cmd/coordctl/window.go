@@ -23,18 +23,13 @@ func (a *app) windowListCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			all := &coordv1.ListWindowsResponse{}
-			tok := ""
-			for {
-				resp, err := a.client.ListWindows(ctx, job, tok, 1000)
-				if err != nil {
-					return fail("window list", err)
-				}
-				all.Windows = append(all.Windows, resp.GetWindows()...)
-				if tok = resp.GetNextPageToken(); tok == "" {
-					break
-				}
+			windows, err := allPages(func(tok string) (*coordv1.ListWindowsResponse, error) {
+				return a.client.ListWindows(ctx, job, tok, 1000)
+			}, (*coordv1.ListWindowsResponse).GetWindows)
+			if err != nil {
+				return fail("window list", err)
 			}
+			all := &coordv1.ListWindowsResponse{Windows: windows}
 			now := a.calendarTime(ctx)
 			return a.print(all, func(w io.Writer) { windowTable(w, all.GetWindows(), now) })
 		},

@@ -16,13 +16,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -32,6 +30,7 @@ import (
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/jobs"
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/examples/internal/demo"
 	"github.com/coordd/coordd/schedule"
 )
 
@@ -53,7 +52,7 @@ type config struct {
 
 func main() {
 	var (
-		endpoints = flag.String("endpoints", envOr("COORD_ENDPOINTS", "127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430"), "coordd gRPC endpoints")
+		endpoints = flag.String("endpoints", demo.Env("COORD_ENDPOINTS", "127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430"), "coordd gRPC endpoints")
 		role      = flag.String("role", "demo", "demo, or replica")
 		name      = flag.String("name", "A", "replica name")
 		start     = flag.String("start", "2026-09-24T23:58:00", "virtual start, in "+zone)
@@ -73,30 +72,10 @@ func main() {
 	} else {
 		cfg.epoch = time.UnixMilli(*epoch)
 	}
-	switch *role {
-	case "replica":
-		err = replica(cfg)
-	case "demo":
-		err = demo(cfg)
-	default:
-		err = fmt.Errorf("--role %q", *role)
-	}
-	if err != nil {
-		fatal(err)
-	}
+	demo.Role("scheduled-close", *role, func() error { return run(cfg) }, func() error { return replica(cfg) })
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "scheduled-close:", err)
-	os.Exit(1)
-}
+func fatal(err error) { demo.Fatal("scheduled-close", err) }
 
 func say(name, format string, args ...any) {
 	fmt.Printf("%-3s %s\n", name, fmt.Sprintf(format, args...))
@@ -155,12 +134,9 @@ func replica(cfg config) error {
 	return r.Run(ctx)
 }
 
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-}
-
-func demo(cfg config) error {
+// run is the demo: three replicas on one virtual clock, one killed and
+// restarted, one frozen past its TTL, one with its clock behind.
+func run(cfg config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, err := client.New(ctx, cfg.endpoints, client.WithOwner("demo"))
@@ -183,48 +159,25 @@ func demo(cfg config) error {
 		}
 	}
 	// The stores' ledgers before this run (another --start wrote to them too).
-	before := make([]uint64, stores+1)
-	for i := 1; i <= stores; i++ {
-		r, err := c.GetResource(ctx, resource(i))
-		switch {
-		case err == nil:
-			before[i] = r.GetCommits()
-		case !errors.Is(err, client.ErrNotFound):
-			return err
-		}
-	}
-	self, err := os.Executable()
+	before, err := demo.Commits(ctx, c, stores, resource)
 	if err != nil {
 		return err
 	}
 	lines := make(chan string, 512)
-	procs := map[string]*proc{}
+	procs := map[string]*demo.Proc{}
 	start := func(name string, skew time.Duration) error {
-		cmd := exec.Command(self, "--role", "replica", "--name", name, "--endpoints", strings.Join(cfg.endpoints, ","),
+		p, err := demo.Spawn(name, lines, "--role", "replica", "--name", name, "--endpoints", strings.Join(cfg.endpoints, ","),
 			"--start", cfg.base.Format("2006-01-02T15:04:05"), "--epoch", fmt.Sprint(cfg.epoch.UnixMilli()),
 			"--speed", fmt.Sprint(cfg.speed), "--skew", skew.String())
-		out, err := cmd.StdoutPipe()
 		if err != nil {
 			return err
 		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		procs[name] = &proc{name: name, cmd: cmd}
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-		}()
+		procs[name] = p
 		return nil
 	}
 	defer func() {
 		for _, p := range procs { // stop every process we started, by PID
-			_ = p.cmd.Process.Signal(syscall.SIGCONT)
-			_ = p.cmd.Process.Kill()
-			_ = p.cmd.Wait()
+			p.Kill()
 		}
 	}()
 	fmt.Printf("virtual time starts %s (%s), x%.0f: a day takes %s\n", cfg.base.Format("2006-01-02 15:04"), zone, cfg.speed,
@@ -262,9 +215,8 @@ func demo(cfg config) error {
 			who := strings.Fields(l)[0]
 			if !killed && strings.Contains(l, first+" store-2 ACCEPTED") {
 				killed = true
-				fmt.Printf("--- kill -9 %s mid-run (pid %d); restarting it like a deploy would\n", who, procs[who].cmd.Process.Pid)
-				_ = procs[who].cmd.Process.Kill()
-				_ = procs[who].cmd.Wait()
+				fmt.Printf("--- kill -9 %s mid-run (pid %d); restarting it like a deploy would\n", who, procs[who].Cmd.Process.Pid)
+				procs[who].Kill()
 				if err := start(who, 0); err != nil {
 					return err
 				}
@@ -272,12 +224,12 @@ func demo(cfg config) error {
 			if !paused && strings.Contains(l, second+" store-2 ACCEPTED") {
 				paused = true
 				p := procs[who]
-				fmt.Printf("--- SIGSTOP %s (pid %d) past its TTL\n", who, p.cmd.Process.Pid)
-				_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+				fmt.Printf("--- SIGSTOP %s (pid %d) past its TTL\n", who, p.Cmd.Process.Pid)
+				_ = p.Cmd.Process.Signal(syscall.SIGSTOP)
 				go func() {
 					time.Sleep(3 * time.Second)
 					fmt.Printf("--- SIGCONT %s\n", who)
-					_ = p.cmd.Process.Signal(syscall.SIGCONT)
+					_ = p.Cmd.Process.Signal(syscall.SIGCONT)
 				}()
 			}
 		case <-ctx.Done():
