@@ -18,8 +18,8 @@ import (
 )
 
 // The HTTP/JSON API (grpc-gateway, mapping in proto/coord/v1/coord_http.yaml)
-// serves FencedCommit, GetLease and GetResource for APIs in any
-// language, with the same validation, authorization and errors as gRPC.
+// serves FencedCommit, GetLease and GetResource, and the queue's Submit,
+// Get, List, Cancel, Retry and Stats for APIs in any language, with the same validation, authorization and errors as gRPC.
 // docs/http-api.md documents it.
 
 type httpIdentityKey struct{}
@@ -37,6 +37,9 @@ func (s *Server) httpAPI() http.Handler {
 	// wrapper applies what the gRPC interceptor applies.
 	if err := coordv1gw.RegisterCoordinatorHandlerServer(context.Background(), gw, &httpCoordinator{c: &coordinator{s: s}}); err != nil {
 		panic(err) // registration of generated patterns cannot fail
+	}
+	if err := coordv1gw.RegisterQueueHandlerServer(context.Background(), gw, &httpQueue{q: &queue{s: s}}); err != nil {
+		panic(err)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, MaxMessageBytes)
@@ -75,6 +78,37 @@ func (h *httpCoordinator) GetLease(ctx context.Context, req *coordv1.GetLeaseReq
 
 func (h *httpCoordinator) GetResource(ctx context.Context, req *coordv1.GetResourceRequest) (*coordv1.GetResourceResponse, error) {
 	return httpGuard(h.c.s, ctx, coordv1.Coordinator_GetResource_FullMethodName, req, h.c.GetResource)
+}
+
+// httpQueue is the part of the Queue the gateway exposes: submitting and
+// looking up jobs (workers use gRPC).
+type httpQueue struct {
+	coordv1.UnimplementedQueueServer
+	q *queue
+}
+
+func (h *httpQueue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*coordv1.QueueSubmitResponse, error) {
+	return httpGuard(h.q.s, ctx, coordv1.Queue_Submit_FullMethodName, req, h.q.Submit)
+}
+
+func (h *httpQueue) Get(ctx context.Context, req *coordv1.QueueGetRequest) (*coordv1.QueueGetResponse, error) {
+	return httpGuard(h.q.s, ctx, coordv1.Queue_Get_FullMethodName, req, h.q.Get)
+}
+
+func (h *httpQueue) List(ctx context.Context, req *coordv1.QueueListRequest) (*coordv1.QueueListResponse, error) {
+	return httpGuard(h.q.s, ctx, coordv1.Queue_List_FullMethodName, req, h.q.List)
+}
+
+func (h *httpQueue) Cancel(ctx context.Context, req *coordv1.QueueCancelRequest) (*coordv1.QueueCancelResponse, error) {
+	return httpGuard(h.q.s, ctx, coordv1.Queue_Cancel_FullMethodName, req, h.q.Cancel)
+}
+
+func (h *httpQueue) Retry(ctx context.Context, req *coordv1.QueueRetryRequest) (*coordv1.QueueRetryResponse, error) {
+	return httpGuard(h.q.s, ctx, coordv1.Queue_Retry_FullMethodName, req, h.q.Retry)
+}
+
+func (h *httpQueue) Stats(ctx context.Context, req *coordv1.QueueStatsRequest) (*coordv1.QueueStatsResponse, error) {
+	return httpGuard(h.q.s, ctx, coordv1.Queue_Stats_FullMethodName, req, h.q.Stats)
 }
 
 // HTTPError is the JSON body of every HTTP API error.

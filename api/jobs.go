@@ -24,6 +24,14 @@ func jobsOnLeader[Req, Resp any](s *Server, ctx context.Context,
 	return onLeader(s, ctx, coordv1.NewJobsClient, call, req, local)
 }
 
+// jobsRead is jobsOnLeader for reads: during an election it waits briefly
+// for a leader.
+func jobsRead[Req, Resp any](s *Server, ctx context.Context,
+	call func(coordv1.JobsClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
+	local func() (Resp, error)) (Resp, error) {
+	return readOnLeader(s, ctx, coordv1.NewJobsClient, call, req, local)
+}
+
 func (s *Server) jobToProto(j fsm.Job) *coordv1.Job {
 	out := &coordv1.Job{
 		Spec: &coordv1.JobSpec{
@@ -97,7 +105,7 @@ func (j *jobs) RegisterJob(ctx context.Context, req *coordv1.RegisterJobRequest)
 
 func (j *jobs) ListJobs(ctx context.Context, req *coordv1.ListJobsRequest) (*coordv1.ListJobsResponse, error) {
 	s := j.s
-	return jobsOnLeader(s, ctx, coordv1.JobsClient.ListJobs, req, func() (*coordv1.ListJobsResponse, error) {
+	return jobsRead(s, ctx, coordv1.JobsClient.ListJobs, req, func() (*coordv1.ListJobsResponse, error) {
 		st, _, err := s.node.Read(ctx, false)
 		if err != nil {
 			return nil, err
@@ -122,11 +130,12 @@ func (j *jobs) JobStatus(ctx context.Context, req *coordv1.JobStatusRequest) (*c
 	if limit == 0 {
 		limit = 20
 	}
-	return jobsOnLeader(s, ctx, coordv1.JobsClient.JobStatus, req, func() (*coordv1.JobStatusResponse, error) {
-		st, now, err := s.node.Read(ctx, false)
+	return jobsRead(s, ctx, coordv1.JobsClient.JobStatus, req, func() (*coordv1.JobStatusResponse, error) {
+		st, _, err := s.node.Read(ctx, false)
 		if err != nil {
 			return nil, err
 		}
+		now := s.node.Calendar() // windows and occurrences are calendar time
 		job, ok := st.Job(req.GetName())
 		if !ok {
 			return nil, &notFoundError{what: "job " + req.GetName()}
@@ -152,12 +161,12 @@ func (j *jobs) JobStatus(ctx context.Context, req *coordv1.JobStatusRequest) (*c
 
 func (j *jobs) ListOverdue(ctx context.Context, req *coordv1.ListOverdueRequest) (*coordv1.ListOverdueResponse, error) {
 	s := j.s
-	return jobsOnLeader(s, ctx, coordv1.JobsClient.ListOverdue, req, func() (*coordv1.ListOverdueResponse, error) {
+	return jobsRead(s, ctx, coordv1.JobsClient.ListOverdue, req, func() (*coordv1.ListOverdueResponse, error) {
 		st, now, err := s.node.Read(ctx, false)
 		if err != nil {
 			return nil, err
 		}
-		a := s.computeAbsence(st, now)
+		a := s.computeAbsence(st, now, s.node.Calendar())
 		return &coordv1.ListOverdueResponse{Windows: a.overdue, StuckLeases: a.stuck, SlowWindows: a.slow}, nil
 	})
 }

@@ -45,7 +45,7 @@ occurrence and reports the ones not completed by occurrence + complete-within.`,
 			if err != nil {
 				return fail("job register "+args[0], err)
 			}
-			now := a.clusterTime(ctx)
+			now := a.calendarTime(ctx)
 			return a.print(resp, func(w io.Writer) {
 				if !resp.GetChanged() {
 					fmt.Fprintln(w, "unchanged: already registered with this spec")
@@ -85,7 +85,7 @@ start): the schedules whose windows coordd watches. Queued jobs are listed by
 			if err != nil {
 				return fail("job registered", err)
 			}
-			now := a.clusterTime(ctx)
+			now := a.calendarTime(ctx)
 			return a.print(resp, func(w io.Writer) { jobTable(w, resp.GetJobs(), now) })
 		},
 	}
@@ -119,7 +119,7 @@ func (a *app) jobStatusCmd() *cobra.Command {
 			if err != nil {
 				return fail("job status "+args[0], err)
 			}
-			now := a.clusterTime(ctx)
+			now := a.calendarTime(ctx)
 			return a.print(resp, func(w io.Writer) { jobStatusText(w, resp, now) })
 		},
 	}
