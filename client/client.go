@@ -245,7 +245,7 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 		if err != nil {
 			return err
 		}
-		actx, cancel := context.WithTimeout(ctx, c.opts.attemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, c.attemptTimeout(ctx))
 		if ctx.Value(noAttemptTimeout{}) != nil {
 			actx, cancel = context.WithCancel(ctx)
 		}

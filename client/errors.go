@@ -94,6 +94,12 @@ var reasonSentinels = map[coorderr.Reason]error{
 	coorderr.StreamLimit:           ErrResourceExhausted,
 	coorderr.WaitLimit:             ErrResourceExhausted,
 	coorderr.TooEarly:              ErrTooEarly,
+	coorderr.JobNotFound:           ErrJobNotFound,
+	coorderr.AttemptLost:           ErrAttemptLost,
+	coorderr.AttemptExpired:        ErrAttemptLost,
+	coorderr.JobCancelled:          ErrJobCancelled,
+	coorderr.JobFinished:           ErrJobFinished,
+	coorderr.JobRunning:            ErrJobRunning,
 }
 
 // Error is a refusal from coordd: the gRPC code, the ErrorInfo reason

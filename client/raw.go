@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -29,6 +30,9 @@ func (r rawConn) Invoke(ctx context.Context, method string, args, reply any, opt
 	if a, ok := args.(*coordv1.AcquireRequest); ok && a.GetWait() {
 		ctx = withoutAttemptTimeout(ctx) // a wait lasts as long as ctx allows
 	}
+	if f, ok := args.(*coordv1.QueueFetchRequest); ok && f.GetWaitMs() > 0 {
+		ctx = withAttemptTimeout(ctx, time.Duration(f.GetWaitMs())*time.Millisecond+r.c.opts.attemptTimeout) // a long poll
+	}
 	return r.c.invokeConn(ctx, idempotentCall(args), func(ctx context.Context, cc *grpc.ClientConn) error {
 		return cc.Invoke(ctx, method, args, reply, opts...)
 	})
@@ -45,21 +49,33 @@ func (r rawConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method st
 // idempotentCall reports whether repeating a request cannot have a second
 // effect, so that it may be retried after an uncertain outcome: reads,
 // upserts, requests the server deduplicates (an Acquire with a request id,
-// a fenced commit with an idempotency key), dry runs and operations on a
-// holder that a repeat leaves as they are (renew, release, claim,
-// complete). A leader transfer, a server removal or a snapshot is not
-// retried once sent.
+// a fenced commit with an idempotency key, a job submit whose every job has
+// a unique key), dry runs and operations on a holder that a repeat leaves
+// as they are (renew, release, claim, complete; a job attempt's heartbeat,
+// completion or failure, a job's cancel). A leader transfer, a server
+// removal, a snapshot, a job Retry (a repeat after the job ran and failed
+// again would revive it twice) and a Fetch (a repeat hands out more jobs)
+// are not retried once sent.
 func idempotentCall(req any) bool {
 	switch r := req.(type) {
 	case *coordv1.AcquireRequest:
 		return r.GetRequestId() != ""
 	case *coordv1.FencedCommitRequest:
 		return r.GetIdempotencyKey() != "" || r.GetDryRun()
+	case *coordv1.QueueSubmitRequest:
+		for _, j := range r.GetJobs() {
+			if j.GetUniqueKey() == "" {
+				return false
+			}
+		}
+		return len(r.GetJobs()) > 0
 	case *coordv1.RenewRequest, *coordv1.ReleaseRequest, *coordv1.ClaimWindowRequest, *coordv1.CompleteWindowRequest,
 		*coordv1.GetLeaseRequest, *coordv1.ListLeasesRequest, *coordv1.GetWindowRequest, *coordv1.ListWindowsRequest,
 		*coordv1.GetResourceRequest,
 		*coordv1.RegisterJobRequest, *coordv1.ListJobsRequest, *coordv1.JobStatusRequest, *coordv1.ListOverdueRequest,
-		*coordv1.StatusRequest, *coordv1.MembersRequest, *coordv1.AddVoterRequest:
+		*coordv1.StatusRequest, *coordv1.MembersRequest, *coordv1.AddVoterRequest,
+		*coordv1.QueueGetRequest, *coordv1.QueueListRequest, *coordv1.QueueStatsRequest,
+		*coordv1.QueueHeartbeatRequest, *coordv1.QueueCompleteRequest, *coordv1.QueueFailRequest, *coordv1.QueueCancelRequest:
 		return true
 	default:
 		return false

@@ -167,6 +167,18 @@ func TestIdempotentCall(t *testing.T) {
 		{&coordv1.RemoveServerRequest{}, false},
 		{&coordv1.TransferLeadershipRequest{}, false},
 		{&coordv1.SnapshotRequest{}, false},
+		{&coordv1.QueueSubmitRequest{}, false},
+		{&coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{UniqueKey: "a"}, {}}}, false},
+		{&coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{UniqueKey: "a"}, {UniqueKey: "b"}}}, true},
+		{&coordv1.QueueGetRequest{}, true},
+		{&coordv1.QueueListRequest{}, true},
+		{&coordv1.QueueStatsRequest{}, true},
+		{&coordv1.QueueHeartbeatRequest{}, true},
+		{&coordv1.QueueCompleteRequest{}, true},
+		{&coordv1.QueueFailRequest{}, true},
+		{&coordv1.QueueCancelRequest{}, true},
+		{&coordv1.QueueRetryRequest{}, false},
+		{&coordv1.QueueFetchRequest{}, false},
 	} {
 		if got := idempotentCall(tc.req); got != tc.want {
 			t.Errorf("%T %v: idempotent %v, want %v", tc.req, tc.req, got, tc.want)

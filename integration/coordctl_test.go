@@ -285,7 +285,8 @@ func TestCoordctlEndToEnd(t *testing.T) {
 		t.Fatalf("after remove: %v", m)
 	}
 
-	// Jobs: register, list, status, overdue (nobody runs it: overdue).
+	// Registered jobs: register, registered, status, overdue (nobody runs
+	// it: overdue). ("job list" lists the job queue's jobs.)
 	reg := c.json("job", "register", "every-second", "--schedule", "@every 1s", "--complete-within", "1s")
 	if field(reg, "changed") != true || field(reg, "job", "spec", "schedule") != "@every 1s" || field(reg, "job", "interval_ms") != "1000" {
 		t.Fatalf("job register: %v", reg)
@@ -296,8 +297,8 @@ func TestCoordctlEndToEnd(t *testing.T) {
 	if _, errOut, code := c.run("job", "register", "bad", "--schedule", "whenever"); code != 1 || !strings.Contains(errOut, "spec.schedule") {
 		t.Fatalf("bad schedule: exit %d %q", code, errOut)
 	}
-	if jl := c.json("job", "list"); len(jl["jobs"].([]any)) != 1 {
-		t.Fatalf("job list: %v", jl)
+	if jl := c.json("job", "registered"); len(jl["jobs"].([]any)) != 1 {
+		t.Fatalf("job registered: %v", jl)
 	}
 	deadline = time.Now().Add(15 * time.Second)
 	for {

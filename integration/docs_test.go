@@ -83,6 +83,7 @@ var docRules = []struct {
 	{file: "docs/benchmarks.md", contains: "-bench", skip: "Go micro-benchmarks: minutes of CPU"},
 	{file: "examples/daily-close/main.go", lane: "example-daily-close"},
 	{file: "examples/scheduled-close/main.go", lane: "example-scheduled-close"},
+	{file: "examples/queue-worker/main.go", skip: "needs a node that serves coord.v1.Queue (the server side of issue 14); its own test skips until then"},
 	{file: "examples/fenced-api/main.go", lane: "one-node", expect: []string{"Idempotent-Replayed: true", `"reason":"STALE_TOKEN"`}},
 }
 

@@ -11,8 +11,9 @@ import (
 )
 
 func (a *app) jobCmd() *cobra.Command {
-	return group("job", "Registered jobs and what did not happen: overdue windows, stuck leases, slow runs",
-		a.jobListCmd(), a.jobStatusCmd(), a.jobOverdueCmd(), a.jobRegisterCmd())
+	return group("job", "Queued jobs (submit, get, list, cancel, retry); registered jobs and what did not happen",
+		a.jobSubmitCmd(), a.jobGetCmd(), a.jobListCmd(), a.jobCancelCmd(), a.jobRetryCmd(),
+		a.jobRegisteredCmd(), a.jobStatusCmd(), a.jobOverdueCmd(), a.jobRegisterCmd())
 }
 
 func (a *app) jobRegisterCmd() *cobra.Command {
@@ -68,18 +69,21 @@ occurrence and reports the ones not completed by occurrence + complete-within.`,
 	return cmd
 }
 
-func (a *app) jobListCmd() *cobra.Command {
+func (a *app) jobRegisteredCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:     "list",
-		Short:   "List registered jobs: schedule, zone, last completion",
-		Example: "  coordctl job list",
+		Use:   "registered",
+		Short: "List registered (monitored) jobs: schedule, zone, last completion",
+		Long: `Lists the jobs of coordd's registry (job register; runners register at
+start): the schedules whose windows coordd watches. Queued jobs are listed by
+'job list'.`,
+		Example: "  coordctl job registered",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
 			resp, err := a.client.ListJobs(ctx)
 			if err != nil {
-				return fail("job list", err)
+				return fail("job registered", err)
 			}
 			now := a.clusterTime(ctx)
 			return a.print(resp, func(w io.Writer) { jobTable(w, resp.GetJobs(), now) })

@@ -1,5 +1,5 @@
 // Command coordctl lets operators see and act on a coordd cluster: leases,
-// windows, fenced resources and the cluster itself.
+// windows, fenced resources, the job queue and the cluster itself.
 //
 // Exit status: 0 success, 1 error, 2 bad usage, 3 lease held by another
 // owner (lease acquire).
@@ -146,7 +146,7 @@ so once on stderr).`,
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	root.PersistentFlags().DurationVar(&a.timeout, "timeout", 10*time.Second, "timeout of each command")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
-	root.AddCommand(a.statusCmd(), a.membersCmd(), a.leaderCmd(), a.snapshotCmd(), a.leaseCmd(), a.windowCmd(), a.fenceCmd(), a.jobCmd(), a.certsCmd(), a.versionCmd())
+	root.AddCommand(a.statusCmd(), a.membersCmd(), a.leaderCmd(), a.snapshotCmd(), a.leaseCmd(), a.windowCmd(), a.fenceCmd(), a.jobCmd(), a.queueCmd(), a.certsCmd(), a.versionCmd())
 	return root
 }
 

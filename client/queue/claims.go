@@ -1,0 +1,267 @@
+package queue
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/client/clock"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// claim is a running attempt held by the worker: its heartbeat schedule
+// and local deadline, the handler's context. Fields after cancel are
+// guarded by Worker.mu.
+type claim struct {
+	w      *Worker
+	ref    ref
+	job    *Job
+	slots  *slots
+	vt     time.Duration
+	margin time.Duration
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	state    claimState
+	deadline time.Time // local: send time of the last acknowledged heartbeat (or the fetch) + vt - margin
+	timer    clock.Timer
+	nextHB   time.Time
+	index    int // in Worker.due; -1 while a heartbeat is in flight or after the claim ended
+	gone     bool
+}
+
+type claimState int
+
+const (
+	stateRunning    claimState = iota // the handler runs
+	stateReporting                    // the handler returned; its outcome is queued or being sent
+	stateHandedBack                   // Stop failed it as "worker shutdown"
+	stateLost                         // refused or past its local deadline
+)
+
+func (cl *claim) localDeadline() time.Time {
+	cl.w.mu.Lock()
+	defer cl.w.mu.Unlock()
+	return cl.deadline
+}
+
+// claimHeap orders claims by their next heartbeat.
+type claimHeap []*claim
+
+func (h claimHeap) Len() int           { return len(h) }
+func (h claimHeap) Less(i, j int) bool { return h[i].nextHB.Before(h[j].nextHB) }
+func (h claimHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *claimHeap) Push(x any) {
+	cl := x.(*claim)
+	cl.index = len(*h)
+	*h = append(*h, cl)
+}
+func (h *claimHeap) Pop() any {
+	old := *h
+	cl := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	cl.index = -1
+	return cl
+}
+
+// pushLocked schedules cl's next heartbeat at cl.nextHB.
+func (w *Worker) pushLocked(cl *claim) {
+	if cl.gone || cl.index >= 0 {
+		return
+	}
+	heap.Push(&w.due, cl)
+	if cl.index == 0 {
+		select {
+		case w.hbWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// forgetLocked ends the worker's hold of cl: no more heartbeats, no local
+// deadline.
+func (w *Worker) forgetLocked(cl *claim) {
+	if cl.gone {
+		return
+	}
+	cl.gone = true
+	if cl.index >= 0 {
+		heap.Remove(&w.due, cl.index)
+	}
+	cl.timer.Stop()
+	delete(w.claims, cl.ref)
+}
+
+// lose ends cl because its claim is gone (cause wraps ErrClaimLost) and
+// cancels its handler's context.
+func (w *Worker) lose(cl *claim, cause error) {
+	w.mu.Lock()
+	if cl.gone || cl.state == stateLost {
+		w.mu.Unlock()
+		return
+	}
+	was := cl.state
+	cl.state = stateLost
+	w.forgetLocked(cl)
+	w.mu.Unlock()
+	cl.cancel(cause)
+	if was == stateRunning {
+		w.log.Warn("job claim lost", "job", cl.ref.id, "attempt", cl.ref.attempt, "err", cause)
+	}
+}
+
+// finish ends cl once its outcome was recorded or refused.
+func (w *Worker) finish(cl *claim) {
+	w.mu.Lock()
+	w.forgetLocked(cl)
+	w.mu.Unlock()
+}
+
+func (w *Worker) deadlinePassed(cl *claim) {
+	w.mu.Lock()
+	d, gone := cl.deadline, cl.gone
+	w.mu.Unlock()
+	if gone {
+		return
+	}
+	if now := w.clk.Now(); now.Before(d) { // moved by an acknowledgement meanwhile
+		return
+	}
+	w.lose(cl, fmt.Errorf("%w: job %d attempt %d: no heartbeat acknowledged before the local deadline %s",
+		ErrClaimLost, cl.ref.id, cl.ref.attempt, d.Format(time.RFC3339Nano)))
+}
+
+// acked records a heartbeat of cl sent at sent and acknowledged: the local
+// deadline moves to sent + vt - margin (the server extended the claim to
+// at least sent + vt), the next heartbeat is due at sent + vt/3.
+func (w *Worker) acked(cl *claim, sent time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cl.gone {
+		return
+	}
+	if d := sent.Add(cl.vt - cl.margin); d.After(cl.deadline) {
+		cl.deadline = d
+		cl.timer.Reset(d.Sub(w.clk.Now()))
+	}
+	cl.nextHB = sent.Add(cl.vt / 3)
+	w.pushLocked(cl)
+}
+
+// retryHeartbeat schedules cl's heartbeat again soon after a call that
+// failed as a whole; its local deadline runs on meanwhile.
+func (w *Worker) retryHeartbeat(cl *claim) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cl.nextHB = w.clk.Now().Add(min(cl.vt/10, 250*time.Millisecond))
+	w.pushLocked(cl)
+}
+
+// heartbeatSlack: a claim due this soon after the earliest goes with it, so
+// heartbeats due at about the same time share a call (and a log entry).
+func heartbeatSlack(vt time.Duration) time.Duration { return min(vt/60, 50*time.Millisecond) }
+
+// heartbeats sends every claim's heartbeat at its due time, those due
+// together in one call (up to MaxBatch attempts each), until the worker
+// ends.
+func (w *Worker) heartbeats() {
+	defer w.background.Done()
+	timer := w.clk.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		now := w.clk.Now()
+		var batch []*claim
+		var next time.Time
+		w.mu.Lock()
+		for len(w.due) > 0 && !w.due[0].nextHB.After(now.Add(heartbeatSlack(w.due[0].vt))) {
+			batch = append(batch, heap.Pop(&w.due).(*claim))
+		}
+		if len(w.due) > 0 {
+			next = w.due[0].nextHB
+		}
+		w.mu.Unlock()
+		for len(batch) > 0 {
+			n := min(len(batch), MaxBatch)
+			go w.sendHeartbeats(batch[:n], now)
+			batch = batch[n:]
+		}
+		var fire <-chan time.Time
+		if !next.IsZero() {
+			d := next.Sub(w.clk.Now())
+			if d <= 0 {
+				continue
+			}
+			timer.Reset(d)
+			fire = timer.C()
+		}
+		select {
+		case <-fire:
+		case <-w.hbWake:
+			timer.Stop()
+		case <-w.ctx.Done():
+			timer.Stop()
+			return
+		}
+	}
+}
+
+// sendHeartbeats sends one Heartbeat call for batch, sent at sent.
+func (w *Worker) sendHeartbeats(batch []*claim, sent time.Time) {
+	refs := make([]*coordv1.JobAttemptRef, len(batch))
+	var last time.Time
+	w.mu.Lock()
+	for i, cl := range batch {
+		refs[i] = &coordv1.JobAttemptRef{JobId: cl.ref.id, Attempt: cl.ref.attempt}
+		if cl.deadline.After(last) {
+			last = cl.deadline
+		}
+	}
+	w.mu.Unlock()
+	// Worth retrying (no leader, a lost connection) until the last of the
+	// local deadlines: after it every claim of the batch is gone anyway.
+	ctx, cancel := context.WithTimeout(w.ctx, max(last.Sub(w.clk.Now()), time.Second))
+	defer cancel()
+	resp, err := w.q.Heartbeat(ctx, &coordv1.QueueHeartbeatRequest{WorkerId: w.o.id, Attempts: refs})
+	if w.ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		if refused(err) {
+			for _, cl := range batch {
+				w.lose(cl, fmt.Errorf("%w: job %d attempt %d: heartbeat refused: %w", ErrClaimLost, cl.ref.id, cl.ref.attempt, err))
+			}
+			return
+		}
+		w.log.Warn("job heartbeat failed", "attempts", len(batch), "err", err)
+		for _, cl := range batch {
+			w.retryHeartbeat(cl)
+		}
+		return
+	}
+	res := resp.GetResults()
+	for i, cl := range batch {
+		if i >= len(res) || res[i].GetJobId() != cl.ref.id || res[i].GetAttempt() != cl.ref.attempt {
+			w.retryHeartbeat(cl)
+			continue
+		}
+		if e := res[i].GetError(); e != nil {
+			w.lose(cl, fmt.Errorf("%w: job %d attempt %d: heartbeat refused: %w", ErrClaimLost, cl.ref.id, cl.ref.attempt, client.ItemError(e)))
+			continue
+		}
+		w.acked(cl, sent)
+	}
+}
+
+// refused reports whether a whole call was refused in a way a repeat
+// cannot fix (bad input, permission), as opposed to not answered.
+func refused(err error) bool {
+	return errors.Is(err, client.ErrInvalidArgument) || errors.Is(err, client.ErrPermissionDenied) ||
+		errors.Is(err, client.ErrUnauthenticated)
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coordd/coordd/coorderr"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// scriptedQueue is a coord.v1.Queue on loopback with canned answers; it
+// records the requests coordctl sends.
+type scriptedQueue struct {
+	coordv1.UnimplementedQueueServer
+	mu   sync.Mutex
+	reqs []proto.Message
+}
+
+func (s *scriptedQueue) record(m proto.Message) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reqs = append(s.reqs, m)
+}
+
+func (s *scriptedQueue) last() proto.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reqs[len(s.reqs)-1]
+}
+
+// Times of the sample job: calendar time 2026-09-25T10:00:00Z and around.
+const calNow = int64(1_790_330_400_000)
+
+func sampleJob() *coordv1.QueueJob {
+	return &coordv1.QueueJob{Id: 17, Queue: "billing", Kind: "send-invoice", Args: []byte(`{"invoice":42}`),
+		State: coordv1.JobState_JOB_STATE_RUNNING, RunAtMs: calNow - 13_000, Priority: 5, MaxAttempts: 5, Attempts: 3,
+		BackoffInitialMs: 1000, BackoffMaxMs: 3_600_000, BackoffFactor: 2, VisibilityTimeoutMs: 30_000, UniqueKey: "invoice-42",
+		Labels: map[string]string{"tenant": "acme", "region": "eu"}, SubmittedBy: "billing-api",
+		CreatedAtMs: calNow - 65_000, UpdatedAtMs: calNow - 1_000,
+		AttemptLog: []*coordv1.JobAttempt{
+			{Number: 1, Outcome: coordv1.AttemptOutcome_ATTEMPT_OUTCOME_LAPSED, WorkerId: "worker-a:4121:ab12", StartedAtMs: calNow - 64_000,
+				DeadlineMs: calNow - 34_000, FinishedAtMs: calNow - 34_000, Heartbeats: 0, Error: "visibility timeout passed without a heartbeat",
+				Token: "job:17:1"},
+			{Number: 2, Outcome: coordv1.AttemptOutcome_ATTEMPT_OUTCOME_FAILED, WorkerId: "worker-b:77:cd34", StartedAtMs: calNow - 33_000,
+				DeadlineMs: calNow + 27_000, FinishedAtMs: calNow - 1_000, Heartbeats: 3,
+				Error: "panic: smtp: 421 too many connections\n\ngoroutine 7 [running]:\nmain.sendInvoice(...)", Token: "job:17:2"},
+			{Number: 3, Outcome: coordv1.AttemptOutcome_ATTEMPT_OUTCOME_RUNNING, WorkerId: "worker-c:9:ef56", StartedAtMs: calNow - 12_000,
+				DeadlineMs: calNow + 25_500, Heartbeats: 1, Token: "job:17:3"},
+		}}
+}
+
+func (s *scriptedQueue) Submit(_ context.Context, r *coordv1.QueueSubmitRequest) (*coordv1.QueueSubmitResponse, error) {
+	s.record(r)
+	dup := r.GetJobs()[0].GetUniqueKey() == "invoice-42"
+	return &coordv1.QueueSubmitResponse{Jobs: []*coordv1.SubmittedJob{{Id: 17, State: coordv1.JobState_JOB_STATE_SCHEDULED,
+		RunAtMs: calNow + 600_000, Duplicate: dup}}}, nil
+}
+
+func (s *scriptedQueue) Get(_ context.Context, r *coordv1.QueueGetRequest) (*coordv1.QueueGetResponse, error) {
+	s.record(r)
+	if r.GetId() != 17 {
+		return nil, coorderr.New(codes.NotFound, coorderr.JobNotFound, "job 99 does not exist (or was pruned)",
+			map[string]string{"job_id": "99"})
+	}
+	return &coordv1.QueueGetResponse{Job: sampleJob(), CalendarMs: calNow}, nil
+}
+
+func (s *scriptedQueue) List(_ context.Context, r *coordv1.QueueListRequest) (*coordv1.QueueListResponse, error) {
+	s.record(r)
+	a := sampleJob()
+	a.Args, a.AttemptLog = nil, nil
+	b := &coordv1.QueueJob{Id: 16, Queue: "billing", Kind: "send-invoice", State: coordv1.JobState_JOB_STATE_SUCCEEDED,
+		RunAtMs: calNow - 90_000, MaxAttempts: 25, Attempts: 1, UpdatedAtMs: calNow - 80_000, FinishedAtMs: calNow - 80_000}
+	return &coordv1.QueueListResponse{Jobs: []*coordv1.QueueJob{a, b}, NextPageToken: "16"}, nil
+}
+
+func (s *scriptedQueue) Cancel(_ context.Context, r *coordv1.QueueCancelRequest) (*coordv1.QueueCancelResponse, error) {
+	s.record(r)
+	if r.GetId() == 16 {
+		return nil, coorderr.New(codes.FailedPrecondition, coorderr.JobFinished, "job 16 succeeded", map[string]string{"state": "SUCCEEDED"})
+	}
+	j := sampleJob()
+	j.State, j.AttemptLog = coordv1.JobState_JOB_STATE_CANCELLED, nil
+	return &coordv1.QueueCancelResponse{Job: j, Duplicate: true}, nil
+}
+
+func (s *scriptedQueue) Retry(_ context.Context, r *coordv1.QueueRetryRequest) (*coordv1.QueueRetryResponse, error) {
+	s.record(r)
+	j := sampleJob()
+	j.State, j.AttemptLog, j.RunAtMs = coordv1.JobState_JOB_STATE_AVAILABLE, nil, calNow
+	return &coordv1.QueueRetryResponse{Job: j}, nil
+}
+
+func (s *scriptedQueue) Stats(_ context.Context, r *coordv1.QueueStatsRequest) (*coordv1.QueueStatsResponse, error) {
+	s.record(r)
+	if r.GetQueue() == "empty" {
+		return &coordv1.QueueStatsResponse{CalendarMs: calNow}, nil
+	}
+	return &coordv1.QueueStatsResponse{CalendarMs: calNow, Queues: []*coordv1.QueueStats{
+		{Queue: "billing", Scheduled: 120, Available: 4, Running: 8, Retryable: 2, Succeeded: 10_400, Cancelled: 1, Dead: 3,
+			OldestAvailableAgeMs: 1_250, OldestAvailableRunAtMs: calNow - 1_250},
+		{Queue: "default", Succeeded: 5},
+	}}, nil
+}
+
+func startScriptedQueue(t *testing.T) (*scriptedQueue, []string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &scriptedQueue{}
+	srv := grpc.NewServer()
+	coordv1.RegisterQueueServer(srv, s)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return s, []string{lis.Addr().String()}
+}
+
+// The queue commands' tables, on a scripted server.
+func TestQueueCommandsGolden(t *testing.T) {
+	s, eps := startScriptedQueue(t)
+	var all bytes.Buffer
+	for _, args := range [][]string{
+		{"job", "submit", "send-invoice", "--queue", "billing", "--args", `{"invoice":42}`, "--in", "10m"},
+		{"job", "submit", "send-invoice", "--unique-key", "invoice-42"},
+		{"job", "get", "17"},
+		{"job", "list", "--queue", "billing"},
+		{"job", "cancel", "17"},
+		{"job", "retry", "17"},
+		{"queue", "stats"},
+		{"queue", "stats", "empty"},
+	} {
+		all.WriteString("$ coordctl " + strings.Join(args, " ") + "\n")
+		all.WriteString(ctlOK(t, eps, args...))
+		all.WriteString("\n")
+	}
+	golden(t, "queue", all.Bytes())
+
+	// -o json is the RPC's response as protojson.
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(ctlOK(t, eps, "-o", "json", "job", "get", "17")), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if field(doc, "job", "id") != "17" || field(doc, "job", "state") != "JOB_STATE_RUNNING" || field(doc, "calendar_ms") != "1790330400000" {
+		t.Fatalf("get json: %v", doc)
+	}
+	if log := doc["job"].(map[string]any)["attempt_log"].([]any); len(log) != 3 || field(log[1].(map[string]any), "token") != "job:17:2" {
+		t.Fatalf("attempt log %v", log)
+	}
+	_ = s
+}
+
+// field reads a nested field of a JSON document.
+func field(doc map[string]any, path ...string) any {
+	var v any = doc
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}
+
+// Flags map onto the request; --at is kept to the millisecond.
+func TestJobSubmitRequest(t *testing.T) {
+	s, eps := startScriptedQueue(t)
+	ctlOK(t, eps, "job", "submit", "report", "--queue", "ops", "--args", `{"day":"2026-09-25"}`, "--at", "2026-09-26T02:00:00.0005Z",
+		"--unique-key", "report-2026-09-25", "--max-attempts", "3", "--priority", "-5", "--visibility-timeout", "2m",
+		"--label", "team=ops", "--label", "tier=1")
+	j := s.last().(*coordv1.QueueSubmitRequest).GetJobs()[0]
+	want := &coordv1.NewJob{Queue: "ops", Kind: "report", Args: []byte(`{"day":"2026-09-25"}`), RunAtMs: 1_790_388_000_001,
+		UniqueKey: "report-2026-09-25", MaxAttempts: 3, Priority: -5, VisibilityTimeoutMs: 120_000,
+		Labels: map[string]string{"team": "ops", "tier": "1"}}
+	if !proto.Equal(j, want) {
+		t.Fatalf("sent %v\nwant %v", j, want)
+	}
+	ctlOK(t, eps, "job", "submit", "cleanup", "--in", "1500ms")
+	if j := s.last().(*coordv1.QueueSubmitRequest).GetJobs()[0]; j.GetDelayMs() != 1500 || j.GetArgs() != nil || j.GetMaxAttempts() != 0 || j.GetRunAtMs() != 0 {
+		t.Fatalf("sent %v", j)
+	}
+	ctlOK(t, eps, "job", "list", "--state", "dead", "--kind", "k", "--label", "a=b", "--limit", "5", "--page-token", "40")
+	if r := s.last().(*coordv1.QueueListRequest); r.GetState() != coordv1.JobState_JOB_STATE_DEAD || r.GetKind() != "k" ||
+		r.GetLabel() != "a=b" || r.GetPageSize() != 5 || r.GetPageToken() != "40" {
+		t.Fatalf("list %v", r)
+	}
+}
+
+// Bad flags are usage errors (exit 2) found before any call; refusals
+// exit 1 with the reason and its facts.
+func TestQueueCommandErrors(t *testing.T) {
+	s, eps := startScriptedQueue(t)
+	for _, args := range [][]string{
+		{"job", "submit", "k", "--args", "{not json"},
+		{"job", "submit", "k", "--at", "tomorrow"},
+		{"job", "submit", "k", "--at", "2026-09-26T02:00:00Z", "--in", "1m"},
+		{"job", "submit", "k", "--in", "-1m"},
+		{"job", "submit", "k", "--label", "novalue"},
+		{"job", "submit"},
+		{"job", "get", "abc"},
+		{"job", "get", "0"},
+		{"job", "cancel"},
+		{"job", "list", "--state", "sleeping"},
+		{"job", "list", "--limit", "0"},
+		{"job", "list", "--label", "x"},
+		{"queue", "stats", "a", "b"},
+	} {
+		if r := ctl(t, eps, args...); r.code != exitUsage {
+			t.Errorf("%v: exit %d, want %d\n%s", args, r.code, exitUsage, r.errOut)
+		}
+	}
+	if n := len(s.reqs); n != 0 {
+		t.Fatalf("%d calls for usage errors", n)
+	}
+	r := ctl(t, eps, "job", "get", "99")
+	if r.code != exitError || r.errOut != "error: job get 99: JOB_NOT_FOUND: job 99 does not exist (or was pruned) (job_id=99)\n" {
+		t.Fatalf("exit %d: %q", r.code, r.errOut)
+	}
+	r = ctl(t, eps, "job", "cancel", "16")
+	if r.code != exitError || !strings.Contains(r.errOut, "JOB_FINISHED: job 16 succeeded (state=SUCCEEDED)") {
+		t.Fatalf("exit %d: %q", r.code, r.errOut)
+	}
+}
