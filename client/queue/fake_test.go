@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/client/clock"
+	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/client/clock"
+	"github.com/coordd/coordd/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
