@@ -65,6 +65,8 @@ var rejectionCodes = map[fsm.Reason]codes.Code{
 	fsm.ReasonIdentityMismatch:      codes.PermissionDenied,
 	fsm.ReasonLeaseLimit:            codes.ResourceExhausted,
 	fsm.ReasonTooEarly:              codes.FailedPrecondition,
+	fsm.ReasonScheduleNotFound:      codes.FailedPrecondition,
+	fsm.ReasonScheduleOverlap:       codes.FailedPrecondition,
 }
 
 // authCodes maps refusals of the auth package to codes and reasons.

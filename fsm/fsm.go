@@ -115,6 +115,16 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 		return s.cancelJobs(cal, cmd.GetCancelJobs())
 	case fsmv1.CommandType_COMMAND_TYPE_RETRY_JOBS:
 		return s.retryJobs(cal, cmd.GetRetryJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_PUT_SCHEDULE:
+		return s.putSchedule(cal, cmd.GetPutSchedule())
+	case fsmv1.CommandType_COMMAND_TYPE_DELETE_SCHEDULE:
+		return s.deleteSchedule(cal, cmd.GetDeleteSchedule())
+	case fsmv1.CommandType_COMMAND_TYPE_PAUSE_SCHEDULE:
+		return s.pauseSchedule(cal, cmd.GetPauseSchedule())
+	case fsmv1.CommandType_COMMAND_TYPE_TRIGGER_SCHEDULE:
+		return s.triggerSchedule(cal, cmd.GetTriggerSchedule())
+	case fsmv1.CommandType_COMMAND_TYPE_MATERIALISE_SCHEDULES:
+		return s.materialise(cal, cmd.GetMaterialiseSchedules())
 	default:
 		// A command from a newer version: stop rather than diverge.
 		panic(fmt.Sprintf("fsm: unknown command type %d", cmd.GetType()))
