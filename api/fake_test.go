@@ -26,7 +26,8 @@ type fakeNode struct {
 	leading    bool
 	leaderID   string
 	leaderAddr string
-	now        int64
+	now        int64 // lease time
+	calendar   int64 // calendar time
 	fsm        *fsm.FSM
 
 	mu       sync.Mutex
@@ -37,7 +38,7 @@ type fakeNode struct {
 }
 
 func newFakeNode() *fakeNode {
-	return &fakeNode{id: "n1", leading: true, now: 1_000_000, fsm: fsm.New()}
+	return &fakeNode{id: "n1", leading: true, now: 1_000_000, calendar: 1_700_000_000_000, fsm: fsm.New()}
 }
 
 func (f *fakeNode) ID() string                       { return f.id }
@@ -53,8 +54,10 @@ func (f *fakeNode) LeaderContext(ctx context.Context) (context.Context, error) {
 	return ctx, nil
 }
 
+func (f *fakeNode) Calendar() int64 { return f.calendar }
+
 func (f *fakeNode) apply(body any) any {
-	return f.fsm.ApplyCommand(fsm.Envelope(f.now, body))
+	return f.fsm.ApplyCommand(fsm.EnvelopeAt(f.now, f.calendar, body))
 }
 
 func (f *fakeNode) Propose(_ context.Context, body any) (any, error) {

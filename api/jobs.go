@@ -123,10 +123,11 @@ func (j *jobs) JobStatus(ctx context.Context, req *coordv1.JobStatusRequest) (*c
 		limit = 20
 	}
 	return jobsOnLeader(s, ctx, coordv1.JobsClient.JobStatus, req, func() (*coordv1.JobStatusResponse, error) {
-		st, now, err := s.node.Read(ctx, false)
+		st, _, err := s.node.Read(ctx, false)
 		if err != nil {
 			return nil, err
 		}
+		now := s.node.Calendar() // windows and occurrences are calendar time
 		job, ok := st.Job(req.GetName())
 		if !ok {
 			return nil, &notFoundError{what: "job " + req.GetName()}
@@ -157,7 +158,7 @@ func (j *jobs) ListOverdue(ctx context.Context, req *coordv1.ListOverdueRequest)
 		if err != nil {
 			return nil, err
 		}
-		a := s.computeAbsence(st, now)
+		a := s.computeAbsence(st, now, s.node.Calendar())
 		return &coordv1.ListOverdueResponse{Windows: a.overdue, StuckLeases: a.stuck, SlowWindows: a.slow}, nil
 	})
 }

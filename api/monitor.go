@@ -13,11 +13,12 @@ import (
 	"github.com/coordd/coordd/schedule"
 )
 
-// Monitoring by absence (monitor.go): the leader computes, on the cluster
-// clock, which expected windows of registered jobs are not completed by
-// occurrence + complete_within (also windows nobody ever claimed), which
-// leases look stuck and which runs took more than half their interval. It
-// is a read of the FSM: nothing here is replicated.
+// Monitoring by absence (monitor.go): the leader computes which expected
+// windows of registered jobs are not completed by occurrence +
+// complete_within (also windows nobody ever claimed) and which runs took
+// more than half their interval on calendar time (the leader's wall
+// clock, node.Calendar), and which leases look stuck on lease time. It is
+// a read of the FSM: nothing here is replicated.
 
 // absence is one pass of the computation.
 type absence struct {
@@ -25,7 +26,7 @@ type absence struct {
 	stuck    []*coordv1.StuckLease
 	slow     []*coordv1.SlowWindow
 	perJob   map[string]int
-	lastDone map[string]int64 // job -> last completion (cluster ms)
+	lastDone map[string]int64 // job -> last completion (calendar ms)
 }
 
 // schedules caches parsed schedules by expression and zone.
@@ -64,7 +65,8 @@ func completeWithin(j fsm.Job, s *schedule.Schedule) time.Duration {
 	return time.Hour
 }
 
-// jobOverdue lists the expected windows of one job that are overdue at now.
+// jobOverdue lists the expected windows of one job that are overdue at
+// calendar time now.
 func (s *Server) jobOverdue(st *fsm.FSM, j fsm.Job, now int64) ([]*coordv1.OverdueWindow, *schedule.Schedule) {
 	sched, err := s.schedules.get(j.Schedule, j.TimeZone)
 	if err != nil {
@@ -99,10 +101,12 @@ func (s *Server) jobOverdue(st *fsm.FSM, j fsm.Job, now int64) ([]*coordv1.Overd
 // maxOccurrencesPerJob bounds the occurrences examined per job and pass.
 const maxOccurrencesPerJob = 200
 
-func (s *Server) computeAbsence(st *fsm.FSM, now int64) absence {
+// computeAbsence judges windows at calendar time cal and leases at lease
+// time now.
+func (s *Server) computeAbsence(st *fsm.FSM, now, cal int64) absence {
 	a := absence{perJob: map[string]int{}, lastDone: map[string]int64{}}
 	for _, j := range st.Jobs() {
-		od, sched := s.jobOverdue(st, j, now)
+		od, sched := s.jobOverdue(st, j, cal)
 		a.overdue = append(a.overdue, od...)
 		a.perJob[j.Name] = len(od)
 		a.lastDone[j.Name] = j.LastCompletedAt
@@ -130,9 +134,10 @@ func (s *Server) computeAbsence(st *fsm.FSM, now int64) absence {
 }
 
 // runMonitor is the absence monitor: while this node leads (the node runs
-// it through WhileLeading), every MonitorInterval it computes absence on
-// the cluster clock and publishes it; when leadership ends it clears the
-// gauges, so alerts never count a window twice.
+// it through WhileLeading), every MonitorInterval it computes absence
+// (windows on calendar time, leases on lease time) and publishes it; when
+// leadership ends it clears the gauges, so alerts never count a window
+// twice.
 func (s *Server) runMonitor(ctx context.Context, now func() int64) {
 	defer s.monitor.clear()
 	t := s.cfg.Clock.NewTicker(s.cfg.MonitorInterval)
@@ -147,7 +152,7 @@ func (s *Server) runMonitor(ctx context.Context, now func() int64) {
 		if err != nil {
 			continue
 		}
-		s.observeAbsence(s.computeAbsence(st, now()))
+		s.observeAbsence(s.computeAbsence(st, now(), s.node.Calendar()))
 	}
 }
 
@@ -166,7 +171,7 @@ func newMonitorMetrics(reg *prometheus.Registry) *monitor {
 		overdue: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_job_overdue_windows",
 			Help: "Expected windows of a job not completed by occurrence + complete_within (leader only)."}, []string{"job"}),
 		lastDone: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_job_last_completed_timestamp_seconds",
-			Help: "Cluster time of the job's last completed window."}, []string{"job"}),
+			Help: "Calendar time of the job's last completed window."}, []string{"job"}),
 		slow: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_job_slow_windows",
 			Help: "Recent windows whose run took more than half the job's interval."}, []string{"job"}),
 		stuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_stuck_leases",

@@ -32,8 +32,13 @@ type Node interface {
 	// live on the leader end with it).
 	LeaderContext(ctx context.Context) (context.Context, error)
 	// WhileLeading runs f each time this node becomes a ready leader, until
-	// that leadership ends; now reads the cluster clock.
+	// that leadership ends; now reads the cluster clock (lease time).
 	WhileLeading(f func(ctx context.Context, now func() int64))
+	// Calendar is calendar time now (Unix ms): on the ready leader its
+	// wall clock, never below its last stamp; elsewhere the FSM's. Every
+	// calendar decision (not-before gates, due and overdue windows, job
+	// queues) is judged on it; leases never are (lease time, above).
+	Calendar() int64
 
 	// Acquire answers from state, proposes, or (wait) queues: the one
 	// entry point for acquires. cmd carries the caller's identity and the

@@ -27,7 +27,7 @@ func (n *Node) Acquire(ctx context.Context, cmd *fsmv1.Acquire, wait bool) (*fsm
 	if wait {
 		return n.acquireWaiting(ctx, ls, cmd)
 	}
-	if answer, ok := n.fsm.CheckAcquire(ls.clock.current(), cmd); ok {
+	if answer, ok := n.fsm.CheckAcquire(ls.clock.current(), ls.clock.calendar(), cmd); ok {
 		return acquireResult(answer, nil)
 	}
 	return acquireResult(n.proposeAs(ctx, ls, cmd))
@@ -80,7 +80,7 @@ func (n *Node) acquireWaiting(ctx context.Context, ls *leaderState, cmd *fsmv1.A
 		default:
 		}
 		now := ls.clock.current()
-		answer, answered := n.fsm.CheckAcquire(now, cmd)
+		answer, answered := n.fsm.CheckAcquire(now, ls.clock.calendar(), cmd)
 		held, isHeld := heldByAnother(answer)
 		var expiry clock.Timer // nil: wait for a wake-up only
 		switch {

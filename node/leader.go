@@ -75,12 +75,20 @@ func (n *Node) runLeader(ls *leaderState) {
 	base := n.fsm.Clock()
 	if base == 0 {
 		// A new cluster: its clock starts at this node's wall clock, once.
-		base = n.clock.Now().UnixMilli()
+		base = clock.Wall(n.clock).UnixMilli()
 	}
-	ls.clock = newClusterClock(n.clock, base)
+	ls.clock = newClusterClock(n.clock, base, n.fsm.CalendarMs())
 	close(ls.ready)
+	cal := ls.clock.calendar()
 	n.log.Info("leadership established", "term", n.raft.CurrentTerm(), "cluster_time", base,
-		"barrier", clock.Since(n.clock, start).Round(time.Millisecond))
+		"calendar_time", cal, "barrier", clock.Since(n.clock, start).Round(time.Millisecond))
+	if behind := cal - clock.Wall(n.clock).UnixMilli(); behind > 0 {
+		// This node's wall clock reads behind the last calendar stamp (a
+		// predecessor's clock was ahead, or this one was stepped back):
+		// calendar time holds until the wall clock passes it.
+		n.log.Warn("wall clock is behind calendar time: calendar time holds until it catches up",
+			"behind", time.Duration(behind)*time.Millisecond)
+	}
 	n.hooks.start(n, ls)
 	// A tick at once moves the followers' clocks to this term's base.
 	if _, err := n.proposeAs(ls.ctx, ls, &fsmv1.Tick{}); err != nil {
@@ -114,6 +122,23 @@ func (n *Node) runLeader(ls *leaderState) {
 			}
 		}
 	}
+}
+
+// Calendar is calendar time now (Unix ms): on the ready leader, what it
+// would stamp on a command now (its wall clock, never below its last stamp
+// nor the FSM's calendar time); on any other node, the calendar time its
+// FSM applied last. It never decreases on a node while it leads. The
+// leader's calendar loops (the API's absence monitor, the job dispatcher)
+// and calendar reads use it: a lease is never judged on it.
+func (n *Node) Calendar() int64 {
+	if ls := n.leader.Load(); ls != nil {
+		select {
+		case <-ls.ready:
+			return ls.clock.calendar()
+		default:
+		}
+	}
+	return n.fsm.CalendarMs()
 }
 
 // leaderHooks are loops above the node that run only on the leader.
