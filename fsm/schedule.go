@@ -30,6 +30,7 @@ const (
 	MaxWindowLayoutBytes = 64
 	MaxWindowBytes       = 128
 	MaxScheduleHistory   = 32 // history entries kept per schedule (oldest go first)
+	MaxScheduleSkips     = 16 // skipped ranges kept per schedule, beside the history
 	// MaxScheduleDurationMs bounds starting deadline, catch-up horizon and
 	// complete-within.
 	MaxScheduleDurationMs = 366 * 24 * 3600 * 1000
@@ -157,6 +158,9 @@ type Schedule struct {
 	JobsMade  uint64         // jobs created
 	SkipCount uint64         // occurrences skipped, all reasons
 	History   []HistoryEntry // oldest first, at most MaxScheduleHistory
+	// Skips are the last skipped ranges (at most MaxScheduleSkips), also
+	// those that many jobs since pushed out of History.
+	Skips []HistoryEntry
 }
 
 // HistoryEntry is one occurrence that made a job, or one run of skipped

@@ -141,7 +141,7 @@ func (s *state) triggerSchedule(cal int64, c *fsmv1.TriggerSchedule) any {
 	n := *cur
 	var out MaterialiseOutcome
 	hist := s.occur(&n, cal, &fsmv1.ScheduleOccurrence{AtMs: c.GetAtMs(), Window: c.GetWindow()}, true, &out, nil)
-	n.History = appendHistory(n.History, hist)
+	n.record(hist)
 	s.putScheduleRecord(cur, &n)
 	return &TriggerResult{Schedule: n, Entry: hist[len(hist)-1]}
 }
@@ -196,7 +196,7 @@ func (s *state) materialise(cal int64, c *fsmv1.MaterialiseSchedules) any {
 		// The item was computed from this revision, so it recorded the
 		// PAUSED range of a resume, if any.
 		n.Mark, n.NextDue, n.ResumedAt = it.GetThroughMs(), it.GetNextDueMs(), 0
-		n.History = appendHistory(n.History, hist)
+		n.record(hist)
 		s.putScheduleRecord(cur, &n)
 	}
 	return res
@@ -267,20 +267,37 @@ func (s *state) occur(n *Schedule, cal int64, o *fsmv1.ScheduleOccurrence, manua
 	return append(hist, e)
 }
 
+// record adds new history entries to n (a copy being changed), and the
+// skipped ranges among them to its skips. An OVERLAP run continued from
+// the stored history (same first occurrence) replaces its old copy there.
+func (n *Schedule) record(hist []HistoryEntry) {
+	n.History = appendHistory(n.History, hist, MaxScheduleHistory)
+	var skips []HistoryEntry
+	for _, e := range hist {
+		if e.Skipped == SkipNone {
+			continue
+		}
+		if k := len(n.Skips) - 1; len(skips) == 0 && k >= 0 && n.Skips[k].Skipped == e.Skipped && n.Skips[k].At == e.At {
+			n.Skips = n.Skips[:k:k]
+		}
+		skips = append(skips, e)
+	}
+	n.Skips = appendHistory(n.Skips, skips, MaxScheduleSkips)
+}
+
 func sortLabels(ls []Label) {
 	sort.Slice(ls, func(a, b int) bool { return ls[a].Key < ls[b].Key })
 }
 
-// appendHistory returns old followed by add, keeping the last
-// MaxScheduleHistory entries, in a new slice (stored records are never
-// written).
-func appendHistory(old, add []HistoryEntry) []HistoryEntry {
+// appendHistory returns old followed by add, keeping the last limit
+// entries, in a new slice (stored records are never written).
+func appendHistory(old, add []HistoryEntry, limit int) []HistoryEntry {
 	if len(add) == 0 {
 		return old
 	}
 	all := len(old) + len(add)
-	drop := max(0, all-MaxScheduleHistory)
-	out := make([]HistoryEntry, 0, min(all, MaxScheduleHistory))
+	drop := max(0, all-limit)
+	out := make([]HistoryEntry, 0, min(all, limit))
 	if drop < len(old) {
 		out = append(out, old[drop:]...)
 	}

@@ -14,14 +14,33 @@ func scheduleRecord(sc *Schedule) *fsmv1.ScheduleRecord {
 		CreatedAtMs: sc.CreatedAt, UpdatedBy: sc.UpdatedBy, UpdatedAtMs: sc.UpdatedAt, LastJobId: sc.LastJobID,
 		JobsCreated: sc.JobsMade, OccurrencesSkipped: sc.SkipCount,
 	}
-	for _, e := range sc.History {
-		r.History = append(r.History, &fsmv1.ScheduleHistoryRecord{
+	r.History = historyRecords(sc.History)
+	r.Skips = historyRecords(sc.Skips)
+	return r
+}
+
+func historyRecords(hs []HistoryEntry) []*fsmv1.ScheduleHistoryRecord {
+	var out []*fsmv1.ScheduleHistoryRecord
+	for _, e := range hs {
+		out = append(out, &fsmv1.ScheduleHistoryRecord{
 			AtMs: e.At, Window: e.Window, JobId: e.JobID, DstGap: e.DSTGap, Manual: e.Manual,
 			Skipped: fsmv1.ScheduleSkipReason(e.Skipped), LastMs: e.Last, LastWindow: e.LastWindow, Count: e.Count,
 			RecordedAtMs: e.RecordedAt, Duplicate: e.Duplicate,
 		})
 	}
-	return r
+	return out
+}
+
+func historyEntries(rs []*fsmv1.ScheduleHistoryRecord) []HistoryEntry {
+	var out []HistoryEntry
+	for _, e := range rs {
+		out = append(out, HistoryEntry{
+			At: e.GetAtMs(), Window: e.GetWindow(), JobID: e.GetJobId(), DSTGap: e.GetDstGap(), Manual: e.GetManual(),
+			Duplicate: e.GetDuplicate(), Skipped: SkipReason(e.GetSkipped()), Last: e.GetLastMs(), LastWindow: e.GetLastWindow(),
+			Count: e.GetCount(), RecordedAt: e.GetRecordedAtMs(),
+		})
+	}
+	return out
 }
 
 // scheduleFromRecord rebuilds a schedule, refusing a record the indexes
@@ -30,8 +49,8 @@ func scheduleFromRecord(r *fsmv1.ScheduleRecord) (*Schedule, error) {
 	if r.GetName() == "" || r.GetSpec() == nil {
 		return nil, fmt.Errorf("snapshot: schedule without a name or spec")
 	}
-	if len(r.GetHistory()) > MaxScheduleHistory {
-		return nil, fmt.Errorf("snapshot: schedule %q with %d history entries", r.GetName(), len(r.GetHistory()))
+	if len(r.GetHistory()) > MaxScheduleHistory || len(r.GetSkips()) > MaxScheduleSkips {
+		return nil, fmt.Errorf("snapshot: schedule %q with %d history entries and %d skips", r.GetName(), len(r.GetHistory()), len(r.GetSkips()))
 	}
 	sc := &Schedule{
 		Name: r.GetName(), Spec: specFromWire(r.GetSpec()), Revision: r.GetRevision(), Mark: r.GetMarkMs(),
@@ -40,13 +59,7 @@ func scheduleFromRecord(r *fsmv1.ScheduleRecord) (*Schedule, error) {
 		CreatedBy: r.GetCreatedBy(), CreatedAt: r.GetCreatedAtMs(), UpdatedBy: r.GetUpdatedBy(), UpdatedAt: r.GetUpdatedAtMs(),
 		LastJobID: r.GetLastJobId(), JobsMade: r.GetJobsCreated(), SkipCount: r.GetOccurrencesSkipped(),
 	}
-	for _, e := range r.GetHistory() {
-		sc.History = append(sc.History, HistoryEntry{
-			At: e.GetAtMs(), Window: e.GetWindow(), JobID: e.GetJobId(), DSTGap: e.GetDstGap(), Manual: e.GetManual(),
-			Duplicate: e.GetDuplicate(), Skipped: SkipReason(e.GetSkipped()), Last: e.GetLastMs(), LastWindow: e.GetLastWindow(),
-			Count: e.GetCount(), RecordedAt: e.GetRecordedAtMs(),
-		})
-	}
+	sc.History, sc.Skips = historyEntries(r.GetHistory()), historyEntries(r.GetSkips())
 	return sc, nil
 }
 

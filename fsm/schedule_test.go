@@ -239,6 +239,9 @@ func TestScheduleForbidSkipsWhileTheJobRuns(t *testing.T) {
 		sc.History[1].Window != "m2" || sc.History[1].LastWindow != "m4" || sc.LastJobID != first {
 		t.Fatalf("history %+v", sc.History)
 	}
+	if len(sc.Skips) != 1 || sc.Skips[0] != sc.History[1] {
+		t.Fatalf("skips %+v, want the merged OVERLAP run", sc.Skips)
+	}
 	// The job completes: the next occurrence runs.
 	if _, ok := one(t, complete(f, t, t0+4*minute+30, "w1", first, 1, "")).(*JobOutcome); !ok {
 		t.Fatal("completion refused")

@@ -154,6 +154,12 @@ func (n *Node) Propose(ctx context.Context, body any) (any, error) {
 			n.waiters.wakeAll(b.GetLeaseName())
 		}
 		return res, err
+	case *fsmv1.PutSchedule, *fsmv1.PauseSchedule:
+		res, err := n.proposeAs(ctx, ls, b)
+		if err == nil {
+			n.wakeMaterialiser() // due at once: its next occurrence is computed now
+		}
+		return res, err
 	default:
 		return n.proposeAs(ctx, ls, body)
 	}

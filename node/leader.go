@@ -90,6 +90,7 @@ func (n *Node) runLeader(ls *leaderState) {
 			"behind", time.Duration(behind)*time.Millisecond)
 	}
 	n.hooks.start(n, ls)
+	n.wg.Go(func() { n.runMaterialiser(ls) })
 	// A tick at once moves the followers' clocks to this term's base.
 	if _, err := n.proposeAs(ls.ctx, ls, &fsmv1.Tick{}); err != nil {
 		n.log.Warn("first tick failed", "err", err)

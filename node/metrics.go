@@ -17,6 +17,7 @@ type metrics struct {
 	proposals        *prometheus.CounterVec
 	proposalCounters sync.Map // proposalKey -> prometheus.Counter: no label hashing per command
 	waiters          prometheus.Gauge
+	schedules        *scheduleMetrics
 }
 
 func newMetrics(n *Node, reg *prometheus.Registry) *metrics {
@@ -31,6 +32,7 @@ func newMetrics(n *Node, reg *prometheus.Registry) *metrics {
 	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_acquire_waiters",
 		Help: "Acquire calls waiting for a held lease on this leader (AcquireRequest.wait)."})
 	reg.MustRegister(m.leader, m.applyLatency, m.proposals, m.waiters, &raftCollector{n: n})
+	m.schedules = newScheduleMetrics(reg)
 	return m
 }
 

@@ -73,6 +73,9 @@ type Node struct {
 	queued    atomic.Int64 // commands with the proposer, not yet in an entry
 	waiters   waitQueues   // Acquire calls waiting for a lease (leader only)
 	hooks     leaderHooks
+	// scheduleWake wakes the leader's materialiser (schedules.go) when a
+	// schedule may be due sooner than it planned.
+	scheduleWake chan struct{}
 
 	advertised atomic.Pointer[string] // this node's gRPC address, once Advertise ran
 
@@ -107,14 +110,15 @@ func New(cfg Config) (*Node, error) {
 func newNode(cfg Config) *Node {
 	ctx, stop := context.WithCancel(context.Background())
 	n := &Node{
-		cfg:       cfg,
-		log:       cfg.Logger.With("node", cfg.ID),
-		clock:     cfg.Clock,
-		fsm:       fsm.New(),
-		notifyCh:  make(chan bool, 16),
-		proposals: make(chan *proposal, 4*maxBatch),
-		ctx:       ctx,
-		stop:      stop,
+		cfg:          cfg,
+		log:          cfg.Logger.With("node", cfg.ID),
+		clock:        cfg.Clock,
+		fsm:          fsm.New(),
+		notifyCh:     make(chan bool, 16),
+		proposals:    make(chan *proposal, 4*maxBatch),
+		scheduleWake: make(chan struct{}, 1),
+		ctx:          ctx,
+		stop:         stop,
 	}
 	n.metrics = newMetrics(n, cfg.Metrics)
 	return n

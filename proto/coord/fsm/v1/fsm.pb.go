@@ -4470,8 +4470,11 @@ type ScheduleRecord struct {
 	JobsCreated        uint64                   `protobuf:"varint,18,opt,name=jobs_created,json=jobsCreated,proto3" json:"jobs_created,omitempty"`
 	OccurrencesSkipped uint64                   `protobuf:"varint,19,opt,name=occurrences_skipped,json=occurrencesSkipped,proto3" json:"occurrences_skipped,omitempty"`
 	History            []*ScheduleHistoryRecord `protobuf:"bytes,20,rep,name=history,proto3" json:"history,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// skips: the last skipped ranges (also kept when many jobs since have
+	// pushed them out of history).
+	Skips         []*ScheduleHistoryRecord `protobuf:"bytes,21,rep,name=skips,proto3" json:"skips,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleRecord) Reset() {
@@ -4640,6 +4643,13 @@ func (x *ScheduleRecord) GetOccurrencesSkipped() uint64 {
 func (x *ScheduleRecord) GetHistory() []*ScheduleHistoryRecord {
 	if x != nil {
 		return x.History
+	}
+	return nil
+}
+
+func (x *ScheduleRecord) GetSkips() []*ScheduleHistoryRecord {
+	if x != nil {
+		return x.Skips
 	}
 	return nil
 }
@@ -5003,7 +5013,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05count\x18\t \x01(\x03R\x05count\x12$\n" +
 	"\x0erecorded_at_ms\x18\n" +
 	" \x01(\x03R\frecordedAtMs\x12\x1c\n" +
-	"\tduplicate\x18\v \x01(\bR\tduplicate\"\xba\x05\n" +
+	"\tduplicate\x18\v \x01(\bR\tduplicate\"\xf5\x05\n" +
 	"\x0eScheduleRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1a.coord.fsm.v1.ScheduleSpecR\x04spec\x12\x1a\n" +
@@ -5029,7 +5039,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\vlast_job_id\x18\x11 \x01(\x04R\tlastJobId\x12!\n" +
 	"\fjobs_created\x18\x12 \x01(\x04R\vjobsCreated\x12/\n" +
 	"\x13occurrences_skipped\x18\x13 \x01(\x04R\x12occurrencesSkipped\x12=\n" +
-	"\ahistory\x18\x14 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\ahistory*\xfb\x05\n" +
+	"\ahistory\x18\x14 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\ahistory\x129\n" +
+	"\x05skips\x18\x15 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\x05skips*\xfb\x05\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11COMMAND_TYPE_TICK\x10\x01\x12\x18\n" +
@@ -5211,11 +5222,12 @@ var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	4,  // 53: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
 	40, // 54: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
 	49, // 55: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	56, // [56:56] is the sub-list for method output_type
-	56, // [56:56] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	49, // 56: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	57, // [57:57] is the sub-list for method output_type
+	57, // [57:57] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_coord_fsm_v1_fsm_proto_init() }
