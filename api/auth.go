@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -94,6 +96,15 @@ func nameOf[Req any](f func(Req) string) func(any) string {
 // noName is the name of calls that are not about one name.
 func noName(any) string { return "" }
 
+// putScheduleQueue is the queue a put makes jobs in ("" without a spec:
+// the handler refuses it).
+func putScheduleQueue(r *coordv1.PutScheduleRequest) string {
+	if r.GetSpec() == nil {
+		return ""
+	}
+	return cmp.Or(r.GetSpec().GetJob().GetQueue(), fsm.DefaultQueue)
+}
+
 // methods is the access table; a method of ours missing from it is admin.
 var methods = map[string]methodAccess{
 	coordv1.Coordinator_Acquire_FullMethodName:        {op: auth.OpLease, name: nameOf((*coordv1.AcquireRequest).GetName)},
@@ -108,10 +119,17 @@ var methods = map[string]methodAccess{
 	coordv1.Coordinator_GetWindow_FullMethodName:      {op: auth.OpRead, name: nameOf((*coordv1.GetWindowRequest).GetJob)},
 	coordv1.Coordinator_ListWindows_FullMethodName:    {op: auth.OpRead, name: nameOf((*coordv1.ListWindowsRequest).GetJob), list: true},
 	coordv1.Coordinator_GetResource_FullMethodName:    {op: auth.OpRead, name: nameOf((*coordv1.GetResourceRequest).GetResource)},
-	coordv1.Jobs_RegisterJob_FullMethodName:           {op: auth.OpWindow, name: nameOf(func(r *coordv1.RegisterJobRequest) string { return r.GetSpec().GetName() })},
-	coordv1.Jobs_ListJobs_FullMethodName:              {op: auth.OpRead, name: noName, list: true},
-	coordv1.Jobs_JobStatus_FullMethodName:             {op: auth.OpRead, name: nameOf((*coordv1.JobStatusRequest).GetName)},
-	coordv1.Jobs_ListOverdue_FullMethodName:           {op: auth.OpRead, name: noName, list: true},
+	// Schedules: a put makes jobs in the template's queue (op job on it);
+	// pause, resume, trigger and delete are checked on the leader against
+	// the schedule's queue (schedules.go); reads by schedule name.
+	coordv1.Schedules_PutSchedule_FullMethodName:      {op: opJob, name: nameOf(putScheduleQueue)},
+	coordv1.Schedules_PauseSchedule_FullMethodName:    {op: opJob, name: noName},
+	coordv1.Schedules_ResumeSchedule_FullMethodName:   {op: opJob, name: noName},
+	coordv1.Schedules_TriggerSchedule_FullMethodName:  {op: opJob, name: noName},
+	coordv1.Schedules_DeleteSchedule_FullMethodName:   {op: opJob, name: noName},
+	coordv1.Schedules_GetSchedule_FullMethodName:      {op: auth.OpRead, name: nameOf((*coordv1.GetScheduleRequest).GetName)},
+	coordv1.Schedules_ListSchedules_FullMethodName:    {op: auth.OpRead, name: nameOf((*coordv1.ListSchedulesRequest).GetPrefix), list: true},
+	coordv1.Schedules_ListOverdue_FullMethodName:      {op: auth.OpRead, name: nameOf((*coordv1.ListOverdueRequest).GetSchedule), list: true},
 	coordv1.Cluster_Status_FullMethodName:             {open: true},
 	coordv1.Cluster_Members_FullMethodName:            {open: true},
 	coordv1.Cluster_AddVoter_FullMethodName:           {op: auth.OpAdmin, name: noName},

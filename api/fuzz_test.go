@@ -106,7 +106,7 @@ func unary[Req proto.Message, Resp any](name string, newReq func() Req,
 }
 
 func co(cc *grpc.ClientConn) coordv1.CoordinatorClient { return coordv1.NewCoordinatorClient(cc) }
-func jo(cc *grpc.ClientConn) coordv1.JobsClient        { return coordv1.NewJobsClient(cc) }
+func sc(cc *grpc.ClientConn) coordv1.SchedulesClient   { return coordv1.NewSchedulesClient(cc) }
 
 // Membership changes are left out: a random AddVoter would (correctly)
 // cost this single node its quorum and stall the rest of the run.
@@ -151,13 +151,21 @@ var fuzzCalls = []fuzzCall{
 		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.GetResourceRequest) (any, error) {
 			return co(cc).GetResource(ctx, r)
 		}),
-	unary("RegisterJob", func() *coordv1.RegisterJobRequest { return &coordv1.RegisterJobRequest{} },
-		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.RegisterJobRequest) (any, error) {
-			return jo(cc).RegisterJob(ctx, r)
+	unary("PutSchedule", func() *coordv1.PutScheduleRequest { return &coordv1.PutScheduleRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.PutScheduleRequest) (any, error) {
+			return sc(cc).PutSchedule(ctx, r)
 		}),
-	unary("JobStatus", func() *coordv1.JobStatusRequest { return &coordv1.JobStatusRequest{} },
-		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.JobStatusRequest) (any, error) {
-			return jo(cc).JobStatus(ctx, r)
+	unary("GetSchedule", func() *coordv1.GetScheduleRequest { return &coordv1.GetScheduleRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.GetScheduleRequest) (any, error) {
+			return sc(cc).GetSchedule(ctx, r)
+		}),
+	unary("TriggerSchedule", func() *coordv1.TriggerScheduleRequest { return &coordv1.TriggerScheduleRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.TriggerScheduleRequest) (any, error) {
+			return sc(cc).TriggerSchedule(ctx, r)
+		}),
+	unary("ListOverdue", func() *coordv1.ListOverdueRequest { return &coordv1.ListOverdueRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.ListOverdueRequest) (any, error) {
+			return sc(cc).ListOverdue(ctx, r)
 		}),
 }
 
@@ -174,7 +182,11 @@ func FuzzRequests(f *testing.F) {
 		&coordv1.FencedCommitRequest{Resource: "r", Token: "a:1:2", DryRun: true},
 		&coordv1.FencedCommitRequest{Resource: "r", Token: "a:x", LeaseName: "a", Generation: 1},
 		&coordv1.ListLeasesRequest{PageSize: -5, PageToken: "%%%"},
-		&coordv1.RegisterJobRequest{Spec: &coordv1.JobSpec{Name: "j", Schedule: "61 * * * *", TimeZone: "Mars/Olympus"}},
+		&coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "j", Schedule: "61 * * * *", TimeZone: "Mars/Olympus"}},
+		&coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "j", Schedule: "@every 1s", Job: &coordv1.JobTemplate{Kind: "k", BackoffFactor: -1}}},
+		&coordv1.GetScheduleRequest{Name: "j/../x", Next: 1 << 30},
+		&coordv1.TriggerScheduleRequest{Name: "nope"},
+		&coordv1.ListOverdueRequest{PageToken: "AAAA"},
 	}
 	for i, m := range seeds {
 		data, _ := proto.Marshal(m)
@@ -203,6 +215,10 @@ func FuzzHTTPAPI(f *testing.F) {
 	f.Add("POST", "/v1/fence/commit", `{"resource":1e999}`)
 	f.Add("POST", "/v1/fence/commit", strings.Repeat(`{"a":`, 10000))
 	f.Add("POST", "/v1/fence/commit", `{"resource":"r","token":":","lease_name":"a"}`)
+	f.Add("POST", "/v1/schedules", `{"name":"n","schedule":"@every 1s","job":{"kind":"k","labels":{"coordd.x":"1"}}}`)
+	f.Add("POST", "/v1/schedules/n/trigger", `{}`)
+	f.Add("DELETE", "/v1/schedules/n", "")
+	f.Add("GET", "/v1/overdue?page_size=5000", "")
 	f.Fuzz(func(t *testing.T, method, path, body string) {
 		startFuzzNode(t)
 		if !strings.HasPrefix(path, "/") {

@@ -18,8 +18,9 @@ import (
 )
 
 // The HTTP/JSON API (grpc-gateway, mapping in proto/coord/v1/coord_http.yaml)
-// serves FencedCommit, GetLease and GetResource for APIs in any
-// language, with the same validation, authorization and errors as gRPC.
+// serves FencedCommit, GetLease, GetResource and the Schedules service for
+// APIs in any language, with the same validation, authorization and errors
+// as gRPC.
 // docs/http-api.md documents it.
 
 type httpIdentityKey struct{}
@@ -37,6 +38,9 @@ func (s *Server) httpAPI() http.Handler {
 	// wrapper applies what the gRPC interceptor applies.
 	if err := coordv1gw.RegisterCoordinatorHandlerServer(context.Background(), gw, &httpCoordinator{c: &coordinator{s: s}}); err != nil {
 		panic(err) // registration of generated patterns cannot fail
+	}
+	if err := coordv1gw.RegisterSchedulesHandlerServer(context.Background(), gw, &httpSchedules{h: &schedules{s: s}}); err != nil {
+		panic(err)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, MaxMessageBytes)
@@ -75,6 +79,44 @@ func (h *httpCoordinator) GetLease(ctx context.Context, req *coordv1.GetLeaseReq
 
 func (h *httpCoordinator) GetResource(ctx context.Context, req *coordv1.GetResourceRequest) (*coordv1.GetResourceResponse, error) {
 	return httpGuard(h.c.s, ctx, coordv1.Coordinator_GetResource_FullMethodName, req, h.c.GetResource)
+}
+
+// httpSchedules is the Schedules service behind the gateway.
+type httpSchedules struct {
+	coordv1.UnimplementedSchedulesServer
+	h *schedules
+}
+
+func (x *httpSchedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleRequest) (*coordv1.PutScheduleResponse, error) {
+	return httpGuard(x.h.s, ctx, coordv1.Schedules_PutSchedule_FullMethodName, req, x.h.PutSchedule)
+}
+
+func (x *httpSchedules) GetSchedule(ctx context.Context, req *coordv1.GetScheduleRequest) (*coordv1.GetScheduleResponse, error) {
+	return httpGuard(x.h.s, ctx, coordv1.Schedules_GetSchedule_FullMethodName, req, x.h.GetSchedule)
+}
+
+func (x *httpSchedules) ListSchedules(ctx context.Context, req *coordv1.ListSchedulesRequest) (*coordv1.ListSchedulesResponse, error) {
+	return httpGuard(x.h.s, ctx, coordv1.Schedules_ListSchedules_FullMethodName, req, x.h.ListSchedules)
+}
+
+func (x *httpSchedules) PauseSchedule(ctx context.Context, req *coordv1.PauseScheduleRequest) (*coordv1.PauseScheduleResponse, error) {
+	return httpGuard(x.h.s, ctx, coordv1.Schedules_PauseSchedule_FullMethodName, req, x.h.PauseSchedule)
+}
+
+func (x *httpSchedules) ResumeSchedule(ctx context.Context, req *coordv1.ResumeScheduleRequest) (*coordv1.ResumeScheduleResponse, error) {
+	return httpGuard(x.h.s, ctx, coordv1.Schedules_ResumeSchedule_FullMethodName, req, x.h.ResumeSchedule)
+}
+
+func (x *httpSchedules) TriggerSchedule(ctx context.Context, req *coordv1.TriggerScheduleRequest) (*coordv1.TriggerScheduleResponse, error) {
+	return httpGuard(x.h.s, ctx, coordv1.Schedules_TriggerSchedule_FullMethodName, req, x.h.TriggerSchedule)
+}
+
+func (x *httpSchedules) DeleteSchedule(ctx context.Context, req *coordv1.DeleteScheduleRequest) (*coordv1.DeleteScheduleResponse, error) {
+	return httpGuard(x.h.s, ctx, coordv1.Schedules_DeleteSchedule_FullMethodName, req, x.h.DeleteSchedule)
+}
+
+func (x *httpSchedules) ListOverdue(ctx context.Context, req *coordv1.ListOverdueRequest) (*coordv1.ListOverdueResponse, error) {
+	return httpGuard(x.h.s, ctx, coordv1.Schedules_ListOverdue_FullMethodName, req, x.h.ListOverdue)
 }
 
 // HTTPError is the JSON body of every HTTP API error.

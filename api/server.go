@@ -1,5 +1,5 @@
-// Package api serves a coordd node: the gRPC services Coordinator, Cluster
-// and Jobs (with KeepAlive), the HTTP/JSON gateway, metrics and health;
+// Package api serves a coordd node: the gRPC services Coordinator (with
+// KeepAlive), Cluster and Schedules, the HTTP/JSON gateway, metrics and health;
 // forwarding to the leader, validation, authentication and authorization,
 // proto <-> domain conversion, and the one table that turns errors into
 // statuses. It depends on the node only through the Node interface, so it
@@ -130,7 +130,7 @@ type Server struct {
 	metrics *metrics
 	monitor *monitor
 
-	schedules schedules
+	calendars calendars // compiled schedules, by spec
 
 	grpc    *grpc.Server
 	grpcLis net.Listener
@@ -224,7 +224,7 @@ func (s *Server) start() error {
 	s.grpc = grpc.NewServer(opts...)
 	coordv1.RegisterCoordinatorServer(s.grpc, &coordinator{s: s})
 	coordv1.RegisterClusterServer(s.grpc, &cluster{s: s})
-	coordv1.RegisterJobsServer(s.grpc, &jobs{s: s})
+	coordv1.RegisterSchedulesServer(s.grpc, &schedules{s: s})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)

@@ -2,10 +2,12 @@ package fsm
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/btree"
 
@@ -50,6 +52,21 @@ const (
 	LabelWindow         = "coordd.window"
 	LabelOccurrence     = "coordd.occurrence_ms"
 )
+
+// DefaultCatchUp is the catch-up horizon of a schedule that sets none
+// (the server fills it in): at least an hour, and at least one interval.
+// An outage shorter than the horizon loses nothing (the missed
+// occurrences are made when a leader is back), and with one interval the
+// last occurrence before the leader came back is always owed: a daily
+// close missed by a three-hour outage still runs that day. Older
+// occurrences are recorded as skipped (HORIZON), counted, never made in a
+// burst.
+func DefaultCatchUp(interval time.Duration) time.Duration { return max(time.Hour, interval) }
+
+// DefaultCompleteWithin is when an occurrence whose job is not final
+// becomes overdue, for a schedule that sets none: one interval (an hour
+// for a one-shot).
+func DefaultCompleteWithin(interval time.Duration) time.Duration { return cmp.Or(interval, time.Hour) }
 
 // ScheduleUniqueKey is the unique key of the job of a schedule's window:
 // an occurrence is at most one job.

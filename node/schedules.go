@@ -1,7 +1,6 @@
 package node
 
 import (
-	"cmp"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,20 +36,6 @@ const (
 	// once; this bounds the delay for one that did not pass through here).
 	materialiseIdle = time.Second
 )
-
-// DefaultCatchUp is the catch-up horizon of a schedule that sets none: at
-// least an hour, and at least one interval. An outage shorter than the
-// horizon loses nothing (the missed occurrences are made when the leader
-// is back), and with one interval the last occurrence before the leader
-// came back is always owed: a daily close missed by a three-hour outage
-// still runs that day. Older occurrences are recorded as skipped
-// (HORIZON), counted, never made in a burst.
-func DefaultCatchUp(interval time.Duration) time.Duration { return max(time.Hour, interval) }
-
-// DefaultCompleteWithin is when an occurrence whose job is not final
-// becomes overdue, when a schedule sets none: one interval (an hour for a
-// one-shot).
-func DefaultCompleteWithin(interval time.Duration) time.Duration { return cmp.Or(interval, time.Hour) }
 
 // compiledSchedule caches a schedule's calendar for one revision.
 type compiledSchedule struct {
@@ -197,7 +182,7 @@ func materialiseItem(sc *fsm.Schedule, cal *schedule.Calendar, now int64, maxCre
 	}
 	horizon := time.Duration(sc.Spec.CatchUpMs) * time.Millisecond
 	if horizon == 0 {
-		horizon = DefaultCatchUp(cal.Schedule().Interval())
+		horizon = fsm.DefaultCatchUp(cal.Schedule().Interval())
 	}
 	d, err := cal.Due(from, now, horizon, time.Duration(sc.Spec.StartingDeadlineMs)*time.Millisecond, max(maxCreate, 1))
 	if err != nil {
