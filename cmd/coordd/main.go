@@ -16,6 +16,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	_ "time/tzdata" // every node has the same zone data: the leader computes occurrences with it
 
 	"github.com/prometheus/client_golang/prometheus"
 
