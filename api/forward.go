@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -17,6 +18,14 @@ const forwardedKey = "coordd-forwarded"
 // identityKey is the metadata key a forwarding member puts the original
 // caller's identity under.
 const identityKey = "coordd-identity"
+
+// LeaderAddressHeader is the response header a follower sets on a call it
+// forwarded: the leader's gRPC address (the SDK sends its next calls there).
+const LeaderAddressHeader = "coordd-leader-address"
+
+// PingMinInterval is the shortest interval between keepalive pings a
+// client may send without being told to go away (the SDK pings every 10 s).
+const PingMinInterval = 5 * time.Second
 
 func isForwarded(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -58,6 +67,11 @@ func onLeader[C, Req, Resp any](s *Server, ctx context.Context, newClient func(g
 		out = metadata.AppendToOutgoingContext(out, identityKey, auth.IdentityOf(ctx))
 	}
 	s.metrics.forwarded.Inc()
+	// Tell the caller where the leader is, so its next call goes there
+	// directly instead of through this node.
+	if _, addr := s.node.Leader(); addr != "" {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(LeaderAddressHeader, addr))
+	}
 	return call(newClient(conn), out, req)
 }
 

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/coordd/coordd/clock"
@@ -217,7 +218,12 @@ func (s *Server) start() error {
 	}
 
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes),
-		grpc.ChainUnaryInterceptor(s.unaryGuard), grpc.ChainStreamInterceptor(s.streamGuard)}
+		grpc.ChainUnaryInterceptor(s.unaryGuard), grpc.ChainStreamInterceptor(s.streamGuard),
+		// The SDK pings idle connections (every 10 s by default) to notice a
+		// frozen node; gRPC's default policy (5 min, only with streams)
+		// would answer those pings with GOAWAY too_many_pings, ending a
+		// waiting Acquire that sits alone on its connection.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: PingMinInterval, PermitWithoutStream: true})}
 	if s.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.ServerConfig(true))))
 	}

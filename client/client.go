@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/coorderr"
@@ -36,10 +37,18 @@ type Client struct {
 	clock     clock.Clock
 	metrics   Metrics
 
-	mu      sync.Mutex
-	conns   map[string]*grpc.ClientConn
-	current string // the endpoint believed to lead
-	closed  bool
+	mu       sync.Mutex
+	conns    map[string]*grpc.ClientConn
+	current  string            // the endpoint believed to lead (or the fallback while none is known)
+	known    bool              // current was learned (Members, NOT_LEADER, a leader header), not guessed
+	suspect  string            // the endpoint that last failed as leader
+	ids      map[string]string // node id -> the address it answered on
+	locating *locateCall       // the lookup round in flight, if any
+	closed   bool
+
+	life    context.Context // ends at Close: background leader lookups
+	endLife context.CancelFunc
+	bg      sync.WaitGroup
 
 	keeper *keeper
 }
@@ -50,7 +59,8 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	if len(endpoints) == 0 {
 		return nil, fmt.Errorf("%w: no endpoints", ErrInvalidArgument)
 	}
-	o := options{backoffMin: 50 * time.Millisecond, backoffMax: time.Second, attemptTimeout: 5 * time.Second}
+	o := options{backoffMin: 50 * time.Millisecond, backoffMax: time.Second, attemptTimeout: 5 * time.Second,
+		pingInterval: 10 * time.Second, pingTimeout: 5 * time.Second, locateTimeout: 500 * time.Millisecond}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -72,17 +82,28 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	if o.backoffMin <= 0 || o.backoffMax < o.backoffMin {
 		return nil, fmt.Errorf("%w: retry backoff [%s, %s]", ErrInvalidArgument, o.backoffMin, o.backoffMax)
 	}
+	if o.pingInterval < 0 || (o.pingInterval > 0 && o.pingTimeout <= 0) {
+		return nil, fmt.Errorf("%w: keepalive pings every %s, timeout %s", ErrInvalidArgument, o.pingInterval, o.pingTimeout)
+	}
+	if o.attemptTimeout <= 0 {
+		return nil, fmt.Errorf("%w: attempt timeout %s", ErrInvalidArgument, o.attemptTimeout)
+	}
+	o.locateTimeout = min(o.locateTimeout, o.attemptTimeout)
 	c := &Client{
 		opts: o, endpoints: append([]string(nil), endpoints...), log: o.logger, clock: o.clock,
-		metrics: o.metrics, conns: map[string]*grpc.ClientConn{}, current: endpoints[0],
+		metrics: o.metrics, conns: map[string]*grpc.ClientConn{}, current: endpoints[0], ids: map[string]string{},
 	}
+	c.life, c.endLife = context.WithCancel(context.Background())
 	for _, ep := range endpoints {
 		if _, err := c.conn(ep); err != nil {
 			c.Close()
 			return nil, err
 		}
 	}
-	c.keeper = newKeeper(c, c.openKeepAlive)
+	// Ask the nodes who leads now, so that the first calls go straight
+	// there; a call made meanwhile waits for the answer (locate).
+	c.startLocate()
+	c.keeper = newKeeper(c, c.openKeepAlive, c.probeHealth)
 	return c, nil
 }
 
@@ -114,9 +135,11 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	c.endLife()
 	if c.keeper != nil {
 		c.keeper.close()
 	}
+	c.bg.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
@@ -132,49 +155,24 @@ func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[ep]; ok {
 		return cc, nil
 	}
+	if c.closed {
+		return nil, fmt.Errorf("%w: client closed", ErrUnavailable)
+	}
 	creds := insecure.NewCredentials()
 	if c.opts.tls != nil {
 		creds = credentials.NewTLS(c.opts.tls)
 	}
-	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, c.opts.dialOpts...)
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(c.observeLeader(ep))}
+	if c.opts.pingInterval > 0 {
+		dial = append(dial, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: c.opts.pingInterval, Timeout: c.opts.pingTimeout}))
+	}
+	dial = append(dial, c.opts.dialOpts...)
 	cc, err := grpc.NewClient(ep, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("coordd: endpoint %q: %w", ep, err)
 	}
 	c.conns[ep] = cc
 	return cc, nil
-}
-
-// Endpoint is the node the client currently sends calls to (its belief of
-// the leader; any node forwards).
-func (c *Client) Endpoint() string { return c.leaderEndpoint() }
-
-func (c *Client) leaderEndpoint() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.current
-}
-
-func (c *Client) setLeader(ep string) {
-	c.mu.Lock()
-	c.current = ep
-	c.mu.Unlock()
-}
-
-// rotate moves off a failed endpoint to the next configured one.
-func (c *Client) rotate(failed string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.current != failed {
-		return
-	}
-	for i, ep := range c.endpoints {
-		if ep == failed {
-			c.current = c.endpoints[(i+1)%len(c.endpoints)]
-			return
-		}
-	}
-	c.current = c.endpoints[0]
 }
 
 // outcome classifies a failed attempt.
@@ -217,8 +215,9 @@ func classify(err error) (outcome, string) {
 	}
 }
 
-// invoke runs call against the leader (or any node, which forwards),
-// following redirects and retrying with jittered backoff until ctx ends.
+// invoke runs call against the leader (or, while none is known, any node,
+// which forwards), following redirects and retrying with jittered backoff
+// until ctx ends.
 // A call whose outcome is unknown is retried only when idempotent says the
 // retry cannot have a second effect (request ids, idempotency keys).
 func (c *Client) invoke(ctx context.Context, idempotent bool, call func(context.Context, coordv1.CoordinatorClient) error) error {
@@ -240,7 +239,7 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 		return err
 	}
 	for {
-		ep := c.leaderEndpoint()
+		ep := c.leader(ctx)
 		cc, err := c.conn(ep)
 		if err != nil {
 			return err
@@ -258,6 +257,12 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 		if kind == unknown {
 			uncertain = true
 		}
+		if kind == retry || kind == unknown {
+			// This node is not (or no longer) a leader that answers: the
+			// next attempt asks the nodes who leads, or falls back to the
+			// next endpoint (any node forwards).
+			c.leaderFailed(ep)
+		}
 		if ctx.Err() != nil {
 			return finish(err)
 		}
@@ -265,7 +270,7 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 		case final:
 			return c.wrapFinal(err)
 		case redirect:
-			c.setLeader(addr)
+			c.redirected(ep, addr)
 			if redirects++; redirects <= len(c.endpoints)+1 {
 				continue
 			}
@@ -273,9 +278,7 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 			if !idempotent {
 				return finish(err)
 			}
-			c.rotate(ep)
 		case retry:
-			c.rotate(ep)
 			if refused = refusedInARow(refused, err); refused > 0 && refused < len(c.endpoints) {
 				continue // a node that cannot be connected to costs no wait: another may be up
 			}

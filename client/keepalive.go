@@ -3,9 +3,13 @@ package client
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/coordd/coordd/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -15,30 +19,72 @@ type kaStream interface {
 	Recv() (*coordv1.KeepAliveResponse, error)
 }
 
-// openFunc opens a KeepAlive stream to the node believed to lead.
-type openFunc func(ctx context.Context) (kaStream, error)
+// openFunc opens a KeepAlive stream to ep.
+type openFunc func(ctx context.Context, ep string) (kaStream, error)
 
-func (c *Client) openKeepAlive(ctx context.Context) (kaStream, error) {
-	cc, err := c.conn(c.leaderEndpoint())
+func (c *Client) openKeepAlive(ctx context.Context, ep string) (kaStream, error) {
+	cc, err := c.conn(ep)
 	if err != nil {
 		return nil, err
 	}
 	return coordv1.NewCoordinatorClient(cc).KeepAlive(ctx)
 }
 
+// probeFunc asks ep whether it is alive, over the connection the stream
+// uses (any answer counts; only silence does not).
+type probeFunc func(ctx context.Context, ep string) error
+
+func (c *Client) probeHealth(ctx context.Context, ep string) error {
+	cc, err := c.conn(ep)
+	if err != nil {
+		return err
+	}
+	_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err
+}
+
+// errStalled ends a stream whose acknowledgements are late: the node
+// neither answers nor breaks the stream (frozen, partitioned without a
+// reset, stuck).
+var errStalled = errors.New("keepalive acknowledgements late")
+
+// stallLimit is how late an acknowledgement may be before the stream is
+// abandoned: a third of the TTL (one renewal period), at most 2 s. A lease
+// then still has about 2/3 TTL − margin to be renewed on another leader.
+func stallLimit(ttl time.Duration) time.Duration { return min(ttl/3, 2*time.Second) }
+
+// probeAfter is how long a stream may sit with nothing outstanding before
+// the keeper probes the node (a health check on the same connection), or
+// -1 when renewals come often enough: a frozen node is then noticed within
+// probeAfter + stallLimit <= TTL/2 - reconnect allowance of the freeze,
+// whatever the phase of the renewals, instead of up to TTL/3 + stallLimit.
+// Probes are needed for TTLs below about 12 s; a client whose leases renew
+// at spread-out times rarely has such a gap.
+func probeAfter(ttl time.Duration) time.Duration {
+	l := stallLimit(ttl)
+	p := ttl/2 - l - min(l/4, 250*time.Millisecond)
+	if p <= 0 || p >= ttl/3 {
+		return -1
+	}
+	return p
+}
+
 // keeper renews every held lease of a client over one shared stream: each
 // lease is sent at TTL/3 after its previous send; an acknowledgement moves
 // the lease's local deadline to (send time + TTL - margin). When the stream
-// breaks it reconnects (following the leader's address) and sends every
-// lease at once. A lease whose local deadline passes is lost, whatever the
-// stream is doing.
+// breaks, or its acknowledgements are late by more than stallLimit, it
+// reconnects to the leader (following NOT_LEADER, or asking the nodes) and
+// sends every lease at once. A lease whose local deadline passes is lost,
+// whatever the stream is doing.
 type keeper struct {
-	c    *Client
-	open openFunc
+	c     *Client
+	open  openFunc
+	probe probeFunc // nil: no idle probes
 
 	mu      sync.Mutex
 	entries map[*Lease]*kaEntry
 	due     dueHeap
+	ttls    map[time.Duration]int // TTL -> leases held with it
 
 	wake   chan struct{}
 	ctx    context.Context
@@ -74,10 +120,10 @@ func (h *dueHeap) Pop() any {
 	return e
 }
 
-func newKeeper(c *Client, open openFunc) *keeper {
+func newKeeper(c *Client, open openFunc, probe probeFunc) *keeper {
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &keeper{c: c, open: open, entries: map[*Lease]*kaEntry{}, wake: make(chan struct{}, 1),
-		ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	k := &keeper{c: c, open: open, probe: probe, entries: map[*Lease]*kaEntry{}, ttls: map[time.Duration]int{},
+		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	go k.run()
 	return k
 }
@@ -102,8 +148,12 @@ func (k *keeper) add(l *Lease) {
 	k.entries[l] = e
 	heap.Push(&k.due, e)
 	first := e.index == 0
+	k.ttls[l.ttl]++
+	shortest := k.ttls[l.ttl] == 1 && k.shortestTTLLocked() == l.ttl
 	k.mu.Unlock()
-	if first { // the keeper sleeps until the earliest due time: wake it only if that moved
+	// The keeper sleeps until the earliest due time (or probe): wake it only
+	// if that moved.
+	if first || shortest {
 		k.signal()
 	}
 }
@@ -113,8 +163,28 @@ func (k *keeper) remove(l *Lease) {
 	if e, ok := k.entries[l]; ok {
 		delete(k.entries, l)
 		heap.Remove(&k.due, e.index)
+		if k.ttls[l.ttl]--; k.ttls[l.ttl] == 0 {
+			delete(k.ttls, l.ttl)
+		}
 	}
 	k.mu.Unlock()
+}
+
+// shortestTTLLocked is the shortest TTL held (0 when none); k.mu held.
+func (k *keeper) shortestTTLLocked() time.Duration {
+	var d time.Duration
+	for ttl := range k.ttls {
+		if d == 0 || ttl < d {
+			d = ttl
+		}
+	}
+	return d
+}
+
+func (k *keeper) shortestTTL() time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.shortestTTLLocked()
 }
 
 func (k *keeper) count() int {
@@ -143,8 +213,15 @@ func (k *keeper) run() {
 	// Reconnects back off to at most 250 ms: every moment without a stream
 	// eats into the leases' TTL budget, and a reconnect is cheap.
 	maxBackoff := min(k.c.opts.backoffMax, 250*time.Millisecond)
-	backoff := min(k.c.opts.backoffMin, maxBackoff)
+	minBackoff := min(k.c.opts.backoffMin, maxBackoff)
+	backoff := minBackoff
 	reconnect := false
+	redirects := 0
+	// After a failure the keeper reconnects only to a leader the nodes
+	// name, never to the failed node (the suspect) unless it says itself
+	// that it leads: the others name a frozen leader until they elect a
+	// new one, and a stream there would only stall again.
+	failed := "" // the endpoint whose stream failed last
 	for k.ctx.Err() == nil {
 		if k.count() == 0 {
 			select {
@@ -154,34 +231,80 @@ func (k *keeper) run() {
 				return
 			}
 		}
-		ep := k.c.leaderEndpoint()
-		sctx, scancel := context.WithCancel(k.ctx)
-		st, err := k.open(sctx)
+		ep := ""
+		if failed == "" {
+			ep = k.c.leader(k.ctx)
+		} else if info := k.c.locate(k.ctx); info.trusted && (info.addr != failed || info.self) {
+			ep = info.addr
+		}
+		if ep == "" { // no leader known yet (an election): look again shortly
+			if !k.sleep(backoff) {
+				return
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		failed = ""
+		sctx, scancel := context.WithCancelCause(k.ctx)
+		// The open itself must make progress too (a new connection to a
+		// frozen node never completes its handshake). A network timeout:
+		// real time, also under a test clock.
+		watchdog := time.AfterFunc(k.shortestStallLimit(), func() { scancel(errStalled) })
+		st, err := k.open(sctx, ep)
+		watchdog.Stop()
+		acked := false
 		if err == nil {
-			err = k.serve(sctx, st, reconnect)
+			acked, err = k.serve(sctx, ep, st, scancel, reconnect)
 			reconnect = true
 		}
-		scancel()
+		if context.Cause(sctx) == errStalled {
+			err = errStalled
+		}
+		scancel(nil)
 		if k.ctx.Err() != nil {
 			return
 		}
-		kind, addr := classify(err)
-		if kind == redirect {
-			k.c.setLeader(addr)
-			backoff = min(k.c.opts.backoffMin, maxBackoff)
+		if acked {
+			backoff, redirects = minBackoff, 0
+		}
+		if kind, addr := classify(err); kind == redirect && redirects < 3 {
+			redirects++
+			k.c.redirected(ep, addr)
 			continue
 		}
-		k.c.rotate(ep)
+		k.c.leaderFailed(ep)
+		failed = ep
+		if errors.Is(err, errStalled) {
+			// The stall already cost stallLimit: look for the leader now.
+			k.c.log.Warn("keepalive stream stalled; moving to the leader", "endpoint", ep)
+			continue
+		}
 		k.c.log.Info("keepalive stream broken; reconnecting", "endpoint", ep, "err", err, "in", backoff)
-		t := k.c.clock.NewTimer(backoff)
-		select {
-		case <-t.C():
-		case <-k.ctx.Done():
-			t.Stop()
+		if !k.sleep(backoff) {
 			return
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// sleep waits d on the client's clock; false when the keeper closes.
+func (k *keeper) sleep(d time.Duration) bool {
+	t := k.c.clock.NewTimer(d)
+	select {
+	case <-t.C():
+		return true
+	case <-k.ctx.Done():
+		t.Stop()
+		return false
+	}
+}
+
+// shortestStallLimit is the stall limit of the shortest-TTL lease held.
+func (k *keeper) shortestStallLimit() time.Duration {
+	if ttl := k.shortestTTL(); ttl > 0 {
+		return stallLimit(ttl)
+	}
+	return 2 * time.Second
 }
 
 // coalesceWindow is how early a renewal may go so that renewals due at
@@ -194,15 +317,88 @@ func coalesceWindow(ttl time.Duration) time.Duration {
 	return min(ttl/60, 50*time.Millisecond)
 }
 
+// sentRenewal is a renewal of l sent at sent, or a probe (l nil) on
+// behalf of leases with TTL ttl.
 type sentRenewal struct {
 	l    *Lease
 	sent time.Time
+	ttl  time.Duration
 }
 
-// serve runs one stream until it breaks. On a reconnect every lease is
-// renewed at once: renewals sent on the broken stream may be lost, and the
-// new stream may be on a new leader.
-func (k *keeper) serve(ctx context.Context, st kaStream, reconnect bool) error {
+// outstanding are the renewals (and the probe) sent on one stream and not
+// yet answered, with a watchdog that abandons the stream when it makes no
+// progress: the oldest has waited longer than the stall limit of the
+// shortest TTL among them, and no answer at all came in that time. (A
+// leader slow under a burst — every lease renewed at once on a new stream —
+// still answers some, so it is not left for being slow; a frozen one
+// answers none.)
+type outstanding struct {
+	bySeq    map[uint64]sentRenewal
+	order    []uint64 // send order; answered ones are dropped lazily from the front
+	ttls     map[time.Duration]int
+	progress time.Time // the last answer
+	timer    clock.Timer
+	armed    bool
+	armedAt  time.Time
+}
+
+func (o *outstanding) add(seq uint64, r sentRenewal) {
+	o.bySeq[seq] = r
+	o.order = append(o.order, seq)
+	o.ttls[r.ttl]++
+}
+
+// take removes the answered seq; now is when the answer came.
+func (o *outstanding) take(seq uint64, now time.Time) (sentRenewal, bool) {
+	r, ok := o.bySeq[seq]
+	if !ok {
+		return r, false
+	}
+	o.progress = now
+	delete(o.bySeq, seq)
+	if o.ttls[r.ttl]--; o.ttls[r.ttl] == 0 {
+		delete(o.ttls, r.ttl)
+	}
+	return r, true
+}
+
+// rearm points the watchdog at the stall deadline: the stall limit after
+// the oldest outstanding send or the last answer, whichever is later.
+func (o *outstanding) rearm(now time.Time) {
+	for len(o.order) > 0 {
+		if _, ok := o.bySeq[o.order[0]]; ok {
+			break
+		}
+		o.order = o.order[1:]
+	}
+	if len(o.order) == 0 {
+		if o.armed {
+			o.timer.Stop()
+			o.armed = false
+		}
+		return
+	}
+	limit := 2 * time.Second
+	for ttl := range o.ttls {
+		limit = min(limit, stallLimit(ttl))
+	}
+	at := o.bySeq[o.order[0]].sent
+	if o.progress.After(at) {
+		at = o.progress
+	}
+	at = at.Add(limit)
+	if !o.armed || !at.Equal(o.armedAt) {
+		o.timer.Reset(at.Sub(now))
+		o.armed, o.armedAt = true, at
+	}
+}
+
+// serve runs one stream to ep until it breaks or stalls (then cancel ends
+// it with errStalled); acked reports whether any renewal was acknowledged.
+// On a reconnect every lease is renewed at once: renewals sent on the
+// broken stream may be lost, and the new stream may be on a new leader.
+// While nothing is outstanding for probeAfter, a probe is.
+func (k *keeper) serve(ctx context.Context, ep string, st kaStream, cancel context.CancelCauseFunc, reconnect bool) (acked bool, err error) {
 	respCh := make(chan *coordv1.KeepAliveResponse, 64)
 	errCh := make(chan error, 1)
 	go func() {
@@ -229,10 +425,18 @@ func (k *keeper) serve(ctx context.Context, st kaStream, reconnect bool) error {
 		k.mu.Unlock()
 	}
 
-	inflight := map[uint64]sentRenewal{}
+	// The watchdog cancels the stream, which also unblocks a Send stuck on
+	// flow control (a frozen peer stops reading).
+	out := &outstanding{bySeq: map[uint64]sentRenewal{}, ttls: map[time.Duration]int{},
+		timer: k.c.clock.AfterFunc(time.Hour, func() { cancel(errStalled) })}
+	out.timer.Stop()
+	defer out.timer.Stop()
 	var seq uint64
 	timer := k.c.clock.NewTimer(time.Hour)
 	defer timer.Stop()
+	quietSince := k.c.clock.Now() // nothing outstanding since
+	probing := uint64(0)          // the outstanding probe's seq
+	probed := make(chan uint64, 1)
 	for {
 		// Send what is due, then sleep until the next one or an event.
 		now := k.c.clock.Now()
@@ -242,19 +446,40 @@ func (k *keeper) serve(ctx context.Context, st kaStream, reconnect bool) error {
 			e := k.due[0]
 			e.due = now.Add(e.l.ttl / 3)
 			heap.Fix(&k.due, 0)
-			batch = append(batch, sentRenewal{l: e.l, sent: now})
+			batch = append(batch, sentRenewal{l: e.l, sent: now, ttl: e.l.ttl})
 		}
 		next := time.Duration(-1)
 		if len(k.due) > 0 {
 			next = k.due[0].due.Sub(now)
 		}
+		shortest := k.shortestTTLLocked()
 		k.mu.Unlock()
 		for _, b := range batch {
 			seq++
-			inflight[seq] = b
+			out.add(seq, b)
+		}
+		if pa := probeAfter(shortest); k.probe != nil && pa >= 0 && len(out.bySeq) == 0 && next >= 0 {
+			if at := quietSince.Add(pa); at.After(now) {
+				next = min(next, at.Sub(now))
+			} else {
+				seq++
+				probing = seq
+				out.add(seq, sentRenewal{sent: now, ttl: shortest})
+				go func(seq uint64) {
+					_ = k.probe(ctx, ep)
+					select {
+					case probed <- seq:
+					case <-ctx.Done():
+					}
+				}(seq)
+			}
+		}
+		out.rearm(now)
+		for i, b := range batch {
+			s := seq - uint64(len(batch)-1-i)
 			if err := st.Send(&coordv1.KeepAliveRequest{Name: b.l.name, Owner: b.l.owner, Generation: b.l.gen,
-				TtlMs: b.l.ttl.Milliseconds(), Seq: seq}); err != nil {
-				return err
+				TtlMs: b.l.ttl.Milliseconds(), Seq: s}); err != nil {
+				return acked, err
 			}
 		}
 		timer.Stop()
@@ -265,28 +490,45 @@ func (k *keeper) serve(ctx context.Context, st kaStream, reconnect bool) error {
 		case <-timer.C():
 		case <-k.wake:
 		case r := <-respCh:
-			k.handle(inflight, r)
+			if r.GetSeq() == probing {
+				break // a probe's seq: never a renewal's answer
+			}
+			now := k.c.clock.Now()
+			if s, ok := out.take(r.GetSeq(), now); ok {
+				// The watchdog moves before the lease learns of the ack.
+				out.rearm(now)
+				if len(out.bySeq) == 0 {
+					quietSince = now
+				}
+				acked = k.handle(s, r) || acked
+			}
+		case p := <-probed:
+			now := k.c.clock.Now()
+			out.take(p, now)
+			probing = 0
+			out.rearm(now)
+			if len(out.bySeq) == 0 {
+				quietSince = now
+			}
 		case err := <-errCh:
-			return err
+			return acked, err
 		case <-ctx.Done():
-			return ctx.Err()
+			return acked, ctx.Err()
 		}
 	}
 }
 
-func (k *keeper) handle(inflight map[uint64]sentRenewal, r *coordv1.KeepAliveResponse) {
-	s, ok := inflight[r.GetSeq()]
-	if !ok {
-		return
-	}
-	delete(inflight, r.GetSeq())
+// handle applies the answer r to the renewal s; it reports whether it
+// was an acknowledgement.
+func (k *keeper) handle(s sentRenewal, r *coordv1.KeepAliveResponse) bool {
 	if r.GetOk() {
 		k.c.metrics.RenewLatency(k.c.clock.Now().Sub(s.sent))
 		s.l.acked(s.sent)
 		if f := s.l.onRenewal; f != nil {
 			f(r)
 		}
-		return
+		return true
 	}
 	s.l.lose(r.GetReason(), &Error{Reason: r.GetReason(), Message: r.GetMessage(), sentinel: ErrLeaseLost})
+	return false
 }

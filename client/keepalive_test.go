@@ -65,13 +65,13 @@ func newHarness(t *testing.T) *harness {
 	}
 	c.keeper.close()
 	n := 0
-	c.keeper = newKeeper(c, func(ctx context.Context) (kaStream, error) {
+	c.keeper = newKeeper(c, func(ctx context.Context, _ string) (kaStream, error) {
 		n++
 		s := &fakeStream{clk: h.clk, sent: h.sent, resp: make(chan *coordv1.KeepAliveResponse, 10),
 			fail: make(chan error, 1), ctx: ctx, label: string(rune('a' + n - 1))}
 		h.streams <- s
 		return s, nil
-	})
+	}, nil) // no idle probes: the schedule tests see renewals only
 	t.Cleanup(func() { c.Close() })
 	h.c = c
 	return h
@@ -137,12 +137,18 @@ func TestKeepAliveScheduleAndLocalDeadline(t *testing.T) {
 	if !h.clk.WaitArmed(at(h, 3700*time.Millisecond), 5*time.Second) {
 		t.Fatal("deadline not moved by the acknowledgement")
 	}
-	// Next renewals at 2 s and 3 s go unanswered (the network ate them).
-	for _, want := range []time.Duration{2 * time.Second, 3 * time.Second} {
-		h.advanceTo(at(h, want))
-		if s := h.nextSend(); !s.at.Equal(at(h, want)) {
-			t.Fatalf("renewal at t0+%s, want t0+%s", s.at.Sub(h.t0), want)
-		}
+	// The next renewal, at 2 s, goes unanswered (the network ate it): the
+	// stream is abandoned at 3 s (1 s = TTL/3 late) and no leader answers
+	// Status (nothing listens on the endpoints), so nothing renews it.
+	h.advanceTo(at(h, 2*time.Second))
+	if s := h.nextSend(); !s.at.Equal(at(h, 2*time.Second)) {
+		t.Fatalf("renewal at t0+%s, want t0+2s", s.at.Sub(h.t0))
+	}
+	h.advanceTo(at(h, 3*time.Second))
+	select {
+	case <-st.ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("stalled stream not abandoned")
 	}
 	h.clk.WaitArmed(at(h, 3700*time.Millisecond), 5*time.Second)
 	h.clk.Advance(at(h, 3699*time.Millisecond).Sub(h.clk.Now()))
@@ -245,6 +251,9 @@ func TestKeepAliveCoalescesRenewals(t *testing.T) {
 	h := newHarness(t)
 	h.lease(3 * time.Second) // due t0+1s
 	h.stream()
+	if !h.clk.WaitArmed(at(h, time.Second), 5*time.Second) { // the keeper sleeps until then
+		t.Fatal("first renewal not scheduled")
+	}
 	h.clk.Advance(30 * time.Millisecond)
 	second := h.c.newLease("job2", "me", 8, 3*time.Second, h.clk.Now()) // due t0+1.03s: within 50 ms
 	h.c.keeper.add(second)
@@ -261,5 +270,48 @@ func TestKeepAliveCoalescesRenewals(t *testing.T) {
 	h.advanceTo(at(h, 1070*time.Millisecond))
 	if c := h.nextSend(); c.req.GetName() != "job3" || !c.at.Equal(at(h, 1070*time.Millisecond)) {
 		t.Fatalf("third renewal: %s at t0+%s", c.req.GetName(), c.at.Sub(h.t0))
+	}
+}
+
+// A leader slow to answer a burst is not left while it makes progress: the
+// watchdog counts from the last answer. Three renewals leave at 1 s; their
+// answers come 450 ms apart, the last 1.35 s after they were sent (beyond
+// the stall limit of 1 s), and the stream stays.
+func TestKeepAliveSlowLeaderIsNotAStall(t *testing.T) {
+	h := newHarness(t)
+	var ls []*Lease
+	for i, name := range []string{"a", "b", "c"} {
+		l := h.c.newLease(name, "me", uint64(i+1), 3*time.Second, h.clk.Now())
+		h.c.keeper.add(l)
+		ls = append(ls, l)
+	}
+	st := h.stream()
+	h.advanceTo(at(h, time.Second))
+	var sent []sentReq
+	for range ls {
+		sent = append(sent, h.nextSend())
+	}
+	progress := at(h, time.Second)
+	for i, s := range sent {
+		// The watchdog is armed 1 s after the last answer (or the send).
+		if !h.clk.WaitArmed(progress.Add(time.Second), 5*time.Second) {
+			t.Fatalf("watchdog not armed at t0+%s", progress.Add(time.Second).Sub(h.t0))
+		}
+		progress = progress.Add(450 * time.Millisecond)
+		h.clk.Advance(progress.Sub(h.clk.Now()))
+		st.resp <- &coordv1.KeepAliveResponse{Name: s.req.GetName(), Generation: s.req.GetGeneration(), Ok: true, Seq: s.req.GetSeq()}
+		want := s.at.Add(3*time.Second - 300*time.Millisecond)
+		for end := time.Now().Add(5 * time.Second); !ls[i].Deadline().Equal(want); time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("lease %d: deadline t0+%s", i, ls[i].Deadline().Sub(h.t0))
+			}
+		}
+	}
+	select {
+	case <-st.ctx.Done():
+		t.Fatal("a slow but answering leader was left")
+	case s := <-h.streams:
+		t.Fatalf("a second stream %s opened", s.label)
+	default:
 	}
 }

@@ -24,6 +24,9 @@ type options struct {
 	backoffMin     time.Duration
 	backoffMax     time.Duration
 	attemptTimeout time.Duration
+	pingInterval   time.Duration // gRPC keepalive pings; 0: none
+	pingTimeout    time.Duration
+	locateTimeout  time.Duration // one round of Members calls looking for the leader
 	tls            *tls.Config
 	tlsErr         error
 }
@@ -71,6 +74,18 @@ func WithRetryBackoff(min, max time.Duration) Option {
 // WithAttemptTimeout bounds one attempt of a call (default 5 s); the whole
 // call is bounded by the caller's context.
 func WithAttemptTimeout(d time.Duration) Option { return func(o *options) { o.attemptTimeout = d } }
+
+// WithKeepalivePings sets the gRPC keepalive pings on the client's
+// connections (default every 10 s, answered within 5 s): while a call or
+// the KeepAlive stream is open and nothing arrived for interval, the client
+// pings, and a node that does not answer within timeout (frozen, or its
+// host gone without a reset) has its connection closed, failing the calls
+// on it so they retry elsewhere. gRPC pings at most every 10 s; interval 0
+// turns the pings off. The nodes must permit pings this often (coordd's
+// enforcement policy).
+func WithKeepalivePings(interval, timeout time.Duration) Option {
+	return func(o *options) { o.pingInterval, o.pingTimeout = interval, timeout }
+}
 
 // WithClock injects the clock that drives renewals and local deadlines
 // (tests use clock.Fake for virtual time).

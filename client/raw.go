@@ -39,7 +39,7 @@ func (r rawConn) Invoke(ctx context.Context, method string, args, reply any, opt
 }
 
 func (r rawConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	cc, err := r.c.conn(r.c.leaderEndpoint())
+	cc, err := r.c.conn(r.c.leader(ctx))
 	if err != nil {
 		return nil, err
 	}

@@ -187,7 +187,7 @@ func TestCoordctlEndToEnd(t *testing.T) {
 	}
 
 	// keepalive holds the lease until interrupted.
-	ka := exec.Command(coordctlBin, "lease", "keepalive", "daily-close", "--owner", "alice", "--generation", "1", "--ttl", "3s")
+	ka := exec.Command(coordctlBin, "lease", "keepalive", "daily-close", "--owner", "alice", "--generation", "1", "--ttl", "30s")
 	ka.Env = append(os.Environ(), "COORD_ENDPOINTS="+c.endpoints)
 	kaOut, err := ka.StdoutPipe()
 	if err != nil {

@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 
+	"github.com/coordd/coordd/api"
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -167,10 +170,15 @@ func TestFollowerForwardingAndRedirect(t *testing.T) {
 	fc := c.Coord(f)
 	l := acquire(t, fc, "fwd", "o", 5*time.Second)
 	ctx := ctxT(t)
-	// Linearizable read through the follower sees the write at once.
-	got, err := fc.GetLease(ctx, &coordv1.GetLeaseRequest{Name: "fwd"})
+	// Linearizable read through the follower sees the write at once, and
+	// the follower tells the caller where the leader is.
+	var hdr metadata.MD
+	got, err := fc.GetLease(ctx, &coordv1.GetLeaseRequest{Name: "fwd"}, grpc.Header(&hdr))
 	if err != nil || got.GetLease().GetGeneration() != l.GetGeneration() {
 		t.Fatalf("forwarded read: %v %v", got, err)
+	}
+	if a := hdr.Get(api.LeaderAddressHeader); len(a) != 1 || a[0] != leader.API.GRPCAddr() {
+		t.Fatalf("leader address header %v, leader at %s", a, leader.API.GRPCAddr())
 	}
 	// A stale read is answered by the follower itself once it applied.
 	c.Eventually("follower applies", 5*time.Second, func() bool {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/internal/tlsutil"
 )
 
@@ -42,6 +43,11 @@ type Config struct {
 	PruneInterval time.Duration
 	// SnapshotThreshold is the number of log entries between snapshots.
 	SnapshotThreshold uint64
+	// RaftLogStore is the Raft log store of a new data dir: "wal" or "bolt"
+	// ("" = logstore.Default); an existing data dir keeps its own.
+	// RaftWALSegmentSize is the wal segment file size in bytes (0 = 64 MiB).
+	RaftLogStore       string
+	RaftWALSegmentSize int
 	// MinTTL and MaxTTL bound lease TTLs. MinTTL defaults to 1.5 x the
 	// election timeout (at least 1 s): a shorter lease could lapse during a
 	// failover.
@@ -131,6 +137,12 @@ func (c Config) validate() error {
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		errs = append(errs, errors.New("leader lease timeout must not exceed the heartbeat timeout"))
+	}
+	if _, err := logstore.ParseKind(c.RaftLogStore); err != nil {
+		errs = append(errs, err)
+	}
+	if c.RaftWALSegmentSize < 0 {
+		errs = append(errs, fmt.Errorf("raft wal segment size %d is negative", c.RaftWALSegmentSize))
 	}
 	errs = append(errs, c.TLS.Validate())
 	if !c.TLS.Enabled() {

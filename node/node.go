@@ -1,5 +1,5 @@
 // Package node is one coordd node below the API: Raft (hashicorp/raft with
-// a bbolt log store) under the fsm package, the proposer and its group
+// a raft-wal or bbolt log store, internal/logstore) under the fsm package, the proposer and its group
 // commit, the leader's lifecycle and cluster clock, waiting acquires, and
 // membership. Its API is typed: Propose a command body and get the FSM's
 // result; Read committed state, linearizable or stale; Acquire, the one
@@ -14,17 +14,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/internal/tlsutil"
 )
 
@@ -61,7 +59,7 @@ type Node struct {
 	clock   clock.Clock
 	fsm     *fsm.FSM
 	raft    raftAPI
-	store   *raftboltdb.BoltStore
+	store   *logstore.Store
 	trans   *raft.NetworkTransport
 	snaps   *raft.FileSnapshotStore
 	peerTLS *tlsutil.Reloader // nil: plaintext Raft
@@ -154,16 +152,13 @@ func (n *Node) startRaft() error {
 	rc.Logger = newRaftLogger(n.log)
 
 	var err error
-	// The freelist is rebuilt on open instead of written on every commit:
-	// one page less per fsync'd transaction (etcd does the same).
-	n.store, err = raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(cfg.DataDir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-	})
+	// wal or bolt, as the data dir was created (see internal/logstore).
+	n.store, err = logstore.Open(cfg.DataDir, logstore.Options{Kind: logstore.Kind(cfg.RaftLogStore),
+		WALSegmentSize: cfg.RaftWALSegmentSize, Logger: rc.Logger.Named("logstore")})
 	if err != nil {
-		return fmt.Errorf("open raft log %s: %w", cfg.DataDir, err)
+		return err
 	}
-	logs, err := raft.NewLogCache(1024, n.store)
+	logs, err := raft.NewLogCache(1024, n.store.Logs)
 	if err != nil {
 		return err
 	}
@@ -180,11 +175,11 @@ func (n *Node) startRaft() error {
 	} else if n.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, rc.Logger); err != nil {
 		return fmt.Errorf("raft transport %s: %w", cfg.RaftAddr, err)
 	}
-	existing, err := raft.HasExistingState(logs, n.store, n.snaps)
+	existing, err := raft.HasExistingState(logs, n.store.Stable, n.snaps)
 	if err != nil {
 		return err
 	}
-	r, err := raft.NewRaft(rc, raftFSM{n.fsm}, logs, n.store, n.snaps, n.trans)
+	r, err := raft.NewRaft(rc, raftFSM{n.fsm}, logs, n.store.Stable, n.snaps, n.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}

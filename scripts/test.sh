@@ -45,7 +45,8 @@ go test -race -count=1 -timeout 20m "$@" ./...
 go test -tags faults -count=1 -timeout 30m "$@" ./integration/faults/
 if [ -n "${COORDD_FUZZTIME:-}" ]; then
   go test ./fsm -run '^$' -fuzz FuzzCommands -fuzztime "$COORDD_FUZZTIME"
-  for target in FuzzRequests FuzzHTTPAPI FuzzParseACL; do
-    go test ./server -run '^$' -fuzz "^$target\$" -fuzztime "$COORDD_FUZZTIME"
+  for target in FuzzRequests FuzzHTTPAPI; do
+    go test ./api -run '^$' -fuzz "^$target\$" -fuzztime "$COORDD_FUZZTIME"
   done
+  go test ./internal/auth -run '^$' -fuzz '^FuzzParseACL$' -fuzztime "$COORDD_FUZZTIME"
 fi

@@ -3,6 +3,7 @@
 //
 //	coordbench --cluster --coordd-bin ./bin/coordd                 # start 3 nodes, run everything
 //	coordbench --endpoints 127.0.0.1:7410,... --workload acquire-release --clients 64
+//	coordbench --cluster --raft-log-store wal,bolt --rounds 2    # a fresh cluster per store, alternating
 package main
 
 import (
@@ -98,7 +99,10 @@ func main() {
 		ttl      = flag.Duration("ttl", 3*time.Second, "lease TTL for keepalive")
 		reps     = flag.Int("reps", 5, "repetitions for failover")
 		conns    = flag.Int("conns", 4, "SDK clients (connection sets) the workers share; 0 = one per worker")
+		first    = flag.String("first", "", "comma-separated endpoint orders to run each workload with: leader (the leader's endpoint first), follower (followers first, the leader last); default: as given")
 	)
+	stores := flag.String("raft-log-store", "", "with --cluster: the nodes' Raft log store(s), comma-separated (wal, bolt); each gets a fresh cluster, in turn (default: coordd's)")
+	rounds := flag.Int("rounds", 1, "with --cluster: run everything this many times, each store in turn (wal, bolt, wal, bolt, ...)")
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -121,6 +125,41 @@ func main() {
 		}
 		cfg.clients = append(cfg.clients, n)
 	}
+	var results []*result
+	// runAll runs every workload once per client count and endpoint order;
+	// tag goes first into each line's extra fields.
+	runAll := func(tag [][2]any) {
+		for _, w := range strings.Split(*workloads, ",") {
+			run, ok := workloadFuncs[w]
+			if !ok {
+				fatal(fmt.Errorf("unknown workload %q", w))
+			}
+			counts := cfg.clients
+			if w == "keepalive" || w == "failover" {
+				counts = counts[:1]
+			}
+			for _, f := range strings.Split(*first, ",") {
+				ocfg := cfg
+				eps, err := ordered(cfg.endpoints, f)
+				if err != nil {
+					fatal(err)
+				}
+				ocfg.endpoints = eps
+				for _, c := range counts {
+					r, err := run(context.Background(), ocfg, c)
+					if err != nil {
+						fatal(fmt.Errorf("%s: %w", w, err))
+					}
+					if f != "" {
+						r.add("first", f)
+					}
+					r.extra = append(append([][2]any(nil), tag...), r.extra...)
+					fmt.Println(r.json())
+					results = append(results, r)
+				}
+			}
+		}
+	}
 	if *cluster {
 		path := *bin
 		if path == "" {
@@ -134,37 +173,38 @@ func main() {
 				fatal(err)
 			}
 		}
-		lc, err := startCluster(path)
-		if err != nil {
-			fatal(err)
+		storeList := []string{""}
+		if *stores != "" {
+			storeList = strings.Split(*stores, ",")
 		}
-		defer lc.Close()
-		atExit = append(atExit, lc.Close) // fatal exits without running defers
-		cfg.cluster = lc
-		cfg.endpoints = lc.Endpoints()
+		for round := 1; round <= *rounds; round++ {
+			for _, store := range storeList {
+				var tag [][2]any
+				var flags []string
+				if store != "" {
+					flags = []string{"--raft-log-store", store}
+					tag = append(tag, [2]any{"raft_log_store", store})
+				}
+				if *rounds > 1 {
+					tag = append(tag, [2]any{"round", round})
+				}
+				lc, err := startCluster(path, flags...)
+				if err != nil {
+					fatal(err)
+				}
+				atExit = append(atExit, lc.Close) // fatal exits without running defers
+				cfg.cluster = lc
+				cfg.endpoints = lc.Endpoints()
+				runAll(tag)
+				lc.Close()
+				atExit = atExit[:len(atExit)-1]
+			}
+		}
 	} else if *endpoints != "" {
 		cfg.endpoints = strings.Split(*endpoints, ",")
+		runAll(nil)
 	} else {
 		fatal(fmt.Errorf("give --endpoints or --cluster"))
-	}
-	var results []*result
-	for _, w := range strings.Split(*workloads, ",") {
-		run, ok := workloadFuncs[w]
-		if !ok {
-			fatal(fmt.Errorf("unknown workload %q", w))
-		}
-		counts := cfg.clients
-		if w == "keepalive" || w == "failover" {
-			counts = counts[:1]
-		}
-		for _, c := range counts {
-			r, err := run(context.Background(), cfg, c)
-			if err != nil {
-				fatal(fmt.Errorf("%s: %w", w, err))
-			}
-			fmt.Println(r.json())
-			results = append(results, r)
-		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nWORKLOAD\tCLIENTS\tOPS/S\tP50 MS\tP99 MS\tMAX MS\tERRORS\tEXTRA")
@@ -182,11 +222,11 @@ func main() {
 // atExit runs on fatal errors (os.Exit skips deferred calls).
 var atExit []func()
 
-// startCluster starts three coordd processes on loopback (no HTTP, warnings
-// only) and waits for a leader. The nodes die with coordbench (Pdeathsig)
+// startCluster starts three coordd processes on loopback (warnings only;
+// HTTP for the forwarded-calls counter; extraArgs for every node) and waits for a leader. The nodes die with coordbench (Pdeathsig)
 // and are killed by PID at the end or on a fatal error.
-func startCluster(bin string) (*proccluster.Cluster, error) {
-	nodes, err := proccluster.LoopbackNodes(3, false, "--log-level", "warn")
+func startCluster(bin string, extraArgs ...string) (*proccluster.Cluster, error) {
+	nodes, err := proccluster.LoopbackNodes(3, true, append([]string{"--log-level", "warn"}, extraArgs...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -80,6 +80,29 @@ func drive(cfg config, name string, n int, op func(worker, iter int) (bool, erro
 	// a cold cluster was up to 25 % slower than the rest).
 	start := time.Now().Add(cfg.warmup)
 	deadline := start.Add(cfg.duration)
+	// The cluster's counters over the measured window.
+	var before, after *clusterCounters
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		time.Sleep(time.Until(start))
+		before = readCounters(cfg)
+		time.Sleep(time.Until(deadline))
+		after = readCounters(cfg)
+	}()
+	// Forwarded calls in the measured part (steady state: the SDK found the
+	// leader during the warm-up), with --cluster.
+	fwd0 := make(chan float64, 1)
+	if cfg.cluster != nil {
+		go func() {
+			time.Sleep(time.Until(start))
+			v, err := forwarded(cfg.cluster)
+			if err != nil {
+				v = -1
+			}
+			fwd0 <- v
+		}()
+	}
 	for w := 0; w < n; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -110,6 +133,14 @@ func drive(cfg config, name string, n int, op func(worker, iter int) (bool, erro
 	wg.Wait()
 	r.elapsed = time.Since(start)
 	r.ops, r.errors = ops.Load(), errs.Load()
+	<-sampled
+	addCounters(r, before, after)
+	if cfg.cluster != nil {
+		v0 := <-fwd0
+		if v1, err := forwarded(cfg.cluster); err == nil && v0 >= 0 {
+			r.add("forwarded", v1-v0)
+		}
+	}
 	if e, ok := lastErr.Load().(string); ok {
 		fmt.Fprintf(os.Stderr, "%s: %d errors, last: %s\n", name, r.errors, e)
 	}

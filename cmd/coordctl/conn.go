@@ -74,6 +74,10 @@ func newWatcher(errOut io.Writer) *watcher { return &watcher{errOut: errOut, spe
 
 func (w *watcher) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if client.IsLeaderLookup(ctx) {
+		// The SDK looking for the leader, not an attempt of the command.
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
 	var p peer.Peer // set when the call reached a node
 	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&p))...)
 	return w.observe(cc.Target(), p.Addr != nil, ctx.Value(perNode{}) == nil, err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/node"
 )
 
@@ -24,6 +25,8 @@ type options struct {
 	maxLeases                                              uint
 	rateLimit                                              float64
 	burst, maxKA, maxWaits                                 int
+	logStore                                               string
+	walSegment                                             int
 	clockOffset                                            time.Duration
 	clockRate                                              float64
 	version                                                bool
@@ -67,6 +70,9 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.burst, "limit-burst", int(e.uint32("LIMIT_BURST")), "burst of --limit-rate (default: one second's worth)")
 	fs.IntVar(&o.maxKA, "limit-keepalive-streams", int(e.uint32("LIMIT_KEEPALIVE_STREAMS")), "KeepAlive streams one identity may open on a node (0: unlimited)")
 	fs.IntVar(&o.maxWaits, "limit-waiting-acquires", int(e.uint32("LIMIT_WAITING_ACQUIRES")), "Acquire calls with wait one identity may have queued on the leader (0: unlimited)")
+	fs.StringVar(&o.logStore, "raft-log-store", e.str("RAFT_LOG_STORE", ""), "Raft log store of a new data dir: wal or bolt (default wal); an existing data dir keeps the one it was created with")
+	o.walSegment = parse(e, "RAFT_WAL_SEGMENT_SIZE", logstore.DefaultWALSegmentSize, logstore.ParseSize)
+	fs.Var(sizeValue{&o.walSegment}, "raft-wal-segment-size", "size of the wal store's segment files, preallocated (bytes, or with K, M, G: KiB, MiB, GiB)")
 	fs.BoolVar(&o.version, "version", false, "print the version (module version, VCS revision and time, Go version) and exit")
 	// Fault tests only (hidden): Go ignores libfaketime, so clock faults
 	// need a hook.
@@ -85,7 +91,31 @@ func parseFlags(args []string) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	if _, err := logstore.ParseKind(o.logStore); err != nil {
+		return nil, fmt.Errorf("--raft-log-store: %w", err)
+	}
 	return o, nil
+}
+
+// sizeValue is a byte-size flag (logstore.ParseSize).
+type sizeValue struct{ n *int }
+
+func (v sizeValue) String() string {
+	if v.n == nil {
+		return ""
+	}
+	if *v.n%(1<<20) == 0 && *v.n > 0 {
+		return strconv.Itoa(*v.n>>20) + "MiB"
+	}
+	return strconv.Itoa(*v.n)
+}
+
+func (v sizeValue) Set(s string) error {
+	n, err := logstore.ParseSize(s)
+	if err == nil {
+		*v.n = n
+	}
+	return err
 }
 
 // usage prints the flags except the hidden ones.

@@ -22,6 +22,7 @@ func TestEnvThatDoesNotParseIsAnError(t *testing.T) {
 		"HEARTBEAT_TIMEOUT":      "500",
 		"ENABLE_PPROF":           "yes",
 		"INSECURE":               "on",
+		"RAFT_WAL_SEGMENT_SIZE":  "64MB",
 	} {
 		name = strings.TrimSpace(name)
 		t.Run(name+"="+value, func(t *testing.T) {
@@ -85,5 +86,26 @@ func TestTestClockFlagsHidden(t *testing.T) {
 	o, err := parseFlags([]string{"--test-clock-offset=5m", "--test-clock-rate=2"})
 	if err != nil || o.clockOffset != 5*time.Minute || o.clockRate != 2 {
 		t.Fatalf("%+v %v", o, err)
+	}
+}
+
+func TestRaftLogStoreFlags(t *testing.T) {
+	o, err := parseFlags(nil)
+	if err != nil || o.logStore != "" || o.walSegment != 64<<20 {
+		t.Fatalf("defaults: %+v %v", o, err)
+	}
+	t.Setenv("COORDD_RAFT_LOG_STORE", "bolt")
+	t.Setenv("COORDD_RAFT_WAL_SEGMENT_SIZE", "16MiB")
+	if o, err = parseFlags(nil); err != nil || o.logStore != "bolt" || o.walSegment != 16<<20 {
+		t.Fatalf("from the environment: %+v %v", o, err)
+	}
+	if o, err = parseFlags([]string{"--raft-log-store", "wal", "--raft-wal-segment-size", "512K"}); err != nil ||
+		o.logStore != "wal" || o.walSegment != 512<<10 {
+		t.Fatalf("flags over the environment: %+v %v", o, err)
+	}
+	for _, args := range [][]string{{"--raft-log-store", "rocks"}, {"--raft-wal-segment-size", "-1"}} {
+		if _, err := parseFlags(args); err == nil {
+			t.Errorf("%v accepted", args)
+		}
 	}
 }

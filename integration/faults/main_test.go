@@ -28,7 +28,21 @@ import (
 
 var coorddBin, clientBin string
 
+// logStore is the Raft log store every node of the suite runs with:
+// COORDD_FAULTS_LOG_STORE=wal|bolt, wal by default (and so in CI). The
+// nodes get it as COORDD_RAFT_LOG_STORE, and each run checks their logs.
+var logStore = "wal"
+
 func TestMain(m *testing.M) {
+	if v := os.Getenv("COORDD_FAULTS_LOG_STORE"); v != "" {
+		logStore = v
+	}
+	if logStore != "wal" && logStore != "bolt" {
+		fmt.Fprintf(os.Stderr, "COORDD_FAULTS_LOG_STORE=%q: want wal or bolt\n", logStore)
+		os.Exit(2)
+	}
+	os.Setenv("COORDD_RAFT_LOG_STORE", logStore)
+	fmt.Fprintf(os.Stderr, "fault suite: Raft log store %s\n", logStore)
 	dir, err := os.MkdirTemp("", "coordd-faults-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -92,6 +106,12 @@ func newRunOn(t *testing.T, start func() *proccluster.TestCluster) *run {
 		os.RemoveAll(dir)
 	})
 	r.c.WaitLeader(20 * time.Second)
+	for _, nd := range r.c.Nodes {
+		r.await(nd.ID+" runs the "+logStore+" log store", 10*time.Second, func() bool {
+			logs, _ := os.ReadFile(nd.LogPath)
+			return strings.Contains(string(logs), "store="+logStore)
+		})
+	}
 	return r
 }
 

@@ -339,16 +339,25 @@ func (c *Cluster) WaitConverged(timeout time.Duration) (string, error) {
 // WaitCaughtUp waits until nd applied everything the leader had committed
 // when the wait began (works under load, unlike WaitConverged).
 func (c *Cluster) WaitCaughtUp(nd *Node, timeout time.Duration) error {
-	leader, err := c.WaitLeader(timeout)
-	if err != nil {
-		return err
-	}
-	st, err := c.Status(leader, time.Second)
-	if err != nil {
-		return fmt.Errorf("status of the leader: %w", err)
-	}
-	target := st.GetCommitIndex()
 	deadline := time.Now().Add(timeout)
+	var target uint64
+	for {
+		// A loaded leader may answer a status late (it hashes its whole
+		// state for the digest); ask again rather than give up.
+		leader, err := c.WaitLeader(time.Until(deadline))
+		if err != nil {
+			return err
+		}
+		st, err := c.Status(leader, time.Second)
+		if err == nil {
+			target = st.GetCommitIndex()
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("status of the leader: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for time.Now().Before(deadline) {
 		if s, err := c.Status(nd, time.Second); err == nil && s.GetAppliedIndex() >= target {
 			return nil

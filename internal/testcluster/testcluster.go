@@ -79,8 +79,10 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("node%d", i)
 		cfg := Config{
-			Node: node.Config{ID: id, DataDir: t.TempDir(), RaftAddr: "127.0.0.1:0", PruneInterval: time.Minute},
-			API:  api.Config{GRPCAddr: "127.0.0.1:0"},
+			Node: node.Config{ID: id, DataDir: t.TempDir(), RaftAddr: "127.0.0.1:0", PruneInterval: time.Minute,
+				// The same variable coordd reads: run the suite on either store.
+				RaftLogStore: os.Getenv("COORDD_RAFT_LOG_STORE")},
+			API: api.Config{GRPCAddr: "127.0.0.1:0"},
 		}
 		if i > 1 {
 			cfg.Node.Join = c.Nodes[0].API.GRPCAddr()

@@ -114,6 +114,7 @@ func main() {
 		interval  = flag.Duration("interval", 100*time.Millisecond, "pause between operations")
 		firstWait = flag.Duration("first-commit-delay", 0, "wait after acquiring before the first commit")
 		lose      = flag.Float64("lose-replies", 0, "drop this fraction of successful mutation replies after the server answered (unknown outcomes)")
+		payload   = flag.Int("payload-bytes", 0, "pad each commit's payload (its key) to this many bytes (heavy appends)")
 	)
 	flag.Parse()
 	f, err := os.OpenFile(*history, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -136,7 +137,7 @@ func main() {
 	defer c.Close()
 	rec.node = c.Endpoint
 	w := &worker{c: c, rec: rec, lease: *lease, resource: *resource, ttl: *ttl, commits: *commits, interval: *interval,
-		firstWait: *firstWait}
+		firstWait: *firstWait, payload: *payload}
 	switch *mode {
 	case "work":
 		w.work(ctx)
@@ -158,6 +159,7 @@ type worker struct {
 	commits   int
 	interval  time.Duration
 	firstWait time.Duration
+	payload   int
 	iter      int
 }
 
@@ -192,7 +194,11 @@ func (w *worker) acquire(ctx context.Context) *client.Lease {
 func (w *worker) commit(ctx context.Context, l *client.Lease, key string) error {
 	done := w.rec.call(Record{Op: "commit", Lease: w.lease, Resource: w.resource, Key: key, Gen: l.Generation()})
 	cctx, cancel := opCtx(ctx)
-	res, err := l.FencedCommit(cctx, w.resource, key, []byte(key))
+	data := []byte(key)
+	if len(data) < w.payload {
+		data = append(data, make([]byte, w.payload-len(data))...)
+	}
+	res, err := l.FencedCommit(cctx, w.resource, key, data)
 	cancel()
 	out := Record{Lease: w.lease, Resource: w.resource, Key: key, Gen: l.Generation()}
 	if err == nil {

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// commandsPerOp is how many Raft log commands one counted operation
+// proposes (an acquire-release cycle is an Acquire and a Release).
+var commandsPerOp = map[string]int{
+	"acquire-release": 2, "renew": 1, "fenced-commit": 1, "fenced-commit-hot": 1, "window-cycle": 4,
+}
+
+// clusterCounters are the tool's own cluster's counters at one instant.
+type clusterCounters struct {
+	at         time.Time
+	cpu        int64 // utime+stime of all nodes, clock ticks
+	writeBytes int64 // /proc/PID/io write_bytes of all nodes
+	commit     uint64
+}
+
+// readCounters samples the cluster: the commit index always, CPU and
+// bytes written only of the tool's own cluster (-1 otherwise).
+func readCounters(cfg config) *clusterCounters {
+	c := &clusterCounters{at: time.Now(), cpu: cpuTicks(cfg), writeBytes: -1}
+	c.commit = commitIndex(cfg)
+	if cfg.cluster == nil {
+		return c
+	}
+	c.writeBytes = 0
+	for _, nd := range cfg.cluster.Nodes {
+		if !nd.Running() {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", nd.Cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "write_bytes: "); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				c.writeBytes += n
+			}
+		}
+	}
+	return c
+}
+
+// commitIndex is the highest commit index the nodes report.
+func commitIndex(cfg config) uint64 {
+	var best uint64
+	for _, ep := range cfg.endpoints {
+		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{})
+		cancel()
+		cc.Close()
+		if err == nil {
+			best = max(best, st.GetCommitIndex())
+		}
+	}
+	return best
+}
+
+// addCounters adds what the cluster did between a and b to r: cores,
+// Raft entries, commands per entry and bytes written per command (per
+// node: the three nodes' write_bytes / 3).
+func addCounters(r *result, a, b *clusterCounters) {
+	if a == nil || b == nil {
+		return
+	}
+	secs := b.at.Sub(a.at).Seconds()
+	nodes := 3.0
+	if a.cpu >= 0 {
+		r.add("cluster_cores", math.Round(float64(b.cpu-a.cpu)/secs)/100) // ticks are 1/100 s
+	}
+	entries := int64(b.commit - a.commit)
+	r.add("raft_entries_per_s", round(float64(entries)/secs))
+	if cpo := commandsPerOp[r.workload]; cpo > 0 && r.ops > 0 {
+		cmds := float64(r.ops) * float64(cpo) * secs / r.elapsed.Seconds()
+		if entries > 0 {
+			r.add("commands_per_entry", round(cmds/float64(entries)))
+		}
+		if a.writeBytes >= 0 {
+			r.add("write_bytes_per_command_node", round(float64(b.writeBytes-a.writeBytes)/nodes/cmds))
+		}
+	}
+}
