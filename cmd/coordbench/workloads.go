@@ -30,7 +30,7 @@ var workloadFuncs = map[string]workload{
 	"fenced-commit-hot": fencedCommit(true),
 	"window-cycle":      windowCycle,
 	"failover":          failover,
-	"jobs":              jobsWorkload,
+	"schedules":         schedulesWorkload,
 }
 
 // run is a benchmark id, so that names never collide between runs.
