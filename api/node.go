@@ -28,6 +28,9 @@ type Node interface {
 	// node ("" when unknown).
 	Leading() bool
 	Leader() (id, grpcAddr string)
+	// LeaderChanged is closed when the leader this node knows may have
+	// changed (reads wait on it during an election).
+	LeaderChanged() <-chan struct{}
 	// LeaderContext ends with this node's current leadership (streams that
 	// live on the leader end with it).
 	LeaderContext(ctx context.Context) (context.Context, error)
@@ -49,6 +52,10 @@ type Node interface {
 	// Read returns the committed state (read only) and the cluster time to
 	// judge expiry at: linearizable on the leader, or stale on any node.
 	Read(ctx context.Context, stale bool) (*fsm.FSM, int64, error)
+	// Fetch hands out queued jobs (FetchJobs, with the caller's identity);
+	// with wait it long-polls on the leader, up to wait and not past ctx's
+	// deadline, in arrival order with the other waiting fetches.
+	Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Duration) (*fsm.FetchResult, error)
 
 	// IsMember reports whether identity is a Raft server id.
 	IsMember(identity string) bool

@@ -26,11 +26,6 @@ type schedules struct {
 	s *Server
 }
 
-// opJob is the ACL op of calls that make jobs in a queue: a put needs it
-// on the template's queue, pause, resume, trigger and delete on the
-// schedule's queue (checked on the leader, where the schedule is read).
-const opJob = auth.Op("job")
-
 // maxNextOccurrences bounds GetSchedule's next.
 const maxNextOccurrences = 100
 
@@ -308,7 +303,7 @@ func (s *Server) current(ctx context.Context, name string, tombstoneOK bool) (fs
 		return fsm.Schedule{}, &fsm.Rejection{Reason: fsm.ReasonScheduleNotFound, Metadata: map[string]string{"schedule": name},
 			Message: "schedule " + name + " does not exist"}
 	}
-	if err := s.authorize(auth.IdentityOf(ctx), opJob, sc.Spec.Job.Queue, false); err != nil {
+	if err := s.authorize(auth.IdentityOf(ctx), auth.OpJob, sc.Spec.Job.Queue, false); err != nil {
 		return fsm.Schedule{}, err
 	}
 	return sc, nil

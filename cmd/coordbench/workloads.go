@@ -31,6 +31,9 @@ var workloadFuncs = map[string]workload{
 	"window-cycle":      windowCycle,
 	"failover":          failover,
 	"schedules":         schedulesWorkload,
+	"queue":             queueThroughput,
+	"queue-single":      queueSingle,
+	"queue-delayed":     queueDelayed,
 }
 
 // run is a benchmark id, so that names never collide between runs.

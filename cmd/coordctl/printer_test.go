@@ -68,9 +68,15 @@ func TestStatusAndMembersTables(t *testing.T) {
 	var buf bytes.Buffer
 	statusTable(&buf, []nodeStatus{
 		{endpoint: "127.0.0.1:7410", status: &coordv1.StatusResponse{Id: "node1", State: "Leader", LeaderId: "node1", Term: 4,
-			CommitIndex: 1200, AppliedIndex: 1200, FsmDigest: "f16b98c21dfcf085b2ffe899bbab9d61b15a3db1a304acc6611588129782676d"}},
+			CommitIndex: 1200, AppliedIndex: 1200, FsmDigest: "f16b98c21dfcf085b2ffe899bbab9d61b15a3db1a304acc6611588129782676d",
+			CalendarTimeMs: 1_790_000_046_000, LeaseClockLagMs: 46_000,
+			ClockOffset: &coordv1.ClockOffset{Id: "node1", MeasuredAtMs: 1_790_000_046_000},
+			ClockOffsets: []*coordv1.ClockOffset{{Id: "node1", MeasuredAtMs: 1_790_000_046_000},
+				{Id: "node2", OffsetUs: 2_987_000, ErrorUs: 180, MeasuredAtMs: 1_790_000_045_900}}}},
 		{endpoint: "127.0.0.1:7420", status: &coordv1.StatusResponse{Id: "node2", State: "Follower", LeaderId: "node1", Term: 4,
-			CommitIndex: 1200, AppliedIndex: 1199, LastContact: 41, FsmDigest: "f16b98c21dfcf085b2ffe899bbab9d61b15a3db1a304acc6611588129782676d"}},
+			CommitIndex: 1200, AppliedIndex: 1199, LastContact: 41, FsmDigest: "f16b98c21dfcf085b2ffe899bbab9d61b15a3db1a304acc6611588129782676d",
+			CalendarTimeMs: 1_790_000_045_800, LeaseClockLagMs: 45_900,
+			ClockOffset: &coordv1.ClockOffset{Id: "node2", OffsetUs: 2_990_000, ErrorUs: 200, MeasuredAtMs: 1_790_000_044_900}}},
 		{endpoint: "127.0.0.1:7430", err: errors.New("connection refused")},
 	})
 	membersTable(&buf, []*coordv1.Member{

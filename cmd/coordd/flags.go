@@ -17,7 +17,8 @@ import (
 // options are coordd's flags, after the environment.
 type options struct {
 	id, dataDir, grpcAddr, raftAddr, httpAddr, peers, join string
-	heartbeat, election, retention, minTTL                 time.Duration
+	heartbeat, election, retention, minTTL, jobRetention   time.Duration
+	maxFinishedJobs                                        uint64
 	logLevel, logFormat                                    string
 	pprof, insecure                                        bool
 	tlsCert, tlsKey, tlsCA, peerCert, peerKey, peerCA      string
@@ -53,6 +54,10 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.heartbeat, "heartbeat-timeout", e.duration("HEARTBEAT_TIMEOUT", def.HeartbeatTimeout), "Raft heartbeat timeout")
 	fs.DurationVar(&o.election, "election-timeout", e.duration("ELECTION_TIMEOUT", def.ElectionTimeout), "Raft election timeout")
 	fs.DurationVar(&o.retention, "retention", e.duration("RETENTION", def.Retention), "how long completed windows and idempotency records are kept")
+	fs.DurationVar(&o.jobRetention, "job-retention", e.duration("JOB_RETENTION", def.JobRetention),
+		"how long finished queue jobs (succeeded, cancelled, dead) are kept, on the calendar clock")
+	fs.Uint64Var(&o.maxFinishedJobs, "job-max-finished", e.uint64("JOB_MAX_FINISHED", def.MaxFinishedJobs),
+		"finished queue jobs kept at most (beyond it the oldest succeeded ones go first)")
 	fs.DurationVar(&o.minTTL, "min-ttl", e.duration("MIN_TTL", 0), "shortest lease TTL accepted (default 1.5 x election timeout, at least 1s)")
 	fs.StringVar(&o.logLevel, "log-level", e.str("LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", e.str("LOG_FORMAT", "text"), "text or json")
@@ -179,6 +184,10 @@ func (e *envReader) uint32(name string) uint {
 		n, err := strconv.ParseUint(v, 10, 32)
 		return uint(n), err
 	})
+}
+
+func (e *envReader) uint64(name string, def uint64) uint64 {
+	return parse(e, name, def, func(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64) })
 }
 
 func (e *envReader) float(name string) float64 {
