@@ -64,6 +64,9 @@ func jobSpec(i int, j *coordv1.NewJob, cal int64) (*fsmv1.QueueJobSpec, error) {
 		if problem := textProblem(l.GetKey()); problem != "" {
 			return nil, invalidItem(i, "labels", "label key %s", problem)
 		}
+		if strings.HasPrefix(l.GetKey(), fsm.ReservedLabelPrefix) {
+			return nil, invalidItem(i, "labels", "label key %q: the prefix %q is reserved for the jobs schedules make", l.GetKey(), fsm.ReservedLabelPrefix)
+		}
 	}
 	fsm.FillJobDefaults(spec)
 	if field, problem := fsm.CheckJobSpec(spec, cal); field != "" {

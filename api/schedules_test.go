@@ -280,3 +280,15 @@ func TestSchedulesMethodsInTheAccessTable(t *testing.T) {
 		t.Fatal(coordv1.Schedules_ServiceDesc.ServiceName)
 	}
 }
+
+// A queue submit may not use the labels schedules put on their jobs (the
+// overdue index trusts them).
+func TestSubmitRefusesScheduleLabels(t *testing.T) {
+	n := newFakeNode()
+	s := newTestServer(t, n)
+	_, err := (&queue{s: s}).Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{
+		{Kind: "k", Labels: map[string]string{"coordd.schedule": "x"}}}})
+	if status.Code(err) != codes.InvalidArgument || field(err) != "labels" {
+		t.Fatalf("submit with a reserved label: %v", err)
+	}
+}
