@@ -10,8 +10,9 @@
 // replica processes run it; the demo kills one mid-run (and restarts it,
 // as a deploy would) and freezes the one running the next occurrence past
 // its visibility timeout. Then it prints the ledger: every occurrence's
-// job succeeded once, every store written once per occurrence, the frozen
-// replica's late write refused. Each run has a schedule of its own
+// job succeeded once, every store written once per occurrence (the frozen
+// replica's late writes are refused or answered as duplicates: no second
+// effect). Each run has a schedule of its own
 // (scheduled-close-<time>), deleted at the end:
 //
 //	scripts/local-cluster.sh up /tmp/coordd3
