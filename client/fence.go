@@ -66,12 +66,7 @@ func (c *Client) fencedCommit(ctx context.Context, req *coordv1.FencedCommitRequ
 		f(&o)
 	}
 	req.DryRun = o.dryRun
-	var resp *coordv1.FencedCommitResponse
-	err := c.invoke(ctx, o.dryRun || req.GetIdempotencyKey() != "", func(ctx context.Context, cc coordv1.CoordinatorClient) error {
-		var err error
-		resp, err = cc.FencedCommit(ctx, req)
-		return err
-	})
+	resp, err := call(c, ctx, o.dryRun || req.GetIdempotencyKey() != "", coordv1.CoordinatorClient.FencedCommit, req)
 	if err != nil {
 		var e *Error
 		if !o.dryRun && errors.As(err, &e) && e.Reason != "" {

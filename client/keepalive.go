@@ -1,7 +1,6 @@
 package client
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"sync"
@@ -9,6 +8,7 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/coordd/coordd/client/internal/due"
 	"github.com/coordd/coordd/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -83,7 +83,7 @@ type keeper struct {
 
 	mu      sync.Mutex
 	entries map[*Lease]*kaEntry
-	due     dueHeap
+	due     due.Heap[*kaEntry]
 	ttls    map[time.Duration]int // TTL -> leases held with it
 
 	wake   chan struct{}
@@ -92,33 +92,14 @@ type keeper struct {
 	done   chan struct{}
 }
 
+// kaEntry is a held lease in the keeper's heap, due for renewal at due.
 type kaEntry struct {
-	l     *Lease
-	due   time.Time
-	index int
+	due.Slot
+	l   *Lease
+	due time.Time
 }
 
-type dueHeap []*kaEntry
-
-func (h dueHeap) Len() int           { return len(h) }
-func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h dueHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *dueHeap) Push(x any) {
-	e := x.(*kaEntry)
-	e.index = len(*h)
-	*h = append(*h, e)
-}
-func (h *dueHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	e.index = -1
-	return e
-}
+func (e *kaEntry) Due() time.Time { return e.due }
 
 func newKeeper(c *Client, open openFunc, probe probeFunc) *keeper {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -146,8 +127,8 @@ func (k *keeper) add(l *Lease) {
 	k.mu.Lock()
 	e := &kaEntry{l: l, due: k.c.clock.Now().Add(l.ttl / 3)}
 	k.entries[l] = e
-	heap.Push(&k.due, e)
-	first := e.index == 0
+	k.due.Push(e)
+	first := k.due.Peek() == e
 	k.ttls[l.ttl]++
 	shortest := k.ttls[l.ttl] == 1 && k.shortestTTLLocked() == l.ttl
 	k.mu.Unlock()
@@ -162,7 +143,7 @@ func (k *keeper) remove(l *Lease) {
 	k.mu.Lock()
 	if e, ok := k.entries[l]; ok {
 		delete(k.entries, l)
-		heap.Remove(&k.due, e.index)
+		k.due.Remove(e)
 		if k.ttls[l.ttl]--; k.ttls[l.ttl] == 0 {
 			delete(k.ttls, l.ttl)
 		}
@@ -418,10 +399,8 @@ func (k *keeper) serve(ctx context.Context, ep string, st kaStream, cancel conte
 	if reconnect {
 		now := k.c.clock.Now()
 		k.mu.Lock()
-		for _, e := range k.due {
-			e.due = now
-		}
-		heap.Init(&k.due)
+		k.due.Each(func(e *kaEntry) { e.due = now })
+		k.due.Init()
 		k.mu.Unlock()
 	}
 
@@ -442,15 +421,15 @@ func (k *keeper) serve(ctx context.Context, ep string, st kaStream, cancel conte
 		now := k.c.clock.Now()
 		var batch []sentRenewal
 		k.mu.Lock()
-		for len(k.due) > 0 && !k.due[0].due.After(now.Add(coalesceWindow(k.due[0].l.ttl))) {
-			e := k.due[0]
+		for k.due.Len() > 0 && !k.due.Peek().due.After(now.Add(coalesceWindow(k.due.Peek().l.ttl))) {
+			e := k.due.Peek()
 			e.due = now.Add(e.l.ttl / 3)
-			heap.Fix(&k.due, 0)
+			k.due.Fix(e)
 			batch = append(batch, sentRenewal{l: e.l, sent: now, ttl: e.l.ttl})
 		}
 		next := time.Duration(-1)
-		if len(k.due) > 0 {
-			next = k.due[0].due.Sub(now)
+		if k.due.Len() > 0 {
+			next = k.due.Peek().due.Sub(now)
 		}
 		shortest := k.shortestTTLLocked()
 		k.mu.Unlock()

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/client/internal/due"
 	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -27,8 +27,7 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
-	deadline time.Time // local: send time of the last acknowledged renewal + TTL - margin
-	timer    clock.Timer
+	deadline due.Deadline // local: send time of the last acknowledged renewal + TTL - margin
 	done     bool
 	err      error
 
@@ -112,16 +111,11 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		o.claim.NotBeforeMs = o.notBefore.UnixMilli()
 	}
 	req := &coordv1.AcquireRequest{Name: name, Owner: o.owner, TtlMs: ttl.Milliseconds(), RequestId: o.requestID, Claim: o.claim, Wait: o.wait}
-	var resp *coordv1.AcquireResponse
 	ictx := ctx
 	if o.wait {
 		ictx = withoutAttemptTimeout(ctx) // a wait lasts as long as ctx allows
 	}
-	err := c.invoke(ictx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
-		var err error
-		resp, err = cc.Acquire(ctx, req)
-		return err
-	})
+	resp, err := call(c, ictx, true, coordv1.CoordinatorClient.Acquire, req)
 	if err != nil {
 		return nil, err
 	}
@@ -166,9 +160,8 @@ func (c *Client) marginFor(ttl time.Duration) time.Duration {
 func (c *Client) newLease(name, owner string, gen uint64, ttl time.Duration, sent time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lease{c: c, name: name, owner: owner, gen: gen, ttl: ttl, margin: c.marginFor(ttl), ctx: ctx, cancel: cancel}
-	l.mu.Lock() // the timer may fire at once; lose waits for l.timer
-	l.deadline = sent.Add(ttl - l.margin)
-	l.timer = c.clock.AfterFunc(l.deadline.Sub(c.clock.Now()), l.localDeadline)
+	l.mu.Lock() // the timer may fire at once; lose waits for the timer
+	l.deadline.Start(c.clock, sent.Add(ttl-l.margin), l.localDeadline)
 	l.mu.Unlock()
 	return l
 }
@@ -211,7 +204,7 @@ func (l *Lease) Err() error {
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.deadline
+	return l.deadline.At
 }
 
 // acked records an acknowledged renewal sent at sent.
@@ -221,10 +214,7 @@ func (l *Lease) acked(sent time.Time) {
 	if l.done {
 		return
 	}
-	if d := sent.Add(l.ttl - l.margin); d.After(l.deadline) {
-		l.deadline = d
-		l.timer.Reset(d.Sub(l.c.clock.Now()))
-	}
+	l.deadline.Extend(sent.Add(l.ttl-l.margin), l.c.clock.Now())
 }
 
 func (l *Lease) localDeadline() {
@@ -239,7 +229,7 @@ func (l *Lease) lose(reason string, err error) {
 		return
 	}
 	l.done, l.err = true, err
-	l.timer.Stop()
+	l.deadline.Timer.Stop()
 	l.mu.Unlock()
 	l.cancel(err)
 	l.c.keeper.remove(l)
@@ -270,7 +260,7 @@ func (l *Lease) end() error {
 	lost := l.err
 	if !l.done {
 		l.done, l.err = true, ErrLeaseReleased
-		l.timer.Stop()
+		l.deadline.Timer.Stop()
 	}
 	l.mu.Unlock()
 	l.c.keeper.remove(l)

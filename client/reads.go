@@ -76,12 +76,20 @@ func (c *Client) Status(ctx context.Context, endpoint string) (*coordv1.StatusRe
 	return resp, fromStatus(err)
 }
 
+// read is a read RPC of coord.v1.Coordinator through invoke.
 func read[Req, Resp any](c *Client, ctx context.Context,
-	call func(coordv1.CoordinatorClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	method func(coordv1.CoordinatorClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	return call(c, ctx, true, method, req)
+}
+
+// call is one RPC of coord.v1.Coordinator through invoke; idempotent as
+// for invoke.
+func call[Req, Resp any](c *Client, ctx context.Context, idempotent bool,
+	method func(coordv1.CoordinatorClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
 	var resp Resp
-	err := c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
+	err := c.invoke(ctx, idempotent, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
 		var err error
-		resp, err = call(cc, ctx, req)
+		resp, err = method(cc, ctx, req)
 		return err
 	})
 	return resp, err

@@ -42,12 +42,8 @@ func (c *Client) Resume(ctx context.Context, name, owner string, generation uint
 	// derived from sent is conservative (G10).
 	sent := c.clock.Now()
 	req := &coordv1.RenewRequest{Name: name, Owner: owner, Generation: generation, TtlMs: ttl.Milliseconds()}
-	var resp *coordv1.RenewResponse
-	if err := c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
-		var err error
-		resp, err = cc.Renew(ctx, req)
-		return err
-	}); err != nil {
+	resp, err := call(c, ctx, true, coordv1.CoordinatorClient.Renew, req)
+	if err != nil {
 		return nil, err
 	}
 	l := c.newLease(name, owner, generation, ttl, sent)

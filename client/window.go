@@ -22,12 +22,7 @@ type Claim struct {
 // holder is the same attempt, so retries are safe.
 func (l *Lease) ClaimWindow(ctx context.Context, job, window string) (*Claim, error) {
 	req := &coordv1.ClaimWindowRequest{Job: job, Window: window, LeaseName: l.name, Owner: l.owner, Generation: l.gen}
-	var resp *coordv1.ClaimWindowResponse
-	err := l.c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
-		var err error
-		resp, err = cc.ClaimWindow(ctx, req)
-		return err
-	})
+	resp, err := call(l.c, ctx, true, coordv1.CoordinatorClient.ClaimWindow, req)
 	if err != nil {
 		return nil, err
 	}
@@ -44,12 +39,7 @@ func (cl *Claim) complete(ctx context.Context, result []byte, release bool) (*co
 	l := cl.lease
 	req := &coordv1.CompleteWindowRequest{Job: cl.Window.GetJob(), Window: cl.Window.GetWindow(), LeaseName: l.name,
 		Owner: l.owner, Generation: l.gen, Result: result, Release: release}
-	var resp *coordv1.CompleteWindowResponse
-	err := l.c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
-		var err error
-		resp, err = cc.CompleteWindow(ctx, req)
-		return err
-	})
+	resp, err := call(l.c, ctx, true, coordv1.CoordinatorClient.CompleteWindow, req)
 	if err != nil {
 		return nil, err
 	}

@@ -85,22 +85,6 @@ func stillWaiting(t *testing.T, ch <-chan fetched, what string) {
 	}
 }
 
-// Every command carries the leader's calendar stamp: its wall clock.
-func TestCommandsCarryTheCalendar(t *testing.T) {
-	n := newTestNode(t)
-	n.clock.Advance(1500 * time.Millisecond)
-	if _, err := n.Propose(bg(), &fsmv1.Tick{}); err != nil {
-		t.Fatal(err)
-	}
-	cmd := n.raft.entry(t, n.raft.count()-1)
-	if want := start.Add(1500 * time.Millisecond).UnixMilli(); cmd.GetCalendarMs() != want || n.fsm.CalendarMs() != want {
-		t.Fatalf("calendar stamp %d, FSM %d, want %d", cmd.GetCalendarMs(), n.fsm.CalendarMs(), want)
-	}
-	if n.Calendar() != start.Add(1500*time.Millisecond).UnixMilli() {
-		t.Fatalf("Calendar() = %d", n.Calendar())
-	}
-}
-
 // The dispatcher proposes one tick when the calendar reaches a job's
 // run_at, not before, so the job becomes available on time with nothing
 // else proposed.

@@ -210,52 +210,53 @@ func (c *cronSpec) lastInDay(sod int) (int, bool) {
 }
 
 // nextSlot is the first slot at or after wall time w.
-func (c *cronSpec) nextSlot(w int64) (int64, bool) {
+func (c *cronSpec) nextSlot(w int64) (int64, bool) { return c.scan(w, 1, c.firstInDay) }
+
+// prevSlot is the last slot at or before wall time w.
+func (c *cronSpec) prevSlot(w int64) (int64, bool) { return c.scan(w, -1, c.lastInDay) }
+
+// scan walks the days from wall time w, forward (dir 1) or back (dir -1),
+// for at most searchDays, and returns the first slot it meets: inDay finds
+// it within a matching day from a second of that day on (w's on w's day;
+// the day's first going forward, its last going back, on the others). A
+// day of a month the spec excludes moves the walk to the next month's
+// first day, or the previous month's last.
+func (c *cronSpec) scan(w, dir int64, inDay func(sod int) (int, bool)) (int64, bool) {
 	day := floorDiv(w, daySecs)
 	sod := int(w - day*daySecs)
-	for i := 0; i < searchDays; i++ {
+	from := 0 // where the walk enters a day
+	if dir < 0 {
+		from = daySecs - 1
+	}
+	for i := 0; i < searchDays; {
 		match, monthOK := c.dayMatches(day)
-		if !monthOK { // jump to the first day of the next month
-			y, m, _ := civil(day)
-			next := dayNumber(y, m+1, 1)
-			if m == 12 {
-				next = dayNumber(y+1, 1, 1)
-			}
-			i += int(next-day) - 1
-			day, sod = next, 0
-			continue
-		}
-		if match {
-			if s, ok := c.firstInDay(sod); ok {
+		if monthOK && match {
+			if s, ok := inDay(sod); ok {
 				return day*daySecs + int64(s), true
 			}
 		}
-		day, sod = day+1, 0
+		next := day + dir
+		if !monthOK {
+			next = monthEdge(day, dir)
+		}
+		i += int((next - day) * dir)
+		day, sod = next, from
 	}
 	return 0, false
 }
 
-// prevSlot is the last slot at or before wall time w.
-func (c *cronSpec) prevSlot(w int64) (int64, bool) {
-	day := floorDiv(w, daySecs)
-	sod := int(w - day*daySecs)
-	for i := 0; i < searchDays; i++ {
-		match, monthOK := c.dayMatches(day)
-		if !monthOK { // jump to the last day of the previous month
-			y, m, _ := civil(day)
-			prev := dayNumber(y, m, 1) - 1
-			i += int(day-prev) - 1
-			day, sod = prev, daySecs-1
-			continue
-		}
-		if match {
-			if s, ok := c.lastInDay(sod); ok {
-				return day*daySecs + int64(s), true
-			}
-		}
-		day, sod = day-1, daySecs-1
+// monthEdge is the first day of the month after day's (dir 1) or the last
+// day of the month before it (dir -1).
+func monthEdge(day, dir int64) int64 {
+	y, m, _ := civil(day)
+	switch {
+	case dir < 0:
+		return dayNumber(y, m, 1) - 1
+	case m == 12:
+		return dayNumber(y+1, 1, 1)
+	default:
+		return dayNumber(y, m+1, 1)
 	}
-	return 0, false
 }
 
 // isSlot reports whether wall time w is a slot.

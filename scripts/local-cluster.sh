@@ -189,25 +189,30 @@ stop_node() {
   fi
   kill -TERM "$pid" 2>/dev/null || true
   kill -CONT "$pid" 2>/dev/null || true
-  for _ in $(seq 1 100); do
-    if ! node_pid "$n" >/dev/null; then
-      rm -f "$dir/node$n.pid"
-      echo "node$n: stopped (pid $pid)"
-      return 0
-    fi
-    sleep 0.1
-  done
+  if await_exit "$n" "$pid" 100 stopped; then
+    return 0
+  fi
   echo "node$n: pid $pid did not stop within 10 s of SIGTERM: SIGKILL" >&2
   kill -KILL "$pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do
+  if await_exit "$n" "$pid" 50 killed; then
+    return 0
+  fi
+  echo "node$n: pid $pid does not stop" >&2
+  return 1
+}
+
+# await_exit N PID TRIES WHAT waits up to TRIES x 0.1 s for node N to exit;
+# then it removes DIR/nodeN.pid and says WHAT. Fails when N still runs.
+await_exit() {
+  local n=$1 pid=$2 tries=$3 what=$4
+  for _ in $(seq 1 "$tries"); do
     if ! node_pid "$n" >/dev/null; then
       rm -f "$dir/node$n.pid"
-      echo "node$n: killed (pid $pid)"
+      echo "node$n: $what (pid $pid)"
       return 0
     fi
     sleep 0.1
   done
-  echo "node$n: pid $pid does not stop" >&2
   return 1
 }
 

@@ -118,8 +118,8 @@ func (b *batcher) callContext(cls []*claim) (context.Context, context.CancelFunc
 	var last time.Time
 	b.w.mu.Lock()
 	for _, cl := range cls {
-		if cl.deadline.After(last) {
-			last = cl.deadline
+		if cl.deadline.At.After(last) {
+			last = cl.deadline.At
 		}
 	}
 	b.w.mu.Unlock()

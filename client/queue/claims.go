@@ -1,14 +1,13 @@
 package queue
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/client/internal/due"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -26,10 +25,9 @@ type claim struct {
 	cancel context.CancelCauseFunc
 
 	state    claimState
-	deadline time.Time // local: send time of the last acknowledged heartbeat (or the fetch) + vt - margin
-	timer    clock.Timer
+	deadline due.Deadline // local: send time of the last acknowledged heartbeat (or the fetch) + vt - margin
 	nextHB   time.Time
-	index    int // in Worker.due; -1 while a heartbeat is in flight or after the claim ended
+	due.Slot // in Worker.due; not while a heartbeat is in flight or after the claim ended
 	gone     bool
 }
 
@@ -45,39 +43,19 @@ const (
 func (cl *claim) localDeadline() time.Time {
 	cl.w.mu.Lock()
 	defer cl.w.mu.Unlock()
-	return cl.deadline
+	return cl.deadline.At
 }
 
-// claimHeap orders claims by their next heartbeat.
-type claimHeap []*claim
-
-func (h claimHeap) Len() int           { return len(h) }
-func (h claimHeap) Less(i, j int) bool { return h[i].nextHB.Before(h[j].nextHB) }
-func (h claimHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *claimHeap) Push(x any) {
-	cl := x.(*claim)
-	cl.index = len(*h)
-	*h = append(*h, cl)
-}
-func (h *claimHeap) Pop() any {
-	old := *h
-	cl := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	cl.index = -1
-	return cl
-}
+// Due is when cl's next heartbeat is: Worker.due orders claims by it.
+func (cl *claim) Due() time.Time { return cl.nextHB }
 
 // pushLocked schedules cl's next heartbeat at cl.nextHB.
 func (w *Worker) pushLocked(cl *claim) {
-	if cl.gone || cl.index >= 0 {
+	if cl.gone || cl.Queued() {
 		return
 	}
-	heap.Push(&w.due, cl)
-	if cl.index == 0 {
+	w.due.Push(cl)
+	if w.due.Peek() == cl {
 		select {
 		case w.hbWake <- struct{}{}:
 		default:
@@ -92,10 +70,8 @@ func (w *Worker) forgetLocked(cl *claim) {
 		return
 	}
 	cl.gone = true
-	if cl.index >= 0 {
-		heap.Remove(&w.due, cl.index)
-	}
-	cl.timer.Stop()
+	w.due.Remove(cl)
+	cl.deadline.Timer.Stop()
 	delete(w.claims, cl.ref)
 }
 
@@ -126,7 +102,7 @@ func (w *Worker) finish(cl *claim) {
 
 func (w *Worker) deadlinePassed(cl *claim) {
 	w.mu.Lock()
-	d, gone := cl.deadline, cl.gone
+	d, gone := cl.deadline.At, cl.gone
 	w.mu.Unlock()
 	if gone {
 		return
@@ -147,10 +123,7 @@ func (w *Worker) acked(cl *claim, sent time.Time) {
 	if cl.gone {
 		return
 	}
-	if d := sent.Add(cl.vt - cl.margin); d.After(cl.deadline) {
-		cl.deadline = d
-		cl.timer.Reset(d.Sub(w.clk.Now()))
-	}
+	cl.deadline.Extend(sent.Add(cl.vt-cl.margin), w.clk.Now())
 	cl.nextHB = sent.Add(cl.vt / 3)
 	w.pushLocked(cl)
 }
@@ -180,11 +153,11 @@ func (w *Worker) heartbeats() {
 		var batch []*claim
 		var next time.Time
 		w.mu.Lock()
-		for len(w.due) > 0 && !w.due[0].nextHB.After(now.Add(heartbeatSlack(w.due[0].vt))) {
-			batch = append(batch, heap.Pop(&w.due).(*claim))
+		for w.due.Len() > 0 && !w.due.Peek().nextHB.After(now.Add(heartbeatSlack(w.due.Peek().vt))) {
+			batch = append(batch, w.due.Pop())
 		}
-		if len(w.due) > 0 {
-			next = w.due[0].nextHB
+		if w.due.Len() > 0 {
+			next = w.due.Peek().nextHB
 		}
 		w.mu.Unlock()
 		for len(batch) > 0 {
@@ -219,8 +192,8 @@ func (w *Worker) sendHeartbeats(batch []*claim, sent time.Time) {
 	w.mu.Lock()
 	for i, cl := range batch {
 		refs[i] = &coordv1.JobAttemptRef{JobId: cl.ref.id, Attempt: cl.ref.attempt}
-		if cl.deadline.After(last) {
-			last = cl.deadline
+		if cl.deadline.At.After(last) {
+			last = cl.deadline.At
 		}
 	}
 	w.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/client/internal/due"
 	"github.com/coordd/coordd/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -45,7 +46,7 @@ type Worker struct {
 	started  bool
 	stopping bool
 	claims   map[ref]*claim
-	due      claimHeap // running claims waiting for their next heartbeat
+	due      due.Heap[*claim] // running claims waiting for their next heartbeat
 
 	ctx         context.Context // heartbeats and outcomes; ends when Stop ends
 	cancel      context.CancelFunc
@@ -457,7 +458,7 @@ func (w *Worker) start(s *slots, j *Job, sent time.Time) {
 func (w *Worker) register(s *slots, j *Job, sent time.Time, state claimState) *claim {
 	ctx, cancel := context.WithCancelCause(w.ctx)
 	cl := &claim{w: w, ref: ref{j.ID, j.Attempt}, job: j, slots: s, vt: j.VisibilityTimeout,
-		margin: w.c.SafetyMargin(j.VisibilityTimeout), ctx: ctx, cancel: cancel, index: -1, state: state}
+		margin: w.c.SafetyMargin(j.VisibilityTimeout), ctx: ctx, cancel: cancel, state: state}
 	j.cl = cl
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -466,8 +467,7 @@ func (w *Worker) register(s *slots, j *Job, sent time.Time, state claimState) *c
 		s.release()
 		return nil
 	}
-	cl.deadline = sent.Add(cl.vt - cl.margin)
-	cl.timer = w.clk.AfterFunc(cl.deadline.Sub(w.clk.Now()), func() { w.deadlinePassed(cl) })
+	cl.deadline.Start(w.clk, sent.Add(cl.vt-cl.margin), func() { w.deadlinePassed(cl) })
 	cl.nextHB = sent.Add(cl.vt / 3)
 	w.claims[cl.ref] = cl
 	w.pushLocked(cl)

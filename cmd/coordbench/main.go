@@ -3,8 +3,8 @@
 //
 //	coordbench --cluster --coordd-bin ./bin/coordd                 # start 3 nodes, run everything
 //	coordbench --endpoints 127.0.0.1:7410,... --workload acquire-release --clients 64
-//	coordbench --cluster --raft-log-store wal,bolt --rounds 2    # a fresh cluster per store, alternating
 //	coordbench --cluster --workload queue,queue-single,queue-delayed --clients 8 --queue-rate 10000
+//	coordbench --cluster --raft-log-store wal,bolt --rounds 2    # a fresh cluster per store, alternating
 package main
 
 import (
@@ -103,8 +103,6 @@ func main() {
 		conns    = flag.Int("conns", 4, "SDK clients (connection sets) the workers share; 0 = one per worker")
 		first    = flag.String("first", "", "comma-separated endpoint orders to run each workload with: leader (the leader's endpoint first), follower (followers first, the leader last); default: as given")
 	)
-	stores := flag.String("raft-log-store", "", "with --cluster: the nodes' Raft log store(s), comma-separated (wal, bolt); each gets a fresh cluster, in turn (default: coordd's)")
-	rounds := flag.Int("rounds", 1, "with --cluster: run everything this many times, each store in turn (wal, bolt, wal, bolt, ...)")
 	flag.BoolVar(&qcfg.raw, "queue-raw", false, "queue workloads: raw gRPC workers (fetch --fetch-max, complete each batch) instead of the SDK's")
 	flag.IntVar(&qcfg.concurrency, "queue-concurrency", qcfg.concurrency, "queue workloads: handlers per SDK worker")
 	flag.IntVar(&qcfg.rate, "queue-rate", 0, "queue: jobs/s to submit (0: as fast as the cluster takes them)")
@@ -113,6 +111,8 @@ func main() {
 	flag.IntVar(&qcfg.workers, "queue-workers", qcfg.workers, "queue-single: workers completing the jobs")
 	flag.IntVar(&qcfg.delayed, "delayed-jobs", qcfg.delayed, "queue-delayed: jobs to submit")
 	flag.DurationVar(&qcfg.delayMax, "delay-max", qcfg.delayMax, "queue-delayed: the latest run_at ahead (the earliest is 1 s)")
+	stores := flag.String("raft-log-store", "", "with --cluster: the nodes' Raft log store(s), comma-separated (wal, bolt); each gets a fresh cluster, in turn (default: coordd's)")
+	rounds := flag.Int("rounds", 1, "with --cluster: run everything this many times, each store in turn (wal, bolt, wal, bolt, ...)")
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
 	flag.Parse()
 	if *cpuProfile != "" {

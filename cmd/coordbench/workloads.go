@@ -150,19 +150,25 @@ func drive(cfg config, name string, n int, op func(worker, iter int) (bool, erro
 	return r
 }
 
-func acquireRelease(ctx context.Context, cfg config, n int) (*result, error) {
+// driveClients drives op as the workload name on n workers, each with a
+// client of its own.
+func driveClients(ctx context.Context, cfg config, n int, name string, op func(c *client.Client, worker, iter int) (bool, error)) (*result, error) {
 	cs, done, err := newClients(ctx, cfg, n)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	return drive(cfg, "acquire-release", n, func(w, i int) (bool, error) {
-		l, err := cs[w].Acquire(ctx, fmt.Sprintf("ar-%s-%d-%d", run, w, i), 10*time.Second)
+	return drive(cfg, name, n, func(w, i int) (bool, error) { return op(cs[w], w, i) }), nil
+}
+
+func acquireRelease(ctx context.Context, cfg config, n int) (*result, error) {
+	return driveClients(ctx, cfg, n, "acquire-release", func(c *client.Client, w, i int) (bool, error) {
+		l, err := c.Acquire(ctx, fmt.Sprintf("ar-%s-%d-%d", run, w, i), 10*time.Second)
 		if err != nil {
 			return false, err
 		}
 		return true, l.Release(ctx)
-	}), nil
+	})
 }
 
 func contended(ctx context.Context, cfg config, n int) (*result, error) {
@@ -223,23 +229,16 @@ func renew(ctx context.Context, cfg config, n int) (*result, error) {
 	}
 	defer done()
 	gens := make([]uint64, cfg.leases)
-	var wg sync.WaitGroup
 	var failed atomic.Int64
-	for w := 0; w < 64; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := w; i < cfg.leases; i += 64 {
-				resp, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: fmt.Sprintf("rn-%s-%d-%d", run, n, i), Owner: "bench", TtlMs: 600_000})
-				if err != nil || !resp.GetAcquired() {
-					failed.Add(1)
-					continue
-				}
-				gens[i] = resp.GetLease().GetGeneration()
-			}
-		}(w)
-	}
-	wg.Wait()
+	setup(cfg.leases, func(i int) bool {
+		resp, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: fmt.Sprintf("rn-%s-%d-%d", run, n, i), Owner: "bench", TtlMs: 600_000})
+		if err != nil || !resp.GetAcquired() {
+			failed.Add(1)
+			return true
+		}
+		gens[i] = resp.GetLease().GetGeneration()
+		return true
+	})
 	if failed.Load() > 0 {
 		return nil, fmt.Errorf("%d of %d leases not acquired", failed.Load(), cfg.leases)
 	}
@@ -250,6 +249,24 @@ func renew(ctx context.Context, cfg config, n int) (*result, error) {
 	})
 	r.add("leases", cfg.leases)
 	return r, nil
+}
+
+// setup runs f(0) to f(count-1) on 64 goroutines, each taking every 64th
+// i, until f returns false: the leases a workload then drives.
+func setup(count int, f func(i int) bool) {
+	var wg sync.WaitGroup
+	for w := 0; w < 64; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < count; i += 64 {
+				if !f(i) {
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
 }
 
 // cpuTicks sums utime+stime of the cluster's processes (in clock ticks).
@@ -285,23 +302,16 @@ func keepalive(ctx context.Context, cfg config, n int) (*result, error) {
 	}
 	defer done()
 	ls := make([]*client.Lease, cfg.leases)
-	var wg sync.WaitGroup
 	var acqErr atomic.Value
-	for w := 0; w < 64; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := w; i < cfg.leases; i += 64 {
-				l, err := cs[i%clients].Acquire(ctx, fmt.Sprintf("ka-%s-%d", run, i), cfg.ttl)
-				if err != nil {
-					acqErr.Store(err)
-					return
-				}
-				ls[i] = l
-			}
-		}(w)
-	}
-	wg.Wait()
+	setup(cfg.leases, func(i int) bool {
+		l, err := cs[i%clients].Acquire(ctx, fmt.Sprintf("ka-%s-%d", run, i), cfg.ttl)
+		if err != nil {
+			acqErr.Store(err)
+			return false
+		}
+		ls[i] = l
+		return true
+	})
 	if err, ok := acqErr.Load().(error); ok {
 		return nil, err
 	}
@@ -370,14 +380,9 @@ func fencedCommit(hot bool) workload {
 }
 
 func windowCycle(ctx context.Context, cfg config, n int) (*result, error) {
-	cs, done, err := newClients(ctx, cfg, n)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return drive(cfg, "window-cycle", n, func(w, i int) (bool, error) {
+	return driveClients(ctx, cfg, n, "window-cycle", func(c *client.Client, w, i int) (bool, error) {
 		job := fmt.Sprintf("wc-%s-%d", run, w)
-		l, err := cs[w].Acquire(ctx, job, 10*time.Second)
+		l, err := c.Acquire(ctx, job, 10*time.Second)
 		if err != nil {
 			return false, err
 		}
@@ -389,7 +394,7 @@ func windowCycle(ctx context.Context, cfg config, n int) (*result, error) {
 			err = rerr
 		}
 		return true, err
-	}), nil
+	})
 }
 
 // failover kills -9 the leader of the tool's own cluster reps times and

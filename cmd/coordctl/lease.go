@@ -55,23 +55,35 @@ func (a *app) leaseListCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			all := &coordv1.ListLeasesResponse{}
-			tok := ""
-			for {
-				resp, err := a.client.ListLeases(ctx, prefix, tok, 1000)
-				if err != nil {
-					return fail("lease list", err)
-				}
-				all.Leases = append(all.Leases, resp.GetLeases()...)
-				if tok = resp.GetNextPageToken(); tok == "" {
-					break
-				}
+			leases, err := allPages(func(tok string) (*coordv1.ListLeasesResponse, error) {
+				return a.client.ListLeases(ctx, prefix, tok, 1000)
+			}, (*coordv1.ListLeasesResponse).GetLeases)
+			if err != nil {
+				return fail("lease list", err)
 			}
+			all := &coordv1.ListLeasesResponse{Leases: leases}
 			return a.print(all, func(w io.Writer) { leaseTable(w, all.GetLeases()) })
 		},
 	}
 	cmd.Flags().StringVar(&prefix, "prefix", "", "only leases whose name starts with this")
 	return cmd
+}
+
+// allPages gathers the items of every page of a list call: list is called
+// with each page's token until a page has no next one.
+func allPages[R interface{ GetNextPageToken() string }, T any](list func(tok string) (R, error), items func(R) []T) ([]T, error) {
+	var all []T
+	tok := ""
+	for {
+		resp, err := list(tok)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items(resp)...)
+		if tok = resp.GetNextPageToken(); tok == "" {
+			return all, nil
+		}
+	}
 }
 
 func (a *app) leaseGetCmd() *cobra.Command {
@@ -267,9 +279,10 @@ func (a *app) keepAlive(ctx context.Context, name string, h holderFlags) error {
 }
 
 // withHolder adds the current holder to a lease loss that the KeepAlive
-// stream reported without it (its answers carry a reason and a message,
-// not the metadata that a refused Renew or Release carries), so that both
-// read alike: "(current_generation=…, current_owner=…)".
+// stream reported without it, so that it reads like a refused Renew or
+// Release: "(current_generation=…, current_owner=…)". A server that sends
+// KeepAliveResponse.metadata (the SDK puts it in the *Error) needs no read
+// here; an older one answered with a reason and a message only.
 func (a *app) withHolder(name string, err error) error {
 	var e *client.Error
 	if !errors.As(err, &e) || len(e.Metadata) > 0 {

@@ -139,7 +139,7 @@ func windowState(w *coordv1.Window) string {
 	return "incomplete"
 }
 
-// windowTable shows windows; now is the cluster time, to render ages.
+// windowTable shows windows; now is calendar time, to render ages.
 func windowTable(out io.Writer, ws []*coordv1.Window, now int64) {
 	tab(out, func(w io.Writer) {
 		row(w, "JOB", "WINDOW", "STATE", "ATTEMPTS", "OWNER", "GENERATION", "STARTED", "COMPLETED", "RESULT")

@@ -23,19 +23,14 @@ func (a *app) windowListCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			all := &coordv1.ListWindowsResponse{}
-			tok := ""
-			for {
-				resp, err := a.client.ListWindows(ctx, job, tok, 1000)
-				if err != nil {
-					return fail("window list", err)
-				}
-				all.Windows = append(all.Windows, resp.GetWindows()...)
-				if tok = resp.GetNextPageToken(); tok == "" {
-					break
-				}
+			windows, err := allPages(func(tok string) (*coordv1.ListWindowsResponse, error) {
+				return a.client.ListWindows(ctx, job, tok, 1000)
+			}, (*coordv1.ListWindowsResponse).GetWindows)
+			if err != nil {
+				return fail("window list", err)
 			}
-			now := a.clusterTime(ctx)
+			all := &coordv1.ListWindowsResponse{Windows: windows}
+			now := a.calendarTime(ctx)
 			return a.print(all, func(w io.Writer) { windowTable(w, all.GetWindows(), now) })
 		},
 	}
@@ -58,7 +53,7 @@ func (a *app) windowGetCmd() *cobra.Command {
 				return fail("window get "+args[0]+" "+args[1], err)
 			}
 			resp := &coordv1.GetWindowResponse{Window: w}
-			now := a.clusterTime(ctx)
+			now := a.calendarTime(ctx)
 			return a.print(resp, func(w io.Writer) { windowTable(w, []*coordv1.Window{resp.GetWindow()}, now) })
 		},
 	}
@@ -94,7 +89,7 @@ func (a *app) windowClaimCmd() *cobra.Command {
 			if err != nil {
 				return fail("window claim "+args[0]+" "+args[1], err)
 			}
-			now := a.clusterTime(ctx)
+			now := a.calendarTime(ctx)
 			return a.print(resp, func(w io.Writer) {
 				if !resp.GetClaimed() {
 					io.WriteString(w, "not claimed: the window is already completed\n")
@@ -123,7 +118,7 @@ func (a *app) windowCompleteCmd() *cobra.Command {
 			if err != nil {
 				return fail("window complete "+args[0]+" "+args[1], err)
 			}
-			now := a.clusterTime(ctx)
+			now := a.calendarTime(ctx)
 			return a.print(resp, func(w io.Writer) { windowTable(w, []*coordv1.Window{resp.GetWindow()}, now) })
 		},
 	}

@@ -42,40 +42,41 @@ var hiddenFlags = map[string]bool{"test-clock-offset": true, "test-clock-rate": 
 func parseFlags(args []string) (*options, error) {
 	fs := flag.NewFlagSet("coordd", flag.ContinueOnError)
 	e := &envReader{}
+	f := envFlags{fs, e}
 	def := node.Defaults()
 	o := &options{}
-	fs.StringVar(&o.id, "id", e.str("ID", "node1"), "Raft server id, unique in the cluster")
-	fs.StringVar(&o.dataDir, "data-dir", e.str("DATA_DIR", "./coordd-data"), "data directory (Raft log, snapshots)")
-	fs.StringVar(&o.grpcAddr, "grpc-addr", e.str("GRPC_ADDR", "127.0.0.1:7400"), "gRPC listen address")
-	fs.StringVar(&o.raftAddr, "raft-addr", e.str("RAFT_ADDR", "127.0.0.1:7402"), "Raft listen and advertised address")
-	fs.StringVar(&o.httpAddr, "http-addr", e.str("HTTP_ADDR", "127.0.0.1:7401"), "metrics and health HTTP address (empty disables)")
-	fs.StringVar(&o.peers, "peers", e.str("PEERS", ""), "static initial cluster: id=raft_addr,... (must include this node)")
-	fs.StringVar(&o.join, "join", e.str("JOIN", ""), "gRPC address of a running member to join through")
-	fs.DurationVar(&o.heartbeat, "heartbeat-timeout", e.duration("HEARTBEAT_TIMEOUT", def.HeartbeatTimeout), "Raft heartbeat timeout")
-	fs.DurationVar(&o.election, "election-timeout", e.duration("ELECTION_TIMEOUT", def.ElectionTimeout), "Raft election timeout")
-	fs.DurationVar(&o.retention, "retention", e.duration("RETENTION", def.Retention), "how long completed windows and idempotency records are kept")
-	fs.DurationVar(&o.jobRetention, "job-retention", e.duration("JOB_RETENTION", def.JobRetention),
+	f.str(&o.id, "id", "node1", "Raft server id, unique in the cluster")
+	f.str(&o.dataDir, "data-dir", "./coordd-data", "data directory (Raft log, snapshots)")
+	f.str(&o.grpcAddr, "grpc-addr", "127.0.0.1:7400", "gRPC listen address")
+	f.str(&o.raftAddr, "raft-addr", "127.0.0.1:7402", "Raft listen and advertised address")
+	f.str(&o.httpAddr, "http-addr", "127.0.0.1:7401", "metrics and health HTTP address (empty disables)")
+	f.str(&o.peers, "peers", "", "static initial cluster: id=raft_addr,... (must include this node)")
+	f.str(&o.join, "join", "", "gRPC address of a running member to join through")
+	f.duration(&o.heartbeat, "heartbeat-timeout", def.HeartbeatTimeout, "Raft heartbeat timeout")
+	f.duration(&o.election, "election-timeout", def.ElectionTimeout, "Raft election timeout")
+	f.duration(&o.retention, "retention", def.Retention, "how long completed windows and idempotency records are kept")
+	f.duration(&o.jobRetention, "job-retention", def.JobRetention,
 		"how long finished queue jobs (succeeded, cancelled, dead) are kept, on the calendar clock")
-	fs.Uint64Var(&o.maxFinishedJobs, "job-max-finished", e.uint64("JOB_MAX_FINISHED", def.MaxFinishedJobs),
+	f.uint64(&o.maxFinishedJobs, "job-max-finished", def.MaxFinishedJobs,
 		"finished queue jobs kept at most (beyond it the oldest succeeded ones go first)")
-	fs.DurationVar(&o.minTTL, "min-ttl", e.duration("MIN_TTL", 0), "shortest lease TTL accepted (default 1.5 x election timeout, at least 1s)")
-	fs.StringVar(&o.logLevel, "log-level", e.str("LOG_LEVEL", "info"), "debug, info, warn or error")
-	fs.StringVar(&o.logFormat, "log-format", e.str("LOG_FORMAT", "text"), "text or json")
-	fs.BoolVar(&o.pprof, "enable-pprof", e.boolean("ENABLE_PPROF"), "serve /debug/pprof/ on the HTTP address")
-	fs.StringVar(&o.tlsCert, "tls-cert", e.str("TLS_CERT", ""), "PEM certificate of this node: turns on TLS for gRPC and HTTP and mutual TLS for clients and peers")
-	fs.StringVar(&o.tlsKey, "tls-key", e.str("TLS_KEY", ""), "PEM key of --tls-cert")
-	fs.StringVar(&o.tlsCA, "tls-ca", e.str("TLS_CA", ""), "PEM CA bundle that signs client (and, without --peer-tls-ca, peer) certificates")
-	fs.StringVar(&o.peerCert, "peer-tls-cert", e.str("PEER_TLS_CERT", ""), "PEM certificate for Raft between peers (default: --tls-cert)")
-	fs.StringVar(&o.peerKey, "peer-tls-key", e.str("PEER_TLS_KEY", ""), "PEM key of --peer-tls-cert")
-	fs.StringVar(&o.peerCA, "peer-tls-ca", e.str("PEER_TLS_CA", ""), "PEM CA bundle of peer certificates (default: --tls-ca)")
-	fs.BoolVar(&o.insecure, "insecure", e.boolean("INSECURE"), "allow plaintext listeners on non-loopback addresses")
-	fs.StringVar(&o.aclFile, "acl-file", e.str("ACL_FILE", ""), "YAML authorization rules (needs TLS); reloaded on SIGHUP")
-	fs.UintVar(&o.maxLeases, "limit-leases", e.uint32("LIMIT_LEASES"), "live leases one identity may hold (0: unlimited)")
-	fs.Float64Var(&o.rateLimit, "limit-rate", e.float("LIMIT_RATE"), "calls per second one identity may make on a node (0: unlimited)")
-	fs.IntVar(&o.burst, "limit-burst", int(e.uint32("LIMIT_BURST")), "burst of --limit-rate (default: one second's worth)")
-	fs.IntVar(&o.maxKA, "limit-keepalive-streams", int(e.uint32("LIMIT_KEEPALIVE_STREAMS")), "KeepAlive streams one identity may open on a node (0: unlimited)")
-	fs.IntVar(&o.maxWaits, "limit-waiting-acquires", int(e.uint32("LIMIT_WAITING_ACQUIRES")), "Acquire calls with wait one identity may have queued on the leader (0: unlimited)")
-	fs.StringVar(&o.logStore, "raft-log-store", e.str("RAFT_LOG_STORE", ""), "Raft log store of a new data dir: wal or bolt (default wal); an existing data dir keeps the one it was created with")
+	f.duration(&o.minTTL, "min-ttl", 0, "shortest lease TTL accepted (default 1.5 x election timeout, at least 1s)")
+	f.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.str(&o.logFormat, "log-format", "text", "text or json")
+	f.boolean(&o.pprof, "enable-pprof", "serve /debug/pprof/ on the HTTP address")
+	f.str(&o.tlsCert, "tls-cert", "", "PEM certificate of this node: turns on TLS for gRPC and HTTP and mutual TLS for clients and peers")
+	f.str(&o.tlsKey, "tls-key", "", "PEM key of --tls-cert")
+	f.str(&o.tlsCA, "tls-ca", "", "PEM CA bundle that signs client (and, without --peer-tls-ca, peer) certificates")
+	f.str(&o.peerCert, "peer-tls-cert", "", "PEM certificate for Raft between peers (default: --tls-cert)")
+	f.str(&o.peerKey, "peer-tls-key", "", "PEM key of --peer-tls-cert")
+	f.str(&o.peerCA, "peer-tls-ca", "", "PEM CA bundle of peer certificates (default: --tls-ca)")
+	f.boolean(&o.insecure, "insecure", "allow plaintext listeners on non-loopback addresses")
+	f.str(&o.aclFile, "acl-file", "", "YAML authorization rules (needs TLS); reloaded on SIGHUP")
+	f.uint32(&o.maxLeases, "limit-leases", "live leases one identity may hold (0: unlimited)")
+	f.float(&o.rateLimit, "limit-rate", "calls per second one identity may make on a node (0: unlimited)")
+	f.int32(&o.burst, "limit-burst", "burst of --limit-rate (default: one second's worth)")
+	f.int32(&o.maxKA, "limit-keepalive-streams", "KeepAlive streams one identity may open on a node (0: unlimited)")
+	f.int32(&o.maxWaits, "limit-waiting-acquires", "Acquire calls with wait one identity may have queued on the leader (0: unlimited)")
+	f.str(&o.logStore, "raft-log-store", "", "Raft log store of a new data dir: wal or bolt (default wal); an existing data dir keeps the one it was created with")
 	o.walSegment = parse(e, "RAFT_WAL_SEGMENT_SIZE", logstore.DefaultWALSegmentSize, logstore.ParseSize)
 	fs.Var(sizeValue{&o.walSegment}, "raft-wal-segment-size", "size of the wal store's segment files, preallocated (bytes, or with K, M, G: KiB, MiB, GiB)")
 	fs.BoolVar(&o.version, "version", false, "print the version (module version, VCS revision and time, Go version) and exit")
@@ -135,6 +136,44 @@ func usage(fs *flag.FlagSet) {
 		}
 	})
 	shown.PrintDefaults()
+}
+
+// envFlags defines flags whose defaults come from the environment: flag
+// some-name from COORDD_SOME_NAME.
+type envFlags struct {
+	fs *flag.FlagSet
+	e  *envReader
+}
+
+func envName(flag string) string { return strings.ToUpper(strings.ReplaceAll(flag, "-", "_")) }
+
+func (f envFlags) str(p *string, name, def, usage string) {
+	f.fs.StringVar(p, name, f.e.str(envName(name), def), usage)
+}
+
+func (f envFlags) duration(p *time.Duration, name string, def time.Duration, usage string) {
+	f.fs.DurationVar(p, name, f.e.duration(envName(name), def), usage)
+}
+
+func (f envFlags) boolean(p *bool, name, usage string) {
+	f.fs.BoolVar(p, name, f.e.boolean(envName(name)), usage)
+}
+
+func (f envFlags) uint32(p *uint, name, usage string) {
+	f.fs.UintVar(p, name, f.e.uint32(envName(name)), usage)
+}
+
+// int32 is uint32 into an int flag.
+func (f envFlags) int32(p *int, name, usage string) {
+	f.fs.IntVar(p, name, int(f.e.uint32(envName(name))), usage)
+}
+
+func (f envFlags) uint64(p *uint64, name string, def uint64, usage string) {
+	f.fs.Uint64Var(p, name, f.e.uint64(envName(name), def), usage)
+}
+
+func (f envFlags) float(p *float64, name, usage string) {
+	f.fs.Float64Var(p, name, f.e.float(envName(name)), usage)
 }
 
 // envReader reads COORDD_<NAME> variables as flag defaults and collects

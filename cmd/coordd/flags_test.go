@@ -22,9 +22,9 @@ func TestEnvThatDoesNotParseIsAnError(t *testing.T) {
 		"HEARTBEAT_TIMEOUT":      "500",
 		"ENABLE_PPROF":           "yes",
 		"INSECURE":               "on",
-		"RAFT_WAL_SEGMENT_SIZE":  "64MB",
 		"JOB_RETENTION":          "7d",
 		"JOB_MAX_FINISHED":       "-1",
+		"RAFT_WAL_SEGMENT_SIZE":  "64MB",
 	} {
 		name = strings.TrimSpace(name)
 		t.Run(name+"="+value, func(t *testing.T) {

@@ -25,20 +25,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 	_ "time/tzdata" // the business time zone must resolve on any machine
 
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/examples/internal/demo"
 )
 
 const job = "daily-close"
@@ -54,7 +51,7 @@ type config struct {
 
 func main() {
 	var (
-		endpoints  = flag.String("endpoints", envOr("COORD_ENDPOINTS", "127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430"), "coordd gRPC endpoints")
+		endpoints  = flag.String("endpoints", demo.Env("COORD_ENDPOINTS", "127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430"), "coordd gRPC endpoints")
 		zone       = flag.String("tz", "America/Sao_Paulo", "business time zone")
 		occurrence = flag.String("occurrence", "2026-09-25T23:55:00", "the occurrence the schedule intended, in --tz")
 		stores     = flag.Int("stores", 6, "stores to close")
@@ -73,30 +70,10 @@ func main() {
 		fatal(fmt.Errorf("--occurrence: %w", err))
 	}
 	cfg := config{endpoints: strings.Split(*endpoints, ","), zone: loc, occurrence: occ, stores: *stores, ttl: *ttl, step: *step}
-	switch *role {
-	case "replica":
-		err = replica(cfg, *name)
-	case "demo":
-		err = demo(cfg)
-	default:
-		err = fmt.Errorf("--role %q: want demo or replica", *role)
-	}
-	if err != nil {
-		fatal(err)
-	}
+	demo.Role("daily-close", *role, func() error { return run(cfg) }, func() error { return replica(cfg, *name) })
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "daily-close:", err)
-	os.Exit(1)
-}
+func fatal(err error) { demo.Fatal("daily-close", err) }
 
 // window is the business day of the occurrence, in the job's zone.
 func window(cfg config) string { return cfg.occurrence.In(cfg.zone).Format("2006-01-02") }
@@ -172,44 +149,15 @@ func replica(cfg config, name string) error {
 	}
 }
 
-// child is a replica process; its output lines go to lines.
-type child struct {
-	name string
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func start(cfg config, name string, lines chan<- string) (*child, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self, "--role", "replica", "--name", name, "--endpoints", strings.Join(cfg.endpoints, ","),
+// start runs a replica process; its output lines go to lines.
+func start(cfg config, name string, lines chan<- string) (*demo.Proc, error) {
+	return demo.Spawn(name, lines, "--role", "replica", "--name", name, "--endpoints", strings.Join(cfg.endpoints, ","),
 		"--tz", cfg.zone.String(), "--occurrence", cfg.occurrence.Format("2006-01-02T15:04:05"),
 		"--stores", fmt.Sprint(cfg.stores), "--ttl", cfg.ttl.String(), "--step", cfg.step.String())
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	ch := &child{name: name, cmd: cmd, done: make(chan error, 1)}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	go func() { wg.Wait(); ch.done <- cmd.Wait() }()
-	return ch, nil
 }
 
-func demo(cfg config) error {
+// run is the demo: three replicas, one frozen past its TTL, one late.
+func run(cfg config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := client.New(ctx, cfg.endpoints, client.WithOwner("demo"))
@@ -226,26 +174,25 @@ func demo(cfg config) error {
 	}
 	// The stores' ledgers before this occurrence: earlier occurrences (other
 	// --occurrence runs on this cluster) wrote to them too.
-	before := make([]uint64, cfg.stores+1)
-	for i := 1; i <= cfg.stores; i++ {
-		r, err := c.GetResource(ctx, resource(i))
-		switch {
-		case err == nil:
-			before[i] = r.GetCommits()
-		case errors.Is(err, client.ErrNotFound):
-		default:
-			return err
-		}
+	before, err := demo.Commits(ctx, c, cfg.stores, resource)
+	if err != nil {
+		return err
 	}
 
 	lines := make(chan string, 256)
-	var children []*child
+	var children []*demo.Proc
 	defer func() {
 		for _, ch := range children { // stop every process we started, by PID
-			_ = ch.cmd.Process.Signal(syscall.SIGCONT)
-			_ = ch.cmd.Process.Kill()
+			ch.Kill()
 		}
 	}()
+	spawn := func(name string) (*demo.Proc, error) {
+		ch, err := start(cfg, name, lines)
+		if err == nil {
+			children = append(children, ch)
+		}
+		return ch, err
+	}
 	await := func(pred func(string) bool) error {
 		for {
 			select {
@@ -259,25 +206,23 @@ func demo(cfg config) error {
 			}
 		}
 	}
-	a, err := start(cfg, "A", lines)
+	a, err := spawn("A")
 	if err != nil {
 		return err
 	}
-	children = append(children, a)
 	if err := await(func(l string) bool { return strings.HasPrefix(l, "A ") && strings.Contains(l, "claimed window") }); err != nil {
 		return err
 	}
-	b, err := start(cfg, "B", lines)
+	b, err := spawn("B")
 	if err != nil {
 		return err
 	}
-	children = append(children, b)
 	if err := await(func(l string) bool { return strings.HasPrefix(l, "A ") && strings.Contains(l, "store-2 ACCEPTED") }); err != nil {
 		return err
 	}
-	fmt.Printf("--- SIGSTOP A (pid %d): frozen past its TTL of %s\n", a.cmd.Process.Pid, cfg.ttl)
+	fmt.Printf("--- SIGSTOP A (pid %d): frozen past its TTL of %s\n", a.Cmd.Process.Pid, cfg.ttl)
 	stopped := time.Now()
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := a.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
 	// Wake A as soon as B holds the lease, before B's first write: A's
@@ -286,20 +231,19 @@ func demo(cfg config) error {
 		return err
 	}
 	fmt.Printf("--- SIGCONT A after %s\n", time.Since(stopped).Round(100*time.Millisecond))
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := a.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		return err
 	}
-	for _, ch := range []*child{a, b} {
+	for _, ch := range []*demo.Proc{a, b} {
 		if err := drain(ctx, ch, lines); err != nil {
 			return err
 		}
 	}
 	fmt.Printf("--- C fires late, after the window completed\n")
-	late, err := start(cfg, "C", lines)
+	late, err := spawn("C")
 	if err != nil {
 		return err
 	}
-	children = append(children, late)
 	if err := drain(ctx, late, lines); err != nil {
 		return err
 	}
@@ -307,25 +251,26 @@ func demo(cfg config) error {
 }
 
 // drain prints a child's lines until it exits.
-func drain(ctx context.Context, ch *child, lines chan string) error {
+func drain(ctx context.Context, ch *demo.Proc, lines chan string) error {
 	for {
 		select {
 		case l := <-lines:
 			fmt.Println(l)
-		case err := <-ch.done:
+		case <-ch.Done():
+			err := ch.Err()
 			for {
 				select {
 				case l := <-lines:
 					fmt.Println(l)
 				default:
 					if err != nil {
-						return fmt.Errorf("replica %s: %w", ch.name, err)
+						return fmt.Errorf("replica %s: %w", ch.Name, err)
 					}
 					return nil
 				}
 			}
 		case <-ctx.Done():
-			return fmt.Errorf("replica %s did not finish", ch.name)
+			return fmt.Errorf("replica %s did not finish", ch.Name)
 		}
 	}
 }

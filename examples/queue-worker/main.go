@@ -21,7 +21,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/queue"
+	"github.com/coordd/coordd/examples/internal/demo"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -62,7 +62,7 @@ func (r report) String() string {
 
 func main() {
 	var (
-		endpoints   = flag.String("endpoints", envOr("COORD_ENDPOINTS", "127.0.0.1:7400"), "coordd gRPC endpoints, comma-separated")
+		endpoints   = flag.String("endpoints", demo.Env("COORD_ENDPOINTS", "127.0.0.1:7400"), "coordd gRPC endpoints, comma-separated")
 		queueName   = flag.String("queue", "example-charges", "queue to use")
 		jobs        = flag.Int("jobs", 20, "jobs to submit")
 		concurrency = flag.Int("concurrency", 4, "handlers running at once")
@@ -192,14 +192,4 @@ func lastError(j *coordv1.QueueJob) string {
 	return log[len(log)-1].GetError()
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "queue-worker:", err)
-	os.Exit(1)
-}
+func fatal(err error) { demo.Fatal("queue-worker", err) }

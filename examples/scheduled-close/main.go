@@ -21,14 +21,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -36,6 +35,7 @@ import (
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/jobs"
 	"github.com/coordd/coordd/client/queue"
+	"github.com/coordd/coordd/examples/internal/demo"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -50,33 +50,14 @@ const (
 
 func main() {
 	var (
-		endpoints = flag.String("endpoints", envOr("COORD_ENDPOINTS", "127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430"), "coordd gRPC endpoints")
+		endpoints = flag.String("endpoints", demo.Env("COORD_ENDPOINTS", "127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430"), "coordd gRPC endpoints")
 		role      = flag.String("role", "demo", "demo, or replica")
 		name      = flag.String("name", "A", "replica name")
 		sched     = flag.String("schedule", "", "schedule (and job) name (replicas; the demo picks one)")
 	)
 	flag.Parse()
 	eps := strings.Split(*endpoints, ",")
-	var err error
-	switch *role {
-	case "replica":
-		err = replica(eps, *name, *sched)
-	case "demo":
-		err = demo(eps)
-	default:
-		err = fmt.Errorf("--role %q", *role)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "scheduled-close:", err)
-		os.Exit(1)
-	}
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
+	demo.Role("scheduled-close", *role, func() error { return runDemo(eps) }, func() error { return replica(eps, *name, *sched) })
 }
 
 func say(name, format string, args ...any) {
@@ -135,12 +116,7 @@ func replica(eps []string, name, sched string) error {
 	return r.Run(ctx)
 }
 
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-}
-
-func demo(eps []string) error {
+func runDemo(eps []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := client.New(ctx, eps, client.WithOwner("demo"))
@@ -148,38 +124,21 @@ func demo(eps []string) error {
 		return err
 	}
 	defer c.Close()
-	sched := "scheduled-close-" + time.Now().UTC().Format("20060102-150405.000")
-	sched = strings.ReplaceAll(sched, ".", "-")
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
+	sched := strings.ReplaceAll("scheduled-close-"+time.Now().UTC().Format("20060102-150405.000"), ".", "-")
 	lines := make(chan string, 512)
-	procs := map[string]*proc{}
+	procs := map[string]*demo.Proc{}
 	start := func(name string) error {
-		cmd := exec.Command(self, "--role", "replica", "--name", name, "--endpoints", strings.Join(eps, ","), "--schedule", sched)
-		out, err := cmd.StdoutPipe()
+		p, err := demo.Spawn(name, lines, "--role", "replica", "--name", name, "--endpoints", strings.Join(eps, ","), "--schedule", sched)
 		if err != nil {
 			return err
 		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		procs[name] = &proc{name: name, cmd: cmd}
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-		}()
+		procs[name] = p
 		return nil
 	}
 	defer func() {
 		for _, p := range procs { // stop every process we started, by PID
-			_ = p.cmd.Process.Signal(syscall.SIGCONT)
-			_ = p.cmd.Process.Kill()
-			_ = p.cmd.Wait()
+			p.Kill()
+			<-p.Done()
 		}
 		dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer dcancel()
@@ -219,15 +178,19 @@ func demo(eps []string) error {
 		case l := <-lines:
 			fmt.Println(l)
 			f := strings.Fields(l)
-			if len(f) >= 3 && f[1] == "occurrence" && !contains(windows, strings.TrimSuffix(f[2], ":")) {
+			if len(f) >= 3 && f[1] == "occurrence" && !slices.Contains(windows, strings.TrimSuffix(f[2], ":")) {
 				windows = append(windows, strings.TrimSuffix(f[2], ":"))
+			}
+			if len(f) == 0 {
+				continue
 			}
 			who := f[0]
 			if !killed && len(windows) >= 1 && strings.Contains(l, windows[0]+" store-2 ACCEPTED") {
 				killed = true
-				fmt.Printf("--- kill -9 %s mid-run (pid %d); restarting it like a deploy would\n", who, procs[who].cmd.Process.Pid)
-				_ = procs[who].cmd.Process.Kill()
-				_ = procs[who].cmd.Wait()
+				p := procs[who]
+				fmt.Printf("--- kill -9 %s mid-run (pid %d); restarting it like a deploy would\n", who, p.Cmd.Process.Pid)
+				p.Kill()
+				<-p.Done()
 				if err := start(who); err != nil {
 					return err
 				}
@@ -235,27 +198,18 @@ func demo(eps []string) error {
 			if !paused && len(windows) >= 2 && strings.Contains(l, windows[1]+" store-2 ACCEPTED") {
 				paused = true
 				p := procs[who]
-				fmt.Printf("--- SIGSTOP %s (pid %d) past its visibility timeout\n", who, p.cmd.Process.Pid)
-				_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+				fmt.Printf("--- SIGSTOP %s (pid %d) past its visibility timeout\n", who, p.Cmd.Process.Pid)
+				_ = p.Cmd.Process.Signal(syscall.SIGSTOP)
 				go func() {
 					time.Sleep(3 * time.Second)
 					fmt.Printf("--- SIGCONT %s\n", who)
-					_ = p.cmd.Process.Signal(syscall.SIGCONT)
+					_ = p.Cmd.Process.Signal(syscall.SIGCONT)
 				}()
 			}
 		case <-ctx.Done():
 			return errors.New("demo timed out")
 		}
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // firstDone returns the first `days` occurrences of the schedule once all

@@ -44,21 +44,12 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$`)
 
 // New creates a CA named name.
 func New(name string) (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, tmpl, err := keyAndTemplate(pkix.Name{CommonName: name, Organization: []string{"coordd development CA"}}, caValidity,
+		x509.KeyUsageCertSign|x509.KeyUsageCRLSign|x509.KeyUsageDigitalSignature)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: name, Organization: []string{"coordd development CA"}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(caValidity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
+	tmpl.BasicConstraintsValid, tmpl.IsCA, tmpl.MaxPathLenZero = true, true, true
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, err
@@ -126,19 +117,11 @@ func (ca *CA) Issue(name string, server bool, hosts []string) (*Leaf, error) {
 	if !nameRE.MatchString(name) {
 		return nil, fmt.Errorf("name %q: use letters, digits and . _ : @ - (at most 128)", name)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, tmpl, err := keyAndTemplate(pkix.Name{CommonName: name}, leafValidity, x509.KeyUsageDigitalSignature)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(leafValidity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	if server {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
@@ -170,6 +153,18 @@ func (ca *CA) IssueTo(dir, name string, server bool, hosts []string) (certPath, 
 	}
 	certPath, keyPath = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
 	return certPath, keyPath, errors.Join(os.WriteFile(certPath, leaf.CertPEM, 0o644), os.WriteFile(keyPath, leaf.KeyPEM, 0o600))
+}
+
+// keyAndTemplate makes a P-256 key and the template of a certificate for
+// subject with usage, valid from an hour ago (clock skew) for validity.
+func keyAndTemplate(subject pkix.Name, validity time.Duration, usage x509.KeyUsage) (*ecdsa.PrivateKey, *x509.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	return key, &x509.Certificate{SerialNumber: serial(), Subject: subject, NotBefore: now.Add(-time.Hour),
+		NotAfter: now.Add(validity), KeyUsage: usage}, nil
 }
 
 func pemBlock(typ string, der []byte) []byte {
