@@ -379,7 +379,10 @@ func (c *Cluster) AcquireAnywhere(name string, budget time.Duration) (time.Durat
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
-			r, err := coordv1.NewCoordinatorClient(nd.Conn).Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "probe", TtlMs: 5000})
+			// One request id for every attempt, as a client retries: an
+			// attempt that timed out here but committed later is returned
+			// as this probe's grant, not seen as held by someone else.
+			r, err := coordv1.NewCoordinatorClient(nd.Conn).Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "probe", TtlMs: 5000, RequestId: "probe-" + name})
 			cancel()
 			if err == nil && r.GetAcquired() {
 				return time.Since(start), nil
