@@ -203,8 +203,17 @@ func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleReq
 		if err != nil {
 			return nil, err
 		}
-		r, err := propose[*fsm.ScheduleResult](ctx, s.node, &fsmv1.PutSchedule{Name: req.GetSpec().GetName(), Spec: sp,
-			Identity: auth.IdentityOf(ctx)})
+		put := &fsmv1.PutSchedule{Name: req.GetSpec().GetName(), Spec: sp, Identity: auth.IdentityOf(ctx)}
+		if c, err := s.calendars.get(calendarSpec(&fsm.ScheduleSpec{Expr: sp.GetExpr(), TimeZone: sp.GetTimeZone(),
+			WindowLayout: sp.GetWindowLayout(), WindowShiftDays: sp.GetWindowShiftDays()})); err == nil && c.Schedule().OneShot() {
+			// A new one-shot owes its occurrence even when put just after
+			// it (jobs.At(now)): its mark is just before it, and the
+			// catch-up horizon decides as for any missed occurrence.
+			if o := c.Next(math.MinInt64/2, 1); len(o) == 1 {
+				put.MarkMs = o[0].At - 1
+			}
+		}
+		r, err := propose[*fsm.ScheduleResult](ctx, s.node, put)
 		if err != nil {
 			return nil, err
 		}

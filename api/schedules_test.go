@@ -292,3 +292,24 @@ func TestSubmitRefusesScheduleLabels(t *testing.T) {
 		t.Fatalf("submit with a reserved label: %v", err)
 	}
 }
+
+// A one-shot put just after its time still owes its occurrence: the mark
+// of the new schedule is just before it (the catch-up horizon decides).
+func TestPutOneShotJustAfterItsTime(t *testing.T) {
+	n := newFakeNode()
+	s := newTestServer(t, n)
+	at := time.UnixMilli(n.calendar - 5_000).UTC()
+	resp, err := (&schedules{s: s}).PutSchedule(context.Background(), &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{
+		Name: "once", Schedule: "@once " + at.Format(time.RFC3339Nano), Job: &coordv1.JobTemplate{Kind: "k"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := resp.GetSchedule().GetLastMaterialisedMs(); m != at.UnixMilli()-1 {
+		t.Fatalf("mark %d, want %d (just before the one-shot)", m, at.UnixMilli()-1)
+	}
+	// A recurring schedule owes only what comes after its creation.
+	resp, err = (&schedules{s: s}).PutSchedule(context.Background(), &coordv1.PutScheduleRequest{Spec: everyMinute("rec")})
+	if err != nil || resp.GetSchedule().GetLastMaterialisedMs() != n.calendar {
+		t.Fatalf("recurring: %v %v", resp, err)
+	}
+}

@@ -63,6 +63,9 @@ func (s *state) putSchedule(cal int64, c *fsmv1.PutSchedule) any {
 	created := cur == nil || cur.Deleted
 	if created {
 		n = Schedule{Name: c.GetName(), Mark: cal, CreatedBy: c.GetIdentity(), CreatedAt: cal}
+		if m := c.GetMarkMs(); m > 0 && m < cal {
+			n.Mark = m // a one-shot put just after its time still owes it
+		}
 		if cur != nil {
 			n.Revision = cur.Revision // a tombstone's revision goes on growing
 		}

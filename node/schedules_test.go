@@ -219,3 +219,35 @@ func TestMaterialiserMakesEachOccurrenceOnTime(t *testing.T) {
 		t.Fatalf("%d entries for 10 occurrences", got)
 	}
 }
+
+// jobs.At(now): a one-shot put just after its time is made at once (its
+// mark is just before it); one far behind the horizon is recorded as
+// skipped, not lost silently.
+func TestMaterialiserOneShotPutAfterItsTime(t *testing.T) {
+	n := newTestNodeAt(t, time.Date(2026, 9, 24, 12, 0, 0, 0, time.UTC))
+	for _, c := range []struct {
+		name string
+		ago  time.Duration
+	}{{"just-now", 2 * time.Second}, {"long-ago", 3 * time.Hour}} {
+		at := n.clock.Now().Add(-c.ago)
+		job := &fsmv1.QueueJobSpec{Queue: "q", Kind: c.name}
+		fsm.FillJobDefaults(job)
+		if _, err := n.Propose(bg(), &fsmv1.PutSchedule{Name: c.name, Spec: &fsmv1.ScheduleSpec{Expr: "@once " + at.Format(time.RFC3339Nano),
+			Job: job, CatchUpMs: time.Hour.Milliseconds(), CompleteWithinMs: 1000, Overlap: fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID},
+			MarkMs: at.UnixMilli() - 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.settle(t)
+	jobs, skipped := made(t, n, "just-now")
+	if len(jobs) != 1 || jobs[0].window != "once" || len(skipped) != 0 {
+		t.Fatalf("just-now: %v %v", jobs, skipped)
+	}
+	jobs, skipped = made(t, n, "long-ago")
+	if len(jobs) != 0 || len(skipped) != 1 || skipped[0].Skipped != fsm.SkipHorizon {
+		t.Fatalf("long-ago: %v %+v", jobs, skipped)
+	}
+	if sc, _ := n.fsm.Schedule("just-now"); sc.NextDue != 0 {
+		t.Fatalf("a one-shot is never due again: %+v", sc)
+	}
+}

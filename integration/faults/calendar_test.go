@@ -100,7 +100,7 @@ func TestCalendarAfterFailoversAndOutage(t *testing.T) {
 	defer c.Close()
 	started := make(chan time.Time, 1)
 	runner := jobs.NewRunner(c)
-	if err := runner.Add(jobs.Job{Name: "run-now", Schedule: jobs.At(due), TTL: 5 * time.Second,
+	if err := runner.Add(jobs.Job{Name: "run-now", Schedule: jobs.At(due), Queue: "calendar-run-now",
 		Run: func(context.Context, *jobs.Run) error { started <- time.Now(); return nil }}); err != nil {
 		t.Fatal(err)
 	}
@@ -129,8 +129,9 @@ func TestCalendarAfterFailoversAndOutage(t *testing.T) {
 // one, -10s on another); the leader's clock is right. Jobs run through
 // client/jobs runners in the test process (one reaching the cluster
 // through each skewed follower first, and one whose own clock is 10 s
-// ahead): no run starts before its occurrence on the leader's clock, none
-// more than 1 s after it; a claim through the follower that is ahead is
+// ahead; the three put the same schedules, whose occurrences the leader
+// makes on its calendar clock): no run starts before its occurrence on the
+// leader's clock, none more than 1 s after it, none twice; a claim through the follower that is ahead is
 // refused as TOO_EARLY until its time on the leader's clock. The leader
 // measures both offsets (Status, coordctl status) and logs a warning for
 // each. Then leadership moves to the node 10 s ahead (calendar time jumps
@@ -212,7 +213,7 @@ func TestSkewedFollowersStartNoJobEarly(t *testing.T) {
 	}
 	var starts []start
 	job := func(runner, name string, every time.Duration) jobs.Job {
-		return jobs.Job{Name: name, Schedule: jobs.Every(every), TTL: 5 * time.Second,
+		return jobs.Job{Name: name, Schedule: jobs.Every(every), Queue: "skewed",
 			Run: func(_ context.Context, run *jobs.Run) error {
 				at := time.Now()
 				mu.Lock()
@@ -246,7 +247,7 @@ func TestSkewedFollowersStartNoJobEarly(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		run := jobs.NewRunner(c, jobs.WithClock(rn.clk), jobs.WithPollInterval(200*time.Millisecond), jobs.WithLogger(quiet))
+		run := jobs.NewRunner(c, jobs.WithLogger(quiet))
 		for _, j := range []jobs.Job{job(rn.name, "every-1s", time.Second), job(rn.name, "every-2s", 2*time.Second),
 			job(rn.name, "every-3s", 3*time.Second)} {
 			if err := run.Add(j); err != nil {

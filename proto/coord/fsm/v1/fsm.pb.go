@@ -3779,10 +3779,15 @@ func (x *ScheduleSpec) GetOverlap() ScheduleOverlap {
 // The same spec again changes nothing. A new schedule owes the occurrences
 // after the command's calendar stamp.
 type PutSchedule struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Spec          *ScheduleSpec          `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
-	Identity      string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Spec     *ScheduleSpec          `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Identity string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	// mark_ms, when set below the command's calendar stamp, is the
+	// last-materialised mark of a new schedule instead of the stamp: the
+	// server sets it just before a one-shot's time, so that a one-shot put
+	// shortly after its time still runs (within the catch-up horizon).
+	MarkMs        int64 `protobuf:"varint,4,opt,name=mark_ms,json=markMs,proto3" json:"mark_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3836,6 +3841,13 @@ func (x *PutSchedule) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *PutSchedule) GetMarkMs() int64 {
+	if x != nil {
+		return x.MarkMs
+	}
+	return 0
 }
 
 // DeleteSchedule makes a schedule a tombstone: no more occurrences; its
@@ -4960,11 +4972,12 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x14starting_deadline_ms\x18\x06 \x01(\x03R\x12startingDeadlineMs\x12\x1e\n" +
 	"\vcatch_up_ms\x18\a \x01(\x03R\tcatchUpMs\x12,\n" +
 	"\x12complete_within_ms\x18\b \x01(\x03R\x10completeWithinMs\x127\n" +
-	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"m\n" +
+	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"\x86\x01\n" +
 	"\vPutSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1a.coord.fsm.v1.ScheduleSpecR\x04spec\x12\x1a\n" +
-	"\bidentity\x18\x03 \x01(\tR\bidentity\"@\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\x12\x17\n" +
+	"\amark_ms\x18\x04 \x01(\x03R\x06markMs\"@\n" +
 	"\x0eDeleteSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\"W\n" +
