@@ -68,8 +68,9 @@ func (w tw) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p)))
 
 // Three replicas run the same code-defined job (client/jobs: a schedule
 // every two seconds whose jobs a queue worker in each replica runs)
-// against a three-node cluster. One replica crashes mid-run, one is cut off
-// past its visibility timeout mid-run and writes anyway when it wakes.
+// against a three-node cluster. One replica crashes mid-run, another is
+// cut off past its visibility timeout mid-run and writes anyway when it
+// wakes.
 // Every occurrence's job succeeded, its stores were written exactly once,
 // the faulted occurrences took a second attempt, and the late write had no
 // effect.
@@ -79,7 +80,7 @@ func TestJobsExactlyOnceUnderCrashAndPause(t *testing.T) {
 	const stores = 3
 	var crashOnce, pauseOnce, lateWriteDone atomic.Bool
 	var faultWindows sync.Map // window -> fault
-	var lateOutcome atomic.Value
+	var lateOutcome, crashed, paused atomic.Value
 	type replica struct {
 		name   string
 		c      *client.Client
@@ -101,13 +102,19 @@ func TestJobsExactlyOnceUnderCrashAndPause(t *testing.T) {
 			VisibilityTimeout: 2 * time.Second, RetryBackoff: 200 * time.Millisecond,
 			Run: func(ctx context.Context, run *jobs.Run) error {
 				for i := 1; i <= stores; i++ {
-					if i == 2 && rep.name == "r1" && run.Attempt == 1 && crashOnce.CompareAndSwap(false, true) {
+					// The first replica at store 2 of a first attempt crashes;
+					// the next other one, on a later occurrence, freezes.
+					// (Which replica a job goes to is the queue's choice.)
+					if i == 2 && run.Attempt == 1 && crashOnce.CompareAndSwap(false, true) {
+						crashed.Store(rep.name)
 						faultWindows.Store(run.Window, "crash")
 						rep.cancel() // the process dies: no completion
 						rep.c.Close()
 						return errors.New("crashed")
 					}
-					if i == 2 && rep.name == "r2" && run.Attempt == 1 && pauseOnce.CompareAndSwap(false, true) {
+					if _, fault := faultWindows.Load(run.Window); i == 2 && run.Attempt == 1 && !fault && crashOnce.Load() &&
+						crashed.Load() != rep.name && pauseOnce.CompareAndSwap(false, true) {
+						paused.Store(rep.name)
 						faultWindows.Store(run.Window, "pause")
 						rep.hole.on.Store(true) // frozen: no heartbeat gets through
 						<-ctx.Done()            // the worker says the claim is gone
@@ -119,7 +126,7 @@ func TestJobsExactlyOnceUnderCrashAndPause(t *testing.T) {
 					commit, err := run.Fence(cctx, fmt.Sprintf("store-%d", i), []byte(rep.name))
 					cancel()
 					led.note(key, commit, err)
-					if rep.name == "r2" && pauseOnce.Load() && !lateWriteDone.Load() && ctx.Err() != nil {
+					if paused.Load() == rep.name && !lateWriteDone.Load() && ctx.Err() != nil {
 						switch {
 						case err != nil:
 							lateOutcome.Store("refused: " + err.Error())
