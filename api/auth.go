@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -78,8 +80,14 @@ func (s *Server) guard(ctx context.Context, transportIdentity string, trustForwa
 type methodAccess struct {
 	op   auth.Op
 	name func(req any) string
-	list bool
-	open bool // any authenticated identity (cluster topology, health)
+	// names, when set, replaces name: the call needs op on each of them
+	// (a Submit's queues, a Fetch's).
+	names func(req any) []string
+	list  bool
+	open  bool // any authenticated identity (cluster topology, health)
+	// bound: the FSM binds the call to the identity that fetched the
+	// attempt (IDENTITY_MISMATCH), so no ACL check (Heartbeat, Complete, Fail).
+	bound bool
 }
 
 func nameOf[Req any](f func(Req) string) func(any) string {
@@ -93,6 +101,15 @@ func nameOf[Req any](f func(Req) string) func(any) string {
 
 // noName is the name of calls that are not about one name.
 func noName(any) string { return "" }
+
+// putScheduleQueue is the queue a put makes jobs in ("" without a spec:
+// the handler refuses it).
+func putScheduleQueue(r *coordv1.PutScheduleRequest) string {
+	if r.GetSpec() == nil {
+		return ""
+	}
+	return cmp.Or(r.GetSpec().GetJob().GetQueue(), fsm.DefaultQueue)
+}
 
 // methods is the access table; a method of ours missing from it is admin.
 var methods = map[string]methodAccess{
@@ -108,16 +125,38 @@ var methods = map[string]methodAccess{
 	coordv1.Coordinator_GetWindow_FullMethodName:      {op: auth.OpRead, name: nameOf((*coordv1.GetWindowRequest).GetJob)},
 	coordv1.Coordinator_ListWindows_FullMethodName:    {op: auth.OpRead, name: nameOf((*coordv1.ListWindowsRequest).GetJob), list: true},
 	coordv1.Coordinator_GetResource_FullMethodName:    {op: auth.OpRead, name: nameOf((*coordv1.GetResourceRequest).GetResource)},
-	coordv1.Jobs_RegisterJob_FullMethodName:           {op: auth.OpWindow, name: nameOf(func(r *coordv1.RegisterJobRequest) string { return r.GetSpec().GetName() })},
-	coordv1.Jobs_ListJobs_FullMethodName:              {op: auth.OpRead, name: noName, list: true},
-	coordv1.Jobs_JobStatus_FullMethodName:             {op: auth.OpRead, name: nameOf((*coordv1.JobStatusRequest).GetName)},
-	coordv1.Jobs_ListOverdue_FullMethodName:           {op: auth.OpRead, name: noName, list: true},
+	// Schedules: a put makes jobs in the template's queue (op job on it);
+	// pause, resume, trigger and delete are checked on the leader against
+	// the schedule's queue (schedules.go); reads by schedule name.
+	coordv1.Schedules_PutSchedule_FullMethodName:     {op: auth.OpJob, name: nameOf(putScheduleQueue)},
+	coordv1.Schedules_PauseSchedule_FullMethodName:   {op: auth.OpJob, name: noName},
+	coordv1.Schedules_ResumeSchedule_FullMethodName:  {op: auth.OpJob, name: noName},
+	coordv1.Schedules_TriggerSchedule_FullMethodName: {op: auth.OpJob, name: noName},
+	coordv1.Schedules_DeleteSchedule_FullMethodName:  {op: auth.OpJob, name: noName},
+	coordv1.Schedules_GetSchedule_FullMethodName:     {op: auth.OpRead, name: nameOf((*coordv1.GetScheduleRequest).GetName)},
+	coordv1.Schedules_ListSchedules_FullMethodName:   {op: auth.OpRead, name: nameOf((*coordv1.ListSchedulesRequest).GetPrefix), list: true},
+	coordv1.Schedules_ListOverdue_FullMethodName:     {op: auth.OpRead, name: nameOf((*coordv1.ListOverdueRequest).GetSchedule), list: true},
+	// The queue: ops job (Submit; Cancel and Retry, checked on the leader
+	// against the job's queue) and work (Fetch) by queue name; read for
+	// Get (the job's queue, checked where the read runs), List and Stats
+	// (the queue asked for; without one, a list of everything).
+	coordv1.Queue_Submit_FullMethodName:               {op: auth.OpJob, names: submitQueues},
+	coordv1.Queue_Cancel_FullMethodName:               {op: auth.OpJob, name: noName},
+	coordv1.Queue_Retry_FullMethodName:                {op: auth.OpJob, name: noName},
+	coordv1.Queue_Fetch_FullMethodName:                {op: auth.OpWork, names: fetchQueues},
+	coordv1.Queue_Heartbeat_FullMethodName:            {bound: true},
+	coordv1.Queue_Complete_FullMethodName:             {bound: true},
+	coordv1.Queue_Fail_FullMethodName:                 {bound: true},
+	coordv1.Queue_Get_FullMethodName:                  {op: auth.OpRead, name: noName},
+	coordv1.Queue_List_FullMethodName:                 {op: auth.OpRead, name: nameOf((*coordv1.QueueListRequest).GetQueue), list: true},
+	coordv1.Queue_Stats_FullMethodName:                {op: auth.OpRead, name: nameOf((*coordv1.QueueStatsRequest).GetQueue), list: true},
 	coordv1.Cluster_Status_FullMethodName:             {open: true},
 	coordv1.Cluster_Members_FullMethodName:            {open: true},
 	coordv1.Cluster_AddVoter_FullMethodName:           {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_RemoveServer_FullMethodName:       {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_TransferLeadership_FullMethodName: {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_Snapshot_FullMethodName:           {op: auth.OpAdmin, name: noName},
+	coordv1.Cluster_Clock_FullMethodName:              {op: auth.OpAdmin, name: noName}, // the leader's probe (a member)
 }
 
 func (s *Server) authorizeMethod(c auth.Caller, method string, req any) error {
@@ -125,29 +164,76 @@ func (s *Server) authorizeMethod(c auth.Caller, method string, req any) error {
 		return nil
 	}
 	acc, ok := methods[method]
+	list := acc.list
 	if !ok {
 		if !strings.HasPrefix(method, "/coord.") {
 			return nil // health and reflection: any authenticated identity
 		}
 		acc = methodAccess{op: auth.OpAdmin, name: noName}
 	}
-	if acc.open {
+	if acc.open || acc.bound {
 		return nil
+	}
+	if acc.names != nil {
+		return s.authorizeEach(c.Identity, acc.op, acc.names(req))
 	}
 	if method == coordv1.Coordinator_KeepAlive_FullMethodName {
 		return nil // each message is authorized on its own
 	}
 	name := acc.name(req)
+	if acc.list && name != "" && isQueueRead(method) {
+		list = false // a queue filter names one queue, not a prefix
+	}
 	if name == "" && !acc.list && acc.op != auth.OpAdmin {
 		// Every such call requires its name: the handler refuses it as
 		// InvalidArgument, which tells the caller more than a denial.
 		return nil
 	}
-	if err := s.authorize(c.Identity, acc.op, name, acc.list); err != nil {
+	if err := s.authorize(c.Identity, acc.op, name, list); err != nil {
 		return err
 	}
 	if r, ok := req.(*coordv1.AcquireRequest); ok && r.GetClaim() != nil && r.GetClaim().GetJob() != "" {
 		return s.authorize(c.Identity, auth.OpWindow, r.GetClaim().GetJob(), false) // acquire-and-claim is also a claim
+	}
+	return nil
+}
+
+// submitQueues are the queues a Submit adds to (an empty queue is the
+// default one).
+func submitQueues(r any) []string {
+	req, _ := r.(*coordv1.QueueSubmitRequest)
+	var out []string
+	for _, j := range req.GetJobs() {
+		q := j.GetQueue()
+		if q == "" {
+			q = fsm.DefaultQueue
+		}
+		out = append(out, q)
+	}
+	return out
+}
+
+func fetchQueues(r any) []string {
+	req, _ := r.(*coordv1.QueueFetchRequest)
+	return req.GetQueues()
+}
+
+func isQueueRead(method string) bool {
+	return method == coordv1.Queue_List_FullMethodName || method == coordv1.Queue_Stats_FullMethodName
+}
+
+// authorizeEach authorizes op on every distinct name (empty ones are the
+// handler's to refuse).
+func (s *Server) authorizeEach(identity string, op auth.Op, names []string) error {
+	seen := map[string]bool{}
+	for _, name := range names {
+		if name == "" || seen[name] {
+			continue
+		}
+		seen[name] = true
+		if err := s.authorize(identity, op, name, false); err != nil {
+			return err
+		}
 	}
 	return nil
 }

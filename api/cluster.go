@@ -16,7 +16,7 @@ type cluster struct {
 
 // Status answers from this node, whatever its role.
 func (c *cluster) Status(context.Context, *coordv1.StatusRequest) (*coordv1.StatusResponse, error) {
-	return c.s.node.Status(), nil
+	return c.s.withClocks(c.s.node.Status()), nil
 }
 
 // Members answers from this node's view of the configuration.

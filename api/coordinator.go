@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"math"
 
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
@@ -29,6 +30,9 @@ func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) 
 		if err := firstErr(checkName("claim.job", cl.GetJob(), true), checkName("claim.window", cl.GetWindow(), true)); err != nil {
 			return nil, toStatus(err)
 		}
+	}
+	if _, reserved := fsm.ParseJobTokenName(req.GetName()); reserved {
+		return nil, toStatus(invalidArg("name", "%v", errJobTokenName))
 	}
 	return coordOnLeader(s, ctx, coordv1.CoordinatorClient.Acquire, req, func() (*coordv1.AcquireResponse, error) {
 		identity := auth.IdentityOf(ctx)
@@ -157,6 +161,14 @@ func (c *coordinator) FencedCommit(ctx context.Context, req *coordv1.FencedCommi
 	}
 	cmd := &fsmv1.FencedCommit{Resource: req.GetResource(), LeaseName: name, Generation: gen,
 		IdempotencyKey: req.GetIdempotencyKey(), Payload: req.GetPayload()}
+	if id, ok := fsm.ParseJobTokenName(name); ok {
+		// A job attempt's token "job:<id>:<attempt>": the FSM fences with
+		// the job's live attempt.
+		if gen > math.MaxUint32 {
+			return nil, toStatus(invalidArg("generation", "%d is not an attempt number of job %d", gen, id))
+		}
+		cmd.LeaseName, cmd.JobId = "", id
+	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.FencedCommit, req, func() (*coordv1.FencedCommitResponse, error) {
 		var (
 			r   *fsm.CommitResult
@@ -212,7 +224,11 @@ func (s *Server) observeFenceRefusal(cmd *fsmv1.FencedCommit, err error) {
 	var rej *fsm.Rejection
 	if errors.As(err, &rej) {
 		s.metrics.fenceRejections.WithLabelValues(coorderr.Name(rej.Reason)).Inc()
-		s.log.Warn("fenced commit refused", "resource", cmd.GetResource(), "lease", cmd.GetLeaseName(),
+		lease := cmd.GetLeaseName()
+		if cmd.GetJobId() != 0 {
+			lease = fsm.JobTokenName(cmd.GetJobId())
+		}
+		s.log.Warn("fenced commit refused", "resource", cmd.GetResource(), "lease", lease,
 			"generation", cmd.GetGeneration(), "idempotency_key", cmd.GetIdempotencyKey(), "reason", coorderr.Name(rej.Reason),
 			"detail", rej.Message)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,13 +16,22 @@ import (
 
 // Errors of the API itself, before they become statuses.
 type (
-	// invalidArgError is bad input; field names the request field.
-	invalidArgError struct{ field, msg string }
+	// invalidArgError is bad input; field names the request field, index
+	// the item of a batch (-1: none).
+	invalidArgError struct {
+		field, msg string
+		index      int
+	}
 	// notLeaderError: this node cannot serve or forward the call; addr is
 	// the leader's gRPC address when known.
 	notLeaderError struct{ id, addr string }
-	// notFoundError: a read found nothing.
-	notFoundError struct{ what string }
+	// notFoundError: a read found nothing; reason, when set, is the
+	// specific one (JOB_NOT_FOUND) with its metadata.
+	notFoundError struct {
+		what   string
+		reason coorderr.Reason
+		meta   map[string]string
+	}
 )
 
 func (e *invalidArgError) Error() string           { return e.field + ": " + e.msg }
@@ -37,7 +47,13 @@ func (e *notFoundError) Error() string                 { return e.what + " not f
 func (e *notFoundError) NotFound() bool                { return true }
 
 func invalidArg(field, format string, args ...any) error {
-	return &invalidArgError{field: field, msg: fmt.Sprintf(format, args...)}
+	return &invalidArgError{field: field, msg: fmt.Sprintf(format, args...), index: -1}
+}
+
+// invalidItem is bad input in item index of a batch: metadata "index" and
+// "field".
+func invalidItem(index int, field, format string, args ...any) error {
+	return &invalidArgError{field: field, index: index, msg: fmt.Sprintf("item %d: ", index) + fmt.Sprintf(format, args...)}
 }
 
 // Errors are recognised by behaviour, so the node's (which this package
@@ -65,6 +81,8 @@ var rejectionCodes = map[fsm.Reason]codes.Code{
 	fsm.ReasonIdentityMismatch:      codes.PermissionDenied,
 	fsm.ReasonLeaseLimit:            codes.ResourceExhausted,
 	fsm.ReasonTooEarly:              codes.FailedPrecondition,
+	fsm.ReasonScheduleNotFound:      codes.FailedPrecondition,
+	fsm.ReasonScheduleOverlap:       codes.FailedPrecondition,
 }
 
 // authCodes maps refusals of the auth package to codes and reasons.
@@ -114,7 +132,11 @@ func toStatus(err error) error {
 		}
 		return withInfo(c.code, ae.Msg, c.reason, ae.Meta)
 	case errors.As(err, &ia):
-		return withInfo(codes.InvalidArgument, err.Error(), coorderr.InvalidArgument, map[string]string{"field": ia.InvalidArgument()})
+		meta := map[string]string{"field": ia.InvalidArgument()}
+		if e, ok := ia.(*invalidArgError); ok && e.index >= 0 {
+			meta["index"] = strconv.Itoa(e.index)
+		}
+		return withInfo(codes.InvalidArgument, err.Error(), coorderr.InvalidArgument, meta)
 	case errors.As(err, &nl):
 		id, addr := nl.NotLeader()
 		reason, meta := coorderr.NoLeader, map[string]string{}
@@ -124,6 +146,9 @@ func toStatus(err error) error {
 		}
 		return withInfo(codes.Unavailable, err.Error(), reason, meta)
 	case errors.As(err, &nf):
+		if e, ok := nf.(*notFoundError); ok && e.reason != coorderr.Unspecified {
+			return withInfo(codes.NotFound, err.Error(), e.reason, e.meta)
+		}
 		return withInfo(codes.NotFound, err.Error(), coorderr.NotFound, nil)
 	case errors.As(err, &ll):
 		return withInfo(codes.Unavailable, "leadership lost while applying; the outcome is unknown, retry with the same request id",

@@ -15,6 +15,7 @@ import (
 
 	"github.com/coordd/coordd/fsm"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
 // fakeNode is the node in the API's unit tests: a real FSM applied in
@@ -26,25 +27,60 @@ type fakeNode struct {
 	leading    bool
 	leaderID   string
 	leaderAddr string
-	now        int64
+	now        int64 // lease time
+	calendar   int64 // calendar time
 	fsm        *fsm.FSM
 
-	mu       sync.Mutex
-	acquires []*fsmv1.Acquire
-	waits    int
-	block    chan struct{} // waiting acquires block on it
-	transfer error
+	mu        sync.Mutex
+	leaderSig chan struct{} // LeaderChanged
+	members   []*coordv1.Member
+	fetchWait time.Duration
+	acquires  []*fsmv1.Acquire
+	waits     int
+	block     chan struct{} // waiting acquires block on it
+	transfer  error
 }
 
 func newFakeNode() *fakeNode {
-	return &fakeNode{id: "n1", leading: true, now: 1_000_000, fsm: fsm.New()}
+	return &fakeNode{id: "n1", leading: true, now: 1_000_000, calendar: 1_700_000_000_000, fsm: fsm.New()}
 }
 
 func (f *fakeNode) ID() string                       { return f.id }
 func (f *fakeNode) TTLRange() (lo, hi time.Duration) { return time.Second, time.Hour }
-func (f *fakeNode) Leading() bool                    { return f.leading }
-func (f *fakeNode) Leader() (string, string)         { return f.leaderID, f.leaderAddr }
-func (f *fakeNode) IsMember(id string) bool          { return id == "n1" || id == "n2" }
+func (f *fakeNode) Leading() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.leading
+}
+
+func (f *fakeNode) Leader() (string, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.leaderID, f.leaderAddr
+}
+
+func (f *fakeNode) LeaderChanged() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.leaderSig == nil {
+		f.leaderSig = make(chan struct{})
+	}
+	return f.leaderSig
+}
+
+// setLeader changes the leader this node knows, as an election would.
+func (f *fakeNode) setLeader(leading bool, id, addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leading, f.leaderID, f.leaderAddr = leading, id, addr
+	if f.leaderSig != nil {
+		close(f.leaderSig)
+		f.leaderSig = nil
+	}
+}
+
+func (f *fakeNode) Members() ([]*coordv1.Member, error) { return f.members, nil }
+func (f *fakeNode) IsMember(id string) bool             { return id == "n1" || id == "n2" }
 
 func (f *fakeNode) LeaderContext(ctx context.Context) (context.Context, error) {
 	if !f.leading {
@@ -53,8 +89,23 @@ func (f *fakeNode) LeaderContext(ctx context.Context) (context.Context, error) {
 	return ctx, nil
 }
 
+func (f *fakeNode) Calendar() int64 { return f.calendar }
+
 func (f *fakeNode) apply(body any) any {
-	return f.fsm.ApplyCommand(fsm.Envelope(f.now, body))
+	return f.fsm.ApplyCommand(fsm.EnvelopeAt(f.now, f.calendar, body))
+}
+
+// Fetch applies the fetch at once (the node's long polls are its own
+// tests'); it records the wait it was given.
+func (f *fakeNode) Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Duration) (*fsm.FetchResult, error) {
+	f.mu.Lock()
+	f.fetchWait = wait
+	f.mu.Unlock()
+	res, err := f.Propose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return res.(*fsm.FetchResult), nil
 }
 
 func (f *fakeNode) Propose(_ context.Context, body any) (any, error) {

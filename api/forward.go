@@ -47,6 +47,52 @@ func (s *Server) route(ctx context.Context) (grpc.ClientConnInterface, error) {
 	return s.dial(addr)
 }
 
+// leaderKnown: this node leads, or knows the leader's address.
+func (s *Server) leaderKnown() bool {
+	if s.node.Leading() {
+		return true
+	}
+	_, addr := s.node.Leader()
+	return addr != ""
+}
+
+// awaitLeader waits during an election until a leader is known, for at
+// most LeaderWait (on the API's clock) or until ctx ends, whichever is
+// first; then the call routes as usual (NO_LEADER if there is still none).
+// Reads call it, so a read during an election waits briefly for the new
+// leader instead of failing at once. A forwarded call does not wait: its
+// sender already found a leader.
+func (s *Server) awaitLeader(ctx context.Context) {
+	if s.leaderKnown() || isForwarded(ctx) {
+		return
+	}
+	t := s.cfg.Clock.NewTimer(s.cfg.LeaderWait)
+	defer t.Stop()
+	for {
+		changed := s.node.LeaderChanged()
+		if s.leaderKnown() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-t.C():
+			return
+		case <-ctx.Done():
+			return
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// readOnLeader is onLeader for reads: during an election it first waits
+// briefly for a leader (awaitLeader).
+func readOnLeader[C, Req, Resp any](s *Server, ctx context.Context, newClient func(grpc.ClientConnInterface) C,
+	call func(C, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req, local func() (Resp, error)) (Resp, error) {
+	s.awaitLeader(ctx)
+	return onLeader(s, ctx, newClient, call, req, local)
+}
+
 // onLeader runs local on the leader; on a follower it forwards the call to
 // the leader with call (a method expression of the generated client), or
 // answers Unavailable with the leader's address.
@@ -87,4 +133,11 @@ func clusterOnLeader[Req, Resp any](s *Server, ctx context.Context,
 	call func(coordv1.ClusterClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
 	local func() (Resp, error)) (Resp, error) {
 	return onLeader(s, ctx, coordv1.NewClusterClient, call, req, local)
+}
+
+// queueOnLeader is onLeader for the Queue service.
+func queueOnLeader[Req, Resp any](s *Server, ctx context.Context,
+	call func(coordv1.QueueClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
+	local func() (Resp, error)) (Resp, error) {
+	return onLeader(s, ctx, coordv1.NewQueueClient, call, req, local)
 }

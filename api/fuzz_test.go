@@ -106,7 +106,7 @@ func unary[Req proto.Message, Resp any](name string, newReq func() Req,
 }
 
 func co(cc *grpc.ClientConn) coordv1.CoordinatorClient { return coordv1.NewCoordinatorClient(cc) }
-func jo(cc *grpc.ClientConn) coordv1.JobsClient        { return coordv1.NewJobsClient(cc) }
+func sc(cc *grpc.ClientConn) coordv1.SchedulesClient   { return coordv1.NewSchedulesClient(cc) }
 
 // Membership changes are left out: a random AddVoter would (correctly)
 // cost this single node its quorum and stall the rest of the run.
@@ -151,14 +151,74 @@ var fuzzCalls = []fuzzCall{
 		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.GetResourceRequest) (any, error) {
 			return co(cc).GetResource(ctx, r)
 		}),
-	unary("RegisterJob", func() *coordv1.RegisterJobRequest { return &coordv1.RegisterJobRequest{} },
-		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.RegisterJobRequest) (any, error) {
-			return jo(cc).RegisterJob(ctx, r)
+	unary("PutSchedule", func() *coordv1.PutScheduleRequest { return &coordv1.PutScheduleRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.PutScheduleRequest) (any, error) {
+			return sc(cc).PutSchedule(ctx, r)
 		}),
-	unary("JobStatus", func() *coordv1.JobStatusRequest { return &coordv1.JobStatusRequest{} },
-		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.JobStatusRequest) (any, error) {
-			return jo(cc).JobStatus(ctx, r)
+	unary("GetSchedule", func() *coordv1.GetScheduleRequest { return &coordv1.GetScheduleRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.GetScheduleRequest) (any, error) {
+			return sc(cc).GetSchedule(ctx, r)
 		}),
+	unary("TriggerSchedule", func() *coordv1.TriggerScheduleRequest { return &coordv1.TriggerScheduleRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.TriggerScheduleRequest) (any, error) {
+			return sc(cc).TriggerSchedule(ctx, r)
+		}),
+	unary("ListOverdue", func() *coordv1.ListOverdueRequest { return &coordv1.ListOverdueRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.ListOverdueRequest) (any, error) {
+			return sc(cc).ListOverdue(ctx, r)
+		}),
+	unary("Queue.Submit", func() *coordv1.QueueSubmitRequest { return &coordv1.QueueSubmitRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.QueueSubmitRequest) (any, error) {
+			return qu(cc).Submit(ctx, r)
+		}),
+	unary("Queue.Get", func() *coordv1.QueueGetRequest { return &coordv1.QueueGetRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.QueueGetRequest) (any, error) {
+			return qu(cc).Get(ctx, r)
+		}),
+	unary("Queue.List", func() *coordv1.QueueListRequest { return &coordv1.QueueListRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.QueueListRequest) (any, error) {
+			return qu(cc).List(ctx, r)
+		}),
+	unary("Queue.Cancel", func() *coordv1.QueueCancelRequest { return &coordv1.QueueCancelRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.QueueCancelRequest) (any, error) {
+			return qu(cc).Cancel(ctx, r)
+		}),
+	unary("Queue.Retry", func() *coordv1.QueueRetryRequest { return &coordv1.QueueRetryRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.QueueRetryRequest) (any, error) {
+			return qu(cc).Retry(ctx, r)
+		}),
+	unary("Queue.Fetch", func() *coordv1.QueueFetchRequest { return &coordv1.QueueFetchRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.QueueFetchRequest) (any, error) {
+			return qu(cc).Fetch(ctx, r)
+		}),
+	unary("Queue.Heartbeat", func() *coordv1.QueueHeartbeatRequest { return &coordv1.QueueHeartbeatRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.QueueHeartbeatRequest) (any, error) {
+			return qu(cc).Heartbeat(ctx, r)
+		}),
+	unary("Queue.Complete", func() *coordv1.QueueCompleteRequest { return &coordv1.QueueCompleteRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.QueueCompleteRequest) (any, error) {
+			return qu(cc).Complete(ctx, r)
+		}),
+	unary("Queue.Fail", func() *coordv1.QueueFailRequest { return &coordv1.QueueFailRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.QueueFailRequest) (any, error) {
+			return qu(cc).Fail(ctx, r)
+		}),
+	unary("Queue.Stats", func() *coordv1.QueueStatsRequest { return &coordv1.QueueStatsRequest{} },
+		func(ctx context.Context, cc *grpc.ClientConn, r *coordv1.QueueStatsRequest) (any, error) {
+			return qu(cc).Stats(ctx, r)
+		}),
+}
+
+func qu(cc *grpc.ClientConn) coordv1.QueueClient { return coordv1.NewQueueClient(cc) }
+
+// callIndex is the index of the fuzz call named name.
+func callIndex(name string) uint8 {
+	for i, c := range fuzzCalls {
+		if c.name == name {
+			return uint8(i)
+		}
+	}
+	panic(name)
 }
 
 // FuzzRequests sends arbitrary request messages to every data-plane RPC of
@@ -174,11 +234,31 @@ func FuzzRequests(f *testing.F) {
 		&coordv1.FencedCommitRequest{Resource: "r", Token: "a:1:2", DryRun: true},
 		&coordv1.FencedCommitRequest{Resource: "r", Token: "a:x", LeaseName: "a", Generation: 1},
 		&coordv1.ListLeasesRequest{PageSize: -5, PageToken: "%%%"},
-		&coordv1.RegisterJobRequest{Spec: &coordv1.JobSpec{Name: "j", Schedule: "61 * * * *", TimeZone: "Mars/Olympus"}},
+		&coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "j", Schedule: "61 * * * *", TimeZone: "Mars/Olympus"}},
+		&coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "j", Schedule: "@every 1s", Job: &coordv1.JobTemplate{Kind: "k", BackoffFactor: -1}}},
+		&coordv1.GetScheduleRequest{Name: "j/../x", Next: 1 << 30},
+		&coordv1.TriggerScheduleRequest{Name: "nope"},
+		&coordv1.ListOverdueRequest{PageToken: "AAAA"},
 	}
 	for i, m := range seeds {
 		data, _ := proto.Marshal(m)
 		f.Add(uint8(i), data)
+	}
+	for name, m := range map[string]proto.Message{
+		"Queue.Submit": &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAtMs: 1 << 62, BackoffFactor: -1,
+			Labels: map[string]string{"": "\x00"}}, {Kind: "k", DelayMs: 1 << 62}}},
+		"Queue.Get":       &coordv1.QueueGetRequest{Id: 1<<64 - 1},
+		"Queue.List":      &coordv1.QueueListRequest{Label: "=", State: 99, PageToken: "MA", PageSize: -1},
+		"Queue.Fetch":     &coordv1.QueueFetchRequest{Queues: []string{"q", "q"}, Max: 1000, WaitMs: 30_000, WorkerId: "w"},
+		"Queue.Heartbeat": &coordv1.QueueHeartbeatRequest{WorkerId: "w", Attempts: []*coordv1.JobAttemptRef{{JobId: 1, Attempt: 1 << 31}}},
+		"Queue.Complete":  &coordv1.QueueCompleteRequest{WorkerId: "w", Completions: []*coordv1.JobCompletion{{JobId: 1, Attempt: 1}}},
+		"Queue.Fail":      &coordv1.QueueFailRequest{WorkerId: "w", Failures: []*coordv1.JobFailure{{JobId: 1, Attempt: 1, Error: strings.Repeat("é", 5000)}}},
+		"Queue.Retry":     &coordv1.QueueRetryRequest{Id: 1},
+		"Queue.Stats":     &coordv1.QueueStatsRequest{Queue: "\xff"},
+		"FencedCommit":    &coordv1.FencedCommitRequest{Resource: "r", Token: "job:1:4294967296"},
+	} {
+		data, _ := proto.Marshal(m)
+		f.Add(callIndex(name), data)
 	}
 	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
 		_, cc := startFuzzNode(t)
@@ -203,6 +283,15 @@ func FuzzHTTPAPI(f *testing.F) {
 	f.Add("POST", "/v1/fence/commit", `{"resource":1e999}`)
 	f.Add("POST", "/v1/fence/commit", strings.Repeat(`{"a":`, 10000))
 	f.Add("POST", "/v1/fence/commit", `{"resource":"r","token":":","lease_name":"a"}`)
+	f.Add("POST", "/v1/schedules", `{"name":"n","schedule":"@every 1s","job":{"kind":"k","labels":{"coordd.x":"1"}}}`)
+	f.Add("POST", "/v1/schedules/n/trigger", `{}`)
+	f.Add("DELETE", "/v1/schedules/n", "")
+	f.Add("GET", "/v1/overdue?page_size=5000", "")
+	f.Add("POST", "/v1/queue/jobs", `{"jobs":[{"kind":"k","args":"!!","delay_ms":"-1"}]}`)
+	f.Add("GET", "/v1/queue/jobs/18446744073709551616", "")
+	f.Add("GET", "/v1/queue/jobs?state=JOB_STATE_NOPE&page_token=%00", "")
+	f.Add("POST", "/v1/queue/jobs/1/cancel", `{"id":"2"}`)
+	f.Add("GET", "/v1/queue/stats?queue=%ff", "")
 	f.Fuzz(func(t *testing.T, method, path, body string) {
 		startFuzzNode(t)
 		if !strings.HasPrefix(path, "/") {

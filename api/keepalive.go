@@ -83,7 +83,7 @@ func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) erro
 				case err == nil:
 					resp.Ok, resp.ExpiresInMs = true, l.ExpiresAt-l.RenewedAt
 				case errors.As(err, &rej):
-					resp.Reason, resp.Message = coorderr.Name(rej.Reason), rej.Message
+					resp.Reason, resp.Message, resp.Metadata = coorderr.Name(rej.Reason), rej.Message, rej.Metadata
 				default:
 					// Not a verdict on the lease (leadership moved, shutdown):
 					// end the stream so the client retries on the leader.

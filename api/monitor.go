@@ -2,137 +2,133 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/coordd/coordd/fsm"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
-	"github.com/coordd/coordd/schedule"
 )
 
-// Monitoring by absence (monitor.go): the leader computes, on the cluster
-// clock, which expected windows of registered jobs are not completed by
-// occurrence + complete_within (also windows nobody ever claimed), which
-// leases look stuck and which runs took more than half their interval. It
-// is a read of the FSM: nothing here is replicated.
+// Monitoring by absence (monitor.go): what did not happen. The leader
+// judges, on calendar time, which occurrences of schedules are overdue (a
+// job not final by occurrence + complete_within, or an occurrence due and
+// not even made), and on lease time which leases look stuck. It is a read
+// of the FSM: nothing here is replicated. ListOverdue answers from the
+// same computation; metrics are bounded: per queue, never per job or
+// schedule (the top offenders are in ListOverdue).
 
-// absence is one pass of the computation.
-type absence struct {
-	overdue  []*coordv1.OverdueWindow
-	stuck    []*coordv1.StuckLease
-	slow     []*coordv1.SlowWindow
-	perJob   map[string]int
-	lastDone map[string]int64 // job -> last completion (cluster ms)
-}
+const (
+	// maxOverdueQueues bounds the queue label of the overdue gauge; the
+	// queues beyond it count under "other".
+	maxOverdueQueues = 100
+	// maxTopSchedules and maxStuckLeases bound ListOverdue's first page.
+	maxTopSchedules = 10
+	maxStuckLeases  = 100
+	// maxLate bounds the occurrences not made that a pass reports.
+	maxLate = 1000
+)
 
-// schedules caches parsed schedules by expression and zone.
-type schedules struct {
-	mu sync.Mutex
-	m  map[[2]string]*schedule.Schedule
-}
-
-func (c *schedules) get(expr, tz string) (*schedule.Schedule, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	k := [2]string{expr, tz}
-	if s, ok := c.m[k]; ok {
-		return s, nil
-	}
-	s, err := schedule.Parse(expr, tz)
-	if err != nil {
-		return nil, err
-	}
-	if c.m == nil {
-		c.m = map[[2]string]*schedule.Schedule{}
-	}
-	c.m[k] = s
-	return s, nil
-}
-
-// completeWithin is the job's due delay: its own, else one interval (an
-// hour for one-shot jobs).
-func completeWithin(j fsm.Job, s *schedule.Schedule) time.Duration {
-	if j.CompleteWithinMs > 0 {
-		return time.Duration(j.CompleteWithinMs) * time.Millisecond
-	}
-	if s.Interval() > 0 {
-		return s.Interval()
-	}
-	return time.Hour
-}
-
-// jobOverdue lists the expected windows of one job that are overdue at now.
-func (s *Server) jobOverdue(st *fsm.FSM, j fsm.Job, now int64) ([]*coordv1.OverdueWindow, *schedule.Schedule) {
-	sched, err := s.schedules.get(j.Schedule, j.TimeZone)
-	if err != nil {
-		return nil, nil
-	}
-	cw := completeWithin(j, sched)
-	from := max(j.RegisteredAt, now-s.cfg.OverdueLookback.Milliseconds())
-	to := now - cw.Milliseconds()
-	if to <= from {
-		return nil, sched
-	}
-	var out []*coordv1.OverdueWindow
-	seen := map[string]bool{}
-	win := schedule.Window{Layout: j.WindowLayout, ShiftDays: int(j.WindowShiftDays)}
-	for _, occ := range sched.Between(time.UnixMilli(from), time.UnixMilli(to), maxOccurrencesPerJob) {
-		key := sched.Key(occ, win)
-		if seen[key] {
-			continue // a wall time that happened twice (DST): one window
-		}
-		seen[key] = true
-		w, ok := st.Window(j.Name, key)
-		if ok && w.Completed {
-			continue
-		}
-		due := occ.Add(cw).UnixMilli()
-		out = append(out, &coordv1.OverdueWindow{Job: j.Name, Window: key, Occurrence: occ.UnixMilli(), Due: due,
-			OverdueMs: now - due, Claimed: ok, Attempts: w.Attempts, Owner: w.Owner})
-	}
-	return out, sched
-}
-
-// maxOccurrencesPerJob bounds the occurrences examined per job and pass.
-const maxOccurrencesPerJob = 200
-
-func (s *Server) computeAbsence(st *fsm.FSM, now int64) absence {
-	a := absence{perJob: map[string]int{}, lastDone: map[string]int64{}}
-	for _, j := range st.Jobs() {
-		od, sched := s.jobOverdue(st, j, now)
-		a.overdue = append(a.overdue, od...)
-		a.perJob[j.Name] = len(od)
-		a.lastDone[j.Name] = j.LastCompletedAt
-		if sched == nil || sched.Interval() <= 0 {
-			continue
-		}
-		for _, w := range st.RecentWindows(j.Name, 20) {
-			if d := w.CompletedAt - w.FirstStartedAt; w.Completed && d > sched.Interval().Milliseconds()/2 {
-				a.slow = append(a.slow, &coordv1.SlowWindow{Job: j.Name, Window: w.Window, DurationMs: d,
-					IntervalMs: sched.Interval().Milliseconds()})
-			}
-		}
-	}
+// stuckLeases lists leases whose holder looks stuck at lease time now:
+// HELD_TOO_LONG (this generation older than MaxLeaseAge) or SILENT (expired
+// without a release within that age).
+func (s *Server) stuckLeases(st *fsm.FSM, now int64) []*coordv1.StuckLease {
+	var out []*coordv1.StuckLease
 	maxAge := s.cfg.MaxLeaseAge.Milliseconds()
 	st.EachLease(func(l fsm.Lease) {
 		switch {
 		case l.Live(now) && now-l.AcquiredAt > maxAge:
-			a.stuck = append(a.stuck, &coordv1.StuckLease{Lease: leaseToProto(l, now), Reason: "HELD_TOO_LONG"})
+			out = append(out, &coordv1.StuckLease{Lease: leaseToProto(l, now), Reason: "HELD_TOO_LONG"})
 		case !l.Released && !l.Live(now) && now-l.ExpiresAt < maxAge:
-			a.stuck = append(a.stuck, &coordv1.StuckLease{Lease: leaseToProto(l, now), Reason: "SILENT"})
+			out = append(out, &coordv1.StuckLease{Lease: leaseToProto(l, now), Reason: "SILENT"})
 		}
 	})
-	sort.SliceStable(a.overdue, func(i, k int) bool { return a.overdue[i].GetOccurrence() < a.overdue[k].GetOccurrence() })
-	return a
+	return out
+}
+
+func overdueToProto(o fsm.OverdueJob, cal int64) *coordv1.OverdueOccurrence {
+	return &coordv1.OverdueOccurrence{Schedule: o.Schedule, Window: o.Window, AtMs: o.At, DueMs: o.Due, OverdueMs: cal - o.Due,
+		JobId: o.JobID, JobState: coordv1.JobState(o.State), Queue: o.Queue, Attempts: o.Attempts}
+}
+
+func encodeOverdueToken(c fsm.OverdueCursor) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(c.At))
+	binary.BigEndian.PutUint64(b[8:], c.ID)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func decodeOverdueToken(tok string) (fsm.OverdueCursor, error) {
+	if tok == "" {
+		return fsm.OverdueCursor{}, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || len(b) != 16 {
+		return fsm.OverdueCursor{}, invalidArg("page_token", "is not a token this server issued")
+	}
+	return fsm.OverdueCursor{At: int64(binary.BigEndian.Uint64(b[:8])), ID: binary.BigEndian.Uint64(b[8:])}, nil
+}
+
+func (h *schedules) ListOverdue(ctx context.Context, req *coordv1.ListOverdueRequest) (*coordv1.ListOverdueResponse, error) {
+	s := h.s
+	size, err := pageSize(req.GetPageSize())
+	cursor, terr := decodeOverdueToken(req.GetPageToken())
+	if req.GetSchedule() != "" && err == nil {
+		err = checkScheduleName("schedule", req.GetSchedule())
+	}
+	if err = firstErr(err, terr); err != nil {
+		return nil, toStatus(err)
+	}
+	return schedulesOnLeader(s, ctx, coordv1.SchedulesClient.ListOverdue, req, func() (*coordv1.ListOverdueResponse, error) {
+		st, now, err := s.node.Read(ctx, false)
+		if err != nil {
+			return nil, err
+		}
+		cal := s.node.Calendar()
+		out := &coordv1.ListOverdueResponse{CalendarMs: cal}
+		jobs, next, more := st.OverdueJobs(cal, req.GetSchedule(), cursor, size)
+		for _, o := range jobs {
+			out.Occurrences = append(out.Occurrences, overdueToProto(o, cal))
+		}
+		if more {
+			out.NextPageToken = encodeOverdueToken(next)
+		}
+		if req.GetPageToken() != "" {
+			return out, nil
+		}
+		// The first page: occurrences not even made (before the others:
+		// the leader is behind), the total and the top offenders, stuck
+		// leases.
+		var late []*coordv1.OverdueOccurrence
+		for _, o := range st.LateSchedules(cal, maxLate) {
+			if req.GetSchedule() == "" || o.Schedule == req.GetSchedule() {
+				late = append(late, overdueToProto(o, cal))
+			}
+		}
+		out.Occurrences = append(late, out.Occurrences...)
+		sum := st.Overdue(cal)
+		out.Total = int64(sum.Total + len(late))
+		if req.GetSchedule() != "" {
+			out.Total = int64(sum.PerSchedule[req.GetSchedule()] + len(late))
+		}
+		for _, name := range sum.Top(maxTopSchedules) {
+			out.TopSchedules = append(out.TopSchedules, &coordv1.OverdueSchedule{Schedule: name,
+				Overdue: int64(sum.PerSchedule[name]), OldestAtMs: sum.Oldest[name]})
+		}
+		stuck := s.stuckLeases(st, now)
+		out.StuckLeases = stuck[:min(len(stuck), maxStuckLeases)]
+		return out, nil
+	})
 }
 
 // runMonitor is the absence monitor: while this node leads (the node runs
-// it through WhileLeading), every MonitorInterval it computes absence on
-// the cluster clock and publishes it; when leadership ends it clears the
-// gauges, so alerts never count a window twice.
+// it through WhileLeading), every MonitorInterval it judges overdue
+// occurrences on calendar time and stuck leases on lease time, and
+// publishes them; when leadership ends it clears the gauges, so alerts
+// never count anything twice.
 func (s *Server) runMonitor(ctx context.Context, now func() int64) {
 	defer s.monitor.clear()
 	t := s.cfg.Clock.NewTicker(s.cfg.MonitorInterval)
@@ -147,70 +143,83 @@ func (s *Server) runMonitor(ctx context.Context, now func() int64) {
 		if err != nil {
 			continue
 		}
-		s.observeAbsence(s.computeAbsence(st, now()))
+		cal := s.node.Calendar()
+		s.observeAbsence(st.Overdue(cal), st.LateSchedules(cal, maxLate), s.stuckLeases(st, now()), st)
 	}
 }
 
-// monitor runs on the leader: gauges and one log line per newly overdue
-// window and newly stuck lease.
+// monitor runs on the leader: gauges and one log line per schedule that
+// becomes overdue and per newly stuck lease.
 type monitor struct {
-	overdue  *prometheus.GaugeVec
-	lastDone *prometheus.GaugeVec
-	slow     *prometheus.GaugeVec
-	stuck    *prometheus.GaugeVec
-	reported map[string]bool
+	overdue   *prometheus.GaugeVec
+	late      prometheus.Gauge
+	schedules *prometheus.GaugeVec
+	stuck     *prometheus.GaugeVec
+	reported  map[string]bool
 }
 
 func newMonitorMetrics(reg *prometheus.Registry) *monitor {
 	m := &monitor{
-		overdue: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_job_overdue_windows",
-			Help: "Expected windows of a job not completed by occurrence + complete_within (leader only)."}, []string{"job"}),
-		lastDone: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_job_last_completed_timestamp_seconds",
-			Help: "Cluster time of the job's last completed window."}, []string{"job"}),
-		slow: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_job_slow_windows",
-			Help: "Recent windows whose run took more than half the job's interval."}, []string{"job"}),
+		overdue: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_schedule_overdue_occurrences",
+			Help: "Occurrences of schedules whose job is not final by occurrence + complete_within, per queue (the first 100 queues; the rest count as \"other\"; leader only)."},
+			[]string{"queue"}),
+		late: prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_schedule_late_occurrences",
+			Help: "Occurrences of schedules due by more than complete_within and not made yet (the leader is behind; leader only)."}),
+		schedules: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_schedules",
+			Help: "Schedules by state: active, paused, deleted (tombstones kept for their history; leader only)."}, []string{"state"}),
 		stuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_stuck_leases",
 			Help: "Leases held longer than the maximum age (HELD_TOO_LONG) or whose renewals stopped (SILENT)."}, []string{"reason"}),
 		reported: map[string]bool{},
 	}
-	reg.MustRegister(m.overdue, m.lastDone, m.slow, m.stuck)
+	reg.MustRegister(m.overdue, m.late, m.schedules, m.stuck)
 	return m
 }
 
-// observe publishes one pass; only the leader calls it.
-func (s *Server) observeAbsence(a absence) {
+// observeAbsence publishes one pass; only the leader calls it.
+func (s *Server) observeAbsence(sum fsm.OverdueSummary, late []fsm.OverdueJob, stuck []*coordv1.StuckLease, st *fsm.FSM) {
 	m := s.monitor
 	m.overdue.Reset()
-	m.lastDone.Reset()
-	m.slow.Reset()
-	for job, n := range a.perJob {
-		m.overdue.WithLabelValues(job).Set(float64(n))
-		if t := a.lastDone[job]; t > 0 {
-			m.lastDone.WithLabelValues(job).Set(float64(t) / 1000)
+	queues := make([]string, 0, len(sum.PerQueue))
+	for q := range sum.PerQueue {
+		queues = append(queues, q)
+	}
+	sort.Strings(queues)
+	for i, q := range queues {
+		label := q
+		if i >= maxOverdueQueues {
+			label = "other"
 		}
-		m.slow.WithLabelValues(job).Set(0)
+		m.overdue.WithLabelValues(label).Add(float64(sum.PerQueue[q]))
 	}
-	for _, w := range a.slow {
-		m.slow.WithLabelValues(w.GetJob()).Inc()
-	}
+	m.late.Set(float64(len(late)))
+	active, paused, deleted := st.ScheduleCounts()
+	m.schedules.WithLabelValues("active").Set(float64(active))
+	m.schedules.WithLabelValues("paused").Set(float64(paused))
+	m.schedules.WithLabelValues("deleted").Set(float64(deleted))
 	m.stuck.Reset()
 	m.stuck.WithLabelValues("HELD_TOO_LONG").Set(0)
 	m.stuck.WithLabelValues("SILENT").Set(0)
-	now := map[string]bool{}
-	for _, w := range a.overdue {
-		k := "window/" + w.GetJob() + "/" + w.GetWindow()
-		now[k] = true
+	seen := map[string]bool{}
+	for _, name := range sum.Top(len(sum.PerSchedule)) {
+		k := "schedule/" + name
+		seen[k] = true
 		if !m.reported[k] {
-			s.log.Warn("window overdue", "job", w.GetJob(), "window", w.GetWindow(),
-				"occurrence", time.UnixMilli(w.GetOccurrence()).UTC().Format(time.RFC3339),
-				"overdue_by", time.Duration(w.GetOverdueMs())*time.Millisecond, "claimed", w.GetClaimed(),
-				"attempts", w.GetAttempts(), "owner", w.GetOwner())
+			s.log.Warn("schedule has overdue occurrences", "schedule", name, "overdue", sum.PerSchedule[name],
+				"oldest", time.UnixMilli(sum.Oldest[name]).UTC().Format(time.RFC3339))
 		}
 	}
-	for _, l := range a.stuck {
+	for _, o := range late {
+		k := "late/" + o.Schedule
+		seen[k] = true
+		if !m.reported[k] {
+			s.log.Warn("schedule occurrence not made in time: the leader is behind", "schedule", o.Schedule,
+				"occurrence", time.UnixMilli(o.At).UTC().Format(time.RFC3339))
+		}
+	}
+	for _, l := range stuck {
 		m.stuck.WithLabelValues(l.GetReason()).Inc()
 		k := "lease/" + l.GetReason() + "/" + l.GetLease().GetName() + "/" + u64(l.GetLease().GetGeneration())
-		now[k] = true
+		seen[k] = true
 		if !m.reported[k] {
 			s.log.Warn("lease looks stuck", "lease", l.GetLease().GetName(), "reason", l.GetReason(),
 				"owner", l.GetLease().GetOwner(), "generation", l.GetLease().GetGeneration(),
@@ -218,14 +227,14 @@ func (s *Server) observeAbsence(a absence) {
 				"renewed_ago", time.Duration(l.GetLease().GetRenewedAgoMs())*time.Millisecond)
 		}
 	}
-	m.reported = now
+	m.reported = seen
 }
 
 // clear drops the gauges when this node stops leading: only the leader
-// reports absence, so alerts never count a window twice.
+// reports absence, so alerts never count anything twice.
 func (m *monitor) clear() {
 	m.overdue.Reset()
-	m.lastDone.Reset()
-	m.slow.Reset()
+	m.late.Set(0)
+	m.schedules.Reset()
 	m.stuck.Reset()
 }

@@ -28,12 +28,20 @@ type Node interface {
 	// node ("" when unknown).
 	Leading() bool
 	Leader() (id, grpcAddr string)
+	// LeaderChanged is closed when the leader this node knows may have
+	// changed (reads wait on it during an election).
+	LeaderChanged() <-chan struct{}
 	// LeaderContext ends with this node's current leadership (streams that
 	// live on the leader end with it).
 	LeaderContext(ctx context.Context) (context.Context, error)
 	// WhileLeading runs f each time this node becomes a ready leader, until
-	// that leadership ends; now reads the cluster clock.
+	// that leadership ends; now reads the cluster clock (lease time).
 	WhileLeading(f func(ctx context.Context, now func() int64))
+	// Calendar is calendar time now (Unix ms): on the ready leader its
+	// wall clock, never below its last stamp; elsewhere the FSM's. Every
+	// calendar decision (not-before gates, due and overdue windows, job
+	// queues) is judged on it; leases never are (lease time, above).
+	Calendar() int64
 
 	// Acquire answers from state, proposes, or (wait) queues: the one
 	// entry point for acquires. cmd carries the caller's identity and the
@@ -44,6 +52,10 @@ type Node interface {
 	// Read returns the committed state (read only) and the cluster time to
 	// judge expiry at: linearizable on the leader, or stale on any node.
 	Read(ctx context.Context, stale bool) (*fsm.FSM, int64, error)
+	// Fetch hands out queued jobs (FetchJobs, with the caller's identity);
+	// with wait it long-polls on the leader, up to wait and not past ctx's
+	// deadline, in arrival order with the other waiting fetches.
+	Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Duration) (*fsm.FetchResult, error)
 
 	// IsMember reports whether identity is a Raft server id.
 	IsMember(identity string) bool

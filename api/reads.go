@@ -13,7 +13,8 @@ import (
 // its FSM after a VerifyLeader round (node.Read). With stale set, any node
 // answers from its own FSM, at its applied clock.
 
-// readOn answers a stale read from this node, any other on the leader.
+// readOn answers a stale read from this node, any other on the leader
+// (waiting briefly for one during an election).
 func readOn[Req, Resp any](s *Server, ctx context.Context, stale bool,
 	call func(coordv1.CoordinatorClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
 	local func() (Resp, error)) (Resp, error) {
@@ -21,7 +22,7 @@ func readOn[Req, Resp any](s *Server, ctx context.Context, stale bool,
 		resp, err := local()
 		return resp, toStatus(err)
 	}
-	return coordOnLeader(s, ctx, call, req, local)
+	return readOnLeader(s, ctx, coordv1.NewCoordinatorClient, call, req, local)
 }
 
 func (c *coordinator) GetLease(ctx context.Context, req *coordv1.GetLeaseRequest) (*coordv1.GetLeaseResponse, error) {

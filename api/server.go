@@ -1,5 +1,6 @@
-// Package api serves a coordd node: the gRPC services Coordinator, Cluster
-// and Jobs (with KeepAlive), the HTTP/JSON gateway, metrics and health;
+// Package api serves a coordd node: the gRPC services Coordinator (with
+// KeepAlive), Cluster, Queue and Schedules, the HTTP/JSON gateway, metrics
+// and health;
 // forwarding to the leader, validation, authentication and authorization,
 // proto <-> domain conversion, and the one table that turns errors into
 // statuses. It depends on the node only through the Node interface, so it
@@ -65,8 +66,19 @@ type Config struct {
 	OverdueLookback time.Duration
 	MaxLeaseAge     time.Duration
 
+	// LeaderWait is how long a read waits for a leader during an election
+	// (at most the caller's deadline) before it answers NO_LEADER.
+	LeaderWait time.Duration
+	// ClockProbeInterval is how often the leader measures every member's
+	// wall clock offset (Cluster.Clock); an offset beyond ClockOffsetWarn is
+	// logged and flagged (coordd_clock_offset_exceeded).
+	ClockProbeInterval time.Duration
+	ClockOffsetWarn    time.Duration
+
 	Logger *slog.Logger
-	// Clock drives the monitor's ticker.
+	// Clock drives the monitor's and the clock probe's tickers and the
+	// read's leader wait; its wall reading (clock.Wall) is this node's wall
+	// clock in Cluster.Clock and Status.
 	Clock clock.Clock
 	// Metrics is the registry served on /metrics; the API registers its
 	// collectors (and the Go and process collectors) in it. Give the node's
@@ -76,7 +88,8 @@ type Config struct {
 
 // Defaults are the values Serve gives unset fields.
 func Defaults() Config {
-	return Config{MonitorInterval: 5 * time.Second, OverdueLookback: 7 * 24 * time.Hour, MaxLeaseAge: 24 * time.Hour}
+	return Config{MonitorInterval: 5 * time.Second, OverdueLookback: 7 * 24 * time.Hour, MaxLeaseAge: 24 * time.Hour,
+		LeaderWait: 2 * time.Second, ClockProbeInterval: time.Second, ClockOffsetWarn: 500 * time.Millisecond}
 }
 
 func (c Config) withDefaults() Config {
@@ -89,6 +102,9 @@ func (c Config) withDefaults() Config {
 	c.MonitorInterval = cmp.Or(c.MonitorInterval, d.MonitorInterval)
 	c.OverdueLookback = cmp.Or(c.OverdueLookback, d.OverdueLookback)
 	c.MaxLeaseAge = cmp.Or(c.MaxLeaseAge, d.MaxLeaseAge)
+	c.LeaderWait = cmp.Or(c.LeaderWait, d.LeaderWait)
+	c.ClockProbeInterval = cmp.Or(c.ClockProbeInterval, d.ClockProbeInterval)
+	c.ClockOffsetWarn = cmp.Or(c.ClockOffsetWarn, d.ClockOffsetWarn)
 	return c
 }
 
@@ -118,20 +134,23 @@ const (
 	MaxNameBytes    = 256
 	MaxPayloadBytes = 64 << 10
 	MaxPageSize     = 1000
-	// MaxMessageBytes caps a gRPC request and an HTTP request body.
-	MaxMessageBytes = 1 << 20
+	// MaxMessageBytes caps a gRPC request and an HTTP request body (a
+	// Submit of 1,000 jobs with a few KiB of args each must fit).
+	MaxMessageBytes = 4 << 20
 	DefaultPageSize = 100
 )
 
 // Server is the API of one node.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	node    Node
-	metrics *metrics
-	monitor *monitor
+	cfg          Config
+	log          *slog.Logger
+	node         Node
+	metrics      *metrics
+	monitor      *monitor
+	queueMetrics *queueMetrics
+	clocks       *clocks
 
-	schedules schedules
+	calendars calendars // compiled schedules, by spec
 
 	grpc    *grpc.Server
 	grpcLis net.Listener
@@ -169,6 +188,7 @@ func Serve(cfg Config, n Node) (*Server, error) {
 		return nil, err
 	}
 	n.WhileLeading(s.runMonitor)
+	n.WhileLeading(s.runClockProbe)
 	n.Advertise(s.GRPCAddr(), s.addVoterOn)
 	s.log.Info("coordd API serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr())
 	return s, nil
@@ -188,6 +208,8 @@ func newServer(cfg Config, n Node) *Server {
 	s.dial = s.peerConn
 	s.metrics = newMetrics(cfg.Metrics)
 	s.monitor = newMonitorMetrics(cfg.Metrics)
+	s.queueMetrics = newQueueMetrics(cfg.Metrics, s)
+	s.clocks = newClocks(cfg.Metrics)
 	return s
 }
 
@@ -230,7 +252,8 @@ func (s *Server) start() error {
 	s.grpc = grpc.NewServer(opts...)
 	coordv1.RegisterCoordinatorServer(s.grpc, &coordinator{s: s})
 	coordv1.RegisterClusterServer(s.grpc, &cluster{s: s})
-	coordv1.RegisterJobsServer(s.grpc, &jobs{s: s})
+	coordv1.RegisterQueueServer(s.grpc, &queue{s: s})
+	coordv1.RegisterSchedulesServer(s.grpc, &schedules{s: s})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)

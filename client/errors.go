@@ -100,6 +100,8 @@ var reasonSentinels = map[coorderr.Reason]error{
 	coorderr.JobCancelled:          ErrJobCancelled,
 	coorderr.JobFinished:           ErrJobFinished,
 	coorderr.JobRunning:            ErrJobRunning,
+	coorderr.ScheduleNotFound:      ErrScheduleNotFound,
+	coorderr.ScheduleOverlap:       ErrScheduleOverlap,
 }
 
 // Error is a refusal from coordd: the gRPC code, the ErrorInfo reason

@@ -508,6 +508,6 @@ func (k *keeper) handle(s sentRenewal, r *coordv1.KeepAliveResponse) bool {
 		}
 		return true
 	}
-	s.l.lose(r.GetReason(), &Error{Reason: r.GetReason(), Message: r.GetMessage(), sentinel: ErrLeaseLost})
+	s.l.lose(r.GetReason(), &Error{Reason: r.GetReason(), Message: r.GetMessage(), Metadata: r.GetMetadata(), sentinel: ErrLeaseLost})
 	return false
 }

@@ -172,21 +172,24 @@ func TestKeepAliveScheduleAndLocalDeadline(t *testing.T) {
 	}
 }
 
-// A refusal from the server ends the lease at once with its reason.
+// A refusal from the server ends the lease at once with its reason and
+// metadata (who holds the lease now).
 func TestKeepAliveServerRefusal(t *testing.T) {
 	h := newHarness(t)
 	l := h.lease(3 * time.Second)
 	st := h.stream()
 	h.advanceTo(at(h, time.Second))
 	s := h.nextSend()
-	st.resp <- &coordv1.KeepAliveResponse{Name: "job", Generation: 7, Ok: false, Reason: "LEASE_LOST", Seq: s.req.GetSeq()}
+	st.resp <- &coordv1.KeepAliveResponse{Name: "job", Generation: 7, Ok: false, Reason: "LEASE_LOST", Seq: s.req.GetSeq(),
+		Metadata: map[string]string{"current_owner": "other", "current_generation": "8"}}
 	select {
 	case <-l.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("refusal did not end the lease")
 	}
 	var e *Error
-	if !errors.Is(l.Err(), ErrLeaseLost) || !errors.As(l.Err(), &e) || e.Reason != "LEASE_LOST" {
+	if !errors.Is(l.Err(), ErrLeaseLost) || !errors.As(l.Err(), &e) || e.Reason != "LEASE_LOST" ||
+		e.Metadata["current_owner"] != "other" || e.Metadata["current_generation"] != "8" {
 		t.Fatalf("err %v", l.Err())
 	}
 }

@@ -52,10 +52,11 @@ func (r rawConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method st
 // a fenced commit with an idempotency key, a job submit whose every job has
 // a unique key), dry runs and operations on a holder that a repeat leaves
 // as they are (renew, release, claim, complete; a job attempt's heartbeat,
-// completion or failure, a job's cancel). A leader transfer, a server
-// removal, a snapshot, a job Retry (a repeat after the job ran and failed
-// again would revive it twice) and a Fetch (a repeat hands out more jobs)
-// are not retried once sent.
+// completion or failure, a job's cancel; a schedule's put, pause, resume
+// or delete). A schedule's trigger (a repeat is a second occurrence), a
+// leader transfer, a server removal, a snapshot, a job Retry (a repeat
+// after the job ran and failed again would revive it twice) and a Fetch (a
+// repeat hands out more jobs) are not retried once sent.
 func idempotentCall(req any) bool {
 	switch r := req.(type) {
 	case *coordv1.AcquireRequest:
@@ -72,7 +73,8 @@ func idempotentCall(req any) bool {
 	case *coordv1.RenewRequest, *coordv1.ReleaseRequest, *coordv1.ClaimWindowRequest, *coordv1.CompleteWindowRequest,
 		*coordv1.GetLeaseRequest, *coordv1.ListLeasesRequest, *coordv1.GetWindowRequest, *coordv1.ListWindowsRequest,
 		*coordv1.GetResourceRequest,
-		*coordv1.RegisterJobRequest, *coordv1.ListJobsRequest, *coordv1.JobStatusRequest, *coordv1.ListOverdueRequest,
+		*coordv1.PutScheduleRequest, *coordv1.GetScheduleRequest, *coordv1.ListSchedulesRequest, *coordv1.PauseScheduleRequest,
+		*coordv1.ResumeScheduleRequest, *coordv1.DeleteScheduleRequest, *coordv1.ListOverdueRequest,
 		*coordv1.StatusRequest, *coordv1.MembersRequest, *coordv1.AddVoterRequest,
 		*coordv1.QueueGetRequest, *coordv1.QueueListRequest, *coordv1.QueueStatsRequest,
 		*coordv1.QueueHeartbeatRequest, *coordv1.QueueCompleteRequest, *coordv1.QueueFailRequest, *coordv1.QueueCancelRequest:

@@ -35,6 +35,18 @@ type Ticker interface {
 	Reset(d time.Duration)
 }
 
+// Wall reads c's wall clock: c.Now(), unless c keeps a wall reading of its
+// own (Stepped: a wall clock that NTP stepped while elapsed time went on).
+// Calendar time (the leader's stamp) is read with Wall, elapsed time with
+// Now: a real clock's Now carries a monotonic reading, so Sub between two
+// readings ignores steps of the wall clock, and so does lease time.
+func Wall(c Clock) time.Time {
+	if w, ok := c.(interface{ Wall() time.Time }); ok {
+		return w.Wall()
+	}
+	return c.Now()
+}
+
 // Since is the time elapsed on c since t.
 func Since(c Clock, t time.Time) time.Duration { return c.Now().Sub(t) }
 
@@ -343,6 +355,7 @@ type Offset struct {
 }
 
 func (o Offset) Now() time.Time                            { return o.Base.Now().Add(o.Skew) }
+func (o Offset) Wall() time.Time                           { return Wall(o.Base).Add(o.Skew) }
 func (o Offset) NewTimer(d time.Duration) Timer            { return o.Base.NewTimer(d) }
 func (o Offset) AfterFunc(d time.Duration, f func()) Timer { return o.Base.AfterFunc(d, f) }
 func (o Offset) NewTicker(d time.Duration) Ticker          { return o.Base.NewTicker(d) }
@@ -361,4 +374,33 @@ func Skewed(offset time.Duration, rate float64) Clock {
 		return base
 	}
 	return Offset{Base: base, Skew: offset}
+}
+
+// Stepped is Base with a wall clock that can be stepped as NTP steps a real
+// one: Wall reads Base's time plus the steps so far, while Now (elapsed
+// time), timers and tickers stay Base's. Tests use it on a Fake to step a
+// leader's wall clock forward and back.
+type Stepped struct {
+	Base Clock
+	mu   sync.Mutex
+	step time.Duration
+}
+
+func (s *Stepped) Now() time.Time                            { return s.Base.Now() }
+func (s *Stepped) NewTimer(d time.Duration) Timer            { return s.Base.NewTimer(d) }
+func (s *Stepped) AfterFunc(d time.Duration, f func()) Timer { return s.Base.AfterFunc(d, f) }
+func (s *Stepped) NewTicker(d time.Duration) Ticker          { return s.Base.NewTicker(d) }
+
+// Wall is Base's time plus every step so far.
+func (s *Stepped) Wall() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Wall(s.Base).Add(s.step)
+}
+
+// Step moves the wall clock by d (negative: back).
+func (s *Stepped) Step(d time.Duration) {
+	s.mu.Lock()
+	s.step += d
+	s.mu.Unlock()
 }

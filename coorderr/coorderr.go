@@ -66,6 +66,8 @@ const (
 	JobCancelled          = coordv1.ErrorReason_ERROR_REASON_JOB_CANCELLED
 	JobFinished           = coordv1.ErrorReason_ERROR_REASON_JOB_FINISHED
 	JobRunning            = coordv1.ErrorReason_ERROR_REASON_JOB_RUNNING
+	ScheduleNotFound      = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_NOT_FOUND
+	ScheduleOverlap       = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_OVERLAP
 )
 
 // prefix is what the enum's value names carry and the wire names do not.

@@ -46,7 +46,7 @@ func TestCheckAcquireAgreesWithApply(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := setup()
 			before := f.Digest()
-			answer, ok := f.CheckAcquire(now, tc.cmd)
+			answer, ok := f.CheckAcquire(now, now, tc.cmd)
 			if f.Digest() != before {
 				t.Fatal("CheckAcquire changed the state")
 			}

@@ -85,3 +85,58 @@ func TestCalendarSnapshotAndDigest(t *testing.T) {
 		t.Fatal("a zero calendar changed the encoding")
 	}
 }
+
+// The not-before gate of a claim is on calendar time, not lease time: a
+// lease clock that lags the calendar by an hour (failovers, an outage)
+// does not hold a due window back, and one that runs ahead does not let
+// an early claim through. A command stamped without a calendar time (from
+// before the leader stamped one) is judged on lease time, as it was then,
+// so replaying an old log decides the same. Job and window timestamps are
+// calendar time too; holder checks stay on lease time.
+func TestClaimNotBeforeOnTheCalendar(t *testing.T) {
+	const cal = 1_700_000_000_000
+	f := New()
+	claim := func(window string, nb int64) *fsmv1.Acquire {
+		return &fsmv1.Acquire{Name: "lease-" + window, Owner: "a", TtlMs: 1000, ClaimJob: "job", ClaimWindow: window, ClaimNotBeforeMs: nb}
+	}
+	// Lease time an hour behind the calendar: a window due now is claimed.
+	lease := int64(cal - 3_600_000)
+	r, ok := runAt(t, f, lease, cal, claim("due", cal)).(*AcquireResult)
+	if !ok || !r.Acquired || !r.Claim.Claimed {
+		t.Fatalf("a window due on the calendar was refused: %#v", r)
+	}
+	if r.Claim.Window.StartedAt != cal || r.Claim.Window.FirstStartedAt != cal || r.Lease.AcquiredAt != lease {
+		t.Fatalf("window started at %d (want calendar %d), lease acquired at %d (want lease time %d)",
+			r.Claim.Window.StartedAt, cal, r.Lease.AcquiredAt, lease)
+	}
+	// Not due for 800 ms on the calendar, whatever lease time says.
+	rej := runAt(t, f, lease+1, cal+200, claim("later", cal+1000))
+	wantReason(t, rej, ReasonTooEarly)
+	if got := rej.(*Rejection).Metadata["wait_ms"]; got != "800" {
+		t.Fatalf("wait_ms %q, want 800 (on the calendar)", got)
+	}
+	// The answer without a write agrees with the apply.
+	if answer, ok := f.CheckAcquire(cal+10_000, cal+200, claim("later", cal+1000)); !ok {
+		t.Fatal("CheckAcquire left a too-early claim to the apply")
+	} else {
+		wantReason(t, answer, ReasonTooEarly)
+	}
+	if _, ok := f.CheckAcquire(lease, cal+1000, claim("later", cal+1000)); ok {
+		t.Fatal("CheckAcquire refused a claim due on the calendar")
+	}
+	// Completion and the job's record are calendar time.
+	runAt(t, f, lease+2, cal+250, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "job", Schedule: "@every 1m"}})
+	w := runAt(t, f, lease+3, cal+300, &fsmv1.CompleteWindow{Job: "job", Window: "due", LeaseName: "lease-due", Owner: "a", Generation: 1}).(*WindowResult)
+	j, _ := f.Job("job")
+	if w.Window.CompletedAt != cal+300 || j.RegisteredAt != cal+250 || j.LastCompletedAt != cal+300 {
+		t.Fatalf("completed at %d, job registered at %d, last completed %d: want calendar times", w.Window.CompletedAt, j.RegisteredAt, j.LastCompletedAt)
+	}
+	// An old entry (no calendar stamp) is judged on its lease time, even
+	// once the FSM has a calendar time.
+	g := New()
+	runAt(t, g, 4000, cal, &fsmv1.Tick{})
+	wantReason(t, run(t, g, 4200, claim("old", 5000)), ReasonTooEarly)
+	if r := run(t, g, 5000, claim("old", 5000)).(*AcquireResult); !r.Claim.Claimed || r.Claim.Window.StartedAt != 5000 {
+		t.Fatalf("old entry at its not-before lease time: %+v", r)
+	}
+}

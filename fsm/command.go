@@ -55,6 +55,16 @@ func EnvelopeAt(nowMs, calendarMs int64, body any) *fsmv1.Command {
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_CANCEL_JOBS, &fsmv1.Command_CancelJobs{CancelJobs: b}
 	case *fsmv1.RetryJobs:
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_RETRY_JOBS, &fsmv1.Command_RetryJobs{RetryJobs: b}
+	case *fsmv1.PutSchedule:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_PUT_SCHEDULE, &fsmv1.Command_PutSchedule{PutSchedule: b}
+	case *fsmv1.DeleteSchedule:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_DELETE_SCHEDULE, &fsmv1.Command_DeleteSchedule{DeleteSchedule: b}
+	case *fsmv1.PauseSchedule:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_PAUSE_SCHEDULE, &fsmv1.Command_PauseSchedule{PauseSchedule: b}
+	case *fsmv1.TriggerSchedule:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_TRIGGER_SCHEDULE, &fsmv1.Command_TriggerSchedule{TriggerSchedule: b}
+	case *fsmv1.MaterialiseSchedules:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_MATERIALISE_SCHEDULES, &fsmv1.Command_MaterialiseSchedules{MaterialiseSchedules: b}
 	default:
 		panic(fmt.Sprintf("fsm.Envelope: not a command body: %T", body))
 	}

@@ -40,6 +40,10 @@ const (
 	ReasonJobCancelled   = coordv1.ErrorReason_ERROR_REASON_JOB_CANCELLED
 	ReasonJobFinished    = coordv1.ErrorReason_ERROR_REASON_JOB_FINISHED
 	ReasonJobRunning     = coordv1.ErrorReason_ERROR_REASON_JOB_RUNNING
+
+	// Schedules (fsm/schedule*.go).
+	ReasonScheduleNotFound = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_NOT_FOUND
+	ReasonScheduleOverlap  = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_OVERLAP
 )
 
 // Rejection is a business rejection of a command: the command was applied

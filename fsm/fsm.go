@@ -76,19 +76,27 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 	if cmd.GetType() != fsmv1.CommandType_COMMAND_TYPE_BATCH {
 		s.advanceQueue(cal)
 	}
+	// day is the time this command's calendar decisions are judged at and
+	// its job and window timestamps are: calendar time, or lease time for
+	// a command stamped without a calendar time (written before the leader
+	// stamped one), as it was judged when it was written.
+	day := now
+	if cmd.GetCalendarMs() > 0 {
+		day = cal
+	}
 	switch cmd.GetType() {
 	case fsmv1.CommandType_COMMAND_TYPE_TICK:
 		return nil
 	case fsmv1.CommandType_COMMAND_TYPE_ACQUIRE:
-		return s.acquire(now, cmd.GetAcquire())
+		return s.acquire(now, day, cmd.GetAcquire())
 	case fsmv1.CommandType_COMMAND_TYPE_RENEW:
 		return s.renew(now, cmd.GetRenew())
 	case fsmv1.CommandType_COMMAND_TYPE_RELEASE:
-		return s.release(now, cmd.GetRelease())
+		return s.release(now, day, cmd.GetRelease())
 	case fsmv1.CommandType_COMMAND_TYPE_CLAIM_WINDOW:
-		return s.claimWindow(now, cmd.GetClaimWindow())
+		return s.claimWindow(now, day, cmd.GetClaimWindow())
 	case fsmv1.CommandType_COMMAND_TYPE_COMPLETE_WINDOW:
-		return s.completeWindow(now, cmd.GetCompleteWindow())
+		return s.completeWindow(now, day, cmd.GetCompleteWindow())
 	case fsmv1.CommandType_COMMAND_TYPE_FENCED_COMMIT:
 		return s.fencedCommit(now, cmd.GetFencedCommit())
 	case fsmv1.CommandType_COMMAND_TYPE_PRUNE:
@@ -98,7 +106,7 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 	case fsmv1.CommandType_COMMAND_TYPE_REMOVE_MEMBER:
 		return s.removeMember(cmd.GetRemoveMember())
 	case fsmv1.CommandType_COMMAND_TYPE_REGISTER_JOB:
-		return s.registerJob(now, cmd.GetRegisterJob())
+		return s.registerJob(day, cmd.GetRegisterJob())
 	case fsmv1.CommandType_COMMAND_TYPE_BATCH:
 		return s.applyBatch(cmd.GetBatch())
 	case fsmv1.CommandType_COMMAND_TYPE_SUBMIT_JOBS:
@@ -115,6 +123,16 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 		return s.cancelJobs(cal, cmd.GetCancelJobs())
 	case fsmv1.CommandType_COMMAND_TYPE_RETRY_JOBS:
 		return s.retryJobs(cal, cmd.GetRetryJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_PUT_SCHEDULE:
+		return s.putSchedule(cal, cmd.GetPutSchedule())
+	case fsmv1.CommandType_COMMAND_TYPE_DELETE_SCHEDULE:
+		return s.deleteSchedule(cal, cmd.GetDeleteSchedule())
+	case fsmv1.CommandType_COMMAND_TYPE_PAUSE_SCHEDULE:
+		return s.pauseSchedule(cal, cmd.GetPauseSchedule())
+	case fsmv1.CommandType_COMMAND_TYPE_TRIGGER_SCHEDULE:
+		return s.triggerSchedule(cal, cmd.GetTriggerSchedule())
+	case fsmv1.CommandType_COMMAND_TYPE_MATERIALISE_SCHEDULES:
+		return s.materialise(cal, cmd.GetMaterialiseSchedules())
 	default:
 		// A command from a newer version: stop rather than diverge.
 		panic(fmt.Sprintf("fsm: unknown command type %d", cmd.GetType()))

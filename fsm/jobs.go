@@ -64,8 +64,9 @@ func jobRecord(j *Job) *fsmv1.JobRecord {
 }
 
 // registerJob upserts a job. The same spec again changes nothing (so every
-// replica of a service can register at start).
-func (s *state) registerJob(now int64, c *fsmv1.RegisterJob) any {
+// replica of a service can register at start). Its times are calendar
+// time cal.
+func (s *state) registerJob(cal int64, c *fsmv1.RegisterJob) any {
 	in := jobFromRecord(c.GetJob())
 	if in.Name == "" || in.Schedule == "" {
 		return reject(ReasonInvalidArgument, nil, "a job needs a name and a schedule")
@@ -75,7 +76,7 @@ func (s *state) registerJob(now int64, c *fsmv1.RegisterJob) any {
 		return &JobResult{Job: *cur}
 	}
 	n := *in
-	n.RegisteredAt, n.UpdatedAt = now, now
+	n.RegisteredAt, n.UpdatedAt = cal, cal
 	if cur != nil {
 		n.RegisteredAt, n.LastCompletedAt, n.LastCompletedWindow = cur.RegisteredAt, cur.LastCompletedAt, cur.LastCompletedWindow
 	}

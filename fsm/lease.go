@@ -8,13 +8,14 @@ import (
 )
 
 // acquireCheck is every decision of acquire that changes nothing (the
-// acquire predicate). It returns the answer when acquire answers without a
+// acquire predicate), at lease time now and calendar time cal (the
+// not-before gate of a claim is on the calendar). It returns the answer when acquire answers without a
 // write: a malformed command, a claim on a completed window or before its
 // not-before time, the lease live and held by another request. Otherwise
 // answer is nil and acquire writes: own reports that the live lease is
 // this request's grant (a retry: the same request id, owner and identity),
 // else the lease is free (cur is its record, nil when it never existed).
-func (s *state) acquireCheck(now int64, c *fsmv1.Acquire) (answer any, cur *Lease, own bool) {
+func (s *state) acquireCheck(now, cal int64, c *fsmv1.Acquire) (answer any, cur *Lease, own bool) {
 	if c.GetTtlMs() <= 0 || c.GetName() == "" || c.GetOwner() == "" {
 		return reject(ReasonInvalidArgument, nil, "acquire needs a name, an owner and a positive TTL"), nil, false
 	}
@@ -30,8 +31,8 @@ func (s *state) acquireCheck(now int64, c *fsmv1.Acquire) (answer any, cur *Leas
 			}
 			return res, cur, false
 		}
-		if nb := c.GetClaimNotBeforeMs(); now < nb {
-			return tooEarly(now, nb, c.GetClaimJob(), c.GetClaimWindow()), cur, false
+		if nb := c.GetClaimNotBeforeMs(); cal < nb {
+			return tooEarly(cal, nb, c.GetClaimJob(), c.GetClaimWindow()), cur, false
 		}
 	}
 	if cur == nil || !cur.Live(now) {
@@ -43,7 +44,8 @@ func (s *state) acquireCheck(now int64, c *fsmv1.Acquire) (answer any, cur *Leas
 	return &AcquireResult{At: now, Acquired: false, Lease: *cur}, cur, false
 }
 
-// CheckAcquire answers an Acquire at cluster time now from committed state,
+// CheckAcquire answers an Acquire at lease time now and calendar time cal
+// (what the leader would stamp on it) from committed state,
 // without recording anything, when acquire would answer it without a
 // write: the lease held by another request (not acquired), this request's
 // own live grant (acquired again; not when it asks for a claim, which only
@@ -52,10 +54,10 @@ func (s *state) acquireCheck(now int64, c *fsmv1.Acquire) (answer any, cur *Leas
 // true, or nil and false when only a log entry can answer (the lease is
 // free). The node answers from it, waiting acquires wait on it, and the
 // apply decides by the same acquireCheck, so the three cannot disagree.
-func (f *FSM) CheckAcquire(now int64, c *fsmv1.Acquire) (any, bool) {
+func (f *FSM) CheckAcquire(now, cal int64, c *fsmv1.Acquire) (any, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	answer, cur, own := f.st.acquireCheck(now, c)
+	answer, cur, own := f.st.acquireCheck(now, cal, c)
 	switch {
 	case answer != nil:
 		return answer, true
@@ -68,14 +70,15 @@ func (f *FSM) CheckAcquire(now int64, c *fsmv1.Acquire) (any, bool) {
 
 // acquire grants the lease when it is free, released or expired, with the
 // next generation. A retry carrying the request id of the live grant gets
-// that grant back instead of a second one.
-func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
-	answer, cur, own := s.acquireCheck(now, c)
+// that grant back instead of a second one. A claim's window is stamped at
+// calendar time cal.
+func (s *state) acquire(now, cal int64, c *fsmv1.Acquire) any {
+	answer, cur, own := s.acquireCheck(now, cal, c)
 	if answer != nil {
 		return answer
 	}
 	if own {
-		return s.withClaim(now, c, &AcquireResult{At: now, Acquired: true, Lease: *cur})
+		return s.withClaim(now, cal, c, &AcquireResult{At: now, Acquired: true, Lease: *cur})
 	}
 	if limit := c.GetMaxLiveLeases(); limit > 0 && c.GetIdentity() != "" && s.liveLeases(c.GetIdentity(), now) >= int(limit) {
 		return reject(ReasonLeaseLimit, map[string]string{"limit": strconv.FormatUint(uint64(limit), 10)},
@@ -102,22 +105,24 @@ func (s *state) acquire(now int64, c *fsmv1.Acquire) any {
 	if cur != nil && !cur.Released {
 		res.TookOver, res.Previous = true, *cur
 	}
-	return s.withClaim(now, c, res)
+	return s.withClaim(now, cal, c, res)
 }
 
-// tooEarly is the rejection of a claim at now before its not-before time.
-func tooEarly(now, notBefore int64, job, window string) *Rejection {
-	return reject(ReasonTooEarly, map[string]string{"wait_ms": strconv.FormatInt(notBefore-now, 10)},
-		"window %s/%s may not start for %d ms (cluster time); is this replica's clock ahead?", job, window, notBefore-now)
+// tooEarly is the rejection of a claim at calendar time cal before its
+// not-before time.
+func tooEarly(cal, notBefore int64, job, window string) *Rejection {
+	return reject(ReasonTooEarly, map[string]string{"wait_ms": strconv.FormatInt(notBefore-cal, 10)},
+		"window %s/%s may not start for %d ms (calendar time: the leader's clock); is this replica's clock ahead?",
+		job, window, notBefore-cal)
 }
 
 // withClaim claims the Acquire's window for the holder res was granted to.
 // The holder is current and live at now, so the claim cannot be refused.
-func (s *state) withClaim(now int64, c *fsmv1.Acquire, res *AcquireResult) any {
+func (s *state) withClaim(now, cal int64, c *fsmv1.Acquire, res *AcquireResult) any {
 	if c.GetClaimJob() == "" {
 		return res
 	}
-	out := s.claimWindow(now, &fsmv1.ClaimWindow{Job: c.GetClaimJob(), Window: c.GetClaimWindow(), LeaseName: res.Lease.Name,
+	out := s.claimWindow(now, cal, &fsmv1.ClaimWindow{Job: c.GetClaimJob(), Window: c.GetClaimWindow(), LeaseName: res.Lease.Name,
 		Owner: res.Lease.Owner, Generation: res.Lease.Generation, Identity: res.Lease.Identity})
 	cr, ok := out.(*ClaimResult)
 	if !ok {
@@ -179,7 +184,7 @@ func (s *state) renew(now int64, c *fsmv1.Renew) any {
 
 // release expires the lease now but keeps the record, so the generation
 // keeps growing (G1). Releasing an already released generation is harmless.
-func (s *state) release(now int64, c *fsmv1.Release) any {
+func (s *state) release(now, cal int64, c *fsmv1.Release) any {
 	l := s.lease(c.GetName())
 	if l != nil && l.Released && l.Generation == c.GetGeneration() && l.Owner == c.GetOwner() && l.Identity == c.GetIdentity() {
 		return &ReleaseResult{At: now, Released: false, Lease: *l}
@@ -197,7 +202,7 @@ func (s *state) release(now int64, c *fsmv1.Release) any {
 		if h.GetName() != c.GetName() {
 			res.Handoff = reject(ReasonInvalidArgument, nil, "a handoff must acquire the released lease")
 		} else {
-			res.Handoff = s.acquire(now, h)
+			res.Handoff = s.acquire(now, cal, h)
 		}
 	}
 	return res

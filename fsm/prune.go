@@ -40,6 +40,7 @@ func (s *state) prune(c *fsmv1.Prune) any {
 		s.idemQ = s.idemQ[1:]
 	}
 	res.Jobs = s.pruneJobs(c.GetJobsCutoffMs(), c.GetMaxFinishedJobs())
+	res.Schedules = s.pruneSchedules(c.GetJobsCutoffMs())
 	if cap(s.completedQ) > 1024 && len(s.completedQ) < cap(s.completedQ)/4 {
 		s.completedQ = append([]windowKey(nil), s.completedQ...)
 	}

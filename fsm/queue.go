@@ -485,6 +485,7 @@ func (s *state) replaceJob(old, n *QueueJob) {
 	s.qidx.removeDynamic(old)
 	s.qjobs.ReplaceOrInsert(n)
 	s.qidx.addDynamic(n)
+	s.scheduledJobMoved(old, n)
 }
 
 // deleteJob removes a job and its index entries (retention). A queue's

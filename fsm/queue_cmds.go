@@ -373,20 +373,26 @@ func (s *state) cancelJobs(cal int64, c *fsmv1.CancelJobs) any {
 				"job %d is already %s", id, j.State)
 			continue
 		}
-		n := j.withLog()
-		if a, ok := n.Current(); ok {
-			a.Outcome, a.FinishedAt = AttemptCancelled, cal
-			a.Error = "cancelled"
-			if c.GetIdentity() != "" {
-				a.Error = fmt.Sprintf("cancelled by %q", c.GetIdentity())
-			}
+		why := "cancelled"
+		if c.GetIdentity() != "" {
+			why = fmt.Sprintf("cancelled by %q", c.GetIdentity())
 		}
-		n.State, n.UpdatedAt, n.FinishedAt = JobCancelled, cal, cal
-		s.replaceJob(j, n)
-		s.qidx.counts(n.Queue).Cancelled++
-		out[i] = &JobOutcome{Job: *n}
+		out[i] = &JobOutcome{Job: *s.cancelJob(j, cal, why)}
 	}
 	return out
+}
+
+// cancelJob cancels a job that is not final; a running attempt ends
+// CANCELLED with error why.
+func (s *state) cancelJob(j *QueueJob, cal int64, why string) *QueueJob {
+	n := j.withLog()
+	if a, ok := n.Current(); ok {
+		a.Outcome, a.FinishedAt, a.Error = AttemptCancelled, cal, why
+	}
+	n.State, n.UpdatedAt, n.FinishedAt = JobCancelled, cal, cal
+	s.replaceJob(j, n)
+	s.qidx.counts(n.Queue).Cancelled++
+	return n
 }
 
 // retryJobs makes jobs available now: dead, cancelled, retryable (skips

@@ -60,4 +60,5 @@ type PruneResult struct {
 	Windows     int
 	Idempotency int
 	Jobs        int // finished queue jobs
+	Schedules   int // tombstones of deleted schedules
 }

@@ -62,6 +62,7 @@ func (st *state) writeTo(w io.Writer) error {
 		LastJobId:   st.lastJobID,
 		FetchSeq:    st.fetchSeq,
 		QueueJobs:   uint64(st.qjobs.Len()),
+		Schedules:   uint64(st.schedules.Len()),
 	}}})
 	st.leases.Ascend(func(l *Lease) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Lease{Lease: leaseRecord(l)}})
@@ -90,6 +91,9 @@ func (st *state) writeTo(w io.Writer) error {
 	})
 	st.qjobs.Ascend(func(j *QueueJob) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueueJob{QueueJob: queueJobRecord(j)}})
+	})
+	st.schedules.Ascend(func(sc *Schedule) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Schedule{Schedule: scheduleRecord(sc)}})
 	})
 	if werr != nil {
 		return werr
@@ -192,6 +196,12 @@ func readSnapshot(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("snapshot: queue job %d above the last id assigned (%d)", j.ID, st.lastJobID)
 			}
 			st.qjobs.ReplaceOrInsert(j)
+		case *fsmv1.SnapshotRecord_Schedule:
+			sc, err := scheduleFromRecord(x.Schedule)
+			if err != nil {
+				return nil, err
+			}
+			st.schedules.ReplaceOrInsert(sc)
 		default:
 			return nil, fmt.Errorf("snapshot: unknown record type")
 		}
@@ -201,6 +211,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 	}
 	st.rebuildQueues()
 	st.rebuildQueueIndex()
+	st.rebuildScheduleIndex()
 	return st, nil
 }
 

@@ -20,6 +20,10 @@ type state struct {
 	qjobs     *btree.BTreeG[*QueueJob] // the job queue, by id
 	lastJobID uint64                   // the last queue job id assigned
 	fetchSeq  uint64                   // fetches applied: the round robin's start
+	schedules *btree.BTreeG[*Schedule] // by name, tombstones included
+	// sidx indexes schedules (next due, tombstones) and the open jobs they
+	// made. Derived: rebuilt after a restore.
+	sidx *scheduleIndex
 	// qidx indexes qjobs (due times, claims, availability, lists, unique
 	// keys, counts). Derived: rebuilt after a restore.
 	qidx *queueIndex
@@ -63,6 +67,8 @@ func newState() *state {
 		jobs:       btree.NewG(btreeDegree, lessJob),
 		qjobs:      btree.NewG(btreeDegree, lessQueueJob),
 		qidx:       newQueueIndex(),
+		schedules:  btree.NewG(btreeDegree, lessSchedule),
+		sidx:       newScheduleIndex(),
 		byIdentity: map[string]map[string]struct{}{},
 	}
 }
@@ -111,6 +117,7 @@ func (s *state) clone() *state {
 		qjobs:     s.qjobs.Clone(),
 		lastJobID: s.lastJobID,
 		fetchSeq:  s.fetchSeq,
+		schedules: s.schedules.Clone(),
 	}
 }
 

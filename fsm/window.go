@@ -8,8 +8,9 @@ import (
 
 // claimWindow claims an incomplete window for the current lease holder.
 // Each distinct holder (lease, owner, generation) counts one attempt; a
-// repeat by the same holder is the same attempt.
-func (s *state) claimWindow(now int64, c *fsmv1.ClaimWindow) any {
+// repeat by the same holder is the same attempt. The holder is judged at
+// lease time now; the window's times are calendar time cal.
+func (s *state) claimWindow(now, cal int64, c *fsmv1.ClaimWindow) any {
 	if c.GetJob() == "" || c.GetWindow() == "" {
 		return reject(ReasonInvalidArgument, nil, "claim needs a job and a window")
 	}
@@ -23,7 +24,7 @@ func (s *state) claimWindow(now int64, c *fsmv1.ClaimWindow) any {
 	var n Window
 	switch {
 	case w == nil:
-		n = Window{Job: c.GetJob(), Window: c.GetWindow(), FirstStartedAt: now}
+		n = Window{Job: c.GetJob(), Window: c.GetWindow(), FirstStartedAt: cal}
 	case w.claimedBy(c.GetLeaseName(), c.GetOwner(), c.GetGeneration()):
 		return &ClaimResult{Claimed: true, Window: *w}
 	default:
@@ -31,18 +32,20 @@ func (s *state) claimWindow(now int64, c *fsmv1.ClaimWindow) any {
 	}
 	n.Attempts++
 	n.LeaseName, n.Owner, n.Generation = c.GetLeaseName(), c.GetOwner(), c.GetGeneration()
-	n.StartedAt = now
+	n.StartedAt = cal
 	s.windows.ReplaceOrInsert(&n)
 	return &ClaimResult{Claimed: true, Window: n}
 }
 
 // completeWindow completes a window claimed by the caller, at most once (G5).
 // A repeat by the holder that completed it returns the record.
-func (s *state) completeWindow(now int64, c *fsmv1.CompleteWindow) any {
+// The holder is judged at lease time now; the completion is stamped at
+// calendar time cal.
+func (s *state) completeWindow(now, cal int64, c *fsmv1.CompleteWindow) any {
 	w := s.window(c.GetJob(), c.GetWindow())
 	if w != nil && w.Completed {
 		if w.claimedBy(c.GetLeaseName(), c.GetOwner(), c.GetGeneration()) {
-			return s.releaseAfterComplete(now, c, &WindowResult{Window: *w})
+			return s.releaseAfterComplete(now, cal, c, &WindowResult{Window: *w})
 		}
 		return reject(ReasonWindowCompleted, windowMeta(w),
 			"window %s/%s was completed by %q generation %d", w.Job, w.Window, w.Owner, w.Generation)
@@ -56,22 +59,22 @@ func (s *state) completeWindow(now int64, c *fsmv1.CompleteWindow) any {
 	}
 	n := *w
 	n.Completed = true
-	n.CompletedAt = now
+	n.CompletedAt = cal
 	n.Result = c.GetResult()
 	s.windows.ReplaceOrInsert(&n)
 	s.completedQ = append(s.completedQ, windowKey{n.Job, n.Window})
 	s.noteCompletion(&n)
-	return s.releaseAfterComplete(now, c, &WindowResult{Window: n})
+	return s.releaseAfterComplete(now, cal, c, &WindowResult{Window: n})
 }
 
 // releaseAfterComplete releases the lease when the CompleteWindow asked for
 // it. The completion stands whatever the release finds (a retry whose first
 // call released already, a lease that expired since).
-func (s *state) releaseAfterComplete(now int64, c *fsmv1.CompleteWindow, res *WindowResult) *WindowResult {
+func (s *state) releaseAfterComplete(now, cal int64, c *fsmv1.CompleteWindow, res *WindowResult) *WindowResult {
 	if !c.GetRelease() {
 		return res
 	}
-	if r, ok := s.release(now, &fsmv1.Release{Name: c.GetLeaseName(), Owner: c.GetOwner(), Generation: c.GetGeneration(),
+	if r, ok := s.release(now, cal, &fsmv1.Release{Name: c.GetLeaseName(), Owner: c.GetOwner(), Generation: c.GetGeneration(),
 		Identity: c.GetIdentity()}).(*ReleaseResult); ok {
 		res.Released = r.Released
 	}

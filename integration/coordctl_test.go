@@ -285,40 +285,57 @@ func TestCoordctlEndToEnd(t *testing.T) {
 		t.Fatalf("after remove: %v", m)
 	}
 
-	// Registered jobs: register, registered, status, overdue (nobody runs
-	// it: overdue). ("job list" lists the job queue's jobs.)
-	reg := c.json("job", "register", "every-second", "--schedule", "@every 1s", "--complete-within", "1s")
-	if field(reg, "changed") != true || field(reg, "job", "spec", "schedule") != "@every 1s" || field(reg, "job", "interval_ms") != "1000" {
-		t.Fatalf("job register: %v", reg)
+	// Schedules: create (an upsert), get, list, trigger, pause, resume,
+	// overdue (nobody runs its jobs), delete.
+	sc := c.json("schedule", "create", "every-second", "--schedule", "@every 1s", "--kind", "tick", "--queue", "ctl",
+		"--complete-within", "1s", "--overlap", "allow")
+	if field(sc, "created") != true || field(sc, "schedule", "spec", "schedule") != "@every 1s" || field(sc, "schedule", "interval_ms") != "1000" {
+		t.Fatalf("schedule create: %v", sc)
 	}
-	if again := c.json("job", "register", "every-second", "--schedule", "@every 1s", "--complete-within", "1s"); field(again, "changed") != false {
-		t.Fatalf("re-register: %v", again)
+	if again := c.json("schedule", "create", "every-second", "--schedule", "@every 1s", "--kind", "tick", "--queue", "ctl",
+		"--complete-within", "1s", "--overlap", "allow"); field(again, "changed") != false {
+		t.Fatalf("create again: %v", again)
 	}
-	if _, errOut, code := c.run("job", "register", "bad", "--schedule", "whenever"); code != 1 || !strings.Contains(errOut, "spec.schedule") {
+	if _, errOut, code := c.run("schedule", "create", "bad", "--schedule", "whenever", "--kind", "k"); code != 1 || !strings.Contains(errOut, "field=schedule") {
 		t.Fatalf("bad schedule: exit %d %q", code, errOut)
 	}
-	if jl := c.json("job", "registered"); len(jl["jobs"].([]any)) != 1 {
-		t.Fatalf("job registered: %v", jl)
+	if sl := c.json("schedule", "list"); len(sl["schedules"].([]any)) != 1 {
+		t.Fatalf("schedule list: %v", sl)
+	}
+	if tr := c.json("schedule", "trigger", "every-second"); !strings.Contains(fmt.Sprint(field(tr, "occurrence", "window")), "/manual-") {
+		t.Fatalf("schedule trigger: %v", tr)
 	}
 	deadline = time.Now().Add(15 * time.Second)
 	for {
 		od := c.json("job", "overdue")
-		if ws, _ := od["windows"].([]any); len(ws) > 0 {
-			if field(ws[0].(map[string]any), "claimed") != false {
+		if os, _ := od["occurrences"].([]any); len(os) > 0 {
+			if field(os[0].(map[string]any), "schedule") != "every-second" {
 				t.Fatalf("overdue: %v", od)
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no overdue window: %v", od)
+			t.Fatalf("no overdue occurrence: %v", od)
 		}
 		time.Sleep(100 * time.Millisecond) // occurrences come due in real time
 	}
-	if st := c.json("job", "status", "every-second"); len(st["next_occurrences"].([]any)) != 5 || len(st["overdue"].([]any)) == 0 {
-		t.Fatalf("job status: %v", st)
+	if g := c.json("schedule", "get", "every-second", "--next", "5"); len(g["next"].([]any)) != 5 || len(g["recent"].([]any)) == 0 {
+		t.Fatalf("schedule get: %v", g)
 	}
-	if out := c.ok("job", "overdue"); !strings.Contains(out, "never claimed") {
+	if out := c.ok("schedule", "get", "every-second"); !strings.Contains(out, "OVERDUE") || !strings.Contains(out, "triggered") {
+		t.Fatalf("schedule get table:\n%s", out)
+	}
+	if out := c.ok("job", "overdue"); !strings.Contains(out, "every-second") || !strings.Contains(out, "TOP SCHEDULE") {
 		t.Fatalf("job overdue table:\n%s", out)
+	}
+	if p := c.json("schedule", "pause", "every-second"); field(p, "schedule", "paused") != true {
+		t.Fatalf("pause: %v", p)
+	}
+	if r := c.json("schedule", "resume", "every-second"); field(r, "changed") != true {
+		t.Fatalf("resume: %v", r)
+	}
+	if d := c.json("schedule", "delete", "every-second"); field(d, "schedule", "deleted") != true {
+		t.Fatalf("delete: %v", d)
 	}
 
 	// Bad usage and help.

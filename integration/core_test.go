@@ -219,8 +219,9 @@ func TestFollowerForwardingAndRedirect(t *testing.T) {
 	if r := bySeq[1]; !r.GetOk() || r.GetExpiresInMs() != 5000 {
 		t.Fatalf("keepalive: %v", r)
 	}
-	if r := bySeq[2]; r.GetOk() || r.GetReason() != "LEASE_LOST" {
-		t.Fatalf("foreign keepalive: %v", r)
+	if r := bySeq[2]; r.GetOk() || r.GetReason() != "LEASE_LOST" || r.GetMetadata()["current_owner"] != "o" ||
+		r.GetMetadata()["current_generation"] != fmt.Sprint(l.GetGeneration()) {
+		t.Fatalf("foreign keepalive (want the holder in its metadata): %v", r)
 	}
 	if r := bySeq[3]; r.GetOk() || r.GetReason() != "INVALID_ARGUMENT" || !strings.Contains(r.GetMessage(), "generation") {
 		t.Fatalf("invalid keepalive: %v", r)

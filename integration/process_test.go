@@ -110,9 +110,11 @@ func TestDailyCloseExample(t *testing.T) {
 	}
 }
 
-// The scheduled-close example: three runner processes on an accelerated
-// clock; one killed mid-run, one frozen past its TTL, one two minutes
-// behind; every window completes once and every store is written once a day.
+// The scheduled-close example: three replica processes run the jobs of a
+// schedule (client/jobs over schedules and queue workers); one is killed
+// mid-run, one frozen past its visibility timeout (its late writes refused
+// or answered as duplicates: no effect); every occurrence's job succeeds once and every store is written once per
+// occurrence.
 func TestScheduledCloseExample(t *testing.T) {
 	pc := proccluster.Start(t, coorddBin, 3)
 	pc.WaitLeader(20 * time.Second)
@@ -123,6 +125,7 @@ func TestScheduledCloseExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example failed: %v\n%s", err, out)
 	}
+	t.Logf("example output:\n%s", out)
 	for _, want := range []string{"--- kill -9", "--- SIGSTOP", "attempt 2", "duplicate of token",
 		"every window completed once; every store closed exactly once per day."} {
 		if !strings.Contains(string(out), want) {

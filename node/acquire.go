@@ -27,7 +27,7 @@ func (n *Node) Acquire(ctx context.Context, cmd *fsmv1.Acquire, wait bool) (*fsm
 	if wait {
 		return n.acquireWaiting(ctx, ls, cmd)
 	}
-	if answer, ok := n.fsm.CheckAcquire(ls.clock.current(), cmd); ok {
+	if answer, ok := n.fsm.CheckAcquire(ls.clock.current(), ls.clock.calendar(), cmd); ok {
 		return acquireResult(answer, nil)
 	}
 	return acquireResult(n.proposeAs(ctx, ls, cmd))
@@ -80,7 +80,7 @@ func (n *Node) acquireWaiting(ctx context.Context, ls *leaderState, cmd *fsmv1.A
 		default:
 		}
 		now := ls.clock.current()
-		answer, answered := n.fsm.CheckAcquire(now, cmd)
+		answer, answered := n.fsm.CheckAcquire(now, ls.clock.calendar(), cmd)
 		held, isHeld := heldByAnother(answer)
 		var expiry clock.Timer // nil: wait for a wake-up only
 		switch {
@@ -130,9 +130,11 @@ func (n *Node) acquireWaiting(ctx context.Context, ls *leaderState, cmd *fsmv1.A
 // Propose stamps body (an fsm command body such as *fsmv1.Renew) with the
 // cluster time on the ready leader, commits it, and returns the FSM's
 // typed result (see fsm/results.go); a rejection is the error, as
-// *fsm.Rejection. An Acquire goes through Acquire (without wait); a Release
-// carries the first waiter's Acquire as its handoff; a release wakes the
-// lease's waiters.
+// *fsm.Rejection. An Acquire goes through Acquire (without wait), a
+// FetchJobs through Fetch (without wait); a Release carries the first
+// waiter's Acquire as its handoff; a release wakes the lease's waiters; a
+// FailJobs gets the leader's retry jitter; a SubmitJobs takes the fetches
+// of the long polls it feeds into its entry.
 func (n *Node) Propose(ctx context.Context, body any) (any, error) {
 	if a, ok := body.(*fsmv1.Acquire); ok {
 		r, err := n.Acquire(ctx, a, false)
@@ -141,17 +143,35 @@ func (n *Node) Propose(ctx context.Context, body any) (any, error) {
 		}
 		return r, nil
 	}
+	if f, ok := body.(*fsmv1.FetchJobs); ok {
+		r, err := n.Fetch(ctx, f, 0)
+		if err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
 	ls, err := n.readyLeader(ctx)
 	if err != nil {
 		return nil, err
 	}
 	switch b := body.(type) {
+	case *fsmv1.FailJobs:
+		jitter(b)
+		return n.proposeAs(ctx, ls, b)
+	case *fsmv1.SubmitJobs:
+		return n.submitJobs(ctx, ls, b)
 	case *fsmv1.Release:
 		return n.release(ctx, ls, b)
 	case *fsmv1.CompleteWindow:
 		res, err := n.proposeAs(ctx, ls, b)
 		if r, ok := res.(*fsm.WindowResult); ok && r.Released {
 			n.waiters.wakeAll(b.GetLeaseName())
+		}
+		return res, err
+	case *fsmv1.PutSchedule, *fsmv1.PauseSchedule:
+		res, err := n.proposeAs(ctx, ls, b)
+		if err == nil {
+			n.wakeMaterialiser() // due at once: its next occurrence is computed now
 		}
 		return res, err
 	default:

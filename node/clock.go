@@ -9,27 +9,39 @@ import (
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// clusterClock stamps commands on the leader (G9): lease time is base +
-// time elapsed on the node's clock since this node became leader, never
-// below the last stamp. base is the FSM's clock after the new leader
-// applied everything (Barrier), so a failover pauses cluster time: leases
-// are extended by the gap, never shortened. The node's clock is read for
-// elapsed time (monotonic) and, once in a cluster's life, for the wall
-// time that sets the first epoch (runLeader).
+// clusterClock stamps commands on the leader with two times (DESIGN.md,
+// "Time"):
+//
+//   - lease time (G9): base + time elapsed on the node's clock since this
+//     node became leader, never below the last stamp. base is the FSM's
+//     clock after the new leader applied everything (Barrier), so a
+//     failover pauses lease time: leases are extended by the gap, never
+//     shortened. Elapsed time is read with Now (monotonic on a real
+//     clock), so a step of the wall clock does not move it.
+//   - calendar time: the leader's wall clock (clock.Wall, Unix ms), never
+//     below the last calendar stamp nor the FSM's calendar time when this
+//     leadership began. A leader whose wall clock is behind holds at the
+//     last stamp until its wall clock passes it; one stepped forward jumps
+//     forward with it.
 type clusterClock struct {
-	clock clock.Clock
-	base  int64
-	start time.Time
-	last  atomic.Int64
+	clock   clock.Clock
+	base    int64
+	start   time.Time
+	last    atomic.Int64 // last lease-time stamp
+	lastCal atomic.Int64 // last calendar stamp
 }
 
-func newClusterClock(c clock.Clock, base int64) *clusterClock {
+// newClusterClock starts a leadership's clock: lease time from base (the
+// FSM's clock after the barrier), calendar time not below calendar (the
+// FSM's calendar time then).
+func newClusterClock(c clock.Clock, base, calendar int64) *clusterClock {
 	cc := &clusterClock{clock: c, base: base, start: c.Now()}
 	cc.last.Store(base)
+	cc.lastCal.Store(calendar)
 	return cc
 }
 
-// current is the cluster time now, for reads; it does not advance stamps.
+// current is the lease time now, for reads; it does not advance stamps.
 func (c *clusterClock) current() int64 {
 	return max(c.elapsed(), c.last.Load())
 }
@@ -38,31 +50,42 @@ func (c *clusterClock) elapsed() int64 {
 	return c.base + c.clock.Now().Sub(c.start).Milliseconds()
 }
 
-// stamp is what the leader writes into a command besides its body: today
-// the lease time. The envelope already has room for a calendar time
-// (fsm.EnvelopeAt, Command.calendar_ms); stamping it is one more field
-// here, filled in stamp() (the leader's wall clock, never below the last)
-// and written in envelope.
-type stamp struct {
-	nowMs int64
+// calendar is the calendar time now (what a command stamped now would
+// carry), for the leader's calendar decisions; it does not advance stamps.
+func (c *clusterClock) calendar() int64 {
+	return max(clock.Wall(c.clock).UnixMilli(), c.lastCal.Load())
 }
 
-// stamp returns the stamp of a new command: lease time monotonic across
+// stamp is what the leader writes into a command besides its body.
+type stamp struct {
+	nowMs      int64 // lease time
+	calendarMs int64 // calendar time
+}
+
+// stamp returns the stamp of a new command: both times monotonic across
 // calls.
 func (c *clusterClock) stamp() stamp {
-	t := c.elapsed()
+	return stamp{
+		nowMs:      advance(&c.last, c.elapsed()),
+		calendarMs: advance(&c.lastCal, clock.Wall(c.clock).UnixMilli()),
+	}
+}
+
+// advance moves last up to t and returns the new value (last when t is
+// behind it).
+func advance(last *atomic.Int64, t int64) int64 {
 	for {
-		last := c.last.Load()
-		if t <= last {
-			return stamp{nowMs: last}
+		l := last.Load()
+		if t <= l {
+			return l
 		}
-		if c.last.CompareAndSwap(last, t) {
-			return stamp{nowMs: t}
+		if last.CompareAndSwap(l, t) {
+			return t
 		}
 	}
 }
 
 // envelope wraps body into a command carrying the stamp.
 func (s stamp) envelope(body any) *fsmv1.Command {
-	return fsm.Envelope(s.nowMs, body)
+	return fsm.EnvelopeAt(s.nowMs, s.calendarMs, body)
 }

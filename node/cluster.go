@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/coordd/coordd/clock"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -44,6 +45,12 @@ func (n *Node) Status() *coordv1.StatusResponse {
 		out.LastSnapshotIndex = snaps[0].Index
 	}
 	out.LiveLeases = uint64(n.fsm.LiveLeases(out.ClusterTime))
+	out.WallTimeMs = clock.Wall(n.clock).UnixMilli()
+	lease, cal := n.times()
+	out.CalendarTimeMs = cal
+	if cal > 0 { // 0: no command carried a calendar time yet
+		out.LeaseClockLagMs = cal - lease
+	}
 	return out
 }
 

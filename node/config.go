@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/internal/tlsutil"
 )
@@ -41,6 +42,11 @@ type Config struct {
 	// kept; PruneInterval is how often the leader proposes a prune.
 	Retention     time.Duration
 	PruneInterval time.Duration
+	// JobRetention is how long finished queue jobs (succeeded, cancelled,
+	// dead) are kept, on the calendar clock; MaxFinishedJobs caps how many
+	// are kept (succeeded ones go first). Both ride on the leader's prune.
+	JobRetention    time.Duration
+	MaxFinishedJobs uint64
 	// SnapshotThreshold is the number of log entries between snapshots.
 	SnapshotThreshold uint64
 	// RaftLogStore is the Raft log store of a new data dir: "wal" or "bolt"
@@ -82,6 +88,8 @@ func Defaults() Config {
 		TickInterval:       250 * time.Millisecond,
 		Retention:          30 * 24 * time.Hour,
 		PruneInterval:      time.Minute,
+		JobRetention:       fsm.DefaultJobRetentionMs * time.Millisecond,
+		MaxFinishedJobs:    fsm.DefaultMaxFinishedJobs,
 		SnapshotThreshold:  16384,
 		MaxTTL:             24 * time.Hour,
 		ApplyTimeout:       10 * time.Second,
@@ -97,6 +105,8 @@ func (c Config) withDefaults() Config {
 	c.TickInterval = cmp.Or(c.TickInterval, d.TickInterval)
 	c.Retention = cmp.Or(c.Retention, d.Retention)
 	c.PruneInterval = cmp.Or(c.PruneInterval, d.PruneInterval)
+	c.JobRetention = cmp.Or(c.JobRetention, d.JobRetention)
+	c.MaxFinishedJobs = cmp.Or(c.MaxFinishedJobs, d.MaxFinishedJobs)
 	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, d.SnapshotThreshold)
 	c.MaxTTL = cmp.Or(c.MaxTTL, d.MaxTTL)
 	c.ApplyTimeout = cmp.Or(c.ApplyTimeout, d.ApplyTimeout)
@@ -134,6 +144,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxTTL < c.MinTTL {
 		errs = append(errs, fmt.Errorf("max TTL %s is below min TTL %s", c.MaxTTL, c.MinTTL))
+	}
+	if c.JobRetention < 0 {
+		errs = append(errs, fmt.Errorf("job retention %s is negative", c.JobRetention))
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		errs = append(errs, errors.New("leader lease timeout must not exceed the heartbeat timeout"))

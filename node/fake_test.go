@@ -134,7 +134,13 @@ var start = time.Date(2026, 9, 24, 12, 0, 0, 0, time.UTC)
 
 func newTestNode(t *testing.T, opts ...func(*Config)) *testNode {
 	t.Helper()
-	clk := clock.NewFake(start)
+	return newTestNodeAt(t, start, opts...)
+}
+
+// newTestNodeAt is newTestNode with the fake clock at epoch.
+func newTestNodeAt(t *testing.T, epoch time.Time, opts ...func(*Config)) *testNode {
+	t.Helper()
+	clk := clock.NewFake(epoch)
 	// An idle leader's ticks would add entries as virtual time passes;
 	// tests that count entries turn them off (the tick test sets its own).
 	cfg := Config{ID: "n1", DataDir: t.TempDir(), RaftAddr: "127.0.0.1:0", Clock: clk, TickInterval: time.Hour,

@@ -26,6 +26,10 @@ type leaderState struct {
 	// ticker only appends ticks when the log is idle.
 	lastProposal atomic.Int64
 	hooksRun     bool // guarded by leaderHooks.mu
+	// fetches are the long-polling Fetch calls on this leader; dispatch
+	// wakes the dispatcher (queue.go) when the queue may have changed.
+	fetches  fetchQueue
+	dispatch chan struct{}
 }
 
 // watchLeadership is the leadership lifecycle: on gaining leadership it
@@ -42,11 +46,13 @@ func (n *Node) watchLeadership() {
 			}
 			n.metrics.leader.Set(b2f(isLeader))
 			if !isLeader {
+				n.leaderChanged()
 				n.log.Info("lost leadership")
 				continue
 			}
 			ls := n.newLeaderState()
 			n.leader.Store(ls)
+			n.leaderChanged()
 			n.wg.Go(func() { n.runLeader(ls) })
 		}
 	}
@@ -54,7 +60,8 @@ func (n *Node) watchLeadership() {
 
 func (n *Node) newLeaderState() *leaderState {
 	ctx, cancel := context.WithCancel(n.ctx)
-	return &leaderState{ctx: ctx, cancel: cancel, ready: make(chan struct{})}
+	return &leaderState{ctx: ctx, cancel: cancel, ready: make(chan struct{}), dispatch: make(chan struct{}, 1),
+		fetches: fetchQueue{kick: make(chan struct{}, 1)}}
 }
 
 // runLeader establishes leadership (Barrier, then the cluster clock), then
@@ -75,13 +82,24 @@ func (n *Node) runLeader(ls *leaderState) {
 	base := n.fsm.Clock()
 	if base == 0 {
 		// A new cluster: its clock starts at this node's wall clock, once.
-		base = n.clock.Now().UnixMilli()
+		base = clock.Wall(n.clock).UnixMilli()
 	}
-	ls.clock = newClusterClock(n.clock, base)
+	ls.clock = newClusterClock(n.clock, base, n.fsm.CalendarMs())
 	close(ls.ready)
+	cal := ls.clock.calendar()
 	n.log.Info("leadership established", "term", n.raft.CurrentTerm(), "cluster_time", base,
-		"barrier", clock.Since(n.clock, start).Round(time.Millisecond))
+		"calendar_time", cal, "barrier", clock.Since(n.clock, start).Round(time.Millisecond))
+	if behind := cal - clock.Wall(n.clock).UnixMilli(); behind > 0 {
+		// This node's wall clock reads behind the last calendar stamp (a
+		// predecessor's clock was ahead, or this one was stepped back):
+		// calendar time holds until the wall clock passes it.
+		n.log.Warn("wall clock is behind calendar time: calendar time holds until it catches up",
+			"behind", time.Duration(behind)*time.Millisecond)
+	}
 	n.hooks.start(n, ls)
+	n.wg.Go(func() { n.runMaterialiser(ls) })
+	n.wg.Go(func() { n.runDispatcher(ls) })
+	n.wg.Go(func() { n.runFetchPump(ls) })
 	// A tick at once moves the followers' clocks to this term's base.
 	if _, err := n.proposeAs(ls.ctx, ls, &fsmv1.Tick{}); err != nil {
 		n.log.Warn("first tick failed", "err", err)
@@ -103,17 +121,51 @@ func (n *Node) runLeader(ls *leaderState) {
 			}
 		case <-prune.C():
 			cutoff := ls.clock.current() - n.cfg.Retention.Milliseconds()
-			res, err := n.proposeAs(ls.ctx, ls, &fsmv1.Prune{CutoffMs: cutoff})
+			res, err := n.proposeAs(ls.ctx, ls, &fsmv1.Prune{CutoffMs: cutoff,
+				JobsCutoffMs:    ls.clock.calendar() - n.cfg.JobRetention.Milliseconds(),
+				MaxFinishedJobs: n.cfg.MaxFinishedJobs})
 			if err != nil {
 				n.log.Warn("prune failed", "err", err)
 				continue
 			}
-			if r := res.(*fsm.PruneResult); r.Windows+r.Idempotency > 0 {
+			if r := res.(*fsm.PruneResult); r.Windows+r.Idempotency+r.Jobs > 0 {
 				n.log.Info("retention pruned records", "windows", r.Windows, "idempotency_records", r.Idempotency,
-					"older_than", n.cfg.Retention)
+					"older_than", n.cfg.Retention, "finished_jobs", r.Jobs, "jobs_older_than", n.cfg.JobRetention,
+					"max_finished_jobs", n.cfg.MaxFinishedJobs)
 			}
 		}
 	}
+}
+
+// Calendar is calendar time now (Unix ms): on the ready leader, what it
+// would stamp on a command now (its wall clock, never below its last stamp
+// nor the FSM's calendar time); on any other node, the calendar time its
+// FSM applied last. It never decreases on a node while it leads. The
+// leader's calendar loops (the API's absence monitor, the job dispatcher)
+// and calendar reads use it: a lease is never judged on it.
+func (n *Node) Calendar() int64 {
+	if ls := n.leader.Load(); ls != nil {
+		select {
+		case <-ls.ready:
+			return ls.clock.calendar()
+		default:
+		}
+	}
+	return n.fsm.CalendarMs()
+}
+
+// times is lease time and calendar time now, as one pair: on the ready
+// leader its clocks (what it would stamp now), elsewhere the FSM's last
+// applied stamps.
+func (n *Node) times() (lease, calendar int64) {
+	if ls := n.leader.Load(); ls != nil {
+		select {
+		case <-ls.ready:
+			return ls.clock.current(), ls.clock.calendar()
+		default:
+		}
+	}
+	return n.fsm.Clock(), n.fsm.CalendarMs()
 }
 
 // leaderHooks are loops above the node that run only on the leader.
@@ -207,24 +259,72 @@ func (n *Node) memberAddr(id string) string {
 // and handed to the proposer, which commits it, possibly in one log entry
 // with others (proposer.go). A rejection comes back as the error.
 func (n *Node) proposeAs(ctx context.Context, ls *leaderState, body any) (any, error) {
+	wait, err := n.proposeStart(ctx, ls, body)
+	if err != nil {
+		return nil, err
+	}
+	return wait(ctx)
+}
+
+// proposeStart stamps body and hands it to the proposer; wait returns its
+// result. Commands started one after the other apply in that order (the
+// fetch pump relies on it to serve long polls in arrival order).
+func (n *Node) proposeStart(ctx context.Context, ls *leaderState, body any) (wait func(context.Context) (any, error), err error) {
+	waits, err := n.proposeGroup(ctx, ls, body)
+	if err != nil {
+		return nil, err
+	}
+	return waits[0], nil
+}
+
+// proposeGroup stamps bodies and hands them to the proposer as one unit:
+// they apply in one entry, in order. It returns a wait function per body.
+func (n *Node) proposeGroup(ctx context.Context, ls *leaderState, bodies ...any) ([]func(context.Context) (any, error), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cmd := ls.clock.stamp().envelope(body)
-	ls.lastProposal.Store(cmd.GetNowMs())
+	ps := make([]*proposal, len(bodies))
+	for i, body := range bodies {
+		cmd := ls.clock.stamp().envelope(body)
+		ls.lastProposal.Store(cmd.GetNowMs())
+		ps[i] = &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
+	}
+	ps[0].with = ps[1:]
 	start := n.clock.Now()
-	resp, err := n.submit(ctx, cmd)
-	if err != nil {
-		n.metrics.proposed(cmd.GetType(), "error").Inc()
+	if _, err := n.enqueueGroup(ctx, ps[0]); err != nil {
+		for _, p := range ps {
+			n.metrics.proposed(p.cmd.GetType(), "error").Inc()
+		}
 		return nil, err
 	}
-	n.metrics.applyLatency.Observe(clock.Since(n.clock, start).Seconds())
-	if rej, ok := resp.(*fsm.Rejection); ok {
-		n.metrics.proposed(cmd.GetType(), "rejected").Inc()
-		return nil, rej
+	waits := make([]func(context.Context) (any, error), len(ps))
+	for i, p := range ps {
+		waits[i] = n.waitFor(ls, p, start)
 	}
-	n.metrics.proposed(cmd.GetType(), "ok").Inc()
-	return resp, nil
+	return waits, nil
+}
+
+// waitFor returns the function that waits for an enqueued proposal's
+// result, counts it and wakes the queue's loops.
+func (n *Node) waitFor(ls *leaderState, p *proposal, start time.Time) func(context.Context) (any, error) {
+	cmd := p.cmd
+	return func(ctx context.Context) (any, error) {
+		resp, err := n.result(ctx, p)
+		// Any command may have changed the queue (each one first applies
+		// what its calendar stamp made due or lapsed).
+		ls.queueChanged()
+		if err != nil {
+			n.metrics.proposed(cmd.GetType(), "error").Inc()
+			return nil, err
+		}
+		n.metrics.applyLatency.Observe(clock.Since(n.clock, start).Seconds())
+		if rej, ok := resp.(*fsm.Rejection); ok {
+			n.metrics.proposed(cmd.GetType(), "rejected").Inc()
+			return nil, rej
+		}
+		n.metrics.proposed(cmd.GetType(), "ok").Inc()
+		return resp, nil
+	}
 }
 
 func b2f(b bool) float64 {

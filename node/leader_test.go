@@ -132,7 +132,7 @@ func TestClusterClockContinuesFromTheFSM(t *testing.T) {
 
 func TestClusterClockStampsNeverGoBack(t *testing.T) {
 	clk := clock.NewFake(start)
-	c := newClusterClock(clk, 5000)
+	c := newClusterClock(clk, 5000, 0)
 	if s := c.stamp(); s.nowMs != 5000 {
 		t.Fatalf("first stamp %d", s.nowMs)
 	}
@@ -146,7 +146,7 @@ func TestClusterClockStampsNeverGoBack(t *testing.T) {
 		t.Fatal("stamp went back")
 	}
 	// A skewed wall clock changes nothing: only elapsed time counts.
-	sk := newClusterClock(clock.Offset{Base: clk, Skew: -time.Hour}, 5000)
+	sk := newClusterClock(clock.Offset{Base: clk, Skew: -time.Hour}, 5000, 0)
 	clk.Advance(time.Second)
 	if sk.current() != 6000 {
 		t.Fatalf("skewed: %d", sk.current())

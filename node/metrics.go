@@ -17,6 +17,8 @@ type metrics struct {
 	proposals        *prometheus.CounterVec
 	proposalCounters sync.Map // proposalKey -> prometheus.Counter: no label hashing per command
 	waiters          prometheus.Gauge
+	schedules        *scheduleMetrics
+	fetchWaiters     prometheus.Gauge
 }
 
 func newMetrics(n *Node, reg *prometheus.Registry) *metrics {
@@ -30,7 +32,10 @@ func newMetrics(n *Node, reg *prometheus.Registry) *metrics {
 		Help: "Commands proposed by this node as leader, by type and outcome (ok, rejected, error)."}, []string{"type", "outcome"})
 	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_acquire_waiters",
 		Help: "Acquire calls waiting for a held lease on this leader (AcquireRequest.wait)."})
-	reg.MustRegister(m.leader, m.applyLatency, m.proposals, m.waiters, &raftCollector{n: n})
+	m.fetchWaiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_fetch_waiters",
+		Help: "Queue Fetch calls long-polling on this leader (QueueFetchRequest.wait_ms)."})
+	reg.MustRegister(m.leader, m.applyLatency, m.proposals, m.waiters, m.fetchWaiters, &raftCollector{n: n})
+	m.schedules = newScheduleMetrics(reg)
 	return m
 }
 
@@ -46,10 +51,12 @@ var (
 	descLive      = prometheus.NewDesc("coordd_live_leases", "Leases held at the applied cluster time.", nil, nil)
 	descRecords   = prometheus.NewDesc("coordd_fsm_records", "Records in the state machine, by family.", []string{"family"}, nil)
 	descClock     = prometheus.NewDesc("coordd_cluster_time_seconds", "Cluster time as applied by this node.", nil, nil)
+	descLag       = prometheus.NewDesc("coordd_lease_clock_lag_seconds",
+		"Calendar time minus lease time (cluster time): on the leader its clocks now, elsewhere the last applied stamps.", nil, nil)
 )
 
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descState, descTerm, descCommit, descApplied, descLastIndex, descLive, descRecords, descClock} {
+	for _, d := range []*prometheus.Desc{descState, descTerm, descCommit, descApplied, descLastIndex, descLive, descRecords, descClock, descLag} {
 		ch <- d
 	}
 }
@@ -71,8 +78,11 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	clock := f.Clock()
 	ch <- prometheus.MustNewConstMetric(descClock, prometheus.GaugeValue, float64(clock)/1000)
 	ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(f.LiveLeases(clock)))
+	if lease, cal := c.n.times(); cal > 0 {
+		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(cal-lease)/1000)
+	}
 	l, w, res, idem := f.Counts()
-	for fam, n := range map[string]int{"leases": l, "windows": w, "resources": res, "idempotency": idem} {
+	for fam, n := range map[string]int{"leases": l, "windows": w, "resources": res, "idempotency": idem, "queue_jobs": f.QueueJobCount()} {
 		ch <- prometheus.MustNewConstMetric(descRecords, prometheus.GaugeValue, float64(n), fam)
 	}
 }

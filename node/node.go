@@ -71,8 +71,15 @@ type Node struct {
 	queued    atomic.Int64 // commands with the proposer, not yet in an entry
 	waiters   waitQueues   // Acquire calls waiting for a lease (leader only)
 	hooks     leaderHooks
+	// scheduleWake wakes the leader's materialiser (schedules.go) when a
+	// schedule may be due sooner than it planned.
+	scheduleWake chan struct{}
 
 	advertised atomic.Pointer[string] // this node's gRPC address, once Advertise ran
+
+	leaderSigMu sync.Mutex
+	leaderSig   chan struct{} // closed (and replaced) when the known leader may have changed
+	observer    *raft.Observer
 
 	ctx      context.Context // ends at Close
 	stop     context.CancelFunc
@@ -105,14 +112,16 @@ func New(cfg Config) (*Node, error) {
 func newNode(cfg Config) *Node {
 	ctx, stop := context.WithCancel(context.Background())
 	n := &Node{
-		cfg:       cfg,
-		log:       cfg.Logger.With("node", cfg.ID),
-		clock:     cfg.Clock,
-		fsm:       fsm.New(),
-		notifyCh:  make(chan bool, 16),
-		proposals: make(chan *proposal, 4*maxBatch),
-		ctx:       ctx,
-		stop:      stop,
+		cfg:          cfg,
+		log:          cfg.Logger.With("node", cfg.ID),
+		clock:        cfg.Clock,
+		fsm:          fsm.New(),
+		notifyCh:     make(chan bool, 16),
+		leaderSig:    make(chan struct{}),
+		proposals:    make(chan *proposal, 4*maxBatch),
+		scheduleWake: make(chan struct{}, 1),
+		ctx:          ctx,
+		stop:         stop,
 	}
 	n.metrics = newMetrics(n, cfg.Metrics)
 	return n
@@ -180,6 +189,7 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.raft = r
+	n.observeLeader(r)
 	if existing || cfg.Join != "" {
 		return nil
 	}
@@ -209,6 +219,43 @@ func (n *Node) TTLRange() (lo, hi time.Duration) { return n.cfg.MinTTL, n.cfg.Ma
 // Leading reports whether this node leads (it may still be applying its
 // predecessors' entries: calls then wait for it to be ready).
 func (n *Node) Leading() bool { return n.leader.Load() != nil }
+
+// LeaderChanged returns a channel that is closed when the leader this
+// node knows may have changed (an election started or ended, this node
+// gained or lost leadership). Read Leader and Leading after taking it.
+func (n *Node) LeaderChanged() <-chan struct{} {
+	n.leaderSigMu.Lock()
+	defer n.leaderSigMu.Unlock()
+	return n.leaderSig
+}
+
+// leaderChanged wakes everyone waiting on LeaderChanged.
+func (n *Node) leaderChanged() {
+	n.leaderSigMu.Lock()
+	close(n.leaderSig)
+	n.leaderSig = make(chan struct{})
+	n.leaderSigMu.Unlock()
+}
+
+// observeLeader turns Raft's leader observations into leaderChanged.
+func (n *Node) observeLeader(r raftAPI) {
+	ch := make(chan raft.Observation, 16)
+	n.observer = raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	r.RegisterObserver(n.observer)
+	n.wg.Go(func() {
+		for {
+			select {
+			case <-ch:
+				n.leaderChanged()
+			case <-n.ctx.Done():
+				return
+			}
+		}
+	})
+}
 
 // IsLeader reports whether this node is the leader and ready to serve.
 func (n *Node) IsLeader() bool {
@@ -259,6 +306,9 @@ func (n *Node) Close() error {
 func (n *Node) shutdown() error {
 	n.stop()
 	var errs []error
+	if n.observer != nil {
+		n.raft.DeregisterObserver(n.observer)
+	}
 	if n.raft != nil {
 		errs = append(errs, n.raft.Shutdown().Error())
 	}

@@ -25,6 +25,9 @@ const (
 type proposal struct {
 	cmd  *fsmv1.Command
 	done chan proposalResult
+	// with go in the same entry, right after this one (a Submit and the
+	// fetches of the long polls it feeds, queue.go).
+	with []*proposal
 }
 
 type proposalResult struct {
@@ -35,15 +38,36 @@ type proposalResult struct {
 // submit hands a stamped command to the proposer and waits for its result.
 // When ctx ends first the outcome is unknown.
 func (n *Node) submit(ctx context.Context, cmd *fsmv1.Command) (any, error) {
-	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
+	p, err := n.enqueue(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return n.result(ctx, p)
+}
+
+// enqueue hands a stamped command to the proposer: commands enqueued one
+// after the other are applied in that order.
+func (n *Node) enqueue(ctx context.Context, cmd *fsmv1.Command) (*proposal, error) {
+	return n.enqueueGroup(ctx, &proposal{cmd: cmd, done: make(chan proposalResult, 1)})
+}
+
+// enqueueGroup hands p and p.with to the proposer as one unit: they are
+// applied in one entry, in that order.
+func (n *Node) enqueueGroup(ctx context.Context, p *proposal) (*proposal, error) {
 	select {
 	case n.proposals <- p:
-		n.queued.Add(1)
+		n.queued.Add(int64(1 + len(p.with)))
+		return p, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-n.ctx.Done():
 		return nil, ErrShutdown
 	}
+}
+
+// result waits for an enqueued command's result. When ctx ends first the
+// outcome is unknown.
+func (n *Node) result(ctx context.Context, p *proposal) (any, error) {
 	select {
 	case r := <-p.done:
 		return r.resp, r.err
@@ -62,7 +86,7 @@ func (n *Node) runProposer() {
 		for len(batch) < maxBatch {
 			select {
 			case p := <-n.proposals:
-				batch = append(batch, p)
+				batch = append(append(batch, p), p.with...)
 			default:
 				return
 			}
@@ -71,7 +95,7 @@ func (n *Node) runProposer() {
 	for {
 		select {
 		case p := <-n.proposals:
-			batch = append(batch[:0:0], p)
+			batch = append(append(batch[:0:0], p), p.with...)
 		case <-n.ctx.Done():
 			return
 		}

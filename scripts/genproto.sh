@@ -20,9 +20,9 @@ gw=$(mktemp -d)
 trap 'rm -rf "$gw"' EXIT
 (cd proto && protoc -I . --grpc-gateway_out="$gw" --grpc-gateway_opt=paths=source_relative \
   --grpc-gateway_opt=standalone=true \
-  --grpc-gateway_opt=grpc_api_configuration=coord/v1/coord_http.yaml coord/v1/coord.proto coord/v1/queue.proto)
+  --grpc-gateway_opt=grpc_api_configuration=coord/v1/coord_http.yaml coord/v1/coord.proto coord/v1/queue.proto coord/v1/schedules.proto)
 mkdir -p proto/coord/v1/coordv1gw
-for f in coord queue; do
+for f in coord queue schedules; do
   sed 's/^package coordv1$/package coordv1gw/; s/^Package coordv1 is/Package coordv1gw is/' \
     "$gw/coord/v1/$f.pb.gw.go" >"proto/coord/v1/coordv1gw/$f.pb.gw.go"
 done

@@ -40,10 +40,11 @@ func (m *Metrics) RunSkipped(name string)         { m.skipped.WithLabelValues(na
 func (m *Metrics) FenceRejected(_, reason string) { m.rejected.WithLabelValues(reason).Inc() }
 
 // JobMetrics implements jobs.Metrics with Prometheus collectors, labelled
-// by job (the process's host is the scrape target's instance).
+// by job (the process's host is the scrape target's instance). What the
+// cluster decides (skipped, overdue occurrences) is coordd's own metrics.
 type JobMetrics struct {
-	started, completed, failed, skipped, missed, lost *prometheus.CounterVec
-	lag, duration, ratio                              *prometheus.HistogramVec
+	started, completed, failed, lost *prometheus.CounterVec
+	lag, duration                    *prometheus.HistogramVec
 }
 
 // NewJobMetrics creates the runner's collectors and registers them.
@@ -52,21 +53,16 @@ func NewJobMetrics(reg prometheus.Registerer) *JobMetrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"job"})
 	}
 	m := &JobMetrics{
-		started:   counter("coordd_job_runs_started_total", "Occurrences this replica started."),
+		started:   counter("coordd_job_runs_started_total", "Attempts of occurrences this replica started."),
 		completed: counter("coordd_job_runs_completed_total", "Occurrences this replica completed."),
-		failed:    counter("coordd_job_runs_failed_total", "Runs that returned an error (the window stays incomplete and is retried)."),
-		skipped:   counter("coordd_job_runs_skipped_total", "Occurrences this replica did not run because another replica held the lease."),
-		missed:    counter("coordd_job_runs_missed_total", "Occurrences skipped past their starting deadline or catch-up horizon."),
-		lost:      counter("coordd_job_leases_lost_total", "Runs whose lease was lost."),
+		failed:    counter("coordd_job_runs_failed_total", "Attempts that returned an error (retried with backoff while attempts remain)."),
+		lost:      counter("coordd_job_claims_lost_total", "Attempts whose claim was lost while they ran."),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coordd_job_start_lag_seconds",
 			Help: "Actual start minus the occurrence.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}, []string{"job"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coordd_job_run_duration_seconds",
 			Help: "Duration of completed runs.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 24)}, []string{"job"}),
-		ratio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coordd_job_run_duration_ratio",
-			Help:    "Duration of completed runs divided by the job's interval (above 0.5 deserves a look).",
-			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2}}, []string{"job"}),
 	}
-	reg.MustRegister(m.started, m.completed, m.failed, m.skipped, m.missed, m.lost, m.lag, m.duration, m.ratio)
+	reg.MustRegister(m.started, m.completed, m.failed, m.lost, m.lag, m.duration)
 	return m
 }
 
@@ -75,15 +71,10 @@ func (m *JobMetrics) RunStarted(job string, lag time.Duration) {
 	m.lag.WithLabelValues(job).Observe(lag.Seconds())
 }
 
-func (m *JobMetrics) RunCompleted(job string, d, interval time.Duration) {
+func (m *JobMetrics) RunCompleted(job string, d time.Duration) {
 	m.completed.WithLabelValues(job).Inc()
 	m.duration.WithLabelValues(job).Observe(d.Seconds())
-	if interval > 0 {
-		m.ratio.WithLabelValues(job).Observe(d.Seconds() / interval.Seconds())
-	}
 }
 
-func (m *JobMetrics) RunFailed(job string)  { m.failed.WithLabelValues(job).Inc() }
-func (m *JobMetrics) RunSkipped(job string) { m.skipped.WithLabelValues(job).Inc() }
-func (m *JobMetrics) RunMissed(job string)  { m.missed.WithLabelValues(job).Inc() }
-func (m *JobMetrics) LeaseLost(job string)  { m.lost.WithLabelValues(job).Inc() }
+func (m *JobMetrics) RunFailed(job string) { m.failed.WithLabelValues(job).Inc() }
+func (m *JobMetrics) ClaimLost(job string) { m.lost.WithLabelValues(job).Inc() }

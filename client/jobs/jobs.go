@@ -1,20 +1,27 @@
-// Package jobs runs scheduled jobs so that every occurrence produces its
-// effect once, whatever number of replicas run the same binary: each
-// occurrence acquires the job's lease, claims the occurrence's window in
-// coordd's ledger, runs with the lease's context, completes the window and
-// releases. The window comes from the occurrence the schedule intended (in
-// the job's time zone), never from the time a run started, so a late,
-// repeated or resumed run finds the window's true state. See DESIGN.md.
+// Package jobs declares recurring jobs in code and runs them: a thin layer
+// over coordd's schedules and the queue's workers. Each Job becomes a
+// schedule (coord.v1.Schedules, put at start by every replica: an
+// idempotent upsert), whose occurrences the cluster's leader makes into
+// queue jobs, one per occurrence; each replica runs a queue Worker whose
+// handler for the job's kind calls Job.Run. So an occurrence is computed
+// once, by the leader, on the cluster's calendar clock (a replica's clock
+// changes nothing), it is at most one queue job whatever the failovers,
+// and whichever replica is free runs it, with the attempt's fencing token
+// for its writes (Run.Fence). See DESIGN.md.
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/client/queue"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 	"github.com/coordd/coordd/schedule"
 )
@@ -23,20 +30,19 @@ import (
 type Schedule struct {
 	expr string
 	tz   string
-	now  bool
 }
 
 // Cron is a cron expression (5 fields, or 6 with seconds first) or a
 // descriptor (@daily, @hourly, @every 30s) in the IANA time zone tz.
 func Cron(expr, tz string) Schedule { return Schedule{expr: expr, tz: tz} }
 
-// Every is "@every d" (UTC windows at d's granularity).
+// Every is "@every d" (real time: multiples of d since the Unix epoch;
+// UTC windows at d's granularity).
 func Every(d time.Duration) Schedule { return Schedule{expr: "@every " + d.String(), tz: "UTC"} }
 
 // At is a one-shot occurrence at t; its window key is "once". It never
 // starts before t: t is kept to the millisecond (coordd's unit), rounded
-// up. (It used to be cut to the second, which ran a job up to a second
-// early.)
+// up.
 func At(t time.Time) Schedule {
 	if r := t.Sub(t.Truncate(time.Millisecond)); r > 0 {
 		t = t.Add(time.Millisecond - r)
@@ -44,59 +50,130 @@ func At(t time.Time) Schedule {
 	return Schedule{expr: schedule.OncePrefix + t.UTC().Format(time.RFC3339Nano), tz: "UTC"}
 }
 
-// Now is a one-shot occurrence when the runner starts; its window key is
-// "once", so it runs once across replicas. It is not registered for
-// monitoring.
-func Now() Schedule { return Schedule{now: true} }
-
-// Concurrency is what may overlap.
+// Concurrency is what an occurrence does while the previous one's job is
+// not final (the schedule's overlap policy).
 type Concurrency int
 
 const (
-	// Forbid runs one occurrence of the job at a time (one lease per job).
+	// Forbid skips the occurrence (recorded as skipped, OVERLAP): one run
+	// at a time. The default.
 	Forbid Concurrency = iota
-	// Allow runs one run per window; windows may overlap (a lease per window).
+	// Allow runs it anyway: runs may overlap.
 	Allow
+	// Replace cancels the previous job (its run's context is cancelled and
+	// its fenced writes refused) and runs the new one.
+	Replace
 )
 
-// Job is a scheduled job.
+// DefaultQueue is the queue of jobs that name none.
+const DefaultQueue = "jobs"
+
+// Job is a recurring job declared in code.
 type Job struct {
+	// Name is the schedule's name and the queue jobs' kind: 1 to 128 bytes
+	// of letters, digits, '.', '_', ':' and '-'.
 	Name     string
 	Schedule Schedule
-	// TTL of the job's lease (default 30 s); renewed at TTL/3 while running.
-	TTL time.Duration
-	// Window turns an occurrence into a window key (default: the occurrence
-	// at the schedule's granularity in the job's zone). ShiftDays: -1 makes
-	// "the 00:05 run closes the previous business day".
-	Window schedule.Window
-	// Run does the work; ctx is cancelled when the lease is lost.
+	// Run does the work of one occurrence; ctx is cancelled when the
+	// attempt's claim is lost (no heartbeat acknowledged within the
+	// visibility timeout, the job cancelled by Replace) — before another
+	// worker could be handed the job.
 	Run func(ctx context.Context, run *Run) error
-	// StartingDeadline: an occurrence that cannot start by occurrence +
-	// StartingDeadline is skipped and counted as missed (0: no deadline).
-	StartingDeadline time.Duration
-	// Concurrency: Forbid (default) or Allow.
+	// Window turns an occurrence into a window key (default: the
+	// occurrence at the schedule's granularity in its zone). ShiftDays: -1
+	// makes "the 00:05 run closes the previous business day".
+	Window schedule.Window
+	// Queue is the queue its jobs go to (default "jobs").
+	Queue string
+	// Concurrency: Forbid (default), Allow or Replace.
 	Concurrency Concurrency
-	// CatchUp is how far back incomplete windows are still run, oldest
-	// first, when the runner starts (default: StartingDeadline, else one
-	// interval). A failed or abandoned window is retried until then too.
+	// StartingDeadline: an occurrence the cluster could not make within
+	// this long after its time is skipped (DEADLINE). 0: none.
+	StartingDeadline time.Duration
+	// CatchUp: after an outage of the cluster, occurrences up to this long
+	// ago are still made (default: max(1 h, one interval)).
 	CatchUp time.Duration
-	// CompleteWithin is when coordd reports a window overdue (default: one
-	// interval).
+	// CompleteWithin: an occurrence whose job is not final by then is
+	// overdue (default: one interval).
 	CompleteWithin time.Duration
-	// RetryBackoff is the first delay after a failed run; it doubles up to
-	// a minute (default 1 s).
+	// MaxAttempts per occurrence (default 25), RetryBackoff the first
+	// delay after a failed attempt (default 1 s, doubling to an hour).
+	MaxAttempts  int
 	RetryBackoff time.Duration
+	// VisibilityTimeout: an attempt whose worker stops heartbeating for
+	// this long lapses and the job is handed to another (default 30 s).
+	VisibilityTimeout time.Duration
+	// Args are the parameters every occurrence's job carries (JSON).
+	Args []byte
 }
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// Spec is the job's schedule as PutSchedule takes it.
+func (j Job) Spec() (*coordv1.ScheduleSpec, error) {
+	if !nameRE.MatchString(j.Name) {
+		return nil, fmt.Errorf("jobs: job name %q: 1 to 128 letters, digits, '.', '_', ':' or '-'", j.Name)
+	}
+	if j.Run == nil {
+		return nil, fmt.Errorf("jobs: job %s has no Run function", j.Name)
+	}
+	if _, err := schedule.Compile(schedule.Spec{Expr: j.Schedule.expr, TimeZone: j.Schedule.tz, Window: j.Window}); err != nil {
+		return nil, fmt.Errorf("jobs: job %s: %w", j.Name, err)
+	}
+	overlap := coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID
+	switch j.Concurrency {
+	case Allow:
+		overlap = coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW
+	case Replace:
+		overlap = coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_REPLACE
+	}
+	return &coordv1.ScheduleSpec{
+		Name: j.Name, Schedule: j.Schedule.expr, TimeZone: j.Schedule.tz, WindowLayout: j.Window.Layout,
+		WindowShiftDays: int32(j.Window.ShiftDays), StartingDeadlineMs: j.StartingDeadline.Milliseconds(),
+		CatchUpMs: j.CatchUp.Milliseconds(), CompleteWithinMs: j.CompleteWithin.Milliseconds(), Overlap: overlap,
+		Job: &coordv1.JobTemplate{Queue: j.queue(), Kind: j.Name, Args: j.Args, MaxAttempts: int32(j.MaxAttempts),
+			BackoffInitialMs: j.RetryBackoff.Milliseconds(), VisibilityTimeoutMs: j.VisibilityTimeout.Milliseconds()},
+	}, nil
+}
+
+func (j Job) queue() string { return cmp.Or(j.Queue, DefaultQueue) }
 
 // Run is one attempt at one occurrence.
 type Run struct {
-	Job        string
-	Window     string
+	Job    string
+	Window string
+	// Occurrence is when the occurrence was due (the cluster's calendar
+	// time; for a DST gap, the end of the gap).
 	Occurrence time.Time
-	Attempt    uint64
-	Generation uint64
-	lease      *client.Lease
+	// Manual: made by a trigger (coordctl schedule trigger), not by the
+	// schedule.
+	Manual bool
+	// Attempt is the attempt's number (1, 2, ... per occurrence); Token
+	// its fencing token, "job:<id>:<attempt>".
+	Attempt uint32
+	Token   string
+	job     *queue.Job
 }
+
+func newRun(j *queue.Job) (*Run, error) {
+	r := &Run{Job: j.Labels[labelSchedule], Window: j.Labels[labelWindow], Attempt: j.Attempt, Token: j.Token(), job: j}
+	ms, err := strconv.ParseInt(j.Labels[labelOccurrence], 10, 64)
+	if r.Job == "" || r.Window == "" || err != nil {
+		return nil, fmt.Errorf("%w: job %d of kind %s was not made by a schedule (labels %v)", errNotScheduled, j.ID, j.Kind, j.Labels)
+	}
+	r.Occurrence = time.UnixMilli(ms)
+	r.Manual = strings.Contains(r.Window, schedule.ManualMark)
+	return r, nil
+}
+
+// The labels a schedule's jobs carry (fsm.LabelSchedule, ...).
+const (
+	labelSchedule   = "coordd.schedule"
+	labelWindow     = "coordd.window"
+	labelOccurrence = "coordd.occurrence_ms"
+)
+
+var errNotScheduled = errors.New("jobs: not a scheduled job")
 
 // IdempotencyKey derives a key from the occurrence:
 // IdempotencyKey("store-42") is "daily-close-2026-09-25-store-42".
@@ -104,102 +181,22 @@ func (r *Run) IdempotencyKey(parts ...string) string {
 	return strings.Join(append([]string{r.Job, r.Window}, parts...), "-")
 }
 
-// Fence is a FencedCommit of this run's token for resource, with the key
-// IdempotencyKey(resource): a repeat (a resumed run) returns the first
-// outcome instead of a second effect.
-func (r *Run) Fence(ctx context.Context, resource string, payload []byte) (*client.Commit, error) {
-	return r.lease.FencedCommit(ctx, resource, r.IdempotencyKey(resource), payload)
+// Resource is the occurrence's own resource for name: "name/window".
+// Each occurrence is a job of its own, and a resource fenced by a job's
+// attempts belongs to that job (tokens of different jobs are not
+// comparable), so what an occurrence writes is fenced per occurrence:
+// "scheduled/store-1/2026-09-25".
+func (r *Run) Resource(name string) string { return name + "/" + r.Window }
+
+// Fence is a FencedCommit of this attempt's token on Resource(name), with
+// the key IdempotencyKey(name): accepted only while this attempt is the
+// job's live one (a worker that paused past its visibility timeout is
+// refused, even before its successor writes), and a repeat (a later
+// attempt of the same occurrence redoing a write that got through)
+// returns the first outcome instead of a second effect.
+func (r *Run) Fence(ctx context.Context, name string, payload []byte) (*client.Commit, error) {
+	return r.job.FencedCommit(ctx, r.Resource(name), r.IdempotencyKey(name), payload)
 }
 
-// Lease is the job's lease for this run.
-func (r *Run) Lease() *client.Lease { return r.lease }
-
-// compiled is a validated job.
-type compiled struct {
-	Job
-	sched   *schedule.Schedule
-	horizon time.Duration
-}
-
-func (j Job) compile() (*compiled, error) {
-	if j.Name == "" || strings.ContainsAny(j.Name, "\x00\n") {
-		return nil, errors.New("jobs: a job needs a name")
-	}
-	if j.Run == nil {
-		return nil, fmt.Errorf("jobs: job %s has no Run function", j.Name)
-	}
-	c := &compiled{Job: j}
-	if c.TTL == 0 {
-		c.TTL = 30 * time.Second
-	}
-	if c.RetryBackoff == 0 {
-		c.RetryBackoff = time.Second
-	}
-	if j.Schedule.now {
-		return c, nil
-	}
-	s, err := schedule.Parse(j.Schedule.expr, j.Schedule.tz)
-	if err != nil {
-		return nil, fmt.Errorf("jobs: job %s: %w", j.Name, err)
-	}
-	c.sched = s
-	c.horizon = j.CatchUp
-	if c.horizon == 0 {
-		c.horizon = j.StartingDeadline
-	}
-	if c.horizon == 0 {
-		c.horizon = s.Interval()
-	}
-	if c.horizon == 0 { // one-shot
-		c.horizon = time.Hour
-	}
-	return c, nil
-}
-
-func (c *compiled) spec() *coordv1.JobSpec {
-	conc := coordv1.JobConcurrency_JOB_CONCURRENCY_FORBID
-	if c.Concurrency == Allow {
-		conc = coordv1.JobConcurrency_JOB_CONCURRENCY_ALLOW
-	}
-	return &coordv1.JobSpec{
-		Name: c.Name, Schedule: c.Schedule.expr, TimeZone: c.Schedule.tz, CompleteWithinMs: c.CompleteWithin.Milliseconds(),
-		TtlMs: c.TTL.Milliseconds(), WindowLayout: c.Window.Layout, WindowShiftDays: int32(c.Window.ShiftDays),
-		StartingDeadlineMs: c.StartingDeadline.Milliseconds(), CatchUpMs: c.CatchUp.Milliseconds(), Concurrency: conc,
-	}
-}
-
-// windowKey is the window of an occurrence.
-func (c *compiled) windowKey(occ time.Time) string {
-	if c.sched == nil {
-		return schedule.OnceWindow
-	}
-	return c.sched.Key(occ, c.Window)
-}
-
-// leaseName is the job's lease, or the window's with Allow.
-func (c *compiled) leaseName(window string) string {
-	if c.Concurrency == Allow {
-		return c.Name + "/" + window
-	}
-	return c.Name
-}
-
-// catchUp returns the occurrences in (now - horizon, now], oldest first:
-// what a runner starting at now still owes.
-func (c *compiled) catchUp(now time.Time) []time.Time {
-	if c.sched == nil {
-		return nil
-	}
-	return c.sched.Between(now.Add(-c.horizon), now, 10_000)
-}
-
-// startable reports whether an occurrence may still start at now.
-func (c *compiled) startable(occ, now time.Time) bool {
-	return c.StartingDeadline == 0 || !now.After(occ.Add(c.StartingDeadline))
-}
-
-// giveUp is when a runner stops trying an occurrence that is not done: the
-// catch-up horizon, and at least until the next occurrence is due.
-func (c *compiled) giveUp(occ time.Time) time.Time {
-	return occ.Add(max(c.horizon, c.interval()))
-}
+// QueueJob is the queue's job of this attempt (its id, args, labels).
+func (r *Run) QueueJob() *queue.Job { return r.job }

@@ -6,39 +6,30 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/client/queue"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-// Runner runs jobs in one replica. Every replica runs the same jobs; coordd
-// decides which replica runs each occurrence.
+// Runner runs jobs in one replica. Every replica runs the same jobs: each
+// puts their schedules (the same spec again changes nothing) and runs a
+// queue Worker for their queues; coordd makes each occurrence once and
+// hands it to one worker.
 type Runner struct {
-	c        *client.Client
-	clock    clock.Clock
-	log      *slog.Logger
-	metrics  Metrics
-	poll     time.Duration
-	shutdown time.Duration
-	jobs     []*compiled
-	noGate   bool
+	c           *client.Client
+	log         *slog.Logger
+	metrics     Metrics
+	concurrency int
+	workerOpts  []queue.WorkerOption
+	jobs        []Job
+	specs       []*coordv1.ScheduleSpec
 }
-
-// WithoutClusterClockGate lets occurrences start when this runner's clock
-// says so even if coordd's clock has not reached them yet. By default a
-// claim is refused before its occurrence on the cluster's clock, so a
-// replica whose clock runs ahead waits instead of starting early; runners
-// on virtual or accelerated clocks that run ahead of real time (demos,
-// tests) turn the gate off.
-func WithoutClusterClockGate() Option { return func(r *Runner) { r.noGate = true } }
 
 // Option configures a Runner.
 type Option func(*Runner)
-
-// WithClock sets the clock that drives schedules (tests: clock.Fake).
-func WithClock(c clock.Clock) Option { return func(r *Runner) { r.clock = c } }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
@@ -46,18 +37,26 @@ func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
 // WithMetrics sets the metrics sink (see clientprom.NewJobMetrics).
 func WithMetrics(m Metrics) Option { return func(r *Runner) { r.metrics = m } }
 
-// WithPollInterval is how often a replica that does not hold a job's lease
-// checks whether the occurrence completed or needs taking over (default 1 s).
-func WithPollInterval(d time.Duration) Option { return func(r *Runner) { r.poll = d } }
+// WithConcurrency is how many occurrences this replica runs at once per
+// queue (default 4).
+func WithConcurrency(n int) Option { return func(r *Runner) { r.concurrency = max(n, 1) } }
 
-// WithShutdownTimeout is how long running occurrences may finish after the
-// runner's context ends before they are cancelled (default 30 s).
-func WithShutdownTimeout(d time.Duration) Option { return func(r *Runner) { r.shutdown = d } }
+// WithWorkerOptions passes options to the queue Worker (its id, poll
+// wait, shutdown timeout, batching).
+func WithWorkerOptions(opts ...queue.WorkerOption) Option {
+	return func(r *Runner) { r.workerOpts = append(r.workerOpts, opts...) }
+}
+
+// WithShutdownTimeout is how long running occurrences may finish after
+// Run's context ends before their context is cancelled and their jobs are
+// handed back (default 30 s).
+func WithShutdownTimeout(d time.Duration) Option {
+	return WithWorkerOptions(queue.WithShutdownTimeout(d))
+}
 
 // NewRunner returns a runner on a client.
 func NewRunner(c *client.Client, opts ...Option) *Runner {
-	r := &Runner{c: c, clock: clock.Real{}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: nopMetrics{},
-		poll: time.Second, shutdown: 30 * time.Second}
+	r := &Runner{c: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: nopMetrics{}, concurrency: 4}
 	for _, o := range opts {
 		o(r)
 	}
@@ -66,271 +65,105 @@ func NewRunner(c *client.Client, opts ...Option) *Runner {
 
 // Add adds a job; call it before Run.
 func (r *Runner) Add(j Job) error {
-	c, err := j.compile()
+	spec, err := j.Spec()
 	if err != nil {
 		return err
 	}
 	for _, o := range r.jobs {
-		if o.Name == c.Name {
-			return fmt.Errorf("jobs: job %s added twice", c.Name)
+		if o.Name == j.Name {
+			return fmt.Errorf("jobs: job %s added twice", j.Name)
 		}
 	}
-	r.jobs = append(r.jobs, c)
+	r.jobs = append(r.jobs, j)
+	r.specs = append(r.specs, spec)
 	return nil
 }
 
-// Run registers the jobs with coordd and runs them until ctx ends. Then it
-// stops taking occurrences, lets running ones finish for the shutdown
-// timeout, cancels the rest, and returns once every lease is released.
+// Put creates or updates the jobs' schedules in coordd (Run does it
+// first; an idempotent upsert, so every replica may).
+func (r *Runner) Put(ctx context.Context) error {
+	for _, spec := range r.specs {
+		resp, err := r.c.PutSchedule(ctx, spec)
+		if err != nil {
+			return fmt.Errorf("jobs: put schedule %s: %w", spec.GetName(), err)
+		}
+		if resp.GetChanged() {
+			r.log.Info("schedule put", "job", spec.GetName(), "schedule", spec.GetSchedule(), "created", resp.GetCreated())
+		}
+	}
+	return nil
+}
+
+// Run puts the jobs' schedules and runs their occurrences until ctx ends;
+// then it stops taking occurrences, lets running ones finish for the
+// shutdown timeout and hands the others back (another replica runs them).
 func (r *Runner) Run(ctx context.Context) error {
 	if len(r.jobs) == 0 {
 		return errors.New("jobs: no jobs")
 	}
+	if err := r.Put(ctx); err != nil {
+		return err
+	}
+	var queues []string
 	for _, j := range r.jobs {
-		if j.sched == nil {
-			continue
-		}
-		if _, err := r.c.RegisterJob(ctx, j.spec()); err != nil {
-			return fmt.Errorf("jobs: register %s: %w", j.Name, err)
+		if !slices.Contains(queues, j.queue()) {
+			queues = append(queues, j.queue())
 		}
 	}
-	// work outlives ctx by the shutdown timeout.
-	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	stop := context.AfterFunc(ctx, func() {
-		t := r.clock.NewTimer(r.shutdown)
-		select {
-		case <-t.C():
-			cancelWork()
-		case <-work.Done():
-			t.Stop()
-		}
-	})
-	defer stop()
-	var wg sync.WaitGroup
+	opts := []queue.WorkerOption{queue.WithLogger(r.log)}
+	for _, q := range queues {
+		opts = append(opts, queue.WithQueue(q, r.concurrency))
+	}
+	w := queue.NewWorker(r.c, append(opts, r.workerOpts...)...)
 	for _, j := range r.jobs {
-		wg.Add(1)
-		go func(j *compiled) {
-			defer wg.Done()
-			r.jobLoop(ctx, work, j)
-		}(j)
+		w.Handle(j.Name, r.handler(j))
 	}
-	wg.Wait()
-	return nil
+	return w.Run(ctx)
 }
 
-// jobLoop schedules one job: first what the catch-up horizon still owes,
-// oldest first, then each occurrence as it comes. With Forbid occurrences
-// run one after another; with Allow each runs on its own.
-func (r *Runner) jobLoop(sched, work context.Context, j *compiled) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	handle := func(occ time.Time) {
-		if j.Concurrency == Allow {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r.occurrence(sched, work, j, occ)
-			}()
-			return
+// handler runs one attempt of an occurrence of j.
+func (r *Runner) handler(j Job) queue.Handler {
+	return func(ctx context.Context, qj *queue.Job) error {
+		run, err := newRun(qj)
+		if err != nil {
+			return queue.Permanent(err)
 		}
-		r.occurrence(sched, work, j, occ)
-	}
-	start := r.clock.Now()
-	if j.sched == nil { // Now(): once, at start
-		handle(start)
-		return
-	}
-	for _, occ := range j.catchUp(start) {
-		handle(occ)
-	}
-	last := start
-	for {
-		next := j.sched.Next(last)
-		if next.IsZero() {
-			return
+		start := time.Now()
+		r.metrics.RunStarted(j.Name, start.Sub(run.Occurrence))
+		log := r.log.With("job", j.Name, "window", run.Window, "attempt", run.Attempt, "token", run.Token)
+		if err := j.Run(ctx, run); err != nil {
+			r.metrics.RunFailed(j.Name)
+			if ctx.Err() != nil {
+				r.metrics.ClaimLost(j.Name)
+			}
+			log.Warn("run failed", "err", err)
+			return err
 		}
-		if !r.sleepUntil(sched, next) {
-			return
-		}
-		last = next
-		handle(next)
+		d := time.Since(start)
+		r.metrics.RunCompleted(j.Name, d)
+		log.Info("occurrence completed", "duration", d, "start_lag", start.Sub(run.Occurrence))
+		return nil
 	}
-}
-
-// sleepUntil waits on the runner's clock; false when ctx ended first.
-func (r *Runner) sleepUntil(ctx context.Context, t time.Time) bool {
-	d := t.Sub(r.clock.Now())
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := r.clock.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C():
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// occurrence drives one occurrence to completion: acquire, claim, run,
-// complete, release; retried with backoff after a failure or a lost lease,
-// and polled while another replica holds the lease, until the window is
-// completed (by anyone), it misses its starting deadline, or the horizon
-// passes.
-func (r *Runner) occurrence(sched, work context.Context, j *compiled, occ time.Time) {
-	window := j.windowKey(occ)
-	log := r.log.With("job", j.Name, "window", window)
-	backoff := j.RetryBackoff
-	skipped, tooEarly := false, false
-	// slack is how long the cluster made this occurrence wait (this
-	// replica's clock is ahead by about that much): it moves the give-up
-	// time, which is on this replica's clock, so waiting is not missing.
-	var slack time.Duration
-	for sched.Err() == nil {
-		now := r.clock.Now()
-		if now.After(j.giveUp(occ).Add(slack)) && j.sched != nil {
-			log.Warn("occurrence given up: not completed within the catch-up horizon", "occurrence", occ)
-			r.metrics.RunMissed(j.Name)
-			return
-		}
-		if !j.startable(occ, now) {
-			w, err := r.c.GetWindow(sched, j.Name, window)
-			if errors.Is(err, client.ErrNotFound) {
-				log.Warn("occurrence missed: past its starting deadline", "occurrence", occ, "deadline", j.StartingDeadline)
-				r.metrics.RunMissed(j.Name)
-				return
-			}
-			if err == nil && w.GetCompletedAt() > 0 {
-				return
-			}
-		}
-		done, ran, err := r.attempt(work, j, occ, window)
-		switch {
-		case done:
-			return
-		case !ran && err == nil:
-			if !skipped {
-				skipped = true
-				r.metrics.RunSkipped(j.Name)
-				log.Debug("another replica holds the lease")
-			}
-			// The next attempt is the poll: an acquire-and-claim on a
-			// completed window answers from the leader's state (no log
-			// entry) that it is done, and one on a lapsed lease takes over.
-			if !r.sleepUntil(sched, r.clock.Now().Add(r.poll)) {
-				return
-			}
-		case errors.Is(err, client.ErrTooEarly):
-			// This replica's clock is ahead of the cluster's: wait for the
-			// occurrence on the cluster's clock. Not a failure.
-			wait := client.RetryAfter(err)
-			if !tooEarly {
-				tooEarly = true
-				log.Warn("occurrence is not due yet on the cluster's clock; is this replica's clock ahead?", "occurrence", occ, "wait", wait)
-			}
-			wait = max(wait, time.Millisecond)
-			slack += wait
-			if !r.sleepUntil(sched, r.clock.Now().Add(wait)) {
-				return
-			}
-		default:
-			if errors.Is(err, client.ErrLeaseLost) {
-				r.metrics.LeaseLost(j.Name)
-			}
-			log.Warn("run failed; the window stays incomplete and will be retried", "err", err, "in", backoff)
-			if !r.sleepUntil(sched, r.clock.Now().Add(backoff)) {
-				return
-			}
-			backoff = min(2*backoff, time.Minute)
-		}
-	}
-}
-
-// attempt is one occurrence in two calls: acquire-and-claim, run,
-// complete-and-release (one log entry each). done is true when the window
-// is completed (by this run or earlier); ran is false when another replica
-// holds the lease.
-func (r *Runner) attempt(work context.Context, j *compiled, occ time.Time, window string) (done, ran bool, err error) {
-	// The attempt runs under work, not sched: at shutdown a running
-	// occurrence may finish (until the shutdown timeout cancels work).
-	opts := []client.AcquireOption{client.AcquireClaim(j.Name, window)}
-	if !r.noGate {
-		opts = append(opts, client.ClaimNotBefore(occ))
-	}
-	l, err := r.c.Acquire(work, j.leaseName(window), j.TTL, opts...)
-	switch {
-	case errors.Is(err, client.ErrWindowCompleted):
-		return true, false, nil
-	case errors.Is(err, client.ErrNotAcquired):
-		return false, false, nil
-	case err != nil:
-		return false, false, err
-	}
-	claim := l.Claim()
-	lctx, cancel := context.WithCancelCause(work)
-	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
-	completed := false
-	defer func() {
-		stop()
-		cancel(nil)
-		if !completed { // failed, lost or panicked: give the lease back, the window stays open
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(work), 5*time.Second)
-			relErr := l.Release(rctx)
-			rcancel()
-			if errors.Is(relErr, client.ErrLeaseLost) && !errors.Is(err, client.ErrLeaseLost) {
-				err = errors.Join(err, relErr)
-			}
-		}
-	}()
-	start := r.clock.Now()
-	r.metrics.RunStarted(j.Name, start.Sub(occ))
-	run := &Run{Job: j.Name, Window: window, Occurrence: occ, Attempt: claim.Attempts, Generation: l.Generation(), lease: l}
-	if err := j.Run(lctx, run); err != nil {
-		r.metrics.RunFailed(j.Name)
-		return false, true, err
-	}
-	if lctx.Err() != nil { // lost while running: the effect may be partial, leave the window open
-		return false, true, context.Cause(lctx)
-	}
-	// Complete under work (not lctx, which ending the lease cancels).
-	if _, err := claim.CompleteAndRelease(work, nil); err != nil {
-		return false, true, err // the deferred Release frees a lease the server may still hold
-	}
-	completed = true
-	d := r.clock.Now().Sub(start)
-	r.metrics.RunCompleted(j.Name, d, j.interval())
-	r.log.Info("occurrence completed", "job", j.Name, "window", window, "attempt", claim.Attempts,
-		"generation", l.Generation(), "duration", d, "start_lag", start.Sub(occ))
-	return true, true, nil
-}
-
-func (c *compiled) interval() time.Duration {
-	if c.sched == nil {
-		return 0
-	}
-	return c.sched.Interval()
 }
 
 // Metrics receives the runner's events, per job. Implementations must be
-// safe for concurrent use (clientprom.NewJobMetrics is one).
+// safe for concurrent use (clientprom.NewJobMetrics is one). What the
+// cluster decides (skipped and overdue occurrences) is in coordd's own
+// metrics and in ListOverdue.
 type Metrics interface {
+	// RunStarted: an attempt started; startLag is its start minus the
+	// occurrence (on this replica's clock against the cluster's).
 	RunStarted(job string, startLag time.Duration)
-	RunCompleted(job string, duration, interval time.Duration)
+	RunCompleted(job string, duration time.Duration)
 	RunFailed(job string)
-	// RunSkipped: another replica held the lease for this occurrence.
-	RunSkipped(job string)
-	// RunMissed: the occurrence missed its starting deadline or horizon.
-	RunMissed(job string)
-	LeaseLost(job string)
+	// ClaimLost: an attempt's context was cancelled (its claim lapsed or
+	// the job was cancelled) and the run returned an error.
+	ClaimLost(job string)
 }
 
 type nopMetrics struct{}
 
-func (nopMetrics) RunStarted(string, time.Duration)                  {}
-func (nopMetrics) RunCompleted(string, time.Duration, time.Duration) {}
-func (nopMetrics) RunFailed(string)                                  {}
-func (nopMetrics) RunSkipped(string)                                 {}
-func (nopMetrics) RunMissed(string)                                  {}
-func (nopMetrics) LeaseLost(string)                                  {}
+func (nopMetrics) RunStarted(string, time.Duration)   {}
+func (nopMetrics) RunCompleted(string, time.Duration) {}
+func (nopMetrics) RunFailed(string)                   {}
+func (nopMetrics) ClaimLost(string)                   {}

@@ -3,6 +3,7 @@
 //
 //	coordbench --cluster --coordd-bin ./bin/coordd                 # start 3 nodes, run everything
 //	coordbench --endpoints 127.0.0.1:7410,... --workload acquire-release --clients 64
+//	coordbench --cluster --workload queue,queue-single,queue-delayed --clients 8 --queue-rate 10000
 //	coordbench --cluster --raft-log-store wal,bolt --rounds 2    # a fresh cluster per store, alternating
 package main
 
@@ -89,7 +90,8 @@ func main() {
 		cluster   = flag.Bool("cluster", false, "start a local three-node cluster from --coordd-bin and tear it down")
 		bin       = flag.String("coordd-bin", "", "coordd binary for --cluster (default: build it from this module)")
 		workloads = flag.String("workload", "acquire-release,contended,renew,keepalive,fenced-commit,fenced-commit-hot,window-cycle",
-			"comma-separated workloads: acquire-release, contended, renew, keepalive, fenced-commit, fenced-commit-hot, window-cycle, failover, jobs (clients = jobs every second on 3 replicas)")
+			"comma-separated workloads: acquire-release, contended, renew, keepalive, fenced-commit, fenced-commit-hot, window-cycle, failover, schedules (clients = every-second schedules whose jobs 3 replicas run), "+
+				"queue (clients = workers; submit in batches at --queue-rate), queue-single (clients = submitters, one job per Submit), queue-delayed (clients = workers; --delayed-jobs due 1 s to --delay-max ahead)")
 		clients  = flag.String("clients", "64", "comma-separated client counts (each workload runs once per count)")
 		duration = flag.Duration("duration", 5*time.Second, "time per workload")
 		names    = flag.Int("names", 8, "names for the contended workload")
@@ -101,6 +103,14 @@ func main() {
 		conns    = flag.Int("conns", 4, "SDK clients (connection sets) the workers share; 0 = one per worker")
 		first    = flag.String("first", "", "comma-separated endpoint orders to run each workload with: leader (the leader's endpoint first), follower (followers first, the leader last); default: as given")
 	)
+	flag.BoolVar(&qcfg.raw, "queue-raw", false, "queue workloads: raw gRPC workers (fetch --fetch-max, complete each batch) instead of the SDK's")
+	flag.IntVar(&qcfg.concurrency, "queue-concurrency", qcfg.concurrency, "queue workloads: handlers per SDK worker")
+	flag.IntVar(&qcfg.rate, "queue-rate", 0, "queue: jobs/s to submit (0: as fast as the cluster takes them)")
+	flag.IntVar(&qcfg.batch, "queue-batch", qcfg.batch, "queue, queue-delayed: jobs per Submit (at most 1,000)")
+	flag.IntVar(&qcfg.fetchMax, "fetch-max", qcfg.fetchMax, "queue workloads with --queue-raw: jobs per Fetch")
+	flag.IntVar(&qcfg.workers, "queue-workers", qcfg.workers, "queue-single: workers completing the jobs")
+	flag.IntVar(&qcfg.delayed, "delayed-jobs", qcfg.delayed, "queue-delayed: jobs to submit")
+	flag.DurationVar(&qcfg.delayMax, "delay-max", qcfg.delayMax, "queue-delayed: the latest run_at ahead (the earliest is 1 s)")
 	stores := flag.String("raft-log-store", "", "with --cluster: the nodes' Raft log store(s), comma-separated (wal, bolt); each gets a fresh cluster, in turn (default: coordd's)")
 	rounds := flag.Int("rounds", 1, "with --cluster: run everything this many times, each store in turn (wal, bolt, wal, bolt, ...)")
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
@@ -116,6 +126,9 @@ func main() {
 			os.Exit(2)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if qcfg.batch < 1 || qcfg.batch > 1000 || qcfg.fetchMax < 1 || qcfg.fetchMax > 1000 || qcfg.delayMax < 2*time.Second {
+		fatal(fmt.Errorf("--queue-batch and --fetch-max are 1 to 1000, --delay-max at least 2s"))
 	}
 	cfg := config{duration: *duration, warmup: *warmup, names: *names, wait: *wait, leases: *leases, ttl: *ttl, reps: *reps, conns: *conns}
 	for _, c := range strings.Split(*clients, ",") {

@@ -30,7 +30,10 @@ var workloadFuncs = map[string]workload{
 	"fenced-commit-hot": fencedCommit(true),
 	"window-cycle":      windowCycle,
 	"failover":          failover,
-	"jobs":              jobsWorkload,
+	"schedules":         schedulesWorkload,
+	"queue":             queueThroughput,
+	"queue-single":      queueSingle,
+	"queue-delayed":     queueDelayed,
 }
 
 // run is a benchmark id, so that names never collide between runs.

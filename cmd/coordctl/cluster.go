@@ -229,11 +229,26 @@ func (a *app) checkTransfer(ctx context.Context) error {
 	return nil
 }
 
-// clusterTime asks for the cluster clock, to render record ages.
+// clusterTime asks for the cluster clock (lease time), to render the ages
+// of records stamped with it (resources).
 func (a *app) clusterTime(ctx context.Context) int64 {
 	st, err := a.cluster().Status(ctx, &coordv1.StatusRequest{})
 	if err != nil {
 		return 0
+	}
+	return st.GetClusterTime()
+}
+
+// calendarTime asks for calendar time, to render the ages of windows and
+// jobs (their times are calendar time); lease time from a server that
+// stamps no calendar time.
+func (a *app) calendarTime(ctx context.Context) int64 {
+	st, err := a.cluster().Status(ctx, &coordv1.StatusRequest{})
+	if err != nil {
+		return 0
+	}
+	if c := st.GetCalendarTimeMs(); c > 0 {
+		return c
 	}
 	return st.GetClusterTime()
 }

@@ -49,7 +49,6 @@ func newClient(endpoints []string, files tlsutil.Files, w *watcher) (*client.Cli
 
 func (a *app) coord() coordv1.CoordinatorClient { return coordv1.NewCoordinatorClient(a.client.Raw()) }
 func (a *app) cluster() coordv1.ClusterClient   { return coordv1.NewClusterClient(a.client.Raw()) }
-func (a *app) jobs() coordv1.JobsClient         { return coordv1.NewJobsClient(a.client.Raw()) }
 
 // watcher sees every attempt the SDK makes (as a gRPC interceptor). It
 // says once that an election is in progress, remembers the last "no

@@ -279,9 +279,10 @@ func (a *app) keepAlive(ctx context.Context, name string, h holderFlags) error {
 }
 
 // withHolder adds the current holder to a lease loss that the KeepAlive
-// stream reported without it (its answers carry a reason and a message,
-// not the metadata that a refused Renew or Release carries), so that both
-// read alike: "(current_generation=…, current_owner=…)".
+// stream reported without it, so that it reads like a refused Renew or
+// Release: "(current_generation=…, current_owner=…)". A server that sends
+// KeepAliveResponse.metadata (the SDK puts it in the *Error) needs no read
+// here; an older one answered with a reason and a message only.
 func (a *app) withHolder(name string, err error) error {
 	var e *client.Error
 	if !errors.As(err, &e) || len(e.Metadata) > 0 {

@@ -146,7 +146,7 @@ so once on stderr).`,
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	root.PersistentFlags().DurationVar(&a.timeout, "timeout", 10*time.Second, "timeout of each command")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
-	root.AddCommand(a.statusCmd(), a.membersCmd(), a.leaderCmd(), a.snapshotCmd(), a.leaseCmd(), a.windowCmd(), a.fenceCmd(), a.jobCmd(), a.queueCmd(), a.certsCmd(), a.versionCmd())
+	root.AddCommand(a.statusCmd(), a.membersCmd(), a.leaderCmd(), a.snapshotCmd(), a.leaseCmd(), a.windowCmd(), a.fenceCmd(), a.jobCmd(), a.queueCmd(), a.scheduleCmd(), a.certsCmd(), a.versionCmd())
 	return root
 }
 

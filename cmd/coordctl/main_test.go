@@ -63,7 +63,7 @@ func TestAgesNeverNegative(t *testing.T) {
 	resourceTable(&buf, &coordv1.Resource{Resource: "r", LastCommitAt: 5_000}, 1_000)
 	statusTable(&buf, []nodeStatus{{endpoint: "e", status: &coordv1.StatusResponse{State: "Follower", LastContact: 0}}})
 	overdueText(&buf, &coordv1.ListOverdueResponse{StuckLeases: []*coordv1.StuckLease{{Reason: "SILENT",
-		Lease: &coordv1.Lease{Name: "l", HeldMs: -1, RenewedAgoMs: -2}}}})
+		Lease: &coordv1.Lease{Name: "l", HeldMs: -1, RenewedAgoMs: -2}}}}, true)
 	if m := regexp.MustCompile(`-\d`).FindString(buf.String()); m != "" {
 		t.Fatalf("negative duration %q in:\n%s", m, buf.String())
 	}

@@ -139,7 +139,7 @@ func windowState(w *coordv1.Window) string {
 	return "incomplete"
 }
 
-// windowTable shows windows; now is the cluster time, to render ages.
+// windowTable shows windows; now is calendar time, to render ages.
 func windowTable(out io.Writer, ws []*coordv1.Window, now int64) {
 	tab(out, func(w io.Writer) {
 		row(w, "JOB", "WINDOW", "STATE", "ATTEMPTS", "OWNER", "GENERATION", "STARTED", "COMPLETED", "RESULT")
@@ -197,12 +197,25 @@ type nodeStatus struct {
 	err      error
 }
 
+// statusTable shows every endpoint's status. CLOCK OFFSET is the node's
+// wall clock minus the leader's (± the measurement's bound), as the leader
+// measured it; LEASE LAG is how far lease time trails calendar time.
 func statusTable(out io.Writer, nodes []nodeStatus) {
+	// The leader's measurements are the freshest; a node's own is the
+	// leader's previous one.
+	offsets := map[string]*coordv1.ClockOffset{}
+	for _, n := range nodes {
+		if n.err == nil {
+			for _, o := range n.status.GetClockOffsets() {
+				offsets[o.GetId()] = o
+			}
+		}
+	}
 	tab(out, func(w io.Writer) {
-		row(w, "ENDPOINT", "ID", "STATE", "LEADER", "TERM", "COMMIT", "APPLIED", "LAST CONTACT", "DIGEST")
+		row(w, "ENDPOINT", "ID", "STATE", "LEADER", "TERM", "COMMIT", "APPLIED", "LAST CONTACT", "CLOCK OFFSET", "LEASE LAG", "DIGEST")
 		for _, n := range nodes {
 			if n.err != nil {
-				row(w, n.endpoint, "-", "unreachable", "-", "-", "-", "-", "-", describe(n.err))
+				row(w, n.endpoint, "-", "unreachable", "-", "-", "-", "-", "-", "-", "-", describe(n.err))
 				continue
 			}
 			s := n.status
@@ -215,10 +228,68 @@ func statusTable(out io.Writer, nodes []nodeStatus) {
 			default:
 				contact = agoMs(lc)
 			}
+			o := offsets[s.GetId()]
+			if o == nil {
+				o = s.GetClockOffset()
+			}
+			lag := "-"
+			if s.GetCalendarTimeMs() > 0 {
+				lag = signedMs(s.GetLeaseClockLagMs())
+			}
 			row(w, n.endpoint, s.GetId(), s.GetState(), s.GetLeaderId(), s.GetTerm(), s.GetCommitIndex(), s.GetAppliedIndex(),
-				contact, short(s.GetFsmDigest(), 12))
+				contact, clockOffset(o), lag, short(s.GetFsmDigest(), 12))
 		}
 	})
+}
+
+// clockOffset renders a measured offset: "+2.99s ±20ms", "0" for the
+// leader itself, "-" when not measured.
+func clockOffset(o *coordv1.ClockOffset) string {
+	switch {
+	case o == nil || o.GetMeasuredAtMs() == 0:
+		return "-"
+	case o.GetOffsetUs() == 0 && o.GetErrorUs() == 0:
+		return "0"
+	}
+	s := signedDuration(time.Duration(o.GetOffsetUs())*time.Microsecond) + " ±" +
+		roundDuration(time.Duration(o.GetErrorUs())*time.Microsecond).String()
+	if o.GetError() != "" {
+		s += " (last probe failed)"
+	}
+	return s
+}
+
+// signedMs renders milliseconds with their sign ("46s", "-1.2s").
+func signedMs(ms int64) string {
+	if ms < 0 {
+		return "-" + human(-ms)
+	}
+	return human(ms)
+}
+
+// signedDuration renders d with a sign, rounded to three significant
+// figures or so ("+3.01s", "-200ms", "+412µs").
+func signedDuration(d time.Duration) string {
+	sign := "+"
+	if d < 0 {
+		sign, d = "-", -d
+	}
+	return sign + roundDuration(d).String()
+}
+
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(100 * time.Millisecond)
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= 10*time.Millisecond:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	default:
+		return d.Round(time.Microsecond)
+	}
 }
 
 func membersTable(out io.Writer, ms []*coordv1.Member) {

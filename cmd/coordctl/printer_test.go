@@ -68,9 +68,15 @@ func TestStatusAndMembersTables(t *testing.T) {
 	var buf bytes.Buffer
 	statusTable(&buf, []nodeStatus{
 		{endpoint: "127.0.0.1:7410", status: &coordv1.StatusResponse{Id: "node1", State: "Leader", LeaderId: "node1", Term: 4,
-			CommitIndex: 1200, AppliedIndex: 1200, FsmDigest: "f16b98c21dfcf085b2ffe899bbab9d61b15a3db1a304acc6611588129782676d"}},
+			CommitIndex: 1200, AppliedIndex: 1200, FsmDigest: "f16b98c21dfcf085b2ffe899bbab9d61b15a3db1a304acc6611588129782676d",
+			CalendarTimeMs: 1_790_000_046_000, LeaseClockLagMs: 46_000,
+			ClockOffset: &coordv1.ClockOffset{Id: "node1", MeasuredAtMs: 1_790_000_046_000},
+			ClockOffsets: []*coordv1.ClockOffset{{Id: "node1", MeasuredAtMs: 1_790_000_046_000},
+				{Id: "node2", OffsetUs: 2_987_000, ErrorUs: 180, MeasuredAtMs: 1_790_000_045_900}}}},
 		{endpoint: "127.0.0.1:7420", status: &coordv1.StatusResponse{Id: "node2", State: "Follower", LeaderId: "node1", Term: 4,
-			CommitIndex: 1200, AppliedIndex: 1199, LastContact: 41, FsmDigest: "f16b98c21dfcf085b2ffe899bbab9d61b15a3db1a304acc6611588129782676d"}},
+			CommitIndex: 1200, AppliedIndex: 1199, LastContact: 41, FsmDigest: "f16b98c21dfcf085b2ffe899bbab9d61b15a3db1a304acc6611588129782676d",
+			CalendarTimeMs: 1_790_000_045_800, LeaseClockLagMs: 45_900,
+			ClockOffset: &coordv1.ClockOffset{Id: "node2", OffsetUs: 2_990_000, ErrorUs: 200, MeasuredAtMs: 1_790_000_044_900}}},
 		{endpoint: "127.0.0.1:7430", err: errors.New("connection refused")},
 	})
 	membersTable(&buf, []*coordv1.Member{
@@ -105,30 +111,6 @@ func TestUsageExitCodes(t *testing.T) {
 			t.Errorf("%v: exit %d, want %d (%s)", args, code, exitUsage, errOut.String())
 		}
 	}
-}
-
-func TestJobTables(t *testing.T) {
-	var buf bytes.Buffer
-	now := int64(1_800_000_000_000)
-	resp := &coordv1.JobStatusResponse{
-		Job: &coordv1.Job{Spec: &coordv1.JobSpec{Name: "daily-close", Schedule: "5 0 * * *", TimeZone: "America/Sao_Paulo"},
-			IntervalMs: 86_400_000, LastCompletedAt: now - 3_600_000, LastCompletedWindow: "2026-09-24", RegisteredBy: "billing-1"},
-		NextOccurrences: []int64{1_790_305_500_000, 1_790_391_900_000},
-		Windows: []*coordv1.Window{{Job: "daily-close", Window: "2026-09-24", State: coordv1.WindowState_WINDOW_STATE_COMPLETED,
-			Attempts: 1, Owner: "billing-1", Generation: 4, StartedAt: now - 3_700_000, CompletedAt: now - 3_600_000}},
-		Overdue: []*coordv1.OverdueWindow{{Job: "daily-close", Window: "2026-09-23", Occurrence: 1_790_132_700_000,
-			OverdueMs: 90_000_000}},
-	}
-	jobStatusText(&buf, resp, now)
-	buf.WriteString("\n")
-	overdueText(&buf, &coordv1.ListOverdueResponse{
-		Windows: resp.Overdue,
-		StuckLeases: []*coordv1.StuckLease{{Reason: "HELD_TOO_LONG", Lease: &coordv1.Lease{Name: "daily-close", Owner: "billing-7",
-			Generation: 3, HeldMs: 9 * 86_400_000, RenewedAgoMs: 1000}}},
-		SlowWindows: []*coordv1.SlowWindow{{Job: "sync", Window: "2026-09-25T10:00", DurationMs: 40_000, IntervalMs: 60_000}},
-	})
-	overdueText(&buf, &coordv1.ListOverdueResponse{})
-	golden(t, "jobs", buf.Bytes())
 }
 
 // Every command's --help shows an example.

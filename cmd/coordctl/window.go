@@ -30,7 +30,7 @@ func (a *app) windowListCmd() *cobra.Command {
 				return fail("window list", err)
 			}
 			all := &coordv1.ListWindowsResponse{Windows: windows}
-			now := a.clusterTime(ctx)
+			now := a.calendarTime(ctx)
 			return a.print(all, func(w io.Writer) { windowTable(w, all.GetWindows(), now) })
 		},
 	}
@@ -53,7 +53,7 @@ func (a *app) windowGetCmd() *cobra.Command {
 				return fail("window get "+args[0]+" "+args[1], err)
 			}
 			resp := &coordv1.GetWindowResponse{Window: w}
-			now := a.clusterTime(ctx)
+			now := a.calendarTime(ctx)
 			return a.print(resp, func(w io.Writer) { windowTable(w, []*coordv1.Window{resp.GetWindow()}, now) })
 		},
 	}
@@ -89,7 +89,7 @@ func (a *app) windowClaimCmd() *cobra.Command {
 			if err != nil {
 				return fail("window claim "+args[0]+" "+args[1], err)
 			}
-			now := a.clusterTime(ctx)
+			now := a.calendarTime(ctx)
 			return a.print(resp, func(w io.Writer) {
 				if !resp.GetClaimed() {
 					io.WriteString(w, "not claimed: the window is already completed\n")
@@ -118,7 +118,7 @@ func (a *app) windowCompleteCmd() *cobra.Command {
 			if err != nil {
 				return fail("window complete "+args[0]+" "+args[1], err)
 			}
-			now := a.clusterTime(ctx)
+			now := a.calendarTime(ctx)
 			return a.print(resp, func(w io.Writer) { windowTable(w, []*coordv1.Window{resp.GetWindow()}, now) })
 		},
 	}

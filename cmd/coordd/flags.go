@@ -17,7 +17,8 @@ import (
 // options are coordd's flags, after the environment.
 type options struct {
 	id, dataDir, grpcAddr, raftAddr, httpAddr, peers, join string
-	heartbeat, election, retention, minTTL                 time.Duration
+	heartbeat, election, retention, minTTL, jobRetention   time.Duration
+	maxFinishedJobs                                        uint64
 	logLevel, logFormat                                    string
 	pprof, insecure                                        bool
 	tlsCert, tlsKey, tlsCA, peerCert, peerKey, peerCA      string
@@ -54,6 +55,10 @@ func parseFlags(args []string) (*options, error) {
 	f.duration(&o.heartbeat, "heartbeat-timeout", def.HeartbeatTimeout, "Raft heartbeat timeout")
 	f.duration(&o.election, "election-timeout", def.ElectionTimeout, "Raft election timeout")
 	f.duration(&o.retention, "retention", def.Retention, "how long completed windows and idempotency records are kept")
+	f.duration(&o.jobRetention, "job-retention", def.JobRetention,
+		"how long finished queue jobs (succeeded, cancelled, dead) are kept, on the calendar clock")
+	f.uint64(&o.maxFinishedJobs, "job-max-finished", def.MaxFinishedJobs,
+		"finished queue jobs kept at most (beyond it the oldest succeeded ones go first)")
 	f.duration(&o.minTTL, "min-ttl", 0, "shortest lease TTL accepted (default 1.5 x election timeout, at least 1s)")
 	f.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.str(&o.logFormat, "log-format", "text", "text or json")
@@ -163,6 +168,10 @@ func (f envFlags) int32(p *int, name, usage string) {
 	f.fs.IntVar(p, name, int(f.e.uint32(envName(name))), usage)
 }
 
+func (f envFlags) uint64(p *uint64, name string, def uint64, usage string) {
+	f.fs.Uint64Var(p, name, f.e.uint64(envName(name), def), usage)
+}
+
 func (f envFlags) float(p *float64, name, usage string) {
 	f.fs.Float64Var(p, name, f.e.float(envName(name)), usage)
 }
@@ -214,6 +223,10 @@ func (e *envReader) uint32(name string) uint {
 		n, err := strconv.ParseUint(v, 10, 32)
 		return uint(n), err
 	})
+}
+
+func (e *envReader) uint64(name string, def uint64) uint64 {
+	return parse(e, name, def, func(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64) })
 }
 
 func (e *envReader) float(name string) float64 {

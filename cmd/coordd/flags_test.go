@@ -22,6 +22,8 @@ func TestEnvThatDoesNotParseIsAnError(t *testing.T) {
 		"HEARTBEAT_TIMEOUT":      "500",
 		"ENABLE_PPROF":           "yes",
 		"INSECURE":               "on",
+		"JOB_RETENTION":          "7d",
+		"JOB_MAX_FINISHED":       "-1",
 		"RAFT_WAL_SEGMENT_SIZE":  "64MB",
 	} {
 		name = strings.TrimSpace(name)
@@ -44,11 +46,14 @@ func TestEnvValues(t *testing.T) {
 	t.Setenv("COORDD_INSECURE", "1")
 	t.Setenv("COORDD_ELECTION_TIMEOUT", "2s")
 	t.Setenv("COORDD_LIMIT_BURST", "") // empty: unset
+	t.Setenv("COORDD_JOB_RETENTION", "48h")
+	t.Setenv("COORDD_JOB_MAX_FINISHED", "5000")
 	o, err := parseFlags(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.rateLimit != 2.5 || !o.pprof || !o.insecure || o.election != 2*time.Second || o.burst != 0 {
+	if o.rateLimit != 2.5 || !o.pprof || !o.insecure || o.election != 2*time.Second || o.burst != 0 ||
+		o.jobRetention != 48*time.Hour || o.maxFinishedJobs != 5000 {
 		t.Fatalf("%+v", o)
 	}
 	// Flags win over the environment.
@@ -64,7 +69,8 @@ func TestFlagDefaultsAreTheNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := node.Defaults()
-	if o.heartbeat != d.HeartbeatTimeout || o.election != d.ElectionTimeout || o.retention != d.Retention {
+	if o.heartbeat != d.HeartbeatTimeout || o.election != d.ElectionTimeout || o.retention != d.Retention ||
+		o.jobRetention != d.JobRetention || o.maxFinishedJobs != d.MaxFinishedJobs {
 		t.Fatalf("flag defaults %s %s %s, node defaults %s %s %s", o.heartbeat, o.election, o.retention,
 			d.HeartbeatTimeout, d.ElectionTimeout, d.Retention)
 	}

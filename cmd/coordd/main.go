@@ -16,6 +16,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	_ "time/tzdata" // every node has the same zone data: the leader computes occurrences with it
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -92,8 +93,8 @@ func run(args []string) error {
 	n, err := node.New(node.Config{
 		ID: o.id, DataDir: o.dataDir, RaftAddr: o.raftAddr, Peers: peers, Join: o.join,
 		HeartbeatTimeout: o.heartbeat, ElectionTimeout: o.election, LeaderLeaseTimeout: o.heartbeat / 2,
-		Retention: o.retention, MinTTL: o.minTTL, TLS: peerTLS, Insecure: o.insecure,
-		Logger: logger, Clock: clk, Metrics: reg, RaftLogStore: o.logStore, RaftWALSegmentSize: o.walSegment,
+		Retention: o.retention, JobRetention: o.jobRetention, MaxFinishedJobs: o.maxFinishedJobs, MinTTL: o.minTTL, TLS: peerTLS,
+		Insecure: o.insecure, Logger: logger, Clock: clk, Metrics: reg, RaftLogStore: o.logStore, RaftWALSegmentSize: o.walSegment,
 	})
 	if err != nil {
 		return err

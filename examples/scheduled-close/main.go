@@ -1,14 +1,19 @@
-// Command scheduled-close is the daily close on the job runner: a job at
-// 00:05 America/Sao_Paulo closes the previous business day for every store.
-// Three replica processes run it on a shared accelerated clock (a day takes
-// a few seconds); the demo kills one mid-run (and restarts it, as a deploy
-// would), freezes the one running the next day past its TTL, and runs the
-// third with its clock two minutes behind. Then it prints the ledger: every
-// window completed once, every store's commission written once per day.
-// Its job, lease and resources are its own (job scheduled-close, resources
-// scheduled/store-N), apart from the daily-close example's. Its windows run
-// once: on a cluster that already ran them it refuses to start; pass another
-// --start:
+// Command scheduled-close is the daily close as a recurring job: a job
+// declared in code (client/jobs) becomes a coordd schedule, the cluster's
+// leader makes one queue job per occurrence, and whichever replica is free
+// runs it, closing every store of that period with writes fenced by the
+// attempt's token.
+//
+// In production the schedule would be "5 0 * * *" in America/Sao_Paulo,
+// closing the previous business day (window shift -1). To show days in
+// seconds the demo runs one occurrence every 4 s (each one a "day"). Three
+// replica processes run it; the demo kills one mid-run (and restarts it,
+// as a deploy would) and freezes the one running the next occurrence past
+// its visibility timeout. Then it prints the ledger: every occurrence's
+// job succeeded once, every store written once per occurrence (the frozen
+// replica's late writes are refused or answered as duplicates: no second
+// effect). Each run has a schedule of its own
+// (scheduled-close-<time>), deleted at the end:
 //
 //	scripts/local-cluster.sh up /tmp/coordd3
 //	go run ./examples/scheduled-close --endpoints 127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430
@@ -22,153 +27,108 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
-	_ "time/tzdata"
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/jobs"
-	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/client/queue"
 	"github.com/coordd/coordd/examples/internal/demo"
-	"github.com/coordd/coordd/schedule"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
 const (
-	job    = "scheduled-close"
-	zone   = "America/Sao_Paulo"
 	stores = 4
 	days   = 3
+	every  = 4 * time.Second
+	// visibility is the job attempts' visibility timeout: a frozen or dead
+	// replica's attempt lapses this long after its last heartbeat.
+	visibility = 1500 * time.Millisecond
 )
-
-type config struct {
-	endpoints []string
-	base      time.Time // virtual time at epoch
-	epoch     time.Time
-	speed     float64
-	skew      time.Duration
-	name      string
-}
 
 func main() {
 	var (
 		endpoints = flag.String("endpoints", demo.Env("COORD_ENDPOINTS", "127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430"), "coordd gRPC endpoints")
 		role      = flag.String("role", "demo", "demo, or replica")
 		name      = flag.String("name", "A", "replica name")
-		start     = flag.String("start", "2026-09-24T23:58:00", "virtual start, in "+zone)
-		epoch     = flag.Int64("epoch", 0, "wall-clock unix ms at which virtual time is --start (replicas)")
-		speed     = flag.Float64("speed", 14400, "virtual seconds per real second (a day = 6 s)")
-		skew      = flag.Duration("skew", 0, "this replica's clock error (e.g. -2m)")
+		sched     = flag.String("schedule", "", "schedule (and job) name (replicas; the demo picks one)")
 	)
 	flag.Parse()
-	loc, _ := time.LoadLocation(zone)
-	base, err := time.ParseInLocation("2006-01-02T15:04:05", *start, loc)
-	if err != nil {
-		fatal(err)
-	}
-	cfg := config{endpoints: strings.Split(*endpoints, ","), base: base, speed: *speed, skew: *skew, name: *name}
-	if *epoch == 0 {
-		cfg.epoch = time.Now().Add(200 * time.Millisecond)
-	} else {
-		cfg.epoch = time.UnixMilli(*epoch)
-	}
-	demo.Role("scheduled-close", *role, func() error { return run(cfg) }, func() error { return replica(cfg) })
+	eps := strings.Split(*endpoints, ",")
+	demo.Role("scheduled-close", *role, func() error { return runDemo(eps) }, func() error { return replica(eps, *name, *sched) })
 }
-
-func fatal(err error) { demo.Fatal("scheduled-close", err) }
 
 func say(name, format string, args ...any) {
 	fmt.Printf("%-3s %s\n", name, fmt.Sprintf(format, args...))
 }
 
-func replica(cfg config) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	var clk clock.Clock = clock.Scaled{Base: cfg.base, Epoch: cfg.epoch, Speed: cfg.speed}
-	if cfg.skew != 0 {
-		clk = clock.Offset{Base: clk, Skew: cfg.skew}
-	}
-	c, err := client.New(ctx, cfg.endpoints, client.WithOwner(cfg.name))
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	// Virtual time is not the cluster's: without the gate a --start in the
-	// future does not wait for coordd's clock to get there.
-	r := jobs.NewRunner(c, jobs.WithClock(clk), jobs.WithPollInterval(20*time.Minute), jobs.WithShutdownTimeout(time.Hour),
-		jobs.WithoutClusterClockGate())
-	err = r.Add(jobs.Job{
-		Name: job, Schedule: jobs.Cron("5 0 * * *", zone), Window: schedule.Window{ShiftDays: -1},
-		TTL: 1500 * time.Millisecond, RetryBackoff: 30 * time.Minute, CompleteWithin: 2 * time.Hour,
-		CatchUp: 6 * time.Hour, // a replica that starts within 6 h of an occurrence still owes it
+func resource(store int) string { return fmt.Sprintf("scheduled/store-%d", store) }
+
+// closeJob is the job every replica declares: the same spec, so the
+// schedule is put once and the others change nothing.
+func closeJob(sched, replica string) jobs.Job {
+	return jobs.Job{
+		Name: sched, Schedule: jobs.Every(every), Queue: "scheduled-close", Concurrency: jobs.Allow,
+		VisibilityTimeout: visibility, RetryBackoff: 100 * time.Millisecond,
 		Run: func(ctx context.Context, run *jobs.Run) error {
-			say(cfg.name, "occurrence %s -> window %s: attempt %d, token %d (started %s late by its clock)",
-				run.Occurrence.Format("Jan 02 15:04"), run.Window, run.Attempt, run.Generation,
-				clk.Now().Sub(run.Occurrence).Round(time.Minute))
+			say(replica, "occurrence %s: attempt %d, token %s", run.Window, run.Attempt, run.Token)
 			for i := 1; i <= stores; i++ {
-				time.Sleep(250 * time.Millisecond) // the work for one store (real time)
+				time.Sleep(250 * time.Millisecond) // the work for one store
 				// Not ctx: a frozen process wakes up mid-write. The fence decides.
 				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				commit, err := run.Fence(cctx, resource(i), []byte(cfg.name))
+				commit, err := run.Fence(cctx, resource(i), []byte(replica))
 				cancel()
 				var ce *client.Error
 				switch {
 				case errors.As(err, &ce):
-					say(cfg.name, "  %s store-%d REFUSED (%s)", run.Window, i, ce.Reason)
+					say(replica, "  %s store-%d REFUSED (%s)", run.Window, i, ce.Reason)
 					return err
 				case err != nil:
 					return err
 				case commit.Duplicate:
-					say(cfg.name, "  %s store-%d duplicate of token %d: not written again", run.Window, i, commit.Generation)
+					say(replica, "  %s store-%d duplicate of token %s: not written again", run.Window, i,
+						queue.Token(run.QueueJob().ID, uint32(commit.Generation)))
 				default:
-					say(cfg.name, "  %s store-%d ACCEPTED", run.Window, i)
+					say(replica, "  %s store-%d ACCEPTED", run.Window, i)
 				}
 			}
-			say(cfg.name, "  %s: all stores done", run.Window)
+			say(replica, "  %s: all stores done", run.Window)
 			return nil
 		},
-	})
+	}
+}
+
+func replica(eps []string, name, sched string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	c, err := client.New(ctx, eps, client.WithOwner(name))
 	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r := jobs.NewRunner(c, jobs.WithConcurrency(1),
+		jobs.WithWorkerOptions(queue.WithWorkerID(name), queue.WithPollWait(500*time.Millisecond)))
+	if err := r.Add(closeJob(sched, name)); err != nil {
 		return err
 	}
 	return r.Run(ctx)
 }
 
-// run is the demo: three replicas on one virtual clock, one killed and
-// restarted, one frozen past its TTL, one with its clock behind.
-func run(cfg config) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+func runDemo(eps []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := client.New(ctx, cfg.endpoints, client.WithOwner("demo"))
+	c, err := client.New(ctx, eps, client.WithOwner("demo"))
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	// Every window of the demo must be fresh: a completed one would be
-	// skipped, and with it the kill and the pause this demo is about.
-	for d := 0; d < days; d++ {
-		day := cfg.base.AddDate(0, 0, d).Format("2006-01-02")
-		w, err := c.GetWindow(ctx, job, day)
-		switch {
-		case err == nil:
-			next := cfg.base.AddDate(0, 0, days).Format("2006-01-02T15:04:05")
-			return fmt.Errorf("window %s/%s already exists (state %s, by %s): this demo runs its windows once; "+
-				"use a fresh cluster or another start, e.g. --start %s", job, day, w.GetState(), w.GetOwner(), next)
-		case !errors.Is(err, client.ErrNotFound):
-			return err
-		}
-	}
-	// The stores' ledgers before this run (another --start wrote to them too).
-	before, err := demo.Commits(ctx, c, stores, resource)
-	if err != nil {
-		return err
-	}
+	sched := strings.ReplaceAll("scheduled-close-"+time.Now().UTC().Format("20060102-150405.000"), ".", "-")
 	lines := make(chan string, 512)
 	procs := map[string]*demo.Proc{}
-	start := func(name string, skew time.Duration) error {
-		p, err := demo.Spawn(name, lines, "--role", "replica", "--name", name, "--endpoints", strings.Join(cfg.endpoints, ","),
-			"--start", cfg.base.Format("2006-01-02T15:04:05"), "--epoch", fmt.Sprint(cfg.epoch.UnixMilli()),
-			"--speed", fmt.Sprint(cfg.speed), "--skew", skew.String())
+	start := func(name string) error {
+		p, err := demo.Spawn(name, lines, "--role", "replica", "--name", name, "--endpoints", strings.Join(eps, ","), "--schedule", sched)
 		if err != nil {
 			return err
 		}
@@ -178,53 +138,67 @@ func run(cfg config) error {
 	defer func() {
 		for _, p := range procs { // stop every process we started, by PID
 			p.Kill()
+			<-p.Done()
+		}
+		dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer dcancel()
+		if _, err := c.DeleteSchedule(dctx, sched); err == nil {
+			fmt.Printf("schedule %s deleted\n", sched)
 		}
 	}()
-	fmt.Printf("virtual time starts %s (%s), x%.0f: a day takes %s\n", cfg.base.Format("2006-01-02 15:04"), zone, cfg.speed,
-		time.Duration(float64(24*time.Hour)/cfg.speed).Round(100*time.Millisecond))
-	for _, r := range []struct {
-		name string
-		skew time.Duration
-	}{{"A", 0}, {"B", 0}, {"C", -2 * time.Minute}} {
-		if err := start(r.name, r.skew); err != nil {
+	fmt.Printf("schedule %s: an occurrence every %s (a \"day\"), jobs in queue scheduled-close, visibility timeout %s\n",
+		sched, every, visibility)
+	for _, name := range []string{"A", "B", "C"} {
+		if err := start(name); err != nil {
 			return err
 		}
 	}
-	fmt.Println("C's clock is 2 minutes behind")
-	first := cfg.base.Format("2006-01-02")
-	second := cfg.base.AddDate(0, 0, 1).Format("2006-01-02")
-	last := cfg.base.AddDate(0, 0, days-1).Format("2006-01-02")
+	var windows []string // the occurrences, in order
 	killed, paused := false, false
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
 		case <-tick.C:
-			if w, err := c.GetWindow(ctx, job, last); err == nil && w.GetCompletedAt() > 0 {
-				time.Sleep(300 * time.Millisecond)
-				for len(lines) > 0 {
-					fmt.Println(<-lines)
-				}
-				if !killed || !paused {
-					return fmt.Errorf("the demo's faults did not happen (kill -9 mid-run: %t, SIGSTOP past the TTL: %t)", killed, paused)
-				}
-				return ledger(ctx, c, cfg, before)
+			done, err := firstDone(ctx, c, sched)
+			if err != nil {
+				return err
 			}
+			if done == nil {
+				continue
+			}
+			time.Sleep(300 * time.Millisecond)
+			for len(lines) > 0 {
+				fmt.Println(<-lines)
+			}
+			if !killed || !paused {
+				return fmt.Errorf("the demo's faults did not happen (kill -9 mid-run: %t, SIGSTOP past the visibility timeout: %t)", killed, paused)
+			}
+			return ledger(ctx, c, sched, done)
 		case l := <-lines:
 			fmt.Println(l)
-			who := strings.Fields(l)[0]
-			if !killed && strings.Contains(l, first+" store-2 ACCEPTED") {
+			f := strings.Fields(l)
+			if len(f) >= 3 && f[1] == "occurrence" && !slices.Contains(windows, strings.TrimSuffix(f[2], ":")) {
+				windows = append(windows, strings.TrimSuffix(f[2], ":"))
+			}
+			if len(f) == 0 {
+				continue
+			}
+			who := f[0]
+			if !killed && len(windows) >= 1 && strings.Contains(l, windows[0]+" store-2 ACCEPTED") {
 				killed = true
-				fmt.Printf("--- kill -9 %s mid-run (pid %d); restarting it like a deploy would\n", who, procs[who].Cmd.Process.Pid)
-				procs[who].Kill()
-				if err := start(who, 0); err != nil {
+				p := procs[who]
+				fmt.Printf("--- kill -9 %s mid-run (pid %d); restarting it like a deploy would\n", who, p.Cmd.Process.Pid)
+				p.Kill()
+				<-p.Done()
+				if err := start(who); err != nil {
 					return err
 				}
 			}
-			if !paused && strings.Contains(l, second+" store-2 ACCEPTED") {
+			if !paused && len(windows) >= 2 && strings.Contains(l, windows[1]+" store-2 ACCEPTED") {
 				paused = true
 				p := procs[who]
-				fmt.Printf("--- SIGSTOP %s (pid %d) past its TTL\n", who, p.Cmd.Process.Pid)
+				fmt.Printf("--- SIGSTOP %s (pid %d) past its visibility timeout\n", who, p.Cmd.Process.Pid)
 				_ = p.Cmd.Process.Signal(syscall.SIGSTOP)
 				go func() {
 					time.Sleep(3 * time.Second)
@@ -238,37 +212,57 @@ func run(cfg config) error {
 	}
 }
 
-func resource(store int) string { return fmt.Sprintf("scheduled/store-%d", store) }
-
-// ledger checks this run: every window completed, every store got one
-// accepted commission per day.
-func ledger(ctx context.Context, c *client.Client, cfg config, before []uint64) error {
-	fmt.Printf("\nledger of %s:\n", job)
-	bad := 0
-	for d := 0; d < days; d++ {
-		day := cfg.base.AddDate(0, 0, d).Format("2006-01-02")
-		w, err := c.GetWindow(ctx, job, day)
-		if err != nil {
-			return fmt.Errorf("window %s: %w", day, err)
-		}
-		fmt.Printf("  %s: %s by %s, token %d, %d attempt(s)\n", day, strings.TrimPrefix(w.GetState().String(), "WINDOW_STATE_"),
-			w.GetOwner(), w.GetGeneration(), w.GetAttempts())
-		if w.GetCompletedAt() == 0 {
-			bad++
+// firstDone returns the first `days` occurrences of the schedule once all
+// their jobs are final (oldest first), or nil while they are not.
+func firstDone(ctx context.Context, c *client.Client, sched string) ([]*coordv1.ScheduleOccurrence, error) {
+	resp, err := c.GetSchedule(ctx, sched, 1)
+	if errors.Is(err, client.ErrNotFound) {
+		return nil, nil // not put yet
+	}
+	if err != nil {
+		return nil, err
+	}
+	var occ []*coordv1.ScheduleOccurrence
+	recent := resp.GetRecent()
+	for i := len(recent) - 1; i >= 0 && len(occ) < days; i-- {
+		if recent[i].GetJobId() != 0 {
+			occ = append(occ, recent[i])
 		}
 	}
-	for i := 1; i <= stores; i++ {
-		r, err := c.GetResource(ctx, resource(i))
-		if err != nil {
-			return err
+	if len(occ) < days {
+		return nil, nil
+	}
+	for _, o := range occ {
+		switch o.GetJobState() {
+		case coordv1.JobState_JOB_STATE_SUCCEEDED, coordv1.JobState_JOB_STATE_DEAD, coordv1.JobState_JOB_STATE_CANCELLED:
+		default:
+			return nil, nil
 		}
-		n := r.GetCommits() - before[i]
-		verdict := "one commission per day"
-		if n != days {
-			verdict = fmt.Sprintf("WRONG: %d commissions in %d days", n, days)
+	}
+	return occ, nil
+}
+
+// ledger checks this run: every occurrence's job succeeded, every store got
+// one accepted write per occurrence.
+func ledger(ctx context.Context, c *client.Client, sched string, occ []*coordv1.ScheduleOccurrence) error {
+	fmt.Printf("\nledger of %s:\n", sched)
+	bad := 0
+	for _, o := range occ {
+		state := strings.ToLower(strings.TrimPrefix(o.GetJobState().String(), "JOB_STATE_"))
+		fmt.Printf("  %s: job %d %s, %d attempt(s)\n", o.GetWindow(), o.GetJobId(), state, o.GetAttempts())
+		if o.GetJobState() != coordv1.JobState_JOB_STATE_SUCCEEDED {
 			bad++
 		}
-		fmt.Printf("  store-%d: %s (%d accepted)\n", i, verdict, n)
+		for i := 1; i <= stores; i++ {
+			r, err := c.GetResource(ctx, resource(i)+"/"+o.GetWindow())
+			if err != nil {
+				return err
+			}
+			if r.GetCommits() != 1 {
+				fmt.Printf("    store-%d: WRONG: %d writes\n", i, r.GetCommits())
+				bad++
+			}
+		}
 	}
 	if bad > 0 {
 		return errors.New("ledger is wrong")

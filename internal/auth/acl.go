@@ -15,17 +15,20 @@ type Op string
 
 // The operation families. A name is what the prefixes of a rule match:
 // the lease name, the job of a window, the resource of a fenced commit, the
-// name a read looks up (or the prefix a list asks for). admin covers
-// membership, leadership transfer and snapshots, and has no name.
+// queue of a queued job, the name a read looks up (or the prefix a list
+// asks for). admin covers membership, leadership transfer and snapshots,
+// and has no name.
 const (
 	OpLease  Op = "lease"  // Acquire, Renew, Release, KeepAlive
 	OpWindow Op = "window" // ClaimWindow, CompleteWindow, RegisterJob (by job)
 	OpFence  Op = "fence"  // FencedCommit, also dry runs (by resource)
-	OpRead   Op = "read"   // GetLease, ListLeases, windows, resources, jobs
+	OpRead   Op = "read"   // GetLease, ListLeases, windows, resources, jobs; queue Get, List, Stats (by queue)
 	OpAdmin  Op = "admin"  // AddVoter, RemoveServer, TransferLeadership, Snapshot
+	OpJob    Op = "job"    // queue Submit, Cancel, Retry; schedules Put, Pause, Resume, Trigger, Delete (by queue)
+	OpWork   Op = "work"   // queue Fetch (by queue); Heartbeat, Complete, Fail are bound to the fetcher
 )
 
-var knownOps = []Op{OpLease, OpWindow, OpFence, OpRead, OpAdmin}
+var knownOps = []Op{OpLease, OpWindow, OpFence, OpRead, OpAdmin, OpJob, OpWork}
 
 // ACL is the authorization policy, read from a YAML (or JSON) file:
 //

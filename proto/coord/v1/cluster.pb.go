@@ -80,8 +80,26 @@ type StatusResponse struct {
 	RaftAddress       string `protobuf:"bytes,12,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
 	LastSnapshotIndex uint64 `protobuf:"varint,13,opt,name=last_snapshot_index,json=lastSnapshotIndex,proto3" json:"last_snapshot_index,omitempty"`
 	LiveLeases        uint64 `protobuf:"varint,14,opt,name=live_leases,json=liveLeases,proto3" json:"live_leases,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// wall_time_ms is this node's wall clock (Unix ms) when it answered.
+	WallTimeMs int64 `protobuf:"varint,15,opt,name=wall_time_ms,json=wallTimeMs,proto3" json:"wall_time_ms,omitempty"`
+	// calendar_time_ms is calendar time (Unix ms): on the leader, what it
+	// would stamp on a command now (its wall clock, never below its last
+	// stamp); elsewhere, the calendar time this node applied last.
+	// Schedules, not-before gates, due jobs and overdue checks are judged on
+	// it; leases on cluster_time (lease time).
+	CalendarTimeMs int64 `protobuf:"varint,16,opt,name=calendar_time_ms,json=calendarTimeMs,proto3" json:"calendar_time_ms,omitempty"`
+	// lease_clock_lag_ms is calendar_time_ms minus cluster_time: how far
+	// lease time trails the calendar (the accumulated failover and outage
+	// pauses, plus the time since the last applied command on a follower).
+	LeaseClockLagMs int64 `protobuf:"varint,17,opt,name=lease_clock_lag_ms,json=leaseClockLagMs,proto3" json:"lease_clock_lag_ms,omitempty"`
+	// clock_offset is this node's wall clock offset from the leader's, as the
+	// leader measured it last (zero on the leader; absent until measured).
+	ClockOffset *ClockOffset `protobuf:"bytes,18,opt,name=clock_offset,json=clockOffset,proto3" json:"clock_offset,omitempty"`
+	// clock_offsets: on the leader, the last measurement of every member
+	// (itself included, at zero), by id.
+	ClockOffsets  []*ClockOffset `protobuf:"bytes,19,rep,name=clock_offsets,json=clockOffsets,proto3" json:"clock_offsets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -212,6 +230,125 @@ func (x *StatusResponse) GetLiveLeases() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetWallTimeMs() int64 {
+	if x != nil {
+		return x.WallTimeMs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetCalendarTimeMs() int64 {
+	if x != nil {
+		return x.CalendarTimeMs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLeaseClockLagMs() int64 {
+	if x != nil {
+		return x.LeaseClockLagMs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetClockOffset() *ClockOffset {
+	if x != nil {
+		return x.ClockOffset
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetClockOffsets() []*ClockOffset {
+	if x != nil {
+		return x.ClockOffsets
+	}
+	return nil
+}
+
+// ClockOffset is one measurement of a member's wall clock against the
+// leader's: offset = member's reading - (leader's send + receive) / 2.
+type ClockOffset struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// offset_us is the member's wall clock minus the leader's, in
+	// microseconds.
+	OffsetUs int64 `protobuf:"varint,2,opt,name=offset_us,json=offsetUs,proto3" json:"offset_us,omitempty"`
+	// error_us bounds the measurement error: half the probe's round trip.
+	ErrorUs int64 `protobuf:"varint,3,opt,name=error_us,json=errorUs,proto3" json:"error_us,omitempty"`
+	// measured_at_ms is the leader's wall clock (Unix ms) at the measurement.
+	MeasuredAtMs int64 `protobuf:"varint,4,opt,name=measured_at_ms,json=measuredAtMs,proto3" json:"measured_at_ms,omitempty"`
+	// error is why the last probe of this member failed ("" when it
+	// answered); the offset is then the last one measured, if any.
+	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClockOffset) Reset() {
+	*x = ClockOffset{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClockOffset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClockOffset) ProtoMessage() {}
+
+func (x *ClockOffset) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClockOffset.ProtoReflect.Descriptor instead.
+func (*ClockOffset) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ClockOffset) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClockOffset) GetOffsetUs() int64 {
+	if x != nil {
+		return x.OffsetUs
+	}
+	return 0
+}
+
+func (x *ClockOffset) GetErrorUs() int64 {
+	if x != nil {
+		return x.ErrorUs
+	}
+	return 0
+}
+
+func (x *ClockOffset) GetMeasuredAtMs() int64 {
+	if x != nil {
+		return x.MeasuredAtMs
+	}
+	return 0
+}
+
+func (x *ClockOffset) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type Member struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -226,7 +363,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[2]
+	mi := &file_coord_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +375,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[2]
+	mi := &file_coord_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +388,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Member) GetId() string {
@@ -297,7 +434,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[3]
+	mi := &file_coord_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -309,7 +446,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[3]
+	mi := &file_coord_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -322,7 +459,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 type MembersResponse struct {
@@ -334,7 +471,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[4]
+	mi := &file_coord_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +483,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[4]
+	mi := &file_coord_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +496,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -380,7 +517,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[5]
+	mi := &file_coord_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +529,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[5]
+	mi := &file_coord_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +542,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AddVoterRequest) GetId() string {
@@ -438,7 +575,7 @@ type AddVoterResponse struct {
 
 func (x *AddVoterResponse) Reset() {
 	*x = AddVoterResponse{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[6]
+	mi := &file_coord_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +587,7 @@ func (x *AddVoterResponse) String() string {
 func (*AddVoterResponse) ProtoMessage() {}
 
 func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[6]
+	mi := &file_coord_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +600,7 @@ func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterResponse.ProtoReflect.Descriptor instead.
 func (*AddVoterResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AddVoterResponse) GetMembers() []*Member {
@@ -482,7 +619,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[7]
+	mi := &file_coord_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +631,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[7]
+	mi := &file_coord_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +644,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RemoveServerRequest) GetId() string {
@@ -526,7 +663,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[8]
+	mi := &file_coord_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +675,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[8]
+	mi := &file_coord_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +688,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RemoveServerResponse) GetMembers() []*Member {
@@ -570,7 +707,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[9]
+	mi := &file_coord_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +719,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[9]
+	mi := &file_coord_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +732,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -614,7 +751,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[10]
+	mi := &file_coord_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +763,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[10]
+	mi := &file_coord_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +776,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -647,6 +784,114 @@ func (x *TransferLeadershipResponse) GetLeaderId() string {
 		return x.LeaderId
 	}
 	return ""
+}
+
+type ClockRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// leader_id is the caller, the leader.
+	LeaderId string `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// offset is the receiver's offset as the leader measured it last (absent
+	// on the first probe).
+	Offset        *ClockOffset `protobuf:"bytes,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClockRequest) Reset() {
+	*x = ClockRequest{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClockRequest) ProtoMessage() {}
+
+func (x *ClockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClockRequest.ProtoReflect.Descriptor instead.
+func (*ClockRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ClockRequest) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *ClockRequest) GetOffset() *ClockOffset {
+	if x != nil {
+		return x.Offset
+	}
+	return nil
+}
+
+type ClockResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// wall_time_unix_nano is the node's wall clock when it answered.
+	WallTimeUnixNano int64 `protobuf:"varint,2,opt,name=wall_time_unix_nano,json=wallTimeUnixNano,proto3" json:"wall_time_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ClockResponse) Reset() {
+	*x = ClockResponse{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClockResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClockResponse) ProtoMessage() {}
+
+func (x *ClockResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClockResponse.ProtoReflect.Descriptor instead.
+func (*ClockResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ClockResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClockResponse) GetWallTimeUnixNano() int64 {
+	if x != nil {
+		return x.WallTimeUnixNano
+	}
+	return 0
 }
 
 type SnapshotRequest struct {
@@ -657,7 +902,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[11]
+	mi := &file_coord_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +914,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[11]
+	mi := &file_coord_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +927,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 type SnapshotResponse struct {
@@ -696,7 +941,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[12]
+	mi := &file_coord_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +953,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[12]
+	mi := &file_coord_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +966,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SnapshotResponse) GetId() string {
@@ -750,7 +995,7 @@ var File_coord_v1_cluster_proto protoreflect.FileDescriptor
 const file_coord_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x16coord/v1/cluster.proto\x12\bcoord.v1\"\x0f\n" +
-	"\rStatusRequest\"\xd2\x03\n" +
+	"\rStatusRequest\"\xc1\x05\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -768,7 +1013,19 @@ const file_coord_v1_cluster_proto_rawDesc = "" +
 	"\fraft_address\x18\f \x01(\tR\vraftAddress\x12.\n" +
 	"\x13last_snapshot_index\x18\r \x01(\x04R\x11lastSnapshotIndex\x12\x1f\n" +
 	"\vlive_leases\x18\x0e \x01(\x04R\n" +
-	"liveLeases\"\x92\x01\n" +
+	"liveLeases\x12 \n" +
+	"\fwall_time_ms\x18\x0f \x01(\x03R\n" +
+	"wallTimeMs\x12(\n" +
+	"\x10calendar_time_ms\x18\x10 \x01(\x03R\x0ecalendarTimeMs\x12+\n" +
+	"\x12lease_clock_lag_ms\x18\x11 \x01(\x03R\x0fleaseClockLagMs\x128\n" +
+	"\fclock_offset\x18\x12 \x01(\v2\x15.coord.v1.ClockOffsetR\vclockOffset\x12:\n" +
+	"\rclock_offsets\x18\x13 \x03(\v2\x15.coord.v1.ClockOffsetR\fclockOffsets\"\x91\x01\n" +
+	"\vClockOffset\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\toffset_us\x18\x02 \x01(\x03R\boffsetUs\x12\x19\n" +
+	"\berror_us\x18\x03 \x01(\x03R\aerrorUs\x12$\n" +
+	"\x0emeasured_at_ms\x18\x04 \x01(\x03R\fmeasuredAtMs\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\x92\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
@@ -791,19 +1048,26 @@ const file_coord_v1_cluster_proto_rawDesc = "" +
 	"\x19TransferLeadershipRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
 	"\x1aTransferLeadershipResponse\x12\x1b\n" +
-	"\tleader_id\x18\x01 \x01(\tR\bleaderId\"\x11\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId\"Z\n" +
+	"\fClockRequest\x12\x1b\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12-\n" +
+	"\x06offset\x18\x02 \x01(\v2\x15.coord.v1.ClockOffsetR\x06offset\"N\n" +
+	"\rClockResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
+	"\x13wall_time_unix_nano\x18\x02 \x01(\x03R\x10wallTimeUnixNano\"\x11\n" +
 	"\x0fSnapshotRequest\"L\n" +
 	"\x10SnapshotResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04term2\xbc\x03\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term2\xf6\x03\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.coord.v1.StatusRequest\x1a\x18.coord.v1.StatusResponse\x12>\n" +
 	"\aMembers\x12\x18.coord.v1.MembersRequest\x1a\x19.coord.v1.MembersResponse\x12A\n" +
 	"\bAddVoter\x12\x19.coord.v1.AddVoterRequest\x1a\x1a.coord.v1.AddVoterResponse\x12M\n" +
 	"\fRemoveServer\x12\x1d.coord.v1.RemoveServerRequest\x1a\x1e.coord.v1.RemoveServerResponse\x12_\n" +
 	"\x12TransferLeadership\x12#.coord.v1.TransferLeadershipRequest\x1a$.coord.v1.TransferLeadershipResponse\x12A\n" +
-	"\bSnapshot\x12\x19.coord.v1.SnapshotRequest\x1a\x1a.coord.v1.SnapshotResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\bSnapshot\x12\x19.coord.v1.SnapshotRequest\x1a\x1a.coord.v1.SnapshotResponse\x128\n" +
+	"\x05Clock\x12\x16.coord.v1.ClockRequest\x1a\x17.coord.v1.ClockResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_cluster_proto_rawDescOnce sync.Once
@@ -817,43 +1081,51 @@ func file_coord_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_coord_v1_cluster_proto_rawDescData
 }
 
-var file_coord_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_coord_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_coord_v1_cluster_proto_goTypes = []any{
 	(*StatusRequest)(nil),              // 0: coord.v1.StatusRequest
 	(*StatusResponse)(nil),             // 1: coord.v1.StatusResponse
-	(*Member)(nil),                     // 2: coord.v1.Member
-	(*MembersRequest)(nil),             // 3: coord.v1.MembersRequest
-	(*MembersResponse)(nil),            // 4: coord.v1.MembersResponse
-	(*AddVoterRequest)(nil),            // 5: coord.v1.AddVoterRequest
-	(*AddVoterResponse)(nil),           // 6: coord.v1.AddVoterResponse
-	(*RemoveServerRequest)(nil),        // 7: coord.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),       // 8: coord.v1.RemoveServerResponse
-	(*TransferLeadershipRequest)(nil),  // 9: coord.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 10: coord.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 11: coord.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 12: coord.v1.SnapshotResponse
+	(*ClockOffset)(nil),                // 2: coord.v1.ClockOffset
+	(*Member)(nil),                     // 3: coord.v1.Member
+	(*MembersRequest)(nil),             // 4: coord.v1.MembersRequest
+	(*MembersResponse)(nil),            // 5: coord.v1.MembersResponse
+	(*AddVoterRequest)(nil),            // 6: coord.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),           // 7: coord.v1.AddVoterResponse
+	(*RemoveServerRequest)(nil),        // 8: coord.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),       // 9: coord.v1.RemoveServerResponse
+	(*TransferLeadershipRequest)(nil),  // 10: coord.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 11: coord.v1.TransferLeadershipResponse
+	(*ClockRequest)(nil),               // 12: coord.v1.ClockRequest
+	(*ClockResponse)(nil),              // 13: coord.v1.ClockResponse
+	(*SnapshotRequest)(nil),            // 14: coord.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 15: coord.v1.SnapshotResponse
 }
 var file_coord_v1_cluster_proto_depIdxs = []int32{
-	2,  // 0: coord.v1.MembersResponse.members:type_name -> coord.v1.Member
-	2,  // 1: coord.v1.AddVoterResponse.members:type_name -> coord.v1.Member
-	2,  // 2: coord.v1.RemoveServerResponse.members:type_name -> coord.v1.Member
-	0,  // 3: coord.v1.Cluster.Status:input_type -> coord.v1.StatusRequest
-	3,  // 4: coord.v1.Cluster.Members:input_type -> coord.v1.MembersRequest
-	5,  // 5: coord.v1.Cluster.AddVoter:input_type -> coord.v1.AddVoterRequest
-	7,  // 6: coord.v1.Cluster.RemoveServer:input_type -> coord.v1.RemoveServerRequest
-	9,  // 7: coord.v1.Cluster.TransferLeadership:input_type -> coord.v1.TransferLeadershipRequest
-	11, // 8: coord.v1.Cluster.Snapshot:input_type -> coord.v1.SnapshotRequest
-	1,  // 9: coord.v1.Cluster.Status:output_type -> coord.v1.StatusResponse
-	4,  // 10: coord.v1.Cluster.Members:output_type -> coord.v1.MembersResponse
-	6,  // 11: coord.v1.Cluster.AddVoter:output_type -> coord.v1.AddVoterResponse
-	8,  // 12: coord.v1.Cluster.RemoveServer:output_type -> coord.v1.RemoveServerResponse
-	10, // 13: coord.v1.Cluster.TransferLeadership:output_type -> coord.v1.TransferLeadershipResponse
-	12, // 14: coord.v1.Cluster.Snapshot:output_type -> coord.v1.SnapshotResponse
-	9,  // [9:15] is the sub-list for method output_type
-	3,  // [3:9] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	2,  // 0: coord.v1.StatusResponse.clock_offset:type_name -> coord.v1.ClockOffset
+	2,  // 1: coord.v1.StatusResponse.clock_offsets:type_name -> coord.v1.ClockOffset
+	3,  // 2: coord.v1.MembersResponse.members:type_name -> coord.v1.Member
+	3,  // 3: coord.v1.AddVoterResponse.members:type_name -> coord.v1.Member
+	3,  // 4: coord.v1.RemoveServerResponse.members:type_name -> coord.v1.Member
+	2,  // 5: coord.v1.ClockRequest.offset:type_name -> coord.v1.ClockOffset
+	0,  // 6: coord.v1.Cluster.Status:input_type -> coord.v1.StatusRequest
+	4,  // 7: coord.v1.Cluster.Members:input_type -> coord.v1.MembersRequest
+	6,  // 8: coord.v1.Cluster.AddVoter:input_type -> coord.v1.AddVoterRequest
+	8,  // 9: coord.v1.Cluster.RemoveServer:input_type -> coord.v1.RemoveServerRequest
+	10, // 10: coord.v1.Cluster.TransferLeadership:input_type -> coord.v1.TransferLeadershipRequest
+	14, // 11: coord.v1.Cluster.Snapshot:input_type -> coord.v1.SnapshotRequest
+	12, // 12: coord.v1.Cluster.Clock:input_type -> coord.v1.ClockRequest
+	1,  // 13: coord.v1.Cluster.Status:output_type -> coord.v1.StatusResponse
+	5,  // 14: coord.v1.Cluster.Members:output_type -> coord.v1.MembersResponse
+	7,  // 15: coord.v1.Cluster.AddVoter:output_type -> coord.v1.AddVoterResponse
+	9,  // 16: coord.v1.Cluster.RemoveServer:output_type -> coord.v1.RemoveServerResponse
+	11, // 17: coord.v1.Cluster.TransferLeadership:output_type -> coord.v1.TransferLeadershipResponse
+	15, // 18: coord.v1.Cluster.Snapshot:output_type -> coord.v1.SnapshotResponse
+	13, // 19: coord.v1.Cluster.Clock:output_type -> coord.v1.ClockResponse
+	13, // [13:20] is the sub-list for method output_type
+	6,  // [6:13] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_cluster_proto_init() }
@@ -867,7 +1139,7 @@ func file_coord_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_cluster_proto_rawDesc), len(file_coord_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	Cluster_RemoveServer_FullMethodName       = "/coord.v1.Cluster/RemoveServer"
 	Cluster_TransferLeadership_FullMethodName = "/coord.v1.Cluster/TransferLeadership"
 	Cluster_Snapshot_FullMethodName           = "/coord.v1.Cluster/Snapshot"
+	Cluster_Clock_FullMethodName              = "/coord.v1.Cluster/Clock"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -45,6 +46,10 @@ type ClusterClient interface {
 	TransferLeadership(ctx context.Context, in *TransferLeadershipRequest, opts ...grpc.CallOption) (*TransferLeadershipResponse, error)
 	// Snapshot takes a snapshot on the receiving node now.
 	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (*SnapshotResponse, error)
+	// Clock answers the receiving node's wall clock. The leader calls it on
+	// every member about once a second to measure each one's offset from its
+	// own wall clock, and tells the member what it measured last.
+	Clock(ctx context.Context, in *ClockRequest, opts ...grpc.CallOption) (*ClockResponse, error)
 }
 
 type clusterClient struct {
@@ -115,6 +120,16 @@ func (c *clusterClient) Snapshot(ctx context.Context, in *SnapshotRequest, opts 
 	return out, nil
 }
 
+func (c *clusterClient) Clock(ctx context.Context, in *ClockRequest, opts ...grpc.CallOption) (*ClockResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClockResponse)
+	err := c.cc.Invoke(ctx, Cluster_Clock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -133,6 +148,10 @@ type ClusterServer interface {
 	TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error)
 	// Snapshot takes a snapshot on the receiving node now.
 	Snapshot(context.Context, *SnapshotRequest) (*SnapshotResponse, error)
+	// Clock answers the receiving node's wall clock. The leader calls it on
+	// every member about once a second to measure each one's offset from its
+	// own wall clock, and tells the member what it measured last.
+	Clock(context.Context, *ClockRequest) (*ClockResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -160,6 +179,9 @@ func (UnimplementedClusterServer) TransferLeadership(context.Context, *TransferL
 }
 func (UnimplementedClusterServer) Snapshot(context.Context, *SnapshotRequest) (*SnapshotResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Snapshot not implemented")
+}
+func (UnimplementedClusterServer) Clock(context.Context, *ClockRequest) (*ClockResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Clock not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -290,6 +312,24 @@ func _Cluster_Snapshot_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_Clock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).Clock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_Clock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).Clock(ctx, req.(*ClockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -320,6 +360,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Snapshot",
 			Handler:    _Cluster_Snapshot_Handler,
+		},
+		{
+			MethodName: "Clock",
+			Handler:    _Cluster_Clock_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -826,9 +826,13 @@ type KeepAliveResponse struct {
 	ExpiresInMs int64                  `protobuf:"varint,4,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
 	// reason is the ErrorInfo reason when ok is false: an ErrorReason
 	// without its ERROR_REASON_ prefix (e.g. LEASE_LOST).
-	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	Seq           uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
-	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	Reason  string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Seq     uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
+	Message string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	// metadata is the refusal's ErrorInfo metadata when ok is false (for
+	// LEASE_LOST: current_owner, current_generation; see errors.proto), so
+	// a client can say who holds the lease now without another read.
+	Metadata      map[string]string `protobuf:"bytes,8,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -910,6 +914,13 @@ func (x *KeepAliveResponse) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *KeepAliveResponse) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
 }
 
 // Window is one occurrence of a job in the ledger.
@@ -2214,7 +2225,7 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x15\n" +
 	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xbf\x01\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xc3\x02\n" +
 	"\x11KeepAliveResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -2224,7 +2235,11 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\rexpires_in_ms\x18\x04 \x01(\x03R\vexpiresInMs\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x18\n" +
-	"\amessage\x18\a \x01(\tR\amessage\"\xd4\x02\n" +
+	"\amessage\x18\a \x01(\tR\amessage\x12E\n" +
+	"\bmetadata\x18\b \x03(\v2).coord.v1.KeepAliveResponse.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x02\n" +
 	"\x06Window\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12+\n" +
@@ -2365,7 +2380,7 @@ func file_coord_v1_coord_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_v1_coord_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coord_v1_coord_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_coord_v1_coord_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_coord_v1_coord_proto_goTypes = []any{
 	(WindowState)(0),               // 0: coord.v1.WindowState
 	(*Lease)(nil),                  // 1: coord.v1.Lease
@@ -2397,6 +2412,7 @@ var file_coord_v1_coord_proto_goTypes = []any{
 	(*ListWindowsResponse)(nil),    // 27: coord.v1.ListWindowsResponse
 	(*GetResourceRequest)(nil),     // 28: coord.v1.GetResourceRequest
 	(*GetResourceResponse)(nil),    // 29: coord.v1.GetResourceResponse
+	nil,                            // 30: coord.v1.KeepAliveResponse.MetadataEntry
 }
 var file_coord_v1_coord_proto_depIdxs = []int32{
 	3,  // 0: coord.v1.AcquireRequest.claim:type_name -> coord.v1.WindowRef
@@ -2405,43 +2421,44 @@ var file_coord_v1_coord_proto_depIdxs = []int32{
 	12, // 3: coord.v1.WindowClaim.window:type_name -> coord.v1.Window
 	1,  // 4: coord.v1.RenewResponse.lease:type_name -> coord.v1.Lease
 	1,  // 5: coord.v1.ReleaseResponse.lease:type_name -> coord.v1.Lease
-	0,  // 6: coord.v1.Window.state:type_name -> coord.v1.WindowState
-	12, // 7: coord.v1.ClaimWindowResponse.window:type_name -> coord.v1.Window
-	12, // 8: coord.v1.CompleteWindowResponse.window:type_name -> coord.v1.Window
-	1,  // 9: coord.v1.GetLeaseResponse.lease:type_name -> coord.v1.Lease
-	1,  // 10: coord.v1.ListLeasesResponse.leases:type_name -> coord.v1.Lease
-	12, // 11: coord.v1.GetWindowResponse.window:type_name -> coord.v1.Window
-	12, // 12: coord.v1.ListWindowsResponse.windows:type_name -> coord.v1.Window
-	19, // 13: coord.v1.GetResourceResponse.resource:type_name -> coord.v1.Resource
-	2,  // 14: coord.v1.Coordinator.Acquire:input_type -> coord.v1.AcquireRequest
-	6,  // 15: coord.v1.Coordinator.Renew:input_type -> coord.v1.RenewRequest
-	8,  // 16: coord.v1.Coordinator.Release:input_type -> coord.v1.ReleaseRequest
-	10, // 17: coord.v1.Coordinator.KeepAlive:input_type -> coord.v1.KeepAliveRequest
-	13, // 18: coord.v1.Coordinator.ClaimWindow:input_type -> coord.v1.ClaimWindowRequest
-	15, // 19: coord.v1.Coordinator.CompleteWindow:input_type -> coord.v1.CompleteWindowRequest
-	17, // 20: coord.v1.Coordinator.FencedCommit:input_type -> coord.v1.FencedCommitRequest
-	20, // 21: coord.v1.Coordinator.GetLease:input_type -> coord.v1.GetLeaseRequest
-	22, // 22: coord.v1.Coordinator.ListLeases:input_type -> coord.v1.ListLeasesRequest
-	24, // 23: coord.v1.Coordinator.GetWindow:input_type -> coord.v1.GetWindowRequest
-	26, // 24: coord.v1.Coordinator.ListWindows:input_type -> coord.v1.ListWindowsRequest
-	28, // 25: coord.v1.Coordinator.GetResource:input_type -> coord.v1.GetResourceRequest
-	4,  // 26: coord.v1.Coordinator.Acquire:output_type -> coord.v1.AcquireResponse
-	7,  // 27: coord.v1.Coordinator.Renew:output_type -> coord.v1.RenewResponse
-	9,  // 28: coord.v1.Coordinator.Release:output_type -> coord.v1.ReleaseResponse
-	11, // 29: coord.v1.Coordinator.KeepAlive:output_type -> coord.v1.KeepAliveResponse
-	14, // 30: coord.v1.Coordinator.ClaimWindow:output_type -> coord.v1.ClaimWindowResponse
-	16, // 31: coord.v1.Coordinator.CompleteWindow:output_type -> coord.v1.CompleteWindowResponse
-	18, // 32: coord.v1.Coordinator.FencedCommit:output_type -> coord.v1.FencedCommitResponse
-	21, // 33: coord.v1.Coordinator.GetLease:output_type -> coord.v1.GetLeaseResponse
-	23, // 34: coord.v1.Coordinator.ListLeases:output_type -> coord.v1.ListLeasesResponse
-	25, // 35: coord.v1.Coordinator.GetWindow:output_type -> coord.v1.GetWindowResponse
-	27, // 36: coord.v1.Coordinator.ListWindows:output_type -> coord.v1.ListWindowsResponse
-	29, // 37: coord.v1.Coordinator.GetResource:output_type -> coord.v1.GetResourceResponse
-	26, // [26:38] is the sub-list for method output_type
-	14, // [14:26] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	30, // 6: coord.v1.KeepAliveResponse.metadata:type_name -> coord.v1.KeepAliveResponse.MetadataEntry
+	0,  // 7: coord.v1.Window.state:type_name -> coord.v1.WindowState
+	12, // 8: coord.v1.ClaimWindowResponse.window:type_name -> coord.v1.Window
+	12, // 9: coord.v1.CompleteWindowResponse.window:type_name -> coord.v1.Window
+	1,  // 10: coord.v1.GetLeaseResponse.lease:type_name -> coord.v1.Lease
+	1,  // 11: coord.v1.ListLeasesResponse.leases:type_name -> coord.v1.Lease
+	12, // 12: coord.v1.GetWindowResponse.window:type_name -> coord.v1.Window
+	12, // 13: coord.v1.ListWindowsResponse.windows:type_name -> coord.v1.Window
+	19, // 14: coord.v1.GetResourceResponse.resource:type_name -> coord.v1.Resource
+	2,  // 15: coord.v1.Coordinator.Acquire:input_type -> coord.v1.AcquireRequest
+	6,  // 16: coord.v1.Coordinator.Renew:input_type -> coord.v1.RenewRequest
+	8,  // 17: coord.v1.Coordinator.Release:input_type -> coord.v1.ReleaseRequest
+	10, // 18: coord.v1.Coordinator.KeepAlive:input_type -> coord.v1.KeepAliveRequest
+	13, // 19: coord.v1.Coordinator.ClaimWindow:input_type -> coord.v1.ClaimWindowRequest
+	15, // 20: coord.v1.Coordinator.CompleteWindow:input_type -> coord.v1.CompleteWindowRequest
+	17, // 21: coord.v1.Coordinator.FencedCommit:input_type -> coord.v1.FencedCommitRequest
+	20, // 22: coord.v1.Coordinator.GetLease:input_type -> coord.v1.GetLeaseRequest
+	22, // 23: coord.v1.Coordinator.ListLeases:input_type -> coord.v1.ListLeasesRequest
+	24, // 24: coord.v1.Coordinator.GetWindow:input_type -> coord.v1.GetWindowRequest
+	26, // 25: coord.v1.Coordinator.ListWindows:input_type -> coord.v1.ListWindowsRequest
+	28, // 26: coord.v1.Coordinator.GetResource:input_type -> coord.v1.GetResourceRequest
+	4,  // 27: coord.v1.Coordinator.Acquire:output_type -> coord.v1.AcquireResponse
+	7,  // 28: coord.v1.Coordinator.Renew:output_type -> coord.v1.RenewResponse
+	9,  // 29: coord.v1.Coordinator.Release:output_type -> coord.v1.ReleaseResponse
+	11, // 30: coord.v1.Coordinator.KeepAlive:output_type -> coord.v1.KeepAliveResponse
+	14, // 31: coord.v1.Coordinator.ClaimWindow:output_type -> coord.v1.ClaimWindowResponse
+	16, // 32: coord.v1.Coordinator.CompleteWindow:output_type -> coord.v1.CompleteWindowResponse
+	18, // 33: coord.v1.Coordinator.FencedCommit:output_type -> coord.v1.FencedCommitResponse
+	21, // 34: coord.v1.Coordinator.GetLease:output_type -> coord.v1.GetLeaseResponse
+	23, // 35: coord.v1.Coordinator.ListLeases:output_type -> coord.v1.ListLeasesResponse
+	25, // 36: coord.v1.Coordinator.GetWindow:output_type -> coord.v1.GetWindowResponse
+	27, // 37: coord.v1.Coordinator.ListWindows:output_type -> coord.v1.ListWindowsResponse
+	29, // 38: coord.v1.Coordinator.GetResource:output_type -> coord.v1.GetResourceResponse
+	27, // [27:39] is the sub-list for method output_type
+	15, // [15:27] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_coord_proto_init() }
@@ -2455,7 +2472,7 @@ func file_coord_v1_coord_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_coord_proto_rawDesc), len(file_coord_v1_coord_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

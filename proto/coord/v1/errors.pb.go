@@ -132,6 +132,14 @@ const (
 	// Retry of a running job (cancel it first, or wait).
 	// FAILED_PRECONDITION. Metadata "job_id", "state".
 	ErrorReason_ERROR_REASON_JOB_RUNNING ErrorReason = 29
+	// No schedule has that name (never created, or its tombstone was
+	// pruned); or a pause, resume or trigger of a deleted schedule.
+	// FAILED_PRECONDITION (NOT_FOUND for a read). Metadata "schedule".
+	ErrorReason_ERROR_REASON_SCHEDULE_NOT_FOUND ErrorReason = 30
+	// A trigger of a schedule whose overlap policy is FORBID while the job
+	// of its previous occurrence is not final. FAILED_PRECONDITION. Metadata
+	// "schedule", "job_id", "state".
+	ErrorReason_ERROR_REASON_SCHEDULE_OVERLAP ErrorReason = 31
 )
 
 // Enum value maps for ErrorReason.
@@ -167,6 +175,8 @@ var (
 		27: "ERROR_REASON_JOB_CANCELLED",
 		28: "ERROR_REASON_JOB_FINISHED",
 		29: "ERROR_REASON_JOB_RUNNING",
+		30: "ERROR_REASON_SCHEDULE_NOT_FOUND",
+		31: "ERROR_REASON_SCHEDULE_OVERLAP",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":             0,
@@ -199,6 +209,8 @@ var (
 		"ERROR_REASON_JOB_CANCELLED":           27,
 		"ERROR_REASON_JOB_FINISHED":            28,
 		"ERROR_REASON_JOB_RUNNING":             29,
+		"ERROR_REASON_SCHEDULE_NOT_FOUND":      30,
+		"ERROR_REASON_SCHEDULE_OVERLAP":        31,
 	}
 )
 
@@ -233,7 +245,7 @@ var File_coord_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coord_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x15coord/v1/errors.proto\x12\bcoord.v1*\xcc\a\n" +
+	"\x15coord/v1/errors.proto\x12\bcoord.v1*\x94\b\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -265,7 +277,9 @@ const file_coord_v1_errors_proto_rawDesc = "" +
 	"\x1cERROR_REASON_ATTEMPT_EXPIRED\x10\x1a\x12\x1e\n" +
 	"\x1aERROR_REASON_JOB_CANCELLED\x10\x1b\x12\x1d\n" +
 	"\x19ERROR_REASON_JOB_FINISHED\x10\x1c\x12\x1c\n" +
-	"\x18ERROR_REASON_JOB_RUNNING\x10\x1dB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\x18ERROR_REASON_JOB_RUNNING\x10\x1d\x12#\n" +
+	"\x1fERROR_REASON_SCHEDULE_NOT_FOUND\x10\x1e\x12!\n" +
+	"\x1dERROR_REASON_SCHEDULE_OVERLAP\x10\x1fB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_errors_proto_rawDescOnce sync.Once

@@ -29,26 +29,31 @@ const (
 type CommandType int32
 
 const (
-	CommandType_COMMAND_TYPE_UNSPECIFIED     CommandType = 0
-	CommandType_COMMAND_TYPE_TICK            CommandType = 1
-	CommandType_COMMAND_TYPE_ACQUIRE         CommandType = 2
-	CommandType_COMMAND_TYPE_RENEW           CommandType = 3
-	CommandType_COMMAND_TYPE_RELEASE         CommandType = 4
-	CommandType_COMMAND_TYPE_CLAIM_WINDOW    CommandType = 5
-	CommandType_COMMAND_TYPE_COMPLETE_WINDOW CommandType = 6
-	CommandType_COMMAND_TYPE_FENCED_COMMIT   CommandType = 7
-	CommandType_COMMAND_TYPE_PRUNE           CommandType = 8
-	CommandType_COMMAND_TYPE_SET_MEMBER      CommandType = 9
-	CommandType_COMMAND_TYPE_REMOVE_MEMBER   CommandType = 10
-	CommandType_COMMAND_TYPE_REGISTER_JOB    CommandType = 11
-	CommandType_COMMAND_TYPE_BATCH           CommandType = 12
-	CommandType_COMMAND_TYPE_SUBMIT_JOBS     CommandType = 13
-	CommandType_COMMAND_TYPE_FETCH_JOBS      CommandType = 14
-	CommandType_COMMAND_TYPE_HEARTBEAT_JOBS  CommandType = 15
-	CommandType_COMMAND_TYPE_COMPLETE_JOBS   CommandType = 16
-	CommandType_COMMAND_TYPE_FAIL_JOBS       CommandType = 17
-	CommandType_COMMAND_TYPE_CANCEL_JOBS     CommandType = 18
-	CommandType_COMMAND_TYPE_RETRY_JOBS      CommandType = 19
+	CommandType_COMMAND_TYPE_UNSPECIFIED           CommandType = 0
+	CommandType_COMMAND_TYPE_TICK                  CommandType = 1
+	CommandType_COMMAND_TYPE_ACQUIRE               CommandType = 2
+	CommandType_COMMAND_TYPE_RENEW                 CommandType = 3
+	CommandType_COMMAND_TYPE_RELEASE               CommandType = 4
+	CommandType_COMMAND_TYPE_CLAIM_WINDOW          CommandType = 5
+	CommandType_COMMAND_TYPE_COMPLETE_WINDOW       CommandType = 6
+	CommandType_COMMAND_TYPE_FENCED_COMMIT         CommandType = 7
+	CommandType_COMMAND_TYPE_PRUNE                 CommandType = 8
+	CommandType_COMMAND_TYPE_SET_MEMBER            CommandType = 9
+	CommandType_COMMAND_TYPE_REMOVE_MEMBER         CommandType = 10
+	CommandType_COMMAND_TYPE_REGISTER_JOB          CommandType = 11
+	CommandType_COMMAND_TYPE_BATCH                 CommandType = 12
+	CommandType_COMMAND_TYPE_SUBMIT_JOBS           CommandType = 13
+	CommandType_COMMAND_TYPE_FETCH_JOBS            CommandType = 14
+	CommandType_COMMAND_TYPE_HEARTBEAT_JOBS        CommandType = 15
+	CommandType_COMMAND_TYPE_COMPLETE_JOBS         CommandType = 16
+	CommandType_COMMAND_TYPE_FAIL_JOBS             CommandType = 17
+	CommandType_COMMAND_TYPE_CANCEL_JOBS           CommandType = 18
+	CommandType_COMMAND_TYPE_RETRY_JOBS            CommandType = 19
+	CommandType_COMMAND_TYPE_PUT_SCHEDULE          CommandType = 20
+	CommandType_COMMAND_TYPE_DELETE_SCHEDULE       CommandType = 21
+	CommandType_COMMAND_TYPE_PAUSE_SCHEDULE        CommandType = 22
+	CommandType_COMMAND_TYPE_TRIGGER_SCHEDULE      CommandType = 23
+	CommandType_COMMAND_TYPE_MATERIALISE_SCHEDULES CommandType = 24
 )
 
 // Enum value maps for CommandType.
@@ -74,28 +79,38 @@ var (
 		17: "COMMAND_TYPE_FAIL_JOBS",
 		18: "COMMAND_TYPE_CANCEL_JOBS",
 		19: "COMMAND_TYPE_RETRY_JOBS",
+		20: "COMMAND_TYPE_PUT_SCHEDULE",
+		21: "COMMAND_TYPE_DELETE_SCHEDULE",
+		22: "COMMAND_TYPE_PAUSE_SCHEDULE",
+		23: "COMMAND_TYPE_TRIGGER_SCHEDULE",
+		24: "COMMAND_TYPE_MATERIALISE_SCHEDULES",
 	}
 	CommandType_value = map[string]int32{
-		"COMMAND_TYPE_UNSPECIFIED":     0,
-		"COMMAND_TYPE_TICK":            1,
-		"COMMAND_TYPE_ACQUIRE":         2,
-		"COMMAND_TYPE_RENEW":           3,
-		"COMMAND_TYPE_RELEASE":         4,
-		"COMMAND_TYPE_CLAIM_WINDOW":    5,
-		"COMMAND_TYPE_COMPLETE_WINDOW": 6,
-		"COMMAND_TYPE_FENCED_COMMIT":   7,
-		"COMMAND_TYPE_PRUNE":           8,
-		"COMMAND_TYPE_SET_MEMBER":      9,
-		"COMMAND_TYPE_REMOVE_MEMBER":   10,
-		"COMMAND_TYPE_REGISTER_JOB":    11,
-		"COMMAND_TYPE_BATCH":           12,
-		"COMMAND_TYPE_SUBMIT_JOBS":     13,
-		"COMMAND_TYPE_FETCH_JOBS":      14,
-		"COMMAND_TYPE_HEARTBEAT_JOBS":  15,
-		"COMMAND_TYPE_COMPLETE_JOBS":   16,
-		"COMMAND_TYPE_FAIL_JOBS":       17,
-		"COMMAND_TYPE_CANCEL_JOBS":     18,
-		"COMMAND_TYPE_RETRY_JOBS":      19,
+		"COMMAND_TYPE_UNSPECIFIED":           0,
+		"COMMAND_TYPE_TICK":                  1,
+		"COMMAND_TYPE_ACQUIRE":               2,
+		"COMMAND_TYPE_RENEW":                 3,
+		"COMMAND_TYPE_RELEASE":               4,
+		"COMMAND_TYPE_CLAIM_WINDOW":          5,
+		"COMMAND_TYPE_COMPLETE_WINDOW":       6,
+		"COMMAND_TYPE_FENCED_COMMIT":         7,
+		"COMMAND_TYPE_PRUNE":                 8,
+		"COMMAND_TYPE_SET_MEMBER":            9,
+		"COMMAND_TYPE_REMOVE_MEMBER":         10,
+		"COMMAND_TYPE_REGISTER_JOB":          11,
+		"COMMAND_TYPE_BATCH":                 12,
+		"COMMAND_TYPE_SUBMIT_JOBS":           13,
+		"COMMAND_TYPE_FETCH_JOBS":            14,
+		"COMMAND_TYPE_HEARTBEAT_JOBS":        15,
+		"COMMAND_TYPE_COMPLETE_JOBS":         16,
+		"COMMAND_TYPE_FAIL_JOBS":             17,
+		"COMMAND_TYPE_CANCEL_JOBS":           18,
+		"COMMAND_TYPE_RETRY_JOBS":            19,
+		"COMMAND_TYPE_PUT_SCHEDULE":          20,
+		"COMMAND_TYPE_DELETE_SCHEDULE":       21,
+		"COMMAND_TYPE_PAUSE_SCHEDULE":        22,
+		"COMMAND_TYPE_TRIGGER_SCHEDULE":      23,
+		"COMMAND_TYPE_MATERIALISE_SCHEDULES": 24,
 	}
 )
 
@@ -249,6 +264,123 @@ func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{2}
 }
 
+type ScheduleOverlap int32
+
+const (
+	ScheduleOverlap_SCHEDULE_OVERLAP_UNSPECIFIED ScheduleOverlap = 0
+	// FORBID: an occurrence whose previous job is not final is skipped
+	// (OVERLAP).
+	ScheduleOverlap_SCHEDULE_OVERLAP_FORBID ScheduleOverlap = 1
+	// ALLOW: every occurrence becomes a job.
+	ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW ScheduleOverlap = 2
+	// REPLACE: the previous job, when not final, is cancelled.
+	ScheduleOverlap_SCHEDULE_OVERLAP_REPLACE ScheduleOverlap = 3
+)
+
+// Enum value maps for ScheduleOverlap.
+var (
+	ScheduleOverlap_name = map[int32]string{
+		0: "SCHEDULE_OVERLAP_UNSPECIFIED",
+		1: "SCHEDULE_OVERLAP_FORBID",
+		2: "SCHEDULE_OVERLAP_ALLOW",
+		3: "SCHEDULE_OVERLAP_REPLACE",
+	}
+	ScheduleOverlap_value = map[string]int32{
+		"SCHEDULE_OVERLAP_UNSPECIFIED": 0,
+		"SCHEDULE_OVERLAP_FORBID":      1,
+		"SCHEDULE_OVERLAP_ALLOW":       2,
+		"SCHEDULE_OVERLAP_REPLACE":     3,
+	}
+)
+
+func (x ScheduleOverlap) Enum() *ScheduleOverlap {
+	p := new(ScheduleOverlap)
+	*p = x
+	return p
+}
+
+func (x ScheduleOverlap) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ScheduleOverlap) Descriptor() protoreflect.EnumDescriptor {
+	return file_coord_fsm_v1_fsm_proto_enumTypes[3].Descriptor()
+}
+
+func (ScheduleOverlap) Type() protoreflect.EnumType {
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[3]
+}
+
+func (x ScheduleOverlap) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ScheduleOverlap.Descriptor instead.
+func (ScheduleOverlap) EnumDescriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{3}
+}
+
+type ScheduleSkipReason int32
+
+const (
+	ScheduleSkipReason_SCHEDULE_SKIP_REASON_UNSPECIFIED ScheduleSkipReason = 0
+	ScheduleSkipReason_SCHEDULE_SKIP_REASON_HORIZON     ScheduleSkipReason = 1
+	ScheduleSkipReason_SCHEDULE_SKIP_REASON_DEADLINE    ScheduleSkipReason = 2
+	ScheduleSkipReason_SCHEDULE_SKIP_REASON_DST_GAP     ScheduleSkipReason = 3
+	ScheduleSkipReason_SCHEDULE_SKIP_REASON_DST_REPEAT  ScheduleSkipReason = 4
+	ScheduleSkipReason_SCHEDULE_SKIP_REASON_OVERLAP     ScheduleSkipReason = 5
+	ScheduleSkipReason_SCHEDULE_SKIP_REASON_PAUSED      ScheduleSkipReason = 6
+)
+
+// Enum value maps for ScheduleSkipReason.
+var (
+	ScheduleSkipReason_name = map[int32]string{
+		0: "SCHEDULE_SKIP_REASON_UNSPECIFIED",
+		1: "SCHEDULE_SKIP_REASON_HORIZON",
+		2: "SCHEDULE_SKIP_REASON_DEADLINE",
+		3: "SCHEDULE_SKIP_REASON_DST_GAP",
+		4: "SCHEDULE_SKIP_REASON_DST_REPEAT",
+		5: "SCHEDULE_SKIP_REASON_OVERLAP",
+		6: "SCHEDULE_SKIP_REASON_PAUSED",
+	}
+	ScheduleSkipReason_value = map[string]int32{
+		"SCHEDULE_SKIP_REASON_UNSPECIFIED": 0,
+		"SCHEDULE_SKIP_REASON_HORIZON":     1,
+		"SCHEDULE_SKIP_REASON_DEADLINE":    2,
+		"SCHEDULE_SKIP_REASON_DST_GAP":     3,
+		"SCHEDULE_SKIP_REASON_DST_REPEAT":  4,
+		"SCHEDULE_SKIP_REASON_OVERLAP":     5,
+		"SCHEDULE_SKIP_REASON_PAUSED":      6,
+	}
+)
+
+func (x ScheduleSkipReason) Enum() *ScheduleSkipReason {
+	p := new(ScheduleSkipReason)
+	*p = x
+	return p
+}
+
+func (x ScheduleSkipReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ScheduleSkipReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_coord_fsm_v1_fsm_proto_enumTypes[4].Descriptor()
+}
+
+func (ScheduleSkipReason) Type() protoreflect.EnumType {
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[4]
+}
+
+func (x ScheduleSkipReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ScheduleSkipReason.Descriptor instead.
+func (ScheduleSkipReason) EnumDescriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{4}
+}
+
 // Command is the envelope of every log entry.
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -282,6 +414,11 @@ type Command struct {
 	//	*Command_FailJobs
 	//	*Command_CancelJobs
 	//	*Command_RetryJobs
+	//	*Command_PutSchedule
+	//	*Command_DeleteSchedule
+	//	*Command_PauseSchedule
+	//	*Command_TriggerSchedule
+	//	*Command_MaterialiseSchedules
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -516,6 +653,51 @@ func (x *Command) GetRetryJobs() *RetryJobs {
 	return nil
 }
 
+func (x *Command) GetPutSchedule() *PutSchedule {
+	if x != nil {
+		if x, ok := x.Body.(*Command_PutSchedule); ok {
+			return x.PutSchedule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteSchedule() *DeleteSchedule {
+	if x != nil {
+		if x, ok := x.Body.(*Command_DeleteSchedule); ok {
+			return x.DeleteSchedule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPauseSchedule() *PauseSchedule {
+	if x != nil {
+		if x, ok := x.Body.(*Command_PauseSchedule); ok {
+			return x.PauseSchedule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetTriggerSchedule() *TriggerSchedule {
+	if x != nil {
+		if x, ok := x.Body.(*Command_TriggerSchedule); ok {
+			return x.TriggerSchedule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetMaterialiseSchedules() *MaterialiseSchedules {
+	if x != nil {
+		if x, ok := x.Body.(*Command_MaterialiseSchedules); ok {
+			return x.MaterialiseSchedules
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -596,6 +778,26 @@ type Command_RetryJobs struct {
 	RetryJobs *RetryJobs `protobuf:"bytes,28,opt,name=retry_jobs,json=retryJobs,proto3,oneof"`
 }
 
+type Command_PutSchedule struct {
+	PutSchedule *PutSchedule `protobuf:"bytes,29,opt,name=put_schedule,json=putSchedule,proto3,oneof"`
+}
+
+type Command_DeleteSchedule struct {
+	DeleteSchedule *DeleteSchedule `protobuf:"bytes,30,opt,name=delete_schedule,json=deleteSchedule,proto3,oneof"`
+}
+
+type Command_PauseSchedule struct {
+	PauseSchedule *PauseSchedule `protobuf:"bytes,31,opt,name=pause_schedule,json=pauseSchedule,proto3,oneof"`
+}
+
+type Command_TriggerSchedule struct {
+	TriggerSchedule *TriggerSchedule `protobuf:"bytes,32,opt,name=trigger_schedule,json=triggerSchedule,proto3,oneof"`
+}
+
+type Command_MaterialiseSchedules struct {
+	MaterialiseSchedules *MaterialiseSchedules `protobuf:"bytes,33,opt,name=materialise_schedules,json=materialiseSchedules,proto3,oneof"`
+}
+
 func (*Command_Tick) isCommand_Body() {}
 
 func (*Command_Acquire) isCommand_Body() {}
@@ -633,6 +835,16 @@ func (*Command_FailJobs) isCommand_Body() {}
 func (*Command_CancelJobs) isCommand_Body() {}
 
 func (*Command_RetryJobs) isCommand_Body() {}
+
+func (*Command_PutSchedule) isCommand_Body() {}
+
+func (*Command_DeleteSchedule) isCommand_Body() {}
+
+func (*Command_PauseSchedule) isCommand_Body() {}
+
+func (*Command_TriggerSchedule) isCommand_Body() {}
+
+func (*Command_MaterialiseSchedules) isCommand_Body() {}
 
 // Batch carries commands proposed at about the same time as one log entry
 // (group commit above Raft). Each keeps its own stamp; they are applied in
@@ -1263,7 +1475,8 @@ func (x *FencedCommit) GetJobId() uint64 {
 // cutoff_ms (cluster time), and finished queue jobs (succeeded, cancelled,
 // dead) that finished before jobs_cutoff_ms (calendar time; 0: none by
 // age) or exceed max_finished_jobs (0: no limit; succeeded jobs go
-// first, oldest first, then the others, oldest first).
+// first, oldest first, then the others, oldest first). Deleted schedules
+// (tombstones) deleted before jobs_cutoff_ms go too.
 type Prune struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	CutoffMs        int64                  `protobuf:"varint,1,opt,name=cutoff_ms,json=cutoffMs,proto3" json:"cutoff_ms,omitempty"`
@@ -2275,6 +2488,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Member
 	//	*SnapshotRecord_Job
 	//	*SnapshotRecord_QueueJob
+	//	*SnapshotRecord_Schedule
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2389,6 +2603,15 @@ func (x *SnapshotRecord) GetQueueJob() *QueueJobRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetSchedule() *ScheduleRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Schedule); ok {
+			return x.Schedule
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -2425,6 +2648,10 @@ type SnapshotRecord_QueueJob struct {
 	QueueJob *QueueJobRecord `protobuf:"bytes,8,opt,name=queue_job,json=queueJob,proto3,oneof"`
 }
 
+type SnapshotRecord_Schedule struct {
+	Schedule *ScheduleRecord `protobuf:"bytes,9,opt,name=schedule,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Meta) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Lease) isSnapshotRecord_Record() {}
@@ -2440,6 +2667,8 @@ func (*SnapshotRecord_Member) isSnapshotRecord_Record() {}
 func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_QueueJob) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_Schedule) isSnapshotRecord_Record() {}
 
 type SnapshotMeta struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -2457,6 +2686,7 @@ type SnapshotMeta struct {
 	// fetch_seq counts fetches: the round robin's starting queue.
 	FetchSeq      uint64 `protobuf:"varint,10,opt,name=fetch_seq,json=fetchSeq,proto3" json:"fetch_seq,omitempty"`
 	QueueJobs     uint64 `protobuf:"varint,11,opt,name=queue_jobs,json=queueJobs,proto3" json:"queue_jobs,omitempty"`
+	Schedules     uint64 `protobuf:"varint,12,opt,name=schedules,proto3" json:"schedules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2564,6 +2794,13 @@ func (x *SnapshotMeta) GetFetchSeq() uint64 {
 func (x *SnapshotMeta) GetQueueJobs() uint64 {
 	if x != nil {
 		return x.QueueJobs
+	}
+	return 0
+}
+
+func (x *SnapshotMeta) GetSchedules() uint64 {
+	if x != nil {
+		return x.Schedules
 	}
 	return 0
 }
@@ -3422,11 +3659,1018 @@ func (x *JobAttemptRecord) GetResult() []byte {
 	return nil
 }
 
+// ScheduleSpec is a schedule's definition as the user gave it (defaults
+// filled in by the server).
+type ScheduleSpec struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Expr     string                 `protobuf:"bytes,1,opt,name=expr,proto3" json:"expr,omitempty"`
+	TimeZone string                 `protobuf:"bytes,2,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// job is the template of every occurrence's job: queue, kind, args,
+	// priority, max_attempts, backoff, visibility timeout, labels (run_at
+	// and unique_key are set per occurrence).
+	Job                *QueueJobSpec `protobuf:"bytes,3,opt,name=job,proto3" json:"job,omitempty"`
+	WindowLayout       string        `protobuf:"bytes,4,opt,name=window_layout,json=windowLayout,proto3" json:"window_layout,omitempty"`
+	WindowShiftDays    int32         `protobuf:"varint,5,opt,name=window_shift_days,json=windowShiftDays,proto3" json:"window_shift_days,omitempty"`
+	StartingDeadlineMs int64         `protobuf:"varint,6,opt,name=starting_deadline_ms,json=startingDeadlineMs,proto3" json:"starting_deadline_ms,omitempty"`
+	// catch_up_ms is the catch-up horizon (0: the leader's default).
+	CatchUpMs int64 `protobuf:"varint,7,opt,name=catch_up_ms,json=catchUpMs,proto3" json:"catch_up_ms,omitempty"`
+	// complete_within_ms: an occurrence whose job is not final by then is
+	// overdue (0: one interval).
+	CompleteWithinMs int64           `protobuf:"varint,8,opt,name=complete_within_ms,json=completeWithinMs,proto3" json:"complete_within_ms,omitempty"`
+	Overlap          ScheduleOverlap `protobuf:"varint,9,opt,name=overlap,proto3,enum=coord.fsm.v1.ScheduleOverlap" json:"overlap,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ScheduleSpec) Reset() {
+	*x = ScheduleSpec{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleSpec) ProtoMessage() {}
+
+func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
+func (*ScheduleSpec) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ScheduleSpec) GetExpr() string {
+	if x != nil {
+		return x.Expr
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetJob() *QueueJobSpec {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *ScheduleSpec) GetWindowLayout() string {
+	if x != nil {
+		return x.WindowLayout
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetWindowShiftDays() int32 {
+	if x != nil {
+		return x.WindowShiftDays
+	}
+	return 0
+}
+
+func (x *ScheduleSpec) GetStartingDeadlineMs() int64 {
+	if x != nil {
+		return x.StartingDeadlineMs
+	}
+	return 0
+}
+
+func (x *ScheduleSpec) GetCatchUpMs() int64 {
+	if x != nil {
+		return x.CatchUpMs
+	}
+	return 0
+}
+
+func (x *ScheduleSpec) GetCompleteWithinMs() int64 {
+	if x != nil {
+		return x.CompleteWithinMs
+	}
+	return 0
+}
+
+func (x *ScheduleSpec) GetOverlap() ScheduleOverlap {
+	if x != nil {
+		return x.Overlap
+	}
+	return ScheduleOverlap_SCHEDULE_OVERLAP_UNSPECIFIED
+}
+
+// PutSchedule creates a schedule (also over a tombstone) or updates it.
+// The same spec again changes nothing. A new schedule owes the occurrences
+// after the command's calendar stamp.
+type PutSchedule struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Spec     *ScheduleSpec          `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Identity string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	// mark_ms, when set below the command's calendar stamp, is the
+	// last-materialised mark of a new schedule instead of the stamp: the
+	// server sets it just before a one-shot's time, so that a one-shot put
+	// shortly after its time still runs (within the catch-up horizon).
+	MarkMs        int64 `protobuf:"varint,4,opt,name=mark_ms,json=markMs,proto3" json:"mark_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutSchedule) Reset() {
+	*x = PutSchedule{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutSchedule) ProtoMessage() {}
+
+func (x *PutSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
+func (*PutSchedule) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *PutSchedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PutSchedule) GetSpec() *ScheduleSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *PutSchedule) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *PutSchedule) GetMarkMs() int64 {
+	if x != nil {
+		return x.MarkMs
+	}
+	return 0
+}
+
+// DeleteSchedule makes a schedule a tombstone: no more occurrences; its
+// history stays until retention prunes it.
+type DeleteSchedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Identity      string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSchedule) Reset() {
+	*x = DeleteSchedule{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSchedule) ProtoMessage() {}
+
+func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
+func (*DeleteSchedule) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DeleteSchedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteSchedule) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+// PauseSchedule pauses (paused = true) or resumes a schedule. Resume
+// records the occurrences missed while paused as one PAUSED range (the
+// leader does, at its next materialisation) and owes those after the
+// resume.
+type PauseSchedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Paused        bool                   `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	Identity      string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseSchedule) Reset() {
+	*x = PauseSchedule{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseSchedule) ProtoMessage() {}
+
+func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
+func (*PauseSchedule) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PauseSchedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PauseSchedule) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *PauseSchedule) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+// TriggerSchedule makes an extra occurrence now: a job with its own window
+// key (computed by the leader, schedule.Calendar.Trigger).
+type TriggerSchedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	AtMs          int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Identity      string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerSchedule) Reset() {
+	*x = TriggerSchedule{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerSchedule) ProtoMessage() {}
+
+func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
+func (*TriggerSchedule) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *TriggerSchedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TriggerSchedule) GetWindow() string {
+	if x != nil {
+		return x.Window
+	}
+	return ""
+}
+
+func (x *TriggerSchedule) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *TriggerSchedule) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+// MaterialiseSchedules is one round of the leader's materialiser, for
+// every schedule that was due: the jobs of the due occurrences, the
+// skipped ranges, the new last-materialised mark and the next due time,
+// in one entry, so an occurrence becomes at most one job whatever the
+// failovers.
+type MaterialiseSchedules struct {
+	state         protoimpl.MessageState     `protogen:"open.v1"`
+	Items         []*ScheduleMaterialisation `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MaterialiseSchedules) Reset() {
+	*x = MaterialiseSchedules{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MaterialiseSchedules) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MaterialiseSchedules) ProtoMessage() {}
+
+func (x *MaterialiseSchedules) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MaterialiseSchedules.ProtoReflect.Descriptor instead.
+func (*MaterialiseSchedules) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *MaterialiseSchedules) GetItems() []*ScheduleMaterialisation {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// ScheduleMaterialisation is what the leader computed for one schedule
+// from its state at (revision, from_ms). The FSM applies it only if both
+// still hold (otherwise it is stale and changes nothing).
+type ScheduleMaterialisation struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Revision uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	FromMs   int64                  `protobuf:"varint,3,opt,name=from_ms,json=fromMs,proto3" json:"from_ms,omitempty"`
+	// through_ms is the new last-materialised mark: every occurrence in
+	// (from_ms, through_ms] is in create or counted in skipped.
+	ThroughMs int64 `protobuf:"varint,4,opt,name=through_ms,json=throughMs,proto3" json:"through_ms,omitempty"`
+	// next_due_ms: when the schedule is due next (0: never again).
+	NextDueMs     int64                 `protobuf:"varint,5,opt,name=next_due_ms,json=nextDueMs,proto3" json:"next_due_ms,omitempty"`
+	Create        []*ScheduleOccurrence `protobuf:"bytes,6,rep,name=create,proto3" json:"create,omitempty"`
+	Skipped       []*ScheduleSkip       `protobuf:"bytes,7,rep,name=skipped,proto3" json:"skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleMaterialisation) Reset() {
+	*x = ScheduleMaterialisation{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleMaterialisation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleMaterialisation) ProtoMessage() {}
+
+func (x *ScheduleMaterialisation) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleMaterialisation.ProtoReflect.Descriptor instead.
+func (*ScheduleMaterialisation) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ScheduleMaterialisation) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ScheduleMaterialisation) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ScheduleMaterialisation) GetFromMs() int64 {
+	if x != nil {
+		return x.FromMs
+	}
+	return 0
+}
+
+func (x *ScheduleMaterialisation) GetThroughMs() int64 {
+	if x != nil {
+		return x.ThroughMs
+	}
+	return 0
+}
+
+func (x *ScheduleMaterialisation) GetNextDueMs() int64 {
+	if x != nil {
+		return x.NextDueMs
+	}
+	return 0
+}
+
+func (x *ScheduleMaterialisation) GetCreate() []*ScheduleOccurrence {
+	if x != nil {
+		return x.Create
+	}
+	return nil
+}
+
+func (x *ScheduleMaterialisation) GetSkipped() []*ScheduleSkip {
+	if x != nil {
+		return x.Skipped
+	}
+	return nil
+}
+
+type ScheduleOccurrence struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AtMs          int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	DstGap        bool                   `protobuf:"varint,3,opt,name=dst_gap,json=dstGap,proto3" json:"dst_gap,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleOccurrence) Reset() {
+	*x = ScheduleOccurrence{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleOccurrence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleOccurrence) ProtoMessage() {}
+
+func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleOccurrence.ProtoReflect.Descriptor instead.
+func (*ScheduleOccurrence) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ScheduleOccurrence) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *ScheduleOccurrence) GetWindow() string {
+	if x != nil {
+		return x.Window
+	}
+	return ""
+}
+
+func (x *ScheduleOccurrence) GetDstGap() bool {
+	if x != nil {
+		return x.DstGap
+	}
+	return false
+}
+
+// ScheduleSkip is a run of consecutive occurrences skipped for one
+// reason, counted, not listed.
+type ScheduleSkip struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        ScheduleSkipReason     `protobuf:"varint,1,opt,name=reason,proto3,enum=coord.fsm.v1.ScheduleSkipReason" json:"reason,omitempty"`
+	FirstMs       int64                  `protobuf:"varint,2,opt,name=first_ms,json=firstMs,proto3" json:"first_ms,omitempty"`
+	LastMs        int64                  `protobuf:"varint,3,opt,name=last_ms,json=lastMs,proto3" json:"last_ms,omitempty"`
+	Count         int64                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	FirstWindow   string                 `protobuf:"bytes,5,opt,name=first_window,json=firstWindow,proto3" json:"first_window,omitempty"`
+	LastWindow    string                 `protobuf:"bytes,6,opt,name=last_window,json=lastWindow,proto3" json:"last_window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleSkip) Reset() {
+	*x = ScheduleSkip{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleSkip) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleSkip) ProtoMessage() {}
+
+func (x *ScheduleSkip) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleSkip.ProtoReflect.Descriptor instead.
+func (*ScheduleSkip) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ScheduleSkip) GetReason() ScheduleSkipReason {
+	if x != nil {
+		return x.Reason
+	}
+	return ScheduleSkipReason_SCHEDULE_SKIP_REASON_UNSPECIFIED
+}
+
+func (x *ScheduleSkip) GetFirstMs() int64 {
+	if x != nil {
+		return x.FirstMs
+	}
+	return 0
+}
+
+func (x *ScheduleSkip) GetLastMs() int64 {
+	if x != nil {
+		return x.LastMs
+	}
+	return 0
+}
+
+func (x *ScheduleSkip) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ScheduleSkip) GetFirstWindow() string {
+	if x != nil {
+		return x.FirstWindow
+	}
+	return ""
+}
+
+func (x *ScheduleSkip) GetLastWindow() string {
+	if x != nil {
+		return x.LastWindow
+	}
+	return ""
+}
+
+// ScheduleHistoryRecord is one entry of a schedule's history: an
+// occurrence made a job (job_id), or a skipped range (reason).
+type ScheduleHistoryRecord struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	AtMs         int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Window       string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	JobId        uint64                 `protobuf:"varint,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	DstGap       bool                   `protobuf:"varint,4,opt,name=dst_gap,json=dstGap,proto3" json:"dst_gap,omitempty"`
+	Manual       bool                   `protobuf:"varint,5,opt,name=manual,proto3" json:"manual,omitempty"`
+	Skipped      ScheduleSkipReason     `protobuf:"varint,6,opt,name=skipped,proto3,enum=coord.fsm.v1.ScheduleSkipReason" json:"skipped,omitempty"`
+	LastMs       int64                  `protobuf:"varint,7,opt,name=last_ms,json=lastMs,proto3" json:"last_ms,omitempty"`
+	LastWindow   string                 `protobuf:"bytes,8,opt,name=last_window,json=lastWindow,proto3" json:"last_window,omitempty"`
+	Count        int64                  `protobuf:"varint,9,opt,name=count,proto3" json:"count,omitempty"`
+	RecordedAtMs int64                  `protobuf:"varint,10,opt,name=recorded_at_ms,json=recordedAtMs,proto3" json:"recorded_at_ms,omitempty"`
+	// duplicate: the occurrence's unique key named an existing job.
+	Duplicate     bool `protobuf:"varint,11,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleHistoryRecord) Reset() {
+	*x = ScheduleHistoryRecord{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleHistoryRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleHistoryRecord) ProtoMessage() {}
+
+func (x *ScheduleHistoryRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleHistoryRecord.ProtoReflect.Descriptor instead.
+func (*ScheduleHistoryRecord) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ScheduleHistoryRecord) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *ScheduleHistoryRecord) GetWindow() string {
+	if x != nil {
+		return x.Window
+	}
+	return ""
+}
+
+func (x *ScheduleHistoryRecord) GetJobId() uint64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *ScheduleHistoryRecord) GetDstGap() bool {
+	if x != nil {
+		return x.DstGap
+	}
+	return false
+}
+
+func (x *ScheduleHistoryRecord) GetManual() bool {
+	if x != nil {
+		return x.Manual
+	}
+	return false
+}
+
+func (x *ScheduleHistoryRecord) GetSkipped() ScheduleSkipReason {
+	if x != nil {
+		return x.Skipped
+	}
+	return ScheduleSkipReason_SCHEDULE_SKIP_REASON_UNSPECIFIED
+}
+
+func (x *ScheduleHistoryRecord) GetLastMs() int64 {
+	if x != nil {
+		return x.LastMs
+	}
+	return 0
+}
+
+func (x *ScheduleHistoryRecord) GetLastWindow() string {
+	if x != nil {
+		return x.LastWindow
+	}
+	return ""
+}
+
+func (x *ScheduleHistoryRecord) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ScheduleHistoryRecord) GetRecordedAtMs() int64 {
+	if x != nil {
+		return x.RecordedAtMs
+	}
+	return 0
+}
+
+func (x *ScheduleHistoryRecord) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+type ScheduleRecord struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Spec       *ScheduleSpec          `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Revision   uint64                 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	MarkMs     int64                  `protobuf:"varint,4,opt,name=mark_ms,json=markMs,proto3" json:"mark_ms,omitempty"`
+	NextDueMs  int64                  `protobuf:"varint,5,opt,name=next_due_ms,json=nextDueMs,proto3" json:"next_due_ms,omitempty"`
+	Paused     bool                   `protobuf:"varint,6,opt,name=paused,proto3" json:"paused,omitempty"`
+	PausedAtMs int64                  `protobuf:"varint,7,opt,name=paused_at_ms,json=pausedAtMs,proto3" json:"paused_at_ms,omitempty"`
+	PausedBy   string                 `protobuf:"bytes,8,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	// resumed_at_ms: a resume not yet materialised (its PAUSED range is
+	// (mark_ms, resumed_at_ms]).
+	ResumedAtMs        int64                    `protobuf:"varint,9,opt,name=resumed_at_ms,json=resumedAtMs,proto3" json:"resumed_at_ms,omitempty"`
+	Deleted            bool                     `protobuf:"varint,10,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	DeletedAtMs        int64                    `protobuf:"varint,11,opt,name=deleted_at_ms,json=deletedAtMs,proto3" json:"deleted_at_ms,omitempty"`
+	DeletedBy          string                   `protobuf:"bytes,12,opt,name=deleted_by,json=deletedBy,proto3" json:"deleted_by,omitempty"`
+	CreatedBy          string                   `protobuf:"bytes,13,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	CreatedAtMs        int64                    `protobuf:"varint,14,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	UpdatedBy          string                   `protobuf:"bytes,15,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedAtMs        int64                    `protobuf:"varint,16,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	LastJobId          uint64                   `protobuf:"varint,17,opt,name=last_job_id,json=lastJobId,proto3" json:"last_job_id,omitempty"`
+	JobsCreated        uint64                   `protobuf:"varint,18,opt,name=jobs_created,json=jobsCreated,proto3" json:"jobs_created,omitempty"`
+	OccurrencesSkipped uint64                   `protobuf:"varint,19,opt,name=occurrences_skipped,json=occurrencesSkipped,proto3" json:"occurrences_skipped,omitempty"`
+	History            []*ScheduleHistoryRecord `protobuf:"bytes,20,rep,name=history,proto3" json:"history,omitempty"`
+	// skips: the last skipped ranges (also kept when many jobs since have
+	// pushed them out of history).
+	Skips         []*ScheduleHistoryRecord `protobuf:"bytes,21,rep,name=skips,proto3" json:"skips,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleRecord) Reset() {
+	*x = ScheduleRecord{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleRecord) ProtoMessage() {}
+
+func (x *ScheduleRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleRecord.ProtoReflect.Descriptor instead.
+func (*ScheduleRecord) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ScheduleRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ScheduleRecord) GetSpec() *ScheduleSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *ScheduleRecord) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ScheduleRecord) GetMarkMs() int64 {
+	if x != nil {
+		return x.MarkMs
+	}
+	return 0
+}
+
+func (x *ScheduleRecord) GetNextDueMs() int64 {
+	if x != nil {
+		return x.NextDueMs
+	}
+	return 0
+}
+
+func (x *ScheduleRecord) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *ScheduleRecord) GetPausedAtMs() int64 {
+	if x != nil {
+		return x.PausedAtMs
+	}
+	return 0
+}
+
+func (x *ScheduleRecord) GetPausedBy() string {
+	if x != nil {
+		return x.PausedBy
+	}
+	return ""
+}
+
+func (x *ScheduleRecord) GetResumedAtMs() int64 {
+	if x != nil {
+		return x.ResumedAtMs
+	}
+	return 0
+}
+
+func (x *ScheduleRecord) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *ScheduleRecord) GetDeletedAtMs() int64 {
+	if x != nil {
+		return x.DeletedAtMs
+	}
+	return 0
+}
+
+func (x *ScheduleRecord) GetDeletedBy() string {
+	if x != nil {
+		return x.DeletedBy
+	}
+	return ""
+}
+
+func (x *ScheduleRecord) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *ScheduleRecord) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *ScheduleRecord) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+func (x *ScheduleRecord) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+func (x *ScheduleRecord) GetLastJobId() uint64 {
+	if x != nil {
+		return x.LastJobId
+	}
+	return 0
+}
+
+func (x *ScheduleRecord) GetJobsCreated() uint64 {
+	if x != nil {
+		return x.JobsCreated
+	}
+	return 0
+}
+
+func (x *ScheduleRecord) GetOccurrencesSkipped() uint64 {
+	if x != nil {
+		return x.OccurrencesSkipped
+	}
+	return 0
+}
+
+func (x *ScheduleRecord) GetHistory() []*ScheduleHistoryRecord {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+func (x *ScheduleRecord) GetSkips() []*ScheduleHistoryRecord {
+	if x != nil {
+		return x.Skips
+	}
+	return nil
+}
+
 var File_coord_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\xc6\t\n" +
+	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\xbc\f\n" +
 	"\aCommand\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.coord.fsm.v1.CommandTypeR\x04type\x12\x15\n" +
 	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12\x1f\n" +
@@ -3456,7 +4700,12 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\vcancel_jobs\x18\x1b \x01(\v2\x18.coord.fsm.v1.CancelJobsH\x00R\n" +
 	"cancelJobs\x128\n" +
 	"\n" +
-	"retry_jobs\x18\x1c \x01(\v2\x17.coord.fsm.v1.RetryJobsH\x00R\tretryJobsB\x06\n" +
+	"retry_jobs\x18\x1c \x01(\v2\x17.coord.fsm.v1.RetryJobsH\x00R\tretryJobs\x12>\n" +
+	"\fput_schedule\x18\x1d \x01(\v2\x19.coord.fsm.v1.PutScheduleH\x00R\vputSchedule\x12G\n" +
+	"\x0fdelete_schedule\x18\x1e \x01(\v2\x1c.coord.fsm.v1.DeleteScheduleH\x00R\x0edeleteSchedule\x12D\n" +
+	"\x0epause_schedule\x18\x1f \x01(\v2\x1b.coord.fsm.v1.PauseScheduleH\x00R\rpauseSchedule\x12J\n" +
+	"\x10trigger_schedule\x18  \x01(\v2\x1d.coord.fsm.v1.TriggerScheduleH\x00R\x0ftriggerSchedule\x12Y\n" +
+	"\x15materialise_schedules\x18! \x01(\v2\".coord.fsm.v1.MaterialiseSchedulesH\x00R\x14materialiseSchedulesB\x06\n" +
 	"\x04body\":\n" +
 	"\x05Batch\x121\n" +
 	"\bcommands\x18\x01 \x03(\v2\x15.coord.fsm.v1.CommandR\bcommands\"\x06\n" +
@@ -3591,7 +4840,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\"@\n" +
 	"\tRetryJobs\x12\x17\n" +
 	"\ajob_ids\x18\x01 \x03(\x04R\x06jobIds\x12\x1a\n" +
-	"\bidentity\x18\x02 \x01(\tR\bidentity\"\xd6\x03\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\"\x92\x04\n" +
 	"\x0eSnapshotRecord\x120\n" +
 	"\x04meta\x18\x01 \x01(\v2\x1a.coord.fsm.v1.SnapshotMetaH\x00R\x04meta\x121\n" +
 	"\x05lease\x18\x02 \x01(\v2\x19.coord.fsm.v1.LeaseRecordH\x00R\x05lease\x124\n" +
@@ -3600,8 +4849,9 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\vidempotency\x18\x05 \x01(\v2\x1f.coord.fsm.v1.IdempotencyRecordH\x00R\vidempotency\x124\n" +
 	"\x06member\x18\x06 \x01(\v2\x1a.coord.fsm.v1.MemberRecordH\x00R\x06member\x12+\n" +
 	"\x03job\x18\a \x01(\v2\x17.coord.fsm.v1.JobRecordH\x00R\x03job\x12;\n" +
-	"\tqueue_job\x18\b \x01(\v2\x1c.coord.fsm.v1.QueueJobRecordH\x00R\bqueueJobB\b\n" +
-	"\x06record\"\xc6\x02\n" +
+	"\tqueue_job\x18\b \x01(\v2\x1c.coord.fsm.v1.QueueJobRecordH\x00R\bqueueJob\x12:\n" +
+	"\bschedule\x18\t \x01(\v2\x1c.coord.fsm.v1.ScheduleRecordH\x00R\bscheduleB\b\n" +
+	"\x06record\"\xe4\x02\n" +
 	"\fSnapshotMeta\x12\x19\n" +
 	"\bclock_ms\x18\x01 \x01(\x03R\aclockMs\x12\x16\n" +
 	"\x06leases\x18\x02 \x01(\x04R\x06leases\x12\x18\n" +
@@ -3616,7 +4866,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tfetch_seq\x18\n" +
 	" \x01(\x04R\bfetchSeq\x12\x1d\n" +
 	"\n" +
-	"queue_jobs\x18\v \x01(\x04R\tqueueJobs\"\xcf\x02\n" +
+	"queue_jobs\x18\v \x01(\x04R\tqueueJobs\x12\x1c\n" +
+	"\tschedules\x18\f \x01(\x04R\tschedules\"\xcf\x02\n" +
 	"\vLeaseRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
@@ -3711,7 +4962,98 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"heartbeats\x12\x14\n" +
 	"\x05error\x18\t \x01(\tR\x05error\x12\x16\n" +
 	"\x06result\x18\n" +
-	" \x01(\fR\x06result*\xce\x04\n" +
+	" \x01(\fR\x06result\"\xf7\x02\n" +
+	"\fScheduleSpec\x12\x12\n" +
+	"\x04expr\x18\x01 \x01(\tR\x04expr\x12\x1b\n" +
+	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\x12,\n" +
+	"\x03job\x18\x03 \x01(\v2\x1a.coord.fsm.v1.QueueJobSpecR\x03job\x12#\n" +
+	"\rwindow_layout\x18\x04 \x01(\tR\fwindowLayout\x12*\n" +
+	"\x11window_shift_days\x18\x05 \x01(\x05R\x0fwindowShiftDays\x120\n" +
+	"\x14starting_deadline_ms\x18\x06 \x01(\x03R\x12startingDeadlineMs\x12\x1e\n" +
+	"\vcatch_up_ms\x18\a \x01(\x03R\tcatchUpMs\x12,\n" +
+	"\x12complete_within_ms\x18\b \x01(\x03R\x10completeWithinMs\x127\n" +
+	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"\x86\x01\n" +
+	"\vPutSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
+	"\x04spec\x18\x02 \x01(\v2\x1a.coord.fsm.v1.ScheduleSpecR\x04spec\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\x12\x17\n" +
+	"\amark_ms\x18\x04 \x01(\x03R\x06markMs\"@\n" +
+	"\x0eDeleteSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\"W\n" +
+	"\rPauseSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\"n\n" +
+	"\x0fTriggerSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06window\x18\x02 \x01(\tR\x06window\x12\x13\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\"S\n" +
+	"\x14MaterialiseSchedules\x12;\n" +
+	"\x05items\x18\x01 \x03(\v2%.coord.fsm.v1.ScheduleMaterialisationR\x05items\"\x91\x02\n" +
+	"\x17ScheduleMaterialisation\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x17\n" +
+	"\afrom_ms\x18\x03 \x01(\x03R\x06fromMs\x12\x1d\n" +
+	"\n" +
+	"through_ms\x18\x04 \x01(\x03R\tthroughMs\x12\x1e\n" +
+	"\vnext_due_ms\x18\x05 \x01(\x03R\tnextDueMs\x128\n" +
+	"\x06create\x18\x06 \x03(\v2 .coord.fsm.v1.ScheduleOccurrenceR\x06create\x124\n" +
+	"\askipped\x18\a \x03(\v2\x1a.coord.fsm.v1.ScheduleSkipR\askipped\"Z\n" +
+	"\x12ScheduleOccurrence\x12\x13\n" +
+	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x16\n" +
+	"\x06window\x18\x02 \x01(\tR\x06window\x12\x17\n" +
+	"\adst_gap\x18\x03 \x01(\bR\x06dstGap\"\xd6\x01\n" +
+	"\fScheduleSkip\x128\n" +
+	"\x06reason\x18\x01 \x01(\x0e2 .coord.fsm.v1.ScheduleSkipReasonR\x06reason\x12\x19\n" +
+	"\bfirst_ms\x18\x02 \x01(\x03R\afirstMs\x12\x17\n" +
+	"\alast_ms\x18\x03 \x01(\x03R\x06lastMs\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\x12!\n" +
+	"\ffirst_window\x18\x05 \x01(\tR\vfirstWindow\x12\x1f\n" +
+	"\vlast_window\x18\x06 \x01(\tR\n" +
+	"lastWindow\"\xdc\x02\n" +
+	"\x15ScheduleHistoryRecord\x12\x13\n" +
+	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x16\n" +
+	"\x06window\x18\x02 \x01(\tR\x06window\x12\x15\n" +
+	"\x06job_id\x18\x03 \x01(\x04R\x05jobId\x12\x17\n" +
+	"\adst_gap\x18\x04 \x01(\bR\x06dstGap\x12\x16\n" +
+	"\x06manual\x18\x05 \x01(\bR\x06manual\x12:\n" +
+	"\askipped\x18\x06 \x01(\x0e2 .coord.fsm.v1.ScheduleSkipReasonR\askipped\x12\x17\n" +
+	"\alast_ms\x18\a \x01(\x03R\x06lastMs\x12\x1f\n" +
+	"\vlast_window\x18\b \x01(\tR\n" +
+	"lastWindow\x12\x14\n" +
+	"\x05count\x18\t \x01(\x03R\x05count\x12$\n" +
+	"\x0erecorded_at_ms\x18\n" +
+	" \x01(\x03R\frecordedAtMs\x12\x1c\n" +
+	"\tduplicate\x18\v \x01(\bR\tduplicate\"\xf5\x05\n" +
+	"\x0eScheduleRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
+	"\x04spec\x18\x02 \x01(\v2\x1a.coord.fsm.v1.ScheduleSpecR\x04spec\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\x12\x17\n" +
+	"\amark_ms\x18\x04 \x01(\x03R\x06markMs\x12\x1e\n" +
+	"\vnext_due_ms\x18\x05 \x01(\x03R\tnextDueMs\x12\x16\n" +
+	"\x06paused\x18\x06 \x01(\bR\x06paused\x12 \n" +
+	"\fpaused_at_ms\x18\a \x01(\x03R\n" +
+	"pausedAtMs\x12\x1b\n" +
+	"\tpaused_by\x18\b \x01(\tR\bpausedBy\x12\"\n" +
+	"\rresumed_at_ms\x18\t \x01(\x03R\vresumedAtMs\x12\x18\n" +
+	"\adeleted\x18\n" +
+	" \x01(\bR\adeleted\x12\"\n" +
+	"\rdeleted_at_ms\x18\v \x01(\x03R\vdeletedAtMs\x12\x1d\n" +
+	"\n" +
+	"deleted_by\x18\f \x01(\tR\tdeletedBy\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\r \x01(\tR\tcreatedBy\x12\"\n" +
+	"\rcreated_at_ms\x18\x0e \x01(\x03R\vcreatedAtMs\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\x0f \x01(\tR\tupdatedBy\x12\"\n" +
+	"\rupdated_at_ms\x18\x10 \x01(\x03R\vupdatedAtMs\x12\x1e\n" +
+	"\vlast_job_id\x18\x11 \x01(\x04R\tlastJobId\x12!\n" +
+	"\fjobs_created\x18\x12 \x01(\x04R\vjobsCreated\x12/\n" +
+	"\x13occurrences_skipped\x18\x13 \x01(\x04R\x12occurrencesSkipped\x12=\n" +
+	"\ahistory\x18\x14 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\ahistory\x129\n" +
+	"\x05skips\x18\x15 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\x05skips*\xfb\x05\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11COMMAND_TYPE_TICK\x10\x01\x12\x18\n" +
@@ -3733,7 +5075,12 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x1aCOMMAND_TYPE_COMPLETE_JOBS\x10\x10\x12\x1a\n" +
 	"\x16COMMAND_TYPE_FAIL_JOBS\x10\x11\x12\x1c\n" +
 	"\x18COMMAND_TYPE_CANCEL_JOBS\x10\x12\x12\x1b\n" +
-	"\x17COMMAND_TYPE_RETRY_JOBS\x10\x13*\xcd\x01\n" +
+	"\x17COMMAND_TYPE_RETRY_JOBS\x10\x13\x12\x1d\n" +
+	"\x19COMMAND_TYPE_PUT_SCHEDULE\x10\x14\x12 \n" +
+	"\x1cCOMMAND_TYPE_DELETE_SCHEDULE\x10\x15\x12\x1f\n" +
+	"\x1bCOMMAND_TYPE_PAUSE_SCHEDULE\x10\x16\x12!\n" +
+	"\x1dCOMMAND_TYPE_TRIGGER_SCHEDULE\x10\x17\x12&\n" +
+	"\"COMMAND_TYPE_MATERIALISE_SCHEDULES\x10\x18*\xcd\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x17\n" +
@@ -3749,7 +5096,20 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_LAPSED\x10\x04\x12\x1d\n" +
-	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x05B3Z1github.com/coordd/coordd/proto/coord/fsm/v1;fsmv1b\x06proto3"
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x05*\x8a\x01\n" +
+	"\x0fScheduleOverlap\x12 \n" +
+	"\x1cSCHEDULE_OVERLAP_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17SCHEDULE_OVERLAP_FORBID\x10\x01\x12\x1a\n" +
+	"\x16SCHEDULE_OVERLAP_ALLOW\x10\x02\x12\x1c\n" +
+	"\x18SCHEDULE_OVERLAP_REPLACE\x10\x03*\x89\x02\n" +
+	"\x12ScheduleSkipReason\x12$\n" +
+	" SCHEDULE_SKIP_REASON_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cSCHEDULE_SKIP_REASON_HORIZON\x10\x01\x12!\n" +
+	"\x1dSCHEDULE_SKIP_REASON_DEADLINE\x10\x02\x12 \n" +
+	"\x1cSCHEDULE_SKIP_REASON_DST_GAP\x10\x03\x12#\n" +
+	"\x1fSCHEDULE_SKIP_REASON_DST_REPEAT\x10\x04\x12 \n" +
+	"\x1cSCHEDULE_SKIP_REASON_OVERLAP\x10\x05\x12\x1f\n" +
+	"\x1bSCHEDULE_SKIP_REASON_PAUSED\x10\x06B3Z1github.com/coordd/coordd/proto/coord/fsm/v1;fsmv1b\x06proto3"
 
 var (
 	file_coord_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -3763,94 +5123,124 @@ func file_coord_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_coord_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_coord_fsm_v1_fsm_proto_goTypes = []any{
-	(CommandType)(0),          // 0: coord.fsm.v1.CommandType
-	(JobState)(0),             // 1: coord.fsm.v1.JobState
-	(AttemptOutcome)(0),       // 2: coord.fsm.v1.AttemptOutcome
-	(*Command)(nil),           // 3: coord.fsm.v1.Command
-	(*Batch)(nil),             // 4: coord.fsm.v1.Batch
-	(*Tick)(nil),              // 5: coord.fsm.v1.Tick
-	(*Acquire)(nil),           // 6: coord.fsm.v1.Acquire
-	(*Renew)(nil),             // 7: coord.fsm.v1.Renew
-	(*Release)(nil),           // 8: coord.fsm.v1.Release
-	(*ClaimWindow)(nil),       // 9: coord.fsm.v1.ClaimWindow
-	(*CompleteWindow)(nil),    // 10: coord.fsm.v1.CompleteWindow
-	(*FencedCommit)(nil),      // 11: coord.fsm.v1.FencedCommit
-	(*Prune)(nil),             // 12: coord.fsm.v1.Prune
-	(*SetMember)(nil),         // 13: coord.fsm.v1.SetMember
-	(*RemoveMember)(nil),      // 14: coord.fsm.v1.RemoveMember
-	(*RegisterJob)(nil),       // 15: coord.fsm.v1.RegisterJob
-	(*QueueJobSpec)(nil),      // 16: coord.fsm.v1.QueueJobSpec
-	(*JobLabel)(nil),          // 17: coord.fsm.v1.JobLabel
-	(*SubmitJobs)(nil),        // 18: coord.fsm.v1.SubmitJobs
-	(*FetchJobs)(nil),         // 19: coord.fsm.v1.FetchJobs
-	(*JobAttemptRef)(nil),     // 20: coord.fsm.v1.JobAttemptRef
-	(*HeartbeatJobs)(nil),     // 21: coord.fsm.v1.HeartbeatJobs
-	(*CompleteJobs)(nil),      // 22: coord.fsm.v1.CompleteJobs
-	(*JobCompletion)(nil),     // 23: coord.fsm.v1.JobCompletion
-	(*FailJobs)(nil),          // 24: coord.fsm.v1.FailJobs
-	(*JobFailure)(nil),        // 25: coord.fsm.v1.JobFailure
-	(*CancelJobs)(nil),        // 26: coord.fsm.v1.CancelJobs
-	(*RetryJobs)(nil),         // 27: coord.fsm.v1.RetryJobs
-	(*SnapshotRecord)(nil),    // 28: coord.fsm.v1.SnapshotRecord
-	(*SnapshotMeta)(nil),      // 29: coord.fsm.v1.SnapshotMeta
-	(*LeaseRecord)(nil),       // 30: coord.fsm.v1.LeaseRecord
-	(*WindowRecord)(nil),      // 31: coord.fsm.v1.WindowRecord
-	(*ResourceRecord)(nil),    // 32: coord.fsm.v1.ResourceRecord
-	(*IdempotencyRecord)(nil), // 33: coord.fsm.v1.IdempotencyRecord
-	(*MemberRecord)(nil),      // 34: coord.fsm.v1.MemberRecord
-	(*JobRecord)(nil),         // 35: coord.fsm.v1.JobRecord
-	(*QueueJobRecord)(nil),    // 36: coord.fsm.v1.QueueJobRecord
-	(*JobAttemptRecord)(nil),  // 37: coord.fsm.v1.JobAttemptRecord
+	(CommandType)(0),                // 0: coord.fsm.v1.CommandType
+	(JobState)(0),                   // 1: coord.fsm.v1.JobState
+	(AttemptOutcome)(0),             // 2: coord.fsm.v1.AttemptOutcome
+	(ScheduleOverlap)(0),            // 3: coord.fsm.v1.ScheduleOverlap
+	(ScheduleSkipReason)(0),         // 4: coord.fsm.v1.ScheduleSkipReason
+	(*Command)(nil),                 // 5: coord.fsm.v1.Command
+	(*Batch)(nil),                   // 6: coord.fsm.v1.Batch
+	(*Tick)(nil),                    // 7: coord.fsm.v1.Tick
+	(*Acquire)(nil),                 // 8: coord.fsm.v1.Acquire
+	(*Renew)(nil),                   // 9: coord.fsm.v1.Renew
+	(*Release)(nil),                 // 10: coord.fsm.v1.Release
+	(*ClaimWindow)(nil),             // 11: coord.fsm.v1.ClaimWindow
+	(*CompleteWindow)(nil),          // 12: coord.fsm.v1.CompleteWindow
+	(*FencedCommit)(nil),            // 13: coord.fsm.v1.FencedCommit
+	(*Prune)(nil),                   // 14: coord.fsm.v1.Prune
+	(*SetMember)(nil),               // 15: coord.fsm.v1.SetMember
+	(*RemoveMember)(nil),            // 16: coord.fsm.v1.RemoveMember
+	(*RegisterJob)(nil),             // 17: coord.fsm.v1.RegisterJob
+	(*QueueJobSpec)(nil),            // 18: coord.fsm.v1.QueueJobSpec
+	(*JobLabel)(nil),                // 19: coord.fsm.v1.JobLabel
+	(*SubmitJobs)(nil),              // 20: coord.fsm.v1.SubmitJobs
+	(*FetchJobs)(nil),               // 21: coord.fsm.v1.FetchJobs
+	(*JobAttemptRef)(nil),           // 22: coord.fsm.v1.JobAttemptRef
+	(*HeartbeatJobs)(nil),           // 23: coord.fsm.v1.HeartbeatJobs
+	(*CompleteJobs)(nil),            // 24: coord.fsm.v1.CompleteJobs
+	(*JobCompletion)(nil),           // 25: coord.fsm.v1.JobCompletion
+	(*FailJobs)(nil),                // 26: coord.fsm.v1.FailJobs
+	(*JobFailure)(nil),              // 27: coord.fsm.v1.JobFailure
+	(*CancelJobs)(nil),              // 28: coord.fsm.v1.CancelJobs
+	(*RetryJobs)(nil),               // 29: coord.fsm.v1.RetryJobs
+	(*SnapshotRecord)(nil),          // 30: coord.fsm.v1.SnapshotRecord
+	(*SnapshotMeta)(nil),            // 31: coord.fsm.v1.SnapshotMeta
+	(*LeaseRecord)(nil),             // 32: coord.fsm.v1.LeaseRecord
+	(*WindowRecord)(nil),            // 33: coord.fsm.v1.WindowRecord
+	(*ResourceRecord)(nil),          // 34: coord.fsm.v1.ResourceRecord
+	(*IdempotencyRecord)(nil),       // 35: coord.fsm.v1.IdempotencyRecord
+	(*MemberRecord)(nil),            // 36: coord.fsm.v1.MemberRecord
+	(*JobRecord)(nil),               // 37: coord.fsm.v1.JobRecord
+	(*QueueJobRecord)(nil),          // 38: coord.fsm.v1.QueueJobRecord
+	(*JobAttemptRecord)(nil),        // 39: coord.fsm.v1.JobAttemptRecord
+	(*ScheduleSpec)(nil),            // 40: coord.fsm.v1.ScheduleSpec
+	(*PutSchedule)(nil),             // 41: coord.fsm.v1.PutSchedule
+	(*DeleteSchedule)(nil),          // 42: coord.fsm.v1.DeleteSchedule
+	(*PauseSchedule)(nil),           // 43: coord.fsm.v1.PauseSchedule
+	(*TriggerSchedule)(nil),         // 44: coord.fsm.v1.TriggerSchedule
+	(*MaterialiseSchedules)(nil),    // 45: coord.fsm.v1.MaterialiseSchedules
+	(*ScheduleMaterialisation)(nil), // 46: coord.fsm.v1.ScheduleMaterialisation
+	(*ScheduleOccurrence)(nil),      // 47: coord.fsm.v1.ScheduleOccurrence
+	(*ScheduleSkip)(nil),            // 48: coord.fsm.v1.ScheduleSkip
+	(*ScheduleHistoryRecord)(nil),   // 49: coord.fsm.v1.ScheduleHistoryRecord
+	(*ScheduleRecord)(nil),          // 50: coord.fsm.v1.ScheduleRecord
 }
 var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: coord.fsm.v1.Command.type:type_name -> coord.fsm.v1.CommandType
-	5,  // 1: coord.fsm.v1.Command.tick:type_name -> coord.fsm.v1.Tick
-	6,  // 2: coord.fsm.v1.Command.acquire:type_name -> coord.fsm.v1.Acquire
-	7,  // 3: coord.fsm.v1.Command.renew:type_name -> coord.fsm.v1.Renew
-	8,  // 4: coord.fsm.v1.Command.release:type_name -> coord.fsm.v1.Release
-	9,  // 5: coord.fsm.v1.Command.claim_window:type_name -> coord.fsm.v1.ClaimWindow
-	10, // 6: coord.fsm.v1.Command.complete_window:type_name -> coord.fsm.v1.CompleteWindow
-	11, // 7: coord.fsm.v1.Command.fenced_commit:type_name -> coord.fsm.v1.FencedCommit
-	12, // 8: coord.fsm.v1.Command.prune:type_name -> coord.fsm.v1.Prune
-	13, // 9: coord.fsm.v1.Command.set_member:type_name -> coord.fsm.v1.SetMember
-	14, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
-	15, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
-	4,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
-	18, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
-	19, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
-	21, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
-	22, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
-	24, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
-	26, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
-	27, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
-	3,  // 20: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
-	6,  // 21: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
-	35, // 22: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
-	17, // 23: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
-	16, // 24: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
-	20, // 25: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
-	23, // 26: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
-	25, // 27: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
-	29, // 28: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
-	30, // 29: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
-	31, // 30: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
-	32, // 31: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
-	33, // 32: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
-	34, // 33: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
-	35, // 34: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
-	36, // 35: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
-	16, // 36: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
-	1,  // 37: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
-	37, // 38: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
-	2,  // 39: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
-	40, // [40:40] is the sub-list for method output_type
-	40, // [40:40] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	7,  // 1: coord.fsm.v1.Command.tick:type_name -> coord.fsm.v1.Tick
+	8,  // 2: coord.fsm.v1.Command.acquire:type_name -> coord.fsm.v1.Acquire
+	9,  // 3: coord.fsm.v1.Command.renew:type_name -> coord.fsm.v1.Renew
+	10, // 4: coord.fsm.v1.Command.release:type_name -> coord.fsm.v1.Release
+	11, // 5: coord.fsm.v1.Command.claim_window:type_name -> coord.fsm.v1.ClaimWindow
+	12, // 6: coord.fsm.v1.Command.complete_window:type_name -> coord.fsm.v1.CompleteWindow
+	13, // 7: coord.fsm.v1.Command.fenced_commit:type_name -> coord.fsm.v1.FencedCommit
+	14, // 8: coord.fsm.v1.Command.prune:type_name -> coord.fsm.v1.Prune
+	15, // 9: coord.fsm.v1.Command.set_member:type_name -> coord.fsm.v1.SetMember
+	16, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
+	17, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
+	6,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
+	20, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
+	21, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
+	23, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
+	24, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
+	26, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
+	28, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
+	29, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
+	41, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
+	42, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
+	43, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
+	44, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
+	45, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
+	5,  // 25: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
+	8,  // 26: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
+	37, // 27: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
+	19, // 28: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
+	18, // 29: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
+	22, // 30: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
+	25, // 31: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
+	27, // 32: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
+	31, // 33: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
+	32, // 34: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
+	33, // 35: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
+	34, // 36: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
+	35, // 37: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
+	36, // 38: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
+	37, // 39: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
+	38, // 40: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
+	50, // 41: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
+	18, // 42: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
+	1,  // 43: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
+	39, // 44: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
+	2,  // 45: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
+	18, // 46: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
+	3,  // 47: coord.fsm.v1.ScheduleSpec.overlap:type_name -> coord.fsm.v1.ScheduleOverlap
+	40, // 48: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	46, // 49: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
+	47, // 50: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
+	48, // 51: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
+	4,  // 52: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
+	4,  // 53: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
+	40, // 54: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	49, // 55: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	49, // 56: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	57, // [57:57] is the sub-list for method output_type
+	57, // [57:57] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_coord_fsm_v1_fsm_proto_init() }
@@ -3878,6 +5268,11 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*Command_FailJobs)(nil),
 		(*Command_CancelJobs)(nil),
 		(*Command_RetryJobs)(nil),
+		(*Command_PutSchedule)(nil),
+		(*Command_DeleteSchedule)(nil),
+		(*Command_PauseSchedule)(nil),
+		(*Command_TriggerSchedule)(nil),
+		(*Command_MaterialiseSchedules)(nil),
 	}
 	file_coord_fsm_v1_fsm_proto_msgTypes[25].OneofWrappers = []any{
 		(*SnapshotRecord_Meta)(nil),
@@ -3888,14 +5283,15 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*SnapshotRecord_Member)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_QueueJob)(nil),
+		(*SnapshotRecord_Schedule)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_fsm_v1_fsm_proto_rawDesc), len(file_coord_fsm_v1_fsm_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   35,
+			NumEnums:      5,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,407 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/auth"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// queue implements coord.v1.Queue (proto/coord/v1/queue.proto is the
+// contract). Like the Coordinator: validate, run on the leader (forward
+// from a follower), build the fsm command with the caller's identity, hand
+// it to the node, convert the typed result. The FSM decides every state
+// change; the node runs long polls and the dispatcher.
+type queue struct {
+	coordv1.UnimplementedQueueServer
+	s *Server
+}
+
+// MaxFetchWait bounds a long poll (QueueFetchRequest.wait_ms).
+const MaxFetchWait = 30 * time.Second
+
+func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*coordv1.QueueSubmitResponse, error) {
+	s := q.s
+	if n := len(req.GetJobs()); n == 0 || n > fsm.MaxSubmitBatch {
+		return nil, toStatus(invalidArg("jobs", "a submit carries 1 to %d jobs, not %d; nothing was submitted", fsm.MaxSubmitBatch, n))
+	}
+	// Checked here first (at this node's calendar), so bad input never
+	// travels; the leader checks again at its own.
+	if _, err := jobSpecs(req, s.node.Calendar()); err != nil {
+		return nil, toStatus(err)
+	}
+	return queueOnLeader(s, ctx, coordv1.QueueClient.Submit, req, func() (*coordv1.QueueSubmitResponse, error) {
+		specs, err := jobSpecs(req, s.node.Calendar())
+		if err != nil {
+			return nil, err
+		}
+		r, err := propose[*fsm.SubmitResult](ctx, s.node, &fsmv1.SubmitJobs{Jobs: specs, Identity: auth.IdentityOf(ctx)})
+		if err != nil {
+			return nil, err
+		}
+		out := &coordv1.QueueSubmitResponse{Jobs: make([]*coordv1.SubmittedJob, len(r.Jobs))}
+		for i, j := range r.Jobs {
+			out.Jobs[i] = &coordv1.SubmittedJob{Id: j.ID, State: coordv1.JobState(j.State), RunAtMs: j.RunAt, Duplicate: j.Duplicate}
+		}
+		return out, nil
+	})
+}
+
+// jobSpecs converts and checks every job of a submit: the first bad one
+// refuses the whole batch, naming its index and field.
+func jobSpecs(req *coordv1.QueueSubmitRequest, cal int64) ([]*fsmv1.QueueJobSpec, error) {
+	specs := make([]*fsmv1.QueueJobSpec, len(req.GetJobs()))
+	for i, j := range req.GetJobs() {
+		spec, err := jobSpec(i, j, cal)
+		if err != nil {
+			return nil, err
+		}
+		specs[i] = spec
+	}
+	return specs, nil
+}
+
+func checkJobID(field string, id uint64) error {
+	if id == 0 {
+		return invalidArg(field, "must be a job id (at least 1)")
+	}
+	return nil
+}
+
+func (q *queue) Get(ctx context.Context, req *coordv1.QueueGetRequest) (*coordv1.QueueGetResponse, error) {
+	if err := checkJobID("id", req.GetId()); err != nil {
+		return nil, toStatus(err)
+	}
+	local := func() (*coordv1.QueueGetResponse, error) {
+		st, _, err := q.s.node.Read(ctx, req.GetStale())
+		if err != nil {
+			return nil, err
+		}
+		j, ok := st.QueueJob(req.GetId())
+		if !ok {
+			return nil, jobNotFound(req.GetId())
+		}
+		if err := q.s.authorizeQueue(ctx, auth.OpRead, j.Queue); err != nil {
+			return nil, err
+		}
+		return &coordv1.QueueGetResponse{Job: queueJobToProto(&j, true, true), CalendarMs: q.s.node.Calendar()}, nil
+	}
+	return queueRead(q.s, ctx, req.GetStale(), coordv1.QueueClient.Get, req, local)
+}
+
+func jobNotFound(id uint64) error {
+	return &notFoundError{what: fmt.Sprintf("job %d (never submitted, or pruned)", id), reason: fsm.ReasonJobNotFound,
+		meta: map[string]string{"job_id": strconv.FormatUint(id, 10)}}
+}
+
+// queueRead answers a stale read here, any other on the leader.
+func queueRead[Req, Resp any](s *Server, ctx context.Context, stale bool,
+	call func(coordv1.QueueClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
+	local func() (Resp, error)) (Resp, error) {
+	if stale {
+		resp, err := local()
+		return resp, toStatus(err)
+	}
+	return queueOnLeader(s, ctx, call, req, local)
+}
+
+func (q *queue) List(ctx context.Context, req *coordv1.QueueListRequest) (*coordv1.QueueListResponse, error) {
+	size, err := pageSize(req.GetPageSize())
+	fl, ferr := jobFilter(req)
+	before, terr := decodeJobPageToken(req.GetPageToken())
+	if err = firstErr(err, ferr, terr); err != nil {
+		return nil, toStatus(err)
+	}
+	local := func() (*coordv1.QueueListResponse, error) {
+		st, _, err := q.s.node.Read(ctx, req.GetStale())
+		if err != nil {
+			return nil, err
+		}
+		jobs, more := st.ListQueueJobs(fl, before, size)
+		out := &coordv1.QueueListResponse{Jobs: make([]*coordv1.QueueJob, len(jobs))}
+		for i := range jobs {
+			out.Jobs[i] = queueJobToProto(&jobs[i], false, false)
+		}
+		if more {
+			out.NextPageToken = jobPageToken(jobs[len(jobs)-1].ID)
+		}
+		return out, nil
+	}
+	return queueRead(q.s, ctx, req.GetStale(), coordv1.QueueClient.List, req, local)
+}
+
+// Cancel and Retry are authorized on the leader, where the job's queue is
+// known (op job on it).
+func (q *queue) Cancel(ctx context.Context, req *coordv1.QueueCancelRequest) (*coordv1.QueueCancelResponse, error) {
+	if err := checkJobID("id", req.GetId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return queueOnLeader(q.s, ctx, coordv1.QueueClient.Cancel, req, func() (*coordv1.QueueCancelResponse, error) {
+		o, err := q.s.oneJob(ctx, req.GetId(), &fsmv1.CancelJobs{JobIds: []uint64{req.GetId()}, Identity: auth.IdentityOf(ctx)})
+		if err != nil {
+			return nil, err
+		}
+		return &coordv1.QueueCancelResponse{Job: queueJobToProto(&o.Job, true, true), Duplicate: o.Duplicate}, nil
+	})
+}
+
+func (q *queue) Retry(ctx context.Context, req *coordv1.QueueRetryRequest) (*coordv1.QueueRetryResponse, error) {
+	if err := checkJobID("id", req.GetId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return queueOnLeader(q.s, ctx, coordv1.QueueClient.Retry, req, func() (*coordv1.QueueRetryResponse, error) {
+		o, err := q.s.oneJob(ctx, req.GetId(), &fsmv1.RetryJobs{JobIds: []uint64{req.GetId()}, Identity: auth.IdentityOf(ctx)})
+		if err != nil {
+			return nil, err
+		}
+		return &coordv1.QueueRetryResponse{Job: queueJobToProto(&o.Job, true, true), Duplicate: o.Duplicate}, nil
+	})
+}
+
+// oneJob authorizes op job on job id's queue and proposes a one-item
+// Cancel or Retry; the item's refusal is the error.
+func (s *Server) oneJob(ctx context.Context, id uint64, cmd any) (*fsm.JobOutcome, error) {
+	if s.aclActive() {
+		st, _, err := s.node.Read(ctx, true) // the leader's own state: a job's queue never changes
+		if err != nil {
+			return nil, err
+		}
+		if j, ok := st.QueueJob(id); ok {
+			if err := s.authorizeQueue(ctx, auth.OpJob, j.Queue); err != nil {
+				return nil, err
+			}
+		}
+	}
+	res, err := propose[fsm.JobResults](ctx, s.node, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != 1 {
+		return nil, fmt.Errorf("one job answered with %d results", len(res))
+	}
+	switch r := res[0].(type) {
+	case *fsm.JobOutcome:
+		return r, nil
+	case *fsm.Rejection:
+		return nil, r
+	default:
+		return nil, fmt.Errorf("job answered with %T", r)
+	}
+}
+
+func (q *queue) Fetch(ctx context.Context, req *coordv1.QueueFetchRequest) (*coordv1.QueueFetchResponse, error) {
+	s := q.s
+	if err := checkFetch(req); err != nil {
+		return nil, toStatus(err)
+	}
+	return queueOnLeader(s, ctx, coordv1.QueueClient.Fetch, req, func() (*coordv1.QueueFetchResponse, error) {
+		cmd := &fsmv1.FetchJobs{Queues: req.GetQueues(), Max: req.GetMax(), WorkerId: req.GetWorkerId(), Identity: auth.IdentityOf(ctx)}
+		r, err := s.node.Fetch(ctx, cmd, time.Duration(req.GetWaitMs())*time.Millisecond)
+		if err != nil {
+			return nil, err
+		}
+		out := &coordv1.QueueFetchResponse{Jobs: make([]*coordv1.ClaimedJob, len(r.Jobs))}
+		for i := range r.Jobs {
+			j := &r.Jobs[i]
+			a, _ := j.Current()
+			out.Jobs[i] = &coordv1.ClaimedJob{Job: queueJobToProto(j, true, false), Attempt: attemptToProto(j.ID, a)}
+			s.queueMetrics.observeStart(j, a)
+		}
+		return out, nil
+	})
+}
+
+func checkFetch(req *coordv1.QueueFetchRequest) error {
+	if n := len(req.GetQueues()); n == 0 || n > fsm.MaxFetchQueues {
+		return invalidArg("queues", "fetch from 1 to %d queues, not %d", fsm.MaxFetchQueues, n)
+	}
+	for i, name := range req.GetQueues() {
+		if err := checkName("queues", name, true); err != nil {
+			return invalidItem(i, "queues", "%v", err)
+		}
+		if len(name) > fsm.MaxQueueNameBytes {
+			return invalidItem(i, "queues", "a queue name is at most %d bytes", fsm.MaxQueueNameBytes)
+		}
+	}
+	switch {
+	case req.GetMax() == 0 || req.GetMax() > fsm.MaxFetchBatch:
+		return invalidArg("max", "must be 1 to %d, not %d", fsm.MaxFetchBatch, req.GetMax())
+	case req.GetWaitMs() < 0 || req.GetWaitMs() > MaxFetchWait.Milliseconds():
+		return invalidArg("wait_ms", "%d is outside [0, %d]", req.GetWaitMs(), MaxFetchWait.Milliseconds())
+	}
+	return checkName("worker_id", req.GetWorkerId(), true)
+}
+
+// checkAttemptRefs checks the items of Heartbeat, Complete and Fail:
+// malformed input refuses the whole call (nothing is applied).
+func checkAttemptRef(i int, jobID uint64, attempt uint32) error {
+	switch {
+	case jobID == 0:
+		return invalidItem(i, "job_id", "must be a job id (at least 1)")
+	case attempt == 0:
+		return invalidItem(i, "attempt", "must be an attempt number (at least 1)")
+	}
+	return nil
+}
+
+func checkItems(field string, n int) error {
+	if n == 0 || n > fsm.MaxJobBatch {
+		return invalidArg(field, "1 to %d items, not %d", fsm.MaxJobBatch, n)
+	}
+	return nil
+}
+
+func (q *queue) Heartbeat(ctx context.Context, req *coordv1.QueueHeartbeatRequest) (*coordv1.QueueHeartbeatResponse, error) {
+	err := firstErr(checkName("worker_id", req.GetWorkerId(), true), checkItems("attempts", len(req.GetAttempts())))
+	for i, a := range req.GetAttempts() {
+		err = firstErr(err, checkAttemptRef(i, a.GetJobId(), a.GetAttempt()))
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return queueOnLeader(q.s, ctx, coordv1.QueueClient.Heartbeat, req, func() (*coordv1.QueueHeartbeatResponse, error) {
+		cmd := &fsmv1.HeartbeatJobs{WorkerId: req.GetWorkerId(), Identity: auth.IdentityOf(ctx),
+			Attempts: make([]*fsmv1.JobAttemptRef, len(req.GetAttempts()))}
+		for i, a := range req.GetAttempts() {
+			cmd.Attempts[i] = &fsmv1.JobAttemptRef{JobId: a.GetJobId(), Attempt: a.GetAttempt()}
+		}
+		res, err := propose[fsm.JobResults](ctx, q.s.node, cmd)
+		if err != nil {
+			return nil, err
+		}
+		out := &coordv1.QueueHeartbeatResponse{Results: make([]*coordv1.HeartbeatResult, len(res))}
+		for i, r := range res {
+			a := req.GetAttempts()[i]
+			hr := &coordv1.HeartbeatResult{JobId: a.GetJobId(), Attempt: a.GetAttempt()}
+			switch v := r.(type) {
+			case *fsm.JobOutcome:
+				if cur, ok := v.Job.Current(); ok {
+					hr.DeadlineMs = cur.Deadline
+				}
+			case *fsm.Rejection:
+				hr.Error = itemError(v)
+				q.s.queueMetrics.refused(v)
+			}
+			out.Results[i] = hr
+		}
+		return out, nil
+	})
+}
+
+func (q *queue) Complete(ctx context.Context, req *coordv1.QueueCompleteRequest) (*coordv1.QueueCompleteResponse, error) {
+	err := firstErr(checkName("worker_id", req.GetWorkerId(), true), checkItems("completions", len(req.GetCompletions())))
+	for i, c := range req.GetCompletions() {
+		err = firstErr(err, checkAttemptRef(i, c.GetJobId(), c.GetAttempt()))
+		if len(c.GetResult()) > fsm.MaxJobResultBytes {
+			err = firstErr(err, invalidItem(i, "result", "is %d bytes; the limit is %d", len(c.GetResult()), fsm.MaxJobResultBytes))
+		}
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return queueOnLeader(q.s, ctx, coordv1.QueueClient.Complete, req, func() (*coordv1.QueueCompleteResponse, error) {
+		cmd := &fsmv1.CompleteJobs{WorkerId: req.GetWorkerId(), Identity: auth.IdentityOf(ctx),
+			Completions: make([]*fsmv1.JobCompletion, len(req.GetCompletions()))}
+		for i, c := range req.GetCompletions() {
+			cmd.Completions[i] = &fsmv1.JobCompletion{JobId: c.GetJobId(), Attempt: c.GetAttempt(), Result: c.GetResult()}
+		}
+		res, err := propose[fsm.JobResults](ctx, q.s.node, cmd)
+		if err != nil {
+			return nil, err
+		}
+		out := &coordv1.QueueCompleteResponse{Results: make([]*coordv1.CompleteResult, len(res))}
+		for i, r := range res {
+			c := req.GetCompletions()[i]
+			cr := &coordv1.CompleteResult{JobId: c.GetJobId(), Attempt: c.GetAttempt()}
+			switch v := r.(type) {
+			case *fsm.JobOutcome:
+				cr.Duplicate = v.Duplicate
+			case *fsm.Rejection:
+				cr.Error = itemError(v)
+				q.s.queueMetrics.refused(v)
+			}
+			out.Results[i] = cr
+		}
+		return out, nil
+	})
+}
+
+func (q *queue) Fail(ctx context.Context, req *coordv1.QueueFailRequest) (*coordv1.QueueFailResponse, error) {
+	err := firstErr(checkName("worker_id", req.GetWorkerId(), true), checkItems("failures", len(req.GetFailures())))
+	for i, f := range req.GetFailures() {
+		err = firstErr(err, checkAttemptRef(i, f.GetJobId(), f.GetAttempt()))
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return queueOnLeader(q.s, ctx, coordv1.QueueClient.Fail, req, func() (*coordv1.QueueFailResponse, error) {
+		cmd := &fsmv1.FailJobs{WorkerId: req.GetWorkerId(), Identity: auth.IdentityOf(ctx),
+			Failures: make([]*fsmv1.JobFailure, len(req.GetFailures()))}
+		for i, f := range req.GetFailures() {
+			// The node draws each failure's retry jitter.
+			cmd.Failures[i] = &fsmv1.JobFailure{JobId: f.GetJobId(), Attempt: f.GetAttempt(), Error: f.GetError(), Retryable: f.GetRetryable()}
+		}
+		res, err := propose[fsm.JobResults](ctx, q.s.node, cmd)
+		if err != nil {
+			return nil, err
+		}
+		out := &coordv1.QueueFailResponse{Results: make([]*coordv1.FailResult, len(res))}
+		for i, r := range res {
+			f := req.GetFailures()[i]
+			fr := &coordv1.FailResult{JobId: f.GetJobId(), Attempt: f.GetAttempt()}
+			switch v := r.(type) {
+			case *fsm.JobOutcome:
+				fr.State, fr.RunAtMs, fr.Duplicate = coordv1.JobState(v.Job.State), v.Job.RunAt, v.Duplicate
+			case *fsm.Rejection:
+				fr.Error = itemError(v)
+				q.s.queueMetrics.refused(v)
+			}
+			out.Results[i] = fr
+		}
+		return out, nil
+	})
+}
+
+func (q *queue) Stats(ctx context.Context, req *coordv1.QueueStatsRequest) (*coordv1.QueueStatsResponse, error) {
+	if err := checkName("queue", req.GetQueue(), false); err != nil {
+		return nil, toStatus(err)
+	}
+	local := func() (*coordv1.QueueStatsResponse, error) {
+		st, _, err := q.s.node.Read(ctx, req.GetStale())
+		if err != nil {
+			return nil, err
+		}
+		cal := q.s.node.Calendar()
+		stats := st.QueueStats(req.GetQueue(), cal)
+		out := &coordv1.QueueStatsResponse{Queues: make([]*coordv1.QueueStats, len(stats)), CalendarMs: cal}
+		for i, x := range stats {
+			out.Queues[i] = queueStatsToProto(x)
+		}
+		return out, nil
+	}
+	return queueRead(q.s, ctx, req.GetStale(), coordv1.QueueClient.Stats, req, local)
+}
+
+// authorizeQueue applies the ACL to op on a queue for the caller in ctx
+// (members are the cluster: no ACL).
+func (s *Server) authorizeQueue(ctx context.Context, op auth.Op, queue string) error {
+	c := auth.CallerOf(ctx)
+	if c.Member {
+		return nil
+	}
+	return s.authorize(c.Identity, op, queue, false)
+}
+
+// aclActive reports whether calls are checked against an ACL.
+func (s *Server) aclActive() bool { return s.authEnabled() && s.acl.Load() != nil }
+
+// errJobTokenName refuses lease names reserved for job attempt tokens.
+var errJobTokenName = errors.New(`lease names of the form "job:<digits>" are reserved for job attempt tokens (FencedCommit with token "job:<id>:<attempt>")`)

@@ -1,0 +1,179 @@
+package api
+
+import (
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/fsm"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// Conversion between coord.v1.Queue's wire types and the fsm's queue
+// records and commands, and the checks of a submitted job.
+
+// jobSpec turns job i of a Submit into the FSM's spec, with the defaults
+// filled in (fsm.FillJobDefaults), checked at calendar time cal
+// (fsm.CheckJobSpec plus what only the wire form can get wrong). delay_ms
+// is resolved against cal. Errors name the field and the index.
+func jobSpec(i int, j *coordv1.NewJob, cal int64) (*fsmv1.QueueJobSpec, error) {
+	for _, f := range []struct{ name, v string }{{"queue", j.GetQueue()}, {"kind", j.GetKind()}, {"unique_key", j.GetUniqueKey()}} {
+		if problem := textProblem(f.v); problem != "" {
+			return nil, invalidItem(i, f.name, "%s %s", f.name, problem)
+		}
+	}
+	switch {
+	case j.GetRunAtMs() < 0:
+		return nil, invalidItem(i, "run_at_ms", "run_at_ms must not be negative")
+	case j.GetDelayMs() < 0:
+		return nil, invalidItem(i, "delay_ms", "delay_ms must not be negative")
+	case j.GetDelayMs() > 0 && j.GetRunAtMs() > 0:
+		return nil, invalidItem(i, "delay_ms", "set run_at_ms or delay_ms, not both")
+	case j.GetDelayMs() > fsm.MaxRunAheadMs:
+		return nil, invalidItem(i, "delay_ms", "is %d ms; the limit is %d ms (366 days)", j.GetDelayMs(), int64(fsm.MaxRunAheadMs))
+	case j.GetVisibilityTimeoutMs() < 0:
+		return nil, invalidItem(i, "visibility_timeout_ms", "visibility_timeout_ms must not be negative")
+	case j.GetBackoffInitialMs() < 0:
+		return nil, invalidItem(i, "backoff_initial_ms", "backoff_initial_ms must not be negative")
+	case j.GetBackoffMaxMs() < 0:
+		return nil, invalidItem(i, "backoff_max_ms", "backoff_max_ms must not be negative")
+	case j.GetMaxAttempts() < 0:
+		return nil, invalidItem(i, "max_attempts", "max_attempts must not be negative")
+	}
+	f := j.GetBackoffFactor()
+	if math.IsNaN(f) || math.IsInf(f, 0) || (f != 0 && (f < 1 || f > fsm.MaxBackoffPermille/1000)) {
+		return nil, invalidItem(i, "backoff_factor", "%v is outside [1, %d]", f, fsm.MaxBackoffPermille/1000)
+	}
+	spec := &fsmv1.QueueJobSpec{Queue: j.GetQueue(), Kind: j.GetKind(), Args: j.GetArgs(), RunAtMs: j.GetRunAtMs(),
+		Priority: j.GetPriority(), MaxAttempts: j.GetMaxAttempts(), BackoffInitialMs: j.GetBackoffInitialMs(),
+		BackoffMaxMs: j.GetBackoffMaxMs(), BackoffFactorPermille: uint32(math.Round(f * 1000)),
+		VisibilityTimeoutMs: j.GetVisibilityTimeoutMs(), UniqueKey: j.GetUniqueKey()}
+	if j.GetDelayMs() > 0 {
+		spec.RunAtMs = cal + j.GetDelayMs()
+	}
+	for k, v := range j.GetLabels() {
+		spec.Labels = append(spec.Labels, &fsmv1.JobLabel{Key: k, Value: v})
+	}
+	sort.Slice(spec.Labels, func(a, b int) bool { return spec.Labels[a].GetKey() < spec.Labels[b].GetKey() })
+	for _, l := range spec.Labels {
+		if problem := textProblem(l.GetKey()); problem != "" {
+			return nil, invalidItem(i, "labels", "label key %s", problem)
+		}
+		if strings.HasPrefix(l.GetKey(), fsm.ReservedLabelPrefix) {
+			return nil, invalidItem(i, "labels", "label key %q: the prefix %q is reserved for the jobs schedules make", l.GetKey(), fsm.ReservedLabelPrefix)
+		}
+	}
+	fsm.FillJobDefaults(spec)
+	if field, problem := fsm.CheckJobSpec(spec, cal); field != "" {
+		if field == "run_at" {
+			field = "run_at_ms"
+		}
+		return nil, invalidItem(i, field, "%s %s", field, problem)
+	}
+	return spec, nil
+}
+
+// textProblem says what is wrong with a name-like string (UTF-8 without
+// control characters; lengths are CheckJobSpec's), or "".
+func textProblem(v string) string {
+	if !utf8.ValidString(v) {
+		return "is not valid UTF-8"
+	}
+	for _, r := range v {
+		if unicode.IsControl(r) {
+			return "contains a control character"
+		}
+	}
+	return ""
+}
+
+// attemptToken is an attempt's fencing token: "job:<id>:<n>".
+func attemptToken(id uint64, n uint32) string {
+	return coorderr.FormatToken(fsm.JobTokenName(id), uint64(n))
+}
+
+// queueJobToProto converts a job; full adds args and the attempt log
+// (Get), otherwise they are left out (List).
+func queueJobToProto(j *fsm.QueueJob, args, log bool) *coordv1.QueueJob {
+	out := &coordv1.QueueJob{Id: j.ID, Queue: j.Queue, Kind: j.Kind, State: coordv1.JobState(j.State), RunAtMs: j.RunAt,
+		Priority: j.Priority, MaxAttempts: j.MaxAttempts, Attempts: j.Attempts, BackoffInitialMs: j.BackoffMs,
+		BackoffMaxMs: j.BackoffMaxMs, BackoffFactor: float64(j.BackoffPermille) / 1000, VisibilityTimeoutMs: j.VisibilityMs,
+		UniqueKey: j.UniqueKey, SubmittedBy: j.Identity, CreatedAtMs: j.CreatedAt, UpdatedAtMs: j.UpdatedAt,
+		FinishedAtMs: j.FinishedAt}
+	if len(j.Labels) > 0 {
+		out.Labels = make(map[string]string, len(j.Labels))
+		for _, l := range j.Labels {
+			out.Labels[l.Key] = l.Value
+		}
+	}
+	if args {
+		out.Args = j.Args
+	}
+	if log {
+		out.AttemptLog = make([]*coordv1.JobAttempt, len(j.Log))
+		for i := range j.Log {
+			out.AttemptLog[i] = attemptToProto(j.ID, &j.Log[i])
+		}
+	}
+	return out
+}
+
+func attemptToProto(id uint64, a *fsm.Attempt) *coordv1.JobAttempt {
+	return &coordv1.JobAttempt{Number: a.Number, Outcome: coordv1.AttemptOutcome(a.Outcome), WorkerId: a.WorkerID,
+		Identity: a.Identity, StartedAtMs: a.StartedAt, DeadlineMs: a.Deadline, FinishedAtMs: a.FinishedAt,
+		Heartbeats: a.Heartbeats, Error: a.Error, Result: a.Result, Token: attemptToken(id, a.Number)}
+}
+
+// itemError is a refused item of a batch call.
+func itemError(rej *fsm.Rejection) *coordv1.JobItemError {
+	return &coordv1.JobItemError{Reason: coorderr.Name(rej.Reason), Message: rej.Message, Metadata: rej.Metadata}
+}
+
+func queueStatsToProto(st fsm.QueueStats) *coordv1.QueueStats {
+	return &coordv1.QueueStats{Queue: st.Queue, Scheduled: st.Scheduled, Available: st.Available, Running: st.Running,
+		Retryable: st.Retryable, Succeeded: st.Succeeded, Cancelled: st.Cancelled, Dead: st.Dead,
+		OldestAvailableAgeMs: st.OldestAvailableAgeMs, OldestAvailableRunAtMs: st.OldestAvailableRunAt}
+}
+
+// jobFilter reads List's filters.
+func jobFilter(req *coordv1.QueueListRequest) (fsm.JobFilter, error) {
+	fl := fsm.JobFilter{Queue: req.GetQueue(), Kind: req.GetKind()}
+	if s := req.GetState(); s != coordv1.JobState_JOB_STATE_UNSPECIFIED {
+		if _, known := coordv1.JobState_name[int32(s)]; !known {
+			return fl, invalidArg("state", "unknown state %d", s)
+		}
+		fl.State = fsm.JobState(s)
+	}
+	if l := req.GetLabel(); l != "" {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return fl, invalidArg("label", "want key=value, not %q", l)
+		}
+		fl.Label = &fsm.Label{Key: k, Value: v}
+	}
+	return fl, firstErr(checkName("queue", req.GetQueue(), false), checkName("kind", req.GetKind(), false))
+}
+
+// jobPageToken encodes the id a List page ends at; the next page starts
+// below it.
+func jobPageToken(id uint64) string { return encodePageToken(strconv.FormatUint(id, 10)) }
+
+func decodeJobPageToken(tok string) (uint64, error) {
+	if tok == "" {
+		return 0, nil
+	}
+	s, err := decodePageToken(tok)
+	if err != nil {
+		return 0, err
+	}
+	id, perr := strconv.ParseUint(s, 10, 64)
+	if perr != nil || id == 0 {
+		return 0, invalidArg("page_token", "not a token this list returned")
+	}
+	return id, nil
+}

@@ -1,0 +1,406 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"math"
+	"regexp"
+	"sort"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/auth"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+	"github.com/coordd/coordd/schedule"
+)
+
+// schedules implements coord.v1.Schedules: handlers validate (the
+// expression is compiled here, on the leader the call runs on: the FSM
+// never parses it), fill in defaults, and propose; the leader's
+// materialiser (node) makes the occurrences.
+type schedules struct {
+	coordv1.UnimplementedSchedulesServer
+	s *Server
+}
+
+// maxNextOccurrences bounds GetSchedule's next.
+const maxNextOccurrences = 100
+
+var scheduleNameRE = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+
+func checkScheduleName(field, v string) error {
+	switch {
+	case v == "":
+		return invalidArg(field, "must not be empty")
+	case len(v) > fsm.MaxScheduleNameBytes:
+		return invalidArg(field, "is %d bytes; the limit is %d", len(v), fsm.MaxScheduleNameBytes)
+	case !scheduleNameRE.MatchString(v):
+		return invalidArg(field, "%q: use letters, digits, '.', '_', ':' and '-'", v)
+	}
+	return nil
+}
+
+func schedulesOnLeader[Req, Resp any](s *Server, ctx context.Context,
+	call func(coordv1.SchedulesClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
+	local func() (Resp, error)) (Resp, error) {
+	return onLeader(s, ctx, coordv1.NewSchedulesClient, call, req, local)
+}
+
+// calendars caches compiled calendars by spec.
+type calendars struct {
+	mu sync.Mutex
+	m  map[schedule.Spec]*schedule.Calendar
+}
+
+func (c *calendars) get(sp schedule.Spec) (*schedule.Calendar, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cal, ok := c.m[sp]; ok {
+		return cal, nil
+	}
+	cal, err := schedule.Compile(sp)
+	if err != nil {
+		return nil, err
+	}
+	if c.m == nil || len(c.m) > 10_000 {
+		c.m = map[schedule.Spec]*schedule.Calendar{}
+	}
+	c.m[sp] = cal
+	return cal, nil
+}
+
+func calendarSpec(sp *fsm.ScheduleSpec) schedule.Spec {
+	return schedule.Spec{Expr: sp.Expr, TimeZone: sp.TimeZone,
+		Window: schedule.Window{Layout: sp.WindowLayout, ShiftDays: int(sp.WindowShiftDays)}}
+}
+
+// compileSpec validates a wire spec and turns it into the FSM's, with the
+// defaults filled in. cal is the calendar time the limits are judged at.
+func (s *Server) compileSpec(in *coordv1.ScheduleSpec, cal int64) (*fsmv1.ScheduleSpec, error) {
+	if in == nil {
+		return nil, invalidArg("spec", "is required")
+	}
+	if err := checkScheduleName("name", in.GetName()); err != nil {
+		return nil, err
+	}
+	if in.GetJob() == nil {
+		return nil, invalidArg("job", "is required (its kind, at least)")
+	}
+	c, err := s.calendars.get(schedule.Spec{Expr: in.GetSchedule(), TimeZone: in.GetTimeZone(),
+		Window: schedule.Window{Layout: in.GetWindowLayout(), ShiftDays: int(in.GetWindowShiftDays())}})
+	if err != nil {
+		var ie *schedule.InvalidError
+		if errors.As(err, &ie) {
+			return nil, invalidArg(ie.Field, "%s", ie.Reason)
+		}
+		return nil, invalidArg("schedule", "%v", err)
+	}
+	job, err := templateSpec(in.GetJob())
+	if err != nil {
+		return nil, err
+	}
+	interval := c.Schedule().Interval()
+	out := &fsmv1.ScheduleSpec{
+		Expr: in.GetSchedule(), TimeZone: in.GetTimeZone(), Job: job, WindowLayout: in.GetWindowLayout(),
+		WindowShiftDays: in.GetWindowShiftDays(), StartingDeadlineMs: in.GetStartingDeadlineMs(),
+		CatchUpMs: in.GetCatchUpMs(), CompleteWithinMs: in.GetCompleteWithinMs(), Overlap: fsmv1.ScheduleOverlap(in.GetOverlap()),
+	}
+	if out.CatchUpMs == 0 {
+		out.CatchUpMs = fsm.DefaultCatchUp(interval).Milliseconds()
+	}
+	if out.CompleteWithinMs == 0 {
+		out.CompleteWithinMs = fsm.DefaultCompleteWithin(interval).Milliseconds()
+	}
+	if out.Overlap == fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_UNSPECIFIED {
+		out.Overlap = fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID
+	}
+	if field, problem := fsm.CheckScheduleSpec(in.GetName(), out, cal); field != "" {
+		return nil, invalidArg(field, "%s", problem)
+	}
+	return out, nil
+}
+
+// templateSpec converts a job template, with the queue's defaults.
+func templateSpec(t *coordv1.JobTemplate) (*fsmv1.QueueJobSpec, error) {
+	out := &fsmv1.QueueJobSpec{Queue: t.GetQueue(), Kind: t.GetKind(), Args: t.GetArgs(), Priority: t.GetPriority(),
+		MaxAttempts: t.GetMaxAttempts(), BackoffInitialMs: t.GetBackoffInitialMs(), BackoffMaxMs: t.GetBackoffMaxMs(),
+		VisibilityTimeoutMs: t.GetVisibilityTimeoutMs()}
+	if f := t.GetBackoffFactor(); f != 0 {
+		if math.IsNaN(f) || f < 1 || f > float64(fsm.MaxBackoffPermille)/1000 {
+			return nil, invalidArg("job.backoff_factor", "%v is outside [1, %d]", f, fsm.MaxBackoffPermille/1000)
+		}
+		out.BackoffFactorPermille = uint32(math.Round(f * 1000))
+	}
+	if t.GetKind() == "" {
+		return nil, invalidArg("job.kind", "must not be empty")
+	}
+	for k, v := range t.GetLabels() {
+		out.Labels = append(out.Labels, &fsmv1.JobLabel{Key: k, Value: v})
+	}
+	sort.Slice(out.Labels, func(a, b int) bool { return out.Labels[a].Key < out.Labels[b].Key })
+	fsm.FillJobDefaults(out)
+	return out, nil
+}
+
+func (s *Server) scheduleToProto(sc fsm.Schedule) *coordv1.Schedule {
+	sp := &sc.Spec
+	t := &sp.Job
+	out := &coordv1.Schedule{
+		Spec: &coordv1.ScheduleSpec{
+			Name: sc.Name, Schedule: sp.Expr, TimeZone: sp.TimeZone, WindowLayout: sp.WindowLayout,
+			WindowShiftDays: sp.WindowShiftDays, StartingDeadlineMs: sp.StartingDeadlineMs, CatchUpMs: sp.CatchUpMs,
+			CompleteWithinMs: sp.CompleteWithinMs, Overlap: coordv1.ScheduleOverlap(sp.Overlap),
+			Job: &coordv1.JobTemplate{Queue: t.Queue, Kind: t.Kind, Args: t.Args, Priority: t.Priority,
+				MaxAttempts: t.MaxAttempts, BackoffInitialMs: t.BackoffMs, BackoffMaxMs: t.BackoffMaxMs,
+				BackoffFactor: float64(t.BackoffPermille) / 1000, VisibilityTimeoutMs: t.VisibilityMs},
+		},
+		Revision: sc.Revision, Paused: sc.Paused, PausedAtMs: sc.PausedAt, PausedBy: sc.PausedBy,
+		Deleted: sc.Deleted, DeletedAtMs: sc.DeletedAt, DeletedBy: sc.DeletedBy, CreatedBy: sc.CreatedBy,
+		CreatedAtMs: sc.CreatedAt, UpdatedBy: sc.UpdatedBy, UpdatedAtMs: sc.UpdatedAt, LastMaterialisedMs: sc.Mark,
+		JobsCreated: sc.JobsMade, OccurrencesSkipped: sc.SkipCount, LastJobId: sc.LastJobID,
+	}
+	if sc.Active() {
+		out.NextDueMs = sc.NextDue
+	}
+	if len(t.Labels) > 0 {
+		out.Spec.Job.Labels = make(map[string]string, len(t.Labels))
+		for _, l := range t.Labels {
+			out.Spec.Job.Labels[l.Key] = l.Value
+		}
+	}
+	if c, err := s.calendars.get(calendarSpec(sp)); err == nil {
+		out.IntervalMs = c.Schedule().Interval().Milliseconds()
+	}
+	return out
+}
+
+// occurrenceToProto renders a history entry with its job's state at
+// calendar time cal.
+func occurrenceToProto(st *fsm.FSM, sc *fsm.Schedule, e fsm.HistoryEntry, cal int64) *coordv1.ScheduleOccurrence {
+	o := &coordv1.ScheduleOccurrence{AtMs: e.At, Window: e.Window, DstGap: e.DSTGap, Manual: e.Manual, JobId: e.JobID,
+		Duplicate: e.Duplicate, Skipped: coordv1.ScheduleSkipReason(e.Skipped), Count: e.Count, LastAtMs: e.Last,
+		LastWindow: e.LastWindow, RecordedAtMs: e.RecordedAt}
+	if e.JobID != 0 {
+		o.DueMs = e.At + sc.Spec.CompleteWithinMs
+		if j, ok := st.QueueJob(e.JobID); ok {
+			o.JobState, o.Attempts = coordv1.JobState(j.State), j.Attempts
+			o.Overdue = !j.State.Final() && o.DueMs < cal && !sc.Deleted
+		}
+	}
+	return o
+}
+
+func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleRequest) (*coordv1.PutScheduleResponse, error) {
+	s := h.s
+	if _, err := s.compileSpec(req.GetSpec(), s.node.Calendar()); err != nil {
+		return nil, toStatus(err)
+	}
+	return schedulesOnLeader(s, ctx, coordv1.SchedulesClient.PutSchedule, req, func() (*coordv1.PutScheduleResponse, error) {
+		sp, err := s.compileSpec(req.GetSpec(), s.node.Calendar())
+		if err != nil {
+			return nil, err
+		}
+		put := &fsmv1.PutSchedule{Name: req.GetSpec().GetName(), Spec: sp, Identity: auth.IdentityOf(ctx)}
+		if c, err := s.calendars.get(calendarSpec(&fsm.ScheduleSpec{Expr: sp.GetExpr(), TimeZone: sp.GetTimeZone(),
+			WindowLayout: sp.GetWindowLayout(), WindowShiftDays: sp.GetWindowShiftDays()})); err == nil && c.Schedule().OneShot() {
+			// A new one-shot owes its occurrence even when put just after
+			// it (jobs.At(now)): its mark is just before it, and the
+			// catch-up horizon decides as for any missed occurrence.
+			if o := c.Next(math.MinInt64/2, 1); len(o) == 1 {
+				put.MarkMs = o[0].At - 1
+			}
+		}
+		r, err := propose[*fsm.ScheduleResult](ctx, s.node, put)
+		if err != nil {
+			return nil, err
+		}
+		if r.Changed {
+			s.log.Info("schedule put", "schedule", r.Schedule.Name, "created", r.Created, "expr", sp.GetExpr(),
+				"time_zone", sp.GetTimeZone(), "queue", sp.GetJob().GetQueue(), "kind", sp.GetJob().GetKind(),
+				"by", auth.IdentityOf(ctx))
+		}
+		return &coordv1.PutScheduleResponse{Schedule: s.scheduleToProto(r.Schedule), Created: r.Created, Changed: r.Changed}, nil
+	})
+}
+
+func (h *schedules) GetSchedule(ctx context.Context, req *coordv1.GetScheduleRequest) (*coordv1.GetScheduleResponse, error) {
+	s := h.s
+	next := int(req.GetNext())
+	if err := checkScheduleName("name", req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	if next < 0 || next > maxNextOccurrences {
+		return nil, toStatus(invalidArg("next", "%d is outside [0, %d]", next, maxNextOccurrences))
+	}
+	if next == 0 {
+		next = 5
+	}
+	local := func() (*coordv1.GetScheduleResponse, error) {
+		st, _, err := s.node.Read(ctx, req.GetStale())
+		if err != nil {
+			return nil, err
+		}
+		cal := s.node.Calendar()
+		sc, ok := st.Schedule(req.GetName())
+		if !ok {
+			return nil, &notFoundError{what: "schedule " + req.GetName()}
+		}
+		out := &coordv1.GetScheduleResponse{Schedule: s.scheduleToProto(sc), CalendarMs: cal}
+		if c, err := s.calendars.get(calendarSpec(&sc.Spec)); err == nil && !sc.Deleted {
+			for _, o := range c.Next(max(cal, sc.Mark), next) {
+				out.Next = append(out.Next, &coordv1.ScheduleOccurrence{AtMs: o.At, Window: o.Window, DstGap: o.DSTGap,
+					DueMs: o.At + sc.Spec.CompleteWithinMs})
+			}
+		}
+		for i := len(sc.History) - 1; i >= 0; i-- {
+			out.Recent = append(out.Recent, occurrenceToProto(st, &sc, sc.History[i], cal))
+		}
+		for i := len(sc.Skips) - 1; i >= 0; i-- {
+			out.Skipped = append(out.Skipped, occurrenceToProto(st, &sc, sc.Skips[i], cal))
+		}
+		return out, nil
+	}
+	if req.GetStale() {
+		resp, err := local()
+		return resp, toStatus(err)
+	}
+	return schedulesOnLeader(s, ctx, coordv1.SchedulesClient.GetSchedule, req, local)
+}
+
+func (h *schedules) ListSchedules(ctx context.Context, req *coordv1.ListSchedulesRequest) (*coordv1.ListSchedulesResponse, error) {
+	s := h.s
+	size, err := pageSize(req.GetPageSize())
+	after, terr := decodePageToken(req.GetPageToken())
+	if err = firstErr(err, terr, checkName("prefix", req.GetPrefix(), false)); err != nil {
+		return nil, toStatus(err)
+	}
+	local := func() (*coordv1.ListSchedulesResponse, error) {
+		st, _, err := s.node.Read(ctx, req.GetStale())
+		if err != nil {
+			return nil, err
+		}
+		list, more := st.ListSchedules(req.GetPrefix(), after, size, req.GetShowDeleted())
+		out := &coordv1.ListSchedulesResponse{CalendarMs: s.node.Calendar()}
+		for _, sc := range list {
+			out.Schedules = append(out.Schedules, s.scheduleToProto(sc))
+		}
+		if more {
+			out.NextPageToken = encodePageToken(list[len(list)-1].Name)
+		}
+		return out, nil
+	}
+	if req.GetStale() {
+		resp, err := local()
+		return resp, toStatus(err)
+	}
+	return schedulesOnLeader(s, ctx, coordv1.SchedulesClient.ListSchedules, req, local)
+}
+
+// current reads a schedule on the leader for a change to it, and checks
+// the caller may make jobs in its queue. A tombstone counts as missing
+// unless tombstoneOK.
+func (s *Server) current(ctx context.Context, name string, tombstoneOK bool) (fsm.Schedule, error) {
+	st, _, err := s.node.Read(ctx, false)
+	if err != nil {
+		return fsm.Schedule{}, err
+	}
+	sc, ok := st.Schedule(name)
+	if !ok || (sc.Deleted && !tombstoneOK) {
+		return fsm.Schedule{}, &fsm.Rejection{Reason: fsm.ReasonScheduleNotFound, Metadata: map[string]string{"schedule": name},
+			Message: "schedule " + name + " does not exist"}
+	}
+	if err := s.authorize(auth.IdentityOf(ctx), auth.OpJob, sc.Spec.Job.Queue, false); err != nil {
+		return fsm.Schedule{}, err
+	}
+	return sc, nil
+}
+
+func (h *schedules) pause(ctx context.Context, name string, paused bool) (*fsm.ScheduleResult, error) {
+	if _, err := h.s.current(ctx, name, false); err != nil {
+		return nil, err
+	}
+	r, err := propose[*fsm.ScheduleResult](ctx, h.s.node, &fsmv1.PauseSchedule{Name: name, Paused: paused, Identity: auth.IdentityOf(ctx)})
+	if err == nil && r.Changed {
+		h.s.log.Info("schedule paused", "schedule", name, "paused", paused, "by", auth.IdentityOf(ctx))
+	}
+	return r, err
+}
+
+func (h *schedules) PauseSchedule(ctx context.Context, req *coordv1.PauseScheduleRequest) (*coordv1.PauseScheduleResponse, error) {
+	if err := checkScheduleName("name", req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return schedulesOnLeader(h.s, ctx, coordv1.SchedulesClient.PauseSchedule, req, func() (*coordv1.PauseScheduleResponse, error) {
+		r, err := h.pause(ctx, req.GetName(), true)
+		if err != nil {
+			return nil, err
+		}
+		return &coordv1.PauseScheduleResponse{Schedule: h.s.scheduleToProto(r.Schedule), Changed: r.Changed}, nil
+	})
+}
+
+func (h *schedules) ResumeSchedule(ctx context.Context, req *coordv1.ResumeScheduleRequest) (*coordv1.ResumeScheduleResponse, error) {
+	if err := checkScheduleName("name", req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return schedulesOnLeader(h.s, ctx, coordv1.SchedulesClient.ResumeSchedule, req, func() (*coordv1.ResumeScheduleResponse, error) {
+		r, err := h.pause(ctx, req.GetName(), false)
+		if err != nil {
+			return nil, err
+		}
+		return &coordv1.ResumeScheduleResponse{Schedule: h.s.scheduleToProto(r.Schedule), Changed: r.Changed}, nil
+	})
+}
+
+func (h *schedules) TriggerSchedule(ctx context.Context, req *coordv1.TriggerScheduleRequest) (*coordv1.TriggerScheduleResponse, error) {
+	s := h.s
+	if err := checkScheduleName("name", req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return schedulesOnLeader(s, ctx, coordv1.SchedulesClient.TriggerSchedule, req, func() (*coordv1.TriggerScheduleResponse, error) {
+		sc, err := s.current(ctx, req.GetName(), false)
+		if err != nil {
+			return nil, err
+		}
+		c, err := s.calendars.get(calendarSpec(&sc.Spec))
+		if err != nil {
+			return nil, invalidArg("schedule", "%v", err)
+		}
+		o := c.Trigger(s.node.Calendar())
+		r, err := propose[*fsm.TriggerResult](ctx, s.node, &fsmv1.TriggerSchedule{Name: sc.Name, Window: o.Window, AtMs: o.At,
+			Identity: auth.IdentityOf(ctx)})
+		if err != nil {
+			return nil, err
+		}
+		s.log.Info("schedule triggered", "schedule", sc.Name, "window", o.Window, "job_id", r.Entry.JobID, "by", auth.IdentityOf(ctx))
+		st, _, err := s.node.Read(ctx, true)
+		if err != nil {
+			return nil, err
+		}
+		return &coordv1.TriggerScheduleResponse{Schedule: s.scheduleToProto(r.Schedule),
+			Occurrence: occurrenceToProto(st, &r.Schedule, r.Entry, s.node.Calendar())}, nil
+	})
+}
+
+func (h *schedules) DeleteSchedule(ctx context.Context, req *coordv1.DeleteScheduleRequest) (*coordv1.DeleteScheduleResponse, error) {
+	s := h.s
+	if err := checkScheduleName("name", req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return schedulesOnLeader(s, ctx, coordv1.SchedulesClient.DeleteSchedule, req, func() (*coordv1.DeleteScheduleResponse, error) {
+		if _, err := s.current(ctx, req.GetName(), true); err != nil {
+			return nil, err
+		}
+		r, err := propose[*fsm.ScheduleResult](ctx, s.node, &fsmv1.DeleteSchedule{Name: req.GetName(), Identity: auth.IdentityOf(ctx)})
+		if err != nil {
+			return nil, err
+		}
+		if r.Changed {
+			s.log.Info("schedule deleted", "schedule", req.GetName(), "by", auth.IdentityOf(ctx))
+		}
+		return &coordv1.DeleteScheduleResponse{Schedule: s.scheduleToProto(r.Schedule), Changed: r.Changed}, nil
+	})
+}

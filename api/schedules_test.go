@@ -1,0 +1,315 @@
+package api
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/fsm"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+func field(err error) string { return coorderr.Metadata(err)["field"] }
+
+func reason(err error) string { return coorderr.WireReason(err) }
+
+func everyMinute(name string) *coordv1.ScheduleSpec {
+	return &coordv1.ScheduleSpec{Name: name, Schedule: "@every 1m", Job: &coordv1.JobTemplate{Kind: "report", Queue: "reports"},
+		Overlap: coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW}
+}
+
+// materialise applies what the leader would for sc through calendar time
+// through: the occurrences at the given instants.
+func materialise(t *testing.T, n *fakeNode, name string, through int64, at ...int64) {
+	t.Helper()
+	sc, _ := n.fsm.Schedule(name)
+	it := &fsmv1.ScheduleMaterialisation{Name: name, Revision: sc.Revision, FromMs: sc.Mark, ThroughMs: through, NextDueMs: through + 60_000}
+	for _, a := range at {
+		it.Create = append(it.Create, &fsmv1.ScheduleOccurrence{AtMs: a, Window: time.UnixMilli(a).UTC().Format("2006-01-02T15:04")})
+	}
+	r := n.apply(&fsmv1.MaterialiseSchedules{Items: []*fsmv1.ScheduleMaterialisation{it}}).(*fsm.MaterialiseResult)
+	if r.Items[0].Stale {
+		t.Fatalf("stale item %+v", it)
+	}
+}
+
+func TestPutScheduleValidatesAndFillsDefaults(t *testing.T) {
+	n := newFakeNode()
+	s := newTestServer(t, n)
+	h := &schedules{s: s}
+	ctx := context.Background()
+	for _, c := range []struct {
+		spec  *coordv1.ScheduleSpec
+		field string
+	}{
+		{nil, "spec"},
+		{&coordv1.ScheduleSpec{Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k"}}, "name"},
+		{&coordv1.ScheduleSpec{Name: "a/b", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k"}}, "name"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "61 * * * *", Job: &coordv1.JobTemplate{Kind: "k"}}, "schedule"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "", Job: &coordv1.JobTemplate{Kind: "k"}}, "schedule"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", TimeZone: "Mars/Olympus", Job: &coordv1.JobTemplate{Kind: "k"}}, "time_zone"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", WindowShiftDays: 400, Job: &coordv1.JobTemplate{Kind: "k"}}, "window_shift_days"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", WindowLayout: "2006/manual-", Job: &coordv1.JobTemplate{Kind: "k"}}, "window_layout"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily"}, "job"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{}}, "job.kind"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", BackoffFactor: 0.5}}, "job.backoff_factor"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", MaxAttempts: 1000}}, "job.max_attempts"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", Args: make([]byte, 70_000)}}, "job.args"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", Labels: map[string]string{"coordd.window": "x"}}}, "job.labels"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", StartingDeadlineMs: -1, Job: &coordv1.JobTemplate{Kind: "k"}}, "starting_deadline_ms"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Overlap: 9, Job: &coordv1.JobTemplate{Kind: "k"}}, "overlap"},
+	} {
+		_, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: c.spec})
+		if status.Code(err) != codes.InvalidArgument || field(err) != c.field {
+			t.Errorf("%v: want INVALID_ARGUMENT on %s, got %v (field %q)", c.spec, c.field, err, field(err))
+		}
+	}
+	if list, _ := n.fsm.ListSchedules("", "", 10, true); len(list) != 0 {
+		t.Fatalf("bad specs stored: %+v", list)
+	}
+	resp, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "close", Schedule: "5 0 * * *",
+		TimeZone: "America/Sao_Paulo", Job: &coordv1.JobTemplate{Kind: "close-day"}}})
+	if err != nil || !resp.GetCreated() || !resp.GetChanged() {
+		t.Fatalf("put: %v %v", resp, err)
+	}
+	sp := resp.GetSchedule().GetSpec()
+	if sp.GetCatchUpMs() != (24*time.Hour).Milliseconds() || sp.GetCompleteWithinMs() != (24*time.Hour).Milliseconds() ||
+		sp.GetOverlap() != coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID || sp.GetJob().GetQueue() != "default" ||
+		sp.GetJob().GetMaxAttempts() != 25 || sp.GetJob().GetBackoffFactor() != 2 || resp.GetSchedule().GetIntervalMs() != (24*time.Hour).Milliseconds() {
+		t.Fatalf("defaults: %v", resp.GetSchedule())
+	}
+	// An every-second schedule's horizon is an hour.
+	resp, err = h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "sec", Schedule: "@every 1s",
+		Job: &coordv1.JobTemplate{Kind: "k"}}})
+	if err != nil || resp.GetSchedule().GetSpec().GetCatchUpMs() != time.Hour.Milliseconds() ||
+		resp.GetSchedule().GetSpec().GetCompleteWithinMs() != 1000 {
+		t.Fatalf("every second: %v %v", resp, err)
+	}
+	// The same spec again: unchanged.
+	resp, err = h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "sec", Schedule: "@every 1s",
+		Job: &coordv1.JobTemplate{Kind: "k"}}})
+	if err != nil || resp.GetChanged() || resp.GetCreated() {
+		t.Fatalf("same again: %v %v", resp, err)
+	}
+}
+
+func TestGetScheduleNextAndRecent(t *testing.T) {
+	n := newFakeNode()
+	s := newTestServer(t, n)
+	h := &schedules{s: s}
+	ctx := context.Background()
+	n.calendar = time.Date(2026, 9, 24, 12, 0, 30, 0, time.UTC).UnixMilli()
+	if _, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: everyMinute("rep")}); err != nil {
+		t.Fatal(err)
+	}
+	cal0 := n.calendar
+	n.calendar += 3 * 60_000
+	materialise(t, n, "rep", n.calendar, cal0+30_000, cal0+90_000, cal0+150_000)
+	got, err := h.GetSchedule(ctx, &coordv1.GetScheduleRequest{Name: "rep", Next: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.GetNext()) != 3 || got.GetNext()[0].GetAtMs() != cal0+210_000 || got.GetNext()[0].GetWindow() != "2026-09-24T12:04" {
+		t.Fatalf("next %v", got.GetNext())
+	}
+	if len(got.GetRecent()) != 3 || got.GetRecent()[0].GetWindow() != "2026-09-24T12:03" ||
+		got.GetRecent()[0].GetJobState() != coordv1.JobState_JOB_STATE_AVAILABLE || got.GetRecent()[2].GetOverdue() != true ||
+		got.GetRecent()[0].GetOverdue() {
+		t.Fatalf("recent (newest first, the oldest overdue after its minute) %v", got.GetRecent())
+	}
+	if _, err := h.GetSchedule(ctx, &coordv1.GetScheduleRequest{Name: "nope"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("missing: %v", err)
+	}
+	if _, err := h.GetSchedule(ctx, &coordv1.GetScheduleRequest{Name: "rep", Next: 101}); field(err) != "next" {
+		t.Fatalf("next 101: %v", err)
+	}
+}
+
+func TestTriggerPauseResumeDelete(t *testing.T) {
+	n := newFakeNode()
+	s := newTestServer(t, n)
+	h := &schedules{s: s}
+	ctx := context.Background()
+	n.calendar = time.Date(2026, 9, 24, 12, 0, 30, 123e6, time.UTC).UnixMilli()
+	forbid := everyMinute("rep")
+	forbid.Overlap = coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID
+	if _, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: forbid}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := h.TriggerSchedule(ctx, &coordv1.TriggerScheduleRequest{Name: "rep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := tr.GetOccurrence(); !o.GetManual() || o.GetJobId() == 0 || o.GetWindow() != "2026-09-24T12:00/manual-1790251230123" ||
+		o.GetJobState() != coordv1.JobState_JOB_STATE_AVAILABLE {
+		t.Fatalf("trigger %v", o)
+	}
+	// FORBID (the default) with that job not final: refused.
+	n.calendar += 1000
+	_, err = h.TriggerSchedule(ctx, &coordv1.TriggerScheduleRequest{Name: "rep"})
+	if status.Code(err) != codes.FailedPrecondition || reason(err) != "SCHEDULE_OVERLAP" {
+		t.Fatalf("second trigger: %v", err)
+	}
+	p, err := h.PauseSchedule(ctx, &coordv1.PauseScheduleRequest{Name: "rep"})
+	if err != nil || !p.GetChanged() || !p.GetSchedule().GetPaused() || p.GetSchedule().GetNextDueMs() != 0 {
+		t.Fatalf("pause %v %v", p, err)
+	}
+	r, err := h.ResumeSchedule(ctx, &coordv1.ResumeScheduleRequest{Name: "rep"})
+	if err != nil || !r.GetChanged() || r.GetSchedule().GetPaused() {
+		t.Fatalf("resume %v %v", r, err)
+	}
+	d, err := h.DeleteSchedule(ctx, &coordv1.DeleteScheduleRequest{Name: "rep"})
+	if err != nil || !d.GetChanged() || !d.GetSchedule().GetDeleted() {
+		t.Fatalf("delete %v %v", d, err)
+	}
+	if d, err := h.DeleteSchedule(ctx, &coordv1.DeleteScheduleRequest{Name: "rep"}); err != nil || d.GetChanged() {
+		t.Fatalf("delete again %v %v", d, err)
+	}
+	g, err := h.GetSchedule(ctx, &coordv1.GetScheduleRequest{Name: "rep"})
+	if err != nil || !g.GetSchedule().GetDeleted() || len(g.GetRecent()) != 1 || len(g.GetNext()) != 0 {
+		t.Fatalf("tombstone %v %v", g, err)
+	}
+	for _, call := range []func() error{
+		func() error { _, err := h.PauseSchedule(ctx, &coordv1.PauseScheduleRequest{Name: "rep"}); return err },
+		func() error {
+			_, err := h.TriggerSchedule(ctx, &coordv1.TriggerScheduleRequest{Name: "rep"})
+			return err
+		},
+		func() error {
+			_, err := h.ResumeSchedule(ctx, &coordv1.ResumeScheduleRequest{Name: "nope"})
+			return err
+		},
+	} {
+		if err := call(); status.Code(err) != codes.FailedPrecondition || reason(err) != "SCHEDULE_NOT_FOUND" {
+			t.Fatalf("on a tombstone or missing schedule: %v", err)
+		}
+	}
+	list, err := h.ListSchedules(ctx, &coordv1.ListSchedulesRequest{})
+	if err != nil || len(list.GetSchedules()) != 0 {
+		t.Fatalf("list without deleted %v %v", list, err)
+	}
+}
+
+// Overdue is judged on calendar time; stuck leases on lease time. The fake
+// node's lease time lags its calendar by decades: an occurrence is overdue
+// by calendar time, not by the lagging lease clock.
+func TestListOverdueOnCalendarTime(t *testing.T) {
+	n := newFakeNode()
+	s := newTestServer(t, n)
+	h := &schedules{s: s}
+	ctx := context.Background()
+	cal0 := time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC).UnixMilli()
+	n.calendar = cal0
+	for _, name := range []string{"a", "b"} {
+		if _, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: everyMinute(name)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.calendar = cal0 + 150_000
+	materialise(t, n, "a", n.calendar, cal0+30_000, cal0+90_000)
+	materialise(t, n, "b", n.calendar, cal0+30_000, cal0+90_000)
+	// 12:02:40: the 12:01 jobs are overdue (due one interval after), not
+	// the 12:02 ones.
+	n.calendar = cal0 + 130_000
+	od, err := h.ListOverdue(ctx, &coordv1.ListOverdueRequest{PageSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if od.GetTotal() != 2 || len(od.GetOccurrences()) != 1 || od.GetNextPageToken() == "" || len(od.GetTopSchedules()) != 2 ||
+		od.GetOccurrences()[0].GetWindow() != "2026-03-01T12:01" || od.GetOccurrences()[0].GetOverdueMs() != 40_000 {
+		t.Fatalf("first page %v", od)
+	}
+	od2, err := h.ListOverdue(ctx, &coordv1.ListOverdueRequest{PageSize: 1, PageToken: od.GetNextPageToken()})
+	if err != nil || len(od2.GetOccurrences()) != 1 || od2.GetNextPageToken() != "" || od2.GetOccurrences()[0].GetSchedule() == od.GetOccurrences()[0].GetSchedule() {
+		t.Fatalf("second page %v %v", od2, err)
+	}
+	only, err := h.ListOverdue(ctx, &coordv1.ListOverdueRequest{Schedule: "b"})
+	if err != nil || only.GetTotal() != 1 || len(only.GetOccurrences()) != 1 || only.GetOccurrences()[0].GetSchedule() != "b" {
+		t.Fatalf("filtered %v %v", only, err)
+	}
+	if _, err := h.ListOverdue(ctx, &coordv1.ListOverdueRequest{PageToken: "%%"}); field(err) != "page_token" {
+		t.Fatalf("bad token %v", err)
+	}
+	// The monitor's metrics: per queue, bounded.
+	s.observeAbsence(n.fsm.Overdue(n.calendar), nil, nil, n.fsm)
+	if v := gaugeValue(t, s, "coordd_schedule_overdue_occurrences", "reports"); v != 2 {
+		t.Fatalf("overdue gauge %v", v)
+	}
+}
+
+func gaugeValue(t *testing.T, s *Server, name, label string) float64 {
+	t.Helper()
+	mfs, err := s.cfg.Metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{%s}", name, label)
+	return 0
+}
+
+// Every Schedules method has an entry in the access table.
+func TestSchedulesMethodsInTheAccessTable(t *testing.T) {
+	for _, m := range coordv1.Schedules_ServiceDesc.Methods {
+		full := "/" + coordv1.Schedules_ServiceDesc.ServiceName + "/" + m.MethodName
+		if _, ok := methods[full]; !ok {
+			t.Errorf("%s is not in the access table", full)
+		}
+	}
+	if q := putScheduleQueue(&coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Job: &coordv1.JobTemplate{}}}); q != "default" {
+		t.Fatalf("put's queue %q", q)
+	}
+	if !strings.HasPrefix(coordv1.Schedules_ServiceDesc.ServiceName, "coord.v1.") {
+		t.Fatal(coordv1.Schedules_ServiceDesc.ServiceName)
+	}
+}
+
+// A queue submit may not use the labels schedules put on their jobs (the
+// overdue index trusts them).
+func TestSubmitRefusesScheduleLabels(t *testing.T) {
+	n := newFakeNode()
+	s := newTestServer(t, n)
+	_, err := (&queue{s: s}).Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{
+		{Kind: "k", Labels: map[string]string{"coordd.schedule": "x"}}}})
+	if status.Code(err) != codes.InvalidArgument || field(err) != "labels" {
+		t.Fatalf("submit with a reserved label: %v", err)
+	}
+}
+
+// A one-shot put just after its time still owes its occurrence: the mark
+// of the new schedule is just before it (the catch-up horizon decides).
+func TestPutOneShotJustAfterItsTime(t *testing.T) {
+	n := newFakeNode()
+	s := newTestServer(t, n)
+	at := time.UnixMilli(n.calendar - 5_000).UTC()
+	resp, err := (&schedules{s: s}).PutSchedule(context.Background(), &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{
+		Name: "once", Schedule: "@once " + at.Format(time.RFC3339Nano), Job: &coordv1.JobTemplate{Kind: "k"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := resp.GetSchedule().GetLastMaterialisedMs(); m != at.UnixMilli()-1 {
+		t.Fatalf("mark %d, want %d (just before the one-shot)", m, at.UnixMilli()-1)
+	}
+	// A recurring schedule owes only what comes after its creation.
+	resp, err = (&schedules{s: s}).PutSchedule(context.Background(), &coordv1.PutScheduleRequest{Spec: everyMinute("rec")})
+	if err != nil || resp.GetSchedule().GetLastMaterialisedMs() != n.calendar {
+		t.Fatalf("recurring: %v %v", resp, err)
+	}
+}

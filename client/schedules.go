@@ -1,0 +1,106 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// Schedules (coord.v1.Schedules, proto/coord/v1/schedules.proto): recurring
+// jobs whose occurrences the leader makes into queue jobs, run by workers
+// (client/queue). Every call goes through Raw: this client's one routing
+// and retry policy. Put, pause, resume and delete are retried after an
+// unknown outcome (a repeat leaves the schedule as the first left it), and
+// so are the reads; a trigger is not (a repeat would be a second
+// occurrence): its error then matches ErrUnknownOutcome.
+
+// Sentinels of schedules.
+var (
+	// ErrScheduleNotFound: no schedule has that name (never created, or
+	// its tombstone was pruned), or a pause, resume or trigger of a deleted
+	// schedule. It wraps ErrNotFound.
+	ErrScheduleNotFound = fmt.Errorf("coordd: schedule not found: %w", ErrNotFound)
+	// ErrScheduleOverlap: a trigger of a FORBID schedule while the job of
+	// its previous occurrence is not final.
+	ErrScheduleOverlap = errors.New("coordd: schedule overlap")
+)
+
+// Schedules returns the generated coord.v1.Schedules client over Raw.
+func (c *Client) Schedules() coordv1.SchedulesClient { return coordv1.NewSchedulesClient(c.Raw()) }
+
+// PutSchedule creates a schedule or updates it (an idempotent upsert by
+// name: the same spec again answers Changed = false).
+func (c *Client) PutSchedule(ctx context.Context, spec *coordv1.ScheduleSpec) (*coordv1.PutScheduleResponse, error) {
+	return c.Schedules().PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: spec})
+}
+
+// GetSchedule returns a schedule (also a tombstone) with its next
+// occurrences (next: how many, 0 for 5) and its recent ones with their
+// jobs' states. A missing schedule is ErrNotFound.
+func (c *Client) GetSchedule(ctx context.Context, name string, next int32, opts ...ReadOption) (*coordv1.GetScheduleResponse, error) {
+	return c.Schedules().GetSchedule(ctx, &coordv1.GetScheduleRequest{Name: name, Next: next, Stale: readOpts(opts).stale})
+}
+
+// ListSchedulesPage returns one page of schedules whose name starts with
+// prefix (tombstones with showDeleted), by name.
+func (c *Client) ListSchedulesPage(ctx context.Context, prefix string, showDeleted bool, pageToken string, pageSize int32,
+	opts ...ReadOption) (*coordv1.ListSchedulesResponse, error) {
+	return c.Schedules().ListSchedules(ctx, &coordv1.ListSchedulesRequest{Prefix: prefix, ShowDeleted: showDeleted,
+		PageToken: pageToken, PageSize: pageSize, Stale: readOpts(opts).stale})
+}
+
+// ListSchedules iterates over every schedule whose name starts with
+// prefix, page by page; it stops at the first error, which it yields.
+func (c *Client) ListSchedules(ctx context.Context, prefix string, showDeleted bool, opts ...ReadOption) iter.Seq2[*coordv1.Schedule, error] {
+	return func(yield func(*coordv1.Schedule, error) bool) {
+		tok := ""
+		for {
+			page, err := c.ListSchedulesPage(ctx, prefix, showDeleted, tok, 0, opts...)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, s := range page.GetSchedules() {
+				if !yield(s, nil) {
+					return
+				}
+			}
+			if tok = page.GetNextPageToken(); tok == "" {
+				return
+			}
+		}
+	}
+}
+
+// PauseSchedule stops making occurrences.
+func (c *Client) PauseSchedule(ctx context.Context, name string) (*coordv1.PauseScheduleResponse, error) {
+	return c.Schedules().PauseSchedule(ctx, &coordv1.PauseScheduleRequest{Name: name})
+}
+
+// ResumeSchedule makes occurrences again from now on (the missed ones are
+// one PAUSED record).
+func (c *Client) ResumeSchedule(ctx context.Context, name string) (*coordv1.ResumeScheduleResponse, error) {
+	return c.Schedules().ResumeSchedule(ctx, &coordv1.ResumeScheduleRequest{Name: name})
+}
+
+// TriggerSchedule makes an extra occurrence now. Not retried after an
+// unknown outcome.
+func (c *Client) TriggerSchedule(ctx context.Context, name string) (*coordv1.TriggerScheduleResponse, error) {
+	return c.Schedules().TriggerSchedule(ctx, &coordv1.TriggerScheduleRequest{Name: name})
+}
+
+// DeleteSchedule makes a schedule a tombstone (its history kept until
+// retention prunes it).
+func (c *Client) DeleteSchedule(ctx context.Context, name string) (*coordv1.DeleteScheduleResponse, error) {
+	return c.Schedules().DeleteSchedule(ctx, &coordv1.DeleteScheduleRequest{Name: name})
+}
+
+// ListOverdue returns one page of overdue occurrences of schedules
+// (schedule "" for all), oldest first; the first page also carries the
+// total, the top schedules and stuck leases.
+func (c *Client) ListOverdue(ctx context.Context, schedule, pageToken string, pageSize int32) (*coordv1.ListOverdueResponse, error) {
+	return c.Schedules().ListOverdue(ctx, &coordv1.ListOverdueRequest{Schedule: schedule, PageToken: pageToken, PageSize: pageSize})
+}

@@ -1,0 +1,388 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/coordd/coordd/client/queue"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// The job queue workloads (coord.v1.Queue). Jobs are submitted on raw
+// gRPC against the leader; workers are the SDK's (client/queue.Worker: one
+// per worker "client", --queue-concurrency handlers each, batched fetches
+// and completions), or with --queue-raw plain loops that fetch (long poll)
+// and complete each fetched batch on raw gRPC. Handlers are empty. The
+// start lag of a job is the worker's wall clock when its handler starts
+// minus the job's run_at (the leader's calendar clock; same machine, same
+// clock).
+//
+//	queue          submit in batches of up to 1,000 at --queue-rate jobs/s
+//	               (0: as fast as the cluster takes them); clients = workers
+//	queue-single   clients submitters, one job per Submit; --queue-workers workers
+//	queue-delayed  --delayed-jobs jobs due 1 s to --delay-max ahead; clients =
+//	               workers; none may start before its run_at
+
+type queueConfig struct {
+	raw         bool          // raw gRPC workers instead of the SDK's
+	concurrency int           // handlers per SDK worker
+	rate        int           // jobs/s submitted by the queue workload (0: max)
+	batch       int           // jobs per Submit
+	fetchMax    int           // jobs per Fetch
+	workers     int           // workers of queue-single
+	delayed     int           // jobs of queue-delayed
+	delayMax    time.Duration // queue-delayed: latest run_at ahead
+}
+
+var qcfg = queueConfig{concurrency: 100, batch: 1000, fetchMax: 100, workers: 8, delayed: 100_000, delayMax: 60 * time.Second}
+
+// leaderQueue dials the leader's gRPC address and returns a Queue client
+// on it.
+func leaderQueue(ctx context.Context, cfg config) (coordv1.QueueClient, func(), error) {
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		q, done, err := findLeaderQueue(ctx, cfg)
+		if err == nil || time.Now().After(deadline) {
+			return q, done, err
+		}
+	}
+}
+
+func findLeaderQueue(ctx context.Context, cfg config) (coordv1.QueueClient, func(), error) {
+	for _, ep := range cfg.endpoints {
+		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, nil, err
+		}
+		st, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{})
+		cc.Close()
+		if err != nil || st.GetLeaderAddress() == "" {
+			continue
+		}
+		lc, err := grpc.NewClient(st.GetLeaderAddress(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		if err != nil {
+			return nil, nil, err
+		}
+		return coordv1.NewQueueClient(lc), func() { lc.Close() }, nil
+	}
+	return nil, nil, errors.New("no leader found")
+}
+
+// queueWorkers runs n workers on queue until ctx ends: fetch (long poll),
+// call started for each job, complete the batch.
+type queueWorkers struct {
+	q       coordv1.QueueClient
+	queue   string
+	started func(runAtMs int64, at time.Time)
+	errs    atomic.Int64
+	lastErr atomic.Value
+	wg      sync.WaitGroup
+}
+
+// startWorkers runs n workers on the queue (the SDK's, or raw with
+// --queue-raw); stop ends them and reports their errors.
+func startWorkers(ctx context.Context, cfg config, q coordv1.QueueClient, name string, n int,
+	started func(runAtMs int64, at time.Time)) (stop func(), err error) {
+	if qcfg.raw {
+		wctx, cancel := context.WithCancel(ctx)
+		qw := &queueWorkers{q: q, queue: name, started: started}
+		qw.run(wctx, n)
+		return func() {
+			cancel()
+			qw.wg.Wait()
+			qw.report(name)
+		}, nil
+	}
+	cs, done, err := newClients(ctx, cfg, n)
+	if err != nil {
+		return nil, err
+	}
+	var ws []*queue.Worker
+	for i := 0; i < n; i++ {
+		w := queue.NewWorker(cs[i], queue.WithQueue(name, qcfg.concurrency), queue.WithWorkerID(fmt.Sprintf("bench-%s-w%d", run, i)),
+			queue.WithPollWait(time.Second))
+		w.Handle("noop", func(_ context.Context, j *queue.Job) error {
+			started(j.RunAt.UnixMilli(), time.Now())
+			return nil
+		})
+		if err := w.Start(); err != nil {
+			done()
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	return func() {
+		var wg sync.WaitGroup
+		for _, w := range ws {
+			wg.Go(func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := w.Stop(sctx); err != nil {
+					fmt.Fprintf(os.Stderr, "%s: worker stop: %v\n", name, err)
+				}
+			})
+		}
+		wg.Wait()
+		done()
+	}, nil
+}
+
+func (qw *queueWorkers) fail(err error) {
+	qw.errs.Add(1)
+	qw.lastErr.Store(err.Error())
+}
+
+func (qw *queueWorkers) run(ctx context.Context, n int) {
+	for w := 0; w < n; w++ {
+		worker := fmt.Sprintf("bench-%s-w%d", run, w)
+		qw.wg.Go(func() {
+			for ctx.Err() == nil {
+				fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				r, err := qw.q.Fetch(fctx, &coordv1.QueueFetchRequest{Queues: []string{qw.queue}, Max: uint32(qcfg.fetchMax),
+					WaitMs: 1000, WorkerId: worker})
+				cancel()
+				if err != nil {
+					if ctx.Err() == nil {
+						qw.fail(err)
+						time.Sleep(10 * time.Millisecond)
+					}
+					continue
+				}
+				if len(r.GetJobs()) == 0 {
+					continue
+				}
+				comps := make([]*coordv1.JobCompletion, len(r.GetJobs()))
+				for i, cl := range r.GetJobs() {
+					qw.started(cl.GetJob().GetRunAtMs(), time.Now()) // the (empty) handler starts
+					comps[i] = &coordv1.JobCompletion{JobId: cl.GetJob().GetId(), Attempt: cl.GetAttempt().GetNumber()}
+				}
+				for ctx.Err() == nil {
+					cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					_, err := qw.q.Complete(cctx, &coordv1.QueueCompleteRequest{WorkerId: worker, Completions: comps})
+					cancel()
+					if err == nil {
+						break
+					}
+					qw.fail(err) // a repeat of an applied completion is a duplicate
+				}
+			}
+		})
+	}
+}
+
+func (qw *queueWorkers) report(name string) {
+	if e, ok := qw.lastErr.Load().(string); ok {
+		fmt.Fprintf(os.Stderr, "%s: %d worker errors, last: %s\n", name, qw.errs.Load(), e)
+	}
+}
+
+// lagRecorder keeps start lags of jobs whose handlers started in the
+// measured window.
+type lagRecorder struct {
+	mu         sync.Mutex
+	from, to   time.Time
+	lags       []time.Duration
+	early      int64 // started before run_at
+	inWindow   int64
+	maxEarlyMs int64
+}
+
+func (l *lagRecorder) started(runAtMs int64, at time.Time) {
+	lag := at.Sub(time.UnixMilli(runAtMs))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if at.UnixMilli() < runAtMs {
+		l.early++
+		l.maxEarlyMs = max(l.maxEarlyMs, runAtMs-at.UnixMilli())
+	}
+	if (l.from.IsZero() || !at.Before(l.from)) && (l.to.IsZero() || at.Before(l.to)) {
+		l.inWindow++
+		l.lags = append(l.lags, max(0, lag))
+	}
+}
+
+func workerKind() string {
+	if qcfg.raw {
+		return fmt.Sprintf("raw(fetch %d)", qcfg.fetchMax)
+	}
+	return fmt.Sprintf("sdk(concurrency %d)", qcfg.concurrency)
+}
+
+func queueName(kind string) string {
+	return fmt.Sprintf("bench-%s-%s-%d", run, kind, time.Now().UnixNano()%1e6)
+}
+
+// queueThroughput: submit in batches at a target rate, workers complete.
+func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
+	q, done, err := leaderQueue(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	name := queueName("tp")
+	start := time.Now().Add(cfg.warmup)
+	end := start.Add(cfg.duration)
+	lags := &lagRecorder{from: start, to: end}
+	stopWorkers, err := startWorkers(ctx, cfg, q, name, n, lags.started)
+	if err != nil {
+		return nil, err
+	}
+
+	var submitted, submitErrs atomic.Int64
+	var sub sync.WaitGroup
+	submitters := 4
+	batch := qcfg.batch
+	var tick time.Duration
+	if qcfg.rate > 0 {
+		// One batch per submitter about every 100 ms.
+		batch = min(qcfg.batch, max(1, qcfg.rate/10/submitters))
+		tick = time.Duration(float64(time.Second) * float64(batch*submitters) / float64(qcfg.rate))
+	}
+	for s := 0; s < submitters; s++ {
+		sub.Go(func() {
+			jobs := make([]*coordv1.NewJob, batch)
+			for i := range jobs {
+				jobs[i] = &coordv1.NewJob{Queue: name, Kind: "noop", Args: []byte(`{"n":1}`)}
+			}
+			next := time.Now()
+			for time.Now().Before(end) {
+				if tick > 0 {
+					if d := time.Until(next); d > 0 {
+						time.Sleep(d)
+					}
+					next = next.Add(tick)
+				}
+				t0 := time.Now()
+				_, err := q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: jobs})
+				if err != nil {
+					submitErrs.Add(1)
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				if !t0.Before(start) && t0.Before(end) {
+					submitted.Add(int64(len(jobs)))
+				}
+			}
+		})
+	}
+	sub.Wait()
+	// Let the backlog drain a little (not counted), then stop.
+	time.Sleep(500 * time.Millisecond)
+	stopWorkers()
+	lags.mu.Lock()
+	defer lags.mu.Unlock()
+	r := &result{workload: "queue", clients: n, elapsed: cfg.duration, ops: lags.inWindow, lat: lags.lags,
+		errors: submitErrs.Load()}
+	r.add("workers", workerKind())
+	r.add("latency", "start_lag")
+	r.add("target_rate", qcfg.rate)
+	r.add("batch", batch)
+	r.add("submitted_per_s", round(float64(submitted.Load())/cfg.duration.Seconds()))
+	r.add("completed_per_s", round(float64(lags.inWindow)/cfg.duration.Seconds()))
+	r.add("early", lags.early)
+	if st, err := q.Stats(ctx, &coordv1.QueueStatsRequest{Queue: name}); err == nil && len(st.GetQueues()) == 1 {
+		r.add("backlog_at_end", st.GetQueues()[0].GetAvailable())
+	}
+	return r, nil
+}
+
+// queueSingle: n submitters, one job per Submit call (closed loop);
+// --queue-workers workers complete them.
+func queueSingle(ctx context.Context, cfg config, n int) (*result, error) {
+	q, done, err := leaderQueue(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	name := queueName("one")
+	lags := &lagRecorder{}
+	stopWorkers, err := startWorkers(ctx, cfg, q, name, qcfg.workers, lags.started)
+	if err != nil {
+		return nil, err
+	}
+	r := drive(cfg, "queue-single", n, func(w, i int) (bool, error) {
+		_, err := q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: name, Kind: "noop"}}})
+		return true, err
+	})
+	time.Sleep(500 * time.Millisecond)
+	stopWorkers()
+	r.add("latency", "submit")
+	r.add("workers", fmt.Sprintf("%d %s", qcfg.workers, workerKind()))
+	lags.mu.Lock()
+	r.add("completed", lags.inWindow)
+	r.add("early", lags.early)
+	lags.mu.Unlock()
+	return r, nil
+}
+
+// queueDelayed: --delayed-jobs jobs due uniformly 1 s to --delay-max ahead,
+// submitted in batches of 1,000; n workers. None may start before its
+// run_at; reports the start lag and jobs not done in time.
+func queueDelayed(ctx context.Context, cfg config, n int) (*result, error) {
+	q, done, err := leaderQueue(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	name := queueName("delayed")
+	lags := &lagRecorder{}
+	stopWorkers, err := startWorkers(ctx, cfg, q, name, n, lags.started)
+	if err != nil {
+		return nil, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			stopWorkers()
+		}
+	}()
+	t0 := time.Now()
+	spread := qcfg.delayMax - time.Second
+	for sent := 0; sent < qcfg.delayed; {
+		k := min(qcfg.batch, qcfg.delayed-sent)
+		jobs := make([]*coordv1.NewJob, k)
+		now := time.Now()
+		for i := range jobs {
+			at := now.Add(time.Second + time.Duration(rand.Int64N(int64(spread)+1)))
+			jobs[i] = &coordv1.NewJob{Queue: name, Kind: "noop", RunAtMs: at.UnixMilli()}
+		}
+		if _, err := q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: jobs}); err != nil {
+			return nil, fmt.Errorf("submit: %w", err)
+		}
+		sent += k
+	}
+	submitTook := time.Since(t0)
+	deadline := t0.Add(submitTook + qcfg.delayMax + 30*time.Second)
+	for time.Now().Before(deadline) {
+		lags.mu.Lock()
+		got := lags.inWindow
+		lags.mu.Unlock()
+		if got >= int64(qcfg.delayed) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopWorkers()
+	stopped = true
+	lags.mu.Lock()
+	defer lags.mu.Unlock()
+	r := &result{workload: "queue-delayed", clients: n, elapsed: time.Since(t0), ops: lags.inWindow, lat: lags.lags}
+	r.add("workers", workerKind())
+	r.add("latency", "start_lag")
+	r.add("jobs", qcfg.delayed)
+	r.add("delay_s", fmt.Sprintf("1-%g", qcfg.delayMax.Seconds()))
+	r.add("submit_ms", submitTook.Milliseconds())
+	r.add("not_started", int64(qcfg.delayed)-lags.inWindow)
+	r.add("early", lags.early)
+	r.add("max_early_ms", lags.maxEarlyMs)
+	return r, nil
+}

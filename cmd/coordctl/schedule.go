@@ -1,0 +1,582 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	_ "time/tzdata" // render occurrences in any schedule's zone, as the server computes them
+
+	"github.com/spf13/cobra"
+
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// Schedules (coord.v1.Schedules): schedule create|get|list|pause|resume|
+// trigger|delete, and job overdue. Occurrences are shown in the
+// schedule's time zone; other calendar times in UTC.
+
+func (a *app) scheduleCmd() *cobra.Command {
+	return group("schedule", "Recurring jobs: one queue job per occurrence of a cron expression, made by the leader",
+		a.scheduleCreateCmd(), a.scheduleGetCmd(), a.scheduleListCmd(), a.schedulePauseCmd(), a.scheduleResumeCmd(),
+		a.scheduleTriggerCmd(), a.scheduleDeleteCmd())
+}
+
+func parseOverlap(s string) (coordv1.ScheduleOverlap, error) {
+	v, ok := coordv1.ScheduleOverlap_value["SCHEDULE_OVERLAP_"+strings.ToUpper(s)]
+	if !ok || v == 0 {
+		return 0, fmt.Errorf("--overlap %q: want forbid, allow or replace", s)
+	}
+	return coordv1.ScheduleOverlap(v), nil
+}
+
+func (a *app) scheduleCreateCmd() *cobra.Command {
+	var (
+		spec                          = &coordv1.ScheduleSpec{Job: &coordv1.JobTemplate{}}
+		args, overlap                 string
+		deadline, catchUp, within, vt time.Duration
+		attempts, prio                int32
+		labels                        []string
+	)
+	cmd := &cobra.Command{
+		Use:   "create NAME --schedule EXPR --kind KIND [--queue Q] [--tz ZONE] [--args JSON]",
+		Short: "Create or update a schedule (an idempotent upsert by name)",
+		Long: `Creates the schedule NAME, or updates it: the same definition again changes
+nothing. From then on the leader makes one job of kind KIND in queue Q for
+every occurrence of the expression in the zone (cron with 5 or 6 fields,
+@daily, @every 30s, @once 2026-09-26T02:00:00Z), with the occurrence's
+window in its labels (coordd.schedule, coordd.window, coordd.occurrence_ms).
+A worker of the queue runs it. Occurrences missed while the cluster was down
+are made up to --catch-up ago; older ones, and those past --starting-deadline,
+are recorded as skipped. --overlap says what an occurrence does while the
+previous one's job is not final: forbid (skip it), allow, replace (cancel
+the previous job).`,
+		Example: `  coordctl schedule create daily-close --schedule "5 0 * * *" --tz America/Sao_Paulo --window-shift-days -1 \
+    --queue billing --kind close-day --complete-within 2h
+  coordctl schedule create heartbeat --schedule "@every 30s" --kind ping --overlap allow
+  coordctl -o json schedule create report --schedule "0 6 * * MON-FRI" --kind report --args '{"to":"ops"}' | jq .created`,
+		Args: func(cmd *cobra.Command, pos []string) error {
+			if err := cobra.ExactArgs(1)(cmd, pos); err != nil {
+				return err
+			}
+			if args != "" && !json.Valid([]byte(args)) {
+				return fmt.Errorf("--args %q: not valid JSON", args)
+			}
+			if _, err := parseOverlap(overlap); err != nil {
+				return err
+			}
+			for _, d := range []struct {
+				flag string
+				v    time.Duration
+			}{{"--starting-deadline", deadline}, {"--catch-up", catchUp}, {"--complete-within", within}, {"--visibility-timeout", vt}} {
+				if d.v < 0 {
+					return fmt.Errorf("%s %s: negative", d.flag, d.v)
+				}
+			}
+			for _, l := range labels {
+				if k, _, ok := strings.Cut(l, "="); !ok || k == "" {
+					return fmt.Errorf("--label %q: want key=value", l)
+				}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			ctx, cancel := a.ctx(cmd)
+			defer cancel()
+			spec.Name = pos[0]
+			spec.Overlap, _ = parseOverlap(overlap)
+			spec.StartingDeadlineMs, spec.CatchUpMs, spec.CompleteWithinMs = deadline.Milliseconds(), catchUp.Milliseconds(), within.Milliseconds()
+			spec.Job.VisibilityTimeoutMs, spec.Job.MaxAttempts, spec.Job.Priority = vt.Milliseconds(), attempts, prio
+			if args != "" {
+				spec.Job.Args = []byte(args)
+			}
+			for _, l := range labels {
+				k, v, _ := strings.Cut(l, "=")
+				if spec.Job.Labels == nil {
+					spec.Job.Labels = map[string]string{}
+				}
+				spec.Job.Labels[k] = v
+			}
+			resp, err := a.client.PutSchedule(ctx, spec)
+			if err != nil {
+				return fail("schedule create "+pos[0], err)
+			}
+			return a.print(resp, func(w io.Writer) {
+				switch {
+				case resp.GetCreated():
+					fmt.Fprintln(w, "created")
+				case resp.GetChanged():
+					fmt.Fprintln(w, "updated")
+				default:
+					fmt.Fprintln(w, "unchanged: the schedule has this definition already")
+				}
+				scheduleText(w, resp.GetSchedule())
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&spec.Schedule, "schedule", "", `cron expression, descriptor (@daily, @every 30s) or "@once RFC3339" (required)`)
+	f.StringVar(&spec.TimeZone, "tz", "", "IANA time zone of the expression and the window keys (default UTC)")
+	f.StringVar(&spec.Job.Kind, "kind", "", "the jobs' kind: the worker's handler (required)")
+	f.StringVar(&spec.Job.Queue, "queue", "", `the jobs' queue (default "default")`)
+	f.StringVar(&args, "args", "", "the jobs' parameters, JSON (the same for every occurrence)")
+	f.StringVar(&overlap, "overlap", "forbid", "while the previous job is not final: forbid (skip), allow, replace (cancel it)")
+	f.DurationVar(&deadline, "starting-deadline", 0, "skip an occurrence not made within this long after its time (default none)")
+	f.DurationVar(&catchUp, "catch-up", 0, "after an outage, make missed occurrences up to this long ago (default max(1h, one interval))")
+	f.DurationVar(&within, "complete-within", 0, "an occurrence whose job is not final this long after it is overdue (default one interval)")
+	f.StringVar(&spec.WindowLayout, "window-layout", "", "Go time layout of window keys (default by granularity)")
+	f.Int32Var(&spec.WindowShiftDays, "window-shift-days", 0, "shift the occurrence by calendar days for its window (-1: previous day)")
+	f.Int32Var(&attempts, "max-attempts", 0, "attempts per job, 1 to 100 (default 25)")
+	f.Int32Var(&prio, "priority", 0, "-100 to 100; higher is fetched first within the queue")
+	f.DurationVar(&vt, "visibility-timeout", 0, "an attempt without a heartbeat for this long lapses (default 30s)")
+	f.StringArrayVar(&labels, "label", nil, "key=value label of every job, repeatable")
+	_ = cmd.MarkFlagRequired("schedule")
+	_ = cmd.MarkFlagRequired("kind")
+	return cmd
+}
+
+func (a *app) scheduleGetCmd() *cobra.Command {
+	var next int32
+	cmd := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show a schedule: its next occurrences and its recent ones with their jobs' states",
+		Example: `  coordctl schedule get daily-close
+  coordctl schedule get daily-close --next 10
+  coordctl -o json schedule get daily-close | jq '.recent[] | select(.overdue)'`,
+		Args: func(cmd *cobra.Command, pos []string) error {
+			if err := cobra.ExactArgs(1)(cmd, pos); err != nil {
+				return err
+			}
+			if next < 1 || next > 100 {
+				return fmt.Errorf("--next %d: want 1 to 100", next)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			ctx, cancel := a.ctx(cmd)
+			defer cancel()
+			resp, err := a.client.GetSchedule(ctx, pos[0], next)
+			if err != nil {
+				return fail("schedule get "+pos[0], err)
+			}
+			return a.print(resp, func(w io.Writer) { scheduleGetText(w, resp) })
+		},
+	}
+	cmd.Flags().Int32Var(&next, "next", 5, "next occurrences to show, 1 to 100")
+	return cmd
+}
+
+func (a *app) scheduleListCmd() *cobra.Command {
+	var (
+		prefix, token string
+		deleted       bool
+		limit         int32
+	)
+	cmd := &cobra.Command{
+		Use:   "list [--prefix P] [--deleted]",
+		Short: "List schedules by name (one page; --page-token for the next)",
+		Example: `  coordctl schedule list
+  coordctl schedule list --prefix billing- --deleted
+  coordctl -o json schedule list | jq -r '.schedules[].spec.name'`,
+		Args: func(cmd *cobra.Command, pos []string) error {
+			if err := cobra.NoArgs(cmd, pos); err != nil {
+				return err
+			}
+			if limit < 1 || limit > 1000 {
+				return fmt.Errorf("--limit %d: want 1 to 1000", limit)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := a.ctx(cmd)
+			defer cancel()
+			resp, err := a.client.ListSchedulesPage(ctx, prefix, deleted, token, limit)
+			if err != nil {
+				return fail("schedule list", err)
+			}
+			return a.print(resp, func(w io.Writer) {
+				scheduleTable(w, resp.GetSchedules(), resp.GetCalendarMs())
+				if t := resp.GetNextPageToken(); t != "" {
+					fmt.Fprintf(w, "\nmore: --page-token %s\n", t)
+				}
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&prefix, "prefix", "", "only names starting with this")
+	f.BoolVar(&deleted, "deleted", false, "include deleted schedules (kept for their history)")
+	f.Int32Var(&limit, "limit", 100, "schedules per page, 1 to 1000")
+	f.StringVar(&token, "page-token", "", "the page after the one that printed this token")
+	return cmd
+}
+
+func (a *app) schedulePauseCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "pause NAME",
+		Short:   "Stop making occurrences (resume makes the next ones, without a burst)",
+		Example: `  coordctl schedule pause daily-close`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			ctx, cancel := a.ctx(cmd)
+			defer cancel()
+			resp, err := a.client.PauseSchedule(ctx, pos[0])
+			if err != nil {
+				return fail("schedule pause "+pos[0], err)
+			}
+			return a.print(resp, func(w io.Writer) {
+				if !resp.GetChanged() {
+					fmt.Fprintln(w, "unchanged: already paused")
+				}
+				scheduleText(w, resp.GetSchedule())
+			})
+		},
+	}
+}
+
+func (a *app) scheduleResumeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "resume NAME",
+		Short:   "Make occurrences again from now on; those missed while paused are recorded as skipped (PAUSED)",
+		Example: `  coordctl schedule resume daily-close`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			ctx, cancel := a.ctx(cmd)
+			defer cancel()
+			resp, err := a.client.ResumeSchedule(ctx, pos[0])
+			if err != nil {
+				return fail("schedule resume "+pos[0], err)
+			}
+			return a.print(resp, func(w io.Writer) {
+				if !resp.GetChanged() {
+					fmt.Fprintln(w, "unchanged: not paused")
+				}
+				scheduleText(w, resp.GetSchedule())
+			})
+		},
+	}
+}
+
+func (a *app) scheduleTriggerCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "trigger NAME",
+		Short: "Make an extra occurrence now, with a window of its own (also while paused)",
+		Long: `Makes an extra occurrence now: a job with the window of this instant plus
+"/manual-<ms>", beside the schedule's own occurrences. The overlap policy
+applies: a forbid schedule whose previous job is not final refuses
+(SCHEDULE_OVERLAP), a replace schedule cancels that job. Not retried after
+an unknown outcome (a repeat would be a second occurrence).`,
+		Example: `  coordctl schedule trigger daily-close
+  coordctl -o json schedule trigger daily-close | jq -r .occurrence.job_id`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			ctx, cancel := a.ctx(cmd)
+			defer cancel()
+			resp, err := a.client.TriggerSchedule(ctx, pos[0])
+			if err != nil {
+				return fail("schedule trigger "+pos[0], err)
+			}
+			return a.print(resp, func(w io.Writer) {
+				o := resp.GetOccurrence()
+				what := fmt.Sprintf("job %d", o.GetJobId())
+				if o.GetDuplicate() {
+					what += " (made before: not made twice)"
+				}
+				fmt.Fprintf(w, "triggered %s: window %s, %s\n", resp.GetSchedule().GetSpec().GetName(), o.GetWindow(), what)
+			})
+		},
+	}
+}
+
+func (a *app) scheduleDeleteCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a schedule: no more occurrences; its history is kept until retention",
+		Long: `Makes the schedule a tombstone: no more occurrences, jobs already made are
+left alone, its occurrences are no longer reported overdue. 'schedule get'
+still shows it and its history (and 'schedule list --deleted') until the
+jobs' retention prunes it; 'schedule create' with its name makes a new one.`,
+		Example: `  coordctl schedule delete daily-close`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			ctx, cancel := a.ctx(cmd)
+			defer cancel()
+			resp, err := a.client.DeleteSchedule(ctx, pos[0])
+			if err != nil {
+				return fail("schedule delete "+pos[0], err)
+			}
+			return a.print(resp, func(w io.Writer) {
+				if !resp.GetChanged() {
+					fmt.Fprintln(w, "unchanged: already deleted")
+				}
+				scheduleText(w, resp.GetSchedule())
+			})
+		},
+	}
+}
+
+func (a *app) jobOverdueCmd() *cobra.Command {
+	var (
+		sched, token string
+		limit        int32
+	)
+	cmd := &cobra.Command{
+		Use:   "overdue [--schedule S]",
+		Short: "What did not happen: overdue occurrences of schedules, stuck leases",
+		Long: `Lists the occurrences of schedules whose job is not final by occurrence +
+complete_within (oldest first, one page), and those due and not even made
+(the leader is behind); the first page also shows the total, the schedules
+with the most, and leases held longer than the server's maximum age
+(HELD_TOO_LONG) or whose renewals stopped without a release (SILENT).
+Exit status 0 even when something is listed.`,
+		Example: `  coordctl job overdue
+  coordctl job overdue --schedule daily-close
+  coordctl -o json job overdue | jq '.total'`,
+		Args: func(cmd *cobra.Command, pos []string) error {
+			if err := cobra.NoArgs(cmd, pos); err != nil {
+				return err
+			}
+			if limit < 1 || limit > 1000 {
+				return fmt.Errorf("--limit %d: want 1 to 1000", limit)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := a.ctx(cmd)
+			defer cancel()
+			resp, err := a.client.ListOverdue(ctx, sched, token, limit)
+			if err != nil {
+				return fail("job overdue", err)
+			}
+			return a.print(resp, func(w io.Writer) { overdueText(w, resp, token == "") })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&sched, "schedule", "", "only this schedule's occurrences")
+	f.Int32Var(&limit, "limit", 100, "occurrences per page, 1 to 1000")
+	f.StringVar(&token, "page-token", "", "the page after the one that printed this token")
+	return cmd
+}
+
+// scheduleState is a schedule's state as the tables show it.
+func scheduleState(s *coordv1.Schedule) string {
+	switch {
+	case s.GetDeleted():
+		return "deleted"
+	case s.GetPaused():
+		return "paused"
+	}
+	return "active"
+}
+
+// zoneOf is a schedule's time zone (UTC when unknown here).
+func zoneOf(s *coordv1.Schedule) *time.Location {
+	if l, err := time.LoadLocation(s.GetSpec().GetTimeZone()); err == nil {
+		return l
+	}
+	return time.UTC
+}
+
+// inZone renders a calendar time in the schedule's zone, "-" for 0.
+func inZone(ms int64, loc *time.Location) string {
+	if ms == 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).In(loc).Format("2006-01-02 15:04:05 MST")
+}
+
+func overlapName(o coordv1.ScheduleOverlap) string {
+	return strings.ToLower(strings.TrimPrefix(o.String(), "SCHEDULE_OVERLAP_"))
+}
+
+func skipName(r coordv1.ScheduleSkipReason) string {
+	return strings.TrimPrefix(r.String(), "SCHEDULE_SKIP_REASON_")
+}
+
+// scheduleText shows one schedule's definition and state.
+func scheduleText(out io.Writer, s *coordv1.Schedule) {
+	sp := s.GetSpec()
+	loc := zoneOf(s)
+	tz := sp.GetTimeZone()
+	if tz == "" {
+		tz = "UTC"
+	}
+	tab(out, func(w io.Writer) {
+		row(w, "NAME", sp.GetName())
+		row(w, "SCHEDULE", sp.GetSchedule())
+		row(w, "TIME ZONE", tz)
+		row(w, "STATE", scheduleState(s))
+		row(w, "JOB", fmt.Sprintf("kind %s in queue %s", sp.GetJob().GetKind(), sp.GetJob().GetQueue()))
+		if len(sp.GetJob().GetArgs()) > 0 {
+			row(w, "ARGS", short(string(sp.GetJob().GetArgs()), 200))
+		}
+		if l := labelText(sp.GetJob().GetLabels()); l != "" {
+			row(w, "LABELS", l)
+		}
+		row(w, "OVERLAP", overlapName(sp.GetOverlap()))
+		row(w, "INTERVAL", human(s.GetIntervalMs()))
+		row(w, "CATCH-UP", human(sp.GetCatchUpMs()))
+		row(w, "STARTING DEADLINE", orDash(humanOrEmpty(sp.GetStartingDeadlineMs())))
+		row(w, "COMPLETE WITHIN", human(sp.GetCompleteWithinMs()))
+		if sp.GetWindowLayout() != "" || sp.GetWindowShiftDays() != 0 {
+			row(w, "WINDOW", fmt.Sprintf("layout %q, shift %d days", or(sp.GetWindowLayout(), "(by granularity)"), sp.GetWindowShiftDays()))
+		}
+		row(w, "MADE THROUGH", inZone(s.GetLastMaterialisedMs(), loc))
+		row(w, "NEXT DUE", inZone(s.GetNextDueMs(), loc))
+		row(w, "JOBS MADE", s.GetJobsCreated())
+		row(w, "SKIPPED", s.GetOccurrencesSkipped())
+		row(w, "CREATED", fmt.Sprintf("%s by %s", utc(s.GetCreatedAtMs()), orDash(s.GetCreatedBy())))
+		row(w, "UPDATED", fmt.Sprintf("%s by %s (revision %d)", utc(s.GetUpdatedAtMs()), orDash(s.GetUpdatedBy()), s.GetRevision()))
+		if s.GetPaused() {
+			row(w, "PAUSED", fmt.Sprintf("%s by %s", utc(s.GetPausedAtMs()), orDash(s.GetPausedBy())))
+		}
+		if s.GetDeleted() {
+			row(w, "DELETED", fmt.Sprintf("%s by %s", utc(s.GetDeletedAtMs()), orDash(s.GetDeletedBy())))
+		}
+	})
+}
+
+func humanOrEmpty(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return human(ms)
+}
+
+// occurrenceOutcome says what became of an occurrence.
+func occurrenceOutcome(o *coordv1.ScheduleOccurrence) string {
+	if o.GetSkipped() != coordv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_UNSPECIFIED {
+		if o.GetCount() > 1 {
+			return fmt.Sprintf("skipped %s: %d occurrences, through %s", skipName(o.GetSkipped()), o.GetCount(), o.GetLastWindow())
+		}
+		return "skipped " + skipName(o.GetSkipped())
+	}
+	s := fmt.Sprintf("job %d", o.GetJobId())
+	if o.GetJobState() != coordv1.JobState_JOB_STATE_UNSPECIFIED {
+		s += " " + jobStateName(o.GetJobState())
+		if o.GetAttempts() > 1 {
+			s += fmt.Sprintf(" (%d attempts)", o.GetAttempts())
+		}
+	} else {
+		s += " (pruned)"
+	}
+	if o.GetDuplicate() {
+		s += ", made before"
+	}
+	if o.GetOverdue() {
+		s += ", OVERDUE"
+	}
+	return s
+}
+
+func occurrenceNotes(o *coordv1.ScheduleOccurrence) string {
+	var notes []string
+	if o.GetDstGap() {
+		notes = append(notes, "dst gap: ran at the end of the gap")
+	}
+	if o.GetManual() {
+		notes = append(notes, "triggered")
+	}
+	return orDash(strings.Join(notes, ", "))
+}
+
+// scheduleGetText shows a schedule, its next occurrences and its recent
+// ones.
+func scheduleGetText(out io.Writer, resp *coordv1.GetScheduleResponse) {
+	s := resp.GetSchedule()
+	loc := zoneOf(s)
+	scheduleText(out, s)
+	if len(resp.GetNext()) > 0 {
+		fmt.Fprintln(out)
+		tab(out, func(w io.Writer) {
+			row(w, "NEXT", "WINDOW", "NOTES")
+			for _, o := range resp.GetNext() {
+				row(w, inZone(o.GetAtMs(), loc), o.GetWindow(), occurrenceNotes(o))
+			}
+		})
+	}
+	occs := func(title string, list []*coordv1.ScheduleOccurrence) {
+		if len(list) == 0 {
+			return
+		}
+		fmt.Fprintln(out)
+		tab(out, func(w io.Writer) {
+			row(w, title, "WINDOW", "OUTCOME", "NOTES")
+			for _, o := range list {
+				row(w, inZone(o.GetAtMs(), loc), o.GetWindow(), occurrenceOutcome(o), occurrenceNotes(o))
+			}
+		})
+	}
+	occs("RECENT", resp.GetRecent())
+	occs("SKIPPED", resp.GetSkipped())
+}
+
+func scheduleTable(out io.Writer, ss []*coordv1.Schedule, now int64) {
+	if len(ss) == 0 {
+		fmt.Fprintln(out, "no schedules")
+		return
+	}
+	tab(out, func(w io.Writer) {
+		row(w, "NAME", "SCHEDULE", "TIME ZONE", "QUEUE", "KIND", "STATE", "NEXT DUE", "JOBS", "SKIPPED", "LAST JOB")
+		for _, s := range ss {
+			sp := s.GetSpec()
+			next := "-"
+			if s.GetNextDueMs() > 0 {
+				next = utcAt(s.GetNextDueMs(), now)
+			}
+			last := "-"
+			if s.GetLastJobId() > 0 {
+				last = fmt.Sprint(s.GetLastJobId())
+			}
+			row(w, sp.GetName(), sp.GetSchedule(), or(sp.GetTimeZone(), "UTC"), sp.GetJob().GetQueue(), sp.GetJob().GetKind(),
+				scheduleState(s), next, s.GetJobsCreated(), s.GetOccurrencesSkipped(), last)
+		}
+	})
+}
+
+// overdueText shows overdue occurrences; the first page also the total,
+// the top schedules and stuck leases.
+func overdueText(w io.Writer, resp *coordv1.ListOverdueResponse, first bool) {
+	if first && len(resp.GetOccurrences())+len(resp.GetStuckLeases()) == 0 {
+		fmt.Fprintln(w, "nothing overdue, no stuck leases")
+		return
+	}
+	if first && resp.GetTotal() > 0 {
+		fmt.Fprintf(w, "%d overdue occurrences\n\n", resp.GetTotal())
+	}
+	if len(resp.GetOccurrences()) > 0 {
+		tab(w, func(w io.Writer) {
+			row(w, "SCHEDULE", "WINDOW", "OCCURRENCE", "LATE BY", "JOB", "STATE", "ATTEMPTS", "QUEUE")
+			for _, o := range resp.GetOccurrences() {
+				job, state := "not made", "-"
+				if o.GetJobId() > 0 {
+					job, state = fmt.Sprint(o.GetJobId()), jobStateName(o.GetJobState())
+				}
+				row(w, o.GetSchedule(), orDash(o.GetWindow()), utc(o.GetAtMs()), human(o.GetOverdueMs()), job, state,
+					o.GetAttempts(), o.GetQueue())
+			}
+		})
+		if t := resp.GetNextPageToken(); t != "" {
+			fmt.Fprintf(w, "\nmore: --page-token %s\n", t)
+		}
+	}
+	if len(resp.GetTopSchedules()) > 0 {
+		fmt.Fprintln(w)
+		tab(w, func(w io.Writer) {
+			row(w, "TOP SCHEDULE", "OVERDUE", "OLDEST")
+			for _, s := range resp.GetTopSchedules() {
+				row(w, s.GetSchedule(), s.GetOverdue(), utc(s.GetOldestAtMs()))
+			}
+		})
+	}
+	if len(resp.GetStuckLeases()) > 0 {
+		fmt.Fprintln(w)
+		tab(w, func(w io.Writer) {
+			row(w, "STUCK LEASE", "REASON", "OWNER", "GENERATION", "AGE", "RENEWED")
+			for _, s := range resp.GetStuckLeases() {
+				l := s.GetLease()
+				row(w, l.GetName(), s.GetReason(), l.GetOwner(), l.GetGeneration(), human(l.GetHeldMs()), agoMs(l.GetRenewedAgoMs()))
+			}
+		})
+	}
+}
