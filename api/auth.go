@@ -157,6 +157,9 @@ var methods = map[string]methodAccess{
 	coordv1.Cluster_TransferLeadership_FullMethodName: {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_Snapshot_FullMethodName:           {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_Clock_FullMethodName:              {op: auth.OpAdmin, name: noName}, // the leader's probe (a member)
+	// The prefix is in the request, which a stream's handler receives: it
+	// authorizes it (read, as a list of the prefix).
+	coordv1.Watch_Watch_FullMethodName: {op: auth.OpRead, name: noName, list: true},
 }
 
 func (s *Server) authorizeMethod(c auth.Caller, method string, req any) error {
@@ -177,8 +180,8 @@ func (s *Server) authorizeMethod(c auth.Caller, method string, req any) error {
 	if acc.names != nil {
 		return s.authorizeEach(c.Identity, acc.op, acc.names(req))
 	}
-	if method == coordv1.Coordinator_KeepAlive_FullMethodName {
-		return nil // each message is authorized on its own
+	if method == coordv1.Coordinator_KeepAlive_FullMethodName || method == coordv1.Watch_Watch_FullMethodName {
+		return nil // each message (the watch's request) is authorized on its own
 	}
 	name := acc.name(req)
 	if acc.list && name != "" && isQueueRead(method) {

@@ -12,7 +12,7 @@ func leaseToProto(l fsm.Lease, now int64) *coordv1.Lease {
 		Name: l.Name, Owner: l.Owner, Generation: l.Generation, TtlMs: l.TTLMs,
 		HeldMs: max(0, now-l.AcquiredAt), RenewedAgoMs: max(0, now-l.RenewedAt),
 		Released: l.Released, AcquiredAtMs: l.AcquiredAt, RenewedAtMs: l.RenewedAt,
-		ExpiresAtMs: l.ExpiresAt, Renewals: l.Renewals, Identity: l.Identity,
+		ExpiresAtMs: l.ExpiresAt, Renewals: l.Renewals, Identity: l.Identity, Value: []byte(l.Value),
 	}
 	if l.Live(now) {
 		out.ExpiresInMs = l.ExpiresAt - now

@@ -23,7 +23,8 @@ type coordinator struct {
 func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) (*coordv1.AcquireResponse, error) {
 	s := c.s
 	if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
-		checkName("request_id", req.GetRequestId(), false), s.checkTTL("ttl_ms", req.GetTtlMs(), false)); err != nil {
+		checkName("request_id", req.GetRequestId(), false), s.checkTTL("ttl_ms", req.GetTtlMs(), false),
+		checkLeaseValue(req.GetValue())); err != nil {
 		return nil, toStatus(err)
 	}
 	if cl := req.GetClaim(); cl != nil {
@@ -38,7 +39,8 @@ func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) 
 		identity := auth.IdentityOf(ctx)
 		cmd := &fsmv1.Acquire{Name: req.GetName(), Owner: req.GetOwner(), TtlMs: req.GetTtlMs(),
 			RequestId: req.GetRequestId(), Identity: identity, MaxLiveLeases: s.cfg.Limits.LeasesPerIdentity,
-			ClaimJob: req.GetClaim().GetJob(), ClaimWindow: req.GetClaim().GetWindow(), ClaimNotBeforeMs: req.GetClaim().GetNotBeforeMs()}
+			ClaimJob: req.GetClaim().GetJob(), ClaimWindow: req.GetClaim().GetWindow(), ClaimNotBeforeMs: req.GetClaim().GetNotBeforeMs(),
+			Value: req.GetValue()}
 		if req.GetWait() {
 			done, err := s.limits.StartWait(identity)
 			if err != nil {
@@ -68,11 +70,11 @@ func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) 
 
 func (c *coordinator) Renew(ctx context.Context, req *coordv1.RenewRequest) (*coordv1.RenewResponse, error) {
 	if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
-		checkGeneration(req.GetGeneration()), c.s.checkTTL("ttl_ms", req.GetTtlMs(), true)); err != nil {
+		checkGeneration(req.GetGeneration()), c.s.checkTTL("ttl_ms", req.GetTtlMs(), true), checkLeaseValue(req.GetValue())); err != nil {
 		return nil, toStatus(err)
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Renew, req, func() (*coordv1.RenewResponse, error) {
-		l, err := c.s.renew(ctx, req.GetName(), req.GetOwner(), auth.IdentityOf(ctx), req.GetGeneration(), req.GetTtlMs())
+		l, err := c.s.renew(ctx, req.GetName(), req.GetOwner(), auth.IdentityOf(ctx), req.GetGeneration(), req.GetTtlMs(), req.Value)
 		if err != nil {
 			return nil, err
 		}
@@ -81,8 +83,9 @@ func (c *coordinator) Renew(ctx context.Context, req *coordv1.RenewRequest) (*co
 }
 
 // renew is shared by Renew and KeepAlive; it logs and counts a lost lease.
-func (s *Server) renew(ctx context.Context, name, owner, identity string, gen uint64, ttl int64) (fsm.Lease, error) {
-	r, err := propose[*fsm.LeaseResult](ctx, s.node, &fsmv1.Renew{Name: name, Owner: owner, Generation: gen, TtlMs: ttl, Identity: identity})
+func (s *Server) renew(ctx context.Context, name, owner, identity string, gen uint64, ttl int64, value []byte) (fsm.Lease, error) {
+	r, err := propose[*fsm.LeaseResult](ctx, s.node, &fsmv1.Renew{Name: name, Owner: owner, Generation: gen, TtlMs: ttl, Identity: identity,
+		Value: value})
 	if err != nil {
 		var rej *fsm.Rejection
 		if errors.As(err, &rej) {

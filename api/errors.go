@@ -118,6 +118,9 @@ func toStatus(err error) error {
 		sd  shuttingDownErr
 		fp  preconditionErr
 	)
+	if st, ok := watchStatus(err); ok {
+		return st
+	}
 	switch {
 	case errors.As(err, &rej):
 		code, ok := rejectionCodes[rej.Reason]

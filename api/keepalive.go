@@ -77,7 +77,7 @@ func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) erro
 			}
 			go func() {
 				defer func() { <-sem }()
-				l, err := s.renew(ctx, req.GetName(), req.GetOwner(), identity, req.GetGeneration(), req.GetTtlMs())
+				l, err := s.renew(ctx, req.GetName(), req.GetOwner(), identity, req.GetGeneration(), req.GetTtlMs(), nil)
 				var rej *fsm.Rejection
 				switch {
 				case err == nil:

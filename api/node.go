@@ -56,6 +56,11 @@ type Node interface {
 	// with wait it long-polls on the leader, up to wait and not past ctx's
 	// deadline, in arrival order with the other waiting fetches.
 	Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Duration) (*fsm.FetchResult, error)
+	// Watch delivers the change events this node applies from position
+	// from (index 0: now), those that match, to send, with an initial View
+	// when asked; it returns when ctx ends, send fails, or the watch cannot
+	// go on (an error with WatchRefused). Any node serves it.
+	Watch(ctx context.Context, from fsm.Position, initial bool, match func(*fsm.Event) bool, send func(fsm.WatchBatch) error) error
 
 	// IsMember reports whether identity is a Raft server id.
 	IsMember(identity string) bool

@@ -254,6 +254,7 @@ func (s *Server) start() error {
 	coordv1.RegisterClusterServer(s.grpc, &cluster{s: s})
 	coordv1.RegisterQueueServer(s.grpc, &queue{s: s})
 	coordv1.RegisterSchedulesServer(s.grpc, &schedules{s: s})
+	coordv1.RegisterWatchServer(s.grpc, newWatchService(s))
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)

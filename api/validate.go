@@ -53,6 +53,16 @@ func checkPayload(field string, b []byte) error {
 	return nil
 }
 
+// MaxLeaseValueBytes bounds a lease's value: leases are never pruned.
+const MaxLeaseValueBytes = 4 << 10
+
+func checkLeaseValue(v []byte) error {
+	if len(v) > MaxLeaseValueBytes {
+		return invalidArg("value", "is %d bytes; the limit is %d", len(v), MaxLeaseValueBytes)
+	}
+	return nil
+}
+
 func checkGeneration(g uint64) error {
 	if g == 0 {
 		return invalidArg("generation", "must be at least 1")

@@ -102,6 +102,7 @@ var reasonSentinels = map[coorderr.Reason]error{
 	coorderr.JobRunning:            ErrJobRunning,
 	coorderr.ScheduleNotFound:      ErrScheduleNotFound,
 	coorderr.ScheduleOverlap:       ErrScheduleOverlap,
+	coorderr.WatchIndexCompacted:   ErrWatchCompacted,
 }
 
 // Error is a refusal from coordd: the gRPC code, the ErrorInfo reason

@@ -45,6 +45,7 @@ type acquireOptions struct {
 	claim     *coordv1.WindowRef
 	notBefore time.Time
 	wait      bool
+	value     []byte
 }
 
 // AcquireWait waits while another owner holds the lease, instead of
@@ -110,7 +111,8 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	if o.claim != nil && !o.notBefore.IsZero() {
 		o.claim.NotBeforeMs = o.notBefore.UnixMilli()
 	}
-	req := &coordv1.AcquireRequest{Name: name, Owner: o.owner, TtlMs: ttl.Milliseconds(), RequestId: o.requestID, Claim: o.claim, Wait: o.wait}
+	req := &coordv1.AcquireRequest{Name: name, Owner: o.owner, TtlMs: ttl.Milliseconds(), RequestId: o.requestID, Claim: o.claim, Wait: o.wait,
+		Value: o.value}
 	ictx := ctx
 	if o.wait {
 		ictx = withoutAttemptTimeout(ctx) // a wait lasts as long as ctx allows

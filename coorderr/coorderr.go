@@ -68,6 +68,9 @@ const (
 	JobRunning            = coordv1.ErrorReason_ERROR_REASON_JOB_RUNNING
 	ScheduleNotFound      = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_NOT_FOUND
 	ScheduleOverlap       = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_OVERLAP
+	WatchIndexCompacted   = coordv1.ErrorReason_ERROR_REASON_WATCH_INDEX_COMPACTED
+	WatcherTooSlow        = coordv1.ErrorReason_ERROR_REASON_WATCHER_TOO_SLOW
+	WatchLimit            = coordv1.ErrorReason_ERROR_REASON_WATCH_LIMIT
 )
 
 // prefix is what the enum's value names carry and the wire names do not.

@@ -10,8 +10,6 @@ import (
 	"io"
 	"sync"
 
-	"google.golang.org/protobuf/proto"
-
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -37,21 +35,7 @@ func (f *FSM) Apply(data []byte) any {
 // acquisition, in order. A nil element is an entry that is not a command
 // (Raft's own configuration entries): it is skipped and its result is nil.
 func (f *FSM) ApplyBatch(entries [][]byte) []any {
-	out := make([]any, len(entries))
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for i, data := range entries {
-		if data == nil {
-			continue
-		}
-		cmd := &fsmv1.Command{}
-		if err := proto.Unmarshal(data, cmd); err != nil {
-			// Fail-stop: a replica that cannot read the log must not guess.
-			panic(fmt.Sprintf("fsm: undecodable log entry (%d of a batch of %d): %v", i+1, len(entries), err))
-		}
-		out[i] = f.st.apply(cmd)
-	}
-	return out
+	return f.ApplyBatchTo(entries, nil)
 }
 
 // ApplyCommand applies a command outside Raft (tests, tools). It is what
@@ -74,6 +58,7 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 	}
 	now, cal := s.clock, s.calendar
 	if cmd.GetType() != fsmv1.CommandType_COMMAND_TYPE_BATCH {
+		s.expireLeases()
 		s.advanceQueue(cal)
 	}
 	// day is the time this command's calendar decisions are judged at and

@@ -98,8 +98,9 @@ func (s *state) acquire(now, cal int64, c *fsmv1.Acquire) any {
 		RenewedAt:  now,
 		ExpiresAt:  now + c.GetTtlMs(),
 		Identity:   c.GetIdentity(),
+		Value:      string(c.GetValue()),
 	}
-	s.leases.ReplaceOrInsert(l)
+	s.putLease(cur, l)
 	s.indexIdentity(l.Identity, l.Name)
 	res := &AcquireResult{At: now, Acquired: true, Lease: *l}
 	if cur != nil && !cur.Released {
@@ -178,7 +179,10 @@ func (s *state) renew(now int64, c *fsmv1.Renew) any {
 	n.RenewedAt = now
 	n.ExpiresAt = now + n.TTLMs
 	n.Renewals++
-	s.leases.ReplaceOrInsert(&n)
+	if c.Value != nil {
+		n.Value = string(c.GetValue())
+	}
+	s.putLease(l, &n)
 	return &LeaseResult{Lease: n}
 }
 
@@ -196,7 +200,7 @@ func (s *state) release(now, cal int64, c *fsmv1.Release) any {
 	n := *l
 	n.Released = true
 	n.ExpiresAt = now
-	s.leases.ReplaceOrInsert(&n)
+	s.putLease(l, &n)
 	res := &ReleaseResult{At: now, Released: true, Lease: n}
 	if h := c.GetHandoff(); h != nil {
 		if h.GetName() != c.GetName() {

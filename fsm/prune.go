@@ -23,6 +23,7 @@ func (s *state) prune(c *fsmv1.Prune) any {
 		}
 		if w != nil && w.Completed {
 			s.windows.Delete(w)
+			s.emitWindow(EventDelete, w)
 			res.Windows++
 		}
 		s.completedQ = s.completedQ[1:]

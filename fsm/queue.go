@@ -477,6 +477,7 @@ func (s *state) insertJob(j *QueueJob) {
 	s.qjobs.ReplaceOrInsert(j)
 	s.qidx.addStatic(j)
 	s.qidx.addDynamic(j)
+	s.emitQueueJob(EventPut, j)
 }
 
 // replaceJob stores n in place of old (same id) and moves its index
@@ -486,6 +487,7 @@ func (s *state) replaceJob(old, n *QueueJob) {
 	s.qjobs.ReplaceOrInsert(n)
 	s.qidx.addDynamic(n)
 	s.scheduledJobMoved(old, n)
+	s.emitQueueJob(EventPut, n)
 }
 
 // deleteJob removes a job and its index entries (retention). A queue's
@@ -494,6 +496,7 @@ func (s *state) deleteJob(j *QueueJob) {
 	s.qidx.removeDynamic(j)
 	s.qidx.removeStatic(j)
 	s.qjobs.Delete(j)
+	s.emitQueueJob(EventDelete, j)
 	if s.qidx.stats[j.Queue].states == ([numJobStates]uint64{}) {
 		delete(s.qidx.stats, j.Queue)
 	}

@@ -263,6 +263,7 @@ func (s *state) putScheduleRecord(old, sc *Schedule) {
 	}
 	s.schedules.ReplaceOrInsert(sc)
 	s.sidx.add(sc)
+	s.emitSchedule(EventPut, sc)
 }
 
 // scheduledJobOccurrence returns the occurrence time of a job made by a

@@ -90,6 +90,7 @@ func (s *state) pruneSchedules(cutoff int64) int {
 		sc := s.schedule(k.name)
 		s.sidx.remove(sc)
 		s.schedules.Delete(sc)
+		s.emitSchedule(EventDelete, sc)
 		n++
 	}
 	return n

@@ -105,7 +105,7 @@ func leaseRecord(l *Lease) *fsmv1.LeaseRecord {
 	return &fsmv1.LeaseRecord{
 		Name: l.Name, Owner: l.Owner, Generation: l.Generation, TtlMs: l.TTLMs,
 		AcquiredAtMs: l.AcquiredAt, RenewedAtMs: l.RenewedAt, ExpiresAtMs: l.ExpiresAt,
-		Released: l.Released, RequestId: l.RequestID, Renewals: l.Renewals, Identity: l.Identity,
+		Released: l.Released, RequestId: l.RequestID, Renewals: l.Renewals, Identity: l.Identity, Value: []byte(l.Value),
 	}
 }
 
@@ -164,7 +164,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 			st.leases.ReplaceOrInsert(&Lease{Name: r.GetName(), Owner: r.GetOwner(), RequestID: r.GetRequestId(),
 				Generation: r.GetGeneration(), TTLMs: r.GetTtlMs(), AcquiredAt: r.GetAcquiredAtMs(),
 				RenewedAt: r.GetRenewedAtMs(), ExpiresAt: r.GetExpiresAtMs(), Renewals: r.GetRenewals(), Released: r.GetReleased(),
-				Identity: r.GetIdentity()})
+				Identity: r.GetIdentity(), Value: string(r.GetValue())})
 			if !r.GetReleased() {
 				st.indexIdentity(r.GetIdentity(), r.GetName())
 			}
@@ -212,6 +212,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 	st.rebuildQueues()
 	st.rebuildQueueIndex()
 	st.rebuildScheduleIndex()
+	st.rebuildExpiry()
 	return st, nil
 }
 

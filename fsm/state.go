@@ -36,6 +36,12 @@ type state struct {
 	// Derived from leases: not part of snapshots or the digest, and only
 	// counted (never iterated into output), so map order cannot leak.
 	byIdentity map[string]map[string]struct{}
+	// expiry indexes the deadlines of unreleased, unexpired leases (derived;
+	// events.go). emitting and events collect the change events of the
+	// command being applied while a caller wants them (ApplyBatchTo).
+	expiry   *btree.BTreeG[expiryKey]
+	emitting bool
+	events   []Event
 }
 
 type windowKey struct{ job, window string }
@@ -70,6 +76,7 @@ func newState() *state {
 		schedules:  btree.NewG(btreeDegree, lessSchedule),
 		sidx:       newScheduleIndex(),
 		byIdentity: map[string]map[string]struct{}{},
+		expiry:     newExpiryIndex(),
 	}
 }
 

@@ -16,6 +16,10 @@ type Lease struct {
 	// Identity is the authenticated identity that acquired this generation
 	// ("" without authorization); only it may renew or release it.
 	Identity string
+	// Value is what the holder published: its Acquire's, replaced by a
+	// Renew that sets one (an election's Proclaim). A string, so that
+	// records stay comparable.
+	Value string
 }
 
 // Live reports whether the lease is held at cluster time now.

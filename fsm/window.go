@@ -34,6 +34,7 @@ func (s *state) claimWindow(now, cal int64, c *fsmv1.ClaimWindow) any {
 	n.LeaseName, n.Owner, n.Generation = c.GetLeaseName(), c.GetOwner(), c.GetGeneration()
 	n.StartedAt = cal
 	s.windows.ReplaceOrInsert(&n)
+	s.emitWindow(EventPut, &n)
 	return &ClaimResult{Claimed: true, Window: n}
 }
 
@@ -62,6 +63,7 @@ func (s *state) completeWindow(now, cal int64, c *fsmv1.CompleteWindow) any {
 	n.CompletedAt = cal
 	n.Result = c.GetResult()
 	s.windows.ReplaceOrInsert(&n)
+	s.emitWindow(EventPut, &n)
 	s.completedQ = append(s.completedQ, windowKey{n.Job, n.Window})
 	s.noteCompletion(&n)
 	return s.releaseAfterComplete(now, cal, c, &WindowResult{Window: n})

@@ -60,6 +60,7 @@ var docLanes = map[string]docLane{
 	// The examples' headers, when they are not the README's blocks.
 	"example-daily-close":     {},
 	"example-scheduled-close": {},
+	"example-election":        {},
 }
 
 type docLane struct {
@@ -84,6 +85,9 @@ var docRules = []struct {
 	{file: "examples/daily-close/main.go", lane: "example-daily-close"},
 	{file: "examples/scheduled-close/main.go", lane: "example-scheduled-close"},
 	{file: "examples/queue-worker/main.go", skip: "needs a node that serves coord.v1.Queue (the server side of issue 14); its own test skips until then"},
+	{file: "examples/election/main.go", contains: "--demo", lane: "example-election"},
+	{file: "examples/election/main.go", contains: "--id a", skip: "a replica runs until interrupted; the demo block runs two"},
+	{file: "examples/election/main.go", contains: "elected id=", skip: "sample output"},
 	{file: "examples/fenced-api/main.go", lane: "one-node", expect: []string{"Idempotent-Replayed: true", `"reason":"STALE_TOKEN"`}},
 }
 

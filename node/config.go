@@ -61,6 +61,9 @@ type Config struct {
 	MaxTTL time.Duration
 	// ApplyTimeout bounds one proposal when the caller sets no deadline.
 	ApplyTimeout time.Duration
+	// Watch bounds the ring of recent change events and the watchers
+	// (zero fields: WatchDefaults).
+	Watch WatchConfig
 
 	// TLS is this node's certificate and key and the CA of its peers: Raft
 	// runs over mutual TLS with it. Empty: plaintext Raft.

@@ -33,6 +33,7 @@ type fakeRaft struct {
 	failAll error         // answer every entry with this error
 	leader  raft.ServerID
 	n       atomic.Int64 // entries appended
+	applied atomic.Uint64
 }
 
 func (r *fakeRaft) Apply(data []byte, _ time.Duration) raft.ApplyFuture {
@@ -101,7 +102,7 @@ type heldFuture struct {
 
 func (f *heldFuture) finish(err error) {
 	if err == nil {
-		f.resp = f.r.fsm.Apply(&raft.Log{Type: raft.LogCommand, Data: f.data})
+		f.resp = f.r.fsm.Apply(&raft.Log{Type: raft.LogCommand, Data: f.data, Index: f.r.applied.Add(1)})
 	}
 	f.err = err
 	close(f.done)
@@ -149,7 +150,7 @@ func newTestNodeAt(t *testing.T, epoch time.Time, opts ...func(*Config)) *testNo
 		o(&cfg)
 	}
 	n := newNode(cfg.withDefaults())
-	fr := &fakeRaft{fsm: raftFSM{n.fsm}, id: "n1", leader: "n1",
+	fr := &fakeRaft{fsm: raftFSM{f: n.fsm, hub: n.watch}, id: "n1", leader: "n1",
 		servers: []raft.Server{{ID: "n1", Address: "127.0.0.1:1", Suffrage: raft.Voter}}}
 	n.raft = fr
 	n.start()

@@ -74,6 +74,7 @@ type Node struct {
 	// scheduleWake wakes the leader's materialiser (schedules.go) when a
 	// schedule may be due sooner than it planned.
 	scheduleWake chan struct{}
+	watch     *watchHub // recent change events and their watchers (watch.go)
 
 	advertised atomic.Pointer[string] // this node's gRPC address, once Advertise ran
 
@@ -116,6 +117,7 @@ func newNode(cfg Config) *Node {
 		log:          cfg.Logger.With("node", cfg.ID),
 		clock:        cfg.Clock,
 		fsm:          fsm.New(),
+		watch:        newWatchHub(cfg.Watch, cfg.Clock),
 		notifyCh:     make(chan bool, 16),
 		leaderSig:    make(chan struct{}),
 		proposals:    make(chan *proposal, 4*maxBatch),
@@ -131,6 +133,7 @@ func newNode(cfg Config) *Node {
 func (n *Node) start() {
 	n.wg.Go(n.runProposer)
 	n.wg.Go(n.watchLeadership)
+	n.wg.Go(func() { n.watch.runReaper(n.ctx) })
 }
 
 func (n *Node) startRaft() error {
@@ -184,7 +187,7 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return err
 	}
-	r, err := raft.NewRaft(rc, raftFSM{n.fsm}, logs, n.store.Stable, n.snaps, n.trans)
+	r, err := raft.NewRaft(rc, raftFSM{f: n.fsm, hub: n.watch}, logs, n.store.Stable, indexedSnapshots{n.snaps, n.watch}, n.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}

@@ -9,8 +9,12 @@ import (
 )
 
 // raftFSM adapts the fsm package, which knows nothing of Raft, to
-// raft.FSM and raft.BatchingFSM.
-type raftFSM struct{ f *fsm.FSM }
+// raft.FSM and raft.BatchingFSM, and hands the change events of each entry,
+// with its index, to the watch hub.
+type raftFSM struct {
+	f   *fsm.FSM
+	hub *watchHub
+}
 
 var _ raft.BatchingFSM = raftFSM{}
 
@@ -28,12 +32,20 @@ func (r raftFSM) ApplyBatch(logs []*raft.Log) []any {
 			}
 		}
 	}
-	return r.f.ApplyBatch(entries)
+	return r.f.ApplyBatchTo(entries, func(i int, evs []fsm.Event) { r.hub.publish(logs[i].Index, evs) })
 }
 
 func (r raftFSM) Snapshot() (raft.FSMSnapshot, error) { return raftSnapshot{r.f.Snapshot()}, nil }
 
-func (r raftFSM) Restore(rc io.ReadCloser) error { return r.f.Restore(rc) }
+// Restore replaces the state with a snapshot's; the watch ring starts
+// again after the snapshot's index.
+func (r raftFSM) Restore(rc io.ReadCloser) error {
+	if err := r.f.Restore(rc); err != nil {
+		return err
+	}
+	r.hub.reset(r.hub.restoring.Load())
+	return nil
+}
 
 type raftSnapshot struct{ s *fsm.Snapshot }
 

@@ -34,6 +34,7 @@ type config struct {
 	ttl       time.Duration
 	reps      int
 	conns     int
+	rate      int                  // watch: changes per second
 	cluster   *proccluster.Cluster // --cluster: the nodes the tool started
 }
 
@@ -91,7 +92,7 @@ func main() {
 		bin       = flag.String("coordd-bin", "", "coordd binary for --cluster (default: build it from this module)")
 		workloads = flag.String("workload", "acquire-release,contended,renew,keepalive,fenced-commit,fenced-commit-hot,window-cycle",
 			"comma-separated workloads: acquire-release, contended, renew, keepalive, fenced-commit, fenced-commit-hot, window-cycle, failover, schedules (clients = every-second schedules whose jobs 3 replicas run), "+
-				"queue (clients = workers; submit in batches at --queue-rate), queue-single (clients = submitters, one job per Submit), queue-delayed (clients = workers; --delayed-jobs due 1 s to --delay-max ahead)")
+				"queue (clients = workers; submit in batches at --queue-rate), queue-single (clients = submitters, one job per Submit), queue-delayed (clients = workers; --delayed-jobs due 1 s to --delay-max ahead), watch (clients = watchers on one prefix, --rate changes/s)")
 		clients  = flag.String("clients", "64", "comma-separated client counts (each workload runs once per count)")
 		duration = flag.Duration("duration", 5*time.Second, "time per workload")
 		names    = flag.Int("names", 8, "names for the contended workload")
@@ -101,6 +102,7 @@ func main() {
 		ttl      = flag.Duration("ttl", 3*time.Second, "lease TTL for keepalive")
 		reps     = flag.Int("reps", 5, "repetitions for failover")
 		conns    = flag.Int("conns", 4, "SDK clients (connection sets) the workers share; 0 = one per worker")
+		rate     = flag.Int("rate", 5000, "watch: changes per second (renewals under the watched prefix)")
 		first    = flag.String("first", "", "comma-separated endpoint orders to run each workload with: leader (the leader's endpoint first), follower (followers first, the leader last); default: as given")
 	)
 	flag.BoolVar(&qcfg.raw, "queue-raw", false, "queue workloads: raw gRPC workers (fetch --fetch-max, complete each batch) instead of the SDK's")
@@ -130,7 +132,7 @@ func main() {
 	if qcfg.batch < 1 || qcfg.batch > 1000 || qcfg.fetchMax < 1 || qcfg.fetchMax > 1000 || qcfg.delayMax < 2*time.Second {
 		fatal(fmt.Errorf("--queue-batch and --fetch-max are 1 to 1000, --delay-max at least 2s"))
 	}
-	cfg := config{duration: *duration, warmup: *warmup, names: *names, wait: *wait, leases: *leases, ttl: *ttl, reps: *reps, conns: *conns}
+	cfg := config{duration: *duration, warmup: *warmup, names: *names, wait: *wait, leases: *leases, ttl: *ttl, reps: *reps, conns: *conns, rate: *rate}
 	for _, c := range strings.Split(*clients, ",") {
 		var n int
 		if _, err := fmt.Sscan(c, &n); err != nil || n <= 0 {

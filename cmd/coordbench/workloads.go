@@ -34,6 +34,7 @@ var workloadFuncs = map[string]workload{
 	"queue":             queueThroughput,
 	"queue-single":      queueSingle,
 	"queue-delayed":     queueDelayed,
+	"watch":             watchWorkload,
 }
 
 // run is a benchmark id, so that names never collide between runs.

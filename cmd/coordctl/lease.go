@@ -42,7 +42,7 @@ func (h *holderFlags) add(cmd *cobra.Command, gen, ttl bool) {
 
 func (a *app) leaseCmd() *cobra.Command {
 	return group("lease", "See and operate leases",
-		a.leaseListCmd(), a.leaseGetCmd(), a.leaseAcquireCmd(), a.leaseRenewCmd(), a.leaseReleaseCmd(), a.leaseKeepAliveCmd())
+		a.leaseListCmd(), a.leaseGetCmd(), a.leaseAcquireCmd(), a.leaseRenewCmd(), a.leaseReleaseCmd(), a.leaseKeepAliveCmd(), a.leaseWatchCmd())
 }
 
 func (a *app) leaseListCmd() *cobra.Command {

@@ -100,7 +100,11 @@ type Lease struct {
 	// identity is the authenticated identity (certificate subject) that
 	// acquired this generation; only it may renew or release it. Empty when
 	// the cluster runs without TLS.
-	Identity      string `protobuf:"bytes,14,opt,name=identity,proto3" json:"identity,omitempty"`
+	Identity string `protobuf:"bytes,14,opt,name=identity,proto3" json:"identity,omitempty"`
+	// value is what the holder published with this generation (Acquire's
+	// value, changed by a Renew that sets one): an election's leader says who
+	// it is and where to reach it. Up to 4 KiB.
+	Value         []byte `protobuf:"bytes,15,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -233,6 +237,13 @@ func (x *Lease) GetIdentity() string {
 	return ""
 }
 
+func (x *Lease) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -250,7 +261,11 @@ type AcquireRequest struct {
 	// order, in the same log entry as the holder's Release, or when the
 	// holder's lease expires. Waiting lasts while this node leads; after a
 	// leader change the call fails with UNAVAILABLE and is retried.
-	Wait          bool `protobuf:"varint,6,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait bool `protobuf:"varint,6,opt,name=wait,proto3" json:"wait,omitempty"`
+	// value is published with the grant (Lease.value), up to 4 KiB. A new
+	// generation starts with its own Acquire's value, never the previous
+	// holder's.
+	Value         []byte `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -325,6 +340,13 @@ func (x *AcquireRequest) GetWait() bool {
 		return x.Wait
 	}
 	return false
+}
+
+func (x *AcquireRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 // WindowRef names one window of a job.
@@ -521,7 +543,11 @@ type RenewRequest struct {
 	Owner      string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	Generation uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	// ttl_ms 0 keeps the lease's TTL.
-	TtlMs         int64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	TtlMs int64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// value, when set, replaces the lease's value (up to 4 KiB; empty clears
+	// it): only the current holder can change it, without a new generation
+	// (an election leader's Proclaim). Unset keeps it.
+	Value         []byte `protobuf:"bytes,5,opt,name=value,proto3,oneof" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -582,6 +608,13 @@ func (x *RenewRequest) GetTtlMs() int64 {
 		return x.TtlMs
 	}
 	return 0
+}
+
+func (x *RenewRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 type RenewResponse struct {
@@ -2161,7 +2194,7 @@ var File_coord_v1_coord_proto protoreflect.FileDescriptor
 
 const file_coord_v1_coord_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/coord.proto\x12\bcoord.v1\"\xa7\x03\n" +
+	"\x14coord/v1/coord.proto\x12\bcoord.v1\"\xbd\x03\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
@@ -2179,7 +2212,8 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\rrenewed_at_ms\x18\v \x01(\x03R\vrenewedAtMs\x12\"\n" +
 	"\rexpires_at_ms\x18\f \x01(\x03R\vexpiresAtMs\x12\x1a\n" +
 	"\brenewals\x18\r \x01(\x04R\brenewals\x12\x1a\n" +
-	"\bidentity\x18\x0e \x01(\tR\bidentity\"\xaf\x01\n" +
+	"\bidentity\x18\x0e \x01(\tR\bidentity\x12\x14\n" +
+	"\x05value\x18\x0f \x01(\fR\x05value\"\xc5\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
@@ -2187,7 +2221,8 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12)\n" +
 	"\x05claim\x18\x05 \x01(\v2\x13.coord.v1.WindowRefR\x05claim\x12\x12\n" +
-	"\x04wait\x18\x06 \x01(\bR\x04wait\"Y\n" +
+	"\x04wait\x18\x06 \x01(\bR\x04wait\x12\x14\n" +
+	"\x05value\x18\a \x01(\fR\x05value\"Y\n" +
 	"\tWindowRef\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\"\n" +
@@ -2199,14 +2234,16 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\vWindowClaim\x12\x18\n" +
 	"\aclaimed\x18\x01 \x01(\bR\aclaimed\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\x04R\battempts\x12(\n" +
-	"\x06window\x18\x03 \x01(\v2\x10.coord.v1.WindowR\x06window\"o\n" +
+	"\x06window\x18\x03 \x01(\v2\x10.coord.v1.WindowR\x06window\"\x94\x01\n" +
 	"\fRenewRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x15\n" +
-	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\"6\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\x19\n" +
+	"\x05value\x18\x05 \x01(\fH\x00R\x05value\x88\x01\x01B\b\n" +
+	"\x06_value\"6\n" +
 	"\rRenewResponse\x12%\n" +
 	"\x05lease\x18\x01 \x01(\v2\x0f.coord.v1.LeaseR\x05lease\"Z\n" +
 	"\x0eReleaseRequest\x12\x12\n" +
@@ -2466,6 +2503,7 @@ func file_coord_v1_coord_proto_init() {
 	if File_coord_v1_coord_proto != nil {
 		return
 	}
+	file_coord_v1_coord_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

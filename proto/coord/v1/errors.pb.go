@@ -139,7 +139,21 @@ const (
 	// A trigger of a schedule whose overlap policy is FORBID while the job
 	// of its previous occurrence is not final. FAILED_PRECONDITION. Metadata
 	// "schedule", "job_id", "state".
-	ErrorReason_ERROR_REASON_SCHEDULE_OVERLAP ErrorReason = 31
+	ErrorReason_ERROR_REASON_SCHEDULE_OVERLAP ErrorReason = 31 // Watch (watch.proto).
+	// The watch asked to start (or resume) at an event this node no longer
+	// holds: its ring of recent events starts later (it was overwritten, or
+	// the node restarted from a snapshot). FAILED_PRECONDITION. Metadata
+	// "oldest_index": the oldest index a watch may start at here (another
+	// node may hold more). Re-read the state, then watch from now.
+	ErrorReason_ERROR_REASON_WATCH_INDEX_COMPACTED ErrorReason = 32
+	// The watcher fell so far behind that the events it had still to
+	// receive left the node's ring (it read too slowly). RESOURCE_EXHAUSTED.
+	// Metadata "resume_index", "resume_position": where it stopped; resume
+	// from there (on a node that still holds it) or re-read.
+	ErrorReason_ERROR_REASON_WATCHER_TOO_SLOW ErrorReason = 33
+	// The node serves its limit of watches. RESOURCE_EXHAUSTED. Metadata
+	// "limit".
+	ErrorReason_ERROR_REASON_WATCH_LIMIT ErrorReason = 34
 )
 
 // Enum value maps for ErrorReason.
@@ -177,6 +191,9 @@ var (
 		29: "ERROR_REASON_JOB_RUNNING",
 		30: "ERROR_REASON_SCHEDULE_NOT_FOUND",
 		31: "ERROR_REASON_SCHEDULE_OVERLAP",
+		32: "ERROR_REASON_WATCH_INDEX_COMPACTED",
+		33: "ERROR_REASON_WATCHER_TOO_SLOW",
+		34: "ERROR_REASON_WATCH_LIMIT",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":             0,
@@ -211,6 +228,9 @@ var (
 		"ERROR_REASON_JOB_RUNNING":             29,
 		"ERROR_REASON_SCHEDULE_NOT_FOUND":      30,
 		"ERROR_REASON_SCHEDULE_OVERLAP":        31,
+		"ERROR_REASON_WATCH_INDEX_COMPACTED":   32,
+		"ERROR_REASON_WATCHER_TOO_SLOW":        33,
+		"ERROR_REASON_WATCH_LIMIT":             34,
 	}
 )
 
@@ -245,7 +265,7 @@ var File_coord_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coord_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x15coord/v1/errors.proto\x12\bcoord.v1*\x94\b\n" +
+	"\x15coord/v1/errors.proto\x12\bcoord.v1*\xfd\b\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -279,7 +299,10 @@ const file_coord_v1_errors_proto_rawDesc = "" +
 	"\x19ERROR_REASON_JOB_FINISHED\x10\x1c\x12\x1c\n" +
 	"\x18ERROR_REASON_JOB_RUNNING\x10\x1d\x12#\n" +
 	"\x1fERROR_REASON_SCHEDULE_NOT_FOUND\x10\x1e\x12!\n" +
-	"\x1dERROR_REASON_SCHEDULE_OVERLAP\x10\x1fB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\x1dERROR_REASON_SCHEDULE_OVERLAP\x10\x1f\x12&\n" +
+	"\"ERROR_REASON_WATCH_INDEX_COMPACTED\x10 \x12!\n" +
+	"\x1dERROR_REASON_WATCHER_TOO_SLOW\x10!\x12\x1c\n" +
+	"\x18ERROR_REASON_WATCH_LIMIT\x10\"B1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_errors_proto_rawDescOnce sync.Once

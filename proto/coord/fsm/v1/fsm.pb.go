@@ -947,8 +947,10 @@ type Acquire struct {
 	ClaimWindow string `protobuf:"bytes,8,opt,name=claim_window,json=claimWindow,proto3" json:"claim_window,omitempty"`
 	// claim_not_before_ms refuses the grant before that cluster time.
 	ClaimNotBeforeMs int64 `protobuf:"varint,9,opt,name=claim_not_before_ms,json=claimNotBeforeMs,proto3" json:"claim_not_before_ms,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// value is published with the grant (Lease.value).
+	Value         []byte `protobuf:"bytes,10,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Acquire) Reset() {
@@ -1044,13 +1046,22 @@ func (x *Acquire) GetClaimNotBeforeMs() int64 {
 	return 0
 }
 
+func (x *Acquire) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type Renew struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	Generation    uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	Identity      string                 `protobuf:"bytes,5,opt,name=identity,proto3" json:"identity,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Owner      string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Generation uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	TtlMs      int64                  `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Identity   string                 `protobuf:"bytes,5,opt,name=identity,proto3" json:"identity,omitempty"`
+	// value, when set, replaces the lease's value; unset keeps it.
+	Value         []byte `protobuf:"bytes,6,opt,name=value,proto3,oneof" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1118,6 +1129,13 @@ func (x *Renew) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *Renew) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 type Release struct {
@@ -2818,6 +2836,7 @@ type LeaseRecord struct {
 	RequestId     string                 `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Renewals      uint64                 `protobuf:"varint,10,opt,name=renewals,proto3" json:"renewals,omitempty"`
 	Identity      string                 `protobuf:"bytes,11,opt,name=identity,proto3" json:"identity,omitempty"`
+	Value         []byte                 `protobuf:"bytes,12,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2927,6 +2946,13 @@ func (x *LeaseRecord) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *LeaseRecord) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 type WindowRecord struct {
@@ -4709,7 +4735,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04body\":\n" +
 	"\x05Batch\x121\n" +
 	"\bcommands\x18\x01 \x03(\v2\x15.coord.fsm.v1.CommandR\bcommands\"\x06\n" +
-	"\x04Tick\"\x9c\x02\n" +
+	"\x04Tick\"\xb2\x02\n" +
 	"\aAcquire\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
@@ -4720,7 +4746,9 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0fmax_live_leases\x18\x06 \x01(\rR\rmaxLiveLeases\x12\x1b\n" +
 	"\tclaim_job\x18\a \x01(\tR\bclaimJob\x12!\n" +
 	"\fclaim_window\x18\b \x01(\tR\vclaimWindow\x12-\n" +
-	"\x13claim_not_before_ms\x18\t \x01(\x03R\x10claimNotBeforeMs\"\x84\x01\n" +
+	"\x13claim_not_before_ms\x18\t \x01(\x03R\x10claimNotBeforeMs\x12\x14\n" +
+	"\x05value\x18\n" +
+	" \x01(\fR\x05value\"\xa9\x01\n" +
 	"\x05Renew\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
@@ -4728,7 +4756,9 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x15\n" +
 	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\x1a\n" +
-	"\bidentity\x18\x05 \x01(\tR\bidentity\"\xa0\x01\n" +
+	"\bidentity\x18\x05 \x01(\tR\bidentity\x12\x19\n" +
+	"\x05value\x18\x06 \x01(\fH\x00R\x05value\x88\x01\x01B\b\n" +
+	"\x06_value\"\xa0\x01\n" +
 	"\aRelease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
@@ -4867,7 +4897,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	" \x01(\x04R\bfetchSeq\x12\x1d\n" +
 	"\n" +
 	"queue_jobs\x18\v \x01(\x04R\tqueueJobs\x12\x1c\n" +
-	"\tschedules\x18\f \x01(\x04R\tschedules\"\xcf\x02\n" +
+	"\tschedules\x18\f \x01(\x04R\tschedules\"\xe5\x02\n" +
 	"\vLeaseRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
@@ -4883,7 +4913,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"request_id\x18\t \x01(\tR\trequestId\x12\x1a\n" +
 	"\brenewals\x18\n" +
 	" \x01(\x04R\brenewals\x12\x1a\n" +
-	"\bidentity\x18\v \x01(\tR\bidentity\"\xda\x02\n" +
+	"\bidentity\x18\v \x01(\tR\bidentity\x12\x14\n" +
+	"\x05value\x18\f \x01(\fR\x05value\"\xda\x02\n" +
 	"\fWindowRecord\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x1c\n" +
@@ -5274,6 +5305,7 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*Command_TriggerSchedule)(nil),
 		(*Command_MaterialiseSchedules)(nil),
 	}
+	file_coord_fsm_v1_fsm_proto_msgTypes[4].OneofWrappers = []any{}
 	file_coord_fsm_v1_fsm_proto_msgTypes[25].OneofWrappers = []any{
 		(*SnapshotRecord_Meta)(nil),
 		(*SnapshotRecord_Lease)(nil),

@@ -1,0 +1,227 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/fsm"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// watchFake serves Node.Watch from a feed of entries the test supplies.
+type watchFake struct {
+	*fakeNode
+	feed chan []fsm.Event // one entry's events each; index = 1, 2, ...
+	end  error            // what Watch returns when the feed closes
+	from fsm.Position
+}
+
+func (w *watchFake) Watch(ctx context.Context, from fsm.Position, initial bool, match func(*fsm.Event) bool,
+	send func(fsm.WatchBatch) error) error {
+	if from.Index == 0 {
+		from = fsm.Position{Index: 1}
+	}
+	w.from = from
+	first := fsm.WatchBatch{Next: from}
+	if initial {
+		first.View = w.fsm.ViewWith(nil)
+	}
+	if err := send(first); err != nil {
+		return err
+	}
+	index := uint64(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case evs, ok := <-w.feed:
+			if !ok {
+				return w.end
+			}
+			index++
+			var out []*fsm.LogEvent
+			for i, e := range evs {
+				if match(&e) {
+					out = append(out, &fsm.LogEvent{Position: fsm.Position{Index: index, Offset: uint32(i)}, Event: e})
+				}
+			}
+			if err := send(fsm.WatchBatch{Events: out, Next: fsm.Position{Index: index + 1}}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// sink is a server stream that keeps what is sent, as the client would
+// decode it off the wire.
+type sink struct {
+	grpc.ServerStream
+	ctx  context.Context
+	sent []*coordv1.WatchResponse
+}
+
+func (s *sink) Context() context.Context { return s.ctx }
+func (s *sink) Send(m *coordv1.WatchResponse) error {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	got := &coordv1.WatchResponse{}
+	if err := proto.Unmarshal(b, got); err != nil {
+		return err
+	}
+	s.sent = append(s.sent, got)
+	return nil
+}
+
+func newWatchFake(t *testing.T) (*watchFake, *watchService) {
+	f := &watchFake{fakeNode: newFakeNode(), feed: make(chan []fsm.Event, 16)}
+	return f, newWatchService(newTestServer(t, f.fakeNode).withNode(f))
+}
+
+// withNode serves n instead (a fake that adds methods to fakeNode).
+func (s *Server) withNode(n Node) *Server {
+	s.node = n
+	return s
+}
+
+func leaseEvent(name string, gen uint64) fsm.Event {
+	return fsm.Event{Family: fsm.FamilyLease, Kind: fsm.EventPut, Key: name, At: 1000,
+		Record: &fsm.Lease{Name: name, Owner: "o", Generation: gen, ExpiresAt: 3000}}
+}
+
+func TestWatchValidation(t *testing.T) {
+	_, w := newWatchFake(t)
+	for _, c := range []struct {
+		req   *coordv1.WatchRequest
+		field string
+	}{
+		{&coordv1.WatchRequest{Families: []coordv1.WatchFamily{99}}, "families"},
+		{&coordv1.WatchRequest{Families: []coordv1.WatchFamily{0}}, "families"},
+		{&coordv1.WatchRequest{Initial: true, StartIndex: 5}, "initial"},
+		{&coordv1.WatchRequest{StartPosition: 2}, "start_position"},
+		{&coordv1.WatchRequest{Prefix: "a\x00"}, "prefix"},
+	} {
+		err := w.Watch(c.req, &sink{ctx: context.Background()})
+		_, info := coorderr.Info(err)
+		if status.Code(err) != codes.InvalidArgument || info.GetMetadata()["field"] != c.field {
+			t.Fatalf("%v: %v (%v)", c.req, err, info)
+		}
+	}
+}
+
+// Events are filtered by prefix and family, arrive decoded as the client
+// sees them (each encoded once, placed in the message as bytes), with the
+// position to resume from.
+func TestWatchSendsMatchingEvents(t *testing.T) {
+	f, w := newWatchFake(t)
+	f.feed <- []fsm.Event{leaseEvent("svc/a", 1), leaseEvent("other", 1),
+		{Family: fsm.FamilyWindow, Kind: fsm.EventPut, Key: "svc/w", Record: &fsm.Window{Job: "svc", Window: "w"}}}
+	f.feed <- []fsm.Event{{Family: fsm.FamilyLease, Kind: fsm.EventExpire, Key: "svc/a", At: 3000,
+		Record: &fsm.Lease{Name: "svc/a", Owner: "o", Generation: 1, ExpiresAt: 3000}}}
+	f.feed <- []fsm.Event{{Family: fsm.FamilyQueueJob, Kind: fsm.EventPut, Key: "svc/7",
+		Record: &fsm.QueueJob{ID: 7, Queue: "svc", Kind: "k", State: fsm.JobRunning, Log: []fsm.Attempt{{Number: 1}}}}}
+	close(f.feed)
+	f.end = errors.New("feed over")
+	out := &sink{ctx: context.Background()}
+	err := w.Watch(&coordv1.WatchRequest{Prefix: "svc/", Families: []coordv1.WatchFamily{fsm.FamilyLease, fsm.FamilyQueueJob}}, out)
+	if status.Code(err) != codes.Internal {
+		t.Fatalf("end: %v", err)
+	}
+	if len(out.sent) != 4 || !out.sent[0].GetSynced() || out.sent[0].GetResumeIndex() != 1 || len(out.sent[0].GetEvents()) != 0 {
+		t.Fatalf("first message: %v", out.sent)
+	}
+	var got []string
+	for _, m := range out.sent[1:] {
+		for _, e := range m.GetEvents() {
+			got = append(got, fmt.Sprintf("%d.%d %s %s", e.GetIndex(), e.GetPosition(), e.GetKind(), e.GetKey()))
+		}
+	}
+	want := []string{"1.0 WATCH_EVENT_KIND_PUT svc/a", "2.0 WATCH_EVENT_KIND_EXPIRE svc/a", "3.0 WATCH_EVENT_KIND_PUT svc/7"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	put := out.sent[1].GetEvents()[0]
+	if l := put.GetLease(); l.GetGeneration() != 1 || l.GetExpiresInMs() != 2000 || put.GetClusterTimeMs() != 1000 {
+		t.Fatalf("lease event %v", put)
+	}
+	if l := out.sent[2].GetEvents()[0].GetLease(); !l.GetExpired() || l.GetExpiresInMs() != 0 {
+		t.Fatalf("expire event %v", l)
+	}
+	if j := out.sent[3].GetEvents()[0].GetQueueJob(); j.GetId() != 7 || j.GetAttemptLog()[0].GetToken() != "job:7:1" {
+		t.Fatalf("queue job event %v", j)
+	}
+	if out.sent[3].GetResumeIndex() != 4 {
+		t.Fatalf("resume after the last: %v", out.sent[3])
+	}
+}
+
+// With initial, the matching records come first as EXISTING events at the
+// applied index, then synced, then the changes.
+func TestWatchInitialSet(t *testing.T) {
+	f, w := newWatchFake(t)
+	for _, n := range []string{"svc/a", "svc/b", "zzz"} {
+		f.apply(&fsmv1.Acquire{Name: n, Owner: "o", TtlMs: 5000, RequestId: "r"})
+	}
+	f.feed <- []fsm.Event{leaseEvent("svc/c", 1)}
+	close(f.feed)
+	out := &sink{ctx: context.Background()}
+	if err := w.Watch(&coordv1.WatchRequest{Prefix: "svc/", Initial: true}, out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.sent) != 2 {
+		t.Fatalf("messages: %v", out.sent)
+	}
+	init := out.sent[0]
+	if !init.GetSynced() || init.GetResumeIndex() != 1 || len(init.GetEvents()) != 2 {
+		t.Fatalf("initial: %v", init)
+	}
+	for i, e := range init.GetEvents() {
+		if e.GetKind() != coordv1.WatchEventKind_WATCH_EVENT_KIND_EXISTING || e.GetPosition() != uint32(i) || e.GetLease().GetExpiresInMs() != 5000 {
+			t.Fatalf("existing %d: %v", i, e)
+		}
+	}
+	if e := out.sent[1].GetEvents(); len(e) != 1 || e[0].GetKey() != "svc/c" {
+		t.Fatalf("after the initial set: %v", out.sent[1])
+	}
+}
+
+// watchRefusal stands for the node's refusals.
+type watchRefusal struct {
+	reason coorderr.Reason
+	meta   map[string]string
+}
+
+func (e *watchRefusal) Error() string { return "refused" }
+func (e *watchRefusal) WatchRefused() (coorderr.Reason, map[string]string) {
+	return e.reason, e.meta
+}
+
+func TestWatchRefusals(t *testing.T) {
+	for _, c := range []struct {
+		reason coorderr.Reason
+		code   codes.Code
+	}{
+		{coorderr.WatchIndexCompacted, codes.FailedPrecondition},
+		{coorderr.WatcherTooSlow, codes.ResourceExhausted},
+		{coorderr.WatchLimit, codes.ResourceExhausted},
+	} {
+		f, w := newWatchFake(t)
+		close(f.feed)
+		f.end = &watchRefusal{reason: c.reason, meta: map[string]string{"oldest_index": "42"}}
+		err := w.Watch(&coordv1.WatchRequest{}, &sink{ctx: context.Background()})
+		_, info := coorderr.Info(err)
+		if status.Code(err) != c.code || info.GetReason() != coorderr.Name(c.reason) || info.GetMetadata()["oldest_index"] != "42" {
+			t.Fatalf("%s: %v %v", c.reason, err, info)
+		}
+	}
+}
