@@ -103,7 +103,7 @@ func TestEventsOfWindowsFencesJobs(t *testing.T) {
 		{1020, &fsmv1.ClaimWindow{Job: "close", Window: "d1", LeaseName: "close", Owner: "o", Generation: 1}, ""}, // same holder again
 		{1030, &fsmv1.CompleteWindow{Job: "close", Window: "d1", LeaseName: "close", Owner: "o", Generation: 1, Release: true},
 			"WINDOW PUT close/d1;LEASE PUT close;"},
-		{1040, &fsmv1.FencedCommit{Resource: "ledger", LeaseName: "close", Generation: 1}, ""},   // released: refused
+		{1040, &fsmv1.FencedCommit{Resource: "ledger", LeaseName: "close", Generation: 1}, ""}, // released: refused
 		{1050, put, "SCHEDULE PUT close;"},
 		{1060, put, ""}, // same spec
 		{1065, &fsmv1.DeleteSchedule{Name: "close", Identity: "alice"}, "SCHEDULE PUT close;"}, // the tombstone
@@ -298,7 +298,7 @@ func FuzzEvents(f *testing.F) {
 			case 7:
 				switch {
 				case c&3 == 0:
-					body = &fsmv1.PutSchedule{Name: fmt.Sprintf("s%d", b%2), Spec: sspec(fsmv1.ScheduleOverlap(b%3+1))}
+					body = &fsmv1.PutSchedule{Name: fmt.Sprintf("s%d", b%2), Spec: sspec(fsmv1.ScheduleOverlap(b%3 + 1))}
 				case c&3 == 1:
 					body = &fsmv1.DeleteSchedule{Name: fmt.Sprintf("s%d", b%2)}
 				default:

@@ -74,7 +74,7 @@ type Node struct {
 	// scheduleWake wakes the leader's materialiser (schedules.go) when a
 	// schedule may be due sooner than it planned.
 	scheduleWake chan struct{}
-	watch     *watchHub // recent change events and their watchers (watch.go)
+	watch        *watchHub // recent change events and their watchers (watch.go)
 
 	advertised atomic.Pointer[string] // this node's gRPC address, once Advertise ran
 
