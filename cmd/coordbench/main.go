@@ -92,7 +92,8 @@ func main() {
 		bin       = flag.String("coordd-bin", "", "coordd binary for --cluster (default: build it from this module)")
 		workloads = flag.String("workload", "acquire-release,contended,renew,keepalive,fenced-commit,fenced-commit-hot,window-cycle",
 			"comma-separated workloads: acquire-release, contended, renew, keepalive, fenced-commit, fenced-commit-hot, window-cycle, failover, schedules (clients = every-second schedules whose jobs 3 replicas run), "+
-				"queue (clients = workers; submit in batches at --queue-rate), queue-single (clients = submitters, one job per Submit), queue-delayed (clients = workers; --delayed-jobs due 1 s to --delay-max ahead), watch (clients = watchers on one prefix, --rate changes/s)")
+				"queue (clients = workers; submit in batches at --queue-rate), queue-single (clients = submitters, one job per Submit), queue-delayed (clients = workers; --delayed-jobs due 1 s to --delay-max ahead), watch (clients = watchers on one prefix, --rate changes/s); "+
+				"an item may carry its own settings: NAME:key=value:... with keys clients, duration, warmup, rate, batch, concurrency, workers, jobs, delay-max, fetch-max (e.g. queue:rate=100:duration=30s:clients=4)")
 		clients  = flag.String("clients", "64", "comma-separated client counts (each workload runs once per count)")
 		duration = flag.Duration("duration", 5*time.Second, "time per workload")
 		names    = flag.Int("names", 8, "names for the contended workload")
@@ -116,6 +117,7 @@ func main() {
 	stores := flag.String("raft-log-store", "", "with --cluster: the nodes' Raft log store(s), comma-separated (wal, bolt); each gets a fresh cluster, in turn (default: coordd's)")
 	rounds := flag.Int("rounds", 1, "with --cluster: run everything this many times, each store in turn (wal, bolt, wal, bolt, ...)")
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
+	nodeArgs := flag.String("coordd-args", "", "with --cluster: extra coordd flags for every node, space-separated (e.g. --enable-pprof); the nodes' HTTP addresses are printed to stderr")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -129,8 +131,16 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if qcfg.batch < 1 || qcfg.batch > 1000 || qcfg.fetchMax < 1 || qcfg.fetchMax > 1000 || qcfg.delayMax < 2*time.Second {
-		fatal(fmt.Errorf("--queue-batch and --fetch-max are 1 to 1000, --delay-max at least 2s"))
+	if err := qcfg.check(); err != nil {
+		fatal(err)
+	}
+	var specs []workloadSpec
+	for _, w := range strings.Split(*workloads, ",") {
+		s, err := parseWorkloadSpec(w)
+		if err != nil {
+			fatal(err)
+		}
+		specs = append(specs, s)
 	}
 	cfg := config{duration: *duration, warmup: *warmup, names: *names, wait: *wait, leases: *leases, ttl: *ttl, reps: *reps, conns: *conns, rate: *rate}
 	for _, c := range strings.Split(*clients, ",") {
@@ -144,17 +154,19 @@ func main() {
 	// runAll runs every workload once per client count and endpoint order;
 	// tag goes first into each line's extra fields.
 	runAll := func(tag [][2]any) {
-		for _, w := range strings.Split(*workloads, ",") {
-			run, ok := workloadFuncs[w]
-			if !ok {
-				fatal(fmt.Errorf("unknown workload %q", w))
-			}
+		for _, spec := range specs {
+			w, run := spec.name, workloadFuncs[spec.name]
 			counts := cfg.clients
+			if spec.clients != nil {
+				counts = spec.clients
+			}
 			if w == "keepalive" || w == "failover" {
 				counts = counts[:1]
 			}
 			for _, f := range strings.Split(*first, ",") {
 				ocfg := cfg
+				saved := qcfg
+				spec.apply(&ocfg, &qcfg)
 				eps, err := ordered(cfg.endpoints, f)
 				if err != nil {
 					fatal(err)
@@ -168,10 +180,15 @@ func main() {
 					if f != "" {
 						r.add("first", f)
 					}
-					r.extra = append(append([][2]any(nil), tag...), r.extra...)
+					head := append([][2]any(nil), tag...)
+					if spec.raw != "" {
+						head = append(head, [2]any{"spec", spec.raw})
+					}
+					r.extra = append(head, r.extra...)
 					fmt.Println(r.json())
 					results = append(results, r)
 				}
+				qcfg = saved
 			}
 		}
 	}
@@ -195,9 +212,9 @@ func main() {
 		for round := 1; round <= *rounds; round++ {
 			for _, store := range storeList {
 				var tag [][2]any
-				var flags []string
+				flags := strings.Fields(*nodeArgs)
 				if store != "" {
-					flags = []string{"--raft-log-store", store}
+					flags = append(flags, "--raft-log-store", store)
 					tag = append(tag, [2]any{"raft_log_store", store})
 				}
 				if *rounds > 1 {
@@ -209,6 +226,11 @@ func main() {
 				}
 				atExit = append(atExit, lc.Close) // fatal exits without running defers
 				cfg.cluster = lc
+				if *nodeArgs != "" {
+					for _, nd := range lc.Nodes {
+						fmt.Fprintf(os.Stderr, "coordbench: node %s pid %d grpc %s http %s\n", nd.ID, nd.Cmd.Process.Pid, nd.GRPCAddr, nd.HTTPAddr)
+					}
+				}
 				cfg.endpoints = lc.Endpoints()
 				runAll(tag)
 				lc.Close()
