@@ -93,7 +93,7 @@ func main() {
 		workloads = flag.String("workload", "acquire-release,contended,renew,keepalive,fenced-commit,fenced-commit-hot,window-cycle",
 			"comma-separated workloads: acquire-release, contended, renew, keepalive, fenced-commit, fenced-commit-hot, window-cycle, failover, schedules (clients = every-second schedules whose jobs 3 replicas run), "+
 				"queue (clients = workers; submit in batches at --queue-rate), queue-single (clients = submitters, one job per Submit), queue-delayed (clients = workers; --delayed-jobs due 1 s to --delay-max ahead), watch (clients = watchers on one prefix, --rate changes/s); "+
-				"an item may carry its own settings: NAME:key=value:... with keys clients, duration, warmup, rate, batch, concurrency, workers, jobs, delay-max, fetch-max (e.g. queue:rate=100:duration=30s:clients=4)")
+				"an item may carry its own settings: NAME:key=value:... with keys clients, duration, warmup, rate, batch, concurrency, workers, jobs, delay-max, fetch-max, raw (e.g. queue:rate=100:duration=30s:clients=4)")
 		clients  = flag.String("clients", "64", "comma-separated client counts (each workload runs once per count)")
 		duration = flag.Duration("duration", 5*time.Second, "time per workload")
 		names    = flag.Int("names", 8, "names for the contended workload")

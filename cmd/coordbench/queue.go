@@ -192,6 +192,7 @@ type lagRecorder struct {
 	from, to   time.Time
 	lags       []time.Duration
 	early      int64 // started before run_at
+	late       int64 // started more than 2 s after run_at (the bound)
 	inWindow   int64
 	maxEarlyMs int64
 }
@@ -203,6 +204,9 @@ func (l *lagRecorder) started(runAtMs int64, at time.Time) {
 	if at.UnixMilli() < runAtMs {
 		l.early++
 		l.maxEarlyMs = max(l.maxEarlyMs, runAtMs-at.UnixMilli())
+	}
+	if lag > 2*time.Second {
+		l.late++
 	}
 	if (l.from.IsZero() || !at.Before(l.from)) && (l.to.IsZero() || at.Before(l.to)) {
 		l.inWindow++
@@ -289,6 +293,7 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 	r.add("submitted_per_s", round(float64(submitted.Load())/cfg.duration.Seconds()))
 	r.add("completed_per_s", round(float64(lags.inWindow)/cfg.duration.Seconds()))
 	r.add("early", lags.early)
+	r.add("over_2s", lags.late)
 	if st, err := q.Stats(ctx, &coordv1.QueueStatsRequest{Queue: name}); err == nil && len(st.GetQueues()) == 1 {
 		r.add("backlog_at_end", st.GetQueues()[0].GetAvailable())
 	}
@@ -384,5 +389,6 @@ func queueDelayed(ctx context.Context, cfg config, n int) (*result, error) {
 	r.add("not_started", int64(qcfg.delayed)-lags.inWindow)
 	r.add("early", lags.early)
 	r.add("max_early_ms", lags.maxEarlyMs)
+	r.add("over_2s", lags.late)
 	return r, nil
 }

@@ -16,7 +16,7 @@ import (
 // Keys: clients (one count; overrides --clients), duration, warmup, rate
 // (--queue-rate), batch (--queue-batch), concurrency (--queue-concurrency),
 // workers (--queue-workers), jobs (--delayed-jobs), delay-max (--delay-max),
-// fetch-max (--fetch-max). An item with settings tags its lines with
+// fetch-max (--fetch-max), raw (1: --queue-raw, 0: the SDK's workers). An item with settings tags its lines with
 // "spec" (the item as given).
 type workloadSpec struct {
 	name    string
@@ -52,9 +52,9 @@ func parseWorkloadSpec(item string) (workloadSpec, error) {
 				"warmup":    func(c *config, _ *queueConfig) { c.warmup = d },
 				"delay-max": func(_ *config, q *queueConfig) { q.delayMax = d },
 			}[k])
-		case "clients", "rate", "batch", "concurrency", "workers", "jobs", "fetch-max":
+		case "clients", "rate", "batch", "concurrency", "workers", "jobs", "fetch-max", "raw":
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || (n == 0 && k != "rate") {
+			if err != nil || n < 0 || (n == 0 && k != "rate" && k != "raw") {
 				return s, fmt.Errorf("workload %q: %s=%q is not a positive count", item, k, v)
 			}
 			switch k {
@@ -72,6 +72,8 @@ func parseWorkloadSpec(item string) (workloadSpec, error) {
 				sets = append(sets, func(_ *config, q *queueConfig) { q.delayed = n })
 			case "fetch-max":
 				sets = append(sets, func(_ *config, q *queueConfig) { q.fetchMax = n })
+			case "raw":
+				sets = append(sets, func(_ *config, q *queueConfig) { q.raw = n != 0 })
 			}
 		default:
 			return s, fmt.Errorf("workload %q: unknown setting %q", item, k)
