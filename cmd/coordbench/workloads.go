@@ -34,6 +34,7 @@ var workloadFuncs = map[string]workload{
 	"queue":             queueThroughput,
 	"queue-single":      queueSingle,
 	"queue-delayed":     queueDelayed,
+	"queue-footprint":   queueFootprint,
 	"watch":             watchWorkload,
 }
 
