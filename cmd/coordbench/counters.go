@@ -99,3 +99,32 @@ func addCounters(r *result, a, b *clusterCounters) {
 		}
 	}
 }
+
+// clusterTerm is the highest Raft term the nodes report (0 if none answers).
+func clusterTerm(cfg config) uint64 {
+	var best uint64
+	for _, ep := range cfg.endpoints {
+		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{})
+		cancel()
+		cc.Close()
+		if err == nil {
+			best = max(best, st.GetTerm())
+		}
+	}
+	return best
+}
+
+// leaderChanges is how many terms began since term0: elections during a
+// workload (each new term is one; a run that saw none reports 0).
+func leaderChanges(cfg config, term0 uint64) int64 {
+	t := clusterTerm(cfg)
+	if t == 0 || term0 == 0 {
+		return -1
+	}
+	return int64(t - term0)
+}

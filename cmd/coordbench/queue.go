@@ -82,7 +82,7 @@ func findLeaderQueue(ctx context.Context, cfg config) (coordv1.QueueClient, func
 type queueWorkers struct {
 	q       coordv1.QueueClient
 	queue   string
-	started func(runAtMs int64, at time.Time)
+	started func(runAtMs int64, at time.Time, attempt uint32)
 	errs    atomic.Int64
 	lastErr atomic.Value
 	wg      sync.WaitGroup
@@ -91,7 +91,7 @@ type queueWorkers struct {
 // startWorkers runs n workers on the queue (the SDK's, or raw with
 // --queue-raw); stop ends them and reports their errors.
 func startWorkers(ctx context.Context, cfg config, q coordv1.QueueClient, name string, n int,
-	started func(runAtMs int64, at time.Time)) (stop func(), err error) {
+	started func(runAtMs int64, at time.Time, attempt uint32)) (stop func(), err error) {
 	if qcfg.raw {
 		wctx, cancel := context.WithCancel(ctx)
 		qw := &queueWorkers{q: q, queue: name, started: started}
@@ -111,7 +111,7 @@ func startWorkers(ctx context.Context, cfg config, q coordv1.QueueClient, name s
 		w := queue.NewWorker(cs[i], queue.WithQueue(name, qcfg.concurrency), queue.WithWorkerID(fmt.Sprintf("bench-%s-w%d", run, i)),
 			queue.WithPollWait(time.Second))
 		w.Handle("noop", func(_ context.Context, j *queue.Job) error {
-			started(j.RunAt.UnixMilli(), time.Now())
+			started(j.RunAt.UnixMilli(), time.Now(), j.Attempt)
 			return nil
 		})
 		if err := w.Start(); err != nil {
@@ -162,7 +162,7 @@ func (qw *queueWorkers) run(ctx context.Context, n int) {
 				}
 				comps := make([]*coordv1.JobCompletion, len(r.GetJobs()))
 				for i, cl := range r.GetJobs() {
-					qw.started(cl.GetJob().GetRunAtMs(), time.Now()) // the (empty) handler starts
+					qw.started(cl.GetJob().GetRunAtMs(), time.Now(), cl.GetAttempt().GetNumber()) // the (empty) handler starts
 					comps[i] = &coordv1.JobCompletion{JobId: cl.GetJob().GetId(), Attempt: cl.GetAttempt().GetNumber()}
 				}
 				for ctx.Err() == nil {
@@ -193,14 +193,18 @@ type lagRecorder struct {
 	lags       []time.Duration
 	early      int64 // started before run_at
 	late       int64 // started more than 2 s after run_at (the bound)
+	again      int64 // attempts after the first (a claim lapsed: its fetch's answer was lost)
 	inWindow   int64
 	maxEarlyMs int64
 }
 
-func (l *lagRecorder) started(runAtMs int64, at time.Time) {
+func (l *lagRecorder) started(runAtMs int64, at time.Time, attempt uint32) {
 	lag := at.Sub(time.UnixMilli(runAtMs))
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if attempt > 1 {
+		l.again++
+	}
 	if at.UnixMilli() < runAtMs {
 		l.early++
 		l.maxEarlyMs = max(l.maxEarlyMs, runAtMs-at.UnixMilli())
@@ -232,6 +236,7 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 		return nil, err
 	}
 	defer done()
+	term0 := clusterTerm(cfg)
 	name := queueName("tp")
 	start := time.Now().Add(cfg.warmup)
 	end := start.Add(cfg.duration)
@@ -241,6 +246,16 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 		return nil, err
 	}
 
+	// The cluster's counters over the measured window (cores, entries).
+	var before, after *clusterCounters
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		time.Sleep(time.Until(start))
+		before = readCounters(cfg)
+		time.Sleep(time.Until(end))
+		after = readCounters(cfg)
+	}()
 	var submitted, submitErrs atomic.Int64
 	var sub sync.WaitGroup
 	submitters := 4
@@ -279,6 +294,7 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 		})
 	}
 	sub.Wait()
+	<-sampled
 	// Let the backlog drain a little (not counted), then stop.
 	time.Sleep(500 * time.Millisecond)
 	stopWorkers()
@@ -294,6 +310,9 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 	r.add("completed_per_s", round(float64(lags.inWindow)/cfg.duration.Seconds()))
 	r.add("early", lags.early)
 	r.add("over_2s", lags.late)
+	r.add("second_attempts", lags.again)
+	r.add("leader_changes", leaderChanges(cfg, term0))
+	addCounters(r, before, after)
 	if st, err := q.Stats(ctx, &coordv1.QueueStatsRequest{Queue: name}); err == nil && len(st.GetQueues()) == 1 {
 		r.add("backlog_at_end", st.GetQueues()[0].GetAvailable())
 	}
@@ -308,6 +327,7 @@ func queueSingle(ctx context.Context, cfg config, n int) (*result, error) {
 		return nil, err
 	}
 	defer done()
+	term0 := clusterTerm(cfg)
 	name := queueName("one")
 	lags := &lagRecorder{}
 	stopWorkers, err := startWorkers(ctx, cfg, q, name, qcfg.workers, lags.started)
@@ -322,6 +342,7 @@ func queueSingle(ctx context.Context, cfg config, n int) (*result, error) {
 	stopWorkers()
 	r.add("latency", "submit")
 	r.add("workers", fmt.Sprintf("%d %s", qcfg.workers, workerKind()))
+	r.add("leader_changes", leaderChanges(cfg, term0))
 	lags.mu.Lock()
 	r.add("completed", lags.inWindow)
 	r.add("early", lags.early)
@@ -338,6 +359,7 @@ func queueDelayed(ctx context.Context, cfg config, n int) (*result, error) {
 		return nil, err
 	}
 	defer done()
+	term0 := clusterTerm(cfg)
 	name := queueName("delayed")
 	lags := &lagRecorder{}
 	stopWorkers, err := startWorkers(ctx, cfg, q, name, n, lags.started)
@@ -390,5 +412,7 @@ func queueDelayed(ctx context.Context, cfg config, n int) (*result, error) {
 	r.add("early", lags.early)
 	r.add("max_early_ms", lags.maxEarlyMs)
 	r.add("over_2s", lags.late)
+	r.add("second_attempts", lags.again)
+	r.add("leader_changes", leaderChanges(cfg, term0))
 	return r, nil
 }
