@@ -64,7 +64,7 @@ func commitIndex(cfg config) uint64 {
 		if err != nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		st, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{})
 		cancel()
 		cc.Close()
@@ -108,7 +108,7 @@ func clusterTerm(cfg config) uint64 {
 		if err != nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		st, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{})
 		cancel()
 		cc.Close()
