@@ -212,6 +212,58 @@ func TestQueueFootprintSmall(t *testing.T) {
 	runtime.KeepAlive(f)
 }
 
+// TestQueueFootprintSucceeded keeps a finished job (200-byte args, one
+// succeeded attempt: what retention holds, up to DefaultMaxFinishedJobs)
+// under 1 KiB too, and checks that its attempt log has no spare room.
+func TestQueueFootprintSucceeded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates ~100 MB")
+	}
+	const n = 50_000
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	f := New()
+	queueJobs(t, f, n)
+	cal := t0 + 61_000
+	next := uint64(1)
+	for i := 0; i < n; i += MaxFetchBatch {
+		data, err := proto.Marshal(EnvelopeAt(1_000_000, cal, &fsmv1.FetchJobs{Queues: []string{"default"}, Max: MaxFetchBatch, WorkerId: "w"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := f.Apply(data).(*FetchResult); !ok || len(r.Jobs) != MaxFetchBatch || cap(r.Jobs) != MaxFetchBatch {
+			t.Fatalf("fetch: %T", r)
+		}
+		var done []*fsmv1.JobCompletion
+		for k := 0; k < MaxFetchBatch; k++ {
+			done = append(done, &fsmv1.JobCompletion{JobId: next, Attempt: 1})
+			next++
+		}
+		data, err = proto.Marshal(EnvelopeAt(1_000_000, cal, &fsmv1.CompleteJobs{Completions: done, WorkerId: "w"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := f.Apply(data).(JobResults); !ok {
+			t.Fatal("complete refused")
+		}
+	}
+	per := float64(heap()-before) / n
+	j, ok := f.QueueJob(n)
+	if !ok || j.State != JobSucceeded || len(j.Log) != 1 || cap(j.Log) != 1 {
+		t.Fatalf("job %d: %+v (log cap %d)", n, j, cap(j.Log))
+	}
+	t.Logf("%d succeeded jobs with 200-byte args: %.0f bytes per job", n, per)
+	if per > 1024 {
+		t.Fatalf("%.0f bytes per succeeded job; the budget is 1024", per)
+	}
+	runtime.KeepAlive(f)
+}
+
 // TestQueueFootprint measures memory per scheduled job, snapshot size and
 // restore time at 1,000,000 jobs with 200-byte args:
 // COORDD_FOOTPRINT=1 go test ./fsm -run QueueFootprint$ -v

@@ -159,11 +159,16 @@ func (j *QueueJob) attempt(n uint32) *Attempt {
 }
 
 // withLog returns a copy of j whose log is a private copy (so the stored
-// record's log is never written), with room for one more attempt.
+// record's log is never written). The copy is exactly as long as the log:
+// a finished job keeps it for its whole retention, and room for an
+// attempt that never comes would cost an Attempt (112 bytes) per job.
+// claim makes its own room.
 func (j *QueueJob) withLog() *QueueJob {
 	n := *j
-	n.Log = make([]Attempt, len(j.Log), len(j.Log)+1)
-	copy(n.Log, j.Log)
+	if len(j.Log) > 0 {
+		n.Log = make([]Attempt, len(j.Log))
+		copy(n.Log, j.Log)
+	}
 	return &n
 }
 

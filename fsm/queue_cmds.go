@@ -136,7 +136,15 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 	}
 	start := int(s.fetchSeq % uint64(len(queues)))
 	s.fetchSeq++
-	res := &FetchResult{}
+	// Room for what will be handed out (the available counts), so that
+	// the result is not regrown (and its jobs copied) on the way.
+	avail := 0
+	for _, q := range queues {
+		if c := s.qidx.stats[q]; c != nil {
+			avail += int(c.states[JobAvailable])
+		}
+	}
+	res := &FetchResult{Jobs: make([]QueueJob, 0, min(avail, int(c.GetMax())))}
 	empty := make([]bool, len(queues))
 	left := len(queues)
 	for len(res.Jobs) < int(c.GetMax()) && left > 0 {
@@ -159,10 +167,14 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 
 // claim starts the next attempt of an available job.
 func (s *state) claim(j *QueueJob, cal int64, worker, identity string) *QueueJob {
-	n := j.withLog()
-	if len(n.Log) == MaxAttemptRecords {
-		n.Log = append(n.Log[:0:0], n.Log[1:]...)
+	cp := *j
+	n := &cp
+	keep := j.Log
+	if len(keep) == MaxAttemptRecords {
+		keep = keep[1:]
 	}
+	n.Log = make([]Attempt, len(keep), len(keep)+1) // a private copy with room for the new attempt
+	copy(n.Log, keep)
 	n.Attempts++
 	n.Log = append(n.Log, Attempt{Number: n.Attempts, Outcome: AttemptRunning, StartedAt: cal, Deadline: cal + n.VisibilityMs,
 		WorkerID: worker, Identity: identity})
