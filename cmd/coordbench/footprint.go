@@ -73,7 +73,10 @@ func queueFootprint(ctx context.Context, cfg config, n int) (*result, error) {
 				for i := range jobs {
 					jobs[i] = &coordv1.NewJob{Queue: name, Kind: "send-report", Args: args, RunAtMs: runAt}
 				}
-				for attempt := 0; ; attempt++ {
+				// Retried until it is applied: a retry of a submit that
+				// was applied after all adds its jobs twice, so the
+				// heap is divided by the jobs the nodes hold, not by N.
+				for {
 					sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 					_, err := q.Submit(sctx, &coordv1.QueueSubmitRequest{Jobs: jobs})
 					cancel()
@@ -82,9 +85,6 @@ func queueFootprint(ctx context.Context, cfg config, n int) (*result, error) {
 					}
 					errs.Add(1)
 					lastErr.Store(err.Error())
-					if attempt == 5 {
-						return
-					}
 					time.Sleep(time.Second)
 				}
 			}
@@ -99,19 +99,26 @@ func queueFootprint(ctx context.Context, cfg config, n int) (*result, error) {
 	r.add("jobs", total)
 	r.add("args_bytes", len(args))
 	r.add("gc_forced", gc)
-	// Every node has applied every job before it is measured.
+	// Every node has applied every job before it is measured; held is
+	// what they hold (more than total when a retried submit was applied
+	// twice).
+	held := total
 	for _, nd := range lc.Nodes {
 		if _, err := waitRecords(nd, total, time.Now().Add(2*time.Minute)); err != nil {
 			return nil, err
 		}
+		if v, err := scrape("http://"+nd.HTTPAddr+"/metrics", recordsMetric); err == nil {
+			held = max(held, int(v))
+		}
 	}
+	r.add("jobs_held", held)
 	var follower *proccluster.Node
 	for _, nd := range lc.Nodes {
 		h, _, err := nodeHeap(nd)
 		if err != nil {
 			return nil, err
 		}
-		r.add("heap_per_job_"+nd.ID, round((h-before[nd.ID])/float64(total)))
+		r.add("heap_per_job_"+nd.ID, round((h-before[nd.ID])/float64(held)))
 		r.add("rss_mib_"+nd.ID, round(float64(rssBytes(nd))/(1<<20)))
 		if st, err := lc.Status(nd, 2*time.Second); err == nil && st.GetState() == "Follower" && follower == nil {
 			follower = nd
@@ -149,7 +156,7 @@ func queueFootprint(ctx context.Context, cfg config, n int) (*result, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	recordsAt, err := waitRecords(follower, total, deadline)
+	recordsAt, err := waitRecords(follower, held, deadline)
 	if err != nil {
 		return nil, err
 	}
@@ -166,10 +173,12 @@ func queueFootprint(ctx context.Context, cfg config, n int) (*result, error) {
 	r.add("restart_all_jobs_ms", recordsAt.Sub(tr).Milliseconds())
 	r.add("restart_caught_up_ms", appliedAt.Milliseconds())
 	if h, _, err := nodeHeap(follower); err == nil {
-		r.add("heap_per_job_restarted", round(h/float64(total)))
+		r.add("heap_per_job_restarted", round(h/float64(held)))
 	}
 	return r, nil
 }
+
+var heapProfiles int
 
 // nodeHeap is a node's go_memstats_heap_inuse_bytes, after a GC when the
 // node serves pprof (forced reports whether it did).
@@ -179,7 +188,17 @@ func nodeHeap(nd *proccluster.Node) (heap float64, forced bool, err error) {
 	}
 	hc := http.Client{Timeout: time.Minute}
 	if resp, err := hc.Get("http://" + nd.HTTPAddr + "/debug/pprof/heap?gc=1"); err == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
+		var w io.Writer = io.Discard
+		// COORDBENCH_HEAP_DIR keeps the heap profiles (NODE-N.heap, in
+		// the order taken) for go tool pprof.
+		if dir := os.Getenv("COORDBENCH_HEAP_DIR"); dir != "" && resp.StatusCode == http.StatusOK {
+			heapProfiles++
+			if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.heap", nd.ID, heapProfiles))); err == nil {
+				defer f.Close()
+				w = f
+			}
+		}
+		_, _ = io.Copy(w, resp.Body)
 		resp.Body.Close()
 		forced = resp.StatusCode == http.StatusOK
 	}
@@ -187,11 +206,13 @@ func nodeHeap(nd *proccluster.Node) (heap float64, forced bool, err error) {
 	return heap, forced, err
 }
 
+const recordsMetric = `coordd_fsm_records{family="queue_jobs"}`
+
 // waitRecords waits until the node's replica holds at least n queue jobs
 // and returns when it saw that.
 func waitRecords(nd *proccluster.Node, n int, deadline time.Time) (time.Time, error) {
 	for {
-		v, err := scrape("http://"+nd.HTTPAddr+"/metrics", `coordd_fsm_records{family="queue_jobs"}`)
+		v, err := scrape("http://"+nd.HTTPAddr+"/metrics", recordsMetric)
 		if err == nil && v >= float64(n) {
 			return time.Now(), nil
 		}

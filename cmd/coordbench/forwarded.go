@@ -35,7 +35,7 @@ func forwarded(lc *proccluster.Cluster) (float64, error) {
 
 // scrape reads one unlabelled sample from a Prometheus text endpoint.
 func scrape(url, metric string) (float64, error) {
-	hc := http.Client{Timeout: 2 * time.Second}
+	hc := http.Client{Timeout: 10 * time.Second} // a node busy applying a large backlog answers slowly
 	resp, err := hc.Get(url)
 	if err != nil {
 		return 0, err

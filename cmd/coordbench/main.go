@@ -117,6 +117,7 @@ func main() {
 	stores := flag.String("raft-log-store", "", "with --cluster: the nodes' Raft log store(s), comma-separated (wal, bolt); each gets a fresh cluster, in turn (default: coordd's)")
 	rounds := flag.Int("rounds", 1, "with --cluster: run everything this many times, each store in turn (wal, bolt, wal, bolt, ...)")
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
+	clusterDir := flag.String("cluster-dir", "", "with --cluster: keep the nodes' data dirs and logs under this directory (one subdirectory per cluster) instead of a removed temporary one")
 	nodeArgs := flag.String("coordd-args", "", "with --cluster: extra coordd flags for every node, space-separated (e.g. --enable-pprof); the nodes' HTTP addresses are printed to stderr")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -220,7 +221,14 @@ func main() {
 				if *rounds > 1 {
 					tag = append(tag, [2]any{"round", round})
 				}
-				lc, err := startCluster(path, flags...)
+				dir := ""
+				if *clusterDir != "" {
+					var err error
+					if dir, err = os.MkdirTemp(*clusterDir, "cluster-"); err != nil {
+						fatal(err)
+					}
+				}
+				lc, err := startCluster(path, dir, flags...)
 				if err != nil {
 					fatal(err)
 				}
@@ -262,12 +270,12 @@ var atExit []func()
 // startCluster starts three coordd processes on loopback (warnings only;
 // HTTP for the forwarded-calls counter; extraArgs for every node) and waits for a leader. The nodes die with coordbench (Pdeathsig)
 // and are killed by PID at the end or on a fatal error.
-func startCluster(bin string, extraArgs ...string) (*proccluster.Cluster, error) {
+func startCluster(bin, dir string, extraArgs ...string) (*proccluster.Cluster, error) {
 	nodes, err := proccluster.LoopbackNodes(3, true, append([]string{"--log-level", "warn"}, extraArgs...)...)
 	if err != nil {
 		return nil, err
 	}
-	lc, err := proccluster.Launch(bin, nodes, proccluster.Options{})
+	lc, err := proccluster.Launch(bin, nodes, proccluster.Options{Dir: dir})
 	if err != nil {
 		return nil, err
 	}
