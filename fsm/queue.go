@@ -477,8 +477,30 @@ func (s *state) qjob(id uint64) *QueueJob {
 	return j
 }
 
+// shareNames points j's queue, kind and identity at the equal strings of
+// the job with the highest id (the one submitted, or restored, just
+// before it), so that a batch of jobs of one kind holds each name once
+// instead of one decoded copy per job (about 40 bytes a job). Values do
+// not change: nothing observable (digest, snapshots, reads) depends on it.
+func (s *state) shareNames(j *QueueJob) {
+	p, ok := s.qjobs.Max()
+	if !ok {
+		return
+	}
+	if j.Queue == p.Queue {
+		j.Queue = p.Queue
+	}
+	if j.Kind == p.Kind {
+		j.Kind = p.Kind
+	}
+	if j.Identity == p.Identity {
+		j.Identity = p.Identity
+	}
+}
+
 // insertJob stores a new job and indexes it.
 func (s *state) insertJob(j *QueueJob) {
+	s.shareNames(j)
 	s.qjobs.ReplaceOrInsert(j)
 	s.qidx.addStatic(j)
 	s.qidx.addDynamic(j)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unsafe"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
@@ -832,5 +833,46 @@ func buildQueueState(t testing.TB, f *FSM) {
 		if j, _ := f.QueueJob(id); j.State != st {
 			t.Fatalf("job %d: %s, want %s", id, j.State, st)
 		}
+	}
+}
+
+// Jobs submitted (or restored) one after another with the same queue,
+// kind and identity hold one copy of each name, not one decoded copy per
+// job; the values and the digest are as before.
+func TestQueueJobsShareNames(t *testing.T) {
+	f := New()
+	submit(t, f, t0, jspec("q", "send"), jspec("q", "send"), jspec("other", "send"))
+	submit(t, f, t0, jspec("other", "mail"))
+	same := func(a, b string) bool { return a == b && unsafe.StringData(a) == unsafe.StringData(b) }
+	check := func(f *FSM, when string) {
+		t.Helper()
+		var js []QueueJob
+		for id := uint64(1); id <= 4; id++ {
+			j, ok := f.QueueJob(id)
+			if !ok {
+				t.Fatalf("%s: job %d missing", when, id)
+			}
+			js = append(js, j)
+		}
+		if !same(js[0].Queue, js[1].Queue) || !same(js[0].Kind, js[1].Kind) || !same(js[1].Kind, js[2].Kind) ||
+			!same(js[2].Queue, js[3].Queue) || !same(js[0].Identity, js[3].Identity) {
+			t.Fatalf("%s: names not shared: %+v", when, js)
+		}
+		if js[2].Queue != "other" || js[3].Kind != "mail" || js[0].Identity != "submitter" {
+			t.Fatalf("%s: names changed: %+v", when, js)
+		}
+	}
+	check(f, "after submit")
+	var buf bytes.Buffer
+	if err := f.WriteSnapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	g := New()
+	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
+		t.Fatal(err)
+	}
+	check(g, "after restore")
+	if f.Digest() != g.Digest() {
+		t.Fatal("digest changed by a snapshot round trip")
 	}
 }

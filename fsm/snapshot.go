@@ -195,6 +195,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 			if j.ID > st.lastJobID {
 				return nil, fmt.Errorf("snapshot: queue job %d above the last id assigned (%d)", j.ID, st.lastJobID)
 			}
+			st.shareNames(j)
 			st.qjobs.ReplaceOrInsert(j)
 		case *fsmv1.SnapshotRecord_Schedule:
 			sc, err := scheduleFromRecord(x.Schedule)
