@@ -17,18 +17,18 @@
   // Countdown: each expiry cell holds the ms left when it was rendered.
   function startCountdown() {
     var t0 = Date.now();
-    document.querySelectorAll("td.expires").forEach(function (td) {
+    document.querySelectorAll("td.col-expires").forEach(function (td) {
       td.dataset.deadline = String(t0 + Number(td.dataset.expiresIn || 0));
     });
     setInterval(function () {
       var now = Date.now();
-      document.querySelectorAll("td.expires").forEach(function (td) {
+      document.querySelectorAll("td.col-expires").forEach(function (td) {
         var left = Number(td.dataset.deadline) - now;
         if (!Number(td.dataset.expiresIn)) return;
         if (left <= 0) {
           td.textContent = "—";
-          var st = td.parentElement.querySelector("td.state");
-          if (st && st.textContent === "held") { st.textContent = "expired"; st.className = "state expired"; }
+          var st = td.parentElement.querySelector("td.col-state");
+          if (st && st.textContent === "held") { st.textContent = "expired"; st.className = "col-state state expired"; }
           td.dataset.expiresIn = "0";
         } else {
           td.textContent = fmtDur(left);
@@ -62,27 +62,27 @@
       row = document.createElement("tr");
       row.dataset.key = e.key;
       ["name", "state", "owner", "identity", "generation", "expires", "ttl", "held", "renewals", "value"].forEach(function (c) {
-        row.appendChild(cell(c, ""));
+        row.appendChild(cell("col-" + c, ""));
       });
       tbody.insertBefore(row, tbody.firstChild);
     }
     var st = leaseState(l, e.kind);
     var exp = st === "held" ? Number(l.expires_in_ms || 0) : 0;
-    row.querySelector(".name").textContent = l.name;
-    var s = row.querySelector(".state");
+    row.querySelector(".col-name").textContent = l.name;
+    var s = row.querySelector(".col-state");
     s.textContent = st;
-    s.className = "state " + st;
-    row.querySelector(".owner").textContent = l.owner || "";
-    row.querySelector(".identity").textContent = l.identity || "";
-    row.querySelector(".generation").textContent = l.generation || "0";
-    var x = row.querySelector(".expires");
+    s.className = "col-state state " + st;
+    row.querySelector(".col-owner").textContent = l.owner || "";
+    row.querySelector(".col-identity").textContent = l.identity || "";
+    row.querySelector(".col-generation").textContent = l.generation || "0";
+    var x = row.querySelector(".col-expires");
     x.dataset.expiresIn = String(exp);
     x.dataset.deadline = String(Date.now() + exp);
     x.textContent = exp ? fmtDur(exp) : "—";
-    row.querySelector(".ttl").textContent = fmtDur(Number(l.ttl_ms || 0));
-    row.querySelector(".held").textContent = fmtDur(Number(l.held_ms || 0));
-    row.querySelector(".renewals").textContent = l.renewals || "0";
-    var v = row.querySelector(".value");
+    row.querySelector(".col-ttl").textContent = fmtDur(Number(l.ttl_ms || 0));
+    row.querySelector(".col-held").textContent = fmtDur(Number(l.held_ms || 0));
+    row.querySelector(".col-renewals").textContent = l.renewals || "0";
+    var v = row.querySelector(".col-value");
     v.textContent = "";
     var code = document.createElement("code");
     code.textContent = l.value ? atob(l.value) : "";

@@ -1,0 +1,335 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/coordd/coordd/internal/testcluster"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// consoleACL: ops may do everything, viewer only read.
+const consoleACL = `
+rules:
+  - name: nodes
+    identities: [node*]
+    ops: [admin]
+  - name: operators
+    identities: [ops]
+    ops: [admin, read, job, work, lease, fence]
+  - name: viewers
+    identities: [viewer]
+    ops: [read]
+`
+
+// chromiumPath finds Debian's chromium (scripts/test.sh installs it). In CI
+// its absence fails the test; elsewhere it skips.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("chromium is not installed: scripts/test.sh installs Debian's chromium package (as root)")
+	}
+	t.Skip("chromium is not installed (scripts/test.sh installs Debian's chromium package when run as root): skipping the browser test")
+	return ""
+}
+
+// identityProxy is a plain-HTTP loopback front for the browser that calls
+// the node's HTTPS port with identity's client certificate: the browser
+// stands for a user holding that certificate (headless Chromium cannot be
+// handed a client certificate without a system policy). The Host header is
+// kept, so the console's same-origin check sees the browser's origin.
+func identityProxy(t *testing.T, certs *testcluster.Certs, httpsAddr, identity string) string {
+	t.Helper()
+	target := &url.URL{Scheme: "https", Host: httpsAddr}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = r.In.Host
+		},
+		Transport: &http.Transport{TLSClientConfig: certs.Client(identity)},
+	}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestConsoleInBrowser loads every page of the console in headless
+// Chromium against a three-node cluster with mutual TLS and an ACL: no
+// console errors or exceptions, the lease (and one acquired while the page
+// is open, through the live Watch), a dead job with its error, a
+// schedule's next run; retrying the dead job works for ops and is refused
+// for viewer. COORDD_CONSOLE_SCREENSHOTS=dir writes PNG screenshots of the
+// main pages there (docs/console holds them).
+func TestConsoleInBrowser(t *testing.T) {
+	chromium := chromiumPath(t)
+	c, certs, _ := secureCluster(t, 3, consoleACL, testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.API.HTTPAddr = "127.0.0.1:0" }))
+	leader := c.WaitLeader()
+	ctx := context.Background()
+
+	// The state to show: a lease, a fenced resource, a dead job, a
+	// succeeded one, a schedule.
+	conn := connAs(t, certs.Client("ops"), leader.API.GRPCAddr())
+	coord, queue, scheds := coordv1.NewCoordinatorClient(conn), coordv1.NewQueueClient(conn), coordv1.NewSchedulesClient(conn)
+	if _, err := coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "billing/daily-close", Owner: "worker-7", TtlMs: 120_000,
+		Value: []byte("10.0.0.7:8080")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coord.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "ledger/accounts", Token: "billing/daily-close:1",
+		IdempotencyKey: "close-2026-11-30"}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := queue.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{
+		{Queue: "billing", Kind: "charge-card", Args: []byte(`{"invoice":1017,"amount_cents":4200}`), MaxAttempts: 1},
+		{Queue: "billing", Kind: "send-receipt", Args: []byte(`{"invoice":1016}`)},
+		{Queue: "reports", Kind: "report", DelayMs: 3_600_000},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, done := sub.GetJobs()[0].GetId(), sub.GetJobs()[1].GetId()
+	fetched, err := queue.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"billing"}, Max: 2, WorkerId: "worker-7"})
+	if err != nil || len(fetched.GetJobs()) != 2 {
+		t.Fatalf("fetch: %v %v", err, fetched)
+	}
+	const failure = "card declined: insufficient funds (gateway code 51)"
+	if _, err := queue.Fail(ctx, &coordv1.QueueFailRequest{WorkerId: "worker-7",
+		Failures: []*coordv1.JobFailure{{JobId: dead, Attempt: 1, Error: failure}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: "worker-7",
+		Completions: []*coordv1.JobCompletion{{JobId: done, Attempt: 1, Result: []byte(`{"sent":true}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scheds.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "nightly-report",
+		Schedule: "0 2 * * *", TimeZone: "UTC", Job: &coordv1.JobTemplate{Queue: "reports", Kind: "report"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var nextRun string // once the leader has materialised it, its next due time is the next occurrence
+	c.Eventually("the schedule materialised", 20*time.Second, func() bool {
+		sched, err := scheds.GetSchedule(ctx, &coordv1.GetScheduleRequest{Name: "nightly-report"})
+		if err != nil || len(sched.GetNext()) == 0 || sched.GetSchedule().GetNextDueMs() != sched.GetNext()[0].GetAtMs() {
+			return false
+		}
+		nextRun = time.UnixMilli(sched.GetNext()[0].GetAtMs()).UTC().Format("2006-01-02 15:04:05Z")
+		return true
+	})
+
+	ops := identityProxy(t, certs, leader.API.HTTPAddr(), "ops")
+	viewer := identityProxy(t, certs, leader.API.HTTPAddr(), "viewer")
+
+	// The browser.
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 800),
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-dev-shm-usage", true))...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	defer cancelBrowser()
+	if err := chromedp.Do(bctx); err != nil { // starts the browser (no timeout on this context)
+		t.Fatalf("start chromium: %v", err)
+	}
+	var (
+		mu       sync.Mutex
+		messages []chromedp.ConsoleMessage
+	)
+	lctx, stopListen := context.WithCancel(bctx)
+	defer stopListen()
+	msgs := chromedp.Console(lctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			messages = append(messages, m)
+			mu.Unlock()
+		}
+	}()
+	// problems returns the errors, warnings and exceptions logged since
+	// the last call.
+	problems := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for _, m := range messages {
+			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning || m.IsException() {
+				out = append(out, fmt.Sprintf("%s (%s)", m.String(), m.URL))
+			}
+		}
+		messages = nil
+		return out
+	}
+	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(bctx, 15*time.Second)
+		defer cancel()
+		if err := chromedp.Do(sctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+		defer cancel()
+		s, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
+	}
+	shots := os.Getenv("COORDD_CONSOLE_SCREENSHOTS") // relative to the repository root
+	if shots != "" && !filepath.IsAbs(shots) {
+		shots = filepath.Join("..", shots) // tests run in integration/
+	}
+	if shots != "" {
+		if err := os.MkdirAll(shots, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	screenshot := func(name string) {
+		t.Helper()
+		if shots == "" {
+			return
+		}
+		sctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+		defer cancel()
+		png, err := chromedp.Run(sctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectClean := func(page string) {
+		t.Helper()
+		if p := problems(); len(p) > 0 {
+			t.Errorf("%s: console problems:\n%s", page, strings.Join(p, "\n"))
+		}
+	}
+	contains := func(page, got string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q not shown in %q", page, w, got)
+			}
+		}
+	}
+
+	// Cluster: the node leads (a busy machine may move leadership for a
+	// while) and has measured its members' clocks.
+	c.Eventually("the cluster page shows the leader with clock offsets", 30*time.Second, func() bool {
+		run("cluster page", chromedp.Navigate(ops+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#members")))
+		return text("#node-state") == "Leader" && strings.Count(text("#members"), " ms ± ") == 3
+	})
+	contains("cluster", text("#members"), "node1", "node2", "node3", "leader")
+	contains("cluster", text("#leader-id"), leader.ID)
+	screenshot("cluster")
+	expectClean("cluster")
+
+	// Leases: the lease, then one acquired while the page is open (Watch).
+	run("leases page", chromedp.Navigate(ops+"/ui/leases"), chromedp.WaitVisible(chromedp.CSS(`tr[data-key="billing/daily-close"]`)))
+	contains("leases", text(`tr[data-key="billing/daily-close"]`), "worker-7", "ops", "held", "10.0.0.7:8080")
+	run("live updates start", chromedp.WaitVisible(chromedp.CSS("#live.on")))
+	if _, err := coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "billing/invoices", Owner: "worker-9", TtlMs: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	run("a lease acquired while the page is open appears", chromedp.WaitVisible(chromedp.CSS(`tr[data-key="billing/invoices"]`)))
+	contains("leases (live)", text(`tr[data-key="billing/invoices"]`), "worker-9", "held")
+	screenshot("leases")
+	expectClean("leases")
+
+	// Queues.
+	run("queues page", chromedp.Navigate(ops+"/ui/queues"), chromedp.WaitVisible(chromedp.CSS("#queues")))
+	contains("queues", text("#queues"), "billing", "reports")
+	run("chart", chromedp.WaitVisible(chromedp.CSS("svg.chart")))
+	screenshot("queues")
+	expectClean("queues")
+
+	// Jobs: the dead one in the list and on its page with its error.
+	run("jobs page", chromedp.Navigate(ops+"/ui/jobs?queue=billing"), chromedp.WaitVisible(chromedp.CSS("#jobs")))
+	contains("jobs", text("#jobs"), fmt.Sprint(dead), "charge-card", "dead", "send-receipt", "succeeded")
+	screenshot("jobs")
+	expectClean("jobs")
+	jobPage := fmt.Sprintf("/ui/jobs/%d", dead)
+	run("job page", chromedp.Navigate(ops+jobPage), chromedp.WaitVisible(chromedp.CSS("#attempts")))
+	contains("job", text("#attempts"), failure, fmt.Sprintf("job:%d:1", dead), "worker-7")
+	contains("job", text("#args"), `"invoice": 1017`)
+	contains("job", text("#job-state"), "dead")
+	screenshot("job")
+	expectClean("job")
+
+	// Schedules: the next run.
+	run("schedules page", chromedp.Navigate(ops+"/ui/schedules"), chromedp.WaitVisible(chromedp.CSS("#schedules")))
+	contains("schedules", text("#schedules .next-run"), nextRun)
+	screenshot("schedules")
+	expectClean("schedules")
+	run("schedule page", chromedp.Navigate(ops+"/ui/schedules/nightly-report"), chromedp.WaitVisible(chromedp.CSS("#next")))
+	contains("schedule", text("#next-run"), nextRun)
+	if !regexp.MustCompile(`02:00:00Z`).MatchString(text("#next")) {
+		t.Errorf("schedule: next occurrences %q are not at 02:00", text("#next"))
+	}
+	screenshot("schedule")
+	expectClean("schedule")
+
+	// Fenced resources.
+	run("resources page", chromedp.Navigate(ops+"/ui/resources?name=ledger/accounts"), chromedp.WaitVisible(chromedp.CSS("#resource")))
+	contains("resources", text("#max-generation"), "billing/daily-close:1")
+	run("live updates start", chromedp.WaitVisible(chromedp.CSS("#live.on")))
+	if _, err := coord.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "ledger/accounts", Token: "billing/daily-close:1",
+		IdempotencyKey: "close-2026-12-01"}); err != nil {
+		t.Fatal(err)
+	}
+	run("a commit appears", chromedp.WaitVisible(chromedp.CSS("#live-commits tbody tr")))
+	contains("resources (live)", text("#live-commits"), "close-2026-12-01")
+	screenshot("resources")
+	expectClean("resources")
+
+	// A read-only identity: the button is disabled, and a retry posted
+	// anyway is refused with the reason; the job stays dead.
+	run("job page as viewer", chromedp.Navigate(viewer+jobPage), chromedp.WaitVisible(chromedp.CSS("#readonly")))
+	contains("job as viewer", text("#identity"), "viewer")
+	if disabled, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.getElementById("retry").disabled`)); err != nil || !disabled {
+		t.Fatalf("viewer's retry button: disabled=%v err=%v", disabled, err)
+	}
+	run("post the retry form anyway", chromedp.Evaluate[chromedp.Void](`document.getElementById("retry-form").submit()`),
+		chromedp.WaitVisible(chromedp.CSS("#error")))
+	contains("refused retry", text("#error"), "retry refused", `identity "viewer" may not job`, "PERMISSION_DENIED", "read-only")
+	// The refusal is a 403 response, which the browser logs; nothing else.
+	for _, p := range problems() {
+		if !strings.Contains(p, "403") {
+			t.Errorf("refused retry: console problem %s", p)
+		}
+	}
+	if j, err := queue.Get(ctx, &coordv1.QueueGetRequest{Id: dead}); err != nil || j.GetJob().GetState() != coordv1.JobState_JOB_STATE_DEAD {
+		t.Fatalf("after the refused retry: %v %v", j.GetJob().GetState(), err)
+	}
+
+	// ops retries it.
+	run("retry as ops", chromedp.Navigate(ops+jobPage), chromedp.WaitVisible(chromedp.CSS("#retry")),
+		chromedp.Click(chromedp.CSS("#retry")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	contains("retried", text("#flash"), "Job retried")
+	contains("retried", text("#job-state"), "available")
+	expectClean("retry")
+	if j, err := queue.Get(ctx, &coordv1.QueueGetRequest{Id: dead}); err != nil || j.GetJob().GetState() != coordv1.JobState_JOB_STATE_AVAILABLE {
+		t.Fatalf("after the retry: %v %v", j.GetJob().GetState(), err)
+	}
+}
