@@ -24,6 +24,21 @@ if { ! command -v iptables >/dev/null || ! command -v ip >/dev/null; } && [ "$(i
   fi
   rm -f "$aptlog"
 fi
+# The console's browser test (integration/console_test.go) drives headless
+# Chromium: install Debian's chromium the same way when it is missing. Where
+# that is impossible (not root, no apt, no network) the test skips and says
+# why, except in CI (CI set, as .ci/run does), where it must run.
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "test.sh: installing chromium with apt-get (the console's browser test needs it)"
+  aptlog=$(mktemp)
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >"$aptlog" 2>&1; then
+    cat "$aptlog" >&2
+    echo "test.sh: apt-get install chromium failed (output above)${CI:+; CI needs it}" >&2
+    rm -f "$aptlog"
+    [ -z "${CI:-}" ] || exit 1
+  fi
+  rm -f "$aptlog"
+fi
 go mod download
 # go.mod and go.sum must be exactly what `go mod tidy` writes.
 if ! tidy=$(go mod tidy -diff 2>&1); then
