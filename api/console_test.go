@@ -174,7 +174,7 @@ func TestConsolePagesRender(t *testing.T) {
 	}{
 		{"/ui/", []string{"n1", "Leader", "42 / 41", "&#43;1.500 ms ± 0.200", "identity <b id=\"identity\">viewer</b>"}},
 		{"/ui/leases?prefix=billing/", []string{"billing/close", "worker-7", `data-key="billing/close"`, "held", `data-family="lease"`}},
-		{"/ui/queues", []string{`<svg class="chart"`, "billing", "sampled every 1m0s"}},
+		{"/ui/queues", []string{`<svg class="chart"`, "billing", "sampled every 1m00s", "Throughput over the last 1h00m"}},
 		{"/ui/jobs?state=dead", []string{fmt.Sprintf(`href="/ui/jobs/%d"`, dead), "charge", "dead"}},
 		{fmt.Sprintf("/ui/jobs/%d", dead), []string{"card declined: insufficient funds", "job:" + fmt.Sprint(dead) + ":1", "&#34;invoice&#34;: 17", "w1"}},
 		{"/ui/schedules", []string{"nightly-report", "@every 1m", "reports / report"}},

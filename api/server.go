@@ -57,6 +57,10 @@ type Config struct {
 	Limits auth.Limits
 	// EnablePprof serves net/http/pprof under /debug/pprof/ on HTTPAddr.
 	EnablePprof bool
+	// ConsoleSampleInterval is how often the web console (/ui/) samples
+	// this node's queue counters for its throughput chart (default 1
+	// minute; the chart shows the last 60 samples).
+	ConsoleSampleInterval time.Duration
 
 	// MonitorInterval is how often the leader computes overdue windows and
 	// stuck leases for metrics and logs; OverdueLookback bounds how far back

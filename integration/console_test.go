@@ -81,7 +81,10 @@ func identityProxy(t *testing.T, certs *testcluster.Certs, httpsAddr, identity s
 // main pages there (docs/console holds them).
 func TestConsoleInBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
-	c, certs, _ := secureCluster(t, 3, consoleACL, testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.API.HTTPAddr = "127.0.0.1:0" }))
+	c, certs, _ := secureCluster(t, 3, consoleACL, testcluster.WithConfig(func(cfg *testcluster.Config) {
+		cfg.API.HTTPAddr = "127.0.0.1:0"
+		cfg.API.ConsoleSampleInterval = time.Second // the chart fills during the test
+	}))
 	leader := c.WaitLeader()
 	ctx := context.Background()
 
@@ -121,6 +124,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	if _, err := scheds.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "nightly-report",
 		Schedule: "0 2 * * *", TimeZone: "UTC", Job: &coordv1.JobTemplate{Queue: "reports", Kind: "report"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scheds.TriggerSchedule(ctx, &coordv1.TriggerScheduleRequest{Name: "nightly-report"}); err != nil {
 		t.Fatal(err)
 	}
 	var nextRun string // once the leader has materialised it, its next due time is the next occurrence
@@ -260,7 +266,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Queues.
 	run("queues page", chromedp.Navigate(ops+"/ui/queues"), chromedp.WaitVisible(chromedp.CSS("#queues")))
 	contains("queues", text("#queues"), "billing", "reports")
-	run("chart", chromedp.WaitVisible(chromedp.CSS("svg.chart")))
+	// The chart: the sampler (every second here) saw the success and the
+	// failure.
+	c.Eventually("the chart shows the finished jobs", 20*time.Second, func() bool {
+		run("queues page", chromedp.Navigate(ops+"/ui/queues"), chromedp.WaitVisible(chromedp.CSS("svg.chart")))
+		return text("#queues tbody tr:first-child td:last-child") == "1 / 1"
+	})
+	run("chart bars", chromedp.WaitVisible(chromedp.CSS("svg.chart rect.ok")), chromedp.WaitVisible(chromedp.CSS("svg.chart rect.bad")))
 	screenshot("queues")
 	expectClean("queues")
 
@@ -284,6 +296,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	expectClean("schedules")
 	run("schedule page", chromedp.Navigate(ops+"/ui/schedules/nightly-report"), chromedp.WaitVisible(chromedp.CSS("#next")))
 	contains("schedule", text("#next-run"), nextRun)
+	contains("schedule", text("#recent"), "triggered", "/manual-", "available")
 	if !regexp.MustCompile(`02:00:00Z`).MatchString(text("#next")) {
 		t.Errorf("schedule: next occurrences %q are not at 02:00", text("#next"))
 	}

@@ -139,7 +139,7 @@ func chartSVG(pts []point, slots int, interval time.Duration) template.HTML {
 	bw := float64(w-2*pad) / float64(max(slots, 1))
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="jobs succeeded and failed per %s over the last %s">`,
-		w, h, w, h, interval, time.Duration(slots)*interval)
+		w, h, w, h, durMs(interval.Milliseconds()), durMs(int64(slots)*interval.Milliseconds()))
 	fmt.Fprintf(&b, `<line class="axis" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>`, pad, mid, w-pad, mid)
 	off := slots - len(pts) // the newest point is the rightmost slot
 	for i, p := range pts {
@@ -155,8 +155,8 @@ func chartSVG(pts []point, slots int, interval time.Duration) template.HTML {
 				x, mid, max(bw-1, 1), bh, p.End.UTC().Format("15:04"), p.Failures)
 		}
 	}
-	fmt.Fprintf(&b, `<text x="%d" y="12">%d succeeded / %s (max)</text>`, pad, maxS, interval)
-	fmt.Fprintf(&b, `<text x="%d" y="%d">%d failed / %s (max)</text>`, pad, h-4, maxF, interval)
+	fmt.Fprintf(&b, `<text x="%d" y="12">%d succeeded / %s (max)</text>`, pad, maxS, durMs(interval.Milliseconds()))
+	fmt.Fprintf(&b, `<text x="%d" y="%d">%d failed / %s (max)</text>`, pad, h-4, maxF, durMs(interval.Milliseconds()))
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">now</text>`, w-pad, h-4)
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String()) // numbers and fixed text only

@@ -84,6 +84,7 @@ type queuesData struct {
 	Chart    any
 	Hour     map[string]Counters
 	Interval string
+	Window   string // the chart's span
 	Samples  int
 }
 
@@ -95,7 +96,8 @@ func (c *Console) queuesPage(w http.ResponseWriter, r *http.Request) {
 	}
 	pts, sums := c.ring.series()
 	d := queuesData{Stats: resp, Chart: chartSVG(pts, ChartPoints-1, c.cfg.SampleInterval), Hour: sums,
-		Interval: c.cfg.SampleInterval.String(), Samples: len(pts)}
+		Interval: durMs(c.cfg.SampleInterval.Milliseconds()), Window: durMs(int64(ChartPoints-1) * c.cfg.SampleInterval.Milliseconds()),
+		Samples: len(pts)}
 	c.render(w, r, http.StatusOK, "queues", "Queues", d, nil)
 }
 
@@ -269,7 +271,7 @@ func (c *Console) schedulePage(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) showSchedule(w http.ResponseWriter, r *http.Request, httpStatus int, perr *pageError) {
 	name := r.PathValue("name")
-	resp, err := c.b.Schedules.GetSchedule(r.Context(), &coordv1.GetScheduleRequest{Name: name, Next: 10})
+	resp, err := c.b.Schedules.GetSchedule(r.Context(), &coordv1.GetScheduleRequest{Name: name, Next: 5})
 	if err != nil {
 		c.failErr(w, r, err)
 		return
