@@ -149,7 +149,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
 	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil { // starts the browser (no timeout on this context)
+	if err := chromedp.Do(bctx, chromedp.EmulateViewport(1280, 800)); err != nil { // starts the browser (no timeout on this context)
 		t.Fatalf("start chromium: %v", err)
 	}
 	var (
