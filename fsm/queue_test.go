@@ -852,8 +852,8 @@ func TestQueueJobResourcesPrunedWithTheirJob(t *testing.T) {
 		okAny(t, runAt(t, f, 0, t0+1, &fsmv1.FencedCommit{Resource: c.res, JobId: c.id, Generation: 1, IdempotencyKey: c.res}))
 	}
 	okJob(t, complete(f, t, t0+2, "w", 1, 1, ""))
-	restored := roundTrip(t, f)
-	for _, x := range []*FSM{f, restored} {
+	g := restored(t, f)
+	for _, x := range []*FSM{f, g} {
 		_, evs := runEvents(t, x, 3, t0+10, &fsmv1.Prune{JobsCutoffMs: t0 + 5})
 		if got := brief(evs); got != "QUEUE_JOB DELETE q/1;RESOURCE DELETE a/1;RESOURCE DELETE a/2;" {
 			t.Fatalf("prune events %q", got)
@@ -864,7 +864,7 @@ func TestQueueJobResourcesPrunedWithTheirJob(t *testing.T) {
 			}
 		}
 	}
-	if f.Digest() != restored.Digest() {
+	if f.Digest() != g.Digest() {
 		t.Fatal("a restored replica pruned differently")
 	}
 	// A late commit of the pruned job is refused; another job may take the name.
@@ -876,16 +876,3 @@ func TestQueueJobResourcesPrunedWithTheirJob(t *testing.T) {
 	}
 }
 
-// roundTrip is a replica restored from f's snapshot.
-func roundTrip(t *testing.T, f *FSM) *FSM {
-	t.Helper()
-	var buf bytes.Buffer
-	if err := f.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
-	g := New()
-	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
