@@ -24,6 +24,19 @@ if { ! command -v iptables >/dev/null || ! command -v ip >/dev/null; } && [ "$(i
   fi
   rm -f "$aptlog"
 fi
+# deploy/'s tests check the Prometheus rules with promtool (Debian's
+# prometheus package); the same quiet install when it is missing.
+if ! command -v promtool >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "test.sh: installing prometheus (promtool) with apt-get (deploy/'s rule checks need it)"
+  aptlog=$(mktemp)
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; } >"$aptlog" 2>&1; then
+    cat "$aptlog" >&2
+    echo "test.sh: apt-get install prometheus failed (output above)" >&2
+    rm -f "$aptlog"
+    exit 1
+  fi
+  rm -f "$aptlog"
+fi
 go mod download
 # go.mod and go.sum must be exactly what `go mod tidy` writes.
 if ! tidy=$(go mod tidy -diff 2>&1); then
