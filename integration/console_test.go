@@ -18,6 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -72,6 +73,24 @@ func identityProxy(t *testing.T, certs *testcluster.Certs, httpsAddr, identity s
 	return srv.URL
 }
 
+// noLeaderRetry calls call until it succeeds, retrying while the cluster
+// answers NO_LEADER or NOT_LEADER (nothing was applied; a busy machine can
+// move leadership during the test), for at most 30 s.
+func noLeaderRetry[T any](t *testing.T, what string, call func() (T, error)) T {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v, err := call()
+		if err == nil {
+			return v
+		}
+		if r := coorderr.WireReason(err); (r != "NO_LEADER" && r != "NOT_LEADER") || time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestConsoleInBrowser loads every page of the console in headless
 // Chromium against a three-node cluster with mutual TLS and an ACL: no
 // console errors or exceptions, the lease (and one acquired while the page
@@ -92,43 +111,44 @@ func TestConsoleInBrowser(t *testing.T) {
 	// succeeded one, a schedule.
 	conn := connAs(t, certs.Client("ops"), leader.API.GRPCAddr())
 	coord, queue, scheds := coordv1.NewCoordinatorClient(conn), coordv1.NewQueueClient(conn), coordv1.NewSchedulesClient(conn)
-	if _, err := coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "billing/daily-close", Owner: "worker-7", TtlMs: 120_000,
-		Value: []byte("10.0.0.7:8080")}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := coord.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "ledger/accounts", Token: "billing/daily-close:1",
-		IdempotencyKey: "close-2026-11-30"}); err != nil {
-		t.Fatal(err)
-	}
-	sub, err := queue.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{
-		{Queue: "billing", Kind: "charge-card", Args: []byte(`{"invoice":1017,"amount_cents":4200}`), MaxAttempts: 1},
-		{Queue: "billing", Kind: "send-receipt", Args: []byte(`{"invoice":1016}`)},
-		{Queue: "reports", Kind: "report", DelayMs: 3_600_000},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noLeaderRetry(t, "acquire", func() (*coordv1.AcquireResponse, error) {
+		return coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "billing/daily-close", Owner: "worker-7", TtlMs: 120_000,
+			Value: []byte("10.0.0.7:8080"), RequestId: "console-test-1"})
+	})
+	noLeaderRetry(t, "commit", func() (*coordv1.FencedCommitResponse, error) {
+		return coord.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "ledger/accounts", Token: "billing/daily-close:1",
+			IdempotencyKey: "close-2026-11-30"})
+	})
+	sub := noLeaderRetry(t, "submit", func() (*coordv1.QueueSubmitResponse, error) {
+		return queue.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{
+			{Queue: "billing", Kind: "charge-card", Args: []byte(`{"invoice":1017,"amount_cents":4200}`), MaxAttempts: 1, UniqueKey: "1017"},
+			{Queue: "billing", Kind: "send-receipt", Args: []byte(`{"invoice":1016}`), UniqueKey: "1016"},
+			{Queue: "reports", Kind: "report", DelayMs: 3_600_000, UniqueKey: "weekly"},
+		}})
+	})
 	dead, done := sub.GetJobs()[0].GetId(), sub.GetJobs()[1].GetId()
-	fetched, err := queue.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"billing"}, Max: 2, WorkerId: "worker-7"})
-	if err != nil || len(fetched.GetJobs()) != 2 {
-		t.Fatalf("fetch: %v %v", err, fetched)
+	fetched := noLeaderRetry(t, "fetch", func() (*coordv1.QueueFetchResponse, error) {
+		return queue.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"billing"}, Max: 2, WorkerId: "worker-7"})
+	})
+	if len(fetched.GetJobs()) != 2 {
+		t.Fatalf("fetched %v", fetched)
 	}
 	const failure = "card declined: insufficient funds (gateway code 51)"
-	if _, err := queue.Fail(ctx, &coordv1.QueueFailRequest{WorkerId: "worker-7",
-		Failures: []*coordv1.JobFailure{{JobId: dead, Attempt: 1, Error: failure}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := queue.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: "worker-7",
-		Completions: []*coordv1.JobCompletion{{JobId: done, Attempt: 1, Result: []byte(`{"sent":true}`)}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := scheds.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "nightly-report",
-		Schedule: "0 2 * * *", TimeZone: "UTC", Job: &coordv1.JobTemplate{Queue: "reports", Kind: "report"}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := scheds.TriggerSchedule(ctx, &coordv1.TriggerScheduleRequest{Name: "nightly-report"}); err != nil {
-		t.Fatal(err)
-	}
+	noLeaderRetry(t, "fail", func() (*coordv1.QueueFailResponse, error) {
+		return queue.Fail(ctx, &coordv1.QueueFailRequest{WorkerId: "worker-7",
+			Failures: []*coordv1.JobFailure{{JobId: dead, Attempt: 1, Error: failure}}})
+	})
+	noLeaderRetry(t, "complete", func() (*coordv1.QueueCompleteResponse, error) {
+		return queue.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: "worker-7",
+			Completions: []*coordv1.JobCompletion{{JobId: done, Attempt: 1, Result: []byte(`{"sent":true}`)}}})
+	})
+	noLeaderRetry(t, "put schedule", func() (*coordv1.PutScheduleResponse, error) {
+		return scheds.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "nightly-report",
+			Schedule: "0 2 * * *", TimeZone: "UTC", Job: &coordv1.JobTemplate{Queue: "reports", Kind: "report"}}})
+	})
+	noLeaderRetry(t, "trigger", func() (*coordv1.TriggerScheduleResponse, error) {
+		return scheds.TriggerSchedule(ctx, &coordv1.TriggerScheduleRequest{Name: "nightly-report"})
+	})
 	var nextRun string // once the leader has materialised it, its next due time is the next occurrence
 	c.Eventually("the schedule materialised", 20*time.Second, func() bool {
 		sched, err := scheds.GetSchedule(ctx, &coordv1.GetScheduleRequest{Name: "nightly-report"})
@@ -225,6 +245,33 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// open loads a page until it shows sel; a page that says the cluster
+	// has no leader right now (503: a busy machine can move leadership)
+	// is loaded again, and its logged 503 dropped.
+	open := func(what, url, sel string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			run(what, chromedp.Navigate(url))
+			if ok, err := chromedp.Run(bctx, chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector(%q) !== null`, sel))); err == nil && ok {
+				return
+			}
+			banner, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`(document.getElementById("error") || {}).textContent || ""`))
+			if !regexp.MustCompile(`NO_LEADER|NOT_LEADER|LEADERSHIP_LOST|UNAVAILABLE`).MatchString(banner) || time.Now().After(deadline) {
+				t.Fatalf("%s: %s not shown (%s)", what, sel, banner)
+			}
+			mu.Lock()
+			kept := messages[:0]
+			for _, m := range messages {
+				if !strings.Contains(m.Text, "503") {
+					kept = append(kept, m)
+				}
+			}
+			messages = kept
+			mu.Unlock()
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 	expectClean := func(page string) {
 		t.Helper()
 		if p := problems(); len(p) > 0 {
@@ -243,7 +290,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Cluster: the node leads (a busy machine may move leadership for a
 	// while) and has measured its members' clocks.
 	c.Eventually("the cluster page shows the leader with clock offsets", 30*time.Second, func() bool {
-		run("cluster page", chromedp.Navigate(ops+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#members")))
+		open("cluster page", ops+"/ui/", "#members")
 		return text("#node-state") == "Leader" && strings.Count(text("#members"), " ms ± ") == 3
 	})
 	contains("cluster", text("#members"), "node1", "node2", "node3", "leader")
@@ -252,24 +299,24 @@ func TestConsoleInBrowser(t *testing.T) {
 	expectClean("cluster")
 
 	// Leases: the lease, then one acquired while the page is open (Watch).
-	run("leases page", chromedp.Navigate(ops+"/ui/leases"), chromedp.WaitVisible(chromedp.CSS(`tr[data-key="billing/daily-close"]`)))
+	open("leases page", ops+"/ui/leases", `tr[data-key="billing/daily-close"]`)
 	contains("leases", text(`tr[data-key="billing/daily-close"]`), "worker-7", "ops", "held", "10.0.0.7:8080")
 	run("live updates start", chromedp.WaitVisible(chromedp.CSS("#live.on")))
-	if _, err := coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "billing/invoices", Owner: "worker-9", TtlMs: 60_000}); err != nil {
-		t.Fatal(err)
-	}
+	noLeaderRetry(t, "acquire", func() (*coordv1.AcquireResponse, error) {
+		return coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "billing/invoices", Owner: "worker-9", TtlMs: 60_000, RequestId: "console-test-2"})
+	})
 	run("a lease acquired while the page is open appears", chromedp.WaitVisible(chromedp.CSS(`tr[data-key="billing/invoices"]`)))
 	contains("leases (live)", text(`tr[data-key="billing/invoices"]`), "worker-9", "held")
 	screenshot("leases")
 	expectClean("leases")
 
 	// Queues.
-	run("queues page", chromedp.Navigate(ops+"/ui/queues"), chromedp.WaitVisible(chromedp.CSS("#queues")))
+	open("queues page", ops+"/ui/queues", "#queues")
 	contains("queues", text("#queues"), "billing", "reports")
 	// The chart: the sampler (every second here) saw the success and the
 	// failure.
 	c.Eventually("the chart shows the finished jobs", 20*time.Second, func() bool {
-		run("queues page", chromedp.Navigate(ops+"/ui/queues"), chromedp.WaitVisible(chromedp.CSS("svg.chart")))
+		open("queues page", ops+"/ui/queues", "svg.chart")
 		return text("#queues tbody tr:first-child td:last-child") == "1 / 1"
 	})
 	run("chart bars", chromedp.WaitVisible(chromedp.CSS("svg.chart rect.ok")), chromedp.WaitVisible(chromedp.CSS("svg.chart rect.bad")))
@@ -277,12 +324,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	expectClean("queues")
 
 	// Jobs: the dead one in the list and on its page with its error.
-	run("jobs page", chromedp.Navigate(ops+"/ui/jobs?queue=billing"), chromedp.WaitVisible(chromedp.CSS("#jobs")))
+	open("jobs page", ops+"/ui/jobs?queue=billing", "#jobs")
 	contains("jobs", text("#jobs"), fmt.Sprint(dead), "charge-card", "dead", "send-receipt", "succeeded")
 	screenshot("jobs")
 	expectClean("jobs")
 	jobPage := fmt.Sprintf("/ui/jobs/%d", dead)
-	run("job page", chromedp.Navigate(ops+jobPage), chromedp.WaitVisible(chromedp.CSS("#attempts")))
+	open("job page", ops+jobPage, "#attempts")
 	contains("job", text("#attempts"), failure, fmt.Sprintf("job:%d:1", dead), "worker-7")
 	contains("job", text("#args"), `"invoice": 1017`)
 	contains("job", text("#job-state"), "dead")
@@ -290,11 +337,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	expectClean("job")
 
 	// Schedules: the next run.
-	run("schedules page", chromedp.Navigate(ops+"/ui/schedules"), chromedp.WaitVisible(chromedp.CSS("#schedules")))
+	open("schedules page", ops+"/ui/schedules", "#schedules")
 	contains("schedules", text("#schedules .next-run"), nextRun)
 	screenshot("schedules")
 	expectClean("schedules")
-	run("schedule page", chromedp.Navigate(ops+"/ui/schedules/nightly-report"), chromedp.WaitVisible(chromedp.CSS("#next")))
+	open("schedule page", ops+"/ui/schedules/nightly-report", "#next")
 	contains("schedule", text("#next-run"), nextRun)
 	contains("schedule", text("#recent"), "triggered", "/manual-", "available")
 	if !regexp.MustCompile(`02:00:00Z`).MatchString(text("#next")) {
@@ -304,13 +351,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	expectClean("schedule")
 
 	// Fenced resources.
-	run("resources page", chromedp.Navigate(ops+"/ui/resources?name=ledger/accounts"), chromedp.WaitVisible(chromedp.CSS("#resource")))
+	open("resources page", ops+"/ui/resources?name=ledger/accounts", "#resource")
 	contains("resources", text("#max-generation"), "billing/daily-close:1")
 	run("live updates start", chromedp.WaitVisible(chromedp.CSS("#live.on")))
-	if _, err := coord.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "ledger/accounts", Token: "billing/daily-close:1",
-		IdempotencyKey: "close-2026-12-01"}); err != nil {
-		t.Fatal(err)
-	}
+	noLeaderRetry(t, "commit", func() (*coordv1.FencedCommitResponse, error) {
+		return coord.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "ledger/accounts", Token: "billing/daily-close:1",
+			IdempotencyKey: "close-2026-12-01"})
+	})
 	run("a commit appears", chromedp.WaitVisible(chromedp.CSS("#live-commits tbody tr")))
 	contains("resources (live)", text("#live-commits"), "close-2026-12-01")
 	screenshot("resources")
@@ -318,7 +365,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// A read-only identity: the button is disabled, and a retry posted
 	// anyway is refused with the reason; the job stays dead.
-	run("job page as viewer", chromedp.Navigate(viewer+jobPage), chromedp.WaitVisible(chromedp.CSS("#readonly")))
+	open("job page as viewer", viewer+jobPage, "#readonly")
 	contains("job as viewer", text("#identity"), "viewer")
 	if disabled, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.getElementById("retry").disabled`)); err != nil || !disabled {
 		t.Fatalf("viewer's retry button: disabled=%v err=%v", disabled, err)
@@ -332,17 +379,18 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Errorf("refused retry: console problem %s", p)
 		}
 	}
-	if j, err := queue.Get(ctx, &coordv1.QueueGetRequest{Id: dead}); err != nil || j.GetJob().GetState() != coordv1.JobState_JOB_STATE_DEAD {
-		t.Fatalf("after the refused retry: %v %v", j.GetJob().GetState(), err)
+	get := func() (*coordv1.QueueGetResponse, error) { return queue.Get(ctx, &coordv1.QueueGetRequest{Id: dead}) }
+	if j := noLeaderRetry(t, "get", get); j.GetJob().GetState() != coordv1.JobState_JOB_STATE_DEAD {
+		t.Fatalf("after the refused retry: %v", j.GetJob().GetState())
 	}
 
 	// ops retries it.
-	run("retry as ops", chromedp.Navigate(ops+jobPage), chromedp.WaitVisible(chromedp.CSS("#retry")),
-		chromedp.Click(chromedp.CSS("#retry")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	open("job page", ops+jobPage, "#retry")
+	run("retry as ops", chromedp.Click(chromedp.CSS("#retry")), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	contains("retried", text("#flash"), "Job retried")
 	contains("retried", text("#job-state"), "available")
 	expectClean("retry")
-	if j, err := queue.Get(ctx, &coordv1.QueueGetRequest{Id: dead}); err != nil || j.GetJob().GetState() != coordv1.JobState_JOB_STATE_AVAILABLE {
-		t.Fatalf("after the retry: %v %v", j.GetJob().GetState(), err)
+	if j := noLeaderRetry(t, "get", get); j.GetJob().GetState() != coordv1.JobState_JOB_STATE_AVAILABLE {
+		t.Fatalf("after the retry: %v", j.GetJob().GetState())
 	}
 }
