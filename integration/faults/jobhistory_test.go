@@ -120,7 +120,7 @@ func (l *jobLog) add(r jrec) {
 		l.starts = append(l.starts, r)
 	case r.Kind == "event" && r.Op == "worker-up":
 		l.up[r.Client] = true
-	case r.Op == "jcommit" || r.Op == "jcomplete":
+	case r.Op == "jcommit" || r.Op == "jprobe" || r.Op == "jcomplete":
 		k := fmt.Sprintf("%s/%d", r.Client, r.Seq)
 		o := l.ops[k]
 		if o == nil {

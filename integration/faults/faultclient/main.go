@@ -132,7 +132,7 @@ func main() {
 		conc      = flag.Int("concurrency", 64, "qworker: handlers at a time")
 		hold      = flag.Duration("hold", 0, "qworker: wait this long in the handler before its fenced write (ignoring the handler's context)")
 		holdAfter = flag.Duration("hold-after", 0, "qworker: wait this long after the fenced write, before completing")
-		rawDone   = flag.Bool("raw-complete", false, "qworker: after the fenced write, complete the attempt with a Queue.Complete call of its own and record the answer")
+		rawDone   = flag.Bool("raw-complete", false, "qworker: after the fenced write, make a second fenced write under a fresh key and complete the attempt with a Queue.Complete call of its own, and record the answers")
 	)
 	flag.Parse()
 	f, err := os.OpenFile(*history, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)

@@ -82,6 +82,23 @@ func (q *qworker) handle(ctx context.Context, j *queue.Job) error {
 		time.Sleep(q.holdAfter) // a pause here is a worker frozen between its effect and its completion
 	}
 	if q.rawComplete {
+		// A write of its own, fenced by the attempt's token, under a key no
+		// attempt used before: once the attempt is over it must be refused
+		// (an effect write whose key a later attempt used is answered as
+		// that one's duplicate instead).
+		call := base
+		call.Op, call.Resource, call.Key, call.CtxDone = "jprobe", "eff/"+strconv.FormatUint(j.ID, 10),
+			fmt.Sprintf("probe-%d-%d", j.ID, j.Attempt), ctx.Err() != nil
+		done := q.rec.call(call)
+		pm, perr := j.FencedCommit(cctx, call.Resource, call.Key, []byte(j.Token()))
+		out := base
+		out.Key = call.Key
+		if perr == nil {
+			out.Accepted, out.Duplicate = pm.Accepted, pm.Duplicate
+		}
+		done(out, perr)
+	}
+	if q.rawComplete {
 		call := base
 		call.Op, call.CtxDone = "jcomplete", ctx.Err() != nil
 		done := q.rec.call(call)
