@@ -42,6 +42,7 @@ type jrec struct {
 	Sched     string `json:"sched"`
 	OccMs     int64  `json:"occ_ms"`
 	CtxDone   bool   `json:"ctx_done"`
+	First     string `json:"first"`
 }
 
 // jop is a job call with its return (returned false: the process died
@@ -149,19 +150,36 @@ func (l *jobLog) opsNamed(name string) []*jop {
 	return out
 }
 
-// effects counts, per job, the commits that made its effect, and which jobs
-// have any accepted commit (first or duplicate).
-func effects(commits []*jop) (made map[uint64]int, done map[uint64]bool) {
-	made, done = map[uint64]int{}, map[uint64]bool{}
+// writer is the attempt whose write made the effect an accepted commit
+// reports: its own, or for a duplicate the first one's (its payload is the
+// first writer's token).
+func (o *jop) writer() string {
+	if o.ret.Duplicate {
+		return o.ret.First
+	}
+	return fmt.Sprintf("job:%d:%d", o.call.Job, o.call.Attempt)
+}
+
+// effects counts, per job, the commits that made its effect (answered as
+// first effects) and the attempts named as having made it (by first
+// effects and by duplicates: a write whose answer was lost and whose retry
+// was answered as its own duplicate counts there), and which jobs have any
+// accepted commit.
+func effects(commits []*jop) (made map[uint64]int, writers map[uint64]map[string]bool, done map[uint64]bool) {
+	made, writers, done = map[uint64]int{}, map[uint64]map[string]bool{}, map[uint64]bool{}
 	for _, o := range commits {
 		if o.effect() {
 			made[o.call.Job]++
 		}
 		if o.ok() && o.ret.Accepted {
 			done[o.call.Job] = true
+			if writers[o.call.Job] == nil {
+				writers[o.call.Job] = map[string]bool{}
+			}
+			writers[o.call.Job][o.writer()] = true
 		}
 	}
-	return made, done
+	return made, writers, done
 }
 
 // checkJobEffects is the job queue's checker: every job of want (job id →
@@ -171,7 +189,12 @@ func effects(commits []*jop) (made map[uint64]int, done map[uint64]bool) {
 // its run_at minus skew (none early). It returns the violations.
 func checkJobEffects(starts []jrec, commits []*jop, want map[uint64]int64, skew time.Duration) []string {
 	var bad []string
-	made, done := effects(commits)
+	made, writers, done := effects(commits)
+	for job, w := range writers {
+		if len(w) > 1 {
+			bad = append(bad, fmt.Sprintf("job %d: its effect was made by %d attempts %v", job, len(w), w))
+		}
+	}
 	byKey := map[string][]uint64{}
 	for _, o := range commits {
 		if o.effect() {
@@ -308,8 +331,8 @@ func lagSummary(lags []time.Duration) string {
 // one occurrence, a missing occurrence; and passing a clean one.
 func TestJobCheckersCatchViolations(t *testing.T) {
 	commit := func(job uint64, key string, effect, dup bool) *jop {
-		return &jop{call: jrec{Op: "jcommit", Job: job, Key: key}, ret: jrec{Outcome: "ok", Accepted: effect || dup, Duplicate: dup},
-			returned: true}
+		return &jop{call: jrec{Op: "jcommit", Job: job, Attempt: 1, Key: key}, ret: jrec{Outcome: "ok", Accepted: effect || dup,
+			Duplicate: dup, First: fmt.Sprintf("job:%d:1", job)}, returned: true}
 	}
 	refused := &jop{call: jrec{Op: "jcommit", Job: 1, Key: "job-1"}, ret: jrec{Outcome: "err", Reason: "STALE_TOKEN"}, returned: true}
 	unknown := &jop{call: jrec{Op: "jcommit", Job: 2, Key: "job-2"}}
@@ -327,6 +350,7 @@ func TestJobCheckersCatchViolations(t *testing.T) {
 		"duplicate effect":      {starts, append(clean[:len(clean):len(clean)], commit(1, "job-1", true, false))},
 		"second effect per key": {starts, append(clean[:len(clean):len(clean)], commit(3, "job-1", true, false))},
 		"lost job":              {starts, clean[:2]},
+		"two writers":           {starts, append(clean[:len(clean):len(clean)], &jop{call: jrec{Op: "jcommit", Job: 2, Attempt: 2, Key: "job-2"}, ret: jrec{Outcome: "ok", Accepted: true, Duplicate: true, First: "job:2:2"}, returned: true})},
 		"early start":           {append(starts[:len(starts):len(starts)], jrec{Job: 2, Attempt: 3, AtNs: 1999 * sec}), clean},
 	} {
 		if bad := checkJobEffects(c.starts, c.commits, want, 0); len(bad) == 0 {

@@ -64,6 +64,9 @@ type Record struct {
 	// CtxDone: the handler's context had ended when the call was made
 	// (the worker's SDK had given up the claim).
 	CtxDone bool `json:"ctx_done,omitempty"`
+	// First is a duplicate fenced write's answer: the payload of the first
+	// (the token of the attempt whose write made the effect).
+	First string `json:"first,omitempty"`
 }
 
 type recorder struct {

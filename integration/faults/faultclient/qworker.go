@@ -76,6 +76,9 @@ func (q *qworker) handle(ctx context.Context, j *queue.Job) error {
 	out.Key = key
 	if err == nil {
 		out.Accepted, out.Duplicate = cm.Accepted, cm.Duplicate
+		if cm.Duplicate {
+			out.First = string(cm.Payload)
+		}
 	}
 	done(out, err)
 	if q.holdAfter > 0 {
