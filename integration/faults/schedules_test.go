@@ -76,8 +76,6 @@ func (r *run) awaitEveryScheduleRuns(l *jobLog, names []string, timeout time.Dur
 // [fromMs, toMs) that skipped does not name has an accepted effect.
 func (r *run) awaitOccurrencesDone(l *jobLog, names []string, fromMs, toMs int64, skipped func(occurrence) string, timeout time.Duration) {
 	r.t.Helper()
-	done := map[occurrence]bool{}
-	seen := 0
 	want := 0
 	for _, n := range names {
 		for ms := fromMs; ms < toMs; ms += 1000 {
@@ -88,13 +86,12 @@ func (r *run) awaitOccurrencesDone(l *jobLog, names []string, fromMs, toMs int64
 	}
 	r.awaitSlow(fmt.Sprintf("the %d occurrences of the window done", want), timeout, func() bool {
 		l.refresh(r.t)
-		cs := l.commits()
-		for _, c := range cs[seen:] {
+		done := map[occurrence]bool{}
+		for _, c := range l.commits() { // (a call's return may come after later calls)
 			if c.ok() && c.ret.Accepted && c.call.OccMs >= fromMs && c.call.OccMs < toMs {
 				done[occurrence{c.call.Sched, c.call.OccMs}] = true
 			}
 		}
-		seen = len(cs)
 		return len(done) >= want
 	})
 }
@@ -206,22 +203,23 @@ func TestScheduleLeaderKilledWhileMaterialising(t *testing.T) {
 
 // Scenario 17: 2,500 every-second schedules (short profile: 300) on the
 // three-node cluster, run by three worker processes; a 30 s window (short:
-// 15 s) after every schedule has run once. Halfway through, one worker
-// process is killed with kill -9: its jobs are run again by the others
-// once their visibility timeout (3 s) passes. Every occurrence of the
+// 15 s) after every schedule has run once; a job's handler takes 100 ms
+// and then makes its effect. Halfway through, one worker process is killed
+// with kill -9 while it runs jobs: they are run again by the others once
+// their visibility timeout (3 s) passes. Every occurrence of the
 // window is exactly one job whose effect (its fenced write) happened once,
 // none started early, and the start lag (occurrence to the first start of
 // its job) has p99 ≤ 2 s.
 func TestSchedulesEverySecond(t *testing.T) {
 	n, window := cycles(300, 2500), time.Duration(cycles(15, 30))*time.Second
-	conc := fmt.Sprint(cycles(100, 600))
+	conc := fmt.Sprint(cycles(150, 1000))
 	r := newRun(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	const vt, q = 3 * time.Second, "every-second"
 	l := newJobLog(r.dir)
 	for _, w := range []string{"w1", "w2", "w3"} {
-		r.qworker(w, q, "--concurrency", conc)
+		r.qworker(w, q, "--concurrency", conc, "--hold", "100ms")
 	}
 	r.awaitUp(l, "w1", "w2", "w3")
 	c := r.sdk(ctx, "scheduler")
@@ -231,10 +229,20 @@ func TestSchedulesEverySecond(t *testing.T) {
 	r.awaitEveryScheduleRuns(l, names, 60*time.Second)
 	fromMs := nextSecond(time.Now())
 	toMs := fromMs + window.Milliseconds()
-	killAt := time.UnixMilli(fromMs + window.Milliseconds()/2)
-	time.Sleep(time.Until(killAt)) // the fault's time: mid-run
+	// Mid-run: from the middle of the window, as soon as w3 has started a
+	// job (its handler takes 100 ms, so it is running), kill -9 it.
+	mid := fromMs + window.Milliseconds()/2
+	r.await("w3 runs a job of the window's second half", window, func() bool {
+		l.refresh(t)
+		for i := len(l.starts) - 1; i >= 0 && i >= len(l.starts)-2000; i-- {
+			if s := l.starts[i]; s.Client == "w3" && s.OccMs >= mid {
+				return true
+			}
+		}
+		return false
+	})
 	r.kill("w3")
-	t.Logf("kill -9 of worker w3 at +%s in the window", window/2)
+	t.Logf("kill -9 of worker w3 at +%s in the window", time.Since(time.UnixMilli(fromMs)).Round(time.Millisecond))
 	noSkips := func(occurrence) string { return "" }
 	r.awaitOccurrencesDone(l, names, fromMs, toMs, noSkips, time.Until(time.UnixMilli(toMs))+vt+60*time.Second)
 	r.stopClients()
