@@ -5,6 +5,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"syscall"
 	"testing"
@@ -148,9 +149,10 @@ func nextSecond(t time.Time) int64 { return t.Truncate(time.Second).Add(time.Sec
 // Scenario 16: the leader killed while materialising. 100 every-second
 // schedules (full profile: 500), every other one with a starting deadline
 // of 300 ms, run by three worker processes; over a 12 s window (full: 30 s)
-// the leader is killed with kill -9 2 times (full: 5), each time just
-// after a whole second, when it proposes the materialisation of that
-// second's occurrences, and restarted once another node leads. Every
+// the leader is killed with kill -9 2 times (full: 5), each time 0–40 ms
+// after a whole second, when it proposes (or has just proposed) the
+// materialisation of that second's occurrences, and restarted once another
+// node leads. Every
 // occurrence of the window is exactly one job whose effect happened once,
 // or recorded as skipped with its reason (DEADLINE: not made within
 // 300 ms of its time, as during an election); none started early.
@@ -176,7 +178,8 @@ func TestScheduleLeaderKilledWhileMaterialising(t *testing.T) {
 	toMs := fromMs + window.Milliseconds()
 	for k := 0; k < kills; k++ {
 		// Just after a whole second: the leader is making its occurrences.
-		at := time.UnixMilli(fromMs + window.Milliseconds()*int64(k+1)/int64(kills+1)).Truncate(time.Second).Add(20 * time.Millisecond)
+		at := time.UnixMilli(fromMs + window.Milliseconds()*int64(k+1)/int64(kills+1)).Truncate(time.Second).
+			Add(time.Duration(rand.IntN(40)) * time.Millisecond)
 		time.Sleep(time.Until(at)) // the fault's time
 		leader := r.c.WaitLeader(20 * time.Second)
 		r.c.Stop(leader, syscall.SIGKILL)
