@@ -213,6 +213,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 	st.rebuildQueueIndex()
 	st.rebuildScheduleIndex()
 	st.rebuildExpiry()
+	st.rebuildJobResources()
 	return st, nil
 }
 
