@@ -197,6 +197,17 @@ func parseLabels(labels []string) (map[string]string, error) {
 	return out, nil
 }
 
+// noArgsLimit is the Args check of a list command without arguments: no
+// argument, and --limit in range.
+func noArgsLimit(limit *int32) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, pos []string) error {
+		if err := cobra.NoArgs(cmd, pos); err != nil {
+			return err
+		}
+		return checkLimit(*limit)
+	}
+}
+
 // checkLimit is the --limit check of the list commands.
 func checkLimit(limit int32) error {
 	if limit < 1 || limit > 1000 {

@@ -172,12 +172,7 @@ func (a *app) scheduleListCmd() *cobra.Command {
 		Example: `  coordctl schedule list
   coordctl schedule list --prefix billing- --deleted
   coordctl -o json schedule list | jq -r '.schedules[].spec.name'`,
-		Args: func(cmd *cobra.Command, pos []string) error {
-			if err := cobra.NoArgs(cmd, pos); err != nil {
-				return err
-			}
-			return checkLimit(limit)
-		},
+		Args: noArgsLimit(&limit),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
@@ -315,12 +310,7 @@ Exit status 0 even when something is listed.`,
 		Example: `  coordctl job overdue
   coordctl job overdue --schedule daily-close
   coordctl -o json job overdue | jq '.total'`,
-		Args: func(cmd *cobra.Command, pos []string) error {
-			if err := cobra.NoArgs(cmd, pos); err != nil {
-				return err
-			}
-			return checkLimit(limit)
-		},
+		Args: noArgsLimit(&limit),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
