@@ -875,4 +875,3 @@ func TestQueueJobResourcesPrunedWithTheirJob(t *testing.T) {
 		t.Fatalf("key after prune: %+v", r)
 	}
 }
-

@@ -77,12 +77,8 @@ the previous job).`,
 					return fmt.Errorf("%s %s: negative", d.flag, d.v)
 				}
 			}
-			for _, l := range labels {
-				if k, _, ok := strings.Cut(l, "="); !ok || k == "" {
-					return fmt.Errorf("--label %q: want key=value", l)
-				}
-			}
-			return nil
+			_, err := parseLabels(labels)
+			return err
 		},
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			ctx, cancel := a.ctx(cmd)
@@ -94,13 +90,7 @@ the previous job).`,
 			if args != "" {
 				spec.Job.Args = []byte(args)
 			}
-			for _, l := range labels {
-				k, v, _ := strings.Cut(l, "=")
-				if spec.Job.Labels == nil {
-					spec.Job.Labels = map[string]string{}
-				}
-				spec.Job.Labels[k] = v
-			}
+			spec.Job.Labels, _ = parseLabels(labels)
 			resp, err := a.client.PutSchedule(ctx, spec)
 			if err != nil {
 				return fail("schedule create "+pos[0], err)
@@ -182,15 +172,7 @@ func (a *app) scheduleListCmd() *cobra.Command {
 		Example: `  coordctl schedule list
   coordctl schedule list --prefix billing- --deleted
   coordctl -o json schedule list | jq -r '.schedules[].spec.name'`,
-		Args: func(cmd *cobra.Command, pos []string) error {
-			if err := cobra.NoArgs(cmd, pos); err != nil {
-				return err
-			}
-			if limit < 1 || limit > 1000 {
-				return fmt.Errorf("--limit %d: want 1 to 1000", limit)
-			}
-			return nil
-		},
+		Args: noArgsLimit(&limit),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
@@ -328,15 +310,7 @@ Exit status 0 even when something is listed.`,
 		Example: `  coordctl job overdue
   coordctl job overdue --schedule daily-close
   coordctl -o json job overdue | jq '.total'`,
-		Args: func(cmd *cobra.Command, pos []string) error {
-			if err := cobra.NoArgs(cmd, pos); err != nil {
-				return err
-			}
-			if limit < 1 || limit > 1000 {
-				return fmt.Errorf("--limit %d: want 1 to 1000", limit)
-			}
-			return nil
-		},
+		Args: noArgsLimit(&limit),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
