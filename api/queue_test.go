@@ -398,6 +398,9 @@ rules:
     identities: [wrk]
     ops: [work]
     prefixes: [billing/]
+  - name: operators
+    identities: [ops]
+    ops: [admin]
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -454,6 +457,17 @@ rules:
 	}
 	if _, err := q.Retry(caller("wrk"), &coordv1.QueueRetryRequest{Id: mine}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("%v", err)
+	}
+	// An admin manages jobs of every queue (cancel, retry), but may not
+	// submit or read them through that rule.
+	if _, err := q.Retry(caller("ops"), &coordv1.QueueRetryRequest{Id: mine}); err != nil {
+		t.Fatalf("admin retry: %v", err)
+	}
+	if _, err := q.Cancel(caller("ops"), &coordv1.QueueCancelRequest{Id: paid}); err != nil {
+		t.Fatalf("admin cancel: %v", err)
+	}
+	if err := check("ops", coordv1.Queue_Submit_FullMethodName, submit("payroll")); err == nil {
+		t.Fatal("admin submitted")
 	}
 }
 

@@ -300,7 +300,8 @@ func (h *schedules) ListSchedules(ctx context.Context, req *coordv1.ListSchedule
 }
 
 // current reads a schedule on the leader for a change to it, and checks
-// the caller may make jobs in its queue. A tombstone counts as missing
+// the caller may manage it (authorizeManage: the job op on its queue, or
+// admin). A tombstone counts as missing
 // unless tombstoneOK.
 func (s *Server) current(ctx context.Context, name string, tombstoneOK bool) (fsm.Schedule, error) {
 	st, _, err := s.node.Read(ctx, false)
@@ -312,7 +313,7 @@ func (s *Server) current(ctx context.Context, name string, tombstoneOK bool) (fs
 		return fsm.Schedule{}, &fsm.Rejection{Reason: fsm.ReasonScheduleNotFound, Metadata: map[string]string{"schedule": name},
 			Message: "schedule " + name + " does not exist"}
 	}
-	if err := s.authorize(auth.IdentityOf(ctx), auth.OpJob, sc.Spec.Job.Queue, false); err != nil {
+	if err := s.authorizeManage(ctx, sc.Spec.Job.Queue); err != nil {
 		return fsm.Schedule{}, err
 	}
 	return sc, nil

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/coordd/coordd/api/console"
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/tlsutil"
@@ -56,6 +57,10 @@ type Config struct {
 	Limits auth.Limits
 	// EnablePprof serves net/http/pprof under /debug/pprof/ on HTTPAddr.
 	EnablePprof bool
+	// ConsoleSampleInterval is how often the web console (/ui/) samples
+	// this node's queue counters for its throughput chart (default 1
+	// minute; the chart shows the last 60 samples).
+	ConsoleSampleInterval time.Duration
 
 	// MonitorInterval is how often the leader computes overdue windows and
 	// stuck leases for metrics and logs; OverdueLookback bounds how far back
@@ -158,6 +163,9 @@ type Server struct {
 	http    *http.Server
 	httpLis net.Listener
 
+	watch   *watchService
+	console *console.Console // nil without HTTP
+
 	tls    *tlsutil.Reloader // nil without TLS
 	acl    atomic.Pointer[auth.ACL]
 	limits *auth.Limiter
@@ -254,7 +262,8 @@ func (s *Server) start() error {
 	coordv1.RegisterClusterServer(s.grpc, &cluster{s: s})
 	coordv1.RegisterQueueServer(s.grpc, &queue{s: s})
 	coordv1.RegisterSchedulesServer(s.grpc, &schedules{s: s})
-	coordv1.RegisterWatchServer(s.grpc, newWatchService(s))
+	s.watch = newWatchService(s)
+	coordv1.RegisterWatchServer(s.grpc, s.watch)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -263,6 +272,12 @@ func (s *Server) start() error {
 	if s.httpLis != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/v1/", s.httpAPI())
+		if s.console, err = s.newConsole(); err != nil {
+			return err
+		}
+		mux.Handle(console.Prefix, s.consoleHTTP(s.console))
+		mux.Handle("GET /ui", http.RedirectHandler(console.Prefix, http.StatusMovedPermanently))
+		s.wg.Go(func() { s.console.Run(s.stop) })
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", s.serveHealthz)
 		if s.cfg.EnablePprof {
@@ -320,6 +335,9 @@ func (s *Server) shutdown() {
 		}
 	} else if s.grpcLis != nil {
 		s.grpcLis.Close()
+	}
+	if s.console != nil {
+		s.console.Close() // live-update streams never go idle
 	}
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

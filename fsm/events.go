@@ -106,6 +106,8 @@ func (s *state) emitWindow(k EventKind, w *Window) {
 
 func (s *state) emitResource(r *Resource) { s.emit(FamilyResource, EventPut, r.Name, r) }
 
+func (s *state) emitResourceDelete(r *Resource) { s.emit(FamilyResource, EventDelete, r.Name, r) }
+
 func (s *state) emitSchedule(k EventKind, sc *Schedule) { s.emit(FamilySchedule, k, sc.Name, sc) }
 
 func (s *state) emitQueueJob(k EventKind, j *QueueJob) {

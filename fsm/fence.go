@@ -95,6 +95,9 @@ func (s *state) fencedCommit(now int64, c *fsmv1.FencedCommit) any {
 	n.LastIdempotencyKey = c.GetIdempotencyKey()
 	n.Commits++
 	s.resources.ReplaceOrInsert(&n)
+	if res == nil {
+		s.indexJobResource(&n)
+	}
 	s.emitResource(&n)
 	if c.GetIdempotencyKey() != "" {
 		s.idem.ReplaceOrInsert(&Idempotency{Resource: n.Name, Key: c.GetIdempotencyKey(),

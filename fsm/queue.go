@@ -524,6 +524,7 @@ func (s *state) deleteJob(j *QueueJob) {
 	s.qidx.removeStatic(j)
 	s.qjobs.Delete(j)
 	s.emitQueueJob(EventDelete, j)
+	s.deleteJobResources(j.ID)
 	if s.qidx.stats[j.Queue].states == ([numJobStates]uint64{}) {
 		delete(s.qidx.stats, j.Queue)
 	}

@@ -876,3 +876,44 @@ func TestQueueJobsShareNames(t *testing.T) {
 		t.Fatal("digest changed by a snapshot round trip")
 	}
 }
+
+// Resources fenced by a queue job go with the job when retention prunes
+// it (a DELETE event each); resources of other jobs and of leases stay; the
+// name is free for another job afterwards, and a restored replica prunes
+// the same (the index is rebuilt from the resources).
+func TestQueueJobResourcesPrunedWithTheirJob(t *testing.T) {
+	f := New()
+	run(t, f, 1, acq("L", "o", 1_000_000, "r"))
+	okAny(t, run(t, f, 2, &fsmv1.FencedCommit{Resource: "by-lease", LeaseName: "L", Generation: 1}))
+	submit(t, f, t0, jspec("q", "k"), jspec("q", "k"))
+	fetch(t, f, t0, "w", 2, "q")
+	for _, c := range []struct {
+		id  uint64
+		res string
+	}{{1, "a/1"}, {1, "a/2"}, {2, "b/1"}} {
+		okAny(t, runAt(t, f, 0, t0+1, &fsmv1.FencedCommit{Resource: c.res, JobId: c.id, Generation: 1, IdempotencyKey: c.res}))
+	}
+	okJob(t, complete(f, t, t0+2, "w", 1, 1, ""))
+	g := restored(t, f)
+	for _, x := range []*FSM{f, g} {
+		_, evs := runEvents(t, x, 3, t0+10, &fsmv1.Prune{JobsCutoffMs: t0 + 5})
+		if got := brief(evs); got != "QUEUE_JOB DELETE q/1;RESOURCE DELETE a/1;RESOURCE DELETE a/2;" {
+			t.Fatalf("prune events %q", got)
+		}
+		for name, want := range map[string]bool{"a/1": false, "a/2": false, "b/1": true, "by-lease": true} {
+			if _, ok := x.Resource(name); ok != want {
+				t.Fatalf("resource %s kept=%t, want %t", name, ok, want)
+			}
+		}
+	}
+	if f.Digest() != g.Digest() {
+		t.Fatal("a restored replica pruned differently")
+	}
+	// A late commit of the pruned job is refused; another job may take the name.
+	wantReason(t, runAt(t, f, 0, t0+11, &fsmv1.FencedCommit{Resource: "a/1", JobId: 1, Generation: 1}), ReasonJobNotFound)
+	okAny(t, runAt(t, f, 0, t0+12, &fsmv1.FencedCommit{Resource: "a/1", JobId: 2, Generation: 1}))
+	// The key's first outcome outlives the resource until its own retention.
+	if r := runAt(t, f, 0, t0+13, &fsmv1.FencedCommit{Resource: "a/2", JobId: 2, Generation: 1, IdempotencyKey: "a/2"}).(*CommitResult); !r.Duplicate {
+		t.Fatalf("key after prune: %+v", r)
+	}
+}

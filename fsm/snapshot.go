@@ -214,6 +214,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 	st.rebuildQueueIndex()
 	st.rebuildScheduleIndex()
 	st.rebuildExpiry()
+	st.rebuildJobResources()
 	return st, nil
 }
 

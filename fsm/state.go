@@ -39,7 +39,10 @@ type state struct {
 	// expiry indexes the deadlines of unreleased, unexpired leases (derived;
 	// events.go). emitting and events collect the change events of the
 	// command being applied while a caller wants them (ApplyBatchTo).
-	expiry   *btree.BTreeG[expiryKey]
+	expiry *btree.BTreeG[expiryKey]
+	// jobRes indexes the resources queue jobs fence, by job (derived;
+	// queue_fenced.go): pruning a job deletes them.
+	jobRes   *btree.BTreeG[jobResKey]
 	emitting bool
 	events   []Event
 }
@@ -77,6 +80,7 @@ func newState() *state {
 		sidx:       newScheduleIndex(),
 		byIdentity: map[string]map[string]struct{}{},
 		expiry:     newExpiryIndex(),
+		jobRes:     newJobResIndex(),
 	}
 }
 

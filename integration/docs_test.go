@@ -53,6 +53,9 @@ var docLanes = map[string]docLane{
 	"one-node":        {},
 	"three-nodes":     {},
 	"scheduled-close": {},
+	// Run jobs (README) and docs/jobs.md: a loopback cluster each.
+	"jobs":     {},
+	"jobs-doc": {},
 	// The TLS cluster of the README's security section, called by
 	// docs/http-api.md's curl steps, stopped as the README says.
 	"tls":   {inTemp: true, teardown: "scripts/local-cluster.sh down /tmp/c3"},
@@ -61,6 +64,7 @@ var docLanes = map[string]docLane{
 	"example-daily-close":     {},
 	"example-scheduled-close": {},
 	"example-election":        {},
+	"example-queue-worker":    {},
 }
 
 type docLane struct {
@@ -84,7 +88,7 @@ var docRules = []struct {
 	{file: "docs/benchmarks.md", contains: "-bench", skip: "Go micro-benchmarks: minutes of CPU"},
 	{file: "examples/daily-close/main.go", lane: "example-daily-close"},
 	{file: "examples/scheduled-close/main.go", lane: "example-scheduled-close"},
-	{file: "examples/queue-worker/main.go", skip: "needs a node that serves coord.v1.Queue (the server side of issue 14); its own test skips until then"},
+	{file: "examples/queue-worker/main.go", lane: "example-queue-worker"},
 	{file: "examples/election/main.go", contains: "--demo", lane: "example-election"},
 	{file: "examples/election/main.go", contains: "--id a", skip: "a replica runs until interrupted; the demo block runs two"},
 	{file: "examples/election/main.go", contains: "elected id=", skip: "sample output"},

@@ -36,12 +36,20 @@ func (c *campaigner) lines() []string {
 
 var lineRE = regexp.MustCompile(`^(elected|lost|commit|resigned) id=(\w+) generation=(\d+)(?: seq=\w+)?(?: (accepted|refused reason=\w+) sent=(\d+))? at=(\d+)`)
 
+// lateRE marks the writes a process sends after its term ended on purpose
+// (--writes-after-loss: a leader that ignores its context).
+var lateRE = regexp.MustCompile(` seq=late\d+ `)
+
 // term is one leadership as its process reported it.
 type term struct {
 	id                string
 	gen               uint64
 	elected, ended    int64   // ms; ended: the context's cancellation
 	accepted, refused []int64 // the writes' send times
+	// lateAccepted: writes sent after the term's context ended and still
+	// accepted: the cluster had not granted the next generation yet (the
+	// SDK ends a term before the lease could pass to anyone, G10).
+	lateAccepted []int64
 }
 
 // Three campaigner processes and an observer, through a SIGKILL of the
@@ -260,6 +268,8 @@ func TestElectionThroughLeaderKillAndPause(t *testing.T) {
 				tm.elected = at
 			case m[1] == "lost":
 				tm.ended = at
+			case m[1] == "commit" && m[4] == "accepted" && lateRE.MatchString(l):
+				tm.lateAccepted = append(tm.lateAccepted, sent)
 			case m[1] == "commit" && m[4] == "accepted":
 				tm.accepted = append(tm.accepted, sent)
 			case m[1] == "commit":
@@ -293,6 +303,14 @@ func TestElectionThroughLeaderKillAndPause(t *testing.T) {
 		for _, b := range gens {
 			if a >= b {
 				continue
+			}
+			// A write sent after its term ended is accepted only while no
+			// later term exists: sent before the next one was elected.
+			for _, sent := range terms[a].lateAccepted {
+				if sent >= terms[b].elected {
+					t.Fatalf("term %d of %s: a write sent at %d (after the term ended) accepted, after term %d began at %d",
+						a, terms[a].id, sent, b, terms[b].elected)
+				}
 			}
 			as, ae := live(terms[a])
 			bs, be := live(terms[b])

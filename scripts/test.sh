@@ -8,22 +8,35 @@
 #   COORDD_FAULTS_PROFILE=full scripts/test.sh   # the fault suite's full profile
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The fault suite needs iptables and iproute2 (network namespaces); install
-# them from Debian's packages when this machine lacks them and we are root.
-# One line says so; apt's output goes to a log shown only if it fails.
+# Tools some tests need, from Debian's packages, installed when this machine
+# lacks them and we are root: one line says so; apt's output goes to a log
+# shown only if it fails; services a package ships are not started.
 # (No protoc or buf: the generated code is committed and no test needs them;
 # scripts/genproto.sh is the only user.)
-if { ! command -v iptables >/dev/null || ! command -v ip >/dev/null; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "test.sh: installing iptables and iproute2 with apt-get (the fault suite's network namespaces need them)"
+install_missing() { # install_missing REASON "COMMANDS" PACKAGE...
+  local reason=$1 cmds=$2 missing=0 c
+  shift 2
+  for c in $cmds; do command -v "$c" >/dev/null || missing=1; done
+  if [ "$missing" = 0 ] || [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then return 0; fi
+  echo "test.sh: installing $* with apt-get ($reason)"
+  local aptlog policy=/usr/sbin/policy-rc.d own_policy=0
   aptlog=$(mktemp)
-  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables iproute2; } >"$aptlog" 2>&1; then
+  if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && own_policy=1; fi
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"; } >"$aptlog" 2>&1; then
     cat "$aptlog" >&2
-    echo "test.sh: apt-get install iptables iproute2 failed (output above)" >&2
+    echo "test.sh: apt-get install $* failed (output above)" >&2
+    [ "$own_policy" = 0 ] || rm -f "$policy"
     rm -f "$aptlog"
     exit 1
   fi
+  [ "$own_policy" = 0 ] || rm -f "$policy"
   rm -f "$aptlog"
-fi
+}
+install_missing "the fault suite's network namespaces need them" "iptables ip" iptables iproute2
+install_missing "deploy/'s rule checks need promtool" "promtool" prometheus
+# Without chromium (not root, no apt) the console's browser test skips and
+# says why, except in CI (CI set, as .ci/run does), where it fails.
+install_missing "the console's browser test drives headless Chromium" "chromium" chromium
 go mod download
 # go.mod and go.sum must be exactly what `go mod tidy` writes.
 if ! tidy=$(go mod tidy -diff 2>&1); then

@@ -180,3 +180,38 @@ func group(use, short string, subs ...*cobra.Command) *cobra.Command {
 	c.AddCommand(subs...)
 	return c
 }
+
+// parseLabels reads repeated --label key=value flags (nil for none).
+func parseLabels(labels []string) (map[string]string, error) {
+	var out map[string]string
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--label %q: want key=value", l)
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// noArgsLimit is the Args check of a list command without arguments: no
+// argument, and --limit in range.
+func noArgsLimit(limit *int32) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, pos []string) error {
+		if err := cobra.NoArgs(cmd, pos); err != nil {
+			return err
+		}
+		return checkLimit(*limit)
+	}
+}
+
+// checkLimit is the --limit check of the list commands.
+func checkLimit(limit int32) error {
+	if limit < 1 || limit > 1000 {
+		return fmt.Errorf("--limit %d: want 1 to 1000", limit)
+	}
+	return nil
+}

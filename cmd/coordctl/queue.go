@@ -61,12 +61,8 @@ the first job (DUPLICATE) and adds nothing, so it is safe to repeat.`,
 			if in < 0 {
 				return fmt.Errorf("--in %s: negative", in)
 			}
-			for _, l := range labels {
-				if k, _, ok := strings.Cut(l, "="); !ok || k == "" {
-					return fmt.Errorf("--label %q: want key=value", l)
-				}
-			}
-			return nil
+			_, err := parseLabels(labels)
+			return err
 		},
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			ctx, cancel := a.ctx(cmd)
@@ -89,8 +85,8 @@ the first job (DUPLICATE) and adds nothing, so it is safe to repeat.`,
 			if in > 0 {
 				opts = append(opts, queue.After(in))
 			}
-			for _, l := range labels {
-				k, v, _ := strings.Cut(l, "=")
+			ls, _ := parseLabels(labels)
+			for k, v := range ls {
 				opts = append(opts, queue.Label(k, v))
 			}
 			var raw []byte
@@ -180,10 +176,7 @@ func (a *app) jobListCmd() *cobra.Command {
 			if label != "" && !strings.Contains(label, "=") {
 				return fmt.Errorf("--label %q: want key=value", label)
 			}
-			if limit < 1 || limit > 1000 {
-				return fmt.Errorf("--limit %d: want 1 to 1000", limit)
-			}
-			return nil
+			return checkLimit(limit)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)

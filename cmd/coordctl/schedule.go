@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,7 +10,9 @@ import (
 	_ "time/tzdata" // render occurrences in any schedule's zone, as the server computes them
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/coordd/coordd/client"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -74,12 +77,8 @@ the previous job).`,
 					return fmt.Errorf("%s %s: negative", d.flag, d.v)
 				}
 			}
-			for _, l := range labels {
-				if k, _, ok := strings.Cut(l, "="); !ok || k == "" {
-					return fmt.Errorf("--label %q: want key=value", l)
-				}
-			}
-			return nil
+			_, err := parseLabels(labels)
+			return err
 		},
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			ctx, cancel := a.ctx(cmd)
@@ -91,13 +90,7 @@ the previous job).`,
 			if args != "" {
 				spec.Job.Args = []byte(args)
 			}
-			for _, l := range labels {
-				k, v, _ := strings.Cut(l, "=")
-				if spec.Job.Labels == nil {
-					spec.Job.Labels = map[string]string{}
-				}
-				spec.Job.Labels[k] = v
-			}
+			spec.Job.Labels, _ = parseLabels(labels)
 			resp, err := a.client.PutSchedule(ctx, spec)
 			if err != nil {
 				return fail("schedule create "+pos[0], err)
@@ -179,15 +172,7 @@ func (a *app) scheduleListCmd() *cobra.Command {
 		Example: `  coordctl schedule list
   coordctl schedule list --prefix billing- --deleted
   coordctl -o json schedule list | jq -r '.schedules[].spec.name'`,
-		Args: func(cmd *cobra.Command, pos []string) error {
-			if err := cobra.NoArgs(cmd, pos); err != nil {
-				return err
-			}
-			if limit < 1 || limit > 1000 {
-				return fmt.Errorf("--limit %d: want 1 to 1000", limit)
-			}
-			return nil
-		},
+		Args: noArgsLimit(&limit),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
@@ -212,44 +197,37 @@ func (a *app) scheduleListCmd() *cobra.Command {
 }
 
 func (a *app) schedulePauseCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "pause NAME",
-		Short:   "Stop making occurrences (resume makes the next ones, without a burst)",
-		Example: `  coordctl schedule pause daily-close`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, pos []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			resp, err := a.client.PauseSchedule(ctx, pos[0])
-			if err != nil {
-				return fail("schedule pause "+pos[0], err)
-			}
-			return a.print(resp, func(w io.Writer) {
-				if !resp.GetChanged() {
-					fmt.Fprintln(w, "unchanged: already paused")
-				}
-				scheduleText(w, resp.GetSchedule())
-			})
-		},
-	}
+	return schedulePauseResumeCmd(a, "pause", "Stop making occurrences (resume makes the next ones, without a burst)",
+		"unchanged: already paused", (*client.Client).PauseSchedule)
 }
 
 func (a *app) scheduleResumeCmd() *cobra.Command {
+	return schedulePauseResumeCmd(a, "resume", "Make occurrences again from now on; those missed while paused are recorded as skipped (PAUSED)",
+		"unchanged: not paused", (*client.Client).ResumeSchedule)
+}
+
+// schedulePauseResumeCmd is pause or resume: one call on the schedule, then
+// the schedule as it is after it.
+func schedulePauseResumeCmd[R interface {
+	proto.Message
+	GetChanged() bool
+	GetSchedule() *coordv1.Schedule
+}](a *app, verb, short, unchanged string, call func(*client.Client, context.Context, string) (R, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:     "resume NAME",
-		Short:   "Make occurrences again from now on; those missed while paused are recorded as skipped (PAUSED)",
-		Example: `  coordctl schedule resume daily-close`,
+		Use:     verb + " NAME",
+		Short:   short,
+		Example: "  coordctl schedule " + verb + " daily-close",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			resp, err := a.client.ResumeSchedule(ctx, pos[0])
+			resp, err := call(a.client, ctx, pos[0])
 			if err != nil {
-				return fail("schedule resume "+pos[0], err)
+				return fail("schedule "+verb+" "+pos[0], err)
 			}
 			return a.print(resp, func(w io.Writer) {
 				if !resp.GetChanged() {
-					fmt.Fprintln(w, "unchanged: not paused")
+					fmt.Fprintln(w, unchanged)
 				}
 				scheduleText(w, resp.GetSchedule())
 			})
@@ -332,15 +310,7 @@ Exit status 0 even when something is listed.`,
 		Example: `  coordctl job overdue
   coordctl job overdue --schedule daily-close
   coordctl -o json job overdue | jq '.total'`,
-		Args: func(cmd *cobra.Command, pos []string) error {
-			if err := cobra.NoArgs(cmd, pos); err != nil {
-				return err
-			}
-			if limit < 1 || limit > 1000 {
-				return fmt.Errorf("--limit %d: want 1 to 1000", limit)
-			}
-			return nil
-		},
+		Args: noArgsLimit(&limit),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()

@@ -9,8 +9,9 @@
 // (duplicate) instead of recording a second one. A worker that paused past
 // its visibility timeout would be refused instead (its attempt lapsed).
 //
-//	scripts/local-cluster.sh up /tmp/c3
+//	scripts/local-cluster.sh up /tmp/coordd3
 //	go run ./examples/queue-worker --endpoints 127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430
+//	scripts/local-cluster.sh down /tmp/coordd3
 //
 // It exits non-zero unless every job succeeded and every order was
 // charged exactly once.

@@ -5,6 +5,7 @@
 //
 //	faultclient --mode work --name c1 --endpoints … --history c1.jsonl
 //	faultclient --mode hold --name a --endpoints … --history a.jsonl
+//	faultclient --mode qworker --name w1 --endpoints … --history w1.jsonl --queue Q
 package main
 
 import (
@@ -52,6 +53,20 @@ type Record struct {
 	DeadlineNs int64 `json:"deadline_ns,omitempty"`
 	// Node is the endpoint the client was sending to when the call ended.
 	Node string `json:"node,omitempty"`
+	// Job attempts (mode qworker): the job, its attempt, its run_at (Unix
+	// ms, as the worker was handed it) and, for a schedule's job, the
+	// schedule and the occurrence (Unix ms).
+	Job     uint64 `json:"job,omitempty"`
+	Attempt uint32 `json:"attempt,omitempty"`
+	RunAtMs int64  `json:"run_at_ms,omitempty"`
+	Sched   string `json:"sched,omitempty"`
+	OccMs   int64  `json:"occ_ms,omitempty"`
+	// CtxDone: the handler's context had ended when the call was made
+	// (the worker's SDK had given up the claim).
+	CtxDone bool `json:"ctx_done,omitempty"`
+	// First is a duplicate fenced write's answer: the payload of the first
+	// (the token of the attempt whose write made the effect).
+	First string `json:"first,omitempty"`
 }
 
 type recorder struct {
@@ -115,6 +130,12 @@ func main() {
 		firstWait = flag.Duration("first-commit-delay", 0, "wait after acquiring before the first commit")
 		lose      = flag.Float64("lose-replies", 0, "drop this fraction of successful mutation replies after the server answered (unknown outcomes)")
 		payload   = flag.Int("payload-bytes", 0, "pad each commit's payload (its key) to this many bytes (heavy appends)")
+		qname     = flag.String("queue", "faults", "qworker: the queue to work")
+		kinds     = flag.String("kinds", "effect,tick", "qworker: the job kinds to handle (comma-separated)")
+		conc      = flag.Int("concurrency", 64, "qworker: handlers at a time")
+		hold      = flag.Duration("hold", 0, "qworker: wait this long in the handler before its fenced write (ignoring the handler's context)")
+		holdAfter = flag.Duration("hold-after", 0, "qworker: wait this long after the fenced write, before completing")
+		rawDone   = flag.Bool("raw-complete", false, "qworker: after the fenced write, make a second fenced write under a fresh key and complete the attempt with a Queue.Complete call of its own, and record the answers")
 	)
 	flag.Parse()
 	f, err := os.OpenFile(*history, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -143,6 +164,11 @@ func main() {
 		w.work(ctx)
 	case "hold":
 		w.hold(ctx)
+	case "qworker":
+		qw := &qworker{c: c, rec: rec, queue: *qname, kinds: strings.Split(*kinds, ","), concurrency: *conc, hold: *hold, holdAfter: *holdAfter, rawComplete: *rawDone}
+		if err := qw.run(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "qworker:", err)
+		}
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", *mode)
 		os.Exit(2)

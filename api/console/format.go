@@ -1,0 +1,130 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// funcs are the templates' helpers: times are shown in UTC, durations
+// rounded for reading.
+var funcs = template.FuncMap{
+	"ts":         ts,
+	"dur":        durMs,
+	"rel":        rel,
+	"jobState":   jobState,
+	"outcome":    outcome,
+	"skipReason": skipReason,
+	"payload":    payload,
+	"labels":     sortedKeys,
+	"offset":     offsetUs,
+	"leaseState": leaseState,
+	"overlap": func(o coordv1.ScheduleOverlap) string {
+		return strings.ToLower(strings.TrimPrefix(o.String(), "SCHEDULE_OVERLAP_"))
+	},
+	"hour": func(m map[string]Counters, q string) Counters { return m[q] },
+}
+
+// ts formats Unix ms as UTC ("—" for 0).
+func ts(ms int64) string {
+	if ms == 0 {
+		return "—"
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// durMs formats a duration in ms for reading: 850ms, 12.3s, 4m10s, 3h5m, 2d4h.
+func durMs(ms int64) string {
+	neg := ms < 0
+	if neg {
+		ms = -ms
+	}
+	d := time.Duration(ms) * time.Millisecond
+	var s string
+	switch {
+	case d < time.Second:
+		s = fmt.Sprintf("%dms", ms)
+	case d < time.Minute:
+		s = fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		s = fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		s = fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+// rel says when at is relative to now: "in 4m10s" or "4m10s ago".
+func rel(now, at int64) string {
+	if at == 0 {
+		return "—"
+	}
+	if at >= now {
+		return "in " + durMs(at-now)
+	}
+	return durMs(now-at) + " ago"
+}
+
+func jobState(s coordv1.JobState) string {
+	if s == coordv1.JobState_JOB_STATE_UNSPECIFIED {
+		return "—"
+	}
+	return strings.ToLower(strings.TrimPrefix(s.String(), "JOB_STATE_"))
+}
+
+func outcome(o coordv1.AttemptOutcome) string {
+	return strings.ToLower(strings.TrimPrefix(o.String(), "ATTEMPT_OUTCOME_"))
+}
+
+func skipReason(r coordv1.ScheduleSkipReason) string {
+	if r == coordv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_UNSPECIFIED {
+		return ""
+	}
+	return strings.ToLower(strings.TrimPrefix(r.String(), "SCHEDULE_SKIP_REASON_"))
+}
+
+// payload shows bytes: indented JSON when they are JSON, text when UTF-8,
+// else hex.
+func payload(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	var out bytes.Buffer
+	if json.Valid(b) && json.Indent(&out, b, "", "  ") == nil {
+		return out.String()
+	}
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return fmt.Sprintf("(%d bytes) %x", len(b), b)
+}
+
+// offsetUs formats a clock offset in µs as ms with its error bound.
+func offsetUs(o *coordv1.ClockOffset) string {
+	if o == nil || o.GetMeasuredAtMs() == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%+.3f ms ± %.3f", float64(o.GetOffsetUs())/1000, float64(o.GetErrorUs())/1000)
+}
+
+func leaseState(l *coordv1.Lease) string {
+	switch {
+	case l.GetReleased():
+		return "released"
+	case l.GetExpired() || l.GetExpiresInMs() == 0:
+		return "expired"
+	default:
+		return "held"
+	}
+}
