@@ -184,6 +184,7 @@ func (f *FSM) ApplyBatchTo(entries [][]byte, sink func(i int, events []Event)) [
 	out := make([]any, len(entries))
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.version++
 	f.st.emitting = sink != nil
 	defer func() { f.st.emitting, f.st.events = false, nil }()
 	for i, data := range entries {
@@ -209,6 +210,7 @@ func (f *FSM) ApplyBatchTo(entries [][]byte, sink func(i int, events []Event)) [
 func (f *FSM) ApplyCommandEvents(cmd *fsmv1.Command) (any, []Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.version++
 	f.st.emitting = true
 	defer func() { f.st.emitting, f.st.events = false, nil }()
 	res := f.st.apply(cmd)

@@ -19,6 +19,13 @@ import (
 type FSM struct {
 	mu sync.RWMutex
 	st *state
+	// version counts the changes of st (commands applied, restores), so
+	// that Digest can reuse its last result while nothing changed.
+	version uint64
+
+	digestMu      sync.Mutex // one digest at a time; the others wait and reuse it
+	digest        string
+	digestVersion uint64
 }
 
 // New returns an empty state machine.
@@ -43,6 +50,7 @@ func (f *FSM) ApplyBatch(entries [][]byte) []any {
 func (f *FSM) ApplyCommand(cmd *fsmv1.Command) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.version++
 	return f.st.apply(cmd)
 }
 
@@ -148,9 +156,14 @@ func (f *FSM) Snapshot() *Snapshot {
 // cloneState copies the state in O(1). btree's Clone writes to the original
 // tree, so it takes the write lock.
 func (f *FSM) cloneState() *state {
+	st, _ := f.cloneStateVersion()
+	return st
+}
+
+func (f *FSM) cloneStateVersion() (*state, uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.st.clone()
+	return f.st.clone(), f.version
 }
 
 // Restore replaces the state with the one in a snapshot.
@@ -162,6 +175,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.st = st
+	f.version++
 	f.mu.Unlock()
 	return nil
 }

@@ -621,3 +621,36 @@ func restored(t *testing.T, f *FSM) *FSM {
 	}
 	return g
 }
+
+// Digest reuses its last result only while nothing changed: every applied
+// command and every restore invalidates it.
+func TestDigestFollowsChanges(t *testing.T) {
+	f := New()
+	d0 := f.Digest()
+	if f.Digest() != d0 {
+		t.Fatal("digest changed without a change")
+	}
+	run(t, f, 10, acq("a", "o", 1000, "r"))
+	d1 := f.Digest()
+	if d1 == d0 {
+		t.Fatal("digest kept after a command")
+	}
+	g := restored(t, f)
+	if g.Digest() != d1 {
+		t.Fatal("restored replica digest differs")
+	}
+	if err := g.Restore(nopCloser{bytes.NewReader(nil)}); err == nil {
+		t.Fatal("empty snapshot restored")
+	}
+	empty := New()
+	var buf bytes.Buffer
+	if err := empty.WriteSnapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
+		t.Fatal(err)
+	}
+	if g.Digest() != d0 {
+		t.Fatal("digest kept across a restore")
+	}
+}
