@@ -153,6 +153,18 @@ func TestSkewedFollowersStartNoJobEarly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	lead(t, r, ctx, right)
+	// If the node 10 s ahead led first, it stamped calendar time 10 s
+	// ahead, and calendar time never goes back: the right leader holds that
+	// stamp until its own clock passes it (node/DESIGN.md "Time"). The
+	// checks below start once calendar time is the leader's clock again.
+	waited := time.Now()
+	r.await("calendar time back on the leader's clock", 2*skew, func() bool {
+		st, err := r.c.Status(right, time.Second)
+		return err == nil && st.GetCalendarTimeMs() <= time.Now().UnixMilli()+100
+	})
+	if w := time.Since(waited); w > time.Second {
+		t.Logf("calendar time was held ahead (a skewed node led first): waited %s for the leader's clock", w.Round(time.Millisecond))
+	}
 
 	// The leader's measurements: +10 s and -10 s, within their bounds.
 	var offsets map[string]*coordv1.ClockOffset

@@ -323,7 +323,11 @@ func TestQueueFaultsDuringDispatch(t *testing.T) {
 	const vt, q = 3 * time.Second, "dispatch"
 	l := newJobLog(r.dir)
 	for _, w := range []string{"w1", "w2", "w3"} {
-		r.qworker(w, q, "--concurrency", "32", "--hold", "100ms")
+		hold := "100ms"
+		if w == "w3" {
+			hold = "1s" // the one frozen below: its jobs run long enough to be caught mid-run
+		}
+		r.qworker(w, q, "--concurrency", "32", "--hold", hold)
 	}
 	r.awaitUp(l, "w1", "w2", "w3")
 	qc := queue.New(r.sdk(ctx, "submitter"))
@@ -386,6 +390,20 @@ func TestQueueFaultsDuringDispatch(t *testing.T) {
 
 	// 3: freeze a worker past the visibility timeout, then resume it.
 	waitBatch(3 * batches / 4)
+	// ... while it runs a job (its handlers hold 1 s: a start in the last
+	// 700 ms is still running), so that the freeze bites.
+	for running := false; !running; time.Sleep(20 * time.Millisecond) {
+		l.refresh(t)
+		for i := len(l.starts) - 1; i >= 0; i-- {
+			if st := l.starts[i]; st.Client == "w3" {
+				running = st.AtNs > time.Now().Add(-700*time.Millisecond).UnixNano()
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatal("w3 never ran a job to freeze")
+		}
+	}
 	w3 := r.clients["w3"]
 	_ = w3.Process.Signal(syscall.SIGSTOP)
 	time.Sleep(vt + 2*time.Second) // the fault itself: frozen past the visibility timeout
