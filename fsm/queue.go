@@ -434,42 +434,43 @@ func (q *queueIndex) removeStatic(j *QueueJob) {
 }
 
 // addDynamic indexes what depends on the state, and counts the job.
-func (q *queueIndex) addDynamic(j *QueueJob) {
-	q.byState.ReplaceOrInsert(stateKey{j.State, j.ID})
-	q.byQueueState.ReplaceOrInsert(queueStateKey{j.Queue, j.State, j.ID})
+func (q *queueIndex) addDynamic(j *QueueJob) { q.dynamic(j, true) }
+
+// removeDynamic undoes addDynamic (before a job changes or goes).
+func (q *queueIndex) removeDynamic(j *QueueJob) { q.dynamic(j, false) }
+
+// dynamic adds (or removes) the entries that depend on j's state: one
+// list of them, so that adding and removing cannot drift apart.
+func (q *queueIndex) dynamic(j *QueueJob, add bool) {
+	setKey(q.byState, stateKey{j.State, j.ID}, add)
+	setKey(q.byQueueState, queueStateKey{j.Queue, j.State, j.ID}, add)
 	switch j.State {
 	case JobScheduled, JobRetryable:
-		q.due.ReplaceOrInsert(timeKey{j.RunAt, j.ID})
+		setKey(q.due, timeKey{j.RunAt, j.ID}, add)
 	case JobAvailable:
-		q.avail.ReplaceOrInsert(availKey{j.Queue, j.Priority, j.RunAt, j.ID})
+		setKey(q.avail, availKey{j.Queue, j.Priority, j.RunAt, j.ID}, add)
 	case JobRunning:
 		a, _ := j.Current()
-		q.running.ReplaceOrInsert(timeKey{a.Deadline, j.ID})
+		setKey(q.running, timeKey{a.Deadline, j.ID}, add)
 	case JobSucceeded:
-		q.finOK.ReplaceOrInsert(timeKey{j.FinishedAt, j.ID})
+		setKey(q.finOK, timeKey{j.FinishedAt, j.ID}, add)
 	case JobCancelled, JobDead:
-		q.finOther.ReplaceOrInsert(timeKey{j.FinishedAt, j.ID})
+		setKey(q.finOther, timeKey{j.FinishedAt, j.ID}, add)
 	}
-	q.counts(j.Queue).states[j.State]++
+	if add {
+		q.counts(j.Queue).states[j.State]++
+	} else {
+		q.counts(j.Queue).states[j.State]--
+	}
 }
 
-func (q *queueIndex) removeDynamic(j *QueueJob) {
-	q.byState.Delete(stateKey{j.State, j.ID})
-	q.byQueueState.Delete(queueStateKey{j.Queue, j.State, j.ID})
-	switch j.State {
-	case JobScheduled, JobRetryable:
-		q.due.Delete(timeKey{j.RunAt, j.ID})
-	case JobAvailable:
-		q.avail.Delete(availKey{j.Queue, j.Priority, j.RunAt, j.ID})
-	case JobRunning:
-		a, _ := j.Current()
-		q.running.Delete(timeKey{a.Deadline, j.ID})
-	case JobSucceeded:
-		q.finOK.Delete(timeKey{j.FinishedAt, j.ID})
-	case JobCancelled, JobDead:
-		q.finOther.Delete(timeKey{j.FinishedAt, j.ID})
+// setKey inserts k into t, or deletes it.
+func setKey[K any](t *btree.BTreeG[K], k K, add bool) {
+	if add {
+		t.ReplaceOrInsert(k)
+	} else {
+		t.Delete(k)
 	}
-	q.counts(j.Queue).states[j.State]--
 }
 
 func (s *state) qjob(id uint64) *QueueJob {

@@ -263,6 +263,23 @@ func (s *state) heartbeatJobs(cal int64, c *fsmv1.HeartbeatJobs) any {
 	return out
 }
 
+// settling checks an item of a Complete or Fail: the repeat of an
+// attempt's own outcome (same worker and identity) answers the job as it
+// is (Duplicate); a call by anything but the job's live attempt is refused.
+// Otherwise it returns the job, for the caller to settle.
+func (s *state) settling(id uint64, n uint32, worker, identity string, outcome AttemptOutcome) (*QueueJob, any) {
+	j := s.qjob(id)
+	if j != nil {
+		if a := j.attempt(n); a != nil && a.Outcome == outcome && a.WorkerID == worker && a.Identity == identity {
+			return nil, &JobOutcome{Job: *j, Duplicate: true}
+		}
+	}
+	if rej := checkAttempt(j, id, n, worker, identity); rej != nil {
+		return nil, rej
+	}
+	return j, nil
+}
+
 // completeJobs records each attempt's success: the job is succeeded, final.
 // A repeat by the attempt that succeeded returns the job (Duplicate).
 func (s *state) completeJobs(cal int64, c *fsmv1.CompleteJobs) any {
@@ -271,20 +288,14 @@ func (s *state) completeJobs(cal int64, c *fsmv1.CompleteJobs) any {
 	}
 	out := make(JobResults, len(c.GetCompletions()))
 	for i, r := range c.GetCompletions() {
-		j := s.qjob(r.GetJobId())
 		if len(r.GetResult()) > MaxJobResultBytes {
 			out[i] = reject(ReasonInvalidArgument, map[string]string{"field": "result", "index": strconv.Itoa(i)},
 				"result is %d bytes; the limit is %d", len(r.GetResult()), MaxJobResultBytes)
 			continue
 		}
-		if j != nil && j.State == JobSucceeded {
-			if a := j.attempt(r.GetAttempt()); a != nil && a.Outcome == AttemptSucceeded && a.WorkerID == c.GetWorkerId() && a.Identity == c.GetIdentity() {
-				out[i] = &JobOutcome{Job: *j, Duplicate: true}
-				continue
-			}
-		}
-		if rej := checkAttempt(j, r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity()); rej != nil {
-			out[i] = rej
+		j, answer := s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptSucceeded)
+		if answer != nil {
+			out[i] = answer
 			continue
 		}
 		n := j.withLog()
@@ -307,15 +318,9 @@ func (s *state) failJobs(cal int64, c *fsmv1.FailJobs) any {
 	}
 	out := make(JobResults, len(c.GetFailures()))
 	for i, r := range c.GetFailures() {
-		j := s.qjob(r.GetJobId())
-		if j != nil {
-			if a := j.attempt(r.GetAttempt()); a != nil && a.Outcome == AttemptFailed && a.WorkerID == c.GetWorkerId() && a.Identity == c.GetIdentity() {
-				out[i] = &JobOutcome{Job: *j, Duplicate: true}
-				continue
-			}
-		}
-		if rej := checkAttempt(j, r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity()); rej != nil {
-			out[i] = rej
+		j, answer := s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptFailed)
+		if answer != nil {
+			out[i] = answer
 			continue
 		}
 		n := j.withLog()
