@@ -15,8 +15,8 @@ type cluster struct {
 }
 
 // Status answers from this node, whatever its role.
-func (c *cluster) Status(context.Context, *coordv1.StatusRequest) (*coordv1.StatusResponse, error) {
-	return c.s.withClocks(c.s.node.Status()), nil
+func (c *cluster) Status(_ context.Context, req *coordv1.StatusRequest) (*coordv1.StatusResponse, error) {
+	return c.s.withClocks(c.s.node.Status(req.GetDigest())), nil
 }
 
 // Members answers from this node's view of the configuration.

@@ -25,7 +25,7 @@ import (
 // statusNode adds Status to the fake node (the cluster page).
 type statusNode struct{ *fakeNode }
 
-func (n statusNode) Status() *coordv1.StatusResponse {
+func (n statusNode) Status(bool) *coordv1.StatusResponse {
 	return &coordv1.StatusResponse{Id: n.id, State: "Leader", LeaderId: n.id, Term: 7, CommitIndex: 42, AppliedIndex: 41}
 }
 

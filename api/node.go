@@ -65,7 +65,7 @@ type Node interface {
 	// IsMember reports whether identity is a Raft server id.
 	IsMember(identity string) bool
 	Health() error
-	Status() *coordv1.StatusResponse
+	Status(digest bool) *coordv1.StatusResponse
 	Members() ([]*coordv1.Member, error)
 	AddVoter(ctx context.Context, id, raftAddr, grpcAddr string) ([]*coordv1.Member, error)
 	RemoveServer(ctx context.Context, id string) ([]*coordv1.Member, error)

@@ -63,8 +63,18 @@ func (c *Client) GetResource(ctx context.Context, resource string, opts ...ReadO
 }
 
 // Status returns the status of the node at endpoint, or of the current
-// leader when endpoint is empty.
+// leader when endpoint is empty (without the FSM digest: StatusDigest).
 func (c *Client) Status(ctx context.Context, endpoint string) (*coordv1.StatusResponse, error) {
+	return c.status(ctx, endpoint, false)
+}
+
+// StatusDigest is Status with the node's FSM digest, a pass over its whole
+// state (about a second at a million jobs).
+func (c *Client) StatusDigest(ctx context.Context, endpoint string) (*coordv1.StatusResponse, error) {
+	return c.status(ctx, endpoint, true)
+}
+
+func (c *Client) status(ctx context.Context, endpoint string, digest bool) (*coordv1.StatusResponse, error) {
 	if endpoint == "" {
 		endpoint = c.leaderEndpoint()
 	}
@@ -72,7 +82,7 @@ func (c *Client) Status(ctx context.Context, endpoint string) (*coordv1.StatusRe
 	if err != nil {
 		return nil, err
 	}
-	resp, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{})
+	resp, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{Digest: digest})
 	return resp, fromStatus(err)
 }
 

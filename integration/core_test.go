@@ -472,7 +472,7 @@ func TestObservability(t *testing.T) {
 	acquire(t, cc, "m", "o", 2*time.Second)
 	_, err = cc.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "r", LeaseName: "m", Generation: 9})
 	wantErr(t, err, codes.FailedPrecondition, "STALE_TOKEN")
-	st, err := c.Client(n).Status(ctx, &coordv1.StatusRequest{})
+	st, err := c.Client(n).Status(ctx, &coordv1.StatusRequest{Digest: true})
 	if err != nil || st.GetState() != "Leader" || st.GetLeaderAddress() != n.API.GRPCAddr() || st.GetFsmDigest() == "" ||
 		st.GetLiveLeases() != 1 || st.GetClusterTime() == 0 {
 		t.Fatalf("status: %v %v", st, err)

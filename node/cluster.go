@@ -16,8 +16,9 @@ import (
 // wire types (as rqlite's store takes and returns its command protos): the
 // API validates, authorizes and forwards, the node acts on Raft.
 
-// Status describes this node, whatever its role.
-func (n *Node) Status() *coordv1.StatusResponse {
+// Status describes this node, whatever its role; with digest, also its
+// FSM digest (a pass over the whole state).
+func (n *Node) Status(digest bool) *coordv1.StatusResponse {
 	r := n.raft
 	_, leaderID := r.LeaderWithID()
 	out := &coordv1.StatusResponse{
@@ -29,9 +30,11 @@ func (n *Node) Status() *coordv1.StatusResponse {
 		CommitIndex:   r.CommitIndex(),
 		AppliedIndex:  r.AppliedIndex(),
 		ClusterTime:   n.fsm.Clock(),
-		FsmDigest:     n.fsm.Digest(),
 		GrpcAddress:   n.advertisedAddr(),
 		RaftAddress:   n.RaftAddr(),
+	}
+	if digest {
+		out.FsmDigest = n.fsm.Digest()
 	}
 	switch lc := r.LastContact(); {
 	case r.State() == raft.Leader:

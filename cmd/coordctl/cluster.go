@@ -57,7 +57,7 @@ func (a *app) statusCmd() *cobra.Command {
 			var nodes []nodeStatus
 			failed := 0
 			for _, ep := range a.client.Endpoints() {
-				st, err := a.client.Status(perNodeContext(ctx), ep)
+				st, err := a.client.StatusDigest(perNodeContext(ctx), ep)
 				nodes = append(nodes, nodeStatus{endpoint: ep, status: st, err: err})
 				if err != nil {
 					failed++

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -268,9 +269,18 @@ func (c *Cluster) Endpoints() []string {
 
 // Status asks one node for its status.
 func (c *Cluster) Status(nd *Node, timeout time.Duration) (*coordv1.StatusResponse, error) {
+	return c.status(nd, timeout, false)
+}
+
+// StatusDigest is Status with the node's FSM digest.
+func (c *Cluster) StatusDigest(nd *Node, timeout time.Duration) (*coordv1.StatusResponse, error) {
+	return c.status(nd, timeout, true)
+}
+
+func (c *Cluster) status(nd *Node, timeout time.Duration, digest bool) (*coordv1.StatusResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return coordv1.NewClusterClient(nd.Conn).Status(ctx, &coordv1.StatusRequest{})
+	return coordv1.NewClusterClient(nd.Conn).Status(ctx, &coordv1.StatusRequest{Digest: digest})
 }
 
 // Leader returns the running node that reports itself leader, or nil.
@@ -304,21 +314,27 @@ func (c *Cluster) WaitConverged(timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
 	var last []string
 	for time.Now().Before(deadline) {
-		var idx []uint64
-		var digests []string
-		ok := true
+		// All nodes at once: the leader appends a tick every 250 ms, and a
+		// large state's digest takes a while, so nodes asked one after the
+		// other would be read at different indexes.
+		var running []*Node
 		for _, nd := range c.Nodes {
-			if nd.Cmd == nil {
-				continue
+			if nd.Cmd != nil {
+				running = append(running, nd)
 			}
-			st, err := c.Status(nd, time.Second)
-			if err != nil {
-				ok = false
-				break
-			}
-			idx = append(idx, st.GetAppliedIndex())
-			digests = append(digests, st.GetFsmDigest())
 		}
+		idx := make([]uint64, len(running))
+		digests := make([]string, len(running))
+		errs := make([]error, len(running))
+		var wg sync.WaitGroup
+		for i, nd := range running {
+			wg.Go(func() {
+				st, err := c.StatusDigest(nd, 10*time.Second)
+				idx[i], digests[i], errs[i] = st.GetAppliedIndex(), st.GetFsmDigest(), err
+			})
+		}
+		wg.Wait()
+		ok := errors.Join(errs...) == nil
 		if ok && len(idx) > 0 {
 			same := true
 			for i := range idx {

@@ -22,7 +22,11 @@ const (
 )
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// digest asks for fsm_digest: a pass over the whole state (about a second
+	// at a million jobs), so it is computed only when asked, one at a time,
+	// and reused while nothing was applied.
+	Digest        bool `protobuf:"varint,1,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -57,6 +61,13 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{0}
 }
 
+func (x *StatusRequest) GetDigest() bool {
+	if x != nil {
+		return x.Digest
+	}
+	return false
+}
+
 type StatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -74,7 +85,7 @@ type StatusResponse struct {
 	// cluster_time is the authority clock (ms) as applied by this node.
 	ClusterTime int64 `protobuf:"varint,9,opt,name=cluster_time,json=clusterTime,proto3" json:"cluster_time,omitempty"`
 	// fsm_digest is a SHA-256 over the state machine: equal on all nodes
-	// that applied the same log.
+	// that applied the same log. Empty unless the request asked for it.
 	FsmDigest         string `protobuf:"bytes,10,opt,name=fsm_digest,json=fsmDigest,proto3" json:"fsm_digest,omitempty"`
 	GrpcAddress       string `protobuf:"bytes,11,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
 	RaftAddress       string `protobuf:"bytes,12,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
@@ -994,8 +1005,9 @@ var File_coord_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_coord_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x16coord/v1/cluster.proto\x12\bcoord.v1\"\x0f\n" +
-	"\rStatusRequest\"\xc1\x05\n" +
+	"\x16coord/v1/cluster.proto\x12\bcoord.v1\"'\n" +
+	"\rStatusRequest\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\bR\x06digest\"\xc1\x05\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
