@@ -863,14 +863,7 @@ func TestQueueJobsShareNames(t *testing.T) {
 		}
 	}
 	check(f, "after submit")
-	var buf bytes.Buffer
-	if err := f.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
-	g := New()
-	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, f)
 	check(g, "after restore")
 	if f.Digest() != g.Digest() {
 		t.Fatal("digest changed by a snapshot round trip")

@@ -78,7 +78,13 @@ func clusterMetric(cfg config, metric string) (best float64, ok bool) {
 
 // commitIndex is the highest commit index the nodes report.
 func commitIndex(cfg config) uint64 {
-	if v, ok := clusterMetric(cfg, "coordd_raft_commit_index"); ok {
+	return highest(cfg, "coordd_raft_commit_index", (*coordv1.StatusResponse).GetCommitIndex)
+}
+
+// highest is the highest value of a node metric, from /metrics when the
+// nodes are ours, else from each endpoint's Status (0 if none answers).
+func highest(cfg config, metric string, field func(*coordv1.StatusResponse) uint64) uint64 {
+	if v, ok := clusterMetric(cfg, metric); ok {
 		return uint64(v)
 	}
 	var best uint64
@@ -92,7 +98,7 @@ func commitIndex(cfg config) uint64 {
 		cancel()
 		cc.Close()
 		if err == nil {
-			best = max(best, st.GetCommitIndex())
+			best = max(best, field(st))
 		}
 	}
 	return best
@@ -125,24 +131,7 @@ func addCounters(r *result, a, b *clusterCounters) {
 
 // clusterTerm is the highest Raft term the nodes report (0 if none answers).
 func clusterTerm(cfg config) uint64 {
-	if v, ok := clusterMetric(cfg, "coordd_raft_term"); ok {
-		return uint64(v)
-	}
-	var best uint64
-	for _, ep := range cfg.endpoints {
-		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		st, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{})
-		cancel()
-		cc.Close()
-		if err == nil {
-			best = max(best, st.GetTerm())
-		}
-	}
-	return best
+	return highest(cfg, "coordd_raft_term", (*coordv1.StatusResponse).GetTerm)
 }
 
 // leaderChanges is how many terms began since term0: elections during a
