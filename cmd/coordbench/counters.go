@@ -104,6 +104,25 @@ func highest(cfg config, metric string, field func(*coordv1.StatusResponse) uint
 	return best
 }
 
+// sampleCounters reads the cluster's counters at start and at end, in the
+// background; the returned func waits for the second reading and adds
+// what the cluster did in between to a result (addCounters).
+func sampleCounters(cfg config, start, end time.Time) func(*result) {
+	var before, after *clusterCounters
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		time.Sleep(time.Until(start))
+		before = readCounters(cfg)
+		time.Sleep(time.Until(end))
+		after = readCounters(cfg)
+	}()
+	return func(r *result) {
+		<-sampled
+		addCounters(r, before, after)
+	}
+}
+
 // addCounters adds what the cluster did between a and b to r: cores,
 // Raft entries, commands per entry and bytes written per command (per
 // node: the three nodes' write_bytes / 3).

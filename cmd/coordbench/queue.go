@@ -247,15 +247,7 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 	}
 
 	// The cluster's counters over the measured window (cores, entries).
-	var before, after *clusterCounters
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		time.Sleep(time.Until(start))
-		before = readCounters(cfg)
-		time.Sleep(time.Until(end))
-		after = readCounters(cfg)
-	}()
+	window := sampleCounters(cfg, start, end)
 	var submitted, submitErrs atomic.Int64
 	var sub sync.WaitGroup
 	submitters := 4
@@ -294,7 +286,6 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 		})
 	}
 	sub.Wait()
-	<-sampled
 	// Let the backlog drain a little (not counted), then stop.
 	time.Sleep(500 * time.Millisecond)
 	stopWorkers()
@@ -312,7 +303,7 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 	r.add("over_2s", lags.late)
 	r.add("second_attempts", lags.again)
 	r.add("leader_changes", leaderChanges(cfg, term0))
-	addCounters(r, before, after)
+	window(r) // the counters over the window (sampled at start and end)
 	if st, err := q.Stats(ctx, &coordv1.QueueStatsRequest{Queue: name}); err == nil && len(st.GetQueues()) == 1 {
 		r.add("backlog_at_end", st.GetQueues()[0].GetAvailable())
 	}

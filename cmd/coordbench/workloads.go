@@ -86,15 +86,7 @@ func drive(cfg config, name string, n int, op func(worker, iter int) (bool, erro
 	start := time.Now().Add(cfg.warmup)
 	deadline := start.Add(cfg.duration)
 	// The cluster's counters over the measured window.
-	var before, after *clusterCounters
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		time.Sleep(time.Until(start))
-		before = readCounters(cfg)
-		time.Sleep(time.Until(deadline))
-		after = readCounters(cfg)
-	}()
+	window := sampleCounters(cfg, start, deadline)
 	// Forwarded calls in the measured part (steady state: the SDK found the
 	// leader during the warm-up), with --cluster.
 	fwd0 := make(chan float64, 1)
@@ -138,8 +130,7 @@ func drive(cfg config, name string, n int, op func(worker, iter int) (bool, erro
 	wg.Wait()
 	r.elapsed = time.Since(start)
 	r.ops, r.errors = ops.Load(), errs.Load()
-	<-sampled
-	addCounters(r, before, after)
+	window(r)
 	if cfg.cluster != nil {
 		v0 := <-fwd0
 		if v1, err := forwarded(cfg.cluster); err == nil && v0 >= 0 {
