@@ -242,21 +242,38 @@ func attemptMeta(j *QueueJob, n uint32) map[string]string {
 // heartbeatJobs extends each live attempt's visibility deadline to now +
 // the job's visibility timeout.
 func (s *state) heartbeatJobs(cal int64, c *fsmv1.HeartbeatJobs) any {
-	if rej := firstRejection(checkWorker(c.GetWorkerId()), checkItems("attempts", len(c.GetAttempts()))); rej != nil {
-		return rej
-	}
-	out := make(JobResults, len(c.GetAttempts()))
-	for i, r := range c.GetAttempts() {
+	return attemptItems(s, c.GetWorkerId(), "attempts", c.GetAttempts(), func(_ int, r *fsmv1.JobAttemptRef) (*QueueJob, any) {
 		j := s.qjob(r.GetJobId())
 		if rej := checkAttempt(j, r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity()); rej != nil {
-			out[i] = rej
-			continue
+			return nil, rej
 		}
-		n := j.withLog()
-		a := &n.Log[len(n.Log)-1]
+		return j, nil
+	}, func(_ *fsmv1.JobAttemptRef, n *QueueJob, a *Attempt) {
 		a.Deadline = max(a.Deadline, cal+n.VisibilityMs)
 		a.Heartbeats++
 		n.UpdatedAt = cal
+	})
+}
+
+// attemptItems applies a worker's batch of items on job attempts
+// (Heartbeat, Complete, Fail) once the batch passes its checks. Items are
+// independent: check returns an item's job, or else its answer; change
+// edits n, a copy of that job whose last attempt is a, which then
+// replaces the job.
+func attemptItems[R any](s *state, worker, field string, items []R, check func(int, R) (*QueueJob, any),
+	change func(R, *QueueJob, *Attempt)) any {
+	if rej := firstRejection(checkWorker(worker), checkItems(field, len(items))); rej != nil {
+		return rej
+	}
+	out := make(JobResults, len(items))
+	for i, r := range items {
+		j, answer := check(i, r)
+		if answer != nil {
+			out[i] = answer
+			continue
+		}
+		n := j.withLog()
+		change(r, n, &n.Log[len(n.Log)-1])
 		s.replaceJob(j, n)
 		out[i] = &JobOutcome{Job: *n}
 	}
@@ -283,48 +300,26 @@ func (s *state) settling(id uint64, n uint32, worker, identity string, outcome A
 // completeJobs records each attempt's success: the job is succeeded, final.
 // A repeat by the attempt that succeeded returns the job (Duplicate).
 func (s *state) completeJobs(cal int64, c *fsmv1.CompleteJobs) any {
-	if rej := firstRejection(checkWorker(c.GetWorkerId()), checkItems("completions", len(c.GetCompletions()))); rej != nil {
-		return rej
-	}
-	out := make(JobResults, len(c.GetCompletions()))
-	for i, r := range c.GetCompletions() {
+	return attemptItems(s, c.GetWorkerId(), "completions", c.GetCompletions(), func(i int, r *fsmv1.JobCompletion) (*QueueJob, any) {
 		if len(r.GetResult()) > MaxJobResultBytes {
-			out[i] = reject(ReasonInvalidArgument, map[string]string{"field": "result", "index": strconv.Itoa(i)},
+			return nil, reject(ReasonInvalidArgument, map[string]string{"field": "result", "index": strconv.Itoa(i)},
 				"result is %d bytes; the limit is %d", len(r.GetResult()), MaxJobResultBytes)
-			continue
 		}
-		j, answer := s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptSucceeded)
-		if answer != nil {
-			out[i] = answer
-			continue
-		}
-		n := j.withLog()
-		a := &n.Log[len(n.Log)-1]
+		return s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptSucceeded)
+	}, func(r *fsmv1.JobCompletion, n *QueueJob, a *Attempt) {
 		a.Outcome, a.FinishedAt, a.Result = AttemptSucceeded, cal, r.GetResult()
 		n.State, n.UpdatedAt, n.FinishedAt = JobSucceeded, cal, cal
-		s.replaceJob(j, n)
 		s.qidx.counts(n.Queue).Succeeded++
-		out[i] = &JobOutcome{Job: *n}
-	}
-	return out
+	})
 }
 
 // failJobs records each attempt's failure. Retryable with attempts left:
 // retryable, due again at now + backoff. Otherwise: dead. A repeat by the
 // attempt that failed returns the job (Duplicate).
 func (s *state) failJobs(cal int64, c *fsmv1.FailJobs) any {
-	if rej := firstRejection(checkWorker(c.GetWorkerId()), checkItems("failures", len(c.GetFailures()))); rej != nil {
-		return rej
-	}
-	out := make(JobResults, len(c.GetFailures()))
-	for i, r := range c.GetFailures() {
-		j, answer := s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptFailed)
-		if answer != nil {
-			out[i] = answer
-			continue
-		}
-		n := j.withLog()
-		a := &n.Log[len(n.Log)-1]
+	return attemptItems(s, c.GetWorkerId(), "failures", c.GetFailures(), func(_ int, r *fsmv1.JobFailure) (*QueueJob, any) {
+		return s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptFailed)
+	}, func(r *fsmv1.JobFailure, n *QueueJob, a *Attempt) {
 		a.Outcome, a.FinishedAt, a.Error = AttemptFailed, cal, truncateUTF8(r.GetError(), MaxJobErrorBytes)
 		n.UpdatedAt = cal
 		cnt := s.qidx.counts(n.Queue)
@@ -336,10 +331,7 @@ func (s *state) failJobs(cal int64, c *fsmv1.FailJobs) any {
 			n.State = JobRetryable
 			n.RunAt = cal + Backoff(n.BackoffMs, n.BackoffMaxMs, n.BackoffPermille, n.Attempts, r.GetJitterPpm())
 		}
-		s.replaceJob(j, n)
-		out[i] = &JobOutcome{Job: *n}
-	}
-	return out
+	})
 }
 
 // Backoff is the delay before the retry that follows failed attempt
