@@ -190,8 +190,7 @@ func (s *state) claim(j *QueueJob, cal int64, worker, identity string) *QueueJob
 // command, so "running" means "unexpired at this command's calendar time".
 func checkAttempt(j *QueueJob, id uint64, n uint32, worker, identity string) *Rejection {
 	if j == nil {
-		return reject(ReasonJobNotFound, map[string]string{"job_id": strconv.FormatUint(id, 10)},
-			"job %d does not exist (or was pruned)", id)
+		return jobNotFound(id)
 	}
 	meta := attemptMeta(j, n)
 	if n == 0 || n > j.Attempts {
@@ -364,31 +363,41 @@ func truncateUTF8(s string, n int) string {
 // Cancelling a cancelled job returns it (Duplicate); a succeeded or dead
 // job is JOB_FINISHED.
 func (s *state) cancelJobs(cal int64, c *fsmv1.CancelJobs) any {
-	if rej := checkItems("job_ids", len(c.GetJobIds())); rej != nil {
-		return rej
-	}
-	out := make(JobResults, len(c.GetJobIds()))
-	for i, id := range c.GetJobIds() {
-		j := s.qjob(id)
+	return s.jobItems(c.GetJobIds(), func(j *QueueJob) any {
 		switch {
-		case j == nil:
-			out[i] = reject(ReasonJobNotFound, map[string]string{"job_id": strconv.FormatUint(id, 10)}, "job %d does not exist (or was pruned)", id)
-			continue
 		case j.State == JobCancelled:
-			out[i] = &JobOutcome{Job: *j, Duplicate: true}
-			continue
+			return &JobOutcome{Job: *j, Duplicate: true}
 		case j.State.Final():
-			out[i] = reject(ReasonJobFinished, map[string]string{"job_id": strconv.FormatUint(id, 10), "state": j.State.String()},
-				"job %d is already %s", id, j.State)
-			continue
+			return reject(ReasonJobFinished, map[string]string{"job_id": strconv.FormatUint(j.ID, 10), "state": j.State.String()},
+				"job %d is already %s", j.ID, j.State)
 		}
 		why := "cancelled"
 		if c.GetIdentity() != "" {
 			why = fmt.Sprintf("cancelled by %q", c.GetIdentity())
 		}
-		out[i] = &JobOutcome{Job: *s.cancelJob(j, cal, why)}
+		return &JobOutcome{Job: *s.cancelJob(j, cal, why)}
+	})
+}
+
+// jobItems applies a batch of job ids (Cancel, Retry): an id of no job is
+// JOB_NOT_FOUND, do answers the others. Items are independent.
+func (s *state) jobItems(ids []uint64, do func(*QueueJob) any) any {
+	if rej := checkItems("job_ids", len(ids)); rej != nil {
+		return rej
+	}
+	out := make(JobResults, len(ids))
+	for i, id := range ids {
+		if j := s.qjob(id); j != nil {
+			out[i] = do(j)
+		} else {
+			out[i] = jobNotFound(id)
+		}
 	}
 	return out
+}
+
+func jobNotFound(id uint64) *Rejection {
+	return reject(ReasonJobNotFound, map[string]string{"job_id": strconv.FormatUint(id, 10)}, "job %d does not exist (or was pruned)", id)
 }
 
 // cancelJob cancels a job that is not final; a running attempt ends
@@ -410,28 +419,15 @@ func (s *state) cancelJob(j *QueueJob, cal int64, why string) *QueueJob {
 // on growing, so older tokens stay stale. Available: Duplicate; running:
 // JOB_RUNNING; succeeded: JOB_FINISHED (submit a new job instead).
 func (s *state) retryJobs(cal int64, c *fsmv1.RetryJobs) any {
-	if rej := checkItems("job_ids", len(c.GetJobIds())); rej != nil {
-		return rej
-	}
-	out := make(JobResults, len(c.GetJobIds()))
-	for i, id := range c.GetJobIds() {
-		j := s.qjob(id)
-		meta := map[string]string{"job_id": strconv.FormatUint(id, 10)}
-		switch {
-		case j == nil:
-			out[i] = reject(ReasonJobNotFound, meta, "job %d does not exist (or was pruned)", id)
-			continue
-		case j.State == JobAvailable:
-			out[i] = &JobOutcome{Job: *j, Duplicate: true}
-			continue
-		case j.State == JobRunning:
-			meta["state"] = j.State.String()
-			out[i] = reject(ReasonJobRunning, meta, "job %d is running (attempt %d); cancel it first or wait", id, j.Attempts)
-			continue
-		case j.State == JobSucceeded:
-			meta["state"] = j.State.String()
-			out[i] = reject(ReasonJobFinished, meta, "job %d succeeded; submit a new job to run it again", id)
-			continue
+	return s.jobItems(c.GetJobIds(), func(j *QueueJob) any {
+		meta := map[string]string{"job_id": strconv.FormatUint(j.ID, 10), "state": j.State.String()}
+		switch j.State {
+		case JobAvailable:
+			return &JobOutcome{Job: *j, Duplicate: true}
+		case JobRunning:
+			return reject(ReasonJobRunning, meta, "job %d is running (attempt %d); cancel it first or wait", j.ID, j.Attempts)
+		case JobSucceeded:
+			return reject(ReasonJobFinished, meta, "job %d succeeded; submit a new job to run it again", j.ID)
 		}
 		n := *j
 		if int32(n.Attempts) >= n.MaxAttempts {
@@ -439,9 +435,8 @@ func (s *state) retryJobs(cal int64, c *fsmv1.RetryJobs) any {
 		}
 		n.State, n.RunAt, n.UpdatedAt, n.FinishedAt = JobAvailable, cal, cal, 0
 		s.replaceJob(j, &n)
-		out[i] = &JobOutcome{Job: n}
-	}
-	return out
+		return &JobOutcome{Job: n}
+	})
 }
 
 func firstRejection(rs ...*Rejection) *Rejection {
