@@ -388,28 +388,29 @@ func (q *queueIndex) counts(queue string) *queueCounts {
 
 // addStatic indexes what never changes for a job: queue, kind, labels,
 // unique key.
-func (q *queueIndex) addStatic(j *QueueJob) {
-	q.byQueue.ReplaceOrInsert(queueKey{j.Queue, j.ID})
-	q.byKind.ReplaceOrInsert(queueKey{j.Kind, j.ID})
-	for _, l := range j.Labels {
-		q.byLabel.ReplaceOrInsert(labelKey{l.Key, l.Value, j.ID})
-	}
-	if j.UniqueKey != "" {
-		q.unique[uniqueRef{j.Queue, j.UniqueKey}] = j.ID
-	}
-}
+func (q *queueIndex) addStatic(j *QueueJob) { q.static(j, true) }
 
-func (q *queueIndex) removeStatic(j *QueueJob) {
-	q.byQueue.Delete(queueKey{j.Queue, j.ID})
-	q.byKind.Delete(queueKey{j.Kind, j.ID})
+// removeStatic undoes addStatic (when a job goes).
+func (q *queueIndex) removeStatic(j *QueueJob) { q.static(j, false) }
+
+// static adds (or removes) the entries that never change for j, from one
+// list like dynamic's. A unique key is unindexed only while it still
+// names j.
+func (q *queueIndex) static(j *QueueJob, add bool) {
+	setKey(q.byQueue, queueKey{j.Queue, j.ID}, add)
+	setKey(q.byKind, queueKey{j.Kind, j.ID}, add)
 	for _, l := range j.Labels {
-		q.byLabel.Delete(labelKey{l.Key, l.Value, j.ID})
+		setKey(q.byLabel, labelKey{l.Key, l.Value, j.ID}, add)
 	}
-	if j.UniqueKey != "" {
-		ref := uniqueRef{j.Queue, j.UniqueKey}
-		if q.unique[ref] == j.ID {
-			delete(q.unique, ref)
-		}
+	if j.UniqueKey == "" {
+		return
+	}
+	ref := uniqueRef{j.Queue, j.UniqueKey}
+	switch {
+	case add:
+		q.unique[ref] = j.ID
+	case q.unique[ref] == j.ID:
+		delete(q.unique, ref)
 	}
 }
 
