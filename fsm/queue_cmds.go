@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"unicode/utf8"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -319,7 +319,7 @@ func (s *state) failJobs(cal int64, c *fsmv1.FailJobs) any {
 	return attemptItems(s, c.GetWorkerId(), "failures", c.GetFailures(), func(_ int, r *fsmv1.JobFailure) (*QueueJob, any) {
 		return s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptFailed)
 	}, func(r *fsmv1.JobFailure, n *QueueJob, a *Attempt) {
-		a.Outcome, a.FinishedAt, a.Error = AttemptFailed, cal, truncateUTF8(r.GetError(), MaxJobErrorBytes)
+		a.Outcome, a.FinishedAt, a.Error = AttemptFailed, cal, coorderr.Truncate(r.GetError(), MaxJobErrorBytes)
 		n.UpdatedAt = cal
 		cnt := s.qidx.counts(n.Queue)
 		cnt.Failures++
@@ -344,17 +344,6 @@ func Backoff(initial, maxMs int64, permille, attempt, jitterPPM uint32) int64 {
 	}
 	jitter := int64(min(jitterPPM, maxJitterPPM-1))
 	return base + base*jitter/(4*maxJitterPPM)
-}
-
-// truncateUTF8 cuts s to at most n bytes without splitting a character.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // cancelJobs cancels jobs that are not final. A running job's attempt ends
