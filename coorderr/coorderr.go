@@ -37,45 +37,6 @@ const Domain = "coordd.io"
 // Reason is a coord.v1.ErrorReason.
 type Reason = coordv1.ErrorReason
 
-// The reasons, under short names.
-const (
-	Unspecified           = coordv1.ErrorReason_ERROR_REASON_UNSPECIFIED
-	InvalidArgument       = coordv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT
-	LeaseNotFound         = coordv1.ErrorReason_ERROR_REASON_LEASE_NOT_FOUND
-	LeaseLost             = coordv1.ErrorReason_ERROR_REASON_LEASE_LOST
-	LeaseExpired          = coordv1.ErrorReason_ERROR_REASON_LEASE_EXPIRED
-	LeaseReleased         = coordv1.ErrorReason_ERROR_REASON_LEASE_RELEASED
-	StaleToken            = coordv1.ErrorReason_ERROR_REASON_STALE_TOKEN
-	ResourceLeaseMismatch = coordv1.ErrorReason_ERROR_REASON_RESOURCE_LEASE_MISMATCH
-	WindowCompleted       = coordv1.ErrorReason_ERROR_REASON_WINDOW_COMPLETED
-	WindowNotClaimed      = coordv1.ErrorReason_ERROR_REASON_WINDOW_NOT_CLAIMED
-	IdentityMismatch      = coordv1.ErrorReason_ERROR_REASON_IDENTITY_MISMATCH
-	LeaseLimit            = coordv1.ErrorReason_ERROR_REASON_LEASE_LIMIT
-	TooEarly              = coordv1.ErrorReason_ERROR_REASON_TOO_EARLY
-	NotLeader             = coordv1.ErrorReason_ERROR_REASON_NOT_LEADER
-	NoLeader              = coordv1.ErrorReason_ERROR_REASON_NO_LEADER
-	LeadershipLost        = coordv1.ErrorReason_ERROR_REASON_LEADERSHIP_LOST
-	Timeout               = coordv1.ErrorReason_ERROR_REASON_TIMEOUT
-	NotFound              = coordv1.ErrorReason_ERROR_REASON_NOT_FOUND
-	ShuttingDown          = coordv1.ErrorReason_ERROR_REASON_SHUTTING_DOWN
-	Unauthenticated       = coordv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED
-	PermissionDenied      = coordv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED
-	RateLimited           = coordv1.ErrorReason_ERROR_REASON_RATE_LIMITED
-	StreamLimit           = coordv1.ErrorReason_ERROR_REASON_STREAM_LIMIT
-	WaitLimit             = coordv1.ErrorReason_ERROR_REASON_WAIT_LIMIT
-	JobNotFound           = coordv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND
-	AttemptLost           = coordv1.ErrorReason_ERROR_REASON_ATTEMPT_LOST
-	AttemptExpired        = coordv1.ErrorReason_ERROR_REASON_ATTEMPT_EXPIRED
-	JobCancelled          = coordv1.ErrorReason_ERROR_REASON_JOB_CANCELLED
-	JobFinished           = coordv1.ErrorReason_ERROR_REASON_JOB_FINISHED
-	JobRunning            = coordv1.ErrorReason_ERROR_REASON_JOB_RUNNING
-	ScheduleNotFound      = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_NOT_FOUND
-	ScheduleOverlap       = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_OVERLAP
-	WatchIndexCompacted   = coordv1.ErrorReason_ERROR_REASON_WATCH_INDEX_COMPACTED
-	WatcherTooSlow        = coordv1.ErrorReason_ERROR_REASON_WATCHER_TOO_SLOW
-	WatchLimit            = coordv1.ErrorReason_ERROR_REASON_WATCH_LIMIT
-)
-
 // prefix is what the enum's value names carry and the wire names do not.
 const prefix = "ERROR_REASON_"
 

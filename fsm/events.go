@@ -24,20 +24,6 @@ type Family = coordv1.WatchFamily
 // EventKind is what happened to the record: a coord.v1.WatchEventKind.
 type EventKind = coordv1.WatchEventKind
 
-// The families and kinds under short names.
-const (
-	FamilyLease    = coordv1.WatchFamily_WATCH_FAMILY_LEASE
-	FamilyWindow   = coordv1.WatchFamily_WATCH_FAMILY_WINDOW
-	FamilyResource = coordv1.WatchFamily_WATCH_FAMILY_RESOURCE
-	FamilySchedule = coordv1.WatchFamily_WATCH_FAMILY_SCHEDULE
-	FamilyQueueJob = coordv1.WatchFamily_WATCH_FAMILY_QUEUE_JOB
-
-	EventPut      = coordv1.WatchEventKind_WATCH_EVENT_KIND_PUT
-	EventExpire   = coordv1.WatchEventKind_WATCH_EVENT_KIND_EXPIRE
-	EventDelete   = coordv1.WatchEventKind_WATCH_EVENT_KIND_DELETE
-	EventExisting = coordv1.WatchEventKind_WATCH_EVENT_KIND_EXISTING
-)
-
 // Event is one change of a record.
 type Event struct {
 	Family Family

@@ -55,19 +55,12 @@ const (
 	DefaultMaxFinishedJobs = 1_000_000
 )
 
-// JobState is where a queued job is. Values are fsmv1.JobState's.
+// JobState is where a queued job is. Values are fsmv1.JobState's, named
+// in enums_gen.go (JobScheduled ... JobDead).
 type JobState uint8
 
-const (
-	JobScheduled JobState = JobState(fsmv1.JobState_JOB_STATE_SCHEDULED)
-	JobAvailable JobState = JobState(fsmv1.JobState_JOB_STATE_AVAILABLE)
-	JobRunning   JobState = JobState(fsmv1.JobState_JOB_STATE_RUNNING)
-	JobRetryable JobState = JobState(fsmv1.JobState_JOB_STATE_RETRYABLE)
-	JobSucceeded JobState = JobState(fsmv1.JobState_JOB_STATE_SUCCEEDED)
-	JobCancelled JobState = JobState(fsmv1.JobState_JOB_STATE_CANCELLED)
-	JobDead      JobState = JobState(fsmv1.JobState_JOB_STATE_DEAD)
-	numJobStates          = int(JobDead) + 1
-)
+// numJobStates sizes arrays indexed by state.
+const numJobStates = int(JobDead) + 1
 
 // Final reports whether the state is an end state (only Retry leaves
 // cancelled and dead; nothing leaves succeeded).
@@ -77,16 +70,9 @@ func (s JobState) String() string {
 	return fsmv1.JobState(s).String()[len("JOB_STATE_"):]
 }
 
-// AttemptOutcome is how an attempt ended (or Running).
+// AttemptOutcome is how an attempt ended (or Running). Values are
+// fsmv1.AttemptOutcome's, named in enums_gen.go.
 type AttemptOutcome uint8
-
-const (
-	AttemptRunning   AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_RUNNING)
-	AttemptSucceeded AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED)
-	AttemptFailed    AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_FAILED)
-	AttemptLapsed    AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_LAPSED)
-	AttemptCancelled AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_CANCELLED)
-)
 
 func (o AttemptOutcome) String() string {
 	return fsmv1.AttemptOutcome(o).String()[len("ATTEMPT_OUTCOME_"):]
