@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/coordd/coordd/client/queue"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -44,38 +40,6 @@ type queueConfig struct {
 }
 
 var qcfg = queueConfig{concurrency: 100, batch: 1000, fetchMax: 100, workers: 8, delayed: 100_000, delayMax: 60 * time.Second}
-
-// leaderQueue dials the leader's gRPC address and returns a Queue client
-// on it.
-func leaderQueue(ctx context.Context, cfg config) (coordv1.QueueClient, func(), error) {
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		q, done, err := findLeaderQueue(ctx, cfg)
-		if err == nil || time.Now().After(deadline) {
-			return q, done, err
-		}
-	}
-}
-
-func findLeaderQueue(ctx context.Context, cfg config) (coordv1.QueueClient, func(), error) {
-	for _, ep := range cfg.endpoints {
-		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return nil, nil, err
-		}
-		st, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{})
-		cc.Close()
-		if err != nil || st.GetLeaderAddress() == "" {
-			continue
-		}
-		lc, err := grpc.NewClient(st.GetLeaderAddress(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
-		if err != nil {
-			return nil, nil, err
-		}
-		return coordv1.NewQueueClient(lc), func() { lc.Close() }, nil
-	}
-	return nil, nil, errors.New("no leader found")
-}
 
 // queueWorkers runs n workers on queue until ctx ends: fetch (long poll),
 // call started for each job, complete the batch.
