@@ -27,9 +27,9 @@ var workloadFuncs = map[string]workload{
 	"window-cycle":      windowCycle,
 	"failover":          failover,
 	"schedules":         schedulesWorkload,
-	"queue":             queueThroughput,
-	"queue-single":      queueSingle,
-	"queue-delayed":     queueDelayed,
+	"queue":             onQueue("tp", queueThroughput),
+	"queue-single":      onQueue("one", queueSingle),
+	"queue-delayed":     onQueue("delayed", queueDelayed),
 	"queue-footprint":   queueFootprint,
 	"watch":             watchWorkload,
 }
