@@ -2,8 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"iter"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -16,17 +14,6 @@ import (
 // unknown outcome (a repeat leaves the schedule as the first left it), and
 // so are the reads; a trigger is not (a repeat would be a second
 // occurrence): its error then matches ErrUnknownOutcome.
-
-// Sentinels of schedules.
-var (
-	// ErrScheduleNotFound: no schedule has that name (never created, or
-	// its tombstone was pruned), or a pause, resume or trigger of a deleted
-	// schedule. It wraps ErrNotFound.
-	ErrScheduleNotFound = fmt.Errorf("coordd: schedule not found: %w", ErrNotFound)
-	// ErrScheduleOverlap: a trigger of a FORBID schedule while the job of
-	// its previous occurrence is not final.
-	ErrScheduleOverlap = errors.New("coordd: schedule overlap")
-)
 
 // Schedules returns the generated coord.v1.Schedules client over Raw.
 func (c *Client) Schedules() coordv1.SchedulesClient { return coordv1.NewSchedulesClient(c.Raw()) }
