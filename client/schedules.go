@@ -4,6 +4,7 @@ import (
 	"context"
 	"iter"
 
+	"github.com/coordd/coordd/client/internal/pages"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -42,24 +43,9 @@ func (c *Client) ListSchedulesPage(ctx context.Context, prefix string, showDelet
 // ListSchedules iterates over every schedule whose name starts with
 // prefix, page by page; it stops at the first error, which it yields.
 func (c *Client) ListSchedules(ctx context.Context, prefix string, showDeleted bool, opts ...ReadOption) iter.Seq2[*coordv1.Schedule, error] {
-	return func(yield func(*coordv1.Schedule, error) bool) {
-		tok := ""
-		for {
-			page, err := c.ListSchedulesPage(ctx, prefix, showDeleted, tok, 0, opts...)
-			if err != nil {
-				yield(nil, err)
-				return
-			}
-			for _, s := range page.GetSchedules() {
-				if !yield(s, nil) {
-					return
-				}
-			}
-			if tok = page.GetNextPageToken(); tok == "" {
-				return
-			}
-		}
-	}
+	return pages.All(func(token string) (*coordv1.ListSchedulesResponse, error) {
+		return c.ListSchedulesPage(ctx, prefix, showDeleted, token, 0, opts...)
+	}, (*coordv1.ListSchedulesResponse).GetSchedules)
 }
 
 // PauseSchedule stops making occurrences.
