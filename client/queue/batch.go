@@ -169,8 +169,8 @@ var (
 	}
 )
 
-// sendOutcomes makes one outcome call (Complete or Fail, answered item by item
-// in the order of cls) and ends the claims.
+// sendOutcomes makes one outcome call (Complete or Fail, answered item by
+// item in the order of cls) and ends the claims.
 func sendOutcomes[R interface{ GetError() *coordv1.JobItemError }](b *batcher, cls []*claim, call func(context.Context) ([]R, error), log outcomeLog) {
 	ctx, cancel := b.callContext(cls)
 	defer cancel()
