@@ -10,6 +10,8 @@
 //   - A fencing token's string form is "lease_name:generation" (the
 //     generation follows the last colon, so lease names may contain
 //     colons); FormatToken and ParseToken convert.
+//   - A failed job attempt's error text is kept up to a byte limit, cut
+//     without splitting a UTF-8 character; Truncate cuts it so.
 //
 // It imports only the generated coord.v1 package, grpc's status and codes
 // and genproto's errdetails.
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -148,6 +151,20 @@ func WireReason(err error) string {
 func Metadata(err error) map[string]string {
 	_, info := Info(err)
 	return info.GetMetadata()
+}
+
+// Truncate cuts s to at most n bytes without splitting a UTF-8 character:
+// at the start of the character that byte n is in. The server keeps a
+// failed attempt's error text so cut (fsm.MaxJobErrorBytes), and the
+// client SDK cuts what it sends alike.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // ErrInvalidToken is wrapped by every error of ParseToken (the client SDK

@@ -124,29 +124,15 @@ func (s *state) emitQueueJob(k EventKind, j *QueueJob) {
 // per lease that expires. Derived: rebuilt after a restore from the leases
 // still live at the snapshot's clock (the others were noticed before).
 
-type expiryKey struct {
-	at   int64
-	name string
-}
-
-func lessExpiry(a, b expiryKey) bool {
-	if a.at != b.at {
-		return a.at < b.at
-	}
-	return a.name < b.name
-}
-
-func newExpiryIndex() *btree.BTreeG[expiryKey] { return btree.NewG(btreeDegree, lessExpiry) }
-
 // putLease stores n in place of old (nil for a new lease), moves its
 // deadline in the expiry index and emits the change.
 func (s *state) putLease(old, n *Lease) {
 	if old != nil && !old.Released {
-		s.expiry.Delete(expiryKey{old.ExpiresAt, old.Name})
+		s.expiry.Delete(nameTime{old.ExpiresAt, old.Name})
 	}
 	s.leases.ReplaceOrInsert(n)
 	if !n.Released && n.ExpiresAt > s.clock {
-		s.expiry.ReplaceOrInsert(expiryKey{n.ExpiresAt, n.Name})
+		s.expiry.ReplaceOrInsert(nameTime{n.ExpiresAt, n.Name})
 	}
 	s.emitLease(EventPut, n)
 }
@@ -167,10 +153,10 @@ func (s *state) expireLeases() {
 }
 
 func (s *state) rebuildExpiry() {
-	s.expiry = newExpiryIndex()
+	s.expiry = btree.NewG(btreeDegree, lessNameTime)
 	s.leases.Ascend(func(l *Lease) bool {
 		if !l.Released && l.ExpiresAt > s.clock {
-			s.expiry.ReplaceOrInsert(expiryKey{l.ExpiresAt, l.Name})
+			s.expiry.ReplaceOrInsert(nameTime{l.ExpiresAt, l.Name})
 		}
 		return true
 	})

@@ -104,10 +104,10 @@ func (s *state) deleteSchedule(cal int64, c *fsmv1.DeleteSchedule) any {
 // those after it (no burst of what was missed).
 func (s *state) pauseSchedule(cal int64, c *fsmv1.PauseSchedule) any {
 	cur := s.schedule(c.GetName())
-	if cur == nil || cur.Deleted {
+	switch {
+	case cur == nil || cur.Deleted:
 		return scheduleNotFound(c.GetName())
-	}
-	if cur.Paused == c.GetPaused() {
+	case cur.Paused == c.GetPaused():
 		return &ScheduleResult{Schedule: *cur}
 	}
 	n := *cur
