@@ -7,6 +7,7 @@ import (
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -49,7 +50,7 @@ func (b *batcher) addComplete(cl *claim) {
 func (b *batcher) addFail(cl *claim, msg string, retryable bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.fails = append(b.fails, failItem{cl, cut(msg, maxErrorText), retryable})
+	b.fails = append(b.fails, failItem{cl, coorderr.Truncate(msg, maxErrorText), retryable})
 	if len(b.fails) >= b.size {
 		b.sendLocked(nil, b.fails)
 		b.fails = nil
