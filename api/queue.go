@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -93,7 +94,7 @@ func (q *queue) Get(ctx context.Context, req *coordv1.QueueGetRequest) (*coordv1
 }
 
 func jobNotFound(id uint64) error {
-	return &notFoundError{what: fmt.Sprintf("job %d (never submitted, or pruned)", id), reason: fsm.ReasonJobNotFound,
+	return &notFoundError{what: fmt.Sprintf("job %d (never submitted, or pruned)", id), reason: coorderr.JobNotFound,
 		meta: map[string]string{"job_id": strconv.FormatUint(id, 10)}}
 }
 

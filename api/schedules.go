@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -292,7 +293,7 @@ func (s *Server) current(ctx context.Context, name string, tombstoneOK bool) (fs
 	}
 	sc, ok := st.Schedule(name)
 	if !ok || (sc.Deleted && !tombstoneOK) {
-		return fsm.Schedule{}, &fsm.Rejection{Reason: fsm.ReasonScheduleNotFound, Metadata: map[string]string{"schedule": name},
+		return fsm.Schedule{}, &fsm.Rejection{Reason: coorderr.ScheduleNotFound, Metadata: map[string]string{"schedule": name},
 			Message: "schedule " + name + " does not exist"}
 	}
 	if err := s.authorizeManage(ctx, sc.Spec.Job.Queue); err != nil {

@@ -3,6 +3,7 @@ package fsm
 import (
 	"github.com/google/btree"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -68,7 +69,7 @@ func jobRecord(j *Job) *fsmv1.JobRecord {
 func (s *state) registerJob(cal int64, c *fsmv1.RegisterJob) any {
 	in := jobFromRecord(c.GetJob())
 	if in.Name == "" || in.Schedule == "" {
-		return reject(ReasonInvalidArgument, nil, "a job needs a name and a schedule")
+		return reject(coorderr.InvalidArgument, nil, "a job needs a name and a schedule")
 	}
 	cur := s.job(in.Name)
 	if cur != nil && cur.sameSpec(in) {

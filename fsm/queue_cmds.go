@@ -51,12 +51,12 @@ type JobResults []any
 func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 	specs := c.GetJobs()
 	if len(specs) == 0 || len(specs) > MaxSubmitBatch {
-		return reject(ReasonInvalidArgument, map[string]string{"field": "jobs"},
+		return reject(coorderr.InvalidArgument, map[string]string{"field": "jobs"},
 			"a submit carries 1 to %d jobs, not %d", MaxSubmitBatch, len(specs))
 	}
 	for i, sp := range specs {
 		if field, problem := CheckJobSpec(sp, cal); field != "" {
-			return reject(ReasonInvalidArgument, map[string]string{"index": strconv.Itoa(i), "field": field},
+			return reject(coorderr.InvalidArgument, map[string]string{"index": strconv.Itoa(i), "field": field},
 				"job %d: %s %s; nothing was submitted", i, field, problem)
 		}
 	}
@@ -92,14 +92,14 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 
 func checkWorker(worker string) *Rejection {
 	if worker == "" || len(worker) > MaxWorkerIDBytes {
-		return reject(ReasonInvalidArgument, map[string]string{"field": "worker_id"}, "worker_id must be 1 to %d bytes", MaxWorkerIDBytes)
+		return reject(coorderr.InvalidArgument, map[string]string{"field": "worker_id"}, "worker_id must be 1 to %d bytes", MaxWorkerIDBytes)
 	}
 	return nil
 }
 
 func checkItems(field string, n int) *Rejection {
 	if n == 0 || n > MaxJobBatch {
-		return reject(ReasonInvalidArgument, map[string]string{"field": field}, "%s: 1 to %d items, not %d", field, MaxJobBatch, n)
+		return reject(coorderr.InvalidArgument, map[string]string{"field": field}, "%s: 1 to %d items, not %d", field, MaxJobBatch, n)
 	}
 	return nil
 }
@@ -116,15 +116,15 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 		return rej
 	}
 	if c.GetMax() == 0 || c.GetMax() > MaxFetchBatch {
-		return reject(ReasonInvalidArgument, map[string]string{"field": "max"}, "max must be 1 to %d, not %d", MaxFetchBatch, c.GetMax())
+		return reject(coorderr.InvalidArgument, map[string]string{"field": "max"}, "max must be 1 to %d, not %d", MaxFetchBatch, c.GetMax())
 	}
 	if n := len(c.GetQueues()); n == 0 || n > MaxFetchQueues {
-		return reject(ReasonInvalidArgument, map[string]string{"field": "queues"}, "fetch from 1 to %d queues, not %d", MaxFetchQueues, n)
+		return reject(coorderr.InvalidArgument, map[string]string{"field": "queues"}, "fetch from 1 to %d queues, not %d", MaxFetchQueues, n)
 	}
 	var queues []string
 	for _, q := range c.GetQueues() {
 		if q == "" || len(q) > MaxQueueNameBytes {
-			return reject(ReasonInvalidArgument, map[string]string{"field": "queues"}, "queue names are 1 to %d bytes", MaxQueueNameBytes)
+			return reject(coorderr.InvalidArgument, map[string]string{"field": "queues"}, "queue names are 1 to %d bytes", MaxQueueNameBytes)
 		}
 		dup := false
 		for _, seen := range queues {
@@ -194,14 +194,14 @@ func checkAttempt(j *QueueJob, id uint64, n uint32, worker, identity string) *Re
 	}
 	meta := attemptMeta(j, n)
 	if n == 0 || n > j.Attempts {
-		return reject(ReasonAttemptLost, meta, "job %d has no attempt %d (its last is %d)", j.ID, n, j.Attempts)
+		return reject(coorderr.AttemptLost, meta, "job %d has no attempt %d (its last is %d)", j.ID, n, j.Attempts)
 	}
 	a := j.attempt(n)
 	if a != nil && a.Identity != "" && a.Identity != identity {
-		return reject(ReasonIdentityMismatch, nil, "attempt %d of job %d is bound to the identity that fetched it, not %q", n, j.ID, identity)
+		return reject(coorderr.IdentityMismatch, nil, "attempt %d of job %d is bound to the identity that fetched it, not %q", n, j.ID, identity)
 	}
 	if a != nil && a.WorkerID != worker {
-		return reject(ReasonAttemptLost, meta, "attempt %d of job %d was handed to worker %q, not %q", n, j.ID, a.WorkerID, worker)
+		return reject(coorderr.AttemptLost, meta, "attempt %d of job %d was handed to worker %q, not %q", n, j.ID, a.WorkerID, worker)
 	}
 	if cur, ok := j.Current(); ok && cur.Number == n {
 		return nil
@@ -214,14 +214,14 @@ func checkAttempt(j *QueueJob, id uint64, n uint32, worker, identity string) *Re
 func attemptOver(j *QueueJob, n uint32, a *Attempt, meta map[string]string) *Rejection {
 	switch {
 	case a != nil && a.Outcome == AttemptLapsed:
-		return reject(ReasonAttemptExpired, meta, "attempt %d of job %d expired at %d: no heartbeat within the visibility timeout (%d ms); the job was handed on",
+		return reject(coorderr.AttemptExpired, meta, "attempt %d of job %d expired at %d: no heartbeat within the visibility timeout (%d ms); the job was handed on",
 			n, j.ID, a.Deadline, j.VisibilityMs)
 	case a != nil && a.Outcome == AttemptCancelled:
-		return reject(ReasonJobCancelled, meta, "job %d was cancelled during attempt %d", j.ID, n)
+		return reject(coorderr.JobCancelled, meta, "job %d was cancelled during attempt %d", j.ID, n)
 	case a != nil:
-		return reject(ReasonAttemptLost, meta, "attempt %d of job %d already ended (%s); the job is %s at attempt %d", n, j.ID, a.Outcome, j.State, j.Attempts)
+		return reject(coorderr.AttemptLost, meta, "attempt %d of job %d already ended (%s); the job is %s at attempt %d", n, j.ID, a.Outcome, j.State, j.Attempts)
 	default:
-		return reject(ReasonAttemptLost, meta, "attempt %d of job %d is over; the job is %s at attempt %d", n, j.ID, j.State, j.Attempts)
+		return reject(coorderr.AttemptLost, meta, "attempt %d of job %d is over; the job is %s at attempt %d", n, j.ID, j.State, j.Attempts)
 	}
 }
 
@@ -301,7 +301,7 @@ func (s *state) settling(id uint64, n uint32, worker, identity string, outcome A
 func (s *state) completeJobs(cal int64, c *fsmv1.CompleteJobs) any {
 	return attemptItems(s, c.GetWorkerId(), "completions", c.GetCompletions(), func(i int, r *fsmv1.JobCompletion) (*QueueJob, any) {
 		if len(r.GetResult()) > MaxJobResultBytes {
-			return nil, reject(ReasonInvalidArgument, map[string]string{"field": "result", "index": strconv.Itoa(i)},
+			return nil, reject(coorderr.InvalidArgument, map[string]string{"field": "result", "index": strconv.Itoa(i)},
 				"result is %d bytes; the limit is %d", len(r.GetResult()), MaxJobResultBytes)
 		}
 		return s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptSucceeded)
@@ -357,7 +357,7 @@ func (s *state) cancelJobs(cal int64, c *fsmv1.CancelJobs) any {
 		case j.State == JobCancelled:
 			return &JobOutcome{Job: *j, Duplicate: true}
 		case j.State.Final():
-			return reject(ReasonJobFinished, map[string]string{"job_id": strconv.FormatUint(j.ID, 10), "state": j.State.String()},
+			return reject(coorderr.JobFinished, map[string]string{"job_id": strconv.FormatUint(j.ID, 10), "state": j.State.String()},
 				"job %d is already %s", j.ID, j.State)
 		}
 		why := "cancelled"
@@ -386,7 +386,7 @@ func (s *state) jobItems(ids []uint64, do func(*QueueJob) any) any {
 }
 
 func jobNotFound(id uint64) *Rejection {
-	return reject(ReasonJobNotFound, map[string]string{"job_id": strconv.FormatUint(id, 10)}, "job %d does not exist (or was pruned)", id)
+	return reject(coorderr.JobNotFound, map[string]string{"job_id": strconv.FormatUint(id, 10)}, "job %d does not exist (or was pruned)", id)
 }
 
 // cancelJob cancels a job that is not final; a running attempt ends
@@ -414,9 +414,9 @@ func (s *state) retryJobs(cal int64, c *fsmv1.RetryJobs) any {
 		case JobAvailable:
 			return &JobOutcome{Job: *j, Duplicate: true}
 		case JobRunning:
-			return reject(ReasonJobRunning, meta, "job %d is running (attempt %d); cancel it first or wait", j.ID, j.Attempts)
+			return reject(coorderr.JobRunning, meta, "job %d is running (attempt %d); cancel it first or wait", j.ID, j.Attempts)
 		case JobSucceeded:
-			return reject(ReasonJobFinished, meta, "job %d succeeded; submit a new job to run it again", j.ID)
+			return reject(coorderr.JobFinished, meta, "job %d succeeded; submit a new job to run it again", j.ID)
 		}
 		n := *j
 		if int32(n.Attempts) >= n.MaxAttempts {
