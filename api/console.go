@@ -14,19 +14,19 @@ import (
 )
 
 // The web console (package console) on the HTTP port under /ui/. It calls
-// this node's own service implementations in process through httpGuard,
+// this node's own services through the in-process connection (inproc.go),
 // as the gateway does: the caller's certificate identity, the rate limit,
 // the access table and the ACL, forwarding to the leader and the error
 // table all behave as for /v1/. No second authorization: Allowed asks the
 // same ACL only to enable buttons.
 
 func (s *Server) newConsole() (*console.Console, error) {
-	co := &coordinator{s: s}
+	conn := s.inprocConn()
 	b := console.Backend{
-		Coordinator: &consoleCoordinator{httpCoordinator: httpCoordinator{c: co}},
-		Cluster:     &consoleCluster{c: &cluster{s: s}},
-		Queue:       &httpQueue{q: &queue{s: s}},
-		Schedules:   &httpSchedules{h: &schedules{s: s}},
+		Coordinator: coordv1.NewCoordinatorClient(conn),
+		Cluster:     coordv1.NewClusterClient(conn),
+		Queue:       coordv1.NewQueueClient(conn),
+		Schedules:   coordv1.NewSchedulesClient(conn),
 		Watch:       s.consoleWatch,
 		Identity:    func(ctx context.Context) string { id, _ := ctx.Value(httpIdentityKey{}).(string); return id },
 		Allowed:     s.consoleAllowed,
@@ -117,26 +117,4 @@ func (l *localWatchStream) Send(m *coordv1.WatchResponse) error {
 		return err
 	}
 	return l.send(out)
-}
-
-// consoleCoordinator adds ListLeases to the gateway's Coordinator.
-type consoleCoordinator struct{ httpCoordinator }
-
-func (h *consoleCoordinator) ListLeases(ctx context.Context, req *coordv1.ListLeasesRequest) (*coordv1.ListLeasesResponse, error) {
-	return httpGuard(h.c.s, ctx, coordv1.Coordinator_ListLeases_FullMethodName, req, h.c.ListLeases)
-}
-
-// consoleCluster is Status and Members (open to every authenticated
-// identity).
-type consoleCluster struct {
-	coordv1.UnimplementedClusterServer
-	c *cluster
-}
-
-func (h *consoleCluster) Status(ctx context.Context, req *coordv1.StatusRequest) (*coordv1.StatusResponse, error) {
-	return httpGuard(h.c.s, ctx, coordv1.Cluster_Status_FullMethodName, req, h.c.Status)
-}
-
-func (h *consoleCluster) Members(ctx context.Context, req *coordv1.MembersRequest) (*coordv1.MembersResponse, error) {
-	return httpGuard(h.c.s, ctx, coordv1.Cluster_Members_FullMethodName, req, h.c.Members)
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -34,16 +35,16 @@ func (s *Server) httpAPI() http.Handler {
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}),
 	)
-	// The generated code calls our server directly (no gRPC hop); the
-	// wrapper applies what the gRPC interceptor applies.
-	if err := coordv1gw.RegisterCoordinatorHandlerServer(context.Background(), gw, &httpCoordinator{c: &coordinator{s: s}}); err != nil {
+	// The generated code calls this node's services through the in-process
+	// connection (inproc.go): the guard the gRPC interceptor applies, then
+	// the service. Only the calls coord_http.yaml maps are routed.
+	ctx, conn := context.Background(), s.inprocConn()
+	if err := errors.Join(
+		coordv1gw.RegisterCoordinatorHandlerClient(ctx, gw, coordv1.NewCoordinatorClient(conn)),
+		coordv1gw.RegisterQueueHandlerClient(ctx, gw, coordv1.NewQueueClient(conn)),
+		coordv1gw.RegisterSchedulesHandlerClient(ctx, gw, coordv1.NewSchedulesClient(conn)),
+	); err != nil {
 		panic(err) // registration of generated patterns cannot fail
-	}
-	if err := coordv1gw.RegisterQueueHandlerServer(context.Background(), gw, &httpQueue{q: &queue{s: s}}); err != nil {
-		panic(err)
-	}
-	if err := coordv1gw.RegisterSchedulesHandlerServer(context.Background(), gw, &httpSchedules{h: &schedules{s: s}}); err != nil {
-		panic(err)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, MaxMessageBytes)
@@ -53,104 +54,6 @@ func (s *Server) httpAPI() http.Handler {
 		}
 		gw.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpIdentityKey{}, id)))
 	})
-}
-
-// httpCoordinator is the part of the Coordinator the gateway exposes.
-type httpCoordinator struct {
-	coordv1.UnimplementedCoordinatorServer
-	c *coordinator
-}
-
-func httpGuard[Req, Resp any](s *Server, ctx context.Context, method string, req Req,
-	call func(context.Context, Req) (Resp, error)) (Resp, error) {
-	id, _ := ctx.Value(httpIdentityKey{}).(string)
-	ctx, err := s.guard(ctx, id, false, method, req)
-	if err != nil {
-		var zero Resp
-		return zero, err
-	}
-	return call(ctx, req)
-}
-
-func (h *httpCoordinator) FencedCommit(ctx context.Context, req *coordv1.FencedCommitRequest) (*coordv1.FencedCommitResponse, error) {
-	return httpGuard(h.c.s, ctx, coordv1.Coordinator_FencedCommit_FullMethodName, req, h.c.FencedCommit)
-}
-
-func (h *httpCoordinator) GetLease(ctx context.Context, req *coordv1.GetLeaseRequest) (*coordv1.GetLeaseResponse, error) {
-	return httpGuard(h.c.s, ctx, coordv1.Coordinator_GetLease_FullMethodName, req, h.c.GetLease)
-}
-
-func (h *httpCoordinator) GetResource(ctx context.Context, req *coordv1.GetResourceRequest) (*coordv1.GetResourceResponse, error) {
-	return httpGuard(h.c.s, ctx, coordv1.Coordinator_GetResource_FullMethodName, req, h.c.GetResource)
-}
-
-// httpSchedules is the Schedules service behind the gateway.
-type httpSchedules struct {
-	coordv1.UnimplementedSchedulesServer
-	h *schedules
-}
-
-func (x *httpSchedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleRequest) (*coordv1.PutScheduleResponse, error) {
-	return httpGuard(x.h.s, ctx, coordv1.Schedules_PutSchedule_FullMethodName, req, x.h.PutSchedule)
-}
-
-func (x *httpSchedules) GetSchedule(ctx context.Context, req *coordv1.GetScheduleRequest) (*coordv1.GetScheduleResponse, error) {
-	return httpGuard(x.h.s, ctx, coordv1.Schedules_GetSchedule_FullMethodName, req, x.h.GetSchedule)
-}
-
-func (x *httpSchedules) ListSchedules(ctx context.Context, req *coordv1.ListSchedulesRequest) (*coordv1.ListSchedulesResponse, error) {
-	return httpGuard(x.h.s, ctx, coordv1.Schedules_ListSchedules_FullMethodName, req, x.h.ListSchedules)
-}
-
-func (x *httpSchedules) PauseSchedule(ctx context.Context, req *coordv1.PauseScheduleRequest) (*coordv1.PauseScheduleResponse, error) {
-	return httpGuard(x.h.s, ctx, coordv1.Schedules_PauseSchedule_FullMethodName, req, x.h.PauseSchedule)
-}
-
-func (x *httpSchedules) ResumeSchedule(ctx context.Context, req *coordv1.ResumeScheduleRequest) (*coordv1.ResumeScheduleResponse, error) {
-	return httpGuard(x.h.s, ctx, coordv1.Schedules_ResumeSchedule_FullMethodName, req, x.h.ResumeSchedule)
-}
-
-func (x *httpSchedules) TriggerSchedule(ctx context.Context, req *coordv1.TriggerScheduleRequest) (*coordv1.TriggerScheduleResponse, error) {
-	return httpGuard(x.h.s, ctx, coordv1.Schedules_TriggerSchedule_FullMethodName, req, x.h.TriggerSchedule)
-}
-
-func (x *httpSchedules) DeleteSchedule(ctx context.Context, req *coordv1.DeleteScheduleRequest) (*coordv1.DeleteScheduleResponse, error) {
-	return httpGuard(x.h.s, ctx, coordv1.Schedules_DeleteSchedule_FullMethodName, req, x.h.DeleteSchedule)
-}
-
-func (x *httpSchedules) ListOverdue(ctx context.Context, req *coordv1.ListOverdueRequest) (*coordv1.ListOverdueResponse, error) {
-	return httpGuard(x.h.s, ctx, coordv1.Schedules_ListOverdue_FullMethodName, req, x.h.ListOverdue)
-}
-
-// httpQueue is the part of the Queue the gateway exposes: submitting and
-// looking up jobs (workers use gRPC).
-type httpQueue struct {
-	coordv1.UnimplementedQueueServer
-	q *queue
-}
-
-func (h *httpQueue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*coordv1.QueueSubmitResponse, error) {
-	return httpGuard(h.q.s, ctx, coordv1.Queue_Submit_FullMethodName, req, h.q.Submit)
-}
-
-func (h *httpQueue) Get(ctx context.Context, req *coordv1.QueueGetRequest) (*coordv1.QueueGetResponse, error) {
-	return httpGuard(h.q.s, ctx, coordv1.Queue_Get_FullMethodName, req, h.q.Get)
-}
-
-func (h *httpQueue) List(ctx context.Context, req *coordv1.QueueListRequest) (*coordv1.QueueListResponse, error) {
-	return httpGuard(h.q.s, ctx, coordv1.Queue_List_FullMethodName, req, h.q.List)
-}
-
-func (h *httpQueue) Cancel(ctx context.Context, req *coordv1.QueueCancelRequest) (*coordv1.QueueCancelResponse, error) {
-	return httpGuard(h.q.s, ctx, coordv1.Queue_Cancel_FullMethodName, req, h.q.Cancel)
-}
-
-func (h *httpQueue) Retry(ctx context.Context, req *coordv1.QueueRetryRequest) (*coordv1.QueueRetryResponse, error) {
-	return httpGuard(h.q.s, ctx, coordv1.Queue_Retry_FullMethodName, req, h.q.Retry)
-}
-
-func (h *httpQueue) Stats(ctx context.Context, req *coordv1.QueueStatsRequest) (*coordv1.QueueStatsResponse, error) {
-	return httpGuard(h.q.s, ctx, coordv1.Queue_Stats_FullMethodName, req, h.q.Stats)
 }
 
 // HTTPError is the JSON body of every HTTP API error.

@@ -57,10 +57,10 @@ const Prefix = "/ui/"
 // authenticated, rate-limited and authorized for the caller in ctx as an
 // HTTP API call is. Only the methods the pages use need to work.
 type Backend struct {
-	Coordinator coordv1.CoordinatorServer // ListLeases, GetResource
-	Cluster     coordv1.ClusterServer     // Status, Members
-	Queue       coordv1.QueueServer       // Stats, List, Get, Cancel, Retry
-	Schedules   coordv1.SchedulesServer   // ListSchedules, GetSchedule, ListOverdue, Pause, Resume, Trigger
+	Coordinator coordv1.CoordinatorClient // ListLeases, GetResource
+	Cluster     coordv1.ClusterClient     // Status, Members
+	Queue       coordv1.QueueClient       // Stats, List, Get, Cancel, Retry
+	Schedules   coordv1.SchedulesClient   // ListSchedules, GetSchedule, ListOverdue, Pause, Resume, Trigger
 	// Watch runs a Watch for the caller in ctx, calling send with every
 	// message, until ctx ends, send fails or the watch fails.
 	Watch func(ctx context.Context, req *coordv1.WatchRequest, send func(*coordv1.WatchResponse) error) error

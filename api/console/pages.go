@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/grpc"
+
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -255,7 +257,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, what, choices stri
 
 // dropAnswer is an action that calls call with req (its answer is not
 // shown: the page is).
-func dropAnswer[Req, Resp any](call func(context.Context, Req) (Resp, error), req Req) func(context.Context) error {
+func dropAnswer[Req, Resp any](call func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) func(context.Context) error {
 	return func(ctx context.Context) error {
 		_, err := call(ctx, req)
 		return err
