@@ -35,6 +35,24 @@ const (
 	JobDead      = JobState(fsmv1.JobState_JOB_STATE_DEAD)
 )
 
+// The overlap policies: fsmv1.ScheduleOverlap's values as an Overlap.
+const (
+	OverlapForbid  = Overlap(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID)
+	OverlapAllow   = Overlap(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW)
+	OverlapReplace = Overlap(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_REPLACE)
+)
+
+// The skip reasons: fsmv1.ScheduleSkipReason's values as a SkipReason (SkipNone: not skipped).
+const (
+	SkipNone      = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_UNSPECIFIED)
+	SkipHorizon   = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_HORIZON)
+	SkipDeadline  = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_DEADLINE)
+	SkipDSTGap    = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_DST_GAP)
+	SkipDSTRepeat = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_DST_REPEAT)
+	SkipOverlap   = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_OVERLAP)
+	SkipPaused    = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_PAUSED)
+)
+
 // The attempt outcomes: fsmv1.AttemptOutcome's values as an AttemptOutcome.
 const (
 	AttemptRunning   = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_RUNNING)

@@ -73,32 +73,16 @@ func DefaultCompleteWithin(interval time.Duration) time.Duration { return cmp.Or
 func ScheduleUniqueKey(name, window string) string { return "schedule:" + name + "/" + window }
 
 // Overlap says what an occurrence does when the previous one's job is not
-// final. Values are fsmv1.ScheduleOverlap's.
+// final. Values are fsmv1.ScheduleOverlap's, named in enums_gen.go.
 type Overlap uint8
-
-const (
-	OverlapForbid  = Overlap(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID)
-	OverlapAllow   = Overlap(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW)
-	OverlapReplace = Overlap(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_REPLACE)
-)
 
 func (o Overlap) String() string {
 	return strings.TrimPrefix(fsmv1.ScheduleOverlap(o).String(), "SCHEDULE_OVERLAP_")
 }
 
 // SkipReason says why occurrences made no job. Values are
-// fsmv1.ScheduleSkipReason's.
+// fsmv1.ScheduleSkipReason's, named in enums_gen.go (SkipNone: not skipped).
 type SkipReason uint8
-
-const (
-	SkipNone      SkipReason = 0
-	SkipHorizon              = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_HORIZON)
-	SkipDeadline             = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_DEADLINE)
-	SkipDSTGap               = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_DST_GAP)
-	SkipDSTRepeat            = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_DST_REPEAT)
-	SkipOverlap              = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_OVERLAP)
-	SkipPaused               = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_PAUSED)
-)
 
 func (r SkipReason) String() string {
 	return strings.TrimPrefix(fsmv1.ScheduleSkipReason(r).String(), "SCHEDULE_SKIP_REASON_")

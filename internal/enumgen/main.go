@@ -30,8 +30,9 @@ type block struct {
 	strip  string // the value-name prefix dropped: "ERROR_REASON_"
 	prefix string // the short names' prefix: "Job" in JobRunning
 	typ    string // a Go type the values are converted to ("" keeps the enum's)
-	// unspecified keeps the zero value (named Unspecified with prefix).
-	unspecified bool
+	// zero, when set, names the zero value (prefix+zero); otherwise it is
+	// left out.
+	zero string
 }
 
 // file is one generated file.
@@ -49,7 +50,7 @@ var files = []file{
 		blocks: []block{{
 			doc:  "The reasons, under short names (proto/coord/v1/errors.proto documents each).",
 			enum: coordv1.ErrorReason(0).Descriptor(), goEnum: "coordv1.ErrorReason",
-			strip: "ERROR_REASON_", unspecified: true,
+			strip: "ERROR_REASON_", zero: "Unspecified",
 		}},
 	},
 	{
@@ -72,6 +73,16 @@ var files = []file{
 				strip: "JOB_STATE_", prefix: "Job", typ: "JobState",
 			},
 			{
+				doc:  "The overlap policies: fsmv1.ScheduleOverlap's values as an Overlap.",
+				enum: fsmv1.ScheduleOverlap(0).Descriptor(), goEnum: "fsmv1.ScheduleOverlap",
+				strip: "SCHEDULE_OVERLAP_", prefix: "Overlap", typ: "Overlap",
+			},
+			{
+				doc:  "The skip reasons: fsmv1.ScheduleSkipReason's values as a SkipReason (SkipNone: not skipped).",
+				enum: fsmv1.ScheduleSkipReason(0).Descriptor(), goEnum: "fsmv1.ScheduleSkipReason",
+				strip: "SCHEDULE_SKIP_REASON_", prefix: "Skip", typ: "SkipReason", zero: "None",
+			},
+			{
 				doc:  "The attempt outcomes: fsmv1.AttemptOutcome's values as an AttemptOutcome.",
 				enum: fsmv1.AttemptOutcome(0).Descriptor(), goEnum: "fsmv1.AttemptOutcome",
 				strip: "ATTEMPT_OUTCOME_", prefix: "Attempt", typ: "AttemptOutcome",
@@ -80,12 +91,19 @@ var files = []file{
 	},
 }
 
+// initialisms stay upper case in Go names (SkipDSTGap).
+var initialisms = map[string]bool{"DST": true}
+
 // camel turns "LEASE_LOST" into "LeaseLost".
 func camel(s string) string {
 	var b strings.Builder
-	for _, w := range strings.Split(strings.ToLower(s), "_") {
-		if w != "" {
-			b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+	for _, w := range strings.Split(s, "_") {
+		switch {
+		case w == "":
+		case initialisms[w]:
+			b.WriteString(w)
+		default:
+			b.WriteString(w[:1] + strings.ToLower(w[1:]))
 		}
 	}
 	return b.String()
@@ -104,18 +122,22 @@ func render(f file) ([]byte, error) {
 		values := bl.enum.Values()
 		for i := 0; i < values.Len(); i++ {
 			v := values.Get(i)
-			if v.Number() == 0 && !bl.unspecified {
-				continue
-			}
 			name := string(v.Name())
 			if !strings.HasPrefix(name, bl.strip) {
 				return nil, fmt.Errorf("%s: value %s lacks the prefix %s", bl.goEnum, name, bl.strip)
+			}
+			short := camel(strings.TrimPrefix(name, bl.strip))
+			if v.Number() == 0 {
+				if bl.zero == "" {
+					continue
+				}
+				short = bl.zero
 			}
 			value := bl.goEnum + "_" + name
 			if bl.typ != "" {
 				value = fmt.Sprintf("%s(%s)", bl.typ, value)
 			}
-			fmt.Fprintf(&b, "\t%s%s = %s\n", bl.prefix, camel(strings.TrimPrefix(name, bl.strip)), value)
+			fmt.Fprintf(&b, "\t%s%s = %s\n", bl.prefix, short, value)
 		}
 		b.WriteString(")\n")
 	}

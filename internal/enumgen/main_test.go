@@ -27,7 +27,7 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 }
 
 func TestCamel(t *testing.T) {
-	for in, want := range map[string]string{"LEASE_LOST": "LeaseLost", "TOO_EARLY": "TooEarly", "PUT": "Put", "UNSPECIFIED": "Unspecified"} {
+	for in, want := range map[string]string{"LEASE_LOST": "LeaseLost", "TOO_EARLY": "TooEarly", "PUT": "Put", "UNSPECIFIED": "Unspecified", "DST_GAP": "DSTGap"} {
 		if got := camel(in); got != want {
 			t.Errorf("camel(%q) = %q, want %q", in, got, want)
 		}
