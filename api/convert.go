@@ -40,3 +40,12 @@ func resourceToProto(r fsm.Resource) *coordv1.Resource {
 		LastCommitAt: r.LastCommitAt, LastIdempotencyKey: r.LastIdempotencyKey, Commits: r.Commits,
 	}
 }
+
+// convertAll converts every element of ts with f.
+func convertAll[T, U any](ts []T, f func(T) U) []U {
+	out := make([]U, len(ts))
+	for i, t := range ts {
+		out[i] = f(t)
+	}
+	return out
+}

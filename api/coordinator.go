@@ -51,7 +51,7 @@ func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) 
 		}
 		r, err := s.node.Acquire(ctx, cmd, req.GetWait())
 		if err != nil {
-			if rej := (*fsm.Rejection)(nil); errors.As(err, &rej) && rej.Reason == fsm.ReasonLeaseLimit {
+			if rej := (*fsm.Rejection)(nil); errors.As(err, &rej) && rej.Reason == coorderr.LeaseLimit {
 				s.metrics.limited.WithLabelValues("leases").Inc()
 			}
 			return nil, err
@@ -242,7 +242,7 @@ func (s *Server) observeFenceRefusal(cmd *fsmv1.FencedCommit, err error) {
 func (s *Server) observeAcquire(r *fsm.AcquireResult) {
 	switch {
 	case r.Claim != nil && !r.Claim.Claimed:
-		s.metrics.windowsRefused.WithLabelValues(coorderr.Name(fsm.ReasonWindowCompleted)).Inc()
+		s.metrics.windowsRefused.WithLabelValues(coorderr.Name(coorderr.WindowCompleted)).Inc()
 		return
 	case !r.Acquired:
 		s.metrics.acquisitions.WithLabelValues("held").Inc()
@@ -265,7 +265,7 @@ func (s *Server) observeClaim(r *fsm.ClaimResult) {
 	if r.Claimed {
 		s.metrics.windowsClaimed.Inc()
 	} else {
-		s.metrics.windowsRefused.WithLabelValues(coorderr.Name(fsm.ReasonWindowCompleted)).Inc()
+		s.metrics.windowsRefused.WithLabelValues(coorderr.Name(coorderr.WindowCompleted)).Inc()
 	}
 }
 

@@ -69,20 +69,20 @@ type (
 
 // rejectionCodes maps FSM rejections to gRPC codes.
 var rejectionCodes = map[fsm.Reason]codes.Code{
-	fsm.ReasonInvalidArgument:       codes.InvalidArgument,
-	fsm.ReasonLeaseNotFound:         codes.FailedPrecondition,
-	fsm.ReasonLeaseLost:             codes.FailedPrecondition,
-	fsm.ReasonLeaseExpired:          codes.FailedPrecondition,
-	fsm.ReasonLeaseReleased:         codes.FailedPrecondition,
-	fsm.ReasonStaleToken:            codes.FailedPrecondition,
-	fsm.ReasonResourceLeaseMismatch: codes.FailedPrecondition,
-	fsm.ReasonWindowCompleted:       codes.FailedPrecondition,
-	fsm.ReasonWindowNotClaimed:      codes.FailedPrecondition,
-	fsm.ReasonIdentityMismatch:      codes.PermissionDenied,
-	fsm.ReasonLeaseLimit:            codes.ResourceExhausted,
-	fsm.ReasonTooEarly:              codes.FailedPrecondition,
-	fsm.ReasonScheduleNotFound:      codes.FailedPrecondition,
-	fsm.ReasonScheduleOverlap:       codes.FailedPrecondition,
+	coorderr.InvalidArgument:       codes.InvalidArgument,
+	coorderr.LeaseNotFound:         codes.FailedPrecondition,
+	coorderr.LeaseLost:             codes.FailedPrecondition,
+	coorderr.LeaseExpired:          codes.FailedPrecondition,
+	coorderr.LeaseReleased:         codes.FailedPrecondition,
+	coorderr.StaleToken:            codes.FailedPrecondition,
+	coorderr.ResourceLeaseMismatch: codes.FailedPrecondition,
+	coorderr.WindowCompleted:       codes.FailedPrecondition,
+	coorderr.WindowNotClaimed:      codes.FailedPrecondition,
+	coorderr.IdentityMismatch:      codes.PermissionDenied,
+	coorderr.LeaseLimit:            codes.ResourceExhausted,
+	coorderr.TooEarly:              codes.FailedPrecondition,
+	coorderr.ScheduleNotFound:      codes.FailedPrecondition,
+	coorderr.ScheduleOverlap:       codes.FailedPrecondition,
 }
 
 // authCodes maps refusals of the auth package to codes and reasons.

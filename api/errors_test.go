@@ -32,11 +32,11 @@ func TestToStatus(t *testing.T) {
 		reason string
 		meta   map[string]string
 	}{
-		{&fsm.Rejection{Reason: fsm.ReasonLeaseLost, Message: "m", Metadata: map[string]string{"current_owner": "x"}},
+		{&fsm.Rejection{Reason: coorderr.LeaseLost, Message: "m", Metadata: map[string]string{"current_owner": "x"}},
 			codes.FailedPrecondition, "LEASE_LOST", map[string]string{"current_owner": "x"}},
-		{&fsm.Rejection{Reason: fsm.ReasonIdentityMismatch}, codes.PermissionDenied, "IDENTITY_MISMATCH", nil},
-		{&fsm.Rejection{Reason: fsm.ReasonLeaseLimit}, codes.ResourceExhausted, "LEASE_LIMIT", nil},
-		{fmt.Errorf("wrapped: %w", &fsm.Rejection{Reason: fsm.ReasonTooEarly}), codes.FailedPrecondition, "TOO_EARLY", nil},
+		{&fsm.Rejection{Reason: coorderr.IdentityMismatch}, codes.PermissionDenied, "IDENTITY_MISMATCH", nil},
+		{&fsm.Rejection{Reason: coorderr.LeaseLimit}, codes.ResourceExhausted, "LEASE_LIMIT", nil},
+		{fmt.Errorf("wrapped: %w", &fsm.Rejection{Reason: coorderr.TooEarly}), codes.FailedPrecondition, "TOO_EARLY", nil},
 		{&auth.Error{Kind: auth.Unauthenticated}, codes.Unauthenticated, "UNAUTHENTICATED", nil},
 		{&auth.Error{Kind: auth.PermissionDenied, Meta: map[string]string{"rule": "r"}}, codes.PermissionDenied, "PERMISSION_DENIED", map[string]string{"rule": "r"}},
 		{&auth.Error{Kind: auth.RateLimited}, codes.ResourceExhausted, "RATE_LIMITED", nil},

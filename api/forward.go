@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -85,11 +86,25 @@ func (s *Server) awaitLeader(ctx context.Context) {
 	}
 }
 
-// readOnLeader is onLeader for reads: during an election it first waits
-// briefly for a leader (awaitLeader).
-func readOnLeader[C, Req, Resp any](s *Server, ctx context.Context, newClient func(grpc.ClientConnInterface) C,
-	call func(C, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req, local func() (Resp, error)) (Resp, error) {
-	s.awaitLeader(ctx)
+// stateRead answers a read from committed state: a stale one from this
+// node's FSM, any other on the leader (forwarded from a follower), whose
+// node reads after confirming its leadership. answer builds the response
+// from the state and its cluster time.
+func stateRead[C any, Req interface{ GetStale() bool }, Resp any](s *Server, ctx context.Context,
+	newClient func(grpc.ClientConnInterface) C, call func(C, context.Context, Req, ...grpc.CallOption) (Resp, error),
+	req Req, answer func(st *fsm.FSM, now int64) (Resp, error)) (Resp, error) {
+	local := func() (Resp, error) {
+		st, now, err := s.node.Read(ctx, req.GetStale())
+		if err != nil {
+			var zero Resp
+			return zero, err
+		}
+		return answer(st, now)
+	}
+	if req.GetStale() {
+		resp, err := local()
+		return resp, toStatus(err)
+	}
 	return onLeader(s, ctx, newClient, call, req, local)
 }
 

@@ -162,36 +162,32 @@ type HTTPError struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
-// HTTPStatus maps a gRPC status to the HTTP API's status: a token that is
+// httpStatuses is the HTTP API's status for a gRPC code: a token that is
 // not current (or any other refused fence) is 409, a denial 403, bad input
-// 400, no leader 503.
+// 400, no leader 503. Any other code is 500.
+var httpStatuses = map[codes.Code]int{
+	codes.OK:                 http.StatusOK,
+	codes.InvalidArgument:    http.StatusBadRequest,
+	codes.OutOfRange:         http.StatusBadRequest,
+	codes.Unauthenticated:    http.StatusUnauthorized,
+	codes.PermissionDenied:   http.StatusForbidden,
+	codes.NotFound:           http.StatusNotFound,
+	codes.FailedPrecondition: http.StatusConflict,
+	codes.Aborted:            http.StatusConflict,
+	codes.AlreadyExists:      http.StatusConflict,
+	codes.ResourceExhausted:  http.StatusTooManyRequests,
+	codes.Unavailable:        http.StatusServiceUnavailable,
+	codes.DeadlineExceeded:   http.StatusGatewayTimeout,
+	codes.Canceled:           499, // client closed request
+	codes.Unimplemented:      http.StatusNotImplemented,
+}
+
+// HTTPStatus maps a gRPC status to the HTTP API's status (httpStatuses).
 func HTTPStatus(code codes.Code) int {
-	switch code {
-	case codes.OK:
-		return http.StatusOK
-	case codes.InvalidArgument, codes.OutOfRange:
-		return http.StatusBadRequest
-	case codes.Unauthenticated:
-		return http.StatusUnauthorized
-	case codes.PermissionDenied:
-		return http.StatusForbidden
-	case codes.NotFound:
-		return http.StatusNotFound
-	case codes.FailedPrecondition, codes.Aborted, codes.AlreadyExists:
-		return http.StatusConflict
-	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests
-	case codes.Unavailable:
-		return http.StatusServiceUnavailable
-	case codes.DeadlineExceeded:
-		return http.StatusGatewayTimeout
-	case codes.Canceled:
-		return 499 // client closed request
-	case codes.Unimplemented:
-		return http.StatusNotImplemented
-	default:
-		return http.StatusInternalServerError
+	if st, ok := httpStatuses[code]; ok {
+		return st
 	}
+	return http.StatusInternalServerError
 }
 
 func writeHTTPError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -80,11 +81,7 @@ func (q *queue) Get(ctx context.Context, req *coordv1.QueueGetRequest) (*coordv1
 	if err := checkJobID("id", req.GetId()); err != nil {
 		return nil, toStatus(err)
 	}
-	local := func() (*coordv1.QueueGetResponse, error) {
-		st, _, err := q.s.node.Read(ctx, req.GetStale())
-		if err != nil {
-			return nil, err
-		}
+	return stateRead(q.s, ctx, coordv1.NewQueueClient, coordv1.QueueClient.Get, req, func(st *fsm.FSM, _ int64) (*coordv1.QueueGetResponse, error) {
 		j, ok := st.QueueJob(req.GetId())
 		if !ok {
 			return nil, jobNotFound(req.GetId())
@@ -93,24 +90,12 @@ func (q *queue) Get(ctx context.Context, req *coordv1.QueueGetRequest) (*coordv1
 			return nil, err
 		}
 		return &coordv1.QueueGetResponse{Job: queueJobToProto(&j, true, true), CalendarMs: q.s.node.Calendar()}, nil
-	}
-	return queueRead(q.s, ctx, req.GetStale(), coordv1.QueueClient.Get, req, local)
+	})
 }
 
 func jobNotFound(id uint64) error {
-	return &notFoundError{what: fmt.Sprintf("job %d (never submitted, or pruned)", id), reason: fsm.ReasonJobNotFound,
+	return &notFoundError{what: fmt.Sprintf("job %d (never submitted, or pruned)", id), reason: coorderr.JobNotFound,
 		meta: map[string]string{"job_id": strconv.FormatUint(id, 10)}}
-}
-
-// queueRead answers a stale read here, any other on the leader.
-func queueRead[Req, Resp any](s *Server, ctx context.Context, stale bool,
-	call func(coordv1.QueueClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
-	local func() (Resp, error)) (Resp, error) {
-	if stale {
-		resp, err := local()
-		return resp, toStatus(err)
-	}
-	return queueOnLeader(s, ctx, call, req, local)
 }
 
 func (q *queue) List(ctx context.Context, req *coordv1.QueueListRequest) (*coordv1.QueueListResponse, error) {
@@ -120,11 +105,7 @@ func (q *queue) List(ctx context.Context, req *coordv1.QueueListRequest) (*coord
 	if err = firstErr(err, ferr, terr); err != nil {
 		return nil, toStatus(err)
 	}
-	local := func() (*coordv1.QueueListResponse, error) {
-		st, _, err := q.s.node.Read(ctx, req.GetStale())
-		if err != nil {
-			return nil, err
-		}
+	return stateRead(q.s, ctx, coordv1.NewQueueClient, coordv1.QueueClient.List, req, func(st *fsm.FSM, _ int64) (*coordv1.QueueListResponse, error) {
 		jobs, more := st.ListQueueJobs(fl, before, size)
 		out := &coordv1.QueueListResponse{Jobs: make([]*coordv1.QueueJob, len(jobs))}
 		for i := range jobs {
@@ -134,35 +115,44 @@ func (q *queue) List(ctx context.Context, req *coordv1.QueueListRequest) (*coord
 			out.NextPageToken = jobPageToken(jobs[len(jobs)-1].ID)
 		}
 		return out, nil
-	}
-	return queueRead(q.s, ctx, req.GetStale(), coordv1.QueueClient.List, req, local)
+	})
 }
 
 // Cancel and Retry are authorized on the leader, where the job's queue is
 // known (op job on it).
 func (q *queue) Cancel(ctx context.Context, req *coordv1.QueueCancelRequest) (*coordv1.QueueCancelResponse, error) {
-	if err := checkJobID("id", req.GetId()); err != nil {
-		return nil, toStatus(err)
-	}
-	return queueOnLeader(q.s, ctx, coordv1.QueueClient.Cancel, req, func() (*coordv1.QueueCancelResponse, error) {
-		o, err := q.s.oneJob(ctx, req.GetId(), &fsmv1.CancelJobs{JobIds: []uint64{req.GetId()}, Identity: auth.IdentityOf(ctx)})
-		if err != nil {
-			return nil, err
-		}
-		return &coordv1.QueueCancelResponse{Job: queueJobToProto(&o.Job, true, true), Duplicate: o.Duplicate}, nil
+	return oneJobCall(q.s, ctx, coordv1.QueueClient.Cancel, req, func(ids []uint64, identity string) any {
+		return &fsmv1.CancelJobs{JobIds: ids, Identity: identity}
+	}, func(job *coordv1.QueueJob, duplicate bool) *coordv1.QueueCancelResponse {
+		return &coordv1.QueueCancelResponse{Job: job, Duplicate: duplicate}
 	})
 }
 
 func (q *queue) Retry(ctx context.Context, req *coordv1.QueueRetryRequest) (*coordv1.QueueRetryResponse, error) {
+	return oneJobCall(q.s, ctx, coordv1.QueueClient.Retry, req, func(ids []uint64, identity string) any {
+		return &fsmv1.RetryJobs{JobIds: ids, Identity: identity}
+	}, func(job *coordv1.QueueJob, duplicate bool) *coordv1.QueueRetryResponse {
+		return &coordv1.QueueRetryResponse{Job: job, Duplicate: duplicate}
+	})
+}
+
+// oneJobCall serves Cancel and Retry: on the leader, the one-item command
+// cmd builds (with the job's id and the caller's identity), answered with
+// the job after it.
+func oneJobCall[Req interface{ GetId() uint64 }, Resp any](s *Server, ctx context.Context,
+	call func(coordv1.QueueClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
+	cmd func(ids []uint64, identity string) any, resp func(job *coordv1.QueueJob, duplicate bool) Resp) (Resp, error) {
 	if err := checkJobID("id", req.GetId()); err != nil {
-		return nil, toStatus(err)
+		var zero Resp
+		return zero, toStatus(err)
 	}
-	return queueOnLeader(q.s, ctx, coordv1.QueueClient.Retry, req, func() (*coordv1.QueueRetryResponse, error) {
-		o, err := q.s.oneJob(ctx, req.GetId(), &fsmv1.RetryJobs{JobIds: []uint64{req.GetId()}, Identity: auth.IdentityOf(ctx)})
+	return queueOnLeader(s, ctx, call, req, func() (Resp, error) {
+		o, err := s.oneJob(ctx, req.GetId(), cmd([]uint64{req.GetId()}, auth.IdentityOf(ctx)))
 		if err != nil {
-			return nil, err
+			var zero Resp
+			return zero, err
 		}
-		return &coordv1.QueueRetryResponse{Job: queueJobToProto(&o.Job, true, true), Duplicate: o.Duplicate}, nil
+		return resp(queueJobToProto(&o.Job, true, true), o.Duplicate), nil
 	})
 }
 
@@ -187,14 +177,26 @@ func (s *Server) oneJob(ctx context.Context, id uint64, cmd any) (*fsm.JobOutcom
 	if len(res) != 1 {
 		return nil, fmt.Errorf("one job answered with %d results", len(res))
 	}
-	switch r := res[0].(type) {
-	case *fsm.JobOutcome:
-		return r, nil
-	case *fsm.Rejection:
-		return nil, r
-	default:
-		return nil, fmt.Errorf("job answered with %T", r)
+	o, rej := jobItem(res[0])
+	if rej != nil {
+		return nil, rej
 	}
+	if o == nil {
+		return nil, fmt.Errorf("job answered with %T", res[0])
+	}
+	return o, nil
+}
+
+// jobItem types one item of a JobResults: its outcome, or its refusal
+// (neither for an unexpected answer).
+func jobItem(r any) (*fsm.JobOutcome, *fsm.Rejection) {
+	switch v := r.(type) {
+	case *fsm.JobOutcome:
+		return v, nil
+	case *fsm.Rejection:
+		return nil, v
+	}
+	return nil, nil
 }
 
 func (q *queue) Fetch(ctx context.Context, req *coordv1.QueueFetchRequest) (*coordv1.QueueFetchResponse, error) {
@@ -259,126 +261,121 @@ func checkItems(field string, n int) error {
 	return nil
 }
 
-func (q *queue) Heartbeat(ctx context.Context, req *coordv1.QueueHeartbeatRequest) (*coordv1.QueueHeartbeatResponse, error) {
-	err := firstErr(checkName("worker_id", req.GetWorkerId(), true), checkItems("attempts", len(req.GetAttempts())))
-	for i, a := range req.GetAttempts() {
-		err = firstErr(err, checkAttemptRef(i, a.GetJobId(), a.GetAttempt()))
+// attemptRef is an item of Heartbeat, Complete or Fail.
+type attemptRef interface {
+	GetJobId() uint64
+	GetAttempt() uint32
+}
+
+// attemptCall serves Heartbeat, Complete and Fail. It checks the worker and
+// the items (check adds an item's own checks; malformed input refuses the
+// whole call), then on the leader proposes the command cmd builds (with
+// the caller's identity) and answers one result per item: result builds
+// it from the item's outcome, or from its refusal (o nil).
+func attemptCall[Req interface{ GetWorkerId() string }, Item attemptRef, Result, Resp any](q *queue, ctx context.Context,
+	call func(coordv1.QueueClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
+	field string, items []Item, check func(i int, it Item) error, cmd func(identity string) any,
+	result func(it Item, o *fsm.JobOutcome, refused *coordv1.JobItemError) Result, resp func([]Result) Resp) (Resp, error) {
+	var zero Resp
+	err := firstErr(checkName("worker_id", req.GetWorkerId(), true), checkItems(field, len(items)))
+	for i, it := range items {
+		err = firstErr(err, checkAttemptRef(i, it.GetJobId(), it.GetAttempt()))
+		if check != nil {
+			err = firstErr(err, check(i, it))
+		}
 	}
 	if err != nil {
-		return nil, toStatus(err)
+		return zero, toStatus(err)
 	}
-	return queueOnLeader(q.s, ctx, coordv1.QueueClient.Heartbeat, req, func() (*coordv1.QueueHeartbeatResponse, error) {
-		cmd := &fsmv1.HeartbeatJobs{WorkerId: req.GetWorkerId(), Identity: auth.IdentityOf(ctx),
-			Attempts: make([]*fsmv1.JobAttemptRef, len(req.GetAttempts()))}
-		for i, a := range req.GetAttempts() {
-			cmd.Attempts[i] = &fsmv1.JobAttemptRef{JobId: a.GetJobId(), Attempt: a.GetAttempt()}
-		}
-		res, err := propose[fsm.JobResults](ctx, q.s.node, cmd)
+	return queueOnLeader(q.s, ctx, call, req, func() (Resp, error) {
+		res, err := propose[fsm.JobResults](ctx, q.s.node, cmd(auth.IdentityOf(ctx)))
 		if err != nil {
-			return nil, err
+			return zero, err
 		}
-		out := &coordv1.QueueHeartbeatResponse{Results: make([]*coordv1.HeartbeatResult, len(res))}
+		out := make([]Result, len(res))
 		for i, r := range res {
-			a := req.GetAttempts()[i]
-			hr := &coordv1.HeartbeatResult{JobId: a.GetJobId(), Attempt: a.GetAttempt()}
-			switch v := r.(type) {
-			case *fsm.JobOutcome:
-				if cur, ok := v.Job.Current(); ok {
+			o, rej := jobItem(r)
+			var refused *coordv1.JobItemError
+			if rej != nil {
+				refused = itemError(rej)
+				q.s.queueMetrics.refused(rej)
+			}
+			out[i] = result(items[i], o, refused)
+		}
+		return resp(out), nil
+	})
+}
+
+func (q *queue) Heartbeat(ctx context.Context, req *coordv1.QueueHeartbeatRequest) (*coordv1.QueueHeartbeatResponse, error) {
+	return attemptCall(q, ctx, coordv1.QueueClient.Heartbeat, req, "attempts", req.GetAttempts(), nil,
+		func(identity string) any {
+			return &fsmv1.HeartbeatJobs{WorkerId: req.GetWorkerId(), Identity: identity,
+				Attempts: convertAll(req.GetAttempts(), func(a *coordv1.JobAttemptRef) *fsmv1.JobAttemptRef {
+					return &fsmv1.JobAttemptRef{JobId: a.GetJobId(), Attempt: a.GetAttempt()}
+				})}
+		},
+		func(a *coordv1.JobAttemptRef, o *fsm.JobOutcome, refused *coordv1.JobItemError) *coordv1.HeartbeatResult {
+			hr := &coordv1.HeartbeatResult{JobId: a.GetJobId(), Attempt: a.GetAttempt(), Error: refused}
+			if o != nil {
+				if cur, ok := o.Job.Current(); ok {
 					hr.DeadlineMs = cur.Deadline
 				}
-			case *fsm.Rejection:
-				hr.Error = itemError(v)
-				q.s.queueMetrics.refused(v)
 			}
-			out.Results[i] = hr
-		}
-		return out, nil
-	})
+			return hr
+		},
+		func(rs []*coordv1.HeartbeatResult) *coordv1.QueueHeartbeatResponse {
+			return &coordv1.QueueHeartbeatResponse{Results: rs}
+		})
 }
 
 func (q *queue) Complete(ctx context.Context, req *coordv1.QueueCompleteRequest) (*coordv1.QueueCompleteResponse, error) {
-	err := firstErr(checkName("worker_id", req.GetWorkerId(), true), checkItems("completions", len(req.GetCompletions())))
-	for i, c := range req.GetCompletions() {
-		err = firstErr(err, checkAttemptRef(i, c.GetJobId(), c.GetAttempt()))
-		if len(c.GetResult()) > fsm.MaxJobResultBytes {
-			err = firstErr(err, invalidItem(i, "result", "is %d bytes; the limit is %d", len(c.GetResult()), fsm.MaxJobResultBytes))
-		}
-	}
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return queueOnLeader(q.s, ctx, coordv1.QueueClient.Complete, req, func() (*coordv1.QueueCompleteResponse, error) {
-		cmd := &fsmv1.CompleteJobs{WorkerId: req.GetWorkerId(), Identity: auth.IdentityOf(ctx),
-			Completions: make([]*fsmv1.JobCompletion, len(req.GetCompletions()))}
-		for i, c := range req.GetCompletions() {
-			cmd.Completions[i] = &fsmv1.JobCompletion{JobId: c.GetJobId(), Attempt: c.GetAttempt(), Result: c.GetResult()}
-		}
-		res, err := propose[fsm.JobResults](ctx, q.s.node, cmd)
-		if err != nil {
-			return nil, err
-		}
-		out := &coordv1.QueueCompleteResponse{Results: make([]*coordv1.CompleteResult, len(res))}
-		for i, r := range res {
-			c := req.GetCompletions()[i]
-			cr := &coordv1.CompleteResult{JobId: c.GetJobId(), Attempt: c.GetAttempt()}
-			switch v := r.(type) {
-			case *fsm.JobOutcome:
-				cr.Duplicate = v.Duplicate
-			case *fsm.Rejection:
-				cr.Error = itemError(v)
-				q.s.queueMetrics.refused(v)
+	return attemptCall(q, ctx, coordv1.QueueClient.Complete, req, "completions", req.GetCompletions(),
+		func(i int, c *coordv1.JobCompletion) error {
+			if len(c.GetResult()) > fsm.MaxJobResultBytes {
+				return invalidItem(i, "result", "is %d bytes; the limit is %d", len(c.GetResult()), fsm.MaxJobResultBytes)
 			}
-			out.Results[i] = cr
-		}
-		return out, nil
-	})
+			return nil
+		},
+		func(identity string) any {
+			return &fsmv1.CompleteJobs{WorkerId: req.GetWorkerId(), Identity: identity,
+				Completions: convertAll(req.GetCompletions(), func(c *coordv1.JobCompletion) *fsmv1.JobCompletion {
+					return &fsmv1.JobCompletion{JobId: c.GetJobId(), Attempt: c.GetAttempt(), Result: c.GetResult()}
+				})}
+		},
+		func(c *coordv1.JobCompletion, o *fsm.JobOutcome, refused *coordv1.JobItemError) *coordv1.CompleteResult {
+			return &coordv1.CompleteResult{JobId: c.GetJobId(), Attempt: c.GetAttempt(), Duplicate: o != nil && o.Duplicate, Error: refused}
+		},
+		func(rs []*coordv1.CompleteResult) *coordv1.QueueCompleteResponse {
+			return &coordv1.QueueCompleteResponse{Results: rs}
+		})
 }
 
 func (q *queue) Fail(ctx context.Context, req *coordv1.QueueFailRequest) (*coordv1.QueueFailResponse, error) {
-	err := firstErr(checkName("worker_id", req.GetWorkerId(), true), checkItems("failures", len(req.GetFailures())))
-	for i, f := range req.GetFailures() {
-		err = firstErr(err, checkAttemptRef(i, f.GetJobId(), f.GetAttempt()))
-	}
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return queueOnLeader(q.s, ctx, coordv1.QueueClient.Fail, req, func() (*coordv1.QueueFailResponse, error) {
-		cmd := &fsmv1.FailJobs{WorkerId: req.GetWorkerId(), Identity: auth.IdentityOf(ctx),
-			Failures: make([]*fsmv1.JobFailure, len(req.GetFailures()))}
-		for i, f := range req.GetFailures() {
+	return attemptCall(q, ctx, coordv1.QueueClient.Fail, req, "failures", req.GetFailures(), nil,
+		func(identity string) any {
 			// The node draws each failure's retry jitter.
-			cmd.Failures[i] = &fsmv1.JobFailure{JobId: f.GetJobId(), Attempt: f.GetAttempt(), Error: f.GetError(), Retryable: f.GetRetryable()}
-		}
-		res, err := propose[fsm.JobResults](ctx, q.s.node, cmd)
-		if err != nil {
-			return nil, err
-		}
-		out := &coordv1.QueueFailResponse{Results: make([]*coordv1.FailResult, len(res))}
-		for i, r := range res {
-			f := req.GetFailures()[i]
-			fr := &coordv1.FailResult{JobId: f.GetJobId(), Attempt: f.GetAttempt()}
-			switch v := r.(type) {
-			case *fsm.JobOutcome:
-				fr.State, fr.RunAtMs, fr.Duplicate = coordv1.JobState(v.Job.State), v.Job.RunAt, v.Duplicate
-			case *fsm.Rejection:
-				fr.Error = itemError(v)
-				q.s.queueMetrics.refused(v)
+			return &fsmv1.FailJobs{WorkerId: req.GetWorkerId(), Identity: identity,
+				Failures: convertAll(req.GetFailures(), func(f *coordv1.JobFailure) *fsmv1.JobFailure {
+					return &fsmv1.JobFailure{JobId: f.GetJobId(), Attempt: f.GetAttempt(), Error: f.GetError(), Retryable: f.GetRetryable()}
+				})}
+		},
+		func(f *coordv1.JobFailure, o *fsm.JobOutcome, refused *coordv1.JobItemError) *coordv1.FailResult {
+			fr := &coordv1.FailResult{JobId: f.GetJobId(), Attempt: f.GetAttempt(), Error: refused}
+			if o != nil {
+				fr.State, fr.RunAtMs, fr.Duplicate = coordv1.JobState(o.Job.State), o.Job.RunAt, o.Duplicate
 			}
-			out.Results[i] = fr
-		}
-		return out, nil
-	})
+			return fr
+		},
+		func(rs []*coordv1.FailResult) *coordv1.QueueFailResponse {
+			return &coordv1.QueueFailResponse{Results: rs}
+		})
 }
 
 func (q *queue) Stats(ctx context.Context, req *coordv1.QueueStatsRequest) (*coordv1.QueueStatsResponse, error) {
 	if err := checkName("queue", req.GetQueue(), false); err != nil {
 		return nil, toStatus(err)
 	}
-	local := func() (*coordv1.QueueStatsResponse, error) {
-		st, _, err := q.s.node.Read(ctx, req.GetStale())
-		if err != nil {
-			return nil, err
-		}
+	return stateRead(q.s, ctx, coordv1.NewQueueClient, coordv1.QueueClient.Stats, req, func(st *fsm.FSM, _ int64) (*coordv1.QueueStatsResponse, error) {
 		cal := q.s.node.Calendar()
 		stats := st.QueueStats(req.GetQueue(), cal)
 		out := &coordv1.QueueStatsResponse{Queues: make([]*coordv1.QueueStats, len(stats)), CalendarMs: cal}
@@ -386,8 +383,7 @@ func (q *queue) Stats(ctx context.Context, req *coordv1.QueueStatsRequest) (*coo
 			out.Queues[i] = queueStatsToProto(x)
 		}
 		return out, nil
-	}
-	return queueRead(q.s, ctx, req.GetStale(), coordv1.QueueClient.Stats, req, local)
+	})
 }
 
 // authorizeQueue applies the ACL to op on a queue for the caller in ctx

@@ -81,26 +81,27 @@ var (
 		[]string{"queue", "state"}, nil)
 	descQueueOldest = prometheus.NewDesc("coordd_queue_oldest_available_age_seconds",
 		"How long the oldest available job of a queue has been due (dispatch lag); 0 when none is available.", []string{"queue"}, nil)
+	// descQueueCounters are the per-queue counters and how to read each.
 	descQueueCounters = []struct {
 		desc *prometheus.Desc
 		get  func(fsm.QueueCounters) uint64
 	}{
-		{prometheus.NewDesc("coordd_queue_jobs_submitted_total", "Jobs submitted, by queue.", []string{"queue"}, nil),
-			func(c fsm.QueueCounters) uint64 { return c.Submitted }},
-		{prometheus.NewDesc("coordd_queue_attempts_total", "Attempts handed out, by queue.", []string{"queue"}, nil),
-			func(c fsm.QueueCounters) uint64 { return c.Attempts }},
-		{prometheus.NewDesc("coordd_queue_jobs_succeeded_total", "Jobs completed, by queue.", []string{"queue"}, nil),
-			func(c fsm.QueueCounters) uint64 { return c.Succeeded }},
-		{prometheus.NewDesc("coordd_queue_failures_total", "Attempts that failed or lapsed, by queue.", []string{"queue"}, nil),
-			func(c fsm.QueueCounters) uint64 { return c.Failures }},
-		{prometheus.NewDesc("coordd_queue_lapses_total", "Attempts whose visibility timeout passed without a heartbeat, by queue.", []string{"queue"}, nil),
+		{perQueue("coordd_queue_jobs_submitted_total", "Jobs submitted"), func(c fsm.QueueCounters) uint64 { return c.Submitted }},
+		{perQueue("coordd_queue_attempts_total", "Attempts handed out"), func(c fsm.QueueCounters) uint64 { return c.Attempts }},
+		{perQueue("coordd_queue_jobs_succeeded_total", "Jobs completed"), func(c fsm.QueueCounters) uint64 { return c.Succeeded }},
+		{perQueue("coordd_queue_failures_total", "Attempts that failed or lapsed"), func(c fsm.QueueCounters) uint64 { return c.Failures }},
+		{perQueue("coordd_queue_lapses_total", "Attempts whose visibility timeout passed without a heartbeat"),
 			func(c fsm.QueueCounters) uint64 { return c.Lapses }},
-		{prometheus.NewDesc("coordd_queue_jobs_dead_total", "Jobs that died (failed without retry or out of attempts), by queue.", []string{"queue"}, nil),
+		{perQueue("coordd_queue_jobs_dead_total", "Jobs that died (failed without retry or out of attempts)"),
 			func(c fsm.QueueCounters) uint64 { return c.Dead }},
-		{prometheus.NewDesc("coordd_queue_jobs_cancelled_total", "Jobs cancelled, by queue.", []string{"queue"}, nil),
-			func(c fsm.QueueCounters) uint64 { return c.Cancelled }},
+		{perQueue("coordd_queue_jobs_cancelled_total", "Jobs cancelled"), func(c fsm.QueueCounters) uint64 { return c.Cancelled }},
 	}
 )
+
+// perQueue describes a counter by queue (help says what it counts).
+func perQueue(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help+", by queue.", []string{"queue"}, nil)
+}
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descQueueJobs

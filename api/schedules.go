@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -238,11 +239,7 @@ func (h *schedules) GetSchedule(ctx context.Context, req *coordv1.GetScheduleReq
 	if next == 0 {
 		next = 5
 	}
-	local := func() (*coordv1.GetScheduleResponse, error) {
-		st, _, err := s.node.Read(ctx, req.GetStale())
-		if err != nil {
-			return nil, err
-		}
+	return stateRead(s, ctx, coordv1.NewSchedulesClient, coordv1.SchedulesClient.GetSchedule, req, func(st *fsm.FSM, _ int64) (*coordv1.GetScheduleResponse, error) {
 		cal := s.node.Calendar()
 		sc, ok := st.Schedule(req.GetName())
 		if !ok {
@@ -262,12 +259,7 @@ func (h *schedules) GetSchedule(ctx context.Context, req *coordv1.GetScheduleReq
 			out.Skipped = append(out.Skipped, occurrenceToProto(st, &sc, sc.Skips[i], cal))
 		}
 		return out, nil
-	}
-	if req.GetStale() {
-		resp, err := local()
-		return resp, toStatus(err)
-	}
-	return schedulesOnLeader(s, ctx, coordv1.SchedulesClient.GetSchedule, req, local)
+	})
 }
 
 func (h *schedules) ListSchedules(ctx context.Context, req *coordv1.ListSchedulesRequest) (*coordv1.ListSchedulesResponse, error) {
@@ -277,11 +269,7 @@ func (h *schedules) ListSchedules(ctx context.Context, req *coordv1.ListSchedule
 	if err = firstErr(err, terr, checkName("prefix", req.GetPrefix(), false)); err != nil {
 		return nil, toStatus(err)
 	}
-	local := func() (*coordv1.ListSchedulesResponse, error) {
-		st, _, err := s.node.Read(ctx, req.GetStale())
-		if err != nil {
-			return nil, err
-		}
+	return stateRead(s, ctx, coordv1.NewSchedulesClient, coordv1.SchedulesClient.ListSchedules, req, func(st *fsm.FSM, _ int64) (*coordv1.ListSchedulesResponse, error) {
 		list, more := st.ListSchedules(req.GetPrefix(), after, size, req.GetShowDeleted())
 		out := &coordv1.ListSchedulesResponse{CalendarMs: s.node.Calendar()}
 		for _, sc := range list {
@@ -291,12 +279,7 @@ func (h *schedules) ListSchedules(ctx context.Context, req *coordv1.ListSchedule
 			out.NextPageToken = encodePageToken(list[len(list)-1].Name)
 		}
 		return out, nil
-	}
-	if req.GetStale() {
-		resp, err := local()
-		return resp, toStatus(err)
-	}
-	return schedulesOnLeader(s, ctx, coordv1.SchedulesClient.ListSchedules, req, local)
+	})
 }
 
 // current reads a schedule on the leader for a change to it, and checks
@@ -310,7 +293,7 @@ func (s *Server) current(ctx context.Context, name string, tombstoneOK bool) (fs
 	}
 	sc, ok := st.Schedule(name)
 	if !ok || (sc.Deleted && !tombstoneOK) {
-		return fsm.Schedule{}, &fsm.Rejection{Reason: fsm.ReasonScheduleNotFound, Metadata: map[string]string{"schedule": name},
+		return fsm.Schedule{}, &fsm.Rejection{Reason: coorderr.ScheduleNotFound, Metadata: map[string]string{"schedule": name},
 			Message: "schedule " + name + " does not exist"}
 	}
 	if err := s.authorizeManage(ctx, sc.Spec.Job.Queue); err != nil {
@@ -319,40 +302,43 @@ func (s *Server) current(ctx context.Context, name string, tombstoneOK bool) (fs
 	return sc, nil
 }
 
-func (h *schedules) pause(ctx context.Context, name string, paused bool) (*fsm.ScheduleResult, error) {
-	if _, err := h.s.current(ctx, name, false); err != nil {
-		return nil, err
-	}
-	r, err := propose[*fsm.ScheduleResult](ctx, h.s.node, &fsmv1.PauseSchedule{Name: name, Paused: paused, Identity: auth.IdentityOf(ctx)})
-	if err == nil && r.Changed {
-		h.s.log.Info("schedule paused", "schedule", name, "paused", paused, "by", auth.IdentityOf(ctx))
-	}
-	return r, err
-}
-
 func (h *schedules) PauseSchedule(ctx context.Context, req *coordv1.PauseScheduleRequest) (*coordv1.PauseScheduleResponse, error) {
-	if err := checkScheduleName("name", req.GetName()); err != nil {
-		return nil, toStatus(err)
-	}
-	return schedulesOnLeader(h.s, ctx, coordv1.SchedulesClient.PauseSchedule, req, func() (*coordv1.PauseScheduleResponse, error) {
-		r, err := h.pause(ctx, req.GetName(), true)
-		if err != nil {
-			return nil, err
-		}
-		return &coordv1.PauseScheduleResponse{Schedule: h.s.scheduleToProto(r.Schedule), Changed: r.Changed}, nil
-	})
+	return pauseCall(h, ctx, coordv1.SchedulesClient.PauseSchedule, req, true,
+		func(sc *coordv1.Schedule, changed bool) *coordv1.PauseScheduleResponse {
+			return &coordv1.PauseScheduleResponse{Schedule: sc, Changed: changed}
+		})
 }
 
 func (h *schedules) ResumeSchedule(ctx context.Context, req *coordv1.ResumeScheduleRequest) (*coordv1.ResumeScheduleResponse, error) {
-	if err := checkScheduleName("name", req.GetName()); err != nil {
-		return nil, toStatus(err)
+	return pauseCall(h, ctx, coordv1.SchedulesClient.ResumeSchedule, req, false,
+		func(sc *coordv1.Schedule, changed bool) *coordv1.ResumeScheduleResponse {
+			return &coordv1.ResumeScheduleResponse{Schedule: sc, Changed: changed}
+		})
+}
+
+// pauseCall serves PauseSchedule and ResumeSchedule: on the leader, it
+// pauses or resumes the named schedule and answers it with whether that
+// changed it.
+func pauseCall[Req interface{ GetName() string }, Resp any](h *schedules, ctx context.Context,
+	call func(coordv1.SchedulesClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req, paused bool,
+	resp func(sc *coordv1.Schedule, changed bool) Resp) (Resp, error) {
+	var zero Resp
+	name := req.GetName()
+	if err := checkScheduleName("name", name); err != nil {
+		return zero, toStatus(err)
 	}
-	return schedulesOnLeader(h.s, ctx, coordv1.SchedulesClient.ResumeSchedule, req, func() (*coordv1.ResumeScheduleResponse, error) {
-		r, err := h.pause(ctx, req.GetName(), false)
-		if err != nil {
-			return nil, err
+	return schedulesOnLeader(h.s, ctx, call, req, func() (Resp, error) {
+		if _, err := h.s.current(ctx, name, false); err != nil {
+			return zero, err
 		}
-		return &coordv1.ResumeScheduleResponse{Schedule: h.s.scheduleToProto(r.Schedule), Changed: r.Changed}, nil
+		r, err := propose[*fsm.ScheduleResult](ctx, h.s.node, &fsmv1.PauseSchedule{Name: name, Paused: paused, Identity: auth.IdentityOf(ctx)})
+		if err != nil {
+			return zero, err
+		}
+		if r.Changed {
+			h.s.log.Info("schedule paused", "schedule", name, "paused", paused, "by", auth.IdentityOf(ctx))
+		}
+		return resp(h.s.scheduleToProto(r.Schedule), r.Changed), nil
 	})
 }
 

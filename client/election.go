@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -162,7 +163,7 @@ func reasonOfErr(err error) string {
 	if errors.As(err, &e) && e.Reason != "" {
 		return e.Reason
 	}
-	return "LEASE_LOST"
+	return coorderr.Name(coorderr.LeaseLost)
 }
 
 // Leader is an election's state as observers see it.

@@ -60,6 +60,34 @@ var (
 	// ErrTooEarly: a claim before its not-before time on the cluster's clock
 	// (ClaimNotBefore); RetryAfter says how long until it.
 	ErrTooEarly = errors.New("coordd: too early")
+
+	// The job queue's refusals (proto/coord/v1/queue.proto).
+
+	// ErrJobNotFound: no such job (never submitted, or pruned). It wraps
+	// ErrNotFound, so errors.Is(err, ErrNotFound) holds too.
+	ErrJobNotFound = fmt.Errorf("coordd: job not found: %w", ErrNotFound)
+	// ErrAttemptLost: the attempt is not the job's live one: its
+	// visibility timeout passed without a heartbeat (ATTEMPT_EXPIRED), a
+	// later attempt was handed out, it already ended or was handed to
+	// another worker (ATTEMPT_LOST).
+	ErrAttemptLost = errors.New("coordd: job attempt lost")
+	// ErrJobCancelled: the job was cancelled during the attempt.
+	ErrJobCancelled = errors.New("coordd: job cancelled")
+	// ErrJobFinished: Cancel of a succeeded or dead job, Retry of a
+	// succeeded one.
+	ErrJobFinished = errors.New("coordd: job finished")
+	// ErrJobRunning: Retry of a running job.
+	ErrJobRunning = errors.New("coordd: job running")
+
+	// Schedules' refusals (proto/coord/v1/schedules.proto).
+
+	// ErrScheduleNotFound: no schedule has that name (never created, or
+	// its tombstone was pruned), or a pause, resume or trigger of a deleted
+	// schedule. It wraps ErrNotFound.
+	ErrScheduleNotFound = fmt.Errorf("coordd: schedule not found: %w", ErrNotFound)
+	// ErrScheduleOverlap: a trigger of a FORBID schedule while the job of
+	// its previous occurrence is not final.
+	ErrScheduleOverlap = errors.New("coordd: schedule overlap")
 )
 
 // RetryAfter is how long the server said to wait (ErrTooEarly), or 0.

@@ -2,8 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -16,26 +14,7 @@ import (
 // The job queue (coord.v1.Queue). The client/queue package builds the
 // submit helpers and the Worker on Queue(); what is here is what they need
 // from the client: its routing and retry policy, its clock and its safety
-// margin, and the queue's sentinel errors.
-
-// Sentinels of the job queue's refusals (proto/coord/v1/queue.proto).
-var (
-	// ErrJobNotFound: no such job (never submitted, or pruned). It wraps
-	// ErrNotFound, so errors.Is(err, ErrNotFound) holds too.
-	ErrJobNotFound = fmt.Errorf("coordd: job not found: %w", ErrNotFound)
-	// ErrAttemptLost: the attempt is not the job's live one: its
-	// visibility timeout passed without a heartbeat (ATTEMPT_EXPIRED), a
-	// later attempt was handed out, it already ended or was handed to
-	// another worker (ATTEMPT_LOST).
-	ErrAttemptLost = errors.New("coordd: job attempt lost")
-	// ErrJobCancelled: the job was cancelled during the attempt.
-	ErrJobCancelled = errors.New("coordd: job cancelled")
-	// ErrJobFinished: Cancel of a succeeded or dead job, Retry of a
-	// succeeded one.
-	ErrJobFinished = errors.New("coordd: job finished")
-	// ErrJobRunning: Retry of a running job.
-	ErrJobRunning = errors.New("coordd: job running")
-)
+// margin. The queue's sentinel errors are with the others (errors.go).
 
 // Queue returns the generated coord.v1.Queue client over Raw: every call
 // takes this client's one routing and retry policy. After an uncertain

@@ -2,10 +2,9 @@ package client
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"iter"
 
+	"github.com/coordd/coordd/client/internal/pages"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -16,17 +15,6 @@ import (
 // unknown outcome (a repeat leaves the schedule as the first left it), and
 // so are the reads; a trigger is not (a repeat would be a second
 // occurrence): its error then matches ErrUnknownOutcome.
-
-// Sentinels of schedules.
-var (
-	// ErrScheduleNotFound: no schedule has that name (never created, or
-	// its tombstone was pruned), or a pause, resume or trigger of a deleted
-	// schedule. It wraps ErrNotFound.
-	ErrScheduleNotFound = fmt.Errorf("coordd: schedule not found: %w", ErrNotFound)
-	// ErrScheduleOverlap: a trigger of a FORBID schedule while the job of
-	// its previous occurrence is not final.
-	ErrScheduleOverlap = errors.New("coordd: schedule overlap")
-)
 
 // Schedules returns the generated coord.v1.Schedules client over Raw.
 func (c *Client) Schedules() coordv1.SchedulesClient { return coordv1.NewSchedulesClient(c.Raw()) }
@@ -55,24 +43,9 @@ func (c *Client) ListSchedulesPage(ctx context.Context, prefix string, showDelet
 // ListSchedules iterates over every schedule whose name starts with
 // prefix, page by page; it stops at the first error, which it yields.
 func (c *Client) ListSchedules(ctx context.Context, prefix string, showDeleted bool, opts ...ReadOption) iter.Seq2[*coordv1.Schedule, error] {
-	return func(yield func(*coordv1.Schedule, error) bool) {
-		tok := ""
-		for {
-			page, err := c.ListSchedulesPage(ctx, prefix, showDeleted, tok, 0, opts...)
-			if err != nil {
-				yield(nil, err)
-				return
-			}
-			for _, s := range page.GetSchedules() {
-				if !yield(s, nil) {
-					return
-				}
-			}
-			if tok = page.GetNextPageToken(); tok == "" {
-				return
-			}
-		}
-	}
+	return pages.All(func(token string) (*coordv1.ListSchedulesResponse, error) {
+		return c.ListSchedulesPage(ctx, prefix, showDeleted, token, 0, opts...)
+	}, (*coordv1.ListSchedulesResponse).GetSchedules)
 }
 
 // PauseSchedule stops making occurrences.

@@ -10,6 +10,8 @@
 //   - A fencing token's string form is "lease_name:generation" (the
 //     generation follows the last colon, so lease names may contain
 //     colons); FormatToken and ParseToken convert.
+//   - A failed job attempt's error text is kept up to a byte limit, cut
+//     without splitting a UTF-8 character; Truncate cuts it so.
 //
 // It imports only the generated coord.v1 package, grpc's status and codes
 // and genproto's errdetails.
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -33,45 +36,6 @@ const Domain = "coordd.io"
 
 // Reason is a coord.v1.ErrorReason.
 type Reason = coordv1.ErrorReason
-
-// The reasons, under short names.
-const (
-	Unspecified           = coordv1.ErrorReason_ERROR_REASON_UNSPECIFIED
-	InvalidArgument       = coordv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT
-	LeaseNotFound         = coordv1.ErrorReason_ERROR_REASON_LEASE_NOT_FOUND
-	LeaseLost             = coordv1.ErrorReason_ERROR_REASON_LEASE_LOST
-	LeaseExpired          = coordv1.ErrorReason_ERROR_REASON_LEASE_EXPIRED
-	LeaseReleased         = coordv1.ErrorReason_ERROR_REASON_LEASE_RELEASED
-	StaleToken            = coordv1.ErrorReason_ERROR_REASON_STALE_TOKEN
-	ResourceLeaseMismatch = coordv1.ErrorReason_ERROR_REASON_RESOURCE_LEASE_MISMATCH
-	WindowCompleted       = coordv1.ErrorReason_ERROR_REASON_WINDOW_COMPLETED
-	WindowNotClaimed      = coordv1.ErrorReason_ERROR_REASON_WINDOW_NOT_CLAIMED
-	IdentityMismatch      = coordv1.ErrorReason_ERROR_REASON_IDENTITY_MISMATCH
-	LeaseLimit            = coordv1.ErrorReason_ERROR_REASON_LEASE_LIMIT
-	TooEarly              = coordv1.ErrorReason_ERROR_REASON_TOO_EARLY
-	NotLeader             = coordv1.ErrorReason_ERROR_REASON_NOT_LEADER
-	NoLeader              = coordv1.ErrorReason_ERROR_REASON_NO_LEADER
-	LeadershipLost        = coordv1.ErrorReason_ERROR_REASON_LEADERSHIP_LOST
-	Timeout               = coordv1.ErrorReason_ERROR_REASON_TIMEOUT
-	NotFound              = coordv1.ErrorReason_ERROR_REASON_NOT_FOUND
-	ShuttingDown          = coordv1.ErrorReason_ERROR_REASON_SHUTTING_DOWN
-	Unauthenticated       = coordv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED
-	PermissionDenied      = coordv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED
-	RateLimited           = coordv1.ErrorReason_ERROR_REASON_RATE_LIMITED
-	StreamLimit           = coordv1.ErrorReason_ERROR_REASON_STREAM_LIMIT
-	WaitLimit             = coordv1.ErrorReason_ERROR_REASON_WAIT_LIMIT
-	JobNotFound           = coordv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND
-	AttemptLost           = coordv1.ErrorReason_ERROR_REASON_ATTEMPT_LOST
-	AttemptExpired        = coordv1.ErrorReason_ERROR_REASON_ATTEMPT_EXPIRED
-	JobCancelled          = coordv1.ErrorReason_ERROR_REASON_JOB_CANCELLED
-	JobFinished           = coordv1.ErrorReason_ERROR_REASON_JOB_FINISHED
-	JobRunning            = coordv1.ErrorReason_ERROR_REASON_JOB_RUNNING
-	ScheduleNotFound      = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_NOT_FOUND
-	ScheduleOverlap       = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_OVERLAP
-	WatchIndexCompacted   = coordv1.ErrorReason_ERROR_REASON_WATCH_INDEX_COMPACTED
-	WatcherTooSlow        = coordv1.ErrorReason_ERROR_REASON_WATCHER_TOO_SLOW
-	WatchLimit            = coordv1.ErrorReason_ERROR_REASON_WATCH_LIMIT
-)
 
 // prefix is what the enum's value names carry and the wire names do not.
 const prefix = "ERROR_REASON_"
@@ -148,6 +112,20 @@ func WireReason(err error) string {
 func Metadata(err error) map[string]string {
 	_, info := Info(err)
 	return info.GetMetadata()
+}
+
+// Truncate cuts s to at most n bytes without splitting a UTF-8 character:
+// at the start of the character that byte n is in. The server keeps a
+// failed attempt's error text so cut (fsm.MaxJobErrorBytes), and the
+// client SDK cuts what it sends alike.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // ErrInvalidToken is wrapped by every error of ParseToken (the client SDK

@@ -137,3 +137,26 @@ func TestTokenParseErrors(t *testing.T) {
 		}
 	}
 }
+
+// Truncate cuts at the start of the character byte n is in (the FSM's
+// failed-attempt errors depend on it: it must not change).
+func TestTruncate(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"", 4, ""},
+		{"abc", 3, "abc"},
+		{"abcd", 3, "abc"},
+		{"ab€", 3, "ab"},         // € is 3 bytes: not split
+		{"ab€", 4, "ab"},         // still inside €
+		{"ab€x", 5, "ab€"},       // cut after €
+		{"é", 0, ""},             // nothing fits
+		{"a\x80\x80\x80", 2, ""}, // stray continuation bytes go back to the start
+	} {
+		if got := coorderr.Truncate(c.s, c.n); got != c.want {
+			t.Errorf("Truncate(%q, %d) = %q, want %q", c.s, c.n, got, c.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -111,7 +112,7 @@ func TestClaimNotBeforeOnTheCalendar(t *testing.T) {
 	}
 	// Not due for 800 ms on the calendar, whatever lease time says.
 	rej := runAt(t, f, lease+1, cal+200, claim("later", cal+1000))
-	wantReason(t, rej, ReasonTooEarly)
+	wantReason(t, rej, coorderr.TooEarly)
 	if got := rej.(*Rejection).Metadata["wait_ms"]; got != "800" {
 		t.Fatalf("wait_ms %q, want 800 (on the calendar)", got)
 	}
@@ -119,7 +120,7 @@ func TestClaimNotBeforeOnTheCalendar(t *testing.T) {
 	if answer, ok := f.CheckAcquire(cal+10_000, cal+200, claim("later", cal+1000)); !ok {
 		t.Fatal("CheckAcquire left a too-early claim to the apply")
 	} else {
-		wantReason(t, answer, ReasonTooEarly)
+		wantReason(t, answer, coorderr.TooEarly)
 	}
 	if _, ok := f.CheckAcquire(lease, cal+1000, claim("later", cal+1000)); ok {
 		t.Fatal("CheckAcquire refused a claim due on the calendar")
@@ -135,7 +136,7 @@ func TestClaimNotBeforeOnTheCalendar(t *testing.T) {
 	// once the FSM has a calendar time.
 	g := New()
 	runAt(t, g, 4000, cal, &fsmv1.Tick{})
-	wantReason(t, run(t, g, 4200, claim("old", 5000)), ReasonTooEarly)
+	wantReason(t, run(t, g, 4200, claim("old", 5000)), coorderr.TooEarly)
 	if r := run(t, g, 5000, claim("old", 5000)).(*AcquireResult); !r.Claim.Claimed || r.Claim.Window.StartedAt != 5000 {
 		t.Fatalf("old entry at its not-before lease time: %+v", r)
 	}

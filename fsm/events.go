@@ -24,20 +24,6 @@ type Family = coordv1.WatchFamily
 // EventKind is what happened to the record: a coord.v1.WatchEventKind.
 type EventKind = coordv1.WatchEventKind
 
-// The families and kinds under short names.
-const (
-	FamilyLease    = coordv1.WatchFamily_WATCH_FAMILY_LEASE
-	FamilyWindow   = coordv1.WatchFamily_WATCH_FAMILY_WINDOW
-	FamilyResource = coordv1.WatchFamily_WATCH_FAMILY_RESOURCE
-	FamilySchedule = coordv1.WatchFamily_WATCH_FAMILY_SCHEDULE
-	FamilyQueueJob = coordv1.WatchFamily_WATCH_FAMILY_QUEUE_JOB
-
-	EventPut      = coordv1.WatchEventKind_WATCH_EVENT_KIND_PUT
-	EventExpire   = coordv1.WatchEventKind_WATCH_EVENT_KIND_EXPIRE
-	EventDelete   = coordv1.WatchEventKind_WATCH_EVENT_KIND_DELETE
-	EventExisting = coordv1.WatchEventKind_WATCH_EVENT_KIND_EXISTING
-)
-
 // Event is one change of a record.
 type Event struct {
 	Family Family
@@ -124,29 +110,15 @@ func (s *state) emitQueueJob(k EventKind, j *QueueJob) {
 // per lease that expires. Derived: rebuilt after a restore from the leases
 // still live at the snapshot's clock (the others were noticed before).
 
-type expiryKey struct {
-	at   int64
-	name string
-}
-
-func lessExpiry(a, b expiryKey) bool {
-	if a.at != b.at {
-		return a.at < b.at
-	}
-	return a.name < b.name
-}
-
-func newExpiryIndex() *btree.BTreeG[expiryKey] { return btree.NewG(btreeDegree, lessExpiry) }
-
 // putLease stores n in place of old (nil for a new lease), moves its
 // deadline in the expiry index and emits the change.
 func (s *state) putLease(old, n *Lease) {
 	if old != nil && !old.Released {
-		s.expiry.Delete(expiryKey{old.ExpiresAt, old.Name})
+		s.expiry.Delete(nameTime{old.ExpiresAt, old.Name})
 	}
 	s.leases.ReplaceOrInsert(n)
 	if !n.Released && n.ExpiresAt > s.clock {
-		s.expiry.ReplaceOrInsert(expiryKey{n.ExpiresAt, n.Name})
+		s.expiry.ReplaceOrInsert(nameTime{n.ExpiresAt, n.Name})
 	}
 	s.emitLease(EventPut, n)
 }
@@ -167,10 +139,10 @@ func (s *state) expireLeases() {
 }
 
 func (s *state) rebuildExpiry() {
-	s.expiry = newExpiryIndex()
+	s.expiry = btree.NewG(btreeDegree, lessNameTime)
 	s.leases.Ascend(func(l *Lease) bool {
 		if !l.Released && l.ExpiresAt > s.clock {
-			s.expiry.ReplaceOrInsert(expiryKey{l.ExpiresAt, l.Name})
+			s.expiry.ReplaceOrInsert(nameTime{l.ExpiresAt, l.Name})
 		}
 		return true
 	})

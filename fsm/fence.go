@@ -3,6 +3,7 @@ package fsm
 import (
 	"strconv"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -11,7 +12,7 @@ import (
 // commit is to be accepted, with the resource's record (nil when new).
 func (s *state) fenceCheck(now int64, c *fsmv1.FencedCommit) (verdict any, res *Resource) {
 	if c.GetResource() == "" || (c.GetLeaseName() == "") == (c.GetJobId() == 0) {
-		return reject(ReasonInvalidArgument, nil, "fenced commit needs a resource and either a lease or a job attempt"), nil
+		return reject(coorderr.InvalidArgument, nil, "fenced commit needs a resource and either a lease or a job attempt"), nil
 	}
 	res = s.resource(c.GetResource())
 	if c.GetIdempotencyKey() != "" {
@@ -28,25 +29,25 @@ func (s *state) fenceCheck(now int64, c *fsmv1.FencedCommit) (verdict any, res *
 	}
 	l := s.lease(c.GetLeaseName())
 	if l == nil {
-		return reject(ReasonLeaseNotFound, nil, "lease %q does not exist", c.GetLeaseName()), res
+		return reject(coorderr.LeaseNotFound, nil, "lease %q does not exist", c.GetLeaseName()), res
 	}
 	if c.GetGeneration() != l.Generation {
-		return reject(ReasonStaleToken, holderMeta(l),
+		return reject(coorderr.StaleToken, holderMeta(l),
 			"token %d of lease %q is not current (current generation %d)", c.GetGeneration(), l.Name, l.Generation), res
 	}
 	if l.Released {
-		return reject(ReasonLeaseReleased, holderMeta(l), "lease %q generation %d was released", l.Name, l.Generation), res
+		return reject(coorderr.LeaseReleased, holderMeta(l), "lease %q generation %d was released", l.Name, l.Generation), res
 	}
 	if !l.Live(now) {
-		return reject(ReasonLeaseExpired, holderMeta(l),
+		return reject(coorderr.LeaseExpired, holderMeta(l),
 			"lease %q generation %d expired %d ms ago", l.Name, l.Generation, now-l.ExpiresAt), res
 	}
 	if res != nil && (res.LeaseName != c.GetLeaseName() || res.JobID != 0) {
-		return reject(ReasonResourceLeaseMismatch, map[string]string{"resource_lease": res.LeaseName},
+		return reject(coorderr.ResourceLeaseMismatch, map[string]string{"resource_lease": res.LeaseName},
 			"resource %q is fenced by lease %q, not %q", res.Name, res.LeaseName, c.GetLeaseName()), res
 	}
 	if res != nil && c.GetGeneration() < res.MaxGeneration {
-		return reject(ReasonStaleToken, map[string]string{"max_generation": strconv.FormatUint(res.MaxGeneration, 10)},
+		return reject(coorderr.StaleToken, map[string]string{"max_generation": strconv.FormatUint(res.MaxGeneration, 10)},
 			"token %d is below the highest accepted for %q (%d)", c.GetGeneration(), res.Name, res.MaxGeneration), res
 	}
 	return nil, res

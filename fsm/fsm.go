@@ -10,6 +10,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -189,7 +190,7 @@ func (s *state) applyBatch(b *fsmv1.Batch) any {
 	out := make(BatchResult, len(b.GetCommands()))
 	for i, c := range b.GetCommands() {
 		if c.GetType() == fsmv1.CommandType_COMMAND_TYPE_BATCH {
-			out[i] = reject(ReasonInvalidArgument, nil, "batches do not nest")
+			out[i] = reject(coorderr.InvalidArgument, nil, "batches do not nest")
 			continue
 		}
 		out[i] = s.apply(c)

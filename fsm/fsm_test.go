@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -111,12 +112,12 @@ func TestHolderFence(t *testing.T) {
 		gen   uint64
 		want  Reason
 	}{
-		{"old generation", 160, "a", "l", 1, ReasonLeaseLost},
-		{"right generation, wrong owner", 160, "a", "l", 2, ReasonLeaseLost},
-		{"future generation", 160, "b", "l", 3, ReasonLeaseLost},
-		{"unknown lease", 160, "b", "nope", 1, ReasonLeaseNotFound},
-		{"released", 160, "x", "gone", 1, ReasonLeaseReleased},
-		{"expired", 170, "y", "lapsed", 1, ReasonLeaseExpired},
+		{"old generation", 160, "a", "l", 1, coorderr.LeaseLost},
+		{"right generation, wrong owner", 160, "a", "l", 2, coorderr.LeaseLost},
+		{"future generation", 160, "b", "l", 3, coorderr.LeaseLost},
+		{"unknown lease", 160, "b", "nope", 1, coorderr.LeaseNotFound},
+		{"released", 160, "x", "gone", 1, coorderr.LeaseReleased},
+		{"expired", 170, "y", "lapsed", 1, coorderr.LeaseExpired},
 		{"current", 160, "b", "l", 2, 0},
 	}
 	for _, c := range cases {
@@ -147,7 +148,7 @@ func TestHolderFence(t *testing.T) {
 func TestRelease(t *testing.T) {
 	f := New()
 	mustAcquire(t, f, 0, "l", "a", 100)
-	wantReason(t, run(t, f, 10, &fsmv1.Release{Name: "l", Owner: "b", Generation: 1}), ReasonLeaseLost)
+	wantReason(t, run(t, f, 10, &fsmv1.Release{Name: "l", Owner: "b", Generation: 1}), coorderr.LeaseLost)
 	if r := run(t, f, 10, &fsmv1.Release{Name: "l", Owner: "a", Generation: 1}).(*ReleaseResult); !r.Released || r.Lease.ExpiresAt != 10 {
 		t.Fatalf("release: %+v", r)
 	}
@@ -156,7 +157,7 @@ func TestRelease(t *testing.T) {
 		t.Fatalf("second release: %+v", r)
 	}
 	mustAcquire(t, f, 20, "m", "a", 10)
-	wantReason(t, run(t, f, 40, &fsmv1.Release{Name: "m", Owner: "a", Generation: 1}), ReasonLeaseExpired)
+	wantReason(t, run(t, f, 40, &fsmv1.Release{Name: "m", Owner: "a", Generation: 1}), coorderr.LeaseExpired)
 }
 
 func TestWindowLedger(t *testing.T) {
@@ -177,11 +178,11 @@ func TestWindowLedger(t *testing.T) {
 		t.Fatalf("repeat claim: %+v", r)
 	}
 	// Completing without a claim is refused.
-	wantReason(t, run(t, f, 3, &fsmv1.CompleteWindow{Job: "daily-close", Window: "other", LeaseName: "daily-close", Owner: "a", Generation: 1}), ReasonWindowNotClaimed)
+	wantReason(t, run(t, f, 3, &fsmv1.CompleteWindow{Job: "daily-close", Window: "other", LeaseName: "daily-close", Owner: "a", Generation: 1}), coorderr.WindowNotClaimed)
 	// a crashes; b takes over after the TTL and resumes the window.
 	mustAcquire(t, f, 100, "daily-close", "b", 100)
-	wantReason(t, complete(101, "a", 1, "a's"), ReasonLeaseLost)
-	wantReason(t, complete(101, "b", 2, "too early"), ReasonWindowNotClaimed)
+	wantReason(t, complete(101, "a", 1, "a's"), coorderr.LeaseLost)
+	wantReason(t, complete(101, "b", 2, "too early"), coorderr.WindowNotClaimed)
 	r := claim(102, "b", 2).(*ClaimResult)
 	if !r.Claimed || r.Window.Attempts != 2 || r.Window.FirstStartedAt != 1 || r.Window.StartedAt != 102 {
 		t.Fatalf("resume: %+v", r)
@@ -196,7 +197,7 @@ func TestWindowLedger(t *testing.T) {
 	}
 	mustAcquire(t, f, 300, "daily-close", "c", 100)
 	rej := complete(301, "c", 3, "second")
-	wantReason(t, rej, ReasonWindowCompleted)
+	wantReason(t, rej, coorderr.WindowCompleted)
 	if rej.(*Rejection).Metadata["completed_by"] != "b" {
 		t.Fatalf("rejection lacks who completed: %+v", rej)
 	}
@@ -218,7 +219,7 @@ func TestFencedCommit(t *testing.T) {
 		if r := commit(f, 201, 2, "", "b").(*CommitResult); !r.Accepted || r.MaxGeneration != 2 {
 			t.Fatalf("successor: %+v", r)
 		}
-		wantReason(t, commit(f, 202, 1, "", "a"), ReasonStaleToken)
+		wantReason(t, commit(f, 202, 1, "", "a"), coorderr.StaleToken)
 	})
 	t.Run("paused holder, successor not yet committed", func(t *testing.T) {
 		f := New()
@@ -227,7 +228,7 @@ func TestFencedCommit(t *testing.T) {
 			t.Fatalf("holder: %+v", r)
 		}
 		mustAcquire(t, f, 200, "daily-close", "b", 100)
-		wantReason(t, commit(f, 202, 1, "", "a-late"), ReasonStaleToken)
+		wantReason(t, commit(f, 202, 1, "", "a-late"), coorderr.StaleToken)
 		if r, _ := f.Resource("payments/store-42"); r.MaxGeneration != 1 || r.Commits != 1 {
 			t.Fatalf("refused commit changed the resource: %+v", r)
 		}
@@ -235,7 +236,7 @@ func TestFencedCommit(t *testing.T) {
 	t.Run("paused holder, nobody took over", func(t *testing.T) {
 		f := New()
 		mustAcquire(t, f, 0, "daily-close", "a", 100)
-		wantReason(t, commit(f, 150, 1, "", "a-late"), ReasonLeaseExpired)
+		wantReason(t, commit(f, 150, 1, "", "a-late"), coorderr.LeaseExpired)
 	})
 	t.Run("idempotency", func(t *testing.T) {
 		f := New()
@@ -257,7 +258,7 @@ func TestFencedCommit(t *testing.T) {
 		f := New()
 		mustAcquire(t, f, 0, "daily-close", "a", 100)
 		mustAcquire(t, f, 200, "daily-close", "b", 100)
-		wantReason(t, commit(f, 201, 1, "k", "a"), ReasonStaleToken)
+		wantReason(t, commit(f, 201, 1, "k", "a"), coorderr.StaleToken)
 		if r := commit(f, 202, 2, "k", "b").(*CommitResult); !r.Accepted || r.Duplicate || string(r.Payload) != "b" {
 			t.Fatalf("rightful holder: %+v", r)
 		}
@@ -267,7 +268,7 @@ func TestFencedCommit(t *testing.T) {
 		mustAcquire(t, f, 0, "daily-close", "a", 100)
 		mustAcquire(t, f, 0, "other", "a", 100)
 		commit(f, 1, 1, "", "")
-		wantReason(t, run(t, f, 2, &fsmv1.FencedCommit{Resource: "payments/store-42", LeaseName: "other", Generation: 1}), ReasonResourceLeaseMismatch)
+		wantReason(t, run(t, f, 2, &fsmv1.FencedCommit{Resource: "payments/store-42", LeaseName: "other", Generation: 1}), coorderr.ResourceLeaseMismatch)
 	})
 }
 
@@ -309,7 +310,7 @@ func TestClockOnlyMovesForward(t *testing.T) {
 	// FSM clock, so an expired lease cannot come back to life.
 	mustAcquire(t, f, 1000, "l", "a", 100)
 	run(t, f, 1200, &fsmv1.Tick{})
-	wantReason(t, run(t, f, 1050, &fsmv1.Renew{Name: "l", Owner: "a", Generation: 1}), ReasonLeaseExpired)
+	wantReason(t, run(t, f, 1050, &fsmv1.Renew{Name: "l", Owner: "a", Generation: 1}), coorderr.LeaseExpired)
 	if f.Clock() != 1200 {
 		t.Fatalf("clock went back: %d", f.Clock())
 	}
@@ -424,7 +425,7 @@ func TestRegisterJob(t *testing.T) {
 		changed.Job.LastCompletedWindow != "2026-09-25" || changed.Job.LastCompletedAt != 32 {
 		t.Fatalf("update: %+v", changed)
 	}
-	wantReason(t, run(t, f, 50, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "x"}}), ReasonInvalidArgument)
+	wantReason(t, run(t, f, 50, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "x"}}), coorderr.InvalidArgument)
 	if ws := f.RecentWindows("daily-close", 5); len(ws) != 1 || ws[0].Window != "2026-09-25" {
 		t.Fatalf("recent: %+v", ws)
 	}
@@ -448,8 +449,8 @@ func TestBatch(t *testing.T) {
 	if r := res[2].(*AcquireResult); !r.Acquired || r.Lease.Generation != 2 {
 		t.Fatalf("second acquire in the batch: %+v", r)
 	}
-	wantReason(t, res[3], ReasonStaleToken)
-	wantReason(t, res[4], ReasonInvalidArgument)
+	wantReason(t, res[3], coorderr.StaleToken)
+	wantReason(t, res[4], coorderr.InvalidArgument)
 	for _, c := range cmds[:4] {
 		single.ApplyCommand(c)
 	}
@@ -467,10 +468,10 @@ func TestIdentityBinding(t *testing.T) {
 	}
 	// Another identity with the right owner and generation is refused for
 	// every holder operation.
-	wantReason(t, run(t, f, 1001, &fsmv1.Renew{Name: "job", Owner: "o", Generation: 1, Identity: "mallory"}), ReasonIdentityMismatch)
-	wantReason(t, run(t, f, 1002, &fsmv1.Release{Name: "job", Owner: "o", Generation: 1, Identity: "mallory"}), ReasonIdentityMismatch)
-	wantReason(t, run(t, f, 1003, &fsmv1.ClaimWindow{Job: "j", Window: "w", LeaseName: "job", Owner: "o", Generation: 1, Identity: "mallory"}), ReasonIdentityMismatch)
-	wantReason(t, run(t, f, 1003, &fsmv1.CompleteWindow{Job: "j", Window: "w", LeaseName: "job", Owner: "o", Generation: 1, Identity: ""}), ReasonIdentityMismatch)
+	wantReason(t, run(t, f, 1001, &fsmv1.Renew{Name: "job", Owner: "o", Generation: 1, Identity: "mallory"}), coorderr.IdentityMismatch)
+	wantReason(t, run(t, f, 1002, &fsmv1.Release{Name: "job", Owner: "o", Generation: 1, Identity: "mallory"}), coorderr.IdentityMismatch)
+	wantReason(t, run(t, f, 1003, &fsmv1.ClaimWindow{Job: "j", Window: "w", LeaseName: "job", Owner: "o", Generation: 1, Identity: "mallory"}), coorderr.IdentityMismatch)
+	wantReason(t, run(t, f, 1003, &fsmv1.CompleteWindow{Job: "j", Window: "w", LeaseName: "job", Owner: "o", Generation: 1, Identity: ""}), coorderr.IdentityMismatch)
 	// A retry of the grant by another identity with the same request id is
 	// not that grant.
 	if r := run(t, f, 1004, &fsmv1.Acquire{Name: "job", Owner: "o", TtlMs: 100, RequestId: "r1", Identity: "mallory"}).(*AcquireResult); r.Acquired {
@@ -490,7 +491,7 @@ func TestIdentityBinding(t *testing.T) {
 	}
 	// The binding survives a snapshot.
 	g := restored(t, f)
-	wantReason(t, run(t, g, 1008, &fsmv1.Renew{Name: "job", Owner: "o2", Generation: 2, Identity: "billing"}), ReasonIdentityMismatch)
+	wantReason(t, run(t, g, 1008, &fsmv1.Renew{Name: "job", Owner: "o2", Generation: 2, Identity: "billing"}), coorderr.IdentityMismatch)
 }
 
 func TestLiveLeaseLimit(t *testing.T) {
@@ -503,7 +504,7 @@ func TestLiveLeaseLimit(t *testing.T) {
 			t.Fatalf("acquire %s: %#v", name, r)
 		}
 	}
-	wantReason(t, acquire(1001, "c", "x"), ReasonLeaseLimit)
+	wantReason(t, acquire(1001, "c", "x"), coorderr.LeaseLimit)
 	// Other identities are not affected.
 	if r, ok := acquire(1001, "c", "y").(*AcquireResult); !ok || !r.Acquired {
 		t.Fatalf("other identity: %#v", r)
@@ -513,13 +514,13 @@ func TestLiveLeaseLimit(t *testing.T) {
 	if r, ok := acquire(1003, "d", "x").(*AcquireResult); !ok || !r.Acquired {
 		t.Fatalf("after release: %#v", r)
 	}
-	wantReason(t, acquire(1004, "e", "x"), ReasonLeaseLimit)
+	wantReason(t, acquire(1004, "e", "x"), coorderr.LeaseLimit)
 	if r, ok := acquire(1100, "e", "x").(*AcquireResult); !ok || !r.Acquired { // b expired at 1100
 		t.Fatalf("after expiry: %#v", r)
 	}
 	// The limit survives a restore (the index is rebuilt from the leases).
 	g := restored(t, f)
-	wantReason(t, run(t, g, 1101, &fsmv1.Acquire{Name: "f", Owner: "o", TtlMs: 100, Identity: "x", MaxLiveLeases: 2}), ReasonLeaseLimit)
+	wantReason(t, run(t, g, 1101, &fsmv1.Acquire{Name: "f", Owner: "o", TtlMs: 100, Identity: "x", MaxLiveLeases: 2}), coorderr.LeaseLimit)
 }
 
 func TestAcquireWithClaimAndCompleteWithRelease(t *testing.T) {
@@ -564,14 +565,14 @@ func TestAcquireWithClaimAndCompleteWithRelease(t *testing.T) {
 	if !r.Acquired || r.Lease.Generation != 3 || r.Claim.Window.Attempts != 2 {
 		t.Fatalf("resume: %+v %+v", r, r.Claim)
 	}
-	wantReason(t, run(t, f, 1201, &fsmv1.Acquire{Name: "x", Owner: "c", TtlMs: 100, ClaimJob: "job"}), ReasonInvalidArgument)
+	wantReason(t, run(t, f, 1201, &fsmv1.Acquire{Name: "x", Owner: "c", TtlMs: 100, ClaimJob: "job"}), coorderr.InvalidArgument)
 }
 
 func TestClaimNotBefore(t *testing.T) {
 	f := New()
 	early := &fsmv1.Acquire{Name: "job", Owner: "a", TtlMs: 100, ClaimJob: "job", ClaimWindow: "w1", ClaimNotBeforeMs: 5000}
 	rej := run(t, f, 4200, early)
-	wantReason(t, rej, ReasonTooEarly)
+	wantReason(t, rej, coorderr.TooEarly)
 	if got := rej.(*Rejection).Metadata["wait_ms"]; got != "800" {
 		t.Fatalf("wait_ms %q", got)
 	}
@@ -599,13 +600,13 @@ func TestReleaseHandsOffToTheNextWaiter(t *testing.T) {
 	}
 	// A refused release hands nothing off.
 	wantReason(t, run(t, f, 1020, &fsmv1.Release{Name: "job", Owner: "a", Generation: 1,
-		Handoff: &fsmv1.Acquire{Name: "job", Owner: "c", TtlMs: 100}}), ReasonIdentityMismatch)
+		Handoff: &fsmv1.Acquire{Name: "job", Owner: "c", TtlMs: 100}}), coorderr.IdentityMismatch)
 	if l, _, _ := f.Lease("job"); l.Owner != "b" {
 		t.Fatalf("after a refused release: %+v", l)
 	}
 	// A handoff must be for the released lease.
 	r = run(t, f, 1030, &fsmv1.Release{Name: "job", Owner: "b", Generation: 2, Identity: "id-b", Handoff: &fsmv1.Acquire{Name: "other", Owner: "c", TtlMs: 100}}).(*ReleaseResult)
-	wantReason(t, r.Handoff, ReasonInvalidArgument)
+	wantReason(t, r.Handoff, coorderr.InvalidArgument)
 }
 
 // restored is a new FSM restored from f's snapshot.

@@ -1,6 +1,9 @@
 package fsm
 
 import (
+	"github.com/google/btree"
+
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -39,10 +42,7 @@ type JobResult struct {
 
 func lessJob(a, b *Job) bool { return a.Name < b.Name }
 
-func (s *state) job(name string) *Job {
-	j, _ := s.jobs.Get(&Job{Name: name})
-	return j
-}
+func (s *state) job(name string) *Job { return find(s.jobs, &Job{Name: name}) }
 
 func jobFromRecord(r *fsmv1.JobRecord) *Job {
 	return &Job{
@@ -69,7 +69,7 @@ func jobRecord(j *Job) *fsmv1.JobRecord {
 func (s *state) registerJob(cal int64, c *fsmv1.RegisterJob) any {
 	in := jobFromRecord(c.GetJob())
 	if in.Name == "" || in.Schedule == "" {
-		return reject(ReasonInvalidArgument, nil, "a job needs a name and a schedule")
+		return reject(coorderr.InvalidArgument, nil, "a job needs a name and a schedule")
 	}
 	cur := s.job(in.Name)
 	if cur != nil && cur.sameSpec(in) {
@@ -97,25 +97,12 @@ func (s *state) noteCompletion(w *Window) {
 
 // Job returns a registered job.
 func (f *FSM) Job(name string) (Job, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	j := f.st.job(name)
-	if j == nil {
-		return Job{}, false
-	}
-	return *j, true
+	return get(f, func(s *state) *Job { return s.job(name) })
 }
 
 // Jobs returns every registered job, by name.
 func (f *FSM) Jobs() []Job {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	var out []Job
-	f.st.jobs.Ascend(func(j *Job) bool {
-		out = append(out, *j)
-		return true
-	})
-	return out
+	return all(f, func(s *state) *btree.BTreeG[*Job] { return s.jobs })
 }
 
 // RecentWindows returns up to limit windows of job with the greatest keys,

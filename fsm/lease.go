@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -17,12 +18,12 @@ import (
 // else the lease is free (cur is its record, nil when it never existed).
 func (s *state) acquireCheck(now, cal int64, c *fsmv1.Acquire) (answer any, cur *Lease, own bool) {
 	if c.GetTtlMs() <= 0 || c.GetName() == "" || c.GetOwner() == "" {
-		return reject(ReasonInvalidArgument, nil, "acquire needs a name, an owner and a positive TTL"), nil, false
+		return reject(coorderr.InvalidArgument, nil, "acquire needs a name, an owner and a positive TTL"), nil, false
 	}
 	cur = s.lease(c.GetName())
 	if c.GetClaimJob() != "" || c.GetClaimWindow() != "" {
 		if c.GetClaimJob() == "" || c.GetClaimWindow() == "" {
-			return reject(ReasonInvalidArgument, nil, "a claim needs a job and a window"), cur, false
+			return reject(coorderr.InvalidArgument, nil, "a claim needs a job and a window"), cur, false
 		}
 		if w := s.window(c.GetClaimJob(), c.GetClaimWindow()); w != nil && w.Completed {
 			res := &AcquireResult{At: now, Claim: &ClaimResult{Claimed: false, Window: *w}}
@@ -81,7 +82,7 @@ func (s *state) acquire(now, cal int64, c *fsmv1.Acquire) any {
 		return s.withClaim(now, cal, c, &AcquireResult{At: now, Acquired: true, Lease: *cur})
 	}
 	if limit := c.GetMaxLiveLeases(); limit > 0 && c.GetIdentity() != "" && s.liveLeases(c.GetIdentity(), now) >= int(limit) {
-		return reject(ReasonLeaseLimit, map[string]string{"limit": strconv.FormatUint(uint64(limit), 10)},
+		return reject(coorderr.LeaseLimit, map[string]string{"limit": strconv.FormatUint(uint64(limit), 10)},
 			"identity %q already holds %d live leases, its limit", c.GetIdentity(), limit)
 	}
 	gen := uint64(1)
@@ -112,7 +113,7 @@ func (s *state) acquire(now, cal int64, c *fsmv1.Acquire) any {
 // tooEarly is the rejection of a claim at calendar time cal before its
 // not-before time.
 func tooEarly(cal, notBefore int64, job, window string) *Rejection {
-	return reject(ReasonTooEarly, map[string]string{"wait_ms": strconv.FormatInt(notBefore-cal, 10)},
+	return reject(coorderr.TooEarly, map[string]string{"wait_ms": strconv.FormatInt(notBefore-cal, 10)},
 		"window %s/%s may not start for %d ms (calendar time: the leader's clock); is this replica's clock ahead?",
 		job, window, notBefore-cal)
 }
@@ -140,22 +141,22 @@ func (s *state) withClaim(now, cal int64, c *fsmv1.Acquire, res *AcquireResult) 
 func (s *state) checkHolder(now int64, name, owner, identity string, gen uint64) (*Lease, *Rejection) {
 	l := s.lease(name)
 	if l == nil {
-		return nil, reject(ReasonLeaseNotFound, nil, "lease %q does not exist", name)
+		return nil, reject(coorderr.LeaseNotFound, nil, "lease %q does not exist", name)
 	}
 	if l.Identity != "" && l.Identity != identity {
-		return nil, reject(ReasonIdentityMismatch, nil,
+		return nil, reject(coorderr.IdentityMismatch, nil,
 			"lease %q generation %d is bound to the identity that acquired it, not %q", name, l.Generation, identity)
 	}
 	meta := holderMeta(l)
 	if l.Generation != gen || l.Owner != owner {
-		return nil, reject(ReasonLeaseLost, meta,
+		return nil, reject(coorderr.LeaseLost, meta,
 			"lease %q generation %d of %q is not the current holder (current generation %d)", name, gen, owner, l.Generation)
 	}
 	if l.Released {
-		return nil, reject(ReasonLeaseReleased, meta, "lease %q generation %d was released", name, gen)
+		return nil, reject(coorderr.LeaseReleased, meta, "lease %q generation %d was released", name, gen)
 	}
 	if !l.Live(now) {
-		return nil, reject(ReasonLeaseExpired, meta, "lease %q generation %d expired %d ms ago", name, gen, now-l.ExpiresAt)
+		return nil, reject(coorderr.LeaseExpired, meta, "lease %q generation %d expired %d ms ago", name, gen, now-l.ExpiresAt)
 	}
 	return l, nil
 }
@@ -204,7 +205,7 @@ func (s *state) release(now, cal int64, c *fsmv1.Release) any {
 	res := &ReleaseResult{At: now, Released: true, Lease: n}
 	if h := c.GetHandoff(); h != nil {
 		if h.GetName() != c.GetName() {
-			res.Handoff = reject(ReasonInvalidArgument, nil, "a handoff must acquire the released lease")
+			res.Handoff = reject(coorderr.InvalidArgument, nil, "a handoff must acquire the released lease")
 		} else {
 			res.Handoff = s.acquire(now, cal, h)
 		}

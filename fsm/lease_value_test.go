@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -27,7 +28,7 @@ func TestLeaseValue(t *testing.T) {
 	if val() != "v2" {
 		t.Fatalf("proclaimed: %q", val())
 	}
-	wantReason(t, run(t, f, 40, &fsmv1.Renew{Name: "e", Owner: "o2", Generation: 1, Value: []byte("x")}), ReasonLeaseLost)
+	wantReason(t, run(t, f, 40, &fsmv1.Renew{Name: "e", Owner: "o2", Generation: 1, Value: []byte("x")}), coorderr.LeaseLost)
 	if val() != "v2" {
 		t.Fatalf("a refused renew changed it: %q", val())
 	}

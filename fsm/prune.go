@@ -3,6 +3,8 @@ package fsm
 import (
 	"sort"
 
+	"github.com/google/btree"
+
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -53,34 +55,32 @@ func (s *state) prune(c *fsmv1.Prune) any {
 
 // rebuildQueues derives the prune queues from the trees after a restore.
 func (s *state) rebuildQueues() {
-	type wq struct {
+	s.completedQ = timeOrder(s.windows, func(w *Window) (int64, windowKey, bool) {
+		return w.CompletedAt, windowKey{w.Job, w.Window}, w.Completed
+	})
+	s.idemQ = timeOrder(s.idem, func(r *Idempotency) (int64, idemKey, bool) {
+		return r.At, idemKey{r.Resource, r.Key}, true
+	})
+}
+
+// timeOrder returns the keys of the records of t that key accepts, in the
+// order of their times (records of equal times in t's order).
+func timeOrder[T, K any](t *btree.BTreeG[T], key func(T) (at int64, k K, ok bool)) []K {
+	type timed struct {
 		at int64
-		k  windowKey
+		k  K
 	}
-	var ws []wq
-	s.windows.Ascend(func(w *Window) bool {
-		if w.Completed {
-			ws = append(ws, wq{w.CompletedAt, windowKey{w.Job, w.Window}})
+	var ts []timed
+	t.Ascend(func(r T) bool {
+		if at, k, ok := key(r); ok {
+			ts = append(ts, timed{at, k})
 		}
 		return true
 	})
-	sort.SliceStable(ws, func(i, j int) bool { return ws[i].at < ws[j].at })
-	s.completedQ = make([]windowKey, len(ws))
-	for i := range ws {
-		s.completedQ[i] = ws[i].k
+	sort.SliceStable(ts, func(i, j int) bool { return ts[i].at < ts[j].at })
+	out := make([]K, len(ts))
+	for i := range ts {
+		out[i] = ts[i].k
 	}
-	type iq struct {
-		at int64
-		k  idemKey
-	}
-	var is []iq
-	s.idem.Ascend(func(r *Idempotency) bool {
-		is = append(is, iq{r.At, idemKey{r.Resource, r.Key}})
-		return true
-	})
-	sort.SliceStable(is, func(i, j int) bool { return is[i].at < is[j].at })
-	s.idemQ = make([]idemKey, len(is))
-	for i := range is {
-		s.idemQ[i] = is[i].k
-	}
+	return out
 }

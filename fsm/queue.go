@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 
@@ -54,19 +55,12 @@ const (
 	DefaultMaxFinishedJobs = 1_000_000
 )
 
-// JobState is where a queued job is. Values are fsmv1.JobState's.
+// JobState is where a queued job is. Values are fsmv1.JobState's, named
+// in enums_gen.go (JobScheduled ... JobDead).
 type JobState uint8
 
-const (
-	JobScheduled JobState = JobState(fsmv1.JobState_JOB_STATE_SCHEDULED)
-	JobAvailable JobState = JobState(fsmv1.JobState_JOB_STATE_AVAILABLE)
-	JobRunning   JobState = JobState(fsmv1.JobState_JOB_STATE_RUNNING)
-	JobRetryable JobState = JobState(fsmv1.JobState_JOB_STATE_RETRYABLE)
-	JobSucceeded JobState = JobState(fsmv1.JobState_JOB_STATE_SUCCEEDED)
-	JobCancelled JobState = JobState(fsmv1.JobState_JOB_STATE_CANCELLED)
-	JobDead      JobState = JobState(fsmv1.JobState_JOB_STATE_DEAD)
-	numJobStates          = int(JobDead) + 1
-)
+// numJobStates sizes arrays indexed by state.
+const numJobStates = int(JobDead) + 1
 
 // Final reports whether the state is an end state (only Retry leaves
 // cancelled and dead; nothing leaves succeeded).
@@ -76,16 +70,9 @@ func (s JobState) String() string {
 	return fsmv1.JobState(s).String()[len("JOB_STATE_"):]
 }
 
-// AttemptOutcome is how an attempt ended (or Running).
+// AttemptOutcome is how an attempt ended (or Running). Values are
+// fsmv1.AttemptOutcome's, named in enums_gen.go.
 type AttemptOutcome uint8
-
-const (
-	AttemptRunning   AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_RUNNING)
-	AttemptSucceeded AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED)
-	AttemptFailed    AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_FAILED)
-	AttemptLapsed    AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_LAPSED)
-	AttemptCancelled AttemptOutcome = AttemptOutcome(fsmv1.AttemptOutcome_ATTEMPT_OUTCOME_CANCELLED)
-)
 
 func (o AttemptOutcome) String() string {
 	return fsmv1.AttemptOutcome(o).String()[len("ATTEMPT_OUTCOME_"):]
@@ -143,6 +130,16 @@ func (j *QueueJob) Current() (*Attempt, bool) {
 		return nil, false
 	}
 	return &j.Log[len(j.Log)-1], true
+}
+
+// label returns the value of j's label key, and whether j has it.
+func (j *QueueJob) label(key string) (string, bool) {
+	for _, l := range j.Labels {
+		if l.Key == key {
+			return l.Value, true
+		}
+	}
+	return "", false
 }
 
 // attempt returns the record of attempt n if it is still kept.
@@ -292,57 +289,26 @@ type labelKey struct {
 
 type uniqueRef struct{ queue, key string }
 
-func lessTime(a, b timeKey) bool {
-	if a.at != b.at {
-		return a.at < b.at
-	}
-	return a.id < b.id
-}
+func lessTime(a, b timeKey) bool { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.id, b.id)) < 0 }
 
 func lessAvail(a, b availKey) bool {
-	switch {
-	case a.queue != b.queue:
-		return a.queue < b.queue
-	case a.prio != b.prio:
-		return a.prio > b.prio
-	case a.runAt != b.runAt:
-		return a.runAt < b.runAt
-	}
-	return a.id < b.id
+	return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(b.prio, a.prio), cmp.Compare(a.runAt, b.runAt), cmp.Compare(a.id, b.id)) < 0
 }
 
 func lessQueueKey(a, b queueKey) bool {
-	if a.queue != b.queue {
-		return a.queue < b.queue
-	}
-	return a.id < b.id
+	return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.id, b.id)) < 0
 }
 
 func lessStateKey(a, b stateKey) bool {
-	if a.state != b.state {
-		return a.state < b.state
-	}
-	return a.id < b.id
+	return cmp.Or(cmp.Compare(a.state, b.state), cmp.Compare(a.id, b.id)) < 0
 }
 
 func lessQueueStateKey(a, b queueStateKey) bool {
-	switch {
-	case a.queue != b.queue:
-		return a.queue < b.queue
-	case a.state != b.state:
-		return a.state < b.state
-	}
-	return a.id < b.id
+	return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.state, b.state), cmp.Compare(a.id, b.id)) < 0
 }
 
 func lessLabelKey(a, b labelKey) bool {
-	switch {
-	case a.key != b.key:
-		return a.key < b.key
-	case a.value != b.value:
-		return a.value < b.value
-	}
-	return a.id < b.id
+	return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.value, b.value), cmp.Compare(a.id, b.id)) < 0
 }
 
 func lessQueueJob(a, b *QueueJob) bool { return a.ID < b.ID }
@@ -408,28 +374,29 @@ func (q *queueIndex) counts(queue string) *queueCounts {
 
 // addStatic indexes what never changes for a job: queue, kind, labels,
 // unique key.
-func (q *queueIndex) addStatic(j *QueueJob) {
-	q.byQueue.ReplaceOrInsert(queueKey{j.Queue, j.ID})
-	q.byKind.ReplaceOrInsert(queueKey{j.Kind, j.ID})
-	for _, l := range j.Labels {
-		q.byLabel.ReplaceOrInsert(labelKey{l.Key, l.Value, j.ID})
-	}
-	if j.UniqueKey != "" {
-		q.unique[uniqueRef{j.Queue, j.UniqueKey}] = j.ID
-	}
-}
+func (q *queueIndex) addStatic(j *QueueJob) { q.static(j, true) }
 
-func (q *queueIndex) removeStatic(j *QueueJob) {
-	q.byQueue.Delete(queueKey{j.Queue, j.ID})
-	q.byKind.Delete(queueKey{j.Kind, j.ID})
+// removeStatic undoes addStatic (when a job goes).
+func (q *queueIndex) removeStatic(j *QueueJob) { q.static(j, false) }
+
+// static adds (or removes) the entries that never change for j, from one
+// list like dynamic's. A unique key is unindexed only while it still
+// names j.
+func (q *queueIndex) static(j *QueueJob, add bool) {
+	setKey(q.byQueue, queueKey{j.Queue, j.ID}, add)
+	setKey(q.byKind, queueKey{j.Kind, j.ID}, add)
 	for _, l := range j.Labels {
-		q.byLabel.Delete(labelKey{l.Key, l.Value, j.ID})
+		setKey(q.byLabel, labelKey{l.Key, l.Value, j.ID}, add)
 	}
-	if j.UniqueKey != "" {
-		ref := uniqueRef{j.Queue, j.UniqueKey}
-		if q.unique[ref] == j.ID {
-			delete(q.unique, ref)
-		}
+	if j.UniqueKey == "" {
+		return
+	}
+	ref := uniqueRef{j.Queue, j.UniqueKey}
+	switch {
+	case add:
+		q.unique[ref] = j.ID
+	case q.unique[ref] == j.ID:
+		delete(q.unique, ref)
 	}
 }
 
@@ -473,10 +440,7 @@ func setKey[K any](t *btree.BTreeG[K], k K, add bool) {
 	}
 }
 
-func (s *state) qjob(id uint64) *QueueJob {
-	j, _ := s.qjobs.Get(&QueueJob{ID: id})
-	return j
-}
+func (s *state) qjob(id uint64) *QueueJob { return find(s.qjobs, &QueueJob{ID: id}) }
 
 // shareNames points j's queue, kind and identity at the equal strings of
 // the job with the highest id (the one submitted, or restored, just

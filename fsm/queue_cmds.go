@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"unicode/utf8"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -51,12 +51,12 @@ type JobResults []any
 func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 	specs := c.GetJobs()
 	if len(specs) == 0 || len(specs) > MaxSubmitBatch {
-		return reject(ReasonInvalidArgument, map[string]string{"field": "jobs"},
+		return reject(coorderr.InvalidArgument, map[string]string{"field": "jobs"},
 			"a submit carries 1 to %d jobs, not %d", MaxSubmitBatch, len(specs))
 	}
 	for i, sp := range specs {
 		if field, problem := CheckJobSpec(sp, cal); field != "" {
-			return reject(ReasonInvalidArgument, map[string]string{"index": strconv.Itoa(i), "field": field},
+			return reject(coorderr.InvalidArgument, map[string]string{"index": strconv.Itoa(i), "field": field},
 				"job %d: %s %s; nothing was submitted", i, field, problem)
 		}
 	}
@@ -92,14 +92,14 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 
 func checkWorker(worker string) *Rejection {
 	if worker == "" || len(worker) > MaxWorkerIDBytes {
-		return reject(ReasonInvalidArgument, map[string]string{"field": "worker_id"}, "worker_id must be 1 to %d bytes", MaxWorkerIDBytes)
+		return reject(coorderr.InvalidArgument, map[string]string{"field": "worker_id"}, "worker_id must be 1 to %d bytes", MaxWorkerIDBytes)
 	}
 	return nil
 }
 
 func checkItems(field string, n int) *Rejection {
 	if n == 0 || n > MaxJobBatch {
-		return reject(ReasonInvalidArgument, map[string]string{"field": field}, "%s: 1 to %d items, not %d", field, MaxJobBatch, n)
+		return reject(coorderr.InvalidArgument, map[string]string{"field": field}, "%s: 1 to %d items, not %d", field, MaxJobBatch, n)
 	}
 	return nil
 }
@@ -116,15 +116,15 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 		return rej
 	}
 	if c.GetMax() == 0 || c.GetMax() > MaxFetchBatch {
-		return reject(ReasonInvalidArgument, map[string]string{"field": "max"}, "max must be 1 to %d, not %d", MaxFetchBatch, c.GetMax())
+		return reject(coorderr.InvalidArgument, map[string]string{"field": "max"}, "max must be 1 to %d, not %d", MaxFetchBatch, c.GetMax())
 	}
 	if n := len(c.GetQueues()); n == 0 || n > MaxFetchQueues {
-		return reject(ReasonInvalidArgument, map[string]string{"field": "queues"}, "fetch from 1 to %d queues, not %d", MaxFetchQueues, n)
+		return reject(coorderr.InvalidArgument, map[string]string{"field": "queues"}, "fetch from 1 to %d queues, not %d", MaxFetchQueues, n)
 	}
 	var queues []string
 	for _, q := range c.GetQueues() {
 		if q == "" || len(q) > MaxQueueNameBytes {
-			return reject(ReasonInvalidArgument, map[string]string{"field": "queues"}, "queue names are 1 to %d bytes", MaxQueueNameBytes)
+			return reject(coorderr.InvalidArgument, map[string]string{"field": "queues"}, "queue names are 1 to %d bytes", MaxQueueNameBytes)
 		}
 		dup := false
 		for _, seen := range queues {
@@ -190,19 +190,18 @@ func (s *state) claim(j *QueueJob, cal int64, worker, identity string) *QueueJob
 // command, so "running" means "unexpired at this command's calendar time".
 func checkAttempt(j *QueueJob, id uint64, n uint32, worker, identity string) *Rejection {
 	if j == nil {
-		return reject(ReasonJobNotFound, map[string]string{"job_id": strconv.FormatUint(id, 10)},
-			"job %d does not exist (or was pruned)", id)
+		return jobNotFound(id)
 	}
 	meta := attemptMeta(j, n)
 	if n == 0 || n > j.Attempts {
-		return reject(ReasonAttemptLost, meta, "job %d has no attempt %d (its last is %d)", j.ID, n, j.Attempts)
+		return reject(coorderr.AttemptLost, meta, "job %d has no attempt %d (its last is %d)", j.ID, n, j.Attempts)
 	}
 	a := j.attempt(n)
 	if a != nil && a.Identity != "" && a.Identity != identity {
-		return reject(ReasonIdentityMismatch, nil, "attempt %d of job %d is bound to the identity that fetched it, not %q", n, j.ID, identity)
+		return reject(coorderr.IdentityMismatch, nil, "attempt %d of job %d is bound to the identity that fetched it, not %q", n, j.ID, identity)
 	}
 	if a != nil && a.WorkerID != worker {
-		return reject(ReasonAttemptLost, meta, "attempt %d of job %d was handed to worker %q, not %q", n, j.ID, a.WorkerID, worker)
+		return reject(coorderr.AttemptLost, meta, "attempt %d of job %d was handed to worker %q, not %q", n, j.ID, a.WorkerID, worker)
 	}
 	if cur, ok := j.Current(); ok && cur.Number == n {
 		return nil
@@ -215,14 +214,14 @@ func checkAttempt(j *QueueJob, id uint64, n uint32, worker, identity string) *Re
 func attemptOver(j *QueueJob, n uint32, a *Attempt, meta map[string]string) *Rejection {
 	switch {
 	case a != nil && a.Outcome == AttemptLapsed:
-		return reject(ReasonAttemptExpired, meta, "attempt %d of job %d expired at %d: no heartbeat within the visibility timeout (%d ms); the job was handed on",
+		return reject(coorderr.AttemptExpired, meta, "attempt %d of job %d expired at %d: no heartbeat within the visibility timeout (%d ms); the job was handed on",
 			n, j.ID, a.Deadline, j.VisibilityMs)
 	case a != nil && a.Outcome == AttemptCancelled:
-		return reject(ReasonJobCancelled, meta, "job %d was cancelled during attempt %d", j.ID, n)
+		return reject(coorderr.JobCancelled, meta, "job %d was cancelled during attempt %d", j.ID, n)
 	case a != nil:
-		return reject(ReasonAttemptLost, meta, "attempt %d of job %d already ended (%s); the job is %s at attempt %d", n, j.ID, a.Outcome, j.State, j.Attempts)
+		return reject(coorderr.AttemptLost, meta, "attempt %d of job %d already ended (%s); the job is %s at attempt %d", n, j.ID, a.Outcome, j.State, j.Attempts)
 	default:
-		return reject(ReasonAttemptLost, meta, "attempt %d of job %d is over; the job is %s at attempt %d", n, j.ID, j.State, j.Attempts)
+		return reject(coorderr.AttemptLost, meta, "attempt %d of job %d is over; the job is %s at attempt %d", n, j.ID, j.State, j.Attempts)
 	}
 }
 
@@ -242,21 +241,38 @@ func attemptMeta(j *QueueJob, n uint32) map[string]string {
 // heartbeatJobs extends each live attempt's visibility deadline to now +
 // the job's visibility timeout.
 func (s *state) heartbeatJobs(cal int64, c *fsmv1.HeartbeatJobs) any {
-	if rej := firstRejection(checkWorker(c.GetWorkerId()), checkItems("attempts", len(c.GetAttempts()))); rej != nil {
-		return rej
-	}
-	out := make(JobResults, len(c.GetAttempts()))
-	for i, r := range c.GetAttempts() {
+	return attemptItems(s, c.GetWorkerId(), "attempts", c.GetAttempts(), func(_ int, r *fsmv1.JobAttemptRef) (*QueueJob, any) {
 		j := s.qjob(r.GetJobId())
 		if rej := checkAttempt(j, r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity()); rej != nil {
-			out[i] = rej
-			continue
+			return nil, rej
 		}
-		n := j.withLog()
-		a := &n.Log[len(n.Log)-1]
+		return j, nil
+	}, func(_ *fsmv1.JobAttemptRef, n *QueueJob, a *Attempt) {
 		a.Deadline = max(a.Deadline, cal+n.VisibilityMs)
 		a.Heartbeats++
 		n.UpdatedAt = cal
+	})
+}
+
+// attemptItems applies a worker's batch of items on job attempts
+// (Heartbeat, Complete, Fail) once the batch passes its checks. Items are
+// independent: check returns an item's job, or else its answer; change
+// edits n, a copy of that job whose last attempt is a, which then
+// replaces the job.
+func attemptItems[R any](s *state, worker, field string, items []R, check func(int, R) (*QueueJob, any),
+	change func(R, *QueueJob, *Attempt)) any {
+	if rej := firstRejection(checkWorker(worker), checkItems(field, len(items))); rej != nil {
+		return rej
+	}
+	out := make(JobResults, len(items))
+	for i, r := range items {
+		j, answer := check(i, r)
+		if answer != nil {
+			out[i] = answer
+			continue
+		}
+		n := j.withLog()
+		change(r, n, &n.Log[len(n.Log)-1])
 		s.replaceJob(j, n)
 		out[i] = &JobOutcome{Job: *n}
 	}
@@ -283,49 +299,27 @@ func (s *state) settling(id uint64, n uint32, worker, identity string, outcome A
 // completeJobs records each attempt's success: the job is succeeded, final.
 // A repeat by the attempt that succeeded returns the job (Duplicate).
 func (s *state) completeJobs(cal int64, c *fsmv1.CompleteJobs) any {
-	if rej := firstRejection(checkWorker(c.GetWorkerId()), checkItems("completions", len(c.GetCompletions()))); rej != nil {
-		return rej
-	}
-	out := make(JobResults, len(c.GetCompletions()))
-	for i, r := range c.GetCompletions() {
+	return attemptItems(s, c.GetWorkerId(), "completions", c.GetCompletions(), func(i int, r *fsmv1.JobCompletion) (*QueueJob, any) {
 		if len(r.GetResult()) > MaxJobResultBytes {
-			out[i] = reject(ReasonInvalidArgument, map[string]string{"field": "result", "index": strconv.Itoa(i)},
+			return nil, reject(coorderr.InvalidArgument, map[string]string{"field": "result", "index": strconv.Itoa(i)},
 				"result is %d bytes; the limit is %d", len(r.GetResult()), MaxJobResultBytes)
-			continue
 		}
-		j, answer := s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptSucceeded)
-		if answer != nil {
-			out[i] = answer
-			continue
-		}
-		n := j.withLog()
-		a := &n.Log[len(n.Log)-1]
+		return s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptSucceeded)
+	}, func(r *fsmv1.JobCompletion, n *QueueJob, a *Attempt) {
 		a.Outcome, a.FinishedAt, a.Result = AttemptSucceeded, cal, r.GetResult()
 		n.State, n.UpdatedAt, n.FinishedAt = JobSucceeded, cal, cal
-		s.replaceJob(j, n)
 		s.qidx.counts(n.Queue).Succeeded++
-		out[i] = &JobOutcome{Job: *n}
-	}
-	return out
+	})
 }
 
 // failJobs records each attempt's failure. Retryable with attempts left:
 // retryable, due again at now + backoff. Otherwise: dead. A repeat by the
 // attempt that failed returns the job (Duplicate).
 func (s *state) failJobs(cal int64, c *fsmv1.FailJobs) any {
-	if rej := firstRejection(checkWorker(c.GetWorkerId()), checkItems("failures", len(c.GetFailures()))); rej != nil {
-		return rej
-	}
-	out := make(JobResults, len(c.GetFailures()))
-	for i, r := range c.GetFailures() {
-		j, answer := s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptFailed)
-		if answer != nil {
-			out[i] = answer
-			continue
-		}
-		n := j.withLog()
-		a := &n.Log[len(n.Log)-1]
-		a.Outcome, a.FinishedAt, a.Error = AttemptFailed, cal, truncateUTF8(r.GetError(), MaxJobErrorBytes)
+	return attemptItems(s, c.GetWorkerId(), "failures", c.GetFailures(), func(_ int, r *fsmv1.JobFailure) (*QueueJob, any) {
+		return s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptFailed)
+	}, func(r *fsmv1.JobFailure, n *QueueJob, a *Attempt) {
+		a.Outcome, a.FinishedAt, a.Error = AttemptFailed, cal, coorderr.Truncate(r.GetError(), MaxJobErrorBytes)
 		n.UpdatedAt = cal
 		cnt := s.qidx.counts(n.Queue)
 		cnt.Failures++
@@ -336,10 +330,7 @@ func (s *state) failJobs(cal int64, c *fsmv1.FailJobs) any {
 			n.State = JobRetryable
 			n.RunAt = cal + Backoff(n.BackoffMs, n.BackoffMaxMs, n.BackoffPermille, n.Attempts, r.GetJitterPpm())
 		}
-		s.replaceJob(j, n)
-		out[i] = &JobOutcome{Job: *n}
-	}
-	return out
+	})
 }
 
 // Backoff is the delay before the retry that follows failed attempt
@@ -355,48 +346,47 @@ func Backoff(initial, maxMs int64, permille, attempt, jitterPPM uint32) int64 {
 	return base + base*jitter/(4*maxJitterPPM)
 }
 
-// truncateUTF8 cuts s to at most n bytes without splitting a character.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
 // cancelJobs cancels jobs that are not final. A running job's attempt ends
 // CANCELLED, so its token is stale at once: the worker's next heartbeat,
 // completion, failure or fenced commit is refused with JOB_CANCELLED.
 // Cancelling a cancelled job returns it (Duplicate); a succeeded or dead
 // job is JOB_FINISHED.
 func (s *state) cancelJobs(cal int64, c *fsmv1.CancelJobs) any {
-	if rej := checkItems("job_ids", len(c.GetJobIds())); rej != nil {
-		return rej
-	}
-	out := make(JobResults, len(c.GetJobIds()))
-	for i, id := range c.GetJobIds() {
-		j := s.qjob(id)
+	return s.jobItems(c.GetJobIds(), func(j *QueueJob) any {
 		switch {
-		case j == nil:
-			out[i] = reject(ReasonJobNotFound, map[string]string{"job_id": strconv.FormatUint(id, 10)}, "job %d does not exist (or was pruned)", id)
-			continue
 		case j.State == JobCancelled:
-			out[i] = &JobOutcome{Job: *j, Duplicate: true}
-			continue
+			return &JobOutcome{Job: *j, Duplicate: true}
 		case j.State.Final():
-			out[i] = reject(ReasonJobFinished, map[string]string{"job_id": strconv.FormatUint(id, 10), "state": j.State.String()},
-				"job %d is already %s", id, j.State)
-			continue
+			return reject(coorderr.JobFinished, map[string]string{"job_id": strconv.FormatUint(j.ID, 10), "state": j.State.String()},
+				"job %d is already %s", j.ID, j.State)
 		}
 		why := "cancelled"
 		if c.GetIdentity() != "" {
 			why = fmt.Sprintf("cancelled by %q", c.GetIdentity())
 		}
-		out[i] = &JobOutcome{Job: *s.cancelJob(j, cal, why)}
+		return &JobOutcome{Job: *s.cancelJob(j, cal, why)}
+	})
+}
+
+// jobItems applies a batch of job ids (Cancel, Retry): an id of no job is
+// JOB_NOT_FOUND, do answers the others. Items are independent.
+func (s *state) jobItems(ids []uint64, do func(*QueueJob) any) any {
+	if rej := checkItems("job_ids", len(ids)); rej != nil {
+		return rej
+	}
+	out := make(JobResults, len(ids))
+	for i, id := range ids {
+		if j := s.qjob(id); j != nil {
+			out[i] = do(j)
+		} else {
+			out[i] = jobNotFound(id)
+		}
 	}
 	return out
+}
+
+func jobNotFound(id uint64) *Rejection {
+	return reject(coorderr.JobNotFound, map[string]string{"job_id": strconv.FormatUint(id, 10)}, "job %d does not exist (or was pruned)", id)
 }
 
 // cancelJob cancels a job that is not final; a running attempt ends
@@ -418,28 +408,15 @@ func (s *state) cancelJob(j *QueueJob, cal int64, why string) *QueueJob {
 // on growing, so older tokens stay stale. Available: Duplicate; running:
 // JOB_RUNNING; succeeded: JOB_FINISHED (submit a new job instead).
 func (s *state) retryJobs(cal int64, c *fsmv1.RetryJobs) any {
-	if rej := checkItems("job_ids", len(c.GetJobIds())); rej != nil {
-		return rej
-	}
-	out := make(JobResults, len(c.GetJobIds()))
-	for i, id := range c.GetJobIds() {
-		j := s.qjob(id)
-		meta := map[string]string{"job_id": strconv.FormatUint(id, 10)}
-		switch {
-		case j == nil:
-			out[i] = reject(ReasonJobNotFound, meta, "job %d does not exist (or was pruned)", id)
-			continue
-		case j.State == JobAvailable:
-			out[i] = &JobOutcome{Job: *j, Duplicate: true}
-			continue
-		case j.State == JobRunning:
-			meta["state"] = j.State.String()
-			out[i] = reject(ReasonJobRunning, meta, "job %d is running (attempt %d); cancel it first or wait", id, j.Attempts)
-			continue
-		case j.State == JobSucceeded:
-			meta["state"] = j.State.String()
-			out[i] = reject(ReasonJobFinished, meta, "job %d succeeded; submit a new job to run it again", id)
-			continue
+	return s.jobItems(c.GetJobIds(), func(j *QueueJob) any {
+		meta := map[string]string{"job_id": strconv.FormatUint(j.ID, 10), "state": j.State.String()}
+		switch j.State {
+		case JobAvailable:
+			return &JobOutcome{Job: *j, Duplicate: true}
+		case JobRunning:
+			return reject(coorderr.JobRunning, meta, "job %d is running (attempt %d); cancel it first or wait", j.ID, j.Attempts)
+		case JobSucceeded:
+			return reject(coorderr.JobFinished, meta, "job %d succeeded; submit a new job to run it again", j.ID)
 		}
 		n := *j
 		if int32(n.Attempts) >= n.MaxAttempts {
@@ -447,9 +424,8 @@ func (s *state) retryJobs(cal int64, c *fsmv1.RetryJobs) any {
 		}
 		n.State, n.RunAt, n.UpdatedAt, n.FinishedAt = JobAvailable, cal, cal, 0
 		s.replaceJob(j, &n)
-		out[i] = &JobOutcome{Job: n}
-	}
-	return out
+		return &JobOutcome{Job: n}
+	})
 }
 
 func firstRejection(rs ...*Rejection) *Rejection {

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -40,27 +41,27 @@ func ParseJobTokenName(name string) (uint64, bool) {
 func (s *state) jobFenceCheck(c *fsmv1.FencedCommit, res *Resource) any {
 	j := s.qjob(c.GetJobId())
 	if j == nil {
-		return reject(ReasonJobNotFound, map[string]string{"job_id": strconv.FormatUint(c.GetJobId(), 10)},
+		return reject(coorderr.JobNotFound, map[string]string{"job_id": strconv.FormatUint(c.GetJobId(), 10)},
 			"job %d does not exist (or was pruned)", c.GetJobId())
 	}
 	gen := c.GetGeneration()
 	if gen == 0 || gen > uint64(j.Attempts) {
-		return reject(ReasonAttemptLost, attemptMeta(j, 0), "job %d has no attempt %d (its last is %d)", j.ID, gen, j.Attempts)
+		return reject(coorderr.AttemptLost, attemptMeta(j, 0), "job %d has no attempt %d (its last is %d)", j.ID, gen, j.Attempts)
 	}
 	n := uint32(gen)
 	meta := attemptMeta(j, n)
 	if n < j.Attempts {
-		return reject(ReasonStaleToken, meta, "token %s:%d is not current (the job is at attempt %d)", JobTokenName(j.ID), n, j.Attempts)
+		return reject(coorderr.StaleToken, meta, "token %s:%d is not current (the job is at attempt %d)", JobTokenName(j.ID), n, j.Attempts)
 	}
 	if cur, ok := j.Current(); !ok || cur.Number != n {
 		return attemptOver(j, n, j.attempt(n), meta)
 	}
 	if res != nil && res.JobID != j.ID {
-		return reject(ReasonResourceLeaseMismatch, map[string]string{"resource_lease": res.LeaseName},
+		return reject(coorderr.ResourceLeaseMismatch, map[string]string{"resource_lease": res.LeaseName},
 			"resource %q is fenced by %q, not %q", res.Name, res.LeaseName, JobTokenName(j.ID))
 	}
 	if res != nil && gen < res.MaxGeneration {
-		return reject(ReasonStaleToken, map[string]string{"max_generation": strconv.FormatUint(res.MaxGeneration, 10)},
+		return reject(coorderr.StaleToken, map[string]string{"max_generation": strconv.FormatUint(res.MaxGeneration, 10)},
 			"token %d is below the highest accepted for %q (%d)", gen, res.Name, res.MaxGeneration)
 	}
 	return nil

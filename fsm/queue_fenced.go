@@ -1,6 +1,10 @@
 package fsm
 
-import "github.com/google/btree"
+import (
+	"cmp"
+
+	"github.com/google/btree"
+)
 
 // Resources fenced by queue jobs go with their jobs: a FencedCommit with a
 // job attempt's token makes the resource the job's (JobID), and no other
@@ -20,10 +24,7 @@ type jobResKey struct {
 }
 
 func lessJobRes(a, b jobResKey) bool {
-	if a.job != b.job {
-		return a.job < b.job
-	}
-	return a.resource < b.resource
+	return cmp.Or(cmp.Compare(a.job, b.job), cmp.Compare(a.resource, b.resource)) < 0
 }
 
 func newJobResIndex() *btree.BTreeG[jobResKey] { return btree.NewG(btreeDegree, lessJobRes) }

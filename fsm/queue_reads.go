@@ -13,13 +13,7 @@ import (
 
 // QueueJob returns a job with its recent attempts.
 func (f *FSM) QueueJob(id uint64) (QueueJob, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	j := f.st.qjob(id)
-	if j == nil {
-		return QueueJob{}, false
-	}
-	return *j, true
+	return get(f, func(s *state) *QueueJob { return s.qjob(id) })
 }
 
 // JobFilter selects jobs to list; zero fields match every job.
@@ -35,12 +29,8 @@ func (fl JobFilter) match(j *QueueJob) bool {
 		return false
 	}
 	if fl.Label != nil {
-		for _, l := range j.Labels {
-			if l.Key == fl.Label.Key {
-				return l.Value == fl.Label.Value
-			}
-		}
-		return false
+		v, ok := j.label(fl.Label.Key)
+		return ok && v == fl.Label.Value
 	}
 	return true
 }
@@ -57,17 +47,10 @@ func (f *FSM) ListQueueJobs(fl JobFilter, before uint64, limit int) (out []Queue
 		before = math.MaxUint64
 	}
 	top := before - 1
+	p := page[QueueJob]{limit: limit}
 	visit := func(id uint64) bool {
 		j := f.st.qjob(id)
-		if !fl.match(j) {
-			return true
-		}
-		if len(out) == limit {
-			more = true
-			return false
-		}
-		out = append(out, *j)
-		return true
+		return !fl.match(j) || p.add(*j)
 	}
 	q := f.st.qidx
 	switch {
@@ -88,7 +71,7 @@ func (f *FSM) ListQueueJobs(fl JobFilter, before uint64, limit int) (out []Queue
 	default:
 		f.st.qjobs.DescendLessOrEqual(&QueueJob{ID: top}, func(j *QueueJob) bool { return visit(j.ID) })
 	}
-	return out, more
+	return p.out, p.more
 }
 
 // QueueStats is one queue's job counts by state, kept as jobs move, and

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -219,12 +220,12 @@ func TestQueueCompleteAndTokens(t *testing.T) {
 	j := submitOne(t, f, t0, jspec("q", "k"))
 	fetch(t, f, t0, "w1", 1, "q")
 	wantReason(t, one(t, runAt(t, f, 0, t0+1, &fsmv1.CompleteJobs{Completions: []*fsmv1.JobCompletion{{JobId: j.ID, Attempt: 1}},
-		WorkerId: "w2", Identity: "id-w1"})), ReasonAttemptLost)
+		WorkerId: "w2", Identity: "id-w1"})), coorderr.AttemptLost)
 	wantReason(t, one(t, runAt(t, f, 0, t0+1, &fsmv1.CompleteJobs{Completions: []*fsmv1.JobCompletion{{JobId: j.ID, Attempt: 1}},
-		WorkerId: "w1", Identity: "mallory"})), ReasonIdentityMismatch)
-	wantReason(t, one(t, complete(f, t, t0+1, "w1", j.ID, 2, "x")), ReasonAttemptLost)
-	wantReason(t, one(t, complete(f, t, t0+1, "w1", 99, 1, "x")), ReasonJobNotFound)
-	wantReason(t, one(t, complete(f, t, t0+1, "w1", j.ID, 1, strings.Repeat("r", MaxJobResultBytes+1))), ReasonInvalidArgument)
+		WorkerId: "w1", Identity: "mallory"})), coorderr.IdentityMismatch)
+	wantReason(t, one(t, complete(f, t, t0+1, "w1", j.ID, 2, "x")), coorderr.AttemptLost)
+	wantReason(t, one(t, complete(f, t, t0+1, "w1", 99, 1, "x")), coorderr.JobNotFound)
+	wantReason(t, one(t, complete(f, t, t0+1, "w1", j.ID, 1, strings.Repeat("r", MaxJobResultBytes+1))), coorderr.InvalidArgument)
 	done := okJob(t, complete(f, t, t0+2, "w1", j.ID, 1, "ok"))
 	if done.Duplicate || done.Job.State != JobSucceeded || done.Job.FinishedAt != t0+2 || string(done.Job.Log[0].Result) != "ok" ||
 		done.Job.Log[0].Outcome != AttemptSucceeded {
@@ -235,16 +236,16 @@ func TestQueueCompleteAndTokens(t *testing.T) {
 	if !again.Duplicate || string(again.Job.Log[0].Result) != "ok" || again.Job.FinishedAt != t0+2 {
 		t.Fatalf("repeat: %+v", again)
 	}
-	wantReason(t, one(t, fail(f, t, t0+4, "w1", j.ID, 1, true, 0)), ReasonAttemptLost)
-	wantReason(t, one(t, heartbeat(f, t, t0+4, "w1", j.ID, 1)), ReasonAttemptLost)
+	wantReason(t, one(t, fail(f, t, t0+4, "w1", j.ID, 1, true, 0)), coorderr.AttemptLost)
+	wantReason(t, one(t, heartbeat(f, t, t0+4, "w1", j.ID, 1)), coorderr.AttemptLost)
 	// Bad commands are refused whole.
-	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.CompleteJobs{WorkerId: "w1"}), ReasonInvalidArgument)
-	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.HeartbeatJobs{Attempts: []*fsmv1.JobAttemptRef{{JobId: 1, Attempt: 1}}}), ReasonInvalidArgument)
-	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Queues: []string{"q"}, WorkerId: "w"}), ReasonInvalidArgument)
-	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Max: 1, WorkerId: "w"}), ReasonInvalidArgument)
-	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Queues: make([]string, MaxFetchQueues+1), Max: 1, WorkerId: "w"}), ReasonInvalidArgument)
-	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Queues: []string{"q", ""}, Max: 1, WorkerId: "w"}), ReasonInvalidArgument)
-	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Queues: []string{"q"}, Max: MaxFetchBatch + 1, WorkerId: "w"}), ReasonInvalidArgument)
+	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.CompleteJobs{WorkerId: "w1"}), coorderr.InvalidArgument)
+	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.HeartbeatJobs{Attempts: []*fsmv1.JobAttemptRef{{JobId: 1, Attempt: 1}}}), coorderr.InvalidArgument)
+	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Queues: []string{"q"}, WorkerId: "w"}), coorderr.InvalidArgument)
+	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Max: 1, WorkerId: "w"}), coorderr.InvalidArgument)
+	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Queues: make([]string, MaxFetchQueues+1), Max: 1, WorkerId: "w"}), coorderr.InvalidArgument)
+	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Queues: []string{"q", ""}, Max: 1, WorkerId: "w"}), coorderr.InvalidArgument)
+	wantReason(t, runAt(t, f, 0, t0+5, &fsmv1.FetchJobs{Queues: []string{"q"}, Max: MaxFetchBatch + 1, WorkerId: "w"}), coorderr.InvalidArgument)
 }
 
 func TestQueueHeartbeatBatch(t *testing.T) {
@@ -256,7 +257,7 @@ func TestQueueHeartbeatBatch(t *testing.T) {
 	if a, _ := out[0].(*JobOutcome).Job.Current(); a.Deadline != t0+1600 || a.Heartbeats != 1 {
 		t.Fatalf("heartbeat: %+v", a)
 	}
-	wantReason(t, out[1], ReasonAttemptLost)
+	wantReason(t, out[1], coorderr.AttemptLost)
 	if _, ok := out[2].(*JobOutcome); !ok {
 		t.Fatalf("third item: %#v", out[2])
 	}
@@ -353,7 +354,7 @@ func TestQueueClaimLapses(t *testing.T) {
 		t.Fatalf("after the deadline: %+v", s)
 	}
 	rej := one(t, heartbeat(f, t, t0+9001, "w1", j.ID, 1))
-	wantReason(t, rej, ReasonAttemptExpired)
+	wantReason(t, rej, coorderr.AttemptExpired)
 	if m := rej.(*Rejection).Metadata; m["outcome"] != "LAPSED" || m["current_attempt"] != "1" || m["state"] != "AVAILABLE" {
 		t.Fatalf("metadata: %v", m)
 	}
@@ -362,9 +363,9 @@ func TestQueueClaimLapses(t *testing.T) {
 		t.Fatalf("handed on: %+v", got)
 	}
 	// The first worker wakes up: everything it tries is refused.
-	wantReason(t, one(t, complete(f, t, t0+9003, "w1", j.ID, 1, "late")), ReasonAttemptExpired)
-	wantReason(t, one(t, fail(f, t, t0+9003, "w1", j.ID, 1, true, 0)), ReasonAttemptExpired)
-	wantReason(t, run(t, f, 0, &fsmv1.FencedCommit{Resource: "r", JobId: j.ID, Generation: 1}), ReasonStaleToken)
+	wantReason(t, one(t, complete(f, t, t0+9003, "w1", j.ID, 1, "late")), coorderr.AttemptExpired)
+	wantReason(t, one(t, fail(f, t, t0+9003, "w1", j.ID, 1, true, 0)), coorderr.AttemptExpired)
+	wantReason(t, run(t, f, 0, &fsmv1.FencedCommit{Resource: "r", JobId: j.ID, Generation: 1}), coorderr.StaleToken)
 	okJob(t, complete(f, t, t0+9004, "w2", j.ID, 2, "done"))
 
 	// A lapse of the last attempt kills the job.
@@ -387,8 +388,8 @@ func TestQueueExpiryWhileCompletionInFlight(t *testing.T) {
 		want     Reason
 	}{
 		{"in time", 0, t0 + 999, 0},
-		{"at the deadline", 0, t0 + 1000, ReasonAttemptExpired},
-		{"overtaken by a later stamp", t0 + 1000, t0 + 999, ReasonAttemptExpired},
+		{"at the deadline", 0, t0 + 1000, coorderr.AttemptExpired},
+		{"overtaken by a later stamp", t0 + 1000, t0 + 999, coorderr.AttemptExpired},
 		{"later stamp still before the deadline", t0 + 998, t0 + 999, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -428,14 +429,14 @@ func TestQueueCancel(t *testing.T) {
 	if o := out[3].(*JobOutcome); !o.Duplicate {
 		t.Fatalf("second cancel: %+v", o)
 	}
-	wantReason(t, out[4], ReasonJobNotFound)
+	wantReason(t, out[4], coorderr.JobNotFound)
 	// The running attempt's token is stale at once.
 	if a := jobState(t, f, 2).Log[0]; a.Outcome != AttemptCancelled || a.FinishedAt != t0+10 || a.Error != `cancelled by "ops"` {
 		t.Fatalf("cancelled attempt: %+v", a)
 	}
-	wantReason(t, one(t, heartbeat(f, t, t0+11, "w", 2, 1)), ReasonJobCancelled)
-	wantReason(t, one(t, complete(f, t, t0+11, "w", 2, 1, "")), ReasonJobCancelled)
-	wantReason(t, runAt(t, f, 0, t0+11, &fsmv1.FencedCommit{Resource: "r2", JobId: 2, Generation: 1}), ReasonJobCancelled)
+	wantReason(t, one(t, heartbeat(f, t, t0+11, "w", 2, 1)), coorderr.JobCancelled)
+	wantReason(t, one(t, complete(f, t, t0+11, "w", 2, 1, "")), coorderr.JobCancelled)
+	wantReason(t, runAt(t, f, 0, t0+11, &fsmv1.FencedCommit{Resource: "r2", JobId: 2, Generation: 1}), coorderr.JobCancelled)
 	// Cancelled jobs are not handed out, scheduled ones not promoted.
 	tick(t, f, t0+2000)
 	if got := fetch(t, f, t0+2000, "w", 10, "q"); len(got) != 0 {
@@ -445,8 +446,8 @@ func TestQueueCancel(t *testing.T) {
 	d := submitOne(t, f, t0+3000, jspec("q", "k"))
 	fetch(t, f, t0+3000, "w", 1, "q")
 	okJob(t, complete(f, t, t0+3001, "w", d.ID, 1, ""))
-	wantReason(t, one(t, runAt(t, f, 0, t0+3002, &fsmv1.CancelJobs{JobIds: []uint64{d.ID}})), ReasonJobFinished)
-	wantReason(t, runAt(t, f, 0, t0+3002, &fsmv1.CancelJobs{}), ReasonInvalidArgument)
+	wantReason(t, one(t, runAt(t, f, 0, t0+3002, &fsmv1.CancelJobs{JobIds: []uint64{d.ID}})), coorderr.JobFinished)
+	wantReason(t, runAt(t, f, 0, t0+3002, &fsmv1.CancelJobs{}), coorderr.InvalidArgument)
 }
 
 func okAny(t testing.TB, out any) {
@@ -484,12 +485,12 @@ func TestQueueRetry(t *testing.T) {
 	if o := out[0].(*JobOutcome); o.Job.MaxAttempts != 2 {
 		t.Fatalf("exhausted job got no extra attempt: %+v", o.Job)
 	}
-	wantReason(t, out[4], ReasonJobRunning)
-	wantReason(t, out[5], ReasonJobFinished)
+	wantReason(t, out[4], coorderr.JobRunning)
+	wantReason(t, out[5], coorderr.JobFinished)
 	if o := out[6].(*JobOutcome); !o.Duplicate {
 		t.Fatalf("second retry: %+v", o)
 	}
-	wantReason(t, out[7], ReasonJobNotFound)
+	wantReason(t, out[7], coorderr.JobNotFound)
 	// Retried jobs run again with the next attempt number; the old
 	// cancelled attempt stays refused.
 	again := fetch(t, f, t0+51, "w2", 10, "q")
@@ -505,7 +506,7 @@ func TestQueueRetry(t *testing.T) {
 			t.Fatalf("job %d attempt %d", j.ID, j.Attempts)
 		}
 	}
-	wantReason(t, one(t, complete(f, t, t0+52, "w", 2, 1, "")), ReasonJobCancelled)
+	wantReason(t, one(t, complete(f, t, t0+52, "w", 2, 1, "")), coorderr.JobCancelled)
 	okJob(t, complete(f, t, t0+52, "w2", 2, 2, ""))
 }
 
@@ -567,7 +568,7 @@ func TestQueueSubmitAllOrNothing(t *testing.T) {
 			b := jspec("q", "k")
 			c.mod(b)
 			out := runAt(t, f, 0, t0, &fsmv1.SubmitJobs{Jobs: []*fsmv1.QueueJobSpec{jspec("q", "k"), b}})
-			wantReason(t, out, ReasonInvalidArgument)
+			wantReason(t, out, coorderr.InvalidArgument)
 			if m := out.(*Rejection).Metadata; m["field"] != c.field || m["index"] != "1" {
 				t.Fatalf("metadata %v", m)
 			}
@@ -584,8 +585,8 @@ func TestQueueSubmitAllOrNothing(t *testing.T) {
 	for i := range many {
 		many[i] = jspec("q", "k")
 	}
-	wantReason(t, runAt(t, f, 0, t0, &fsmv1.SubmitJobs{Jobs: many}), ReasonInvalidArgument)
-	wantReason(t, runAt(t, f, 0, t0, &fsmv1.SubmitJobs{}), ReasonInvalidArgument)
+	wantReason(t, runAt(t, f, 0, t0, &fsmv1.SubmitJobs{Jobs: many}), coorderr.InvalidArgument)
+	wantReason(t, runAt(t, f, 0, t0, &fsmv1.SubmitJobs{}), coorderr.InvalidArgument)
 	if got := submit(t, f, t0, many[:MaxSubmitBatch]...); len(got) != MaxSubmitBatch {
 		t.Fatalf("full batch: %d", len(got))
 	}
@@ -649,21 +650,21 @@ func TestQueueJobFencedCommit(t *testing.T) {
 	if res, _ := f.Resource("orders/17"); res.JobID != j.ID || res.LeaseName != "job:1" || res.MaxGeneration != 1 {
 		t.Fatalf("resource: %+v", res)
 	}
-	wantReason(t, commit(t0+1, 2, ""), ReasonAttemptLost)
-	wantReason(t, commit(t0+1, 0, ""), ReasonAttemptLost)
-	wantReason(t, runAt(t, f, 0, t0+1, &fsmv1.FencedCommit{Resource: "orders/17", JobId: 99, Generation: 1}), ReasonJobNotFound)
-	wantReason(t, runAt(t, f, 0, t0+1, &fsmv1.FencedCommit{Resource: "orders/17", JobId: 1, LeaseName: "l", Generation: 1}), ReasonInvalidArgument)
+	wantReason(t, commit(t0+1, 2, ""), coorderr.AttemptLost)
+	wantReason(t, commit(t0+1, 0, ""), coorderr.AttemptLost)
+	wantReason(t, runAt(t, f, 0, t0+1, &fsmv1.FencedCommit{Resource: "orders/17", JobId: 99, Generation: 1}), coorderr.JobNotFound)
+	wantReason(t, runAt(t, f, 0, t0+1, &fsmv1.FencedCommit{Resource: "orders/17", JobId: 1, LeaseName: "l", Generation: 1}), coorderr.InvalidArgument)
 	// The resource is bound to the job: a lease (even one named like the
 	// job's token) or another job is refused.
 	runAt(t, f, 0, t0+1, acq("job:1", "o", 100_000, ""))
-	wantReason(t, runAt(t, f, 0, t0+2, &fsmv1.FencedCommit{Resource: "orders/17", LeaseName: "job:1", Generation: 1}), ReasonResourceLeaseMismatch)
+	wantReason(t, runAt(t, f, 0, t0+2, &fsmv1.FencedCommit{Resource: "orders/17", LeaseName: "job:1", Generation: 1}), coorderr.ResourceLeaseMismatch)
 	k := submitOne(t, f, t0+2, jspec("q", "k"))
 	fetch(t, f, t0+2, "w", 1, "q")
-	wantReason(t, runAt(t, f, 0, t0+3, &fsmv1.FencedCommit{Resource: "orders/17", JobId: k.ID, Generation: 1}), ReasonResourceLeaseMismatch)
+	wantReason(t, runAt(t, f, 0, t0+3, &fsmv1.FencedCommit{Resource: "orders/17", JobId: k.ID, Generation: 1}), coorderr.ResourceLeaseMismatch)
 	// The claim lapses: the attempt's token is refused, even before anyone
 	// else fetched the job; a repeat of an accepted key still learns its
 	// outcome.
-	wantReason(t, commit(t0+1000, 1, ""), ReasonAttemptExpired)
+	wantReason(t, commit(t0+1000, 1, ""), coorderr.AttemptExpired)
 	if r := commit(t0+1001, 1, "k1").(*CommitResult); !r.Duplicate || string(r.Payload) != "k1" {
 		t.Fatalf("repeat: %+v", r)
 	}
@@ -672,10 +673,10 @@ func TestQueueJobFencedCommit(t *testing.T) {
 	if r := commit(t0+1003, 2, "").(*CommitResult); !r.Accepted || r.MaxGeneration != 2 {
 		t.Fatalf("second attempt: %+v", r)
 	}
-	wantReason(t, commit(t0+1004, 1, ""), ReasonStaleToken)
+	wantReason(t, commit(t0+1004, 1, ""), coorderr.StaleToken)
 	// Completed: the attempt is over, its token too.
 	okJob(t, complete(f, t, t0+1005, "w2", j.ID, 2, ""))
-	wantReason(t, commit(t0+1006, 2, ""), ReasonAttemptLost)
+	wantReason(t, commit(t0+1006, 2, ""), coorderr.AttemptLost)
 	if id, ok := ParseJobTokenName("job:17"); !ok || id != 17 {
 		t.Fatal("ParseJobTokenName")
 	}
@@ -766,7 +767,7 @@ func TestQueueAttemptLogKeepsTheLatest(t *testing.T) {
 		t.Fatalf("log: %d attempts, %d records from %d", s.Attempts, len(s.Log), s.Log[0].Number)
 	}
 	// An attempt whose record was dropped is still refused.
-	wantReason(t, one(t, heartbeat(f, t, cal, "w", j.ID, 1)), ReasonAttemptLost)
+	wantReason(t, one(t, heartbeat(f, t, cal, "w", j.ID, 1)), coorderr.AttemptLost)
 }
 
 func TestQueueSnapshotRoundTrip(t *testing.T) {
@@ -903,7 +904,7 @@ func TestQueueJobResourcesPrunedWithTheirJob(t *testing.T) {
 		t.Fatal("a restored replica pruned differently")
 	}
 	// A late commit of the pruned job is refused; another job may take the name.
-	wantReason(t, runAt(t, f, 0, t0+11, &fsmv1.FencedCommit{Resource: "a/1", JobId: 1, Generation: 1}), ReasonJobNotFound)
+	wantReason(t, runAt(t, f, 0, t0+11, &fsmv1.FencedCommit{Resource: "a/1", JobId: 1, Generation: 1}), coorderr.JobNotFound)
 	okAny(t, runAt(t, f, 0, t0+12, &fsmv1.FencedCommit{Resource: "a/1", JobId: 2, Generation: 1}))
 	// The key's first outcome outlives the resource until its own retention.
 	if r := runAt(t, f, 0, t0+13, &fsmv1.FencedCommit{Resource: "a/2", JobId: 2, Generation: 1, IdempotencyKey: "a/2"}).(*CommitResult); !r.Duplicate {

@@ -201,19 +201,6 @@ func (sc *Schedule) Active() bool { return !sc.Deleted && !sc.Paused && sc.NextD
 
 func lessSchedule(a, b *Schedule) bool { return a.Name < b.Name }
 
-// nameTime orders schedules by a time, then name.
-type nameTime struct {
-	at   int64
-	name string
-}
-
-func lessNameTime(a, b nameTime) bool {
-	if a.at != b.at {
-		return a.at < b.at
-	}
-	return a.name < b.name
-}
-
 // scheduleIndex is derived from the schedules and the queue's jobs:
 // rebuilt after a restore, not in snapshots or the digest.
 type scheduleIndex struct {
@@ -250,10 +237,7 @@ func (x *scheduleIndex) remove(sc *Schedule) {
 	}
 }
 
-func (s *state) schedule(name string) *Schedule {
-	sc, _ := s.schedules.Get(&Schedule{Name: name})
-	return sc
-}
+func (s *state) schedule(name string) *Schedule { return find(s.schedules, &Schedule{Name: name}) }
 
 // putScheduleRecord stores sc in place of old (nil: new) and moves its
 // index entries.
@@ -269,15 +253,8 @@ func (s *state) putScheduleRecord(old, sc *Schedule) {
 // scheduledJobOccurrence returns the occurrence time of a job made by a
 // schedule (from its labels), or false for any other job.
 func scheduledJobOccurrence(j *QueueJob) (int64, bool) {
-	var sched, occ string
-	for _, l := range j.Labels {
-		switch l.Key {
-		case LabelSchedule:
-			sched = l.Value
-		case LabelOccurrence:
-			occ = l.Value
-		}
-	}
+	sched, _ := j.label(LabelSchedule)
+	occ, _ := j.label(LabelOccurrence)
 	if sched == "" || occ == "" {
 		return 0, false
 	}

@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -42,7 +43,7 @@ type MaterialiseOutcome struct {
 }
 
 func scheduleNotFound(name string) *Rejection {
-	return reject(ReasonScheduleNotFound, map[string]string{"schedule": name}, "schedule %q does not exist", name)
+	return reject(coorderr.ScheduleNotFound, map[string]string{"schedule": name}, "schedule %q does not exist", name)
 }
 
 // putSchedule creates or updates a schedule. The same spec again changes
@@ -52,7 +53,7 @@ func scheduleNotFound(name string) *Rejection {
 // and is due at once too (the next occurrence may have moved).
 func (s *state) putSchedule(cal int64, c *fsmv1.PutSchedule) any {
 	if field, problem := CheckScheduleSpec(c.GetName(), c.GetSpec(), cal); field != "" {
-		return reject(ReasonInvalidArgument, map[string]string{"field": field}, "%s %s", field, problem)
+		return reject(coorderr.InvalidArgument, map[string]string{"field": field}, "%s %s", field, problem)
 	}
 	spec := specFromWire(c.GetSpec())
 	cur := s.schedule(c.GetName())
@@ -104,10 +105,10 @@ func (s *state) deleteSchedule(cal int64, c *fsmv1.DeleteSchedule) any {
 // those after it (no burst of what was missed).
 func (s *state) pauseSchedule(cal int64, c *fsmv1.PauseSchedule) any {
 	cur := s.schedule(c.GetName())
-	if cur == nil || cur.Deleted {
+	switch {
+	case cur == nil || cur.Deleted:
 		return scheduleNotFound(c.GetName())
-	}
-	if cur.Paused == c.GetPaused() {
+	case cur.Paused == c.GetPaused():
 		return &ScheduleResult{Schedule: *cur}
 	}
 	n := *cur
@@ -134,10 +135,10 @@ func (s *state) triggerSchedule(cal int64, c *fsmv1.TriggerSchedule) any {
 		return scheduleNotFound(c.GetName())
 	}
 	if c.GetWindow() == "" || len(c.GetWindow()) > MaxWindowBytes {
-		return reject(ReasonInvalidArgument, map[string]string{"field": "window"}, "window must be 1 to %d bytes", MaxWindowBytes)
+		return reject(coorderr.InvalidArgument, map[string]string{"field": "window"}, "window must be 1 to %d bytes", MaxWindowBytes)
 	}
 	if last := s.qjob(cur.LastJobID); last != nil && !last.State.Final() && cur.Spec.Overlap == OverlapForbid {
-		return reject(ReasonScheduleOverlap, map[string]string{"schedule": cur.Name, "job_id": strconv.FormatUint(last.ID, 10),
+		return reject(coorderr.ScheduleOverlap, map[string]string{"schedule": cur.Name, "job_id": strconv.FormatUint(last.ID, 10),
 			"state": last.State.String()}, "schedule %q forbids overlap and the job of its previous occurrence (%d) is %s",
 			cur.Name, last.ID, last.State)
 	}
@@ -156,14 +157,14 @@ func (s *state) triggerSchedule(cal int64, c *fsmv1.TriggerSchedule) any {
 func (s *state) materialise(cal int64, c *fsmv1.MaterialiseSchedules) any {
 	items := c.GetItems()
 	if len(items) > MaxMaterialiseItems {
-		return reject(ReasonInvalidArgument, map[string]string{"field": "items"}, "%d items; the limit is %d", len(items), MaxMaterialiseItems)
+		return reject(coorderr.InvalidArgument, map[string]string{"field": "items"}, "%d items; the limit is %d", len(items), MaxMaterialiseItems)
 	}
 	total := 0
 	for _, it := range items {
 		total += len(it.GetCreate())
 	}
 	if total > MaxMaterialiseOccurrences {
-		return reject(ReasonInvalidArgument, map[string]string{"field": "create"}, "%d occurrences; the limit is %d", total, MaxMaterialiseOccurrences)
+		return reject(coorderr.InvalidArgument, map[string]string{"field": "create"}, "%d occurrences; the limit is %d", total, MaxMaterialiseOccurrences)
 	}
 	res := &MaterialiseResult{Items: make([]MaterialiseOutcome, len(items))}
 	for i, it := range items {

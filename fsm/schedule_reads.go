@@ -11,13 +11,7 @@ import (
 
 // Schedule returns a schedule, also a tombstone (Deleted).
 func (f *FSM) Schedule(name string) (Schedule, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	sc := f.st.schedule(name)
-	if sc == nil {
-		return Schedule{}, false
-	}
-	return *sc, true
+	return get(f, func(s *state) *Schedule { return s.schedule(name) })
 }
 
 // ListSchedules returns up to limit schedules whose name has prefix and
@@ -26,21 +20,9 @@ func (f *FSM) Schedule(name string) (Schedule, bool) {
 func (f *FSM) ListSchedules(prefix, after string, limit int, withDeleted bool) (out []Schedule, more bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	f.st.schedules.AscendGreaterOrEqual(&Schedule{Name: max(prefix, after)}, func(sc *Schedule) bool {
-		if !strings.HasPrefix(sc.Name, prefix) {
-			return false
-		}
-		if sc.Name == after || (sc.Deleted && !withDeleted) {
-			return true
-		}
-		if len(out) == limit {
-			more = true
-			return false
-		}
-		out = append(out, *sc)
-		return true
-	})
-	return out, more
+	return pageFrom(f.st.schedules, &Schedule{Name: max(prefix, after)}, limit,
+		func(sc *Schedule) bool { return strings.HasPrefix(sc.Name, prefix) },
+		func(sc *Schedule) bool { return sc.Name == after || (sc.Deleted && !withDeleted) })
 }
 
 // DueSchedules returns up to limit schedules that are due at calendar
@@ -117,6 +99,7 @@ type OverdueCursor struct {
 func (f *FSM) OverdueJobs(cal int64, schedule string, after OverdueCursor, limit int) (out []OverdueJob, next OverdueCursor, more bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	p := page[OverdueJob]{limit: limit}
 	f.st.sidx.open.AscendGreaterOrEqual(timeKey{after.At, after.ID + 1}, func(k timeKey) bool {
 		if k.at >= cal {
 			return false // not due yet, whatever the complete-within
@@ -125,15 +108,13 @@ func (f *FSM) OverdueJobs(cal int64, schedule string, after OverdueCursor, limit
 		if !ok || (schedule != "" && o.Schedule != schedule) {
 			return true
 		}
-		if len(out) == limit {
-			more = true
+		if !p.add(o) {
 			return false
 		}
-		out = append(out, o)
 		next = OverdueCursor{k.at, k.id}
 		return true
 	})
-	return out, next, more
+	return p.out, next, p.more
 }
 
 // overdue reports whether open job k is overdue at cal.
@@ -142,15 +123,8 @@ func (s *state) overdue(k timeKey, cal int64) (OverdueJob, bool) {
 	if j == nil || j.State.Final() {
 		return OverdueJob{}, false
 	}
-	var name, window string
-	for _, l := range j.Labels {
-		switch l.Key {
-		case LabelSchedule:
-			name = l.Value
-		case LabelWindow:
-			window = l.Value
-		}
-	}
+	name, _ := j.label(LabelSchedule)
+	window, _ := j.label(LabelWindow)
 	sc := s.schedule(name)
 	if sc == nil || sc.Deleted {
 		return OverdueJob{}, false

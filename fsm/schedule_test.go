@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -130,7 +131,7 @@ func TestSchedulePutIsAnIdempotentUpsert(t *testing.T) {
 	} {
 		out := runAt(t, f, 0, t0+2*minute, &fsmv1.PutSchedule{Name: c.name, Spec: c.spec})
 		rej, ok := out.(*Rejection)
-		if !ok || rej.Reason != ReasonInvalidArgument || rej.Metadata["field"] != c.field {
+		if !ok || rej.Reason != coorderr.InvalidArgument || rej.Metadata["field"] != c.field {
 			t.Errorf("put %q: want INVALID_ARGUMENT on %s, got %#v", c.name, c.field, out)
 		}
 	}
@@ -273,7 +274,7 @@ func TestScheduleReplaceCancelsTheRunningJob(t *testing.T) {
 		t.Fatalf("replaced job %+v", j)
 	}
 	// The old worker's completion is refused: its attempt is over.
-	if rej, ok := one(t, complete(f, t, t0+2*minute+1, "w1", first, 1, "")).(*Rejection); !ok || rej.Reason != ReasonJobCancelled {
+	if rej, ok := one(t, complete(f, t, t0+2*minute+1, "w1", first, 1, "")).(*Rejection); !ok || rej.Reason != coorderr.JobCancelled {
 		t.Fatalf("completion of the replaced attempt: %#v", rej)
 	}
 	// ALLOW makes both.
@@ -328,7 +329,7 @@ func TestSchedulePauseAndResumeWithoutABurst(t *testing.T) {
 	// Pause, resume and trigger of an unknown schedule.
 	for _, body := range []any{&fsmv1.PauseSchedule{Name: "nope", Paused: true}, &fsmv1.PauseSchedule{Name: "nope"},
 		&fsmv1.TriggerSchedule{Name: "nope", Window: "w", AtMs: t0}, &fsmv1.DeleteSchedule{Name: "nope"}} {
-		if rej, ok := runAt(t, f, 0, t0+61*minute, body).(*Rejection); !ok || rej.Reason != ReasonScheduleNotFound {
+		if rej, ok := runAt(t, f, 0, t0+61*minute, body).(*Rejection); !ok || rej.Reason != coorderr.ScheduleNotFound {
 			t.Fatalf("%T of an unknown schedule: %#v", body, rej)
 		}
 	}
@@ -349,7 +350,7 @@ func TestScheduleTrigger(t *testing.T) {
 	}
 	// FORBID: a second trigger while that job is not final is refused.
 	rej, ok := trig(t0+31_000, "m0/manual-2").(*Rejection)
-	if !ok || rej.Reason != ReasonScheduleOverlap || rej.Metadata["job_id"] != fmt.Sprint(r.Entry.JobID) {
+	if !ok || rej.Reason != coorderr.ScheduleOverlap || rej.Metadata["job_id"] != fmt.Sprint(r.Entry.JobID) {
 		t.Fatalf("trigger over a running job: %#v", rej)
 	}
 	// Paused schedules can be triggered.
@@ -393,7 +394,7 @@ func TestScheduleDeleteKeepsHistoryUntilPruned(t *testing.T) {
 	}
 	// Trigger and pause of a deleted schedule are refused.
 	if rej, ok := runAt(t, f, 0, t0+3*minute, &fsmv1.TriggerSchedule{Name: "reports", Window: "w", AtMs: t0}).(*Rejection); !ok ||
-		rej.Reason != ReasonScheduleNotFound {
+		rej.Reason != coorderr.ScheduleNotFound {
 		t.Fatalf("trigger of a tombstone: %#v", rej)
 	}
 	// Retention: a prune before the deletion keeps it; after, it goes.

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"cmp"
+
 	"github.com/google/btree"
 )
 
@@ -39,7 +41,7 @@ type state struct {
 	// expiry indexes the deadlines of unreleased, unexpired leases (derived;
 	// events.go). emitting and events collect the change events of the
 	// command being applied while a caller wants them (ApplyBatchTo).
-	expiry *btree.BTreeG[expiryKey]
+	expiry *btree.BTreeG[nameTime]
 	// jobRes indexes the resources queue jobs fence, by job (derived;
 	// queue_fenced.go): pruning a job deletes them.
 	jobRes   *btree.BTreeG[jobResKey]
@@ -50,19 +52,24 @@ type state struct {
 type windowKey struct{ job, window string }
 type idemKey struct{ resource, key string }
 
+// nameTime orders named records by a time, then name: leases by deadline
+// (expiry), schedules by next due and deletion time.
+type nameTime struct {
+	at   int64
+	name string
+}
+
+func lessNameTime(a, b nameTime) bool {
+	return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.name, b.name)) < 0
+}
+
 func lessLease(a, b *Lease) bool { return a.Name < b.Name }
 func lessWindow(a, b *Window) bool {
-	if a.Job != b.Job {
-		return a.Job < b.Job
-	}
-	return a.Window < b.Window
+	return cmp.Or(cmp.Compare(a.Job, b.Job), cmp.Compare(a.Window, b.Window)) < 0
 }
 func lessResource(a, b *Resource) bool { return a.Name < b.Name }
 func lessIdem(a, b *Idempotency) bool {
-	if a.Resource != b.Resource {
-		return a.Resource < b.Resource
-	}
-	return a.Key < b.Key
+	return cmp.Or(cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Key, b.Key)) < 0
 }
 func lessMember(a, b *Member) bool { return a.ID < b.ID }
 
@@ -79,7 +86,7 @@ func newState() *state {
 		schedules:  btree.NewG(btreeDegree, lessSchedule),
 		sidx:       newScheduleIndex(),
 		byIdentity: map[string]map[string]struct{}{},
-		expiry:     newExpiryIndex(),
+		expiry:     btree.NewG(btreeDegree, lessNameTime),
 		jobRes:     newJobResIndex(),
 	}
 }
@@ -132,22 +139,21 @@ func (s *state) clone() *state {
 	}
 }
 
-func (s *state) lease(name string) *Lease {
-	l, _ := s.leases.Get(&Lease{Name: name})
-	return l
+// find returns the record of t that key stands for (the fields t orders
+// by), or nil.
+func find[T any](t *btree.BTreeG[*T], key *T) *T {
+	r, _ := t.Get(key)
+	return r
 }
+
+func (s *state) lease(name string) *Lease { return find(s.leases, &Lease{Name: name}) }
 
 func (s *state) window(job, window string) *Window {
-	w, _ := s.windows.Get(&Window{Job: job, Window: window})
-	return w
+	return find(s.windows, &Window{Job: job, Window: window})
 }
 
-func (s *state) resource(name string) *Resource {
-	r, _ := s.resources.Get(&Resource{Name: name})
-	return r
-}
+func (s *state) resource(name string) *Resource { return find(s.resources, &Resource{Name: name}) }
 
 func (s *state) idempotency(resource, key string) *Idempotency {
-	r, _ := s.idem.Get(&Idempotency{Resource: resource, Key: key})
-	return r
+	return find(s.idem, &Idempotency{Resource: resource, Key: key})
 }

@@ -3,6 +3,7 @@ package fsm
 import (
 	"strconv"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -12,7 +13,7 @@ import (
 // lease time now; the window's times are calendar time cal.
 func (s *state) claimWindow(now, cal int64, c *fsmv1.ClaimWindow) any {
 	if c.GetJob() == "" || c.GetWindow() == "" {
-		return reject(ReasonInvalidArgument, nil, "claim needs a job and a window")
+		return reject(coorderr.InvalidArgument, nil, "claim needs a job and a window")
 	}
 	if w := s.window(c.GetJob(), c.GetWindow()); w != nil && w.Completed {
 		return &ClaimResult{Claimed: false, Window: *w}
@@ -48,14 +49,14 @@ func (s *state) completeWindow(now, cal int64, c *fsmv1.CompleteWindow) any {
 		if w.claimedBy(c.GetLeaseName(), c.GetOwner(), c.GetGeneration()) {
 			return s.releaseAfterComplete(now, cal, c, &WindowResult{Window: *w})
 		}
-		return reject(ReasonWindowCompleted, windowMeta(w),
+		return reject(coorderr.WindowCompleted, windowMeta(w),
 			"window %s/%s was completed by %q generation %d", w.Job, w.Window, w.Owner, w.Generation)
 	}
 	if _, rej := s.checkHolder(now, c.GetLeaseName(), c.GetOwner(), c.GetIdentity(), c.GetGeneration()); rej != nil {
 		return rej
 	}
 	if w == nil || !w.claimedBy(c.GetLeaseName(), c.GetOwner(), c.GetGeneration()) {
-		return reject(ReasonWindowNotClaimed, nil,
+		return reject(coorderr.WindowNotClaimed, nil,
 			"window %s/%s is not claimed by lease %q generation %d", c.GetJob(), c.GetWindow(), c.GetLeaseName(), c.GetGeneration())
 	}
 	n := *w

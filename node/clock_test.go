@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
@@ -138,11 +139,11 @@ func TestBehindLeaderHoldsCalendarTime(t *testing.T) {
 	claim := &fsmv1.Acquire{Name: "l", Owner: "o", TtlMs: 5000, ClaimJob: "j", ClaimWindow: "w", ClaimNotBeforeMs: ahead + 1000}
 	_, err := n.Acquire(bg(), claim, false)
 	var rej *fsm.Rejection
-	if !errors.As(err, &rej) || rej.Reason != fsm.ReasonTooEarly || rej.Metadata["wait_ms"] != strconv.Itoa(1000) {
+	if !errors.As(err, &rej) || rej.Reason != coorderr.TooEarly || rej.Metadata["wait_ms"] != strconv.Itoa(1000) {
 		t.Fatalf("claim 1 s ahead of the held calendar: %v", err)
 	}
 	n.clock.Advance(7 * time.Second) // wall = start + 10 s: still at the held time
-	if _, err := n.Acquire(bg(), claim, false); !errors.As(err, &rej) || rej.Reason != fsm.ReasonTooEarly {
+	if _, err := n.Acquire(bg(), claim, false); !errors.As(err, &rej) || rej.Reason != coorderr.TooEarly {
 		t.Fatalf("claim while the calendar holds: %v", err)
 	}
 	n.clock.Advance(time.Second)

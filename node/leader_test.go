@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
@@ -198,7 +199,7 @@ func TestAcquireAnswersFromState(t *testing.T) {
 		"too early": {&fsmv1.Acquire{Name: "M", Owner: "p", TtlMs: 5000, ClaimJob: "j", ClaimWindow: "w2", ClaimNotBeforeMs: l.AcquiredAt + 60_000},
 			func(r *fsm.AcquireResult, err error) bool {
 				var rej *fsm.Rejection
-				return errors.As(err, &rej) && rej.Reason == fsm.ReasonTooEarly
+				return errors.As(err, &rej) && rej.Reason == coorderr.TooEarly
 			}},
 	} {
 		for _, propose := range []bool{false, true} {

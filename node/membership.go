@@ -44,14 +44,7 @@ func (n *Node) selfRequest() *coordv1.AddVoterRequest {
 // leader writes its own record; a follower that is a member asks the
 // leader through AddVoter (idempotent).
 func (n *Node) registerSelf(addVoter AddVoterFunc) {
-	t := n.clock.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C():
-		}
+	for n.sleep(n.ctx, 250*time.Millisecond, nil) {
 		if n.memberAddr(n.cfg.ID) == n.advertisedAddr() || !n.IsMember(n.cfg.ID) {
 			continue
 		}
@@ -82,12 +75,8 @@ func (n *Node) joinLoop(addVoter AddVoterFunc) {
 			return
 		}
 		n.log.Warn("join failed; retrying", "via", n.cfg.Join, "err", err, "in", backoff)
-		t := n.clock.NewTimer(backoff)
-		select {
-		case <-n.ctx.Done():
-			t.Stop()
+		if !n.sleep(n.ctx, backoff, nil) {
 			return
-		case <-t.C():
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}

@@ -337,3 +337,16 @@ func (n *Node) shutdown() error {
 	n.log.Info("coordd node stopped")
 	return errors.Join(errs...)
 }
+
+// sleep waits d on the node's clock, or until wake fires (nil: never);
+// false when ctx ended.
+func (n *Node) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	t := n.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+	case <-wake:
+	case <-ctx.Done():
+	}
+	return ctx.Err() == nil
+}

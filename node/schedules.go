@@ -110,16 +110,7 @@ func (n *Node) runMaterialiser(ls *leaderState) {
 // sleepLeading waits d on the node's clock, or until a schedule changed on
 // this leader; false when leadership ended.
 func (n *Node) sleepLeading(ls *leaderState, d time.Duration) bool {
-	t := n.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-n.scheduleWake:
-		return true
-	case <-ls.ctx.Done():
-		return false
-	}
+	return n.sleep(ls.ctx, d, n.scheduleWake)
 }
 
 // wakeMaterialiser tells the loop that a schedule may be due sooner (a

@@ -26,4 +26,6 @@ for f in coord queue schedules; do
   sed 's/^package coordv1$/package coordv1gw/; s/^Package coordv1 is/Package coordv1gw is/' \
     "$gw/coord/v1/$f.pb.gw.go" >"proto/coord/v1/coordv1gw/$f.pb.gw.go"
 done
+# The Go short names of the enums (coorderr.LeaseLost, fsm.JobRunning, ...).
+go run ./internal/enumgen
 if command -v buf >/dev/null; then buf lint && echo "buf lint: clean"; fi

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"sort"
@@ -54,29 +55,58 @@ func (c *Console) clusterPage(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "cluster", "Cluster", d, nil)
 }
 
-type leasesData struct {
-	Prefix   string
-	Leases   []*coordv1.Lease
+// pager links the pages of a list: its first page (and whether this is
+// it) and the next one ("" on the last).
+type pager struct {
 	Next     string
-	NowMs    int64
 	IsFirst  bool
 	FirstURL string
 }
 
-func (c *Console) leasesPage(w http.ResponseWriter, r *http.Request) {
+// newPager is the pager of the list at path with the query filter, showing
+// the page tok (the first: ""), whose next page is next.
+func newPager(path string, filter url.Values, tok, next string) pager {
+	p := pager{IsFirst: tok == "", FirstURL: path + "?" + filter.Encode()}
+	if next != "" {
+		filter.Set("page_token", next)
+		p.Next = path + "?" + filter.Encode()
+	}
+	return p
+}
+
+// prefixPage is a page of a list by name prefix.
+type prefixPage struct {
+	Prefix string
+	pager
+}
+
+// listByPrefix calls list with the query's prefix and page token, and
+// links the list at path; false after answering list's error.
+func listByPrefix[Resp interface{ GetNextPageToken() string }](c *Console, w http.ResponseWriter, r *http.Request, path string,
+	list func(ctx context.Context, prefix, tok string) (Resp, error)) (Resp, prefixPage, bool) {
 	q := r.URL.Query()
 	prefix, tok := q.Get("prefix"), q.Get("page_token")
-	resp, err := c.b.Coordinator.ListLeases(r.Context(), &coordv1.ListLeasesRequest{Prefix: prefix, PageToken: tok, PageSize: leasePage})
+	resp, err := list(r.Context(), prefix, tok)
 	if err != nil {
 		c.failErr(w, r, err)
-		return
+		return resp, prefixPage{}, false
 	}
-	d := leasesData{Prefix: prefix, Leases: resp.GetLeases(), IsFirst: tok == "",
-		FirstURL: "/ui/leases?" + url.Values{"prefix": {prefix}}.Encode()}
-	if n := resp.GetNextPageToken(); n != "" {
-		d.Next = "/ui/leases?" + url.Values{"prefix": {prefix}, "page_token": {n}}.Encode()
+	return resp, prefixPage{Prefix: prefix, pager: newPager(path, url.Values{"prefix": {prefix}}, tok, resp.GetNextPageToken())}, true
+}
+
+type leasesData struct {
+	prefixPage
+	Leases []*coordv1.Lease
+	NowMs  int64
+}
+
+func (c *Console) leasesPage(w http.ResponseWriter, r *http.Request) {
+	resp, page, ok := listByPrefix(c, w, r, "/ui/leases", func(ctx context.Context, prefix, tok string) (*coordv1.ListLeasesResponse, error) {
+		return c.b.Coordinator.ListLeases(ctx, &coordv1.ListLeasesRequest{Prefix: prefix, PageToken: tok, PageSize: leasePage})
+	})
+	if ok {
+		c.render(w, r, http.StatusOK, "leases", "Leases", leasesData{prefixPage: page, Leases: resp.GetLeases()}, nil)
 	}
-	c.render(w, r, http.StatusOK, "leases", "Leases", d, nil)
 }
 
 type queuesData struct {
@@ -105,9 +135,7 @@ type jobsData struct {
 	Queue, Kind, State string
 	States             []string
 	Jobs               []*coordv1.QueueJob
-	Next               string
-	IsFirst            bool
-	FirstURL           string
+	pager
 }
 
 // jobStates are the states a list can filter by, in lifecycle order.
@@ -142,11 +170,7 @@ func (c *Console) jobsPage(w http.ResponseWriter, r *http.Request) {
 			filter.Set(k, v)
 		}
 	}
-	d.Jobs, d.IsFirst, d.FirstURL = resp.GetJobs(), tok == "", "/ui/jobs?"+filter.Encode()
-	if n := resp.GetNextPageToken(); n != "" {
-		filter.Set("page_token", n)
-		d.Next = "/ui/jobs?" + filter.Encode()
-	}
+	d.Jobs, d.pager = resp.GetJobs(), newPager("/ui/jobs", filter, tok, resp.GetNextPageToken())
 	c.render(w, r, http.StatusOK, "jobs", "Jobs", d, nil)
 }
 
@@ -164,9 +188,8 @@ func (c *Console) jobPage(w http.ResponseWriter, r *http.Request) {
 
 // showJob renders a job's page, with a refused action's error.
 func (c *Console) showJob(w http.ResponseWriter, r *http.Request, httpStatus int, perr *pageError) {
-	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
-	if err != nil || id == 0 {
-		c.fail(w, r, http.StatusBadRequest, "A job id is a positive integer, not "+strconv.Quote(r.PathValue("id")))
+	id, ok := c.jobID(w, r)
+	if !ok {
 		return
 	}
 	resp, err := c.b.Queue.Get(r.Context(), &coordv1.QueueGetRequest{Id: id})
@@ -188,39 +211,62 @@ func (c *Console) showJob(w http.ResponseWriter, r *http.Request, httpStatus int
 	c.render(w, r, httpStatus, "job", "Job "+strconv.FormatUint(id, 10), d, perr)
 }
 
-func (c *Console) jobAction(w http.ResponseWriter, r *http.Request) {
+// jobID is the job id in the path; false after answering 400 when it is
+// not one.
+func (c *Console) jobID(w http.ResponseWriter, r *http.Request) (uint64, bool) {
 	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
 	if err != nil || id == 0 {
 		c.fail(w, r, http.StatusBadRequest, "A job id is a positive integer, not "+strconv.Quote(r.PathValue("id")))
+		return 0, false
+	}
+	return id, true
+}
+
+func (c *Console) jobAction(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.jobID(w, r)
+	if !ok {
 		return
 	}
+	c.act(w, r, "job", "cancel or retry", map[string]func(context.Context) error{
+		"cancel": dropAnswer(c.b.Queue.Cancel, &coordv1.QueueCancelRequest{Id: id}),
+		"retry":  dropAnswer(c.b.Queue.Retry, &coordv1.QueueRetryRequest{Id: id}),
+	}, "/ui/jobs/"+strconv.FormatUint(id, 10), c.showJob)
+}
+
+// act runs the action the path names, one of actions on a what (choices
+// lists them for the 404 of another), then redirects to the page at path
+// (done=action), or shows it again with show, with the refusal.
+func (c *Console) act(w http.ResponseWriter, r *http.Request, what, choices string, actions map[string]func(context.Context) error,
+	path string, show func(w http.ResponseWriter, r *http.Request, httpStatus int, perr *pageError)) {
 	action := r.PathValue("action")
-	switch action {
-	case "cancel":
-		_, err = c.b.Queue.Cancel(r.Context(), &coordv1.QueueCancelRequest{Id: id})
-	case "retry":
-		_, err = c.b.Queue.Retry(r.Context(), &coordv1.QueueRetryRequest{Id: id})
-	default:
-		c.fail(w, r, http.StatusNotFound, "Unknown job action "+strconv.Quote(action)+" (cancel or retry)")
+	run, ok := actions[action]
+	if !ok {
+		c.fail(w, r, http.StatusNotFound, "Unknown "+what+" action "+strconv.Quote(action)+" ("+choices+")")
 		return
 	}
-	if err != nil {
+	if err := run(r.Context()); err != nil {
 		perr, code := c.explain(r.Context(), err)
 		perr.Message = action + " refused: " + perr.Message
-		c.showJob(w, r, c.cfg.HTTPStatus(code), perr)
+		show(w, r, c.cfg.HTTPStatus(code), perr)
 		return
 	}
-	http.Redirect(w, r, "/ui/jobs/"+strconv.FormatUint(id, 10)+"?done="+action, http.StatusSeeOther)
+	http.Redirect(w, r, path+"?done="+action, http.StatusSeeOther)
+}
+
+// dropAnswer is an action that calls call with req (its answer is not
+// shown: the page is).
+func dropAnswer[Req, Resp any](call func(context.Context, Req) (Resp, error), req Req) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := call(ctx, req)
+		return err
+	}
 }
 
 type schedulesData struct {
-	Prefix     string
+	prefixPage
 	Schedules  []scheduleRow
 	Overdue    int64
 	CalendarMs int64
-	Next       string
-	IsFirst    bool
-	FirstURL   string
 }
 
 type scheduleRow struct {
@@ -229,15 +275,13 @@ type scheduleRow struct {
 }
 
 func (c *Console) schedulesPage(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	prefix, tok := q.Get("prefix"), q.Get("page_token")
-	resp, err := c.b.Schedules.ListSchedules(r.Context(), &coordv1.ListSchedulesRequest{Prefix: prefix, PageToken: tok, PageSize: schedulePage})
-	if err != nil {
-		c.failErr(w, r, err)
+	resp, page, ok := listByPrefix(c, w, r, "/ui/schedules", func(ctx context.Context, prefix, tok string) (*coordv1.ListSchedulesResponse, error) {
+		return c.b.Schedules.ListSchedules(ctx, &coordv1.ListSchedulesRequest{Prefix: prefix, PageToken: tok, PageSize: schedulePage})
+	})
+	if !ok {
 		return
 	}
-	d := schedulesData{Prefix: prefix, CalendarMs: resp.GetCalendarMs(), IsFirst: tok == "",
-		FirstURL: "/ui/schedules?" + url.Values{"prefix": {prefix}}.Encode()}
+	d := schedulesData{prefixPage: page, CalendarMs: resp.GetCalendarMs()}
 	// Overdue occurrences: the first page of ListOverdue (its total, its
 	// top schedules and up to 100 occurrences) marks the schedules.
 	overdue := map[string]int64{}
@@ -252,9 +296,6 @@ func (c *Console) schedulesPage(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, s := range resp.GetSchedules() {
 		d.Schedules = append(d.Schedules, scheduleRow{Schedule: s, Overdue: overdue[s.GetSpec().GetName()]})
-	}
-	if n := resp.GetNextPageToken(); n != "" {
-		d.Next = "/ui/schedules?" + url.Values{"prefix": {prefix}, "page_token": {n}}.Encode()
 	}
 	c.render(w, r, http.StatusOK, "schedules", "Schedules", d, nil)
 }
@@ -282,26 +323,12 @@ func (c *Console) showSchedule(w http.ResponseWriter, r *http.Request, httpStatu
 }
 
 func (c *Console) scheduleAction(w http.ResponseWriter, r *http.Request) {
-	name, action := r.PathValue("name"), r.PathValue("action")
-	var err error
-	switch action {
-	case "pause":
-		_, err = c.b.Schedules.PauseSchedule(r.Context(), &coordv1.PauseScheduleRequest{Name: name})
-	case "resume":
-		_, err = c.b.Schedules.ResumeSchedule(r.Context(), &coordv1.ResumeScheduleRequest{Name: name})
-	case "trigger":
-		_, err = c.b.Schedules.TriggerSchedule(r.Context(), &coordv1.TriggerScheduleRequest{Name: name})
-	default:
-		c.fail(w, r, http.StatusNotFound, "Unknown schedule action "+strconv.Quote(action)+" (pause, resume or trigger)")
-		return
-	}
-	if err != nil {
-		perr, code := c.explain(r.Context(), err)
-		perr.Message = action + " refused: " + perr.Message
-		c.showSchedule(w, r, c.cfg.HTTPStatus(code), perr)
-		return
-	}
-	http.Redirect(w, r, "/ui/schedules/"+url.PathEscape(name)+"?done="+action, http.StatusSeeOther)
+	name := r.PathValue("name")
+	c.act(w, r, "schedule", "pause, resume or trigger", map[string]func(context.Context) error{
+		"pause":   dropAnswer(c.b.Schedules.PauseSchedule, &coordv1.PauseScheduleRequest{Name: name}),
+		"resume":  dropAnswer(c.b.Schedules.ResumeSchedule, &coordv1.ResumeScheduleRequest{Name: name}),
+		"trigger": dropAnswer(c.b.Schedules.TriggerSchedule, &coordv1.TriggerScheduleRequest{Name: name}),
+	}, "/ui/schedules/"+url.PathEscape(name), c.showSchedule)
 }
 
 type resourcesData struct {

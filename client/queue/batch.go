@@ -7,6 +7,7 @@ import (
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -49,7 +50,7 @@ func (b *batcher) addComplete(cl *claim) {
 func (b *batcher) addFail(cl *claim, msg string, retryable bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.fails = append(b.fails, failItem{cl, cut(msg, maxErrorText), retryable})
+	b.fails = append(b.fails, failItem{cl, coorderr.Truncate(msg, maxErrorText), retryable})
 	if len(b.fails) >= b.size {
 		b.sendLocked(nil, b.fails)
 		b.fails = nil
@@ -132,22 +133,10 @@ func (b *batcher) sendCompletes(cs []*claim) {
 	for i, cl := range cs {
 		req.Completions[i] = &coordv1.JobCompletion{JobId: cl.ref.id, Attempt: cl.ref.attempt, Result: cl.job.result}
 	}
-	ctx, cancel := b.callContext(cs)
-	defer cancel()
-	resp, err := b.w.q.Complete(ctx, req)
-	res := resp.GetResults()
-	for i, cl := range cs {
-		b.w.finish(cl)
-		switch {
-		case err != nil:
-			b.w.log.Warn("job completion not recorded: the job will run again", "job", cl.ref.id, "attempt", cl.ref.attempt, "err", err)
-		case i >= len(res):
-			b.w.log.Warn("job completion not answered: the job may run again", "job", cl.ref.id, "attempt", cl.ref.attempt)
-		case res[i].GetError() != nil:
-			b.w.log.Warn("job completion refused: the job will run again", "job", cl.ref.id, "attempt", cl.ref.attempt,
-				"err", client.ItemError(res[i].GetError()))
-		}
-	}
+	sendOutcomes(b, cs, func(ctx context.Context) ([]*coordv1.CompleteResult, error) {
+		resp, err := b.w.q.Complete(ctx, req)
+		return resp.GetResults(), err
+	}, completeLog)
 }
 
 func (b *batcher) sendFails(fs []failItem) {
@@ -158,17 +147,46 @@ func (b *batcher) sendFails(fs []failItem) {
 		cls[i] = f.cl
 		req.Failures[i] = &coordv1.JobFailure{JobId: f.cl.ref.id, Attempt: f.cl.ref.attempt, Error: f.msg, Retryable: f.retryable}
 	}
+	sendOutcomes(b, cls, func(ctx context.Context) ([]*coordv1.FailResult, error) {
+		resp, err := b.w.q.Fail(ctx, req)
+		return resp.GetResults(), err
+	}, failLog)
+}
+
+// outcomeLog is what a worker logs of an outcome it sent that was not
+// recorded: the call failed, its answer left the item out (not logged
+// when unanswered is ""), or refused it.
+type outcomeLog struct{ failed, unanswered, refused string }
+
+var (
+	completeLog = outcomeLog{
+		failed:     "job completion not recorded: the job will run again",
+		unanswered: "job completion not answered: the job may run again",
+		refused:    "job completion refused: the job will run again",
+	}
+	failLog = outcomeLog{
+		failed:  "job failure not recorded: the attempt will lapse",
+		refused: "job failure refused",
+	}
+)
+
+// sendOutcomes makes one outcome call (Complete or Fail, answered item by
+// item in the order of cls) and ends the claims.
+func sendOutcomes[R interface{ GetError() *coordv1.JobItemError }](b *batcher, cls []*claim, call func(context.Context) ([]R, error), log outcomeLog) {
 	ctx, cancel := b.callContext(cls)
 	defer cancel()
-	resp, err := b.w.q.Fail(ctx, req)
-	res := resp.GetResults()
+	res, err := call(ctx)
 	for i, cl := range cls {
 		b.w.finish(cl)
 		switch {
 		case err != nil:
-			b.w.log.Warn("job failure not recorded: the attempt will lapse", "job", cl.ref.id, "attempt", cl.ref.attempt, "err", err)
-		case i < len(res) && res[i].GetError() != nil:
-			b.w.log.Warn("job failure refused", "job", cl.ref.id, "attempt", cl.ref.attempt, "err", client.ItemError(res[i].GetError()))
+			b.w.log.Warn(log.failed, "job", cl.ref.id, "attempt", cl.ref.attempt, "err", err)
+		case i >= len(res):
+			if log.unanswered != "" {
+				b.w.log.Warn(log.unanswered, "job", cl.ref.id, "attempt", cl.ref.attempt)
+			}
+		case res[i].GetError() != nil:
+			b.w.log.Warn(log.refused, "job", cl.ref.id, "attempt", cl.ref.attempt, "err", client.ItemError(res[i].GetError()))
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/coorderr"
@@ -179,14 +178,3 @@ func (e *permanentError) Unwrap() error { return e.err }
 
 // maxErrorText is how much error text the server keeps (4 KiB).
 const maxErrorText = 4096
-
-// cut shortens s to at most n bytes, on a rune boundary.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}

@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/client/internal/pages"
 	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -294,24 +295,9 @@ func (q *Client) ListPage(ctx context.Context, f Filter, pageToken string, opts 
 // an error ends the iteration (yielded with a nil job). Jobs submitted
 // while it runs may or may not appear; none appears twice.
 func (q *Client) List(ctx context.Context, f Filter, opts ...client.ReadOption) iter.Seq2[*coordv1.QueueJob, error] {
-	return func(yield func(*coordv1.QueueJob, error) bool) {
-		token := ""
-		for {
-			resp, err := q.ListPage(ctx, f, token, opts...)
-			if err != nil {
-				yield(nil, err)
-				return
-			}
-			for _, j := range resp.GetJobs() {
-				if !yield(j, nil) {
-					return
-				}
-			}
-			if token = resp.GetNextPageToken(); token == "" {
-				return
-			}
-		}
-	}
+	return pages.All(func(token string) (*coordv1.QueueListResponse, error) {
+		return q.ListPage(ctx, f, token, opts...)
+	}, (*coordv1.QueueListResponse).GetJobs)
 }
 
 // Cancel cancels a job that is not final: a running attempt ends at once

@@ -2,15 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"math"
-	"os"
-	"strconv"
-	"strings"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -32,28 +25,7 @@ type clusterCounters struct {
 // readCounters samples the cluster: the commit index always, CPU and
 // bytes written only of the tool's own cluster (-1 otherwise).
 func readCounters(cfg config) *clusterCounters {
-	c := &clusterCounters{at: time.Now(), cpu: cpuTicks(cfg), writeBytes: -1}
-	c.commit = commitIndex(cfg)
-	if cfg.cluster == nil {
-		return c
-	}
-	c.writeBytes = 0
-	for _, nd := range cfg.cluster.Nodes {
-		if !nd.Running() {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", nd.Cmd.Process.Pid))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "write_bytes: "); ok {
-				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				c.writeBytes += n
-			}
-		}
-	}
-	return c
+	return &clusterCounters{at: time.Now(), cpu: cpuTicks(cfg), commit: commitIndex(cfg), writeBytes: writeBytes(cfg)}
 }
 
 // clusterMetric is the highest value of an unlabelled metric over the
@@ -89,7 +61,7 @@ func highest(cfg config, metric string, field func(*coordv1.StatusResponse) uint
 	}
 	var best uint64
 	for _, ep := range cfg.endpoints {
-		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := dial(ep)
 		if err != nil {
 			continue
 		}

@@ -10,15 +10,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/coordd/coordd/internal/proccluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -132,7 +128,7 @@ func queueFootprint(ctx context.Context, cfg config, n int) (*result, error) {
 	if _, err := lc.Status(follower, time.Minute); err == nil {
 		r.add("status_call_ms", time.Since(ts).Milliseconds())
 	}
-	cc, err := grpc.NewClient(follower.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := dial(follower.GRPCAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +153,7 @@ func queueFootprint(ctx context.Context, cfg config, n int) (*result, error) {
 	// harness's own connection would wait out its reconnect backoff).
 	var servingAt time.Duration
 	for time.Now().Before(deadline) {
-		if gcc, err := grpc.NewClient(follower.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials())); err == nil {
+		if gcc, err := dial(follower.GRPCAddr); err == nil {
 			mctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 			_, err = coordv1.NewClusterClient(gcc).Members(mctx, &coordv1.MembersRequest{})
 			cancel()
@@ -234,24 +230,6 @@ func waitRecords(nd *proccluster.Node, n int, deadline time.Time) (time.Time, er
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// rssBytes is a node's resident set (VmRSS), or 0.
-func rssBytes(nd *proccluster.Node) int64 {
-	if !nd.Running() {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", nd.Cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // snapshotBytes is the size of the largest snapshot state file under the

@@ -9,9 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/coordd/coordd/internal/proccluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -86,7 +83,7 @@ func ordered(endpoints []string, first string) ([]string, error) {
 
 // leaderOf reports whether the node at addr says it is the leader.
 func leaderOf(addr string) bool {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := dial(addr)
 	if err != nil {
 		return false
 	}

@@ -86,6 +86,7 @@ func (r *result) json() string {
 func round(f float64) float64 { return float64(int64(f*10)) / 10 }
 
 func main() {
+	var cfg config
 	var (
 		endpoints = flag.String("endpoints", os.Getenv("COORD_ENDPOINTS"), "coordd gRPC endpoints (comma-separated)")
 		cluster   = flag.Bool("cluster", false, "start a local three-node cluster from --coordd-bin and tear it down")
@@ -94,18 +95,18 @@ func main() {
 			"comma-separated workloads: acquire-release, contended, renew, keepalive, fenced-commit, fenced-commit-hot, window-cycle, failover, schedules (clients = every-second schedules whose jobs 3 replicas run), "+
 				"queue (clients = workers; submit in batches at --queue-rate), queue-single (clients = submitters, one job per Submit), queue-delayed (clients = workers; --delayed-jobs due 1 s to --delay-max ahead), queue-footprint (--cluster; clients = submitters of --delayed-jobs jobs with 200-byte args due in an hour: heap per job on each node, then a follower snapshotted, killed and restarted, timed; run the nodes with --coordd-args=--enable-pprof for a GC before each heap reading), watch (clients = watchers on one prefix, --rate changes/s); "+
 				"an item may carry its own settings: NAME:key=value:... with keys clients, duration, warmup, rate, batch, concurrency, workers, jobs, delay-max, fetch-max, raw (e.g. queue:rate=100:duration=30s:clients=4)")
-		clients  = flag.String("clients", "64", "comma-separated client counts (each workload runs once per count)")
-		duration = flag.Duration("duration", 5*time.Second, "time per workload")
-		names    = flag.Int("names", 8, "names for the contended workload")
-		warmup   = flag.Duration("warmup", time.Second, "run each closed-loop workload this long before measuring")
-		wait     = flag.Bool("wait", true, "contended: waiting acquires (queued on the leader, handed over at release); false: poll every 1 ms")
-		leases   = flag.Int("leases", 10000, "live leases for renew and keepalive")
-		ttl      = flag.Duration("ttl", 3*time.Second, "lease TTL for keepalive")
-		reps     = flag.Int("reps", 5, "repetitions for failover")
-		conns    = flag.Int("conns", 4, "SDK clients (connection sets) the workers share; 0 = one per worker")
-		rate     = flag.Int("rate", 5000, "watch: changes per second (renewals under the watched prefix)")
-		first    = flag.String("first", "", "comma-separated endpoint orders to run each workload with: leader (the leader's endpoint first), follower (followers first, the leader last); default: as given")
+		clients = flag.String("clients", "64", "comma-separated client counts (each workload runs once per count)")
+		first   = flag.String("first", "", "comma-separated endpoint orders to run each workload with: leader (the leader's endpoint first), follower (followers first, the leader last); default: as given")
 	)
+	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "time per workload")
+	flag.IntVar(&cfg.names, "names", 8, "names for the contended workload")
+	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "run each closed-loop workload this long before measuring")
+	flag.BoolVar(&cfg.wait, "wait", true, "contended: waiting acquires (queued on the leader, handed over at release); false: poll every 1 ms")
+	flag.IntVar(&cfg.leases, "leases", 10000, "live leases for renew and keepalive")
+	flag.DurationVar(&cfg.ttl, "ttl", 3*time.Second, "lease TTL for keepalive")
+	flag.IntVar(&cfg.reps, "reps", 5, "repetitions for failover")
+	flag.IntVar(&cfg.conns, "conns", 4, "SDK clients (connection sets) the workers share; 0 = one per worker")
+	flag.IntVar(&cfg.rate, "rate", 5000, "watch: changes per second (renewals under the watched prefix)")
 	flag.BoolVar(&qcfg.raw, "queue-raw", false, "queue workloads: raw gRPC workers (fetch --fetch-max, complete each batch) instead of the SDK's")
 	flag.IntVar(&qcfg.concurrency, "queue-concurrency", qcfg.concurrency, "queue workloads: handlers per SDK worker")
 	flag.IntVar(&qcfg.rate, "queue-rate", 0, "queue: jobs/s to submit (0: as fast as the cluster takes them)")
@@ -143,7 +144,6 @@ func main() {
 		}
 		specs = append(specs, s)
 	}
-	cfg := config{duration: *duration, warmup: *warmup, names: *names, wait: *wait, leases: *leases, ttl: *ttl, reps: *reps, conns: *conns, rate: *rate}
 	for _, c := range strings.Split(*clients, ",") {
 		var n int
 		if _, err := fmt.Sscan(c, &n); err != nil || n <= 0 {

@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/coordd/coordd/client/queue"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -44,38 +40,6 @@ type queueConfig struct {
 }
 
 var qcfg = queueConfig{concurrency: 100, batch: 1000, fetchMax: 100, workers: 8, delayed: 100_000, delayMax: 60 * time.Second}
-
-// leaderQueue dials the leader's gRPC address and returns a Queue client
-// on it.
-func leaderQueue(ctx context.Context, cfg config) (coordv1.QueueClient, func(), error) {
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		q, done, err := findLeaderQueue(ctx, cfg)
-		if err == nil || time.Now().After(deadline) {
-			return q, done, err
-		}
-	}
-}
-
-func findLeaderQueue(ctx context.Context, cfg config) (coordv1.QueueClient, func(), error) {
-	for _, ep := range cfg.endpoints {
-		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return nil, nil, err
-		}
-		st, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{})
-		cc.Close()
-		if err != nil || st.GetLeaderAddress() == "" {
-			continue
-		}
-		lc, err := grpc.NewClient(st.GetLeaderAddress(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
-		if err != nil {
-			return nil, nil, err
-		}
-		return coordv1.NewQueueClient(lc), func() { lc.Close() }, nil
-	}
-	return nil, nil, errors.New("no leader found")
-}
 
 // queueWorkers runs n workers on queue until ctx ends: fetch (long poll),
 // call started for each job, complete the batch.
@@ -218,6 +182,47 @@ func (l *lagRecorder) started(runAtMs int64, at time.Time, attempt uint32) {
 	}
 }
 
+// queueRun is what a queue workload runs on: a Queue client on the leader,
+// a fresh queue, the start lags of its workers' jobs, and the Raft term at
+// the start (for leader_changes).
+type queueRun struct {
+	q     coordv1.QueueClient
+	name  string
+	term0 uint64
+	lags  lagRecorder
+	stop  func() // ends the workers; nil before they start and after
+}
+
+// onQueue makes a queue workload of run, on a fresh queue named for kind;
+// workers that run starts and does not stop are stopped when it returns.
+func onQueue(kind string, run func(ctx context.Context, cfg config, qr *queueRun, n int) (*result, error)) workload {
+	return func(ctx context.Context, cfg config, n int) (*result, error) {
+		q, done, err := leaderQueue(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		qr := &queueRun{q: q, term0: clusterTerm(cfg), name: queueName(kind)}
+		defer qr.stopWorkers()
+		return run(ctx, cfg, qr, n)
+	}
+}
+
+// startWorkers starts n workers on the queue that record start lags.
+func (qr *queueRun) startWorkers(ctx context.Context, cfg config, n int) error {
+	stop, err := startWorkers(ctx, cfg, qr.q, qr.name, n, qr.lags.started)
+	qr.stop = stop
+	return err
+}
+
+// stopWorkers ends the workers, if they run.
+func (qr *queueRun) stopWorkers() {
+	if qr.stop != nil {
+		qr.stop()
+		qr.stop = nil
+	}
+}
+
 func workerKind() string {
 	if qcfg.raw {
 		return fmt.Sprintf("raw(fetch %d)", qcfg.fetchMax)
@@ -230,19 +235,11 @@ func queueName(kind string) string {
 }
 
 // queueThroughput: submit in batches at a target rate, workers complete.
-func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
-	q, done, err := leaderQueue(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	term0 := clusterTerm(cfg)
-	name := queueName("tp")
+func queueThroughput(ctx context.Context, cfg config, qr *queueRun, n int) (*result, error) {
 	start := time.Now().Add(cfg.warmup)
 	end := start.Add(cfg.duration)
-	lags := &lagRecorder{from: start, to: end}
-	stopWorkers, err := startWorkers(ctx, cfg, q, name, n, lags.started)
-	if err != nil {
+	qr.lags.from, qr.lags.to = start, end
+	if err := qr.startWorkers(ctx, cfg, n); err != nil {
 		return nil, err
 	}
 
@@ -262,7 +259,7 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 		sub.Go(func() {
 			jobs := make([]*coordv1.NewJob, batch)
 			for i := range jobs {
-				jobs[i] = &coordv1.NewJob{Queue: name, Kind: "noop", Args: []byte(`{"n":1}`)}
+				jobs[i] = &coordv1.NewJob{Queue: qr.name, Kind: "noop", Args: []byte(`{"n":1}`)}
 			}
 			next := time.Now()
 			for time.Now().Before(end) {
@@ -273,7 +270,7 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 					next = next.Add(tick)
 				}
 				t0 := time.Now()
-				_, err := q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: jobs})
+				_, err := qr.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: jobs})
 				if err != nil {
 					submitErrs.Add(1)
 					time.Sleep(10 * time.Millisecond)
@@ -288,23 +285,23 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 	sub.Wait()
 	// Let the backlog drain a little (not counted), then stop.
 	time.Sleep(500 * time.Millisecond)
-	stopWorkers()
-	lags.mu.Lock()
-	defer lags.mu.Unlock()
-	r := &result{workload: "queue", clients: n, elapsed: cfg.duration, ops: lags.inWindow, lat: lags.lags,
+	qr.stopWorkers()
+	qr.lags.mu.Lock()
+	defer qr.lags.mu.Unlock()
+	r := &result{workload: "queue", clients: n, elapsed: cfg.duration, ops: qr.lags.inWindow, lat: qr.lags.lags,
 		errors: submitErrs.Load()}
 	r.add("workers", workerKind())
 	r.add("latency", "start_lag")
 	r.add("target_rate", qcfg.rate)
 	r.add("batch", batch)
 	r.add("submitted_per_s", round(float64(submitted.Load())/cfg.duration.Seconds()))
-	r.add("completed_per_s", round(float64(lags.inWindow)/cfg.duration.Seconds()))
-	r.add("early", lags.early)
-	r.add("over_2s", lags.late)
-	r.add("second_attempts", lags.again)
-	r.add("leader_changes", leaderChanges(cfg, term0))
+	r.add("completed_per_s", round(float64(qr.lags.inWindow)/cfg.duration.Seconds()))
+	r.add("early", qr.lags.early)
+	r.add("over_2s", qr.lags.late)
+	r.add("second_attempts", qr.lags.again)
+	r.add("leader_changes", leaderChanges(cfg, qr.term0))
 	window(r) // the counters over the window (sampled at start and end)
-	if st, err := q.Stats(ctx, &coordv1.QueueStatsRequest{Queue: name}); err == nil && len(st.GetQueues()) == 1 {
+	if st, err := qr.q.Stats(ctx, &coordv1.QueueStatsRequest{Queue: qr.name}); err == nil && len(st.GetQueues()) == 1 {
 		r.add("backlog_at_end", st.GetQueues()[0].GetAvailable())
 	}
 	return r, nil
@@ -312,57 +309,33 @@ func queueThroughput(ctx context.Context, cfg config, n int) (*result, error) {
 
 // queueSingle: n submitters, one job per Submit call (closed loop);
 // --queue-workers workers complete them.
-func queueSingle(ctx context.Context, cfg config, n int) (*result, error) {
-	q, done, err := leaderQueue(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	term0 := clusterTerm(cfg)
-	name := queueName("one")
-	lags := &lagRecorder{}
-	stopWorkers, err := startWorkers(ctx, cfg, q, name, qcfg.workers, lags.started)
-	if err != nil {
+func queueSingle(ctx context.Context, cfg config, qr *queueRun, n int) (*result, error) {
+	if err := qr.startWorkers(ctx, cfg, qcfg.workers); err != nil {
 		return nil, err
 	}
 	r := drive(cfg, "queue-single", n, func(w, i int) (bool, error) {
-		_, err := q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: name, Kind: "noop"}}})
+		_, err := qr.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: qr.name, Kind: "noop"}}})
 		return true, err
 	})
 	time.Sleep(500 * time.Millisecond)
-	stopWorkers()
+	qr.stopWorkers()
 	r.add("latency", "submit")
 	r.add("workers", fmt.Sprintf("%d %s", qcfg.workers, workerKind()))
-	r.add("leader_changes", leaderChanges(cfg, term0))
-	lags.mu.Lock()
-	r.add("completed", lags.inWindow)
-	r.add("early", lags.early)
-	lags.mu.Unlock()
+	r.add("leader_changes", leaderChanges(cfg, qr.term0))
+	qr.lags.mu.Lock()
+	r.add("completed", qr.lags.inWindow)
+	r.add("early", qr.lags.early)
+	qr.lags.mu.Unlock()
 	return r, nil
 }
 
 // queueDelayed: --delayed-jobs jobs due uniformly 1 s to --delay-max ahead,
 // submitted in batches of 1,000; n workers. None may start before its
 // run_at; reports the start lag and jobs not done in time.
-func queueDelayed(ctx context.Context, cfg config, n int) (*result, error) {
-	q, done, err := leaderQueue(ctx, cfg)
-	if err != nil {
+func queueDelayed(ctx context.Context, cfg config, qr *queueRun, n int) (*result, error) {
+	if err := qr.startWorkers(ctx, cfg, n); err != nil {
 		return nil, err
 	}
-	defer done()
-	term0 := clusterTerm(cfg)
-	name := queueName("delayed")
-	lags := &lagRecorder{}
-	stopWorkers, err := startWorkers(ctx, cfg, q, name, n, lags.started)
-	if err != nil {
-		return nil, err
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			stopWorkers()
-		}
-	}()
 	t0 := time.Now()
 	spread := qcfg.delayMax - time.Second
 	for sent := 0; sent < qcfg.delayed; {
@@ -371,9 +344,9 @@ func queueDelayed(ctx context.Context, cfg config, n int) (*result, error) {
 		now := time.Now()
 		for i := range jobs {
 			at := now.Add(time.Second + time.Duration(rand.Int64N(int64(spread)+1)))
-			jobs[i] = &coordv1.NewJob{Queue: name, Kind: "noop", RunAtMs: at.UnixMilli()}
+			jobs[i] = &coordv1.NewJob{Queue: qr.name, Kind: "noop", RunAtMs: at.UnixMilli()}
 		}
-		if _, err := q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: jobs}); err != nil {
+		if _, err := qr.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: jobs}); err != nil {
 			return nil, fmt.Errorf("submit: %w", err)
 		}
 		sent += k
@@ -381,29 +354,28 @@ func queueDelayed(ctx context.Context, cfg config, n int) (*result, error) {
 	submitTook := time.Since(t0)
 	deadline := t0.Add(submitTook + qcfg.delayMax + 30*time.Second)
 	for time.Now().Before(deadline) {
-		lags.mu.Lock()
-		got := lags.inWindow
-		lags.mu.Unlock()
+		qr.lags.mu.Lock()
+		got := qr.lags.inWindow
+		qr.lags.mu.Unlock()
 		if got >= int64(qcfg.delayed) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	stopWorkers()
-	stopped = true
-	lags.mu.Lock()
-	defer lags.mu.Unlock()
-	r := &result{workload: "queue-delayed", clients: n, elapsed: time.Since(t0), ops: lags.inWindow, lat: lags.lags}
+	qr.stopWorkers()
+	qr.lags.mu.Lock()
+	defer qr.lags.mu.Unlock()
+	r := &result{workload: "queue-delayed", clients: n, elapsed: time.Since(t0), ops: qr.lags.inWindow, lat: qr.lags.lags}
 	r.add("workers", workerKind())
 	r.add("latency", "start_lag")
 	r.add("jobs", qcfg.delayed)
 	r.add("delay_s", fmt.Sprintf("1-%g", qcfg.delayMax.Seconds()))
 	r.add("submit_ms", submitTook.Milliseconds())
-	r.add("not_started", int64(qcfg.delayed)-lags.inWindow)
-	r.add("early", lags.early)
-	r.add("max_early_ms", lags.maxEarlyMs)
-	r.add("over_2s", lags.late)
-	r.add("second_attempts", lags.again)
-	r.add("leader_changes", leaderChanges(cfg, term0))
+	r.add("not_started", int64(qcfg.delayed)-qr.lags.inWindow)
+	r.add("early", qr.lags.early)
+	r.add("max_early_ms", qr.lags.maxEarlyMs)
+	r.add("over_2s", qr.lags.late)
+	r.add("second_attempts", qr.lags.again)
+	r.add("leader_changes", leaderChanges(cfg, qr.term0))
 	return r, nil
 }

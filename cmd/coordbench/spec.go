@@ -25,6 +25,16 @@ type workloadSpec struct {
 	apply   func(cfg *config, q *queueConfig)
 }
 
+// queueCounts are the settings that set a count of queueConfig.
+var queueCounts = map[string]func(q *queueConfig) *int{
+	"rate":        func(q *queueConfig) *int { return &q.rate },
+	"batch":       func(q *queueConfig) *int { return &q.batch },
+	"concurrency": func(q *queueConfig) *int { return &q.concurrency },
+	"workers":     func(q *queueConfig) *int { return &q.workers },
+	"jobs":        func(q *queueConfig) *int { return &q.delayed },
+	"fetch-max":   func(q *queueConfig) *int { return &q.fetchMax },
+}
+
 func parseWorkloadSpec(item string) (workloadSpec, error) {
 	parts := strings.Split(item, ":")
 	s := workloadSpec{name: parts[0], apply: func(*config, *queueConfig) {}}
@@ -60,20 +70,11 @@ func parseWorkloadSpec(item string) (workloadSpec, error) {
 			switch k {
 			case "clients":
 				s.clients = []int{n}
-			case "rate":
-				sets = append(sets, func(_ *config, q *queueConfig) { q.rate = n })
-			case "batch":
-				sets = append(sets, func(_ *config, q *queueConfig) { q.batch = n })
-			case "concurrency":
-				sets = append(sets, func(_ *config, q *queueConfig) { q.concurrency = n })
-			case "workers":
-				sets = append(sets, func(_ *config, q *queueConfig) { q.workers = n })
-			case "jobs":
-				sets = append(sets, func(_ *config, q *queueConfig) { q.delayed = n })
-			case "fetch-max":
-				sets = append(sets, func(_ *config, q *queueConfig) { q.fetchMax = n })
 			case "raw":
 				sets = append(sets, func(_ *config, q *queueConfig) { q.raw = n != 0 })
+			default:
+				count := queueCounts[k]
+				sets = append(sets, func(_ *config, q *queueConfig) { *count(q) = n })
 			}
 		default:
 			return s, fmt.Errorf("workload %q: unknown setting %q", item, k)

@@ -7,7 +7,7 @@ import (
 )
 
 func TestParseWorkloadSpec(t *testing.T) {
-	s, err := parseWorkloadSpec("queue:rate=100:duration=30s:clients=4:batch=500:jobs=7:delay-max=10s:warmup=0s")
+	s, err := parseWorkloadSpec("queue:rate=100:duration=30s:clients=4:batch=500:jobs=7:delay-max=10s:warmup=0s:concurrency=3:workers=2:fetch-max=9:raw=1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -17,7 +17,8 @@ func TestParseWorkloadSpec(t *testing.T) {
 	if s.name != "queue" || s.raw == "" || len(s.clients) != 1 || s.clients[0] != 4 {
 		t.Fatalf("spec %+v", s)
 	}
-	if cfg.duration != 30*time.Second || cfg.warmup != 0 || q.rate != 100 || q.batch != 500 || q.delayed != 7 || q.delayMax != 10*time.Second {
+	if cfg.duration != 30*time.Second || cfg.warmup != 0 || q.rate != 100 || q.batch != 500 || q.delayed != 7 || q.delayMax != 10*time.Second ||
+		q.concurrency != 3 || q.workers != 2 || q.fetchMax != 9 || !q.raw {
 		t.Fatalf("applied: cfg %+v, queue %+v", cfg, q)
 	}
 	if qcfg.rate != 0 || qcfg.batch != 1000 {

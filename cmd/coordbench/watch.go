@@ -229,34 +229,6 @@ func cores(ticks int64, hz float64, elapsed time.Duration) float64 {
 	return math.Round(float64(ticks)/hz/elapsed.Seconds()*100) / 100
 }
 
-// cpuByNode is each cluster node's utime+stime (clock ticks), by id.
-func cpuByNode(cfg config) map[string]int64 {
-	out := map[string]int64{}
-	if cfg.cluster == nil {
-		return out
-	}
-	for _, nd := range cfg.cluster.Nodes {
-		if nd.Running() {
-			out[nd.ID] = procTicks(nd.Cmd.Process.Pid)
-		}
-	}
-	return out
-}
-
-func selfTicks() int64 { return procTicks(os.Getpid()) }
-
-func procTicks(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return ut + st
-}
-
 func nodeAddr(cfg config, id string) string {
 	if cfg.cluster == nil {
 		return ""

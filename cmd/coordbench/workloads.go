@@ -6,14 +6,10 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/coordd/coordd/client"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -31,9 +27,9 @@ var workloadFuncs = map[string]workload{
 	"window-cycle":      windowCycle,
 	"failover":          failover,
 	"schedules":         schedulesWorkload,
-	"queue":             queueThroughput,
-	"queue-single":      queueSingle,
-	"queue-delayed":     queueDelayed,
+	"queue":             onQueue("tp", queueThroughput),
+	"queue-single":      onQueue("one", queueSingle),
+	"queue-delayed":     onQueue("delayed", queueDelayed),
 	"queue-footprint":   queueFootprint,
 	"watch":             watchWorkload,
 }
@@ -193,28 +189,6 @@ func contended(ctx context.Context, cfg config, n int) (*result, error) {
 	return r, nil
 }
 
-// leaderCoord returns a raw Coordinator client on the leader (for renew,
-// which the SDK does by itself over keepalive).
-func leaderCoord(ctx context.Context, cfg config) (coordv1.CoordinatorClient, func(), error) {
-	for _, ep := range cfg.endpoints {
-		cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return nil, nil, err
-		}
-		st, err := coordv1.NewClusterClient(cc).Status(ctx, &coordv1.StatusRequest{})
-		cc.Close()
-		if err != nil || st.GetLeaderAddress() == "" {
-			continue
-		}
-		lc, err := grpc.NewClient(st.GetLeaderAddress(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return nil, nil, err
-		}
-		return coordv1.NewCoordinatorClient(lc), func() { lc.Close() }, nil
-	}
-	return nil, nil, errors.New("no leader found")
-}
-
 func renew(ctx context.Context, cfg config, n int) (*result, error) {
 	cc, done, err := leaderCoord(ctx, cfg)
 	if err != nil {
@@ -260,29 +234,6 @@ func setup(count int, f func(i int) bool) {
 		}(w)
 	}
 	wg.Wait()
-}
-
-// cpuTicks sums utime+stime of the cluster's processes (in clock ticks).
-func cpuTicks(cfg config) int64 {
-	if cfg.cluster == nil {
-		return -1
-	}
-	var total int64
-	for _, nd := range cfg.cluster.Nodes {
-		if !nd.Running() {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", nd.Cmd.Process.Pid))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		ut, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		total += ut + st
-	}
-	return total
 }
 
 // keepalive holds cfg.leases leases over the SDK's streams (spread over the

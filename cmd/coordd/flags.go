@@ -63,12 +63,20 @@ func parseFlags(args []string) (*options, error) {
 	f.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.str(&o.logFormat, "log-format", "text", "text or json")
 	f.boolean(&o.pprof, "enable-pprof", "serve /debug/pprof/ on the HTTP address")
-	f.str(&o.tlsCert, "tls-cert", "", "PEM certificate of this node: turns on TLS for gRPC and HTTP and mutual TLS for clients and peers")
-	f.str(&o.tlsKey, "tls-key", "", "PEM key of --tls-cert")
-	f.str(&o.tlsCA, "tls-ca", "", "PEM CA bundle that signs client (and, without --peer-tls-ca, peer) certificates")
-	f.str(&o.peerCert, "peer-tls-cert", "", "PEM certificate for Raft between peers (default: --tls-cert)")
-	f.str(&o.peerKey, "peer-tls-key", "", "PEM key of --peer-tls-cert")
-	f.str(&o.peerCA, "peer-tls-ca", "", "PEM CA bundle of peer certificates (default: --tls-ca)")
+	// TLS: PEM files, none by default.
+	for _, t := range []struct {
+		p           *string
+		name, usage string
+	}{
+		{&o.tlsCert, "tls-cert", "PEM certificate of this node: turns on TLS for gRPC and HTTP and mutual TLS for clients and peers"},
+		{&o.tlsKey, "tls-key", "PEM key of --tls-cert"},
+		{&o.tlsCA, "tls-ca", "PEM CA bundle that signs client (and, without --peer-tls-ca, peer) certificates"},
+		{&o.peerCert, "peer-tls-cert", "PEM certificate for Raft between peers (default: --tls-cert)"},
+		{&o.peerKey, "peer-tls-key", "PEM key of --peer-tls-cert"},
+		{&o.peerCA, "peer-tls-ca", "PEM CA bundle of peer certificates (default: --tls-ca)"},
+	} {
+		f.str(t.p, t.name, "", t.usage)
+	}
 	f.boolean(&o.insecure, "insecure", "allow plaintext listeners on non-loopback addresses")
 	f.str(&o.aclFile, "acl-file", "", "YAML authorization rules (needs TLS); reloaded on SIGHUP")
 	f.uint32(&o.maxLeases, "limit-leases", "live leases one identity may hold (0: unlimited)")

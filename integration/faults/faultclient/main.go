@@ -234,13 +234,13 @@ func (w *worker) commit(ctx context.Context, l *client.Lease, key string) error 
 	return err
 }
 
+// sleep waits d, or until ctx ends (false). An unreceived time.After
+// timer is collected (Go 1.23 and later), so there is nothing to stop.
 func (w *worker) sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-time.After(d):
 		return true
 	}
 }
