@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -45,15 +46,9 @@ func fail(op string, err error) error {
 }
 
 func (a *app) statusCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "status",
-		Short: "Show every endpoint's Raft state, leader, indexes and FSM digest",
-		Example: `  coordctl status
-  coordctl --endpoints 127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430 -o json status`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+	return a.newCmd("status", "Show every endpoint's Raft state, leader, indexes and FSM digest", `  coordctl status
+  coordctl --endpoints 127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430 -o json status`, cobra.NoArgs,
+		func(ctx context.Context, _ []string) error {
 			var nodes []nodeStatus
 			failed := 0
 			for _, ep := range a.client.Endpoints() {
@@ -74,8 +69,7 @@ func (a *app) statusCmd() *cobra.Command {
 				return fmt.Errorf("%d of %d endpoints did not answer", failed, len(nodes))
 			}
 			return nil
-		},
-	}
+		})
 }
 
 // writeStatusJSON prints one document, {"nodes": [...]}, with one object
@@ -111,101 +105,56 @@ func writeStatusJSON(out io.Writer, nodes []nodeStatus) error {
 }
 
 func (a *app) membersCmd() *cobra.Command {
-	list := &cobra.Command{
-		Use:     "members",
-		Short:   "List the cluster's members (add and remove them with subcommands)",
-		Example: "  coordctl members\n  coordctl members add node4 127.0.0.1:7442 127.0.0.1:7440\n  coordctl members remove node4",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+	// Each prints the members as they are after it.
+	members := func(op string, resp interface {
+		proto.Message
+		GetMembers() []*coordv1.Member
+	}, err error) error {
+		return a.reply(op, resp, err, func(w io.Writer) { membersTable(w, resp.GetMembers()) })
+	}
+	list := a.newCmd("members", "List the cluster's members (add and remove them with subcommands)",
+		"  coordctl members\n  coordctl members add node4 127.0.0.1:7442 127.0.0.1:7440\n  coordctl members remove node4", cobra.NoArgs,
+		func(ctx context.Context, _ []string) error {
 			resp, err := a.cluster().Members(ctx, &coordv1.MembersRequest{})
-			if err != nil {
-				return fail("members", err)
-			}
-			return a.print(resp, func(w io.Writer) { membersTable(w, resp.GetMembers()) })
-		},
-	}
-	add := &cobra.Command{
-		Use:     "add ID RAFT_ADDR GRPC_ADDR",
-		Short:   "Add a voter (or update a member's addresses)",
-		Example: "  coordctl members add node4 127.0.0.1:7442 127.0.0.1:7440",
-		Args:    cobra.ExactArgs(3),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+			return members("members", resp, err)
+		})
+	add := a.newCmd("add ID RAFT_ADDR GRPC_ADDR", "Add a voter (or update a member's addresses)",
+		"  coordctl members add node4 127.0.0.1:7442 127.0.0.1:7440", cobra.ExactArgs(3),
+		func(ctx context.Context, args []string) error {
 			resp, err := a.cluster().AddVoter(ctx, &coordv1.AddVoterRequest{Id: args[0], RaftAddress: args[1], GrpcAddress: args[2]})
-			if err != nil {
-				return fail("members add "+args[0], err)
-			}
-			return a.print(resp, func(w io.Writer) { membersTable(w, resp.GetMembers()) })
-		},
-	}
-	remove := &cobra.Command{
-		Use:     "remove ID",
-		Short:   "Remove a server from the cluster",
-		Example: "  coordctl members remove node4",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+			return members("members add "+args[0], resp, err)
+		})
+	remove := a.newCmd("remove ID", "Remove a server from the cluster", "  coordctl members remove node4", cobra.ExactArgs(1),
+		func(ctx context.Context, args []string) error {
 			resp, err := a.cluster().RemoveServer(ctx, &coordv1.RemoveServerRequest{Id: args[0]})
-			if err != nil {
-				return fail("members remove "+args[0], err)
-			}
-			return a.print(resp, func(w io.Writer) { membersTable(w, resp.GetMembers()) })
-		},
-	}
+			return members("members remove "+args[0], resp, err)
+		})
 	list.AddCommand(add, remove)
 	return list
 }
 
-func (a *app) leaderCmd() *cobra.Command {
-	transfer := &cobra.Command{
-		Use:     "transfer [ID]",
-		Short:   "Hand leadership to ID, or to any up-to-date voter",
-		Example: "  coordctl leader transfer\n  coordctl leader transfer node2",
-		Args:    cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			id := ""
-			if len(args) == 1 {
-				id = args[0]
-			}
+func (a *app) leaderTransferCmd() *cobra.Command {
+	return a.newCmd("transfer [ID]", "Hand leadership to ID, or to any up-to-date voter",
+		"  coordctl leader transfer\n  coordctl leader transfer node2", cobra.MaximumNArgs(1),
+		func(ctx context.Context, args []string) error {
 			if err := a.checkTransfer(ctx); err != nil {
 				return err
 			}
-			resp, err := a.cluster().TransferLeadership(ctx, &coordv1.TransferLeadershipRequest{Id: id})
-			if err != nil {
-				return fail("leader transfer", err)
-			}
-			return a.print(resp, func(w io.Writer) {
+			resp, err := a.cluster().TransferLeadership(ctx, &coordv1.TransferLeadershipRequest{Id: firstArg(args)})
+			return a.reply("leader transfer", resp, err, func(w io.Writer) {
 				fmt.Fprintf(w, "leadership transferred; leader is now %s\n", orDash(resp.GetLeaderId()))
 			})
-		},
-	}
-	return group("leader", "Leadership operations", transfer)
+		})
 }
 
 func (a *app) snapshotCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "snapshot",
-		Short:   "Take a snapshot now on the first endpoint that answers",
-		Example: "  coordctl --endpoints 127.0.0.1:7420 snapshot",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+	return a.newCmd("snapshot", "Take a snapshot now on the first endpoint that answers",
+		"  coordctl --endpoints 127.0.0.1:7420 snapshot", cobra.NoArgs, func(ctx context.Context, _ []string) error {
 			resp, err := a.client.Snapshot(perNodeContext(ctx), "")
-			if err != nil {
-				return fail("snapshot", err)
-			}
-			return a.print(resp, func(w io.Writer) {
+			return a.reply("snapshot", resp, err, func(w io.Writer) {
 				fmt.Fprintf(w, "snapshot %s at index %d, term %d\n", resp.GetId(), resp.GetIndex(), resp.GetTerm())
 			})
-		},
-	}
+		})
 }
 
 // checkTransfer refuses a leader transfer in a cluster of one voter: there

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"fmt"
+	"context"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -9,31 +9,17 @@ import (
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-func (a *app) fenceCmd() *cobra.Command {
-	return group("fence", "Fenced resources: commit with a token, see the highest token seen",
-		a.fenceCommitCmd(), a.fenceGetCmd())
-}
-
 func (a *app) fenceCommitCmd() *cobra.Command {
 	var (
-		lease, key, payload, token string
-		generation                 uint64
-		dryRun                     bool
+		req     = &coordv1.FencedCommitRequest{}
+		payload string
 	)
-	cmd := &cobra.Command{
-		Use:     "commit RESOURCE",
-		Short:   "Validate a fencing token for a write to RESOURCE (refused if stale)",
-		Example: `  coordctl fence commit payments/store-42 --lease daily-close --generation 7 --key close-2026-09-25-store-42 --payload 42.00`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			resp, err := a.coord().FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: args[0], LeaseName: lease,
-				Generation: generation, Token: token, IdempotencyKey: key, Payload: []byte(payload), DryRun: dryRun})
-			if err != nil {
-				return fail("fence commit "+args[0], err)
-			}
-			return a.print(resp, func(w io.Writer) {
+	cmd := a.newCmd("commit RESOURCE", "Validate a fencing token for a write to RESOURCE (refused if stale)",
+		`  coordctl fence commit payments/store-42 --lease daily-close --generation 7 --key close-2026-09-25-store-42 --payload 42.00`,
+		cobra.ExactArgs(1), func(ctx context.Context, args []string) error {
+			req.Resource, req.Payload = args[0], []byte(payload)
+			resp, err := a.coord().FencedCommit(ctx, req)
+			return a.reply("fence commit "+args[0], resp, err, func(w io.Writer) {
 				kind := "accepted"
 				if resp.GetDuplicate() {
 					kind = "duplicate (first outcome returned)"
@@ -46,14 +32,14 @@ func (a *app) fenceCommitCmd() *cobra.Command {
 					row(w, args[0], kind, resp.GetGeneration(), resp.GetMaxGeneration(), short(string(resp.GetPayload()), 40))
 				})
 			})
-		},
-	}
-	cmd.Flags().StringVar(&lease, "lease", "", "lease whose token this is (with --generation, or use --token)")
-	cmd.Flags().Uint64Var(&generation, "generation", 0, "the token: the lease generation")
-	cmd.Flags().StringVar(&token, "token", "", "the token as lease:generation, instead of --lease and --generation")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only check whether the commit would be accepted; record nothing")
-	cmd.Flags().StringVar(&key, "key", "", "idempotency key: a repeat returns the first outcome")
-	cmd.Flags().StringVar(&payload, "payload", "", "payload stored with the first commit of the key")
+		})
+	f := cmd.Flags()
+	f.StringVar(&req.LeaseName, "lease", "", "lease whose token this is (with --generation, or use --token)")
+	f.Uint64Var(&req.Generation, "generation", 0, "the token: the lease generation")
+	f.StringVar(&req.Token, "token", "", "the token as lease:generation, instead of --lease and --generation")
+	f.BoolVar(&req.DryRun, "dry-run", false, "only check whether the commit would be accepted; record nothing")
+	f.StringVar(&req.IdempotencyKey, "key", "", "idempotency key: a repeat returns the first outcome")
+	f.StringVar(&payload, "payload", "", "payload stored with the first commit of the key")
 	cmd.MarkFlagsRequiredTogether("lease", "generation")
 	cmd.MarkFlagsMutuallyExclusive("token", "lease")
 	cmd.MarkFlagsMutuallyExclusive("token", "generation")
@@ -62,21 +48,11 @@ func (a *app) fenceCommitCmd() *cobra.Command {
 }
 
 func (a *app) fenceGetCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "get RESOURCE",
-		Short:   "Show the highest token accepted for RESOURCE and its last commit",
-		Example: "  coordctl fence get payments/store-42",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+	return a.newCmd("get RESOURCE", "Show the highest token accepted for RESOURCE and its last commit",
+		"  coordctl fence get payments/store-42", cobra.ExactArgs(1), func(ctx context.Context, args []string) error {
 			r, err := a.client.GetResource(ctx, args[0])
-			if err != nil {
-				return fail(fmt.Sprintf("fence get %s", args[0]), err)
-			}
-			resp := &coordv1.GetResourceResponse{Resource: r}
-			now := a.clusterTime(ctx)
-			return a.print(resp, func(w io.Writer) { resourceTable(w, resp.GetResource(), now) })
-		},
-	}
+			return a.reply("fence get "+args[0], &coordv1.GetResourceResponse{Resource: r}, err, func(w io.Writer) {
+				resourceTable(w, r, a.clusterTime(ctx))
+			})
+		})
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -40,31 +38,16 @@ func (h *holderFlags) add(cmd *cobra.Command, gen, ttl bool) {
 	}
 }
 
-func (a *app) leaseCmd() *cobra.Command {
-	return group("lease", "See and operate leases",
-		a.leaseListCmd(), a.leaseGetCmd(), a.leaseAcquireCmd(), a.leaseRenewCmd(), a.leaseReleaseCmd(), a.leaseKeepAliveCmd(), a.leaseWatchCmd())
-}
-
 func (a *app) leaseListCmd() *cobra.Command {
 	var prefix string
-	cmd := &cobra.Command{
-		Use:     "list",
-		Short:   "List leases sorted by name: owner, generation, state, age, last renewal, expiry",
-		Example: "  coordctl lease list\n  coordctl lease list --prefix daily-",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+	cmd := a.newCmd("list", "List leases sorted by name: owner, generation, state, age, last renewal, expiry",
+		"  coordctl lease list\n  coordctl lease list --prefix daily-", cobra.NoArgs,
+		func(ctx context.Context, _ []string) error {
 			leases, err := allPages(func(tok string) (*coordv1.ListLeasesResponse, error) {
 				return a.client.ListLeases(ctx, prefix, tok, 1000)
 			}, (*coordv1.ListLeasesResponse).GetLeases)
-			if err != nil {
-				return fail("lease list", err)
-			}
-			all := &coordv1.ListLeasesResponse{Leases: leases}
-			return a.print(all, func(w io.Writer) { leaseTable(w, all.GetLeases()) })
-		},
-	}
+			return a.reply("lease list", &coordv1.ListLeasesResponse{Leases: leases}, err, func(w io.Writer) { leaseTable(w, leases) })
+		})
 	cmd.Flags().StringVar(&prefix, "prefix", "", "only leases whose name starts with this")
 	return cmd
 }
@@ -87,116 +70,75 @@ func allPages[R interface{ GetNextPageToken() string }, T any](list func(tok str
 }
 
 func (a *app) leaseGetCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "get NAME",
-		Short:   "Show who holds a lease, since when, which generation, when it was last renewed",
-		Example: "  coordctl lease get daily-close",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+	return a.newCmd("get NAME", "Show who holds a lease, since when, which generation, when it was last renewed",
+		"  coordctl lease get daily-close", cobra.ExactArgs(1), func(ctx context.Context, args []string) error {
 			l, err := a.client.GetLease(ctx, args[0])
-			if err != nil {
-				return fail("lease get "+args[0], err)
-			}
-			resp := &coordv1.GetLeaseResponse{Lease: l}
-			return a.print(resp, func(w io.Writer) { leaseTable(w, []*coordv1.Lease{resp.GetLease()}) })
-		},
-	}
+			return a.reply("lease get "+args[0], &coordv1.GetLeaseResponse{Lease: l}, err, leaseRows(l))
+		})
+}
+
+// leaseRows is the table of one lease.
+func leaseRows(l *coordv1.Lease) func(w io.Writer) {
+	return func(w io.Writer) { leaseTable(w, []*coordv1.Lease{l}) }
 }
 
 func (a *app) leaseAcquireCmd() *cobra.Command {
 	var h holderFlags
 	var requestID string
 	var wait bool
-	cmd := &cobra.Command{
-		Use:   "acquire NAME",
-		Short: "Acquire a lease; exit status 3 (and the holder printed) when another owner holds it",
-		Example: `  coordctl lease acquire daily-close --owner ops-alice --ttl 30s
+	cmd := a.newCmd("acquire NAME", "Acquire a lease; exit status 3 (and the holder printed) when another owner holds it",
+		`  coordctl lease acquire daily-close --owner ops-alice --ttl 30s
   gen=$(coordctl -o json lease acquire maint --owner me | jq -r .lease.generation)
   coordctl lease acquire maint --owner ops-bob --wait --timeout 5m   # queue until the holder releases it`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+		cobra.ExactArgs(1), func(ctx context.Context, args []string) error {
 			if requestID == "" {
-				var b [12]byte
-				_, _ = crand.Read(b[:])
-				requestID = hex.EncodeToString(b[:])
+				requestID = randomID()
 			}
 			req := &coordv1.AcquireRequest{Name: args[0], Owner: h.owner, TtlMs: h.ttl.Milliseconds(), RequestId: requestID, Wait: wait}
 			resp, err := a.coord().Acquire(ctx, req)
 			if err != nil {
 				return a.acquireFailed(ctx, "lease acquire "+args[0], requestID, wait, err)
 			}
-			if err := a.print(resp, func(w io.Writer) {
-				if !resp.GetAcquired() {
-					fmt.Fprintf(w, "not acquired: held by %s\n", resp.GetLease().GetOwner())
-				}
-				leaseTable(w, []*coordv1.Lease{resp.GetLease()})
-			}); err != nil {
+			l, held := resp.GetLease(), !resp.GetAcquired()
+			if err := a.print(resp, noteIf(held, "not acquired: held by "+l.GetOwner(), leaseRows(l))); err != nil || !held {
 				return err
 			}
-			if !resp.GetAcquired() {
-				l := resp.GetLease()
-				return &heldError{msg: fmt.Sprintf("lease %s is held by %s (generation %d, %s left)",
-					l.GetName(), l.GetOwner(), l.GetGeneration(), human(l.GetExpiresInMs()))}
-			}
-			return nil
-		},
-	}
+			return &heldError{msg: fmt.Sprintf("lease %s is held by %s (generation %d, %s left)",
+				l.GetName(), l.GetOwner(), l.GetGeneration(), human(l.GetExpiresInMs()))}
+		})
 	h.add(cmd, false, true)
 	cmd.Flags().StringVar(&requestID, "request-id", "", "request id; a retry with the same id returns the same grant (default random)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait (up to --timeout) while another owner holds it; waiters are served in arrival order")
 	return cmd
 }
 
-func (a *app) leaseRenewCmd() *cobra.Command {
+// holderCmd is a command of a lease's holder on lease NAME: --owner and
+// --generation, and --ttl when ttl.
+func (a *app) holderCmd(use, short, example string, ttl bool, run func(ctx context.Context, name string, h holderFlags) error) *cobra.Command {
 	var h holderFlags
-	cmd := &cobra.Command{
-		Use:     "renew NAME",
-		Short:   "Renew a lease as its current holder",
-		Example: "  coordctl lease renew daily-close --owner ops-alice --generation 7 --ttl 30s",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			resp, err := a.coord().Renew(ctx, &coordv1.RenewRequest{Name: args[0], Owner: h.owner, Generation: h.generation,
-				TtlMs: h.ttl.Milliseconds()})
-			if err != nil {
-				return fail("lease renew "+args[0], err)
-			}
-			return a.print(resp, func(w io.Writer) { leaseTable(w, []*coordv1.Lease{resp.GetLease()}) })
-		},
-	}
-	h.add(cmd, true, true)
+	cmd := a.newCmd(use, short, example, cobra.ExactArgs(1), func(ctx context.Context, args []string) error {
+		return run(ctx, args[0], h)
+	})
+	h.add(cmd, true, ttl)
 	return cmd
 }
 
+func (a *app) leaseRenewCmd() *cobra.Command {
+	return a.holderCmd("renew NAME", "Renew a lease as its current holder",
+		"  coordctl lease renew daily-close --owner ops-alice --generation 7 --ttl 30s", true,
+		func(ctx context.Context, name string, h holderFlags) error {
+			resp, err := a.coord().Renew(ctx, &coordv1.RenewRequest{Name: name, Owner: h.owner, Generation: h.generation, TtlMs: h.ttl.Milliseconds()})
+			return a.reply("lease renew "+name, resp, err, leaseRows(resp.GetLease()))
+		})
+}
+
 func (a *app) leaseReleaseCmd() *cobra.Command {
-	var h holderFlags
-	cmd := &cobra.Command{
-		Use:     "release NAME",
-		Short:   "Release a lease (its generation is kept; releasing twice is harmless)",
-		Example: "  coordctl lease release daily-close --owner ops-alice --generation 7",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			resp, err := a.coord().Release(ctx, &coordv1.ReleaseRequest{Name: args[0], Owner: h.owner, Generation: h.generation})
-			if err != nil {
-				return fail("lease release "+args[0], err)
-			}
-			return a.print(resp, func(w io.Writer) {
-				if !resp.GetReleased() {
-					fmt.Fprintln(w, "already released")
-				}
-				leaseTable(w, []*coordv1.Lease{resp.GetLease()})
-			})
-		},
-	}
-	h.add(cmd, true, false)
-	return cmd
+	return a.holderCmd("release NAME", "Release a lease (its generation is kept; releasing twice is harmless)",
+		"  coordctl lease release daily-close --owner ops-alice --generation 7", false,
+		func(ctx context.Context, name string, h holderFlags) error {
+			resp, err := a.coord().Release(ctx, &coordv1.ReleaseRequest{Name: name, Owner: h.owner, Generation: h.generation})
+			return a.reply("lease release "+name, resp, err, noteIf(!resp.GetReleased(), "already released", leaseRows(resp.GetLease())))
+		})
 }
 
 func (a *app) leaseKeepAliveCmd() *cobra.Command {
@@ -248,8 +190,7 @@ func (a *app) keepAlive(ctx context.Context, name string, h holderFlags) error {
 			return
 		}
 		if a.output == "json" {
-			b, _ := protoJSON(r, false)
-			fmt.Fprintf(a.out, "%s\n", b)
+			_ = a.writeJSON(r, false)
 			return
 		}
 		fmt.Fprintf(a.out, "renewed %s generation %d: expires in %s\n", name, r.GetGeneration(), human(r.GetExpiresInMs()))

@@ -146,7 +146,20 @@ so once on stderr).`,
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	root.PersistentFlags().DurationVar(&a.timeout, "timeout", 10*time.Second, "timeout of each command")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
-	root.AddCommand(a.statusCmd(), a.membersCmd(), a.leaderCmd(), a.snapshotCmd(), a.leaseCmd(), a.windowCmd(), a.fenceCmd(), a.jobCmd(), a.queueCmd(), a.scheduleCmd(), a.certsCmd(), a.versionCmd())
+	root.AddCommand(a.statusCmd(), a.membersCmd(), group("leader", "Leadership operations", a.leaderTransferCmd()), a.snapshotCmd(),
+		group("lease", "See and operate leases",
+			a.leaseListCmd(), a.leaseGetCmd(), a.leaseAcquireCmd(), a.leaseRenewCmd(), a.leaseReleaseCmd(), a.leaseKeepAliveCmd(), a.leaseWatchCmd()),
+		group("window", "See and operate the window ledger",
+			a.windowListCmd(), a.windowGetCmd(), a.windowClaimCmd(), a.windowCompleteCmd()),
+		group("fence", "Fenced resources: commit with a token, see the highest token seen",
+			a.fenceCommitCmd(), a.fenceGetCmd()),
+		group("job", "Queued jobs (submit, get, list, cancel, retry) and what did not happen (overdue)",
+			a.jobSubmitCmd(), a.jobGetCmd(), a.jobListCmd(), a.jobCancelCmd(), a.jobRetryCmd(), a.jobWatchCmd(), a.jobOverdueCmd()),
+		group("queue", "The job queue's counts per state and dispatch lag", a.queueStatsCmd()),
+		group("schedule", "Recurring jobs: one queue job per occurrence of a cron expression, made by the leader",
+			a.scheduleCreateCmd(), a.scheduleGetCmd(), a.scheduleListCmd(), a.schedulePauseCmd(), a.scheduleResumeCmd(),
+			a.scheduleTriggerCmd(), a.scheduleDeleteCmd()),
+		a.certsCmd(), a.versionCmd())
 	return root
 }
 
@@ -160,9 +173,15 @@ func splitEndpoints(s string) []string {
 	return out
 }
 
-// ctx returns the command's context bounded by --timeout.
-func (a *app) ctx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(cmd.Context(), a.timeout)
+// newCmd is a command that talks to the cluster: run gets the command's
+// context bounded by --timeout.
+func (a *app) newCmd(use, short, example string, args cobra.PositionalArgs, run func(ctx context.Context, args []string) error) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Example: example, Args: args,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+			defer cancel()
+			return run(ctx, args)
+		}}
 }
 
 // group is a command that only holds subcommands; its example lists the
@@ -195,6 +214,18 @@ func parseLabels(labels []string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+// pageFlags are --limit and --page-token, the flags of the list commands
+// that print one page.
+type pageFlags struct {
+	limit int32
+	token string
+}
+
+func (p *pageFlags) add(cmd *cobra.Command, items string) {
+	cmd.Flags().Int32Var(&p.limit, "limit", 100, items+" per page, 1 to 1000")
+	cmd.Flags().StringVar(&p.token, "page-token", "", "the page after the one that printed this token")
 }
 
 // noArgsLimit is the Args check of a list command without arguments: no

@@ -38,15 +38,61 @@ func protoJSON(msg proto.Message, indent bool) ([]byte, error) {
 // print writes msg as one protojson document (-o json) or renders table.
 func (a *app) print(msg proto.Message, table func(w io.Writer)) error {
 	if a.output == "json" {
-		b, err := protoJSON(msg, true)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(a.out, "%s\n", b)
-		return err
+		return a.writeJSON(msg, true)
 	}
 	table(a.out)
 	return nil
+}
+
+// writeJSON writes msg as one protojson document (see protoJSON) and a
+// newline.
+func (a *app) writeJSON(msg proto.Message, indent bool) error {
+	b, err := protoJSON(msg, indent)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(a.out, "%s\n", b)
+	return err
+}
+
+// reply prints resp as print does, or returns the failure of op.
+func (a *app) reply(op string, resp proto.Message, err error, table func(w io.Writer)) error {
+	if err != nil {
+		return fail(op, err)
+	}
+	return a.print(resp, table)
+}
+
+// noteIf heads table with a line, note, when cond holds.
+func noteIf(cond bool, note string, table func(w io.Writer)) func(w io.Writer) {
+	return func(w io.Writer) {
+		if cond {
+			fmt.Fprintln(w, note)
+		}
+		table(w)
+	}
+}
+
+// morePages says how to ask for the next page, when there is one.
+func morePages(w io.Writer, resp interface{ GetNextPageToken() string }) {
+	if t := resp.GetNextPageToken(); t != "" {
+		fmt.Fprintf(w, "\nmore: --page-token %s\n", t)
+	}
+}
+
+// section prints, after a blank line, a table of items under head, cells
+// giving each item's row; nothing when there are no items.
+func section[T any](out io.Writer, items []T, head []any, cells func(T) []any) {
+	if len(items) == 0 {
+		return
+	}
+	fmt.Fprintln(out)
+	tab(out, func(w io.Writer) {
+		row(w, head...)
+		for _, x := range items {
+			row(w, cells(x)...)
+		}
+	})
 }
 
 // tab runs f on an aligned table writer.
@@ -86,14 +132,16 @@ func human(ms int64) string {
 	}
 }
 
-func leaseState(l *coordv1.Lease) string {
+// leaseState is a lease's state (released, expired or held) and, when it
+// is held, the time it has left ("-" otherwise).
+func leaseState(l *coordv1.Lease) (state, left string) {
 	switch {
 	case l.GetReleased():
-		return "released"
+		return "released", "-"
 	case l.GetExpired():
-		return "expired"
+		return "expired", "-"
 	default:
-		return "held"
+		return "held", human(l.GetExpiresInMs())
 	}
 }
 
@@ -111,12 +159,9 @@ func leaseTable(out io.Writer, leases []*coordv1.Lease) {
 		}
 		row(w, head...)
 		for _, l := range leases {
-			expires := "-"
-			if leaseState(l) == "held" {
-				expires = human(l.GetExpiresInMs())
-			}
-			cells := []any{l.GetName(), l.GetOwner(), l.GetGeneration(), leaseState(l), human(l.GetHeldMs()),
-				agoMs(l.GetRenewedAgoMs()), expires}
+			state, left := leaseState(l)
+			cells := []any{l.GetName(), l.GetOwner(), l.GetGeneration(), state, human(l.GetHeldMs()),
+				agoMs(l.GetRenewedAgoMs()), left}
 			if identities {
 				cells = append(cells[:2:2], append([]any{or(l.GetIdentity(), "-")}, cells[2:]...)...)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/coordd/coordd/client/queue"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -21,52 +23,40 @@ import (
 // clock), shown in UTC; ages are measured at the calendar time a Get or
 // Stats answer carries.
 
-func (a *app) queueCmd() *cobra.Command {
-	return group("queue", "The job queue's counts per state and dispatch lag", a.queueStatsCmd())
-}
-
 func (a *app) jobSubmitCmd() *cobra.Command {
 	var (
 		q, args, at, key string
 		in, vt           time.Duration
 		attempts, prio   int
 		labels           []string
+		cmd              *cobra.Command // run asks it which flags were given
 	)
-	cmd := &cobra.Command{
-		Use:   "submit KIND [--queue Q] [--args JSON] [--at TIME | --in DURATION]",
-		Short: "Submit a job to the queue: now, at a time, or after a delay",
-		Long: `Submits one job of kind KIND (the task's name: it selects the worker's
-handler) with its args (JSON). It is due now, at --at (RFC 3339, on the
-cluster's clock) or --in a duration from now; it is never handed out
-before then. With --unique-key a second submit with the same key returns
-the first job (DUPLICATE) and adds nothing, so it is safe to repeat.`,
-		Example: `  coordctl job submit send-invoice --queue billing --args '{"invoice":42}' --unique-key invoice-42
-  coordctl job submit nightly-report --at 2026-09-26T02:00:00Z --max-attempts 3
-  coordctl -o json job submit cleanup --in 10m --label team=ops | jq -r '.jobs[0].id'`,
-		Args: func(cmd *cobra.Command, pos []string) error {
-			if err := cobra.ExactArgs(1)(cmd, pos); err != nil {
-				return err
-			}
-			if args != "" && !json.Valid([]byte(args)) {
-				return fmt.Errorf("--args %q: not valid JSON", args)
-			}
-			if at != "" {
-				if _, err := time.Parse(time.RFC3339Nano, at); err != nil {
-					return fmt.Errorf("--at %q: want an RFC 3339 time such as 2026-09-26T02:00:00Z", at)
-				}
-			}
-			if cmd.Flags().Changed("at") && cmd.Flags().Changed("in") {
-				return fmt.Errorf("--at and --in: give one")
-			}
-			if in < 0 {
-				return fmt.Errorf("--in %s: negative", in)
-			}
-			_, err := parseLabels(labels)
+	check := func(cmd *cobra.Command, pos []string) error {
+		if err := cobra.ExactArgs(1)(cmd, pos); err != nil {
 			return err
-		},
-		RunE: func(cmd *cobra.Command, pos []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+		}
+		if args != "" && !json.Valid([]byte(args)) {
+			return fmt.Errorf("--args %q: not valid JSON", args)
+		}
+		if at != "" {
+			if _, err := time.Parse(time.RFC3339Nano, at); err != nil {
+				return fmt.Errorf("--at %q: want an RFC 3339 time such as 2026-09-26T02:00:00Z", at)
+			}
+		}
+		if cmd.Flags().Changed("at") && cmd.Flags().Changed("in") {
+			return fmt.Errorf("--at and --in: give one")
+		}
+		if in < 0 {
+			return fmt.Errorf("--in %s: negative", in)
+		}
+		_, err := parseLabels(labels)
+		return err
+	}
+	cmd = a.newCmd("submit KIND [--queue Q] [--args JSON] [--at TIME | --in DURATION]", "Submit a job to the queue: now, at a time, or after a delay",
+		`  coordctl job submit send-invoice --queue billing --args '{"invoice":42}' --unique-key invoice-42
+  coordctl job submit nightly-report --at 2026-09-26T02:00:00Z --max-attempts 3
+  coordctl -o json job submit cleanup --in 10m --label team=ops | jq -r '.jobs[0].id'`, check,
+		func(ctx context.Context, pos []string) error {
 			opts := []queue.Option{queue.Queue(q), queue.UniqueKey(key)}
 			f := cmd.Flags()
 			if f.Changed("max-attempts") {
@@ -98,12 +88,13 @@ the first job (DUPLICATE) and adds nothing, so it is safe to repeat.`,
 				return fail("job submit "+pos[0], err)
 			}
 			resp, err := a.client.Queue().Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{spec}})
-			if err != nil {
-				return fail("job submit "+pos[0], err)
-			}
-			return a.print(resp, func(w io.Writer) { submittedTable(w, resp.GetJobs()) })
-		},
-	}
+			return a.reply("job submit "+pos[0], resp, err, func(w io.Writer) { submittedTable(w, resp.GetJobs()) })
+		})
+	cmd.Long = `Submits one job of kind KIND (the task's name: it selects the worker's
+handler) with its args (JSON). It is due now, at --at (RFC 3339, on the
+cluster's clock) or --in a duration from now; it is never handed out
+before then. With --unique-key a second submit with the same key returns
+the first job (DUPLICATE) and adds nothing, so it is safe to repeat.`
 	f := cmd.Flags()
 	f.StringVar(&q, "queue", "", `queue (default "default")`)
 	f.StringVar(&args, "args", "", "the job's parameters, JSON")
@@ -135,149 +126,105 @@ func idArg(cmd *cobra.Command, pos []string) error {
 	return err
 }
 
+// jobIDCmd is "job VERB ID", its id checked by idArg; run gets the id and
+// the op that names the command in an error.
+func (a *app) jobIDCmd(verb, short, example string, run func(ctx context.Context, id uint64, op string) error) *cobra.Command {
+	return a.newCmd(verb+" ID", short, example, idArg, func(ctx context.Context, pos []string) error {
+		id, _ := parseID(pos[0])
+		return run(ctx, id, "job "+verb+" "+pos[0])
+	})
+}
+
 func (a *app) jobGetCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "get ID",
-		Short: "Show a queued job: state, args, and its attempts with tokens and errors",
-		Example: `  coordctl job get 17
+	return a.jobIDCmd("get", "Show a queued job: state, args, and its attempts with tokens and errors",
+		`  coordctl job get 17
   coordctl -o json job get 17 | jq -r '.job.attempt_log[-1].error'`,
-		Args: idArg,
-		RunE: func(cmd *cobra.Command, pos []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			id, _ := parseID(pos[0])
+		func(ctx context.Context, id uint64, op string) error {
 			resp, err := a.client.Queue().Get(ctx, &coordv1.QueueGetRequest{Id: id})
-			if err != nil {
-				return fail("job get "+pos[0], err)
-			}
-			return a.print(resp, func(w io.Writer) { queueJobText(w, resp.GetJob(), resp.GetCalendarMs()) })
-		},
-	}
+			return a.reply(op, resp, err, func(w io.Writer) { queueJobText(w, resp.GetJob(), resp.GetCalendarMs()) })
+		})
 }
 
 func (a *app) jobListCmd() *cobra.Command {
 	var (
-		q, state, kind, label, token string
-		limit                        int32
+		q, state, kind, label string
+		page                  pageFlags
 	)
-	cmd := &cobra.Command{
-		Use:   "list [--queue Q] [--state S] [--kind K] [--label k=v]",
-		Short: "List queued jobs, newest first (one page; --page-token for the next)",
-		Example: `  coordctl job list --queue billing --state dead
+	check := func(cmd *cobra.Command, pos []string) error {
+		if err := cobra.NoArgs(cmd, pos); err != nil {
+			return err
+		}
+		if _, err := parseState(state); err != nil {
+			return err
+		}
+		if label != "" && !strings.Contains(label, "=") {
+			return fmt.Errorf("--label %q: want key=value", label)
+		}
+		return checkLimit(page.limit)
+	}
+	cmd := a.newCmd("list [--queue Q] [--state S] [--kind K] [--label k=v]", "List queued jobs, newest first (one page; --page-token for the next)",
+		`  coordctl job list --queue billing --state dead
   coordctl job list --kind send-invoice --label tenant=acme --limit 20
-  coordctl -o json job list --state retryable | jq -r '.next_page_token'`,
-		Args: func(cmd *cobra.Command, pos []string) error {
-			if err := cobra.NoArgs(cmd, pos); err != nil {
-				return err
-			}
-			if _, err := parseState(state); err != nil {
-				return err
-			}
-			if label != "" && !strings.Contains(label, "=") {
-				return fmt.Errorf("--label %q: want key=value", label)
-			}
-			return checkLimit(limit)
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+  coordctl -o json job list --state retryable | jq -r '.next_page_token'`, check,
+		func(ctx context.Context, _ []string) error {
 			st, _ := parseState(state)
 			resp, err := a.client.Queue().List(ctx, &coordv1.QueueListRequest{Queue: q, State: st, Kind: kind, Label: label,
-				PageSize: limit, PageToken: token})
-			if err != nil {
-				return fail("job list", err)
-			}
-			return a.print(resp, func(w io.Writer) {
+				PageSize: page.limit, PageToken: page.token})
+			return a.reply("job list", resp, err, func(w io.Writer) {
 				queueJobTable(w, resp.GetJobs())
-				if t := resp.GetNextPageToken(); t != "" {
-					fmt.Fprintf(w, "\nmore: --page-token %s\n", t)
-				}
+				morePages(w, resp)
 			})
-		},
-	}
+		})
 	f := cmd.Flags()
 	f.StringVar(&q, "queue", "", "only this queue")
 	f.StringVar(&state, "state", "", "only this state: "+strings.Join(stateNames(), ", "))
 	f.StringVar(&kind, "kind", "", "only this kind")
 	f.StringVar(&label, "label", "", "only jobs with this key=value label")
-	f.Int32Var(&limit, "limit", 100, "jobs per page, 1 to 1000")
-	f.StringVar(&token, "page-token", "", "the page after the one that printed this token")
+	page.add(cmd, "jobs")
 	return cmd
 }
 
+// jobChangeCmd is cancel or retry: one call on a job, then the job as it
+// is after it (unchanged says so when the call found it done already).
+func jobChangeCmd[R interface {
+	proto.Message
+	GetDuplicate() bool
+	GetJob() *coordv1.QueueJob
+}](a *app, verb, short, unchanged string, call func(ctx context.Context, id uint64) (R, error)) *cobra.Command {
+	return a.jobIDCmd(verb, short, "  coordctl job "+verb+" 17", func(ctx context.Context, id uint64, op string) error {
+		resp, err := call(ctx, id)
+		return a.reply(op, resp, err, noteIf(resp.GetDuplicate(), unchanged, func(w io.Writer) {
+			queueJobTable(w, []*coordv1.QueueJob{resp.GetJob()})
+		}))
+	})
+}
+
 func (a *app) jobCancelCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "cancel ID",
-		Short:   "Cancel a queued job; a running attempt ends at once (its worker is refused)",
-		Example: `  coordctl job cancel 17`,
-		Args:    idArg,
-		RunE: func(cmd *cobra.Command, pos []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			id, _ := parseID(pos[0])
-			resp, err := a.client.Queue().Cancel(ctx, &coordv1.QueueCancelRequest{Id: id})
-			if err != nil {
-				return fail("job cancel "+pos[0], err)
-			}
-			return a.print(resp, func(w io.Writer) {
-				if resp.GetDuplicate() {
-					fmt.Fprintln(w, "unchanged: already cancelled")
-				}
-				queueJobTable(w, []*coordv1.QueueJob{resp.GetJob()})
-			})
-		},
-	}
+	return jobChangeCmd(a, "cancel", "Cancel a queued job; a running attempt ends at once (its worker is refused)", "unchanged: already cancelled",
+		func(ctx context.Context, id uint64) (*coordv1.QueueCancelResponse, error) {
+			return a.client.Queue().Cancel(ctx, &coordv1.QueueCancelRequest{Id: id})
+		})
 }
 
 func (a *app) jobRetryCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "retry ID",
-		Short: "Make a dead, cancelled, retryable or scheduled job available now",
-		Long: `Makes the job available now: a dead or cancelled one is revived (with one
+	cmd := jobChangeCmd(a, "retry", "Make a dead, cancelled, retryable or scheduled job available now", "unchanged: already available",
+		func(ctx context.Context, id uint64) (*coordv1.QueueRetryResponse, error) {
+			return a.client.Queue().Retry(ctx, &coordv1.QueueRetryRequest{Id: id})
+		})
+	cmd.Long = `Makes the job available now: a dead or cancelled one is revived (with one
 more attempt if its attempts are used up), a retryable one skips the rest of
 its backoff, a scheduled one runs early. A running job cannot be retried
-(cancel it first); a succeeded one cannot either.`,
-		Example: `  coordctl job retry 17`,
-		Args:    idArg,
-		RunE: func(cmd *cobra.Command, pos []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			id, _ := parseID(pos[0])
-			resp, err := a.client.Queue().Retry(ctx, &coordv1.QueueRetryRequest{Id: id})
-			if err != nil {
-				return fail("job retry "+pos[0], err)
-			}
-			return a.print(resp, func(w io.Writer) {
-				if resp.GetDuplicate() {
-					fmt.Fprintln(w, "unchanged: already available")
-				}
-				queueJobTable(w, []*coordv1.QueueJob{resp.GetJob()})
-			})
-		},
-	}
+(cancel it first); a succeeded one cannot either.`
+	return cmd
 }
 
 func (a *app) queueStatsCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "stats [QUEUE]",
-		Short: "Jobs per state and the oldest available job's age (dispatch lag), per queue",
-		Example: `  coordctl queue stats
-  coordctl -o json queue stats billing | jq '.queues[0].oldest_available_age_ms'`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, pos []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			q := ""
-			if len(pos) == 1 {
-				q = pos[0]
-			}
-			resp, err := a.client.Queue().Stats(ctx, &coordv1.QueueStatsRequest{Queue: q})
-			if err != nil {
-				return fail("queue stats", err)
-			}
-			return a.print(resp, func(w io.Writer) { queueStatsTable(w, resp.GetQueues()) })
-		},
-	}
+	return a.newCmd("stats [QUEUE]", "Jobs per state and the oldest available job's age (dispatch lag), per queue", `  coordctl queue stats
+  coordctl -o json queue stats billing | jq '.queues[0].oldest_available_age_ms'`, cobra.MaximumNArgs(1),
+		func(ctx context.Context, pos []string) error {
+			resp, err := a.client.Queue().Stats(ctx, &coordv1.QueueStatsRequest{Queue: firstArg(pos)})
+			return a.reply("queue stats", resp, err, func(w io.Writer) { queueStatsTable(w, resp.GetQueues()) })
+		})
 }
 
 // jobStateName is a state as the tables show it: "retryable".

@@ -20,12 +20,6 @@ import (
 // trigger|delete, and job overdue. Occurrences are shown in the
 // schedule's time zone; other calendar times in UTC.
 
-func (a *app) scheduleCmd() *cobra.Command {
-	return group("schedule", "Recurring jobs: one queue job per occurrence of a cron expression, made by the leader",
-		a.scheduleCreateCmd(), a.scheduleGetCmd(), a.scheduleListCmd(), a.schedulePauseCmd(), a.scheduleResumeCmd(),
-		a.scheduleTriggerCmd(), a.scheduleDeleteCmd())
-}
-
 func parseOverlap(s string) (coordv1.ScheduleOverlap, error) {
 	v, ok := coordv1.ScheduleOverlap_value["SCHEDULE_OVERLAP_"+strings.ToUpper(s)]
 	if !ok || v == 0 {
@@ -42,47 +36,33 @@ func (a *app) scheduleCreateCmd() *cobra.Command {
 		attempts, prio                int32
 		labels                        []string
 	)
-	cmd := &cobra.Command{
-		Use:   "create NAME --schedule EXPR --kind KIND [--queue Q] [--tz ZONE] [--args JSON]",
-		Short: "Create or update a schedule (an idempotent upsert by name)",
-		Long: `Creates the schedule NAME, or updates it: the same definition again changes
-nothing. From then on the leader makes one job of kind KIND in queue Q for
-every occurrence of the expression in the zone (cron with 5 or 6 fields,
-@daily, @every 30s, @once 2026-09-26T02:00:00Z), with the occurrence's
-window in its labels (coordd.schedule, coordd.window, coordd.occurrence_ms).
-A worker of the queue runs it. Occurrences missed while the cluster was down
-are made up to --catch-up ago; older ones, and those past --starting-deadline,
-are recorded as skipped. --overlap says what an occurrence does while the
-previous one's job is not final: forbid (skip it), allow, replace (cancel
-the previous job).`,
-		Example: `  coordctl schedule create daily-close --schedule "5 0 * * *" --tz America/Sao_Paulo --window-shift-days -1 \
+	check := func(cmd *cobra.Command, pos []string) error {
+		if err := cobra.ExactArgs(1)(cmd, pos); err != nil {
+			return err
+		}
+		if args != "" && !json.Valid([]byte(args)) {
+			return fmt.Errorf("--args %q: not valid JSON", args)
+		}
+		if _, err := parseOverlap(overlap); err != nil {
+			return err
+		}
+		for _, d := range []struct {
+			flag string
+			v    time.Duration
+		}{{"--starting-deadline", deadline}, {"--catch-up", catchUp}, {"--complete-within", within}, {"--visibility-timeout", vt}} {
+			if d.v < 0 {
+				return fmt.Errorf("%s %s: negative", d.flag, d.v)
+			}
+		}
+		_, err := parseLabels(labels)
+		return err
+	}
+	cmd := a.newCmd("create NAME --schedule EXPR --kind KIND [--queue Q] [--tz ZONE] [--args JSON]", "Create or update a schedule (an idempotent upsert by name)",
+		`  coordctl schedule create daily-close --schedule "5 0 * * *" --tz America/Sao_Paulo --window-shift-days -1 \
     --queue billing --kind close-day --complete-within 2h
   coordctl schedule create heartbeat --schedule "@every 30s" --kind ping --overlap allow
-  coordctl -o json schedule create report --schedule "0 6 * * MON-FRI" --kind report --args '{"to":"ops"}' | jq .created`,
-		Args: func(cmd *cobra.Command, pos []string) error {
-			if err := cobra.ExactArgs(1)(cmd, pos); err != nil {
-				return err
-			}
-			if args != "" && !json.Valid([]byte(args)) {
-				return fmt.Errorf("--args %q: not valid JSON", args)
-			}
-			if _, err := parseOverlap(overlap); err != nil {
-				return err
-			}
-			for _, d := range []struct {
-				flag string
-				v    time.Duration
-			}{{"--starting-deadline", deadline}, {"--catch-up", catchUp}, {"--complete-within", within}, {"--visibility-timeout", vt}} {
-				if d.v < 0 {
-					return fmt.Errorf("%s %s: negative", d.flag, d.v)
-				}
-			}
-			_, err := parseLabels(labels)
-			return err
-		},
-		RunE: func(cmd *cobra.Command, pos []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+  coordctl -o json schedule create report --schedule "0 6 * * MON-FRI" --kind report --args '{"to":"ops"}' | jq .created`, check,
+		func(ctx context.Context, pos []string) error {
 			spec.Name = pos[0]
 			spec.Overlap, _ = parseOverlap(overlap)
 			spec.StartingDeadlineMs, spec.CatchUpMs, spec.CompleteWithinMs = deadline.Milliseconds(), catchUp.Milliseconds(), within.Milliseconds()
@@ -92,22 +72,28 @@ the previous job).`,
 			}
 			spec.Job.Labels, _ = parseLabels(labels)
 			resp, err := a.client.PutSchedule(ctx, spec)
-			if err != nil {
-				return fail("schedule create "+pos[0], err)
+			outcome := "unchanged: the schedule has this definition already"
+			switch {
+			case resp.GetCreated():
+				outcome = "created"
+			case resp.GetChanged():
+				outcome = "updated"
 			}
-			return a.print(resp, func(w io.Writer) {
-				switch {
-				case resp.GetCreated():
-					fmt.Fprintln(w, "created")
-				case resp.GetChanged():
-					fmt.Fprintln(w, "updated")
-				default:
-					fmt.Fprintln(w, "unchanged: the schedule has this definition already")
-				}
+			return a.reply("schedule create "+pos[0], resp, err, func(w io.Writer) {
+				fmt.Fprintln(w, outcome)
 				scheduleText(w, resp.GetSchedule())
 			})
-		},
-	}
+		})
+	cmd.Long = `Creates the schedule NAME, or updates it: the same definition again changes
+nothing. From then on the leader makes one job of kind KIND in queue Q for
+every occurrence of the expression in the zone (cron with 5 or 6 fields,
+@daily, @every 30s, @once 2026-09-26T02:00:00Z), with the occurrence's
+window in its labels (coordd.schedule, coordd.window, coordd.occurrence_ms).
+A worker of the queue runs it. Occurrences missed while the cluster was down
+are made up to --catch-up ago; older ones, and those past --starting-deadline,
+are recorded as skipped. --overlap says what an occurrence does while the
+previous one's job is not final: forbid (skip it), allow, replace (cancel
+the previous job).`
 	f := cmd.Flags()
 	f.StringVar(&spec.Schedule, "schedule", "", `cron expression, descriptor (@daily, @every 30s) or "@once RFC3339" (required)`)
 	f.StringVar(&spec.TimeZone, "tz", "", "IANA time zone of the expression and the window keys (default UTC)")
@@ -129,132 +115,96 @@ the previous job).`,
 	return cmd
 }
 
+// scheduleRows is the text of one schedule.
+func scheduleRows(s *coordv1.Schedule) func(w io.Writer) {
+	return func(w io.Writer) { scheduleText(w, s) }
+}
+
 func (a *app) scheduleGetCmd() *cobra.Command {
 	var next int32
-	cmd := &cobra.Command{
-		Use:   "get NAME",
-		Short: "Show a schedule: its next occurrences and its recent ones with their jobs' states",
-		Example: `  coordctl schedule get daily-close
-  coordctl schedule get daily-close --next 10
-  coordctl -o json schedule get daily-close | jq '.recent[] | select(.overdue)'`,
-		Args: func(cmd *cobra.Command, pos []string) error {
-			if err := cobra.ExactArgs(1)(cmd, pos); err != nil {
-				return err
-			}
-			if next < 1 || next > 100 {
-				return fmt.Errorf("--next %d: want 1 to 100", next)
-			}
-			return nil
-		},
-		RunE: func(cmd *cobra.Command, pos []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			resp, err := a.client.GetSchedule(ctx, pos[0], next)
-			if err != nil {
-				return fail("schedule get "+pos[0], err)
-			}
-			return a.print(resp, func(w io.Writer) { scheduleGetText(w, resp) })
-		},
+	check := func(cmd *cobra.Command, pos []string) error {
+		if err := cobra.ExactArgs(1)(cmd, pos); err != nil {
+			return err
+		}
+		if next < 1 || next > 100 {
+			return fmt.Errorf("--next %d: want 1 to 100", next)
+		}
+		return nil
 	}
+	cmd := a.newCmd("get NAME", "Show a schedule: its next occurrences and its recent ones with their jobs' states", `  coordctl schedule get daily-close
+  coordctl schedule get daily-close --next 10
+  coordctl -o json schedule get daily-close | jq '.recent[] | select(.overdue)'`, check,
+		func(ctx context.Context, pos []string) error {
+			resp, err := a.client.GetSchedule(ctx, pos[0], next)
+			return a.reply("schedule get "+pos[0], resp, err, func(w io.Writer) { scheduleGetText(w, resp) })
+		})
 	cmd.Flags().Int32Var(&next, "next", 5, "next occurrences to show, 1 to 100")
 	return cmd
 }
 
 func (a *app) scheduleListCmd() *cobra.Command {
 	var (
-		prefix, token string
-		deleted       bool
-		limit         int32
+		prefix  string
+		deleted bool
+		page    pageFlags
 	)
-	cmd := &cobra.Command{
-		Use:   "list [--prefix P] [--deleted]",
-		Short: "List schedules by name (one page; --page-token for the next)",
-		Example: `  coordctl schedule list
+	cmd := a.newCmd("list [--prefix P] [--deleted]", "List schedules by name (one page; --page-token for the next)", `  coordctl schedule list
   coordctl schedule list --prefix billing- --deleted
-  coordctl -o json schedule list | jq -r '.schedules[].spec.name'`,
-		Args: noArgsLimit(&limit),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			resp, err := a.client.ListSchedulesPage(ctx, prefix, deleted, token, limit)
-			if err != nil {
-				return fail("schedule list", err)
-			}
-			return a.print(resp, func(w io.Writer) {
+  coordctl -o json schedule list | jq -r '.schedules[].spec.name'`, noArgsLimit(&page.limit),
+		func(ctx context.Context, _ []string) error {
+			resp, err := a.client.ListSchedulesPage(ctx, prefix, deleted, page.token, page.limit)
+			return a.reply("schedule list", resp, err, func(w io.Writer) {
 				scheduleTable(w, resp.GetSchedules(), resp.GetCalendarMs())
-				if t := resp.GetNextPageToken(); t != "" {
-					fmt.Fprintf(w, "\nmore: --page-token %s\n", t)
-				}
+				morePages(w, resp)
 			})
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&prefix, "prefix", "", "only names starting with this")
-	f.BoolVar(&deleted, "deleted", false, "include deleted schedules (kept for their history)")
-	f.Int32Var(&limit, "limit", 100, "schedules per page, 1 to 1000")
-	f.StringVar(&token, "page-token", "", "the page after the one that printed this token")
+		})
+	cmd.Flags().StringVar(&prefix, "prefix", "", "only names starting with this")
+	cmd.Flags().BoolVar(&deleted, "deleted", false, "include deleted schedules (kept for their history)")
+	page.add(cmd, "schedules")
 	return cmd
 }
 
 func (a *app) schedulePauseCmd() *cobra.Command {
-	return schedulePauseResumeCmd(a, "pause", "Stop making occurrences (resume makes the next ones, without a burst)",
+	return scheduleChangeCmd(a, "pause", "Stop making occurrences (resume makes the next ones, without a burst)",
 		"unchanged: already paused", (*client.Client).PauseSchedule)
 }
 
 func (a *app) scheduleResumeCmd() *cobra.Command {
-	return schedulePauseResumeCmd(a, "resume", "Make occurrences again from now on; those missed while paused are recorded as skipped (PAUSED)",
+	return scheduleChangeCmd(a, "resume", "Make occurrences again from now on; those missed while paused are recorded as skipped (PAUSED)",
 		"unchanged: not paused", (*client.Client).ResumeSchedule)
 }
 
-// schedulePauseResumeCmd is pause or resume: one call on the schedule, then
-// the schedule as it is after it.
-func schedulePauseResumeCmd[R interface {
+func (a *app) scheduleDeleteCmd() *cobra.Command {
+	cmd := scheduleChangeCmd(a, "delete", "Delete a schedule: no more occurrences; its history is kept until retention",
+		"unchanged: already deleted", (*client.Client).DeleteSchedule)
+	cmd.Long = `Makes the schedule a tombstone: no more occurrences, jobs already made are
+left alone, its occurrences are no longer reported overdue. 'schedule get'
+still shows it and its history (and 'schedule list --deleted') until the
+jobs' retention prunes it; 'schedule create' with its name makes a new one.`
+	return cmd
+}
+
+// scheduleChangeCmd is pause, resume or delete: one call on the schedule,
+// then the schedule as it is after it (unchanged says so when the call
+// changed nothing).
+func scheduleChangeCmd[R interface {
 	proto.Message
 	GetChanged() bool
 	GetSchedule() *coordv1.Schedule
 }](a *app, verb, short, unchanged string, call func(*client.Client, context.Context, string) (R, error)) *cobra.Command {
-	return &cobra.Command{
-		Use:     verb + " NAME",
-		Short:   short,
-		Example: "  coordctl schedule " + verb + " daily-close",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, pos []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+	return a.newCmd(verb+" NAME", short, "  coordctl schedule "+verb+" daily-close", cobra.ExactArgs(1),
+		func(ctx context.Context, pos []string) error {
 			resp, err := call(a.client, ctx, pos[0])
-			if err != nil {
-				return fail("schedule "+verb+" "+pos[0], err)
-			}
-			return a.print(resp, func(w io.Writer) {
-				if !resp.GetChanged() {
-					fmt.Fprintln(w, unchanged)
-				}
-				scheduleText(w, resp.GetSchedule())
-			})
-		},
-	}
+			return a.reply("schedule "+verb+" "+pos[0], resp, err, noteIf(!resp.GetChanged(), unchanged, scheduleRows(resp.GetSchedule())))
+		})
 }
 
 func (a *app) scheduleTriggerCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "trigger NAME",
-		Short: "Make an extra occurrence now, with a window of its own (also while paused)",
-		Long: `Makes an extra occurrence now: a job with the window of this instant plus
-"/manual-<ms>", beside the schedule's own occurrences. The overlap policy
-applies: a forbid schedule whose previous job is not final refuses
-(SCHEDULE_OVERLAP), a replace schedule cancels that job. Not retried after
-an unknown outcome (a repeat would be a second occurrence).`,
-		Example: `  coordctl schedule trigger daily-close
-  coordctl -o json schedule trigger daily-close | jq -r .occurrence.job_id`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, pos []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
+	cmd := a.newCmd("trigger NAME", "Make an extra occurrence now, with a window of its own (also while paused)", `  coordctl schedule trigger daily-close
+  coordctl -o json schedule trigger daily-close | jq -r .occurrence.job_id`, cobra.ExactArgs(1),
+		func(ctx context.Context, pos []string) error {
 			resp, err := a.client.TriggerSchedule(ctx, pos[0])
-			if err != nil {
-				return fail("schedule trigger "+pos[0], err)
-			}
-			return a.print(resp, func(w io.Writer) {
+			return a.reply("schedule trigger "+pos[0], resp, err, func(w io.Writer) {
 				o := resp.GetOccurrence()
 				what := fmt.Sprintf("job %d", o.GetJobId())
 				if o.GetDuplicate() {
@@ -262,69 +212,35 @@ an unknown outcome (a repeat would be a second occurrence).`,
 				}
 				fmt.Fprintf(w, "triggered %s: window %s, %s\n", resp.GetSchedule().GetSpec().GetName(), o.GetWindow(), what)
 			})
-		},
-	}
-}
-
-func (a *app) scheduleDeleteCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "delete NAME",
-		Short: "Delete a schedule: no more occurrences; its history is kept until retention",
-		Long: `Makes the schedule a tombstone: no more occurrences, jobs already made are
-left alone, its occurrences are no longer reported overdue. 'schedule get'
-still shows it and its history (and 'schedule list --deleted') until the
-jobs' retention prunes it; 'schedule create' with its name makes a new one.`,
-		Example: `  coordctl schedule delete daily-close`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, pos []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			resp, err := a.client.DeleteSchedule(ctx, pos[0])
-			if err != nil {
-				return fail("schedule delete "+pos[0], err)
-			}
-			return a.print(resp, func(w io.Writer) {
-				if !resp.GetChanged() {
-					fmt.Fprintln(w, "unchanged: already deleted")
-				}
-				scheduleText(w, resp.GetSchedule())
-			})
-		},
-	}
+		})
+	cmd.Long = `Makes an extra occurrence now: a job with the window of this instant plus
+"/manual-<ms>", beside the schedule's own occurrences. The overlap policy
+applies: a forbid schedule whose previous job is not final refuses
+(SCHEDULE_OVERLAP), a replace schedule cancels that job. Not retried after
+an unknown outcome (a repeat would be a second occurrence).`
+	return cmd
 }
 
 func (a *app) jobOverdueCmd() *cobra.Command {
 	var (
-		sched, token string
-		limit        int32
+		sched string
+		page  pageFlags
 	)
-	cmd := &cobra.Command{
-		Use:   "overdue [--schedule S]",
-		Short: "What did not happen: overdue occurrences of schedules, stuck leases",
-		Long: `Lists the occurrences of schedules whose job is not final by occurrence +
+	cmd := a.newCmd("overdue [--schedule S]", "What did not happen: overdue occurrences of schedules, stuck leases", `  coordctl job overdue
+  coordctl job overdue --schedule daily-close
+  coordctl -o json job overdue | jq '.total'`, noArgsLimit(&page.limit),
+		func(ctx context.Context, _ []string) error {
+			resp, err := a.client.ListOverdue(ctx, sched, page.token, page.limit)
+			return a.reply("job overdue", resp, err, func(w io.Writer) { overdueText(w, resp, page.token == "") })
+		})
+	cmd.Long = `Lists the occurrences of schedules whose job is not final by occurrence +
 complete_within (oldest first, one page), and those due and not even made
 (the leader is behind); the first page also shows the total, the schedules
 with the most, and leases held longer than the server's maximum age
 (HELD_TOO_LONG) or whose renewals stopped without a release (SILENT).
-Exit status 0 even when something is listed.`,
-		Example: `  coordctl job overdue
-  coordctl job overdue --schedule daily-close
-  coordctl -o json job overdue | jq '.total'`,
-		Args: noArgsLimit(&limit),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			resp, err := a.client.ListOverdue(ctx, sched, token, limit)
-			if err != nil {
-				return fail("job overdue", err)
-			}
-			return a.print(resp, func(w io.Writer) { overdueText(w, resp, token == "") })
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&sched, "schedule", "", "only this schedule's occurrences")
-	f.Int32Var(&limit, "limit", 100, "occurrences per page, 1 to 1000")
-	f.StringVar(&token, "page-token", "", "the page after the one that printed this token")
+Exit status 0 even when something is listed.`
+	cmd.Flags().StringVar(&sched, "schedule", "", "only this schedule's occurrences")
+	page.add(cmd, "occurrences")
 	return cmd
 }
 
@@ -456,29 +372,14 @@ func scheduleGetText(out io.Writer, resp *coordv1.GetScheduleResponse) {
 	s := resp.GetSchedule()
 	loc := zoneOf(s)
 	scheduleText(out, s)
-	if len(resp.GetNext()) > 0 {
-		fmt.Fprintln(out)
-		tab(out, func(w io.Writer) {
-			row(w, "NEXT", "WINDOW", "NOTES")
-			for _, o := range resp.GetNext() {
-				row(w, inZone(o.GetAtMs(), loc), o.GetWindow(), occurrenceNotes(o))
-			}
-		})
+	section(out, resp.GetNext(), []any{"NEXT", "WINDOW", "NOTES"}, func(o *coordv1.ScheduleOccurrence) []any {
+		return []any{inZone(o.GetAtMs(), loc), o.GetWindow(), occurrenceNotes(o)}
+	})
+	outcomes := func(o *coordv1.ScheduleOccurrence) []any {
+		return []any{inZone(o.GetAtMs(), loc), o.GetWindow(), occurrenceOutcome(o), occurrenceNotes(o)}
 	}
-	occs := func(title string, list []*coordv1.ScheduleOccurrence) {
-		if len(list) == 0 {
-			return
-		}
-		fmt.Fprintln(out)
-		tab(out, func(w io.Writer) {
-			row(w, title, "WINDOW", "OUTCOME", "NOTES")
-			for _, o := range list {
-				row(w, inZone(o.GetAtMs(), loc), o.GetWindow(), occurrenceOutcome(o), occurrenceNotes(o))
-			}
-		})
-	}
-	occs("RECENT", resp.GetRecent())
-	occs("SKIPPED", resp.GetSkipped())
+	section(out, resp.GetRecent(), []any{"RECENT", "WINDOW", "OUTCOME", "NOTES"}, outcomes)
+	section(out, resp.GetSkipped(), []any{"SKIPPED", "WINDOW", "OUTCOME", "NOTES"}, outcomes)
 }
 
 func scheduleTable(out io.Writer, ss []*coordv1.Schedule, now int64) {
@@ -526,27 +427,13 @@ func overdueText(w io.Writer, resp *coordv1.ListOverdueResponse, first bool) {
 					o.GetAttempts(), o.GetQueue())
 			}
 		})
-		if t := resp.GetNextPageToken(); t != "" {
-			fmt.Fprintf(w, "\nmore: --page-token %s\n", t)
-		}
+		morePages(w, resp)
 	}
-	if len(resp.GetTopSchedules()) > 0 {
-		fmt.Fprintln(w)
-		tab(w, func(w io.Writer) {
-			row(w, "TOP SCHEDULE", "OVERDUE", "OLDEST")
-			for _, s := range resp.GetTopSchedules() {
-				row(w, s.GetSchedule(), s.GetOverdue(), utc(s.GetOldestAtMs()))
-			}
-		})
-	}
-	if len(resp.GetStuckLeases()) > 0 {
-		fmt.Fprintln(w)
-		tab(w, func(w io.Writer) {
-			row(w, "STUCK LEASE", "REASON", "OWNER", "GENERATION", "AGE", "RENEWED")
-			for _, s := range resp.GetStuckLeases() {
-				l := s.GetLease()
-				row(w, l.GetName(), s.GetReason(), l.GetOwner(), l.GetGeneration(), human(l.GetHeldMs()), agoMs(l.GetRenewedAgoMs()))
-			}
-		})
-	}
+	section(w, resp.GetTopSchedules(), []any{"TOP SCHEDULE", "OVERDUE", "OLDEST"}, func(s *coordv1.OverdueSchedule) []any {
+		return []any{s.GetSchedule(), s.GetOverdue(), utc(s.GetOldestAtMs())}
+	})
+	section(w, resp.GetStuckLeases(), []any{"STUCK LEASE", "REASON", "OWNER", "GENERATION", "AGE", "RENEWED"}, func(s *coordv1.StuckLease) []any {
+		l := s.GetLease()
+		return []any{l.GetName(), s.GetReason(), l.GetOwner(), l.GetGeneration(), human(l.GetHeldMs()), agoMs(l.GetRenewedAgoMs())}
+	})
 }

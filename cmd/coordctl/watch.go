@@ -31,11 +31,8 @@ func (f *watchFlags) add(cmd *cobra.Command) {
 }
 
 func (a *app) leaseWatchCmd() *cobra.Command {
-	var f watchFlags
-	cmd := &cobra.Command{
-		Use:   "watch [PREFIX]",
-		Short: "Print every change of leases under a prefix as it happens: grants, renewals, releases, expiries",
-		Long: `Watches the leases whose name starts with PREFIX (all without one) and prints
+	return a.watchCmd("lease", "watch [PREFIX]", "Print every change of leases under a prefix as it happens: grants, renewals, releases, expiries",
+		`Watches the leases whose name starts with PREFIX (all without one) and prints
 one line per change (-o json: one JSON document per line, a coord.v1.WatchEvent)
 until SIGINT/SIGTERM (exit 0). Each change carries the log index and position
 that caused it; the watch survives node restarts and leader changes and
@@ -43,31 +40,26 @@ resumes without missing or repeating a change. An expiry is printed when the
 cluster notices it: at the first log entry at or after the deadline (within
 about 250 ms on an idle cluster). A start the nodes no longer hold fails
 with WATCH_INDEX_COMPACTED (exit 1): watch with --initial instead.`,
-		Example: "  coordctl lease watch daily-\n  coordctl -o json lease watch svc/ --initial",
-		Args:    cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.runWatch(cmd, "lease watch", firstArg(args), f, coordv1.WatchFamily_WATCH_FAMILY_LEASE)
-		},
-	}
-	f.add(cmd)
-	return cmd
+		"  coordctl lease watch daily-\n  coordctl -o json lease watch svc/ --initial", coordv1.WatchFamily_WATCH_FAMILY_LEASE)
 }
 
 func (a *app) jobWatchCmd() *cobra.Command {
-	var f watchFlags
-	cmd := &cobra.Command{
-		Use:   "watch [QUEUE/]",
-		Short: "Print every change of queued jobs as it happens: submitted, fetched, completed, failed, lapsed, pruned",
-		Long: `Watches queued jobs whose key ("queue/id") starts with the prefix (all
+	return a.watchCmd("job", "watch [QUEUE/]", "Print every change of queued jobs as it happens: submitted, fetched, completed, failed, lapsed, pruned",
+		`Watches queued jobs whose key ("queue/id") starts with the prefix (all
 without one: "emails/" is the queue emails) and prints one line per change
 (-o json: one coord.v1.WatchEvent per line) until SIGINT/SIGTERM (exit 0). The
 watch resumes across node restarts without missing or repeating a change.`,
-		Example: "  coordctl job watch emails/\n  coordctl -o json job watch --from 1200",
-		Args:    cobra.MaximumNArgs(1),
+		"  coordctl job watch emails/\n  coordctl -o json job watch --from 1200", coordv1.WatchFamily_WATCH_FAMILY_QUEUE_JOB)
+}
+
+// watchCmd is the watch subcommand of group: the changes of one family of
+// records, under the prefix its argument gives, until interrupted.
+func (a *app) watchCmd(group, use, short, long, example string, family coordv1.WatchFamily) *cobra.Command {
+	var f watchFlags
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Example: example, Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.runWatch(cmd, "job watch", firstArg(args), f, coordv1.WatchFamily_WATCH_FAMILY_QUEUE_JOB)
-		},
-	}
+			return a.runWatch(cmd, group+" watch", firstArg(args), f, family)
+		}}
 	f.add(cmd)
 	return cmd
 }
@@ -126,24 +118,16 @@ func (a *app) runWatch(cmd *cobra.Command, op, prefix string, f watchFlags, fams
 // printEvent prints one event: a line, or a JSON document per line.
 func (a *app) printEvent(e *coordv1.WatchEvent) error {
 	if a.output == "json" {
-		b, err := protoJSON(e, false)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(a.out, "%s\n", b)
-		return err
+		return a.writeJSON(e, false)
 	}
 	kind := strings.TrimPrefix(e.GetKind().String(), "WATCH_EVENT_KIND_")
 	var what string
 	switch r := e.GetRecord().(type) {
 	case *coordv1.WatchEvent_Lease:
 		l := r.Lease
-		state := "expires in " + human(l.GetExpiresInMs())
-		switch {
-		case l.GetReleased():
-			state = "released"
-		case l.GetExpired():
-			state = "expired"
+		state, left := leaseState(l)
+		if state == "held" {
+			state = "expires in " + left
 		}
 		what = fmt.Sprintf("owner=%s generation=%d renewals=%d %s", l.GetOwner(), l.GetGeneration(), l.GetRenewals(), state)
 		if len(l.GetValue()) > 0 {
