@@ -35,6 +35,7 @@ import (
 	"github.com/coordd/coordd/api/console"
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/internal/auth"
+	"github.com/coordd/coordd/internal/defaults"
 	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -103,13 +104,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	c.Clock = cmp.Or[clock.Clock](c.Clock, clock.Real{})
-	d := Defaults()
-	c.MonitorInterval = cmp.Or(c.MonitorInterval, d.MonitorInterval)
-	c.OverdueLookback = cmp.Or(c.OverdueLookback, d.OverdueLookback)
-	c.MaxLeaseAge = cmp.Or(c.MaxLeaseAge, d.MaxLeaseAge)
-	c.LeaderWait = cmp.Or(c.LeaderWait, d.LeaderWait)
-	c.ClockProbeInterval = cmp.Or(c.ClockProbeInterval, d.ClockProbeInterval)
-	c.ClockOffsetWarn = cmp.Or(c.ClockOffsetWarn, d.ClockOffsetWarn)
+	defaults.Fill(&c, Defaults())
 	return c
 }
 

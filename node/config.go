@@ -13,6 +13,7 @@ import (
 
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/defaults"
 	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/internal/tlsutil"
 )
@@ -101,18 +102,7 @@ func Defaults() Config {
 
 // withDefaults fills unset fields.
 func (c Config) withDefaults() Config {
-	d := Defaults()
-	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, d.HeartbeatTimeout)
-	c.ElectionTimeout = cmp.Or(c.ElectionTimeout, d.ElectionTimeout)
-	c.LeaderLeaseTimeout = cmp.Or(c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
-	c.TickInterval = cmp.Or(c.TickInterval, d.TickInterval)
-	c.Retention = cmp.Or(c.Retention, d.Retention)
-	c.PruneInterval = cmp.Or(c.PruneInterval, d.PruneInterval)
-	c.JobRetention = cmp.Or(c.JobRetention, d.JobRetention)
-	c.MaxFinishedJobs = cmp.Or(c.MaxFinishedJobs, d.MaxFinishedJobs)
-	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, d.SnapshotThreshold)
-	c.MaxTTL = cmp.Or(c.MaxTTL, d.MaxTTL)
-	c.ApplyTimeout = cmp.Or(c.ApplyTimeout, d.ApplyTimeout)
+	defaults.Fill(&c, Defaults())
 	// A lease shorter than 1.5 election timeouts could lapse in a failover.
 	c.MinTTL = cmp.Or(c.MinTTL, max(time.Second, c.ElectionTimeout*3/2))
 	c.Logger = cmp.Or(c.Logger, slog.Default())
