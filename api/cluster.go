@@ -41,46 +41,31 @@ func checkAddr(field, addr string, required bool) error {
 // AddVoter adds a voter, or updates a member's addresses. It is idempotent,
 // so a node may call it at every start.
 func (c *cluster) AddVoter(ctx context.Context, req *coordv1.AddVoterRequest) (*coordv1.AddVoterResponse, error) {
-	if err := firstErr(checkName("id", req.GetId(), true), checkAddr("raft_address", req.GetRaftAddress(), true),
-		checkAddr("grpc_address", req.GetGrpcAddress(), false)); err != nil {
-		return nil, toStatus(err)
-	}
-	return clusterOnLeader(c.s, ctx, coordv1.ClusterClient.AddVoter, req, func() (*coordv1.AddVoterResponse, error) {
+	invalid := firstErr(checkName("id", req.GetId(), true), checkAddr("raft_address", req.GetRaftAddress(), true),
+		checkAddr("grpc_address", req.GetGrpcAddress(), false))
+	return clusterOnLeader(c.s, ctx, invalid, coordv1.ClusterClient.AddVoter, req, func() (*coordv1.AddVoterResponse, error) {
 		ms, err := c.s.node.AddVoter(ctx, req.GetId(), req.GetRaftAddress(), req.GetGrpcAddress())
-		if err != nil {
-			return nil, err
-		}
-		return &coordv1.AddVoterResponse{Members: ms}, nil
+		return &coordv1.AddVoterResponse{Members: ms}, err
 	})
 }
 
 func (c *cluster) RemoveServer(ctx context.Context, req *coordv1.RemoveServerRequest) (*coordv1.RemoveServerResponse, error) {
-	if err := checkName("id", req.GetId(), true); err != nil {
-		return nil, toStatus(err)
-	}
-	return clusterOnLeader(c.s, ctx, coordv1.ClusterClient.RemoveServer, req, func() (*coordv1.RemoveServerResponse, error) {
-		ms, err := c.s.node.RemoveServer(ctx, req.GetId())
-		if err != nil {
-			return nil, err
-		}
-		return &coordv1.RemoveServerResponse{Members: ms}, nil
-	})
+	return clusterOnLeader(c.s, ctx, checkName("id", req.GetId(), true), coordv1.ClusterClient.RemoveServer, req,
+		func() (*coordv1.RemoveServerResponse, error) {
+			ms, err := c.s.node.RemoveServer(ctx, req.GetId())
+			return &coordv1.RemoveServerResponse{Members: ms}, err
+		})
 }
 
 // TransferLeadership hands leadership to a voter (any, without an id). On
 // a single-node cluster it is FAILED_PRECONDITION: there is no one to hand
 // it to.
 func (c *cluster) TransferLeadership(ctx context.Context, req *coordv1.TransferLeadershipRequest) (*coordv1.TransferLeadershipResponse, error) {
-	if err := checkName("id", req.GetId(), false); err != nil {
-		return nil, toStatus(err)
-	}
-	return clusterOnLeader(c.s, ctx, coordv1.ClusterClient.TransferLeadership, req, func() (*coordv1.TransferLeadershipResponse, error) {
-		id, err := c.s.node.TransferLeadership(ctx, req.GetId())
-		if err != nil {
-			return nil, err
-		}
-		return &coordv1.TransferLeadershipResponse{LeaderId: id}, nil
-	})
+	return clusterOnLeader(c.s, ctx, checkName("id", req.GetId(), false), coordv1.ClusterClient.TransferLeadership, req,
+		func() (*coordv1.TransferLeadershipResponse, error) {
+			id, err := c.s.node.TransferLeadership(ctx, req.GetId())
+			return &coordv1.TransferLeadershipResponse{LeaderId: id}, err
+		})
 }
 
 // Snapshot takes a snapshot on this node now (or reports the latest one

@@ -143,10 +143,16 @@ func coordOnLeader[Req, Resp any](s *Server, ctx context.Context,
 	return onLeader(s, ctx, coordv1.NewCoordinatorClient, call, req, local)
 }
 
-// clusterOnLeader is onLeader for the Cluster service.
-func clusterOnLeader[Req, Resp any](s *Server, ctx context.Context,
+// clusterOnLeader is onLeader for the Cluster service's membership
+// changes, after their validation: invalid (the request's first problem)
+// refuses the call on the node it reached.
+func clusterOnLeader[Req, Resp any](s *Server, ctx context.Context, invalid error,
 	call func(coordv1.ClusterClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
 	local func() (Resp, error)) (Resp, error) {
+	if invalid != nil {
+		var zero Resp
+		return zero, toStatus(invalid)
+	}
 	return onLeader(s, ctx, coordv1.NewClusterClient, call, req, local)
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/coordd/coordd/fsm"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -159,20 +160,18 @@ type monitor struct {
 }
 
 func newMonitorMetrics(reg *prometheus.Registry) *monitor {
-	m := &monitor{
-		overdue: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_schedule_overdue_occurrences",
-			Help: "Occurrences of schedules whose job is not final by occurrence + complete_within, per queue (the first 100 queues; the rest count as \"other\"; leader only)."},
-			[]string{"queue"}),
-		late: prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_schedule_late_occurrences",
+	f := promauto.With(reg) // registers what it makes
+	return &monitor{
+		overdue: f.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_schedule_overdue_occurrences",
+			Help: "Occurrences of schedules whose job is not final by occurrence + complete_within, per queue (the first 100 queues; the rest count as \"other\"; leader only)."}, []string{"queue"}),
+		late: f.NewGauge(prometheus.GaugeOpts{Name: "coordd_schedule_late_occurrences",
 			Help: "Occurrences of schedules due by more than complete_within and not made yet (the leader is behind; leader only)."}),
-		schedules: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_schedules",
+		schedules: f.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_schedules",
 			Help: "Schedules by state: active, paused, deleted (tombstones kept for their history; leader only)."}, []string{"state"}),
-		stuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_stuck_leases",
+		stuck: f.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_stuck_leases",
 			Help: "Leases held longer than the maximum age (HELD_TOO_LONG) or whose renewals stopped (SILENT)."}, []string{"reason"}),
 		reported: map[string]bool{},
 	}
-	reg.MustRegister(m.overdue, m.late, m.schedules, m.stuck)
-	return m
 }
 
 // observeAbsence publishes one pass; only the leader calls it.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/coordd/coordd/fsm"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -222,24 +223,22 @@ type scheduleMetrics struct {
 }
 
 func newScheduleMetrics(reg *prometheus.Registry) *scheduleMetrics {
-	m := &scheduleMetrics{
-		created: prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_schedule_jobs_created_total",
+	f := promauto.With(reg) // registers what it makes
+	return &scheduleMetrics{
+		created: f.NewCounter(prometheus.CounterOpts{Name: "coordd_schedule_jobs_created_total",
 			Help: "Jobs made by schedules (materialised occurrences and triggers are counted by the leader that made them)."}),
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_schedule_occurrences_skipped_total",
-			Help: "Occurrences of schedules recorded as skipped, by reason (HORIZON, DEADLINE, DST_GAP, DST_REPEAT, PAUSED, OVERLAP)."},
-			[]string{"reason"}),
-		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_schedule_stale_items_total",
+		skipped: f.NewCounterVec(prometheus.CounterOpts{Name: "coordd_schedule_occurrences_skipped_total",
+			Help: "Occurrences of schedules recorded as skipped, by reason (HORIZON, DEADLINE, DST_GAP, DST_REPEAT, PAUSED, OVERLAP)."}, []string{"reason"}),
+		stale: f.NewCounter(prometheus.CounterOpts{Name: "coordd_schedule_stale_items_total",
 			Help: "Materialisations refused because the schedule changed since they were computed (no effect)."}),
-		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "coordd_schedule_materialise_lag_seconds",
+		lag: f.NewHistogram(prometheus.HistogramOpts{Name: "coordd_schedule_materialise_lag_seconds",
 			Help:    "Calendar time from an occurrence to the commit of its job.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
-		cancels: prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_schedule_jobs_replaced_total",
+		cancels: f.NewCounter(prometheus.CounterOpts{Name: "coordd_schedule_jobs_replaced_total",
 			Help: "Jobs cancelled by the next occurrence of a REPLACE schedule."}),
-		duplicat: prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_schedule_duplicate_occurrences_total",
+		duplicat: f.NewCounter(prometheus.CounterOpts{Name: "coordd_schedule_duplicate_occurrences_total",
 			Help: "Occurrences whose unique key (schedule, window) named an existing job: recorded, not made twice."}),
 	}
-	reg.MustRegister(m.created, m.skipped, m.stale, m.lag, m.cancels, m.duplicat)
-	return m
 }
 
 // materialised counts what a round did.
