@@ -24,7 +24,6 @@ import (
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/buildinfo"
-	"github.com/coordd/coordd/internal/datadir"
 	"github.com/coordd/coordd/internal/tlsutil"
 	"github.com/coordd/coordd/node"
 )
@@ -82,14 +81,9 @@ func run(args []string) error {
 		clk = clock.Skewed(o.clockOffset, o.clockRate)
 		logger.Warn("test clock hook active: this node's clock is skewed", "offset", o.clockOffset, "rate", o.clockRate)
 	}
-	// Before Raft opens its files: a second coordd on this directory fails
-	// here, naming the first, instead of timing out on the Raft log.
-	lock, err := datadir.Acquire(o.dataDir)
-	if err != nil {
-		return err
-	}
-	defer lock.Release()
 	reg := prometheus.NewRegistry()
+	// node.New locks the data directory before Raft opens its files: a
+	// second coordd on it fails there, naming the first (internal/datadir).
 	n, err := node.New(node.Config{
 		ID: o.id, DataDir: o.dataDir, RaftAddr: o.raftAddr, Peers: peers, Join: o.join,
 		HeartbeatTimeout: o.heartbeat, ElectionTimeout: o.election, LeaderLeaseTimeout: o.heartbeat / 2,

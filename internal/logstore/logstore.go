@@ -26,13 +26,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
+
+	"github.com/coordd/coordd/internal/datadir"
 )
 
 // Kind names a log store.
@@ -142,19 +143,21 @@ func Open(dir string, o Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	unlock, err := lockDir(dir)
+	// A second process on this dir fails here, naming the first, instead of
+	// waiting (bbolt would wait forever for raft-wal's meta file).
+	lock, err := datadir.Acquire(dir)
 	if err != nil {
 		return nil, err
 	}
 	st, err := open(dir, want, o, log)
 	if err != nil {
-		unlock()
+		lock.Release()
 		return nil, err
 	}
 	closeStore := st.Close
 	st.Close = func() error {
 		err := closeStore()
-		unlock()
+		lock.Release()
 		return err
 	}
 	return st, nil
@@ -202,23 +205,6 @@ func open(dir string, want Kind, o Options, log hclog.Logger) (*Store, error) {
 	}
 	log.Info("raft log store opened", args...)
 	return st, nil
-}
-
-// lockDir takes an exclusive, non-blocking flock on the data dir itself
-// (bbolt would otherwise wait forever for raft-wal's meta file).
-func lockDir(dir string) (func(), error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("data dir %s is in use by another coordd process", dir)
-		}
-		return nil, fmt.Errorf("lock data dir %s: %w", dir, err)
-	}
-	return func() { f.Close() }, nil // closing the descriptor drops the lock
 }
 
 // ParseSize parses a byte size: a plain number of bytes, or a number with a

@@ -192,7 +192,7 @@ func TestDataDirIsLocked(t *testing.T) {
 		t.Run(string(k), func(t *testing.T) {
 			dir := t.TempDir()
 			st := mustOpen(t, dir, Options{Kind: k})
-			if _, err := Open(dir, Options{Kind: k}); err == nil || !strings.Contains(err.Error(), "in use by another") {
+			if _, err := Open(dir, Options{Kind: k}); err == nil || !strings.Contains(err.Error(), "holds the data directory") {
 				t.Fatalf("second open: %v", err)
 			}
 			closeStore(t, st)
