@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: everything a fresh machine needs, then vet and the race-
 # enabled test suite. Extra arguments go to `go test` (e.g. -run, -v).
-#   scripts/test.sh                 # the default suite (a few minutes)
+#   scripts/test.sh                 # the default suite (about 11 minutes on 2 cores)
 #   COORDD_FUZZTIME=60s scripts/test.sh   # also fuzz the FSM, the request
 #                                         # decoders, the HTTP API and the ACL
 #                                         # parser, each for that long
@@ -53,7 +53,7 @@ go vet -tags faults ./integration/faults/
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null | grep -v '\.pb\.go$' || find . -name '*.go' ! -name '*.pb.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
 go test -race -count=1 -timeout 20m "$@" ./...
-# The fault-injection suite's short profile (real processes, about a minute);
+# The fault-injection suite's short profile (real processes, about 4.5 minutes);
 # COORDD_FAULTS_PROFILE=full runs the long one.
 go test -tags faults -count=1 -timeout 30m "$@" ./integration/faults/
 if [ -n "${COORDD_FUZZTIME:-}" ]; then
