@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
@@ -61,26 +59,20 @@ func (w *watchFake) Watch(ctx context.Context, from fsm.Position, initial bool, 
 	}
 }
 
-// sink is a server stream that keeps what is sent, as the client would
-// decode it off the wire.
+// sink is a server stream that keeps what is sent, decoded as the client
+// would decode it off the wire (the console's in-process stream copies so).
 type sink struct {
-	grpc.ServerStream
-	ctx  context.Context
+	localWatchStream
 	sent []*coordv1.WatchResponse
 }
 
-func (s *sink) Context() context.Context { return s.ctx }
-func (s *sink) Send(m *coordv1.WatchResponse) error {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		return err
-	}
-	got := &coordv1.WatchResponse{}
-	if err := proto.Unmarshal(b, got); err != nil {
-		return err
-	}
-	s.sent = append(s.sent, got)
-	return nil
+func newSink() *sink {
+	s := &sink{}
+	s.localWatchStream = localWatchStream{ctx: context.Background(), send: func(m *coordv1.WatchResponse) error {
+		s.sent = append(s.sent, m)
+		return nil
+	}}
+	return s
 }
 
 func newWatchFake(t *testing.T) (*watchFake, *watchService) {
@@ -111,7 +103,7 @@ func TestWatchValidation(t *testing.T) {
 		{&coordv1.WatchRequest{StartPosition: 2}, "start_position"},
 		{&coordv1.WatchRequest{Prefix: "a\x00"}, "prefix"},
 	} {
-		err := w.Watch(c.req, &sink{ctx: context.Background()})
+		err := w.Watch(c.req, newSink())
 		_, info := coorderr.Info(err)
 		if status.Code(err) != codes.InvalidArgument || info.GetMetadata()["field"] != c.field {
 			t.Fatalf("%v: %v (%v)", c.req, err, info)
@@ -132,7 +124,7 @@ func TestWatchSendsMatchingEvents(t *testing.T) {
 		Record: &fsm.QueueJob{ID: 7, Queue: "svc", Kind: "k", State: fsm.JobRunning, Log: []fsm.Attempt{{Number: 1}}}}}
 	close(f.feed)
 	f.end = errors.New("feed over")
-	out := &sink{ctx: context.Background()}
+	out := newSink()
 	err := w.Watch(&coordv1.WatchRequest{Prefix: "svc/", Families: []coordv1.WatchFamily{fsm.FamilyLease, fsm.FamilyQueueJob}}, out)
 	if status.Code(err) != codes.Internal {
 		t.Fatalf("end: %v", err)
@@ -174,7 +166,7 @@ func TestWatchInitialSet(t *testing.T) {
 	}
 	f.feed <- []fsm.Event{leaseEvent("svc/c", 1)}
 	close(f.feed)
-	out := &sink{ctx: context.Background()}
+	out := newSink()
 	if err := w.Watch(&coordv1.WatchRequest{Prefix: "svc/", Initial: true}, out); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +210,7 @@ func TestWatchRefusals(t *testing.T) {
 		f, w := newWatchFake(t)
 		close(f.feed)
 		f.end = &watchRefusal{reason: c.reason, meta: map[string]string{"oldest_index": "42"}}
-		err := w.Watch(&coordv1.WatchRequest{}, &sink{ctx: context.Background()})
+		err := w.Watch(&coordv1.WatchRequest{}, newSink())
 		_, info := coorderr.Info(err)
 		if status.Code(err) != c.code || info.GetReason() != coorderr.Name(c.reason) || info.GetMetadata()["oldest_index"] != "42" {
 			t.Fatalf("%s: %v %v", c.reason, err, info)

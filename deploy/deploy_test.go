@@ -9,6 +9,7 @@ package deploy
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -479,14 +480,7 @@ func hasValue(fams map[string]*family, name, label, value string) bool {
 	return ok && f.labels[label][value]
 }
 
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func keys(m map[string]bool) []string { return slices.Sorted(maps.Keys(m)) }
 
 // gather reads the node's registry: what /metrics serves.
 func gather(t *testing.T, n *testcluster.Node) map[string]*family {

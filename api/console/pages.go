@@ -2,9 +2,10 @@ package console
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -355,11 +356,4 @@ func (c *Console) resourcesPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // sortedKeys returns a map's keys in order (labels).
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

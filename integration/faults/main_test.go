@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/internal/proccluster"
+	"github.com/coordd/coordd/internal/testcluster"
 )
 
 var coorddBin, clientBin string
@@ -194,11 +195,5 @@ func (r *run) check() history {
 // await polls cond until it holds.
 func (r *run) await(what string, timeout time.Duration, cond func() bool) {
 	r.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testcluster.Poll(r.t, what, timeout, 20*time.Millisecond, cond)
 }

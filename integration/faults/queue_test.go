@@ -15,6 +15,7 @@ import (
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/queue"
+	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -73,13 +74,7 @@ func (r *run) awaitUp(l *jobLog, names ...string) {
 // or ask the cluster).
 func (r *run) awaitSlow(what string, timeout time.Duration, cond func() bool) {
 	r.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	testcluster.Poll(r.t, what, timeout, 250*time.Millisecond, cond)
 }
 
 // submitAll submits jobs in batches of up to 1,000 (each job has a unique

@@ -248,12 +248,19 @@ func (c *Cluster) Client(n *Node) coordv1.ClusterClient { return coordv1.NewClus
 // Eventually polls cond every 10 ms until it holds or timeout passes.
 func (c *Cluster) Eventually(what string, timeout time.Duration, cond func() bool) {
 	c.t.Helper()
+	Poll(c.t, what, timeout, 10*time.Millisecond, cond)
+}
+
+// Poll calls cond every interval until it holds, and fails t when timeout
+// passes first.
+func Poll(t testing.TB, what string, timeout, interval time.Duration, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			c.t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
 
