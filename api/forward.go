@@ -122,11 +122,14 @@ func onLeader[C, Req, Resp any](s *Server, ctx context.Context, newClient func(g
 		resp, err := local()
 		return resp, toStatus(err)
 	}
-	out := metadata.AppendToOutgoingContext(ctx, forwardedKey, s.node.ID())
+	// The forwarded call carries these keys and nothing else, whatever
+	// metadata ctx holds.
+	md := metadata.Pairs(forwardedKey, s.node.ID())
 	if s.authEnabled() {
 		// The leader believes this only because we are a member.
-		out = metadata.AppendToOutgoingContext(out, identityKey, auth.IdentityOf(ctx))
+		md.Set(identityKey, auth.IdentityOf(ctx))
 	}
+	out := metadata.NewOutgoingContext(ctx, md)
 	s.metrics.forwarded.Inc()
 	// Tell the caller where the leader is, so its next call goes there
 	// directly instead of through this node.

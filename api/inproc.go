@@ -57,10 +57,13 @@ func (c *inproc) Invoke(ctx context.Context, method string, args, reply any, opt
 	if !ok {
 		return status.Errorf(codes.Unimplemented, "%s is not served in process", method)
 	}
-	// What the caller sends as metadata the service receives, and what the
-	// service sets as headers (the leader's address) the caller gets back.
+	// What the caller sends as metadata the service receives, as incoming
+	// metadata only (as a gRPC server's handler sees it: nothing outgoing,
+	// so a call the service forwards carries only the keys it adds), and
+	// what the service sets as headers (the leader's address) the caller
+	// gets back.
 	md, _ := metadata.FromOutgoingContext(ctx)
-	ctx = metadata.NewIncomingContext(ctx, md)
+	ctx = metadata.NewOutgoingContext(metadata.NewIncomingContext(ctx, md), nil)
 	var stream runtime.ServerTransportStream
 	ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
 	dec := func(in any) error {

@@ -29,6 +29,8 @@ func TestHTTPThroughInprocForwardsAndReturnsHeaders(t *testing.T) {
 
 	body := `{"lease_name":"L","generation":"9","resource":"r"}`
 	req := httptest.NewRequest(http.MethodPost, "/v1/fence/commit", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer secret")
+	req.Header.Set("Cookie", "session=1")
 	rec := httptest.NewRecorder()
 	s.httpAPI().ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
@@ -43,6 +45,13 @@ func TestHTTPThroughInprocForwardsAndReturnsHeaders(t *testing.T) {
 	}
 	if conn.addr != "leader:7400" || conn.method != coordv1.Coordinator_FencedCommit_FullMethodName {
 		t.Fatalf("forwarded %s to %s", conn.method, conn.addr)
+	}
+	// Only the forwarding mark goes to the leader: never the HTTP request's
+	// headers (credentials, cookies) or anything the gateway derived.
+	for k := range conn.md {
+		if k != forwardedKey {
+			t.Errorf("forwarded metadata %s=%v", k, conn.md[k])
+		}
 	}
 	if h := rec.Header().Get("Grpc-Metadata-" + LeaderAddressHeader); h != "leader:7400" {
 		t.Fatalf("leader address header %q (headers %v)", h, rec.Header())
