@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,35 +13,6 @@ import (
 	"testing"
 	"time"
 )
-
-// freeBase finds a BASE_PORT whose nine ports (3 nodes x gRPC, HTTP, Raft)
-// are free on loopback.
-func freeBase(t *testing.T) int {
-	t.Helper()
-	for try := 0; try < 50; try++ {
-		base := 10000 + 10*rand.IntN(2200) // below the ephemeral port range (32768+)
-		ok := true
-		var ls []net.Listener
-		for n := 0; n < 3 && ok; n++ {
-			for off := 0; off < 3; off++ {
-				l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+10*n+off))
-				if err != nil {
-					ok = false
-					break
-				}
-				ls = append(ls, l)
-			}
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatal("no free port range")
-	return 0
-}
 
 type ctl struct {
 	t         *testing.T

@@ -3,8 +3,6 @@ package integration
 import (
 	"bufio"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -283,33 +281,6 @@ func (e docEnv) environ() []string {
 		fmt.Sprintf("BASE_PORT=%d", e.base+10),
 		"COORDD_BIN="+coorddBin, "COORDCTL_BIN="+coordctlBin,
 	)
-}
-
-// freePortRange finds n consecutive free loopback ports below the
-// ephemeral range.
-func freePortRange(t *testing.T, n int) int {
-	t.Helper()
-	for try := 0; try < 100; try++ {
-		base := 10000 + 10*rand.IntN(2000)
-		var ls []net.Listener
-		ok := true
-		for p := base; p < base+n; p++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				ok = false
-				break
-			}
-			ls = append(ls, l)
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatal("no free port range")
-	return 0
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -93,4 +96,45 @@ func metricValue(t *testing.T, n *testcluster.Node, sample string) float64 {
 		}
 	}
 	return 0
+}
+
+// freePortRange finds n consecutive free loopback ports below the
+// ephemeral range (32768+) and returns the first.
+func freePortRange(t *testing.T, n int) int {
+	t.Helper()
+	for try := 0; try < 100; try++ {
+		base := 10000 + 10*rand.IntN(2200)
+		var ls []net.Listener
+		ok := true
+		for p := base; p < base+n; p++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				ok = false
+				break
+			}
+			ls = append(ls, l)
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no free port range")
+	return 0
+}
+
+// freeBase finds a BASE_PORT for scripts/local-cluster.sh whose three
+// nodes' ports (node N: gRPC, HTTP, Raft at BASE_PORT+10*(N-1)+0, 1, 2)
+// are free.
+func freeBase(t *testing.T) int {
+	t.Helper()
+	return freePortRange(t, 23)
+}
+
+// freePortAddr is a free loopback address below the ephemeral range.
+func freePortAddr(t *testing.T) string {
+	t.Helper()
+	return fmt.Sprintf("127.0.0.1:%d", freePortRange(t, 1))
 }

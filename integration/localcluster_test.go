@@ -285,8 +285,3 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
-
-// freePortAddr is a free loopback address below the ephemeral range.
-func freePortAddr(t *testing.T) string {
-	return fmt.Sprintf("127.0.0.1:%d", freeBase(t))
-}
