@@ -10,10 +10,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/internal/testcluster"
 )
 
 // localCluster runs scripts/local-cluster.sh on one directory and remembers
@@ -224,7 +225,7 @@ func TestLocalClusterScript(t *testing.T) {
 	stray := exec.Command(coorddBin, "--id", "node3", "--data-dir", filepath.Join(lc.dir, "node3"),
 		"--grpc-addr", freePortAddr(t), "--http-addr", freePortAddr(t), "--raft-addr", freePortAddr(t))
 	stray.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	strayLog := &lockedBuffer{}
+	strayLog := &testcluster.Buffer{}
 	stray.Stderr = strayLog
 	if err := stray.Start(); err != nil {
 		t.Fatal(err)
@@ -265,23 +266,4 @@ func TestLocalClusterScript(t *testing.T) {
 	if p := lc.pids(); p != [4]int{} {
 		t.Errorf("PID files remain after down: %v", p)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a process's writes and the
-// test's reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"regexp"
@@ -14,25 +13,7 @@ import (
 	"github.com/coordd/coordd/internal/testcluster"
 )
 
-// out is a replica's output, read while it is written.
-type out struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (o *out) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-func (o *out) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
-}
-
-func waitFor(t *testing.T, what string, o *out, re *regexp.Regexp) []string {
+func waitFor(t *testing.T, what string, o *testcluster.Buffer, re *regexp.Regexp) []string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -52,7 +33,7 @@ func waitFor(t *testing.T, what string, o *out, re *regexp.Regexp) []string {
 func TestElectionExample(t *testing.T) {
 	c := testcluster.New(t, 3)
 	cfg := config{endpoints: c.Endpoints(), name: "svc/leader", ttl: 2 * time.Second, interval: 50 * time.Millisecond}
-	outs := map[string]*out{}
+	outs := map[string]*testcluster.Buffer{}
 	cancels := map[string]context.CancelFunc{}
 	var wg sync.WaitGroup
 	for _, id := range []string{"a", "b"} {
@@ -63,7 +44,7 @@ func TestElectionExample(t *testing.T) {
 		defer cl.Close()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		o := &out{}
+		o := &testcluster.Buffer{}
 		outs[id], cancels[id] = o, cancel
 		rc := cfg
 		rc.id = id

@@ -1,0 +1,25 @@
+package testcluster
+
+import (
+	"bytes"
+	"sync"
+)
+
+// Buffer is a bytes.Buffer that is safe for concurrent writes (a process's
+// or a goroutine's output) and the test's reads.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
