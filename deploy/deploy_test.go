@@ -46,16 +46,24 @@ type rules struct {
 	} `json:"groups"`
 }
 
-func readRules(t *testing.T) rules {
+// readFile reads the file at path into a T with unmarshal; the test fails
+// if it cannot.
+func readFile[T any](t *testing.T, path string, unmarshal func([]byte, any) error) T {
 	t.Helper()
-	b, err := os.ReadFile(rulesFile)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r rules
-	if err := yaml.Unmarshal(b, &r); err != nil {
-		t.Fatalf("%s: %v", rulesFile, err)
+	var v T
+	if err := unmarshal(b, &v); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
+	return v
+}
+
+func readRules(t *testing.T) rules {
+	t.Helper()
+	r := readFile[rules](t, rulesFile, func(b []byte, v any) error { return yaml.Unmarshal(b, v) })
 	if len(r.Groups) == 0 {
 		t.Fatalf("%s: no groups", rulesFile)
 	}
@@ -96,15 +104,7 @@ type dashboard struct {
 
 func readDashboard(t *testing.T) dashboard {
 	t.Helper()
-	b, err := os.ReadFile(dashboardFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d dashboard
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatalf("%s: %v", dashboardFile, err)
-	}
-	return d
+	return readFile[dashboard](t, dashboardFile, json.Unmarshal)
 }
 
 // allPanels flattens rows (collapsed rows keep their panels inside).
