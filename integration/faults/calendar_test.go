@@ -40,13 +40,7 @@ func TestCalendarAfterFailoversAndOutage(t *testing.T) {
 	r := newRun(t)
 	r.client("w1", "work", "--ttl", "2s", "--interval", "50ms")
 	for i := 0; i < 3; i++ {
-		leader := r.c.WaitLeader(20 * time.Second)
-		r.c.Stop(leader, syscall.SIGKILL)
-		took, err := r.c.AcquireAnywhere(fmt.Sprintf("failover-%d", i), 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.c.Restart(leader)
+		leader, took := r.failover(fmt.Sprintf("failover-%d", i))
 		r.c.WaitCaughtUp(leader, 30*time.Second)
 		t.Logf("failover %d: kill -9 %s -> acquire after %s", i, leader.ID, took.Round(time.Millisecond))
 	}

@@ -122,6 +122,30 @@ func (r *run) client(name, mode string, args ...string) *exec.Cmd {
 	return r.clientVia(name, strings.Join(r.c.Endpoints(), ","), mode, args...)
 }
 
+// workers starts n work clients w1…wn (lease TTL 2 s, an acquire every
+// interval).
+func (r *run) workers(n int, interval string) {
+	r.t.Helper()
+	for i := 1; i <= n; i++ {
+		r.client(fmt.Sprintf("w%d", i), "work", "--ttl", "2s", "--interval", interval)
+	}
+}
+
+// failover kills the leader with kill -9, waits (10 s at most) until a
+// fresh Acquire of probe is granted somewhere and restarts the old leader;
+// it returns the old leader and how long the cluster took to serve again.
+func (r *run) failover(probe string) (*proccluster.Node, time.Duration) {
+	r.t.Helper()
+	leader := r.c.WaitLeader(20 * time.Second)
+	r.c.Stop(leader, syscall.SIGKILL)
+	took, err := r.c.AcquireAnywhere(probe, 10*time.Second)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.c.Restart(leader)
+	return leader, took
+}
+
 // clientVia starts a client that reaches the cluster through endpoints
 // (proxies the test can cut).
 func (r *run) clientVia(name, endpoints, mode string, args ...string) *exec.Cmd {

@@ -48,6 +48,18 @@ func (r *run) qworker(name, q string, extra ...string) {
 	r.client(name, "qworker", append([]string{"--queue", q}, extra...)...)
 }
 
+// qworkers starts worker processes w1, w2 and w3 on queue q, each with
+// extra, and waits until they are up; it returns their job log.
+func (r *run) qworkers(q string, extra ...string) *jobLog {
+	r.t.Helper()
+	l := newJobLog(r.dir)
+	for _, w := range []string{"w1", "w2", "w3"} {
+		r.qworker(w, q, extra...)
+	}
+	r.awaitUp(l, "w1", "w2", "w3")
+	return l
+}
+
 // kill ends a client process with kill -9 (by its PID).
 func (r *run) kill(name string) {
 	cmd := r.clients[name]
@@ -363,14 +375,8 @@ func TestQueueFaultsDuringDispatch(t *testing.T) {
 
 	// 1: kill -9 the leader while jobs are dispatched.
 	waitBatch(batches / 4)
-	leader := r.c.WaitLeader(20 * time.Second)
 	n0 := started()
-	r.c.Stop(leader, syscall.SIGKILL)
-	took, err := r.c.AcquireAnywhere("probe-dispatch", 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.c.Restart(leader)
+	leader, took := r.failover("probe-dispatch")
 	t.Logf("kill -9 of the leader %s with %d attempts started: the cluster served again after %s", leader.ID, n0, took.Round(time.Millisecond))
 
 	// 2: kill -9 a worker mid-job; a new worker process takes its place.
@@ -453,11 +459,7 @@ func TestWholeClusterKillScheduledJobs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const q = "delayed"
-	l := newJobLog(r.dir)
-	for _, w := range []string{"w1", "w2", "w3"} {
-		r.qworker(w, q, "--concurrency", "64")
-	}
-	r.awaitUp(l, "w1", "w2", "w3")
+	l := r.qworkers(q, "--concurrency", "64")
 	qc := queue.New(r.sdk(ctx, "submitter"))
 	jobs := newJobs(t, q, "delayed", n, func(i int) time.Time { return time.Now().Add(from + spread*time.Duration(i)/n) })
 	t0 := time.Now()

@@ -86,9 +86,7 @@ func TestPausedHolder(t *testing.T) {
 func TestLeaderCrashLoop(t *testing.T) {
 	r := newRun(t)
 	r.client("holder", "hold", "--lease", "H", "--resource", "HR", "--ttl", "5s", "--interval", "200ms")
-	for i := 1; i <= 3; i++ {
-		r.client(fmt.Sprintf("w%d", i), "work", "--ttl", "2s", "--interval", "20ms")
-	}
+	r.workers(3, "20ms")
 	for cycle := 0; cycle < cycles(3, 10); cycle++ {
 		time.Sleep(time.Duration(cycles(2, 7)) * time.Second)
 		leader := r.c.WaitLeader(20 * time.Second)
@@ -117,9 +115,7 @@ func TestLeaderCrashLoop(t *testing.T) {
 // own (the generations checker would see a double grant).
 func TestPausedLeader(t *testing.T) {
 	r := newRun(t)
-	for i := 1; i <= 3; i++ {
-		r.client(fmt.Sprintf("w%d", i), "work", "--ttl", "2s", "--interval", "20ms")
-	}
+	r.workers(3, "20ms")
 	for cycle := 0; cycle < cycles(2, 5); cycle++ {
 		time.Sleep(2 * time.Second)
 		leader := r.c.WaitLeader(20 * time.Second)
@@ -142,9 +138,7 @@ func TestPausedLeader(t *testing.T) {
 // granted after a restart is above every one granted before.
 func TestWholeClusterKill(t *testing.T) {
 	r := newRun(t)
-	for i := 1; i <= 3; i++ {
-		r.client(fmt.Sprintf("w%d", i), "work", "--ttl", "2s", "--interval", "20ms")
-	}
+	r.workers(3, "20ms")
 	for cycle := 0; cycle < cycles(2, 5); cycle++ {
 		time.Sleep(2 * time.Second)
 		for _, nd := range r.c.Nodes {
@@ -178,9 +172,7 @@ func TestWholeClusterKill(t *testing.T) {
 func TestClockSkew(t *testing.T) {
 	r := newRun(t)
 	r.client("holder", "hold", "--lease", "H", "--resource", "HR", "--ttl", "5s", "--interval", "200ms")
-	for i := 1; i <= 2; i++ {
-		r.client(fmt.Sprintf("w%d", i), "work", "--ttl", "2s", "--interval", "30ms")
-	}
+	r.workers(2, "30ms")
 	for i, skew := range []time.Duration{5 * time.Minute, -5 * time.Minute} {
 		time.Sleep(time.Second)
 		nd := r.c.Nodes[i]
@@ -379,9 +371,7 @@ func TestDiskFull(t *testing.T) {
 	r := newRunOn(t, func() *proccluster.TestCluster {
 		return proccluster.Start(t, coorddBin, 3, "--raft-wal-segment-size", "4MiB")
 	})
-	for i := 1; i <= 2; i++ {
-		r.client(fmt.Sprintf("w%d", i), "work", "--ttl", "2s", "--interval", "30ms")
-	}
+	r.workers(2, "30ms")
 	for round, onLeader := range []bool{true, false} {
 		time.Sleep(time.Second)
 		leader := r.c.WaitLeader(20 * time.Second)

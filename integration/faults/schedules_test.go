@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -182,11 +181,7 @@ func TestScheduleLeaderKilledWhileMaterialising(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const vt, q = 3 * time.Second, "materialise"
-	l := newJobLog(r.dir)
-	for _, w := range []string{"w1", "w2", "w3"} {
-		r.qworker(w, q, "--concurrency", "64")
-	}
-	r.awaitUp(l, "w1", "w2", "w3")
+	l := r.qworkers(q, "--concurrency", "64")
 	c := r.sdk(ctx, "scheduler")
 	names := putSchedules(t, ctx, c, "m", q, n, vt, func(i int, s *coordv1.ScheduleSpec) {
 		if i%2 == 1 {
@@ -201,13 +196,7 @@ func TestScheduleLeaderKilledWhileMaterialising(t *testing.T) {
 		at := time.UnixMilli(fromMs + window.Milliseconds()*int64(k+1)/int64(kills+1)).Truncate(time.Second).
 			Add(time.Duration(rand.IntN(40)) * time.Millisecond)
 		time.Sleep(time.Until(at)) // the fault's time
-		leader := r.c.WaitLeader(20 * time.Second)
-		r.c.Stop(leader, syscall.SIGKILL)
-		took, err := r.c.AcquireAnywhere(fmt.Sprintf("probe-materialise-%d", k), 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.c.Restart(leader)
+		leader, took := r.failover(fmt.Sprintf("probe-materialise-%d", k))
 		t.Logf("kill -9 of the leader %s at %s (+%s in the window): the cluster served again after %s", leader.ID,
 			at.Format("15:04:05.000"), at.Sub(time.UnixMilli(fromMs)), took.Round(time.Millisecond))
 	}
@@ -242,11 +231,7 @@ func TestSchedulesEverySecond(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	const vt, q = 3 * time.Second, "every-second"
-	l := newJobLog(r.dir)
-	for _, w := range []string{"w1", "w2", "w3"} {
-		r.qworker(w, q, "--concurrency", conc, "--hold", "100ms")
-	}
-	r.awaitUp(l, "w1", "w2", "w3")
+	l := r.qworkers(q, "--concurrency", conc, "--hold", "100ms")
 	c := r.sdk(ctx, "scheduler")
 	put := time.Now()
 	names := putSchedules(t, ctx, c, "s", q, n, vt, nil)
