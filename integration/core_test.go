@@ -276,10 +276,7 @@ func TestIdempotencyAcrossLeaderChange(t *testing.T) {
 	old := c.WaitLeader()
 	cc := c.Coord(old)
 	ctx := ctxT(t)
-	first, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "close", Owner: "a", TtlMs: 30000, RequestId: "req-1"})
-	if err != nil || !first.GetAcquired() {
-		t.Fatal(first, err)
-	}
+	first := grant(t, ctx, cc, &coordv1.AcquireRequest{Name: "close", Owner: "a", TtlMs: 30000, RequestId: "req-1"})
 	gen := first.GetLease().GetGeneration()
 	r1, err := cc.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "store-42", LeaseName: "close", Generation: gen,
 		IdempotencyKey: "close-2026-09-25-store-42", Payload: []byte("42.00")})
@@ -501,10 +498,7 @@ func TestContendedAcquireAppendsNothing(t *testing.T) {
 	leader := c.WaitLeader()
 	cc := c.Coord(leader)
 	ctx := ctxT(t)
-	first, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "hot", Owner: "a", TtlMs: 30000, RequestId: "r1"})
-	if err != nil || !first.GetAcquired() {
-		t.Fatal(first, err)
-	}
+	first := grant(t, ctx, cc, &coordv1.AcquireRequest{Name: "hot", Owner: "a", TtlMs: 30000, RequestId: "r1"})
 	before := leader.Node.Raft().LastIndex()
 	for i := 0; i < 50; i++ {
 		r, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "hot", Owner: fmt.Sprintf("b%d", i), TtlMs: 30000})

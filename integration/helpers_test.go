@@ -43,14 +43,20 @@ func wantErr(t *testing.T, err error, code codes.Code, reason string) map[string
 
 func acquire(t *testing.T, cc coordv1.CoordinatorClient, name, owner string, ttl time.Duration) *coordv1.Lease {
 	t.Helper()
-	resp, err := cc.Acquire(ctxT(t), &coordv1.AcquireRequest{Name: name, Owner: owner, TtlMs: ttl.Milliseconds()})
+	return grant(t, ctxT(t), cc, &coordv1.AcquireRequest{Name: name, Owner: owner, TtlMs: ttl.Milliseconds()}).GetLease()
+}
+
+// grant sends req; the test fails unless it is granted.
+func grant(t *testing.T, ctx context.Context, cc coordv1.CoordinatorClient, req *coordv1.AcquireRequest) *coordv1.AcquireResponse {
+	t.Helper()
+	resp, err := cc.Acquire(ctx, req)
 	if err != nil {
-		t.Fatalf("acquire %s: %v", name, err)
+		t.Fatalf("acquire %s: %v", req.GetName(), err)
 	}
 	if !resp.GetAcquired() {
-		t.Fatalf("acquire %s by %s: held by %v", name, owner, resp.GetLease())
+		t.Fatalf("acquire %s by %s: held by %v", req.GetName(), req.GetOwner(), resp.GetLease())
 	}
-	return resp.GetLease()
+	return resp
 }
 
 func withMD(ctx context.Context, kv ...string) context.Context {

@@ -84,19 +84,27 @@ func TestProcessLeaderKill9Failover(t *testing.T) {
 	}
 }
 
+// runExample runs an example's binary (with --endpoints and args) against
+// a new three-node cluster of processes and returns its output; the test
+// fails if it fails or runs longer than timeout.
+func runExample(t *testing.T, bin string, timeout time.Duration, args ...string) string {
+	t.Helper()
+	pc := proccluster.Start(t, coorddBin, 3)
+	pc.WaitLeader(20 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, append([]string{"--endpoints", strings.Join(pc.Endpoints(), ",")}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("example failed: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
 // The daily-close example, end to end on real processes: a replica frozen
 // with SIGSTOP past its TTL is refused on waking, its successor resumes the
 // window, a late replica does nothing, every store is written exactly once.
 func TestDailyCloseExample(t *testing.T) {
-	pc := proccluster.Start(t, coorddBin, 3)
-	pc.WaitLeader(20 * time.Second)
-	eps := pc.Endpoints()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, exampleBin, "--endpoints", strings.Join(eps, ","), "--step", "600ms").CombinedOutput()
-	if err != nil {
-		t.Fatalf("example failed: %v\n%s", err, out)
-	}
+	out := runExample(t, exampleBin, 90*time.Second, "--step", "600ms")
 	for _, want := range []string{
 		"A         store-3 REFUSED (STALE_TOKEN) with token 1",
 		"B         holds daily-close generation 2; claimed window 2026-09-25 (attempt 2)",
@@ -104,7 +112,7 @@ func TestDailyCloseExample(t *testing.T) {
 		"C         window 2026-09-25 already completed by B",
 		"every store was closed exactly once.",
 	} {
-		if !strings.Contains(string(out), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
@@ -116,19 +124,11 @@ func TestDailyCloseExample(t *testing.T) {
 // or answered as duplicates: no effect); every occurrence's job succeeds once and every store is written once per
 // occurrence.
 func TestScheduledCloseExample(t *testing.T) {
-	pc := proccluster.Start(t, coorddBin, 3)
-	pc.WaitLeader(20 * time.Second)
-	eps := pc.Endpoints()
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, scheduledBin, "--endpoints", strings.Join(eps, ",")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("example failed: %v\n%s", err, out)
-	}
+	out := runExample(t, scheduledBin, 150*time.Second)
 	t.Logf("example output:\n%s", out)
 	for _, want := range []string{"--- kill -9", "--- SIGSTOP", "attempt 2", "duplicate of token",
 		"every window completed once; every store closed exactly once per day."} {
-		if !strings.Contains(string(out), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}

@@ -354,10 +354,7 @@ func TestForeignWaiterWithTheHoldersRequestID(t *testing.T) {
 	a := coordAs(t, certs, n, "tenant-a")
 	b := coordAs(t, certs, n, "tenant-b")
 	ctx := ctxT(t)
-	held, err := a.Acquire(ctx, &coordv1.AcquireRequest{Name: "shared", Owner: "o", TtlMs: 10_000, RequestId: "r1"})
-	if err != nil || !held.GetAcquired() {
-		t.Fatal(held, err)
-	}
+	held := grant(t, ctx, a, &coordv1.AcquireRequest{Name: "shared", Owner: "o", TtlMs: 10_000, RequestId: "r1"})
 	waited := make(chan *coordv1.AcquireResponse, 1)
 	go func() {
 		r, err := b.Acquire(ctx, &coordv1.AcquireRequest{Name: "shared", Owner: "o", TtlMs: 10_000, RequestId: "r1", Wait: true})
