@@ -40,24 +40,11 @@ func heapAlloc() uint64 {
 	return m.HeapAlloc
 }
 
-// snapshotOf is f's snapshot.
-func snapshotOf(tb testing.TB, f *FSM) *bytes.Buffer {
-	tb.Helper()
-	var buf bytes.Buffer
-	if err := f.WriteSnapshot(&buf); err != nil {
-		tb.Fatal(err)
-	}
-	return &buf
-}
-
 // timedRestore restores a new FSM from a snapshot and says how long that took.
 func timedRestore(tb testing.TB, snap []byte) (*FSM, time.Duration) {
 	tb.Helper()
 	start := time.Now()
-	g := New()
-	if err := g.Restore(nopCloser{bytes.NewReader(snap)}); err != nil {
-		tb.Fatal(err)
-	}
+	g := restoreFrom(tb, snap)
 	return g, time.Since(start)
 }
 

@@ -200,14 +200,7 @@ func TestEventsAfterRestore(t *testing.T) {
 			runEvents(t, part, c.now, 0, c.body)
 		}
 		if i == 4 {
-			var buf bytes.Buffer
-			if err := part.WriteSnapshot(&buf); err != nil {
-				t.Fatal(err)
-			}
-			part = New()
-			if err := part.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-				t.Fatal(err)
-			}
+			part = restored(t, part)
 		}
 		if i >= 5 {
 			_, evs := runEvents(t, part, c.now, 0, c.body)

@@ -136,15 +136,7 @@ func FuzzCommands(f *testing.F) {
 		if d := x.st.queueIndexDiff(); d != "" {
 			t.Fatalf("incremental queue index differs from a rebuild: %s", d)
 		}
-		var buf bytes.Buffer
-		if err := x.WriteSnapshot(&buf); err != nil {
-			t.Fatal(err)
-		}
-		y := New()
-		if err := y.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-			t.Fatal(err)
-		}
-		if x.Digest() != y.Digest() {
+		if y := restored(t, x); x.Digest() != y.Digest() {
 			t.Fatal("G8: digest differs after snapshot round trip")
 		}
 	})
