@@ -263,11 +263,8 @@ func FuzzEvents(f *testing.F) {
 		names := []string{"l0", "l1"}
 		owners := []string{"a", "b"}
 		q := newQueueModel()
-		for len(data) >= 4 {
-			op, a, b, c := data[0]%16, data[1], data[2], data[3]
-			data = data[4:]
-			now += int64(c % 64)
-			cal += int64(c%64) * 7
+		for s := range leaseFuzzSteps(data, &now, &cal) {
+			op, a, b, c := s.op, s.a, s.b, s.c
 			name, owner := names[int(a)%len(names)], owners[int(b)%len(owners)]
 			cur, _, _ := x.Lease(name)
 			gen := cur.Generation
