@@ -122,11 +122,17 @@ func tick(t testing.TB, f *FSM, cal int64) { runAt(t, f, 0, cal, &fsmv1.Tick{}) 
 
 func jobState(t testing.TB, f *FSM, id uint64) QueueJob {
 	t.Helper()
-	j, ok := f.QueueJob(id)
+	return lookup(t, f.QueueJob, id, "job")
+}
+
+// lookup is what get finds for key, or the test fails.
+func lookup[K, V any](t testing.TB, get func(K) (V, bool), key K, what string) V {
+	t.Helper()
+	v, ok := get(key)
 	if !ok {
-		t.Fatalf("job %d not found", id)
+		t.Fatalf("%s %v not found", what, key)
 	}
-	return j
+	return v
 }
 
 func TestQueueScheduledBecomesAvailableOnCalendarTime(t *testing.T) {
