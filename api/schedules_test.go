@@ -19,6 +19,21 @@ func field(err error) string { return coorderr.Metadata(err)["field"] }
 
 func reason(err error) string { return coorderr.WireReason(err) }
 
+func newSchedulesTest(t *testing.T) (*fakeNode, *Server, *schedules) {
+	t.Helper()
+	n := newFakeNode()
+	s := newTestServer(t, n)
+	return n, s, &schedules{s: s}
+}
+
+// mustPut puts spec, failing the test if it is refused.
+func mustPut(t *testing.T, h *schedules, spec *coordv1.ScheduleSpec) {
+	t.Helper()
+	if _, err := h.PutSchedule(context.Background(), &coordv1.PutScheduleRequest{Spec: spec}); err != nil {
+		t.Fatalf("put %s: %v", spec.GetName(), err)
+	}
+}
+
 func everyMinute(name string) *coordv1.ScheduleSpec {
 	return &coordv1.ScheduleSpec{Name: name, Schedule: "@every 1m", Job: &coordv1.JobTemplate{Kind: "report", Queue: "reports"},
 		Overlap: coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW}
@@ -40,9 +55,7 @@ func materialise(t *testing.T, n *fakeNode, name string, through int64, at ...in
 }
 
 func TestPutScheduleValidatesAndFillsDefaults(t *testing.T) {
-	n := newFakeNode()
-	s := newTestServer(t, n)
-	h := &schedules{s: s}
+	n, _, h := newSchedulesTest(t)
 	ctx := context.Background()
 	for _, c := range []struct {
 		spec  *coordv1.ScheduleSpec
@@ -100,14 +113,10 @@ func TestPutScheduleValidatesAndFillsDefaults(t *testing.T) {
 }
 
 func TestGetScheduleNextAndRecent(t *testing.T) {
-	n := newFakeNode()
-	s := newTestServer(t, n)
-	h := &schedules{s: s}
+	n, _, h := newSchedulesTest(t)
 	ctx := context.Background()
 	n.calendar = time.Date(2026, 9, 24, 12, 0, 30, 0, time.UTC).UnixMilli()
-	if _, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: everyMinute("rep")}); err != nil {
-		t.Fatal(err)
-	}
+	mustPut(t, h, everyMinute("rep"))
 	cal0 := n.calendar
 	n.calendar += 3 * 60_000
 	materialise(t, n, "rep", n.calendar, cal0+30_000, cal0+90_000, cal0+150_000)
@@ -132,16 +141,12 @@ func TestGetScheduleNextAndRecent(t *testing.T) {
 }
 
 func TestTriggerPauseResumeDelete(t *testing.T) {
-	n := newFakeNode()
-	s := newTestServer(t, n)
-	h := &schedules{s: s}
+	n, _, h := newSchedulesTest(t)
 	ctx := context.Background()
 	n.calendar = time.Date(2026, 9, 24, 12, 0, 30, 123e6, time.UTC).UnixMilli()
 	forbid := everyMinute("rep")
 	forbid.Overlap = coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID
-	if _, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: forbid}); err != nil {
-		t.Fatal(err)
-	}
+	mustPut(t, h, forbid)
 	tr, err := h.TriggerSchedule(ctx, &coordv1.TriggerScheduleRequest{Name: "rep"})
 	if err != nil {
 		t.Fatal(err)
@@ -200,17 +205,12 @@ func TestTriggerPauseResumeDelete(t *testing.T) {
 // node's lease time lags its calendar by decades: an occurrence is overdue
 // by calendar time, not by the lagging lease clock.
 func TestListOverdueOnCalendarTime(t *testing.T) {
-	n := newFakeNode()
-	s := newTestServer(t, n)
-	h := &schedules{s: s}
+	n, s, h := newSchedulesTest(t)
 	ctx := context.Background()
 	cal0 := time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC).UnixMilli()
 	n.calendar = cal0
-	for _, name := range []string{"a", "b"} {
-		if _, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: everyMinute(name)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mustPut(t, h, everyMinute("a"))
+	mustPut(t, h, everyMinute("b"))
 	n.calendar = cal0 + 150_000
 	materialise(t, n, "a", n.calendar, cal0+30_000, cal0+90_000)
 	materialise(t, n, "b", n.calendar, cal0+30_000, cal0+90_000)
@@ -284,9 +284,8 @@ func TestSchedulesMethodsInTheAccessTable(t *testing.T) {
 // A queue submit may not use the labels schedules put on their jobs (the
 // overdue index trusts them).
 func TestSubmitRefusesScheduleLabels(t *testing.T) {
-	n := newFakeNode()
-	s := newTestServer(t, n)
-	_, err := (&queue{s: s}).Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{
+	_, _, q := newQueueTest(t)
+	_, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{
 		{Kind: "k", Labels: map[string]string{"coordd.schedule": "x"}}}})
 	if status.Code(err) != codes.InvalidArgument || field(err) != "labels" {
 		t.Fatalf("submit with a reserved label: %v", err)
@@ -296,10 +295,9 @@ func TestSubmitRefusesScheduleLabels(t *testing.T) {
 // A one-shot put just after its time still owes its occurrence: the mark
 // of the new schedule is just before it (the catch-up horizon decides).
 func TestPutOneShotJustAfterItsTime(t *testing.T) {
-	n := newFakeNode()
-	s := newTestServer(t, n)
+	n, _, h := newSchedulesTest(t)
 	at := time.UnixMilli(n.calendar - 5_000).UTC()
-	resp, err := (&schedules{s: s}).PutSchedule(context.Background(), &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{
+	resp, err := h.PutSchedule(context.Background(), &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{
 		Name: "once", Schedule: "@once " + at.Format(time.RFC3339Nano), Job: &coordv1.JobTemplate{Kind: "k"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -308,7 +306,7 @@ func TestPutOneShotJustAfterItsTime(t *testing.T) {
 		t.Fatalf("mark %d, want %d (just before the one-shot)", m, at.UnixMilli()-1)
 	}
 	// A recurring schedule owes only what comes after its creation.
-	resp, err = (&schedules{s: s}).PutSchedule(context.Background(), &coordv1.PutScheduleRequest{Spec: everyMinute("rec")})
+	resp, err = h.PutSchedule(context.Background(), &coordv1.PutScheduleRequest{Spec: everyMinute("rec")})
 	if err != nil || resp.GetSchedule().GetLastMaterialisedMs() != n.calendar {
 		t.Fatalf("recurring: %v %v", resp, err)
 	}

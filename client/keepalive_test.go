@@ -93,26 +93,28 @@ func (h *harness) advanceTo(at time.Time) {
 	h.clk.Advance(at.Sub(h.clk.Now()))
 }
 
+// within receives from ch, or fails the test with failure when nothing
+// arrives within 5 s of real time.
+func within[T any](t *testing.T, ch <-chan T, failure string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(5 * time.Second):
+		t.Fatal(failure)
+		var zero T
+		return zero
+	}
+}
+
 func (h *harness) nextSend() sentReq {
 	h.t.Helper()
-	select {
-	case s := <-h.sent:
-		return s
-	case <-time.After(5 * time.Second):
-		h.t.Fatal("no keepalive sent")
-		return sentReq{}
-	}
+	return within(h.t, h.sent, "no keepalive sent")
 }
 
 func (h *harness) stream() *fakeStream {
 	h.t.Helper()
-	select {
-	case s := <-h.streams:
-		return s
-	case <-time.After(5 * time.Second):
-		h.t.Fatal("no stream opened")
-		return nil
-	}
+	return within(h.t, h.streams, "no stream opened")
 }
 
 func at(h *harness, d time.Duration) time.Time { return h.t0.Add(d) }
@@ -145,11 +147,7 @@ func TestKeepAliveScheduleAndLocalDeadline(t *testing.T) {
 		t.Fatalf("renewal at t0+%s, want t0+2s", s.at.Sub(h.t0))
 	}
 	h.advanceTo(at(h, 3*time.Second))
-	select {
-	case <-st.ctx.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("stalled stream not abandoned")
-	}
+	within(t, st.ctx.Done(), "stalled stream not abandoned")
 	h.clk.WaitArmed(at(h, 3700*time.Millisecond), 5*time.Second)
 	h.clk.Advance(at(h, 3699*time.Millisecond).Sub(h.clk.Now()))
 	select {
@@ -182,11 +180,7 @@ func TestKeepAliveServerRefusal(t *testing.T) {
 	s := h.nextSend()
 	st.resp <- &coordv1.KeepAliveResponse{Name: "job", Generation: 7, Ok: false, Reason: "LEASE_LOST", Seq: s.req.GetSeq(),
 		Metadata: map[string]string{"current_owner": "other", "current_generation": "8"}}
-	select {
-	case <-l.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("refusal did not end the lease")
-	}
+	within(t, l.Done(), "refusal did not end the lease")
 	var e *Error
 	if !errors.Is(l.Err(), ErrLeaseLost) || !errors.As(l.Err(), &e) || e.Reason != "LEASE_LOST" ||
 		e.Metadata["current_owner"] != "other" || e.Metadata["current_generation"] != "8" {

@@ -93,12 +93,7 @@ func reasonErr(code codes.Code, reason string) error {
 
 func rawClient(t *testing.T, endpoints ...string) *Client {
 	t.Helper()
-	c, err := New(context.Background(), endpoints, WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return testClient(t, endpoints, WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
 }
 
 // Raw calls take the SDK's policy: a call that was certainly not applied

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -250,14 +251,30 @@ func (n *fakeNode) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) error {
 	}
 }
 
-func fakeClient(t *testing.T, endpoints []string, opts ...Option) *Client {
+// testClient is a client of endpoints, closed when the test ends.
+func testClient(t *testing.T, endpoints []string, opts ...Option) *Client {
 	t.Helper()
-	c, err := New(context.Background(), endpoints, append([]Option{WithOwner("me")}, opts...)...)
+	c, err := New(context.Background(), endpoints, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+func fakeClient(t *testing.T, endpoints []string, opts ...Option) *Client {
+	t.Helper()
+	return testClient(t, endpoints, append([]Option{WithOwner("me")}, opts...)...)
+}
+
+// acquireOnce acquires lease x (TTL 10 s) within 10 s.
+func acquireOnce(t *testing.T, c *Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "x", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func acquireRelease(t *testing.T, c *Client, n int) {
@@ -293,41 +310,39 @@ func TestRoutingLeaderFromStatusAtStart(t *testing.T) {
 	}
 }
 
-// Without Status answers, the first call goes to the first endpoint; a
-// NOT_LEADER refusal names the leader and the client stays there.
-func TestRoutingNotLeaderRedirect(t *testing.T) {
-	f, l := startFakeNode(t, "f", nil, nil), startFakeNode(t, "l", nil, nil)
-	lead(l, 1, f)
-	for _, n := range []*fakeNode{f, l} {
-		n.lookupErr = status.Error(codes.Unimplemented, "no lookup here")
-	}
-	f.refuse = true
-	c := fakeClient(t, []string{f.addr, l.addr})
-	acquireRelease(t, c, 10)
-	if a := f.count("Acquire"); a != 1 {
-		t.Fatalf("the follower got %d acquires, want 1 (the first, redirected)", a)
-	}
-	if a := l.count("Acquire"); a != 10 {
-		t.Fatalf("the leader got %d acquires, want 10", a)
-	}
-}
-
-// A follower that forwards and names the leader in the response header
-// forwards one call, not every call.
-func TestRoutingLeaderHeader(t *testing.T) {
-	f, l := startFakeNode(t, "f", nil, nil), startFakeNode(t, "l", nil, nil)
-	lead(l, 1, f)
-	for _, n := range []*fakeNode{f, l} {
-		n.lookupErr = status.Error(codes.Unimplemented, "no lookup here")
-	}
-	f.header = true
-	c := fakeClient(t, []string{f.addr, l.addr})
-	acquireRelease(t, c, 10)
-	if fw := l.count("forwarded Acquire"); fw != 1 {
-		t.Fatalf("%d acquires forwarded, want 1", fw)
-	}
-	if a := l.count("Acquire"); a != 9 {
-		t.Fatalf("the leader got %d acquires directly, want 9", a)
+// Without Status answers, the first call goes to the first endpoint, a
+// follower; what it answers points the client to the leader, where it
+// stays.
+func TestRoutingWithoutLeaderLookup(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		refuse, header bool
+		want           map[string]int // calls per "node method", node f or l
+	}{
+		// A NOT_LEADER refusal names the leader: only the first acquire
+		// went to the follower.
+		{name: "not leader redirect", refuse: true, want: map[string]int{"f Acquire": 1, "l Acquire": 10}},
+		// A follower that forwards and names the leader in the response
+		// header forwards one call, not every call.
+		{name: "leader header", header: true, want: map[string]int{"l forwarded Acquire": 1, "l Acquire": 9}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, l := startFakeNode(t, "f", nil, nil), startFakeNode(t, "l", nil, nil)
+			lead(l, 1, f)
+			for _, n := range []*fakeNode{f, l} {
+				n.lookupErr = status.Error(codes.Unimplemented, "no lookup here")
+			}
+			f.refuse, f.header = tc.refuse, tc.header
+			c := fakeClient(t, []string{f.addr, l.addr})
+			acquireRelease(t, c, 10)
+			nodes := map[string]*fakeNode{"f": f, "l": l}
+			for key, want := range tc.want {
+				node, method, _ := strings.Cut(key, " ")
+				if got := nodes[node].count(method); got != want {
+					t.Fatalf("%s got %d %s calls, want %d", node, got, method, want)
+				}
+			}
+		})
 	}
 }
 
@@ -336,20 +351,11 @@ func TestRoutingLeaderHeader(t *testing.T) {
 func TestRoutingFollowerFallback(t *testing.T) {
 	f := startFakeNode(t, "f", nil, nil)
 	// A leader at an address where nothing listens.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone := &fakeNode{id: "gone", addr: lis.Addr().String(), calls: map[string]int{}}
-	lis.Close()
+	gone := &fakeNode{id: "gone", addr: refusingAddr(t), calls: map[string]int{}}
 	f.leaderOf = gone
 	gone.leader = true
 	c := fakeClient(t, []string{f.addr}, WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.Acquire(ctx, "x", 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	acquireOnce(t, c)
 	if a := f.count("Acquire"); a != 1 {
 		t.Fatalf("the follower got %d acquires, want 1", a)
 	}
@@ -422,19 +428,10 @@ func (v *virtual) acquire(c *Client, ttl time.Duration) *Lease {
 // dead one.
 func TestRoutingSkipsDeadNamedLeader(t *testing.T) {
 	f := startFakeNode(t, "f", nil, nil)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := &fakeNode{id: "dead", addr: lis.Addr().String(), calls: map[string]int{}}
-	lis.Close()
+	dead := &fakeNode{id: "dead", addr: refusingAddr(t), calls: map[string]int{}}
 	f.leaderOf = dead
 	c := fakeClient(t, []string{dead.addr, f.addr})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.Acquire(ctx, "x", 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	acquireOnce(t, c)
 	if a := f.count("Acquire"); a != 1 {
 		t.Fatalf("the live node got %d acquires, want 1 (the first attempt)", a)
 	}

@@ -103,11 +103,7 @@ func collect(t *testing.T, w *Watcher, n int) []string {
 func TestWatchResumesAcrossNodes(t *testing.T) {
 	a := &logNode{oldest: 1, last: 10, breakAfter: 3}
 	b := &logNode{oldest: 1, last: 10, breakAfter: 3}
-	c, err := New(context.Background(), []string{startLogNode(t, a), startLogNode(t, b)}, WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := rawClient(t, startLogNode(t, a), startLogNode(t, b))
 	ctx, cancel := context.WithCancel(context.Background())
 	w := c.Watch(ctx, "k/", 1)
 	got := collect(t, w, 10)
@@ -135,11 +131,7 @@ func TestWatchResumesAcrossNodes(t *testing.T) {
 func TestWatchCompacted(t *testing.T) {
 	late := &logNode{oldest: 6, last: 10}
 	full := &logNode{oldest: 1, last: 10}
-	c, err := New(context.Background(), []string{startLogNode(t, late), startLogNode(t, full)}, WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := rawClient(t, startLogNode(t, late), startLogNode(t, full))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := c.Watch(ctx, "k/", 2)
@@ -147,12 +139,7 @@ func TestWatchCompacted(t *testing.T) {
 		t.Fatalf("got %v from %s", got, w.Endpoint())
 	}
 
-	c2, err := New(context.Background(), []string{startLogNode(t, &logNode{oldest: 6, last: 10}), startLogNode(t, &logNode{oldest: 5, last: 10})},
-		WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
+	c2 := rawClient(t, startLogNode(t, &logNode{oldest: 6, last: 10}), startLogNode(t, &logNode{oldest: 5, last: 10}))
 	w2 := c2.Watch(ctx, "k/", 2)
 	for range w2.Responses() {
 	}
@@ -165,11 +152,7 @@ func TestWatchCompacted(t *testing.T) {
 // events.
 func TestWatchFromNowSaysWhere(t *testing.T) {
 	n := &logNode{oldest: 1, last: 10}
-	c, err := New(context.Background(), []string{startLogNode(t, n)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testClient(t, []string{startLogNode(t, n)})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := c.Watch(ctx, "", 0)

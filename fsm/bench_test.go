@@ -22,6 +22,58 @@ func entry(b testing.TB, now int64, body any) []byte {
 	return data
 }
 
+// entryAt encodes a command with a calendar time as a log entry's data.
+func entryAt(tb testing.TB, now, cal int64, body any) []byte {
+	tb.Helper()
+	data, err := proto.Marshal(EnvelopeAt(now, cal, body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return data
+}
+
+// heapAlloc is the live heap after a collection.
+func heapAlloc() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// timedRestore restores a new FSM from a snapshot and says how long that took.
+func timedRestore(tb testing.TB, snap []byte) (*FSM, time.Duration) {
+	tb.Helper()
+	start := time.Now()
+	g := restoreFrom(tb, snap)
+	return g, time.Since(start)
+}
+
+// benchRestore measures restoring f's snapshot into a new FSM.
+func benchRestore(b *testing.B, f *FSM) {
+	snap := snapshotOf(b, f).Bytes()
+	b.SetBytes(int64(len(snap)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := New().Restore(nopCloser{bytes.NewReader(snap)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// fetchAndComplete encodes a fetch of n jobs from the default queue by
+// worker "w" and the completion of their first attempts, taken to be jobs
+// *next, *next+1, …; it advances *next past them.
+func fetchAndComplete(tb testing.TB, now, cal int64, next *uint64, n int) (fetch, complete []byte) {
+	tb.Helper()
+	fetch = entryAt(tb, now, cal, &fsmv1.FetchJobs{Queues: []string{"default"}, Max: uint32(n), WorkerId: "w"})
+	var done []*fsmv1.JobCompletion
+	for k := 0; k < n; k++ {
+		done = append(done, &fsmv1.JobCompletion{JobId: *next, Attempt: 1})
+		*next++
+	}
+	return fetch, entryAt(tb, now, cal, &fsmv1.CompleteJobs{Completions: done, WorkerId: "w"})
+}
+
 // benchApply measures ApplyBatch (decode + apply) per command, in batches
 // of 64 as Raft delivers them under load.
 func benchApply(b *testing.B, setup func(f *FSM, n int), mk func(i int) any) {
@@ -108,26 +160,12 @@ func BenchmarkSnapshotPersist100k(b *testing.B) {
 	f := bigState(b, 100_000)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		var buf bytes.Buffer
-		if err := f.WriteSnapshot(&buf); err != nil {
-			b.Fatal(err)
-		}
-		b.SetBytes(int64(buf.Len()))
+		b.SetBytes(int64(snapshotOf(b, f).Len()))
 	}
 }
 
 func BenchmarkSnapshotRestore100k(b *testing.B) {
-	var buf bytes.Buffer
-	if err := bigState(b, 100_000).WriteSnapshot(&buf); err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(buf.Len()))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := New().Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchRestore(b, bigState(b, 100_000))
 }
 
 // TestFootprint measures memory per lease+window, snapshot size and restore
@@ -138,25 +176,11 @@ func TestFootprint(t *testing.T) {
 		t.Skip("set COORDD_FOOTPRINT=1 to measure")
 	}
 	const n = 1_000_000
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	before := heap()
+	before := heapAlloc()
 	f := bigState(t, n)
-	after := heap()
-	var buf bytes.Buffer
-	if err := f.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	g := New()
-	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-		t.Fatal(err)
-	}
-	restore := time.Since(start)
+	after := heapAlloc()
+	buf := snapshotOf(t, f)
+	_, restore := timedRestore(t, buf.Bytes())
 	t.Logf("%d leases + %d completed windows: heap %.0f bytes per lease+window pair; snapshot %.1f MiB; restore %s",
 		n, n, float64(after-before)/n, float64(buf.Len())/(1<<20), restore.Round(time.Millisecond))
 	runtime.KeepAlive(f)
@@ -185,16 +209,10 @@ func queueJobs(tb testing.TB, f *FSM, n int) {
 
 // queueFootprint is the heap per scheduled job (record, args, indexes).
 func queueFootprint(tb testing.TB, n int) (perJob float64, f *FSM) {
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	before := heap()
+	before := heapAlloc()
 	f = New()
 	queueJobs(tb, f, n)
-	after := heap()
+	after := heapAlloc()
 	return float64(after-before) / float64(n), f
 }
 
@@ -220,39 +238,21 @@ func TestQueueFootprintSucceeded(t *testing.T) {
 		t.Skip("allocates ~100 MB")
 	}
 	const n = 50_000
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	before := heap()
+	before := heapAlloc()
 	f := New()
 	queueJobs(t, f, n)
 	cal := t0 + 61_000
 	next := uint64(1)
 	for i := 0; i < n; i += MaxFetchBatch {
-		data, err := proto.Marshal(EnvelopeAt(1_000_000, cal, &fsmv1.FetchJobs{Queues: []string{"default"}, Max: MaxFetchBatch, WorkerId: "w"}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r, ok := f.Apply(data).(*FetchResult); !ok || len(r.Jobs) != MaxFetchBatch || cap(r.Jobs) != MaxFetchBatch {
+		fetch, complete := fetchAndComplete(t, 1_000_000, cal, &next, MaxFetchBatch)
+		if r, ok := f.Apply(fetch).(*FetchResult); !ok || len(r.Jobs) != MaxFetchBatch || cap(r.Jobs) != MaxFetchBatch {
 			t.Fatalf("fetch: %T", r)
 		}
-		var done []*fsmv1.JobCompletion
-		for k := 0; k < MaxFetchBatch; k++ {
-			done = append(done, &fsmv1.JobCompletion{JobId: next, Attempt: 1})
-			next++
-		}
-		data, err = proto.Marshal(EnvelopeAt(1_000_000, cal, &fsmv1.CompleteJobs{Completions: done, WorkerId: "w"}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := f.Apply(data).(JobResults); !ok {
+		if _, ok := f.Apply(complete).(JobResults); !ok {
 			t.Fatal("complete refused")
 		}
 	}
-	per := float64(heap()-before) / n
+	per := float64(heapAlloc()-before) / n
 	j, ok := f.QueueJob(n)
 	if !ok || j.State != JobSucceeded || len(j.Log) != 1 || cap(j.Log) != 1 {
 		t.Fatalf("job %d: %+v (log cap %d)", n, j, cap(j.Log))
@@ -275,18 +275,10 @@ func TestQueueFootprint(t *testing.T) {
 	start := time.Now()
 	per, f := queueFootprint(t, n)
 	submitTime := time.Since(start)
-	var buf bytes.Buffer
-	if err := f.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
+	buf := snapshotOf(t, f)
 	f = nil // a restarting node holds only the state it restores
 	runtime.GC()
-	start = time.Now()
-	g := New()
-	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-		t.Fatal(err)
-	}
-	restore := time.Since(start)
+	g, restore := timedRestore(t, buf.Bytes())
 	t.Logf("%d scheduled jobs with 200-byte args: heap %.0f bytes per job; submit %s (%.0f jobs/s applied, in entries of 1,000); snapshot %.1f MiB; restore %s",
 		n, per, submitTime.Round(time.Millisecond), n/submitTime.Seconds(), float64(buf.Len())/(1<<20), restore.Round(time.Millisecond))
 	if per > 1024 {
@@ -324,16 +316,8 @@ func BenchmarkApplyFetchComplete(b *testing.B) {
 	var logs [][]byte
 	next := uint64(1)
 	for i := 0; i < b.N; i += 100 {
-		n := min(100, b.N-i)
-		data, _ := proto.Marshal(EnvelopeAt(1, cal, &fsmv1.FetchJobs{Queues: []string{"default"}, Max: uint32(n), WorkerId: "w"}))
-		logs = append(logs, data)
-		var done []*fsmv1.JobCompletion
-		for k := 0; k < n; k++ {
-			done = append(done, &fsmv1.JobCompletion{JobId: next, Attempt: 1})
-			next++
-		}
-		data, _ = proto.Marshal(EnvelopeAt(1, cal, &fsmv1.CompleteJobs{Completions: done, WorkerId: "w"}))
-		logs = append(logs, data)
+		fetch, complete := fetchAndComplete(b, 1, cal, &next, min(100, b.N-i))
+		logs = append(logs, fetch, complete)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -347,15 +331,5 @@ func BenchmarkApplyFetchComplete(b *testing.B) {
 func BenchmarkSnapshotRestoreQueue100k(b *testing.B) {
 	f := New()
 	queueJobs(b, f, 100_000)
-	var buf bytes.Buffer
-	if err := f.WriteSnapshot(&buf); err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(buf.Len()))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := New().Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchRestore(b, f)
 }

@@ -200,14 +200,7 @@ func TestEventsAfterRestore(t *testing.T) {
 			runEvents(t, part, c.now, 0, c.body)
 		}
 		if i == 4 {
-			var buf bytes.Buffer
-			if err := part.WriteSnapshot(&buf); err != nil {
-				t.Fatal(err)
-			}
-			part = New()
-			if err := part.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-				t.Fatal(err)
-			}
+			part = restored(t, part)
 		}
 		if i >= 5 {
 			_, evs := runEvents(t, part, c.now, 0, c.body)
@@ -270,11 +263,8 @@ func FuzzEvents(f *testing.F) {
 		names := []string{"l0", "l1"}
 		owners := []string{"a", "b"}
 		q := newQueueModel()
-		for len(data) >= 4 {
-			op, a, b, c := data[0]%16, data[1], data[2], data[3]
-			data = data[4:]
-			now += int64(c % 64)
-			cal += int64(c%64) * 7
+		for s := range leaseFuzzSteps(data, &now, &cal) {
+			op, a, b, c := s.op, s.a, s.b, s.c
 			name, owner := names[int(a)%len(names)], owners[int(b)%len(owners)]
 			cur, _, _ := x.Lease(name)
 			gen := cur.Generation

@@ -350,12 +350,7 @@ func TestListLeasesPaging(t *testing.T) {
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
-	f := New()
-	buildState(t, f)
-	g := restored(t, f)
-	if f.Digest() != g.Digest() {
-		t.Fatal("digest differs after restore")
-	}
+	f, g := twins(t, buildState)
 	// Both continue identically: generations continue, windows stay complete,
 	// idempotency and prune queues survive.
 	for _, x := range []*FSM{f, g} {
@@ -372,10 +367,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if _, err := readSnapshot(bytes.NewReader([]byte("garbage"))); err == nil {
 		t.Fatal("garbage snapshot accepted")
 	}
-	var buf bytes.Buffer
-	if err := f.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
+	buf := snapshotOf(t, f)
 	if _, err := readSnapshot(bytes.NewReader(buf.Bytes()[:buf.Len()-3])); err == nil {
 		t.Fatal("truncated snapshot accepted")
 	}
@@ -609,18 +601,43 @@ func TestReleaseHandsOffToTheNextWaiter(t *testing.T) {
 	wantReason(t, r.Handoff, coorderr.InvalidArgument)
 }
 
-// restored is a new FSM restored from f's snapshot.
-func restored(t *testing.T, f *FSM) *FSM {
-	t.Helper()
+// snapshotOf is f's snapshot.
+func snapshotOf(tb testing.TB, f *FSM) *bytes.Buffer {
+	tb.Helper()
 	var buf bytes.Buffer
 	if err := f.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return &buf
+}
+
+// restoreFrom is a new FSM restored from snap.
+func restoreFrom(tb testing.TB, snap []byte) *FSM {
+	tb.Helper()
 	g := New()
-	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-		t.Fatal(err)
+	if err := g.Restore(nopCloser{bytes.NewReader(snap)}); err != nil {
+		tb.Fatal(err)
 	}
 	return g
+}
+
+// restored is a new FSM restored from f's snapshot.
+func restored(tb testing.TB, f *FSM) *FSM {
+	tb.Helper()
+	return restoreFrom(tb, snapshotOf(tb, f).Bytes())
+}
+
+// twins builds a state with build on a new FSM and restores a second one
+// from its snapshot; the two must have the same digest.
+func twins(t *testing.T, build func(testing.TB, *FSM)) (f, g *FSM) {
+	t.Helper()
+	f = New()
+	build(t, f)
+	g = restored(t, f)
+	if f.Digest() != g.Digest() {
+		t.Fatal("digest differs after restore")
+	}
+	return f, g
 }
 
 // Digest reuses its last result only while nothing changed: every applied
@@ -643,12 +660,7 @@ func TestDigestFollowsChanges(t *testing.T) {
 	if err := g.Restore(nopCloser{bytes.NewReader(nil)}); err == nil {
 		t.Fatal("empty snapshot restored")
 	}
-	empty := New()
-	var buf bytes.Buffer
-	if err := empty.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
+	if err := g.Restore(nopCloser{bytes.NewReader(snapshotOf(t, New()).Bytes())}); err != nil {
 		t.Fatal(err)
 	}
 	if g.Digest() != d0 {

@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"iter"
 	"reflect"
 	"testing"
 
@@ -38,11 +39,8 @@ func FuzzCommands(f *testing.F) {
 		resMax := map[string]uint64{}
 		completed := map[string]Window{}
 		q := newQueueModel()
-		for len(data) >= 4 {
-			op, a, b, c := data[0]%16, data[1], data[2], data[3]
-			data = data[4:]
-			now += int64(c % 64)
-			cal += int64(c%64) * 7
+		for s := range leaseFuzzSteps(data, &now, &cal) {
+			op, a, b, c := s.op, s.a, s.b, s.c
 			name, owner := names[int(a)%len(names)], owners[int(b)%len(owners)]
 			before, _, existed := x.Lease(name)
 			gen := before.Generation
@@ -136,18 +134,30 @@ func FuzzCommands(f *testing.F) {
 		if d := x.st.queueIndexDiff(); d != "" {
 			t.Fatalf("incremental queue index differs from a rebuild: %s", d)
 		}
-		var buf bytes.Buffer
-		if err := x.WriteSnapshot(&buf); err != nil {
-			t.Fatal(err)
-		}
-		y := New()
-		if err := y.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-			t.Fatal(err)
-		}
-		if x.Digest() != y.Digest() {
+		if y := restored(t, x); x.Digest() != y.Digest() {
 			t.Fatal("G8: digest differs after snapshot round trip")
 		}
 	})
+}
+
+// fuzzStep is one step of a fuzz input: an op and three operands.
+type fuzzStep struct{ op, a, b, c byte }
+
+// leaseFuzzSteps cuts a fuzz input of FuzzCommands or FuzzEvents into steps
+// of four bytes, the op taken mod 16 (a shorter tail is dropped). Before
+// each step the clock *now advances c%64 ms and the calendar *cal seven
+// times as much.
+func leaseFuzzSteps(data []byte, now, cal *int64) iter.Seq[fuzzStep] {
+	return func(yield func(fuzzStep) bool) {
+		for ; len(data) >= 4; data = data[4:] {
+			s := fuzzStep{data[0] % 16, data[1], data[2], data[3]}
+			*now += int64(s.c % 64)
+			*cal += int64(s.c%64) * 7
+			if !yield(s) {
+				return
+			}
+		}
+	}
 }
 
 func fcutoff(body any) int64 { return body.(*fsmv1.Prune).CutoffMs }

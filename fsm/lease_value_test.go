@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"bytes"
 	"testing"
 
 	"github.com/coordd/coordd/coorderr"
@@ -48,14 +47,7 @@ func TestLeaseValue(t *testing.T) {
 	b := acq("f", "o", 100, "r")
 	b.Value = []byte("kept")
 	run(t, f, 90, b)
-	var buf bytes.Buffer
-	if err := f.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
-	g := New()
-	if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, f)
 	if l, _, _ := g.Lease("f"); l.Value != "kept" || g.Digest() != f.Digest() {
 		t.Fatalf("restored value %q", l.Value)
 	}

@@ -122,11 +122,17 @@ func tick(t testing.TB, f *FSM, cal int64) { runAt(t, f, 0, cal, &fsmv1.Tick{}) 
 
 func jobState(t testing.TB, f *FSM, id uint64) QueueJob {
 	t.Helper()
-	j, ok := f.QueueJob(id)
+	return lookup(t, f.QueueJob, id, "job")
+}
+
+// lookup is what get finds for key, or the test fails.
+func lookup[K, V any](t testing.TB, get func(K) (V, bool), key K, what string) V {
+	t.Helper()
+	v, ok := get(key)
 	if !ok {
-		t.Fatalf("job %d not found", id)
+		t.Fatalf("%s %v not found", what, key)
 	}
-	return j
+	return v
 }
 
 func TestQueueScheduledBecomesAvailableOnCalendarTime(t *testing.T) {
@@ -771,12 +777,7 @@ func TestQueueAttemptLogKeepsTheLatest(t *testing.T) {
 }
 
 func TestQueueSnapshotRoundTrip(t *testing.T) {
-	f := New()
-	buildQueueState(t, f)
-	g := restored(t, f)
-	if f.Digest() != g.Digest() {
-		t.Fatal("digest differs after restore")
-	}
+	f, g := twins(t, buildQueueState)
 	for _, x := range []*FSM{f, g} {
 		// Lapses and promotions continue from the restored indexes.
 		tick(t, x, t0+100_000)
@@ -802,14 +803,10 @@ func TestQueueSnapshotRoundTrip(t *testing.T) {
 		t.Fatalf("stats differ:\n%+v\n%+v", fs, gs)
 	}
 	// A running job without its live attempt is a corrupt snapshot.
-	var buf bytes.Buffer
 	bad := New()
 	bad.st.lastJobID = 1
 	bad.st.qjobs.ReplaceOrInsert(&QueueJob{ID: 1, State: JobRunning, Queue: "q"})
-	if err := bad.WriteSnapshot(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := readSnapshot(bytes.NewReader(buf.Bytes())); err == nil {
+	if _, err := readSnapshot(bytes.NewReader(snapshotOf(t, bad).Bytes())); err == nil {
 		t.Fatal("corrupt queue record accepted")
 	}
 }

@@ -134,15 +134,7 @@ func FuzzSchedules(f *testing.F) {
 				t.Fatalf("after %T: incremental schedule index differs from a rebuild: %s", body, d)
 			}
 		}
-		g := New()
-		var buf bytes.Buffer
-		if err := x.WriteSnapshot(&buf); err != nil {
-			t.Fatal(err)
-		}
-		if err := g.Restore(nopCloser{bytes.NewReader(buf.Bytes())}); err != nil {
-			t.Fatal(err)
-		}
-		if x.Digest() != g.Digest() {
+		if g := restored(t, x); x.Digest() != g.Digest() {
 			t.Fatal("digest differs after a snapshot round trip")
 		}
 	})

@@ -38,11 +38,18 @@ func putSched(t testing.TB, f *FSM, cal int64, name string, sp *fsmv1.ScheduleSp
 
 func getSched(t testing.TB, f *FSM, name string) Schedule {
 	t.Helper()
-	sc, ok := f.Schedule(name)
-	if !ok {
-		t.Fatalf("schedule %s missing", name)
-	}
-	return sc
+	return lookup(t, f.Schedule, name, "schedule")
+}
+
+// reportsWithOneJob is a new FSM with schedule "reports" (with the given
+// overlap policy) put at t0 and its first occurrence, minute 1,
+// materialised at t0+minute.
+func reportsWithOneJob(t testing.TB, overlap fsmv1.ScheduleOverlap) *FSM {
+	t.Helper()
+	f := New()
+	putSched(t, f, t0, "reports", sspec(overlap))
+	materialiseAt(t, f, t0+minute, item(getSched(t, f, "reports"), 1, occs(1)))
+	return f
 }
 
 // occs are occurrences at the given minutes after t0 (window "m<k>").
@@ -68,15 +75,6 @@ func materialiseAt(t testing.TB, f *FSM, cal int64, items ...*fsmv1.ScheduleMate
 		t.Fatalf("materialise at %d: %#v", cal, out)
 	}
 	return r.Items
-}
-
-func job(t testing.TB, f *FSM, id uint64) QueueJob {
-	t.Helper()
-	j, ok := f.QueueJob(id)
-	if !ok {
-		t.Fatalf("job %d missing", id)
-	}
-	return j
 }
 
 func label(j QueueJob, key string) string {
@@ -154,7 +152,7 @@ func TestScheduleMaterialisesEachOccurrenceOnce(t *testing.T) {
 		t.Fatalf("after: %+v", sc)
 	}
 	for i, e := range sc.History {
-		j := job(t, f, e.JobID)
+		j := jobState(t, f, e.JobID)
 		win := fmt.Sprintf("m%d", i+1)
 		if e.Window != win || j.UniqueKey != ScheduleUniqueKey("reports", win) || j.Queue != "reports" || j.Kind != "send-report" ||
 			j.RunAt != t0+int64(i+1)*minute || j.State != JobAvailable || label(j, LabelSchedule) != "reports" ||
@@ -222,9 +220,7 @@ func TestScheduleRecordsSkippedRanges(t *testing.T) {
 }
 
 func TestScheduleForbidSkipsWhileTheJobRuns(t *testing.T) {
-	f := New()
-	putSched(t, f, t0, "reports", sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID))
-	materialiseAt(t, f, t0+minute, item(getSched(t, f, "reports"), 1, occs(1)))
+	f := reportsWithOneJob(t, fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID)
 	first := getSched(t, f, "reports").LastJobID
 	fetch(t, f, t0+minute+10, "w1", 1, "reports")
 	// The job outlives its interval: the next occurrences are skipped
@@ -260,16 +256,14 @@ func TestScheduleForbidSkipsWhileTheJobRuns(t *testing.T) {
 }
 
 func TestScheduleReplaceCancelsTheRunningJob(t *testing.T) {
-	f := New()
-	putSched(t, f, t0, "reports", sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_REPLACE))
-	materialiseAt(t, f, t0+minute, item(getSched(t, f, "reports"), 1, occs(1)))
+	f := reportsWithOneJob(t, fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_REPLACE)
 	first := getSched(t, f, "reports").LastJobID
 	fetch(t, f, t0+minute+10, "w1", 1, "reports")
 	out := materialiseAt(t, f, t0+2*minute, item(getSched(t, f, "reports"), 2, occs(2)))
 	if out[0].Created != 1 || out[0].Cancelled != 1 {
 		t.Fatalf("replace: %+v", out)
 	}
-	j := job(t, f, first)
+	j := jobState(t, f, first)
 	if j.State != JobCancelled || j.Log[0].Outcome != AttemptCancelled || !strings.Contains(j.Log[0].Error, "replaced") {
 		t.Fatalf("replaced job %+v", j)
 	}
@@ -278,9 +272,7 @@ func TestScheduleReplaceCancelsTheRunningJob(t *testing.T) {
 		t.Fatalf("completion of the replaced attempt: %#v", rej)
 	}
 	// ALLOW makes both.
-	g := New()
-	putSched(t, g, t0, "reports", sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW))
-	materialiseAt(t, g, t0+minute, item(getSched(t, g, "reports"), 1, occs(1)))
+	g := reportsWithOneJob(t, fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW)
 	fetch(t, g, t0+minute+10, "w1", 1, "reports")
 	if out := materialiseAt(t, g, t0+2*minute, item(getSched(t, g, "reports"), 2, occs(2))); out[0].Created != 1 || out[0].Cancelled != 0 {
 		t.Fatalf("allow: %+v", out)
@@ -288,9 +280,7 @@ func TestScheduleReplaceCancelsTheRunningJob(t *testing.T) {
 }
 
 func TestSchedulePauseAndResumeWithoutABurst(t *testing.T) {
-	f := New()
-	putSched(t, f, t0, "reports", sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW))
-	materialiseAt(t, f, t0+minute, item(getSched(t, f, "reports"), 1, occs(1)))
+	f := reportsWithOneJob(t, fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW)
 	before := getSched(t, f, "reports")
 	r := runAt(t, f, 0, t0+minute+1, &fsmv1.PauseSchedule{Name: "reports", Paused: true, Identity: "ops"}).(*ScheduleResult)
 	if !r.Changed || !r.Schedule.Paused || r.Schedule.PausedBy != "ops" || r.Schedule.Revision != before.Revision+1 {
@@ -345,7 +335,7 @@ func TestScheduleTrigger(t *testing.T) {
 	if !ok || !r.Entry.Manual || r.Entry.JobID == 0 || r.Schedule.Mark != t0 || r.Schedule.LastJobID != r.Entry.JobID {
 		t.Fatalf("trigger: %#v", r)
 	}
-	if j := job(t, f, r.Entry.JobID); j.State != JobAvailable || label(j, LabelWindow) != "m0/manual-1" {
+	if j := jobState(t, f, r.Entry.JobID); j.State != JobAvailable || label(j, LabelWindow) != "m0/manual-1" {
 		t.Fatalf("triggered job %+v", j)
 	}
 	// FORBID: a second trigger while that job is not final is refused.
@@ -372,9 +362,7 @@ func TestScheduleTrigger(t *testing.T) {
 }
 
 func TestScheduleDeleteKeepsHistoryUntilPruned(t *testing.T) {
-	f := New()
-	putSched(t, f, t0, "reports", sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW))
-	materialiseAt(t, f, t0+minute, item(getSched(t, f, "reports"), 1, occs(1)))
+	f := reportsWithOneJob(t, fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW)
 	live := getSched(t, f, "reports")
 	r := runAt(t, f, 0, t0+2*minute, &fsmv1.DeleteSchedule{Name: "reports", Identity: "ops"}).(*ScheduleResult)
 	if !r.Changed || !r.Schedule.Deleted || r.Schedule.DeletedBy != "ops" || len(r.Schedule.History) != 1 {

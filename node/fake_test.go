@@ -50,6 +50,14 @@ func (r *fakeRaft) Apply(data []byte, _ time.Duration) raft.ApplyFuture {
 	return f
 }
 
+// holdEntries keeps the futures of the entries appended from now on until
+// release.
+func (r *fakeRaft) holdEntries() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hold = true
+}
+
 // release answers the held futures, in order, with err (nil: apply them).
 func (r *fakeRaft) release(err error) {
 	r.mu.Lock()

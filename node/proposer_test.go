@@ -32,25 +32,36 @@ func acquireCmd(name string) *fsmv1.Acquire {
 	return &fsmv1.Acquire{Name: name, Owner: "o", TtlMs: 10_000}
 }
 
+// firstInFlight makes n's Raft hold its entries and proposes lease "first",
+// which goes out at once as entry base and stays in flight.
+func firstInFlight(t *testing.T, n *testNode) (base int, first <-chan result) {
+	t.Helper()
+	base = n.raft.count()
+	n.raft.holdEntries()
+	first = proposeAsync(bg(), n, acquireCmd("first"))
+	eventually(t, "the first entry", func() bool { return n.raft.count() == base+1 })
+	return base, first
+}
+
+// proposeLeases proposes leases l0 … l<k-1>, each from its own goroutine.
+func proposeLeases(n *testNode, k int) []<-chan result {
+	var chs []<-chan result
+	for i := 0; i < k; i++ {
+		chs = append(chs, proposeAsync(bg(), n, acquireCmd(fmt.Sprintf("l%d", i))))
+	}
+	return chs
+}
+
 // Group commit: a lone command goes at once as a plain entry; the commands
 // proposed while it is in flight leave together as one Batch entry, and
 // each gets its own result.
 func TestProposerGroupsCommandsInFlight(t *testing.T) {
 	n := newTestNode(t)
-	base := n.raft.count()
-	n.raft.mu.Lock()
-	n.raft.hold = true
-	n.raft.mu.Unlock()
-
-	first := proposeAsync(bg(), n, acquireCmd("first"))
-	eventually(t, "the first entry", func() bool { return n.raft.count() == base+1 })
+	base, first := firstInFlight(t, n)
 	if c := n.raft.entry(t, base); c.GetType() != fsmv1.CommandType_COMMAND_TYPE_ACQUIRE {
 		t.Fatalf("a lone command went as %v", c.GetType())
 	}
-	var rest []<-chan result
-	for i := 0; i < 5; i++ {
-		rest = append(rest, proposeAsync(bg(), n, acquireCmd(fmt.Sprintf("l%d", i))))
-	}
+	rest := proposeLeases(n, 5)
 	// All five are with the proposer (one taken, the others queued) while
 	// the first entry is still in flight.
 	eventually(t, "five proposals queued", func() bool { return n.queued.Load() == 5 })
@@ -81,16 +92,8 @@ func TestProposerGroupsCommandsInFlight(t *testing.T) {
 // leadership lost, outcome unknown).
 func TestProposerFailurePropagatesToTheBatch(t *testing.T) {
 	n := newTestNode(t)
-	base := n.raft.count()
-	n.raft.mu.Lock()
-	n.raft.hold = true
-	n.raft.mu.Unlock()
-	first := proposeAsync(bg(), n, acquireCmd("first"))
-	eventually(t, "the first entry", func() bool { return n.raft.count() == base+1 })
-	var rest []<-chan result
-	for i := 0; i < 3; i++ {
-		rest = append(rest, proposeAsync(bg(), n, acquireCmd(fmt.Sprintf("l%d", i))))
-	}
+	base, first := firstInFlight(t, n)
+	rest := proposeLeases(n, 3)
 	eventually(t, "three proposals queued", func() bool { return n.queued.Load() == 3 })
 	n.raft.mu.Lock()
 	n.raft.failAll = raft.ErrLeadershipLost // the batch entry fails at once
@@ -116,9 +119,7 @@ func TestProposerFailurePropagatesToTheBatch(t *testing.T) {
 func TestProposerContextCancel(t *testing.T) {
 	n := newTestNode(t)
 	base := n.raft.count()
-	n.raft.mu.Lock()
-	n.raft.hold = true
-	n.raft.mu.Unlock()
+	n.raft.holdEntries()
 	ctx, cancel := context.WithCancel(bg())
 	mine := proposeAsync(ctx, n, acquireCmd("mine"))
 	other := proposeAsync(bg(), n, acquireCmd("other"))
@@ -146,9 +147,7 @@ func TestProposerContextCancel(t *testing.T) {
 // At shutdown, queued and in-flight proposals end with ErrShutdown.
 func TestProposerShutdown(t *testing.T) {
 	n := newTestNode(t)
-	n.raft.mu.Lock()
-	n.raft.hold = true
-	n.raft.mu.Unlock()
+	n.raft.holdEntries()
 	r := proposeAsync(bg(), n, acquireCmd("x"))
 	eventually(t, "entry in flight", func() bool { n.raft.mu.Lock(); defer n.raft.mu.Unlock(); return len(n.raft.held) == 1 })
 	go func() { _ = n.Close() }()

@@ -188,24 +188,3 @@ func TestEverySlotAccountedFor(t *testing.T) {
 		}
 	}
 }
-
-func TestParseIntervals(t *testing.T) {
-	for expr, interval := range map[string]time.Duration{
-		"5 0 * * *":      24 * time.Hour,
-		"*/15 * * * *":   15 * time.Minute,
-		"30 * * * * *":   time.Minute, // with seconds
-		"@hourly":        time.Hour,
-		"@every 30s":     30 * time.Second,
-		"0 0 * * MON":    7 * 24 * time.Hour,
-		"*/10 * * * * *": 10 * time.Second,
-		"0 0 29 2 *":     (4*365 + 1) * 24 * time.Hour,
-	} {
-		s := must(t, expr, "America/Sao_Paulo")
-		if s.Interval() != interval {
-			t.Errorf("%s: interval %s, want %s", expr, s.Interval(), interval)
-		}
-	}
-	if s := must(t, "0 9 1 * *", "UTC"); s.Interval() < 28*24*time.Hour {
-		t.Errorf("monthly interval %s", s.Interval())
-	}
-}

@@ -21,19 +21,19 @@ func TestParseForms(t *testing.T) {
 		"30 * * * * *":   time.Minute, // with seconds
 		"@hourly":        time.Hour,
 		"@every 30s":     30 * time.Second,
-		"0 9 1 * *":      28 * 24 * time.Hour,
 		"0 0 * * MON":    7 * 24 * time.Hour,
 		"*/10 * * * * *": 10 * time.Second,
+		"0 0 29 2 *":     (4*365 + 1) * 24 * time.Hour,
 	} {
 		s := must(t, expr, "America/Sao_Paulo")
-		if expr == "0 9 1 * *" {
-			if s.Interval() < 28*24*time.Hour {
-				t.Errorf("%s: interval %s", expr, s.Interval())
-			}
-			continue
-		}
 		if s.Interval() != interval {
 			t.Errorf("%s: interval %s, want %s", expr, s.Interval(), interval)
+		}
+	}
+	// Months differ in length: a monthly interval is at least the shortest.
+	for _, tz := range []string{"America/Sao_Paulo", "UTC"} {
+		if s := must(t, "0 9 1 * *", tz); s.Interval() < 28*24*time.Hour {
+			t.Errorf("0 9 1 * * in %s: interval %s", tz, s.Interval())
 		}
 	}
 	for _, bad := range []string{"", "nonsense", "61 * * * *", "CRON_TZ=UTC 0 * * * *", "@once yesterday"} {

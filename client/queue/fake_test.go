@@ -16,6 +16,7 @@ import (
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -85,11 +86,16 @@ func (f *fakeQueue) deadline(id uint64, attempt uint32) time.Time {
 	return f.deadlines[ref{id, attempt}]
 }
 
-func (f *fakeQueue) Fetch(ctx context.Context, r *coordv1.QueueFetchRequest) (*coordv1.QueueFetchResponse, error) {
+// logCall appends r to *log (under f.mu) and announces it on ch.
+func logCall[R any](f *fakeQueue, log *[]R, ch chan<- R, r R) {
 	f.mu.Lock()
-	f.fetchReqs = append(f.fetchReqs, r)
+	*log = append(*log, r)
 	f.mu.Unlock()
-	f.fetched <- r
+	ch <- r
+}
+
+func (f *fakeQueue) Fetch(ctx context.Context, r *coordv1.QueueFetchRequest) (*coordv1.QueueFetchResponse, error) {
+	logCall(f, &f.fetchReqs, f.fetched, r)
 	for {
 		f.mu.Lock()
 		var out []*coordv1.ClaimedJob
@@ -142,10 +148,7 @@ func (f *fakeQueue) ackHeartbeat(r *coordv1.QueueHeartbeatRequest) *coordv1.Queu
 }
 
 func (f *fakeQueue) Complete(_ context.Context, r *coordv1.QueueCompleteRequest) (*coordv1.QueueCompleteResponse, error) {
-	f.mu.Lock()
-	f.completed = append(f.completed, r)
-	f.mu.Unlock()
-	f.completes <- r
+	logCall(f, &f.completed, f.completes, r)
 	resp := &coordv1.QueueCompleteResponse{}
 	for _, c := range r.GetCompletions() {
 		resp.Results = append(resp.Results, &coordv1.CompleteResult{JobId: c.GetJobId(), Attempt: c.GetAttempt()})
@@ -154,10 +157,7 @@ func (f *fakeQueue) Complete(_ context.Context, r *coordv1.QueueCompleteRequest)
 }
 
 func (f *fakeQueue) Fail(_ context.Context, r *coordv1.QueueFailRequest) (*coordv1.QueueFailResponse, error) {
-	f.mu.Lock()
-	f.failed = append(f.failed, r)
-	f.mu.Unlock()
-	f.fails <- r
+	logCall(f, &f.failed, f.fails, r)
 	resp := &coordv1.QueueFailResponse{}
 	for _, x := range r.GetFailures() {
 		resp.Results = append(resp.Results, &coordv1.FailResult{JobId: x.GetJobId(), Attempt: x.GetAttempt(),
@@ -340,11 +340,5 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 // for up to 5 s of real time.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testcluster.Poll(t, what, 5*time.Second, time.Millisecond, cond)
 }

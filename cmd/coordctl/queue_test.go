@@ -1,12 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -21,20 +17,7 @@ import (
 // records the requests coordctl sends.
 type scriptedQueue struct {
 	coordv1.UnimplementedQueueServer
-	mu   sync.Mutex
-	reqs []proto.Message
-}
-
-func (s *scriptedQueue) record(m proto.Message) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.reqs = append(s.reqs, m)
-}
-
-func (s *scriptedQueue) last() proto.Message {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reqs[len(s.reqs)-1]
+	requestLog
 }
 
 // Times of the sample job: calendar time 2026-09-25T10:00:00Z and around.
@@ -114,23 +97,14 @@ func (s *scriptedQueue) Stats(_ context.Context, r *coordv1.QueueStatsRequest) (
 
 func startScriptedQueue(t *testing.T) (*scriptedQueue, []string) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &scriptedQueue{}
-	srv := grpc.NewServer()
-	coordv1.RegisterQueueServer(srv, s)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return s, []string{lis.Addr().String()}
+	return s, serveScripted(t, func(srv *grpc.Server) { coordv1.RegisterQueueServer(srv, s) })
 }
 
 // The queue commands' tables, on a scripted server.
 func TestQueueCommandsGolden(t *testing.T) {
-	s, eps := startScriptedQueue(t)
-	var all bytes.Buffer
-	for _, args := range [][]string{
+	_, eps := startScriptedQueue(t)
+	goldenTranscript(t, "queue", eps, [][]string{
 		{"job", "submit", "send-invoice", "--queue", "billing", "--args", `{"invoice":42}`, "--in", "10m"},
 		{"job", "submit", "send-invoice", "--unique-key", "invoice-42"},
 		{"job", "get", "17"},
@@ -139,38 +113,16 @@ func TestQueueCommandsGolden(t *testing.T) {
 		{"job", "retry", "17"},
 		{"queue", "stats"},
 		{"queue", "stats", "empty"},
-	} {
-		all.WriteString("$ coordctl " + strings.Join(args, " ") + "\n")
-		all.WriteString(ctlOK(t, eps, args...))
-		all.WriteString("\n")
-	}
-	golden(t, "queue", all.Bytes())
+	})
 
 	// -o json is the RPC's response as protojson.
-	var doc map[string]any
-	if err := json.Unmarshal([]byte(ctlOK(t, eps, "-o", "json", "job", "get", "17")), &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := ctlJSON(t, eps, "job", "get", "17")
 	if field(doc, "job", "id") != "17" || field(doc, "job", "state") != "JOB_STATE_RUNNING" || field(doc, "calendar_ms") != "1790330400000" {
 		t.Fatalf("get json: %v", doc)
 	}
 	if log := doc["job"].(map[string]any)["attempt_log"].([]any); len(log) != 3 || field(log[1].(map[string]any), "token") != "job:17:2" {
 		t.Fatalf("attempt log %v", log)
 	}
-	_ = s
-}
-
-// field reads a nested field of a JSON document.
-func field(doc map[string]any, path ...string) any {
-	var v any = doc
-	for _, p := range path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil
-		}
-		v = m[p]
-	}
-	return v
 }
 
 // Flags map onto the request; --at is kept to the millisecond.
@@ -201,7 +153,7 @@ func TestJobSubmitRequest(t *testing.T) {
 // exit 1 with the reason and its facts.
 func TestQueueCommandErrors(t *testing.T) {
 	s, eps := startScriptedQueue(t)
-	for _, args := range [][]string{
+	wantUsageErrors(t, eps, &s.requestLog, [][]string{
 		{"job", "submit", "k", "--args", "{not json"},
 		{"job", "submit", "k", "--at", "tomorrow"},
 		{"job", "submit", "k", "--at", "2026-09-26T02:00:00Z", "--in", "1m"},
@@ -215,14 +167,7 @@ func TestQueueCommandErrors(t *testing.T) {
 		{"job", "list", "--limit", "0"},
 		{"job", "list", "--label", "x"},
 		{"queue", "stats", "a", "b"},
-	} {
-		if r := ctl(t, eps, args...); r.code != exitUsage {
-			t.Errorf("%v: exit %d, want %d\n%s", args, r.code, exitUsage, r.errOut)
-		}
-	}
-	if n := len(s.reqs); n != 0 {
-		t.Fatalf("%d calls for usage errors", n)
-	}
+	})
 	r := ctl(t, eps, "job", "get", "99")
 	if r.code != exitError || r.errOut != "error: job get 99: JOB_NOT_FOUND: job 99 does not exist (or was pruned) (job_id=99)\n" {
 		t.Fatalf("exit %d: %q", r.code, r.errOut)

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -21,20 +17,7 @@ import (
 // answers; it records the requests coordctl sends.
 type scriptedSchedules struct {
 	coordv1.UnimplementedSchedulesServer
-	mu   sync.Mutex
-	reqs []proto.Message
-}
-
-func (s *scriptedSchedules) record(m proto.Message) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.reqs = append(s.reqs, m)
-}
-
-func (s *scriptedSchedules) last() proto.Message {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reqs[len(s.reqs)-1]
+	requestLog
 }
 
 // The sample: a 00:05 São Paulo close (2026-09-25T10:00:00Z is 07:00 -03).
@@ -140,23 +123,14 @@ func (s *scriptedSchedules) ListOverdue(_ context.Context, r *coordv1.ListOverdu
 
 func startScriptedSchedules(t *testing.T) (*scriptedSchedules, []string) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &scriptedSchedules{}
-	srv := grpc.NewServer()
-	coordv1.RegisterSchedulesServer(srv, s)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return s, []string{lis.Addr().String()}
+	return s, serveScripted(t, func(srv *grpc.Server) { coordv1.RegisterSchedulesServer(srv, s) })
 }
 
 // The schedule commands' tables, on a scripted server.
 func TestScheduleCommandsGolden(t *testing.T) {
 	_, eps := startScriptedSchedules(t)
-	var all bytes.Buffer
-	for _, args := range [][]string{
+	goldenTranscript(t, "schedule", eps, [][]string{
 		{"schedule", "create", "daily-close", "--schedule", "5 0 * * *", "--tz", "America/Sao_Paulo", "--kind", "close-day",
 			"--queue", "billing", "--window-shift-days", "-1", "--complete-within", "2h"},
 		{"schedule", "get", "daily-close"},
@@ -167,18 +141,10 @@ func TestScheduleCommandsGolden(t *testing.T) {
 		{"schedule", "delete", "daily-close"},
 		{"job", "overdue"},
 		{"job", "overdue", "--schedule", "quiet"},
-	} {
-		all.WriteString("$ coordctl " + strings.Join(args, " ") + "\n")
-		all.WriteString(ctlOK(t, eps, args...))
-		all.WriteString("\n")
-	}
-	golden(t, "schedule", all.Bytes())
+	})
 
 	// -o json is the RPC's response as protojson.
-	var doc map[string]any
-	if err := json.Unmarshal([]byte(ctlOK(t, eps, "-o", "json", "schedule", "get", "daily-close")), &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := ctlJSON(t, eps, "schedule", "get", "daily-close")
 	if field(doc, "schedule", "spec", "name") != "daily-close" || field(doc, "calendar_ms") != "1790330400000" ||
 		len(doc["recent"].([]any)) != 4 {
 		t.Fatalf("get json: %v", doc)
@@ -216,7 +182,7 @@ func TestScheduleCreateRequest(t *testing.T) {
 // exit 1 with the reason and its facts.
 func TestScheduleCommandErrors(t *testing.T) {
 	s, eps := startScriptedSchedules(t)
-	for _, args := range [][]string{
+	wantUsageErrors(t, eps, &s.requestLog, [][]string{
 		{"schedule", "create", "x", "--kind", "k"},
 		{"schedule", "create", "x", "--schedule", "@daily"},
 		{"schedule", "create", "x", "--schedule", "@daily", "--kind", "k", "--args", "{"},
@@ -229,14 +195,7 @@ func TestScheduleCommandErrors(t *testing.T) {
 		{"schedule", "list", "--limit", "2000"},
 		{"schedule", "trigger", "a", "b"},
 		{"job", "overdue", "--limit", "0"},
-	} {
-		if r := ctl(t, eps, args...); r.code != exitUsage {
-			t.Errorf("%v: exit %d, want %d\n%s", args, r.code, exitUsage, r.errOut)
-		}
-	}
-	if n := len(s.reqs); n != 0 {
-		t.Fatalf("%d calls for usage errors", n)
-	}
+	})
 	r := ctl(t, eps, "schedule", "trigger", "busy")
 	if r.code != exitError || !strings.Contains(r.errOut, "SCHEDULE_OVERLAP") || !strings.Contains(r.errOut, "job_id=42") {
 		t.Fatalf("exit %d: %q", r.code, r.errOut)

@@ -72,6 +72,14 @@ func storeRange(t *testing.T, ls raft.LogStore, from, to uint64) {
 	}
 }
 
+// deleteRange deletes first..last from the log.
+func deleteRange(t *testing.T, ls raft.LogStore, first, last uint64) {
+	t.Helper()
+	if err := ls.DeleteRange(first, last); err != nil {
+		t.Fatalf("delete %d..%d: %v", first, last, err)
+	}
+}
+
 // checkRange asserts the log holds exactly first..last, each as entry(i).
 func checkRange(t *testing.T, ls raft.LogStore, first, last uint64) {
 	t.Helper()
@@ -248,18 +256,14 @@ func TestTruncationSurvivesReopen(t *testing.T) {
 			storeRange(t, st.Logs, 1, 500)
 
 			// Compaction after a snapshot: the head goes, across segments.
-			if err := st.Logs.DeleteRange(1, 300); err != nil {
-				t.Fatal(err)
-			}
+			deleteRange(t, st.Logs, 1, 300)
 			checkRange(t, st.Logs, 301, 500)
 			st = reopen(st)
 			checkRange(t, st.Logs, 301, 500)
 
 			// A conflicting suffix (raft-wal before v0.4.1 lost the index of the
 			// segment cut here: the next open could not read it).
-			if err := st.Logs.DeleteRange(451, 500); err != nil {
-				t.Fatal(err)
-			}
+			deleteRange(t, st.Logs, 451, 500)
 			checkRange(t, st.Logs, 301, 450)
 			st = reopen(st)
 			checkRange(t, st.Logs, 301, 450)
@@ -270,9 +274,7 @@ func TestTruncationSurvivesReopen(t *testing.T) {
 
 			// A cut inside the tail segment, twice, then appends.
 			for _, cut := range []uint64{515, 512} {
-				if err := st.Logs.DeleteRange(cut, 520); err != nil {
-					t.Fatal(err)
-				}
+				deleteRange(t, st.Logs, cut, 520)
 			}
 			st = reopen(st)
 			checkRange(t, st.Logs, 301, 511)
@@ -282,9 +284,7 @@ func TestTruncationSurvivesReopen(t *testing.T) {
 
 			// An installed snapshot clears the whole log; the next entry
 			// follows the snapshot, far ahead.
-			if err := st.Logs.DeleteRange(301, 530); err != nil {
-				t.Fatal(err)
-			}
+			deleteRange(t, st.Logs, 301, 530)
 			st = reopen(st)
 			checkRange(t, st.Logs, 0, 0)
 			storeRange(t, st.Logs, 2001, 2100)

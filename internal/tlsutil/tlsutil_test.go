@@ -13,9 +13,10 @@ import (
 	"github.com/coordd/coordd/internal/tlsutil"
 )
 
-// Reload swaps the certificate new handshakes see; a broken file keeps the
-// previous one.
-func TestReloaderReload(t *testing.T) {
+// newTestCA is a new dev CA saved in a temporary directory, and the files
+// a node would use there (the CA's certificate, node.pem, node-key.pem).
+func newTestCA(t *testing.T) (*devca.CA, tlsutil.Files) {
+	t.Helper()
 	dir := t.TempDir()
 	ca, err := devca.New("ca")
 	if err != nil {
@@ -24,19 +25,29 @@ func TestReloaderReload(t *testing.T) {
 	if err := ca.Save(dir); err != nil {
 		t.Fatal(err)
 	}
-	issue := func(name string) {
-		t.Helper()
-		leaf, err := ca.Issue(name, true, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "node.pem"), leaf.CertPEM, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "node-key.pem"), leaf.KeyPEM, 0o600); err != nil {
-			t.Fatal(err)
-		}
+	return ca, tlsutil.Files{Cert: filepath.Join(dir, "node.pem"), Key: filepath.Join(dir, "node-key.pem"), CA: filepath.Join(dir, devca.CACert)}
+}
+
+// writeLeaf issues a certificate for name (see devca.CA.Issue) and writes
+// it and its key to files.
+func writeLeaf(t *testing.T, ca *devca.CA, files tlsutil.Files, name string, server bool, hosts []string) {
+	t.Helper()
+	leaf, err := ca.Issue(name, server, hosts)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := os.WriteFile(files.Cert, leaf.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(files.Key, leaf.KeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Reload swaps the certificate new handshakes see; a broken file keeps the
+// previous one.
+func TestReloaderReload(t *testing.T) {
+	ca, files := newTestCA(t)
 	served := func(r *tlsutil.Reloader) string {
 		t.Helper()
 		cfg, err := r.ServerConfig(true).GetConfigForClient(&tls.ClientHelloInfo{})
@@ -49,8 +60,7 @@ func TestReloaderReload(t *testing.T) {
 		}
 		return tlsutil.Identity(leaf)
 	}
-	issue("old-name")
-	files := tlsutil.Files{Cert: filepath.Join(dir, "node.pem"), Key: filepath.Join(dir, "node-key.pem"), CA: filepath.Join(dir, devca.CACert)}
+	writeLeaf(t, ca, files, "old-name", true, nil)
 	r, err := tlsutil.NewReloader(files)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +68,7 @@ func TestReloaderReload(t *testing.T) {
 	if got := served(r); got != "old-name" {
 		t.Fatalf("served %q", got)
 	}
-	issue("new-name")
+	writeLeaf(t, ca, files, "new-name", true, nil)
 	if err := r.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -98,25 +108,8 @@ func TestCheckPlaintext(t *testing.T) {
 // TLS 1.3, where the server's refusal would otherwise arrive after the
 // client's handshake had finished and surface as a broken pipe.
 func TestClientWithoutCertificateFailsItsHandshake(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := devca.New("ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ca.Save(dir); err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue("node1", true, []string{"127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := tlsutil.Files{Cert: filepath.Join(dir, "node.pem"), Key: filepath.Join(dir, "node-key.pem"), CA: filepath.Join(dir, devca.CACert)}
-	if err := os.WriteFile(files.Cert, leaf.CertPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(files.Key, leaf.KeyPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	ca, files := newTestCA(t)
+	writeLeaf(t, ca, files, "node1", true, []string{"127.0.0.1"})
 	r, err := tlsutil.NewReloader(files)
 	if err != nil {
 		t.Fatal(err)
@@ -151,13 +144,9 @@ func TestClientWithoutCertificateFailsItsHandshake(t *testing.T) {
 		}
 	}
 	// With a certificate the same server accepts the client.
-	client, err := ca.Issue("billing", false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := filepath.Dir(files.CA)
 	cf := tlsutil.Files{Cert: filepath.Join(dir, "c.pem"), Key: filepath.Join(dir, "c-key.pem"), CA: files.CA}
-	_ = os.WriteFile(cf.Cert, client.CertPEM, 0o600)
-	_ = os.WriteFile(cf.Key, client.KeyPEM, 0o600)
+	writeLeaf(t, ca, cf, "billing", false, nil)
 	withCert, err := tlsutil.ClientConfig(cf)
 	if err != nil {
 		t.Fatal(err)
