@@ -9,18 +9,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/testcluster"
+	"github.com/coordd/coordd/internal/testutil"
 )
 
 // startCoordd starts a single-node coordd on dir with free ports; the
 // process is killed at cleanup.
-func startCoordd(t *testing.T, dir string) (*exec.Cmd, *testcluster.Buffer) {
+func startCoordd(t *testing.T, dir string) (*exec.Cmd, *testutil.Buffer) {
 	t.Helper()
 	cmd := exec.Command(coorddBin, "--data-dir", dir, "--grpc-addr", freePortAddr(t),
 		"--http-addr", freePortAddr(t), "--raft-addr", freePortAddr(t))
 	cmd.Env = cleanEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	log := &testcluster.Buffer{}
+	log := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -29,7 +29,7 @@ func startCoordd(t *testing.T, dir string) (*exec.Cmd, *testcluster.Buffer) {
 	return cmd, log
 }
 
-func awaitLog(t *testing.T, log *testcluster.Buffer, want string) {
+func awaitLog(t *testing.T, log *testutil.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(log.String(), want) {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/testcluster"
+	"github.com/coordd/coordd/internal/testutil"
 )
 
 // The commands in README.md, docs/*.md and the examples' header comments,
@@ -374,7 +374,7 @@ func runLane(t *testing.T, root string, lane docLane, blocks []docBlock) {
 			t.Fatal(err)
 		}
 	}
-	out := &testcluster.Buffer{}
+	out := &testutil.Buffer{}
 	cmd := exec.Command("bash", "-c", laneScript(env, blocks))
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env.environ(), out, out
 	start := time.Now()
@@ -433,7 +433,7 @@ func serveLane(t *testing.T, root string, blocks []docBlock) {
 		t.Fatalf("the serve lane runs one block of one command, got %d block(s)", len(blocks))
 	}
 	env := docEnv{base: freePortRange(t, 51), tmp: t.TempDir()}
-	out := &testcluster.Buffer{}
+	out := &testutil.Buffer{}
 	cmd := exec.Command("bash", "-c", env.rewrite(blocks[0].lines[0]))
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = root, env.environ(), out, out
 	startGroup(t, cmd)

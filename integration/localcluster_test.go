@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/testcluster"
+	"github.com/coordd/coordd/internal/testutil"
 )
 
 // localCluster runs scripts/local-cluster.sh on one directory and remembers
@@ -225,7 +225,7 @@ func TestLocalClusterScript(t *testing.T) {
 	stray := exec.Command(coorddBin, "--id", "node3", "--data-dir", filepath.Join(lc.dir, "node3"),
 		"--grpc-addr", freePortAddr(t), "--http-addr", freePortAddr(t), "--raft-addr", freePortAddr(t))
 	stray.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	strayLog := &testcluster.Buffer{}
+	strayLog := &testutil.Buffer{}
 	stray.Stderr = strayLog
 	if err := stray.Start(); err != nil {
 		t.Fatal(err)

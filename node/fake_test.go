@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/internal/testutil"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -183,13 +184,7 @@ func (tn *testNode) lead(t *testing.T) {
 // react to what the test did.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Poll(t, what, 10*time.Second, time.Millisecond, cond)
 }
 
 // waiting is the number of waiters queued for name.

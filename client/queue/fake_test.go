@@ -16,7 +16,7 @@ import (
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/coorderr"
-	"github.com/coordd/coordd/internal/testcluster"
+	"github.com/coordd/coordd/internal/testutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -340,5 +340,5 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 // for up to 5 s of real time.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testcluster.Poll(t, what, 5*time.Second, time.Millisecond, cond)
+	testutil.Poll(t, what, 5*time.Second, time.Millisecond, cond)
 }

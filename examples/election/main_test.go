@@ -11,9 +11,10 @@ import (
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/internal/testcluster"
+	"github.com/coordd/coordd/internal/testutil"
 )
 
-func waitFor(t *testing.T, what string, o *testcluster.Buffer, re *regexp.Regexp) []string {
+func waitFor(t *testing.T, what string, o *testutil.Buffer, re *regexp.Regexp) []string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -33,7 +34,7 @@ func waitFor(t *testing.T, what string, o *testcluster.Buffer, re *regexp.Regexp
 func TestElectionExample(t *testing.T) {
 	c := testcluster.New(t, 3)
 	cfg := config{endpoints: c.Endpoints(), name: "svc/leader", ttl: 2 * time.Second, interval: 50 * time.Millisecond}
-	outs := map[string]*testcluster.Buffer{}
+	outs := map[string]*testutil.Buffer{}
 	cancels := map[string]context.CancelFunc{}
 	var wg sync.WaitGroup
 	for _, id := range []string{"a", "b"} {
@@ -44,7 +45,7 @@ func TestElectionExample(t *testing.T) {
 		defer cl.Close()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		o := &testcluster.Buffer{}
+		o := &testutil.Buffer{}
 		outs[id], cancels[id] = o, cancel
 		rc := cfg
 		rc.id = id

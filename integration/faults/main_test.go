@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/internal/proccluster"
-	"github.com/coordd/coordd/internal/testcluster"
+	"github.com/coordd/coordd/internal/testutil"
 )
 
 var coorddBin, clientBin string
@@ -219,5 +219,5 @@ func (r *run) check() history {
 // await polls cond until it holds.
 func (r *run) await(what string, timeout time.Duration, cond func() bool) {
 	r.t.Helper()
-	testcluster.Poll(r.t, what, timeout, 20*time.Millisecond, cond)
+	testutil.Poll(r.t, what, timeout, 20*time.Millisecond, cond)
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/queue"
-	"github.com/coordd/coordd/internal/testcluster"
+	"github.com/coordd/coordd/internal/testutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -86,7 +86,7 @@ func (r *run) awaitUp(l *jobLog, names ...string) {
 // or ask the cluster).
 func (r *run) awaitSlow(what string, timeout time.Duration, cond func() bool) {
 	r.t.Helper()
-	testcluster.Poll(r.t, what, timeout, 250*time.Millisecond, cond)
+	testutil.Poll(r.t, what, timeout, 250*time.Millisecond, cond)
 }
 
 // submitAll submits jobs in batches of up to 1,000 (each job has a unique

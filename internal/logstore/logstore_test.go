@@ -7,32 +7,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/coordd/coordd/internal/testutil"
 )
 
 var kinds = []Kind{WAL, Bolt}
 
 // logBuf collects what a store logs.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuf struct{ testutil.Buffer }
 
 func (l *logBuf) logger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Output: l, Level: hclog.Debug})

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/coordd/coordd/api"
+	"github.com/coordd/coordd/internal/testutil"
 	"github.com/coordd/coordd/internal/tlsutil"
 	"github.com/coordd/coordd/node"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -248,20 +249,7 @@ func (c *Cluster) Client(n *Node) coordv1.ClusterClient { return coordv1.NewClus
 // Eventually polls cond every 10 ms until it holds or timeout passes.
 func (c *Cluster) Eventually(what string, timeout time.Duration, cond func() bool) {
 	c.t.Helper()
-	Poll(c.t, what, timeout, 10*time.Millisecond, cond)
-}
-
-// Poll calls cond every interval until it holds, and fails t when timeout
-// passes first.
-func Poll(t testing.TB, what string, timeout, interval time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(interval)
-	}
+	testutil.Poll(c.t, what, timeout, 10*time.Millisecond, cond)
 }
 
 // WaitConverged waits until all running nodes applied the same index and

@@ -1,0 +1,44 @@
+// Package testutil holds the small helpers tests across coordd share: a
+// poll loop and a buffer safe for concurrent writes. It is a leaf (the
+// standard library only), so any package's tests can use it without an
+// import cycle.
+package testutil
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Buffer is a bytes.Buffer that is safe for concurrent writes (a process's
+// or a goroutine's output) and the test's reads.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// Poll calls cond every interval until it holds, and fails t when timeout
+// passes first.
+func Poll(t testing.TB, what string, timeout, interval time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(interval)
+	}
+}
