@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,26 +105,38 @@ func metricValue(t *testing.T, n *testcluster.Node, sample string) float64 {
 	return 0
 }
 
+// handedOut are the ports freePortRange returned in this test process:
+// they are only checked free, not held, until a process binds them, so a
+// later pick must not name them again (three picks for one coordd could
+// otherwise overlap).
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
 // freePortRange finds n consecutive free loopback ports below the
-// ephemeral range (32768+) and returns the first.
+// ephemeral range (32768+), none handed out before, and returns the first.
 func freePortRange(t *testing.T, n int) int {
 	t.Helper()
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	for try := 0; try < 100; try++ {
 		base := 10000 + 10*rand.IntN(2200)
 		var ls []net.Listener
 		ok := true
-		for p := base; p < base+n; p++ {
+		for p := base; p < base+n && ok; p++ {
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				ok = false
-				break
+			if ok = err == nil && !handedOut.ports[p]; err == nil {
+				ls = append(ls, l)
 			}
-			ls = append(ls, l)
 		}
 		for _, l := range ls {
 			l.Close()
 		}
 		if ok {
+			for p := base; p < base+n; p++ {
+				handedOut.ports[p] = true
+			}
 			return base
 		}
 	}

@@ -102,9 +102,19 @@ type Cluster struct {
 	closed bool
 }
 
-// freePort picks a free loopback port below the kernel's ephemeral range:
-// a port from ":0" would be free now but could be handed to an outgoing
-// connection before the node binds it (seen: a raft port taken by a client).
+// handedOut are the ports freePort returned in this process: a port is
+// only checked free, not held, until its node binds it, so without this two
+// picks for one cluster could name the same port (seen: a node's HTTP port
+// was the next node's Raft port, which then failed to bind).
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePort picks a free loopback port below the kernel's ephemeral range,
+// never one it returned before in this process: a port from ":0" would be
+// free now but could be handed to an outgoing connection before the node
+// binds it (seen: a raft port taken by a client).
 func freePort() (string, error) {
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
@@ -114,13 +124,19 @@ func freePort() (string, error) {
 			}
 		}
 	}
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	for i := 0; i < 100; i++ {
 		port := 10000 + rand.IntN(low-10000)
+		if handedOut.ports[port] {
+			continue
+		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			continue
 		}
 		l.Close()
+		handedOut.ports[port] = true
 		return l.Addr().String(), nil
 	}
 	return "", errors.New("no free loopback port below the ephemeral range")

@@ -110,3 +110,21 @@ func TestLaunchError(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// freePort never hands out a port twice in a process: ports are only
+// checked free until their node binds them, so a repeat would make two
+// nodes of one cluster share a port. 2,000 picks from the ~22,000 ports
+// below the ephemeral range would repeat about 90 times by chance.
+func TestFreePortNeverRepeats(t *testing.T) {
+	seen := map[string]bool{}
+	for range 2000 {
+		a, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[a] {
+			t.Fatalf("freePort returned %s twice", a)
+		}
+		seen[a] = true
+	}
+}
