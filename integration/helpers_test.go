@@ -3,10 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/internal/proccluster"
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -105,43 +103,16 @@ func metricValue(t *testing.T, n *testcluster.Node, sample string) float64 {
 	return 0
 }
 
-// handedOut are the ports freePortRange returned in this test process:
-// they are only checked free, not held, until a process binds them, so a
-// later pick must not name them again (three picks for one coordd could
-// otherwise overlap).
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// freePortRange finds n consecutive free loopback ports below the
-// ephemeral range (32768+), none handed out before, and returns the first.
+// freePortRange finds n consecutive free loopback ports (proccluster's
+// picker: below the ephemeral range, never a port it handed out before in
+// this process) and returns the first.
 func freePortRange(t *testing.T, n int) int {
 	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for try := 0; try < 100; try++ {
-		base := 10000 + 10*rand.IntN(2200)
-		var ls []net.Listener
-		ok := true
-		for p := base; p < base+n && ok; p++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if ok = err == nil && !handedOut.ports[p]; err == nil {
-				ls = append(ls, l)
-			}
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if ok {
-			for p := base; p < base+n; p++ {
-				handedOut.ports[p] = true
-			}
-			return base
-		}
+	base, err := proccluster.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free port range")
-	return 0
+	return base
 }
 
 // freeBase finds a BASE_PORT for scripts/local-cluster.sh whose three

@@ -102,20 +102,21 @@ type Cluster struct {
 	closed bool
 }
 
-// handedOut are the ports freePort returned in this process: a port is
-// only checked free, not held, until its node binds it, so without this two
-// picks for one cluster could name the same port (seen: a node's HTTP port
-// was the next node's Raft port, which then failed to bind).
+// handedOut are the ports FreePorts returned in this process: a port is
+// only checked free, not held, until a process binds it, so without this
+// two picks could name the same port (seen: a node's HTTP port was the next
+// node's Raft port, which then failed to bind).
 var handedOut = struct {
 	sync.Mutex
 	ports map[int]bool
 }{ports: map[int]bool{}}
 
-// freePort picks a free loopback port below the kernel's ephemeral range,
-// never one it returned before in this process: a port from ":0" would be
-// free now but could be handed to an outgoing connection before the node
-// binds it (seen: a raft port taken by a client).
-func freePort() (string, error) {
+// FreePorts finds n consecutive free loopback ports below the kernel's
+// ephemeral range, none of which it returned before in this process, and
+// returns the first. (A port from ":0" would be free now but could be
+// handed to an outgoing connection before the process binds it; seen: a
+// raft port taken by a client.)
+func FreePorts(n int) (int, error) {
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
@@ -126,20 +127,36 @@ func freePort() (string, error) {
 	}
 	handedOut.Lock()
 	defer handedOut.Unlock()
-	for i := 0; i < 100; i++ {
-		port := 10000 + rand.IntN(low-10000)
-		if handedOut.ports[port] {
-			continue
+	for try := 0; try < 100; try++ {
+		base := 10000 + rand.IntN(low-10000-n)
+		var ls []net.Listener
+		ok := true
+		for p := base; p < base+n && ok; p++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if ok = err == nil && !handedOut.ports[p]; err == nil {
+				ls = append(ls, l)
+			}
 		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
+		for _, l := range ls {
+			l.Close()
 		}
-		l.Close()
-		handedOut.ports[port] = true
-		return l.Addr().String(), nil
+		if ok {
+			for p := base; p < base+n; p++ {
+				handedOut.ports[p] = true
+			}
+			return base, nil
+		}
 	}
-	return "", errors.New("no free loopback port below the ephemeral range")
+	return 0, fmt.Errorf("no %d free consecutive loopback ports below the ephemeral range", n)
+}
+
+// freePort is one free loopback address (FreePorts).
+func freePort() (string, error) {
+	p, err := FreePorts(1)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("127.0.0.1:%d", p), nil
 }
 
 // LoopbackNodes describes n nodes (node1…nodeN) on free loopback ports,

@@ -128,3 +128,21 @@ func TestFreePortNeverRepeats(t *testing.T) {
 		seen[a] = true
 	}
 }
+
+// Ranges do not overlap each other or single ports handed out before.
+func TestFreePortRangesDoNotOverlap(t *testing.T) {
+	seen := map[int]bool{}
+	for i := range 200 {
+		n := 1 + 22*(i%2)
+		base, err := FreePorts(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := base; p < base+n; p++ {
+			if seen[p] {
+				t.Fatalf("port %d handed out twice", p)
+			}
+			seen[p] = true
+		}
+	}
+}
