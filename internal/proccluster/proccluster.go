@@ -127,13 +127,19 @@ func FreePorts(n int) (int, error) {
 	}
 	handedOut.Lock()
 	defer handedOut.Unlock()
-	for try := 0; try < 100; try++ {
+	// A candidate that overlaps a port handed out before costs map lookups,
+	// so many may be tried; only the others are checked by listening.
+	for try, listened := 0, 0; try < 10_000 && listened < 100; try++ {
 		base := 10000 + rand.IntN(low-10000-n)
+		if handedOutIn(base, n) {
+			continue
+		}
+		listened++
 		var ls []net.Listener
 		ok := true
 		for p := base; p < base+n && ok; p++ {
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if ok = err == nil && !handedOut.ports[p]; err == nil {
+			if ok = err == nil; ok {
 				ls = append(ls, l)
 			}
 		}
@@ -148,6 +154,17 @@ func FreePorts(n int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %d free consecutive loopback ports below the ephemeral range", n)
+}
+
+// handedOutIn reports whether a port in [base, base+n) was handed out
+// (handedOut held).
+func handedOutIn(base, n int) bool {
+	for p := base; p < base+n; p++ {
+		if handedOut.ports[p] {
+			return true
+		}
+	}
+	return false
 }
 
 // freePort is one free loopback address (FreePorts).
