@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/internal/testutil"
 )
 
 type ctl struct {
@@ -56,17 +58,8 @@ func (c ctl) json(args ...string) map[string]any {
 	return m
 }
 
-func field(m map[string]any, path ...string) any {
-	var v any = m
-	for _, p := range path {
-		mm, ok := v.(map[string]any)
-		if !ok {
-			return nil
-		}
-		v = mm[p]
-	}
-	return v
-}
+// field reads a nested field of a JSON document.
+var field = testutil.Field
 
 // Every coordctl command against a three-node cluster started with
 // scripts/local-cluster.sh, through the binaries: output, JSON shapes and

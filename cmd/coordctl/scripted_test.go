@@ -10,6 +10,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/coordd/coordd/internal/testutil"
 )
 
 // requestLog records the requests coordctl sends to a scripted server.
@@ -90,14 +92,4 @@ func wantUsageErrors(t *testing.T, eps []string, log *requestLog, cmds [][]strin
 }
 
 // field reads a nested field of a JSON document.
-func field(doc map[string]any, path ...string) any {
-	var v any = doc
-	for _, p := range path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil
-		}
-		v = m[p]
-	}
-	return v
-}
+var field = testutil.Field

@@ -42,3 +42,17 @@ func Poll(t testing.TB, what string, timeout, interval time.Duration, cond func(
 		time.Sleep(interval)
 	}
 }
+
+// Field reads a nested field of a decoded JSON document (nil when a step
+// is missing or not an object).
+func Field(doc map[string]any, path ...string) any {
+	var v any = doc
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}
