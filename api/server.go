@@ -64,12 +64,10 @@ type Config struct {
 	ConsoleSampleInterval time.Duration
 
 	// MonitorInterval is how often the leader computes overdue windows and
-	// stuck leases for metrics and logs; OverdueLookback bounds how far back
-	// expected windows are checked; MaxLeaseAge is the age of a generation
+	// stuck leases for metrics and logs; MaxLeaseAge is the age of a generation
 	// past which its lease counts as stuck (HELD_TOO_LONG), and the window in
 	// which an expired, unreleased lease counts as SILENT.
 	MonitorInterval time.Duration
-	OverdueLookback time.Duration
 	MaxLeaseAge     time.Duration
 
 	// LeaderWait is how long a read waits for a leader during an election
@@ -94,7 +92,7 @@ type Config struct {
 
 // Defaults are the values Serve gives unset fields.
 func Defaults() Config {
-	return Config{MonitorInterval: 5 * time.Second, OverdueLookback: 7 * 24 * time.Hour, MaxLeaseAge: 24 * time.Hour,
+	return Config{MonitorInterval: 5 * time.Second, MaxLeaseAge: 24 * time.Hour,
 		LeaderWait: 2 * time.Second, ClockProbeInterval: time.Second, ClockOffsetWarn: 500 * time.Millisecond}
 }
 

@@ -52,11 +52,11 @@ type raftAPI interface {
 
 var _ raftAPI = (*raft.Raft)(nil)
 
-// Node is one coordd node.
 // logCacheEntries is the size of the Raft log cache in entries (see
-// setupRaft).
+// startRaft).
 const logCacheEntries = 256
 
+// Node is one coordd node.
 type Node struct {
 	cfg     Config
 	log     *slog.Logger
