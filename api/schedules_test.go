@@ -77,6 +77,12 @@ func TestPutScheduleValidatesAndFillsDefaults(t *testing.T) {
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", Labels: map[string]string{"coordd.window": "x"}}}, "job.labels"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", StartingDeadlineMs: -1, Job: &coordv1.JobTemplate{Kind: "k"}}, "starting_deadline_ms"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Overlap: 9, Job: &coordv1.JobTemplate{Kind: "k"}}, "overlap"},
+		// The one job-spec check, text rules included (a queue no Fetch may
+		// name would block a FORBID schedule forever).
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", Queue: "ctl\x01q"}}, "job.queue"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "a\nb"}}, "job.kind"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", Labels: map[string]string{"k\x00": "v"}}}, "job.labels"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", Queue: strings.Repeat("q", 129)}}, "job.queue"},
 	} {
 		_, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: c.spec})
 		if status.Code(err) != codes.InvalidArgument || field(err) != c.field {

@@ -3813,7 +3813,14 @@ type PutSchedule struct {
 	// last-materialised mark of a new schedule instead of the stamp: the
 	// server sets it just before a one-shot's time, so that a one-shot put
 	// shortly after its time still runs (within the catch-up horizon).
-	MarkMs        int64 `protobuf:"varint,4,opt,name=mark_ms,json=markMs,proto3" json:"mark_ms,omitempty"`
+	MarkMs int64 `protobuf:"varint,4,opt,name=mark_ms,json=markMs,proto3" json:"mark_ms,omitempty"`
+	// spec_rules is the version of the job-spec rules the proposer checked
+	// the template by, and the FSM judges it by (fsm.JobSpecRules): 0, the
+	// entries written before the field, lengths and ranges only; 1 also
+	// UTF-8 without control characters in the queue, kind, unique key and
+	// label keys. A logged entry replays by the rules it names, so a rule
+	// added later never changes how it replays.
+	SpecRules     uint32 `protobuf:"varint,5,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3872,6 +3879,13 @@ func (x *PutSchedule) GetIdentity() string {
 func (x *PutSchedule) GetMarkMs() int64 {
 	if x != nil {
 		return x.MarkMs
+	}
+	return 0
+}
+
+func (x *PutSchedule) GetSpecRules() uint32 {
+	if x != nil {
+		return x.SpecRules
 	}
 	return 0
 }
@@ -5003,12 +5017,14 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x14starting_deadline_ms\x18\x06 \x01(\x03R\x12startingDeadlineMs\x12\x1e\n" +
 	"\vcatch_up_ms\x18\a \x01(\x03R\tcatchUpMs\x12,\n" +
 	"\x12complete_within_ms\x18\b \x01(\x03R\x10completeWithinMs\x127\n" +
-	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"\x86\x01\n" +
+	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"\xa5\x01\n" +
 	"\vPutSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1a.coord.fsm.v1.ScheduleSpecR\x04spec\x12\x1a\n" +
 	"\bidentity\x18\x03 \x01(\tR\bidentity\x12\x17\n" +
-	"\amark_ms\x18\x04 \x01(\x03R\x06markMs\"@\n" +
+	"\amark_ms\x18\x04 \x01(\x03R\x06markMs\x12\x1d\n" +
+	"\n" +
+	"spec_rules\x18\x05 \x01(\rR\tspecRules\"@\n" +
 	"\x0eDeleteSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\"W\n" +
