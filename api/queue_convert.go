@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
@@ -152,6 +153,9 @@ func jobFilter(req *coordv1.QueueListRequest) (fsm.JobFilter, error) {
 		k, v, ok := strings.Cut(l, "=")
 		if !ok || k == "" {
 			return fl, invalidArg("label", "want key=value, not %q", l)
+		}
+		if !utf8.ValidString(v) || fsm.TextProblem(k) != "" {
+			return fl, invalidArg("label", "%q: keys are UTF-8 without control characters, values UTF-8", l)
 		}
 		fl.Label = &fsm.Label{Key: k, Value: v}
 	}

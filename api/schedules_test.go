@@ -67,6 +67,7 @@ func TestPutScheduleValidatesAndFillsDefaults(t *testing.T) {
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "61 * * * *", Job: &coordv1.JobTemplate{Kind: "k"}}, "schedule"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "", Job: &coordv1.JobTemplate{Kind: "k"}}, "schedule"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", TimeZone: "Mars/Olympus", Job: &coordv1.JobTemplate{Kind: "k"}}, "time_zone"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", TimeZone: "Local", Job: &coordv1.JobTemplate{Kind: "k"}}, "time_zone"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", WindowShiftDays: 400, Job: &coordv1.JobTemplate{Kind: "k"}}, "window_shift_days"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", WindowLayout: "2006/manual-", Job: &coordv1.JobTemplate{Kind: "k"}}, "window_layout"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily"}, "job"},
