@@ -48,7 +48,7 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 			return nil, err
 		}
 		resolveDelays(req, specs, s.node.Calendar())
-		r, err := propose[*fsm.SubmitResult](ctx, s.node, &fsmv1.SubmitJobs{Jobs: specs, Identity: auth.IdentityOf(ctx)})
+		r, err := propose[*fsm.SubmitResult](ctx, s.node, &fsmv1.SubmitJobs{Jobs: specs, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules})
 		if err != nil {
 			return nil, err
 		}

@@ -198,10 +198,10 @@ func FillJobDefaults(s *fsmv1.QueueJobSpec) {
 }
 
 // JobSpecRules is the version of the job-spec rules CheckJobSpec applies,
-// stamped into PutSchedule (spec_rules) so that a logged entry replays by
-// the rules it was proposed under: 1 added the text rules to the FSM's
-// guard (a schedule template had lengths checked only). Submit entries
-// always passed them (the server refused such text before proposing).
+// stamped into SubmitJobs and PutSchedule (spec_rules) so that a logged
+// entry replays by the rules it was proposed under (the limits only grow):
+// 1 added to the FSM's guard what the server alone had checked, the text
+// rules and the reserved "coordd." label keys.
 const JobSpecRules = 1
 
 // CheckJobSpec is the one job-spec check: every rule that does not depend
@@ -212,11 +212,14 @@ const JobSpecRules = 1
 // when the spec is valid. The one limit that depends on time, how far
 // ahead run_at_ms may be, is CheckRunAhead: judged only at the leader's
 // calendar stamp, never at a node's own (possibly stale) view.
-func CheckJobSpec(s *fsmv1.QueueJobSpec) (field, problem string) { return checkJobSpec(s, true) }
+func CheckJobSpec(s *fsmv1.QueueJobSpec) (field, problem string) {
+	return checkJobSpec(s, JobSpecRules)
+}
 
-// checkJobSpec is CheckJobSpec; text false leaves out the text rules
-// (spec_rules 0).
-func checkJobSpec(s *fsmv1.QueueJobSpec, text bool) (field, problem string) {
+// checkJobSpec is CheckJobSpec by the rules of version rules (spec_rules):
+// 0 leaves out the text rules and the reserved label keys.
+func checkJobSpec(s *fsmv1.QueueJobSpec, rules uint32) (field, problem string) {
+	text := rules >= 1
 	switch {
 	case s.GetQueue() == "" || len(s.GetQueue()) > MaxQueueNameBytes:
 		return "queue", fmt.Sprintf("must be 1 to %d bytes", MaxQueueNameBytes)
@@ -258,8 +261,8 @@ func checkJobSpec(s *fsmv1.QueueJobSpec, text bool) (field, problem string) {
 		if problem := TextProblem(l.GetKey()); text && problem != "" {
 			return "labels", fmt.Sprintf("label key %q %s", l.GetKey(), problem)
 		}
-		if strings.HasPrefix(l.GetKey(), ReservedLabelPrefix) {
-			return "labels", fmt.Sprintf("label key %q: the prefix %q is reserved for the jobs schedules make", l.GetKey(), ReservedLabelPrefix)
+		if problem := reservedLabel(l.GetKey()); text && problem != "" {
+			return "labels", problem
 		}
 		if _, dup := seen[l.GetKey()]; dup {
 			return "labels", fmt.Sprintf("label %q given twice", l.GetKey())
@@ -267,6 +270,15 @@ func checkJobSpec(s *fsmv1.QueueJobSpec, text bool) (field, problem string) {
 		seen[l.GetKey()] = struct{}{}
 	}
 	return "", ""
+}
+
+// reservedLabel says what is wrong with a label key a submitter may not
+// use (the prefix of the labels schedules give their jobs), or "".
+func reservedLabel(key string) string {
+	if strings.HasPrefix(key, ReservedLabelPrefix) {
+		return fmt.Sprintf("label key %q: the prefix %q is reserved for the jobs schedules make", key, ReservedLabelPrefix)
+	}
+	return ""
 }
 
 // CheckRunAhead is the job-spec limit that depends on time: run_at at most

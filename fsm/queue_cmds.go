@@ -55,7 +55,7 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 			"a submit carries 1 to %d jobs, not %d", MaxSubmitBatch, len(specs))
 	}
 	for i, sp := range specs {
-		field, problem := CheckJobSpec(sp)
+		field, problem := checkJobSpec(sp, c.GetSpecRules())
 		if field == "" {
 			field, problem = CheckRunAhead(sp.GetRunAtMs(), cal)
 		}

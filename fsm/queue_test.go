@@ -567,18 +567,33 @@ func TestQueueSubmitAllOrNothing(t *testing.T) {
 		{"unique_key", func(s *fsmv1.QueueJobSpec) { s.UniqueKey = strings.Repeat("u", MaxUniqueKeyBytes+1) }},
 		{"labels", labels("a", "1", "a", "2")},
 		{"labels", labels("", "1")},
+	}
+	// The rules of spec_rules 1: an entry written before it (0) replays as
+	// it did.
+	since1 := []struct {
+		field string
+		mod   func(*fsmv1.QueueJobSpec)
+	}{
 		{"queue", func(s *fsmv1.QueueJobSpec) { s.Queue = "ctl\x01q" }},
 		{"kind", func(s *fsmv1.QueueJobSpec) { s.Kind = "a\nb" }},
 		{"unique_key", func(s *fsmv1.QueueJobSpec) { s.UniqueKey = "u\x7f" }},
 		{"labels", labels("k\x00", "1")},
 		{"labels", labels("coordd.window", "w")},
 	}
+	for _, c := range since1 {
+		b := jspec("q", "k")
+		c.mod(b)
+		if _, ok := runAt(t, New(), 0, t0, &fsmv1.SubmitJobs{Jobs: []*fsmv1.QueueJobSpec{b}}).(*SubmitResult); !ok {
+			t.Errorf("%s: an entry of spec_rules 0 replays differently", c.field)
+		}
+	}
+	bad = append(bad, since1...)
 	for _, c := range bad {
 		t.Run(c.field, func(t *testing.T) {
 			f := New()
 			b := jspec("q", "k")
 			c.mod(b)
-			out := runAt(t, f, 0, t0, &fsmv1.SubmitJobs{Jobs: []*fsmv1.QueueJobSpec{jspec("q", "k"), b}})
+			out := runAt(t, f, 0, t0, &fsmv1.SubmitJobs{Jobs: []*fsmv1.QueueJobSpec{jspec("q", "k"), b}, SpecRules: JobSpecRules})
 			wantReason(t, out, coorderr.InvalidArgument)
 			if m := out.(*Rejection).Metadata; m["field"] != c.field || m["index"] != "1" {
 				t.Fatalf("metadata %v", m)

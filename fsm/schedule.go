@@ -329,7 +329,12 @@ func checkScheduleSpec(name string, sp *fsmv1.ScheduleSpec, rules uint32) (field
 	case len(sp.GetJob().GetLabels()) > MaxTemplateLabels:
 		return "job.labels", fmt.Sprintf("%d labels; the limit is %d", len(sp.GetJob().GetLabels()), MaxTemplateLabels)
 	}
-	if field, problem := checkJobSpec(sp.GetJob(), rules >= 1); field != "" {
+	for _, l := range sp.GetJob().GetLabels() {
+		if problem := reservedLabel(l.GetKey()); rules == 0 && problem != "" { // (1 and later: checkJobSpec's)
+			return "job.labels", problem
+		}
+	}
+	if field, problem := checkJobSpec(sp.GetJob(), rules); field != "" {
 		return "job." + field, problem
 	}
 	return "", ""

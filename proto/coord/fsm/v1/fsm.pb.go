@@ -1892,9 +1892,16 @@ func (x *JobLabel) GetValue() string {
 
 // SubmitJobs adds jobs, all or none: one bad spec refuses the batch.
 type SubmitJobs struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jobs          []*QueueJobSpec        `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
-	Identity      string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Jobs     []*QueueJobSpec        `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	Identity string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	// spec_rules is the version of the job-spec rules the proposer checked
+	// the jobs by, and the FSM judges them by (fsm.JobSpecRules): 0, the
+	// entries written before the field, lengths and ranges only; 1 also the
+	// text rules (UTF-8 without control characters in the queue, kind,
+	// unique key and label keys) and no label key starting with "coordd.".
+	// A logged entry replays by the rules it names.
+	SpecRules     uint32 `protobuf:"varint,3,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1941,6 +1948,13 @@ func (x *SubmitJobs) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *SubmitJobs) GetSpecRules() uint32 {
+	if x != nil {
+		return x.SpecRules
+	}
+	return 0
 }
 
 // FetchJobs hands out up to max available jobs of the queues to worker_id,
@@ -3816,10 +3830,10 @@ type PutSchedule struct {
 	MarkMs int64 `protobuf:"varint,4,opt,name=mark_ms,json=markMs,proto3" json:"mark_ms,omitempty"`
 	// spec_rules is the version of the job-spec rules the proposer checked
 	// the template by, and the FSM judges it by (fsm.JobSpecRules): 0, the
-	// entries written before the field, lengths and ranges only; 1 also
-	// UTF-8 without control characters in the queue, kind, unique key and
-	// label keys. A logged entry replays by the rules it names, so a rule
-	// added later never changes how it replays.
+	// entries written before the field, lengths, ranges and no "coordd."
+	// label key; 1 also UTF-8 without control characters in the queue,
+	// kind and label keys. A logged entry replays by the rules it names, so
+	// a rule added later never changes how it replays.
 	SpecRules     uint32 `protobuf:"varint,5,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4841,11 +4855,13 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06labels\x18\f \x03(\v2\x16.coord.fsm.v1.JobLabelR\x06labels\"2\n" +
 	"\bJobLabel\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"X\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"w\n" +
 	"\n" +
 	"SubmitJobs\x12.\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x1a.coord.fsm.v1.QueueJobSpecR\x04jobs\x12\x1a\n" +
-	"\bidentity\x18\x02 \x01(\tR\bidentity\"n\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x1d\n" +
+	"\n" +
+	"spec_rules\x18\x03 \x01(\rR\tspecRules\"n\n" +
 	"\tFetchJobs\x12\x16\n" +
 	"\x06queues\x18\x01 \x03(\tR\x06queues\x12\x10\n" +
 	"\x03max\x18\x02 \x01(\rR\x03max\x12\x1b\n" +
