@@ -34,17 +34,21 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 	if n := len(req.GetJobs()); n == 0 || n > fsm.MaxSubmitBatch {
 		return nil, toStatus(invalidArg("jobs", "a submit carries 1 to %d jobs, not %d; nothing was submitted", fsm.MaxSubmitBatch, n))
 	}
-	// Checked here first (at this node's calendar), so bad input never
-	// travels; the leader checks again at its own.
-	if _, err := jobSpecs(req, s.node.Calendar()); err != nil {
+	// Checked here first, so bad input never travels: every rule that
+	// does not depend on time (a node's calendar may be stale: a follower's
+	// is its last applied stamp, 0 just after a restart). The leader checks
+	// again, resolves delay_ms at its calendar, and the FSM judges how far
+	// ahead run_at_ms is at the leader's calendar stamp.
+	if _, err := jobSpecs(req); err != nil {
 		return nil, toStatus(err)
 	}
 	return queueOnLeader(s, ctx, coordv1.QueueClient.Submit, req, func() (*coordv1.QueueSubmitResponse, error) {
-		specs, err := jobSpecs(req, s.node.Calendar())
+		specs, err := jobSpecs(req)
 		if err != nil {
 			return nil, err
 		}
-		r, err := propose[*fsm.SubmitResult](ctx, s.node, &fsmv1.SubmitJobs{Jobs: specs, Identity: auth.IdentityOf(ctx)})
+		resolveDelays(req, specs, s.node.Calendar())
+		r, err := propose[*fsm.SubmitResult](ctx, s.node, &fsmv1.SubmitJobs{Jobs: specs, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules})
 		if err != nil {
 			return nil, err
 		}
@@ -58,10 +62,10 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 
 // jobSpecs converts and checks every job of a submit: the first bad one
 // refuses the whole batch, naming its index and field.
-func jobSpecs(req *coordv1.QueueSubmitRequest, cal int64) ([]*fsmv1.QueueJobSpec, error) {
+func jobSpecs(req *coordv1.QueueSubmitRequest) ([]*fsmv1.QueueJobSpec, error) {
 	specs := make([]*fsmv1.QueueJobSpec, len(req.GetJobs()))
 	for i, j := range req.GetJobs() {
-		spec, err := jobSpec(i, j, cal)
+		spec, err := jobSpec(i, j)
 		if err != nil {
 			return nil, err
 		}

@@ -1,11 +1,11 @@
 package api
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/coordd/coordd/coorderr"
@@ -17,79 +17,79 @@ import (
 // Conversion between coord.v1.Queue's wire types and the fsm's queue
 // records and commands, and the checks of a submitted job.
 
-// jobSpec turns job i of a Submit into the FSM's spec, with the defaults
-// filled in (fsm.FillJobDefaults), checked at calendar time cal
-// (fsm.CheckJobSpec plus what only the wire form can get wrong). delay_ms
-// is resolved against cal. Errors name the field and the index.
-func jobSpec(i int, j *coordv1.NewJob, cal int64) (*fsmv1.QueueJobSpec, error) {
-	for _, f := range []struct{ name, v string }{{"queue", j.GetQueue()}, {"kind", j.GetKind()}, {"unique_key", j.GetUniqueKey()}} {
-		if problem := textProblem(f.v); problem != "" {
-			return nil, invalidItem(i, f.name, "%s %s", f.name, problem)
-		}
+// jobFields are the fields a submitted job (NewJob) and a schedule's job
+// template (JobTemplate) share.
+type jobFields interface {
+	GetQueue() string
+	GetKind() string
+	GetArgs() []byte
+	GetPriority() int32
+	GetMaxAttempts() int32
+	GetBackoffInitialMs() int64
+	GetBackoffMaxMs() int64
+	GetBackoffFactor() float64
+	GetVisibilityTimeoutMs() int64
+	GetLabels() map[string]string
+}
+
+// wireJobSpec converts the shared fields of a job or a template into the
+// FSM's spec, defaults filled in (fsm.FillJobDefaults) and checked by the
+// one job-spec check (fsm.CheckJobSpec) after what only the wire form can
+// get wrong (a factor that is not a number in [1, 100]); more may set the
+// fields only a submitted job has, before the check. It returns the spec,
+// or the offending field and what is wrong. No rule here depends on time.
+func wireJobSpec(j jobFields, more func(*fsmv1.QueueJobSpec)) (spec *fsmv1.QueueJobSpec, field, problem string) {
+	f := j.GetBackoffFactor()
+	if math.IsNaN(f) || math.IsInf(f, 0) || (f != 0 && (f < 1 || f > fsm.MaxBackoffPermille/1000)) {
+		return nil, "backoff_factor", fmt.Sprintf("%v is outside [1, %d]", f, fsm.MaxBackoffPermille/1000)
 	}
+	spec = &fsmv1.QueueJobSpec{Queue: j.GetQueue(), Kind: j.GetKind(), Args: j.GetArgs(), Priority: j.GetPriority(),
+		MaxAttempts: j.GetMaxAttempts(), BackoffInitialMs: j.GetBackoffInitialMs(), BackoffMaxMs: j.GetBackoffMaxMs(),
+		BackoffFactorPermille: uint32(math.Round(f * 1000)), VisibilityTimeoutMs: j.GetVisibilityTimeoutMs()}
+	for k, v := range j.GetLabels() {
+		spec.Labels = append(spec.Labels, &fsmv1.JobLabel{Key: k, Value: v})
+	}
+	sort.Slice(spec.Labels, func(a, b int) bool { return spec.Labels[a].GetKey() < spec.Labels[b].GetKey() })
+	if more != nil {
+		more(spec)
+	}
+	fsm.FillJobDefaults(spec)
+	if field, problem := fsm.CheckJobSpec(spec); field != "" {
+		return nil, field, problem
+	}
+	return spec, "", ""
+}
+
+// jobSpec turns job i of a Submit into the FSM's spec (wireJobSpec, plus
+// run_at_ms, delay_ms and unique_key). Nothing here depends on time, so
+// any node can check it as it enters: a delay_ms is resolved later, on the
+// leader (resolveDelays), and how far ahead run_at_ms may be is judged by
+// the FSM at the leader's calendar stamp (fsm.CheckRunAhead). Errors name
+// the field and the index.
+func jobSpec(i int, j *coordv1.NewJob) (*fsmv1.QueueJobSpec, error) {
 	switch {
-	case j.GetRunAtMs() < 0:
-		return nil, invalidItem(i, "run_at_ms", "run_at_ms must not be negative")
 	case j.GetDelayMs() < 0:
 		return nil, invalidItem(i, "delay_ms", "delay_ms must not be negative")
 	case j.GetDelayMs() > 0 && j.GetRunAtMs() > 0:
 		return nil, invalidItem(i, "delay_ms", "set run_at_ms or delay_ms, not both")
 	case j.GetDelayMs() > fsm.MaxRunAheadMs:
-		return nil, invalidItem(i, "delay_ms", "is %d ms; the limit is %d ms (366 days)", j.GetDelayMs(), int64(fsm.MaxRunAheadMs))
-	case j.GetVisibilityTimeoutMs() < 0:
-		return nil, invalidItem(i, "visibility_timeout_ms", "visibility_timeout_ms must not be negative")
-	case j.GetBackoffInitialMs() < 0:
-		return nil, invalidItem(i, "backoff_initial_ms", "backoff_initial_ms must not be negative")
-	case j.GetBackoffMaxMs() < 0:
-		return nil, invalidItem(i, "backoff_max_ms", "backoff_max_ms must not be negative")
-	case j.GetMaxAttempts() < 0:
-		return nil, invalidItem(i, "max_attempts", "max_attempts must not be negative")
+		return nil, invalidItem(i, "delay_ms", "delay_ms is %s; the limit is %s", fsm.Days(j.GetDelayMs()), fsm.Days(fsm.MaxRunAheadMs))
 	}
-	f := j.GetBackoffFactor()
-	if math.IsNaN(f) || math.IsInf(f, 0) || (f != 0 && (f < 1 || f > fsm.MaxBackoffPermille/1000)) {
-		return nil, invalidItem(i, "backoff_factor", "%v is outside [1, %d]", f, fsm.MaxBackoffPermille/1000)
-	}
-	spec := &fsmv1.QueueJobSpec{Queue: j.GetQueue(), Kind: j.GetKind(), Args: j.GetArgs(), RunAtMs: j.GetRunAtMs(),
-		Priority: j.GetPriority(), MaxAttempts: j.GetMaxAttempts(), BackoffInitialMs: j.GetBackoffInitialMs(),
-		BackoffMaxMs: j.GetBackoffMaxMs(), BackoffFactorPermille: uint32(math.Round(f * 1000)),
-		VisibilityTimeoutMs: j.GetVisibilityTimeoutMs(), UniqueKey: j.GetUniqueKey()}
-	if j.GetDelayMs() > 0 {
-		spec.RunAtMs = cal + j.GetDelayMs()
-	}
-	for k, v := range j.GetLabels() {
-		spec.Labels = append(spec.Labels, &fsmv1.JobLabel{Key: k, Value: v})
-	}
-	sort.Slice(spec.Labels, func(a, b int) bool { return spec.Labels[a].GetKey() < spec.Labels[b].GetKey() })
-	for _, l := range spec.Labels {
-		if problem := textProblem(l.GetKey()); problem != "" {
-			return nil, invalidItem(i, "labels", "label key %s", problem)
-		}
-		if strings.HasPrefix(l.GetKey(), fsm.ReservedLabelPrefix) {
-			return nil, invalidItem(i, "labels", "label key %q: the prefix %q is reserved for the jobs schedules make", l.GetKey(), fsm.ReservedLabelPrefix)
-		}
-	}
-	fsm.FillJobDefaults(spec)
-	if field, problem := fsm.CheckJobSpec(spec, cal); field != "" {
-		if field == "run_at" {
-			field = "run_at_ms"
-		}
+	spec, field, problem := wireJobSpec(j, func(sp *fsmv1.QueueJobSpec) { sp.RunAtMs, sp.UniqueKey = j.GetRunAtMs(), j.GetUniqueKey() })
+	if field != "" {
 		return nil, invalidItem(i, field, "%s %s", field, problem)
 	}
 	return spec, nil
 }
 
-// textProblem says what is wrong with a name-like string (UTF-8 without
-// control characters; lengths are CheckJobSpec's), or "".
-func textProblem(v string) string {
-	if !utf8.ValidString(v) {
-		return "is not valid UTF-8"
-	}
-	for _, r := range v {
-		if unicode.IsControl(r) {
-			return "contains a control character"
+// resolveDelays sets the run_at of the jobs submitted with a delay_ms to
+// calendar time cal + delay (on the leader, at its calendar).
+func resolveDelays(req *coordv1.QueueSubmitRequest, specs []*fsmv1.QueueJobSpec, cal int64) {
+	for i, j := range req.GetJobs() {
+		if d := j.GetDelayMs(); d > 0 {
+			specs[i].RunAtMs = cal + d
 		}
 	}
-	return ""
 }
 
 // attemptToken is an attempt's fencing token: "job:<id>:<n>".
@@ -153,6 +153,9 @@ func jobFilter(req *coordv1.QueueListRequest) (fsm.JobFilter, error) {
 		k, v, ok := strings.Cut(l, "=")
 		if !ok || k == "" {
 			return fl, invalidArg("label", "want key=value, not %q", l)
+		}
+		if !utf8.ValidString(v) || fsm.TextProblem(k) != "" {
+			return fl, invalidArg("label", "%q: keys are UTF-8 without control characters, values UTF-8", l)
 		}
 		fl.Label = &fsm.Label{Key: k, Value: v}
 	}

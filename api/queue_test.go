@@ -105,6 +105,47 @@ func TestSubmitValidation(t *testing.T) {
 	}
 }
 
+// No answer that depends on a node's own, possibly stale calendar calls
+// valid input invalid: a follower that has just restarted (its calendar is
+// the FSM's last stamp, 0 before it applied an entry) forwards a delayed
+// job, near or far, and a schedule; the time limit is the leader's
+// (judged by the FSM at the leader's calendar stamp).
+func TestStaleCalendarRefusesNoValidInput(t *testing.T) {
+	now := time.Now().UnixMilli()
+	const day = 24 * 3600 * 1000
+	for _, cal := range []int64{0, now - 200*day} {
+		n, s, q := newQueueTest(t)
+		n.leading, n.leaderID, n.leaderAddr, n.calendar = false, "n2", "leader:7400", cal
+		conn := &recordingConn{reply: &coordv1.QueueSubmitResponse{}}
+		s.dial = func(string) (grpc.ClientConnInterface, error) { return conn, nil }
+		for _, runAt := range []int64{now + 5000, now + 300*day} {
+			conn.method = ""
+			_, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAtMs: runAt}}})
+			if err != nil || conn.method != coordv1.Queue_Submit_FullMethodName {
+				t.Fatalf("calendar %d: run_at %d: %v (forwarded %q)", cal, runAt, err, conn.method)
+			}
+		}
+		conn.method, conn.reply = "", &coordv1.PutScheduleResponse{}
+		h := &schedules{s: s}
+		if _, err := h.PutSchedule(context.Background(), &coordv1.PutScheduleRequest{Spec: everyMinute("s")}); err != nil ||
+			conn.method != coordv1.Schedules_PutSchedule_FullMethodName {
+			t.Fatalf("calendar %d: put schedule: %v (forwarded %q)", cal, err, conn.method)
+		}
+	}
+	// The leader judges the limit at its calendar stamp, in days.
+	n, _, q := newQueueTest(t)
+	_, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k"}, {Kind: "k", RunAtMs: n.calendar + 400*day}}})
+	invalid(t, err, "run_at_ms", 1)
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "400 days ahead; the limit is 366 days") {
+		t.Fatalf("message %q", msg)
+	}
+	_, err = q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", DelayMs: 400 * day}}})
+	invalid(t, err, "delay_ms", 0)
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "delay_ms is 400 days; the limit is 366 days") {
+		t.Fatalf("message %q", msg)
+	}
+}
+
 // A submit fills the defaults, resolves delay_ms on the calendar, records
 // the submitter, and a unique key returns the first job.
 func TestSubmitAndGet(t *testing.T) {

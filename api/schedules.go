@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"regexp"
-	"sort"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -79,8 +78,9 @@ func calendarSpec(sp *fsm.ScheduleSpec) schedule.Spec {
 }
 
 // compileSpec validates a wire spec and turns it into the FSM's, with the
-// defaults filled in. cal is the calendar time the limits are judged at.
-func (s *Server) compileSpec(in *coordv1.ScheduleSpec, cal int64) (*fsmv1.ScheduleSpec, error) {
+// defaults filled in. No rule here depends on time, so any node may check
+// a spec as it enters.
+func (s *Server) compileSpec(in *coordv1.ScheduleSpec) (*fsmv1.ScheduleSpec, error) {
 	if in == nil {
 		return nil, invalidArg("spec", "is required")
 	}
@@ -99,9 +99,9 @@ func (s *Server) compileSpec(in *coordv1.ScheduleSpec, cal int64) (*fsmv1.Schedu
 		}
 		return nil, invalidArg("schedule", "%v", err)
 	}
-	job, err := templateSpec(in.GetJob())
-	if err != nil {
-		return nil, err
+	job, field, problem := wireJobSpec(in.GetJob(), nil)
+	if field != "" {
+		return nil, invalidArg("job."+field, "job.%s %s", field, problem)
 	}
 	interval := c.Schedule().Interval()
 	out := &fsmv1.ScheduleSpec{
@@ -118,31 +118,9 @@ func (s *Server) compileSpec(in *coordv1.ScheduleSpec, cal int64) (*fsmv1.Schedu
 	if out.Overlap == fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_UNSPECIFIED {
 		out.Overlap = fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID
 	}
-	if field, problem := fsm.CheckScheduleSpec(in.GetName(), out, cal); field != "" {
+	if field, problem := fsm.CheckScheduleSpec(in.GetName(), out); field != "" {
 		return nil, invalidArg(field, "%s", problem)
 	}
-	return out, nil
-}
-
-// templateSpec converts a job template, with the queue's defaults.
-func templateSpec(t *coordv1.JobTemplate) (*fsmv1.QueueJobSpec, error) {
-	out := &fsmv1.QueueJobSpec{Queue: t.GetQueue(), Kind: t.GetKind(), Args: t.GetArgs(), Priority: t.GetPriority(),
-		MaxAttempts: t.GetMaxAttempts(), BackoffInitialMs: t.GetBackoffInitialMs(), BackoffMaxMs: t.GetBackoffMaxMs(),
-		VisibilityTimeoutMs: t.GetVisibilityTimeoutMs()}
-	if f := t.GetBackoffFactor(); f != 0 {
-		if math.IsNaN(f) || f < 1 || f > float64(fsm.MaxBackoffPermille)/1000 {
-			return nil, invalidArg("job.backoff_factor", "%v is outside [1, %d]", f, fsm.MaxBackoffPermille/1000)
-		}
-		out.BackoffFactorPermille = uint32(math.Round(f * 1000))
-	}
-	if t.GetKind() == "" {
-		return nil, invalidArg("job.kind", "must not be empty")
-	}
-	for k, v := range t.GetLabels() {
-		out.Labels = append(out.Labels, &fsmv1.JobLabel{Key: k, Value: v})
-	}
-	sort.Slice(out.Labels, func(a, b int) bool { return out.Labels[a].Key < out.Labels[b].Key })
-	fsm.FillJobDefaults(out)
 	return out, nil
 }
 
@@ -196,15 +174,15 @@ func occurrenceToProto(st *fsm.FSM, sc *fsm.Schedule, e fsm.HistoryEntry, cal in
 
 func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleRequest) (*coordv1.PutScheduleResponse, error) {
 	s := h.s
-	if _, err := s.compileSpec(req.GetSpec(), s.node.Calendar()); err != nil {
+	if _, err := s.compileSpec(req.GetSpec()); err != nil {
 		return nil, toStatus(err)
 	}
 	return schedulesOnLeader(s, ctx, coordv1.SchedulesClient.PutSchedule, req, func() (*coordv1.PutScheduleResponse, error) {
-		sp, err := s.compileSpec(req.GetSpec(), s.node.Calendar())
+		sp, err := s.compileSpec(req.GetSpec())
 		if err != nil {
 			return nil, err
 		}
-		put := &fsmv1.PutSchedule{Name: req.GetSpec().GetName(), Spec: sp, Identity: auth.IdentityOf(ctx)}
+		put := &fsmv1.PutSchedule{Name: req.GetSpec().GetName(), Spec: sp, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules}
 		if c, err := s.calendars.get(calendarSpec(&fsm.ScheduleSpec{Expr: sp.GetExpr(), TimeZone: sp.GetTimeZone(),
 			WindowLayout: sp.GetWindowLayout(), WindowShiftDays: sp.GetWindowShiftDays()})); err == nil && c.Schedule().OneShot() {
 			// A new one-shot owes its occurrence even when put just after

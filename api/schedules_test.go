@@ -67,6 +67,7 @@ func TestPutScheduleValidatesAndFillsDefaults(t *testing.T) {
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "61 * * * *", Job: &coordv1.JobTemplate{Kind: "k"}}, "schedule"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "", Job: &coordv1.JobTemplate{Kind: "k"}}, "schedule"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", TimeZone: "Mars/Olympus", Job: &coordv1.JobTemplate{Kind: "k"}}, "time_zone"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", TimeZone: "Local", Job: &coordv1.JobTemplate{Kind: "k"}}, "time_zone"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", WindowShiftDays: 400, Job: &coordv1.JobTemplate{Kind: "k"}}, "window_shift_days"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", WindowLayout: "2006/manual-", Job: &coordv1.JobTemplate{Kind: "k"}}, "window_layout"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily"}, "job"},
@@ -77,6 +78,12 @@ func TestPutScheduleValidatesAndFillsDefaults(t *testing.T) {
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", Labels: map[string]string{"coordd.window": "x"}}}, "job.labels"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", StartingDeadlineMs: -1, Job: &coordv1.JobTemplate{Kind: "k"}}, "starting_deadline_ms"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Overlap: 9, Job: &coordv1.JobTemplate{Kind: "k"}}, "overlap"},
+		// The one job-spec check, text rules included (a queue no Fetch may
+		// name would block a FORBID schedule forever).
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", Queue: "ctl\x01q"}}, "job.queue"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "a\nb"}}, "job.kind"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", Labels: map[string]string{"k\x00": "v"}}}, "job.labels"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", Queue: strings.Repeat("q", 129)}}, "job.queue"},
 	} {
 		_, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: c.spec})
 		if status.Code(err) != codes.InvalidArgument || field(err) != c.field {

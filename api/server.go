@@ -240,8 +240,9 @@ func (s *Server) start() error {
 		}
 	}
 
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes),
-		grpc.ChainUnaryInterceptor(s.unaryGuard), grpc.ChainStreamInterceptor(s.streamGuard),
+	codec := newRequestCodec() // an undecodable request is INVALID_ARGUMENT (codec.go)
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(codec),
+		grpc.ChainUnaryInterceptor(codec.unary, s.unaryGuard), grpc.ChainStreamInterceptor(codec.stream, s.streamGuard),
 		// The SDK pings idle connections (every 10 s by default) to notice a
 		// frozen node; gRPC's default policy (5 min, only with streams)
 		// would answer those pings with GOAWAY too_many_pings, ending a

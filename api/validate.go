@@ -3,10 +3,9 @@ package api
 import (
 	"errors"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/fsm"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -22,13 +21,8 @@ func checkName(field, v string, required bool) error {
 	if len(v) > MaxNameBytes {
 		return invalidArg(field, "is %d bytes; the limit is %d", len(v), MaxNameBytes)
 	}
-	if !utf8.ValidString(v) {
-		return invalidArg(field, "is not valid UTF-8")
-	}
-	for _, r := range v {
-		if unicode.IsControl(r) {
-			return invalidArg(field, "contains a control character (%U)", r)
-		}
+	if problem := fsm.TextProblem(v); problem != "" {
+		return invalidArg(field, "%s", problem)
 	}
 	return nil
 }

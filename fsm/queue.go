@@ -4,6 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"sort"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/btree"
 
@@ -193,11 +197,29 @@ func FillJobDefaults(s *fsmv1.QueueJobSpec) {
 	}
 }
 
-// CheckJobSpec checks a spec against the limits at calendar time cal. It
-// returns the offending field and what is wrong, or "" when the spec is
-// valid. The FSM refuses a batch with a bad spec; the server calls it
-// first to name the field in INVALID_ARGUMENT.
-func CheckJobSpec(s *fsmv1.QueueJobSpec, cal int64) (field, problem string) {
+// JobSpecRules is the version of the job-spec rules CheckJobSpec applies,
+// stamped into SubmitJobs and PutSchedule (spec_rules) so that a logged
+// entry replays by the rules it was proposed under (the limits only grow):
+// 1 added to the FSM's guard what the server alone had checked, the text
+// rules and the reserved "coordd." label keys.
+const JobSpecRules = 1
+
+// CheckJobSpec is the one job-spec check: every rule that does not depend
+// on time, for a spec with the defaults filled in. The server calls it
+// wherever a spec enters (Submit, a schedule's template in PutSchedule, so
+// also the HTTP gateway) and the FSM calls it again in its guard. It
+// returns the offending field (the API's name) and what is wrong, or ""
+// when the spec is valid. The one limit that depends on time, how far
+// ahead run_at_ms may be, is CheckRunAhead: judged only at the leader's
+// calendar stamp, never at a node's own (possibly stale) view.
+func CheckJobSpec(s *fsmv1.QueueJobSpec) (field, problem string) {
+	return checkJobSpec(s, JobSpecRules)
+}
+
+// checkJobSpec is CheckJobSpec by the rules of version rules (spec_rules):
+// 0 leaves out the text rules and the reserved label keys.
+func checkJobSpec(s *fsmv1.QueueJobSpec, rules uint32) (field, problem string) {
+	text := rules >= 1
 	switch {
 	case s.GetQueue() == "" || len(s.GetQueue()) > MaxQueueNameBytes:
 		return "queue", fmt.Sprintf("must be 1 to %d bytes", MaxQueueNameBytes)
@@ -206,9 +228,7 @@ func CheckJobSpec(s *fsmv1.QueueJobSpec, cal int64) (field, problem string) {
 	case len(s.GetArgs()) > MaxJobArgsBytes:
 		return "args", fmt.Sprintf("is %d bytes; the limit is %d", len(s.GetArgs()), MaxJobArgsBytes)
 	case s.GetRunAtMs() < 0:
-		return "run_at", "must not be negative"
-	case s.GetRunAtMs() > cal+MaxRunAheadMs:
-		return "run_at", fmt.Sprintf("is %d ms ahead; the limit is %d ms (366 days)", s.GetRunAtMs()-cal, MaxRunAheadMs)
+		return "run_at_ms", "must not be negative"
 	case s.GetPriority() < MinJobPriority || s.GetPriority() > MaxJobPriority:
 		return "priority", fmt.Sprintf("%d is outside [%d, %d]", s.GetPriority(), MinJobPriority, MaxJobPriority)
 	case s.GetMaxAttempts() < 1 || s.GetMaxAttempts() > MaxJobAttempts:
@@ -226,10 +246,23 @@ func CheckJobSpec(s *fsmv1.QueueJobSpec, cal int64) (field, problem string) {
 	case len(s.GetLabels()) > MaxJobLabels:
 		return "labels", fmt.Sprintf("%d labels; the limit is %d", len(s.GetLabels()), MaxJobLabels)
 	}
+	if text {
+		for _, f := range []struct{ name, v string }{{"queue", s.GetQueue()}, {"kind", s.GetKind()}, {"unique_key", s.GetUniqueKey()}} {
+			if problem := TextProblem(f.v); problem != "" {
+				return f.name, problem
+			}
+		}
+	}
 	seen := make(map[string]struct{}, len(s.GetLabels()))
 	for _, l := range s.GetLabels() {
 		if l.GetKey() == "" || len(l.GetKey()) > MaxLabelKeyBytes || len(l.GetValue()) > MaxLabelValueBytes {
 			return "labels", fmt.Sprintf("label %q: keys are 1 to %d bytes, values up to %d", l.GetKey(), MaxLabelKeyBytes, MaxLabelValueBytes)
+		}
+		if problem := TextProblem(l.GetKey()); text && problem != "" {
+			return "labels", fmt.Sprintf("label key %q %s", l.GetKey(), problem)
+		}
+		if problem := reservedLabel(l.GetKey()); text && problem != "" {
+			return "labels", problem
 		}
 		if _, dup := seen[l.GetKey()]; dup {
 			return "labels", fmt.Sprintf("label %q given twice", l.GetKey())
@@ -237,6 +270,55 @@ func CheckJobSpec(s *fsmv1.QueueJobSpec, cal int64) (field, problem string) {
 		seen[l.GetKey()] = struct{}{}
 	}
 	return "", ""
+}
+
+// reservedLabel says what is wrong with a label key a submitter may not
+// use (the prefix of the labels schedules give their jobs), or "".
+func reservedLabel(key string) string {
+	if strings.HasPrefix(key, ReservedLabelPrefix) {
+		return fmt.Sprintf("label key %q: the prefix %q is reserved for the jobs schedules make", key, ReservedLabelPrefix)
+	}
+	return ""
+}
+
+// CheckRunAhead is the job-spec limit that depends on time: run_at at most
+// MaxRunAheadMs after cal. The FSM judges it at the command's calendar
+// stamp (the leader's), so no node refuses a valid job on its own stale
+// calendar (a follower's is its last applied stamp: 0 just after a
+// restart).
+func CheckRunAhead(runAt, cal int64) (field, problem string) {
+	if runAt > cal+MaxRunAheadMs {
+		return "run_at_ms", fmt.Sprintf("is %s ahead; the limit is %s", Days(runAt-cal), Days(MaxRunAheadMs))
+	}
+	return "", ""
+}
+
+// Days renders a duration in ms as days and the rest ("366 days",
+// "400 days 12h0m0s", "366 days 1ms"), exactly.
+func Days(ms int64) string {
+	const day = 24 * 3600 * 1000
+	out := fmt.Sprintf("%d days", ms/day)
+	if ms/day == 1 {
+		out = "1 day"
+	}
+	if rest := ms % day; rest != 0 {
+		out += " " + (time.Duration(rest) * time.Millisecond).String()
+	}
+	return out
+}
+
+// TextProblem is the text rule of names, keys and kinds: UTF-8 without
+// control characters. It says what is wrong with v, or "".
+func TextProblem(v string) string {
+	if !utf8.ValidString(v) {
+		return "is not valid UTF-8"
+	}
+	for _, r := range v {
+		if unicode.IsControl(r) {
+			return fmt.Sprintf("contains a control character (%U)", r)
+		}
+	}
+	return ""
 }
 
 // sortedLabels copies labels sorted by key (keys are unique: checked).

@@ -55,7 +55,11 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 			"a submit carries 1 to %d jobs, not %d", MaxSubmitBatch, len(specs))
 	}
 	for i, sp := range specs {
-		if field, problem := CheckJobSpec(sp, cal); field != "" {
+		field, problem := checkJobSpec(sp, c.GetSpecRules())
+		if field == "" {
+			field, problem = CheckRunAhead(sp.GetRunAtMs(), cal)
+		}
+		if field != "" {
 			return reject(coorderr.InvalidArgument, map[string]string{"index": strconv.Itoa(i), "field": field},
 				"job %d: %s %s; nothing was submitted", i, field, problem)
 		}

@@ -555,8 +555,8 @@ func TestQueueSubmitAllOrNothing(t *testing.T) {
 		{"kind", func(s *fsmv1.QueueJobSpec) { s.Kind = "" }},
 		{"queue", func(s *fsmv1.QueueJobSpec) { s.Queue = strings.Repeat("q", MaxQueueNameBytes+1) }},
 		{"args", func(s *fsmv1.QueueJobSpec) { s.Args = make([]byte, MaxJobArgsBytes+1) }},
-		{"run_at", func(s *fsmv1.QueueJobSpec) { s.RunAtMs = t0 + MaxRunAheadMs + 1 }},
-		{"run_at", func(s *fsmv1.QueueJobSpec) { s.RunAtMs = -1 }},
+		{"run_at_ms", func(s *fsmv1.QueueJobSpec) { s.RunAtMs = t0 + MaxRunAheadMs + 1 }},
+		{"run_at_ms", func(s *fsmv1.QueueJobSpec) { s.RunAtMs = -1 }},
 		{"priority", func(s *fsmv1.QueueJobSpec) { s.Priority = MaxJobPriority + 1 }},
 		{"max_attempts", func(s *fsmv1.QueueJobSpec) { s.MaxAttempts = 0 }},
 		{"max_attempts", func(s *fsmv1.QueueJobSpec) { s.MaxAttempts = MaxJobAttempts + 1 }},
@@ -568,12 +568,32 @@ func TestQueueSubmitAllOrNothing(t *testing.T) {
 		{"labels", labels("a", "1", "a", "2")},
 		{"labels", labels("", "1")},
 	}
+	// The rules of spec_rules 1: an entry written before it (0) replays as
+	// it did.
+	since1 := []struct {
+		field string
+		mod   func(*fsmv1.QueueJobSpec)
+	}{
+		{"queue", func(s *fsmv1.QueueJobSpec) { s.Queue = "ctl\x01q" }},
+		{"kind", func(s *fsmv1.QueueJobSpec) { s.Kind = "a\nb" }},
+		{"unique_key", func(s *fsmv1.QueueJobSpec) { s.UniqueKey = "u\x7f" }},
+		{"labels", labels("k\x00", "1")},
+		{"labels", labels("coordd.window", "w")},
+	}
+	for _, c := range since1 {
+		b := jspec("q", "k")
+		c.mod(b)
+		if _, ok := runAt(t, New(), 0, t0, &fsmv1.SubmitJobs{Jobs: []*fsmv1.QueueJobSpec{b}}).(*SubmitResult); !ok {
+			t.Errorf("%s: an entry of spec_rules 0 replays differently", c.field)
+		}
+	}
+	bad = append(bad, since1...)
 	for _, c := range bad {
 		t.Run(c.field, func(t *testing.T) {
 			f := New()
 			b := jspec("q", "k")
 			c.mod(b)
-			out := runAt(t, f, 0, t0, &fsmv1.SubmitJobs{Jobs: []*fsmv1.QueueJobSpec{jspec("q", "k"), b}})
+			out := runAt(t, f, 0, t0, &fsmv1.SubmitJobs{Jobs: []*fsmv1.QueueJobSpec{jspec("q", "k"), b}, SpecRules: JobSpecRules})
 			wantReason(t, out, coorderr.InvalidArgument)
 			if m := out.(*Rejection).Metadata; m["field"] != c.field || m["index"] != "1" {
 				t.Fatalf("metadata %v", m)
@@ -906,5 +926,28 @@ func TestQueueJobResourcesPrunedWithTheirJob(t *testing.T) {
 	// The key's first outcome outlives the resource until its own retention.
 	if r := runAt(t, f, 0, t0+13, &fsmv1.FencedCommit{Resource: "a/2", JobId: 2, Generation: 1, IdempotencyKey: "a/2"}).(*CommitResult); !r.Duplicate {
 		t.Fatalf("key after prune: %+v", r)
+	}
+}
+
+// The one limit that depends on time is judged at the command's calendar
+// stamp and says how far ahead in days.
+func TestCheckRunAhead(t *testing.T) {
+	const day = 24 * 3600 * 1000
+	for _, c := range []struct {
+		runAt int64
+		want  string
+	}{
+		{t0 + MaxRunAheadMs, ""},
+		{t0 + 400*day, "is 400 days ahead; the limit is 366 days"},
+		{t0 + MaxRunAheadMs + 1, "is 366 days 1ms ahead; the limit is 366 days"},
+		{t0 + day + 90*60*1000, ""},
+	} {
+		field, problem := CheckRunAhead(c.runAt, t0)
+		if problem != c.want || (c.want != "") != (field == "run_at_ms") {
+			t.Errorf("run_at %d ms ahead: %q %q, want %q", c.runAt-t0, field, problem, c.want)
+		}
+	}
+	if got := Days(day + 90*60*1000); got != "1 day 1h30m0s" {
+		t.Errorf("Days: %q", got)
 	}
 }

@@ -290,8 +290,15 @@ func (t *JobTemplate) JobSpec() *fsmv1.QueueJobSpec {
 // CheckScheduleSpec checks what the FSM can check of a schedule's spec
 // (the server has compiled the expression; the FSM never parses it). It
 // returns the offending field and what is wrong, or "" when valid. Field
-// names are the API's (job.* for the template).
-func CheckScheduleSpec(name string, sp *fsmv1.ScheduleSpec, cal int64) (field, problem string) {
+// names are the API's (job.* for the template). The template is checked by
+// CheckJobSpec, the one job-spec check; nothing here depends on time.
+func CheckScheduleSpec(name string, sp *fsmv1.ScheduleSpec) (field, problem string) {
+	return checkScheduleSpec(name, sp, JobSpecRules)
+}
+
+// checkScheduleSpec is CheckScheduleSpec by the job-spec rules of version
+// rules (PutSchedule.spec_rules).
+func checkScheduleSpec(name string, sp *fsmv1.ScheduleSpec, rules uint32) (field, problem string) {
 	switch {
 	case name == "" || len(name) > MaxScheduleNameBytes:
 		return "name", fmt.Sprintf("must be 1 to %d bytes", MaxScheduleNameBytes)
@@ -316,18 +323,18 @@ func CheckScheduleSpec(name string, sp *fsmv1.ScheduleSpec, cal int64) (field, p
 	case sp.GetJob() == nil:
 		return "job", "is required"
 	case sp.GetJob().GetRunAtMs() != 0:
-		return "job.run_at", "is set per occurrence"
+		return "job.run_at_ms", "is set per occurrence"
 	case sp.GetJob().GetUniqueKey() != "":
 		return "job.unique_key", "is set per occurrence (schedule and window)"
 	case len(sp.GetJob().GetLabels()) > MaxTemplateLabels:
 		return "job.labels", fmt.Sprintf("%d labels; the limit is %d", len(sp.GetJob().GetLabels()), MaxTemplateLabels)
 	}
 	for _, l := range sp.GetJob().GetLabels() {
-		if strings.HasPrefix(l.GetKey(), ReservedLabelPrefix) {
-			return "job.labels", fmt.Sprintf("label %q: the prefix %q is reserved", l.GetKey(), ReservedLabelPrefix)
+		if problem := reservedLabel(l.GetKey()); rules == 0 && problem != "" { // (1 and later: checkJobSpec's)
+			return "job.labels", problem
 		}
 	}
-	if field, problem := CheckJobSpec(sp.GetJob(), cal); field != "" {
+	if field, problem := checkJobSpec(sp.GetJob(), rules); field != "" {
 		return "job." + field, problem
 	}
 	return "", ""

@@ -52,7 +52,7 @@ func scheduleNotFound(name string) *Rejection {
 // occurrence; an update keeps the mark, the history, and the paused state,
 // and is due at once too (the next occurrence may have moved).
 func (s *state) putSchedule(cal int64, c *fsmv1.PutSchedule) any {
-	if field, problem := CheckScheduleSpec(c.GetName(), c.GetSpec(), cal); field != "" {
+	if field, problem := checkScheduleSpec(c.GetName(), c.GetSpec(), c.GetSpecRules()); field != "" {
 		return reject(coorderr.InvalidArgument, map[string]string{"field": field}, "%s %s", field, problem)
 	}
 	spec := specFromWire(c.GetSpec())

@@ -138,6 +138,31 @@ func TestSchedulePutIsAnIdempotentUpsert(t *testing.T) {
 	}
 }
 
+// A template is checked by the job-spec rules the entry names: by the
+// current ones (the text rules: a control character in the queue would
+// make jobs no Fetch may name), and an entry written before spec_rules
+// existed replays as it did.
+func TestPutScheduleJudgesTemplateByItsRules(t *testing.T) {
+	for _, c := range []struct {
+		field string
+		mod   func(*fsmv1.QueueJobSpec)
+	}{
+		{"job.queue", func(j *fsmv1.QueueJobSpec) { j.Queue = "ctl\x01q" }},
+		{"job.kind", func(j *fsmv1.QueueJobSpec) { j.Kind = "a\nb" }},
+		{"job.labels", func(j *fsmv1.QueueJobSpec) { j.Labels = []*fsmv1.JobLabel{{Key: "k\x00", Value: "v"}} }},
+	} {
+		f := New()
+		sp := sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID, func(s *fsmv1.ScheduleSpec) { c.mod(s.Job) })
+		out := runAt(t, f, 0, t0, &fsmv1.PutSchedule{Name: "x", Spec: sp, SpecRules: JobSpecRules})
+		if rej, ok := out.(*Rejection); !ok || rej.Reason != coorderr.InvalidArgument || rej.Metadata["field"] != c.field {
+			t.Errorf("%s: want INVALID_ARGUMENT on it, got %#v", c.field, out)
+		}
+		if r, ok := runAt(t, f, 0, t0, &fsmv1.PutSchedule{Name: "x", Spec: sp}).(*ScheduleResult); !ok || r.Schedule.Name != "x" {
+			t.Errorf("%s: an entry of spec_rules 0 replays differently: %#v", c.field, r)
+		}
+	}
+}
+
 func TestScheduleMaterialisesEachOccurrenceOnce(t *testing.T) {
 	f := New()
 	putSched(t, f, t0, "reports", sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW))

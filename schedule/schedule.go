@@ -58,9 +58,12 @@ type Schedule struct {
 
 // Parse reads a cron expression (5 fields, or 6 with seconds first), a
 // descriptor (@daily, @hourly, @every 30s, …) or "@once <RFC3339>", in the
-// IANA zone tz (empty means UTC). Errors wrap ErrInvalid.
+// IANA zone tz (empty means UTC; "Local" is refused). Errors wrap ErrInvalid.
 func Parse(expr, tz string) (*Schedule, error) {
 	loc := time.UTC
+	if tz == "Local" { // time.LoadLocation's name for this process's own zone: each leader's TZ
+		return nil, invalid("time_zone", `"Local" is each leader's own zone setting: give an IANA zone name or UTC`)
+	}
 	if tz != "" {
 		l, err := time.LoadLocation(tz)
 		if err != nil {

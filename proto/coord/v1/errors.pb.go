@@ -41,7 +41,10 @@ const (
 	// No ErrorInfo, or a reason this version does not know.
 	ErrorReason_ERROR_REASON_UNSPECIFIED ErrorReason = 0
 	// Bad input. INVALID_ARGUMENT. Metadata "field": the request field at
-	// fault (absent when the state machine refuses a malformed command).
+	// fault ("request" when the request does not decode at all; absent when
+	// the state machine refuses a malformed command), "index" for an item
+	// of a batch. Never the answer to valid input: limits that depend on
+	// time are judged by the leader, not by a node's own view.
 	ErrorReason_ERROR_REASON_INVALID_ARGUMENT ErrorReason = 1
 	// No lease of that name exists. FAILED_PRECONDITION.
 	ErrorReason_ERROR_REASON_LEASE_NOT_FOUND ErrorReason = 2

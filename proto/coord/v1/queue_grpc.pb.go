@@ -90,7 +90,20 @@ const (
 // max_attempts in [1, 100]; visibility timeout up to 24 h; backoff up to
 // 30 days, factor in [1, 100]; queue names up to 128 bytes, kind and
 // unique_key up to 256; up to 16 labels (keys up to 64 bytes, values up to
-// 256); Fetch from up to 32 queues, up to 1,000 jobs.
+// 256); Fetch from up to 32 queues, up to 1,000 jobs. Queue, kind,
+// unique_key, label keys and worker_id are UTF-8 without control
+// characters.
+//
+// What is checked where: the node a call enters checks every rule that
+// does not depend on time (one job-spec check, shared with a schedule's
+// job template and the state machine's own guard), so bad input does not
+// travel. Rules that depend on time are the leader's: how far ahead
+// run_at_ms may be is judged at the leader's calendar stamp, and delay_ms
+// is resolved at the leader's calendar; no node refuses a valid job on its
+// own (possibly stale) calendar, so INVALID_ARGUMENT always means the job
+// is bad. A request that does not decode (a string field that is not valid
+// UTF-8, bytes that are not the message) is INVALID_ARGUMENT as well,
+// naming the field ("index" for an item of a batch) or "request".
 //
 // Retention: finished jobs (SUCCEEDED, CANCELLED, DEAD) are kept for 7 days
 // and at most 1,000,000 of them by default (both configurable on the
@@ -343,7 +356,20 @@ func (c *queueClient) Stats(ctx context.Context, in *QueueStatsRequest, opts ...
 // max_attempts in [1, 100]; visibility timeout up to 24 h; backoff up to
 // 30 days, factor in [1, 100]; queue names up to 128 bytes, kind and
 // unique_key up to 256; up to 16 labels (keys up to 64 bytes, values up to
-// 256); Fetch from up to 32 queues, up to 1,000 jobs.
+// 256); Fetch from up to 32 queues, up to 1,000 jobs. Queue, kind,
+// unique_key, label keys and worker_id are UTF-8 without control
+// characters.
+//
+// What is checked where: the node a call enters checks every rule that
+// does not depend on time (one job-spec check, shared with a schedule's
+// job template and the state machine's own guard), so bad input does not
+// travel. Rules that depend on time are the leader's: how far ahead
+// run_at_ms may be is judged at the leader's calendar stamp, and delay_ms
+// is resolved at the leader's calendar; no node refuses a valid job on its
+// own (possibly stale) calendar, so INVALID_ARGUMENT always means the job
+// is bad. A request that does not decode (a string field that is not valid
+// UTF-8, bytes that are not the message) is INVALID_ARGUMENT as well,
+// naming the field ("index" for an item of a batch) or "request".
 //
 // Retention: finished jobs (SUCCEEDED, CANCELLED, DEAD) are kept for 7 days
 // and at most 1,000,000 of them by default (both configurable on the

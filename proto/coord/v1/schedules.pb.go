@@ -289,8 +289,10 @@ type ScheduleSpec struct {
 	// <duration>" (whole seconds, at least 1 s) or "@once <RFC 3339 time>".
 	// Required.
 	Schedule string `protobuf:"bytes,2,opt,name=schedule,proto3" json:"schedule,omitempty"`
-	// time_zone is an IANA zone name (default UTC): of the expression and of
-	// the window keys.
+	// time_zone is an IANA zone name or "UTC" (empty: UTC): of the
+	// expression and of the window keys. "Local" is refused
+	// (INVALID_ARGUMENT, field "time_zone"): it would mean each leader's own
+	// zone setting.
 	TimeZone string `protobuf:"bytes,3,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
 	// job is the template of every occurrence's job. Required (its kind).
 	Job *JobTemplate `protobuf:"bytes,4,opt,name=job,proto3" json:"job,omitempty"`

@@ -92,8 +92,11 @@ const (
 //
 // Names: 1 to 128 bytes of letters, digits, '.', '_', ':' and '-'
 // (they appear in URL paths). Limits on the template are the queue's
-// (queue.proto), with at most 13 labels of its own (keys starting with
-// "coordd." are reserved). Durations are at most 366 days.
+// (queue.proto), checked by the queue's one job-spec check (UTF-8 without
+// control characters in queue, kind and label keys), with at most 13
+// labels of its own (keys starting with "coordd." are reserved). Durations
+// are at most 366 days. Nothing of a spec depends on time: any node checks
+// it as it enters, the leader again before proposing it.
 //
 // Errors: bad input is INVALID_ARGUMENT with ErrorInfo metadata "field"
 // (a schedule expression or zone that does not parse names "schedule" or
@@ -290,8 +293,11 @@ func (c *schedulesClient) ListOverdue(ctx context.Context, in *ListOverdueReques
 //
 // Names: 1 to 128 bytes of letters, digits, '.', '_', ':' and '-'
 // (they appear in URL paths). Limits on the template are the queue's
-// (queue.proto), with at most 13 labels of its own (keys starting with
-// "coordd." are reserved). Durations are at most 366 days.
+// (queue.proto), checked by the queue's one job-spec check (UTF-8 without
+// control characters in queue, kind and label keys), with at most 13
+// labels of its own (keys starting with "coordd." are reserved). Durations
+// are at most 366 days. Nothing of a spec depends on time: any node checks
+// it as it enters, the leader again before proposing it.
 //
 // Errors: bad input is INVALID_ARGUMENT with ErrorInfo metadata "field"
 // (a schedule expression or zone that does not parse names "schedule" or

@@ -1892,9 +1892,16 @@ func (x *JobLabel) GetValue() string {
 
 // SubmitJobs adds jobs, all or none: one bad spec refuses the batch.
 type SubmitJobs struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jobs          []*QueueJobSpec        `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
-	Identity      string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Jobs     []*QueueJobSpec        `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	Identity string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	// spec_rules is the version of the job-spec rules the proposer checked
+	// the jobs by, and the FSM judges them by (fsm.JobSpecRules): 0, the
+	// entries written before the field, lengths and ranges only; 1 also the
+	// text rules (UTF-8 without control characters in the queue, kind,
+	// unique key and label keys) and no label key starting with "coordd.".
+	// A logged entry replays by the rules it names.
+	SpecRules     uint32 `protobuf:"varint,3,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1941,6 +1948,13 @@ func (x *SubmitJobs) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *SubmitJobs) GetSpecRules() uint32 {
+	if x != nil {
+		return x.SpecRules
+	}
+	return 0
 }
 
 // FetchJobs hands out up to max available jobs of the queues to worker_id,
@@ -3813,7 +3827,14 @@ type PutSchedule struct {
 	// last-materialised mark of a new schedule instead of the stamp: the
 	// server sets it just before a one-shot's time, so that a one-shot put
 	// shortly after its time still runs (within the catch-up horizon).
-	MarkMs        int64 `protobuf:"varint,4,opt,name=mark_ms,json=markMs,proto3" json:"mark_ms,omitempty"`
+	MarkMs int64 `protobuf:"varint,4,opt,name=mark_ms,json=markMs,proto3" json:"mark_ms,omitempty"`
+	// spec_rules is the version of the job-spec rules the proposer checked
+	// the template by, and the FSM judges it by (fsm.JobSpecRules): 0, the
+	// entries written before the field, lengths, ranges and no "coordd."
+	// label key; 1 also UTF-8 without control characters in the queue,
+	// kind and label keys. A logged entry replays by the rules it names, so
+	// a rule added later never changes how it replays.
+	SpecRules     uint32 `protobuf:"varint,5,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3872,6 +3893,13 @@ func (x *PutSchedule) GetIdentity() string {
 func (x *PutSchedule) GetMarkMs() int64 {
 	if x != nil {
 		return x.MarkMs
+	}
+	return 0
+}
+
+func (x *PutSchedule) GetSpecRules() uint32 {
+	if x != nil {
+		return x.SpecRules
 	}
 	return 0
 }
@@ -4827,11 +4855,13 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06labels\x18\f \x03(\v2\x16.coord.fsm.v1.JobLabelR\x06labels\"2\n" +
 	"\bJobLabel\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"X\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"w\n" +
 	"\n" +
 	"SubmitJobs\x12.\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x1a.coord.fsm.v1.QueueJobSpecR\x04jobs\x12\x1a\n" +
-	"\bidentity\x18\x02 \x01(\tR\bidentity\"n\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x1d\n" +
+	"\n" +
+	"spec_rules\x18\x03 \x01(\rR\tspecRules\"n\n" +
 	"\tFetchJobs\x12\x16\n" +
 	"\x06queues\x18\x01 \x03(\tR\x06queues\x12\x10\n" +
 	"\x03max\x18\x02 \x01(\rR\x03max\x12\x1b\n" +
@@ -5003,12 +5033,14 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x14starting_deadline_ms\x18\x06 \x01(\x03R\x12startingDeadlineMs\x12\x1e\n" +
 	"\vcatch_up_ms\x18\a \x01(\x03R\tcatchUpMs\x12,\n" +
 	"\x12complete_within_ms\x18\b \x01(\x03R\x10completeWithinMs\x127\n" +
-	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"\x86\x01\n" +
+	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"\xa5\x01\n" +
 	"\vPutSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1a.coord.fsm.v1.ScheduleSpecR\x04spec\x12\x1a\n" +
 	"\bidentity\x18\x03 \x01(\tR\bidentity\x12\x17\n" +
-	"\amark_ms\x18\x04 \x01(\x03R\x06markMs\"@\n" +
+	"\amark_ms\x18\x04 \x01(\x03R\x06markMs\x12\x1d\n" +
+	"\n" +
+	"spec_rules\x18\x05 \x01(\rR\tspecRules\"@\n" +
 	"\x0eDeleteSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\"W\n" +
