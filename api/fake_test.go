@@ -91,6 +91,8 @@ func (f *fakeNode) LeaderContext(ctx context.Context) (context.Context, error) {
 
 func (f *fakeNode) Calendar() int64 { return f.calendar }
 
+func (f *fakeNode) LeaderCalendar(context.Context) (int64, error) { return f.calendar, nil }
+
 func (f *fakeNode) apply(body any) any {
 	return f.fsm.ApplyCommand(fsm.EnvelopeAt(f.now, f.calendar, body))
 }

@@ -42,6 +42,10 @@ type Node interface {
 	// calendar decision (not-before gates, due and overdue windows, job
 	// queues) is judged on it; leases never are (lease time, above).
 	Calendar() int64
+	// LeaderCalendar is the ready leader's calendar time now (waiting
+	// while this node is becoming the leader), or a not-leader error: what
+	// the leader resolves against the calendar (delay_ms) uses it.
+	LeaderCalendar(ctx context.Context) (int64, error)
 
 	// Acquire answers from state, proposes, or (wait) queues: the one
 	// entry point for acquires. cmd carries the caller's identity and the

@@ -47,7 +47,11 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 		if err != nil {
 			return nil, err
 		}
-		resolveDelays(req, specs, s.node.Calendar())
+		cal, err := s.node.LeaderCalendar(ctx)
+		if err != nil {
+			return nil, err
+		}
+		resolveDelays(req, specs, cal)
 		r, err := propose[*fsm.SubmitResult](ctx, s.node, &fsmv1.SubmitJobs{Jobs: specs, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules})
 		if err != nil {
 			return nil, err

@@ -171,3 +171,43 @@ func TestClaimDueNowAfterAnOutage(t *testing.T) {
 		t.Fatalf("a window due now after an outage: %+v %v", r, err)
 	}
 }
+
+// A node that has just become the leader is not ready until its Barrier
+// has applied its predecessors' entries: Calendar is still the FSM's last
+// stamp (an hour old here), and LeaderCalendar, which resolves a submit's
+// delay_ms, waits for the ready leader's clock instead of answering with it.
+func TestLeaderCalendarWaitsForTheReadyLeader(t *testing.T) {
+	n, wall := steppedNode(t)
+	stale := n.fsm.CalendarMs()
+	n.notifyCh <- false
+	eventually(t, "leadership lost", func() bool { return !n.Leading() })
+	if _, err := n.LeaderCalendar(bg()); err == nil {
+		t.Fatal("LeaderCalendar on a follower answered")
+	}
+	wall.Step(time.Hour)
+	n.raft.mu.Lock()
+	n.raft.barrier = make(chan struct{})
+	n.raft.mu.Unlock()
+	n.notifyCh <- true
+	eventually(t, "leading, not ready", func() bool { return n.Leading() })
+	got := make(chan int64, 1)
+	go func() {
+		cal, err := n.LeaderCalendar(bg())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- cal
+	}()
+	if n.Calendar() != stale {
+		t.Fatalf("Calendar before ready: %d, want the FSM's %d", n.Calendar(), stale)
+	}
+	select {
+	case cal := <-got:
+		t.Fatalf("LeaderCalendar answered %d before the leader was ready", cal)
+	case <-time.After(50 * time.Millisecond): // it must not answer: nothing to await
+	}
+	close(n.raft.barrier)
+	if cal, want := <-got, start.UnixMilli()+3_600_000; cal != want {
+		t.Fatalf("LeaderCalendar once ready: %d, want the leader's wall clock %d", cal, want)
+	}
+}

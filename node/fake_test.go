@@ -35,6 +35,7 @@ type fakeRaft struct {
 	leader  raft.ServerID
 	n       atomic.Int64 // entries appended
 	applied atomic.Uint64
+	barrier chan struct{} // non-nil: Barrier answers once it is closed
 }
 
 func (r *fakeRaft) Apply(data []byte, _ time.Duration) raft.ApplyFuture {
@@ -86,7 +87,20 @@ func (r *fakeRaft) entry(t *testing.T, i int) *fsmv1.Command {
 	return cmd
 }
 
-func (r *fakeRaft) Barrier(time.Duration) raft.Future { return doneFuture{} }
+func (r *fakeRaft) Barrier(time.Duration) raft.Future {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.barrier != nil {
+		return waitFuture(r.barrier)
+	}
+	return doneFuture{}
+}
+
+// waitFuture answers nil once its channel is closed.
+type waitFuture chan struct{}
+
+func (w waitFuture) Error() error { <-w; return nil }
+
 func (r *fakeRaft) VerifyLeader() raft.Future         { return doneFuture{} }
 func (r *fakeRaft) Shutdown() raft.Future             { return doneFuture{} }
 func (r *fakeRaft) CurrentTerm() uint64               { return 1 }

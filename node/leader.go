@@ -154,6 +154,19 @@ func (n *Node) Calendar() int64 {
 	return n.fsm.CalendarMs()
 }
 
+// LeaderCalendar is the ready leader's calendar time now, waiting while
+// this node is a leader that is not ready yet (its clock is not set until
+// it applied its predecessors' entries); a *NotLeaderError elsewhere. What
+// the leader resolves against the calendar (a submit's delay_ms) uses it:
+// Calendar on a leader not ready yet is the FSM's last stamp, in the past.
+func (n *Node) LeaderCalendar(ctx context.Context) (int64, error) {
+	ls, err := n.readyLeader(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return ls.clock.calendar(), nil
+}
+
 // times is lease time and calendar time now, as one pair: on the ready
 // leader its clocks (what it would stamp now), elsewhere the FSM's last
 // applied stamps.
