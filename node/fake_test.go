@@ -101,11 +101,11 @@ type waitFuture chan struct{}
 
 func (w waitFuture) Error() error { <-w; return nil }
 
-func (r *fakeRaft) VerifyLeader() raft.Future         { return doneFuture{} }
-func (r *fakeRaft) Shutdown() raft.Future             { return doneFuture{} }
-func (r *fakeRaft) CurrentTerm() uint64               { return 1 }
-func (r *fakeRaft) AppliedIndex() uint64              { return uint64(r.count()) }
-func (r *fakeRaft) State() raft.RaftState             { return raft.Leader }
+func (r *fakeRaft) VerifyLeader() raft.Future { return doneFuture{} }
+func (r *fakeRaft) Shutdown() raft.Future     { return doneFuture{} }
+func (r *fakeRaft) CurrentTerm() uint64       { return 1 }
+func (r *fakeRaft) AppliedIndex() uint64      { return uint64(r.count()) }
+func (r *fakeRaft) State() raft.RaftState     { return raft.Leader }
 func (r *fakeRaft) LeaderWithID() (raft.ServerAddress, raft.ServerID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
