@@ -56,6 +56,7 @@ func TestRaftRefusesCertificatesOfNonMembers(t *testing.T) {
 	certs := testcluster.NewCerts(t)
 	pc := proccluster.StartTLS(t, coorddBin, 3, func(id string) tlsutil.Files { return certs.Files(id, true) })
 	leader := pc.WaitLeader(20 * time.Second)
+	pc.WaitConverged(20 * time.Second) // every node answers and follows
 	var target *proccluster.Node
 	for _, nd := range pc.Nodes {
 		if nd != leader {
