@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
 	"net"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +185,39 @@ func TestClientCertificateNamedLikeAMemberIsNoMember(t *testing.T) {
 	// The node's own certificate is the member: its Snapshot needs no rule.
 	if _, err := coordv1.NewClusterClient(c.Conn(leader)).Snapshot(ctx, &coordv1.SnapshotRequest{}); err != nil {
 		t.Fatalf("snapshot by node certificate: %v", err)
+	}
+}
+
+// coordd refuses to start with a certificate no peer would accept as its
+// own: a client certificate, or another node's, as --tls-cert, and a
+// client certificate as --tls-cert next to a proper --peer-tls-cert (the
+// API forwards and probes clocks with --tls-cert).
+func TestCoorddRefusesACertificateThatIsNotItsNodeCertificate(t *testing.T) {
+	certs := testcluster.NewCerts(t)
+	client, other, own := certs.Files("billing-svc", false), certs.Files("node2", true), certs.Files("node1", true)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"client certificate", []string{"--tls-cert", client.Cert, "--tls-key", client.Key, "--tls-ca", client.CA},
+			`the peer TLS certificate (--peer-tls-cert, default --tls-cert) is not node "node1"'s node certificate`},
+		{"another node's certificate", []string{"--tls-cert", other.Cert, "--tls-key", other.Key, "--tls-ca", other.CA},
+			`is not node "node1"'s node certificate (its identity is "node2"`},
+		{"client certificate for the API", []string{"--tls-cert", client.Cert, "--tls-key", client.Key, "--tls-ca", client.CA,
+			"--peer-tls-cert", own.Cert, "--peer-tls-key", own.Key, "--peer-tls-ca", own.CA},
+			`the TLS certificate (--tls-cert) is not node "node1"'s node certificate`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a coordd that starts is killed
+			defer cancel()
+			cmd := exec.CommandContext(ctx, coorddBin, append([]string{"--id", "node1", "--data-dir", t.TempDir(), "--grpc-addr", freePortAddr(t),
+				"--http-addr", "", "--raft-addr", freePortAddr(t)}, tc.args...)...)
+			cmd.Env = cleanEnv()
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tc.want) || !strings.Contains(string(out), "coordctl certs issue node1 --node") {
+				t.Fatalf("want a refusal with %q, got %v:\n%s", tc.want, err, out)
+			}
+		})
 	}
 }

@@ -73,26 +73,24 @@ func (l *tlsStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration)
 // errNotRunning refuses peers while Raft starts: they retry.
 var errNotRunning = errors.New("raft is not running yet")
 
-// peerNode is the node id of a connection's verified node certificate.
-func peerNode(st tls.ConnectionState) (string, error) {
+// peer is the node id of a connection's verified node certificate and
+// the configuration to judge it by.
+func (l *tlsStreamLayer) peer(st tls.ConnectionState) (string, []raft.Server, error) {
 	leaf := tlsutil.VerifiedLeaf(&st)
 	if leaf == nil {
-		return "", errors.New("raft peer: no verified certificate")
+		return "", nil, errors.New("raft peer: no verified certificate")
 	}
 	id := tlsutil.NodeID(leaf)
 	if id == "" {
-		return "", fmt.Errorf("raft peer %q: not a node certificate (a node certificate has the URI SAN %s<id>); client certificates may not speak Raft",
+		return "", nil, fmt.Errorf("raft peer %q: not a node certificate (a node certificate has the URI SAN %s<id>); client certificates may not speak Raft",
 			tlsutil.Identity(leaf), tlsutil.NodeURIPrefix)
 	}
-	return id, nil
-}
-
-func (l *tlsStreamLayer) configuration() ([]raft.Server, error) {
 	f := l.servers.Load()
 	if f == nil {
-		return nil, errNotRunning
+		return "", nil, errNotRunning
 	}
-	return (*f)()
+	servers, err := (*f)()
+	return id, servers, err
 }
 
 // verifyInbound accepts a connection from a node of the configuration.
@@ -100,11 +98,7 @@ func (l *tlsStreamLayer) configuration() ([]raft.Server, error) {
 // replicated one to it) accepts any node certificate: the leader adds a
 // joining server to its configuration first, then connects to it.
 func (l *tlsStreamLayer) verifyInbound(st tls.ConnectionState) error {
-	id, err := peerNode(st)
-	if err != nil {
-		return err
-	}
-	servers, err := l.configuration()
+	id, servers, err := l.peer(st)
 	if err != nil {
 		return err
 	}
@@ -122,11 +116,7 @@ func (l *tlsStreamLayer) verifyInbound(st tls.ConnectionState) error {
 // verifyOutbound accepts the server we dialed if its node certificate is
 // that of the server the configuration has at address.
 func (l *tlsStreamLayer) verifyOutbound(st tls.ConnectionState, address raft.ServerAddress) error {
-	id, err := peerNode(st)
-	if err != nil {
-		return err
-	}
-	servers, err := l.configuration()
+	id, servers, err := l.peer(st)
 	if err != nil {
 		return err
 	}
