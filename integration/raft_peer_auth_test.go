@@ -53,7 +53,8 @@ func raftTransportAs(t *testing.T, f tlsutil.Files) *raft.NetworkTransport {
 // certificate of the same CA, and a node certificate of a server that is
 // not in the configuration, are refused at the handshake: AppendEntries
 // with a higher term and an entry, TimeoutNow and RequestVote all fail, and
-// no node changes its term or its leader.
+// no node changes its term or its leader. Once an admin adds the node to
+// the configuration, its certificate is accepted; once removed, refused.
 func TestRaftRefusesCertificatesOfNonMembers(t *testing.T) {
 	certs := testcluster.NewCerts(t)
 	pc := proccluster.StartTLS(t, coorddBin, 3, func(id string) tlsutil.Files { return certs.Files(id, true) })
@@ -121,6 +122,58 @@ func TestRaftRefusesCertificatesOfNonMembers(t *testing.T) {
 	}
 	if _, err := pc.AcquireAnywhere("after/raft-attack", 10*time.Second); err != nil {
 		t.Fatalf("the cluster does not commit after the attempts: %v", err)
+	}
+
+	// The join order: once an admin's AddVoter put node9 in the
+	// configuration, node9's certificate is accepted (a stale AppendEntries
+	// is answered, not refused); once it is removed, refused again.
+	cluster := coordv1.NewClusterClient(leader.Conn)
+	ctx := ctxT(t)
+	if _, err := cluster.AddVoter(ctx, &coordv1.AddVoterRequest{Id: "node9", RaftAddress: freePortAddr(t)}); err != nil {
+		t.Fatal(err)
+	}
+	inConfig := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ms, err := coordv1.NewClusterClient(target.Conn).Members(ctx, &coordv1.MembersRequest{})
+			found := false
+			for _, m := range ms.GetMembers() {
+				found = found || m.GetId() == "node9"
+			}
+			if err == nil && found == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node9 in %s's configuration: %v, want %v (%v)", target.ID, found, want, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	inConfig(true)
+	trans := raftTransportAs(t, certs.Files("node9", true))
+	stale := func() error {
+		var resp raft.AppendEntriesResponse
+		err := trans.AppendEntries(raft.ServerID(target.ID), raft.ServerAddress(target.RaftAddr), &raft.AppendEntriesRequest{
+			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("node9")}, Term: term - 1}, &resp)
+		if err == nil && (resp.Success || resp.Term != term) {
+			t.Fatalf("a stale AppendEntries: %+v", resp)
+		}
+		return err
+	}
+	if err := stale(); err != nil {
+		t.Fatalf("node9's certificate refused once node9 is in the configuration: %v", err)
+	}
+	if _, err := cluster.RemoveServer(ctx, &coordv1.RemoveServerRequest{Id: "node9"}); err != nil {
+		t.Fatal(err)
+	}
+	inConfig(false)
+	trans.CloseStreams() // the check is per connection
+	if err := stale(); err == nil || !strings.Contains(err.Error(), "tls: bad certificate") {
+		t.Fatalf("node9's certificate after its removal: %v", err)
+	}
+	if st, err := pc.Status(target, 5*time.Second); err != nil || st.GetTerm() != term {
+		t.Fatalf("term after the join and removal: %v %v", st.GetTerm(), err)
 	}
 }
 
