@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
 	"github.com/coordd/coordd/fsm"
@@ -24,40 +23,37 @@ import (
 // authEnabled reports whether calls carry identities (TLS is on).
 func (s *Server) authEnabled() bool { return s.tls != nil }
 
-// authenticate establishes the caller from the transport identity (the
-// verified certificate's) and, for a member, the forwarded identity.
-func (s *Server) authenticate(ctx context.Context, transportIdentity string, trustForwarding bool) (auth.Caller, error) {
+// authenticate establishes the caller from the transport's verified
+// certificate and, for a member, the forwarded identity.
+func (s *Server) authenticate(ctx context.Context, transport tlsutil.Peer, trustForwarding bool) (auth.Caller, error) {
 	if !s.authEnabled() {
 		return auth.Caller{}, nil
 	}
-	var fwd []string
 	if trustForwarding {
-		md, _ := metadata.FromIncomingContext(ctx)
-		fwd = md.Get(identityKey)
+		if fwd, ok := forwardedCaller(ctx); ok {
+			return auth.Authenticate(transport, &fwd, s.node.IsMember)
+		}
 	}
-	if len(fwd) > 0 {
-		return auth.Authenticate(transportIdentity, fwd[0], true, s.node.IsMember)
-	}
-	return auth.Authenticate(transportIdentity, "", false, s.node.IsMember)
+	return auth.Authenticate(transport, nil, s.node.IsMember)
 }
 
-// grpcIdentity is the verified certificate identity of a gRPC peer.
-func grpcIdentity(ctx context.Context) string {
+// grpcPeer is the verified certificate of a gRPC peer.
+func grpcPeer(ctx context.Context) tlsutil.Peer {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return ""
+		return tlsutil.Peer{}
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok {
-		return ""
+		return tlsutil.Peer{}
 	}
-	return tlsutil.IdentityOf(&info.State)
+	return tlsutil.PeerOf(&info.State)
 }
 
 // guard authenticates, rate-limits and authorizes one call of method;
 // the returned context carries the caller. Its errors are statuses.
-func (s *Server) guard(ctx context.Context, transportIdentity string, trustForwarding bool, method string, req any) (context.Context, error) {
-	c, err := s.authenticate(ctx, transportIdentity, trustForwarding)
+func (s *Server) guard(ctx context.Context, transport tlsutil.Peer, trustForwarding bool, method string, req any) (context.Context, error) {
+	c, err := s.authenticate(ctx, transport, trustForwarding)
 	if err != nil {
 		s.metrics.authDenied.WithLabelValues("unauthenticated", "").Inc()
 		return nil, toStatus(err)
@@ -256,7 +252,7 @@ func (s *Server) authorize(identity string, op auth.Op, name string, list bool) 
 }
 
 func (s *Server) unaryGuard(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	ctx, err := s.guard(ctx, grpcIdentity(ctx), true, info.FullMethod, req)
+	ctx, err := s.guard(ctx, grpcPeer(ctx), true, info.FullMethod, req)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +267,7 @@ type guardedStream struct {
 func (g *guardedStream) Context() context.Context { return g.ctx }
 
 func (s *Server) streamGuard(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ctx, err := s.guard(ss.Context(), grpcIdentity(ss.Context()), true, info.FullMethod, nil)
+	ctx, err := s.guard(ss.Context(), grpcPeer(ss.Context()), true, info.FullMethod, nil)
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ func (s *Server) newConsole() (*console.Console, error) {
 		Queue:       coordv1.NewQueueClient(conn),
 		Schedules:   coordv1.NewSchedulesClient(conn),
 		Watch:       s.consoleWatch,
-		Identity:    func(ctx context.Context) string { id, _ := ctx.Value(httpIdentityKey{}).(string); return id },
+		Identity:    func(ctx context.Context) string { return httpPeer(ctx).Identity },
 		Allowed:     s.consoleAllowed,
 		Counters:    s.consoleCounters,
 	}
@@ -41,15 +41,12 @@ func (s *Server) newConsole() (*console.Console, error) {
 func (s *Server) consoleHTTP(c *console.Console) http.Handler {
 	h := c.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var id string
-		if r.TLS != nil {
-			id = tlsutil.IdentityOf(r.TLS)
-		}
-		if s.authEnabled() && id == "" {
+		p := tlsutil.PeerOf(r.TLS)
+		if s.authEnabled() && p.Identity == "" {
 			http.Error(w, "401 unauthenticated: the console needs a client certificate signed by the cluster's CA, as the HTTP API does", http.StatusUnauthorized)
 			return
 		}
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpIdentityKey{}, id)))
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpIdentityKey{}, p)))
 	})
 }
 
@@ -59,12 +56,13 @@ func (s *Server) consoleAllowed(ctx context.Context, op, name string) bool {
 	if !s.authEnabled() {
 		return true
 	}
-	id, _ := ctx.Value(httpIdentityKey{}).(string)
-	if id == "" {
+	c, err := auth.Authenticate(httpPeer(ctx), nil, s.node.IsMember)
+	if err != nil {
 		return false
 	}
+	id := c.Identity
 	acl := s.acl.Load()
-	if acl == nil || s.node.IsMember(id) {
+	if acl == nil || c.Member {
 		return true
 	}
 	if auth.Op(op) == auth.OpJob && acl.Authorize(id, auth.OpAdmin, "", false).Allowed {
@@ -88,8 +86,7 @@ func (s *Server) consoleCounters() map[string]console.Counters {
 
 // consoleWatch runs the Watch service in process for the caller in ctx.
 func (s *Server) consoleWatch(ctx context.Context, req *coordv1.WatchRequest, send func(*coordv1.WatchResponse) error) error {
-	id, _ := ctx.Value(httpIdentityKey{}).(string)
-	ctx, err := s.guard(ctx, id, false, coordv1.Watch_Watch_FullMethodName, req)
+	ctx, err := s.guard(ctx, httpPeer(ctx), false, coordv1.Watch_Watch_FullMethodName, req)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
+	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -17,8 +18,24 @@ import (
 const forwardedKey = "coordd-forwarded"
 
 // identityKey is the metadata key a forwarding member puts the original
-// caller's identity under.
-const identityKey = "coordd-identity"
+// caller's identity under; memberKey ("1") says that caller was itself a
+// member (a node certificate of a server): without it, the leader treats
+// the identity as an ordinary one whatever its name.
+const (
+	identityKey = "coordd-identity"
+	memberKey   = "coordd-identity-member"
+)
+
+// forwardedCaller is the original caller a forwarded call names, if any.
+func forwardedCaller(ctx context.Context) (tlsutil.Peer, bool) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	fwd := md.Get(identityKey)
+	if len(fwd) == 0 {
+		return tlsutil.Peer{}, false
+	}
+	member := md.Get(memberKey)
+	return tlsutil.Peer{Identity: fwd[0], Node: len(member) == 1 && member[0] == "1"}, true
+}
 
 // LeaderAddressHeader is the response header a follower sets on a call it
 // forwarded: the leader's gRPC address (the SDK sends its next calls there).
@@ -127,7 +144,11 @@ func onLeader[C, Req, Resp any](s *Server, ctx context.Context, newClient func(g
 	md := metadata.Pairs(forwardedKey, s.node.ID())
 	if s.authEnabled() {
 		// The leader believes this only because we are a member.
-		md.Set(identityKey, auth.IdentityOf(ctx))
+		c := auth.CallerOf(ctx)
+		md.Set(identityKey, c.Identity)
+		if c.Member {
+			md.Set(memberKey, "1")
+		}
 	}
 	out := metadata.NewOutgoingContext(ctx, md)
 	s.metrics.forwarded.Inc()

@@ -68,6 +68,17 @@ func TestForwardingDecisions(t *testing.T) {
 		if got := conn.md.Get(identityKey); len(got) != 1 || got[0] != "billing" {
 			t.Fatalf("forwarded identity %v", got)
 		}
+		if got := conn.md.Get(memberKey); len(got) != 0 {
+			t.Fatalf("a client forwarded as a member: %v", got)
+		}
+		// A member's own call says so: the leader then treats it as one.
+		ctx = auth.WithCaller(context.Background(), auth.Caller{Identity: "n1", Member: true})
+		if _, err := (&coordinator{s: s}).Acquire(ctx, acquireReq()); err != nil {
+			t.Fatal(err)
+		}
+		if got := conn.md.Get(memberKey); len(got) != 1 || got[0] != "1" {
+			t.Fatalf("a member forwarded as %v", got)
+		}
 	})
 	t.Run("a forwarded call is not forwarded again", func(t *testing.T) {
 		n := newFakeNode()

@@ -24,7 +24,14 @@ import (
 // language, with the same validation, authorization and errors as gRPC.
 // docs/http-api.md documents it.
 
+// httpIdentityKey carries an HTTP request's verified certificate
+// (tlsutil.Peer; the zero Peer without one).
 type httpIdentityKey struct{}
+
+func httpPeer(ctx context.Context) tlsutil.Peer {
+	p, _ := ctx.Value(httpIdentityKey{}).(tlsutil.Peer)
+	return p
+}
 
 // httpAPI is the handler of /v1/.
 func (s *Server) httpAPI() http.Handler {
@@ -48,11 +55,7 @@ func (s *Server) httpAPI() http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, MaxMessageBytes)
-		var id string
-		if r.TLS != nil {
-			id = tlsutil.IdentityOf(r.TLS)
-		}
-		gw.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpIdentityKey{}, id)))
+		gw.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpIdentityKey{}, tlsutil.PeerOf(r.TLS))))
 	})
 }
 

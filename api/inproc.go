@@ -94,8 +94,7 @@ func (c *inproc) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.Ca
 // HTTP request's certificate identity (httpIdentityKey), never a forwarded
 // one.
 func (c *inproc) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	id, _ := ctx.Value(httpIdentityKey{}).(string)
-	ctx, err := c.s.guard(ctx, id, false, info.FullMethod, req)
+	ctx, err := c.s.guard(ctx, httpPeer(ctx), false, info.FullMethod, req)
 	if err != nil {
 		return nil, err
 	}

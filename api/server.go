@@ -221,6 +221,12 @@ func (s *Server) start() error {
 		if s.tls, err = tlsutil.NewReloader(cfg.TLS); err != nil {
 			return err
 		}
+		// The node forwards calls and probes clocks with it: the leader
+		// believes forwarded identities only from a member's node
+		// certificate.
+		if err := s.tls.CheckNode(s.node.ID(), "the TLS certificate (--tls-cert)"); err != nil {
+			return err
+		}
 	}
 	if cfg.ACLFile != "" {
 		acl, err := auth.LoadACL(cfg.ACLFile)

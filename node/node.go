@@ -150,6 +150,10 @@ func (n *Node) startRaft() error {
 		if n.peerTLS, err = tlsutil.NewReloader(cfg.TLS); err != nil {
 			return fmt.Errorf("peer %w", err)
 		}
+		// No peer would accept another certificate.
+		if err := n.peerTLS.CheckNode(cfg.ID, "the peer TLS certificate (--peer-tls-cert, default --tls-cert)"); err != nil {
+			return err
+		}
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
@@ -183,8 +187,10 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
+	var layer *tlsStreamLayer
 	if n.peerTLS != nil {
-		layer, lerr := newTLSStreamLayer(cfg.RaftAddr, n.peerTLS)
+		var lerr error
+		layer, lerr = newTLSStreamLayer(cfg.RaftAddr, n.peerTLS)
 		if lerr != nil {
 			return fmt.Errorf("raft transport %s: %w", cfg.RaftAddr, lerr)
 		}
@@ -201,6 +207,9 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.raft = r
+	if layer != nil {
+		layer.setServers(n.servers)
+	}
 	n.observeLeader(r)
 	if existing || cfg.Join != "" {
 		return nil

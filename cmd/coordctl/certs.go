@@ -37,9 +37,11 @@ func (a *app) certsDevCmd() *cobra.Command {
 		Use:   "dev",
 		Short: "Create a CA (unless DIR has one) and a certificate per node and client",
 		Long: `Writes into DIR: ca.pem and ca-key.pem (the CA), <node>.pem and
-<node>-key.pem for each node (identity = the node's Raft id; valid for
-serving and for connecting to peers, on loopback and --host), and
-<client>.pem and <client>-key.pem for each client identity.`,
+<node>-key.pem for each node (identity = the node's Raft id, URI SAN
+coordd://node/<id>; valid for serving and for connecting to peers, on
+loopback and --host), and <client>.pem and <client>-key.pem for each
+client identity (client authentication only). nodes.txt lists the node
+ids: no client certificate may take one of them.`,
 		Example: `  coordctl certs dev --dir ./certs --nodes n1,n2,n3 --clients admin,billing-worker,ledger-api`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -106,6 +108,11 @@ func (a *app) certsIssueCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "issue IDENTITY",
 		Short: "Issue a client (or, with --node, node) certificate signed by the CA in DIR",
+		Long: `Issues IDENTITY.pem and IDENTITY-key.pem. A client certificate is for
+client authentication only; it is refused for a name that is a node of
+this CA (nodes.txt). A node certificate (--node) is the only kind a
+cluster accepts as a member: on the Raft port, for forwarding, for
+member-only calls (docs/security.md, "Certificate profiles").`,
 		Example: `  coordctl certs issue billing-worker --dir ./certs
   coordctl certs issue n4 --node --host 10.0.0.4 --dir ./certs`,
 		Args: cobra.ExactArgs(1),
@@ -118,7 +125,7 @@ func (a *app) certsIssueCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "./certs", "directory holding the CA")
-	cmd.Flags().BoolVar(&node, "node", false, "a node certificate (server and peer use; identity must equal the node's Raft id)")
+	cmd.Flags().BoolVar(&node, "node", false, "a node certificate (server and peer use, URI SAN coordd://node/IDENTITY; identity must equal the node's Raft id)")
 	cmd.Flags().StringSliceVar(&hosts, "host", nil, "extra IP addresses or DNS names (node certificates)")
 	return cmd
 }
@@ -126,6 +133,17 @@ func (a *app) certsIssueCmd() *cobra.Command {
 func (a *app) issue(ca *devca.CA, dir, name string, node bool, hosts []string) error {
 	if strings.TrimSpace(name) == "" {
 		return errors.New("empty identity")
+	}
+	if !node {
+		// Membership is the node certificate's, not the name's: a client
+		// certificate named after a node would be an ordinary identity
+		// that reads like a member (in logs, leases, ACL rules).
+		if isNode, err := devca.IsNode(dir, name); err != nil {
+			return err
+		} else if isNode {
+			return fmt.Errorf("%q is a node of this CA (%s): a client certificate named after a node is not a member; "+
+				"choose another client name, or issue a node certificate with --node", name, filepath.Join(dir, devca.NodeList))
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, name+".pem")); err == nil {
 		return fmt.Errorf("%s already exists; remove it to issue a new one", filepath.Join(dir, name+".pem"))

@@ -68,10 +68,10 @@ func parseFlags(args []string) (*options, error) {
 		p           *string
 		name, usage string
 	}{
-		{&o.tlsCert, "tls-cert", "PEM certificate of this node: turns on TLS for gRPC and HTTP and mutual TLS for clients and peers"},
+		{&o.tlsCert, "tls-cert", "PEM node certificate of this node (URI SAN coordd://node/<id>: coordctl certs issue ID --node): turns on TLS for gRPC and HTTP and mutual TLS for clients and peers"},
 		{&o.tlsKey, "tls-key", "PEM key of --tls-cert"},
 		{&o.tlsCA, "tls-ca", "PEM CA bundle that signs client (and, without --peer-tls-ca, peer) certificates"},
-		{&o.peerCert, "peer-tls-cert", "PEM certificate for Raft between peers (default: --tls-cert)"},
+		{&o.peerCert, "peer-tls-cert", "PEM node certificate for Raft between peers (default: --tls-cert); peers accept only node certificates of members"},
 		{&o.peerKey, "peer-tls-key", "PEM key of --peer-tls-cert"},
 		{&o.peerCA, "peer-tls-ca", "PEM CA bundle of peer certificates (default: --tls-ca)"},
 	} {

@@ -53,7 +53,9 @@ var knownOps = []Op{OpLease, OpWindow, OpFence, OpRead, OpAdmin, OpJob, OpWork}
 // Rules are tried in order; the first whose identities, op and prefixes
 // match decides (allow, or deny with deny: true). When none matches, the
 // call is denied by the implicit rule "default-deny". Cluster members
-// (identities equal to a Raft server id) are not subject to the ACL.
+// (callers with a node certificate of a Raft server, see Authenticate) are
+// not subject to the ACL. A rule matches identities by name, whatever kind
+// of certificate carries them.
 type ACL struct {
 	Rules []Rule `json:"rules"`
 }

@@ -11,8 +11,9 @@
 //   - With TLS on, every caller presents a certificate from the CA; its
 //     identity (tlsutil.Identity) is the caller. A member that forwards a
 //     call to the leader sends the original caller's identity along; the
-//     leader believes it only from a cluster member (an identity equal to a
-//     Raft server id), see Authenticate.
+//     leader believes it only from a cluster member (a node certificate,
+//     tlsutil.NodeID, of a Raft server id), see Authenticate. A client
+//     certificate named like a member is an ordinary identity.
 //   - The ACL (when a file is configured) decides per call; members are not
 //     subject to it. Without a file every authenticated identity is allowed.
 //   - Owner binding is not here but in the FSM: commands carry the caller's
@@ -22,6 +23,8 @@ package auth
 import (
 	"context"
 	"fmt"
+
+	"github.com/coordd/coordd/internal/tlsutil"
 )
 
 // Caller is who made a call, as established by Authenticate.
@@ -50,25 +53,28 @@ func CallerOf(ctx context.Context) Caller {
 // IdentityOf is the effective identity of the call in ctx ("" without TLS).
 func IdentityOf(ctx context.Context) string { return CallerOf(ctx).Identity }
 
-// Authenticate establishes the caller of a call made with the verified
-// certificate identity transport ("" when the caller presented none).
-// forwarded is the original caller's identity when the call says it was
-// forwarded by a member (ok false when it does not say so). isMember tells
-// cluster members (Raft server ids).
-func Authenticate(transport, forwarded string, isForwarded bool, isMember func(string) bool) (Caller, error) {
-	if transport == "" {
+// Authenticate establishes the caller of a call made over a connection
+// whose verified certificate is transport's (the zero Peer when the caller
+// presented none). forwarded, when the call says a member forwarded it, is
+// the original caller as the forwarding member saw it (Node: it was a
+// member). isMember tells cluster members (Raft server ids): a caller is a
+// member only with a node certificate of one (tlsutil.NodeID); a client
+// certificate that carries a member's name is an ordinary identity.
+func Authenticate(transport tlsutil.Peer, forwarded *tlsutil.Peer, isMember func(string) bool) (Caller, error) {
+	if transport.Identity == "" {
 		return Caller{}, &Error{Kind: Unauthenticated, Msg: "a client certificate signed by the cluster's CA is required"}
 	}
-	c := Caller{Identity: transport, Member: isMember(transport)}
-	if !isForwarded {
+	member := func(p tlsutil.Peer) bool { return p.Node && isMember(p.Identity) }
+	c := Caller{Identity: transport.Identity, Member: member(transport)}
+	if forwarded == nil {
 		return c, nil
 	}
 	if !c.Member {
 		return Caller{}, &Error{Kind: PermissionDenied,
-			Msg:  fmt.Sprintf("%q is not a cluster member and may not call on behalf of another identity", transport),
-			Meta: map[string]string{"identity": transport}}
+			Msg:  fmt.Sprintf("%q is not a cluster member (a node certificate of a server of the configuration) and may not call on behalf of another identity", transport.Identity),
+			Meta: map[string]string{"identity": transport.Identity}}
 	}
-	return Caller{Identity: forwarded, Forwarded: true, Member: isMember(forwarded)}, nil
+	return Caller{Identity: forwarded.Identity, Forwarded: true, Member: member(*forwarded)}, nil
 }
 
 // Kind is the cause of an authentication, authorization or limit refusal.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/coordd/coordd/internal/tlsutil"
 )
 
 func kindOf(err error) Kind {
@@ -16,28 +18,56 @@ func kindOf(err error) Kind {
 
 func TestAuthenticate(t *testing.T) {
 	members := func(id string) bool { return id == "node1" || id == "node2" }
-	if _, err := Authenticate("", "", false, members); kindOf(err) != Unauthenticated {
+	client := func(id string) tlsutil.Peer { return tlsutil.Peer{Identity: id} }
+	node := func(id string) tlsutil.Peer { return tlsutil.Peer{Identity: id, Node: true} }
+	if _, err := Authenticate(tlsutil.Peer{}, nil, members); kindOf(err) != Unauthenticated {
 		t.Fatalf("no certificate: %v", err)
 	}
-	c, err := Authenticate("billing", "", false, members)
+	c, err := Authenticate(client("billing"), nil, members)
 	if err != nil || c != (Caller{Identity: "billing"}) {
 		t.Fatalf("plain caller: %+v %v", c, err)
 	}
 	// Only a member may speak for another identity.
-	if _, err := Authenticate("billing", "ops", true, members); kindOf(err) != PermissionDenied {
+	fwd := client("ops")
+	if _, err := Authenticate(client("billing"), &fwd, members); kindOf(err) != PermissionDenied {
 		t.Fatalf("non-member forwarding: %v", err)
 	}
-	c, err = Authenticate("node1", "billing", true, members)
+	fwd = client("billing")
+	c, err = Authenticate(node("node1"), &fwd, members)
 	if err != nil || c != (Caller{Identity: "billing", Forwarded: true}) {
 		t.Fatalf("forwarded by a member: %+v %v", c, err)
 	}
-	c, err = Authenticate("node1", "node2", true, members)
+	fwd = node("node2")
+	c, err = Authenticate(node("node1"), &fwd, members)
 	if err != nil || !c.Member || !c.Forwarded {
 		t.Fatalf("a member forwarded by a member: %+v %v", c, err)
 	}
 	ctx := WithCaller(context.Background(), c)
 	if IdentityOf(ctx) != "node2" || CallerOf(context.Background()) != (Caller{}) {
 		t.Fatal("caller does not round-trip through the context")
+	}
+}
+
+// A client certificate named like a member is an ordinary identity: not a
+// member, not trusted to forward, and a member forwarding its call does
+// not make it one.
+func TestMemberNameOnAClientCertificate(t *testing.T) {
+	members := func(id string) bool { return id == "node1" || id == "node2" }
+	c, err := Authenticate(tlsutil.Peer{Identity: "node1"}, nil, members)
+	if err != nil || c.Member {
+		t.Fatalf("client certificate named node1: %+v %v", c, err)
+	}
+	fwd := tlsutil.Peer{Identity: "reports-svc"}
+	if _, err := Authenticate(tlsutil.Peer{Identity: "node1"}, &fwd, members); kindOf(err) != PermissionDenied {
+		t.Fatalf("client certificate named node1 forwarding: %v", err)
+	}
+	fwd = tlsutil.Peer{Identity: "node2"}
+	if c, err := Authenticate(tlsutil.Peer{Identity: "node1", Node: true}, &fwd, members); err != nil || c.Member {
+		t.Fatalf("a client named node2 forwarded by node1: %+v %v", c, err)
+	}
+	// A node certificate of a server not in the configuration is no member.
+	if c, err := Authenticate(tlsutil.Peer{Identity: "node9", Node: true}, nil, members); err != nil || c.Member {
+		t.Fatalf("node certificate of a non-member: %+v %v", c, err)
 	}
 }
 

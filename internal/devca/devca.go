@@ -15,16 +15,24 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/coordd/coordd/internal/tlsutil"
 )
 
 // Files in a CA directory.
 const (
 	CACert = "ca.pem"
 	CAKey  = "ca-key.pem"
+	// NodeList records the ids IssueTo issued node certificates to, one a
+	// line (IsNode reads it).
+	NodeList = "nodes.txt"
 )
 
 // CA is a loaded or new certificate authority.
@@ -109,10 +117,13 @@ type Leaf struct {
 	CertPEM, KeyPEM []byte
 }
 
-// Issue signs a certificate whose identity (subject CN) is name. A node
-// certificate (server) is valid for serving and for connecting to peers,
-// with hosts (IP addresses or DNS names) as SANs; loopback is always
-// included. A client certificate is valid for client authentication only.
+// Issue signs a certificate whose identity (subject CN) is name, in one of
+// the two profiles of docs/security.md ("Certificate profiles"). A node
+// certificate (server) is node name's: the URI SAN coordd://node/<name>
+// (tlsutil.NodeURI) marks it, and it is valid for serving and for
+// connecting to peers (serverAuth and clientAuth), with hosts (IP addresses
+// or DNS names) as SANs; loopback is always included. A client certificate
+// is valid for client authentication only and carries no SAN.
 func (ca *CA) Issue(name string, server bool, hosts []string) (*Leaf, error) {
 	if !nameRE.MatchString(name) {
 		return nil, fmt.Errorf("name %q: use letters, digits and . _ : @ - (at most 128)", name)
@@ -126,6 +137,7 @@ func (ca *CA) Issue(name string, server bool, hosts []string) (*Leaf, error) {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 		tmpl.DNSNames = []string{"localhost"}
+		tmpl.URIs = []*url.URL{tlsutil.NodeURI(name)}
 		for _, h := range hosts {
 			if ip := net.ParseIP(h); ip != nil {
 				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
@@ -152,7 +164,36 @@ func (ca *CA) IssueTo(dir, name string, server bool, hosts []string) (certPath, 
 		return "", "", err
 	}
 	certPath, keyPath = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-	return certPath, keyPath, errors.Join(os.WriteFile(certPath, leaf.CertPEM, 0o644), os.WriteFile(keyPath, leaf.KeyPEM, 0o600))
+	err = errors.Join(os.WriteFile(certPath, leaf.CertPEM, 0o644), os.WriteFile(keyPath, leaf.KeyPEM, 0o600))
+	if err == nil && server {
+		err = recordNode(dir, name)
+	}
+	return certPath, keyPath, err
+}
+
+func recordNode(dir, name string) error {
+	if ok, err := IsNode(dir, name); ok || err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, NodeList), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, name)
+	return errors.Join(err, f.Close())
+}
+
+// IsNode reports whether a node certificate was issued to name in dir
+// (NodeList), so that no client certificate gets a node's name.
+func IsNode(dir, name string) (bool, error) {
+	data, err := os.ReadFile(filepath.Join(dir, NodeList))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return slices.Contains(strings.Split(string(data), "\n"), name), nil
 }
 
 // keyAndTemplate makes a P-256 key and the template of a certificate for

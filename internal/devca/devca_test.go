@@ -46,6 +46,13 @@ func TestIssueVerifies(t *testing.T) {
 		if tlsutil.Identity(leaf) != tc.name {
 			t.Fatalf("identity %q, want %q", tlsutil.Identity(leaf), tc.name)
 		}
+		// The node profile: the node URI; a client certificate has none.
+		if tc.server != (tlsutil.NodeID(leaf) == tc.name) || (!tc.server && len(leaf.URIs) > 0) {
+			t.Fatalf("%s: node %q, URIs %v", tc.name, tlsutil.NodeID(leaf), leaf.URIs)
+		}
+		if isNode, err := IsNode(dir, tc.name); err != nil || isNode != tc.server {
+			t.Fatalf("%s: IsNode %v %v", tc.name, isNode, err)
+		}
 		usage := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: usage, CurrentTime: time.Now()}); err != nil {
 			t.Fatalf("%s as a client: %v", tc.name, err)

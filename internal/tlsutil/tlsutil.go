@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -45,9 +46,56 @@ func (f Files) Validate() error {
 	return nil
 }
 
-// Identity is the identity a certificate carries: the subject's common
-// name, else the first URI SAN, else the first DNS SAN.
+// NodeURIPrefix starts the URI SAN that marks a node certificate:
+// coordd://node/<id>, id being the node's Raft server id.
+const NodeURIPrefix = "coordd://node/"
+
+// NodeURI is the URI SAN of the node certificate of node id.
+func NodeURI(id string) *url.URL {
+	return &url.URL{Scheme: "coordd", Host: "node", Path: "/" + id}
+}
+
+// NodeID is the Raft server id a node certificate is issued to, or ""
+// when c is not a node certificate. A node certificate (docs/security.md,
+// "Certificate profiles") has exactly one URI SAN coordd://node/<id> and
+// the extended key usages serverAuth and clientAuth: it serves and it
+// connects to peers. Any other certificate, whatever names it carries, is
+// a client's.
+func NodeID(c *x509.Certificate) string {
+	if c == nil || !hasUsage(c, x509.ExtKeyUsageServerAuth) || !hasUsage(c, x509.ExtKeyUsageClientAuth) {
+		return ""
+	}
+	id := ""
+	for _, u := range c.URIs {
+		if s := u.String(); strings.HasPrefix(s, NodeURIPrefix) {
+			if id != "" {
+				return "" // two node ids: none
+			}
+			id = strings.TrimPrefix(s, NodeURIPrefix)
+		}
+	}
+	if strings.ContainsAny(id, "/?#") {
+		return ""
+	}
+	return id
+}
+
+func hasUsage(c *x509.Certificate, want x509.ExtKeyUsage) bool {
+	for _, u := range c.ExtKeyUsage {
+		if u == want {
+			return true
+		}
+	}
+	return false
+}
+
+// Identity is the identity a certificate carries: a node certificate's
+// node id (NodeID); else the subject's common name, else the first URI
+// SAN, else the first DNS SAN.
 func Identity(c *x509.Certificate) string {
+	if id := NodeID(c); id != "" {
+		return id
+	}
 	switch {
 	case c == nil:
 		return ""
@@ -61,14 +109,37 @@ func Identity(c *x509.Certificate) string {
 	return ""
 }
 
+// Peer is who the verified certificate of a connection names.
+type Peer struct {
+	// Identity is the certificate's (Identity); "" without a verified
+	// certificate.
+	Identity string
+	// Node: it is a node certificate (NodeID), issued to the node
+	// Identity.
+	Node bool
+}
+
+// PeerOf is the verified peer of a connection state (the zero Peer when
+// the peer presented no verified certificate).
+func PeerOf(st *tls.ConnectionState) Peer {
+	c := VerifiedLeaf(st)
+	if c == nil {
+		return Peer{}
+	}
+	return Peer{Identity: Identity(c), Node: NodeID(c) != ""}
+}
+
+// VerifiedLeaf is the verified certificate of a connection's peer, or nil.
+func VerifiedLeaf(st *tls.ConnectionState) *x509.Certificate {
+	if st == nil || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return st.VerifiedChains[0][0]
+}
+
 // IdentityOf is the identity of the verified peer of a connection state,
 // or "" when the peer presented no verified certificate.
-func IdentityOf(st *tls.ConnectionState) string {
-	if st == nil || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
-		return ""
-	}
-	return Identity(st.VerifiedChains[0][0])
-}
+func IdentityOf(st *tls.ConnectionState) string { return PeerOf(st).Identity }
 
 // Reloader holds a certificate, its key and a CA pool read from Files, and
 // reads them again on Reload. Configs built from it pick up the new
@@ -119,6 +190,30 @@ func LoadPool(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("TLS CA bundle %s: no PEM certificate in it", path)
 	}
 	return pool, nil
+}
+
+// Leaf is the certificate this side presents.
+func (r *Reloader) Leaf() (*x509.Certificate, error) {
+	cert, _ := r.current()
+	if cert.Leaf != nil {
+		return cert.Leaf, nil
+	}
+	return x509.ParseCertificate(cert.Certificate[0])
+}
+
+// CheckNode refuses a certificate (what names it, for the error) that
+// is not node id's node certificate (NodeID).
+func (r *Reloader) CheckNode(id, what string) error {
+	leaf, err := r.Leaf()
+	if err != nil {
+		return err
+	}
+	if got := NodeID(leaf); got != id {
+		return fmt.Errorf("%s is not node %q's node certificate (its identity is %q; a node certificate has the URI SAN %s%s "+
+			"and the usages serverAuth and clientAuth, docs/security.md): issue one with `coordctl certs issue %s --node`",
+			what, id, Identity(leaf), NodeURIPrefix, id, id)
+	}
+	return nil
 }
 
 func (r *Reloader) current() (*tls.Certificate, *x509.CertPool) {

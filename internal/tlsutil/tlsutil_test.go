@@ -3,6 +3,7 @@ package tlsutil_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
@@ -157,4 +158,76 @@ func TestClientWithoutCertificateFailsItsHandshake(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+}
+
+// Membership is the node profile's (URI SAN coordd://node/<id>, serverAuth
+// and clientAuth), never a name: a client certificate named node1, one
+// with only a DNS SAN node3, and one with the node URI but client usage
+// only are not node certificates.
+func TestNodeID(t *testing.T) {
+	ca, files := newTestCA(t)
+	writeLeaf(t, ca, files, "node1", true, nil)
+	r, err := tlsutil.NewReloader(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := r.Leaf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tlsutil.NodeID(leaf) != "node1" || tlsutil.Identity(leaf) != "node1" {
+		t.Fatalf("node certificate: node %q, identity %q (URIs %v)", tlsutil.NodeID(leaf), tlsutil.Identity(leaf), leaf.URIs)
+	}
+	if err := r.CheckNode("node1", "cert"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CheckNode("node2", "cert"); err == nil || !strings.Contains(err.Error(), "certs issue node2 --node") {
+		t.Fatalf("node1's certificate as node2's: %v", err)
+	}
+	st := &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{leaf}}}
+	if p := tlsutil.PeerOf(st); p != (tlsutil.Peer{Identity: "node1", Node: true}) {
+		t.Fatalf("peer %+v", p)
+	}
+	client, err := ca.Issue("node1", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := parsePEM(t, client.CertPEM)
+	if tlsutil.NodeID(c) != "" || tlsutil.Identity(c) != "node1" {
+		t.Fatalf("client certificate named node1: node %q, identity %q", tlsutil.NodeID(c), tlsutil.Identity(c))
+	}
+	if p := tlsutil.PeerOf(&tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{c}}}); p != (tlsutil.Peer{Identity: "node1"}) {
+		t.Fatalf("client peer %+v", p)
+	}
+	dnsOnly := *c
+	dnsOnly.Subject.CommonName, dnsOnly.DNSNames = "", []string{"node3"}
+	if tlsutil.NodeID(&dnsOnly) != "" || tlsutil.Identity(&dnsOnly) != "node3" {
+		t.Fatalf("DNS SAN node3: node %q, identity %q", tlsutil.NodeID(&dnsOnly), tlsutil.Identity(&dnsOnly))
+	}
+	clientUsage := *leaf
+	clientUsage.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	if tlsutil.NodeID(&clientUsage) != "" {
+		t.Fatal("a certificate with the node URI and client usage only is a node certificate")
+	}
+	twoNodes := *leaf
+	twoNodes.URIs = append(twoNodes.URIs, tlsutil.NodeURI("node2"))
+	if tlsutil.NodeID(&twoNodes) != "" {
+		t.Fatal("a certificate naming two nodes is a node certificate")
+	}
+	if tlsutil.PeerOf(nil) != (tlsutil.Peer{}) || tlsutil.PeerOf(&tls.ConnectionState{}) != (tlsutil.Peer{}) {
+		t.Fatal("a connection without a verified certificate has a peer")
+	}
+}
+
+func parsePEM(t *testing.T, data []byte) *x509.Certificate {
+	t.Helper()
+	b, _ := pem.Decode(data)
+	if b == nil {
+		t.Fatal("not PEM")
+	}
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
