@@ -447,11 +447,20 @@ rules:
 	api := caller("api")
 	_, err = q.Get(api, &coordv1.QueueGetRequest{Id: paid})
 	refused(t, err, codes.PermissionDenied, "PERMISSION_DENIED")
+	// A job asked for by id: the refusal does not say whose queue it is in.
+	quiet := func(err error) {
+		t.Helper()
+		if msg := status.Convert(err).Message(); strings.Contains(msg, "payroll") || coorderr.Metadata(err)["name"] != "" {
+			t.Fatalf("the refusal names the job's queue: %s %v", msg, coorderr.Metadata(err))
+		}
+	}
+	quiet(err)
 	if _, err := q.Get(api, &coordv1.QueueGetRequest{Id: mine}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = q.Cancel(api, &coordv1.QueueCancelRequest{Id: paid})
 	refused(t, err, codes.PermissionDenied, "PERMISSION_DENIED")
+	quiet(err)
 	if _, err := q.Cancel(api, &coordv1.QueueCancelRequest{Id: mine}); err != nil {
 		t.Fatal(err)
 	}
