@@ -266,7 +266,7 @@ func hideName(err error, what string) error {
 	meta := maps.Clone(ae.Meta)
 	delete(meta, "name")
 	return &auth.Error{Kind: ae.Kind, Meta: meta,
-		Msg: fmt.Sprintf("identity %q may not %s %s (ACL rule %q)", meta["identity"], meta["op"], what, meta["rule"])}
+		Msg: fmt.Sprintf("identity %q may not %s in the queue of %s (ACL rule %q)", meta["identity"], meta["op"], what, meta["rule"])}
 }
 
 // authorize applies the ACL; a denial is an *auth.Error naming the rule.

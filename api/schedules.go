@@ -261,6 +261,11 @@ func (h *schedules) GetSchedule(ctx context.Context, req *coordv1.GetScheduleReq
 		if !ok {
 			return nil, &notFoundError{what: "schedule " + req.GetName()}
 		}
+		// The access table checked the name; the record shows its queue's
+		// jobs, so reading it also needs read on that queue.
+		if err := hideName(s.authorizeQueue(ctx, auth.OpRead, sc.Spec.Job.Queue), "schedule "+sc.Name); err != nil {
+			return nil, err
+		}
 		out := &coordv1.GetScheduleResponse{Schedule: s.scheduleToProto(sc), CalendarMs: cal}
 		if c, err := s.calendars.get(calendarSpec(&sc.Spec)); err == nil && !sc.Deleted {
 			for _, o := range c.Next(max(cal, sc.Mark), next) {

@@ -12,7 +12,6 @@ import (
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
-	"github.com/coordd/coordd/internal/tlsutil"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -321,29 +320,11 @@ func TestPutOneShotJustAfterItsTime(t *testing.T) {
 // its apply is caught by the command's guard, and the change checked again.
 func TestScheduleChangesNeedTheExistingSchedulesQueue(t *testing.T) {
 	n, s, h := newSchedulesTest(t)
-	s.tls = &tlsutil.Reloader{} // identities on; no files are read
-	acl, err := auth.ParseACL([]byte(`
-rules:
-  - name: reports
-    identities: [reports-svc]
-    ops: [job, read]
-    prefixes: [reports]
-  - name: billing
-    identities: [billing-svc]
-    ops: [job, read]
-    prefixes: [billing]
-  - name: mover
-    identities: [mover]
-    ops: [job]
-    prefixes: [billing, reports]
-  - name: operators
-    identities: [ops]
-    ops: [admin]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.acl.Store(acl)
+	useACL(t, s, `rules:
+  - {name: reports, identities: [reports-svc], ops: [job, read], prefixes: [reports]}
+  - {name: billing, identities: [billing-svc], ops: [job, read], prefixes: [billing]}
+  - {name: mover, identities: [mover], ops: [job], prefixes: [billing, reports]}
+  - {name: operators, identities: [ops], ops: [admin]}`)
 	// put runs the access table's check (the new queue) and the handler,
 	// as the guard and the service do.
 	put := func(id, name, queue string) error {
@@ -427,6 +408,16 @@ rules:
 	n.beforePropose = nil
 	if sc, _ := n.fsm.Schedule("shared"); !moved || sc.Paused || sc.Spec.Job.Queue != "reports" {
 		t.Fatalf("moved %v, schedule %+v", moved, sc)
+	}
+	// Reading a schedule also needs read on its queue: billing-svc may read
+	// names under "billing", but not this one's record (reports' jobs).
+	if err := put("mover", "billing-report", "reports"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.GetSchedule(caller("billing-svc"), &coordv1.GetScheduleRequest{Name: "billing-report"})
+	deniedQuietly("billing reads a schedule of reports", err)
+	if _, err := h.GetSchedule(caller("billing-svc"), &coordv1.GetScheduleRequest{Name: "shared2"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("a missing schedule: %v", err)
 	}
 	// A tombstone belongs to no one: after its tenant deleted it, the name
 	// is free.
