@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -146,5 +148,53 @@ func TestPprofAndMetricsNeedTheirIdentities(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("open metrics without a certificate: %d", resp.StatusCode)
+	}
+}
+
+// The HTTP write timeout does not end the console's live-update stream:
+// it bounds each write, not the stream, which stays quiet past it and
+// still delivers the next change (over HTTP/1.1 and HTTP/2).
+func TestConsoleStreamOutlivesTheWriteTimeout(t *testing.T) {
+	n, certs := limitedCluster(t, func(cfg *testcluster.Config) { cfg.API.HTTPWriteTimeout = 500 * time.Millisecond })
+	for _, proto := range []string{"http/1.1", "h2"} {
+		t.Run(proto, func(t *testing.T) {
+			cfg := certs.Client("ops")
+			tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: proto == "h2"}
+			if proto == "http/1.1" {
+				cfg.NextProtos = []string{"http/1.1"}
+			}
+			resp, err := (&http.Client{Transport: tr}).Get("https://" + n.API.HTTPAddr() + "/ui/events?family=lease&prefix=billing/" + proto)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != 200 || (proto == "h2") != (resp.ProtoMajor == 2) {
+				t.Fatalf("stream: %d over %s", resp.StatusCode, resp.Proto)
+			}
+			lines := make(chan string, 100)
+			go func() {
+				sc := bufio.NewScanner(resp.Body)
+				for sc.Scan() {
+					lines <- sc.Text()
+				}
+				close(lines)
+			}()
+			time.Sleep(1500 * time.Millisecond) // quiet for three write timeouts
+			acquire(t, coordAs(t, certs, n, "billing-worker"), "billing/"+proto, "w", 10*time.Second)
+			deadline := time.After(5 * time.Second)
+			for {
+				select {
+				case line, ok := <-lines:
+					if !ok {
+						t.Fatal("the stream ended before the change")
+					}
+					if line == "event: change" {
+						return
+					}
+				case <-deadline:
+					t.Fatal("no change event within 5 s")
+				}
+			}
+		})
 	}
 }
