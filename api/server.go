@@ -332,8 +332,9 @@ func (s *Server) start() error {
 			ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
 			MaxHeaderBytes: 64 << 10}
 		if s.tls != nil {
-			// Client certificates are verified when given: /metrics and
-			// /healthz answer anyone, the API only verified identities.
+			// Client certificates are verified when given: /healthz
+			// answers anyone; the API, /metrics (unless OpenMetrics) and
+			// pprof only verified identities.
 			s.http.TLSConfig = s.tls.ServerConfig(false)
 			s.wg.Go(func() { _ = s.http.ServeTLS(s.httpLis, "", "") })
 		} else {
