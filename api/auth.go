@@ -3,6 +3,9 @@ package api
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
+	"maps"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -121,9 +124,12 @@ var methods = map[string]methodAccess{
 	coordv1.Coordinator_GetWindow_FullMethodName:      {op: auth.OpRead, name: nameOf((*coordv1.GetWindowRequest).GetJob)},
 	coordv1.Coordinator_ListWindows_FullMethodName:    {op: auth.OpRead, name: nameOf((*coordv1.ListWindowsRequest).GetJob), list: true},
 	coordv1.Coordinator_GetResource_FullMethodName:    {op: auth.OpRead, name: nameOf((*coordv1.GetResourceRequest).GetResource)},
-	// Schedules: a put makes jobs in the template's queue (op job on it);
-	// pause, resume, trigger and delete are checked on the leader against
-	// the schedule's queue (schedules.go); reads by schedule name.
+	// Schedules: a put makes jobs in the template's queue (op job on it),
+	// and a put that replaces a live schedule is also checked on the
+	// leader against that schedule's queue; pause, resume, trigger and
+	// delete are checked on the leader against the schedule's queue
+	// (schedules.go: the command's guard holds it until the apply); reads
+	// by schedule name.
 	coordv1.Schedules_PutSchedule_FullMethodName:     {op: auth.OpJob, name: nameOf(putScheduleQueue)},
 	coordv1.Schedules_PauseSchedule_FullMethodName:   {op: auth.OpJob, name: noName},
 	coordv1.Schedules_ResumeSchedule_FullMethodName:  {op: auth.OpJob, name: noName},
@@ -235,6 +241,28 @@ func (s *Server) authorizeEach(identity string, op auth.Op, names []string) erro
 		}
 	}
 	return nil
+}
+
+// authorizeExisting authorizes an operator's action on an existing job or
+// schedule (authorizeManage: the job op on its queue, or admin); see
+// hideName for the denial.
+func (s *Server) authorizeExisting(ctx context.Context, queue, what string) error {
+	return hideName(s.authorizeManage(ctx, queue), what)
+}
+
+// hideName rewords a denial of an action on an existing object without the
+// name the ACL checked (the object's queue, which may be another tenant's:
+// the caller named the object only by id or schedule name, what). Neither
+// message nor metadata names it; the server's log line and metric do.
+func hideName(err error, what string) error {
+	var ae *auth.Error
+	if !errors.As(err, &ae) || ae.Kind != auth.PermissionDenied {
+		return err
+	}
+	meta := maps.Clone(ae.Meta)
+	delete(meta, "name")
+	return &auth.Error{Kind: ae.Kind, Meta: meta,
+		Msg: fmt.Sprintf("identity %q may not %s in the queue of %s (ACL rule %q)", meta["identity"], meta["op"], what, meta["rule"])}
 }
 
 // authorize applies the ACL; a denial is an *auth.Error naming the rule.

@@ -33,7 +33,7 @@ func (s *Server) newConsole() (*console.Console, error) {
 		Counters:    s.consoleCounters,
 	}
 	return console.New(console.Config{Backend: b, TLS: s.authEnabled(), HTTPStatus: HTTPStatus,
-		Clock: s.cfg.Clock, SampleInterval: s.cfg.ConsoleSampleInterval, Logger: s.log})
+		Clock: s.cfg.Clock, SampleInterval: s.cfg.ConsoleSampleInterval, StreamWriteTimeout: s.cfg.HTTPWriteTimeout, Logger: s.log})
 }
 
 // consoleHTTP serves /ui/ with the caller's identity, refusing callers

@@ -79,6 +79,7 @@ var rejectionCodes = map[fsm.Reason]codes.Code{
 	coorderr.WindowCompleted:       codes.FailedPrecondition,
 	coorderr.WindowNotClaimed:      codes.FailedPrecondition,
 	coorderr.IdentityMismatch:      codes.PermissionDenied,
+	coorderr.PermissionDenied:      codes.PermissionDenied, // a schedule's guard (fsmv1.ScheduleGuard)
 	coorderr.LeaseLimit:            codes.ResourceExhausted,
 	coorderr.TooEarly:              codes.FailedPrecondition,
 	coorderr.ScheduleNotFound:      codes.FailedPrecondition,

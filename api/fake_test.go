@@ -39,6 +39,9 @@ type fakeNode struct {
 	waits     int
 	block     chan struct{} // waiting acquires block on it
 	transfer  error
+	// beforePropose, when set, runs before each proposal is applied (a
+	// concurrent change landing between a handler's check and its apply).
+	beforePropose func(body any)
 }
 
 func newFakeNode() *fakeNode {
@@ -113,6 +116,9 @@ func (f *fakeNode) Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Du
 func (f *fakeNode) Propose(_ context.Context, body any) (any, error) {
 	if !f.leading {
 		return nil, &notLeaderError{id: f.leaderID, addr: f.leaderAddr}
+	}
+	if hook := f.beforePropose; hook != nil {
+		hook(body)
 	}
 	res := f.apply(body)
 	if rej, ok := res.(*fsm.Rejection); ok {

@@ -4,7 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"strconv"
+	"sync/atomic"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/code"
@@ -13,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 	"github.com/coordd/coordd/proto/coord/v1/coordv1gw"
@@ -54,9 +59,90 @@ func (s *Server) httpAPI() http.Handler {
 		panic(err) // registration of generated patterns cannot fail
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, MaxMessageBytes)
 		gw.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpIdentityKey{}, tlsutil.PeerOf(r.TLS))))
 	})
+}
+
+// bodyLimitKey is the context key of a request's *atomic.Bool that says
+// its body went over MaxMessageBytes (limitBodies).
+type bodyLimitKey struct{}
+
+// limitBodies caps every request body of the HTTP port at MaxMessageBytes
+// (as a gRPC message): a declared Content-Length over it is refused at once
+// with 413; a longer body fails its read, and writeHTTPError answers 413
+// too. How long the body may take is the server's ReadTimeout.
+func limitBodies(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > MaxMessageBytes {
+			writeTooLarge(w)
+			return
+		}
+		over := new(atomic.Bool)
+		r.Body = &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, MaxMessageBytes), over: over}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), bodyLimitKey{}, over)))
+	})
+}
+
+// limitedBody notes when its MaxBytesReader refuses to read on.
+type limitedBody struct {
+	io.ReadCloser
+	over *atomic.Bool
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		b.over.Store(true)
+	}
+	return n, err
+}
+
+// writeTooLarge answers 413 for a body over MaxMessageBytes.
+func writeTooLarge(w http.ResponseWriter) {
+	writeHTTPBody(w, http.StatusRequestEntityTooLarge, HTTPError{Code: codeName(codes.InvalidArgument),
+		Message:  fmt.Sprintf("the request body is over the limit of %d bytes", MaxMessageBytes),
+		Reason:   coorderr.Name(coorderr.InvalidArgument),
+		Metadata: map[string]string{"field": "body", "limit_bytes": strconv.Itoa(MaxMessageBytes)}})
+}
+
+// requireIdentity serves h, with TLS on, only to a caller with a verified
+// client certificate (else 401) whose identity allowed accepts (else 403);
+// what names the endpoint in the refusal. With TLS off, h as it is.
+func (s *Server) requireIdentity(what string, allowed func(identity string) bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.authEnabled() {
+			var id string
+			if r.TLS != nil {
+				id = tlsutil.IdentityOf(r.TLS)
+			}
+			var err error
+			switch {
+			case id == "":
+				err = &auth.Error{Kind: auth.Unauthenticated, Msg: what + " needs a client certificate signed by the cluster's CA"}
+			case !allowed(id):
+				err = &auth.Error{Kind: auth.PermissionDenied, Msg: fmt.Sprintf("identity %q may not see %s", id, what),
+					Meta: map[string]string{"identity": id}}
+			}
+			if err != nil {
+				writeHTTPError(r.Context(), nil, nil, w, r, toStatus(err))
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// mayScrape: /metrics name every tenant's queues, so a scrape needs what a
+// read of everything needs (or admin, or membership).
+func (s *Server) mayScrape(identity string) bool {
+	return s.node.IsMember(identity) || s.adminAllowed(identity) || s.authorize(identity, auth.OpRead, "", true) == nil
+}
+
+// mayAdminister: pprof's dumps show every caller's calls; members and
+// identities allowed admin only.
+func (s *Server) mayAdminister(identity string) bool {
+	return s.node.IsMember(identity) || s.authorize(identity, auth.OpAdmin, "", false) == nil
 }
 
 // HTTPError is the JSON body of every HTTP API error.
@@ -96,7 +182,11 @@ func HTTPStatus(code codes.Code) int {
 	return http.StatusInternalServerError
 }
 
-func writeHTTPError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
+func writeHTTPError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if over, _ := r.Context().Value(bodyLimitKey{}).(*atomic.Bool); over != nil && over.Load() {
+		writeTooLarge(w) // the gateway's read of the body failed at the limit
+		return
+	}
 	st := status.Convert(err)
 	body := HTTPError{Code: codeName(st.Code()), Message: st.Message(),
 		Reason: coorderr.WireReason(err), Metadata: coorderr.Metadata(err)}
@@ -106,13 +196,18 @@ func writeHTTPError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler,
 	if body.Reason == "" && st.Code() == codes.InvalidArgument {
 		body.Reason = coorderr.Name(coorderr.InvalidArgument)
 	}
-	w.Header().Set("Content-Type", "application/json")
 	if st.Code() == codes.Unavailable {
 		w.Header().Set("Retry-After", "1")
 		if addr := body.Metadata["leader_address"]; addr != "" {
 			w.Header().Set("Coordd-Leader", addr)
 		}
 	}
+	writeHTTPBody(w, httpStatus, body)
+}
+
+// writeHTTPBody writes an error body with its status.
+func writeHTTPBody(w http.ResponseWriter, httpStatus int, body HTTPError) {
+	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(httpStatus)
 	_ = json.NewEncoder(w).Encode(body)
 }

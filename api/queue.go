@@ -94,7 +94,7 @@ func (q *queue) Get(ctx context.Context, req *coordv1.QueueGetRequest) (*coordv1
 		if !ok {
 			return nil, jobNotFound(req.GetId())
 		}
-		if err := q.s.authorizeQueue(ctx, auth.OpRead, j.Queue); err != nil {
+		if err := hideName(q.s.authorizeQueue(ctx, auth.OpRead, j.Queue), fmt.Sprintf("job %d", j.ID)); err != nil {
 			return nil, err
 		}
 		return &coordv1.QueueGetResponse{Job: queueJobToProto(&j, true, true), CalendarMs: q.s.node.Calendar()}, nil
@@ -173,7 +173,7 @@ func (s *Server) oneJob(ctx context.Context, id uint64, cmd any) (*fsm.JobOutcom
 			return nil, err
 		}
 		if j, ok := st.QueueJob(id); ok {
-			if err := s.authorizeManage(ctx, j.Queue); err != nil {
+			if err := s.authorizeExisting(ctx, j.Queue, fmt.Sprintf("job %d", id)); err != nil {
 				return nil, err
 			}
 		}

@@ -192,7 +192,23 @@ func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleReq
 				put.MarkMs = o[0].At - 1
 			}
 		}
-		r, err := propose[*fsm.ScheduleResult](ctx, s.node, put)
+		// The access table checked the new queue; replacing a live
+		// schedule also needs the rights on its queue (checked here, on
+		// the leader, and held by the command's guard).
+		r, err := guardedChange[*fsm.ScheduleResult](ctx, s, func() (any, error) {
+			st, _, err := s.node.Read(ctx, false)
+			if err != nil {
+				return nil, err
+			}
+			sc, ok := st.Schedule(put.GetName())
+			if ok && !sc.Deleted {
+				if err := s.authorizeExisting(ctx, sc.Spec.Job.Queue, "schedule "+sc.Name); err != nil {
+					return nil, err
+				}
+			}
+			put.Guard = scheduleGuard(sc, ok)
+			return put, nil
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -222,6 +238,11 @@ func (h *schedules) GetSchedule(ctx context.Context, req *coordv1.GetScheduleReq
 		sc, ok := st.Schedule(req.GetName())
 		if !ok {
 			return nil, &notFoundError{what: "schedule " + req.GetName()}
+		}
+		// The access table checked the name; the record shows its queue's
+		// jobs, so reading it also needs read on that queue.
+		if err := hideName(s.authorizeQueue(ctx, auth.OpRead, sc.Spec.Job.Queue), "schedule "+sc.Name); err != nil {
+			return nil, err
 		}
 		out := &coordv1.GetScheduleResponse{Schedule: s.scheduleToProto(sc), CalendarMs: cal}
 		if c, err := s.calendars.get(calendarSpec(&sc.Spec)); err == nil && !sc.Deleted {
@@ -261,23 +282,58 @@ func (h *schedules) ListSchedules(ctx context.Context, req *coordv1.ListSchedule
 }
 
 // current reads a schedule on the leader for a change to it, and checks
-// the caller may manage it (authorizeManage: the job op on its queue, or
-// admin). A tombstone counts as missing
-// unless tombstoneOK.
-func (s *Server) current(ctx context.Context, name string, tombstoneOK bool) (fsm.Schedule, error) {
+// the caller may manage it (authorizeExisting: the job op on its queue, or
+// admin). A tombstone counts as missing unless tombstoneOK. The guard is
+// the one of a command checked against it (scheduleGuard).
+func (s *Server) current(ctx context.Context, name string, tombstoneOK bool) (fsm.Schedule, *fsmv1.ScheduleGuard, error) {
 	st, _, err := s.node.Read(ctx, false)
 	if err != nil {
-		return fsm.Schedule{}, err
+		return fsm.Schedule{}, nil, err
 	}
 	sc, ok := st.Schedule(name)
 	if !ok || (sc.Deleted && !tombstoneOK) {
-		return fsm.Schedule{}, &fsm.Rejection{Reason: coorderr.ScheduleNotFound, Metadata: map[string]string{"schedule": name},
+		return fsm.Schedule{}, nil, &fsm.Rejection{Reason: coorderr.ScheduleNotFound, Metadata: map[string]string{"schedule": name},
 			Message: "schedule " + name + " does not exist"}
 	}
-	if err := s.authorizeManage(ctx, sc.Spec.Job.Queue); err != nil {
-		return fsm.Schedule{}, err
+	if err := s.authorizeExisting(ctx, sc.Spec.Job.Queue, "schedule "+name); err != nil {
+		return fsm.Schedule{}, nil, err
 	}
-	return sc, nil
+	return sc, scheduleGuard(sc, ok), nil
+}
+
+// scheduleGuard is the guard of a command authorised against the schedule
+// sc as read (found: it exists, maybe as a tombstone): its queue when it is
+// live, "" when there is no live schedule (fsmv1.ScheduleGuard).
+func scheduleGuard(sc fsm.Schedule, found bool) *fsmv1.ScheduleGuard {
+	if !found || sc.Deleted {
+		return &fsmv1.ScheduleGuard{}
+	}
+	return &fsmv1.ScheduleGuard{Queue: sc.Spec.Job.Queue}
+}
+
+// maxGuardAttempts bounds how often a change is checked again when the
+// schedule moved to another queue between the leader's check and the apply.
+const maxGuardAttempts = 3
+
+// guardedChange checks and proposes a change of a schedule on the leader:
+// check reads the schedule, authorizes the caller on it and builds the
+// command with its guard. When the FSM refuses the guard (a concurrent put
+// moved the schedule to another queue after the check), the change is
+// checked again against the schedule as it is now.
+func guardedChange[R any](ctx context.Context, s *Server, check func() (any, error)) (R, error) {
+	for attempt := 1; ; attempt++ {
+		cmd, err := check()
+		if err != nil {
+			var zero R
+			return zero, err
+		}
+		r, err := propose[R](ctx, s.node, cmd)
+		var rej *fsm.Rejection
+		if attempt < maxGuardAttempts && errors.As(err, &rej) && rej.Reason == coorderr.PermissionDenied {
+			continue
+		}
+		return r, err
+	}
 }
 
 func (h *schedules) PauseSchedule(ctx context.Context, req *coordv1.PauseScheduleRequest) (*coordv1.PauseScheduleResponse, error) {
@@ -306,10 +362,10 @@ func pauseCall[Req interface{ GetName() string }, Resp any](h *schedules, ctx co
 		return zero, toStatus(err)
 	}
 	return schedulesOnLeader(h.s, ctx, call, req, func() (Resp, error) {
-		if _, err := h.s.current(ctx, name, false); err != nil {
-			return zero, err
-		}
-		r, err := propose[*fsm.ScheduleResult](ctx, h.s.node, &fsmv1.PauseSchedule{Name: name, Paused: paused, Identity: auth.IdentityOf(ctx)})
+		r, err := guardedChange[*fsm.ScheduleResult](ctx, h.s, func() (any, error) {
+			_, guard, err := h.s.current(ctx, name, false)
+			return &fsmv1.PauseSchedule{Name: name, Paused: paused, Identity: auth.IdentityOf(ctx), Guard: guard}, err
+		})
 		if err != nil {
 			return zero, err
 		}
@@ -326,21 +382,23 @@ func (h *schedules) TriggerSchedule(ctx context.Context, req *coordv1.TriggerSch
 		return nil, toStatus(err)
 	}
 	return schedulesOnLeader(s, ctx, coordv1.SchedulesClient.TriggerSchedule, req, func() (*coordv1.TriggerScheduleResponse, error) {
-		sc, err := s.current(ctx, req.GetName(), false)
+		var o schedule.Occurrence
+		r, err := guardedChange[*fsm.TriggerResult](ctx, s, func() (any, error) {
+			sc, guard, err := s.current(ctx, req.GetName(), false)
+			if err != nil {
+				return nil, err
+			}
+			c, err := s.calendars.get(calendarSpec(&sc.Spec))
+			if err != nil {
+				return nil, invalidArg("schedule", "%v", err)
+			}
+			o = c.Trigger(s.node.Calendar())
+			return &fsmv1.TriggerSchedule{Name: sc.Name, Window: o.Window, AtMs: o.At, Identity: auth.IdentityOf(ctx), Guard: guard}, nil
+		})
 		if err != nil {
 			return nil, err
 		}
-		c, err := s.calendars.get(calendarSpec(&sc.Spec))
-		if err != nil {
-			return nil, invalidArg("schedule", "%v", err)
-		}
-		o := c.Trigger(s.node.Calendar())
-		r, err := propose[*fsm.TriggerResult](ctx, s.node, &fsmv1.TriggerSchedule{Name: sc.Name, Window: o.Window, AtMs: o.At,
-			Identity: auth.IdentityOf(ctx)})
-		if err != nil {
-			return nil, err
-		}
-		s.log.Info("schedule triggered", "schedule", sc.Name, "window", o.Window, "job_id", r.Entry.JobID, "by", auth.IdentityOf(ctx))
+		s.log.Info("schedule triggered", "schedule", req.GetName(), "window", o.Window, "job_id", r.Entry.JobID, "by", auth.IdentityOf(ctx))
 		st, _, err := s.node.Read(ctx, true)
 		if err != nil {
 			return nil, err
@@ -356,10 +414,10 @@ func (h *schedules) DeleteSchedule(ctx context.Context, req *coordv1.DeleteSched
 		return nil, toStatus(err)
 	}
 	return schedulesOnLeader(s, ctx, coordv1.SchedulesClient.DeleteSchedule, req, func() (*coordv1.DeleteScheduleResponse, error) {
-		if _, err := s.current(ctx, req.GetName(), true); err != nil {
-			return nil, err
-		}
-		r, err := propose[*fsm.ScheduleResult](ctx, s.node, &fsmv1.DeleteSchedule{Name: req.GetName(), Identity: auth.IdentityOf(ctx)})
+		r, err := guardedChange[*fsm.ScheduleResult](ctx, s, func() (any, error) {
+			_, guard, err := s.current(ctx, req.GetName(), true)
+			return &fsmv1.DeleteSchedule{Name: req.GetName(), Identity: auth.IdentityOf(ctx), Guard: guard}, err
+		})
 		if err != nil {
 			return nil, err
 		}

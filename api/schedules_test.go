@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/auth"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -316,5 +317,121 @@ func TestPutOneShotJustAfterItsTime(t *testing.T) {
 	resp, err = h.PutSchedule(context.Background(), &coordv1.PutScheduleRequest{Spec: everyMinute("rec")})
 	if err != nil || resp.GetSchedule().GetLastMaterialisedMs() != n.calendar {
 		t.Fatalf("recurring: %v %v", resp, err)
+	}
+}
+
+// Changing a schedule needs the rights on the existing schedule's queue,
+// not only on the queue of the request: another tenant can neither replace
+// nor pause, resume, trigger or delete it, and its refusals do not name
+// that queue. A put that moves the schedule between a change's check and
+// its apply is caught by the command's guard, and the change checked again.
+func TestScheduleChangesNeedTheExistingSchedulesQueue(t *testing.T) {
+	n, s, h := newSchedulesTest(t)
+	useACL(t, s, `rules:
+  - {name: reports, identities: [reports-svc], ops: [job, read], prefixes: [reports]}
+  - {name: billing, identities: [billing-svc], ops: [job, read], prefixes: [billing]}
+  - {name: mover, identities: [mover], ops: [job], prefixes: [billing, reports]}
+  - {name: operators, identities: [ops], ops: [admin]}`)
+	// put runs the access table's check (the new queue) and the handler,
+	// as the guard and the service do.
+	put := func(id, name, queue string) error {
+		spec := everyMinute(name)
+		spec.Job.Queue = queue
+		req := &coordv1.PutScheduleRequest{Spec: spec}
+		if err := s.authorizeMethod(auth.Caller{Identity: id}, coordv1.Schedules_PutSchedule_FullMethodName, req); err != nil {
+			return toStatus(err)
+		}
+		_, err := h.PutSchedule(caller(id), req)
+		return err
+	}
+	changes := map[string]func(id, name string) error{
+		"pause": func(id, name string) error {
+			_, err := h.PauseSchedule(caller(id), &coordv1.PauseScheduleRequest{Name: name})
+			return err
+		},
+		"resume": func(id, name string) error {
+			_, err := h.ResumeSchedule(caller(id), &coordv1.ResumeScheduleRequest{Name: name})
+			return err
+		},
+		"trigger": func(id, name string) error {
+			_, err := h.TriggerSchedule(caller(id), &coordv1.TriggerScheduleRequest{Name: name})
+			return err
+		},
+		"delete": func(id, name string) error {
+			_, err := h.DeleteSchedule(caller(id), &coordv1.DeleteScheduleRequest{Name: name})
+			return err
+		},
+	}
+	deniedQuietly := func(what string, err error) {
+		t.Helper()
+		if status.Code(err) != codes.PermissionDenied || reason(err) != "PERMISSION_DENIED" {
+			t.Fatalf("%s: want PERMISSION_DENIED, got %v", what, err)
+		}
+		if msg := status.Convert(err).Message(); strings.Contains(msg, `"reports"`) || coorderr.Metadata(err)["name"] != "" {
+			t.Fatalf("%s: the refusal names the schedule's queue: %v %v", what, msg, coorderr.Metadata(err))
+		}
+	}
+	if err := put("reports-svc", "reports-hourly", "reports"); err != nil {
+		t.Fatal(err)
+	}
+	deniedQuietly("billing replaces", put("billing-svc", "reports-hourly", "billing"))
+	for what, change := range changes {
+		deniedQuietly("billing "+what, change("billing-svc", "reports-hourly"))
+	}
+	if sc, _ := n.fsm.Schedule("reports-hourly"); sc.Revision != 1 || sc.Spec.Job.Queue != "reports" || sc.Deleted || sc.Paused {
+		t.Fatalf("the schedule changed: %+v", sc)
+	}
+	// Its tenant and an operator manage it; the tenant may move it only to
+	// a queue it may use.
+	for _, what := range []string{"pause", "resume", "trigger"} {
+		if err := changes[what]("ops", "reports-hourly"); err != nil {
+			t.Fatalf("ops %s: %v", what, err)
+		}
+	}
+	if err := put("reports-svc", "reports-hourly", "billing"); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("reports moves it to billing: %v", err)
+	}
+	// A put moving the schedule between a pause's check and its apply:
+	// the guard refuses the stale pause, which is checked again and denied.
+	if err := put("mover", "shared", "billing"); err != nil {
+		t.Fatal(err)
+	}
+	moved := false
+	n.beforePropose = func(body any) {
+		if p, ok := body.(*fsmv1.PauseSchedule); ok && !moved {
+			moved = true
+			mover := everyMinute("shared")
+			sp, err := s.compileSpec(mover)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.apply(&fsmv1.PutSchedule{Name: "shared", Spec: sp, Identity: "mover"}) // now in reports
+			if p.GetGuard().GetQueue() != "billing" {
+				t.Errorf("pause guarded by %v", p.GetGuard())
+			}
+		}
+	}
+	deniedQuietly("billing pauses a schedule moved meanwhile", changes["pause"]("billing-svc", "shared"))
+	n.beforePropose = nil
+	if sc, _ := n.fsm.Schedule("shared"); !moved || sc.Paused || sc.Spec.Job.Queue != "reports" {
+		t.Fatalf("moved %v, schedule %+v", moved, sc)
+	}
+	// Reading a schedule also needs read on its queue: billing-svc may read
+	// names under "billing", but not this one's record (reports' jobs).
+	if err := put("mover", "billing-report", "reports"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.GetSchedule(caller("billing-svc"), &coordv1.GetScheduleRequest{Name: "billing-report"})
+	deniedQuietly("billing reads a schedule of reports", err)
+	if _, err := h.GetSchedule(caller("billing-svc"), &coordv1.GetScheduleRequest{Name: "shared2"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("a missing schedule: %v", err)
+	}
+	// A tombstone belongs to no one: after its tenant deleted it, the name
+	// is free.
+	if err := changes["delete"]("reports-svc", "reports-hourly"); err != nil {
+		t.Fatal(err)
+	}
+	if err := put("billing-svc", "reports-hourly", "billing"); err != nil {
+		t.Fatalf("put over a tombstone: %v", err)
 	}
 }

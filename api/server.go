@@ -56,8 +56,34 @@ type Config struct {
 	ACLFile string
 	// Limits are per-identity caps.
 	Limits auth.Limits
-	// EnablePprof serves net/http/pprof under /debug/pprof/ on HTTPAddr.
+	// EnablePprof serves net/http/pprof under /debug/pprof/ on HTTPAddr;
+	// with TLS on, only to members and identities the ACL lets administer
+	// the cluster (goroutine dumps show every caller's requests).
 	EnablePprof bool
+	// OpenMetrics serves /metrics to anyone when TLS is on. Without it a
+	// scrape needs a verified client certificate whose identity may read
+	// every name or administer the cluster: the series name every
+	// tenant's queues. (TLS off: /metrics is open, as everything is.)
+	OpenMetrics bool
+
+	// Listener limits (docs/security.md, "Listener limits"). HTTP: the
+	// request headers must arrive within HTTPReadHeaderTimeout and the
+	// whole request (headers and body) within HTTPReadTimeout; a response
+	// must be written within HTTPWriteTimeout of the request (streams —
+	// the console's live updates — extend their own deadline on every
+	// write instead); a keep-alive connection idles at most
+	// HTTPIdleTimeout. Bodies are capped at MaxMessageBytes (413).
+	HTTPReadHeaderTimeout time.Duration
+	HTTPReadTimeout       time.Duration
+	HTTPWriteTimeout      time.Duration
+	HTTPIdleTimeout       time.Duration
+	// gRPC: a connection's TLS and HTTP/2 handshake must finish within
+	// GRPCConnectionTimeout; the server pings a connection silent for
+	// GRPCKeepaliveTime and closes it when the ping is not answered within
+	// GRPCKeepaliveTimeout (half-open connections do not pile up).
+	GRPCConnectionTimeout time.Duration
+	GRPCKeepaliveTime     time.Duration
+	GRPCKeepaliveTimeout  time.Duration
 	// ConsoleSampleInterval is how often the web console (/ui/) samples
 	// this node's queue counters for its throughput chart (default 1
 	// minute; the chart shows the last 60 samples).
@@ -90,10 +116,17 @@ type Config struct {
 	Metrics *prometheus.Registry
 }
 
+// listenerLimitNames name the listener timeouts in validate's order.
+var listenerLimitNames = []string{"http read header timeout", "http read timeout", "http write timeout",
+	"http idle timeout", "grpc connection timeout", "grpc keepalive time", "grpc keepalive timeout"}
+
 // Defaults are the values Serve gives unset fields.
 func Defaults() Config {
 	return Config{MonitorInterval: 5 * time.Second, MaxLeaseAge: 24 * time.Hour,
-		LeaderWait: 2 * time.Second, ClockProbeInterval: time.Second, ClockOffsetWarn: 500 * time.Millisecond}
+		LeaderWait: 2 * time.Second, ClockProbeInterval: time.Second, ClockOffsetWarn: 500 * time.Millisecond,
+		HTTPReadHeaderTimeout: 5 * time.Second, HTTPReadTimeout: 30 * time.Second, HTTPWriteTimeout: 60 * time.Second,
+		HTTPIdleTimeout: 2 * time.Minute, GRPCConnectionTimeout: 10 * time.Second, GRPCKeepaliveTime: time.Minute,
+		GRPCKeepaliveTimeout: 20 * time.Second}
 }
 
 func (c Config) withDefaults() Config {
@@ -114,6 +147,12 @@ func (c Config) validate() error {
 	if c.HTTPAddr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 			errs = append(errs, fmt.Errorf("http address %q: %w", c.HTTPAddr, err))
+		}
+	}
+	for i, d := range []time.Duration{c.HTTPReadHeaderTimeout, c.HTTPReadTimeout, c.HTTPWriteTimeout, c.HTTPIdleTimeout,
+		c.GRPCConnectionTimeout, c.GRPCKeepaliveTime, c.GRPCKeepaliveTimeout} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must be positive", listenerLimitNames[i], d))
 		}
 	}
 	errs = append(errs, c.TLS.Validate())
@@ -253,7 +292,9 @@ func (s *Server) start() error {
 		// frozen node; gRPC's default policy (5 min, only with streams)
 		// would answer those pings with GOAWAY too_many_pings, ending a
 		// waiting Acquire that sits alone on its connection.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: PingMinInterval, PermitWithoutStream: true})}
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: PingMinInterval, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.GRPCKeepaliveTime, Timeout: cfg.GRPCKeepaliveTimeout}),
+		grpc.ConnectionTimeout(cfg.GRPCConnectionTimeout)}
 	if s.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.ServerConfig(true))))
 	}
@@ -278,18 +319,27 @@ func (s *Server) start() error {
 		mux.Handle(console.Prefix, s.consoleHTTP(s.console))
 		mux.Handle("GET /ui", http.RedirectHandler(console.Prefix, http.StatusMovedPermanently))
 		s.wg.Go(func() { s.console.Run(s.stop) })
-		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{}))
+		var metrics http.Handler = promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{})
+		if !s.cfg.OpenMetrics {
+			metrics = s.requireIdentity("metrics", s.mayScrape, metrics)
+		}
+		mux.Handle("/metrics", metrics)
 		mux.HandleFunc("/healthz", s.serveHealthz)
 		if s.cfg.EnablePprof {
-			mux.HandleFunc("/debug/pprof/", pprof.Index)
-			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			prof := http.NewServeMux()
+			prof.HandleFunc("/debug/pprof/", pprof.Index)
+			prof.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			prof.HandleFunc("/debug/pprof/trace", pprof.Trace)
+			prof.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.Handle("/debug/pprof/", s.requireIdentity("pprof", s.mayAdminister, prof))
 		}
-		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: 64 << 10}
+		s.http = &http.Server{Handler: limitBodies(mux), ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
+			ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
+			MaxHeaderBytes: 64 << 10}
 		if s.tls != nil {
-			// Client certificates are verified when given: /metrics and
-			// /healthz answer anyone, the API only verified identities.
+			// Client certificates are verified when given: /healthz
+			// answers anyone; the API, /metrics (unless OpenMetrics) and
+			// pprof only verified identities.
 			s.http.TLSConfig = s.tls.ServerConfig(false)
 			s.wg.Go(func() { _ = s.http.ServeTLS(s.httpLis, "", "") })
 		} else {

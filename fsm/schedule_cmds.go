@@ -46,6 +46,25 @@ func scheduleNotFound(name string) *Rejection {
 	return reject(coorderr.ScheduleNotFound, map[string]string{"schedule": name}, "schedule %q does not exist", name)
 }
 
+// guardRefusal refuses a command whose guard no longer holds: the live
+// schedule's queue is not the one the leader authorised the change against
+// (fsmv1.ScheduleGuard; "" = no live schedule). No guard: no check. The
+// refusal names neither queue.
+func guardRefusal(name string, cur *Schedule, g *fsmv1.ScheduleGuard) *Rejection {
+	if g == nil {
+		return nil
+	}
+	var q string
+	if cur != nil && !cur.Deleted {
+		q = cur.Spec.Job.Queue
+	}
+	if q == g.GetQueue() {
+		return nil
+	}
+	return reject(coorderr.PermissionDenied, map[string]string{"schedule": name},
+		"schedule %q moved to another queue while this change was being authorised", name)
+}
+
 // putSchedule creates or updates a schedule. The same spec again changes
 // nothing. A new schedule (also one over a tombstone) owes the occurrences
 // after cal, and is due at once so that the leader computes its first
@@ -57,6 +76,9 @@ func (s *state) putSchedule(cal int64, c *fsmv1.PutSchedule) any {
 	}
 	spec := specFromWire(c.GetSpec())
 	cur := s.schedule(c.GetName())
+	if rej := guardRefusal(c.GetName(), cur, c.GetGuard()); rej != nil {
+		return rej
+	}
 	if cur != nil && !cur.Deleted && cur.Spec.equal(&spec) {
 		return &ScheduleResult{Schedule: *cur}
 	}
@@ -86,6 +108,9 @@ func (s *state) putSchedule(cal int64, c *fsmv1.PutSchedule) any {
 // pruned.
 func (s *state) deleteSchedule(cal int64, c *fsmv1.DeleteSchedule) any {
 	cur := s.schedule(c.GetName())
+	if rej := guardRefusal(c.GetName(), cur, c.GetGuard()); rej != nil {
+		return rej
+	}
 	switch {
 	case cur == nil:
 		return scheduleNotFound(c.GetName())
@@ -105,6 +130,9 @@ func (s *state) deleteSchedule(cal int64, c *fsmv1.DeleteSchedule) any {
 // those after it (no burst of what was missed).
 func (s *state) pauseSchedule(cal int64, c *fsmv1.PauseSchedule) any {
 	cur := s.schedule(c.GetName())
+	if rej := guardRefusal(c.GetName(), cur, c.GetGuard()); rej != nil {
+		return rej
+	}
 	switch {
 	case cur == nil || cur.Deleted:
 		return scheduleNotFound(c.GetName())
@@ -131,6 +159,9 @@ func (s *state) pauseSchedule(cal int64, c *fsmv1.PauseSchedule) any {
 // final (SCHEDULE_OVERLAP), REPLACE cancels it.
 func (s *state) triggerSchedule(cal int64, c *fsmv1.TriggerSchedule) any {
 	cur := s.schedule(c.GetName())
+	if rej := guardRefusal(c.GetName(), cur, c.GetGuard()); rej != nil {
+		return rej
+	}
 	if cur == nil || cur.Deleted {
 		return scheduleNotFound(c.GetName())
 	}

@@ -510,3 +510,43 @@ func TestScheduleSnapshotRoundTrip(t *testing.T) {
 		t.Fatal("digest differs after continuing")
 	}
 }
+
+// A change carrying a guard applies only while the live schedule's queue
+// is the one the leader authorised it against ("" = no live schedule); a
+// change without a guard (older entries) is not checked.
+func TestScheduleGuardHoldsTheAuthorisedQueue(t *testing.T) {
+	f := New()
+	putSched(t, f, t0, "reports", sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW)) // queue "reports"
+	billing := sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW, func(s *fsmv1.ScheduleSpec) { s.Job.Queue = "billing" })
+	stale := &fsmv1.ScheduleGuard{Queue: "billing"}
+	none := &fsmv1.ScheduleGuard{}
+	for _, cmd := range []any{
+		&fsmv1.PutSchedule{Name: "reports", Spec: billing, Identity: "b", Guard: none},
+		&fsmv1.PutSchedule{Name: "reports", Spec: billing, Identity: "b", Guard: stale},
+		&fsmv1.PauseSchedule{Name: "reports", Paused: true, Identity: "b", Guard: stale},
+		&fsmv1.TriggerSchedule{Name: "reports", Window: "w", AtMs: t0, Identity: "b", Guard: stale},
+		&fsmv1.DeleteSchedule{Name: "reports", Identity: "b", Guard: stale},
+	} {
+		rej, ok := runAt(t, f, 0, t0+1, cmd).(*Rejection)
+		if !ok || rej.Reason != coorderr.PermissionDenied || strings.Contains(rej.Message, "billing") {
+			t.Fatalf("%T with guard %v: %v", cmd, stale, rej)
+		}
+	}
+	if sc := getSched(t, f, "reports"); sc.Revision != 1 || sc.Paused || sc.Deleted || len(sc.History) != 0 {
+		t.Fatalf("a refused change changed it: %+v", sc)
+	}
+	held := &fsmv1.ScheduleGuard{Queue: "reports"}
+	if _, ok := runAt(t, f, 0, t0+1, &fsmv1.PauseSchedule{Name: "reports", Paused: true, Guard: held}).(*ScheduleResult); !ok {
+		t.Fatal("pause with the schedule's queue refused")
+	}
+	if _, ok := runAt(t, f, 0, t0+1, &fsmv1.PutSchedule{Name: "reports", Spec: billing}).(*ScheduleResult); !ok {
+		t.Fatal("put without a guard refused")
+	}
+	if _, ok := runAt(t, f, 0, t0+1, &fsmv1.DeleteSchedule{Name: "reports", Guard: stale}).(*ScheduleResult); !ok {
+		t.Fatal("delete with the schedule's queue refused")
+	}
+	// A tombstone is no live schedule.
+	if _, ok := runAt(t, f, 0, t0+1, &fsmv1.PutSchedule{Name: "reports", Spec: billing, Guard: none}).(*ScheduleResult); !ok {
+		t.Fatal("put over a tombstone with the guard of no live schedule refused")
+	}
+}

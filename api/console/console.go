@@ -94,7 +94,12 @@ type Config struct {
 	// SampleInterval is how often queue counters are sampled (default 1
 	// minute); the ring holds ChartPoints samples.
 	SampleInterval time.Duration
-	Logger         *slog.Logger
+	// StreamWriteTimeout bounds each write of a live-update stream: the
+	// stream moves its write deadline on before every write, so the HTTP
+	// server's write timeout (which would end it) does not apply, and a
+	// browser that stops reading is dropped after it. 0: the server's.
+	StreamWriteTimeout time.Duration
+	Logger             *slog.Logger
 }
 
 // Console serves the pages.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -53,12 +54,27 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Accel-Buffering", "no")
 	started := false
 	marshal := protojson.MarshalOptions{UseProtoNames: true}
-	write := func(event string, data []byte) error {
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data); err != nil {
-			return err
+	rc := http.NewResponseController(w)
+	// bounded runs one write within StreamWriteTimeout and leaves the
+	// stream without a deadline while it is quiet (a network deadline:
+	// wall time, not the console's clock).
+	bounded := func(f func() error) error {
+		d := c.cfg.StreamWriteTimeout
+		if d > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(d))
 		}
+		err := f()
 		flusher.Flush()
-		return nil
+		if d > 0 && err == nil {
+			_ = rc.SetWriteDeadline(time.Time{})
+		}
+		return err
+	}
+	write := func(event string, data []byte) error {
+		return bounded(func() error {
+			_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
+			return err
+		})
 	}
 	req := &coordv1.WatchRequest{Prefix: q.Get("prefix"), Families: []coordv1.WatchFamily{fam}}
 	err := c.b.Watch(ctx, req, func(resp *coordv1.WatchResponse) error {
@@ -68,9 +84,10 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 			return write("ready", fmt.Appendf(nil, `{"index":%d}`, resp.GetResumeIndex()))
 		}
 		if len(resp.GetEvents()) == 0 {
-			_, err := fmt.Fprintf(w, ": progress %d\n\n", resp.GetResumeIndex()) // a comment keeps proxies from timing out
-			flusher.Flush()
-			return err
+			return bounded(func() error {
+				_, err := fmt.Fprintf(w, ": progress %d\n\n", resp.GetResumeIndex()) // a comment keeps proxies from timing out
+				return err
+			})
 		}
 		for _, e := range resp.GetEvents() {
 			b, err := marshal.Marshal(e)

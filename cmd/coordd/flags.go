@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coordd/coordd/api"
 	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/node"
 )
@@ -28,9 +29,17 @@ type options struct {
 	burst, maxKA, maxWaits                                 int
 	logStore                                               string
 	walSegment                                             int
+	listen                                                 listenLimits
+	openMetrics                                            bool
 	clockOffset                                            time.Duration
 	clockRate                                              float64
 	version                                                bool
+}
+
+// listenLimits are the listeners' timeouts (api.Config, docs/security.md
+// "Listener limits").
+type listenLimits struct {
+	readHeader, read, write, idle, grpcConnect, grpcPing, grpcPingTimeout time.Duration
 }
 
 // hiddenFlags work but are not shown by -h: the fault suite's clock hooks.
@@ -62,7 +71,25 @@ func parseFlags(args []string) (*options, error) {
 	f.duration(&o.minTTL, "min-ttl", 0, "shortest lease TTL accepted (default 1.5 x election timeout, at least 1s)")
 	f.str(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.str(&o.logFormat, "log-format", "text", "text or json")
-	f.boolean(&o.pprof, "enable-pprof", "serve /debug/pprof/ on the HTTP address")
+	f.boolean(&o.pprof, "enable-pprof", "serve /debug/pprof/ on the HTTP address (with TLS: to members and admin identities only)")
+	f.boolean(&o.openMetrics, "metrics-open", "with TLS, serve /metrics to clients without a certificate (default: a certificate whose identity may read everything, or admin)")
+	ad := api.Defaults()
+	for _, d := range []struct {
+		p     *time.Duration
+		name  string
+		def   time.Duration
+		usage string
+	}{
+		{&o.listen.readHeader, "http-read-header-timeout", ad.HTTPReadHeaderTimeout, "HTTP: time to read a request's headers"},
+		{&o.listen.read, "http-read-timeout", ad.HTTPReadTimeout, "HTTP: time to read a whole request, body included"},
+		{&o.listen.write, "http-write-timeout", ad.HTTPWriteTimeout, "HTTP: time to write a response (a console stream: each write)"},
+		{&o.listen.idle, "http-idle-timeout", ad.HTTPIdleTimeout, "HTTP: how long a keep-alive connection may idle"},
+		{&o.listen.grpcConnect, "grpc-connection-timeout", ad.GRPCConnectionTimeout, "gRPC: time for a connection's TLS and HTTP/2 handshake"},
+		{&o.listen.grpcPing, "grpc-keepalive-time", ad.GRPCKeepaliveTime, "gRPC: ping a connection silent this long"},
+		{&o.listen.grpcPingTimeout, "grpc-keepalive-timeout", ad.GRPCKeepaliveTimeout, "gRPC: close a connection whose ping is not answered within this"},
+	} {
+		f.duration(d.p, d.name, d.def, d.usage)
+	}
 	// TLS: PEM files, none by default.
 	for _, t := range []struct {
 		p           *string

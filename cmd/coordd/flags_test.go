@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/api"
 	"github.com/coordd/coordd/node"
 )
 
@@ -73,6 +74,12 @@ func TestFlagDefaultsAreTheNodes(t *testing.T) {
 		o.jobRetention != d.JobRetention || o.maxFinishedJobs != d.MaxFinishedJobs {
 		t.Fatalf("flag defaults %s %s %s, node defaults %s %s %s", o.heartbeat, o.election, o.retention,
 			d.HeartbeatTimeout, d.ElectionTimeout, d.Retention)
+	}
+	ad := api.Defaults()
+	if l := o.listen; l.readHeader != ad.HTTPReadHeaderTimeout || l.read != ad.HTTPReadTimeout || l.write != ad.HTTPWriteTimeout ||
+		l.idle != ad.HTTPIdleTimeout || l.grpcConnect != ad.GRPCConnectionTimeout || l.grpcPing != ad.GRPCKeepaliveTime ||
+		l.grpcPingTimeout != ad.GRPCKeepaliveTimeout {
+		t.Fatalf("listener flag defaults %+v, the API's %+v", l, ad)
 	}
 }
 

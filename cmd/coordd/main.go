@@ -97,7 +97,10 @@ func run(args []string) error {
 		GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, TLS: tlsFiles, Insecure: o.insecure, ACLFile: o.aclFile,
 		Limits: auth.Limits{LeasesPerIdentity: uint32(o.maxLeases), RequestsPerSecond: o.rateLimit, Burst: o.burst,
 			KeepAliveStreams: o.maxKA, WaitingAcquires: o.maxWaits},
-		EnablePprof: o.pprof, Logger: logger, Clock: clk, Metrics: reg,
+		EnablePprof: o.pprof, OpenMetrics: o.openMetrics, Logger: logger, Clock: clk, Metrics: reg,
+		HTTPReadHeaderTimeout: o.listen.readHeader, HTTPReadTimeout: o.listen.read, HTTPWriteTimeout: o.listen.write,
+		HTTPIdleTimeout: o.listen.idle, GRPCConnectionTimeout: o.listen.grpcConnect, GRPCKeepaliveTime: o.listen.grpcPing,
+		GRPCKeepaliveTimeout: o.listen.grpcPingTimeout,
 	}, n)
 	if err != nil {
 		return errors.Join(err, n.Close())

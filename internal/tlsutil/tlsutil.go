@@ -224,8 +224,8 @@ func (r *Reloader) current() (*tls.Certificate, *x509.CertPool) {
 
 // ServerConfig is a server configuration. With requireClientCert, a
 // client must present a certificate signed by the CA; otherwise one is
-// verified when given (the HTTP port serves /metrics and /healthz to
-// anyone and the API only to verified clients).
+// verified when given (the HTTP port serves /healthz to anyone and the
+// API, /metrics and pprof only to verified clients).
 func (r *Reloader) ServerConfig(requireClientCert bool) *tls.Config {
 	auth := tls.VerifyClientCertIfGiven
 	if requireClientCert {

@@ -3834,7 +3834,9 @@ type PutSchedule struct {
 	// label key; 1 also UTF-8 without control characters in the queue,
 	// kind and label keys. A logged entry replays by the rules it names, so
 	// a rule added later never changes how it replays.
-	SpecRules     uint32 `protobuf:"varint,5,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
+	SpecRules uint32 `protobuf:"varint,5,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
+	// guard: what the leader authorised the put against (ScheduleGuard).
+	Guard         *ScheduleGuard `protobuf:"bytes,6,opt,name=guard,proto3" json:"guard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3904,19 +3906,79 @@ func (x *PutSchedule) GetSpecRules() uint32 {
 	return 0
 }
 
+func (x *PutSchedule) GetGuard() *ScheduleGuard {
+	if x != nil {
+		return x.Guard
+	}
+	return nil
+}
+
+// ScheduleGuard is what the leader checked a change of a schedule against:
+// the caller's rights on the queue of the live schedule of that name, read
+// on the leader just before proposing. The FSM applies the command only if
+// the live schedule's queue is still queue ("" = no live schedule: none,
+// or a tombstone); otherwise it refuses with PERMISSION_DENIED and the
+// leader checks again, so a concurrent put that moves the schedule to
+// another queue cannot slip between the check and the apply. Absent (older
+// entries): no check.
+type ScheduleGuard struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleGuard) Reset() {
+	*x = ScheduleGuard{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleGuard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleGuard) ProtoMessage() {}
+
+func (x *ScheduleGuard) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleGuard.ProtoReflect.Descriptor instead.
+func (*ScheduleGuard) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ScheduleGuard) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
 // DeleteSchedule makes a schedule a tombstone: no more occurrences; its
 // history stays until retention prunes it.
 type DeleteSchedule struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Identity      string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	Guard         *ScheduleGuard         `protobuf:"bytes,3,opt,name=guard,proto3" json:"guard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3928,7 +3990,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3941,7 +4003,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{37}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteSchedule) GetName() string {
@@ -3958,6 +4020,13 @@ func (x *DeleteSchedule) GetIdentity() string {
 	return ""
 }
 
+func (x *DeleteSchedule) GetGuard() *ScheduleGuard {
+	if x != nil {
+		return x.Guard
+	}
+	return nil
+}
+
 // PauseSchedule pauses (paused = true) or resumes a schedule. Resume
 // records the occurrences missed while paused as one PAUSED range (the
 // leader does, at its next materialisation) and owes those after the
@@ -3967,13 +4036,14 @@ type PauseSchedule struct {
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Paused        bool                   `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
 	Identity      string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	Guard         *ScheduleGuard         `protobuf:"bytes,4,opt,name=guard,proto3" json:"guard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PauseSchedule) Reset() {
 	*x = PauseSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3985,7 +4055,7 @@ func (x *PauseSchedule) String() string {
 func (*PauseSchedule) ProtoMessage() {}
 
 func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3998,7 +4068,7 @@ func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
 func (*PauseSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{38}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PauseSchedule) GetName() string {
@@ -4022,6 +4092,13 @@ func (x *PauseSchedule) GetIdentity() string {
 	return ""
 }
 
+func (x *PauseSchedule) GetGuard() *ScheduleGuard {
+	if x != nil {
+		return x.Guard
+	}
+	return nil
+}
+
 // TriggerSchedule makes an extra occurrence now: a job with its own window
 // key (computed by the leader, schedule.Calendar.Trigger).
 type TriggerSchedule struct {
@@ -4030,13 +4107,14 @@ type TriggerSchedule struct {
 	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
 	AtMs          int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	Identity      string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	Guard         *ScheduleGuard         `protobuf:"bytes,5,opt,name=guard,proto3" json:"guard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TriggerSchedule) Reset() {
 	*x = TriggerSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4048,7 +4126,7 @@ func (x *TriggerSchedule) String() string {
 func (*TriggerSchedule) ProtoMessage() {}
 
 func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4061,7 +4139,7 @@ func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
 func (*TriggerSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{39}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TriggerSchedule) GetName() string {
@@ -4092,6 +4170,13 @@ func (x *TriggerSchedule) GetIdentity() string {
 	return ""
 }
 
+func (x *TriggerSchedule) GetGuard() *ScheduleGuard {
+	if x != nil {
+		return x.Guard
+	}
+	return nil
+}
+
 // MaterialiseSchedules is one round of the leader's materialiser, for
 // every schedule that was due: the jobs of the due occurrences, the
 // skipped ranges, the new last-materialised mark and the next due time,
@@ -4106,7 +4191,7 @@ type MaterialiseSchedules struct {
 
 func (x *MaterialiseSchedules) Reset() {
 	*x = MaterialiseSchedules{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4118,7 +4203,7 @@ func (x *MaterialiseSchedules) String() string {
 func (*MaterialiseSchedules) ProtoMessage() {}
 
 func (x *MaterialiseSchedules) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4131,7 +4216,7 @@ func (x *MaterialiseSchedules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaterialiseSchedules.ProtoReflect.Descriptor instead.
 func (*MaterialiseSchedules) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{40}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MaterialiseSchedules) GetItems() []*ScheduleMaterialisation {
@@ -4162,7 +4247,7 @@ type ScheduleMaterialisation struct {
 
 func (x *ScheduleMaterialisation) Reset() {
 	*x = ScheduleMaterialisation{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4174,7 +4259,7 @@ func (x *ScheduleMaterialisation) String() string {
 func (*ScheduleMaterialisation) ProtoMessage() {}
 
 func (x *ScheduleMaterialisation) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4187,7 +4272,7 @@ func (x *ScheduleMaterialisation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleMaterialisation.ProtoReflect.Descriptor instead.
 func (*ScheduleMaterialisation) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{41}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ScheduleMaterialisation) GetName() string {
@@ -4250,7 +4335,7 @@ type ScheduleOccurrence struct {
 
 func (x *ScheduleOccurrence) Reset() {
 	*x = ScheduleOccurrence{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4262,7 +4347,7 @@ func (x *ScheduleOccurrence) String() string {
 func (*ScheduleOccurrence) ProtoMessage() {}
 
 func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4275,7 +4360,7 @@ func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleOccurrence.ProtoReflect.Descriptor instead.
 func (*ScheduleOccurrence) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{42}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ScheduleOccurrence) GetAtMs() int64 {
@@ -4315,7 +4400,7 @@ type ScheduleSkip struct {
 
 func (x *ScheduleSkip) Reset() {
 	*x = ScheduleSkip{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4327,7 +4412,7 @@ func (x *ScheduleSkip) String() string {
 func (*ScheduleSkip) ProtoMessage() {}
 
 func (x *ScheduleSkip) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4340,7 +4425,7 @@ func (x *ScheduleSkip) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSkip.ProtoReflect.Descriptor instead.
 func (*ScheduleSkip) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{43}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ScheduleSkip) GetReason() ScheduleSkipReason {
@@ -4407,7 +4492,7 @@ type ScheduleHistoryRecord struct {
 
 func (x *ScheduleHistoryRecord) Reset() {
 	*x = ScheduleHistoryRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4419,7 +4504,7 @@ func (x *ScheduleHistoryRecord) String() string {
 func (*ScheduleHistoryRecord) ProtoMessage() {}
 
 func (x *ScheduleHistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4432,7 +4517,7 @@ func (x *ScheduleHistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleHistoryRecord.ProtoReflect.Descriptor instead.
 func (*ScheduleHistoryRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{44}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ScheduleHistoryRecord) GetAtMs() int64 {
@@ -4545,7 +4630,7 @@ type ScheduleRecord struct {
 
 func (x *ScheduleRecord) Reset() {
 	*x = ScheduleRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4557,7 +4642,7 @@ func (x *ScheduleRecord) String() string {
 func (*ScheduleRecord) ProtoMessage() {}
 
 func (x *ScheduleRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4570,7 +4655,7 @@ func (x *ScheduleRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRecord.ProtoReflect.Descriptor instead.
 func (*ScheduleRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{45}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ScheduleRecord) GetName() string {
@@ -5033,26 +5118,32 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x14starting_deadline_ms\x18\x06 \x01(\x03R\x12startingDeadlineMs\x12\x1e\n" +
 	"\vcatch_up_ms\x18\a \x01(\x03R\tcatchUpMs\x12,\n" +
 	"\x12complete_within_ms\x18\b \x01(\x03R\x10completeWithinMs\x127\n" +
-	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"\xa5\x01\n" +
+	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"\xd8\x01\n" +
 	"\vPutSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1a.coord.fsm.v1.ScheduleSpecR\x04spec\x12\x1a\n" +
 	"\bidentity\x18\x03 \x01(\tR\bidentity\x12\x17\n" +
 	"\amark_ms\x18\x04 \x01(\x03R\x06markMs\x12\x1d\n" +
 	"\n" +
-	"spec_rules\x18\x05 \x01(\rR\tspecRules\"@\n" +
+	"spec_rules\x18\x05 \x01(\rR\tspecRules\x121\n" +
+	"\x05guard\x18\x06 \x01(\v2\x1b.coord.fsm.v1.ScheduleGuardR\x05guard\"%\n" +
+	"\rScheduleGuard\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"s\n" +
 	"\x0eDeleteSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
-	"\bidentity\x18\x02 \x01(\tR\bidentity\"W\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\x121\n" +
+	"\x05guard\x18\x03 \x01(\v2\x1b.coord.fsm.v1.ScheduleGuardR\x05guard\"\x8a\x01\n" +
 	"\rPauseSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06paused\x18\x02 \x01(\bR\x06paused\x12\x1a\n" +
-	"\bidentity\x18\x03 \x01(\tR\bidentity\"n\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\x121\n" +
+	"\x05guard\x18\x04 \x01(\v2\x1b.coord.fsm.v1.ScheduleGuardR\x05guard\"\xa1\x01\n" +
 	"\x0fTriggerSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x13\n" +
 	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x1a\n" +
-	"\bidentity\x18\x04 \x01(\tR\bidentity\"S\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x121\n" +
+	"\x05guard\x18\x05 \x01(\v2\x1b.coord.fsm.v1.ScheduleGuardR\x05guard\"S\n" +
 	"\x14MaterialiseSchedules\x12;\n" +
 	"\x05items\x18\x01 \x03(\v2%.coord.fsm.v1.ScheduleMaterialisationR\x05items\"\x91\x02\n" +
 	"\x17ScheduleMaterialisation\x12\x12\n" +
@@ -5187,7 +5278,7 @@ func file_coord_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                // 0: coord.fsm.v1.CommandType
 	(JobState)(0),                   // 1: coord.fsm.v1.JobState
@@ -5231,15 +5322,16 @@ var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(*JobAttemptRecord)(nil),        // 39: coord.fsm.v1.JobAttemptRecord
 	(*ScheduleSpec)(nil),            // 40: coord.fsm.v1.ScheduleSpec
 	(*PutSchedule)(nil),             // 41: coord.fsm.v1.PutSchedule
-	(*DeleteSchedule)(nil),          // 42: coord.fsm.v1.DeleteSchedule
-	(*PauseSchedule)(nil),           // 43: coord.fsm.v1.PauseSchedule
-	(*TriggerSchedule)(nil),         // 44: coord.fsm.v1.TriggerSchedule
-	(*MaterialiseSchedules)(nil),    // 45: coord.fsm.v1.MaterialiseSchedules
-	(*ScheduleMaterialisation)(nil), // 46: coord.fsm.v1.ScheduleMaterialisation
-	(*ScheduleOccurrence)(nil),      // 47: coord.fsm.v1.ScheduleOccurrence
-	(*ScheduleSkip)(nil),            // 48: coord.fsm.v1.ScheduleSkip
-	(*ScheduleHistoryRecord)(nil),   // 49: coord.fsm.v1.ScheduleHistoryRecord
-	(*ScheduleRecord)(nil),          // 50: coord.fsm.v1.ScheduleRecord
+	(*ScheduleGuard)(nil),           // 42: coord.fsm.v1.ScheduleGuard
+	(*DeleteSchedule)(nil),          // 43: coord.fsm.v1.DeleteSchedule
+	(*PauseSchedule)(nil),           // 44: coord.fsm.v1.PauseSchedule
+	(*TriggerSchedule)(nil),         // 45: coord.fsm.v1.TriggerSchedule
+	(*MaterialiseSchedules)(nil),    // 46: coord.fsm.v1.MaterialiseSchedules
+	(*ScheduleMaterialisation)(nil), // 47: coord.fsm.v1.ScheduleMaterialisation
+	(*ScheduleOccurrence)(nil),      // 48: coord.fsm.v1.ScheduleOccurrence
+	(*ScheduleSkip)(nil),            // 49: coord.fsm.v1.ScheduleSkip
+	(*ScheduleHistoryRecord)(nil),   // 50: coord.fsm.v1.ScheduleHistoryRecord
+	(*ScheduleRecord)(nil),          // 51: coord.fsm.v1.ScheduleRecord
 }
 var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: coord.fsm.v1.Command.type:type_name -> coord.fsm.v1.CommandType
@@ -5263,10 +5355,10 @@ var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	28, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
 	29, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
 	41, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
-	42, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
-	43, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
-	44, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
-	45, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
+	43, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
+	44, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
+	45, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
+	46, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
 	5,  // 25: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
 	8,  // 26: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
 	37, // 27: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
@@ -5283,7 +5375,7 @@ var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	36, // 38: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
 	37, // 39: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
 	38, // 40: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
-	50, // 41: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
+	51, // 41: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
 	18, // 42: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
 	1,  // 43: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
 	39, // 44: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
@@ -5291,19 +5383,23 @@ var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	18, // 46: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
 	3,  // 47: coord.fsm.v1.ScheduleSpec.overlap:type_name -> coord.fsm.v1.ScheduleOverlap
 	40, // 48: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	46, // 49: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
-	47, // 50: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
-	48, // 51: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
-	4,  // 52: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
-	4,  // 53: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
-	40, // 54: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	49, // 55: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	49, // 56: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	57, // [57:57] is the sub-list for method output_type
-	57, // [57:57] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	42, // 49: coord.fsm.v1.PutSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	42, // 50: coord.fsm.v1.DeleteSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	42, // 51: coord.fsm.v1.PauseSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	42, // 52: coord.fsm.v1.TriggerSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	47, // 53: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
+	48, // 54: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
+	49, // 55: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
+	4,  // 56: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
+	4,  // 57: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
+	40, // 58: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	50, // 59: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	50, // 60: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	61, // [61:61] is the sub-list for method output_type
+	61, // [61:61] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_coord_fsm_v1_fsm_proto_init() }
@@ -5355,7 +5451,7 @@ func file_coord_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_fsm_v1_fsm_proto_rawDesc), len(file_coord_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   46,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
