@@ -180,7 +180,7 @@ func (s *Server) authorizeMethod(c auth.Caller, method string, req any) error {
 		return nil
 	}
 	if acc.names != nil {
-		return s.authorizeEach(c.Identity, acc.op, acc.names(req))
+		return s.authorizeEach(c, acc.op, acc.names(req))
 	}
 	if method == coordv1.Coordinator_KeepAlive_FullMethodName || method == coordv1.Watch_Watch_FullMethodName {
 		return nil // each message (the watch's request) is authorized on its own
@@ -194,11 +194,11 @@ func (s *Server) authorizeMethod(c auth.Caller, method string, req any) error {
 		// InvalidArgument, which tells the caller more than a denial.
 		return nil
 	}
-	if err := s.authorize(c.Identity, acc.op, name, list); err != nil {
+	if err := s.authorize(c, acc.op, name, list); err != nil {
 		return err
 	}
 	if r, ok := req.(*coordv1.AcquireRequest); ok && r.GetClaim() != nil && r.GetClaim().GetJob() != "" {
-		return s.authorize(c.Identity, auth.OpWindow, r.GetClaim().GetJob(), false) // acquire-and-claim is also a claim
+		return s.authorize(c, auth.OpWindow, r.GetClaim().GetJob(), false) // acquire-and-claim is also a claim
 	}
 	return nil
 }
@@ -229,14 +229,14 @@ func isQueueRead(method string) bool {
 
 // authorizeEach authorizes op on every distinct name (empty ones are the
 // handler's to refuse).
-func (s *Server) authorizeEach(identity string, op auth.Op, names []string) error {
+func (s *Server) authorizeEach(c auth.Caller, op auth.Op, names []string) error {
 	seen := map[string]bool{}
 	for _, name := range names {
 		if name == "" || seen[name] {
 			continue
 		}
 		seen[name] = true
-		if err := s.authorize(identity, op, name, false); err != nil {
+		if err := s.authorize(c, op, name, false); err != nil {
 			return err
 		}
 	}
@@ -265,16 +265,17 @@ func hideName(err error, what string) error {
 		Msg: fmt.Sprintf("identity %q may not %s in the queue of %s (ACL rule %q)", meta["identity"], meta["op"], what, meta["rule"])}
 }
 
-// authorize applies the ACL; a denial is an *auth.Error naming the rule.
-func (s *Server) authorize(identity string, op auth.Op, name string, list bool) error {
+// authorize applies the ACL to caller c; a denial is an *auth.Error naming
+// the rule.
+func (s *Server) authorize(c auth.Caller, op auth.Op, name string, list bool) error {
 	acl := s.acl.Load()
 	if !s.authEnabled() || acl == nil {
 		return nil
 	}
-	d, err := acl.Check(identity, op, name, list)
+	d, err := acl.Check(c, op, name, list)
 	if err != nil {
 		s.metrics.authDenied.WithLabelValues(string(op), d.Rule).Inc()
-		s.log.Warn("permission denied", "identity", identity, "op", op, "name", name, "rule", d.Rule)
+		s.log.Warn("permission denied", "identity", c.Identity, "node_certificate", c.Node, "op", op, "name", name, "rule", d.Rule)
 	}
 	return err
 }

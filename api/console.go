@@ -60,15 +60,14 @@ func (s *Server) consoleAllowed(ctx context.Context, op, name string) bool {
 	if err != nil {
 		return false
 	}
-	id := c.Identity
 	acl := s.acl.Load()
 	if acl == nil || c.Member {
 		return true
 	}
-	if auth.Op(op) == auth.OpJob && acl.Authorize(id, auth.OpAdmin, "", false).Allowed {
+	if auth.Op(op) == auth.OpJob && acl.Authorize(c, auth.OpAdmin, "", false).Allowed {
 		return true // authorizeManage: admins manage every queue
 	}
-	return acl.Authorize(id, auth.Op(op), name, false).Allowed
+	return acl.Authorize(c, auth.Op(op), name, false).Allowed
 }
 
 // consoleCounters are this node's per-queue counters.

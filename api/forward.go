@@ -24,6 +24,9 @@ const forwardedKey = "coordd-forwarded"
 const (
 	identityKey = "coordd-identity"
 	memberKey   = "coordd-identity-member"
+	// nodeKey ("1") says that caller presented a node certificate, member
+	// or not (a joining node: ACL rules with node_certificates).
+	nodeKey = "coordd-identity-node"
 )
 
 // forwardedCaller is the original caller a forwarded call names, if any.
@@ -33,8 +36,8 @@ func forwardedCaller(ctx context.Context) (tlsutil.Peer, bool) {
 	if len(fwd) == 0 {
 		return tlsutil.Peer{}, false
 	}
-	member := md.Get(memberKey)
-	return tlsutil.Peer{Identity: fwd[0], Node: len(member) == 1 && member[0] == "1"}, true
+	set := func(key string) bool { v := md.Get(key); return len(v) == 1 && v[0] == "1" }
+	return tlsutil.Peer{Identity: fwd[0], Node: set(memberKey) || set(nodeKey)}, true
 }
 
 // LeaderAddressHeader is the response header a follower sets on a call it
@@ -148,6 +151,9 @@ func onLeader[C, Req, Resp any](s *Server, ctx context.Context, newClient func(g
 		md.Set(identityKey, c.Identity)
 		if c.Member {
 			md.Set(memberKey, "1")
+		}
+		if c.Node {
+			md.Set(nodeKey, "1")
 		}
 	}
 	out := metadata.NewOutgoingContext(ctx, md)

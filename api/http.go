@@ -109,18 +109,20 @@ func writeTooLarge(w http.ResponseWriter) {
 // requireIdentity serves h, with TLS on, only to a caller with a verified
 // client certificate (else 401) whose identity allowed accepts (else 403);
 // what names the endpoint in the refusal. With TLS off, h as it is.
-func (s *Server) requireIdentity(what string, allowed func(identity string) bool, h http.Handler) http.Handler {
+func (s *Server) requireIdentity(what string, allowed func(c auth.Caller) bool, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.authEnabled() {
-			var id string
+			var p tlsutil.Peer
 			if r.TLS != nil {
-				id = tlsutil.IdentityOf(r.TLS)
+				p = tlsutil.PeerOf(r.TLS)
 			}
+			c, _ := auth.Authenticate(p, nil, s.node.IsMember)
+			id := c.Identity
 			var err error
 			switch {
 			case id == "":
 				err = &auth.Error{Kind: auth.Unauthenticated, Msg: what + " needs a client certificate signed by the cluster's CA"}
-			case !allowed(id):
+			case !allowed(c):
 				err = &auth.Error{Kind: auth.PermissionDenied, Msg: fmt.Sprintf("identity %q may not see %s", id, what),
 					Meta: map[string]string{"identity": id}}
 			}
@@ -135,14 +137,14 @@ func (s *Server) requireIdentity(what string, allowed func(identity string) bool
 
 // mayScrape: /metrics name every tenant's queues, so a scrape needs what a
 // read of everything needs (or admin, or membership).
-func (s *Server) mayScrape(identity string) bool {
-	return s.node.IsMember(identity) || s.adminAllowed(identity) || s.authorize(identity, auth.OpRead, "", true) == nil
+func (s *Server) mayScrape(c auth.Caller) bool {
+	return c.Member || s.adminAllowed(c) || s.authorize(c, auth.OpRead, "", true) == nil
 }
 
 // mayAdminister: pprof's dumps show every caller's calls; members and
 // identities allowed admin only.
-func (s *Server) mayAdminister(identity string) bool {
-	return s.node.IsMember(identity) || s.authorize(identity, auth.OpAdmin, "", false) == nil
+func (s *Server) mayAdminister(c auth.Caller) bool {
+	return c.Member || s.authorize(c, auth.OpAdmin, "", false) == nil
 }
 
 // HTTPError is the JSON body of every HTTP API error.

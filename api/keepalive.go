@@ -58,7 +58,7 @@ func (c *coordinator) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) erro
 			resp := &coordv1.KeepAliveResponse{Name: req.GetName(), Generation: req.GetGeneration(), Seq: req.GetSeq()}
 			if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
 				checkGeneration(req.GetGeneration()), s.checkTTL("ttl_ms", req.GetTtlMs(), true),
-				s.authorize(identity, auth.OpLease, req.GetName(), false)); err != nil {
+				s.authorize(auth.CallerOf(ctx), auth.OpLease, req.GetName(), false)); err != nil {
 				resp.Reason, resp.Message = coorderr.Name(coorderr.InvalidArgument), err.Error()
 				if ae := (*auth.Error)(nil); errors.As(err, &ae) && ae.Kind == auth.PermissionDenied {
 					resp.Reason = coorderr.Name(coorderr.PermissionDenied)

@@ -401,7 +401,7 @@ func (s *Server) authorizeQueue(ctx context.Context, op auth.Op, queue string) e
 	if c.Member {
 		return nil
 	}
-	return s.authorize(c.Identity, op, queue, false)
+	return s.authorize(c, op, queue, false)
 }
 
 // authorizeManage authorizes an operator's action on an existing job or
@@ -409,17 +409,17 @@ func (s *Server) authorizeQueue(ctx context.Context, op auth.Op, queue string) e
 // its queue, or the admin op (operators manage every queue).
 func (s *Server) authorizeManage(ctx context.Context, queue string) error {
 	c := auth.CallerOf(ctx)
-	if c.Member || s.adminAllowed(c.Identity) {
+	if c.Member || s.adminAllowed(c) {
 		return nil
 	}
-	return s.authorize(c.Identity, auth.OpJob, queue, false)
+	return s.authorize(c, auth.OpJob, queue, false)
 }
 
-// adminAllowed reports whether the ACL lets identity administer the
+// adminAllowed reports whether the ACL lets caller c administer the
 // cluster (without logging or counting a denial).
-func (s *Server) adminAllowed(identity string) bool {
+func (s *Server) adminAllowed(c auth.Caller) bool {
 	acl := s.acl.Load()
-	return !s.authEnabled() || acl == nil || acl.Authorize(identity, auth.OpAdmin, "", false).Allowed
+	return !s.authEnabled() || acl == nil || acl.Authorize(c, auth.OpAdmin, "", false).Allowed
 }
 
 // aclActive reports whether calls are checked against an ACL.

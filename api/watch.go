@@ -116,7 +116,7 @@ func (w *watchService) Watch(req *coordv1.WatchRequest, stream coordv1.Watch_Wat
 	if err != nil {
 		return toStatus(err)
 	}
-	if err := s.authorize(auth.IdentityOf(ctx), auth.OpRead, req.GetPrefix(), true); err != nil {
+	if err := s.authorize(auth.CallerOf(ctx), auth.OpRead, req.GetPrefix(), true); err != nil {
 		return toStatus(err)
 	}
 	w.streams.Inc()

@@ -183,6 +183,7 @@ const memberNameACL = `
 rules:
   - name: joining-nodes
     identities: [node2, node3]
+    node_certificates: true
     ops: [admin]
   - name: reports
     identities: [reports-svc]
@@ -238,6 +239,37 @@ func TestClientCertificateNamedLikeAMemberIsNoMember(t *testing.T) {
 	// The node's own certificate is the member: its Snapshot needs no rule.
 	if _, err := coordv1.NewClusterClient(c.Conn(leader)).Snapshot(ctx, &coordv1.SnapshotRequest{}); err != nil {
 		t.Fatalf("snapshot by node certificate: %v", err)
+	}
+}
+
+// The gap left by item 3: the ACL's rule for joining nodes (identities
+// [node*], node_certificates: true) gives admin to a node certificate of a
+// server not yet in the configuration, on the node it reaches and through
+// a follower, and never to a client certificate named node4.
+func TestNodeRuleNeedsANodeCertificate(t *testing.T) {
+	c, certs, _ := secureCluster(t, 3, securityACL)
+	leader := c.WaitLeader()
+	follower := c.Followers()[0]
+	ctx := ctxT(t)
+	joiner, err := tlsutil.ClientConfig(certs.Files("node4", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	impostor := clientNamed(t, certs, "node4")
+	for _, n := range []*testcluster.Node{leader, follower} {
+		// RemoveServer of a server that is not there: admin, forwarded
+		// from the follower, and no change to the configuration.
+		_, err := coordv1.NewClusterClient(connAs(t, impostor, n.API.GRPCAddr())).RemoveServer(ctx, &coordv1.RemoveServerRequest{Id: "node9"})
+		if meta := wantErr(t, err, codes.PermissionDenied, "PERMISSION_DENIED"); meta["rule"] != auth.DefaultDenyRule {
+			t.Fatalf("client certificate named node4 via %s: %v", n.ID, meta)
+		}
+		_, err = coordv1.NewClusterClient(connAs(t, joiner, n.API.GRPCAddr())).RemoveServer(ctx, &coordv1.RemoveServerRequest{Id: "node9"})
+		if codeOf(err) == codes.PermissionDenied {
+			t.Fatalf("node certificate of node4 via %s: %v", n.ID, err)
+		}
+	}
+	if _, err := coordv1.NewClusterClient(connAs(t, impostor, leader.API.GRPCAddr())).Snapshot(ctx, &coordv1.SnapshotRequest{}); codeOf(err) != codes.PermissionDenied {
+		t.Fatalf("snapshot by a client certificate named node4: %v", err)
 	}
 }
 

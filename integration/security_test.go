@@ -27,6 +27,7 @@ const securityACL = `
 rules:
   - name: nodes
     identities: [node*]
+    node_certificates: true
     ops: [admin]
   - name: billing
     identities: [billing-*]

@@ -49,13 +49,20 @@ var knownOps = []Op{OpLease, OpWindow, OpFence, OpRead, OpAdmin, OpJob, OpWork}
 //	  - name: operators
 //	    identities: [ops-*]
 //	    ops: [admin, read]
+//	  - name: nodes
+//	    identities: [node*]
+//	    node_certificates: true           # only node certificates (coordd://node/<id>)
+//	    ops: [admin]
 //
 // Rules are tried in order; the first whose identities, op and prefixes
 // match decides (allow, or deny with deny: true). When none matches, the
 // call is denied by the implicit rule "default-deny". Cluster members
 // (callers with a node certificate of a Raft server, see Authenticate) are
 // not subject to the ACL. A rule matches identities by name, whatever kind
-// of certificate carries them.
+// of certificate carries them, unless it says node_certificates: then it
+// matches only callers whose certificate is a node certificate
+// (tlsutil.NodeID: joining nodes, before they are members), never a client
+// certificate of the same name.
 type ACL struct {
 	Rules []Rule `json:"rules"`
 }
@@ -67,6 +74,9 @@ type Rule struct {
 	Ops        []Op     `json:"ops"`
 	Prefixes   []string `json:"prefixes,omitempty"`
 	Deny       bool     `json:"deny,omitempty"`
+	// NodeCertificates: the rule matches only callers presenting a node
+	// certificate (Caller.Node).
+	NodeCertificates bool `json:"node_certificates,omitempty"`
 }
 
 // DefaultDenyRule names the decision when no rule matched.
@@ -117,8 +127,9 @@ func ParseACL(data []byte) (*ACL, error) {
 
 // Check is Authorize as an error: nil when allowed, else a
 // PermissionDenied *Error naming the rule that denied.
-func (a *ACL) Check(identity string, op Op, name string, list bool) (Decision, error) {
-	d := a.Authorize(identity, op, name, list)
+func (a *ACL) Check(who Caller, op Op, name string, list bool) (Decision, error) {
+	d := a.Authorize(who, op, name, list)
+	identity := who.Identity
 	if d.Allowed {
 		return d, nil
 	}
@@ -139,12 +150,13 @@ type Decision struct {
 	Rule    string
 }
 
-// Authorize decides whether identity may perform op on name. With list,
+// Authorize decides whether the caller who (its identity, and whether its
+// certificate is a node certificate) may perform op on name. With list,
 // name is a prefix the caller lists: an allow rule must cover all of it,
 // and a deny rule applies when it covers any part of it.
-func (a *ACL) Authorize(identity string, op Op, name string, list bool) Decision {
+func (a *ACL) Authorize(who Caller, op Op, name string, list bool) Decision {
 	for _, r := range a.Rules {
-		if !slices.Contains(r.Ops, op) || !r.matchesIdentity(identity) || !r.matchesName(op, name, list) {
+		if !slices.Contains(r.Ops, op) || !r.matchesIdentity(who) || !r.matchesName(op, name, list) {
 			continue
 		}
 		return Decision{Allowed: !r.Deny, Rule: r.Name}
@@ -152,7 +164,11 @@ func (a *ACL) Authorize(identity string, op Op, name string, list bool) Decision
 	return Decision{Allowed: false, Rule: DefaultDenyRule}
 }
 
-func (r *Rule) matchesIdentity(id string) bool {
+func (r *Rule) matchesIdentity(who Caller) bool {
+	if r.NodeCertificates && !who.Node {
+		return false
+	}
+	id := who.Identity
 	for _, p := range r.Identities {
 		if p == "*" || p == id || (strings.HasSuffix(p, "*") && strings.HasPrefix(id, strings.TrimSuffix(p, "*"))) {
 			return true

@@ -35,6 +35,10 @@ type Caller struct {
 	Forwarded bool
 	// Member: the (effective) caller is a cluster member.
 	Member bool
+	// Node: the (effective) caller presented a node certificate
+	// (tlsutil.NodeID), member or not; what an ACL rule with
+	// node_certificates requires.
+	Node bool
 }
 
 type callerKey struct{}
@@ -65,7 +69,7 @@ func Authenticate(transport tlsutil.Peer, forwarded *tlsutil.Peer, isMember func
 		return Caller{}, &Error{Kind: Unauthenticated, Msg: "a client certificate signed by the cluster's CA is required"}
 	}
 	member := func(p tlsutil.Peer) bool { return p.Node && isMember(p.Identity) }
-	c := Caller{Identity: transport.Identity, Member: member(transport)}
+	c := Caller{Identity: transport.Identity, Member: member(transport), Node: transport.Node}
 	if forwarded == nil {
 		return c, nil
 	}
@@ -74,7 +78,7 @@ func Authenticate(transport tlsutil.Peer, forwarded *tlsutil.Peer, isMember func
 			Msg:  fmt.Sprintf("%q is not a cluster member (a node certificate of a server of the configuration) and may not call on behalf of another identity", transport.Identity),
 			Meta: map[string]string{"identity": transport.Identity}}
 	}
-	return Caller{Identity: forwarded.Identity, Forwarded: true, Member: member(*forwarded)}, nil
+	return Caller{Identity: forwarded.Identity, Forwarded: true, Member: member(*forwarded), Node: forwarded.Node}, nil
 }
 
 // Kind is the cause of an authentication, authorization or limit refusal.

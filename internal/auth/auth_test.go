@@ -54,7 +54,7 @@ func TestAuthenticate(t *testing.T) {
 func TestMemberNameOnAClientCertificate(t *testing.T) {
 	members := func(id string) bool { return id == "node1" || id == "node2" }
 	c, err := Authenticate(tlsutil.Peer{Identity: "node1"}, nil, members)
-	if err != nil || c.Member {
+	if err != nil || c.Member || c.Node {
 		t.Fatalf("client certificate named node1: %+v %v", c, err)
 	}
 	fwd := tlsutil.Peer{Identity: "reports-svc"}
@@ -66,8 +66,14 @@ func TestMemberNameOnAClientCertificate(t *testing.T) {
 		t.Fatalf("a client named node2 forwarded by node1: %+v %v", c, err)
 	}
 	// A node certificate of a server not in the configuration is no member.
-	if c, err := Authenticate(tlsutil.Peer{Identity: "node9", Node: true}, nil, members); err != nil || c.Member {
+	if c, err := Authenticate(tlsutil.Peer{Identity: "node9", Node: true}, nil, members); err != nil || c.Member || !c.Node {
 		t.Fatalf("node certificate of a non-member: %+v %v", c, err)
+	}
+	// Forwarded: the forwarding member says whether its caller presented a
+	// node certificate (a joining node's, for node_certificates rules).
+	fwd = tlsutil.Peer{Identity: "node9", Node: true}
+	if c, err := Authenticate(tlsutil.Peer{Identity: "node1", Node: true}, &fwd, members); err != nil || c.Member || !c.Node {
+		t.Fatalf("a joining node forwarded by node1: %+v %v", c, err)
 	}
 }
 
@@ -118,10 +124,10 @@ func TestACLCheckNamesTheRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Check("billing-worker", OpLease, "billing/x", false); err != nil {
+	if _, err := a.Check(Caller{Identity: "billing-worker"}, OpLease, "billing/x", false); err != nil {
 		t.Fatal(err)
 	}
-	_, err = a.Check("billing-worker", OpLease, "payroll/x", false)
+	_, err = a.Check(Caller{Identity: "billing-worker"}, OpLease, "payroll/x", false)
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != PermissionDenied || e.Meta["rule"] != "no-payroll" || e.Meta["op"] != "lease" {
 		t.Fatalf("denial: %#v", err)
