@@ -43,4 +43,6 @@ const (
 	WatchIndexCompacted   = coordv1.ErrorReason_ERROR_REASON_WATCH_INDEX_COMPACTED
 	WatcherTooSlow        = coordv1.ErrorReason_ERROR_REASON_WATCHER_TOO_SLOW
 	WatchLimit            = coordv1.ErrorReason_ERROR_REASON_WATCH_LIMIT
+	JobQuota              = coordv1.ErrorReason_ERROR_REASON_JOB_QUOTA
+	ScheduleQuota         = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_QUOTA
 )

@@ -202,7 +202,7 @@ func (m *queueModel) command(x *FSM, op, a, b, c byte, cal int64) any {
 			}
 			specs = append(specs, s)
 		}
-		return &fsmv1.SubmitJobs{Jobs: specs}
+		return &fsmv1.SubmitJobs{Jobs: specs, Identity: []string{"", "p", "q"}[a%3], MaxLiveJobs: uint32(b%4) * 3}
 	case 9:
 		qs := queues[:1+int(a%2)]
 		if b&4 != 0 {
@@ -337,6 +337,7 @@ func (s *state) queueIndexDiff() string {
 		{"byKind", dumpTree(a.byKind), dumpTree(b.byKind)},
 		{"byLabel", dumpTree(a.byLabel), dumpTree(b.byLabel)},
 		{"unique", fmt.Sprint(a.unique), fmt.Sprint(b.unique)},
+		{"live", fmt.Sprint(a.live), fmt.Sprint(b.live)},
 	} {
 		if c.x != c.y {
 			return fmt.Sprintf("%s: %s vs rebuilt %s", c.name, c.x, c.y)

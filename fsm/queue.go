@@ -411,6 +411,9 @@ type queueIndex struct {
 	byLabel      *btree.BTreeG[labelKey]
 	unique       map[uniqueRef]uint64
 	stats        map[string]*queueCounts
+	// live counts the jobs that are not final per submitting identity
+	// (none for ""): what SubmitJobs.max_live_jobs judges.
+	live map[string]int
 }
 
 // queueCounts is a queue's job count per state, kept as jobs move, and
@@ -442,6 +445,7 @@ func newQueueIndex() *queueIndex {
 		byLabel:      btree.NewG(btreeDegree, lessLabelKey),
 		unique:       map[uniqueRef]uint64{},
 		stats:        map[string]*queueCounts{},
+		live:         map[string]int{},
 	}
 }
 
@@ -510,6 +514,19 @@ func (q *queueIndex) dynamic(j *QueueJob, add bool) {
 		q.counts(j.Queue).states[j.State]++
 	} else {
 		q.counts(j.Queue).states[j.State]--
+	}
+	if j.Identity != "" && !j.State.Final() {
+		q.countLive(j.Identity, add)
+	}
+}
+
+// countLive counts one more (or one less) live job of identity; an
+// identity without any goes from the map.
+func (q *queueIndex) countLive(identity string, add bool) {
+	if add {
+		q.live[identity]++
+	} else if q.live[identity]--; q.live[identity] <= 0 {
+		delete(q.live, identity)
 	}
 }
 

@@ -64,6 +64,9 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 				"job %d: %s %s; nothing was submitted", i, field, problem)
 		}
 	}
+	if rej := s.jobQuota(c); rej != nil {
+		return rej
+	}
 	res := &SubmitResult{Jobs: make([]SubmittedJob, len(specs))}
 	for i, sp := range specs {
 		if sp.GetUniqueKey() != "" {
@@ -92,6 +95,38 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 		res.Jobs[i] = SubmittedJob{ID: j.ID, RunAt: j.RunAt, State: j.State}
 	}
 	return res
+}
+
+// jobQuota refuses a batch that would take its identity's live jobs over
+// max_live_jobs (JOB_QUOTA). Only the jobs it would add count: a spec
+// whose unique key names a retained job (or one earlier in the batch)
+// adds none.
+func (s *state) jobQuota(c *fsmv1.SubmitJobs) *Rejection {
+	limit, id := c.GetMaxLiveJobs(), c.GetIdentity()
+	if limit == 0 || id == "" {
+		return nil
+	}
+	live := s.qidx.live[id]
+	adds := 0
+	var keys map[uniqueRef]bool
+	for _, sp := range c.GetJobs() {
+		if k := sp.GetUniqueKey(); k != "" {
+			ref := uniqueRef{sp.GetQueue(), k}
+			if _, ok := s.qidx.unique[ref]; ok || keys[ref] {
+				continue
+			}
+			if keys == nil {
+				keys = map[uniqueRef]bool{}
+			}
+			keys[ref] = true
+		}
+		adds++
+	}
+	if live+adds <= int(limit) {
+		return nil
+	}
+	return reject(coorderr.JobQuota, map[string]string{"identity": id, "limit": strconv.FormatUint(uint64(limit), 10), "live": strconv.Itoa(live)},
+		"identity %q has %d jobs that are not final; %d more would be over its limit of %d; nothing was submitted", id, live, adds, limit)
 }
 
 func checkWorker(worker string) *Rejection {

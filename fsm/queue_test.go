@@ -951,3 +951,49 @@ func TestCheckRunAhead(t *testing.T) {
 		t.Errorf("Days: %q", got)
 	}
 }
+
+// Issue 32, item 5: max_live_jobs counts the identity's jobs that are not
+// final, exactly, and refuses a batch that would go over it whole; jobs
+// that finish stop counting, unique-key duplicates add none, other
+// identities are not affected, and the count survives a restore.
+func TestLiveJobQuota(t *testing.T) {
+	f := New()
+	sub := func(cal int64, identity string, specs ...*fsmv1.QueueJobSpec) any {
+		return runAt(t, f, 0, cal, &fsmv1.SubmitJobs{Jobs: specs, Identity: identity, MaxLiveJobs: 3})
+	}
+	if _, ok := sub(t0, "x", jspec("q", "k"), jspec("q", "k", unique("u"))).(*SubmitResult); !ok {
+		t.Fatal("first two")
+	}
+	rej := sub(t0+1, "x", jspec("q", "k"), jspec("q", "k"))
+	wantReason(t, rej, coorderr.JobQuota)
+	if m := rej.(*Rejection).Metadata; m["live"] != "2" || m["limit"] != "3" || m["identity"] != "x" {
+		t.Fatalf("metadata: %v", m)
+	}
+	if st := f.QueueStats("q", t0+1); len(st) != 1 || st[0].Available != 2 {
+		t.Fatalf("a refused batch added jobs: %+v", st)
+	}
+	// A duplicate of a retained job adds nothing: allowed with the third.
+	if r, ok := sub(t0+2, "x", jspec("q", "k", unique("u")), jspec("q", "k")).(*SubmitResult); !ok || !r.Jobs[0].Duplicate {
+		t.Fatalf("duplicate and one more: %#v", r)
+	}
+	wantReason(t, sub(t0+3, "x", jspec("q", "k")), coorderr.JobQuota)
+	if _, ok := sub(t0+3, "y", jspec("q", "k")).(*SubmitResult); !ok {
+		t.Fatal("another identity is refused")
+	}
+	// A finished job stops counting.
+	for _, j := range fetch(t, f, t0+4, "w", 1, "q") {
+		complete(f, t, t0+5, "w", j.ID, j.Attempts, "ok")
+	}
+	if _, ok := sub(t0+6, "x", jspec("q", "k")).(*SubmitResult); !ok {
+		t.Fatal("after a job finished")
+	}
+	g := restored(t, f)
+	wantReason(t, runAt(t, g, 0, t0+7, &fsmv1.SubmitJobs{Jobs: []*fsmv1.QueueJobSpec{jspec("q", "k")}, Identity: "x", MaxLiveJobs: 3}), coorderr.JobQuota)
+	// Without the field (entries written before it) there is no limit.
+	if _, ok := sub(t0+8, "", jspec("q", "k"), jspec("q", "k"), jspec("q", "k"), jspec("q", "k")).(*SubmitResult); !ok {
+		t.Fatal("anonymous")
+	}
+	if _, ok := runAt(t, f, 0, t0+8, &fsmv1.SubmitJobs{Jobs: []*fsmv1.QueueJobSpec{jspec("q", "k")}, Identity: "x"}).(*SubmitResult); !ok {
+		t.Fatal("no max_live_jobs")
+	}
+}

@@ -193,6 +193,10 @@ type scheduleIndex struct {
 	// open holds jobs made by schedules that are not final, by occurrence
 	// time: what can be overdue.
 	open *btree.BTreeG[timeKey]
+	// byCreator holds the names of the schedules that are not deleted per
+	// identity that created them (none for ""): what PutSchedule's
+	// max_schedules judges, and the leader's rate quotas read.
+	byCreator map[string]map[string]struct{}
 }
 
 func newScheduleIndex() *scheduleIndex {
@@ -200,6 +204,8 @@ func newScheduleIndex() *scheduleIndex {
 		due:  btree.NewG(btreeDegree, lessNameTime),
 		tomb: btree.NewG(btreeDegree, lessNameTime),
 		open: btree.NewG(btreeDegree, lessTime),
+
+		byCreator: map[string]map[string]struct{}{},
 	}
 }
 
@@ -209,6 +215,13 @@ func (x *scheduleIndex) add(sc *Schedule) {
 	}
 	if sc.Deleted {
 		x.tomb.ReplaceOrInsert(nameTime{sc.DeletedAt, sc.Name})
+	} else if sc.CreatedBy != "" {
+		set := x.byCreator[sc.CreatedBy]
+		if set == nil {
+			set = map[string]struct{}{}
+			x.byCreator[sc.CreatedBy] = set
+		}
+		set[sc.Name] = struct{}{}
 	}
 }
 
@@ -218,6 +231,11 @@ func (x *scheduleIndex) remove(sc *Schedule) {
 	}
 	if sc.Deleted {
 		x.tomb.Delete(nameTime{sc.DeletedAt, sc.Name})
+	} else if set := x.byCreator[sc.CreatedBy]; set != nil {
+		delete(set, sc.Name)
+		if len(set) == 0 {
+			delete(x.byCreator, sc.CreatedBy)
+		}
 	}
 }
 

@@ -84,6 +84,10 @@ func (s *state) putSchedule(cal int64, c *fsmv1.PutSchedule) any {
 	}
 	var n Schedule
 	created := cur == nil || cur.Deleted
+	if limit, id := c.GetMaxSchedules(), c.GetIdentity(); created && limit > 0 && id != "" && len(s.sidx.byCreator[id]) >= int(limit) {
+		return reject(coorderr.ScheduleQuota, map[string]string{"identity": id, "quota": "schedules", "limit": strconv.FormatUint(uint64(limit), 10)},
+			"identity %q already created %d schedules that are not deleted, its limit; delete one first", id, limit)
+	}
 	if created {
 		n = Schedule{Name: c.GetName(), Mark: cal, CreatedBy: c.GetIdentity(), CreatedAt: cal}
 		if m := c.GetMarkMs(); m > 0 && m < cal {

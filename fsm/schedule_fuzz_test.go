@@ -37,7 +37,7 @@ func FuzzSchedules(f *testing.F) {
 				body = &fsmv1.PutSchedule{Name: name, Spec: sspec(fsmv1.ScheduleOverlap(b%3+1), func(s *fsmv1.ScheduleSpec) {
 					s.CompleteWithinMs = int64(c%4) * minute
 					s.Job.VisibilityTimeoutMs = int64(b%3+1) * 30_000
-				})}
+				}), Identity: []string{"", "p", "q"}[c%3], MaxSchedules: uint32(b % 3)}
 			case 1:
 				body = &fsmv1.PauseSchedule{Name: name, Paused: b%2 == 0}
 			case 2:
@@ -150,6 +150,7 @@ func (s *state) scheduleIndexDiff() string {
 		{"due", dumpTree(a.due), dumpTree(b.due)},
 		{"tomb", dumpTree(a.tomb), dumpTree(b.tomb)},
 		{"open", dumpTree(a.open), dumpTree(b.open)},
+		{"byCreator", fmt.Sprint(a.byCreator), fmt.Sprint(b.byCreator)},
 	} {
 		if c.x != c.y {
 			return fmt.Sprintf("%s: %s vs rebuilt %s", c.name, c.x, c.y)

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"slices"
 	"sort"
 	"strings"
 )
@@ -204,4 +205,18 @@ func (f *FSM) Overdue(cal int64) OverdueSummary {
 		return true
 	})
 	return sum
+}
+
+// SchedulesCreatedBy returns the schedules identity created that are not
+// deleted, by name ("": none).
+func (f *FSM) SchedulesCreatedBy(identity string) []Schedule {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	set := f.st.sidx.byCreator[identity]
+	out := make([]Schedule, 0, len(set))
+	for name := range set {
+		out = append(out, *f.st.schedule(name))
+	}
+	slices.SortFunc(out, func(a, b Schedule) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }

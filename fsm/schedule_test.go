@@ -550,3 +550,44 @@ func TestScheduleGuardHoldsTheAuthorisedQueue(t *testing.T) {
 		t.Fatal("put over a tombstone with the guard of no live schedule refused")
 	}
 }
+
+// Issue 32, item 5: max_schedules counts the schedules an identity created
+// that are not deleted; only a put that creates one is refused, and a
+// delete gives one back (also after a restore).
+func TestScheduleQuota(t *testing.T) {
+	f := New()
+	put := func(cal int64, name, identity string) any {
+		return runAt(t, f, 0, cal, &fsmv1.PutSchedule{Name: name, Spec: sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW), Identity: identity, MaxSchedules: 2})
+	}
+	for _, name := range []string{"a", "b"} {
+		if _, ok := put(t0, name, "x").(*ScheduleResult); !ok {
+			t.Fatal(name)
+		}
+	}
+	rej := put(t0+1, "c", "x")
+	wantReason(t, rej, coorderr.ScheduleQuota)
+	if m := rej.(*Rejection).Metadata; m["quota"] != "schedules" || m["limit"] != "2" {
+		t.Fatalf("metadata: %v", m)
+	}
+	if _, ok := f.Schedule("c"); ok {
+		t.Fatal("a refused put created the schedule")
+	}
+	// An update is not a new schedule; another identity has its own count.
+	if _, ok := runAt(t, f, 0, t0+2, &fsmv1.PutSchedule{Name: "a", Spec: sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID), Identity: "x", MaxSchedules: 2}).(*ScheduleResult); !ok {
+		t.Fatal("update")
+	}
+	if _, ok := put(t0+2, "c", "y").(*ScheduleResult); !ok {
+		t.Fatal("another identity")
+	}
+	if got := f.SchedulesCreatedBy("x"); len(got) != 2 || got[0].Name != "a" || got[1].Name != "b" {
+		t.Fatalf("SchedulesCreatedBy: %v", got)
+	}
+	runAt(t, f, 0, t0+3, &fsmv1.DeleteSchedule{Name: "b"})
+	g := restored(t, f)
+	for _, x := range []*FSM{f, g} {
+		if _, ok := runAt(t, x, 0, t0+4, &fsmv1.PutSchedule{Name: "d", Spec: sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW), Identity: "x", MaxSchedules: 2}).(*ScheduleResult); !ok {
+			t.Fatal("after a delete")
+		}
+		wantReason(t, runAt(t, x, 0, t0+5, &fsmv1.PutSchedule{Name: "e", Spec: sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW), Identity: "x", MaxSchedules: 2}), coorderr.ScheduleQuota)
+	}
+}

@@ -157,6 +157,16 @@ const (
 	// The node serves its limit of watches. RESOURCE_EXHAUSTED. Metadata
 	// "limit".
 	ErrorReason_ERROR_REASON_WATCH_LIMIT ErrorReason = 34
+	// The identity's jobs that are not final would be over --limit-live-jobs
+	// with this submit; nothing was submitted. RESOURCE_EXHAUSTED. Metadata
+	// "identity", "limit", "live". Retry when some have finished.
+	ErrorReason_ERROR_REASON_JOB_QUOTA ErrorReason = 35
+	// The put would create a schedule over the identity's --limit-schedules
+	// ("quota": "schedules"), or take its schedules' rate of jobs over
+	// --limit-schedule-jobs-rate ("quota": "jobs_rate") or their args bytes
+	// per second over --limit-job-bytes-rate ("quota": "bytes_rate"); nothing
+	// changed. RESOURCE_EXHAUSTED. Metadata "identity", "quota", "limit".
+	ErrorReason_ERROR_REASON_SCHEDULE_QUOTA ErrorReason = 36
 )
 
 // Enum value maps for ErrorReason.
@@ -197,6 +207,8 @@ var (
 		32: "ERROR_REASON_WATCH_INDEX_COMPACTED",
 		33: "ERROR_REASON_WATCHER_TOO_SLOW",
 		34: "ERROR_REASON_WATCH_LIMIT",
+		35: "ERROR_REASON_JOB_QUOTA",
+		36: "ERROR_REASON_SCHEDULE_QUOTA",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":             0,
@@ -234,6 +246,8 @@ var (
 		"ERROR_REASON_WATCH_INDEX_COMPACTED":   32,
 		"ERROR_REASON_WATCHER_TOO_SLOW":        33,
 		"ERROR_REASON_WATCH_LIMIT":             34,
+		"ERROR_REASON_JOB_QUOTA":               35,
+		"ERROR_REASON_SCHEDULE_QUOTA":          36,
 	}
 )
 
@@ -268,7 +282,7 @@ var File_coord_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coord_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x15coord/v1/errors.proto\x12\bcoord.v1*\xfd\b\n" +
+	"\x15coord/v1/errors.proto\x12\bcoord.v1*\xba\t\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -305,7 +319,9 @@ const file_coord_v1_errors_proto_rawDesc = "" +
 	"\x1dERROR_REASON_SCHEDULE_OVERLAP\x10\x1f\x12&\n" +
 	"\"ERROR_REASON_WATCH_INDEX_COMPACTED\x10 \x12!\n" +
 	"\x1dERROR_REASON_WATCHER_TOO_SLOW\x10!\x12\x1c\n" +
-	"\x18ERROR_REASON_WATCH_LIMIT\x10\"B1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\x18ERROR_REASON_WATCH_LIMIT\x10\"\x12\x1a\n" +
+	"\x16ERROR_REASON_JOB_QUOTA\x10#\x12\x1f\n" +
+	"\x1bERROR_REASON_SCHEDULE_QUOTA\x10$B1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_errors_proto_rawDescOnce sync.Once

@@ -1901,7 +1901,12 @@ type SubmitJobs struct {
 	// text rules (UTF-8 without control characters in the queue, kind,
 	// unique key and label keys) and no label key starting with "coordd.".
 	// A logged entry replays by the rules it names.
-	SpecRules     uint32 `protobuf:"varint,3,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
+	SpecRules uint32 `protobuf:"varint,3,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
+	// max_live_jobs > 0 refuses the batch (JOB_QUOTA) when identity's jobs
+	// that are not final, plus the jobs this batch adds, would be more than
+	// it (the leader's --limit-live-jobs, carried so that replay judges as
+	// the leader did; 0, as in entries written before the field: no limit).
+	MaxLiveJobs   uint32 `protobuf:"varint,4,opt,name=max_live_jobs,json=maxLiveJobs,proto3" json:"max_live_jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1953,6 +1958,13 @@ func (x *SubmitJobs) GetIdentity() string {
 func (x *SubmitJobs) GetSpecRules() uint32 {
 	if x != nil {
 		return x.SpecRules
+	}
+	return 0
+}
+
+func (x *SubmitJobs) GetMaxLiveJobs() uint32 {
+	if x != nil {
+		return x.MaxLiveJobs
 	}
 	return 0
 }
@@ -3836,7 +3848,13 @@ type PutSchedule struct {
 	// a rule added later never changes how it replays.
 	SpecRules uint32 `protobuf:"varint,5,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	// guard: what the leader authorised the put against (ScheduleGuard).
-	Guard         *ScheduleGuard `protobuf:"bytes,6,opt,name=guard,proto3" json:"guard,omitempty"`
+	Guard *ScheduleGuard `protobuf:"bytes,6,opt,name=guard,proto3" json:"guard,omitempty"`
+	// max_schedules > 0 refuses a put that creates a schedule (SCHEDULE_QUOTA)
+	// when identity already created that many that are not deleted (the
+	// leader's --limit-schedules, carried so that replay judges as the leader
+	// did; 0, as in entries written before the field: no limit). An update
+	// of an existing schedule is never refused by it.
+	MaxSchedules  uint32 `protobuf:"varint,7,opt,name=max_schedules,json=maxSchedules,proto3" json:"max_schedules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3911,6 +3929,13 @@ func (x *PutSchedule) GetGuard() *ScheduleGuard {
 		return x.Guard
 	}
 	return nil
+}
+
+func (x *PutSchedule) GetMaxSchedules() uint32 {
+	if x != nil {
+		return x.MaxSchedules
+	}
+	return 0
 }
 
 // ScheduleGuard is what the leader checked a change of a schedule against:
@@ -4940,13 +4965,14 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06labels\x18\f \x03(\v2\x16.coord.fsm.v1.JobLabelR\x06labels\"2\n" +
 	"\bJobLabel\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"w\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\x9b\x01\n" +
 	"\n" +
 	"SubmitJobs\x12.\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x1a.coord.fsm.v1.QueueJobSpecR\x04jobs\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x1d\n" +
 	"\n" +
-	"spec_rules\x18\x03 \x01(\rR\tspecRules\"n\n" +
+	"spec_rules\x18\x03 \x01(\rR\tspecRules\x12\"\n" +
+	"\rmax_live_jobs\x18\x04 \x01(\rR\vmaxLiveJobs\"n\n" +
 	"\tFetchJobs\x12\x16\n" +
 	"\x06queues\x18\x01 \x03(\tR\x06queues\x12\x10\n" +
 	"\x03max\x18\x02 \x01(\rR\x03max\x12\x1b\n" +
@@ -5118,7 +5144,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x14starting_deadline_ms\x18\x06 \x01(\x03R\x12startingDeadlineMs\x12\x1e\n" +
 	"\vcatch_up_ms\x18\a \x01(\x03R\tcatchUpMs\x12,\n" +
 	"\x12complete_within_ms\x18\b \x01(\x03R\x10completeWithinMs\x127\n" +
-	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"\xd8\x01\n" +
+	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"\xfd\x01\n" +
 	"\vPutSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1a.coord.fsm.v1.ScheduleSpecR\x04spec\x12\x1a\n" +
@@ -5126,7 +5152,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\amark_ms\x18\x04 \x01(\x03R\x06markMs\x12\x1d\n" +
 	"\n" +
 	"spec_rules\x18\x05 \x01(\rR\tspecRules\x121\n" +
-	"\x05guard\x18\x06 \x01(\v2\x1b.coord.fsm.v1.ScheduleGuardR\x05guard\"%\n" +
+	"\x05guard\x18\x06 \x01(\v2\x1b.coord.fsm.v1.ScheduleGuardR\x05guard\x12#\n" +
+	"\rmax_schedules\x18\a \x01(\rR\fmaxSchedules\"%\n" +
 	"\rScheduleGuard\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"s\n" +
 	"\x0eDeleteSchedule\x12\x12\n" +
