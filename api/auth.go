@@ -61,9 +61,12 @@ func (s *Server) guard(ctx context.Context, transport tlsutil.Peer, trustForward
 		s.metrics.authDenied.WithLabelValues("unauthenticated", "").Inc()
 		return nil, toStatus(err)
 	}
-	// A forwarded call was counted where it entered; members are the
-	// cluster itself.
-	if !c.Forwarded && !c.Member {
+	// A call is counted on the node it enters, and a forwarded one again
+	// on the leader: every write of an identity, through whichever node,
+	// comes out of its one bucket there (cluster-wide), while reads a
+	// follower serves (stale) are counted on that follower only. Members
+	// are the cluster itself.
+	if !c.Member && (!c.Forwarded || s.node.Leading()) {
 		if err := s.limits.Allow(c.Identity); err != nil {
 			s.metrics.limited.WithLabelValues("rate").Inc()
 			return nil, toStatus(err)

@@ -81,6 +81,8 @@ var rejectionCodes = map[fsm.Reason]codes.Code{
 	coorderr.IdentityMismatch:      codes.PermissionDenied,
 	coorderr.PermissionDenied:      codes.PermissionDenied, // a schedule's guard (fsmv1.ScheduleGuard)
 	coorderr.LeaseLimit:            codes.ResourceExhausted,
+	coorderr.JobQuota:              codes.ResourceExhausted,
+	coorderr.ScheduleQuota:         codes.ResourceExhausted,
 	coorderr.TooEarly:              codes.FailedPrecondition,
 	coorderr.ScheduleNotFound:      codes.FailedPrecondition,
 	coorderr.ScheduleOverlap:       codes.FailedPrecondition,
@@ -96,6 +98,8 @@ var authCodes = map[auth.Kind]struct {
 	auth.RateLimited:      {codes.ResourceExhausted, coorderr.RateLimited},
 	auth.StreamLimit:      {codes.ResourceExhausted, coorderr.StreamLimit},
 	auth.WaitLimit:        {codes.ResourceExhausted, coorderr.WaitLimit},
+	auth.JobBytesLimited:  {codes.ResourceExhausted, coorderr.RateLimited},
+	auth.ScheduleQuota:    {codes.ResourceExhausted, coorderr.ScheduleQuota},
 }
 
 // toStatus turns any error of the API, the node, the FSM or auth into a

@@ -52,7 +52,18 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 			return nil, err
 		}
 		resolveDelays(req, specs, cal)
-		r, err := propose[*fsm.SubmitResult](ctx, s.node, &fsmv1.SubmitJobs{Jobs: specs, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules})
+		n := 0
+		for _, sp := range specs {
+			n += len(sp.GetArgs())
+		}
+		if err := s.allowJobBytes(ctx, n); err != nil {
+			return nil, err
+		}
+		r, err := propose[*fsm.SubmitResult](ctx, s.node, &fsmv1.SubmitJobs{Jobs: specs, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules,
+			MaxLiveJobs: s.cfg.Limits.LiveJobsPerIdentity})
+		if rej := (*fsm.Rejection)(nil); errors.As(err, &rej) && rej.Reason == coorderr.JobQuota {
+			s.metrics.limited.WithLabelValues("live_jobs").Inc()
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -413,6 +424,20 @@ func (s *Server) authorizeManage(ctx context.Context, queue string) error {
 		return nil
 	}
 	return s.authorize(c, auth.OpJob, queue, false)
+}
+
+// allowJobBytes takes n job args bytes of the caller's rate on this node,
+// the leader (members are the cluster: no limit).
+func (s *Server) allowJobBytes(ctx context.Context, n int) error {
+	c := auth.CallerOf(ctx)
+	if c.Member {
+		return nil
+	}
+	err := s.limits.AllowJobBytes(c.Identity, n)
+	if err != nil {
+		s.metrics.limited.WithLabelValues("job_bytes").Inc()
+	}
+	return err
 }
 
 // adminAllowed reports whether the ACL lets caller c administer the

@@ -182,9 +182,14 @@ func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleReq
 		if err != nil {
 			return nil, err
 		}
-		put := &fsmv1.PutSchedule{Name: req.GetSpec().GetName(), Spec: sp, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules}
-		if c, err := s.calendars.get(calendarSpec(&fsm.ScheduleSpec{Expr: sp.GetExpr(), TimeZone: sp.GetTimeZone(),
-			WindowLayout: sp.GetWindowLayout(), WindowShiftDays: sp.GetWindowShiftDays()})); err == nil && c.Schedule().OneShot() {
+		put := &fsmv1.PutSchedule{Name: req.GetSpec().GetName(), Spec: sp, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules,
+			MaxSchedules: s.cfg.Limits.SchedulesPerIdentity}
+		if err := s.allowJobBytes(ctx, len(sp.GetJob().GetArgs())); err != nil {
+			return nil, err
+		}
+		newSpec := fsm.ScheduleSpec{Expr: sp.GetExpr(), TimeZone: sp.GetTimeZone(), WindowLayout: sp.GetWindowLayout(),
+			WindowShiftDays: sp.GetWindowShiftDays(), Job: fsm.JobTemplate{Args: sp.GetJob().GetArgs()}}
+		if c, err := s.calendars.get(calendarSpec(&newSpec)); err == nil && c.Schedule().OneShot() {
 			// A new one-shot owes its occurrence even when put just after
 			// it (jobs.At(now)): its mark is just before it, and the
 			// catch-up horizon decides as for any missed occurrence.
@@ -194,7 +199,10 @@ func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleReq
 		}
 		// The access table checked the new queue; replacing a live
 		// schedule also needs the rights on its queue (checked here, on
-		// the leader, and held by the command's guard).
+		// the leader, and held by the command's guard). The rates of the
+		// owner's schedules are judged here too, one put at a time.
+		s.schedulePuts.Lock()
+		defer s.schedulePuts.Unlock()
 		r, err := guardedChange[*fsm.ScheduleResult](ctx, s, func() (any, error) {
 			st, _, err := s.node.Read(ctx, false)
 			if err != nil {
@@ -207,8 +215,18 @@ func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleReq
 				}
 			}
 			put.Guard = scheduleGuard(sc, ok)
+			owner := put.GetIdentity()
+			if ok && !sc.Deleted {
+				owner = sc.CreatedBy // a schedule counts for the identity that created it
+			}
+			if err := s.scheduleRates(ctx, st, owner, put.GetName(), &newSpec); err != nil {
+				return nil, err
+			}
 			return put, nil
 		})
+		if rej := (*fsm.Rejection)(nil); errors.As(err, &rej) && rej.Reason == coorderr.ScheduleQuota {
+			s.metrics.limited.WithLabelValues("schedules").Inc()
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -219,6 +237,39 @@ func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleReq
 		}
 		return &coordv1.PutScheduleResponse{Schedule: s.scheduleToProto(r.Schedule), Created: r.Created, Changed: r.Changed}, nil
 	})
+}
+
+// scheduleRates judges, on the leader, the peak rates of owner's schedules
+// as a put of name with spec would leave them (auth.Limiter.ScheduleRates:
+// jobs/s, and args bytes/s); members and "" (no TLS) are not limited.
+func (s *Server) scheduleRates(ctx context.Context, st *fsm.FSM, owner, name string, spec *fsm.ScheduleSpec) error {
+	lim := s.cfg.Limits
+	if owner == "" || auth.CallerOf(ctx).Member || (lim.ScheduleJobsPerSecond <= 0 && lim.JobBytesPerSecond <= 0) {
+		return nil
+	}
+	jobs, bytes := s.peakRate(spec)
+	for _, sc := range st.SchedulesCreatedBy(owner) {
+		if sc.Name != name {
+			j, b := s.peakRate(&sc.Spec)
+			jobs, bytes = jobs+j, bytes+b
+		}
+	}
+	err := s.limits.ScheduleRates(owner, jobs, bytes)
+	if err != nil {
+		s.metrics.limited.WithLabelValues("schedule_rates").Inc()
+	}
+	return err
+}
+
+// peakRate is a schedule's rate of jobs at its shortest interval, and that
+// weighted by its template's args bytes (0 for a one-shot).
+func (s *Server) peakRate(spec *fsm.ScheduleSpec) (jobs, bytes float64) {
+	c, err := s.calendars.get(calendarSpec(spec))
+	if err != nil || c.Schedule().OneShot() || c.Schedule().Interval() <= 0 {
+		return 0, 0
+	}
+	jobs = 1 / c.Schedule().Interval().Seconds()
+	return jobs, jobs * float64(len(spec.Job.Args))
 }
 
 func (h *schedules) GetSchedule(ctx context.Context, req *coordv1.GetScheduleRequest) (*coordv1.GetScheduleResponse, error) {

@@ -201,6 +201,9 @@ type Server struct {
 	tls    *tlsutil.Reloader // nil without TLS
 	acl    atomic.Pointer[auth.ACL]
 	limits *auth.Limiter
+	// schedulePuts serialises the leader's puts while it judges schedule
+	// rates (scheduleRates), so two puts cannot both pass on the same sum.
+	schedulePuts sync.Mutex
 
 	// dial returns a connection to a member's gRPC address (forwarding,
 	// registration); peerConn, unless a test replaces it.

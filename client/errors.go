@@ -121,6 +121,8 @@ var reasonSentinels = map[coorderr.Reason]error{
 	coorderr.RateLimited:           ErrResourceExhausted,
 	coorderr.StreamLimit:           ErrResourceExhausted,
 	coorderr.WaitLimit:             ErrResourceExhausted,
+	coorderr.JobQuota:              ErrResourceExhausted,
+	coorderr.ScheduleQuota:         ErrResourceExhausted,
 	coorderr.TooEarly:              ErrTooEarly,
 	coorderr.JobNotFound:           ErrJobNotFound,
 	coorderr.AttemptLost:           ErrAttemptLost,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/api"
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/node"
 )
@@ -27,6 +28,9 @@ type options struct {
 	maxLeases                                              uint
 	rateLimit                                              float64
 	burst, maxKA, maxWaits                                 int
+	maxLiveJobs, maxSchedules                              uint
+	jobBytesRate                                           int
+	scheduleJobsRate                                       float64
 	logStore                                               string
 	walSegment                                             int
 	listen                                                 listenLimits
@@ -106,11 +110,19 @@ func parseFlags(args []string) (*options, error) {
 	}
 	f.boolean(&o.insecure, "insecure", "allow plaintext listeners on non-loopback addresses")
 	f.str(&o.aclFile, "acl-file", "", "YAML authorization rules (needs TLS); reloaded on SIGHUP")
-	f.uint32(&o.maxLeases, "limit-leases", "live leases one identity may hold (0: unlimited)")
-	f.float(&o.rateLimit, "limit-rate", "calls per second one identity may make on a node (0: unlimited)")
+	f.uint32(&o.maxLeases, "limit-leases", 0, "live leases one identity may hold (0: unlimited)")
+	f.float(&o.rateLimit, "limit-rate", 0, "calls per second one identity may make on the node it calls, and again on the leader for what a follower forwards there (0: unlimited)")
 	f.int32(&o.burst, "limit-burst", "burst of --limit-rate (default: one second's worth)")
 	f.int32(&o.maxKA, "limit-keepalive-streams", "KeepAlive streams one identity may open on a node (0: unlimited)")
 	f.int32(&o.maxWaits, "limit-waiting-acquires", "Acquire calls with wait one identity may have queued on the leader (0: unlimited)")
+	dl := auth.DefaultLimits()
+	f.uint32(&o.maxLiveJobs, "limit-live-jobs", uint(dl.LiveJobsPerIdentity), "queue jobs not yet final one identity may have submitted, cluster-wide (0: unlimited)")
+	f.uint32(&o.maxSchedules, "limit-schedules", uint(dl.SchedulesPerIdentity), "schedules not deleted one identity may have created, cluster-wide (0: unlimited)")
+	o.jobBytesRate = parse(e, "LIMIT_JOB_BYTES_RATE", int(dl.JobBytesPerSecond), logstore.ParseSize)
+	fs.Var(sizeValue{&o.jobBytesRate}, "limit-job-bytes-rate",
+		"job args bytes per second one identity may submit, judged on the leader (bytes, or with K, M, G); also caps its schedules' args bytes per second at their peak rates (0: unlimited)")
+	f.float(&o.scheduleJobsRate, "limit-schedule-jobs-rate", dl.ScheduleJobsPerSecond,
+		"jobs per second one identity's schedules may make at their peak rates (one per shortest interval), judged on the leader at each put (0: unlimited)")
 	f.str(&o.logStore, "raft-log-store", "", "Raft log store of a new data dir: wal or bolt (default wal); an existing data dir keeps the one it was created with")
 	o.walSegment = parse(e, "RAFT_WAL_SEGMENT_SIZE", logstore.DefaultWALSegmentSize, logstore.ParseSize)
 	fs.Var(sizeValue{&o.walSegment}, "raft-wal-segment-size", "size of the wal store's segment files, preallocated (bytes, or with K, M, G: KiB, MiB, GiB)")
@@ -194,21 +206,21 @@ func (f envFlags) boolean(p *bool, name, usage string) {
 	f.fs.BoolVar(p, name, f.e.boolean(envName(name)), usage)
 }
 
-func (f envFlags) uint32(p *uint, name, usage string) {
-	f.fs.UintVar(p, name, f.e.uint32(envName(name)), usage)
+func (f envFlags) uint32(p *uint, name string, def uint, usage string) {
+	f.fs.UintVar(p, name, f.e.uint32(envName(name), def), usage)
 }
 
 // int32 is uint32 into an int flag.
 func (f envFlags) int32(p *int, name, usage string) {
-	f.fs.IntVar(p, name, int(f.e.uint32(envName(name))), usage)
+	f.fs.IntVar(p, name, int(f.e.uint32(envName(name), 0)), usage)
 }
 
 func (f envFlags) uint64(p *uint64, name string, def uint64, usage string) {
 	f.fs.Uint64Var(p, name, f.e.uint64(envName(name), def), usage)
 }
 
-func (f envFlags) float(p *float64, name, usage string) {
-	f.fs.Float64Var(p, name, f.e.float(envName(name)), usage)
+func (f envFlags) float(p *float64, name string, def float64, usage string) {
+	f.fs.Float64Var(p, name, f.e.float(envName(name), def), usage)
 }
 
 // envReader reads COORDD_<NAME> variables as flag defaults and collects
@@ -253,8 +265,8 @@ func (e *envReader) boolean(name string) bool {
 	return parse(e, name, false, strconv.ParseBool)
 }
 
-func (e *envReader) uint32(name string) uint {
-	return parse(e, name, 0, func(v string) (uint, error) {
+func (e *envReader) uint32(name string, def uint) uint {
+	return parse(e, name, def, func(v string) (uint, error) {
 		n, err := strconv.ParseUint(v, 10, 32)
 		return uint(n), err
 	})
@@ -264,8 +276,8 @@ func (e *envReader) uint64(name string, def uint64) uint64 {
 	return parse(e, name, def, func(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64) })
 }
 
-func (e *envReader) float(name string) float64 {
-	return parse(e, name, 0, func(v string) (float64, error) {
+func (e *envReader) float(name string, def float64) float64 {
+	return parse(e, name, def, func(v string) (float64, error) {
 		f, err := strconv.ParseFloat(v, 64)
 		if err == nil && (f < 0 || math.IsNaN(f) || math.IsInf(f, 0)) {
 			err = errors.New("want a number >= 0")

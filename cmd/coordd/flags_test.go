@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/api"
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/node"
 )
 
@@ -56,6 +57,17 @@ func TestEnvValues(t *testing.T) {
 	if o.rateLimit != 2.5 || !o.pprof || !o.insecure || o.election != 2*time.Second || o.burst != 0 ||
 		o.jobRetention != 48*time.Hour || o.maxFinishedJobs != 5000 {
 		t.Fatalf("%+v", o)
+	}
+	// The quotas have generous defaults (auth.DefaultLimits); 0 turns one off.
+	dl := auth.DefaultLimits()
+	if o.maxLiveJobs != uint(dl.LiveJobsPerIdentity) || o.maxSchedules != uint(dl.SchedulesPerIdentity) ||
+		o.jobBytesRate != int(dl.JobBytesPerSecond) || o.scheduleJobsRate != dl.ScheduleJobsPerSecond || dl.LiveJobsPerIdentity == 0 {
+		t.Fatalf("quota defaults: %+v", o)
+	}
+	t.Setenv("COORDD_LIMIT_JOB_BYTES_RATE", "8M")
+	if o, err = parseFlags([]string{"--limit-live-jobs=0", "--limit-schedule-jobs-rate=0.5"}); err != nil || o.maxLiveJobs != 0 ||
+		o.scheduleJobsRate != 0.5 || o.jobBytesRate != 8<<20 {
+		t.Fatalf("%+v %v", o, err)
 	}
 	// Flags win over the environment.
 	if o, err = parseFlags([]string{"--limit-rate=7", "--enable-pprof=false"}); err != nil || o.rateLimit != 7 || o.pprof {

@@ -96,7 +96,8 @@ func run(args []string) error {
 	srv, err := api.Serve(api.Config{
 		GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, TLS: tlsFiles, Insecure: o.insecure, ACLFile: o.aclFile,
 		Limits: auth.Limits{LeasesPerIdentity: uint32(o.maxLeases), RequestsPerSecond: o.rateLimit, Burst: o.burst,
-			KeepAliveStreams: o.maxKA, WaitingAcquires: o.maxWaits},
+			KeepAliveStreams: o.maxKA, WaitingAcquires: o.maxWaits, LiveJobsPerIdentity: uint32(o.maxLiveJobs),
+			SchedulesPerIdentity: uint32(o.maxSchedules), JobBytesPerSecond: int64(o.jobBytesRate), ScheduleJobsPerSecond: o.scheduleJobsRate},
 		EnablePprof: o.pprof, OpenMetrics: o.openMetrics, Logger: logger, Clock: clk, Metrics: reg,
 		HTTPReadHeaderTimeout: o.listen.readHeader, HTTPReadTimeout: o.listen.read, HTTPWriteTimeout: o.listen.write,
 		HTTPIdleTimeout: o.listen.idle, GRPCConnectionTimeout: o.listen.grpcConnect, GRPCKeepaliveTime: o.listen.grpcPing,

@@ -91,6 +91,8 @@ const (
 	RateLimited                      // over the identity's request rate
 	StreamLimit                      // the identity's KeepAlive streams on this node
 	WaitLimit                        // the identity's waiting Acquire calls
+	JobBytesLimited                  // over the identity's rate of job args bytes
+	ScheduleQuota                    // the identity's schedules would be over their rate quotas
 )
 
 // Error is a refusal of this package. Meta carries facts a caller can act

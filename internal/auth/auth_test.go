@@ -77,6 +77,37 @@ func TestMemberNameOnAClientCertificate(t *testing.T) {
 	}
 }
 
+func TestJobBytesAndScheduleRates(t *testing.T) {
+	l := NewLimiter(Limits{JobBytesPerSecond: 1, ScheduleJobsPerSecond: 2})
+	// The burst is one largest request; nothing is taken on a refusal.
+	if err := l.AllowJobBytes("a", MinJobBytesBurst); err != nil {
+		t.Fatal(err)
+	}
+	err := l.AllowJobBytes("a", 1000)
+	if kindOf(err) != JobBytesLimited || err.(*Error).Meta["limit"] != "job_bytes" {
+		t.Fatalf("over the rate: %v", err)
+	}
+	if err := l.AllowJobBytes("b", 1000); err != nil {
+		t.Fatalf("another identity has its own bucket: %v", err)
+	}
+	if err := l.ScheduleRates("a", 2, 1); err != nil {
+		t.Fatalf("at the limits: %v", err)
+	}
+	for _, tc := range []struct {
+		jobs, bytes float64
+		quota       string
+	}{{2.01, 0, "jobs_rate"}, {1, 1.5, "bytes_rate"}} {
+		err := l.ScheduleRates("a", tc.jobs, tc.bytes)
+		if kindOf(err) != ScheduleQuota || err.(*Error).Meta["quota"] != tc.quota {
+			t.Fatalf("%v jobs/s, %v bytes/s: %v", tc.jobs, tc.bytes, err)
+		}
+	}
+	off := NewLimiter(Limits{})
+	if off.AllowJobBytes("a", 1<<30) != nil || off.ScheduleRates("a", 1e9, 1e9) != nil {
+		t.Fatal("zero limits refuse")
+	}
+}
+
 func TestLimiter(t *testing.T) {
 	l := NewLimiter(Limits{RequestsPerSecond: 0.001, Burst: 2, KeepAliveStreams: 1, WaitingAcquires: 2})
 	for i := 0; i < 2; i++ {
