@@ -201,8 +201,10 @@ func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleReq
 		// schedule also needs the rights on its queue (checked here, on
 		// the leader, and held by the command's guard). The rates of the
 		// owner's schedules are judged here too, one put at a time.
-		s.schedulePuts.Lock()
-		defer s.schedulePuts.Unlock()
+		if lim := s.cfg.Limits; lim.ScheduleJobsPerSecond > 0 || lim.JobBytesPerSecond > 0 {
+			s.schedulePuts.Lock()
+			defer s.schedulePuts.Unlock()
+		}
 		r, err := guardedChange[*fsm.ScheduleResult](ctx, s, func() (any, error) {
 			st, _, err := s.node.Read(ctx, false)
 			if err != nil {

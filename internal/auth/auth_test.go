@@ -106,6 +106,9 @@ func TestJobBytesAndScheduleRates(t *testing.T) {
 	if off.AllowJobBytes("a", 1<<30) != nil || off.ScheduleRates("a", 1e9, 1e9) != nil {
 		t.Fatal("zero limits refuse")
 	}
+	if l.AllowJobBytes("", 1<<30) != nil || l.ScheduleRates("", 1e9, 1e9) != nil {
+		t.Fatal("the anonymous identity (TLS off) is limited")
+	}
 }
 
 func TestLimiter(t *testing.T) {

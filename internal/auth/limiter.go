@@ -85,10 +85,12 @@ func (l *Limiter) bucket(m map[string]*rate.Limiter, identity string, r float64,
 }
 
 // AllowJobBytes takes n job args bytes of identity from its bucket, or
-// refuses them (JobBytesLimited); nothing is taken on a refusal.
+// refuses them (JobBytesLimited); nothing is taken on a refusal. Like the
+// quotas on jobs and schedules it does not apply to "" (TLS off: no
+// tenants to keep apart).
 func (l *Limiter) AllowJobBytes(identity string, n int) error {
 	r := l.cfg.JobBytesPerSecond
-	if r <= 0 || n == 0 {
+	if r <= 0 || n == 0 || identity == "" {
 		return nil
 	}
 	b := l.bucket(l.bytes, identity, float64(r), int(max(r, MinJobBytesBurst)))
@@ -110,6 +112,9 @@ func (l *Limiter) ScheduleRates(identity string, jobsPerSec, bytesPerSec float64
 			Msg: fmt.Sprintf("identity %q's schedules would make %.4g %s at their peak, over its limit of %.4g; nothing changed",
 				identity, got, unit, limit),
 			Meta: map[string]string{"identity": identity, "quota": quota, "limit": strconv.FormatFloat(limit, 'g', -1, 64)}}
+	}
+	if identity == "" {
+		return nil
 	}
 	if r := l.cfg.ScheduleJobsPerSecond; r > 0 && jobsPerSec > r {
 		return refuse("jobs_rate", r, jobsPerSec, "jobs/s")
