@@ -27,6 +27,8 @@ type WatchOption func(*watchOptions)
 
 type watchOptions struct {
 	families []coordv1.WatchFamily
+	jobs     []coordv1.JobState
+	worker   string
 	position uint32
 	initial  bool
 	buffer   int
@@ -36,6 +38,14 @@ type watchOptions struct {
 // leases, windows, fenced resources, queued jobs, schedules).
 func WatchFamilies(f ...coordv1.WatchFamily) WatchOption {
 	return func(o *watchOptions) { o.families = append(o.families, f...) }
+}
+
+// WatchJobs narrows queued jobs' events to jobs in one of states after the
+// change (none: any state) whose last attempt was handed to worker (empty:
+// any worker); other families are not affected. A server that predates
+// the filter sends every job event: check the records.
+func WatchJobs(worker string, states ...coordv1.JobState) WatchOption {
+	return func(o *watchOptions) { o.worker, o.jobs = worker, append(o.jobs, states...) }
 }
 
 // WatchFromPosition starts within the entry at fromIndex, at this position
@@ -113,7 +123,8 @@ func (c *Client) Watch(ctx context.Context, prefix string, fromIndex uint64, opt
 		opt(&o)
 	}
 	w := &Watcher{c: c, ch: make(chan WatchResponse, max(o.buffer, 0))}
-	req := &coordv1.WatchRequest{Prefix: prefix, Families: o.families, StartIndex: fromIndex, StartPosition: o.position, Initial: o.initial}
+	req := &coordv1.WatchRequest{Prefix: prefix, Families: o.families, StartIndex: fromIndex, StartPosition: o.position, Initial: o.initial,
+		JobStates: o.jobs, JobWorkerId: o.worker}
 	go w.run(ctx, req)
 	return w
 }
