@@ -18,7 +18,8 @@ import (
 )
 
 // Handler runs one attempt of a job. Its context is cancelled when the
-// attempt's claim is lost (cause ErrClaimLost), when Worker.Stop gives up
+// attempt's claim is lost (cause ErrClaimLost; also within about a second
+// of the job's cancellation, wrapping client.ErrJobCancelled), when Worker.Stop gives up
 // waiting (cause ErrWorkerShutdown), and after it returns. A nil error
 // completes the job (with the result set by Job.SetResult); an error fails
 // the attempt: retried after the job's backoff while attempts remain,
