@@ -37,6 +37,23 @@ func blocking(ch chan<- started, release <-chan struct{}) Handler {
 	}
 }
 
+// startBlocking starts a worker whose kind "k" handler blocks until its
+// context ends, reporting each start on ch and each return on returned.
+func (h *harness) startBlocking() (w *Worker, ch chan started, returned chan error) {
+	h.t.Helper()
+	ch, returned = make(chan started, 10), make(chan error, 10)
+	w = h.worker()
+	w.Handle("k", func(ctx context.Context, j *Job) error {
+		err := blocking(ch, nil)(ctx, j)
+		returned <- err
+		return err
+	})
+	if err := w.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	return w, ch, returned
+}
+
 // Heartbeats go out at a third of the visibility timeout after the last
 // send, the attempts due together in one call; an acknowledgement moves
 // the local deadline to send time + VT - margin. One Fetch asks for all
@@ -98,17 +115,7 @@ func TestRefusedHeartbeatCancelsHandler(t *testing.T) {
 			Error: &coordv1.JobItemError{Reason: "JOB_CANCELLED", Message: "job 1 was cancelled", Metadata: map[string]string{"job_id": "1"}}}}}, nil
 	}
 	h.f.add("default", "k", nil, 3*time.Second)
-	ch := make(chan started, 1)
-	returned := make(chan error, 1)
-	w := h.worker()
-	w.Handle("k", func(ctx context.Context, j *Job) error {
-		err := blocking(ch, nil)(ctx, j)
-		returned <- err
-		return err
-	})
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
+	w, ch, returned := h.startBlocking()
 	s := recv(t, ch, "start")
 	h.advanceTo(h.at(time.Second))
 	recv(t, h.f.heartbeats, "heartbeat")
@@ -478,17 +485,7 @@ func TestCancellationWatchCancelsHandler(t *testing.T) {
 	release := h.watch.holdFirst()
 	h.f.add("default", "k", nil, 30*time.Second)
 	h.f.add("default", "k", nil, 30*time.Second)
-	ch := make(chan started, 2)
-	returned := make(chan error, 2)
-	w := h.worker()
-	w.Handle("k", func(ctx context.Context, j *Job) error {
-		err := blocking(ch, nil)(ctx, j)
-		returned <- err
-		return err
-	})
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
+	_, ch, returned := h.startBlocking()
 	req := recv(t, h.watch.reqs, "watch")
 	if req.GetPrefix() != "default/" || fmt.Sprint(req.GetFamilies()) != "[WATCH_FAMILY_QUEUE_JOB]" || req.GetJobWorkerId() != "w1" ||
 		fmt.Sprint(req.GetJobStates()) != "[JOB_STATE_CANCELLED]" || req.GetStartIndex() != 0 {
