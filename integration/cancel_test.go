@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,9 +16,11 @@ import (
 // second, not at its next heartbeat: with a visibility timeout of 30 s the
 // heartbeat would come 10 s after the fetch, and the handler's context is
 // done within 1.5 s of the Cancel's send (the worker's cancellation watch),
-// with ErrClaimLost wrapping client.ErrJobCancelled. Again after the
-// leader is stopped (the watch resumes on another node): the second job
-// was fetched before the kill and is cancelled through the new leader.
+// with ErrClaimLost wrapping client.ErrJobCancelled. The watch is served
+// by a follower; the same holds after the node serving it is stopped (the
+// stream breaks and resumes on another node) and after the leader is
+// stopped: each job was fetched before the stop and is cancelled through
+// the leader after it.
 func TestWorkerCancelReachesHandlerPromptly(t *testing.T) {
 	c := testcluster.New(t, 3)
 	cl := newClient(t, c, "ops")
@@ -83,17 +86,45 @@ func TestWorkerCancelReachesHandlerPromptly(t *testing.T) {
 		return lat
 	}
 
-	cancelAndMeasure(submitAndStart(), "steady")
+	// watching is the node that serves the worker's one watch.
+	watching := func() *testcluster.Node {
+		t.Helper()
+		var on *testcluster.Node
+		c.Eventually("the worker's watch on one node", 10*time.Second, func() bool {
+			on = nil
+			n := 0
+			for _, nd := range c.Running() {
+				if k := nd.Node.Watchers(); k > 0 {
+					on, n = nd, n+k
+				}
+			}
+			return n == 1
+		})
+		return on
+	}
+	// stopThenCancel stops node n while a job runs, then cancels the job
+	// through the leader the client finds.
+	stopThenCancel := func(n *testcluster.Node, what string) {
+		t.Helper()
+		r := submitAndStart()
+		c.Stop(n)
+		leader := c.WaitLeader()
+		if _, err := q.Get(ctx, r.id); err != nil { // the client has found the leader
+			t.Fatal(err)
+		}
+		if r.ctx.Err() != nil {
+			t.Fatalf("%s: handler cancelled by the stop: %v", what, context.Cause(r.ctx))
+		}
+		cancelAndMeasure(r, fmt.Sprintf("%s %s stopped (leader %s)", what, n.ID, leader.ID))
+	}
 
-	second := submitAndStart()
-	old := c.WaitLeader()
-	c.Stop(old)
-	leader := c.WaitLeader()
-	if _, err := q.Get(ctx, second.id); err != nil { // the client has found the new leader
-		t.Fatal(err)
+	first := watching()
+	if first == c.WaitLeader() {
+		t.Errorf("the watch is on the leader %s, not a follower", first.ID)
 	}
-	if second.ctx.Err() != nil {
-		t.Fatalf("handler cancelled by the leader change: %v", context.Cause(second.ctx))
-	}
-	cancelAndMeasure(second, "after stopping leader "+old.ID+" (now "+leader.ID+")")
+	cancelAndMeasure(submitAndStart(), "steady, watch on "+first.ID)
+	stopThenCancel(first, "the watch's node") // the stream breaks: it resumes on another node
+	c.Restart(first)
+	c.WaitConverged()
+	stopThenCancel(c.WaitLeader(), "the leader")
 }

@@ -31,7 +31,7 @@ func (w *Worker) watchCancels(s *slots) {
 	defer started()
 	for {
 		wr := w.c.Watch(w.ctx, s.name+"/", 0, client.WatchFamilies(coordv1.WatchFamily_WATCH_FAMILY_QUEUE_JOB),
-			client.WatchJobs(w.o.id, coordv1.JobState_JOB_STATE_CANCELLED))
+			client.WatchJobs(w.o.id, coordv1.JobState_JOB_STATE_CANCELLED), client.WatchOnFollower())
 		for resp := range wr.Responses() {
 			started()
 			for _, e := range resp.Events {
