@@ -142,6 +142,17 @@ func watchFilter(req *coordv1.WatchRequest, fams map[fsm.Family]bool) func(f fsm
 	}
 }
 
+// authorizeWatch authorizes a watch of prefix: read on it (as a list); or,
+// for a watch of queued jobs only, work on it — a worker may fetch those
+// queues' jobs anyway, and the SDK's Worker watches them for its attempts'
+// cancellations.
+func (s *Server) authorizeWatch(identity, prefix string, fams map[fsm.Family]bool) error {
+	if len(fams) == 1 && fams[fsm.FamilyQueueJob] && s.allowed(identity, auth.OpWork, prefix, true) {
+		return nil
+	}
+	return s.authorize(identity, auth.OpRead, prefix, true)
+}
+
 // Watch streams the changes of records under a prefix (see watch.proto).
 func (w *watchService) Watch(req *coordv1.WatchRequest, stream coordv1.Watch_WatchServer) error {
 	s := w.s
@@ -150,7 +161,7 @@ func (w *watchService) Watch(req *coordv1.WatchRequest, stream coordv1.Watch_Wat
 	if err != nil {
 		return toStatus(err)
 	}
-	if err := s.authorize(auth.IdentityOf(ctx), auth.OpRead, req.GetPrefix(), true); err != nil {
+	if err := s.authorizeWatch(auth.IdentityOf(ctx), req.GetPrefix(), fams); err != nil {
 		return toStatus(err)
 	}
 	w.streams.Inc()

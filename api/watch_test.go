@@ -11,6 +11,8 @@ import (
 
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/auth"
+	"github.com/coordd/coordd/internal/tlsutil"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -224,6 +226,51 @@ func TestWatchJobStateAndWorkerFilter(t *testing.T) {
 	}{{jobEvent(1, fsm.JobRunning, "w1"), true}, {jobEvent(1, fsm.JobAvailable), false}, {leaseEvent("a", 1), false}} {
 		if keep(c.e.Family, c.e.Key, c.e.Record) != c.want {
 			t.Errorf("%v: want %v", c.e.Record, c.want)
+		}
+	}
+}
+
+// Under an ACL a watch needs read on its prefix, or — for queued jobs
+// only — work on it: a worker's cancellation watch of the queues it works.
+func TestWatchACL(t *testing.T) {
+	f, w := newWatchFake(t)
+	close(f.feed)
+	w.s.tls = &tlsutil.Reloader{} // identities on; no files are read
+	acl, err := auth.ParseACL([]byte(`
+rules:
+  - name: worker
+    identities: [wrk]
+    ops: [work]
+    prefixes: [billing/]
+  - name: reader
+    identities: [rdr]
+    ops: [read]
+    prefixes: [billing/]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.s.acl.Store(acl)
+	jobs := []coordv1.WatchFamily{fsm.FamilyQueueJob}
+	for _, c := range []struct {
+		id, prefix string
+		fams       []coordv1.WatchFamily
+		ok         bool
+	}{
+		{"wrk", "billing/a/", jobs, true},
+		{"wrk", "billing/a/", nil, false},
+		{"wrk", "billing/a/", []coordv1.WatchFamily{fsm.FamilyQueueJob, fsm.FamilyLease}, false},
+		{"wrk", "payroll/", jobs, false},
+		{"wrk", "", jobs, false},
+		{"rdr", "billing/", nil, true},
+		{"rdr", "billing/a/", jobs, true},
+		{"rdr", "payroll/", jobs, false},
+	} {
+		out := newSink()
+		out.ctx = auth.WithCaller(context.Background(), auth.Caller{Identity: c.id})
+		err := w.Watch(&coordv1.WatchRequest{Prefix: c.prefix, Families: c.fams}, out)
+		if (err == nil) != c.ok || (err != nil && status.Code(err) != codes.PermissionDenied) {
+			t.Errorf("%s watching %q %v: %v", c.id, c.prefix, c.fams, err)
 		}
 	}
 }
