@@ -182,9 +182,11 @@ type WatchRequest struct {
 	JobStates []JobState `protobuf:"varint,6,rep,packed,name=job_states,json=jobStates,proto3,enum=coord.v1.JobState" json:"job_states,omitempty"`
 	// job_worker_id narrows QUEUE_JOB events to jobs whose last attempt was
 	// handed to this worker (Fetch's worker_id); empty: any. The Go SDK's
-	// Worker watches each of its queues ("queue/" prefix) with job_states
-	// CANCELLED and its worker id: it hears of its own running attempts'
-	// cancellations, nothing else, and cancels their handlers at once.
+	// Worker watches each of its queues (prefix "<queue>/", family
+	// QUEUE_JOB) with job_states CANCELLED and its worker id: it hears of its
+	// own attempts' cancellations, nothing else, and cancels their handlers
+	// at once. A watch of QUEUE_JOB only is authorized by work on its prefix
+	// as well as by read.
 	JobWorkerId   string `protobuf:"bytes,7,opt,name=job_worker_id,json=jobWorkerId,proto3" json:"job_worker_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
