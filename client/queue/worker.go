@@ -18,13 +18,13 @@ import (
 )
 
 // Handler runs one attempt of a job. Its context is cancelled when the
-// attempt's claim is lost (cause ErrClaimLost; also within about a second
-// of the job's cancellation, wrapping client.ErrJobCancelled), when Worker.Stop gives up
-// waiting (cause ErrWorkerShutdown), and after it returns. A nil error
-// completes the job (with the result set by Job.SetResult); an error fails
-// the attempt: retried after the job's backoff while attempts remain,
-// unless it is Permanent. A panic fails the attempt (retryable) with the
-// panic value and the stack as its error.
+// attempt's claim is lost (cause ErrClaimLost; within about a second of
+// the job's cancellation, wrapping client.ErrJobCancelled), when
+// Worker.Stop gives up waiting (cause ErrWorkerShutdown), and after it
+// returns. A nil error completes the job (with the result set by
+// Job.SetResult); an error fails the attempt: retried after the job's
+// backoff while attempts remain, unless it is Permanent. A panic fails the
+// attempt (retryable) with the panic value and the stack as its error.
 type Handler func(ctx context.Context, j *Job) error
 
 // Worker fetches jobs from its queues and runs each with the handler of
