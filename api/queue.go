@@ -418,8 +418,14 @@ func (s *Server) authorizeManage(ctx context.Context, queue string) error {
 // adminAllowed reports whether the ACL lets identity administer the
 // cluster (without logging or counting a denial).
 func (s *Server) adminAllowed(identity string) bool {
+	return s.allowed(identity, auth.OpAdmin, "", false)
+}
+
+// allowed reports whether the ACL lets identity do op on name (without
+// logging or counting a denial).
+func (s *Server) allowed(identity string, op auth.Op, name string, list bool) bool {
 	acl := s.acl.Load()
-	return !s.authEnabled() || acl == nil || acl.Authorize(identity, auth.OpAdmin, "", false).Allowed
+	return !s.authEnabled() || acl == nil || acl.Authorize(identity, op, name, list).Allowed
 }
 
 // aclActive reports whether calls are checked against an ACL.

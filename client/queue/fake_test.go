@@ -268,13 +268,66 @@ func (f *fakeQueue) Stats(_ context.Context, r *coordv1.QueueStatsRequest) (*coo
 	return &coordv1.QueueStatsResponse{Queues: []*coordv1.QueueStats{{Queue: r.GetQueue(), Available: 3}}}, nil
 }
 
+// fakeWatch serves coord.v1.Watch: once hold is closed, the first
+// message, then each event the test sends on events, one per message.
+type fakeWatch struct {
+	coordv1.UnimplementedWatchServer
+	reqs   chan *coordv1.WatchRequest
+	events chan *coordv1.WatchEvent
+	mu     sync.Mutex
+	hold   chan struct{}
+}
+
+// holdFirst makes the next watches wait for release before their first
+// message.
+func (f *fakeWatch) holdFirst() (release func()) {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	f.hold = ch
+	f.mu.Unlock()
+	return sync.OnceFunc(func() { close(ch) })
+}
+
+func newFakeWatch() *fakeWatch {
+	f := &fakeWatch{reqs: make(chan *coordv1.WatchRequest, 100), hold: make(chan struct{}), events: make(chan *coordv1.WatchEvent, 100)}
+	close(f.hold)
+	return f
+}
+
+func (f *fakeWatch) Watch(r *coordv1.WatchRequest, s coordv1.Watch_WatchServer) error {
+	f.reqs <- r
+	f.mu.Lock()
+	hold := f.hold
+	f.mu.Unlock()
+	select {
+	case <-hold:
+	case <-s.Context().Done():
+		return nil
+	}
+	if err := s.Send(&coordv1.WatchResponse{ResumeIndex: 1, Synced: true}); err != nil {
+		return err
+	}
+	for i := uint64(1); ; i++ {
+		select {
+		case e := <-f.events:
+			e.Index = i
+			if err := s.Send(&coordv1.WatchResponse{Events: []*coordv1.WatchEvent{e}, ResumeIndex: i + 1, Synced: true}); err != nil {
+				return err
+			}
+		case <-s.Context().Done():
+			return nil
+		}
+	}
+}
+
 // harness: a fake queue on loopback and a client in virtual time.
 type harness struct {
-	t   *testing.T
-	clk *clock.Fake
-	f   *fakeQueue
-	c   *client.Client
-	t0  time.Time
+	t     *testing.T
+	clk   *clock.Fake
+	f     *fakeQueue
+	watch *fakeWatch
+	c     *client.Client
+	t0    time.Time
 }
 
 func newHarness(t *testing.T) *harness {
@@ -288,6 +341,8 @@ func newHarness(t *testing.T) *harness {
 	srv := grpc.NewServer()
 	coordv1.RegisterQueueServer(srv, f)
 	coordv1.RegisterCoordinatorServer(srv, f)
+	fw := newFakeWatch()
+	coordv1.RegisterWatchServer(srv, fw)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	c, err := client.New(context.Background(), []string{lis.Addr().String()}, client.WithClock(clk), client.WithOwner("w1"))
@@ -295,7 +350,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &harness{t: t, clk: clk, f: f, c: c, t0: clk.Now()}
+	return &harness{t: t, clk: clk, f: f, watch: fw, c: c, t0: clk.Now()}
 }
 
 func (h *harness) at(d time.Duration) time.Time { return h.t0.Add(d) }

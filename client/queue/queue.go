@@ -301,8 +301,10 @@ func (q *Client) List(ctx context.Context, f Filter, opts ...client.ReadOption) 
 }
 
 // Cancel cancels a job that is not final: a running attempt ends at once
-// (its worker's next call is refused and the Worker cancels its handler's
-// context). A succeeded or dead job is client.ErrJobFinished; cancelling a
+// on the server (its worker's next call is refused with JOB_CANCELLED); a
+// Worker hears of it on its cancellation watch and cancels the handler's
+// context within about a second (a worker without one: at its next
+// heartbeat). A succeeded or dead job is client.ErrJobFinished; cancelling a
 // cancelled job returns it with Duplicate. Idempotent.
 func (q *Client) Cancel(ctx context.Context, id uint64) (*coordv1.QueueCancelResponse, error) {
 	resp, err := q.q.Cancel(ctx, &coordv1.QueueCancelRequest{Id: id})

@@ -200,7 +200,7 @@ func jobChangeCmd[R interface {
 }
 
 func (a *app) jobCancelCmd() *cobra.Command {
-	return jobChangeCmd(a, "cancel", "Cancel a queued job; a running attempt ends at once (its worker is refused)", "unchanged: already cancelled",
+	return jobChangeCmd(a, "cancel", "Cancel a queued job; a running attempt ends now: a Go SDK worker cancels its handler within about a second, other workers learn it at their next heartbeat (refused: JOB_CANCELLED)", "unchanged: already cancelled",
 		func(ctx context.Context, id uint64) (*coordv1.QueueCancelResponse, error) {
 			return a.client.Queue().Cancel(ctx, &coordv1.QueueCancelRequest{Id: id})
 		})
