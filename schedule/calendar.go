@@ -73,7 +73,7 @@ func (c *Calendar) Next(after int64, n int) []Occurrence {
 	var out []Occurrence
 	for len(out) < n {
 		o, ok := c.s.nextAfter(after)
-		if !ok {
+		if !ok || o.at <= after { // never trust a step to move forward
 			break
 		}
 		out = append(out, c.occurrence(o))
@@ -90,7 +90,7 @@ func (c *Calendar) Prev(before int64, n int) []Occurrence {
 	y := before - 1
 	for len(out) < n {
 		o, ok := c.s.atOrBefore(y)
-		if !ok {
+		if !ok || o.at > y {
 			break
 		}
 		out = append(out, c.occurrence(o))
@@ -225,7 +225,7 @@ func (c *Calendar) Due(lastMaterialised, now int64, horizon, startingDeadline ti
 	x := max64(lastMaterialised, cStart-1)
 	for examined := 0; ; examined++ {
 		o, ok := c.s.nextAfter(x)
-		if !ok || o.at > now {
+		if !ok || o.at > now || o.at <= x {
 			break
 		}
 		if examined == max {

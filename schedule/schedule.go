@@ -166,7 +166,7 @@ func (s *Schedule) Between(from, to time.Time, max int) []time.Time {
 	var rev []time.Time
 	for len(rev) < max {
 		o, ok := s.atOrBefore(hi)
-		if !ok || o.at <= lo {
+		if !ok || o.at <= lo || o.at > hi {
 			break
 		}
 		rev = append(rev, time.UnixMilli(o.at).In(s.loc))
