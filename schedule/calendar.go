@@ -7,7 +7,8 @@ import (
 
 // Spec is what the calendar needs to know about a schedule object.
 type Spec struct {
-	// Expr is a cron expression (5 fields, or 6 with seconds first), a
+	// Expr is a cron expression (5 fields; "@seconds" and 6 fields for a
+	// seconds field first), a
 	// descriptor (@daily, @hourly, @every 30s, …) or "@once <RFC3339>".
 	Expr string
 	// TimeZone is an IANA zone name; empty means UTC.

@@ -15,8 +15,8 @@ func TestDueOutageCatchUp(t *testing.T) {
 	now := last + 3*86400_000
 	for _, tc := range []struct{ expr, tz, firstKey string }{
 		{"@every 1s", "UTC", "2026-09-22T10:00:01"},
-		{"* * * * * *", "UTC", "2026-09-22T10:00:01"},
-		{"* * * * * *", "Europe/Berlin", "2026-09-22T12:00:01"},
+		{"@seconds * * * * * *", "UTC", "2026-09-22T10:00:01"},
+		{"@seconds * * * * * *", "Europe/Berlin", "2026-09-22T12:00:01"},
 	} {
 		c := mustCal(t, tc.expr, tc.tz, Window{})
 		d, err := c.Due(last, now, 24*time.Hour, 0, 1000)
@@ -134,7 +134,7 @@ func TestDueNoCliff(t *testing.T) {
 // listing them: every real second is an occurrence, except the seconds of
 // each repeated hour (wall times run once) — 10 fall-backs × 3,600.
 func TestDueTenYearsIsBounded(t *testing.T) {
-	c := mustCal(t, "* * * * * *", "Europe/Berlin", Window{})
+	c := mustCal(t, "@seconds * * * * * *", "Europe/Berlin", Window{})
 	last, now := utc("2016-01-01T00:00:00Z"), utc("2026-01-01T00:00:00Z")
 	d, err := c.Due(last, now, time.Hour, 0, 10)
 	if err != nil {

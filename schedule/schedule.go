@@ -19,13 +19,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/robfig/cron/v3"
 )
-
-// parser accepts 5 fields, an optional leading seconds field, and
-// descriptors (@daily, @hourly, …); "@every" is handled here.
-var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // OncePrefix marks a one-shot schedule: "@once 2026-09-25T10:00:00Z"
 // (fractional seconds allowed).
@@ -56,8 +50,8 @@ type Schedule struct {
 	interval time.Duration
 }
 
-// Parse reads a cron expression (5 fields, or 6 with seconds first), a
-// descriptor (@daily, @hourly, @every 30s, …) or "@once <RFC3339>", in the
+// Parse reads a cron expression (5 fields; "@seconds" and 6 fields for a
+// seconds field first), a descriptor (@daily, @hourly, @every 30s, …) or "@once <RFC3339>", in the
 // IANA zone tz (empty means UTC). Errors wrap ErrInvalid.
 func Parse(expr, tz string) (*Schedule, error) {
 	loc := time.UTC
@@ -95,15 +89,11 @@ func Parse(expr, tz string) (*Schedule, error) {
 		s.kind, s.every, s.interval = kindEvery, int64(d/time.Second), d
 		return s, nil
 	}
-	c, err := parser.Parse(s.expr)
+	spec, err := parseCron(s.expr)
 	if err != nil {
 		return nil, invalid("schedule", fmt.Sprintf("%q: %v", s.expr, err))
 	}
-	spec, ok := c.(*cron.SpecSchedule)
-	if !ok {
-		return nil, invalid("schedule", fmt.Sprintf("%q: not a calendar expression", s.expr))
-	}
-	s.kind, s.spec = kindCron, newCronSpec(spec)
+	s.kind, s.spec = kindCron, spec
 	s.interval = s.measureInterval()
 	if s.interval <= 0 {
 		return nil, invalid("schedule", fmt.Sprintf("%q never fires", s.expr))

@@ -284,10 +284,15 @@ type ScheduleSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name: 1 to 128 bytes of [A-Za-z0-9._:-]. Required.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// schedule is a cron expression (5 fields, or 6 with seconds first), a
+	// schedule is a cron expression of 5 fields (minute hour day-of-month
+	// month day-of-week; names jan..dec and sun..sat, 0 or 7 for Sunday), a
 	// descriptor (@hourly, @daily, @weekly, @monthly, @yearly), "@every
 	// <duration>" (whole seconds, at least 1 s) or "@once <RFC 3339 time>".
-	// Required.
+	// A seconds field is given only after a prefix: "@seconds 5 0 * * * *"
+	// (seconds first, then the 5 fields); a bare six-field expression is
+	// refused (in Quartz the first field is seconds, in AWS EventBridge the
+	// last is a year, and usually it is a typo). Errors name the field and
+	// the token. Required.
 	Schedule string `protobuf:"bytes,2,opt,name=schedule,proto3" json:"schedule,omitempty"`
 	// time_zone is an IANA zone name (default UTC): of the expression and of
 	// the window keys.
