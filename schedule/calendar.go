@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -15,6 +16,40 @@ type Spec struct {
 	TimeZone string
 	// Window makes window keys (zero: the schedule's granularity, no shift).
 	Window Window
+	// DST is what a cron expression does when the clocks change (zero:
+	// DSTAuto, cronie's rule). @every and @once ignore it.
+	DST DSTPolicy
+}
+
+// DSTPolicy says what a cron expression does at DST changes (DESIGN.md,
+// "Occurrences and DST").
+type DSTPolicy uint8
+
+const (
+	// DSTAuto is cronie's rule: DSTCadence when the minute or hour field
+	// starts with a wildcard ("*/15 * * * *", "0 * * * *", @hourly),
+	// DSTWallTime otherwise ("30 1 * * *", @daily).
+	DSTAuto DSTPolicy = iota
+	// DSTWallTime: each wall-clock time runs once. A repeated one runs at
+	// its first instant only; a skipped one runs when the gap ends.
+	DSTWallTime
+	// DSTCadence follows the clock: an instant runs when the zone's clock
+	// shows a slot. A repeated wall time runs at both instants (the second
+	// pass's window keys carry the offset); a skipped one does not run
+	// (one DST_GAP record), as the clock never shows it.
+	DSTCadence
+)
+
+func (p DSTPolicy) String() string {
+	switch p {
+	case DSTAuto:
+		return "AUTO"
+	case DSTWallTime:
+		return "WALL_TIME"
+	case DSTCadence:
+		return "CADENCE"
+	}
+	return "UNKNOWN"
 }
 
 // Calendar is a schedule with its window layout, in Unix milliseconds of
@@ -29,7 +64,10 @@ type Calendar struct {
 // Compile validates a schedule and its window. Errors wrap ErrInvalid and
 // name the field (*InvalidError).
 func Compile(spec Spec) (*Calendar, error) {
-	s, err := Parse(spec.Expr, spec.TimeZone)
+	if spec.DST > DSTCadence {
+		return nil, invalid("dst_policy", fmt.Sprintf("unknown value %d", spec.DST))
+	}
+	s, err := parse(spec.Expr, spec.TimeZone, spec.DST)
 	if err != nil {
 		return nil, err
 	}
@@ -108,8 +146,7 @@ func (c *Calendar) Count(after, through int64) int64 { return c.s.count(after, t
 // Key is the window key of an instant as a scheduled occurrence at that
 // instant would have it.
 func (c *Calendar) Key(at int64) string {
-	t := floorDiv(at, 1000)
-	return c.s.keyOf(occ{at: t * 1000, wall: c.s.wallOf(t)}, c.win)
+	return c.s.keyOf(c.s.occAt(floorDiv(at, 1000)), c.win)
 }
 
 // Trigger is a manual occurrence at instant at (Unix ms, stamped by the
@@ -293,7 +330,7 @@ func (c *Calendar) gapSkip(d *Due, g gap) {
 	}
 	first, _ := c.s.spec.nextSlot(g.from)
 	last, _ := c.s.spec.prevSlot(g.to - 1)
-	if rep, moved := c.s.gapRep(g); moved { // the last slot runs; the one before is the last skipped
+	if rep, moved := c.s.gapRep(g); moved && !c.s.cadence { // the last slot runs; the one before is the last skipped
 		last, _ = c.s.spec.prevSlot(rep - 1)
 	}
 	d.Skipped = append(d.Skipped, Skipped{Reason: SkipDSTGap, First: g.at * 1000, Last: g.at * 1000, Count: n,

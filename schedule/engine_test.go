@@ -85,8 +85,13 @@ func TestEngineConsistentAcrossDST(t *testing.T) {
 		"America/Sao_Paulo":   {"2018-11-04T03:00:00Z", "2019-02-17T02:00:00Z"},
 	}
 	for tz, transitions := range zones {
-		for _, expr := range append(exprs, "@every 1m", "@every 7s", "@every 1h") {
+		for i, expr := range append(exprs, "@every 1m", "@every 7s", "@every 1h") {
+			// Each expression under its default policy, and every other
+			// one under the policy it does not default to.
 			c := mustCal(t, expr, tz, Window{})
+			if i%2 == 1 && c.s.kind == kindCron {
+				c = mustCalDST(t, expr, tz, Window{}, DSTWallTime+DSTCadence-c.s.DST())
+			}
 			short := c.s.Interval() < time.Minute
 			for _, tr := range transitions {
 				span := int64(86400_000)

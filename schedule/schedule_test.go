@@ -100,21 +100,24 @@ func TestDSTTransitions(t *testing.T) {
 	if want := time.Date(2026, 3, 8, 7, 0, 0, 0, time.UTC); !gap.Equal(want) {
 		t.Fatalf("02:30 on 2026-03-08 ran at %s, want %s (03:00 EDT)", gap, want)
 	}
-	// Hourly expressions are wall times too: across the fall-back hour
-	// 01:00 runs once, and a layout with the offset changes nothing.
-	s := must(t, "0 * * * *", "America/New_York")
-	occs := s.Between(time.Date(2026, 11, 1, 0, 30, 0, 0, ny), time.Date(2026, 11, 1, 3, 30, 0, 0, ny), 10)
-	if len(occs) != 3 { // 01:00 EDT, 02:00 EST, 03:00 EST over four real hours
-		t.Fatalf("hourly across fall-back: %v", occs)
-	}
-	keys := map[string]int{}
-	for _, o := range occs {
-		keys[s.Key(o, Window{Layout: "2006-01-02T15Z07"})]++
-		keys[s.Key(o, Window{})]++
-	}
-	for k, n := range keys {
-		if n != 1 {
-			t.Fatalf("%s seen %d times (%v)", k, n, occs)
+	// Hourly under DSTWallTime: across the fall-back hour 01:00 runs once,
+	// and a layout with the offset changes nothing. Under the default
+	// (a wildcard hour: cadence) it runs at both 01:00s, an hour apart.
+	for dst, n := range map[DSTPolicy]int{DSTWallTime: 3, DSTAuto: 4} {
+		c, _ := Compile(Spec{Expr: "0 * * * *", TimeZone: "America/New_York", DST: dst})
+		s := c.Schedule()
+		occs := s.Between(time.Date(2026, 11, 1, 0, 30, 0, 0, ny), time.Date(2026, 11, 1, 3, 30, 0, 0, ny), 10)
+		if len(occs) != n { // 01:00 EDT, (01:00 EST), 02:00 EST, 03:00 EST over four real hours
+			t.Fatalf("%s: hourly across fall-back: %v", dst, occs)
+		}
+		for _, layout := range []string{"2006-01-02T15Z07", ""} {
+			keys := map[string]int{}
+			for _, o := range occs {
+				keys[s.Key(o, Window{Layout: layout})]++
+			}
+			if len(keys) != n {
+				t.Fatalf("%s %q: keys %v (%v)", dst, layout, keys, occs)
+			}
 		}
 	}
 }

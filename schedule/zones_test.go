@@ -98,10 +98,21 @@ func allZones(t testing.TB) []string {
 	return zoneNames
 }
 
-// fuzzExprs are the expressions the all-zones checks use: a wildcard
-// hourly and quarter-hourly (cadence under the default DST policy), a
-// fixed time, and @every.
-var fuzzExprs = []string{"0 * * * *", "*/15 * * * *", "30 2 * * *", "@every 1h"}
+// fuzzSpecs are the schedules the all-zones checks use: a wildcard hourly
+// and quarter-hourly (DSTCadence under the default policy), a fixed time
+// (DSTWallTime), each under the other policy too, and @every.
+var fuzzSpecs = []Spec{{Expr: "0 * * * *"}, {Expr: "*/15 * * * *"}, {Expr: "30 2 * * *"}, {Expr: "@every 1h"},
+	{Expr: "0 * * * *", DST: DSTWallTime}, {Expr: "30 2 * * *", DST: DSTCadence}, {Expr: "*/20 1-3 * * *", DST: DSTWallTime}}
+
+func fuzzCal(t testing.TB, i int, tz string) *Calendar {
+	sp := fuzzSpecs[i]
+	sp.TimeZone = tz
+	c, err := Compile(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 var (
 	minFuzz = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
@@ -112,7 +123,7 @@ var (
 // against each other, each call within callLimit.
 func checkAround(t testing.TB, c *Calendar, x int64) {
 	t.Helper()
-	what := c.s.String() + " in " + c.s.Location().String() + " at " + fmtMs(x)
+	what := c.s.String() + " (" + c.s.DST().String() + ") in " + c.s.Location().String() + " at " + fmtMs(x)
 	var next, prev, after []Occurrence
 	var n1, n2, n3 int64
 	var d Due
@@ -174,9 +185,9 @@ func TestCalendarAllZones(t *testing.T) {
 	zones := allZones(t)
 	rng := rand.New(rand.NewSource(23))
 	for _, tz := range zones {
-		cals := make([]*Calendar, len(fuzzExprs))
-		for i, e := range fuzzExprs {
-			cals[i] = mustCal(t, e, tz, Window{})
+		cals := make([]*Calendar, len(fuzzSpecs))
+		for i := range fuzzSpecs {
+			cals[i] = fuzzCal(t, i, tz)
 		}
 		xs := []int64{utc("2040-12-31T12:00:00Z"), minFuzz + rng.Int63n(maxFuzz-minFuzz)}
 		y := minFuzz + rng.Int63n(maxFuzz-minFuzz)
@@ -207,12 +218,12 @@ func FuzzCalendarZones(f *testing.F) {
 	cache := map[[2]int]*Calendar{}
 	var mu sync.Mutex
 	f.Fuzz(func(t *testing.T, zi uint16, at int64, ei uint8) {
-		z, e := int(zi)%len(zones), int(ei)%len(fuzzExprs)
+		z, e := int(zi)%len(zones), int(ei)%len(fuzzSpecs)
 		mu.Lock()
 		c, ok := cache[[2]int{z, e}]
 		mu.Unlock()
 		if !ok {
-			c = mustCal(t, fuzzExprs[e], zones[z], Window{})
+			c = fuzzCal(t, e, zones[z])
 			mu.Lock()
 			cache[[2]int{z, e}] = c
 			mu.Unlock()
