@@ -22,7 +22,9 @@ type Spec struct {
 }
 
 // DSTPolicy says what a cron expression does at DST changes (DESIGN.md,
-// "Occurrences and DST").
+// "Occurrences and DST"). The values are those of the wire enum
+// ScheduleDstPolicy (UNSPECIFIED, WALL_TIME, CADENCE), so a stored policy
+// converts by a cast.
 type DSTPolicy uint8
 
 const (
