@@ -144,6 +144,9 @@ func checkAround(t testing.TB, c *Calendar, x int64) {
 		if o.At <= x || (i > 0 && o.At <= next[i-1].At) {
 			t.Fatalf("%s: Next = %+v", what, next)
 		}
+		if c.s.kind == kindCron && c.s.cadence && !c.s.spec.isSlot(c.s.z.wall(o.At/1000)) {
+			t.Fatalf("%s: cadence occurrence %+v: the clock does not show a slot", what, o)
+		}
 	}
 	for i, o := range prev {
 		if o.At >= x || (i > 0 && o.At >= prev[i-1].At) {
