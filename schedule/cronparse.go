@@ -131,10 +131,7 @@ func (fd cronField) element(el string) (uint64, error) {
 	star := rng == "*" || rng == "?"
 	switch {
 	case star:
-		lo, hi = fd.min, fd.max
-		if fd.name == dowField.name {
-			hi = 6 // 7 is Sunday again
-		}
+		lo, hi = fd.min, fd.top()
 	default:
 		a, b, isRange := strings.Cut(rng, "-")
 		var err error
@@ -150,7 +147,7 @@ func (fd cronField) element(el string) (uint64, error) {
 				return 0, fmt.Errorf("%q: the range ends before it starts", el)
 			}
 		} else if hasStep {
-			hi = fd.max
+			hi = fd.top() // "a/n": from a to the last value by n
 		}
 	}
 	var bits uint64
@@ -165,6 +162,15 @@ func (fd cronField) element(el string) (uint64, error) {
 		bits |= starBit
 	}
 	return bits, nil
+}
+
+// top is the last value "*" and "a/n" run to: the maximum, except for the
+// day of week, where 7 is Sunday again (0).
+func (fd cronField) top() int {
+	if fd.name == dowField.name {
+		return 6
+	}
+	return fd.max
 }
 
 // value reads one value: a number in the field's range or a name.

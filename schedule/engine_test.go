@@ -3,6 +3,7 @@ package schedule
 import (
 	"fmt"
 	"math/rand"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -201,5 +202,82 @@ func TestEverySlotAccountedFor(t *testing.T) {
 				t.Fatalf("%s %s: slot %s accounted %d times", tc.expr, tc.tz, w, seen[w])
 			}
 		}
+	}
+}
+
+// The parser (cronparse.go) agrees with robfig/cron's on random
+// expressions: both refuse, or both find the same times (UTC). Day 7 is
+// left out (Sunday here, refused by robfig/cron), as are six fields
+// (refused here unless after @seconds).
+func TestParserMatchesRobfig(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	names := [][]string{nil, nil, nil, {"jan", "FEB", "Mar", "dec"}, {"sun", "MON", "Fri", "sat"}}
+	max := []int{59, 23, 31, 12, 6}
+	min := []int{0, 0, 1, 1, 0}
+	part := func(f int) string {
+		v := func() string {
+			if names[f] != nil && rng.Intn(3) == 0 {
+				return names[f][rng.Intn(len(names[f]))]
+			}
+			return strconv.Itoa(min[f] + rng.Intn(max[f]-min[f]+2)) // sometimes one above the range
+		}
+		switch rng.Intn(7) {
+		case 0:
+			return "*"
+		case 1:
+			return "*/" + strconv.Itoa(rng.Intn(25))
+		case 2:
+			return v() + "-" + v()
+		case 3:
+			return v() + "-" + v() + "/" + strconv.Itoa(1+rng.Intn(5))
+		case 4:
+			return v() + "/" + strconv.Itoa(1+rng.Intn(9))
+		case 5:
+			return "?"
+		}
+		return v()
+	}
+	agree, refused := 0, 0
+	for i := 0; i < 3000; i++ {
+		var fields []string
+		for f := 0; f < 5; f++ {
+			els := []string{part(f)}
+			for rng.Intn(4) == 0 {
+				els = append(els, part(f))
+			}
+			fields = append(fields, strings.Join(els, ","))
+		}
+		expr := strings.Join(fields, " ")
+		if strings.Contains(fields[4], "7") {
+			continue
+		}
+		ours, err1 := Parse(expr, "UTC")
+		ref, err2 := robfigParse(expr)
+		if err1 != nil && err2 == nil && strings.HasSuffix(err1.Error(), "never fires") &&
+			ref.Next(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
+			continue // 31 April: robfig/cron parses it and never finds a time
+		}
+		if (err1 == nil) != (err2 == nil) {
+			t.Fatalf("%q: ours %v, robfig/cron %v", expr, err1, err2)
+		}
+		if err1 != nil {
+			refused++
+			continue
+		}
+		at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		want, got := at, at
+		for k := 0; k < 20; k++ {
+			want, got = ref.Next(want), ours.Next(got)
+			if want.IsZero() {
+				break // robfig/cron searches 5 years only
+			}
+			if !want.Equal(got) {
+				t.Fatalf("%q after %s: robfig/cron %s, ours %s", expr, at, want, got)
+			}
+		}
+		agree++
+	}
+	if agree < 300 || refused < 300 {
+		t.Fatalf("%d agreed, %d refused: the generator is off", agree, refused)
 	}
 }
