@@ -68,6 +68,8 @@ func parseCron(expr string) (cronSpec, error) {
 	case len(f) == 6:
 		return cronSpec{}, fmt.Errorf("6 fields: a cron expression has 5 (%s); for a seconds field first, write %q",
 			fiveFields, SecondsPrefix+strings.Join(f, " "))
+	case len(f) == 1:
+		return cronSpec{}, fmt.Errorf("1 field: a cron expression has 5 (%s), or is a descriptor such as @daily", fiveFields)
 	case len(f) != 5:
 		return cronSpec{}, fmt.Errorf("%d fields: a cron expression has 5 (%s)", len(f), fiveFields)
 	}
