@@ -57,7 +57,7 @@ func (s *Schedule) nextAfter(x int64) (occ, bool) {
 		if !ok {
 			return occ{}, false
 		}
-		return occ{at: t * 1000, wall: s.z.wall(t), second: s.secondPass(t)}, true
+		return s.occAt(t), true
 	}
 	// Slots due by x are those up to wallHigh(x); the next occurrence is
 	// the first slot above.
@@ -86,7 +86,7 @@ func (s *Schedule) atOrBefore(y int64) (occ, bool) {
 		if !ok {
 			return occ{}, false
 		}
-		return occ{at: t * 1000, wall: s.z.wall(t), second: s.secondPass(t)}, true
+		return s.occAt(t), true
 	}
 	sl, ok := s.spec.prevSlot(s.z.wallHigh(floorDiv(y, 1000)))
 	if !ok {

@@ -55,9 +55,9 @@ type Schedule struct {
 }
 
 // Parse reads a cron expression (5 fields; "@seconds" and 6 fields for a
-// seconds field first), a descriptor (@daily, @hourly, @every 30s, …) or "@once <RFC3339>", in the
-// IANA zone tz (empty means UTC), with the default DST policy (DSTAuto).
-// Errors wrap ErrInvalid.
+// seconds field first), a descriptor (@daily, @hourly, @every 30s, …) or
+// "@once <RFC3339>", in the IANA zone tz (empty means UTC), with the
+// default DST policy (DSTAuto). Errors wrap ErrInvalid.
 func Parse(expr, tz string) (*Schedule, error) { return parse(expr, tz, DSTAuto) }
 
 func parse(expr, tz string, dst DSTPolicy) (*Schedule, error) {
