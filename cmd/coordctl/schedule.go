@@ -28,10 +28,23 @@ func parseOverlap(s string) (coordv1.ScheduleOverlap, error) {
 	return coordv1.ScheduleOverlap(v), nil
 }
 
+// parseDSTPolicy reads --dst-policy: auto (cronie's rule), wall-time or
+// cadence.
+func parseDSTPolicy(s string) (coordv1.ScheduleDstPolicy, error) {
+	if s == "auto" {
+		return coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED, nil
+	}
+	v, ok := coordv1.ScheduleDstPolicy_value["SCHEDULE_DST_POLICY_"+strings.ToUpper(strings.ReplaceAll(s, "-", "_"))]
+	if !ok || v == 0 {
+		return 0, fmt.Errorf("--dst-policy %q: want auto, wall-time or cadence", s)
+	}
+	return coordv1.ScheduleDstPolicy(v), nil
+}
+
 func (a *app) scheduleCreateCmd() *cobra.Command {
 	var (
 		spec                          = &coordv1.ScheduleSpec{Job: &coordv1.JobTemplate{}}
-		args, overlap                 string
+		args, overlap, dst            string
 		deadline, catchUp, within, vt time.Duration
 		attempts, prio                int32
 		labels                        []string
@@ -44,6 +57,9 @@ func (a *app) scheduleCreateCmd() *cobra.Command {
 			return fmt.Errorf("--args %q: not valid JSON", args)
 		}
 		if _, err := parseOverlap(overlap); err != nil {
+			return err
+		}
+		if _, err := parseDSTPolicy(dst); err != nil {
 			return err
 		}
 		for _, d := range []struct {
@@ -65,6 +81,7 @@ func (a *app) scheduleCreateCmd() *cobra.Command {
 		func(ctx context.Context, pos []string) error {
 			spec.Name = pos[0]
 			spec.Overlap, _ = parseOverlap(overlap)
+			spec.DstPolicy, _ = parseDSTPolicy(dst)
 			spec.StartingDeadlineMs, spec.CatchUpMs, spec.CompleteWithinMs = deadline.Milliseconds(), catchUp.Milliseconds(), within.Milliseconds()
 			spec.Job.VisibilityTimeoutMs, spec.Job.MaxAttempts, spec.Job.Priority = vt.Milliseconds(), attempts, prio
 			if args != "" {
@@ -86,8 +103,9 @@ func (a *app) scheduleCreateCmd() *cobra.Command {
 		})
 	cmd.Long = `Creates the schedule NAME, or updates it: the same definition again changes
 nothing. From then on the leader makes one job of kind KIND in queue Q for
-every occurrence of the expression in the zone (cron with 5 or 6 fields,
-@daily, @every 30s, @once 2026-09-26T02:00:00Z), with the occurrence's
+every occurrence of the expression in the zone (cron with 5 fields, or
+"@seconds" and 6 with seconds first; @daily, @every 30s,
+@once 2026-09-26T02:00:00Z), with the occurrence's
 window in its labels (coordd.schedule, coordd.window, coordd.occurrence_ms).
 A worker of the queue runs it. Occurrences missed while the cluster was down
 are made up to --catch-up ago; older ones, and those past --starting-deadline,
@@ -101,6 +119,7 @@ the previous job).`
 	f.StringVar(&spec.Job.Queue, "queue", "", `the jobs' queue (default "default")`)
 	f.StringVar(&args, "args", "", "the jobs' parameters, JSON (the same for every occurrence)")
 	f.StringVar(&overlap, "overlap", "forbid", "while the previous job is not final: forbid (skip), allow, replace (cancel it)")
+	f.StringVar(&dst, "dst-policy", "auto", "at DST changes: wall-time (each wall time once), cadence (follow the clock), auto (cadence if the minute or hour field is *)")
 	f.DurationVar(&deadline, "starting-deadline", 0, "skip an occurrence not made within this long after its time (default none)")
 	f.DurationVar(&catchUp, "catch-up", 0, "after an outage, make missed occurrences up to this long ago (default max(1h, one interval))")
 	f.DurationVar(&within, "complete-within", 0, "an occurrence whose job is not final this long after it is overdue (default one interval)")
