@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/coordd/coordd/client"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -30,12 +32,26 @@ func (e *opError) Error() string {
 }
 func (e *opError) Unwrap() error { return e.err }
 
-// render is the message after the op, with what the watcher learned.
+// render is the message after the op, with what the watcher learned. An
+// outcome left unknown gets generic advice (commands with an idempotency
+// handle give their own, naming the flag: uncertain).
 func (e *opError) render(a *app) string {
-	if e.msg != "" {
+	switch {
+	case e.msg != "":
 		return e.msg
+	case errors.Is(e.err, client.ErrUnknownOutcome):
+		return a.uncertain(e.err, "look (get, list) before repeating the command")
 	}
 	return a.watch.explain(e.err, a.timeout)
+}
+
+// uncertain renders an error after which the command may have been
+// applied: what happened (without the server's advice to retry with a
+// request id, which a command without one cannot follow) and advice, what
+// to do with coordctl's flags.
+func (a *app) uncertain(err error, advice string) string {
+	what, _, _ := strings.Cut(a.watch.explain(err, a.timeout), "; the outcome is unknown")
+	return what + "; the outcome is unknown (it may have been applied): " + advice
 }
 
 func fail(op string, err error) error {
