@@ -3813,9 +3813,13 @@ type PutSchedule struct {
 	// last-materialised mark of a new schedule instead of the stamp: the
 	// server sets it just before a one-shot's time, so that a one-shot put
 	// shortly after its time still runs (within the catch-up horizon).
-	MarkMs        int64 `protobuf:"varint,4,opt,name=mark_ms,json=markMs,proto3" json:"mark_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MarkMs int64 `protobuf:"varint,4,opt,name=mark_ms,json=markMs,proto3" json:"mark_ms,omitempty"`
+	// create_only and expected_revision: PutScheduleRequest's
+	// preconditions (schedules.proto), checked when applied.
+	CreateOnly       bool   `protobuf:"varint,5,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
+	ExpectedRevision uint64 `protobuf:"varint,6,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PutSchedule) Reset() {
@@ -3872,6 +3876,20 @@ func (x *PutSchedule) GetIdentity() string {
 func (x *PutSchedule) GetMarkMs() int64 {
 	if x != nil {
 		return x.MarkMs
+	}
+	return 0
+}
+
+func (x *PutSchedule) GetCreateOnly() bool {
+	if x != nil {
+		return x.CreateOnly
+	}
+	return false
+}
+
+func (x *PutSchedule) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
 	}
 	return 0
 }
@@ -5003,12 +5021,15 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x14starting_deadline_ms\x18\x06 \x01(\x03R\x12startingDeadlineMs\x12\x1e\n" +
 	"\vcatch_up_ms\x18\a \x01(\x03R\tcatchUpMs\x12,\n" +
 	"\x12complete_within_ms\x18\b \x01(\x03R\x10completeWithinMs\x127\n" +
-	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"\x86\x01\n" +
+	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"\xd4\x01\n" +
 	"\vPutSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1a.coord.fsm.v1.ScheduleSpecR\x04spec\x12\x1a\n" +
 	"\bidentity\x18\x03 \x01(\tR\bidentity\x12\x17\n" +
-	"\amark_ms\x18\x04 \x01(\x03R\x06markMs\"@\n" +
+	"\amark_ms\x18\x04 \x01(\x03R\x06markMs\x12\x1f\n" +
+	"\vcreate_only\x18\x05 \x01(\bR\n" +
+	"createOnly\x12+\n" +
+	"\x11expected_revision\x18\x06 \x01(\x04R\x10expectedRevision\"@\n" +
 	"\x0eDeleteSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\"W\n" +
