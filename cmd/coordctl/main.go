@@ -157,7 +157,7 @@ so once on stderr).`,
 			a.jobSubmitCmd(), a.jobGetCmd(), a.jobListCmd(), a.jobCancelCmd(), a.jobRetryCmd(), a.jobWatchCmd(), a.jobOverdueCmd()),
 		group("queue", "The job queue's counts per state and dispatch lag", a.queueStatsCmd()),
 		group("schedule", "Recurring jobs: one queue job per occurrence of a cron expression, made by the leader",
-			a.scheduleCreateCmd(), a.scheduleGetCmd(), a.scheduleListCmd(), a.schedulePauseCmd(), a.scheduleResumeCmd(),
+			a.scheduleCreateCmd(), a.scheduleUpdateCmd(), a.scheduleApplyCmd(), a.scheduleGetCmd(), a.scheduleListCmd(), a.schedulePauseCmd(), a.scheduleResumeCmd(),
 			a.scheduleTriggerCmd(), a.scheduleDeleteCmd()),
 		a.certsCmd(), a.versionCmd())
 	return root
