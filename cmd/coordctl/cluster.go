@@ -62,7 +62,7 @@ func fail(op string, err error) error {
 }
 
 func (a *app) statusCmd() *cobra.Command {
-	return a.newCmd("status", "Show every endpoint's Raft state, leader, indexes and FSM digest", `  coordctl status
+	cmd := a.newCmd("status", "Show every endpoint's Raft state, leader, indexes and FSM digest", `  coordctl status
   coordctl --endpoints 127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430 -o json status`, cobra.NoArgs,
 		func(ctx context.Context, _ []string) error {
 			var nodes []nodeStatus
@@ -86,11 +86,40 @@ func (a *app) statusCmd() *cobra.Command {
 			}
 			return nil
 		})
+	cmd.Long = `Asks every endpoint for its status, one by one (not through the leader),
+and prints one row per endpoint:
+
+  STATE         Leader, Follower or Candidate, or unreachable. "Leader (no
+                majority)": the node says it leads but only a minority of the
+                members answered its last probes (or, without probes, of the
+                endpoints answered coordctl); it cannot commit anything, so
+                writes fail or time out with an unknown outcome until a
+                majority is back. A warning line after the table says why.
+  LEADER        the leader this node knows of.
+  TERM, COMMIT, APPLIED
+                Raft term, commit index, and the index applied to its state.
+  LAST CONTACT  how long ago a follower last heard from the leader ("never"
+                before it has; "-" on the leader).
+  CLOCK OFFSET  the node's wall clock minus the leader's, ± the measurement's
+                error bound (half the probe's round trip), as the leader last
+                measured it ("0" for the leader, "-" before the first probe).
+                Nothing is judged on wall clocks, but a leader's becomes the
+                calendar (schedules, run_at, overdue).
+  LEASE LAG     how far lease time (the clock leases expire on, which pauses
+                while there is no leader) trails calendar time: the total of
+                past elections and outages, plus, on a follower, the time since
+                it last applied a command. It grows with each failover; it is
+                not an error.
+  DIGEST        a hash of the state: equal on nodes that applied the same log.
+
+Exit status 1 when an endpoint did not answer.`
+	return cmd
 }
 
 // writeStatusJSON prints one document, {"nodes": [...]}, with one object
 // per endpoint: {"endpoint": …, "status": {StatusResponse}} or
-// {"endpoint": …, "error": …}, all indented alike.
+// {"endpoint": …, "error": …}, all indented alike; and "warnings" (a
+// leader without a majority, as the table says after it) when there are.
 func writeStatusJSON(out io.Writer, nodes []nodeStatus) error {
 	type node struct {
 		Endpoint string          `json:"endpoint"`
@@ -98,8 +127,10 @@ func writeStatusJSON(out io.Writer, nodes []nodeStatus) error {
 		Error    string          `json:"error,omitempty"`
 	}
 	doc := struct {
-		Nodes []node `json:"nodes"`
+		Nodes    []node   `json:"nodes"`
+		Warnings []string `json:"warnings,omitempty"`
 	}{Nodes: make([]node, len(nodes))}
+	_, doc.Warnings = noMajority(nodes)
 	for i, n := range nodes {
 		doc.Nodes[i].Endpoint = n.endpoint
 		if n.err != nil {
