@@ -39,6 +39,7 @@ type app struct {
 	started   bool           // a command's RunE began: later errors are not usage errors
 	client    *client.Client // the SDK client of commands that talk to a cluster
 	watch     *watcher
+	jobErrors printedErrors // job watch: the errors printed already
 }
 
 // heldError makes coordctl exit with exitHeld.

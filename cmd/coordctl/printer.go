@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -217,14 +218,23 @@ func agoMs(ms int64) string {
 	return human(ms) + " ago"
 }
 
+// short cuts s to n bytes or so, "…" marking the cut (never inside a
+// UTF-8 character); "-" for "".
 func short(s string, n int) string {
 	if s == "" {
 		return "-"
 	}
 	if len(s) > n {
-		return s[:n-1] + "…"
+		return coorderr.Truncate(s, n-1) + "…"
 	}
 	return s
+}
+
+// firstLine is the first line of a (multi-line) error text such as a
+// panic's stack, cut to n bytes; "-" for "".
+func firstLine(s string, n int) string {
+	first, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return short(strings.TrimSpace(first), n)
 }
 
 func resourceTable(out io.Writer, r *coordv1.Resource, now int64) {

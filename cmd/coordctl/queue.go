@@ -364,7 +364,6 @@ func queueJobText(out io.Writer, j *coordv1.QueueJob, now int64) {
 			case now > 0:
 				ran = human(now-a.GetStartedAtMs()) + " so far, deadline " + agoMs(now-a.GetDeadlineMs())
 			}
-			first, _, _ := strings.Cut(a.GetError(), "\n")
 			if a.GetError() != "" {
 				last = a
 			}
@@ -373,7 +372,7 @@ func queueJobText(out io.Writer, j *coordv1.QueueJob, now int64) {
 				tok = queue.Token(j.GetId(), a.GetNumber())
 			}
 			row(w, a.GetNumber(), tok, outcomeName(a.GetOutcome()), orDash(a.GetWorkerId()), utc(a.GetStartedAtMs()),
-				ran, a.GetHeartbeats(), short(first, 60))
+				ran, a.GetHeartbeats(), firstLine(a.GetError(), 60))
 		}
 	})
 	if last != nil {
