@@ -31,6 +31,7 @@ type (
 		what   string
 		reason coorderr.Reason
 		meta   map[string]string
+		msg    string // the whole message, when set (else what + " not found")
 	}
 )
 
@@ -43,8 +44,13 @@ func (e *notLeaderError) Error() string {
 	return fmt.Sprintf("not the leader; the leader is %s at %s", e.id, e.addr)
 }
 func (e *notLeaderError) NotLeader() (id, addr string) { return e.id, e.addr }
-func (e *notFoundError) Error() string                 { return e.what + " not found" }
-func (e *notFoundError) NotFound() bool                { return true }
+func (e *notFoundError) Error() string {
+	if e.msg != "" {
+		return e.msg
+	}
+	return e.what + " not found"
+}
+func (e *notFoundError) NotFound() bool { return true }
 
 func invalidArg(field, format string, args ...any) error {
 	return &invalidArgError{field: field, msg: fmt.Sprintf(format, args...), index: -1}

@@ -103,7 +103,7 @@ func (a *app) leaseAcquireCmd() *cobra.Command {
 			if err := a.print(resp, noteIf(held, "not acquired: held by "+l.GetOwner(), leaseRows(l))); err != nil || !held {
 				return err
 			}
-			return &heldError{msg: fmt.Sprintf("lease %s is held by %s (generation %d, %s left)",
+			return &codeError{code: exitHeld, msg: fmt.Sprintf("lease %s is held by %s (generation %d, %s left)",
 				l.GetName(), l.GetOwner(), l.GetGeneration(), human(l.GetExpiresInMs()))}
 		})
 	h.add(cmd, false, true)

@@ -51,7 +51,7 @@ func (s *scriptedQueue) Submit(_ context.Context, r *coordv1.QueueSubmitRequest)
 func (s *scriptedQueue) Get(_ context.Context, r *coordv1.QueueGetRequest) (*coordv1.QueueGetResponse, error) {
 	s.record(r)
 	if r.GetId() != 17 {
-		return nil, coorderr.New(codes.NotFound, coorderr.JobNotFound, "job 99 does not exist (or was pruned)",
+		return nil, coorderr.New(codes.NotFound, coorderr.JobNotFound, "job 99 does not exist (never submitted, or pruned)",
 			map[string]string{"job_id": "99"})
 	}
 	return &coordv1.QueueGetResponse{Job: sampleJob(), CalendarMs: calNow}, nil
@@ -170,7 +170,7 @@ func TestQueueCommandErrors(t *testing.T) {
 		{"queue", "stats", "a", "b"},
 	})
 	r := ctl(t, eps, "job", "get", "99")
-	if r.code != exitError || r.errOut != "error: job get 99: JOB_NOT_FOUND: job 99 does not exist (or was pruned) (job_id=99)\n" {
+	if r.code != exitError || r.errOut != "error: job get 99: JOB_NOT_FOUND: job 99 does not exist (never submitted, or pruned) (job_id=99)\n" {
 		t.Fatalf("exit %d: %q", r.code, r.errOut)
 	}
 	r = ctl(t, eps, "job", "cancel", "16")

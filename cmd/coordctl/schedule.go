@@ -519,14 +519,22 @@ func (a *app) jobOverdueCmd() *cobra.Command {
   coordctl -o json job overdue | jq '.total'`, noArgsLimit(&page.limit),
 		func(ctx context.Context, _ []string) error {
 			resp, err := a.client.ListOverdue(ctx, sched, page.token, page.limit)
-			return a.reply("job overdue", resp, err, func(w io.Writer) { overdueText(w, resp, page.token == "") })
+			if err := a.reply("job overdue", resp, err, func(w io.Writer) { overdueText(w, resp, page.token == "") }); err != nil {
+				return err
+			}
+			if n := len(resp.GetOccurrences()) + len(resp.GetStuckLeases()); n > 0 || resp.GetTotal() > 0 {
+				return &codeError{code: exitOverdue, msg: "something is overdue or stuck"}
+			}
+			return nil
 		})
 	cmd.Long = `Lists the occurrences of schedules whose job is not final by occurrence +
 complete_within (oldest first, one page), and those due and not even made
 (the leader is behind); the first page also shows the total, the schedules
 with the most, and leases held longer than the server's maximum age
 (HELD_TOO_LONG) or whose renewals stopped without a release (SILENT).
-Exit status 0 even when something is listed.`
+Exit status 4 when something is listed (an overdue occurrence or a stuck
+lease), 0 when nothing is, 1 on an error: a monitoring check can run it as
+it is.`
 	cmd.Flags().StringVar(&sched, "schedule", "", "only this schedule's occurrences")
 	page.add(cmd, "occurrences")
 	return cmd

@@ -176,7 +176,9 @@ func TestScheduleCreateRequest(t *testing.T) {
 		r.GetPageToken() != "x" {
 		t.Fatalf("list %v", r)
 	}
-	ctlOK(t, eps, "job", "overdue", "--schedule", "daily-close", "--limit", "7", "--page-token", "AAAB")
+	if r := ctl(t, eps, "job", "overdue", "--schedule", "daily-close", "--limit", "7", "--page-token", "AAAB"); r.code != exitOverdue {
+		t.Fatalf("job overdue listing something: exit %d, want %d", r.code, exitOverdue)
+	}
 	if r := s.last().(*coordv1.ListOverdueRequest); r.GetSchedule() != "daily-close" || r.GetPageSize() != 7 || r.GetPageToken() != "AAAB" {
 		t.Fatalf("overdue %v", r)
 	}
