@@ -54,9 +54,14 @@ func (a *app) uncertain(err error, advice string) string {
 	return what + "; the outcome is unknown (it may have been applied): " + advice
 }
 
+// fail names op in err, unless err names its op already.
 func fail(op string, err error) error {
-	if err == nil {
+	var named *opError
+	switch {
+	case err == nil:
 		return nil
+	case errors.As(err, &named):
+		return err
 	}
 	return &opError{op: op, err: err}
 }

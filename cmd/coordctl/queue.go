@@ -226,7 +226,12 @@ func (a *app) jobCancelCmd() *cobra.Command {
 func (a *app) jobRetryCmd() *cobra.Command {
 	cmd := jobChangeCmd(a, "retry", "Make a dead, cancelled, retryable or scheduled job available now", "unchanged: already available",
 		func(ctx context.Context, id uint64) (*coordv1.QueueRetryResponse, error) {
-			return a.client.Queue().Retry(ctx, &coordv1.QueueRetryRequest{Id: id})
+			resp, err := a.client.Queue().Retry(ctx, &coordv1.QueueRetryRequest{Id: id})
+			if errors.Is(err, client.ErrUnknownOutcome) {
+				err = &opError{op: fmt.Sprintf("job retry %d", id), err: err, msg: a.uncertain(err, fmt.Sprintf(
+					"the job may be available again; 'coordctl job get %d' shows its state before you retry again", id))}
+			}
+			return resp, err
 		})
 	cmd.Long = `Makes the job available now: a dead or cancelled one is revived (with one
 more attempt if its attempts are used up), a retryable one skips the rest of

@@ -208,6 +208,14 @@ func (s *lossyQueue) Submit(_ context.Context, r *coordv1.QueueSubmitRequest) (*
 		Duplicate: dup}}}, nil
 }
 
+// Retry is not retried after an unknown outcome (a repeat could revive the
+// job twice).
+func (s *lossyQueue) Retry(_ context.Context, r *coordv1.QueueRetryRequest) (*coordv1.QueueRetryResponse, error) {
+	s.record(r)
+	return nil, coorderr.New(codes.Unavailable, coorderr.LeadershipLost,
+		"leadership lost while applying; the outcome is unknown, retry with the same request id", nil)
+}
+
 // A submit whose leader was lost after applying it (outcome unknown) is
 // retried with the same unique key, generated when none was given: the
 // job exists once and coordctl exits 0. When the outcome stays unknown
@@ -241,6 +249,15 @@ func TestJobSubmitRetriedWithItsKeyAfterUnknownOutcome(t *testing.T) {
 	want := "error: job submit send-invoice: LEADERSHIP_LOST: leadership lost while applying; the outcome is unknown " +
 		"(it may have been applied): the job may have been added; repeat the command with --unique-key " + key +
 		" to learn its outcome without adding it twice\n"
+	if r.code != exitError || r.errOut != want {
+		t.Fatalf("exit %d: %q\nwant %q", r.code, r.errOut, want)
+	}
+
+	// A write without a handle is not retried, and the advice is what to
+	// look at, not a request id coordctl has no flag for.
+	r = ctl(t, eps, "job", "retry", "17")
+	want = "error: job retry 17: LEADERSHIP_LOST: leadership lost while applying; the outcome is unknown (it may have been applied): " +
+		"the job may be available again; 'coordctl job get 17' shows its state before you retry again\n"
 	if r.code != exitError || r.errOut != want {
 		t.Fatalf("exit %d: %q\nwant %q", r.code, r.errOut, want)
 	}

@@ -492,6 +492,10 @@ func (a *app) scheduleTriggerCmd() *cobra.Command {
   coordctl -o json schedule trigger daily-close | jq -r .occurrence.job_id`, cobra.ExactArgs(1),
 		func(ctx context.Context, pos []string) error {
 			resp, err := a.client.TriggerSchedule(ctx, pos[0])
+			if errors.Is(err, client.ErrUnknownOutcome) {
+				return &opError{op: "schedule trigger " + pos[0], err: err, msg: a.uncertain(err, fmt.Sprintf(
+					"an occurrence may have been made; 'coordctl schedule get %s' shows it (triggered) before you trigger again", pos[0]))}
+			}
 			return a.reply("schedule trigger "+pos[0], resp, err, func(w io.Writer) {
 				o := resp.GetOccurrence()
 				what := fmt.Sprintf("job %d", o.GetJobId())
