@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -65,15 +64,7 @@ func TestUpdateScheduleRereadsOnConflict(t *testing.T) {
 	defer cancel()
 	s := &oneSchedule{interfere: true, sc: &coordv1.Schedule{Revision: 3, Spec: &coordv1.ScheduleSpec{Name: "close", Schedule: "5 0 * * *",
 		TimeZone: "America/Sao_Paulo", WindowShiftDays: -1, Job: &coordv1.JobTemplate{Kind: "close-day"}}}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	coordv1.RegisterSchedulesServer(srv, s)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	c := rawClient(t, lis.Addr().String())
+	c := rawClient(t, serveLoopback(t, func(srv *grpc.Server) { coordv1.RegisterSchedulesServer(srv, s) }))
 
 	resp, before, err := c.UpdateSchedule(ctx, "close", func(sp *coordv1.ScheduleSpec) error {
 		sp.Schedule = "10 0 * * *"
