@@ -96,10 +96,12 @@ and prints one row per endpoint:
 
   STATE         Leader, Follower or Candidate, or unreachable. "Leader (no
                 majority)": the node says it leads but only a minority of the
-                members answered its last probes (or, without probes, of the
-                endpoints answered coordctl); it cannot commit anything, so
-                writes fail or time out with an unknown outcome until a
-                majority is back. A warning line after the table says why.
+                members answered its last probes, or of the endpoints answered
+                coordctl; it cannot commit anything, so writes fail or time
+                out with an unknown outcome until a majority is back (a leader
+                alone steps down within a second). A warning line after the
+                table says why; another says so when no node that answered
+                leads or knows a leader (nothing commits until one is elected).
   LEADER        the leader this node knows of.
   TERM, COMMIT, APPLIED
                 Raft term, commit index, and the index applied to its state.

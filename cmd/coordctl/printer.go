@@ -309,18 +309,20 @@ func statusTable(out io.Writer, nodes []nodeStatus) {
 
 // noMajority finds the nodes that say they lead but do not reach a
 // majority of the members, by id, with the explanation (also in the
-// endpoints' order, ordered): such a leader
-// commits nothing (writes fail with LEADERSHIP_LOST or TIMEOUT, their
-// outcome unknown) until a majority is back or it steps down. The
-// evidence is the leader's own: its last probe of each member (the clock
-// offsets, every few seconds) answered or failed. Without probes (an old
-// server) it is coordctl's: how many of the endpoints answered it.
+// endpoints' order, ordered): such a leader commits nothing (writes fail
+// with LEADERSHIP_LOST or TIMEOUT, their outcome unknown) until a majority
+// is back or it steps down. The evidence is the leader's own, its last
+// probe of each member (the clock offsets, every few seconds), and
+// coordctl's: how many of the endpoints answered it (a leader keeps its
+// state for a moment after losing the others, before a probe fails). When
+// no node that answered leads or knows a leader, that is said too.
 func noMajority(nodes []nodeStatus) (byID map[string]string, ordered []string) {
 	out := map[string]string{}
-	answered := 0
+	answered, leaderKnown := 0, false
 	for _, n := range nodes {
 		if n.err == nil {
 			answered++
+			leaderKnown = leaderKnown || n.status.GetLeaderId() != ""
 		}
 	}
 	for _, n := range nodes {
@@ -334,21 +336,24 @@ func noMajority(nodes []nodeStatus) (byID map[string]string, ordered []string) {
 				s.GetId(), reach, of, evidence, of/2+1)
 			out[s.GetId()], ordered = msg, append(ordered, msg)
 		}
-		if offs := s.GetClockOffsets(); len(offs) > 0 {
-			var down []string
-			for _, o := range offs {
-				if o.GetError() != "" {
-					down = append(down, o.GetId()+": "+dialProblem(o.GetError()))
-				}
+		offs := s.GetClockOffsets()
+		var down []string
+		for _, o := range offs {
+			if o.GetError() != "" {
+				down = append(down, o.GetId()+": "+dialProblem(o.GetError()))
 			}
-			if reach := len(offs) - len(down); reach <= len(offs)/2 {
-				cant(reach, len(offs), "members answered its last probe (itself included; "+strings.Join(down, ", ")+")")
-			}
-			continue
 		}
-		if answered <= len(nodes)/2 {
+		switch {
+		case len(offs) > 0 && len(offs)-len(down) <= len(offs)/2:
+			cant(len(offs)-len(down), len(offs), "members answered its last probe (itself included; "+strings.Join(down, ", ")+")")
+		case answered <= len(nodes)/2:
 			cant(answered, len(nodes), "endpoints answered coordctl (if they are all the members)")
 		}
+	}
+	if answered > 0 && !leaderKnown {
+		ordered = append(ordered, fmt.Sprintf("no node that answered leads or knows a leader (%d of %d endpoints answered): "+
+			"nothing can commit until a majority of the members elects one; writes wait for it up to --timeout (NO_LEADER)",
+			answered, len(nodes)))
 	}
 	return out, ordered
 }

@@ -152,6 +152,11 @@ func TestStatusLeaderWithoutMajority(t *testing.T) {
 		{endpoint: "127.0.0.1:7430", err: errors.New("connection refused")},
 	}
 	statusTable(&buf, alone)
+	statusTable(&buf, []nodeStatus{ // it stepped down: no leader anywhere
+		{endpoint: "127.0.0.1:7410", status: &coordv1.StatusResponse{Id: "node1", State: "Candidate", Term: 6, LastContact: 1200}},
+		{endpoint: "127.0.0.1:7420", err: errors.New("connection refused")},
+		{endpoint: "127.0.0.1:7430", err: errors.New("connection refused")},
+	})
 	golden(t, "status_no_majority", buf.Bytes())
 	if strings.Count(buf.String(), "Leader (no majority)") != 2 {
 		t.Fatalf("state not marked:\n%s", buf.String())
