@@ -197,7 +197,8 @@ func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleReq
 		if err != nil {
 			return nil, err
 		}
-		put := &fsmv1.PutSchedule{Name: req.GetSpec().GetName(), Spec: sp, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules}
+		put := &fsmv1.PutSchedule{Name: req.GetSpec().GetName(), Spec: sp, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules,
+			CreateOnly: req.GetCreateOnly(), ExpectedRevision: req.GetExpectedRevision()}
 		if c, err := s.calendars.get(calendarSpec(&fsm.ScheduleSpec{Expr: sp.GetExpr(), TimeZone: sp.GetTimeZone(),
 			WindowLayout: sp.GetWindowLayout(), WindowShiftDays: sp.GetWindowShiftDays(),
 			DSTPolicy: fsm.DSTPolicy(sp.GetDstPolicy())})); err == nil && c.Schedule().OneShot() {

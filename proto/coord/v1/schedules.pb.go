@@ -861,10 +861,23 @@ func (x *ScheduleOccurrence) GetOverdue() bool {
 }
 
 type PutScheduleRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Spec          *ScheduleSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Spec  *ScheduleSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// create_only: only create. A live schedule of that name with another
+	// spec refuses the put (FAILED_PRECONDITION, SCHEDULE_EXISTS, metadata
+	// "schedule", "revision"); with the same spec it is unchanged (so a
+	// retried create is not refused). Over HTTP: ?create_only=true.
+	CreateOnly bool `protobuf:"varint,2,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
+	// expected_revision, when not 0: only replace the spec of the schedule
+	// at this revision (optimistic concurrency: get, change, put with the
+	// revision read). A schedule at another revision refuses the put
+	// (FAILED_PRECONDITION, SCHEDULE_REVISION_MISMATCH, metadata "schedule",
+	// "revision": the current one) unless it has the spec put already; a
+	// missing or deleted one is SCHEDULE_NOT_FOUND. Over HTTP:
+	// ?expected_revision=N.
+	ExpectedRevision uint64 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PutScheduleRequest) Reset() {
@@ -902,6 +915,20 @@ func (x *PutScheduleRequest) GetSpec() *ScheduleSpec {
 		return x.Spec
 	}
 	return nil
+}
+
+func (x *PutScheduleRequest) GetCreateOnly() bool {
+	if x != nil {
+		return x.CreateOnly
+	}
+	return false
+}
+
+func (x *PutScheduleRequest) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
 }
 
 type PutScheduleResponse struct {
@@ -2096,9 +2123,12 @@ const file_coord_v1_schedules_proto_rawDesc = "" +
 	"lastWindow\x12$\n" +
 	"\x0erecorded_at_ms\x18\r \x01(\x03R\frecordedAtMs\x12\x15\n" +
 	"\x06due_ms\x18\x0e \x01(\x03R\x05dueMs\x12\x18\n" +
-	"\aoverdue\x18\x0f \x01(\bR\aoverdue\"@\n" +
+	"\aoverdue\x18\x0f \x01(\bR\aoverdue\"\x8e\x01\n" +
 	"\x12PutScheduleRequest\x12*\n" +
-	"\x04spec\x18\x01 \x01(\v2\x16.coord.v1.ScheduleSpecR\x04spec\"y\n" +
+	"\x04spec\x18\x01 \x01(\v2\x16.coord.v1.ScheduleSpecR\x04spec\x12\x1f\n" +
+	"\vcreate_only\x18\x02 \x01(\bR\n" +
+	"createOnly\x12+\n" +
+	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\"y\n" +
 	"\x13PutScheduleResponse\x12.\n" +
 	"\bschedule\x18\x01 \x01(\v2\x12.coord.v1.ScheduleR\bschedule\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\x12\x18\n" +

@@ -121,7 +121,10 @@ type SchedulesClient interface {
 	// name. The same spec again changes nothing (changed = false), so every
 	// replica of a service may put its schedules at start. A new schedule
 	// owes the occurrences after its creation; an update keeps the
-	// last-materialised mark, the history and the paused state.
+	// last-materialised mark, the history and the paused state. The put
+	// replaces the whole spec (fields left out take their defaults):
+	// create_only refuses to replace an existing schedule, and
+	// expected_revision replaces only the revision the caller read.
 	PutSchedule(ctx context.Context, in *PutScheduleRequest, opts ...grpc.CallOption) (*PutScheduleResponse, error)
 	// GetSchedule returns a schedule (also a tombstone) with its next
 	// occurrences and its recent ones with their jobs' states.
@@ -328,7 +331,10 @@ type SchedulesServer interface {
 	// name. The same spec again changes nothing (changed = false), so every
 	// replica of a service may put its schedules at start. A new schedule
 	// owes the occurrences after its creation; an update keeps the
-	// last-materialised mark, the history and the paused state.
+	// last-materialised mark, the history and the paused state. The put
+	// replaces the whole spec (fields left out take their defaults):
+	// create_only refuses to replace an existing schedule, and
+	// expected_revision replaces only the revision the caller read.
 	PutSchedule(context.Context, *PutScheduleRequest) (*PutScheduleResponse, error)
 	// GetSchedule returns a schedule (also a tombstone) with its next
 	// occurrences and its recent ones with their jobs' states.

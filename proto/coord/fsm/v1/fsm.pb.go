@@ -3900,9 +3900,13 @@ type PutSchedule struct {
 	// a rule added later never changes how it replays.
 	SpecRules uint32 `protobuf:"varint,5,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	// guard: what the leader authorised the put against (ScheduleGuard).
-	Guard         *ScheduleGuard `protobuf:"bytes,6,opt,name=guard,proto3" json:"guard,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Guard *ScheduleGuard `protobuf:"bytes,6,opt,name=guard,proto3" json:"guard,omitempty"`
+	// create_only and expected_revision: PutScheduleRequest's
+	// preconditions (schedules.proto), checked when applied.
+	CreateOnly       bool   `protobuf:"varint,7,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
+	ExpectedRevision uint64 `protobuf:"varint,8,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PutSchedule) Reset() {
@@ -3975,6 +3979,20 @@ func (x *PutSchedule) GetGuard() *ScheduleGuard {
 		return x.Guard
 	}
 	return nil
+}
+
+func (x *PutSchedule) GetCreateOnly() bool {
+	if x != nil {
+		return x.CreateOnly
+	}
+	return false
+}
+
+func (x *PutSchedule) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
 }
 
 // ScheduleGuard is what the leader checked a change of a schedule against:
@@ -5185,7 +5203,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\x12>\n" +
 	"\n" +
 	"dst_policy\x18\n" +
-	" \x01(\x0e2\x1f.coord.fsm.v1.ScheduleDstPolicyR\tdstPolicy\"\xd8\x01\n" +
+	" \x01(\x0e2\x1f.coord.fsm.v1.ScheduleDstPolicyR\tdstPolicy\"\xa6\x02\n" +
 	"\vPutSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1a.coord.fsm.v1.ScheduleSpecR\x04spec\x12\x1a\n" +
@@ -5193,7 +5211,10 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\amark_ms\x18\x04 \x01(\x03R\x06markMs\x12\x1d\n" +
 	"\n" +
 	"spec_rules\x18\x05 \x01(\rR\tspecRules\x121\n" +
-	"\x05guard\x18\x06 \x01(\v2\x1b.coord.fsm.v1.ScheduleGuardR\x05guard\"%\n" +
+	"\x05guard\x18\x06 \x01(\v2\x1b.coord.fsm.v1.ScheduleGuardR\x05guard\x12\x1f\n" +
+	"\vcreate_only\x18\a \x01(\bR\n" +
+	"createOnly\x12+\n" +
+	"\x11expected_revision\x18\b \x01(\x04R\x10expectedRevision\"%\n" +
 	"\rScheduleGuard\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"s\n" +
 	"\x0eDeleteSchedule\x12\x12\n" +
