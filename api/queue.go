@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -113,8 +112,8 @@ func (q *queue) Get(ctx context.Context, req *coordv1.QueueGetRequest) (*coordv1
 }
 
 func jobNotFound(id uint64) error {
-	return &notFoundError{what: fmt.Sprintf("job %d (never submitted, or pruned)", id), reason: coorderr.JobNotFound,
-		meta: map[string]string{"job_id": strconv.FormatUint(id, 10)}}
+	rej := fsm.JobNotFound(id) // one wording for every call that finds no job
+	return &notFoundError{msg: rej.Message, reason: rej.Reason, meta: rej.Metadata}
 }
 
 func (q *queue) List(ctx context.Context, req *coordv1.QueueListRequest) (*coordv1.QueueListResponse, error) {
@@ -443,8 +442,14 @@ func (s *Server) allowJobBytes(ctx context.Context, n int) error {
 // adminAllowed reports whether the ACL lets caller c administer the
 // cluster (without logging or counting a denial).
 func (s *Server) adminAllowed(c auth.Caller) bool {
+	return s.allowed(c, auth.OpAdmin, "", false)
+}
+
+// allowed reports whether the ACL lets caller c do op on name (without
+// logging or counting a denial).
+func (s *Server) allowed(c auth.Caller, op auth.Op, name string, list bool) bool {
 	acl := s.acl.Load()
-	return !s.authEnabled() || acl == nil || acl.Authorize(c, auth.OpAdmin, "", false).Allowed
+	return !s.authEnabled() || acl == nil || acl.Authorize(c, op, name, list).Allowed
 }
 
 // aclActive reports whether calls are checked against an ACL.

@@ -105,7 +105,52 @@ func checkWatch(req *coordv1.WatchRequest) (map[fsm.Family]bool, error) {
 			}
 		}
 	}
+	for _, st := range req.GetJobStates() {
+		if _, ok := coordv1.JobState_name[int32(st)]; !ok || st == coordv1.JobState_JOB_STATE_UNSPECIFIED {
+			return nil, invalidArg("job_states", "unknown job state %d", st)
+		}
+	}
+	if err := checkName("job_worker_id", req.GetJobWorkerId(), false); err != nil {
+		return nil, err
+	}
 	return fams, nil
+}
+
+// watchFilter is what a watch sends: its families and prefix, and for
+// queued jobs the states and worker asked for (job_states, job_worker_id).
+func watchFilter(req *coordv1.WatchRequest, fams map[fsm.Family]bool) func(f fsm.Family, key string, rec any) bool {
+	prefix, worker := req.GetPrefix(), req.GetJobWorkerId()
+	var states map[fsm.JobState]bool
+	if len(req.GetJobStates()) > 0 {
+		states = map[fsm.JobState]bool{}
+		for _, st := range req.GetJobStates() {
+			states[fsm.JobState(st)] = true
+		}
+	}
+	return func(f fsm.Family, key string, rec any) bool {
+		if !fams[f] || !strings.HasPrefix(key, prefix) {
+			return false
+		}
+		j, ok := rec.(*fsm.QueueJob)
+		if !ok || (states == nil && worker == "") {
+			return true
+		}
+		if states != nil && !states[j.State] {
+			return false
+		}
+		return worker == "" || (len(j.Log) > 0 && j.Log[len(j.Log)-1].WorkerID == worker)
+	}
+}
+
+// authorizeWatch authorizes a watch of prefix: read on it (as a list); or,
+// for a watch of queued jobs only, work on it — a worker may fetch those
+// queues' jobs anyway, and the SDK's Worker watches them for its attempts'
+// cancellations.
+func (s *Server) authorizeWatch(c auth.Caller, prefix string, fams map[fsm.Family]bool) error {
+	if len(fams) == 1 && fams[fsm.FamilyQueueJob] && s.allowed(c, auth.OpWork, prefix, true) {
+		return nil
+	}
+	return s.authorize(c, auth.OpRead, prefix, true)
 }
 
 // Watch streams the changes of records under a prefix (see watch.proto).
@@ -116,16 +161,16 @@ func (w *watchService) Watch(req *coordv1.WatchRequest, stream coordv1.Watch_Wat
 	if err != nil {
 		return toStatus(err)
 	}
-	if err := s.authorize(auth.CallerOf(ctx), auth.OpRead, req.GetPrefix(), true); err != nil {
+	if err := s.authorizeWatch(auth.CallerOf(ctx), req.GetPrefix(), fams); err != nil {
 		return toStatus(err)
 	}
 	w.streams.Inc()
 	defer w.streams.Dec()
-	prefix := req.GetPrefix()
-	match := func(e *fsm.Event) bool { return fams[e.Family] && strings.HasPrefix(e.Key, prefix) }
+	keep := watchFilter(req, fams)
+	match := func(e *fsm.Event) bool { return keep(e.Family, e.Key, e.Record) }
 	send := func(b fsm.WatchBatch) error {
 		if b.View != nil {
-			return w.sendInitial(stream, b, prefix, fams)
+			return w.sendInitial(stream, b, req.GetPrefix(), fams, match)
 		}
 		return w.send(stream, b.Events, b.Next, true)
 	}
@@ -183,7 +228,8 @@ func (w *watchService) encode(e *fsm.LogEvent) []byte {
 // sendInitial sends the records of the View as EXISTING events (index: the
 // applied index the View is at; positions count the set), in messages of
 // bounded size, the last one marked synced.
-func (w *watchService) sendInitial(stream coordv1.Watch_WatchServer, b fsm.WatchBatch, prefix string, fams map[fsm.Family]bool) error {
+func (w *watchService) sendInitial(stream coordv1.Watch_WatchServer, b fsm.WatchBatch, prefix string, fams map[fsm.Family]bool,
+	match func(*fsm.Event) bool) error {
 	index := b.Next.Index - 1
 	var (
 		chunk []*fsm.LogEvent
@@ -192,6 +238,9 @@ func (w *watchService) sendInitial(stream coordv1.Watch_WatchServer, b fsm.Watch
 		err   error
 	)
 	b.View.Records(prefix, func(f fsm.Family) bool { return fams[f] }, func(e fsm.Event) bool {
+		if !match(&e) {
+			return true
+		}
 		le := &fsm.LogEvent{Position: fsm.Position{Index: index, Offset: pos}, Event: e}
 		pos++
 		chunk = append(chunk, le)

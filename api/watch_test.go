@@ -11,6 +11,8 @@ import (
 
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/auth"
+	"github.com/coordd/coordd/internal/tlsutil"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -102,6 +104,9 @@ func TestWatchValidation(t *testing.T) {
 		{&coordv1.WatchRequest{Initial: true, StartIndex: 5}, "initial"},
 		{&coordv1.WatchRequest{StartPosition: 2}, "start_position"},
 		{&coordv1.WatchRequest{Prefix: "a\x00"}, "prefix"},
+		{&coordv1.WatchRequest{JobStates: []coordv1.JobState{99}}, "job_states"},
+		{&coordv1.WatchRequest{JobStates: []coordv1.JobState{0}}, "job_states"},
+		{&coordv1.WatchRequest{JobWorkerId: "w\x01"}, "job_worker_id"},
 	} {
 		err := w.Watch(c.req, newSink())
 		_, info := coorderr.Info(err)
@@ -154,6 +159,119 @@ func TestWatchSendsMatchingEvents(t *testing.T) {
 	}
 	if out.sent[3].GetResumeIndex() != 4 {
 		t.Fatalf("resume after the last: %v", out.sent[3])
+	}
+}
+
+func jobEvent(id uint64, st fsm.JobState, workers ...string) fsm.Event {
+	j := &fsm.QueueJob{ID: id, Queue: "svc", Kind: "k", State: st}
+	for i, w := range workers {
+		j.Log = append(j.Log, fsm.Attempt{Number: uint32(i + 1), WorkerID: w})
+	}
+	return fsm.Event{Family: fsm.FamilyQueueJob, Kind: fsm.EventPut, Key: fmt.Sprintf("svc/%d", id), Record: j}
+}
+
+// job_states and job_worker_id narrow queued jobs' events (what the SDK's
+// Worker watches: its own cancelled attempts), in the changes and in the
+// initial set; other families pass as before.
+func TestWatchJobStateAndWorkerFilter(t *testing.T) {
+	f, w := newWatchFake(t)
+	f.feed <- []fsm.Event{jobEvent(1, fsm.JobRunning, "w1"), jobEvent(1, fsm.JobCancelled, "w1"),
+		jobEvent(2, fsm.JobCancelled, "w2"), jobEvent(3, fsm.JobCancelled), jobEvent(4, fsm.JobCancelled, "w1", "w2"),
+		jobEvent(5, fsm.JobCancelled, "w2", "w1"), leaseEvent("svc/a", 1)}
+	close(f.feed)
+	out := newSink()
+	req := &coordv1.WatchRequest{Prefix: "svc/", JobStates: []coordv1.JobState{coordv1.JobState_JOB_STATE_CANCELLED}, JobWorkerId: "w1"}
+	if err := w.Watch(req, out); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range out.sent {
+		for _, e := range m.GetEvents() {
+			got = append(got, fmt.Sprintf("%s %s", e.GetKey(), e.GetQueueJob().GetState()))
+		}
+	}
+	if want := "[svc/1 JOB_STATE_CANCELLED svc/5 JOB_STATE_CANCELLED svc/a JOB_STATE_UNSPECIFIED]"; fmt.Sprint(got) != want {
+		t.Fatalf("events %v, want %s", got, want)
+	}
+
+	// The initial set: of jobs 1 (cancelled while w1 ran it), 2 (run by
+	// w2, cancelled) and 3 (running on w1), only 1 is sent.
+	f, w = newWatchFake(t)
+	close(f.feed)
+	submit := &fsmv1.SubmitJobs{}
+	for range 3 {
+		spec := &fsmv1.QueueJobSpec{Queue: "svc", Kind: "k"}
+		fsm.FillJobDefaults(spec)
+		submit.Jobs = append(submit.Jobs, spec)
+	}
+	f.apply(submit)
+	f.apply(&fsmv1.FetchJobs{Queues: []string{"svc"}, Max: 1, WorkerId: "w1"})
+	f.apply(&fsmv1.FetchJobs{Queues: []string{"svc"}, Max: 1, WorkerId: "w2"})
+	f.apply(&fsmv1.FetchJobs{Queues: []string{"svc"}, Max: 1, WorkerId: "w1"})
+	f.apply(&fsmv1.CancelJobs{JobIds: []uint64{1, 2}})
+	out = newSink()
+	req.Initial = true
+	if err := w.Watch(req, out); err != nil {
+		t.Fatal(err)
+	}
+	if e := out.sent[0].GetEvents(); len(out.sent) != 1 || len(e) != 1 || e[0].GetKey() != "svc/1" {
+		t.Fatalf("initial set: %v", out.sent)
+	}
+
+	keep := watchFilter(&coordv1.WatchRequest{JobStates: []coordv1.JobState{coordv1.JobState_JOB_STATE_RUNNING}},
+		map[fsm.Family]bool{fsm.FamilyQueueJob: true})
+	for _, c := range []struct {
+		e    fsm.Event
+		want bool
+	}{{jobEvent(1, fsm.JobRunning, "w1"), true}, {jobEvent(1, fsm.JobAvailable), false}, {leaseEvent("a", 1), false}} {
+		if keep(c.e.Family, c.e.Key, c.e.Record) != c.want {
+			t.Errorf("%v: want %v", c.e.Record, c.want)
+		}
+	}
+}
+
+// Under an ACL a watch needs read on its prefix, or — for queued jobs
+// only — work on it: a worker's cancellation watch of the queues it works.
+func TestWatchACL(t *testing.T) {
+	f, w := newWatchFake(t)
+	close(f.feed)
+	w.s.tls = &tlsutil.Reloader{} // identities on; no files are read
+	acl, err := auth.ParseACL([]byte(`
+rules:
+  - name: worker
+    identities: [wrk]
+    ops: [work]
+    prefixes: [billing/]
+  - name: reader
+    identities: [rdr]
+    ops: [read]
+    prefixes: [billing/]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.s.acl.Store(acl)
+	jobs := []coordv1.WatchFamily{fsm.FamilyQueueJob}
+	for _, c := range []struct {
+		id, prefix string
+		fams       []coordv1.WatchFamily
+		ok         bool
+	}{
+		{"wrk", "billing/a/", jobs, true},
+		{"wrk", "billing/a/", nil, false},
+		{"wrk", "billing/a/", []coordv1.WatchFamily{fsm.FamilyQueueJob, fsm.FamilyLease}, false},
+		{"wrk", "payroll/", jobs, false},
+		{"wrk", "", jobs, false},
+		{"rdr", "billing/", nil, true},
+		{"rdr", "billing/a/", jobs, true},
+		{"rdr", "payroll/", jobs, false},
+	} {
+		out := newSink()
+		out.ctx = auth.WithCaller(context.Background(), auth.Caller{Identity: c.id})
+		err := w.Watch(&coordv1.WatchRequest{Prefix: c.prefix, Families: c.fams}, out)
+		if (err == nil) != c.ok || (err != nil && status.Code(err) != codes.PermissionDenied) {
+			t.Errorf("%s watching %q %v: %v", c.id, c.prefix, c.fams, err)
+		}
 	}
 }
 

@@ -27,6 +27,9 @@ type WatchOption func(*watchOptions)
 
 type watchOptions struct {
 	families []coordv1.WatchFamily
+	jobs     []coordv1.JobState
+	worker   string
+	follower bool
 	position uint32
 	initial  bool
 	buffer   int
@@ -37,6 +40,21 @@ type watchOptions struct {
 func WatchFamilies(f ...coordv1.WatchFamily) WatchOption {
 	return func(o *watchOptions) { o.families = append(o.families, f...) }
 }
+
+// WatchJobs narrows queued jobs' events to jobs in one of states after the
+// change (none: any state) whose last attempt was handed to worker (empty:
+// any worker); other families are not affected. A server that predates
+// the filter sends every job event: check the records.
+func WatchJobs(worker string, states ...coordv1.JobState) WatchOption {
+	return func(o *watchOptions) { o.worker, o.jobs = worker, append(o.jobs, states...) }
+}
+
+// WatchOnFollower starts the watch on a node other than the believed
+// leader, chosen at random (any node serves a watch from its applied
+// state; a follower applies a change a little after the leader): many
+// long-lived watches then cost the followers, not the leader, the work of
+// serving them. After a break the watch moves on as usual.
+func WatchOnFollower() WatchOption { return func(o *watchOptions) { o.follower = true } }
 
 // WatchFromPosition starts within the entry at fromIndex, at this position
 // (what WatchResponse.ResumePosition said).
@@ -113,13 +131,14 @@ func (c *Client) Watch(ctx context.Context, prefix string, fromIndex uint64, opt
 		opt(&o)
 	}
 	w := &Watcher{c: c, ch: make(chan WatchResponse, max(o.buffer, 0))}
-	req := &coordv1.WatchRequest{Prefix: prefix, Families: o.families, StartIndex: fromIndex, StartPosition: o.position, Initial: o.initial}
-	go w.run(ctx, req)
+	req := &coordv1.WatchRequest{Prefix: prefix, Families: o.families, StartIndex: fromIndex, StartPosition: o.position, Initial: o.initial,
+		JobStates: o.jobs, JobWorkerId: o.worker}
+	go w.run(ctx, req, o.follower)
 	return w
 }
 
 // run keeps the watch going across reconnects.
-func (w *Watcher) run(ctx context.Context, req *coordv1.WatchRequest) {
+func (w *Watcher) run(ctx context.Context, req *coordv1.WatchRequest, follower bool) {
 	defer close(w.ch)
 	c := w.c
 	synced := !req.GetInitial()
@@ -127,6 +146,9 @@ func (w *Watcher) run(ctx context.Context, req *coordv1.WatchRequest) {
 	backoff := c.opts.backoffMin
 	compacted := map[string]bool{} // endpoints that said so since the last message
 	ep := c.leaderEndpoint()
+	if follower {
+		ep = c.awayFrom(ep)
+	}
 	for {
 		w.mu.Lock()
 		w.endpoint = ep
@@ -231,6 +253,21 @@ func (w *Watcher) stream(ctx context.Context, ep string, req *coordv1.WatchReque
 			return progressed, ctx.Err()
 		}
 	}
+}
+
+// awayFrom is a configured endpoint other than ep, at random (ep when it
+// is the only one).
+func (c *Client) awayFrom(ep string) string {
+	var others []string
+	for _, e := range c.endpoints {
+		if e != ep {
+			others = append(others, e)
+		}
+	}
+	if len(others) == 0 {
+		return ep
+	}
+	return others[rand.N(len(others))]
 }
 
 func (w *Watcher) nextEndpoint(ep string) string {

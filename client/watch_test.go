@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -27,6 +26,7 @@ type logNode struct {
 	last       uint64
 	breakAfter int
 	starts     []uint64 // the start index of each stream
+	req        *coordv1.WatchRequest
 }
 
 func (n *logNode) Watch(req *coordv1.WatchRequest, s coordv1.Watch_WatchServer) error {
@@ -36,6 +36,7 @@ func (n *logNode) Watch(req *coordv1.WatchRequest, s coordv1.Watch_WatchServer) 
 		from = last + 1
 	}
 	n.starts = append(n.starts, from)
+	n.req = req
 	n.mu.Unlock()
 	if from < oldest {
 		return coorderr.New(codes.FailedPrecondition, coorderr.WatchIndexCompacted, "compacted",
@@ -67,15 +68,7 @@ func (n *logNode) streamStarts() []uint64 {
 
 func startLogNode(t *testing.T, n *logNode) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	coordv1.RegisterWatchServer(srv, n)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	return serveLoopback(t, func(srv *grpc.Server) { coordv1.RegisterWatchServer(srv, n) })
 }
 
 func collect(t *testing.T, w *Watcher, n int) []string {
@@ -122,6 +115,42 @@ func TestWatchResumesAcrossNodes(t *testing.T) {
 	}
 	if !errors.Is(w.Err(), context.Canceled) {
 		t.Fatalf("end: %v", w.Err())
+	}
+}
+
+// WatchOnFollower starts away from the believed leader (of three nodes,
+// one of the other two, each chosen sometimes); WatchJobs sends the job
+// filter.
+func TestWatchOnFollowerWithJobFilter(t *testing.T) {
+	nodes := []*logNode{{oldest: 1, last: 1}, {oldest: 1, last: 1}, {oldest: 1, last: 1}}
+	c := rawClient(t, startLogNode(t, nodes[0]), startLogNode(t, nodes[1]), startLogNode(t, nodes[2]))
+	leader := c.leaderEndpoint()
+	seen := map[string]bool{}
+	for i := 0; i < 50 && len(seen) < 2; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		w := c.Watch(ctx, "q/", 0, WatchOnFollower(), WatchJobs("w1", coordv1.JobState_JOB_STATE_CANCELLED))
+		<-w.Responses()
+		if ep := w.Endpoint(); ep == leader {
+			t.Fatalf("watch %d started on the leader %s", i, ep)
+		}
+		seen[w.Endpoint()] = true
+		cancel()
+		for range w.Responses() {
+		}
+	}
+	if len(seen) != 2 {
+		t.Fatalf("started on %v only", seen)
+	}
+	for i, n := range nodes {
+		n.mu.Lock()
+		req := n.req
+		n.mu.Unlock()
+		if c.endpoints[i] == leader {
+			continue
+		}
+		if req.GetJobWorkerId() != "w1" || fmt.Sprint(req.GetJobStates()) != "[JOB_STATE_CANCELLED]" {
+			t.Fatalf("request %v", req)
+		}
 	}
 }
 

@@ -51,6 +51,9 @@ type fakeQueue struct {
 	onHeartbeat func(ctx context.Context, r *coordv1.QueueHeartbeatRequest) (*coordv1.QueueHeartbeatResponse, error)
 	onCommit    func(r *coordv1.FencedCommitRequest) (*coordv1.FencedCommitResponse, error)
 	onSubmit    func(r *coordv1.QueueSubmitRequest) error
+	// lostAfterApply: that many Submits apply their jobs and then answer
+	// LEADERSHIP_LOST (the outcome is unknown to the caller).
+	lostAfterApply int
 }
 
 type hbCall struct {
@@ -198,6 +201,11 @@ func (f *fakeQueue) Submit(_ context.Context, r *coordv1.QueueSubmitRequest) (*c
 		f.jobs[j.Id] = j
 		resp.Jobs = append(resp.Jobs, &coordv1.SubmittedJob{Id: j.Id, State: j.State, RunAtMs: j.RunAtMs})
 	}
+	if f.lostAfterApply > 0 {
+		f.lostAfterApply--
+		return nil, coorderr.New(codes.Unavailable, coorderr.LeadershipLost,
+			"leadership lost while applying; the outcome is unknown, retry with the same request id", nil)
+	}
 	return resp, nil
 }
 
@@ -268,13 +276,66 @@ func (f *fakeQueue) Stats(_ context.Context, r *coordv1.QueueStatsRequest) (*coo
 	return &coordv1.QueueStatsResponse{Queues: []*coordv1.QueueStats{{Queue: r.GetQueue(), Available: 3}}}, nil
 }
 
+// fakeWatch serves coord.v1.Watch: once hold is closed, the first
+// message, then each event the test sends on events, one per message.
+type fakeWatch struct {
+	coordv1.UnimplementedWatchServer
+	reqs   chan *coordv1.WatchRequest
+	events chan *coordv1.WatchEvent
+	mu     sync.Mutex
+	hold   chan struct{}
+}
+
+// holdFirst makes the next watches wait for release before their first
+// message.
+func (f *fakeWatch) holdFirst() (release func()) {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	f.hold = ch
+	f.mu.Unlock()
+	return sync.OnceFunc(func() { close(ch) })
+}
+
+func newFakeWatch() *fakeWatch {
+	f := &fakeWatch{reqs: make(chan *coordv1.WatchRequest, 100), hold: make(chan struct{}), events: make(chan *coordv1.WatchEvent, 100)}
+	close(f.hold)
+	return f
+}
+
+func (f *fakeWatch) Watch(r *coordv1.WatchRequest, s coordv1.Watch_WatchServer) error {
+	f.reqs <- r
+	f.mu.Lock()
+	hold := f.hold
+	f.mu.Unlock()
+	select {
+	case <-hold:
+	case <-s.Context().Done():
+		return nil
+	}
+	if err := s.Send(&coordv1.WatchResponse{ResumeIndex: 1, Synced: true}); err != nil {
+		return err
+	}
+	for i := uint64(1); ; i++ {
+		select {
+		case e := <-f.events:
+			e.Index = i
+			if err := s.Send(&coordv1.WatchResponse{Events: []*coordv1.WatchEvent{e}, ResumeIndex: i + 1, Synced: true}); err != nil {
+				return err
+			}
+		case <-s.Context().Done():
+			return nil
+		}
+	}
+}
+
 // harness: a fake queue on loopback and a client in virtual time.
 type harness struct {
-	t   *testing.T
-	clk *clock.Fake
-	f   *fakeQueue
-	c   *client.Client
-	t0  time.Time
+	t     *testing.T
+	clk   *clock.Fake
+	f     *fakeQueue
+	watch *fakeWatch
+	c     *client.Client
+	t0    time.Time
 }
 
 func newHarness(t *testing.T) *harness {
@@ -288,6 +349,8 @@ func newHarness(t *testing.T) *harness {
 	srv := grpc.NewServer()
 	coordv1.RegisterQueueServer(srv, f)
 	coordv1.RegisterCoordinatorServer(srv, f)
+	fw := newFakeWatch()
+	coordv1.RegisterWatchServer(srv, fw)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	c, err := client.New(context.Background(), []string{lis.Addr().String()}, client.WithClock(clk), client.WithOwner("w1"))
@@ -295,7 +358,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &harness{t: t, clk: clk, f: f, c: c, t0: clk.Now()}
+	return &harness{t: t, clk: clk, f: f, watch: fw, c: c, t0: clk.Now()}
 }
 
 func (h *harness) at(d time.Duration) time.Time { return h.t0.Add(d) }

@@ -18,12 +18,13 @@ import (
 )
 
 // Handler runs one attempt of a job. Its context is cancelled when the
-// attempt's claim is lost (cause ErrClaimLost), when Worker.Stop gives up
-// waiting (cause ErrWorkerShutdown), and after it returns. A nil error
-// completes the job (with the result set by Job.SetResult); an error fails
-// the attempt: retried after the job's backoff while attempts remain,
-// unless it is Permanent. A panic fails the attempt (retryable) with the
-// panic value and the stack as its error.
+// attempt's claim is lost (cause ErrClaimLost; within about a second of
+// the job's cancellation, wrapping client.ErrJobCancelled), when
+// Worker.Stop gives up waiting (cause ErrWorkerShutdown), and after it
+// returns. A nil error completes the job (with the result set by
+// Job.SetResult); an error fails the attempt: retried after the job's
+// backoff while attempts remain, unless it is Permanent. A panic fails the
+// attempt (retryable) with the panic value and the stack as its error.
 type Handler func(ctx context.Context, j *Job) error
 
 // Worker fetches jobs from its queues and runs each with the handler of
@@ -54,7 +55,7 @@ type Worker struct {
 	fetchCancel context.CancelFunc
 	fetchers    sync.WaitGroup
 	running     sync.WaitGroup // handlers, until their outcome is queued
-	background  sync.WaitGroup // the heartbeat loop
+	background  sync.WaitGroup // the heartbeat loop, the cancellation watches
 	hbWake      chan struct{}
 	slots       []*slots
 	out         *batcher
@@ -203,8 +204,10 @@ func (w *Worker) Start() error {
 	w.background.Add(1)
 	go w.heartbeats()
 	for _, q := range w.o.queues {
-		s := &slots{name: q.name, free: q.concurrency, wake: make(chan struct{}, 1)}
+		s := &slots{name: q.name, free: q.concurrency, wake: make(chan struct{}, 1), watching: make(chan struct{})}
 		w.slots = append(w.slots, s)
+		w.background.Add(1)
+		go w.watchCancels(s)
 		w.fetchers.Add(1)
 		go w.fetchLoop(s)
 	}
@@ -320,10 +323,11 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 // slots counts a queue's free handler slots.
 type slots struct {
-	name string
-	mu   sync.Mutex
-	free int
-	wake chan struct{}
+	name     string
+	mu       sync.Mutex
+	free     int
+	wake     chan struct{}
+	watching chan struct{} // closed when the queue's cancellation watch started or gave up
 }
 
 // wait returns the number of free slots once there is one (0 when ctx
@@ -365,6 +369,9 @@ func (w *Worker) fetchLoop(s *slots) {
 	defer w.fetchers.Done()
 	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
 	backoff := minBackoff
+	if !w.awaitWatch(s) {
+		return
+	}
 	for {
 		n := s.wait(w.fetchCtx)
 		if n == 0 {

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,23 @@ func blocking(ch chan<- started, release <-chan struct{}) Handler {
 			return context.Cause(ctx)
 		}
 	}
+}
+
+// startBlocking starts a worker whose kind "k" handler blocks until its
+// context ends, reporting each start on ch and each return on returned.
+func (h *harness) startBlocking() (w *Worker, ch chan started, returned chan error) {
+	h.t.Helper()
+	ch, returned = make(chan started, 10), make(chan error, 10)
+	w = h.worker()
+	w.Handle("k", func(ctx context.Context, j *Job) error {
+		err := blocking(ch, nil)(ctx, j)
+		returned <- err
+		return err
+	})
+	if err := w.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	return w, ch, returned
 }
 
 // Heartbeats go out at a third of the visibility timeout after the last
@@ -97,17 +115,7 @@ func TestRefusedHeartbeatCancelsHandler(t *testing.T) {
 			Error: &coordv1.JobItemError{Reason: "JOB_CANCELLED", Message: "job 1 was cancelled", Metadata: map[string]string{"job_id": "1"}}}}}, nil
 	}
 	h.f.add("default", "k", nil, 3*time.Second)
-	ch := make(chan started, 1)
-	returned := make(chan error, 1)
-	w := h.worker()
-	w.Handle("k", func(ctx context.Context, j *Job) error {
-		err := blocking(ch, nil)(ctx, j)
-		returned <- err
-		return err
-	})
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
+	w, ch, returned := h.startBlocking()
 	s := recv(t, ch, "start")
 	h.advanceTo(h.at(time.Second))
 	recv(t, h.f.heartbeats, "heartbeat")
@@ -454,5 +462,57 @@ func TestTokens(t *testing.T) {
 		if _, _, ok := ParseToken(bad); ok {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// cancelledEvent is the watch event of job id cancelled during attempt n,
+// which ran on worker.
+func cancelledEvent(id uint64, n uint32, worker string) *coordv1.WatchEvent {
+	j := &coordv1.QueueJob{Id: id, Queue: "default", Kind: "k", State: coordv1.JobState_JOB_STATE_CANCELLED, Attempts: n,
+		AttemptLog: []*coordv1.JobAttempt{{Number: n, WorkerId: worker, Outcome: coordv1.AttemptOutcome_ATTEMPT_OUTCOME_CANCELLED, Error: `cancelled by "ops"`}}}
+	return &coordv1.WatchEvent{Family: coordv1.WatchFamily_WATCH_FAMILY_QUEUE_JOB, Kind: coordv1.WatchEventKind_WATCH_EVENT_KIND_PUT,
+		Key: fmt.Sprintf("default/%d", id), Record: &coordv1.WatchEvent_QueueJob{QueueJob: j}}
+}
+
+// The worker watches each queue for its own attempts' cancellations (one
+// stream, filtered by the server), and its first Fetch waits until that
+// watch has started: a cancellation event ends the claim at once, without
+// waiting for a heartbeat (none is due yet: the clock has not moved), with
+// ErrClaimLost wrapping client.ErrJobCancelled. Events of other attempts
+// (another worker's, an attempt this worker does not hold) change nothing.
+func TestCancellationWatchCancelsHandler(t *testing.T) {
+	h := newHarness(t)
+	release := h.watch.holdFirst()
+	h.f.add("default", "k", nil, 30*time.Second)
+	h.f.add("default", "k", nil, 30*time.Second)
+	_, ch, returned := h.startBlocking()
+	req := recv(t, h.watch.reqs, "watch")
+	if req.GetPrefix() != "default/" || fmt.Sprint(req.GetFamilies()) != "[WATCH_FAMILY_QUEUE_JOB]" || req.GetJobWorkerId() != "w1" ||
+		fmt.Sprint(req.GetJobStates()) != "[JOB_STATE_CANCELLED]" || req.GetStartIndex() != 0 {
+		t.Fatalf("watch request %v", req)
+	}
+	// The fetch loop waits for the watch (its bound armed at t0+1s), not
+	// fetching yet.
+	if !h.clk.WaitArmed(h.at(watchStartWait), 5*time.Second) || len(h.f.fetched) != 0 {
+		t.Fatalf("fetch not held for the watch (%d fetches)", len(h.f.fetched))
+	}
+	release()
+	a, b := recv(t, ch, "start"), recv(t, ch, "start")
+	if a.j.ID != 1 {
+		a, b = b, a
+	}
+	h.watch.events <- cancelledEvent(2, 1, "another-worker")
+	h.watch.events <- cancelledEvent(2, 7, "w1")
+	h.watch.events <- cancelledEvent(1, 1, "w1")
+	err := recv(t, returned, "handler return")
+	if !errors.Is(err, ErrClaimLost) || !errors.Is(err, client.ErrJobCancelled) || !strings.Contains(err.Error(), `cancelled by "ops"`) ||
+		!errors.Is(context.Cause(a.ctx), client.ErrJobCancelled) {
+		t.Fatalf("cause %v", err)
+	}
+	if !h.clk.Now().Equal(h.t0) || len(h.f.heartbeats) != 0 {
+		t.Fatal("cancelled by a heartbeat, not the watch")
+	}
+	if b.ctx.Err() != nil {
+		t.Fatalf("job 2 cancelled by another attempt's event: %v", context.Cause(b.ctx))
 	}
 }

@@ -152,10 +152,17 @@ type QueueClient interface {
 	// and label. Listed jobs carry no args, result or attempt details (Get
 	// has them).
 	List(ctx context.Context, in *QueueListRequest, opts ...grpc.CallOption) (*QueueListResponse, error)
-	// Cancel cancels a job that is not final. A running job's attempt ends at
-	// once: the worker's next Heartbeat, Complete, Fail or FencedCommit is
-	// refused with JOB_CANCELLED (its SDK cancels the handler's context).
-	// Cancelling a cancelled job returns it unchanged.
+	// Cancel cancels a job that is not final. A running job's attempt ends
+	// at once on the server (outcome CANCELLED, its token stale): the
+	// worker's next Heartbeat, Complete, Fail or FencedCommit is refused with
+	// JOB_CANCELLED (in Heartbeat, as that attempt's item error). When the
+	// worker's code learns of it depends on the worker: the Go SDK's Worker
+	// watches for its own attempts' cancellations (Watch with job_states
+	// CANCELLED and job_worker_id) and cancels the handler's context within
+	// about a second; any other worker learns of it at its next Heartbeat (a
+	// third of the visibility timeout after the last one: up to 10 s at the
+	// default 30 s) or at its next other call on the attempt. Cancelling a
+	// cancelled job returns it unchanged.
 	Cancel(ctx context.Context, in *QueueCancelRequest, opts ...grpc.CallOption) (*QueueCancelResponse, error)
 	// Retry makes a DEAD, CANCELLED, RETRYABLE (skipping the rest of its
 	// backoff) or SCHEDULED (running it early) job AVAILABLE now. A job whose
@@ -418,10 +425,17 @@ type QueueServer interface {
 	// and label. Listed jobs carry no args, result or attempt details (Get
 	// has them).
 	List(context.Context, *QueueListRequest) (*QueueListResponse, error)
-	// Cancel cancels a job that is not final. A running job's attempt ends at
-	// once: the worker's next Heartbeat, Complete, Fail or FencedCommit is
-	// refused with JOB_CANCELLED (its SDK cancels the handler's context).
-	// Cancelling a cancelled job returns it unchanged.
+	// Cancel cancels a job that is not final. A running job's attempt ends
+	// at once on the server (outcome CANCELLED, its token stale): the
+	// worker's next Heartbeat, Complete, Fail or FencedCommit is refused with
+	// JOB_CANCELLED (in Heartbeat, as that attempt's item error). When the
+	// worker's code learns of it depends on the worker: the Go SDK's Worker
+	// watches for its own attempts' cancellations (Watch with job_states
+	// CANCELLED and job_worker_id) and cancels the handler's context within
+	// about a second; any other worker learns of it at its next Heartbeat (a
+	// third of the visibility timeout after the last one: up to 10 s at the
+	// default 30 s) or at its next other call on the attempt. Cancelling a
+	// cancelled job returns it unchanged.
 	Cancel(context.Context, *QueueCancelRequest) (*QueueCancelResponse, error)
 	// Retry makes a DEAD, CANCELLED, RETRYABLE (skipping the rest of its
 	// backoff) or SCHEDULED (running it early) job AVAILABLE now. A job whose

@@ -175,7 +175,19 @@ type WatchRequest struct {
 	// initial (only with start_index 0) first sends every matching record
 	// as an EXISTING event, read at one applied index, then the changes
 	// after that index: a consistent "list, then watch".
-	Initial       bool `protobuf:"varint,5,opt,name=initial,proto3" json:"initial,omitempty"`
+	Initial bool `protobuf:"varint,5,opt,name=initial,proto3" json:"initial,omitempty"`
+	// job_states narrows QUEUE_JOB events to jobs in one of these states
+	// after the change (a DELETE: in their last state); empty: any state.
+	// Other families are not affected.
+	JobStates []JobState `protobuf:"varint,6,rep,packed,name=job_states,json=jobStates,proto3,enum=coord.v1.JobState" json:"job_states,omitempty"`
+	// job_worker_id narrows QUEUE_JOB events to jobs whose last attempt was
+	// handed to this worker (Fetch's worker_id); empty: any. The Go SDK's
+	// Worker watches each of its queues (prefix "<queue>/", family
+	// QUEUE_JOB) with job_states CANCELLED and its worker id: it hears of its
+	// own attempts' cancellations, nothing else, and cancels their handlers
+	// at once. A watch of QUEUE_JOB only is authorized by work on its prefix
+	// as well as by read.
+	JobWorkerId   string `protobuf:"bytes,7,opt,name=job_worker_id,json=jobWorkerId,proto3" json:"job_worker_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -243,6 +255,20 @@ func (x *WatchRequest) GetInitial() bool {
 		return x.Initial
 	}
 	return false
+}
+
+func (x *WatchRequest) GetJobStates() []JobState {
+	if x != nil {
+		return x.JobStates
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetJobWorkerId() string {
+	if x != nil {
+		return x.JobWorkerId
+	}
+	return ""
 }
 
 type WatchEvent struct {
@@ -518,14 +544,17 @@ var File_coord_v1_watch_proto protoreflect.FileDescriptor
 
 const file_coord_v1_watch_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/watch.proto\x12\bcoord.v1\x1a\x14coord/v1/coord.proto\x1a\x14coord/v1/queue.proto\x1a\x18coord/v1/schedules.proto\"\xbb\x01\n" +
+	"\x14coord/v1/watch.proto\x12\bcoord.v1\x1a\x14coord/v1/coord.proto\x1a\x14coord/v1/queue.proto\x1a\x18coord/v1/schedules.proto\"\x92\x02\n" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x121\n" +
 	"\bfamilies\x18\x02 \x03(\x0e2\x15.coord.v1.WatchFamilyR\bfamilies\x12\x1f\n" +
 	"\vstart_index\x18\x03 \x01(\x04R\n" +
 	"startIndex\x12%\n" +
 	"\x0estart_position\x18\x04 \x01(\rR\rstartPosition\x12\x18\n" +
-	"\ainitial\x18\x05 \x01(\bR\ainitial\"\xf5\x03\n" +
+	"\ainitial\x18\x05 \x01(\bR\ainitial\x121\n" +
+	"\n" +
+	"job_states\x18\x06 \x03(\x0e2\x12.coord.v1.JobStateR\tjobStates\x12\"\n" +
+	"\rjob_worker_id\x18\a \x01(\tR\vjobWorkerId\"\xf5\x03\n" +
 	"\n" +
 	"WatchEvent\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
@@ -583,29 +612,31 @@ var file_coord_v1_watch_proto_goTypes = []any{
 	(*WatchRequest)(nil),  // 2: coord.v1.WatchRequest
 	(*WatchEvent)(nil),    // 3: coord.v1.WatchEvent
 	(*WatchResponse)(nil), // 4: coord.v1.WatchResponse
-	(*Lease)(nil),         // 5: coord.v1.Lease
-	(*Window)(nil),        // 6: coord.v1.Window
-	(*Resource)(nil),      // 7: coord.v1.Resource
-	(*Schedule)(nil),      // 8: coord.v1.Schedule
-	(*QueueJob)(nil),      // 9: coord.v1.QueueJob
+	(JobState)(0),         // 5: coord.v1.JobState
+	(*Lease)(nil),         // 6: coord.v1.Lease
+	(*Window)(nil),        // 7: coord.v1.Window
+	(*Resource)(nil),      // 8: coord.v1.Resource
+	(*Schedule)(nil),      // 9: coord.v1.Schedule
+	(*QueueJob)(nil),      // 10: coord.v1.QueueJob
 }
 var file_coord_v1_watch_proto_depIdxs = []int32{
 	0,  // 0: coord.v1.WatchRequest.families:type_name -> coord.v1.WatchFamily
-	0,  // 1: coord.v1.WatchEvent.family:type_name -> coord.v1.WatchFamily
-	1,  // 2: coord.v1.WatchEvent.kind:type_name -> coord.v1.WatchEventKind
-	5,  // 3: coord.v1.WatchEvent.lease:type_name -> coord.v1.Lease
-	6,  // 4: coord.v1.WatchEvent.window:type_name -> coord.v1.Window
-	7,  // 5: coord.v1.WatchEvent.resource:type_name -> coord.v1.Resource
-	8,  // 6: coord.v1.WatchEvent.schedule:type_name -> coord.v1.Schedule
-	9,  // 7: coord.v1.WatchEvent.queue_job:type_name -> coord.v1.QueueJob
-	3,  // 8: coord.v1.WatchResponse.events:type_name -> coord.v1.WatchEvent
-	2,  // 9: coord.v1.Watch.Watch:input_type -> coord.v1.WatchRequest
-	4,  // 10: coord.v1.Watch.Watch:output_type -> coord.v1.WatchResponse
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	5,  // 1: coord.v1.WatchRequest.job_states:type_name -> coord.v1.JobState
+	0,  // 2: coord.v1.WatchEvent.family:type_name -> coord.v1.WatchFamily
+	1,  // 3: coord.v1.WatchEvent.kind:type_name -> coord.v1.WatchEventKind
+	6,  // 4: coord.v1.WatchEvent.lease:type_name -> coord.v1.Lease
+	7,  // 5: coord.v1.WatchEvent.window:type_name -> coord.v1.Window
+	8,  // 6: coord.v1.WatchEvent.resource:type_name -> coord.v1.Resource
+	9,  // 7: coord.v1.WatchEvent.schedule:type_name -> coord.v1.Schedule
+	10, // 8: coord.v1.WatchEvent.queue_job:type_name -> coord.v1.QueueJob
+	3,  // 9: coord.v1.WatchResponse.events:type_name -> coord.v1.WatchEvent
+	2,  // 10: coord.v1.Watch.Watch:input_type -> coord.v1.WatchRequest
+	4,  // 11: coord.v1.Watch.Watch:output_type -> coord.v1.WatchResponse
+	11, // [11:12] is the sub-list for method output_type
+	10, // [10:11] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_watch_proto_init() }
