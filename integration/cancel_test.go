@@ -157,6 +157,7 @@ func TestWorkerCancelUnderWorkOnlyACL(t *testing.T) {
 rules:
   - name: nodes
     identities: [node*]
+    node_certificates: true
     ops: [admin]
   - name: producer
     identities: [api]

@@ -28,6 +28,7 @@ const consoleACL = `
 rules:
   - name: nodes
     identities: [node*]
+    node_certificates: true
     ops: [admin]
   - name: operators
     identities: [ops]

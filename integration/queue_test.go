@@ -553,6 +553,7 @@ const queueACL = `
 rules:
   - name: nodes
     identities: [node*]
+    node_certificates: true
     ops: [admin]
   - name: producer
     identities: [reports-api]

@@ -18,6 +18,7 @@ const tenantACL = `
 rules:
   - name: nodes
     identities: [node*]
+    node_certificates: true
     ops: [admin]
   - name: reports
     identities: [reports-svc]
