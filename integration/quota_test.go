@@ -23,7 +23,11 @@ import (
 // so spreading the flood over the three nodes does not multiply them)
 // keep the other tenant's Acquire p99 under 50 ms. Before the quotas the
 // flood was all accepted and the p99 went to hundreds of ms (the issue:
-// 1.4 s).
+// 1.4 s). Under the race detector (scripts/test.sh) the p99 is logged, not
+// judged — the detector's slowdown makes the flood's own TLS and decoding
+// saturate two cores — but what was accepted still is: at most the
+// leader's one bucket of job args bytes (burst and rate, whichever nodes
+// the flood went through) and 20 @every 1s schedules.
 func TestQuotasKeepTheOtherTenantFast(t *testing.T) {
 	c, certs, _ := secureCluster(t, 3, "", testcluster.WithConfig(func(cfg *testcluster.Config) {
 		cfg.API.Limits = auth.DefaultLimits()
@@ -59,7 +63,8 @@ func TestQuotasKeepTheOtherTenantFast(t *testing.T) {
 	schedArgs := make([]byte, 60_000)
 	var accepted, refused, schedules atomic.Int64
 	refusals := sync.Map{} // reason -> true
-	stop := time.Now().Add(flood)
+	start := time.Now()
+	stop := start.Add(flood)
 	var wg sync.WaitGroup
 	for i, n := range c.Nodes {
 		q := coordv1.NewQueueClient(connAs(t, certs.Client("billing-svc"), n.API.GRPCAddr()))
@@ -91,6 +96,7 @@ func TestQuotasKeepTheOtherTenantFast(t *testing.T) {
 	}
 	lat := measure(stop)
 	wg.Wait()
+	elapsed := time.Since(start) // calls still in flight at stop count too
 	p99 := lat[len(lat)*99/100]
 	var reasons []string
 	refusals.Range(func(k, _ any) bool { reasons = append(reasons, k.(string)); return true })
@@ -98,7 +104,14 @@ func TestQuotasKeepTheOtherTenantFast(t *testing.T) {
 	t.Logf("flood: %d jobs (%d MiB) and %d schedules accepted, %d calls refused (%v); other tenant: %d acquires, p50 %s, p99 %s, max %s",
 		accepted.Load(), accepted.Load()*int64(len(args))>>20, schedules.Load(), refused.Load(), reasons,
 		len(lat), lat[len(lat)/2], p99, lat[len(lat)-1])
-	if p99 > 50*time.Millisecond {
+	lim := auth.DefaultLimits()
+	if maxBytes := auth.MinJobBytesBurst + int64(float64(lim.JobBytesPerSecond)*elapsed.Seconds()); accepted.Load()*int64(len(args)) > maxBytes {
+		t.Errorf("%d job args bytes accepted in %s: more than the leader's bucket gives (%d)", accepted.Load()*int64(len(args)), elapsed, maxBytes)
+	}
+	if schedules.Load() > int64(lim.ScheduleJobsPerSecond) {
+		t.Errorf("%d @every 1s schedules accepted, over the jobs rate of %g/s", schedules.Load(), lim.ScheduleJobsPerSecond)
+	}
+	if p99 > 50*time.Millisecond && !raceDetector {
 		t.Fatalf("the other tenant's acquire p99 is %s during the flood (want under 50ms)", p99)
 	}
 }
