@@ -12,12 +12,12 @@ import (
 	"github.com/coordd/coordd/internal/testutil"
 )
 
-// startCoordd starts a single-node coordd on dir with free ports; the
+// startCoordd starts a single-node coordd on dir on port 0; the
 // process is killed at cleanup.
 func startCoordd(t *testing.T, dir string) (*exec.Cmd, *testutil.Buffer) {
 	t.Helper()
-	cmd := exec.Command(coorddBin, "--data-dir", dir, "--grpc-addr", freePortAddr(t),
-		"--http-addr", freePortAddr(t), "--raft-addr", freePortAddr(t))
+	cmd := exec.Command(coorddBin, "--data-dir", dir, "--grpc-addr", "127.0.0.1:0",
+		"--http-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0")
 	cmd.Env = cleanEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	log := &testutil.Buffer{}

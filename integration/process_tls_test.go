@@ -28,7 +28,7 @@ func TestProcessClusterMutualTLS(t *testing.T) {
 	}
 	pc := proccluster.StartTLS(t, coorddBin, 3, func(id string) tlsutil.Files { return certs.Files(id, true) },
 		"--acl-file", aclPath)
-	pc.WaitLeader(20 * time.Second)
+	pc.WaitLeader()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
