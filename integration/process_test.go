@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/internal/proccluster"
-	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
 // The binaries are built once by TestMain.
@@ -65,22 +64,7 @@ func TestProcessLeaderKill9Failover(t *testing.T) {
 		}
 	}
 	// Whole cluster kill -9 and restart: the next generation continues.
-	l := pc.WaitLeader()
-	cc := coordv1.NewCoordinatorClient(l.Conn)
-	first := acquire(t, cc, "gen", "a", 2*time.Second)
-	if _, err := cc.Release(ctxT(t), &coordv1.ReleaseRequest{Name: "gen", Owner: "a", Generation: first.GetGeneration()}); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pc.Nodes {
-		pc.Kill(p)
-	}
-	for _, p := range pc.Nodes {
-		pc.Restart(p)
-	}
-	l = pc.WaitLeader()
-	if next := acquire(t, coordv1.NewCoordinatorClient(l.Conn), "gen", "b", 2*time.Second); next.GetGeneration() != first.GetGeneration()+1 {
-		t.Fatalf("generation after kill -9 of every node: %d, before %d", next.GetGeneration(), first.GetGeneration())
-	}
+	generationsContinueAfterFullRestart(t, pc, 10)
 }
 
 // runExample runs an example's binary (with --endpoints and args) against

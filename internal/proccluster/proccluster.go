@@ -311,8 +311,11 @@ func (c *Cluster) dial(nd *Node) error {
 
 // Restart starts a stopped node with the same data dir and the addresses
 // it had (those it bound, for a node started on port 0: its peers know it
-// there); its output is appended to its log file. It joins nothing: its
-// state says which cluster it belongs to.
+// there, as testcluster's restarted nodes reuse theirs); its output is
+// appended to its log file. It joins nothing: its state says which cluster
+// it belongs to. (While the node is down an outgoing connection could in
+// principle take one of its ports; Linux hands bind(port 0) even ports and
+// connect() odd ones first, so it does not in practice.)
 func (c *Cluster) Restart(nd *Node) error { return c.start(nd, "") }
 
 // start starts a node's process, joining through the member at the gRPC
@@ -353,6 +356,30 @@ func (c *Cluster) start(nd *Node, join string) error {
 	nd.Cmd, nd.exited = cmd, exited
 	c.logf("%s started, pid %d, gRPC %s, log %s", nd.ID, cmd.Process.Pid, nd.GRPCAddr, nd.LogPath)
 	return nil
+}
+
+// WaitServing waits until a started node answers a status call on its
+// gRPC address (it need not know a leader), and fails at once if its
+// process exits.
+func (c *Cluster) WaitServing(nd *Node, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if nd.Cmd == nil {
+			return fmt.Errorf("%s is not running", nd.ID)
+		}
+		_, err := c.Status(nd, time.Second)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-nd.exited:
+			return fmt.Errorf("%s exited (log %s):\n%s", nd.ID, nd.LogPath, logTail(nd.LogPath))
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s does not serve within %s: %v (log %s)", nd.ID, timeout, err, nd.LogPath)
+		}
+	}
 }
 
 // Signal sends sig to a running node by its PID.

@@ -81,10 +81,15 @@ func (c *TestCluster) Stop(nd *Node) { c.Cluster.Stop(nd, syscall.SIGTERM) }
 // Kill stops a node with SIGKILL and reaps it.
 func (c *TestCluster) Kill(nd *Node) { c.Cluster.Stop(nd, syscall.SIGKILL) }
 
-// Restart starts a stopped node with the same data dir and addresses.
+// Restart starts a stopped node with the same data dir and addresses and
+// returns once it serves (as testcluster's Restart does).
 func (c *TestCluster) Restart(nd *Node) {
 	c.t.Helper()
-	if err := c.Cluster.Restart(nd); err != nil {
+	err := c.Cluster.Restart(nd)
+	if err == nil {
+		err = c.Cluster.WaitServing(nd, 20*time.Second)
+	}
+	if err != nil {
 		c.t.Fatal(err)
 	}
 }
