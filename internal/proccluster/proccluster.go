@@ -314,8 +314,9 @@ func (c *Cluster) dial(nd *Node) error {
 // there, as testcluster's restarted nodes reuse theirs); its output is
 // appended to its log file. It joins nothing: its state says which cluster
 // it belongs to. (While the node is down an outgoing connection could in
-// principle take one of its ports; Linux hands bind(port 0) even ports and
-// connect() odd ones first, so it does not in practice.)
+// principle take one of its ports; Linux gives bind(port 0) and connect()
+// ports of opposite parity while the range has both, so it does not in
+// practice.)
 func (c *Cluster) Restart(nd *Node) error { return c.start(nd, "") }
 
 // start starts a node's process, joining through the member at the gRPC
