@@ -59,7 +59,7 @@ func parseFlags(args []string) (*options, error) {
 	f.str(&o.grpcAddr, "grpc-addr", "127.0.0.1:7400", "gRPC listen address (port 0: the kernel picks one; every address bound is written to <data-dir>/addresses.json)")
 	f.str(&o.raftAddr, "raft-addr", "127.0.0.1:7402", "Raft listen and advertised address (port 0: a free one, advertised as bound; see <data-dir>/addresses.json; peers need real addresses, so such a node joins with --join or starts alone)")
 	f.str(&o.httpAddr, "http-addr", "127.0.0.1:7401", "metrics and health HTTP address (empty disables; port 0: a free one, see <data-dir>/addresses.json)")
-	f.str(&o.peers, "peers", "", "static initial cluster: id=raft_addr,... (must include this node)")
+	f.str(&o.peers, "peers", "", "static initial cluster: id=raft_addr,... (must include this node; no port 0)")
 	f.str(&o.join, "join", "", "gRPC address of a running member to join through")
 	f.duration(&o.heartbeat, "heartbeat-timeout", def.HeartbeatTimeout, "Raft heartbeat timeout")
 	f.duration(&o.election, "election-timeout", def.ElectionTimeout, "Raft election timeout")

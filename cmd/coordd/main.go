@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -68,6 +69,11 @@ func run(args []string) error {
 	peers, err := node.ParsePeers(o.peers)
 	if err != nil {
 		return fmt.Errorf("--peers: %w", err)
+	}
+	for id, addr := range peers {
+		if _, port, _ := net.SplitHostPort(addr); port == "0" {
+			return fmt.Errorf("--peers: %s=%s: no peer can dial port 0; a node on Raft port 0 starts alone or with --join", id, addr)
+		}
 	}
 	tlsFiles := tlsutil.Files{Cert: o.tlsCert, Key: o.tlsKey, CA: o.tlsCA}
 	peerTLS := tlsutil.Files{Cert: o.peerCert, Key: o.peerKey, CA: o.peerCA}
