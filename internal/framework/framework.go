@@ -63,29 +63,6 @@ func Coord[M Member](c Cluster[M], m M) coordv1.CoordinatorClient {
 	return coordv1.NewCoordinatorClient(c.Conn(m))
 }
 
-// Running are the members that are up.
-func Running[M Member](c Cluster[M]) []M {
-	var out []M
-	for _, m := range c.Members() {
-		if m.Running() {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// Followers are the running members other than the leader.
-func Followers[M Member](c Cluster[M]) []M {
-	l := c.WaitLeader()
-	var out []M
-	for _, m := range Running(c) {
-		if m != l {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // Client is an SDK client on all of the cluster's endpoints, closed at
 // cleanup. opts come after the harness's (TLS files, an owner, …).
 func Client[M Member](t testing.TB, c Cluster[M], opts ...client.Option) *client.Client {
