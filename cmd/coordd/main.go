@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/coordd/coordd/api"
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/internal/addrfile"
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/buildinfo"
 	"github.com/coordd/coordd/internal/tlsutil"
@@ -68,6 +70,11 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--peers: %w", err)
 	}
+	for id, addr := range peers {
+		if _, port, _ := net.SplitHostPort(addr); port == "0" {
+			return fmt.Errorf("--peers: %s=%s: no peer can dial port 0; a node on Raft port 0 starts alone or with --join", id, addr)
+		}
+	}
 	tlsFiles := tlsutil.Files{Cert: o.tlsCert, Key: o.tlsKey, CA: o.tlsCA}
 	peerTLS := tlsutil.Files{Cert: o.peerCert, Key: o.peerKey, CA: o.peerCA}
 	if peerTLS.Enabled() && !tlsFiles.Enabled() {
@@ -93,6 +100,11 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The data dir is ours now (locked): a previous start's address file
+	// goes, and the new one is written once every listener is bound.
+	if err := addrfile.Remove(o.dataDir); err != nil {
+		return errors.Join(err, n.Close())
+	}
 	srv, err := api.Serve(api.Config{
 		GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, TLS: tlsFiles, Insecure: o.insecure, ACLFile: o.aclFile,
 		Limits: auth.Limits{LeasesPerIdentity: uint32(o.maxLeases), RequestsPerSecond: o.rateLimit, Burst: o.burst,
@@ -103,6 +115,12 @@ func run(args []string) error {
 		GRPCKeepaliveTimeout: o.listen.grpcPingTimeout,
 	}, n)
 	if err != nil {
+		return errors.Join(err, n.Close())
+	}
+	// The addresses actually bound (a port 0 in a flag is the kernel's
+	// pick): what tests and scripts read instead of guessing free ports.
+	if err := addrfile.Write(o.dataDir, addrfile.Addresses{ID: o.id, GRPC: srv.GRPCAddr(), HTTP: srv.HTTPAddr(), Raft: n.RaftAddr()}); err != nil {
+		srv.Close()
 		return errors.Join(err, n.Close())
 	}
 	sig := make(chan os.Signal, 1)
