@@ -37,6 +37,7 @@ import (
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/defaults"
 	"github.com/coordd/coordd/internal/tlsutil"
+	"github.com/coordd/coordd/node/leader"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -215,7 +216,8 @@ type Server struct {
 
 // Serve listens on the configured addresses and serves n: gRPC always,
 // HTTP when configured. It tells the node its gRPC address (Advertise) and
-// runs the absence monitor while the node leads. Close the node first,
+// registers the API's leader services (the absence monitor, the clock
+// probe) with the node's leader lifecycle. Close the node first,
 // then the Server.
 func Serve(cfg Config, n Node) (*Server, error) {
 	cfg = cfg.withDefaults()
@@ -227,11 +229,16 @@ func Serve(cfg Config, n Node) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
-	n.WhileLeading(s.runMonitor)
-	n.WhileLeading(s.runClockProbe)
+	n.RegisterLeaderServices(s.leaderServices()...)
 	n.Advertise(s.GRPCAddr(), s.addVoterOn)
 	s.log.Info("coordd API serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr())
 	return s, nil
+}
+
+// leaderServices are the API's leader-only work, run by the node's leader
+// lifecycle with its own (node/DESIGN.md, "What runs on the leader").
+func (s *Server) leaderServices() []leader.Service {
+	return []leader.Service{absenceMonitor{s}, clockProbe{s}}
 }
 
 // newServer builds a Server that does not listen yet (unit tests call

@@ -1,0 +1,56 @@
+// Package leader is the work that runs only on the leader. Each
+// leader-only service is one file here (or, for the API's, one file in
+// api/), under one contract: a Service has a name and runs while this node
+// leads. One Lifecycle (lifecycle.go) starts every registered service when
+// a leadership becomes ready and stops them all when it ends, so "what
+// runs on the leader?" is this directory (node/DESIGN.md, "What runs on
+// the leader").
+//
+// The package knows neither Raft nor the node nor the API: the node hands
+// each service a Leadership (its clocks and its proposer for that term),
+// and the API registers its own services through the node.
+package leader
+
+import "context"
+
+// Leadership is one term of this node as ready leader, as its services
+// see it.
+type Leadership interface {
+	// Lease is lease time now ("cluster time", Unix ms; monotonic on this
+	// leader): what leases are judged on.
+	Lease() int64
+	// Calendar is calendar time now (Unix ms): the leader's wall clock,
+	// never below its last stamp; what jobs and schedules are judged on.
+	Calendar() int64
+	// LastStamp is the lease time stamped on the last command proposed in
+	// this term (the tick service appends ticks only when the log is idle).
+	LastStamp() int64
+	// Propose stamps an fsm command body, commits it under this leadership
+	// and returns the FSM's result; a rejection is the error.
+	Propose(ctx context.Context, body any) (any, error)
+}
+
+// Service is one piece of leader-only work.
+type Service interface {
+	// Name names the service in logs and in Lifecycle.Names.
+	Name() string
+	// Run works while l lasts and returns nil when ctx ends (the
+	// leadership ended, or the node stops). An error returned before that
+	// is logged and the service runs again after a backoff, while the
+	// leadership lasts; nil before that means it has nothing more to do
+	// in this term.
+	Run(ctx context.Context, l Leadership) error
+}
+
+// waker is a wake-up channel of capacity one: Poke never blocks, and
+// pokes while nobody listens merge into one.
+type waker chan struct{}
+
+func newWaker() waker { return make(waker, 1) }
+
+func (w waker) poke() {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+}
