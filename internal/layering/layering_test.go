@@ -37,6 +37,8 @@ func TestLayers(t *testing.T) {
 			[]string{"github.com/hashicorp/raft", mod + "node", mod + "api", mod + "fsm", mod + "internal/auth"}},
 		{"cmd/coordctl", "the CLI is built on the SDK",
 			[]string{"github.com/hashicorp/raft", mod + "node", mod + "api", mod + "fsm"}},
+		{"node/leader", "the leader services' contract is shared by the node and the API, and knows neither",
+			[]string{"github.com/hashicorp/raft", mod + "node", mod + "api"}},
 		{"internal/auth", "auth is a leaf",
 			[]string{mod + "node", mod + "api", mod + "fsm", mod + "client"}},
 	} {
