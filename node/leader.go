@@ -292,10 +292,16 @@ func b2f(b bool) float64 {
 
 // await waits for a Raft future, but not past shutdown or ctx (a future
 // still queued when Raft shuts down is never answered), and translates
-// Raft's errors into the node's.
+// Raft's errors into the node's. The goroutine that blocks on the future
+// (Raft's futures offer nothing to select on) is counted in n.futures:
+// Close waits for those Raft still answers and logs the ones it never will.
 func (n *Node) await(ctx context.Context, f raft.Future) error {
 	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
+	n.futures.Add(1)
+	go func() {
+		defer n.futures.Add(-1)
+		done <- f.Error()
+	}()
 	select {
 	case err := <-done:
 		return n.translate(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/testutil"
 	"github.com/coordd/coordd/node/leader"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
@@ -303,4 +305,24 @@ func TestTransferLeadershipOnASingleNode(t *testing.T) {
 	if _, err := n.TransferLeadership(bg(), "n9"); !errors.As(err, &ia) || ia.InvalidArgument() != "id" {
 		t.Fatalf("to a stranger: %v", err)
 	}
+}
+
+// Close waits for the goroutines blocked on Raft futures (await) that
+// Raft answers, and names the count of those it never will.
+func TestCloseAccountsForRaftFutures(t *testing.T) {
+	var logs testutil.Buffer
+	n := newTestNode(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	never := make(chan struct{})
+	waited := make(chan error, 1)
+	go func() { waited <- n.await(bg(), waitFuture(never)) }()
+	eventually(t, "await blocks on the future", func() bool { return n.futures.Load() == 1 })
+	_ = n.Close()
+	if err := <-waited; !errors.Is(err, ErrShutdown) {
+		t.Fatalf("await at shutdown: %v", err)
+	}
+	if !strings.Contains(logs.String(), "Raft futures left unanswered at shutdown") || !strings.Contains(logs.String(), "futures=1") {
+		t.Fatalf("the unanswered future is not accounted for:\n%s", logs.String())
+	}
+	close(never)
+	eventually(t, "the goroutine ends once Raft answers", func() bool { return n.futures.Load() == 0 })
 }

@@ -89,6 +89,9 @@ type Node struct {
 	leaderSig   chan struct{} // closed (and replaced) when the known leader may have changed
 	observer    *raft.Observer
 
+	// futures counts the goroutines blocked on a Raft future (await).
+	futures atomic.Int64
+
 	ctx      context.Context // ends at Close
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
@@ -357,6 +360,7 @@ func (n *Node) shutdown() error {
 		ls.cancel()
 	}
 	n.wg.Wait()
+	n.awaitFutures(futureGrace)
 	if n.trans != nil {
 		errs = append(errs, n.trans.Close())
 	}
@@ -365,6 +369,24 @@ func (n *Node) shutdown() error {
 	}
 	n.log.Info("coordd node stopped")
 	return errors.Join(errs...)
+}
+
+// futureGrace is how long Close waits for Raft to answer the futures the
+// node still waits on, after Raft shut down.
+const futureGrace = 200 * time.Millisecond
+
+// awaitFutures waits (real time, at most grace) until no goroutine blocks
+// on a Raft future, and logs those left: futures still queued in Raft when
+// it shut down, which it never answers. They hold a goroutine each until
+// the process ends; nothing else can stop them.
+func (n *Node) awaitFutures(grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	for n.futures.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if left := n.futures.Load(); left > 0 {
+		n.log.Warn("Raft futures left unanswered at shutdown (queued when Raft stopped)", "futures", left)
+	}
 }
 
 // sleep waits d on the node's clock, or until wake fires (nil: never);
