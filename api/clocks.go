@@ -66,16 +66,8 @@ func (clockProbe) Name() string { return "clock-probe" }
 func (p clockProbe) Run(ctx context.Context, _ leader.Leadership) error {
 	s := p.s
 	defer s.clocks.clear()
-	t := s.cfg.Clock.NewTicker(s.cfg.ClockProbeInterval)
-	defer t.Stop()
-	for {
-		s.probeClocks(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C():
-		}
-	}
+	s.probeClocks(ctx)
+	return leader.Every(ctx, s.cfg.Clock, s.cfg.ClockProbeInterval, func() { s.probeClocks(ctx) })
 }
 
 // probeClocks measures every other member once, concurrently, and records

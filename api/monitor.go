@@ -138,21 +138,14 @@ func (absenceMonitor) Name() string { return "absence-monitor" }
 func (m absenceMonitor) Run(ctx context.Context, l leader.Leadership) error {
 	s := m.s
 	defer s.monitor.clear()
-	t := s.cfg.Clock.NewTicker(s.cfg.MonitorInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C():
-		}
+	return leader.Every(ctx, s.cfg.Clock, s.cfg.MonitorInterval, func() {
 		st, _, err := s.node.Read(ctx, true) // this leader's own state, judged on its clocks
 		if err != nil {
-			continue
+			return
 		}
 		cal := l.Calendar()
 		s.observeAbsence(st.Overdue(cal), st.LateSchedules(cal, maxLate), s.stuckLeases(st, l.Lease()), st)
-	}
+	})
 }
 
 // monitor runs on the leader: gauges and one log line per schedule that

@@ -26,26 +26,19 @@ type Prune struct {
 func (*Prune) Name() string { return "prune" }
 
 func (p *Prune) Run(ctx context.Context, l Leadership) error {
-	tk := p.Clock.NewTicker(p.Interval)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tk.C():
-		}
+	return Every(ctx, p.Clock, p.Interval, func() {
 		res, err := l.Propose(ctx, &fsmv1.Prune{CutoffMs: l.Lease() - p.Retention.Milliseconds(),
 			JobsCutoffMs: l.Calendar() - p.JobRetention.Milliseconds(), MaxFinishedJobs: p.MaxFinishedJobs})
 		if err != nil {
 			if ctx.Err() == nil {
 				p.Log.Warn("prune failed", "err", err)
 			}
-			continue
+			return
 		}
 		if r, ok := res.(*fsm.PruneResult); ok && r.Windows+r.Idempotency+r.Jobs > 0 {
 			p.Log.Info("retention pruned records", "windows", r.Windows, "idempotency_records", r.Idempotency,
 				"older_than", p.Retention, "finished_jobs", r.Jobs, "jobs_older_than", p.JobRetention,
 				"max_finished_jobs", p.MaxFinishedJobs)
 		}
-	}
+	})
 }

@@ -11,7 +11,12 @@
 // and the API registers its own services through the node.
 package leader
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/coordd/coordd/clock"
+)
 
 // Leadership is one term of this node as ready leader, as its services
 // see it.
@@ -52,5 +57,20 @@ func (w waker) poke() {
 	select {
 	case w <- struct{}{}:
 	default:
+	}
+}
+
+// Every calls f every d on c until ctx ends, and returns nil then: the
+// loop of the periodic services.
+func Every(ctx context.Context, c clock.Clock, d time.Duration, f func()) error {
+	tk := c.NewTicker(d)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tk.C():
+			f()
+		}
 	}
 }

@@ -25,19 +25,12 @@ func (t *Tick) Run(ctx context.Context, l Leadership) error {
 	if _, err := l.Propose(ctx, &fsmv1.Tick{}); err != nil && ctx.Err() == nil {
 		t.Log.Warn("first tick failed", "err", err)
 	}
-	tk := t.Clock.NewTicker(t.Interval / 2)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tk.C():
-		}
+	return Every(ctx, t.Clock, t.Interval/2, func() {
 		if l.Lease()-l.LastStamp() < t.Interval.Milliseconds() {
-			continue
+			return
 		}
 		if _, err := l.Propose(ctx, &fsmv1.Tick{}); err != nil && ctx.Err() == nil {
 			t.Log.Warn("tick failed", "err", err)
 		}
-	}
+	})
 }
