@@ -143,11 +143,10 @@ func newNode(cfg Config) *Node {
 // per file of node/leader (node/DESIGN.md, "What runs on the leader").
 func (n *Node) newLeaderServices() {
 	cfg := n.cfg
-	n.dispatcher = leader.NewDispatch(leader.Dispatch{Clock: n.clock, Log: n.log, NextDue: n.fsm.NextJobDue,
-		Retry: cfg.TickInterval})
-	n.fetchPump = leader.NewFetchPump(leader.FetchPump{Serve: n.serveFetches})
-	n.materialise = leader.NewMaterialise(leader.Materialise{Clock: n.clock, Log: n.log, Rounds: n.materialiseRounds,
-		NextDue: n.fsm.NextScheduleDue, Done: n.metrics.materialised})
+	n.dispatcher = &leader.Dispatch{Clock: n.clock, Log: n.log, NextDue: n.fsm.NextJobDue, Retry: cfg.TickInterval}
+	n.fetchPump = &leader.FetchPump{Serve: n.serveFetches}
+	n.materialise = &leader.Materialise{Clock: n.clock, Log: n.log, Rounds: n.materialiseRounds,
+		NextDue: n.fsm.NextScheduleDue, Done: n.metrics.materialised}
 	n.services = leader.NewLifecycle(n.log, n.clock)
 	n.services.Register(
 		&leader.Tick{Clock: n.clock, Log: n.log, Interval: cfg.TickInterval},

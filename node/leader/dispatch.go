@@ -21,19 +21,10 @@ type Dispatch struct {
 	Log     *slog.Logger
 	NextDue func() (calendarMs int64, ok bool)
 	Retry   time.Duration
-	wake    waker
-}
-
-// NewDispatch returns the dispatcher; d's wake-up channel is made here.
-func NewDispatch(d Dispatch) *Dispatch {
-	d.wake = newWaker()
-	return &d
+	Waker
 }
 
 func (*Dispatch) Name() string { return "dispatch" }
-
-// Poke makes the dispatcher look at NextDue again.
-func (d *Dispatch) Poke() { d.wake.poke() }
 
 func (d *Dispatch) Run(ctx context.Context, l Leadership) error {
 	timer := d.Clock.NewTimer(time.Hour)
@@ -66,7 +57,7 @@ func (d *Dispatch) Run(ctx context.Context, l Leadership) error {
 		case <-ctx.Done():
 			return nil
 		case <-fire:
-		case <-d.wake:
+		case <-d.C():
 			timer.Stop()
 		}
 	}

@@ -9,26 +9,17 @@ import "context"
 // of those whose queues have available jobs (node/queue.go).
 type FetchPump struct {
 	Serve func(ctx context.Context, l Leadership)
-	wake  waker
-}
-
-// NewFetchPump returns the pump; p's wake-up channel is made here.
-func NewFetchPump(p FetchPump) *FetchPump {
-	p.wake = newWaker()
-	return &p
+	Waker
 }
 
 func (*FetchPump) Name() string { return "fetch-pump" }
-
-// Poke makes the pump look at the waiters again.
-func (p *FetchPump) Poke() { p.wake.poke() }
 
 func (p *FetchPump) Run(ctx context.Context, l Leadership) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-p.wake:
+		case <-p.C():
 		}
 		p.Serve(ctx, l)
 	}

@@ -28,7 +28,8 @@ type RoundFunc func(now int64) (items []*fsmv1.ScheduleMaterialisation, more boo
 // calendar time: each round proposes ONE MaterialiseSchedules for all the
 // schedules due (node/DESIGN.md, "Schedules: the materialiser"), then
 // sleeps until the earliest next due time (NextDue), at most
-// MaterialiseIdle, or until Poke.
+// MaterialiseIdle, or until Poke (a put, resume or trigger on this
+// leader: a schedule may be due sooner).
 type Materialise struct {
 	Clock clock.Clock
 	Log   *slog.Logger
@@ -38,20 +39,10 @@ type Materialise struct {
 	NextDue func() (calendarMs int64, ok bool)
 	// Done counts what a committed round did (metrics); may be nil.
 	Done func(items []*fsmv1.ScheduleMaterialisation, res *fsm.MaterialiseResult, now int64)
-	wake waker
-}
-
-// NewMaterialise returns the materialiser; m's wake-up channel is made here.
-func NewMaterialise(m Materialise) *Materialise {
-	m.wake = newWaker()
-	return &m
+	Waker
 }
 
 func (*Materialise) Name() string { return "materialise" }
-
-// Poke tells the materialiser that a schedule may be due sooner (a put,
-// resume or trigger on this leader).
-func (m *Materialise) Poke() { m.wake.poke() }
 
 func (m *Materialise) Run(ctx context.Context, l Leadership) error {
 	round := m.Rounds()
@@ -103,7 +94,7 @@ func (m *Materialise) sleep(ctx context.Context, d time.Duration) bool {
 	defer t.Stop()
 	select {
 	case <-t.C():
-	case <-m.wake:
+	case <-m.C():
 	case <-ctx.Done():
 	}
 	return ctx.Err() == nil

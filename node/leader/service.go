@@ -13,6 +13,7 @@ package leader
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/coordd/coordd/clock"
@@ -47,15 +48,25 @@ type Service interface {
 	Run(ctx context.Context, l Leadership) error
 }
 
-// waker is a wake-up channel of capacity one: Poke never blocks, and
-// pokes while nobody listens merge into one.
-type waker chan struct{}
+// Waker is a wake-up channel of capacity one that a service sleeps on:
+// Poke never blocks, and pokes while nobody listens merge into one. The
+// zero value is ready; services that other code wakes embed it.
+type Waker struct {
+	once sync.Once
+	ch   chan struct{}
+}
 
-func newWaker() waker { return make(waker, 1) }
+// C is the channel a poke arrives on.
+func (w *Waker) C() <-chan struct{} {
+	w.once.Do(func() { w.ch = make(chan struct{}, 1) })
+	return w.ch
+}
 
-func (w waker) poke() {
+// Poke wakes the service (now, or when it next sleeps).
+func (w *Waker) Poke() {
+	w.C()
 	select {
-	case w <- struct{}{}:
+	case w.ch <- struct{}{}:
 	default:
 	}
 }

@@ -73,7 +73,7 @@ func TestDispatchTicksAtNextDue(t *testing.T) {
 	var due atomic.Int64
 	due.Store(-1)
 	next := func() (int64, bool) { d := due.Load(); return d, d >= 0 }
-	d := NewDispatch(Dispatch{Clock: l.clk, Log: quiet(), NextDue: next, Retry: 250 * time.Millisecond})
+	d := &Dispatch{Clock: l.clk, Log: quiet(), NextDue: next, Retry: 250 * time.Millisecond}
 	running(t, d, l)
 	// Nothing due: it sleeps until poked.
 	if !l.clk.WaitTimers(0, time.Second) {
@@ -113,7 +113,7 @@ func TestDispatchTicksAtNextDue(t *testing.T) {
 func TestFetchPumpServesOnPoke(t *testing.T) {
 	l := newFakeLeadership()
 	served := make(chan Leadership, 10)
-	p := NewFetchPump(FetchPump{Serve: func(_ context.Context, got Leadership) { served <- got }})
+	p := &FetchPump{Serve: func(_ context.Context, got Leadership) { served <- got }}
 	running(t, p, l)
 	p.Poke()
 	select {
@@ -148,9 +148,9 @@ func TestMaterialiseRoundsAndBackoff(t *testing.T) {
 		due.Store(l.Calendar() + 30_000)
 		return &fsm.MaterialiseResult{}, nil
 	})
-	m := NewMaterialise(Materialise{Clock: l.clk, Log: quiet(), Rounds: func() RoundFunc { return round },
+	m := &Materialise{Clock: l.clk, Log: quiet(), Rounds: func() RoundFunc { return round },
 		NextDue: func() (int64, bool) { return due.Load(), true },
-		Done:    func([]*fsmv1.ScheduleMaterialisation, *fsm.MaterialiseResult, int64) { counted.Add(1) }})
+		Done:    func([]*fsmv1.ScheduleMaterialisation, *fsm.MaterialiseResult, int64) { counted.Add(1) }}
 	running(t, m, l)
 	if _, ok := l.next(t, "the due schedule").(*fsmv1.MaterialiseSchedules); !ok {
 		t.Fatal("not a MaterialiseSchedules")
