@@ -31,6 +31,7 @@ type (
 		what   string
 		reason coorderr.Reason
 		meta   map[string]string
+		msg    string // the whole message, when set (else what + " not found")
 	}
 )
 
@@ -43,8 +44,13 @@ func (e *notLeaderError) Error() string {
 	return fmt.Sprintf("not the leader; the leader is %s at %s", e.id, e.addr)
 }
 func (e *notLeaderError) NotLeader() (id, addr string) { return e.id, e.addr }
-func (e *notFoundError) Error() string                 { return e.what + " not found" }
-func (e *notFoundError) NotFound() bool                { return true }
+func (e *notFoundError) Error() string {
+	if e.msg != "" {
+		return e.msg
+	}
+	return e.what + " not found"
+}
+func (e *notFoundError) NotFound() bool { return true }
 
 func invalidArg(field, format string, args ...any) error {
 	return &invalidArgError{field: field, msg: fmt.Sprintf(format, args...), index: -1}
@@ -155,20 +161,24 @@ func toStatus(err error) error {
 		}
 		return withInfo(codes.NotFound, err.Error(), coorderr.NotFound, nil)
 	case errors.As(err, &ll):
-		return withInfo(codes.Unavailable, "leadership lost while applying; the outcome is unknown, retry with the same request id",
-			coorderr.LeadershipLost, nil)
+		return withInfo(codes.Unavailable, "leadership lost while applying; "+unknownOutcome, coorderr.LeadershipLost, nil)
 	case errors.As(err, &sd):
 		return withInfo(codes.Unavailable, "node is shutting down", coorderr.ShuttingDown, nil)
 	case errors.As(err, &fp):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
-		return withInfo(codes.DeadlineExceeded, "timed out; the outcome is unknown, retry with the same request id", coorderr.Timeout, nil)
+		return withInfo(codes.DeadlineExceeded, "timed out; "+unknownOutcome, coorderr.Timeout, nil)
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	default:
 		return status.Error(codes.Internal, err.Error())
 	}
 }
+
+// unknownOutcome is the advice of LEADERSHIP_LOST and TIMEOUT: what to
+// repeat the call with, whichever handle the call has.
+const unknownOutcome = "the outcome is unknown (it may have been applied): repeat the call with the same request id, " +
+	"unique key or idempotency key to learn it without a second effect"
 
 func withInfo(code codes.Code, msg string, reason coorderr.Reason, meta map[string]string) error {
 	return coorderr.New(code, reason, msg, meta)

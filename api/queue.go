@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
 
-	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -102,8 +100,8 @@ func (q *queue) Get(ctx context.Context, req *coordv1.QueueGetRequest) (*coordv1
 }
 
 func jobNotFound(id uint64) error {
-	return &notFoundError{what: fmt.Sprintf("job %d (never submitted, or pruned)", id), reason: coorderr.JobNotFound,
-		meta: map[string]string{"job_id": strconv.FormatUint(id, 10)}}
+	rej := fsm.JobNotFound(id) // one wording for every call that finds no job
+	return &notFoundError{msg: rej.Message, reason: rej.Reason, meta: rej.Metadata}
 }
 
 func (q *queue) List(ctx context.Context, req *coordv1.QueueListRequest) (*coordv1.QueueListResponse, error) {

@@ -74,7 +74,8 @@ func (c *calendars) get(sp schedule.Spec) (*schedule.Calendar, error) {
 
 func calendarSpec(sp *fsm.ScheduleSpec) schedule.Spec {
 	return schedule.Spec{Expr: sp.Expr, TimeZone: sp.TimeZone,
-		Window: schedule.Window{Layout: sp.WindowLayout, ShiftDays: int(sp.WindowShiftDays)}}
+		Window: schedule.Window{Layout: sp.WindowLayout, ShiftDays: int(sp.WindowShiftDays)},
+		DST:    schedule.DSTPolicy(sp.DSTPolicy)} // the same values (schedule.DSTPolicy)
 }
 
 // compileSpec validates a wire spec and turns it into the FSM's, with the
@@ -90,8 +91,12 @@ func (s *Server) compileSpec(in *coordv1.ScheduleSpec) (*fsmv1.ScheduleSpec, err
 	if in.GetJob() == nil {
 		return nil, invalidArg("job", "is required (its kind, at least)")
 	}
+	if p := in.GetDstPolicy(); p < coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED || p > coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_CADENCE {
+		return nil, invalidArg("dst_policy", "unknown value %d", p)
+	}
 	c, err := s.calendars.get(schedule.Spec{Expr: in.GetSchedule(), TimeZone: in.GetTimeZone(),
-		Window: schedule.Window{Layout: in.GetWindowLayout(), ShiftDays: int(in.GetWindowShiftDays())}})
+		Window: schedule.Window{Layout: in.GetWindowLayout(), ShiftDays: int(in.GetWindowShiftDays())},
+		DST:    schedule.DSTPolicy(in.GetDstPolicy())})
 	if err != nil {
 		var ie *schedule.InvalidError
 		if errors.As(err, &ie) {
@@ -108,6 +113,9 @@ func (s *Server) compileSpec(in *coordv1.ScheduleSpec) (*fsmv1.ScheduleSpec, err
 		Expr: in.GetSchedule(), TimeZone: in.GetTimeZone(), Job: job, WindowLayout: in.GetWindowLayout(),
 		WindowShiftDays: in.GetWindowShiftDays(), StartingDeadlineMs: in.GetStartingDeadlineMs(),
 		CatchUpMs: in.GetCatchUpMs(), CompleteWithinMs: in.GetCompleteWithinMs(), Overlap: fsmv1.ScheduleOverlap(in.GetOverlap()),
+		// The DST policy as resolved for the expression (cronie's rule when
+		// none is given), so the log says what the schedule does.
+		DstPolicy: fsmv1.ScheduleDstPolicy(c.Schedule().DST()),
 	}
 	if out.CatchUpMs == 0 {
 		out.CatchUpMs = fsm.DefaultCatchUp(interval).Milliseconds()
@@ -132,6 +140,7 @@ func (s *Server) scheduleToProto(sc fsm.Schedule) *coordv1.Schedule {
 			Name: sc.Name, Schedule: sp.Expr, TimeZone: sp.TimeZone, WindowLayout: sp.WindowLayout,
 			WindowShiftDays: sp.WindowShiftDays, StartingDeadlineMs: sp.StartingDeadlineMs, CatchUpMs: sp.CatchUpMs,
 			CompleteWithinMs: sp.CompleteWithinMs, Overlap: coordv1.ScheduleOverlap(sp.Overlap),
+			DstPolicy: coordv1.ScheduleDstPolicy(sp.DSTPolicy),
 			Job: &coordv1.JobTemplate{Queue: t.Queue, Kind: t.Kind, Args: t.Args, Priority: t.Priority,
 				MaxAttempts: t.MaxAttempts, BackoffInitialMs: t.BackoffMs, BackoffMaxMs: t.BackoffMaxMs,
 				BackoffFactor: float64(t.BackoffPermille) / 1000, VisibilityTimeoutMs: t.VisibilityMs},
@@ -141,9 +150,6 @@ func (s *Server) scheduleToProto(sc fsm.Schedule) *coordv1.Schedule {
 		CreatedAtMs: sc.CreatedAt, UpdatedBy: sc.UpdatedBy, UpdatedAtMs: sc.UpdatedAt, LastMaterialisedMs: sc.Mark,
 		JobsCreated: sc.JobsMade, OccurrencesSkipped: sc.SkipCount, LastJobId: sc.LastJobID,
 	}
-	if sc.Active() {
-		out.NextDueMs = sc.NextDue
-	}
 	if len(t.Labels) > 0 {
 		out.Spec.Job.Labels = make(map[string]string, len(t.Labels))
 		for _, l := range t.Labels {
@@ -152,6 +158,15 @@ func (s *Server) scheduleToProto(sc fsm.Schedule) *coordv1.Schedule {
 	}
 	if c, err := s.calendars.get(calendarSpec(sp)); err == nil {
 		out.IntervalMs = c.Schedule().Interval().Milliseconds()
+		out.Spec.DstPolicy = coordv1.ScheduleDstPolicy(c.Schedule().DST()) // resolved, also for a spec stored without one
+		if sc.Active() {
+			// The next occurrence not yet made — what a user means by
+			// "next due" — not when the materialiser looks next (sc.NextDue:
+			// at once after a create, resume or update).
+			if o := c.Next(max(sc.Mark, sc.ResumedAt), 1); len(o) == 1 {
+				out.NextDueMs = o[0].At
+			}
+		}
 	}
 	return out
 }
@@ -182,9 +197,11 @@ func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleReq
 		if err != nil {
 			return nil, err
 		}
-		put := &fsmv1.PutSchedule{Name: req.GetSpec().GetName(), Spec: sp, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules}
+		put := &fsmv1.PutSchedule{Name: req.GetSpec().GetName(), Spec: sp, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules,
+			CreateOnly: req.GetCreateOnly(), ExpectedRevision: req.GetExpectedRevision()}
 		if c, err := s.calendars.get(calendarSpec(&fsm.ScheduleSpec{Expr: sp.GetExpr(), TimeZone: sp.GetTimeZone(),
-			WindowLayout: sp.GetWindowLayout(), WindowShiftDays: sp.GetWindowShiftDays()})); err == nil && c.Schedule().OneShot() {
+			WindowLayout: sp.GetWindowLayout(), WindowShiftDays: sp.GetWindowShiftDays(),
+			DSTPolicy: fsm.DSTPolicy(sp.GetDstPolicy())})); err == nil && c.Schedule().OneShot() {
 			// A new one-shot owes its occurrence even when put just after
 			// it (jobs.At(now)): its mark is just before it, and the
 			// catch-up horizon decides as for any missed occurrence.

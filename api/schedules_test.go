@@ -435,3 +435,83 @@ func TestScheduleChangesNeedTheExistingSchedulesQueue(t *testing.T) {
 		t.Fatalf("put over a tombstone: %v", err)
 	}
 }
+
+// The DST policy: the server stores the one it resolved (cronie's rule:
+// a wildcard minute or hour is a cadence), keeps an explicit one, refuses
+// unknown values, and shows the resolved policy for a spec stored without
+// one (put before the field existed).
+func TestPutScheduleDSTPolicy(t *testing.T) {
+	n, srv, h := newSchedulesTest(t)
+	ctx := context.Background()
+	job := &coordv1.JobTemplate{Kind: "k"}
+	if _, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "a", Schedule: "@daily",
+		DstPolicy: 9, Job: job}}); status.Code(err) != codes.InvalidArgument || field(err) != "dst_policy" {
+		t.Fatalf("unknown policy: %v", err)
+	}
+	for _, c := range []struct {
+		name, expr string
+		give, want coordv1.ScheduleDstPolicy
+	}{
+		{"quarter", "*/15 * * * *", 0, coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_CADENCE},
+		{"hourly", "@hourly", 0, coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_CADENCE},
+		{"fixed", "30 1 * * *", 0, coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_WALL_TIME},
+		{"quarter-wall", "*/15 * * * *", coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_WALL_TIME, coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_WALL_TIME},
+		{"fixed-cadence", "30 1 * * *", coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_CADENCE, coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_CADENCE},
+		{"every", "@every 1m", 0, coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED},
+	} {
+		spec := &coordv1.ScheduleSpec{Name: c.name, Schedule: c.expr, TimeZone: "Europe/Berlin", DstPolicy: c.give, Job: job}
+		resp, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: spec})
+		if err != nil || resp.GetSchedule().GetSpec().GetDstPolicy() != c.want {
+			t.Fatalf("%s: %v %v", c.name, resp, err)
+		}
+		if sc, _ := n.fsm.Schedule(c.name); coordv1.ScheduleDstPolicy(sc.Spec.DSTPolicy) != c.want {
+			t.Fatalf("%s: stored %s", c.name, sc.Spec.DSTPolicy)
+		}
+		if again, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: spec}); err != nil || again.GetChanged() {
+			t.Fatalf("%s again: %v %v", c.name, again, err)
+		}
+	}
+	// Stored without a policy (an older log): shown resolved.
+	sp, err := srv.compileSpec(&coordv1.ScheduleSpec{Name: "old", Schedule: "0 * * * *", TimeZone: "Europe/Berlin", Job: job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp.DstPolicy = fsmv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED
+	if r, ok := n.apply(&fsmv1.PutSchedule{Name: "old", Spec: sp}).(*fsm.ScheduleResult); !ok || r.Schedule.Spec.DSTPolicy != fsm.DSTAuto {
+		t.Fatalf("old put: %+v", r)
+	}
+	got, err := h.GetSchedule(ctx, &coordv1.GetScheduleRequest{Name: "old"})
+	if err != nil || got.GetSchedule().GetSpec().GetDstPolicy() != coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_CADENCE {
+		t.Fatalf("old get: %v %v", got, err)
+	}
+}
+
+// next_due_ms is the next occurrence, also right after a create and a
+// resume (it showed the creation time: when the materialiser looks next).
+func TestScheduleNextDueIsTheNextOccurrence(t *testing.T) {
+	n, _, h := newSchedulesTest(t)
+	ctx := context.Background()
+	n.calendar = time.Date(2026, 9, 24, 12, 0, 0, 0, time.UTC).UnixMilli()
+	resp, err := h.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "close", Schedule: "5 0 * * *",
+		TimeZone: "America/Sao_Paulo", Job: &coordv1.JobTemplate{Kind: "close-day"}}})
+	want := time.Date(2026, 9, 25, 3, 5, 0, 0, time.UTC).UnixMilli() // 00:05 -03
+	if err != nil || resp.GetSchedule().GetNextDueMs() != want {
+		t.Fatalf("after create: next_due %d, want %d (%v)", resp.GetSchedule().GetNextDueMs(), want, err)
+	}
+	if _, err := h.PauseSchedule(ctx, &coordv1.PauseScheduleRequest{Name: "close"}); err != nil {
+		t.Fatal(err)
+	}
+	n.calendar += 2 * 86400_000 // resumed on 2026-09-26 at 12:00Z: the next is 2026-09-27 00:05 -03
+	r, err := h.ResumeSchedule(ctx, &coordv1.ResumeScheduleRequest{Name: "close"})
+	if want := want + 2*86400_000; err != nil || r.GetSchedule().GetNextDueMs() != want {
+		t.Fatalf("after resume: next_due %d, want %d (%v)", r.GetSchedule().GetNextDueMs(), want, err)
+	}
+	got, err := h.GetSchedule(ctx, &coordv1.GetScheduleRequest{Name: "close", Next: 1})
+	if err != nil || got.GetSchedule().GetNextDueMs() != got.GetNext()[0].GetAtMs() {
+		t.Fatalf("get: %v %v", got, err)
+	}
+	p, _ := h.PauseSchedule(ctx, &coordv1.PauseScheduleRequest{Name: "close"})
+	if p.GetSchedule().GetNextDueMs() != 0 {
+		t.Fatalf("paused: next_due %d", p.GetSchedule().GetNextDueMs())
+	}
+}

@@ -115,7 +115,13 @@ func defaultOwner() string {
 }
 
 // randomID returns a request id.
-func randomID() string {
+func randomID() string { return NewRequestID() }
+
+// NewRequestID returns a fresh random idempotency handle (96 bits, hex): a
+// request id for Acquire, or a job's unique key, as the SDK makes its own
+// when the caller gives none. Repeating a write with the same handle after
+// an unknown outcome has no second effect.
+func NewRequestID() string {
 	var b [12]byte
 	_, _ = crand.Read(b[:])
 	return hex.EncodeToString(b[:])

@@ -88,6 +88,14 @@ var (
 	// ErrScheduleOverlap: a trigger of a FORBID schedule while the job of
 	// its previous occurrence is not final.
 	ErrScheduleOverlap = errors.New("coordd: schedule overlap")
+	// ErrScheduleExists: a create (CreateSchedule, create_only) of a name
+	// a live schedule has with another definition. Change it with
+	// UpdateSchedule.
+	ErrScheduleExists = errors.New("coordd: schedule exists")
+	// ErrScheduleRevisionMismatch: a put with expected_revision of a
+	// schedule that changed since it was read (the *Error's
+	// Metadata["revision"] is the current revision).
+	ErrScheduleRevisionMismatch = errors.New("coordd: schedule changed since it was read")
 )
 
 // RetryAfter is how long the server said to wait (ErrTooEarly), or 0.
@@ -104,33 +112,35 @@ func (e *unknownOutcomeError) Unwrap() []error { return []error{ErrUnknownOutcom
 
 // reasonSentinels maps server reasons to sentinels.
 var reasonSentinels = map[coorderr.Reason]error{
-	coorderr.LeaseLost:             ErrLeaseLost,
-	coorderr.LeaseExpired:          ErrLeaseLost,
-	coorderr.LeaseReleased:         ErrLeaseLost,
-	coorderr.LeaseNotFound:         ErrLeaseNotFound,
-	coorderr.StaleToken:            ErrStaleToken,
-	coorderr.ResourceLeaseMismatch: ErrResourceLeaseMismatch,
-	coorderr.WindowCompleted:       ErrWindowCompleted,
-	coorderr.WindowNotClaimed:      ErrWindowNotClaimed,
-	coorderr.InvalidArgument:       ErrInvalidArgument,
-	coorderr.NotFound:              ErrNotFound,
-	coorderr.Unauthenticated:       ErrUnauthenticated,
-	coorderr.PermissionDenied:      ErrPermissionDenied,
-	coorderr.IdentityMismatch:      ErrPermissionDenied,
-	coorderr.LeaseLimit:            ErrResourceExhausted,
-	coorderr.RateLimited:           ErrResourceExhausted,
-	coorderr.StreamLimit:           ErrResourceExhausted,
-	coorderr.WaitLimit:             ErrResourceExhausted,
-	coorderr.TooEarly:              ErrTooEarly,
-	coorderr.JobNotFound:           ErrJobNotFound,
-	coorderr.AttemptLost:           ErrAttemptLost,
-	coorderr.AttemptExpired:        ErrAttemptLost,
-	coorderr.JobCancelled:          ErrJobCancelled,
-	coorderr.JobFinished:           ErrJobFinished,
-	coorderr.JobRunning:            ErrJobRunning,
-	coorderr.ScheduleNotFound:      ErrScheduleNotFound,
-	coorderr.ScheduleOverlap:       ErrScheduleOverlap,
-	coorderr.WatchIndexCompacted:   ErrWatchCompacted,
+	coorderr.LeaseLost:                ErrLeaseLost,
+	coorderr.LeaseExpired:             ErrLeaseLost,
+	coorderr.LeaseReleased:            ErrLeaseLost,
+	coorderr.LeaseNotFound:            ErrLeaseNotFound,
+	coorderr.StaleToken:               ErrStaleToken,
+	coorderr.ResourceLeaseMismatch:    ErrResourceLeaseMismatch,
+	coorderr.WindowCompleted:          ErrWindowCompleted,
+	coorderr.WindowNotClaimed:         ErrWindowNotClaimed,
+	coorderr.InvalidArgument:          ErrInvalidArgument,
+	coorderr.NotFound:                 ErrNotFound,
+	coorderr.Unauthenticated:          ErrUnauthenticated,
+	coorderr.PermissionDenied:         ErrPermissionDenied,
+	coorderr.IdentityMismatch:         ErrPermissionDenied,
+	coorderr.LeaseLimit:               ErrResourceExhausted,
+	coorderr.RateLimited:              ErrResourceExhausted,
+	coorderr.StreamLimit:              ErrResourceExhausted,
+	coorderr.WaitLimit:                ErrResourceExhausted,
+	coorderr.TooEarly:                 ErrTooEarly,
+	coorderr.JobNotFound:              ErrJobNotFound,
+	coorderr.AttemptLost:              ErrAttemptLost,
+	coorderr.AttemptExpired:           ErrAttemptLost,
+	coorderr.JobCancelled:             ErrJobCancelled,
+	coorderr.JobFinished:              ErrJobFinished,
+	coorderr.JobRunning:               ErrJobRunning,
+	coorderr.ScheduleNotFound:         ErrScheduleNotFound,
+	coorderr.ScheduleOverlap:          ErrScheduleOverlap,
+	coorderr.ScheduleExists:           ErrScheduleExists,
+	coorderr.ScheduleRevisionMismatch: ErrScheduleRevisionMismatch,
+	coorderr.WatchIndexCompacted:      ErrWatchCompacted,
 }
 
 // Error is a refusal from coordd: the gRPC code, the ErrorInfo reason

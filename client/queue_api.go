@@ -22,8 +22,9 @@ import (
 // was sent) a call is retried only when a repeat has no second effect:
 // Get, List and Stats (reads), Heartbeat, Complete, Fail and Cancel (a
 // repeat is answered as a duplicate or leaves the job as it is) and a
-// Submit whose every job has a unique key. A Submit without unique keys,
-// a Retry and a Fetch are not retried once sent: the error then matches
+// Submit whose every job has a unique key (client/queue's Submit gives a
+// job without one a generated key). A Submit without unique keys, a Retry
+// and a Fetch are not retried once sent: the error then matches
 // ErrUnknownOutcome. A Fetch with wait_ms gets that long on top of the
 // per-attempt timeout.
 func (c *Client) Queue() coordv1.QueueClient { return coordv1.NewQueueClient(c.Raw()) }

@@ -61,17 +61,26 @@ func (n *scriptedNode) Snapshot(context.Context, *coordv1.SnapshotRequest) (*coo
 
 func startScripted(t *testing.T, script ...error) (*scriptedNode, string) {
 	t.Helper()
+	n := &scriptedNode{script: script}
+	return n, serveLoopback(t, func(srv *grpc.Server) {
+		coordv1.RegisterCoordinatorServer(srv, n)
+		coordv1.RegisterClusterServer(srv, n)
+	})
+}
+
+// serveLoopback serves what register adds on a loopback gRPC server,
+// stopped when the test ends, and returns its address.
+func serveLoopback(t *testing.T, register func(*grpc.Server)) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &scriptedNode{script: script}
 	srv := grpc.NewServer()
-	coordv1.RegisterCoordinatorServer(srv, n)
-	coordv1.RegisterClusterServer(srv, n)
+	register(srv)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	return n, lis.Addr().String()
+	return lis.Addr().String()
 }
 
 // refusingAddr is a loopback address where nothing listens.

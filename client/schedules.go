@@ -2,7 +2,10 @@ package client
 
 import (
 	"context"
+	"errors"
 	"iter"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/coordd/coordd/client/internal/pages"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -19,11 +22,52 @@ import (
 // Schedules returns the generated coord.v1.Schedules client over Raw.
 func (c *Client) Schedules() coordv1.SchedulesClient { return coordv1.NewSchedulesClient(c.Raw()) }
 
-// PutSchedule creates a schedule or updates it (an idempotent upsert by
-// name: the same spec again answers Changed = false).
+// PutSchedule creates a schedule or replaces its whole spec (an
+// idempotent upsert by name: the same spec again answers Changed = false;
+// fields left out take their defaults). CreateSchedule and UpdateSchedule
+// do not replace what the caller did not mean to.
 func (c *Client) PutSchedule(ctx context.Context, spec *coordv1.ScheduleSpec) (*coordv1.PutScheduleResponse, error) {
 	return c.Schedules().PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: spec})
 }
+
+// CreateSchedule creates a schedule (create_only): a live schedule of that
+// name with another spec is ErrScheduleExists, with the same spec the
+// answer is unchanged (Created and Changed false), so a retry after an
+// unknown outcome is not refused.
+func (c *Client) CreateSchedule(ctx context.Context, spec *coordv1.ScheduleSpec) (*coordv1.PutScheduleResponse, error) {
+	return c.Schedules().PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: spec, CreateOnly: true})
+}
+
+// UpdateSchedule changes a live schedule: it reads it, lets change modify
+// its spec (the stored one, defaults filled in: what change leaves alone
+// stays as it is), and puts the result with the revision read
+// (expected_revision). When the schedule changed in between
+// (ErrScheduleRevisionMismatch) it reads and changes it again, up to
+// updateAttempts times. change's error ends it. A missing schedule is
+// ErrNotFound, a deleted one ErrScheduleNotFound. The answer is the put's,
+// with the spec before the change (before).
+func (c *Client) UpdateSchedule(ctx context.Context, name string, change func(spec *coordv1.ScheduleSpec) error) (
+	resp *coordv1.PutScheduleResponse, before *coordv1.ScheduleSpec, err error) {
+	for range updateAttempts {
+		var cur *coordv1.GetScheduleResponse
+		if cur, err = c.GetSchedule(ctx, name, 1); err != nil {
+			return nil, nil, err
+		}
+		before = cur.GetSchedule().GetSpec()
+		spec := proto.CloneOf(before)
+		if err = change(spec); err != nil {
+			return nil, before, err
+		}
+		resp, err = c.Schedules().PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: spec, ExpectedRevision: cur.GetSchedule().GetRevision()})
+		if !errors.Is(err, ErrScheduleRevisionMismatch) {
+			return resp, before, err
+		}
+	}
+	return nil, before, err
+}
+
+// updateAttempts bounds UpdateSchedule's read-change-put rounds.
+const updateAttempts = 10
 
 // GetSchedule returns a schedule (also a tombstone) with its next
 // occurrences (next: how many, 0 for 5) and its recent ones with their

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -69,15 +68,7 @@ func (n *logNode) streamStarts() []uint64 {
 
 func startLogNode(t *testing.T, n *logNode) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	coordv1.RegisterWatchServer(srv, n)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	return serveLoopback(t, func(srv *grpc.Server) { coordv1.RegisterWatchServer(srv, n) })
 }
 
 func collect(t *testing.T, w *Watcher, n int) []string {

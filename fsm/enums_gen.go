@@ -42,6 +42,13 @@ const (
 	OverlapReplace = Overlap(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_REPLACE)
 )
 
+// The DST policies: fsmv1.ScheduleDstPolicy's values as a DSTPolicy (DSTAuto: by the expression).
+const (
+	DSTAuto     = DSTPolicy(fsmv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED)
+	DSTWallTime = DSTPolicy(fsmv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_WALL_TIME)
+	DSTCadence  = DSTPolicy(fsmv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_CADENCE)
+)
+
 // The skip reasons: fsmv1.ScheduleSkipReason's values as a SkipReason (SkipNone: not skipped).
 const (
 	SkipNone      = SkipReason(fsmv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_UNSPECIFIED)

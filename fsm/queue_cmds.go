@@ -372,6 +372,14 @@ func (s *state) cancelJobs(cal int64, c *fsmv1.CancelJobs) any {
 	})
 }
 
+// JobNotFound is the refusal of a call on a job id that names no job;
+// the API's Get of one says the same (NOT_FOUND), so that a missing job
+// reads alike whichever call found it missing.
+func JobNotFound(id uint64) *Rejection {
+	return reject(coorderr.JobNotFound, map[string]string{"job_id": strconv.FormatUint(id, 10)},
+		"job %d does not exist (never submitted, or pruned)", id)
+}
+
 // jobItems applies a batch of job ids (Cancel, Retry): an id of no job is
 // JOB_NOT_FOUND, do answers the others. Items are independent.
 func (s *state) jobItems(ids []uint64, do func(*QueueJob) any) any {
@@ -390,7 +398,7 @@ func (s *state) jobItems(ids []uint64, do func(*QueueJob) any) any {
 }
 
 func jobNotFound(id uint64) *Rejection {
-	return reject(coorderr.JobNotFound, map[string]string{"job_id": strconv.FormatUint(id, 10)}, "job %d does not exist (or was pruned)", id)
+	return JobNotFound(id)
 }
 
 // cancelJob cancels a job that is not final; a running attempt ends

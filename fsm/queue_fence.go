@@ -41,8 +41,7 @@ func ParseJobTokenName(name string) (uint64, bool) {
 func (s *state) jobFenceCheck(c *fsmv1.FencedCommit, res *Resource) any {
 	j := s.qjob(c.GetJobId())
 	if j == nil {
-		return reject(coorderr.JobNotFound, map[string]string{"job_id": strconv.FormatUint(c.GetJobId(), 10)},
-			"job %d does not exist (or was pruned)", c.GetJobId())
+		return JobNotFound(c.GetJobId())
 	}
 	gen := c.GetGeneration()
 	if gen == 0 || gen > uint64(j.Attempts) {

@@ -80,6 +80,15 @@ func (o Overlap) String() string {
 	return strings.TrimPrefix(fsmv1.ScheduleOverlap(o).String(), "SCHEDULE_OVERLAP_")
 }
 
+// DSTPolicy is what a schedule's cron expression does at DST changes.
+// Values are fsmv1.ScheduleDstPolicy's, named in enums_gen.go (DSTAuto:
+// by the expression, resolved by the leader's calendar, package schedule).
+type DSTPolicy uint8
+
+func (p DSTPolicy) String() string {
+	return strings.TrimPrefix(fsmv1.ScheduleDstPolicy(p).String(), "SCHEDULE_DST_POLICY_")
+}
+
 // SkipReason says why occurrences made no job. Values are
 // fsmv1.ScheduleSkipReason's, named in enums_gen.go (SkipNone: not skipped).
 type SkipReason uint8
@@ -114,13 +123,14 @@ type ScheduleSpec struct {
 	CatchUpMs          int64
 	CompleteWithinMs   int64
 	Overlap            Overlap
+	DSTPolicy          DSTPolicy
 }
 
 func (a *ScheduleSpec) equal(b *ScheduleSpec) bool {
 	ja, jb := &a.Job, &b.Job
 	return a.Expr == b.Expr && a.TimeZone == b.TimeZone && a.WindowLayout == b.WindowLayout &&
 		a.WindowShiftDays == b.WindowShiftDays && a.StartingDeadlineMs == b.StartingDeadlineMs &&
-		a.CatchUpMs == b.CatchUpMs && a.CompleteWithinMs == b.CompleteWithinMs && a.Overlap == b.Overlap &&
+		a.CatchUpMs == b.CatchUpMs && a.CompleteWithinMs == b.CompleteWithinMs && a.Overlap == b.Overlap && a.DSTPolicy == b.DSTPolicy &&
 		ja.Queue == jb.Queue && ja.Kind == jb.Kind && bytes.Equal(ja.Args, jb.Args) && slices.Equal(ja.Labels, jb.Labels) &&
 		ja.Priority == jb.Priority && ja.MaxAttempts == jb.MaxAttempts && ja.BackoffMs == jb.BackoffMs &&
 		ja.BackoffMaxMs == jb.BackoffMaxMs && ja.BackoffPermille == jb.BackoffPermille && ja.VisibilityMs == jb.VisibilityMs
@@ -320,6 +330,8 @@ func checkScheduleSpec(name string, sp *fsmv1.ScheduleSpec, rules uint32) (field
 		return "complete_within_ms", fmt.Sprintf("%d is outside [0, %d]", sp.GetCompleteWithinMs(), int64(MaxScheduleDurationMs))
 	case sp.GetOverlap() < fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID || sp.GetOverlap() > fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_REPLACE:
 		return "overlap", fmt.Sprintf("unknown value %d", sp.GetOverlap())
+	case sp.GetDstPolicy() < fsmv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED || sp.GetDstPolicy() > fsmv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_CADENCE:
+		return "dst_policy", fmt.Sprintf("unknown value %d", sp.GetDstPolicy())
 	case sp.GetJob() == nil:
 		return "job", "is required"
 	case sp.GetJob().GetRunAtMs() != 0:
@@ -344,7 +356,7 @@ func specFromWire(sp *fsmv1.ScheduleSpec) ScheduleSpec {
 	return ScheduleSpec{
 		Expr: sp.GetExpr(), TimeZone: sp.GetTimeZone(), Job: templateFromSpec(sp.GetJob()), WindowLayout: sp.GetWindowLayout(),
 		WindowShiftDays: sp.GetWindowShiftDays(), StartingDeadlineMs: sp.GetStartingDeadlineMs(), CatchUpMs: sp.GetCatchUpMs(),
-		CompleteWithinMs: sp.GetCompleteWithinMs(), Overlap: Overlap(sp.GetOverlap()),
+		CompleteWithinMs: sp.GetCompleteWithinMs(), Overlap: Overlap(sp.GetOverlap()), DSTPolicy: DSTPolicy(sp.GetDstPolicy()),
 	}
 }
 
@@ -353,6 +365,6 @@ func (sp *ScheduleSpec) Wire() *fsmv1.ScheduleSpec {
 	return &fsmv1.ScheduleSpec{
 		Expr: sp.Expr, TimeZone: sp.TimeZone, Job: sp.Job.JobSpec(), WindowLayout: sp.WindowLayout,
 		WindowShiftDays: sp.WindowShiftDays, StartingDeadlineMs: sp.StartingDeadlineMs, CatchUpMs: sp.CatchUpMs,
-		CompleteWithinMs: sp.CompleteWithinMs, Overlap: fsmv1.ScheduleOverlap(sp.Overlap),
+		CompleteWithinMs: sp.CompleteWithinMs, Overlap: fsmv1.ScheduleOverlap(sp.Overlap), DstPolicy: fsmv1.ScheduleDstPolicy(sp.DSTPolicy),
 	}
 }

@@ -82,6 +82,9 @@ func (s *state) putSchedule(cal int64, c *fsmv1.PutSchedule) any {
 	if cur != nil && !cur.Deleted && cur.Spec.equal(&spec) {
 		return &ScheduleResult{Schedule: *cur}
 	}
+	if rej := putPrecondition(c, cur); rej != nil {
+		return rej
+	}
 	var n Schedule
 	created := cur == nil || cur.Deleted
 	if created {
@@ -101,6 +104,26 @@ func (s *state) putSchedule(cal int64, c *fsmv1.PutSchedule) any {
 	n.UpdatedBy, n.UpdatedAt = c.GetIdentity(), cal
 	s.putScheduleRecord(cur, &n)
 	return &ScheduleResult{Schedule: n, Changed: true, Created: created}
+}
+
+// putPrecondition checks a put's create_only and expected_revision against
+// the schedule it would replace (cur: nil or a tombstone when there is
+// none). A put of the spec the schedule has already passes before this
+// check, so a retried create or update is not refused.
+func putPrecondition(c *fsmv1.PutSchedule, cur *Schedule) *Rejection {
+	live := cur != nil && !cur.Deleted
+	switch {
+	case c.GetCreateOnly() && live:
+		return reject(coorderr.ScheduleExists, map[string]string{"schedule": cur.Name, "revision": strconv.FormatUint(cur.Revision, 10)},
+			"schedule %q exists (revision %d) with another definition; change it with a put of expected_revision %d",
+			cur.Name, cur.Revision, cur.Revision)
+	case c.GetExpectedRevision() != 0 && !live:
+		return scheduleNotFound(c.GetName())
+	case c.GetExpectedRevision() != 0 && cur.Revision != c.GetExpectedRevision():
+		return reject(coorderr.ScheduleRevisionMismatch, map[string]string{"schedule": cur.Name, "revision": strconv.FormatUint(cur.Revision, 10)},
+			"schedule %q is at revision %d, not %d: it changed since it was read", cur.Name, cur.Revision, c.GetExpectedRevision())
+	}
+	return nil
 }
 
 // deleteSchedule makes a schedule a tombstone: no more occurrences (jobs

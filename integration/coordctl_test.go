@@ -269,8 +269,15 @@ func TestCoordctlEndToEnd(t *testing.T) {
 	}
 	deadline = time.Now().Add(15 * time.Second)
 	for {
-		od := c.json("job", "overdue")
+		out, errOut, code := c.run("-o", "json", "job", "overdue") // exit 4 once something is overdue
+		var od map[string]any
+		if err := json.Unmarshal([]byte(out), &od); err != nil || (code != 0 && code != 4) {
+			t.Fatalf("job overdue: exit %d %v\n%s%s", code, err, out, errOut)
+		}
 		if os, _ := od["occurrences"].([]any); len(os) > 0 {
+			if code != 4 {
+				t.Fatalf("job overdue listed %d occurrences with exit %d, want 4", len(os), code)
+			}
 			if field(os[0].(map[string]any), "schedule") != "every-second" {
 				t.Fatalf("overdue: %v", od)
 			}
@@ -287,8 +294,8 @@ func TestCoordctlEndToEnd(t *testing.T) {
 	if out := c.ok("schedule", "get", "every-second"); !strings.Contains(out, "OVERDUE") || !strings.Contains(out, "triggered") {
 		t.Fatalf("schedule get table:\n%s", out)
 	}
-	if out := c.ok("job", "overdue"); !strings.Contains(out, "every-second") || !strings.Contains(out, "TOP SCHEDULE") {
-		t.Fatalf("job overdue table:\n%s", out)
+	if out, _, code := c.run("job", "overdue"); code != 4 || !strings.Contains(out, "every-second") || !strings.Contains(out, "TOP SCHEDULE") {
+		t.Fatalf("job overdue table (exit %d):\n%s", code, out)
 	}
 	if p := c.json("schedule", "pause", "every-second"); field(p, "schedule", "paused") != true {
 		t.Fatalf("pause: %v", p)

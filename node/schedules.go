@@ -55,7 +55,8 @@ func (m *materialiser) compile(sc *fsm.Schedule) (*schedule.Calendar, error) {
 		return c.cal, c.err
 	}
 	cal, err := schedule.Compile(schedule.Spec{Expr: sc.Spec.Expr, TimeZone: sc.Spec.TimeZone,
-		Window: schedule.Window{Layout: sc.Spec.WindowLayout, ShiftDays: int(sc.Spec.WindowShiftDays)}})
+		Window: schedule.Window{Layout: sc.Spec.WindowLayout, ShiftDays: int(sc.Spec.WindowShiftDays)},
+		DST:    schedule.DSTPolicy(sc.Spec.DSTPolicy)}) // from the log: every leader resolves it alike
 	if len(m.cache) > 4*maxSchedulesPerRound {
 		clear(m.cache) // deleted schedules' entries go too
 	}

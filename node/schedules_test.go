@@ -121,6 +121,39 @@ func TestMaterialiserDSTEuropeBerlin(t *testing.T) {
 	}
 }
 
+// The DST policy comes from the spec in the log: an hourly "0 * * * *"
+// across Berlin's fall-back runs every real hour under the default
+// (stored 0: cronie's rule, a cadence) and under CADENCE, with the second
+// 02:00's window carrying the offset; under WALL_TIME the repeated 02:00
+// runs once (a two-hour gap).
+func TestMaterialiserDSTPolicyFromTheLog(t *testing.T) {
+	epoch := time.Date(2026, 10, 24, 23, 30, 0, 0, time.UTC) // 01:30 CEST
+	cadence := []madeJob{
+		{"2026-10-25T02", time.Date(2026, 10, 25, 0, 0, 0, 0, time.UTC), false},       // 02:00 CEST
+		{"2026-10-25T02+01:00", time.Date(2026, 10, 25, 1, 0, 0, 0, time.UTC), false}, // 02:00 CET
+		{"2026-10-25T03", time.Date(2026, 10, 25, 2, 0, 0, 0, time.UTC), false},
+	}
+	for _, c := range []struct {
+		policy fsmv1.ScheduleDstPolicy
+		want   []madeJob
+	}{
+		{fsmv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED, cadence},
+		{fsmv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_CADENCE, cadence},
+		{fsmv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_WALL_TIME, []madeJob{cadence[0], cadence[2]}},
+	} {
+		t.Run(c.policy.String(), func(t *testing.T) {
+			n := newTestNodeAt(t, epoch)
+			putSchedule(t, n, "hourly", "0 * * * *", "Europe/Berlin", fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW,
+				func(sp *fsmv1.ScheduleSpec) { sp.DstPolicy = c.policy })
+			n.run(t, 3*time.Hour, 10*time.Minute)
+			jobs, skipped := made(t, n, "hourly")
+			if !slices.Equal(jobs, c.want) || len(skipped) != 0 {
+				t.Fatalf("jobs %v, skipped %+v\nwant %v", jobs, skipped, c.want)
+			}
+		})
+	}
+}
+
 // A three-day outage (no leader) of an every-minute schedule with a
 // one-day catch-up horizon: when a leader is back, one job per occurrence
 // inside the horizon (made in rounds of at most 1,000), everything older

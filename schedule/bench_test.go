@@ -11,9 +11,9 @@ import (
 func BenchmarkDueTick2500(b *testing.B) {
 	for _, bc := range []struct{ name, expr, tz string }{
 		{"every-1s/UTC", "@every 1s", "UTC"},
-		{"cron-seconds/UTC", "* * * * * *", "UTC"},
+		{"cron-seconds/UTC", "@seconds * * * * * *", "UTC"},
 		{"every-1s/Berlin", "@every 1s", "Europe/Berlin"},
-		{"cron-seconds/Berlin", "* * * * * *", "Europe/Berlin"},
+		{"cron-seconds/Berlin", "@seconds * * * * * *", "Europe/Berlin"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			const n = 2500
@@ -56,7 +56,7 @@ func BenchmarkDueTick2500(b *testing.B) {
 func BenchmarkDueAfterOutage(b *testing.B) {
 	for _, bc := range []struct{ name, expr, tz string }{
 		{"every-1s/UTC", "@every 1s", "UTC"},
-		{"cron-seconds/Berlin", "* * * * * *", "Europe/Berlin"},
+		{"cron-seconds/Berlin", "@seconds * * * * * *", "Europe/Berlin"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			c, _ := Compile(Spec{Expr: bc.expr, TimeZone: bc.tz})

@@ -1,19 +1,57 @@
 package schedule
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 )
 
 // Spec is what the calendar needs to know about a schedule object.
 type Spec struct {
-	// Expr is a cron expression (5 fields, or 6 with seconds first), a
+	// Expr is a cron expression (5 fields; "@seconds" and 6 fields for a
+	// seconds field first), a
 	// descriptor (@daily, @hourly, @every 30s, …) or "@once <RFC3339>".
 	Expr string
 	// TimeZone is an IANA zone name; empty means UTC.
 	TimeZone string
 	// Window makes window keys (zero: the schedule's granularity, no shift).
 	Window Window
+	// DST is what a cron expression does when the clocks change (zero:
+	// DSTAuto, cronie's rule). @every and @once ignore it.
+	DST DSTPolicy
+}
+
+// DSTPolicy says what a cron expression does at DST changes (DESIGN.md,
+// "Occurrences and DST"). The values are those of the wire enum
+// ScheduleDstPolicy (UNSPECIFIED, WALL_TIME, CADENCE), so a stored policy
+// converts by a cast.
+type DSTPolicy uint8
+
+const (
+	// DSTAuto is cronie's rule: DSTCadence when the minute or hour field
+	// starts with a wildcard ("*/15 * * * *", "0 * * * *", @hourly),
+	// DSTWallTime otherwise ("30 1 * * *", @daily).
+	DSTAuto DSTPolicy = iota
+	// DSTWallTime: each wall-clock time runs once. A repeated one runs at
+	// its first instant only; a skipped one runs when the gap ends.
+	DSTWallTime
+	// DSTCadence follows the clock: an instant runs when the zone's clock
+	// shows a slot. A repeated wall time runs at both instants (the second
+	// pass's window keys carry the offset); a skipped one does not run
+	// (one DST_GAP record), as the clock never shows it.
+	DSTCadence
+)
+
+func (p DSTPolicy) String() string {
+	switch p {
+	case DSTAuto:
+		return "AUTO"
+	case DSTWallTime:
+		return "WALL_TIME"
+	case DSTCadence:
+		return "CADENCE"
+	}
+	return "UNKNOWN"
 }
 
 // Calendar is a schedule with its window layout, in Unix milliseconds of
@@ -28,7 +66,10 @@ type Calendar struct {
 // Compile validates a schedule and its window. Errors wrap ErrInvalid and
 // name the field (*InvalidError).
 func Compile(spec Spec) (*Calendar, error) {
-	s, err := Parse(spec.Expr, spec.TimeZone)
+	if spec.DST > DSTCadence {
+		return nil, invalid("dst_policy", fmt.Sprintf("unknown value %d", spec.DST))
+	}
+	s, err := parse(spec.Expr, spec.TimeZone, spec.DST)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +114,7 @@ func (c *Calendar) Next(after int64, n int) []Occurrence {
 	var out []Occurrence
 	for len(out) < n {
 		o, ok := c.s.nextAfter(after)
-		if !ok {
+		if !ok || o.at <= after { // never trust a step to move forward
 			break
 		}
 		out = append(out, c.occurrence(o))
@@ -90,7 +131,7 @@ func (c *Calendar) Prev(before int64, n int) []Occurrence {
 	y := before - 1
 	for len(out) < n {
 		o, ok := c.s.atOrBefore(y)
-		if !ok {
+		if !ok || o.at > y {
 			break
 		}
 		out = append(out, c.occurrence(o))
@@ -107,8 +148,7 @@ func (c *Calendar) Count(after, through int64) int64 { return c.s.count(after, t
 // Key is the window key of an instant as a scheduled occurrence at that
 // instant would have it.
 func (c *Calendar) Key(at int64) string {
-	t := floorDiv(at, 1000)
-	return c.s.keyOf(occ{at: t * 1000, wall: c.s.wallOf(t)}, c.win)
+	return c.s.keyOf(c.s.occAt(floorDiv(at, 1000)), c.win)
 }
 
 // Trigger is a manual occurrence at instant at (Unix ms, stamped by the
@@ -225,7 +265,7 @@ func (c *Calendar) Due(lastMaterialised, now int64, horizon, startingDeadline ti
 	x := max64(lastMaterialised, cStart-1)
 	for examined := 0; ; examined++ {
 		o, ok := c.s.nextAfter(x)
-		if !ok || o.at > now {
+		if !ok || o.at > now || o.at <= x {
 			break
 		}
 		if examined == max {
@@ -292,7 +332,7 @@ func (c *Calendar) gapSkip(d *Due, g gap) {
 	}
 	first, _ := c.s.spec.nextSlot(g.from)
 	last, _ := c.s.spec.prevSlot(g.to - 1)
-	if rep, moved := c.s.gapRep(g); moved { // the last slot runs; the one before is the last skipped
+	if rep, moved := c.s.gapRep(g); moved && !c.s.cadence { // the last slot runs; the one before is the last skipped
 		last, _ = c.s.spec.prevSlot(rep - 1)
 	}
 	d.Skipped = append(d.Skipped, Skipped{Reason: SkipDSTGap, First: g.at * 1000, Last: g.at * 1000, Count: n,

@@ -1,10 +1,6 @@
 package schedule
 
-import (
-	"math/bits"
-
-	"github.com/robfig/cron/v3"
-)
+import "math/bits"
 
 // Wall-clock arithmetic for cron expressions. A wall time is the reading of
 // the schedule zone's clock, counted in seconds since 1970-01-01T00:00:00 of
@@ -15,7 +11,7 @@ import (
 
 const (
 	daySecs = 86400
-	// starBit is robfig/cron's mark of a field written as "*" (or "?").
+	// starBit marks a field written as "*" (or "?"), robfig/cron's way.
 	starBit   = 1 << 63
 	mask60    = 1<<60 - 1
 	mask24    = 1<<24 - 1
@@ -27,28 +23,29 @@ const (
 	searchDays = 8*366 + 1
 )
 
-// cronSpec is a parsed cron expression as bit sets (robfig/cron's parser,
-// its day-matching rule: day of month and day of week are ANDed when
-// either is written with "*", ORed otherwise).
+// cronSpec is a parsed cron expression as bit sets (cronparse.go), with
+// cron(5)'s day-matching rule: day of month and day of week are ANDed when
+// either is written with "*", ORed otherwise.
 type cronSpec struct {
 	sec, min, hour, dom, month, dow uint64
 	domStar, dowStar                bool
 	allDays                         bool // every day matches
-	perDay                          int64
-	nMin, nSec                      int64
+	// wildcard: the minute or hour field starts with "*" (cronie's
+	// MIN_STAR/HR_STAR): a cadence, not a fixed time of day (DST policy).
+	wildcard   bool
+	perDay     int64
+	nMin, nSec int64
 }
 
-func newCronSpec(s *cron.SpecSchedule) cronSpec {
-	c := cronSpec{
-		sec: s.Second & mask60, min: s.Minute & mask60, hour: s.Hour & mask24,
-		dom: s.Dom & maskDom, month: s.Month & maskMonth, dow: s.Dow & maskDow,
-		domStar: s.Dom&starBit != 0, dowStar: s.Dow&starBit != 0,
-	}
+// finish masks the fields to their ranges and derives the counts.
+func (c *cronSpec) finish() {
+	c.domStar, c.dowStar = c.dom&starBit != 0, c.dow&starBit != 0
+	c.sec, c.min, c.hour = c.sec&mask60, c.min&mask60, c.hour&mask24
+	c.dom, c.month, c.dow = c.dom&maskDom, c.month&maskMonth, c.dow&maskDow
 	c.nSec = int64(bits.OnesCount64(c.sec))
 	c.nMin = int64(bits.OnesCount64(c.min))
 	c.perDay = int64(bits.OnesCount64(c.hour)) * c.nMin * c.nSec
 	c.allDays = c.month == maskMonth && c.dom == maskDom && c.dow == maskDow
-	return c
 }
 
 func floorDiv(a, b int64) int64 {

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,15 @@ import (
 func mustCal(t *testing.T, expr, tz string, w Window) *Calendar {
 	t.Helper()
 	c, err := Compile(Spec{Expr: expr, TimeZone: tz, Window: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func mustCalDST(t *testing.T, expr, tz string, w Window, dst DSTPolicy) *Calendar {
+	t.Helper()
+	c, err := Compile(Spec{Expr: expr, TimeZone: tz, Window: w, DST: dst})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,9 +224,113 @@ func TestDSTEveryRepeat(t *testing.T) {
 	if d, _ := off.Due(last, now, 2*time.Hour, 0, 1000); len(d.Create) != 80 || len(d.Skipped) != 0 {
 		t.Fatalf("offset layout: created %d, skipped %+v", len(d.Create), d.Skipped)
 	}
-	// A cron expression has no second pass: its wall times run once.
-	cr := mustCal(t, "* * * * *", "Europe/Berlin", Window{})
+	// A cron expression under DSTWallTime has no second pass: its wall
+	// times run once. Under DSTCadence (the default for "* * * * *") it
+	// runs in both passes, the second's windows with the offset.
+	cr := mustCalDST(t, "* * * * *", "Europe/Berlin", Window{}, DSTWallTime)
 	if d, _ := cr.Due(last, now, 2*time.Hour, 0, 1000); len(d.Create) != 20 || len(d.Skipped) != 0 {
 		t.Fatalf("cron in the repeat: created %d, skipped %+v", len(d.Create), d.Skipped)
+	}
+	cr = mustCal(t, "* * * * *", "Europe/Berlin", Window{})
+	d, _ = cr.Due(last, now, 2*time.Hour, 0, 1000)
+	keys := map[string]bool{}
+	for _, o := range d.Create {
+		keys[o.Window] = true
+	}
+	if len(d.Create) != 80 || len(keys) != 80 || len(d.Skipped) != 0 || !keys["2026-10-25T02:55+01:00"] || !keys["2026-10-25T02:55"] {
+		t.Fatalf("cadence cron in the repeat: created %d (%d keys), skipped %+v", len(d.Create), len(keys), d.Skipped)
+	}
+}
+
+// The DST policy table of docs/jobs.md, one case per row: fixed-time and
+// wildcard expressions, spring and fall, the default (cronie's rule) and
+// each explicit policy, in Berlin (an hour) and Lord Howe (30 minutes).
+func TestDSTPolicyTable(t *testing.T) {
+	type occ struct{ at, window string }
+	g := func(at, window string) occ { return occ{at, window + " gap"} }
+	for _, tc := range []struct {
+		row, expr, tz string
+		dst           DSTPolicy
+		from, to      string
+		want          []occ
+		gapSkipped    int64
+	}{
+		{"fixed, spring", "30 2 * * *", "Europe/Berlin", DSTAuto, "2026-03-28T12:00:00Z", "2026-03-29T12:00:00Z",
+			[]occ{g("2026-03-29T01:00:00Z", "2026-03-29")}, 0},
+		{"fixed, fall", "30 2 * * *", "Europe/Berlin", DSTAuto, "2026-10-24T12:00:00Z", "2026-10-25T12:00:00Z",
+			[]occ{{"2026-10-25T00:30:00Z", "2026-10-25"}}, 0},
+		{"wildcard, spring", "*/15 * * * *", "Europe/Berlin", DSTAuto, "2026-03-29T00:30:00Z", "2026-03-29T01:20:00Z",
+			[]occ{{"2026-03-29T00:45:00Z", "2026-03-29T01:45"}, {"2026-03-29T01:00:00Z", "2026-03-29T03:00"},
+				{"2026-03-29T01:15:00Z", "2026-03-29T03:15"}}, 4},
+		{"wildcard, spring, no slot at the gap's end", "30 * * * *", "Europe/Berlin", DSTAuto, "2026-03-29T00:00:00Z", "2026-03-29T02:00:00Z",
+			[]occ{{"2026-03-29T00:30:00Z", "2026-03-29T01"}, {"2026-03-29T01:30:00Z", "2026-03-29T03"}}, 1},
+		{"wildcard, fall", "*/15 * * * *", "Europe/Berlin", DSTAuto, "2026-10-25T00:30:00Z", "2026-10-25T02:00:00Z",
+			[]occ{{"2026-10-25T00:45:00Z", "2026-10-25T02:45"}, {"2026-10-25T01:00:00Z", "2026-10-25T02:00+01:00"},
+				{"2026-10-25T01:15:00Z", "2026-10-25T02:15+01:00"}, {"2026-10-25T01:30:00Z", "2026-10-25T02:30+01:00"},
+				{"2026-10-25T01:45:00Z", "2026-10-25T02:45+01:00"}, {"2026-10-25T02:00:00Z", "2026-10-25T03:00"}}, 0},
+		{"wildcard hourly, fall", "0 * * * *", "Europe/Berlin", DSTAuto, "2026-10-24T23:30:00Z", "2026-10-25T02:00:00Z",
+			[]occ{{"2026-10-25T00:00:00Z", "2026-10-25T02"}, {"2026-10-25T01:00:00Z", "2026-10-25T02+01:00"},
+				{"2026-10-25T02:00:00Z", "2026-10-25T03"}}, 0},
+		{"wildcard :30, fall", "30 * * * *", "Europe/Berlin", DSTAuto, "2026-10-25T00:00:00Z", "2026-10-25T02:00:00Z",
+			[]occ{{"2026-10-25T00:30:00Z", "2026-10-25T02"}, {"2026-10-25T01:30:00Z", "2026-10-25T02+01:00"}}, 0},
+		{"wildcard hourly, spring", "0 * * * *", "Europe/Berlin", DSTAuto, "2026-03-28T23:30:00Z", "2026-03-29T01:00:00Z",
+			[]occ{{"2026-03-29T00:00:00Z", "2026-03-29T01"}, {"2026-03-29T01:00:00Z", "2026-03-29T03"}}, 1},
+		{"WALL_TIME quarter-hourly, spring", "*/15 * * * *", "Europe/Berlin", DSTWallTime, "2026-03-29T00:30:00Z", "2026-03-29T01:20:00Z",
+			[]occ{{"2026-03-29T00:45:00Z", "2026-03-29T01:45"}, {"2026-03-29T01:00:00Z", "2026-03-29T03:00"},
+				{"2026-03-29T01:15:00Z", "2026-03-29T03:15"}}, 4},
+		{"WALL_TIME hourly, spring", "0 * * * *", "Europe/Berlin", DSTWallTime, "2026-03-28T23:30:00Z", "2026-03-29T01:00:00Z",
+			[]occ{{"2026-03-29T00:00:00Z", "2026-03-29T01"}, {"2026-03-29T01:00:00Z", "2026-03-29T03"}}, 1},
+		{"WALL_TIME wildcard, spring", "30 * * * *", "Europe/Berlin", DSTWallTime, "2026-03-29T00:00:00Z", "2026-03-29T02:00:00Z",
+			[]occ{{"2026-03-29T00:30:00Z", "2026-03-29T01"}, g("2026-03-29T01:00:00Z", "2026-03-29T02"), {"2026-03-29T01:30:00Z", "2026-03-29T03"}}, 0},
+		{"WALL_TIME wildcard, fall", "*/15 * * * *", "Europe/Berlin", DSTWallTime, "2026-10-25T00:30:00Z", "2026-10-25T02:00:00Z",
+			[]occ{{"2026-10-25T00:45:00Z", "2026-10-25T02:45"}, {"2026-10-25T02:00:00Z", "2026-10-25T03:00"}}, 0},
+		{"WALL_TIME hourly, fall", "0 * * * *", "Europe/Berlin", DSTWallTime, "2026-10-24T23:30:00Z", "2026-10-25T02:00:00Z",
+			[]occ{{"2026-10-25T00:00:00Z", "2026-10-25T02"}, {"2026-10-25T02:00:00Z", "2026-10-25T03"}}, 0},
+		{"CADENCE fixed, spring", "30 2 * * *", "Europe/Berlin", DSTCadence, "2026-03-28T12:00:00Z", "2026-03-29T12:00:00Z",
+			nil, 1},
+		{"CADENCE fixed, fall", "30 2 * * *", "Europe/Berlin", DSTCadence, "2026-10-24T12:00:00Z", "2026-10-25T12:00:00Z",
+			[]occ{{"2026-10-25T00:30:00Z", "2026-10-25"}, {"2026-10-25T01:30:00Z", "2026-10-25+01:00"}}, 0},
+		{"Lord Howe wildcard, fall (30 min back)", "*/15 * * * *", "Australia/Lord_Howe", DSTAuto, "2026-04-04T14:40:00Z", "2026-04-04T15:30:00Z",
+			[]occ{{"2026-04-04T14:45:00Z", "2026-04-05T01:45"}, {"2026-04-04T15:00:00Z", "2026-04-05T01:30+10:30"},
+				{"2026-04-04T15:15:00Z", "2026-04-05T01:45+10:30"}, {"2026-04-04T15:30:00Z", "2026-04-05T02:00"}}, 0},
+		{"Lord Howe fixed, fall", "30 1 * * *", "Australia/Lord_Howe", DSTAuto, "2026-04-04T12:00:00Z", "2026-04-05T12:00:00Z",
+			[]occ{{"2026-04-04T14:30:00Z", "2026-04-05"}}, 0},
+		{"Lord Howe wildcard, spring (30 min forward)", "0 * * * *", "Australia/Lord_Howe", DSTAuto, "2026-10-03T14:00:00Z", "2026-10-03T16:00:00Z",
+			[]occ{{"2026-10-03T14:30:00Z", "2026-10-04T01"}, {"2026-10-03T16:00:00Z", "2026-10-04T03"}}, 1},
+		{"Lord Howe WALL_TIME hourly, spring", "0 * * * *", "Australia/Lord_Howe", DSTWallTime, "2026-10-03T14:00:00Z", "2026-10-03T16:00:00Z",
+			[]occ{{"2026-10-03T14:30:00Z", "2026-10-04T01"}, g("2026-10-03T15:30:00Z", "2026-10-04T02"), {"2026-10-03T16:00:00Z", "2026-10-04T03"}}, 0},
+		{"Lord Howe fixed, spring", "0 2 * * *", "Australia/Lord_Howe", DSTAuto, "2026-10-03T00:00:00Z", "2026-10-04T00:00:00Z",
+			[]occ{g("2026-10-03T15:30:00Z", "2026-10-04")}, 0},
+	} {
+		c := mustCalDST(t, tc.expr, tc.tz, Window{}, tc.dst)
+		d, err := c.Due(utc(tc.from), utc(tc.to), 48*time.Hour, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []occ
+		for _, o := range d.Create {
+			w := o.Window
+			if o.DSTGap {
+				w += " gap"
+			}
+			got = append(got, occ{fmtMs(o.At), w})
+		}
+		var gaps int64
+		for _, k := range d.Skipped {
+			if k.Reason != SkipDSTGap {
+				t.Fatalf("%s: skipped %+v", tc.row, k)
+			}
+			gaps += k.Count
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) || gaps != tc.gapSkipped {
+			t.Errorf("%s (%s, %s): created %v, DST_GAP %d; want %v, %d", tc.row, tc.expr, tc.dst, got, gaps, tc.want, tc.gapSkipped)
+		}
+		// Next lists the same, and Count counts it.
+		if n := c.Count(utc(tc.from), utc(tc.to)); n != int64(len(tc.want)) {
+			t.Errorf("%s: Count %d", tc.row, n)
+		}
+		if nx := c.Next(utc(tc.from), len(tc.want)+1); len(nx) < len(tc.want) || (len(tc.want) > 0 && nx[len(tc.want)-1] != d.Create[len(d.Create)-1]) {
+			t.Errorf("%s: Next %+v", tc.row, nx)
+		}
 	}
 }

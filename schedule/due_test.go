@@ -15,8 +15,8 @@ func TestDueOutageCatchUp(t *testing.T) {
 	now := last + 3*86400_000
 	for _, tc := range []struct{ expr, tz, firstKey string }{
 		{"@every 1s", "UTC", "2026-09-22T10:00:01"},
-		{"* * * * * *", "UTC", "2026-09-22T10:00:01"},
-		{"* * * * * *", "Europe/Berlin", "2026-09-22T12:00:01"},
+		{"@seconds * * * * * *", "UTC", "2026-09-22T10:00:01"},
+		{"@seconds * * * * * *", "Europe/Berlin", "2026-09-22T12:00:01"},
 	} {
 		c := mustCal(t, tc.expr, tc.tz, Window{})
 		d, err := c.Due(last, now, 24*time.Hour, 0, 1000)
@@ -131,30 +131,37 @@ func TestDueNoCliff(t *testing.T) {
 }
 
 // Ten years of an every-second expression in Berlin are counted without
-// listing them: every real second is an occurrence, except the seconds of
-// each repeated hour (wall times run once) — 10 fall-backs × 3,600.
+// listing them: every real second is an occurrence (the default policy
+// follows the clock: a wildcard expression), or with DSTWallTime every
+// real second except those of each repeated hour (wall times run once) —
+// 10 fall-backs × 3,600.
 func TestDueTenYearsIsBounded(t *testing.T) {
-	c := mustCal(t, "* * * * * *", "Europe/Berlin", Window{})
-	last, now := utc("2016-01-01T00:00:00Z"), utc("2026-01-01T00:00:00Z")
-	d, err := c.Due(last, now, time.Hour, 0, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var horizon, gaps int64
-	for _, s := range d.Skipped {
-		switch s.Reason {
-		case SkipHorizon:
-			horizon += s.Count
-		case SkipDSTGap:
-			gaps++
-			if s.Count != 3600 {
-				t.Fatalf("gap record %+v", s)
+	for dst, repeatedRun := range map[DSTPolicy]bool{DSTAuto: true, DSTCadence: true, DSTWallTime: false} {
+		c := mustCalDST(t, "@seconds * * * * * *", "Europe/Berlin", Window{}, dst)
+		last, now := utc("2016-01-01T00:00:00Z"), utc("2026-01-01T00:00:00Z")
+		d, err := c.Due(last, now, time.Hour, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var horizon, gaps int64
+		for _, s := range d.Skipped {
+			switch s.Reason {
+			case SkipHorizon:
+				horizon += s.Count
+			case SkipDSTGap:
+				gaps++
+				if s.Count != 3600 {
+					t.Fatalf("gap record %+v", s)
+				}
 			}
 		}
-	}
-	secs := (now-last)/1000 - 3601 // seconds in the horizon band: (last, now-1h)
-	if horizon != secs-10*3600 || gaps != 10 || len(d.Create) != 10 || !d.More {
-		t.Fatalf("horizon count %d (want %d), %d gap records, created %d", horizon, secs-10*3600, gaps, len(d.Create))
+		want := (now-last)/1000 - 3601 // seconds in the horizon band: (last, now-1h)
+		if !repeatedRun {
+			want -= 10 * 3600
+		}
+		if horizon != want || gaps != 10 || len(d.Create) != 10 || !d.More {
+			t.Fatalf("%s: horizon count %d (want %d), %d gap records, created %d", dst, horizon, want, gaps, len(d.Create))
+		}
 	}
 }
 

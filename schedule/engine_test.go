@@ -3,6 +3,8 @@ package schedule
 import (
 	"fmt"
 	"math/rand"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,8 +26,17 @@ func TestCivil(t *testing.T) {
 
 var exprs = []string{
 	"* * * * *", "*/15 * * * *", "5 0 * * *", "30 2 * * *", "0 9 1 * *", "0 0 29 2 *", "0 0 31 * *",
-	"0 0 * * MON", "0 12 1,15 * FRI", "*/10 * * * * *", "30 * * * * *", "0 30 1-3 * * *", "0 0 * 2 0-6/2",
+	"0 0 * * MON", "0 12 1,15 * FRI", "@seconds */10 * * * * *", "@seconds 30 * * * * *", "@seconds 0 30 1-3 * * *", "0 0 * 2 0-6/2",
 	"@hourly", "@daily", "@weekly", "@monthly", "@yearly", "15 3 */2 * *", "0 0-23/5 * * *", "59 23 31 12 *",
+}
+
+// robfigParse is robfig/cron's reading of an expression: standard five
+// fields, or seconds first after SecondsPrefix.
+func robfigParse(expr string) (cron.Schedule, error) {
+	if rest, ok := strings.CutPrefix(expr, SecondsPrefix); ok {
+		return cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow).Parse(rest)
+	}
+	return cron.ParseStandard(expr)
 }
 
 // In zones without DST the engine finds exactly the times robfig/cron
@@ -39,7 +50,7 @@ func TestMatchesRobfigWithoutDST(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ref, err := parser.Parse(expr)
+			ref, err := robfigParse(expr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,8 +86,13 @@ func TestEngineConsistentAcrossDST(t *testing.T) {
 		"America/Sao_Paulo":   {"2018-11-04T03:00:00Z", "2019-02-17T02:00:00Z"},
 	}
 	for tz, transitions := range zones {
-		for _, expr := range append(exprs, "@every 1m", "@every 7s", "@every 1h") {
+		for i, expr := range append(exprs, "@every 1m", "@every 7s", "@every 1h") {
+			// Each expression under its default policy, and every other
+			// one under the policy it does not default to.
 			c := mustCal(t, expr, tz, Window{})
+			if i%2 == 1 && c.s.kind == kindCron {
+				c = mustCalDST(t, expr, tz, Window{}, DSTWallTime+DSTCadence-c.s.DST())
+			}
 			short := c.s.Interval() < time.Minute
 			for _, tr := range transitions {
 				span := int64(86400_000)
@@ -186,5 +202,82 @@ func TestEverySlotAccountedFor(t *testing.T) {
 				t.Fatalf("%s %s: slot %s accounted %d times", tc.expr, tc.tz, w, seen[w])
 			}
 		}
+	}
+}
+
+// The parser (cronparse.go) agrees with robfig/cron's on random
+// expressions: both refuse, or both find the same times (UTC). Day 7 is
+// left out (Sunday here, refused by robfig/cron), as are six fields
+// (refused here unless after @seconds).
+func TestParserMatchesRobfig(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	names := [][]string{nil, nil, nil, {"jan", "FEB", "Mar", "dec"}, {"sun", "MON", "Fri", "sat"}}
+	max := []int{59, 23, 31, 12, 6}
+	min := []int{0, 0, 1, 1, 0}
+	part := func(f int) string {
+		v := func() string {
+			if names[f] != nil && rng.Intn(3) == 0 {
+				return names[f][rng.Intn(len(names[f]))]
+			}
+			return strconv.Itoa(min[f] + rng.Intn(max[f]-min[f]+2)) // sometimes one above the range
+		}
+		switch rng.Intn(7) {
+		case 0:
+			return "*"
+		case 1:
+			return "*/" + strconv.Itoa(rng.Intn(25))
+		case 2:
+			return v() + "-" + v()
+		case 3:
+			return v() + "-" + v() + "/" + strconv.Itoa(1+rng.Intn(5))
+		case 4:
+			return v() + "/" + strconv.Itoa(1+rng.Intn(9))
+		case 5:
+			return "?"
+		}
+		return v()
+	}
+	agree, refused := 0, 0
+	for i := 0; i < 3000; i++ {
+		var fields []string
+		for f := 0; f < 5; f++ {
+			els := []string{part(f)}
+			for rng.Intn(4) == 0 {
+				els = append(els, part(f))
+			}
+			fields = append(fields, strings.Join(els, ","))
+		}
+		expr := strings.Join(fields, " ")
+		if strings.Contains(fields[4], "7") {
+			continue
+		}
+		ours, err1 := Parse(expr, "UTC")
+		ref, err2 := robfigParse(expr)
+		if err1 != nil && err2 == nil && strings.HasSuffix(err1.Error(), "never fires") &&
+			ref.Next(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
+			continue // 31 April: robfig/cron parses it and never finds a time
+		}
+		if (err1 == nil) != (err2 == nil) {
+			t.Fatalf("%q: ours %v, robfig/cron %v", expr, err1, err2)
+		}
+		if err1 != nil {
+			refused++
+			continue
+		}
+		at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		want, got := at, at
+		for k := 0; k < 20; k++ {
+			want, got = ref.Next(want), ours.Next(got)
+			if want.IsZero() {
+				break // robfig/cron searches 5 years only
+			}
+			if !want.Equal(got) {
+				t.Fatalf("%q after %s: robfig/cron %s, ours %s", expr, at, want, got)
+			}
+		}
+		agree++
+	}
+	if agree < 300 || refused < 300 {
+		t.Fatalf("%d agreed, %d refused: the generator is off", agree, refused)
 	}
 }

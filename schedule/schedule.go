@@ -19,13 +19,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/robfig/cron/v3"
 )
-
-// parser accepts 5 fields, an optional leading seconds field, and
-// descriptors (@daily, @hourly, …); "@every" is handled here.
-var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // OncePrefix marks a one-shot schedule: "@once 2026-09-25T10:00:00Z"
 // (fractional seconds allowed).
@@ -54,12 +48,19 @@ type Schedule struct {
 	once     time.Time
 	onceMs   int64 // once, rounded up to the millisecond: never before the requested time
 	interval time.Duration
+	// cadence: a cron expression follows the clock at DST changes
+	// (DSTCadence, resolved from the policy), instead of running each wall
+	// time once.
+	cadence bool
 }
 
-// Parse reads a cron expression (5 fields, or 6 with seconds first), a
-// descriptor (@daily, @hourly, @every 30s, …) or "@once <RFC3339>", in the
-// IANA zone tz (empty means UTC; "Local" is refused). Errors wrap ErrInvalid.
-func Parse(expr, tz string) (*Schedule, error) {
+// Parse reads a cron expression (5 fields; "@seconds" and 6 fields for a
+// seconds field first), a descriptor (@daily, @hourly, @every 30s, …) or
+// "@once <RFC3339>", in the IANA zone tz (empty means UTC; "Local" is
+// refused), with the default DST policy (DSTAuto). Errors wrap ErrInvalid.
+func Parse(expr, tz string) (*Schedule, error) { return parse(expr, tz, DSTAuto) }
+
+func parse(expr, tz string, dst DSTPolicy) (*Schedule, error) {
 	loc := time.UTC
 	if tz == "Local" { // time.LoadLocation's name for this process's own zone: each leader's TZ
 		return nil, invalid("time_zone", `"Local" is each leader's own zone setting: give an IANA zone name or UTC`)
@@ -98,15 +99,12 @@ func Parse(expr, tz string) (*Schedule, error) {
 		s.kind, s.every, s.interval = kindEvery, int64(d/time.Second), d
 		return s, nil
 	}
-	c, err := parser.Parse(s.expr)
+	spec, err := parseCron(s.expr)
 	if err != nil {
 		return nil, invalid("schedule", fmt.Sprintf("%q: %v", s.expr, err))
 	}
-	spec, ok := c.(*cron.SpecSchedule)
-	if !ok {
-		return nil, invalid("schedule", fmt.Sprintf("%q: not a calendar expression", s.expr))
-	}
-	s.kind, s.spec = kindCron, newCronSpec(spec)
+	s.kind, s.spec = kindCron, spec
+	s.cadence = dst == DSTCadence || (dst == DSTAuto && spec.wildcard)
 	s.interval = s.measureInterval()
 	if s.interval <= 0 {
 		return nil, invalid("schedule", fmt.Sprintf("%q never fires", s.expr))
@@ -149,6 +147,19 @@ func (s *Schedule) Location() *time.Location { return s.loc }
 // OneShot reports whether the schedule fires once.
 func (s *Schedule) OneShot() bool { return s.kind == kindOnce }
 
+// DST is the DST policy the schedule follows: DSTWallTime or DSTCadence
+// for a cron expression (DSTAuto resolved), DSTAuto for @every and @once
+// (real time: no policy applies).
+func (s *Schedule) DST() DSTPolicy {
+	switch {
+	case s.kind != kindCron:
+		return DSTAuto
+	case s.cadence:
+		return DSTCadence
+	}
+	return DSTWallTime
+}
+
 // Interval is the shortest gap between occurrences (0 for one-shot).
 func (s *Schedule) Interval() time.Duration { return s.interval }
 
@@ -169,7 +180,7 @@ func (s *Schedule) Between(from, to time.Time, max int) []time.Time {
 	var rev []time.Time
 	for len(rev) < max {
 		o, ok := s.atOrBefore(hi)
-		if !ok || o.at <= lo {
+		if !ok || o.at <= lo || o.at > hi {
 			break
 		}
 		rev = append(rev, time.UnixMilli(o.at).In(s.loc))
@@ -232,15 +243,29 @@ func DefaultLayout(interval time.Duration) string {
 // wall time it was scheduled for (02:30 on the spring-forward day runs at
 // 03:00 and keeps "…T02:30" in a minute layout).
 func (s *Schedule) Key(at time.Time, w Window) string {
-	t := floorDiv(at.UnixMilli(), 1000)
-	return s.keyOf(occ{at: t * 1000, wall: s.wallOf(t)}, w)
+	return s.keyOf(s.occAt(floorDiv(at.UnixMilli(), 1000)), w)
+}
+
+// occAt is the occurrence a schedule would have at instant t (seconds).
+func (s *Schedule) occAt(t int64) occ {
+	return occ{at: t * 1000, wall: s.wallOf(t), second: s.secondPass(t)}
+}
+
+// secondPass reports whether a cadence occurrence at instant t (seconds)
+// is in the second pass of a repeated interval.
+func (s *Schedule) secondPass(t int64) bool {
+	if s.kind != kindCron || !s.cadence {
+		return false
+	}
+	_, _, ok := s.z.repeat(t)
+	return ok
 }
 
 // wallOf is the scheduled wall time of an occurrence at instant t
 // (seconds): its wall reading, except at the end of a DST gap, where the
-// occurrence stands for a slot inside the gap.
+// occurrence stands for a slot inside the gap (DSTWallTime).
 func (s *Schedule) wallOf(t int64) int64 {
-	if s.kind == kindCron {
+	if s.kind == kindCron && !s.cadence {
 		if g, ok := s.z.gapAt(t); ok {
 			if rep, moved := s.gapRep(g); moved {
 				return rep
@@ -269,5 +294,17 @@ func (s *Schedule) keyOf(o occ, win Window) string {
 		t = s.z.timeOf(o.wall + int64(win.ShiftDays)*daySecs)
 	}
 	var buf [64]byte
-	return string(t.AppendFormat(buf[:0], layout))
+	key := t.AppendFormat(buf[:0], layout)
+	if o.second {
+		// The second pass of a repeated wall time (DSTCadence): formatted
+		// at its instant when the layout tells the passes apart (it has
+		// the offset), else with the offset appended.
+		at := time.Unix(o.at/1000, 0).In(s.loc)
+		var alt [64]byte
+		if k2 := at.AppendFormat(alt[:0], layout); win.ShiftDays == 0 && string(k2) != string(key) {
+			return string(k2)
+		}
+		key = at.AppendFormat(key, "Z07:00")
+	}
+	return string(key)
 }

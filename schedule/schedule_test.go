@@ -1,6 +1,8 @@
 package schedule
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -16,14 +18,14 @@ func must(t *testing.T, expr, tz string) *Schedule {
 
 func TestParseForms(t *testing.T) {
 	for expr, interval := range map[string]time.Duration{
-		"5 0 * * *":      24 * time.Hour,
-		"*/15 * * * *":   15 * time.Minute,
-		"30 * * * * *":   time.Minute, // with seconds
-		"@hourly":        time.Hour,
-		"@every 30s":     30 * time.Second,
-		"0 0 * * MON":    7 * 24 * time.Hour,
-		"*/10 * * * * *": 10 * time.Second,
-		"0 0 29 2 *":     (4*365 + 1) * 24 * time.Hour,
+		"5 0 * * *":               24 * time.Hour,
+		"*/15 * * * *":            15 * time.Minute,
+		"@seconds 30 * * * * *":   time.Minute, // with seconds
+		"@hourly":                 time.Hour,
+		"@every 30s":              30 * time.Second,
+		"0 0 * * MON":             7 * 24 * time.Hour,
+		"@seconds */10 * * * * *": 10 * time.Second,
+		"0 0 29 2 *":              (4*365 + 1) * 24 * time.Hour,
 	} {
 		s := must(t, expr, "America/Sao_Paulo")
 		if s.Interval() != interval {
@@ -98,21 +100,24 @@ func TestDSTTransitions(t *testing.T) {
 	if want := time.Date(2026, 3, 8, 7, 0, 0, 0, time.UTC); !gap.Equal(want) {
 		t.Fatalf("02:30 on 2026-03-08 ran at %s, want %s (03:00 EDT)", gap, want)
 	}
-	// Hourly expressions are wall times too: across the fall-back hour
-	// 01:00 runs once, and a layout with the offset changes nothing.
-	s := must(t, "0 * * * *", "America/New_York")
-	occs := s.Between(time.Date(2026, 11, 1, 0, 30, 0, 0, ny), time.Date(2026, 11, 1, 3, 30, 0, 0, ny), 10)
-	if len(occs) != 3 { // 01:00 EDT, 02:00 EST, 03:00 EST over four real hours
-		t.Fatalf("hourly across fall-back: %v", occs)
-	}
-	keys := map[string]int{}
-	for _, o := range occs {
-		keys[s.Key(o, Window{Layout: "2006-01-02T15Z07"})]++
-		keys[s.Key(o, Window{})]++
-	}
-	for k, n := range keys {
-		if n != 1 {
-			t.Fatalf("%s seen %d times (%v)", k, n, occs)
+	// Hourly under DSTWallTime: across the fall-back hour 01:00 runs once,
+	// and a layout with the offset changes nothing. Under the default
+	// (a wildcard hour: cadence) it runs at both 01:00s, an hour apart.
+	for dst, n := range map[DSTPolicy]int{DSTWallTime: 3, DSTAuto: 4} {
+		c, _ := Compile(Spec{Expr: "0 * * * *", TimeZone: "America/New_York", DST: dst})
+		s := c.Schedule()
+		occs := s.Between(time.Date(2026, 11, 1, 0, 30, 0, 0, ny), time.Date(2026, 11, 1, 3, 30, 0, 0, ny), 10)
+		if len(occs) != n { // 01:00 EDT, (01:00 EST), 02:00 EST, 03:00 EST over four real hours
+			t.Fatalf("%s: hourly across fall-back: %v", dst, occs)
+		}
+		for _, layout := range []string{"2006-01-02T15Z07", ""} {
+			keys := map[string]int{}
+			for _, o := range occs {
+				keys[s.Key(o, Window{Layout: layout})]++
+			}
+			if len(keys) != n {
+				t.Fatalf("%s %q: keys %v (%v)", dst, layout, keys, occs)
+			}
 		}
 	}
 }
@@ -147,5 +152,59 @@ func TestBetweenAndOnce(t *testing.T) {
 	at := time.Date(2026, 9, 25, 10, 0, 0, 0, time.UTC)
 	if !once.Next(at.Add(-time.Second)).Equal(at) || !once.Next(at).IsZero() || once.Key(at, Window{}) != OnceWindow {
 		t.Fatal("one-shot")
+	}
+}
+
+// Standard cron has five fields; a six-field expression is refused (it
+// was read seconds first: the typo "5 0 * * * *" became hourly at
+// :00:05), naming the form that gives a seconds field.
+func TestSixFieldsNeedSecondsPrefix(t *testing.T) {
+	_, err := Parse("5 0 * * * *", "UTC")
+	if err == nil || !strings.Contains(err.Error(), `write "@seconds 5 0 * * * *"`) {
+		t.Fatalf("six fields: %v", err)
+	}
+	s := must(t, "@seconds 5 0 * * * *", "UTC")
+	if got := s.Next(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)); !got.Equal(time.Date(2026, 1, 1, 0, 0, 5, 0, time.UTC)) {
+		t.Fatalf("@seconds 5 0 * * * *: %s", got)
+	}
+	if got := s.Next(time.Date(2026, 1, 1, 0, 0, 5, 0, time.UTC)); !got.Equal(time.Date(2026, 1, 1, 1, 0, 5, 0, time.UTC)) {
+		t.Fatalf("@seconds 5 0 * * * * second run: %s", got)
+	}
+	for _, bad := range []string{"@seconds 5 0 * * *", "1 2 3 4 5 6 7", "* * * *"} {
+		if _, err := Parse(bad, "UTC"); err == nil || !strings.Contains(err.Error(), "fields") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+// Parse errors name the field and the bad token in plain words.
+func TestCronErrorsNameFieldAndToken(t *testing.T) {
+	for expr, want := range map[string]string{
+		"0 9 * * mon-fry":      `day-of-week field: "fry" is not a day name (mon..sun) or a number 0-7`,
+		"61 * * * *":           `minute field: "61" is not a number 0-59`,
+		"0 24 * * *":           `hour field: "24" is not a number 0-23`,
+		"0 0 0 * *":            `day-of-month field: "0" is not a number 1-31`,
+		"0 0 1 foo *":          `month field: "foo" is not a month name (jan..dec) or a number 1-12`,
+		"*/0 * * * *":          `minute field: "*/0": the step after '/' must be a whole number of at least 1`,
+		"0 5-2 * * *":          `hour field: "5-2": the range ends before it starts`,
+		"0 1,,2 * * *":         `hour field: empty element in "1,,2"`,
+		"0 0 * * 1-":           `day-of-week field: a value is missing`,
+		"@fortnightly":         `unknown descriptor "@fortnightly"`,
+		"@seconds x * * * * *": `second field: "x" is not a number 0-59`,
+	} {
+		_, err := Parse(expr, "UTC")
+		var ie *InvalidError
+		if !errors.As(err, &ie) || ie.Field != "schedule" || !strings.Contains(ie.Reason, want) {
+			t.Errorf("%q: %v, want %q", expr, err, want)
+		}
+	}
+	// Names in any case; 7 is Sunday, as 0.
+	a, b := must(t, "0 9 * * MON-Fri,7", "UTC"), must(t, "0 9 * * 0-5", "UTC")
+	for x := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC); x.Before(time.Date(2026, 1, 20, 0, 0, 0, 0, time.UTC)); {
+		na, nb := a.Next(x), b.Next(x)
+		if !na.Equal(nb) {
+			t.Fatalf("after %s: %s and %s", x, na, nb)
+		}
+		x = na
 	}
 }

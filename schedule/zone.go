@@ -1,6 +1,9 @@
 package schedule
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // zone maps between instants (Unix seconds) and wall times (see cron.go)
 // in one time zone, with the DST rules of DESIGN.md: a wall time that
@@ -44,16 +47,103 @@ func (z zone) wallHigh(t int64) int64 {
 	if z.fixed {
 		return t + z.fixedOff
 	}
-	tm := time.Unix(t, 0).In(z.loc)
-	_, off := tm.Zone()
-	w := t + int64(off)
-	if start, _ := tm.ZoneBounds(); !start.IsZero() {
-		st := start.Unix()
+	w := z.wall(t)
+	if st, ok := z.prevChange(t); ok {
 		if pw := st - 1 + z.offset(st-1); pw > w {
 			w = pw
 		}
 	}
 	return w
+}
+
+// Zone transitions. Go's time.Time.ZoneBounds is only a hint here: on 31
+// December of leap years in the range of a zone's POSIX rule (2040, 2044,
+// … in Berlin or New York) it returns an end before the instant asked
+// (tzset counts a year as 365 days), and it reports "transitions" where
+// nothing changes (each 1 January in that range, a change of name only).
+// A transition here is an instant e with offset(e-1) != offset(e); the
+// offsets (time.Time.Zone) are exact. Every walk is bounded and moves
+// forward (or back) by construction, whatever the hint says.
+
+// maxZoneSteps bounds the hints one search follows (one per pseudo
+// transition between two real ones: about one a year in a rule's range).
+const maxZoneSteps = 64
+
+// nextChange is the first transition in (t, limit], if any.
+func (z zone) nextChange(t, limit int64) (int64, bool) {
+	if z.fixed {
+		return 0, false
+	}
+	off := z.offset(t)
+	for x, i := t, 0; x < limit && i < maxZoneSteps; i++ {
+		_, end := time.Unix(x, 0).In(z.loc).ZoneBounds()
+		if end.IsZero() {
+			return 0, false
+		}
+		e := end.Unix()
+		trusted := e > x // the offset is constant on [x, e)
+		if !trusted {
+			e = x + daySecs // the hint went back: probe a day ahead
+		}
+		if e > limit {
+			if trusted {
+				return 0, false
+			}
+			e = limit
+		}
+		if z.offset(e) == off {
+			x = e // nothing changed (yet)
+			continue
+		}
+		if trusted && z.offset(e-1) == off {
+			return e, true
+		}
+		return z.firstChange(x, e, off), true
+	}
+	return 0, false
+}
+
+// prevChange is the last transition at or before t, if any.
+func (z zone) prevChange(t int64) (int64, bool) {
+	if z.fixed {
+		return 0, false
+	}
+	off := z.offset(t)
+	for x, i := t, 0; i < maxZoneSteps; i++ {
+		start, _ := time.Unix(x, 0).In(z.loc).ZoneBounds()
+		if start.IsZero() {
+			return 0, false
+		}
+		s := start.Unix()
+		trusted := s <= x // the offset is constant on [s, x]
+		if !trusted {
+			s = x - daySecs
+		}
+		if z.offset(s-1) == off {
+			x = s - 1 // nothing changed there
+			continue
+		}
+		if trusted {
+			return s, true
+		}
+		return z.firstChange(s-1, x, z.offset(s-1)), true
+	}
+	return 0, false
+}
+
+// firstChange is an instant e in (lo, hi] with offset(e-1) != offset(e),
+// given offset(lo) == off != offset(hi) (bisection: about 25 steps for a
+// day).
+func (z zone) firstChange(lo, hi int64, off int64) int64 {
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if z.offset(mid) == off {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi
 }
 
 // gap is an interval of wall times [from, to) that the zone skips: its
@@ -72,32 +162,29 @@ func (z zone) instant(w int64) (t int64, g gap, ok bool) {
 		return w - z.fixedOff, gap{}, true
 	}
 	guess := w - z.offset(w)
-	tm := time.Unix(guess, 0).In(z.loc)
-	_, o := tm.Zone()
-	off := int64(o)
-	start, end := tm.ZoneBounds()
+	off := z.offset(guess)
+	st, hasStart := z.prevChange(guess)
+	en, hasEnd := z.nextChange(guess, math.MaxInt64)
 	found := false
 	consider := func(c int64) {
 		if !found || c < t {
 			t, found = c, true
 		}
 	}
-	var st, en, offPrev, offNext int64
-	if !start.IsZero() {
-		st = start.Unix()
+	var offPrev, offNext int64
+	if hasStart {
 		offPrev = z.offset(st - 1)
 		if c := w - offPrev; c < st {
 			consider(c)
 		}
 	}
-	if !end.IsZero() {
-		en = end.Unix()
+	if hasEnd {
 		offNext = z.offset(en)
 		if c := w - offNext; c >= en {
 			consider(c)
 		}
 	}
-	if c := w - off; (start.IsZero() || c >= st) && (end.IsZero() || c < en) {
+	if c := w - off; (!hasStart || c >= st) && (!hasEnd || c < en) {
 		consider(c)
 	}
 	if found {
@@ -105,13 +192,13 @@ func (z zone) instant(w int64) (t int64, g gap, ok bool) {
 	}
 	// The wall time is skipped: by the transition that starts this zone
 	// period or by the one that ends it.
-	if !start.IsZero() && offPrev < off && w >= st+offPrev && w < st+off {
-		name, ob := time.Unix(st-1, 0).In(z.loc).Zone()
-		return st, gap{from: st + offPrev, to: st + off, at: st, nameBefore: name, offBefore: ob}, false
+	if hasStart && offPrev < off && w >= st+offPrev && w < st+off {
+		g, _ := z.gapAt(st)
+		return st, g, false
 	}
-	if !end.IsZero() && offNext > off && w >= en+off && w < en+offNext {
-		name, ob := tm.Zone()
-		return en, gap{from: en + off, to: en + offNext, at: en, nameBefore: name, offBefore: ob}, false
+	if hasEnd && offNext > off && w >= en+off && w < en+offNext {
+		g, _ := z.gapAt(en)
+		return en, g, false
 	}
 	// Not reached with real zone data (periods are longer than the offset
 	// changes); answer with the guess rather than fail.
@@ -123,12 +210,7 @@ func (z zone) gapAt(t int64) (gap, bool) {
 	if z.fixed {
 		return gap{}, false
 	}
-	tm := time.Unix(t, 0).In(z.loc)
-	start, _ := tm.ZoneBounds()
-	if start.IsZero() || start.Unix() != t {
-		return gap{}, false
-	}
-	_, off := tm.Zone()
+	_, off := time.Unix(t, 0).In(z.loc).Zone()
 	name, ob := time.Unix(t-1, 0).In(z.loc).Zone()
 	if ob >= off {
 		return gap{}, false
@@ -137,18 +219,12 @@ func (z zone) gapAt(t int64) (gap, bool) {
 }
 
 // gaps calls f for each gap whose jump instant is in (a, b], oldest first.
-// Its work is one step per zone transition in the interval.
+// Its work is one step per zone transition in the interval; each step
+// moves forward (nextChange), so it ends whatever the zone data says.
 func (z zone) gaps(a, b int64, f func(gap)) {
-	if z.fixed {
-		return
-	}
 	for t := a; t < b; {
-		_, end := time.Unix(t, 0).In(z.loc).ZoneBounds()
-		if end.IsZero() {
-			return
-		}
-		en := end.Unix() // the first transition after t
-		if en > b {
+		en, ok := z.nextChange(t, b)
+		if !ok || en <= t {
 			return
 		}
 		if g, ok := z.gapAt(en); ok {
@@ -162,17 +238,11 @@ func (z zone) gaps(a, b int64, f func(gap)) {
 // interval: the clocks went back by `back` at instant st <= t, and
 // t - back had the same wall reading in the first pass [st-back, st).
 func (z zone) repeat(t int64) (back, st int64, ok bool) {
-	if z.fixed {
+	st, ok = z.prevChange(t)
+	if !ok {
 		return 0, 0, false
 	}
-	tm := time.Unix(t, 0).In(z.loc)
-	start, _ := tm.ZoneBounds()
-	if start.IsZero() {
-		return 0, 0, false
-	}
-	st = start.Unix()
-	_, off := tm.Zone()
-	back = z.offset(st-1) - int64(off)
+	back = z.offset(st-1) - z.offset(t)
 	if back <= 0 || t >= st+back {
 		return 0, 0, false
 	}

@@ -3,8 +3,9 @@
 # enabled test suite. Extra arguments go to `go test` (e.g. -run, -v).
 #   scripts/test.sh                 # the default suite (about 11 minutes on 2 cores)
 #   COORDD_FUZZTIME=60s scripts/test.sh   # also fuzz the FSM, the request
-#                                         # decoders, the HTTP API and the ACL
-#                                         # parser, each for that long
+#                                         # decoders, the HTTP API, the ACL
+#                                         # parser and the calendar in every
+#                                         # zone, each for that long
 #   COORDD_FAULTS_PROFILE=full scripts/test.sh   # the fault suite's full profile
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,4 +63,5 @@ if [ -n "${COORDD_FUZZTIME:-}" ]; then
     go test ./api -run '^$' -fuzz "^$target\$" -fuzztime "$COORDD_FUZZTIME"
   done
   go test ./internal/auth -run '^$' -fuzz '^FuzzParseACL$' -fuzztime "$COORDD_FUZZTIME"
+  go test ./schedule -run '^$' -fuzz '^FuzzCalendarZones$' -fuzztime "$COORDD_FUZZTIME"
 fi

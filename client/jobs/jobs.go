@@ -32,7 +32,8 @@ type Schedule struct {
 	tz   string
 }
 
-// Cron is a cron expression (5 fields, or 6 with seconds first) or a
+// Cron is a cron expression (5 fields; "@seconds" and 6 fields for a
+// seconds field first: "@seconds 30 */5 * * * *") or a
 // descriptor (@daily, @hourly, @every 30s) in the IANA time zone tz.
 func Cron(expr, tz string) Schedule { return Schedule{expr: expr, tz: tz} }
 

@@ -51,6 +51,9 @@ type fakeQueue struct {
 	onHeartbeat func(ctx context.Context, r *coordv1.QueueHeartbeatRequest) (*coordv1.QueueHeartbeatResponse, error)
 	onCommit    func(r *coordv1.FencedCommitRequest) (*coordv1.FencedCommitResponse, error)
 	onSubmit    func(r *coordv1.QueueSubmitRequest) error
+	// lostAfterApply: that many Submits apply their jobs and then answer
+	// LEADERSHIP_LOST (the outcome is unknown to the caller).
+	lostAfterApply int
 }
 
 type hbCall struct {
@@ -197,6 +200,11 @@ func (f *fakeQueue) Submit(_ context.Context, r *coordv1.QueueSubmitRequest) (*c
 			State: coordv1.JobState_JOB_STATE_SCHEDULED, RunAtMs: nj.GetRunAtMs(), Labels: nj.GetLabels()}
 		f.jobs[j.Id] = j
 		resp.Jobs = append(resp.Jobs, &coordv1.SubmittedJob{Id: j.Id, State: j.State, RunAtMs: j.RunAtMs})
+	}
+	if f.lostAfterApply > 0 {
+		f.lostAfterApply--
+		return nil, coorderr.New(codes.Unavailable, coorderr.LeadershipLost,
+			"leadership lost while applying; the outcome is unknown, retry with the same request id", nil)
 	}
 	return resp, nil
 }

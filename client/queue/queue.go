@@ -45,12 +45,13 @@ const MaxBatch = 1000
 // Client submits and looks up jobs. Safe for concurrent use.
 //
 // Idempotency: Get, List and Stats are reads; Cancel is idempotent (a
-// repeat returns the job unchanged); a Submit whose every job has a
-// UniqueKey is idempotent (a repeat returns the first job, Duplicate set)
-// and is retried after an unknown outcome; a Submit without unique keys
-// and a Retry are not retried once sent: their error then matches
-// client.ErrUnknownOutcome, and the caller looks the job up (Get, or List
-// by label) before submitting again.
+// repeat returns the job unchanged); every Submit is idempotent: a job
+// without a UniqueKey gets a generated one (AutoKeyPrefix and a random
+// id), so a repeat returns the first job (Duplicate set) and the call is
+// retried after an unknown outcome (a leader lost while applying, a
+// connection cut) with the same keys. A Retry is not retried once sent: its
+// error then matches client.ErrUnknownOutcome, and the caller looks the job
+// up (Get) before retrying again.
 type Client struct {
 	c *client.Client
 	q coordv1.QueueClient
@@ -102,8 +103,31 @@ func VisibilityTimeout(d time.Duration) Option {
 
 // UniqueKey makes the submit idempotent within the job's queue while the
 // job is retained: a second submit with the key returns the first job
-// (Duplicate) and adds nothing, so it is safe to retry.
+// (Duplicate) and adds nothing, so it is safe to retry. Without it, Submit
+// and SubmitBatch generate a key (AutoKey) for the call and its retries;
+// give your own to make a later, separate submit of the same job a
+// duplicate too.
 func UniqueKey(key string) Option { return func(s *spec) { s.j.UniqueKey = key } }
+
+// AutoKeyPrefix starts the unique keys Submit and SubmitBatch generate for
+// jobs submitted without one ("auto:" and 24 hex digits).
+const AutoKeyPrefix = "auto:"
+
+// AutoKey returns a fresh generated unique key (AutoKeyPrefix and a random
+// id), as Submit gives a job without one.
+func AutoKey() string { return AutoKeyPrefix + client.NewRequestID() }
+
+// keyed gives every job without a unique key a generated one, in place, so
+// that the Submit carrying them is retried after an unknown outcome
+// without adding a job twice.
+func keyed(jobs []*coordv1.NewJob) []*coordv1.NewJob {
+	for _, j := range jobs {
+		if j.GetUniqueKey() == "" {
+			j.UniqueKey = AutoKey()
+		}
+	}
+	return jobs
+}
 
 // Label adds a label (List filters by one).
 func Label(key, value string) Option {
@@ -203,7 +227,7 @@ func (q *Client) Submit(ctx context.Context, kind string, args any, opts ...Opti
 	if err != nil {
 		return nil, err
 	}
-	resp, err := q.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{j}})
+	resp, err := q.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: keyed([]*coordv1.NewJob{j})})
 	if err != nil {
 		return nil, err
 	}
@@ -231,12 +255,14 @@ func (q *Client) SubmitAfter(ctx context.Context, d time.Duration, kind string, 
 // nothing (or, when the error matches client.ErrUnknownOutcome, may have
 // added its jobs), and later calls were not made. The error names the
 // failing call's range, jobs[lo:hi]; an INVALID_ARGUMENT's "index"
-// metadata counts from lo. With a UniqueKey on every job the whole batch
-// can be submitted again safely.
+// metadata counts from lo. A job without a UniqueKey gets a generated one
+// (AutoKey), set in jobs itself: each call is retried after an unknown
+// outcome, and the same slice can be submitted again safely.
 func (q *Client) SubmitBatch(ctx context.Context, jobs []*coordv1.NewJob) ([]*coordv1.SubmittedJob, error) {
 	if len(jobs) == 0 {
 		return nil, fmt.Errorf("%w: jobs: none to submit", client.ErrInvalidArgument)
 	}
+	keyed(jobs)
 	out := make([]*coordv1.SubmittedJob, 0, len(jobs))
 	for lo := 0; lo < len(jobs); lo += MaxBatch {
 		hi := min(lo+MaxBatch, len(jobs))

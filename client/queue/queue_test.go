@@ -120,6 +120,52 @@ func TestSubmitAndReads(t *testing.T) {
 	}
 }
 
+// A submit without a unique key gets a generated one, so that after an
+// unknown outcome (the leader applied the jobs, then lost leadership before
+// answering) the SDK retries it with the same keys and each job exists
+// once; SubmitBatch sets the keys in the caller's jobs.
+func TestSubmitWithoutKeyRetriedAfterUnknownOutcome(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// The harness's client runs on the fake clock; the retry's backoff
+	// needs real time.
+	c, err := client.New(ctx, h.c.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := New(c)
+	h.f.mu.Lock()
+	h.f.lostAfterApply = 1
+	h.f.mu.Unlock()
+	s, err := q.Submit(ctx, "email", nil)
+	if err != nil || s.GetId() != 1 || !s.GetDuplicate() {
+		t.Fatalf("submit: %v %v", s, err)
+	}
+	jobs := []*coordv1.NewJob{{Kind: "a"}, {Kind: "b", UniqueKey: "mine"}}
+	h.f.mu.Lock()
+	h.f.lostAfterApply = 1
+	h.f.mu.Unlock()
+	out, err := q.SubmitBatch(ctx, jobs)
+	if err != nil || len(out) != 2 || !out[0].GetDuplicate() || out[0].GetId() != 2 || out[1].GetId() != 3 {
+		t.Fatalf("batch: %v %v", out, err)
+	}
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	if len(h.f.jobs) != 3 || len(h.f.submits) != 4 {
+		t.Fatalf("%d jobs after %d submits, want 3 after 4", len(h.f.jobs), len(h.f.submits))
+	}
+	k := h.f.submits[0].GetJobs()[0].GetUniqueKey()
+	if !strings.HasPrefix(k, AutoKeyPrefix) || h.f.submits[1].GetJobs()[0].GetUniqueKey() != k {
+		t.Fatalf("keys %q, %q", k, h.f.submits[1].GetJobs()[0].GetUniqueKey())
+	}
+	if !strings.HasPrefix(jobs[0].GetUniqueKey(), AutoKeyPrefix) || jobs[1].GetUniqueKey() != "mine" ||
+		h.f.submits[3].GetJobs()[0].GetUniqueKey() != jobs[0].GetUniqueKey() {
+		t.Fatalf("batch keys %q %q", jobs[0].GetUniqueKey(), jobs[1].GetUniqueKey())
+	}
+}
+
 // A batch larger than MaxBatch goes in calls of MaxBatch, in order; a
 // refused call stops there and the answer holds the calls that succeeded.
 func TestSubmitBatchSplits(t *testing.T) {

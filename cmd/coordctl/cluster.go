@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/coordd/coordd/client"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -30,23 +32,42 @@ func (e *opError) Error() string {
 }
 func (e *opError) Unwrap() error { return e.err }
 
-// render is the message after the op, with what the watcher learned.
+// render is the message after the op, with what the watcher learned. An
+// outcome left unknown gets generic advice (commands with an idempotency
+// handle give their own, naming the flag: uncertain).
 func (e *opError) render(a *app) string {
-	if e.msg != "" {
+	switch {
+	case e.msg != "":
 		return e.msg
+	case errors.Is(e.err, client.ErrUnknownOutcome):
+		return a.uncertain(e.err, "look (get, list) before repeating the command")
 	}
 	return a.watch.explain(e.err, a.timeout)
 }
 
+// uncertain renders an error after which the command may have been
+// applied: what happened (without the server's advice to retry with a
+// request id, which a command without one cannot follow) and advice, what
+// to do with coordctl's flags.
+func (a *app) uncertain(err error, advice string) string {
+	what, _, _ := strings.Cut(a.watch.explain(err, a.timeout), "; the outcome is unknown")
+	return what + "; the outcome is unknown (it may have been applied): " + advice
+}
+
+// fail names op in err, unless err names its op already.
 func fail(op string, err error) error {
-	if err == nil {
+	var named *opError
+	switch {
+	case err == nil:
 		return nil
+	case errors.As(err, &named):
+		return err
 	}
 	return &opError{op: op, err: err}
 }
 
 func (a *app) statusCmd() *cobra.Command {
-	return a.newCmd("status", "Show every endpoint's Raft state, leader, indexes and FSM digest", `  coordctl status
+	cmd := a.newCmd("status", "Show every endpoint's Raft state, leader, indexes and FSM digest", `  coordctl status
   coordctl --endpoints 127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430 -o json status`, cobra.NoArgs,
 		func(ctx context.Context, _ []string) error {
 			var nodes []nodeStatus
@@ -70,11 +91,42 @@ func (a *app) statusCmd() *cobra.Command {
 			}
 			return nil
 		})
+	cmd.Long = `Asks every endpoint for its status, one by one (not through the leader),
+and prints one row per endpoint:
+
+  STATE         Leader, Follower or Candidate, or unreachable. "Leader (no
+                majority)": the node says it leads but only a minority of the
+                members answered its last probes, or of the endpoints answered
+                coordctl; it cannot commit anything, so writes fail or time
+                out with an unknown outcome until a majority is back (a leader
+                alone steps down within a second). A warning line after the
+                table says why; another says so when no node that answered
+                leads or knows a leader (nothing commits until one is elected).
+  LEADER        the leader this node knows of.
+  TERM, COMMIT, APPLIED
+                Raft term, commit index, and the index applied to its state.
+  LAST CONTACT  how long ago a follower last heard from the leader ("never"
+                before it has; "-" on the leader).
+  CLOCK OFFSET  the node's wall clock minus the leader's, ± the measurement's
+                error bound (half the probe's round trip), as the leader last
+                measured it ("0" for the leader, "-" before the first probe).
+                Nothing is judged on wall clocks, but a leader's becomes the
+                calendar (schedules, run_at, overdue).
+  LEASE LAG     how far lease time (the clock leases expire on, which pauses
+                while there is no leader) trails calendar time: the total of
+                past elections and outages, plus, on a follower, the time since
+                it last applied a command. It grows with each failover; it is
+                not an error.
+  DIGEST        a hash of the state: equal on nodes that applied the same log.
+
+Exit status 1 when an endpoint did not answer.`
+	return cmd
 }
 
 // writeStatusJSON prints one document, {"nodes": [...]}, with one object
 // per endpoint: {"endpoint": …, "status": {StatusResponse}} or
-// {"endpoint": …, "error": …}, all indented alike.
+// {"endpoint": …, "error": …}, all indented alike; and "warnings" (a
+// leader without a majority, as the table says after it) when there are.
 func writeStatusJSON(out io.Writer, nodes []nodeStatus) error {
 	type node struct {
 		Endpoint string          `json:"endpoint"`
@@ -82,8 +134,10 @@ func writeStatusJSON(out io.Writer, nodes []nodeStatus) error {
 		Error    string          `json:"error,omitempty"`
 	}
 	doc := struct {
-		Nodes []node `json:"nodes"`
+		Nodes    []node   `json:"nodes"`
+		Warnings []string `json:"warnings,omitempty"`
 	}{Nodes: make([]node, len(nodes))}
+	_, doc.Warnings = noMajority(nodes)
 	for i, n := range nodes {
 		doc.Nodes[i].Endpoint = n.endpoint
 		if n.err != nil {

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	crand "crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -47,13 +45,6 @@ func newClient(endpoints []string, files tlsutil.Files, w *watcher) (*client.Cli
 	}
 	w.plaintext = !files.Enabled()
 	return client.New(context.Background(), endpoints, opts...)
-}
-
-// randomID is a request id, made as the SDK makes its own.
-func randomID() string {
-	var b [12]byte
-	_, _ = crand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 func (a *app) coord() coordv1.CoordinatorClient { return coordv1.NewCoordinatorClient(a.client.Raw()) }

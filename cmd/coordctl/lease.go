@@ -92,7 +92,7 @@ func (a *app) leaseAcquireCmd() *cobra.Command {
   coordctl lease acquire maint --owner ops-bob --wait --timeout 5m   # queue until the holder releases it`,
 		cobra.ExactArgs(1), func(ctx context.Context, args []string) error {
 			if requestID == "" {
-				requestID = randomID()
+				requestID = client.NewRequestID()
 			}
 			req := &coordv1.AcquireRequest{Name: args[0], Owner: h.owner, TtlMs: h.ttl.Milliseconds(), RequestId: requestID, Wait: wait}
 			resp, err := a.coord().Acquire(ctx, req)
@@ -103,7 +103,7 @@ func (a *app) leaseAcquireCmd() *cobra.Command {
 			if err := a.print(resp, noteIf(held, "not acquired: held by "+l.GetOwner(), leaseRows(l))); err != nil || !held {
 				return err
 			}
-			return &heldError{msg: fmt.Sprintf("lease %s is held by %s (generation %d, %s left)",
+			return &codeError{code: exitHeld, msg: fmt.Sprintf("lease %s is held by %s (generation %d, %s left)",
 				l.GetName(), l.GetOwner(), l.GetGeneration(), human(l.GetExpiresInMs()))}
 		})
 	h.add(cmd, false, true)
@@ -171,8 +171,8 @@ func (a *app) acquireFailed(ctx context.Context, op, requestID string, wait bool
 		return &opError{op: op, err: err, msg: fmt.Sprintf("not granted within --timeout %s; a grant made as the wait "+
 			"ended is kept for this request: retry with --request-id %s to get it or wait again", a.timeout, requestID)}
 	case errors.Is(err, client.ErrUnknownOutcome):
-		return &opError{op: op, err: err, msg: fmt.Sprintf("%s; the outcome is unknown: retry with --request-id %s "+
-			"to learn it without a second grant", a.watch.explain(err, a.timeout), requestID)}
+		return &opError{op: op, err: err, msg: a.uncertain(err, fmt.Sprintf("retry with --request-id %s "+
+			"to learn it without a second grant", requestID))}
 	}
 	return fail(op, err)
 }

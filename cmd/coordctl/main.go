@@ -2,7 +2,7 @@
 // windows, fenced resources, the job queue and the cluster itself.
 //
 // Exit status: 0 success, 1 error, 2 bad usage, 3 lease held by another
-// owner (lease acquire).
+// owner (lease acquire), 4 something is overdue or stuck (job overdue).
 package main
 
 import (
@@ -26,6 +26,8 @@ const (
 	exitError = 1
 	exitUsage = 2
 	exitHeld  = 3
+	// exitOverdue: job overdue listed overdue occurrences or stuck leases.
+	exitOverdue = 4
 )
 
 // app is the state shared by all commands: global flags and I/O.
@@ -39,12 +41,18 @@ type app struct {
 	started   bool           // a command's RunE began: later errors are not usage errors
 	client    *client.Client // the SDK client of commands that talk to a cluster
 	watch     *watcher
+	jobErrors printedErrors // job watch: the errors printed already
 }
 
-// heldError makes coordctl exit with exitHeld.
-type heldError struct{ msg string }
+// codeError makes coordctl exit with code after a command printed its
+// answer (exitHeld, exitOverdue): a finding, not a failure, so nothing more
+// is printed.
+type codeError struct {
+	code int
+	msg  string
+}
 
-func (e *heldError) Error() string { return e.msg }
+func (e *codeError) Error() string { return e.msg }
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -68,10 +76,10 @@ func runContext(ctx context.Context, args []string, out, errOut io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	var held *heldError
+	var coded *codeError
 	switch {
-	case errors.As(err, &held):
-		return exitHeld
+	case errors.As(err, &coded):
+		return coded.code
 	case !a.started:
 		fmt.Fprintf(errOut, "error: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
 		return exitUsage
@@ -96,6 +104,9 @@ Endpoints come from --endpoints, else COORD_ENDPOINTS, else 127.0.0.1:7400.
 -o json prints the RPC response as protojson with the proto field names;
 64-bit integers (generations, indexes, counts, milliseconds) are JSON
 strings, as protojson writes them: "generation": "7".
+
+Exit status: 0 success, 1 error, 2 bad usage, 3 lease held by another
+owner (lease acquire), 4 something is overdue or stuck (job overdue).
 
 Commands go through the Go SDK: to the leader, past nodes that are down, and,
 while a leader is being elected, retried for up to --timeout (coordctl says
@@ -157,7 +168,7 @@ so once on stderr).`,
 			a.jobSubmitCmd(), a.jobGetCmd(), a.jobListCmd(), a.jobCancelCmd(), a.jobRetryCmd(), a.jobWatchCmd(), a.jobOverdueCmd()),
 		group("queue", "The job queue's counts per state and dispatch lag", a.queueStatsCmd()),
 		group("schedule", "Recurring jobs: one queue job per occurrence of a cron expression, made by the leader",
-			a.scheduleCreateCmd(), a.scheduleGetCmd(), a.scheduleListCmd(), a.schedulePauseCmd(), a.scheduleResumeCmd(),
+			a.scheduleCreateCmd(), a.scheduleUpdateCmd(), a.scheduleApplyCmd(), a.scheduleGetCmd(), a.scheduleListCmd(), a.schedulePauseCmd(), a.scheduleResumeCmd(),
 			a.scheduleTriggerCmd(), a.scheduleDeleteCmd()),
 		a.certsCmd(), a.versionCmd())
 	return root

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -135,4 +137,24 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// No --help example ends in a line continuation with nothing after it
+// (a group's example is the first line of each subcommand's): each one can
+// be pasted into a shell as it is.
+func TestExamplesHaveNoDanglingContinuation(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		lines := strings.Split(strings.TrimRight(c.Example, "\n "), "\n")
+		for i, l := range lines {
+			if strings.HasSuffix(strings.TrimSpace(l), `\`) &&
+				(i+1 == len(lines) || strings.HasPrefix(strings.TrimSpace(lines[i+1]), "coordctl ")) {
+				t.Errorf("%s: example line %d ends in a dangling \\:\n%s", c.CommandPath(), i+1, c.Example)
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk((&app{}).rootCmd())
 }

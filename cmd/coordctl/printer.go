@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -217,14 +218,23 @@ func agoMs(ms int64) string {
 	return human(ms) + " ago"
 }
 
+// short cuts s to n bytes or so, "…" marking the cut (never inside a
+// UTF-8 character); "-" for "".
 func short(s string, n int) string {
 	if s == "" {
 		return "-"
 	}
 	if len(s) > n {
-		return s[:n-1] + "…"
+		return coorderr.Truncate(s, n-1) + "…"
 	}
 	return s
+}
+
+// firstLine is the first line of a (multi-line) error text such as a
+// panic's stack, cut to n bytes; "-" for "".
+func firstLine(s string, n int) string {
+	first, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return short(strings.TrimSpace(first), n)
 }
 
 func resourceTable(out io.Writer, r *coordv1.Resource, now int64) {
@@ -244,8 +254,11 @@ type nodeStatus struct {
 
 // statusTable shows every endpoint's status. CLOCK OFFSET is the node's
 // wall clock minus the leader's (± the measurement's bound), as the leader
-// measured it; LEASE LAG is how far lease time trails calendar time.
+// measured it; LEASE LAG is how far lease time trails calendar time. A
+// leader that does not reach a majority is "Leader (no majority)", and
+// the lines after the table say why (noMajority).
 func statusTable(out io.Writer, nodes []nodeStatus) {
+	byID, warnings := noMajority(nodes)
 	// The leader's measurements are the freshest; a node's own is the
 	// leader's previous one.
 	offsets := map[string]*coordv1.ClockOffset{}
@@ -281,10 +294,68 @@ func statusTable(out io.Writer, nodes []nodeStatus) {
 			if s.GetCalendarTimeMs() > 0 {
 				lag = signedMs(s.GetLeaseClockLagMs())
 			}
-			row(w, n.endpoint, s.GetId(), s.GetState(), s.GetLeaderId(), s.GetTerm(), s.GetCommitIndex(), s.GetAppliedIndex(),
+			state := s.GetState()
+			if _, ok := byID[s.GetId()]; ok && state == "Leader" {
+				state = "Leader (no majority)"
+			}
+			row(w, n.endpoint, s.GetId(), state, s.GetLeaderId(), s.GetTerm(), s.GetCommitIndex(), s.GetAppliedIndex(),
 				contact, clockOffset(o), lag, short(s.GetFsmDigest(), 12))
 		}
 	})
+	for _, msg := range warnings {
+		fmt.Fprintf(out, "\nwarning: %s\n", msg)
+	}
+}
+
+// noMajority finds the nodes that say they lead but do not reach a
+// majority of the members, by id, with the explanation (also in the
+// endpoints' order, ordered): such a leader commits nothing (writes fail
+// with LEADERSHIP_LOST or TIMEOUT, their outcome unknown) until a majority
+// is back or it steps down. The evidence is the leader's own, its last
+// probe of each member (the clock offsets, every few seconds), and
+// coordctl's: how many of the endpoints answered it (a leader keeps its
+// state for a moment after losing the others, before a probe fails). When
+// no node that answered leads or knows a leader, that is said too.
+func noMajority(nodes []nodeStatus) (byID map[string]string, ordered []string) {
+	out := map[string]string{}
+	answered, leaderKnown := 0, false
+	for _, n := range nodes {
+		if n.err == nil {
+			answered++
+			leaderKnown = leaderKnown || n.status.GetLeaderId() != ""
+		}
+	}
+	for _, n := range nodes {
+		s := n.status
+		if n.err != nil || s.GetState() != "Leader" {
+			continue
+		}
+		cant := func(reach, of int, evidence string) {
+			msg := fmt.Sprintf("%s is Leader but only %d of %d %s: without a majority (%d) it cannot commit "+
+				"anything; writes fail or time out (LEADERSHIP_LOST, TIMEOUT: their outcome unknown) until a majority is back",
+				s.GetId(), reach, of, evidence, of/2+1)
+			out[s.GetId()], ordered = msg, append(ordered, msg)
+		}
+		offs := s.GetClockOffsets()
+		var down []string
+		for _, o := range offs {
+			if o.GetError() != "" {
+				down = append(down, o.GetId()+": "+dialProblem(o.GetError()))
+			}
+		}
+		switch {
+		case len(offs) > 0 && len(offs)-len(down) <= len(offs)/2:
+			cant(len(offs)-len(down), len(offs), "members answered its last probe (itself included; "+strings.Join(down, ", ")+")")
+		case answered <= len(nodes)/2:
+			cant(answered, len(nodes), "endpoints answered coordctl (if they are all the members)")
+		}
+	}
+	if answered > 0 && !leaderKnown {
+		ordered = append(ordered, fmt.Sprintf("no node that answered leads or knows a leader (%d of %d endpoints answered): "+
+			"nothing can commit until a majority of the members elects one; writes wait for it up to --timeout (NO_LEADER)",
+			answered, len(nodes)))
+	}
+	return out, ordered
 }
 
 // clockOffset renders a measured offset: "+2.99s ±20ms", "0" for the

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -128,4 +129,40 @@ func TestEveryCommandHasAnExample(t *testing.T) {
 		}
 	}
 	walk(a.rootCmd())
+}
+
+// A leader whose last probes of the other members failed is shown as
+// without a majority, with why and what it means; so is one that is the
+// only endpoint of three to answer when there are no probes to go by.
+func TestStatusLeaderWithoutMajority(t *testing.T) {
+	var buf bytes.Buffer
+	refused := `rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:7420: connect: connection refused"`
+	statusTable(&buf, []nodeStatus{
+		{endpoint: "127.0.0.1:7410", status: &coordv1.StatusResponse{Id: "node1", State: "Leader", LeaderId: "node1", Term: 5,
+			CommitIndex: 1300, AppliedIndex: 1300, CalendarTimeMs: 1_790_000_046_000, LeaseClockLagMs: 46_000,
+			ClockOffsets: []*coordv1.ClockOffset{{Id: "node1", MeasuredAtMs: 1_790_000_046_000},
+				{Id: "node2", OffsetUs: 2_987_000, ErrorUs: 180, MeasuredAtMs: 1_790_000_040_000, Error: refused},
+				{Id: "node3", Error: "context deadline exceeded"}}}},
+		{endpoint: "127.0.0.1:7420", err: errors.New("connection refused")},
+		{endpoint: "127.0.0.1:7430", err: errors.New("connection refused")},
+	})
+	alone := []nodeStatus{
+		{endpoint: "127.0.0.1:7410", status: &coordv1.StatusResponse{Id: "node1", State: "Leader", LeaderId: "node1", Term: 5}},
+		{endpoint: "127.0.0.1:7420", err: errors.New("connection refused")},
+		{endpoint: "127.0.0.1:7430", err: errors.New("connection refused")},
+	}
+	statusTable(&buf, alone)
+	statusTable(&buf, []nodeStatus{ // it stepped down: no leader anywhere
+		{endpoint: "127.0.0.1:7410", status: &coordv1.StatusResponse{Id: "node1", State: "Candidate", Term: 6, LastContact: 1200}},
+		{endpoint: "127.0.0.1:7420", err: errors.New("connection refused")},
+		{endpoint: "127.0.0.1:7430", err: errors.New("connection refused")},
+	})
+	golden(t, "status_no_majority", buf.Bytes())
+	if strings.Count(buf.String(), "Leader (no majority)") != 2 {
+		t.Fatalf("state not marked:\n%s", buf.String())
+	}
+	var doc bytes.Buffer
+	if err := writeStatusJSON(&doc, alone); err != nil || !strings.Contains(doc.String(), `"warnings": [`) {
+		t.Fatalf("json %v:\n%s", err, doc.String())
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/queue"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -57,6 +59,11 @@ func (a *app) jobSubmitCmd() *cobra.Command {
   coordctl job submit nightly-report --at 2026-09-26T02:00:00Z --max-attempts 3
   coordctl -o json job submit cleanup --in 10m --label team=ops | jq -r '.jobs[0].id'`, check,
 		func(ctx context.Context, pos []string) error {
+			if key == "" {
+				// A key of its own makes the submit safe to repeat: the SDK
+				// retries it after an unknown outcome, and so can the user.
+				key = queue.AutoKey()
+			}
 			opts := []queue.Option{queue.Queue(q), queue.UniqueKey(key)}
 			f := cmd.Flags()
 			if f.Changed("max-attempts") {
@@ -87,20 +94,30 @@ func (a *app) jobSubmitCmd() *cobra.Command {
 			if err != nil {
 				return fail("job submit "+pos[0], err)
 			}
+			op := "job submit " + pos[0]
 			resp, err := a.client.Queue().Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{spec}})
-			return a.reply("job submit "+pos[0], resp, err, func(w io.Writer) { submittedTable(w, resp.GetJobs()) })
+			if errors.Is(err, client.ErrUnknownOutcome) {
+				return &opError{op: op, err: err, msg: a.uncertain(err, fmt.Sprintf("the job may have been added; "+
+					"repeat the command with --unique-key %s to learn its outcome without adding it twice", key))}
+			}
+			return a.reply(op, resp, err, func(w io.Writer) { submittedTable(w, resp.GetJobs()) })
 		})
 	cmd.Long = `Submits one job of kind KIND (the task's name: it selects the worker's
 handler) with its args (JSON). It is due now, at --at (RFC 3339, on the
 cluster's clock) or --in a duration from now; it is never handed out
 before then. With --unique-key a second submit with the same key returns
-the first job (DUPLICATE) and adds nothing, so it is safe to repeat.`
+the first job (DUPLICATE) and adds nothing, so it is safe to repeat.
+Without one, coordctl makes a key for this submit ("auto:" and a random
+id): when the outcome is unknown (the leader was lost while applying, the
+connection broke) the submit is retried with it for up to --timeout, and
+if the outcome is still unknown the error names the key to repeat the
+command with.`
 	f := cmd.Flags()
 	f.StringVar(&q, "queue", "", `queue (default "default")`)
 	f.StringVar(&args, "args", "", "the job's parameters, JSON")
 	f.StringVar(&at, "at", "", "due at this RFC 3339 time")
 	f.DurationVar(&in, "in", 0, "due this long from now")
-	f.StringVar(&key, "unique-key", "", "idempotency key within the queue: a repeat returns the first job")
+	f.StringVar(&key, "unique-key", "", "idempotency key within the queue: a repeat returns the first job (default: a generated auto:… key)")
 	f.IntVar(&attempts, "max-attempts", 0, "attempts before the job is dead, 1 to 100 (default 25)")
 	f.IntVar(&prio, "priority", 0, "-100 to 100; higher is fetched first within the queue")
 	f.DurationVar(&vt, "visibility-timeout", 0, "an attempt without a heartbeat for this long lapses (default 30s)")
@@ -209,7 +226,12 @@ func (a *app) jobCancelCmd() *cobra.Command {
 func (a *app) jobRetryCmd() *cobra.Command {
 	cmd := jobChangeCmd(a, "retry", "Make a dead, cancelled, retryable or scheduled job available now", "unchanged: already available",
 		func(ctx context.Context, id uint64) (*coordv1.QueueRetryResponse, error) {
-			return a.client.Queue().Retry(ctx, &coordv1.QueueRetryRequest{Id: id})
+			resp, err := a.client.Queue().Retry(ctx, &coordv1.QueueRetryRequest{Id: id})
+			if errors.Is(err, client.ErrUnknownOutcome) {
+				err = &opError{op: fmt.Sprintf("job retry %d", id), err: err, msg: a.uncertain(err, fmt.Sprintf(
+					"the job may be available again; 'coordctl job get %d' shows its state before you retry again", id))}
+			}
+			return resp, err
 		})
 	cmd.Long = `Makes the job available now: a dead or cancelled one is revived (with one
 more attempt if its attempts are used up), a retryable one skips the rest of
@@ -347,7 +369,6 @@ func queueJobText(out io.Writer, j *coordv1.QueueJob, now int64) {
 			case now > 0:
 				ran = human(now-a.GetStartedAtMs()) + " so far, deadline " + agoMs(now-a.GetDeadlineMs())
 			}
-			first, _, _ := strings.Cut(a.GetError(), "\n")
 			if a.GetError() != "" {
 				last = a
 			}
@@ -356,7 +377,7 @@ func queueJobText(out io.Writer, j *coordv1.QueueJob, now int64) {
 				tok = queue.Token(j.GetId(), a.GetNumber())
 			}
 			row(w, a.GetNumber(), tok, outcomeName(a.GetOutcome()), orDash(a.GetWorkerId()), utc(a.GetStartedAtMs()),
-				ran, a.GetHeartbeats(), short(first, 60))
+				ran, a.GetHeartbeats(), firstLine(a.GetError(), 60))
 		}
 	})
 	if last != nil {

@@ -51,7 +51,7 @@ func (s *scriptedQueue) Submit(_ context.Context, r *coordv1.QueueSubmitRequest)
 func (s *scriptedQueue) Get(_ context.Context, r *coordv1.QueueGetRequest) (*coordv1.QueueGetResponse, error) {
 	s.record(r)
 	if r.GetId() != 17 {
-		return nil, coorderr.New(codes.NotFound, coorderr.JobNotFound, "job 99 does not exist (or was pruned)",
+		return nil, coorderr.New(codes.NotFound, coorderr.JobNotFound, "job 99 does not exist (never submitted, or pruned)",
 			map[string]string{"job_id": "99"})
 	}
 	return &coordv1.QueueGetResponse{Job: sampleJob(), CalendarMs: calNow}, nil
@@ -139,7 +139,8 @@ func TestJobSubmitRequest(t *testing.T) {
 		t.Fatalf("sent %v\nwant %v", j, want)
 	}
 	ctlOK(t, eps, "job", "submit", "cleanup", "--in", "1500ms")
-	if j := s.last().(*coordv1.QueueSubmitRequest).GetJobs()[0]; j.GetDelayMs() != 1500 || j.GetArgs() != nil || j.GetMaxAttempts() != 0 || j.GetRunAtMs() != 0 {
+	if j := s.last().(*coordv1.QueueSubmitRequest).GetJobs()[0]; j.GetDelayMs() != 1500 || j.GetArgs() != nil || j.GetMaxAttempts() != 0 ||
+		j.GetRunAtMs() != 0 || !strings.HasPrefix(j.GetUniqueKey(), "auto:") {
 		t.Fatalf("sent %v", j)
 	}
 	ctlOK(t, eps, "job", "list", "--state", "dead", "--kind", "k", "--label", "a=b", "--limit", "5", "--page-token", "40")
@@ -169,11 +170,95 @@ func TestQueueCommandErrors(t *testing.T) {
 		{"queue", "stats", "a", "b"},
 	})
 	r := ctl(t, eps, "job", "get", "99")
-	if r.code != exitError || r.errOut != "error: job get 99: JOB_NOT_FOUND: job 99 does not exist (or was pruned) (job_id=99)\n" {
+	if r.code != exitError || r.errOut != "error: job get 99: JOB_NOT_FOUND: job 99 does not exist (never submitted, or pruned) (job_id=99)\n" {
 		t.Fatalf("exit %d: %q", r.code, r.errOut)
 	}
 	r = ctl(t, eps, "job", "cancel", "16")
 	if r.code != exitError || !strings.Contains(r.errOut, "JOB_FINISHED: job 16 succeeded (state=SUCCEEDED)") {
 		t.Fatalf("exit %d: %q", r.code, r.errOut)
+	}
+}
+
+// lossyQueue applies every Submit (a unique key that names a job returns
+// it as a duplicate) and answers the first lose of them LEADERSHIP_LOST,
+// as a leader deposed right after committing does.
+type lossyQueue struct {
+	coordv1.UnimplementedQueueServer
+	requestLog
+	lose int
+	jobs map[string]uint64 // unique key -> id
+}
+
+func (s *lossyQueue) Submit(_ context.Context, r *coordv1.QueueSubmitRequest) (*coordv1.QueueSubmitResponse, error) {
+	s.record(r)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := r.GetJobs()[0].GetUniqueKey()
+	id, dup := s.jobs[k]
+	if !dup {
+		id = uint64(len(s.jobs) + 1)
+		s.jobs[k] = id
+	}
+	if s.lose > 0 {
+		s.lose--
+		return nil, coorderr.New(codes.Unavailable, coorderr.LeadershipLost,
+			"leadership lost while applying; the outcome is unknown, retry with the same request id", nil)
+	}
+	return &coordv1.QueueSubmitResponse{Jobs: []*coordv1.SubmittedJob{{Id: id, State: coordv1.JobState_JOB_STATE_AVAILABLE,
+		Duplicate: dup}}}, nil
+}
+
+// Retry is not retried after an unknown outcome (a repeat could revive the
+// job twice).
+func (s *lossyQueue) Retry(_ context.Context, r *coordv1.QueueRetryRequest) (*coordv1.QueueRetryResponse, error) {
+	s.record(r)
+	return nil, coorderr.New(codes.Unavailable, coorderr.LeadershipLost,
+		"leadership lost while applying; the outcome is unknown, retry with the same request id", nil)
+}
+
+// A submit whose leader was lost after applying it (outcome unknown) is
+// retried with the same unique key, generated when none was given: the
+// job exists once and coordctl exits 0. When the outcome stays unknown
+// until --timeout, the error names the key to repeat the command with.
+func TestJobSubmitRetriedWithItsKeyAfterUnknownOutcome(t *testing.T) {
+	s := &lossyQueue{lose: 1, jobs: map[string]uint64{}}
+	eps := serveScripted(t, func(srv *grpc.Server) { coordv1.RegisterQueueServer(srv, s) })
+	r := ctl(t, eps, "-o", "json", "job", "submit", "send-invoice")
+	if r.code != exitOK || !strings.Contains(r.out, `"duplicate": true`) {
+		t.Fatalf("exit %d: %s%s", r.code, r.out, r.errOut)
+	}
+	if n := s.count(); n != 2 || len(s.jobs) != 1 {
+		t.Fatalf("%d submits, %d jobs: want 2 submits of one job", n, len(s.jobs))
+	}
+	key := s.reqs[0].(*coordv1.QueueSubmitRequest).GetJobs()[0].GetUniqueKey()
+	if !strings.HasPrefix(key, "auto:") || s.last().(*coordv1.QueueSubmitRequest).GetJobs()[0].GetUniqueKey() != key {
+		t.Fatalf("keys %q then %q", key, s.last().(*coordv1.QueueSubmitRequest).GetJobs()[0].GetUniqueKey())
+	}
+
+	// The user's own key is the one retried.
+	s.lose = 1
+	ctlOK(t, eps, "job", "submit", "send-invoice", "--unique-key", "invoice-7")
+	if k := s.last().(*coordv1.QueueSubmitRequest).GetJobs()[0].GetUniqueKey(); k != "invoice-7" || len(s.jobs) != 2 {
+		t.Fatalf("retried with %q; %d jobs", k, len(s.jobs))
+	}
+
+	// Unknown until --timeout: the advice is a flag coordctl has.
+	s.lose = 1 << 30
+	r = ctl(t, eps, "--timeout", "300ms", "job", "submit", "send-invoice")
+	key = s.last().(*coordv1.QueueSubmitRequest).GetJobs()[0].GetUniqueKey()
+	want := "error: job submit send-invoice: LEADERSHIP_LOST: leadership lost while applying; the outcome is unknown " +
+		"(it may have been applied): the job may have been added; repeat the command with --unique-key " + key +
+		" to learn its outcome without adding it twice\n"
+	if r.code != exitError || r.errOut != want {
+		t.Fatalf("exit %d: %q\nwant %q", r.code, r.errOut, want)
+	}
+
+	// A write without a handle is not retried, and the advice is what to
+	// look at, not a request id coordctl has no flag for.
+	r = ctl(t, eps, "job", "retry", "17")
+	want = "error: job retry 17: LEADERSHIP_LOST: leadership lost while applying; the outcome is unknown (it may have been applied): " +
+		"the job may be available again; 'coordctl job get 17' shows its state before you retry again\n"
+	if r.code != exitError || r.errOut != want {
+		t.Fatalf("exit %d: %q\nwant %q", r.code, r.errOut, want)
 	}
 }

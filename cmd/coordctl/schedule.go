@@ -3,21 +3,28 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"os"
+	"slices"
 	"strings"
 	"time"
 	_ "time/tzdata" // render occurrences in any schedule's zone, as the server computes them
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"sigs.k8s.io/yaml"
 
 	"github.com/coordd/coordd/client"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-// Schedules (coord.v1.Schedules): schedule create|get|list|pause|resume|
-// trigger|delete, and job overdue. Occurrences are shown in the
+// Schedules (coord.v1.Schedules): schedule create|update|apply|get|list|
+// pause|resume|trigger|delete, and job overdue. Occurrences are shown in the
 // schedule's time zone; other calendar times in UTC.
 
 func parseOverlap(s string) (coordv1.ScheduleOverlap, error) {
@@ -28,91 +35,396 @@ func parseOverlap(s string) (coordv1.ScheduleOverlap, error) {
 	return coordv1.ScheduleOverlap(v), nil
 }
 
+// parseDSTPolicy reads --dst-policy: auto (cronie's rule), wall-time or
+// cadence.
+func parseDSTPolicy(s string) (coordv1.ScheduleDstPolicy, error) {
+	if s == "auto" {
+		return coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED, nil
+	}
+	v, ok := coordv1.ScheduleDstPolicy_value["SCHEDULE_DST_POLICY_"+strings.ToUpper(strings.ReplaceAll(s, "-", "_"))]
+	if !ok || v == 0 {
+		return 0, fmt.Errorf("--dst-policy %q: want auto, wall-time or cadence", s)
+	}
+	return coordv1.ScheduleDstPolicy(v), nil
+}
+
+// specFlags are the flags of a schedule's definition. create sets every
+// field from them (a flag not given is the field's default); update sets
+// only the fields whose flags were given and keeps the others.
+type specFlags struct {
+	schedule, tz, kind, queue, args, overlap, layout string
+	dst                                              string
+	deadline, catchUp, within, vt                    time.Duration
+	shift, attempts, prio                            int32
+	labels                                           []string
+}
+
+func (f *specFlags) add(cmd *cobra.Command, update bool) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.schedule, "schedule", "", `cron expression, descriptor (@daily, @every 30s) or "@once RFC3339"`)
+	fl.StringVar(&f.tz, "tz", "", "IANA time zone of the expression and the window keys (default UTC)")
+	fl.StringVar(&f.kind, "kind", "", "the jobs' kind: the worker's handler")
+	fl.StringVar(&f.queue, "queue", "", `the jobs' queue (default "default")`)
+	fl.StringVar(&f.args, "args", "", "the jobs' parameters, JSON (the same for every occurrence)")
+	overlap := "forbid" // update: no default, only what is given changes
+	if update {
+		overlap = ""
+	}
+	fl.StringVar(&f.overlap, "overlap", overlap, "while the previous job is not final: forbid (skip), allow, replace (cancel it)")
+	dst := "auto"
+	if update {
+		dst = ""
+	}
+	fl.StringVar(&f.dst, "dst-policy", dst, "at DST changes: wall-time (each wall time once), cadence (follow the clock), auto (cadence if the minute or hour field starts with *)")
+	fl.DurationVar(&f.deadline, "starting-deadline", 0, "skip an occurrence not made within this long after its time (default none)")
+	fl.DurationVar(&f.catchUp, "catch-up", 0, "after an outage, make missed occurrences up to this long ago (default max(1h, one interval))")
+	fl.DurationVar(&f.within, "complete-within", 0, "an occurrence whose job is not final this long after it is overdue (default one interval)")
+	fl.StringVar(&f.layout, "window-layout", "", "Go time layout of window keys (default by granularity)")
+	fl.Int32Var(&f.shift, "window-shift-days", 0, "shift the occurrence by calendar days for its window (-1: previous day)")
+	fl.Int32Var(&f.attempts, "max-attempts", 0, "attempts per job, 1 to 100 (default 25)")
+	fl.Int32Var(&f.prio, "priority", 0, "-100 to 100; higher is fetched first within the queue")
+	fl.DurationVar(&f.vt, "visibility-timeout", 0, "an attempt without a heartbeat for this long lapses (default 30s)")
+	label := "key=value label of every job, repeatable"
+	if update {
+		label = "key=value label of every job, repeatable: sets that label, keeps the others"
+	}
+	fl.StringArrayVar(&f.labels, "label", nil, label)
+}
+
+// check finds bad flag values before any call (usage errors).
+func (f *specFlags) check() error {
+	if f.args != "" && !json.Valid([]byte(f.args)) {
+		return fmt.Errorf("--args %q: not valid JSON", f.args)
+	}
+	if _, err := parseOverlap(f.overlap); err != nil && f.overlap != "" {
+		return err
+	}
+	if _, err := parseDSTPolicy(f.dst); err != nil && f.dst != "" {
+		return err
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--starting-deadline", f.deadline}, {"--catch-up", f.catchUp}, {"--complete-within", f.within}, {"--visibility-timeout", f.vt}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s %s: negative", d.flag, d.v)
+		}
+	}
+	_, err := parseLabels(f.labels)
+	return err
+}
+
+// set writes into sp the fields whose flags given says were given.
+func (f *specFlags) set(sp *coordv1.ScheduleSpec, given func(flag string) bool) {
+	if sp.Job == nil {
+		sp.Job = &coordv1.JobTemplate{}
+	}
+	j := sp.Job
+	for _, x := range []struct {
+		flag string
+		set  func()
+	}{
+		{"schedule", func() { sp.Schedule = f.schedule }},
+		{"tz", func() { sp.TimeZone = f.tz }},
+		{"kind", func() { j.Kind = f.kind }},
+		{"queue", func() { j.Queue = f.queue }},
+		{"args", func() { j.Args = []byte(f.args) }},
+		{"overlap", func() { sp.Overlap, _ = parseOverlap(f.overlap) }},
+		{"dst-policy", func() { sp.DstPolicy, _ = parseDSTPolicy(f.dst) }},
+		{"starting-deadline", func() { sp.StartingDeadlineMs = f.deadline.Milliseconds() }},
+		{"catch-up", func() { sp.CatchUpMs = f.catchUp.Milliseconds() }},
+		{"complete-within", func() { sp.CompleteWithinMs = f.within.Milliseconds() }},
+		{"window-layout", func() { sp.WindowLayout = f.layout }},
+		{"window-shift-days", func() { sp.WindowShiftDays = f.shift }},
+		{"max-attempts", func() { j.MaxAttempts = f.attempts }},
+		{"priority", func() { j.Priority = f.prio }},
+		{"visibility-timeout", func() { j.VisibilityTimeoutMs = f.vt.Milliseconds() }},
+		{"label", func() {
+			ls, _ := parseLabels(f.labels)
+			if j.Labels == nil && len(ls) > 0 {
+				j.Labels = map[string]string{}
+			}
+			maps.Copy(j.Labels, ls)
+		}},
+	} {
+		if given(x.flag) {
+			x.set()
+		}
+	}
+	if len(j.Args) == 0 {
+		j.Args = nil
+	}
+}
+
+// anyGiven reports whether given says any of the flags was given.
+func (f *specFlags) anyGiven(given func(flag string) bool) bool {
+	found := false
+	f.set(&coordv1.ScheduleSpec{}, func(flag string) bool {
+		found = found || given(flag)
+		return false
+	})
+	return found
+}
+
+// scheduleHowToChange is what create says when the name is taken.
+const scheduleHowToChange = "change the fields you name with 'coordctl schedule update %[1]s --FLAG VALUE …' " +
+	"(e.g. --tz), or replace the whole definition with 'coordctl schedule apply -f FILE'"
+
 func (a *app) scheduleCreateCmd() *cobra.Command {
-	var (
-		spec                          = &coordv1.ScheduleSpec{Job: &coordv1.JobTemplate{}}
-		args, overlap                 string
-		deadline, catchUp, within, vt time.Duration
-		attempts, prio                int32
-		labels                        []string
-	)
+	var f specFlags
 	check := func(cmd *cobra.Command, pos []string) error {
 		if err := cobra.ExactArgs(1)(cmd, pos); err != nil {
 			return err
 		}
-		if args != "" && !json.Valid([]byte(args)) {
-			return fmt.Errorf("--args %q: not valid JSON", args)
-		}
-		if _, err := parseOverlap(overlap); err != nil {
-			return err
-		}
-		for _, d := range []struct {
-			flag string
-			v    time.Duration
-		}{{"--starting-deadline", deadline}, {"--catch-up", catchUp}, {"--complete-within", within}, {"--visibility-timeout", vt}} {
-			if d.v < 0 {
-				return fmt.Errorf("%s %s: negative", d.flag, d.v)
-			}
-		}
-		_, err := parseLabels(labels)
-		return err
+		return f.check()
 	}
-	cmd := a.newCmd("create NAME --schedule EXPR --kind KIND [--queue Q] [--tz ZONE] [--args JSON]", "Create or update a schedule (an idempotent upsert by name)",
-		`  coordctl schedule create daily-close --schedule "5 0 * * *" --tz America/Sao_Paulo --window-shift-days -1 \
+	cmd := a.newCmd("create NAME --schedule EXPR --kind KIND [--queue Q] [--tz ZONE] [--args JSON]",
+		"Create a schedule (an existing name is refused: update or apply changes it)",
+		`  coordctl schedule create heartbeat --schedule "@every 30s" --kind ping --overlap allow
+  coordctl schedule create daily-close --schedule "5 0 * * *" --tz America/Sao_Paulo --window-shift-days -1 \
     --queue billing --kind close-day --complete-within 2h
-  coordctl schedule create heartbeat --schedule "@every 30s" --kind ping --overlap allow
   coordctl -o json schedule create report --schedule "0 6 * * MON-FRI" --kind report --args '{"to":"ops"}' | jq .created`, check,
 		func(ctx context.Context, pos []string) error {
-			spec.Name = pos[0]
-			spec.Overlap, _ = parseOverlap(overlap)
-			spec.StartingDeadlineMs, spec.CatchUpMs, spec.CompleteWithinMs = deadline.Milliseconds(), catchUp.Milliseconds(), within.Milliseconds()
-			spec.Job.VisibilityTimeoutMs, spec.Job.MaxAttempts, spec.Job.Priority = vt.Milliseconds(), attempts, prio
-			if args != "" {
-				spec.Job.Args = []byte(args)
+			spec := &coordv1.ScheduleSpec{Name: pos[0]}
+			f.set(spec, func(string) bool { return true })
+			op := "schedule create " + pos[0]
+			resp, err := a.client.CreateSchedule(ctx, spec)
+			if errors.Is(err, client.ErrScheduleExists) {
+				return &opError{op: op, err: err, msg: describe(err) + ": " + fmt.Sprintf(scheduleHowToChange, pos[0])}
 			}
-			spec.Job.Labels, _ = parseLabels(labels)
-			resp, err := a.client.PutSchedule(ctx, spec)
-			outcome := "unchanged: the schedule has this definition already"
-			switch {
-			case resp.GetCreated():
-				outcome = "created"
-			case resp.GetChanged():
-				outcome = "updated"
-			}
-			return a.reply("schedule create "+pos[0], resp, err, func(w io.Writer) {
-				fmt.Fprintln(w, outcome)
-				scheduleText(w, resp.GetSchedule())
-			})
+			return a.putReply(ctx, op, resp, err, nil)
 		})
-	cmd.Long = `Creates the schedule NAME, or updates it: the same definition again changes
-nothing. From then on the leader makes one job of kind KIND in queue Q for
-every occurrence of the expression in the zone (cron with 5 or 6 fields,
-@daily, @every 30s, @once 2026-09-26T02:00:00Z), with the occurrence's
-window in its labels (coordd.schedule, coordd.window, coordd.occurrence_ms).
-A worker of the queue runs it. Occurrences missed while the cluster was down
-are made up to --catch-up ago; older ones, and those past --starting-deadline,
-are recorded as skipped. --overlap says what an occurrence does while the
-previous one's job is not final: forbid (skip it), allow, replace (cancel
-the previous job).`
-	f := cmd.Flags()
-	f.StringVar(&spec.Schedule, "schedule", "", `cron expression, descriptor (@daily, @every 30s) or "@once RFC3339" (required)`)
-	f.StringVar(&spec.TimeZone, "tz", "", "IANA time zone of the expression and the window keys (default UTC)")
-	f.StringVar(&spec.Job.Kind, "kind", "", "the jobs' kind: the worker's handler (required)")
-	f.StringVar(&spec.Job.Queue, "queue", "", `the jobs' queue (default "default")`)
-	f.StringVar(&args, "args", "", "the jobs' parameters, JSON (the same for every occurrence)")
-	f.StringVar(&overlap, "overlap", "forbid", "while the previous job is not final: forbid (skip), allow, replace (cancel it)")
-	f.DurationVar(&deadline, "starting-deadline", 0, "skip an occurrence not made within this long after its time (default none)")
-	f.DurationVar(&catchUp, "catch-up", 0, "after an outage, make missed occurrences up to this long ago (default max(1h, one interval))")
-	f.DurationVar(&within, "complete-within", 0, "an occurrence whose job is not final this long after it is overdue (default one interval)")
-	f.StringVar(&spec.WindowLayout, "window-layout", "", "Go time layout of window keys (default by granularity)")
-	f.Int32Var(&spec.WindowShiftDays, "window-shift-days", 0, "shift the occurrence by calendar days for its window (-1: previous day)")
-	f.Int32Var(&attempts, "max-attempts", 0, "attempts per job, 1 to 100 (default 25)")
-	f.Int32Var(&prio, "priority", 0, "-100 to 100; higher is fetched first within the queue")
-	f.DurationVar(&vt, "visibility-timeout", 0, "an attempt without a heartbeat for this long lapses (default 30s)")
-	f.StringArrayVar(&labels, "label", nil, "key=value label of every job, repeatable")
+	cmd.Long = `Creates the schedule NAME. From then on the leader makes one job of kind
+KIND in queue Q for every occurrence of the expression in the zone (cron
+with 5 fields, or "@seconds" and 6 with seconds first; @daily, @every 30s,
+@once 2026-09-26T02:00:00Z), with the occurrence's window in its labels (coordd.schedule, coordd.window,
+coordd.occurrence_ms). A worker of the queue runs it. Occurrences missed
+while the cluster was down are made up to --catch-up ago; older ones, and
+those past --starting-deadline, are recorded as skipped. --overlap says what
+an occurrence does while the previous one's job is not final: forbid (skip
+it), allow, replace (cancel the previous job). --dst-policy says what a
+cron expression does at DST changes (docs/jobs.md has the table).
+
+A schedule of that name with another definition is refused
+(SCHEDULE_EXISTS): 'schedule update NAME --FLAG …' changes the fields named,
+'schedule apply -f FILE' the whole definition. The same definition again
+changes nothing (so a repeated create is safe). The table shows the
+schedule and its next 3 occurrences.`
+	f.add(cmd, false)
 	_ = cmd.MarkFlagRequired("schedule")
 	_ = cmd.MarkFlagRequired("kind")
 	return cmd
+}
+
+func (a *app) scheduleUpdateCmd() *cobra.Command {
+	var (
+		f   specFlags
+		cmd *cobra.Command
+	)
+	given := func(flag string) bool {
+		fl := cmd.Flags().Lookup(flag)
+		return fl != nil && fl.Changed
+	}
+	check := func(c *cobra.Command, pos []string) error {
+		if err := cobra.ExactArgs(1)(c, pos); err != nil {
+			return err
+		}
+		if !f.anyGiven(given) {
+			return fmt.Errorf("name the fields to change: --schedule, --tz, --kind, ... (see --help)")
+		}
+		return f.check()
+	}
+	cmd = a.newCmd("update NAME [--schedule EXPR] [--tz ZONE] [--FLAG VALUE]...", "Change the fields of a schedule that the flags name; the others stay",
+		`  coordctl schedule update daily-close --tz America/Sao_Paulo
+  coordctl schedule update daily-close --complete-within 3h --label team=finance`, check,
+		func(ctx context.Context, pos []string) error {
+			op := "schedule update " + pos[0]
+			resp, before, err := a.client.UpdateSchedule(ctx, pos[0], func(sp *coordv1.ScheduleSpec) error {
+				f.set(sp, given)
+				return nil
+			})
+			if errors.Is(err, client.ErrNotFound) {
+				return &opError{op: op, err: err, msg: describe(err) + ": create it with 'coordctl schedule create " + pos[0] +
+					" …' or 'coordctl schedule apply -f FILE'"}
+			}
+			return a.putReply(ctx, op, resp, err, before)
+		})
+	cmd.Long = `Reads the schedule NAME, changes the fields whose flags are given (the
+others keep their values, also those that were defaults), and puts it back
+only if nobody changed it in between (the revision read: expected_revision;
+on a conflict it reads and changes it again). Prints what changed, the
+schedule and its next 3 occurrences. --label sets the labels given and
+keeps the others (apply replaces them all). A missing or deleted schedule
+is an error: create it.`
+	f.add(cmd, true)
+	return cmd
+}
+
+func (a *app) scheduleApplyCmd() *cobra.Command {
+	var file string
+	cmd := a.newCmd("apply -f FILE", "Create or replace a schedule's whole definition from a YAML or JSON file, printing what changed",
+		`  coordctl schedule apply -f daily-close.yaml
+  coordctl -o json schedule apply -f - < daily-close.json | jq .changed`, cobra.NoArgs,
+		func(ctx context.Context, _ []string) error {
+			spec, err := readSpecFile(file)
+			if err != nil {
+				return &opError{op: "schedule apply", msg: err.Error()}
+			}
+			op := "schedule apply " + spec.GetName()
+			resp, before, err := a.client.UpdateSchedule(ctx, spec.GetName(), func(sp *coordv1.ScheduleSpec) error {
+				proto.Reset(sp)
+				proto.Merge(sp, spec)
+				return nil
+			})
+			if errors.Is(err, client.ErrNotFound) {
+				before = nil
+				resp, err = a.client.CreateSchedule(ctx, spec)
+			}
+			return a.putReply(ctx, op, resp, err, before)
+		})
+	cmd.Long = `Makes the schedule named in FILE have exactly the definition in FILE (as
+kubectl apply does): a new name is created, an existing schedule's
+definition is replaced — fields the file leaves out take their defaults —
+if nobody changed it since it was read (expected_revision; on a conflict it
+reads it again). Prints what changed (nothing: "unchanged"), the schedule
+and its next 3 occurrences. FILE ("-": standard input) is a
+coord.v1.ScheduleSpec in YAML or JSON with the proto field names, as
+'coordctl -o json schedule get NAME | jq .schedule.spec' prints it:
+
+  name: daily-close
+  schedule: "5 0 * * *"
+  time_zone: America/Sao_Paulo
+  window_shift_days: -1
+  complete_within_ms: 7200000
+  job:
+    queue: billing
+    kind: close-day`
+	cmd.Flags().StringVarP(&file, "file", "f", "", `the schedule's definition, YAML or JSON ("-": standard input)`)
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+// readSpecFile reads a ScheduleSpec from a YAML or JSON file.
+func readSpecFile(file string) (*coordv1.ScheduleSpec, error) {
+	var (
+		b   []byte
+		err error
+	)
+	if file == "-" {
+		b, err = io.ReadAll(os.Stdin)
+	} else {
+		b, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, err
+	}
+	j, err := yaml.YAMLToJSON(b) // JSON is YAML too
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	spec := &coordv1.ScheduleSpec{}
+	if err := protojson.Unmarshal(j, spec); err != nil {
+		return nil, fmt.Errorf("%s: not a coord.v1.ScheduleSpec: %w", file, err)
+	}
+	if spec.GetName() == "" {
+		return nil, fmt.Errorf("%s: the spec has no name", file)
+	}
+	return spec, nil
+}
+
+// putReply prints the outcome of a put: created, unchanged, or (before:
+// the spec it replaced) the fields that changed; then the schedule and its
+// next occurrences (table output; -o json prints the put's response).
+func (a *app) putReply(ctx context.Context, op string, resp *coordv1.PutScheduleResponse, err error, before *coordv1.ScheduleSpec) error {
+	if err != nil {
+		return fail(op, err)
+	}
+	if a.output == "json" {
+		return a.writeJSON(resp, true)
+	}
+	sc := resp.GetSchedule()
+	switch {
+	case resp.GetCreated():
+		fmt.Fprintln(a.out, "created")
+	case !resp.GetChanged():
+		fmt.Fprintln(a.out, "unchanged: the schedule has this definition already")
+	default:
+		fmt.Fprintf(a.out, "updated (revision %d):\n", sc.GetRevision())
+		specChanges(a.out, before, sc.GetSpec())
+		fmt.Fprintln(a.out)
+	}
+	scheduleText(a.out, sc)
+	next, err := a.client.GetSchedule(ctx, sc.GetSpec().GetName(), 3)
+	if err != nil {
+		fmt.Fprintf(a.out, "\nnext occurrences: not read (%s)\n", describe(err))
+		return nil
+	}
+	nextSection(a.out, next)
+	return nil
+}
+
+// specChanges lists the fields whose values differ between two specs.
+func specChanges(out io.Writer, before, after *coordv1.ScheduleSpec) {
+	old, now := map[string]string{}, map[string]string{}
+	var names []string
+	specValues(before.ProtoReflect(), "", old, nil)
+	specValues(after.ProtoReflect(), "", now, &names)
+	tab(out, func(w io.Writer) {
+		row(w, "  CHANGED", "FROM", "TO")
+		for _, n := range names {
+			if old[n] != now[n] {
+				row(w, "  "+n, or(old[n], `""`), or(now[n], `""`))
+			}
+		}
+	})
+}
+
+// specValues renders every field of m (also unset ones) under its proto
+// path ("job.queue"); names, when not nil, gets the paths in field order.
+// Milliseconds are shown as durations.
+func specValues(m protoreflect.Message, prefix string, out map[string]string, names *[]string) {
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		name := prefix + string(fd.Name())
+		v := m.Get(fd)
+		var s string
+		switch {
+		case fd.IsMap():
+			var kv []string
+			v.Map().Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
+				kv = append(kv, k.String()+"="+v.String())
+				return true
+			})
+			slices.Sort(kv)
+			s = strings.Join(kv, ",")
+		case fd.Kind() == protoreflect.MessageKind:
+			specValues(v.Message(), name+".", out, names)
+			continue
+		case fd.Kind() == protoreflect.EnumKind:
+			if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
+				s = string(ev.Name())
+			}
+		case fd.Kind() == protoreflect.BytesKind:
+			s = string(v.Bytes())
+		case strings.HasSuffix(name, "_ms"):
+			s = human(v.Int())
+		default:
+			s = fmt.Sprint(v.Interface())
+		}
+		out[name] = s
+		if names != nil {
+			*names = append(*names, name)
+		}
+	}
+}
+
+// nextSection shows a schedule's next occurrences.
+func nextSection(out io.Writer, resp *coordv1.GetScheduleResponse) {
+	loc := zoneOf(resp.GetSchedule())
+	section(out, resp.GetNext(), []any{"NEXT", "WINDOW", "NOTES"}, func(o *coordv1.ScheduleOccurrence) []any {
+		return []any{inZone(o.GetAtMs(), loc), o.GetWindow(), occurrenceNotes(o)}
+	})
 }
 
 // scheduleRows is the text of one schedule.
@@ -204,6 +516,10 @@ func (a *app) scheduleTriggerCmd() *cobra.Command {
   coordctl -o json schedule trigger daily-close | jq -r .occurrence.job_id`, cobra.ExactArgs(1),
 		func(ctx context.Context, pos []string) error {
 			resp, err := a.client.TriggerSchedule(ctx, pos[0])
+			if errors.Is(err, client.ErrUnknownOutcome) {
+				return &opError{op: "schedule trigger " + pos[0], err: err, msg: a.uncertain(err, fmt.Sprintf(
+					"an occurrence may have been made; 'coordctl schedule get %s' shows it (triggered) before you trigger again", pos[0]))}
+			}
 			return a.reply("schedule trigger "+pos[0], resp, err, func(w io.Writer) {
 				o := resp.GetOccurrence()
 				what := fmt.Sprintf("job %d", o.GetJobId())
@@ -231,14 +547,22 @@ func (a *app) jobOverdueCmd() *cobra.Command {
   coordctl -o json job overdue | jq '.total'`, noArgsLimit(&page.limit),
 		func(ctx context.Context, _ []string) error {
 			resp, err := a.client.ListOverdue(ctx, sched, page.token, page.limit)
-			return a.reply("job overdue", resp, err, func(w io.Writer) { overdueText(w, resp, page.token == "") })
+			if err := a.reply("job overdue", resp, err, func(w io.Writer) { overdueText(w, resp, page.token == "") }); err != nil {
+				return err
+			}
+			if n := len(resp.GetOccurrences()) + len(resp.GetStuckLeases()); n > 0 || resp.GetTotal() > 0 {
+				return &codeError{code: exitOverdue, msg: "something is overdue or stuck"}
+			}
+			return nil
 		})
 	cmd.Long = `Lists the occurrences of schedules whose job is not final by occurrence +
 complete_within (oldest first, one page), and those due and not even made
 (the leader is behind); the first page also shows the total, the schedules
 with the most, and leases held longer than the server's maximum age
 (HELD_TOO_LONG) or whose renewals stopped without a release (SILENT).
-Exit status 0 even when something is listed.`
+Exit status 4 when something is listed (an overdue occurrence or a stuck
+lease), 0 when nothing is, 1 on an error: a monitoring check can run it as
+it is.`
 	cmd.Flags().StringVar(&sched, "schedule", "", "only this schedule's occurrences")
 	page.add(cmd, "occurrences")
 	return cmd
@@ -300,6 +624,9 @@ func scheduleText(out io.Writer, s *coordv1.Schedule) {
 			row(w, "LABELS", l)
 		}
 		row(w, "OVERLAP", overlapName(sp.GetOverlap()))
+		if p := sp.GetDstPolicy(); p != coordv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED {
+			row(w, "DST POLICY", strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(p.String(), "SCHEDULE_DST_POLICY_")), "_", "-"))
+		}
 		row(w, "INTERVAL", human(s.GetIntervalMs()))
 		row(w, "CATCH-UP", human(sp.GetCatchUpMs()))
 		row(w, "STARTING DEADLINE", orDash(humanOrEmpty(sp.GetStartingDeadlineMs())))
@@ -311,15 +638,24 @@ func scheduleText(out io.Writer, s *coordv1.Schedule) {
 		row(w, "NEXT DUE", inZone(s.GetNextDueMs(), loc))
 		row(w, "JOBS MADE", s.GetJobsCreated())
 		row(w, "SKIPPED", s.GetOccurrencesSkipped())
-		row(w, "CREATED", fmt.Sprintf("%s by %s", utc(s.GetCreatedAtMs()), orDash(s.GetCreatedBy())))
-		row(w, "UPDATED", fmt.Sprintf("%s by %s (revision %d)", utc(s.GetUpdatedAtMs()), orDash(s.GetUpdatedBy()), s.GetRevision()))
+		row(w, "CREATED", atBy(s.GetCreatedAtMs(), s.GetCreatedBy()))
+		row(w, "UPDATED", fmt.Sprintf("%s (revision %d)", atBy(s.GetUpdatedAtMs(), s.GetUpdatedBy()), s.GetRevision()))
 		if s.GetPaused() {
-			row(w, "PAUSED", fmt.Sprintf("%s by %s", utc(s.GetPausedAtMs()), orDash(s.GetPausedBy())))
+			row(w, "PAUSED", atBy(s.GetPausedAtMs(), s.GetPausedBy()))
 		}
 		if s.GetDeleted() {
-			row(w, "DELETED", fmt.Sprintf("%s by %s", utc(s.GetDeletedAtMs()), orDash(s.GetDeletedBy())))
+			row(w, "DELETED", atBy(s.GetDeletedAtMs(), s.GetDeletedBy()))
 		}
 	})
+}
+
+// atBy renders when and by whom: "2026-09-25T10:00:00.000Z by ops", just
+// the time when no identity was recorded (no authorization).
+func atBy(ms int64, identity string) string {
+	if identity == "" {
+		return utc(ms)
+	}
+	return utc(ms) + " by " + identity
 }
 
 func humanOrEmpty(ms int64) string {
@@ -372,9 +708,7 @@ func scheduleGetText(out io.Writer, resp *coordv1.GetScheduleResponse) {
 	s := resp.GetSchedule()
 	loc := zoneOf(s)
 	scheduleText(out, s)
-	section(out, resp.GetNext(), []any{"NEXT", "WINDOW", "NOTES"}, func(o *coordv1.ScheduleOccurrence) []any {
-		return []any{inZone(o.GetAtMs(), loc), o.GetWindow(), occurrenceNotes(o)}
-	})
+	nextSection(out, resp)
 	outcomes := func(o *coordv1.ScheduleOccurrence) []any {
 		return []any{inZone(o.GetAtMs(), loc), o.GetWindow(), occurrenceOutcome(o), occurrenceNotes(o)}
 	}

@@ -158,7 +158,11 @@ func TestScheduleCreateRequest(t *testing.T) {
 		"--queue", "ops", "--args", `{"to":"ops"}`, "--overlap", "replace", "--starting-deadline", "10m", "--catch-up", "6h",
 		"--complete-within", "1h", "--window-layout", "2006-01-02", "--window-shift-days", "1", "--max-attempts", "3",
 		"--priority", "7", "--visibility-timeout", "2m", "--label", "team=ops", "--label", "tier=1")
-	got := s.last().(*coordv1.PutScheduleRequest).GetSpec()
+	put := s.reqs[len(s.reqs)-2].(*coordv1.PutScheduleRequest) // then the next occurrences are read
+	if !put.GetCreateOnly() || put.GetExpectedRevision() != 0 {
+		t.Fatalf("create sent %v", put)
+	}
+	got := put.GetSpec()
 	want := &coordv1.ScheduleSpec{Name: "report", Schedule: "0 6 * * MON-FRI", TimeZone: "Europe/Berlin",
 		Job: &coordv1.JobTemplate{Queue: "ops", Kind: "report", Args: []byte(`{"to":"ops"}`), MaxAttempts: 3, Priority: 7,
 			VisibilityTimeoutMs: 120_000, Labels: map[string]string{"team": "ops", "tier": "1"}},
@@ -172,7 +176,9 @@ func TestScheduleCreateRequest(t *testing.T) {
 		r.GetPageToken() != "x" {
 		t.Fatalf("list %v", r)
 	}
-	ctlOK(t, eps, "job", "overdue", "--schedule", "daily-close", "--limit", "7", "--page-token", "AAAB")
+	if r := ctl(t, eps, "job", "overdue", "--schedule", "daily-close", "--limit", "7", "--page-token", "AAAB"); r.code != exitOverdue {
+		t.Fatalf("job overdue listing something: exit %d, want %d", r.code, exitOverdue)
+	}
 	if r := s.last().(*coordv1.ListOverdueRequest); r.GetSchedule() != "daily-close" || r.GetPageSize() != 7 || r.GetPageToken() != "AAAB" {
 		t.Fatalf("overdue %v", r)
 	}
@@ -190,6 +196,10 @@ func TestScheduleCommandErrors(t *testing.T) {
 		{"schedule", "create", "x", "--schedule", "@daily", "--kind", "k", "--catch-up", "-1h"},
 		{"schedule", "create", "x", "--schedule", "@daily", "--kind", "k", "--label", "nokey"},
 		{"schedule", "create"},
+		{"schedule", "update", "x"},
+		{"schedule", "update", "x", "--catch-up", "-1h"},
+		{"schedule", "apply"},
+		{"schedule", "apply", "-f", "x.yaml", "extra"},
 		{"schedule", "get"},
 		{"schedule", "get", "x", "--next", "0"},
 		{"schedule", "list", "--limit", "2000"},

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -54,14 +55,18 @@ func serveScripted(t *testing.T, register func(*grpc.Server)) []string {
 }
 
 // goldenTranscript runs each command line against eps and compares the
-// transcript ("$ coordctl …", the output, a blank line) with
-// testdata/<name>.golden.
+// transcript ("$ coordctl …", the output, stderr and "(exit N)" when it is
+// not 0, a blank line) with testdata/<name>.golden.
 func goldenTranscript(t *testing.T, name string, eps []string, cmds [][]string) {
 	t.Helper()
 	var all bytes.Buffer
 	for _, args := range cmds {
 		all.WriteString("$ coordctl " + strings.Join(args, " ") + "\n")
-		all.WriteString(ctlOK(t, eps, args...))
+		r := ctl(t, eps, args...)
+		all.WriteString(r.out)
+		if r.code != exitOK {
+			fmt.Fprintf(&all, "%s(exit %d)\n", r.errOut, r.code)
+		}
 		all.WriteString("\n")
 	}
 	golden(t, name, all.Bytes())

@@ -48,7 +48,10 @@ func (a *app) jobWatchCmd() *cobra.Command {
 		`Watches queued jobs whose key ("queue/id") starts with the prefix (all
 without one: "emails/" is the queue emails) and prints one line per change
 (-o json: one coord.v1.WatchEvent per line) until SIGINT/SIGTERM (exit 0). The
-watch resumes across node restarts without missing or repeating a change.`,
+watch resumes across node restarts without missing or repeating a change.
+A failed attempt's error is printed once, on the change that recorded it:
+its first line (of a panic, the panic value), cut to 120 bytes, and how many
+lines were left out ('coordctl job get ID' shows them all).`,
 		"  coordctl job watch emails/\n  coordctl -o json job watch --from 1200", coordv1.WatchFamily_WATCH_FAMILY_QUEUE_JOB)
 }
 
@@ -84,6 +87,7 @@ func (a *app) runWatch(cmd *cobra.Command, op, prefix string, f watchFlags, fams
 		opts = append(opts, client.WatchInitial())
 	}
 	w := a.client.Watch(ctx, prefix, f.from, opts...)
+	a.jobErrors = printedErrors{}
 	n := 0
 	for resp := range w.Responses() {
 		if resp.Reset {
@@ -115,6 +119,29 @@ func (a *app) runWatch(cmd *cobra.Command, op, prefix string, f watchFlags, fams
 	return fail(op, err)
 }
 
+// printedErrors remembers, per job key, the attempt whose error a job
+// watch printed last, so that an attempt's error is printed once, on the
+// change that recorded it, and not again on every later change of the job.
+type printedErrors map[string]uint32
+
+// newError is " error=…" for the job's latest failed attempt the first
+// time it is seen: the error's first line (a panic's stack is one line per
+// frame), cut, and how many lines were left out ('job get' shows them);
+// "" otherwise.
+func (p printedErrors) newError(key string, j *coordv1.QueueJob) string {
+	log := j.GetAttemptLog()
+	if len(log) == 0 || log[len(log)-1].GetError() == "" || p[key] == log[len(log)-1].GetNumber() {
+		return ""
+	}
+	last := log[len(log)-1]
+	p[key] = last.GetNumber()
+	s := fmt.Sprintf(" error=%q", firstLine(last.GetError(), 120))
+	if n := strings.Count(strings.TrimSpace(last.GetError()), "\n"); n > 0 {
+		s += fmt.Sprintf(" (+%d lines: coordctl job get %d)", n, j.GetId())
+	}
+	return s
+}
+
 // printEvent prints one event: a line, or a JSON document per line.
 func (a *app) printEvent(e *coordv1.WatchEvent) error {
 	if a.output == "json" {
@@ -136,8 +163,9 @@ func (a *app) printEvent(e *coordv1.WatchEvent) error {
 	case *coordv1.WatchEvent_QueueJob:
 		j := r.QueueJob
 		what = fmt.Sprintf("kind=%s state=%s attempts=%d", j.GetKind(), strings.TrimPrefix(j.GetState().String(), "JOB_STATE_"), j.GetAttempts())
-		if n := len(j.GetAttemptLog()); n > 0 && j.GetAttemptLog()[n-1].GetError() != "" {
-			what += fmt.Sprintf(" error=%q", j.GetAttemptLog()[n-1].GetError())
+		what += a.jobErrors.newError(e.GetKey(), j)
+		if e.GetKind() == coordv1.WatchEventKind_WATCH_EVENT_KIND_DELETE {
+			delete(a.jobErrors, e.GetKey()) // pruned
 		}
 	case *coordv1.WatchEvent_Window:
 		w := r.Window

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -79,5 +80,42 @@ func TestLeaseWatchCompacted(t *testing.T) {
 	r := ctl(t, eps, "lease", "watch", "t/", "--from", "1")
 	if r.code != exitError || !strings.Contains(r.errOut, "WATCH_INDEX_COMPACTED") || !strings.Contains(r.errOut, "--initial") {
 		t.Fatalf("exit %d\n%s", r.code, r.errOut)
+	}
+}
+
+// job watch prints one line per change, and an attempt's error once, on
+// the change that recorded it: its first line (a panic's stack is one
+// line per frame), cut, with how many lines were left out.
+func TestJobWatchPrintsEachErrorOnce(t *testing.T) {
+	var out bytes.Buffer
+	a := &app{out: &out, output: "table", jobErrors: printedErrors{}}
+	stack := "panic: smtp: 421 too many connections " + strings.Repeat("x", 200) +
+		"\n\ngoroutine 7 [running]:\nmain.sendInvoice(...)\n\t/src/main.go:42 +0x1d"
+	failed := &coordv1.JobAttempt{Number: 1, Outcome: coordv1.AttemptOutcome_ATTEMPT_OUTCOME_FAILED, Error: stack}
+	job := func(state coordv1.JobState, attempts uint32, log ...*coordv1.JobAttempt) *coordv1.WatchEvent_QueueJob {
+		return &coordv1.WatchEvent_QueueJob{QueueJob: &coordv1.QueueJob{Id: 17, Kind: "send-invoice", State: state, Attempts: attempts,
+			AttemptLog: log}}
+	}
+	running := &coordv1.JobAttempt{Number: 2, Outcome: coordv1.AttemptOutcome_ATTEMPT_OUTCOME_RUNNING}
+	lapsed := &coordv1.JobAttempt{Number: 2, Outcome: coordv1.AttemptOutcome_ATTEMPT_OUTCOME_LAPSED, Error: "visibility timeout passed"}
+	for i, r := range []*coordv1.WatchEvent_QueueJob{
+		job(coordv1.JobState_JOB_STATE_RETRYABLE, 1, failed),
+		job(coordv1.JobState_JOB_STATE_AVAILABLE, 1, failed),
+		job(coordv1.JobState_JOB_STATE_RUNNING, 2, failed, running),
+		job(coordv1.JobState_JOB_STATE_DEAD, 2, failed, lapsed),
+	} {
+		e := &coordv1.WatchEvent{Index: uint64(10 + i), Kind: coordv1.WatchEventKind_WATCH_EVENT_KIND_PUT, Key: "billing/17", Record: r}
+		if err := a.printEvent(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := firstLine(stack, 120)
+	want := `10.0 PUT billing/17 kind=send-invoice state=RETRYABLE attempts=1 error="` + first + `" (+4 lines: coordctl job get 17)
+11.0 PUT billing/17 kind=send-invoice state=AVAILABLE attempts=1
+12.0 PUT billing/17 kind=send-invoice state=RUNNING attempts=2
+13.0 PUT billing/17 kind=send-invoice state=DEAD attempts=2 error="visibility timeout passed"
+`
+	if out.String() != want || len([]rune(first)) > 120 || !strings.HasPrefix(first, "panic: smtp: 421") {
+		t.Fatalf("got\n%s\nwant\n%s", out.String(), want)
 	}
 }

@@ -78,6 +78,11 @@ var files = []file{
 				strip: "SCHEDULE_OVERLAP_", prefix: "Overlap", typ: "Overlap",
 			},
 			{
+				doc:  "The DST policies: fsmv1.ScheduleDstPolicy's values as a DSTPolicy (DSTAuto: by the expression).",
+				enum: fsmv1.ScheduleDstPolicy(0).Descriptor(), goEnum: "fsmv1.ScheduleDstPolicy",
+				strip: "SCHEDULE_DST_POLICY_", prefix: "DST", typ: "DSTPolicy", zero: "Auto",
+			},
+			{
 				doc:  "The skip reasons: fsmv1.ScheduleSkipReason's values as a SkipReason (SkipNone: not skipped).",
 				enum: fsmv1.ScheduleSkipReason(0).Descriptor(), goEnum: "fsmv1.ScheduleSkipReason",
 				strip: "SCHEDULE_SKIP_REASON_", prefix: "Skip", typ: "SkipReason", zero: "None",

@@ -142,7 +142,15 @@ const (
 	// A trigger of a schedule whose overlap policy is FORBID while the job
 	// of its previous occurrence is not final. FAILED_PRECONDITION. Metadata
 	// "schedule", "job_id", "state".
-	ErrorReason_ERROR_REASON_SCHEDULE_OVERLAP ErrorReason = 31 // Watch (watch.proto).
+	ErrorReason_ERROR_REASON_SCHEDULE_OVERLAP ErrorReason = 31
+	// A put with create_only of a name a live schedule has, with another
+	// spec. FAILED_PRECONDITION. Metadata "schedule", "revision" (its
+	// current one). Change it with a put with expected_revision.
+	ErrorReason_ERROR_REASON_SCHEDULE_EXISTS ErrorReason = 35
+	// A put with expected_revision of a schedule at another revision (it
+	// changed since it was read). FAILED_PRECONDITION. Metadata "schedule",
+	// "revision" (the current one): read it again, re-apply the change.
+	ErrorReason_ERROR_REASON_SCHEDULE_REVISION_MISMATCH ErrorReason = 36 // Watch (watch.proto).
 	// The watch asked to start (or resume) at an event this node no longer
 	// holds: its ring of recent events starts later (it was overwritten, or
 	// the node restarted from a snapshot). FAILED_PRECONDITION. Metadata
@@ -194,46 +202,50 @@ var (
 		29: "ERROR_REASON_JOB_RUNNING",
 		30: "ERROR_REASON_SCHEDULE_NOT_FOUND",
 		31: "ERROR_REASON_SCHEDULE_OVERLAP",
+		35: "ERROR_REASON_SCHEDULE_EXISTS",
+		36: "ERROR_REASON_SCHEDULE_REVISION_MISMATCH",
 		32: "ERROR_REASON_WATCH_INDEX_COMPACTED",
 		33: "ERROR_REASON_WATCHER_TOO_SLOW",
 		34: "ERROR_REASON_WATCH_LIMIT",
 	}
 	ErrorReason_value = map[string]int32{
-		"ERROR_REASON_UNSPECIFIED":             0,
-		"ERROR_REASON_INVALID_ARGUMENT":        1,
-		"ERROR_REASON_LEASE_NOT_FOUND":         2,
-		"ERROR_REASON_LEASE_LOST":              3,
-		"ERROR_REASON_LEASE_EXPIRED":           4,
-		"ERROR_REASON_LEASE_RELEASED":          5,
-		"ERROR_REASON_STALE_TOKEN":             6,
-		"ERROR_REASON_RESOURCE_LEASE_MISMATCH": 7,
-		"ERROR_REASON_WINDOW_COMPLETED":        8,
-		"ERROR_REASON_WINDOW_NOT_CLAIMED":      9,
-		"ERROR_REASON_IDENTITY_MISMATCH":       10,
-		"ERROR_REASON_LEASE_LIMIT":             11,
-		"ERROR_REASON_TOO_EARLY":               12,
-		"ERROR_REASON_NOT_LEADER":              13,
-		"ERROR_REASON_NO_LEADER":               14,
-		"ERROR_REASON_LEADERSHIP_LOST":         15,
-		"ERROR_REASON_TIMEOUT":                 16,
-		"ERROR_REASON_NOT_FOUND":               17,
-		"ERROR_REASON_SHUTTING_DOWN":           18,
-		"ERROR_REASON_UNAUTHENTICATED":         19,
-		"ERROR_REASON_PERMISSION_DENIED":       20,
-		"ERROR_REASON_RATE_LIMITED":            21,
-		"ERROR_REASON_STREAM_LIMIT":            22,
-		"ERROR_REASON_WAIT_LIMIT":              23,
-		"ERROR_REASON_JOB_NOT_FOUND":           24,
-		"ERROR_REASON_ATTEMPT_LOST":            25,
-		"ERROR_REASON_ATTEMPT_EXPIRED":         26,
-		"ERROR_REASON_JOB_CANCELLED":           27,
-		"ERROR_REASON_JOB_FINISHED":            28,
-		"ERROR_REASON_JOB_RUNNING":             29,
-		"ERROR_REASON_SCHEDULE_NOT_FOUND":      30,
-		"ERROR_REASON_SCHEDULE_OVERLAP":        31,
-		"ERROR_REASON_WATCH_INDEX_COMPACTED":   32,
-		"ERROR_REASON_WATCHER_TOO_SLOW":        33,
-		"ERROR_REASON_WATCH_LIMIT":             34,
+		"ERROR_REASON_UNSPECIFIED":                0,
+		"ERROR_REASON_INVALID_ARGUMENT":           1,
+		"ERROR_REASON_LEASE_NOT_FOUND":            2,
+		"ERROR_REASON_LEASE_LOST":                 3,
+		"ERROR_REASON_LEASE_EXPIRED":              4,
+		"ERROR_REASON_LEASE_RELEASED":             5,
+		"ERROR_REASON_STALE_TOKEN":                6,
+		"ERROR_REASON_RESOURCE_LEASE_MISMATCH":    7,
+		"ERROR_REASON_WINDOW_COMPLETED":           8,
+		"ERROR_REASON_WINDOW_NOT_CLAIMED":         9,
+		"ERROR_REASON_IDENTITY_MISMATCH":          10,
+		"ERROR_REASON_LEASE_LIMIT":                11,
+		"ERROR_REASON_TOO_EARLY":                  12,
+		"ERROR_REASON_NOT_LEADER":                 13,
+		"ERROR_REASON_NO_LEADER":                  14,
+		"ERROR_REASON_LEADERSHIP_LOST":            15,
+		"ERROR_REASON_TIMEOUT":                    16,
+		"ERROR_REASON_NOT_FOUND":                  17,
+		"ERROR_REASON_SHUTTING_DOWN":              18,
+		"ERROR_REASON_UNAUTHENTICATED":            19,
+		"ERROR_REASON_PERMISSION_DENIED":          20,
+		"ERROR_REASON_RATE_LIMITED":               21,
+		"ERROR_REASON_STREAM_LIMIT":               22,
+		"ERROR_REASON_WAIT_LIMIT":                 23,
+		"ERROR_REASON_JOB_NOT_FOUND":              24,
+		"ERROR_REASON_ATTEMPT_LOST":               25,
+		"ERROR_REASON_ATTEMPT_EXPIRED":            26,
+		"ERROR_REASON_JOB_CANCELLED":              27,
+		"ERROR_REASON_JOB_FINISHED":               28,
+		"ERROR_REASON_JOB_RUNNING":                29,
+		"ERROR_REASON_SCHEDULE_NOT_FOUND":         30,
+		"ERROR_REASON_SCHEDULE_OVERLAP":           31,
+		"ERROR_REASON_SCHEDULE_EXISTS":            35,
+		"ERROR_REASON_SCHEDULE_REVISION_MISMATCH": 36,
+		"ERROR_REASON_WATCH_INDEX_COMPACTED":      32,
+		"ERROR_REASON_WATCHER_TOO_SLOW":           33,
+		"ERROR_REASON_WATCH_LIMIT":                34,
 	}
 )
 
@@ -268,7 +280,7 @@ var File_coord_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coord_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x15coord/v1/errors.proto\x12\bcoord.v1*\xfd\b\n" +
+	"\x15coord/v1/errors.proto\x12\bcoord.v1*\xcc\t\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -302,7 +314,9 @@ const file_coord_v1_errors_proto_rawDesc = "" +
 	"\x19ERROR_REASON_JOB_FINISHED\x10\x1c\x12\x1c\n" +
 	"\x18ERROR_REASON_JOB_RUNNING\x10\x1d\x12#\n" +
 	"\x1fERROR_REASON_SCHEDULE_NOT_FOUND\x10\x1e\x12!\n" +
-	"\x1dERROR_REASON_SCHEDULE_OVERLAP\x10\x1f\x12&\n" +
+	"\x1dERROR_REASON_SCHEDULE_OVERLAP\x10\x1f\x12 \n" +
+	"\x1cERROR_REASON_SCHEDULE_EXISTS\x10#\x12+\n" +
+	"'ERROR_REASON_SCHEDULE_REVISION_MISMATCH\x10$\x12&\n" +
 	"\"ERROR_REASON_WATCH_INDEX_COMPACTED\x10 \x12!\n" +
 	"\x1dERROR_REASON_WATCHER_TOO_SLOW\x10!\x12\x1c\n" +
 	"\x18ERROR_REASON_WATCH_LIMIT\x10\"B1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"

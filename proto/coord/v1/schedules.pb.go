@@ -79,6 +79,65 @@ func (ScheduleOverlap) EnumDescriptor() ([]byte, []int) {
 	return file_coord_v1_schedules_proto_rawDescGZIP(), []int{0}
 }
 
+// ScheduleDstPolicy is what a cron expression does when the clocks change
+// (not used by @every and @once).
+type ScheduleDstPolicy int32
+
+const (
+	// UNSPECIFIED: cronie's rule, CADENCE when the minute or hour field
+	// starts with "*" (also @hourly), WALL_TIME otherwise. The server stores
+	// the policy it resolved; a Schedule shows it.
+	ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED ScheduleDstPolicy = 0
+	// WALL_TIME: each wall-clock time once. A repeated one runs at its
+	// first instant only; a skipped one runs when the gap ends (dst_gap).
+	ScheduleDstPolicy_SCHEDULE_DST_POLICY_WALL_TIME ScheduleDstPolicy = 1
+	// CADENCE: follow the clock. A repeated wall time runs at both instants
+	// (the second's window with the offset appended, or as formatted when
+	// window_layout has the offset); a skipped one does not run (DST_GAP).
+	ScheduleDstPolicy_SCHEDULE_DST_POLICY_CADENCE ScheduleDstPolicy = 2
+)
+
+// Enum value maps for ScheduleDstPolicy.
+var (
+	ScheduleDstPolicy_name = map[int32]string{
+		0: "SCHEDULE_DST_POLICY_UNSPECIFIED",
+		1: "SCHEDULE_DST_POLICY_WALL_TIME",
+		2: "SCHEDULE_DST_POLICY_CADENCE",
+	}
+	ScheduleDstPolicy_value = map[string]int32{
+		"SCHEDULE_DST_POLICY_UNSPECIFIED": 0,
+		"SCHEDULE_DST_POLICY_WALL_TIME":   1,
+		"SCHEDULE_DST_POLICY_CADENCE":     2,
+	}
+)
+
+func (x ScheduleDstPolicy) Enum() *ScheduleDstPolicy {
+	p := new(ScheduleDstPolicy)
+	*p = x
+	return p
+}
+
+func (x ScheduleDstPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ScheduleDstPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_coord_v1_schedules_proto_enumTypes[1].Descriptor()
+}
+
+func (ScheduleDstPolicy) Type() protoreflect.EnumType {
+	return &file_coord_v1_schedules_proto_enumTypes[1]
+}
+
+func (x ScheduleDstPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ScheduleDstPolicy.Descriptor instead.
+func (ScheduleDstPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_coord_v1_schedules_proto_rawDescGZIP(), []int{1}
+}
+
 // ScheduleSkipReason says why occurrences made no job.
 type ScheduleSkipReason int32
 
@@ -90,8 +149,8 @@ const (
 	// DEADLINE: later than the starting deadline when a leader could make
 	// it.
 	ScheduleSkipReason_SCHEDULE_SKIP_REASON_DEADLINE ScheduleSkipReason = 2
-	// DST_GAP: slots inside a spring-forward gap beyond the one that runs
-	// at the gap's end.
+	// DST_GAP: slots inside a spring-forward gap that do not run (beyond
+	// the one that runs at the gap's end, for WALL_TIME; all, for CADENCE).
 	ScheduleSkipReason_SCHEDULE_SKIP_REASON_DST_GAP ScheduleSkipReason = 3
 	// DST_REPEAT: an @every occurrence in the repeated hour whose window
 	// key (a layout without the zone offset) is one of the first pass's.
@@ -135,11 +194,11 @@ func (x ScheduleSkipReason) String() string {
 }
 
 func (ScheduleSkipReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_v1_schedules_proto_enumTypes[1].Descriptor()
+	return file_coord_v1_schedules_proto_enumTypes[2].Descriptor()
 }
 
 func (ScheduleSkipReason) Type() protoreflect.EnumType {
-	return &file_coord_v1_schedules_proto_enumTypes[1]
+	return &file_coord_v1_schedules_proto_enumTypes[2]
 }
 
 func (x ScheduleSkipReason) Number() protoreflect.EnumNumber {
@@ -148,7 +207,7 @@ func (x ScheduleSkipReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ScheduleSkipReason.Descriptor instead.
 func (ScheduleSkipReason) EnumDescriptor() ([]byte, []int) {
-	return file_coord_v1_schedules_proto_rawDescGZIP(), []int{1}
+	return file_coord_v1_schedules_proto_rawDescGZIP(), []int{2}
 }
 
 // JobTemplate is what every occurrence's job is made from; the fields are
@@ -284,10 +343,15 @@ type ScheduleSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name: 1 to 128 bytes of [A-Za-z0-9._:-]. Required.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// schedule is a cron expression (5 fields, or 6 with seconds first), a
+	// schedule is a cron expression of 5 fields (minute hour day-of-month
+	// month day-of-week; names jan..dec and sun..sat, 0 or 7 for Sunday), a
 	// descriptor (@hourly, @daily, @weekly, @monthly, @yearly), "@every
 	// <duration>" (whole seconds, at least 1 s) or "@once <RFC 3339 time>".
-	// Required.
+	// A seconds field is given only after a prefix: "@seconds 5 0 * * * *"
+	// (seconds first, then the 5 fields); a bare six-field expression is
+	// refused (in Quartz the first field is seconds, in AWS EventBridge the
+	// last is a year, and usually it is a typo). Errors name the field and
+	// the token. Required.
 	Schedule string `protobuf:"bytes,2,opt,name=schedule,proto3" json:"schedule,omitempty"`
 	// time_zone is an IANA zone name or "UTC" (empty: UTC): of the
 	// expression and of the window keys. "Local" is refused
@@ -314,7 +378,11 @@ type ScheduleSpec struct {
 	// overdue. Default: one interval (one hour for @once).
 	CompleteWithinMs int64 `protobuf:"varint,9,opt,name=complete_within_ms,json=completeWithinMs,proto3" json:"complete_within_ms,omitempty"`
 	// overlap: default FORBID.
-	Overlap       ScheduleOverlap `protobuf:"varint,10,opt,name=overlap,proto3,enum=coord.v1.ScheduleOverlap" json:"overlap,omitempty"`
+	Overlap ScheduleOverlap `protobuf:"varint,10,opt,name=overlap,proto3,enum=coord.v1.ScheduleOverlap" json:"overlap,omitempty"`
+	// dst_policy: what a cron expression does at DST changes (see
+	// ScheduleDstPolicy). Default: by the expression (cronie's rule); the
+	// schedule shows the policy resolved.
+	DstPolicy     ScheduleDstPolicy `protobuf:"varint,11,opt,name=dst_policy,json=dstPolicy,proto3,enum=coord.v1.ScheduleDstPolicy" json:"dst_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -419,6 +487,13 @@ func (x *ScheduleSpec) GetOverlap() ScheduleOverlap {
 	return ScheduleOverlap_SCHEDULE_OVERLAP_UNSPECIFIED
 }
 
+func (x *ScheduleSpec) GetDstPolicy() ScheduleDstPolicy {
+	if x != nil {
+		return x.DstPolicy
+	}
+	return ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED
+}
+
 // Schedule is a schedule as stored.
 type Schedule struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -443,8 +518,10 @@ type Schedule struct {
 	// last_materialised_ms: every occurrence up to this calendar time made
 	// a job or was recorded as skipped.
 	LastMaterialisedMs int64 `protobuf:"varint,13,opt,name=last_materialised_ms,json=lastMaterialisedMs,proto3" json:"last_materialised_ms,omitempty"`
-	// next_due_ms: when the leader looks at the schedule next (0: never,
-	// e.g. after an @once occurrence, or while paused or deleted).
+	// next_due_ms: the next occurrence not made yet (the first after
+	// last_materialised_ms, or after a resume), i.e. when its job is due:
+	// right after a create it is the first occurrence, not the creation
+	// time. 0: none (after an @once occurrence, or while paused or deleted).
 	NextDueMs int64 `protobuf:"varint,14,opt,name=next_due_ms,json=nextDueMs,proto3" json:"next_due_ms,omitempty"`
 	// interval_ms: the shortest gap between occurrences (0 for @once).
 	IntervalMs         int64  `protobuf:"varint,15,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
@@ -784,10 +861,23 @@ func (x *ScheduleOccurrence) GetOverdue() bool {
 }
 
 type PutScheduleRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Spec          *ScheduleSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Spec  *ScheduleSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// create_only: only create. A live schedule of that name with another
+	// spec refuses the put (FAILED_PRECONDITION, SCHEDULE_EXISTS, metadata
+	// "schedule", "revision"); with the same spec it is unchanged (so a
+	// retried create is not refused). Over HTTP: ?create_only=true.
+	CreateOnly bool `protobuf:"varint,2,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
+	// expected_revision, when not 0: only replace the spec of the schedule
+	// at this revision (optimistic concurrency: get, change, put with the
+	// revision read). A schedule at another revision refuses the put
+	// (FAILED_PRECONDITION, SCHEDULE_REVISION_MISMATCH, metadata "schedule",
+	// "revision": the current one) unless it has the spec put already; a
+	// missing or deleted one is SCHEDULE_NOT_FOUND. Over HTTP:
+	// ?expected_revision=N.
+	ExpectedRevision uint64 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PutScheduleRequest) Reset() {
@@ -825,6 +915,20 @@ func (x *PutScheduleRequest) GetSpec() *ScheduleSpec {
 		return x.Spec
 	}
 	return nil
+}
+
+func (x *PutScheduleRequest) GetCreateOnly() bool {
+	if x != nil {
+		return x.CreateOnly
+	}
+	return false
+}
+
+func (x *PutScheduleRequest) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
 }
 
 type PutScheduleResponse struct {
@@ -1961,7 +2065,7 @@ const file_coord_v1_schedules_proto_rawDesc = "" +
 	" \x03(\v2!.coord.v1.JobTemplate.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc6\x03\n" +
 	"\fScheduleSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bschedule\x18\x02 \x01(\tR\bschedule\x12\x1b\n" +
@@ -1973,7 +2077,9 @@ const file_coord_v1_schedules_proto_rawDesc = "" +
 	"\vcatch_up_ms\x18\b \x01(\x03R\tcatchUpMs\x12,\n" +
 	"\x12complete_within_ms\x18\t \x01(\x03R\x10completeWithinMs\x123\n" +
 	"\aoverlap\x18\n" +
-	" \x01(\x0e2\x19.coord.v1.ScheduleOverlapR\aoverlap\"\xf3\x04\n" +
+	" \x01(\x0e2\x19.coord.v1.ScheduleOverlapR\aoverlap\x12:\n" +
+	"\n" +
+	"dst_policy\x18\v \x01(\x0e2\x1b.coord.v1.ScheduleDstPolicyR\tdstPolicy\"\xf3\x04\n" +
 	"\bSchedule\x12*\n" +
 	"\x04spec\x18\x01 \x01(\v2\x16.coord.v1.ScheduleSpecR\x04spec\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x16\n" +
@@ -2017,9 +2123,12 @@ const file_coord_v1_schedules_proto_rawDesc = "" +
 	"lastWindow\x12$\n" +
 	"\x0erecorded_at_ms\x18\r \x01(\x03R\frecordedAtMs\x12\x15\n" +
 	"\x06due_ms\x18\x0e \x01(\x03R\x05dueMs\x12\x18\n" +
-	"\aoverdue\x18\x0f \x01(\bR\aoverdue\"@\n" +
+	"\aoverdue\x18\x0f \x01(\bR\aoverdue\"\x8e\x01\n" +
 	"\x12PutScheduleRequest\x12*\n" +
-	"\x04spec\x18\x01 \x01(\v2\x16.coord.v1.ScheduleSpecR\x04spec\"y\n" +
+	"\x04spec\x18\x01 \x01(\v2\x16.coord.v1.ScheduleSpecR\x04spec\x12\x1f\n" +
+	"\vcreate_only\x18\x02 \x01(\bR\n" +
+	"createOnly\x12+\n" +
+	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\"y\n" +
 	"\x13PutScheduleResponse\x12.\n" +
 	"\bschedule\x18\x01 \x01(\v2\x12.coord.v1.ScheduleR\bschedule\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\x12\x18\n" +
@@ -2106,7 +2215,11 @@ const file_coord_v1_schedules_proto_rawDesc = "" +
 	"\x1cSCHEDULE_OVERLAP_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17SCHEDULE_OVERLAP_FORBID\x10\x01\x12\x1a\n" +
 	"\x16SCHEDULE_OVERLAP_ALLOW\x10\x02\x12\x1c\n" +
-	"\x18SCHEDULE_OVERLAP_REPLACE\x10\x03*\x89\x02\n" +
+	"\x18SCHEDULE_OVERLAP_REPLACE\x10\x03*|\n" +
+	"\x11ScheduleDstPolicy\x12#\n" +
+	"\x1fSCHEDULE_DST_POLICY_UNSPECIFIED\x10\x00\x12!\n" +
+	"\x1dSCHEDULE_DST_POLICY_WALL_TIME\x10\x01\x12\x1f\n" +
+	"\x1bSCHEDULE_DST_POLICY_CADENCE\x10\x02*\x89\x02\n" +
 	"\x12ScheduleSkipReason\x12$\n" +
 	" SCHEDULE_SKIP_REASON_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cSCHEDULE_SKIP_REASON_HORIZON\x10\x01\x12!\n" +
@@ -2137,83 +2250,85 @@ func file_coord_v1_schedules_proto_rawDescGZIP() []byte {
 	return file_coord_v1_schedules_proto_rawDescData
 }
 
-var file_coord_v1_schedules_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_coord_v1_schedules_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_coord_v1_schedules_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_coord_v1_schedules_proto_goTypes = []any{
 	(ScheduleOverlap)(0),            // 0: coord.v1.ScheduleOverlap
-	(ScheduleSkipReason)(0),         // 1: coord.v1.ScheduleSkipReason
-	(*JobTemplate)(nil),             // 2: coord.v1.JobTemplate
-	(*ScheduleSpec)(nil),            // 3: coord.v1.ScheduleSpec
-	(*Schedule)(nil),                // 4: coord.v1.Schedule
-	(*ScheduleOccurrence)(nil),      // 5: coord.v1.ScheduleOccurrence
-	(*PutScheduleRequest)(nil),      // 6: coord.v1.PutScheduleRequest
-	(*PutScheduleResponse)(nil),     // 7: coord.v1.PutScheduleResponse
-	(*GetScheduleRequest)(nil),      // 8: coord.v1.GetScheduleRequest
-	(*GetScheduleResponse)(nil),     // 9: coord.v1.GetScheduleResponse
-	(*ListSchedulesRequest)(nil),    // 10: coord.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),   // 11: coord.v1.ListSchedulesResponse
-	(*PauseScheduleRequest)(nil),    // 12: coord.v1.PauseScheduleRequest
-	(*PauseScheduleResponse)(nil),   // 13: coord.v1.PauseScheduleResponse
-	(*ResumeScheduleRequest)(nil),   // 14: coord.v1.ResumeScheduleRequest
-	(*ResumeScheduleResponse)(nil),  // 15: coord.v1.ResumeScheduleResponse
-	(*TriggerScheduleRequest)(nil),  // 16: coord.v1.TriggerScheduleRequest
-	(*TriggerScheduleResponse)(nil), // 17: coord.v1.TriggerScheduleResponse
-	(*DeleteScheduleRequest)(nil),   // 18: coord.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),  // 19: coord.v1.DeleteScheduleResponse
-	(*ListOverdueRequest)(nil),      // 20: coord.v1.ListOverdueRequest
-	(*ListOverdueResponse)(nil),     // 21: coord.v1.ListOverdueResponse
-	(*OverdueOccurrence)(nil),       // 22: coord.v1.OverdueOccurrence
-	(*OverdueSchedule)(nil),         // 23: coord.v1.OverdueSchedule
-	(*StuckLease)(nil),              // 24: coord.v1.StuckLease
-	nil,                             // 25: coord.v1.JobTemplate.LabelsEntry
-	(JobState)(0),                   // 26: coord.v1.JobState
-	(*Lease)(nil),                   // 27: coord.v1.Lease
+	(ScheduleDstPolicy)(0),          // 1: coord.v1.ScheduleDstPolicy
+	(ScheduleSkipReason)(0),         // 2: coord.v1.ScheduleSkipReason
+	(*JobTemplate)(nil),             // 3: coord.v1.JobTemplate
+	(*ScheduleSpec)(nil),            // 4: coord.v1.ScheduleSpec
+	(*Schedule)(nil),                // 5: coord.v1.Schedule
+	(*ScheduleOccurrence)(nil),      // 6: coord.v1.ScheduleOccurrence
+	(*PutScheduleRequest)(nil),      // 7: coord.v1.PutScheduleRequest
+	(*PutScheduleResponse)(nil),     // 8: coord.v1.PutScheduleResponse
+	(*GetScheduleRequest)(nil),      // 9: coord.v1.GetScheduleRequest
+	(*GetScheduleResponse)(nil),     // 10: coord.v1.GetScheduleResponse
+	(*ListSchedulesRequest)(nil),    // 11: coord.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),   // 12: coord.v1.ListSchedulesResponse
+	(*PauseScheduleRequest)(nil),    // 13: coord.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),   // 14: coord.v1.PauseScheduleResponse
+	(*ResumeScheduleRequest)(nil),   // 15: coord.v1.ResumeScheduleRequest
+	(*ResumeScheduleResponse)(nil),  // 16: coord.v1.ResumeScheduleResponse
+	(*TriggerScheduleRequest)(nil),  // 17: coord.v1.TriggerScheduleRequest
+	(*TriggerScheduleResponse)(nil), // 18: coord.v1.TriggerScheduleResponse
+	(*DeleteScheduleRequest)(nil),   // 19: coord.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),  // 20: coord.v1.DeleteScheduleResponse
+	(*ListOverdueRequest)(nil),      // 21: coord.v1.ListOverdueRequest
+	(*ListOverdueResponse)(nil),     // 22: coord.v1.ListOverdueResponse
+	(*OverdueOccurrence)(nil),       // 23: coord.v1.OverdueOccurrence
+	(*OverdueSchedule)(nil),         // 24: coord.v1.OverdueSchedule
+	(*StuckLease)(nil),              // 25: coord.v1.StuckLease
+	nil,                             // 26: coord.v1.JobTemplate.LabelsEntry
+	(JobState)(0),                   // 27: coord.v1.JobState
+	(*Lease)(nil),                   // 28: coord.v1.Lease
 }
 var file_coord_v1_schedules_proto_depIdxs = []int32{
-	25, // 0: coord.v1.JobTemplate.labels:type_name -> coord.v1.JobTemplate.LabelsEntry
-	2,  // 1: coord.v1.ScheduleSpec.job:type_name -> coord.v1.JobTemplate
+	26, // 0: coord.v1.JobTemplate.labels:type_name -> coord.v1.JobTemplate.LabelsEntry
+	3,  // 1: coord.v1.ScheduleSpec.job:type_name -> coord.v1.JobTemplate
 	0,  // 2: coord.v1.ScheduleSpec.overlap:type_name -> coord.v1.ScheduleOverlap
-	3,  // 3: coord.v1.Schedule.spec:type_name -> coord.v1.ScheduleSpec
-	26, // 4: coord.v1.ScheduleOccurrence.job_state:type_name -> coord.v1.JobState
-	1,  // 5: coord.v1.ScheduleOccurrence.skipped:type_name -> coord.v1.ScheduleSkipReason
-	3,  // 6: coord.v1.PutScheduleRequest.spec:type_name -> coord.v1.ScheduleSpec
-	4,  // 7: coord.v1.PutScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	4,  // 8: coord.v1.GetScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	5,  // 9: coord.v1.GetScheduleResponse.next:type_name -> coord.v1.ScheduleOccurrence
-	5,  // 10: coord.v1.GetScheduleResponse.recent:type_name -> coord.v1.ScheduleOccurrence
-	5,  // 11: coord.v1.GetScheduleResponse.skipped:type_name -> coord.v1.ScheduleOccurrence
-	4,  // 12: coord.v1.ListSchedulesResponse.schedules:type_name -> coord.v1.Schedule
-	4,  // 13: coord.v1.PauseScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	4,  // 14: coord.v1.ResumeScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	4,  // 15: coord.v1.TriggerScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	5,  // 16: coord.v1.TriggerScheduleResponse.occurrence:type_name -> coord.v1.ScheduleOccurrence
-	4,  // 17: coord.v1.DeleteScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	22, // 18: coord.v1.ListOverdueResponse.occurrences:type_name -> coord.v1.OverdueOccurrence
-	23, // 19: coord.v1.ListOverdueResponse.top_schedules:type_name -> coord.v1.OverdueSchedule
-	24, // 20: coord.v1.ListOverdueResponse.stuck_leases:type_name -> coord.v1.StuckLease
-	26, // 21: coord.v1.OverdueOccurrence.job_state:type_name -> coord.v1.JobState
-	27, // 22: coord.v1.StuckLease.lease:type_name -> coord.v1.Lease
-	6,  // 23: coord.v1.Schedules.PutSchedule:input_type -> coord.v1.PutScheduleRequest
-	8,  // 24: coord.v1.Schedules.GetSchedule:input_type -> coord.v1.GetScheduleRequest
-	10, // 25: coord.v1.Schedules.ListSchedules:input_type -> coord.v1.ListSchedulesRequest
-	12, // 26: coord.v1.Schedules.PauseSchedule:input_type -> coord.v1.PauseScheduleRequest
-	14, // 27: coord.v1.Schedules.ResumeSchedule:input_type -> coord.v1.ResumeScheduleRequest
-	16, // 28: coord.v1.Schedules.TriggerSchedule:input_type -> coord.v1.TriggerScheduleRequest
-	18, // 29: coord.v1.Schedules.DeleteSchedule:input_type -> coord.v1.DeleteScheduleRequest
-	20, // 30: coord.v1.Schedules.ListOverdue:input_type -> coord.v1.ListOverdueRequest
-	7,  // 31: coord.v1.Schedules.PutSchedule:output_type -> coord.v1.PutScheduleResponse
-	9,  // 32: coord.v1.Schedules.GetSchedule:output_type -> coord.v1.GetScheduleResponse
-	11, // 33: coord.v1.Schedules.ListSchedules:output_type -> coord.v1.ListSchedulesResponse
-	13, // 34: coord.v1.Schedules.PauseSchedule:output_type -> coord.v1.PauseScheduleResponse
-	15, // 35: coord.v1.Schedules.ResumeSchedule:output_type -> coord.v1.ResumeScheduleResponse
-	17, // 36: coord.v1.Schedules.TriggerSchedule:output_type -> coord.v1.TriggerScheduleResponse
-	19, // 37: coord.v1.Schedules.DeleteSchedule:output_type -> coord.v1.DeleteScheduleResponse
-	21, // 38: coord.v1.Schedules.ListOverdue:output_type -> coord.v1.ListOverdueResponse
-	31, // [31:39] is the sub-list for method output_type
-	23, // [23:31] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	1,  // 3: coord.v1.ScheduleSpec.dst_policy:type_name -> coord.v1.ScheduleDstPolicy
+	4,  // 4: coord.v1.Schedule.spec:type_name -> coord.v1.ScheduleSpec
+	27, // 5: coord.v1.ScheduleOccurrence.job_state:type_name -> coord.v1.JobState
+	2,  // 6: coord.v1.ScheduleOccurrence.skipped:type_name -> coord.v1.ScheduleSkipReason
+	4,  // 7: coord.v1.PutScheduleRequest.spec:type_name -> coord.v1.ScheduleSpec
+	5,  // 8: coord.v1.PutScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	5,  // 9: coord.v1.GetScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	6,  // 10: coord.v1.GetScheduleResponse.next:type_name -> coord.v1.ScheduleOccurrence
+	6,  // 11: coord.v1.GetScheduleResponse.recent:type_name -> coord.v1.ScheduleOccurrence
+	6,  // 12: coord.v1.GetScheduleResponse.skipped:type_name -> coord.v1.ScheduleOccurrence
+	5,  // 13: coord.v1.ListSchedulesResponse.schedules:type_name -> coord.v1.Schedule
+	5,  // 14: coord.v1.PauseScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	5,  // 15: coord.v1.ResumeScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	5,  // 16: coord.v1.TriggerScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	6,  // 17: coord.v1.TriggerScheduleResponse.occurrence:type_name -> coord.v1.ScheduleOccurrence
+	5,  // 18: coord.v1.DeleteScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	23, // 19: coord.v1.ListOverdueResponse.occurrences:type_name -> coord.v1.OverdueOccurrence
+	24, // 20: coord.v1.ListOverdueResponse.top_schedules:type_name -> coord.v1.OverdueSchedule
+	25, // 21: coord.v1.ListOverdueResponse.stuck_leases:type_name -> coord.v1.StuckLease
+	27, // 22: coord.v1.OverdueOccurrence.job_state:type_name -> coord.v1.JobState
+	28, // 23: coord.v1.StuckLease.lease:type_name -> coord.v1.Lease
+	7,  // 24: coord.v1.Schedules.PutSchedule:input_type -> coord.v1.PutScheduleRequest
+	9,  // 25: coord.v1.Schedules.GetSchedule:input_type -> coord.v1.GetScheduleRequest
+	11, // 26: coord.v1.Schedules.ListSchedules:input_type -> coord.v1.ListSchedulesRequest
+	13, // 27: coord.v1.Schedules.PauseSchedule:input_type -> coord.v1.PauseScheduleRequest
+	15, // 28: coord.v1.Schedules.ResumeSchedule:input_type -> coord.v1.ResumeScheduleRequest
+	17, // 29: coord.v1.Schedules.TriggerSchedule:input_type -> coord.v1.TriggerScheduleRequest
+	19, // 30: coord.v1.Schedules.DeleteSchedule:input_type -> coord.v1.DeleteScheduleRequest
+	21, // 31: coord.v1.Schedules.ListOverdue:input_type -> coord.v1.ListOverdueRequest
+	8,  // 32: coord.v1.Schedules.PutSchedule:output_type -> coord.v1.PutScheduleResponse
+	10, // 33: coord.v1.Schedules.GetSchedule:output_type -> coord.v1.GetScheduleResponse
+	12, // 34: coord.v1.Schedules.ListSchedules:output_type -> coord.v1.ListSchedulesResponse
+	14, // 35: coord.v1.Schedules.PauseSchedule:output_type -> coord.v1.PauseScheduleResponse
+	16, // 36: coord.v1.Schedules.ResumeSchedule:output_type -> coord.v1.ResumeScheduleResponse
+	18, // 37: coord.v1.Schedules.TriggerSchedule:output_type -> coord.v1.TriggerScheduleResponse
+	20, // 38: coord.v1.Schedules.DeleteSchedule:output_type -> coord.v1.DeleteScheduleResponse
+	22, // 39: coord.v1.Schedules.ListOverdue:output_type -> coord.v1.ListOverdueResponse
+	32, // [32:40] is the sub-list for method output_type
+	24, // [24:32] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_schedules_proto_init() }
@@ -2228,7 +2343,7 @@ func file_coord_v1_schedules_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_schedules_proto_rawDesc), len(file_coord_v1_schedules_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,

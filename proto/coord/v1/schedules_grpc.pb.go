@@ -55,13 +55,19 @@ const (
 // reason, counted in one record per run (a 3-day outage of an every-second
 // schedule is one record, not 259,200). Nothing is skipped silently.
 //
-// DST: a wall-clock time that happens twice (clocks go back) runs once, at
-// its first instant; one that never happens (clocks jump forward over
-// 02:30) runs when the gap ends (03:00), keeps the window of the day it
-// was scheduled for, and is marked dst_gap. When several slots fall into
-// one gap (an every-minute expression), one runs and the others are one
-// DST_GAP skipped record. @every durations are real time (multiples of the
-// duration since the Unix epoch), untouched by DST.
+// DST (ScheduleSpec.dst_policy; docs/jobs.md has the table): by default,
+// cronie's rule. A fixed-time expression ("30 2 * * *", @daily) runs each
+// wall-clock time once (WALL_TIME): one that happens twice (clocks go
+// back) runs at its first instant only; one that never happens (clocks
+// jump forward over 02:30) runs when the gap ends (03:00), keeps the
+// window of the day it was scheduled for, and is marked dst_gap; when
+// several slots fall into one gap, one runs and the others are one DST_GAP
+// skipped record. An expression with a wildcard in the minute or hour
+// field ("*/15 * * * *", "0 * * * *", @hourly) is a cadence (CADENCE): it
+// follows the clock, so a repeated hour runs again (the second pass's
+// windows carry the offset: "2026-10-25T02:15+01:00") and the slots of a
+// gap do not run (one DST_GAP record). @every durations are real time
+// (multiples of the duration since the Unix epoch), untouched by DST.
 //
 // Window keys: the occurrence's scheduled wall-clock time in the
 // schedule's zone, shifted by window_shift_days and formatted with
@@ -115,7 +121,10 @@ type SchedulesClient interface {
 	// name. The same spec again changes nothing (changed = false), so every
 	// replica of a service may put its schedules at start. A new schedule
 	// owes the occurrences after its creation; an update keeps the
-	// last-materialised mark, the history and the paused state.
+	// last-materialised mark, the history and the paused state. The put
+	// replaces the whole spec (fields left out take their defaults):
+	// create_only refuses to replace an existing schedule, and
+	// expected_revision replaces only the revision the caller read.
 	PutSchedule(ctx context.Context, in *PutScheduleRequest, opts ...grpc.CallOption) (*PutScheduleResponse, error)
 	// GetSchedule returns a schedule (also a tombstone) with its next
 	// occurrences and its recent ones with their jobs' states.
@@ -256,13 +265,19 @@ func (c *schedulesClient) ListOverdue(ctx context.Context, in *ListOverdueReques
 // reason, counted in one record per run (a 3-day outage of an every-second
 // schedule is one record, not 259,200). Nothing is skipped silently.
 //
-// DST: a wall-clock time that happens twice (clocks go back) runs once, at
-// its first instant; one that never happens (clocks jump forward over
-// 02:30) runs when the gap ends (03:00), keeps the window of the day it
-// was scheduled for, and is marked dst_gap. When several slots fall into
-// one gap (an every-minute expression), one runs and the others are one
-// DST_GAP skipped record. @every durations are real time (multiples of the
-// duration since the Unix epoch), untouched by DST.
+// DST (ScheduleSpec.dst_policy; docs/jobs.md has the table): by default,
+// cronie's rule. A fixed-time expression ("30 2 * * *", @daily) runs each
+// wall-clock time once (WALL_TIME): one that happens twice (clocks go
+// back) runs at its first instant only; one that never happens (clocks
+// jump forward over 02:30) runs when the gap ends (03:00), keeps the
+// window of the day it was scheduled for, and is marked dst_gap; when
+// several slots fall into one gap, one runs and the others are one DST_GAP
+// skipped record. An expression with a wildcard in the minute or hour
+// field ("*/15 * * * *", "0 * * * *", @hourly) is a cadence (CADENCE): it
+// follows the clock, so a repeated hour runs again (the second pass's
+// windows carry the offset: "2026-10-25T02:15+01:00") and the slots of a
+// gap do not run (one DST_GAP record). @every durations are real time
+// (multiples of the duration since the Unix epoch), untouched by DST.
 //
 // Window keys: the occurrence's scheduled wall-clock time in the
 // schedule's zone, shifted by window_shift_days and formatted with
@@ -316,7 +331,10 @@ type SchedulesServer interface {
 	// name. The same spec again changes nothing (changed = false), so every
 	// replica of a service may put its schedules at start. A new schedule
 	// owes the occurrences after its creation; an update keeps the
-	// last-materialised mark, the history and the paused state.
+	// last-materialised mark, the history and the paused state. The put
+	// replaces the whole spec (fields left out take their defaults):
+	// create_only refuses to replace an existing schedule, and
+	// expected_revision replaces only the revision the caller read.
 	PutSchedule(context.Context, *PutScheduleRequest) (*PutScheduleResponse, error)
 	// GetSchedule returns a schedule (also a tombstone) with its next
 	// occurrences and its recent ones with their jobs' states.

@@ -320,6 +320,61 @@ func (ScheduleOverlap) EnumDescriptor() ([]byte, []int) {
 	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{3}
 }
 
+// ScheduleDstPolicy: coord.v1.ScheduleDstPolicy's values. UNSPECIFIED
+// (schedules put before the policy existed) is resolved by the leader
+// from the expression (cronie's rule); the server stores the resolved
+// policy in new specs.
+type ScheduleDstPolicy int32
+
+const (
+	ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED ScheduleDstPolicy = 0
+	// WALL_TIME: each wall-clock time once.
+	ScheduleDstPolicy_SCHEDULE_DST_POLICY_WALL_TIME ScheduleDstPolicy = 1
+	// CADENCE: follow the clock (a repeated hour runs again).
+	ScheduleDstPolicy_SCHEDULE_DST_POLICY_CADENCE ScheduleDstPolicy = 2
+)
+
+// Enum value maps for ScheduleDstPolicy.
+var (
+	ScheduleDstPolicy_name = map[int32]string{
+		0: "SCHEDULE_DST_POLICY_UNSPECIFIED",
+		1: "SCHEDULE_DST_POLICY_WALL_TIME",
+		2: "SCHEDULE_DST_POLICY_CADENCE",
+	}
+	ScheduleDstPolicy_value = map[string]int32{
+		"SCHEDULE_DST_POLICY_UNSPECIFIED": 0,
+		"SCHEDULE_DST_POLICY_WALL_TIME":   1,
+		"SCHEDULE_DST_POLICY_CADENCE":     2,
+	}
+)
+
+func (x ScheduleDstPolicy) Enum() *ScheduleDstPolicy {
+	p := new(ScheduleDstPolicy)
+	*p = x
+	return p
+}
+
+func (x ScheduleDstPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ScheduleDstPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_coord_fsm_v1_fsm_proto_enumTypes[4].Descriptor()
+}
+
+func (ScheduleDstPolicy) Type() protoreflect.EnumType {
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[4]
+}
+
+func (x ScheduleDstPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ScheduleDstPolicy.Descriptor instead.
+func (ScheduleDstPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{4}
+}
+
 type ScheduleSkipReason int32
 
 const (
@@ -365,11 +420,11 @@ func (x ScheduleSkipReason) String() string {
 }
 
 func (ScheduleSkipReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_fsm_v1_fsm_proto_enumTypes[4].Descriptor()
+	return file_coord_fsm_v1_fsm_proto_enumTypes[5].Descriptor()
 }
 
 func (ScheduleSkipReason) Type() protoreflect.EnumType {
-	return &file_coord_fsm_v1_fsm_proto_enumTypes[4]
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[5]
 }
 
 func (x ScheduleSkipReason) Number() protoreflect.EnumNumber {
@@ -378,7 +433,7 @@ func (x ScheduleSkipReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ScheduleSkipReason.Descriptor instead.
 func (ScheduleSkipReason) EnumDescriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{4}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 // Command is the envelope of every log entry.
@@ -3718,8 +3773,10 @@ type ScheduleSpec struct {
 	// overdue (0: one interval).
 	CompleteWithinMs int64           `protobuf:"varint,8,opt,name=complete_within_ms,json=completeWithinMs,proto3" json:"complete_within_ms,omitempty"`
 	Overlap          ScheduleOverlap `protobuf:"varint,9,opt,name=overlap,proto3,enum=coord.fsm.v1.ScheduleOverlap" json:"overlap,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// dst_policy: what the expression does at DST changes.
+	DstPolicy     ScheduleDstPolicy `protobuf:"varint,10,opt,name=dst_policy,json=dstPolicy,proto3,enum=coord.fsm.v1.ScheduleDstPolicy" json:"dst_policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleSpec) Reset() {
@@ -3815,6 +3872,13 @@ func (x *ScheduleSpec) GetOverlap() ScheduleOverlap {
 	return ScheduleOverlap_SCHEDULE_OVERLAP_UNSPECIFIED
 }
 
+func (x *ScheduleSpec) GetDstPolicy() ScheduleDstPolicy {
+	if x != nil {
+		return x.DstPolicy
+	}
+	return ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED
+}
+
 // PutSchedule creates a schedule (also over a tombstone) or updates it.
 // The same spec again changes nothing. A new schedule owes the occurrences
 // after the command's calendar stamp.
@@ -3836,9 +3900,13 @@ type PutSchedule struct {
 	// a rule added later never changes how it replays.
 	SpecRules uint32 `protobuf:"varint,5,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	// guard: what the leader authorised the put against (ScheduleGuard).
-	Guard         *ScheduleGuard `protobuf:"bytes,6,opt,name=guard,proto3" json:"guard,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Guard *ScheduleGuard `protobuf:"bytes,6,opt,name=guard,proto3" json:"guard,omitempty"`
+	// create_only and expected_revision: PutScheduleRequest's
+	// preconditions (schedules.proto), checked when applied.
+	CreateOnly       bool   `protobuf:"varint,7,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
+	ExpectedRevision uint64 `protobuf:"varint,8,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PutSchedule) Reset() {
@@ -3911,6 +3979,20 @@ func (x *PutSchedule) GetGuard() *ScheduleGuard {
 		return x.Guard
 	}
 	return nil
+}
+
+func (x *PutSchedule) GetCreateOnly() bool {
+	if x != nil {
+		return x.CreateOnly
+	}
+	return false
+}
+
+func (x *PutSchedule) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
 }
 
 // ScheduleGuard is what the leader checked a change of a schedule against:
@@ -5108,7 +5190,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"heartbeats\x12\x14\n" +
 	"\x05error\x18\t \x01(\tR\x05error\x12\x16\n" +
 	"\x06result\x18\n" +
-	" \x01(\fR\x06result\"\xf7\x02\n" +
+	" \x01(\fR\x06result\"\xb7\x03\n" +
 	"\fScheduleSpec\x12\x12\n" +
 	"\x04expr\x18\x01 \x01(\tR\x04expr\x12\x1b\n" +
 	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\x12,\n" +
@@ -5118,7 +5200,10 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x14starting_deadline_ms\x18\x06 \x01(\x03R\x12startingDeadlineMs\x12\x1e\n" +
 	"\vcatch_up_ms\x18\a \x01(\x03R\tcatchUpMs\x12,\n" +
 	"\x12complete_within_ms\x18\b \x01(\x03R\x10completeWithinMs\x127\n" +
-	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\"\xd8\x01\n" +
+	"\aoverlap\x18\t \x01(\x0e2\x1d.coord.fsm.v1.ScheduleOverlapR\aoverlap\x12>\n" +
+	"\n" +
+	"dst_policy\x18\n" +
+	" \x01(\x0e2\x1f.coord.fsm.v1.ScheduleDstPolicyR\tdstPolicy\"\xa6\x02\n" +
 	"\vPutSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1a.coord.fsm.v1.ScheduleSpecR\x04spec\x12\x1a\n" +
@@ -5126,7 +5211,10 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\amark_ms\x18\x04 \x01(\x03R\x06markMs\x12\x1d\n" +
 	"\n" +
 	"spec_rules\x18\x05 \x01(\rR\tspecRules\x121\n" +
-	"\x05guard\x18\x06 \x01(\v2\x1b.coord.fsm.v1.ScheduleGuardR\x05guard\"%\n" +
+	"\x05guard\x18\x06 \x01(\v2\x1b.coord.fsm.v1.ScheduleGuardR\x05guard\x12\x1f\n" +
+	"\vcreate_only\x18\a \x01(\bR\n" +
+	"createOnly\x12+\n" +
+	"\x11expected_revision\x18\b \x01(\x04R\x10expectedRevision\"%\n" +
 	"\rScheduleGuard\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"s\n" +
 	"\x0eDeleteSchedule\x12\x12\n" +
@@ -5255,7 +5343,11 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x1cSCHEDULE_OVERLAP_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17SCHEDULE_OVERLAP_FORBID\x10\x01\x12\x1a\n" +
 	"\x16SCHEDULE_OVERLAP_ALLOW\x10\x02\x12\x1c\n" +
-	"\x18SCHEDULE_OVERLAP_REPLACE\x10\x03*\x89\x02\n" +
+	"\x18SCHEDULE_OVERLAP_REPLACE\x10\x03*|\n" +
+	"\x11ScheduleDstPolicy\x12#\n" +
+	"\x1fSCHEDULE_DST_POLICY_UNSPECIFIED\x10\x00\x12!\n" +
+	"\x1dSCHEDULE_DST_POLICY_WALL_TIME\x10\x01\x12\x1f\n" +
+	"\x1bSCHEDULE_DST_POLICY_CADENCE\x10\x02*\x89\x02\n" +
 	"\x12ScheduleSkipReason\x12$\n" +
 	" SCHEDULE_SKIP_REASON_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cSCHEDULE_SKIP_REASON_HORIZON\x10\x01\x12!\n" +
@@ -5277,129 +5369,131 @@ func file_coord_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_coord_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
 var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                // 0: coord.fsm.v1.CommandType
 	(JobState)(0),                   // 1: coord.fsm.v1.JobState
 	(AttemptOutcome)(0),             // 2: coord.fsm.v1.AttemptOutcome
 	(ScheduleOverlap)(0),            // 3: coord.fsm.v1.ScheduleOverlap
-	(ScheduleSkipReason)(0),         // 4: coord.fsm.v1.ScheduleSkipReason
-	(*Command)(nil),                 // 5: coord.fsm.v1.Command
-	(*Batch)(nil),                   // 6: coord.fsm.v1.Batch
-	(*Tick)(nil),                    // 7: coord.fsm.v1.Tick
-	(*Acquire)(nil),                 // 8: coord.fsm.v1.Acquire
-	(*Renew)(nil),                   // 9: coord.fsm.v1.Renew
-	(*Release)(nil),                 // 10: coord.fsm.v1.Release
-	(*ClaimWindow)(nil),             // 11: coord.fsm.v1.ClaimWindow
-	(*CompleteWindow)(nil),          // 12: coord.fsm.v1.CompleteWindow
-	(*FencedCommit)(nil),            // 13: coord.fsm.v1.FencedCommit
-	(*Prune)(nil),                   // 14: coord.fsm.v1.Prune
-	(*SetMember)(nil),               // 15: coord.fsm.v1.SetMember
-	(*RemoveMember)(nil),            // 16: coord.fsm.v1.RemoveMember
-	(*RegisterJob)(nil),             // 17: coord.fsm.v1.RegisterJob
-	(*QueueJobSpec)(nil),            // 18: coord.fsm.v1.QueueJobSpec
-	(*JobLabel)(nil),                // 19: coord.fsm.v1.JobLabel
-	(*SubmitJobs)(nil),              // 20: coord.fsm.v1.SubmitJobs
-	(*FetchJobs)(nil),               // 21: coord.fsm.v1.FetchJobs
-	(*JobAttemptRef)(nil),           // 22: coord.fsm.v1.JobAttemptRef
-	(*HeartbeatJobs)(nil),           // 23: coord.fsm.v1.HeartbeatJobs
-	(*CompleteJobs)(nil),            // 24: coord.fsm.v1.CompleteJobs
-	(*JobCompletion)(nil),           // 25: coord.fsm.v1.JobCompletion
-	(*FailJobs)(nil),                // 26: coord.fsm.v1.FailJobs
-	(*JobFailure)(nil),              // 27: coord.fsm.v1.JobFailure
-	(*CancelJobs)(nil),              // 28: coord.fsm.v1.CancelJobs
-	(*RetryJobs)(nil),               // 29: coord.fsm.v1.RetryJobs
-	(*SnapshotRecord)(nil),          // 30: coord.fsm.v1.SnapshotRecord
-	(*SnapshotMeta)(nil),            // 31: coord.fsm.v1.SnapshotMeta
-	(*LeaseRecord)(nil),             // 32: coord.fsm.v1.LeaseRecord
-	(*WindowRecord)(nil),            // 33: coord.fsm.v1.WindowRecord
-	(*ResourceRecord)(nil),          // 34: coord.fsm.v1.ResourceRecord
-	(*IdempotencyRecord)(nil),       // 35: coord.fsm.v1.IdempotencyRecord
-	(*MemberRecord)(nil),            // 36: coord.fsm.v1.MemberRecord
-	(*JobRecord)(nil),               // 37: coord.fsm.v1.JobRecord
-	(*QueueJobRecord)(nil),          // 38: coord.fsm.v1.QueueJobRecord
-	(*JobAttemptRecord)(nil),        // 39: coord.fsm.v1.JobAttemptRecord
-	(*ScheduleSpec)(nil),            // 40: coord.fsm.v1.ScheduleSpec
-	(*PutSchedule)(nil),             // 41: coord.fsm.v1.PutSchedule
-	(*ScheduleGuard)(nil),           // 42: coord.fsm.v1.ScheduleGuard
-	(*DeleteSchedule)(nil),          // 43: coord.fsm.v1.DeleteSchedule
-	(*PauseSchedule)(nil),           // 44: coord.fsm.v1.PauseSchedule
-	(*TriggerSchedule)(nil),         // 45: coord.fsm.v1.TriggerSchedule
-	(*MaterialiseSchedules)(nil),    // 46: coord.fsm.v1.MaterialiseSchedules
-	(*ScheduleMaterialisation)(nil), // 47: coord.fsm.v1.ScheduleMaterialisation
-	(*ScheduleOccurrence)(nil),      // 48: coord.fsm.v1.ScheduleOccurrence
-	(*ScheduleSkip)(nil),            // 49: coord.fsm.v1.ScheduleSkip
-	(*ScheduleHistoryRecord)(nil),   // 50: coord.fsm.v1.ScheduleHistoryRecord
-	(*ScheduleRecord)(nil),          // 51: coord.fsm.v1.ScheduleRecord
+	(ScheduleDstPolicy)(0),          // 4: coord.fsm.v1.ScheduleDstPolicy
+	(ScheduleSkipReason)(0),         // 5: coord.fsm.v1.ScheduleSkipReason
+	(*Command)(nil),                 // 6: coord.fsm.v1.Command
+	(*Batch)(nil),                   // 7: coord.fsm.v1.Batch
+	(*Tick)(nil),                    // 8: coord.fsm.v1.Tick
+	(*Acquire)(nil),                 // 9: coord.fsm.v1.Acquire
+	(*Renew)(nil),                   // 10: coord.fsm.v1.Renew
+	(*Release)(nil),                 // 11: coord.fsm.v1.Release
+	(*ClaimWindow)(nil),             // 12: coord.fsm.v1.ClaimWindow
+	(*CompleteWindow)(nil),          // 13: coord.fsm.v1.CompleteWindow
+	(*FencedCommit)(nil),            // 14: coord.fsm.v1.FencedCommit
+	(*Prune)(nil),                   // 15: coord.fsm.v1.Prune
+	(*SetMember)(nil),               // 16: coord.fsm.v1.SetMember
+	(*RemoveMember)(nil),            // 17: coord.fsm.v1.RemoveMember
+	(*RegisterJob)(nil),             // 18: coord.fsm.v1.RegisterJob
+	(*QueueJobSpec)(nil),            // 19: coord.fsm.v1.QueueJobSpec
+	(*JobLabel)(nil),                // 20: coord.fsm.v1.JobLabel
+	(*SubmitJobs)(nil),              // 21: coord.fsm.v1.SubmitJobs
+	(*FetchJobs)(nil),               // 22: coord.fsm.v1.FetchJobs
+	(*JobAttemptRef)(nil),           // 23: coord.fsm.v1.JobAttemptRef
+	(*HeartbeatJobs)(nil),           // 24: coord.fsm.v1.HeartbeatJobs
+	(*CompleteJobs)(nil),            // 25: coord.fsm.v1.CompleteJobs
+	(*JobCompletion)(nil),           // 26: coord.fsm.v1.JobCompletion
+	(*FailJobs)(nil),                // 27: coord.fsm.v1.FailJobs
+	(*JobFailure)(nil),              // 28: coord.fsm.v1.JobFailure
+	(*CancelJobs)(nil),              // 29: coord.fsm.v1.CancelJobs
+	(*RetryJobs)(nil),               // 30: coord.fsm.v1.RetryJobs
+	(*SnapshotRecord)(nil),          // 31: coord.fsm.v1.SnapshotRecord
+	(*SnapshotMeta)(nil),            // 32: coord.fsm.v1.SnapshotMeta
+	(*LeaseRecord)(nil),             // 33: coord.fsm.v1.LeaseRecord
+	(*WindowRecord)(nil),            // 34: coord.fsm.v1.WindowRecord
+	(*ResourceRecord)(nil),          // 35: coord.fsm.v1.ResourceRecord
+	(*IdempotencyRecord)(nil),       // 36: coord.fsm.v1.IdempotencyRecord
+	(*MemberRecord)(nil),            // 37: coord.fsm.v1.MemberRecord
+	(*JobRecord)(nil),               // 38: coord.fsm.v1.JobRecord
+	(*QueueJobRecord)(nil),          // 39: coord.fsm.v1.QueueJobRecord
+	(*JobAttemptRecord)(nil),        // 40: coord.fsm.v1.JobAttemptRecord
+	(*ScheduleSpec)(nil),            // 41: coord.fsm.v1.ScheduleSpec
+	(*PutSchedule)(nil),             // 42: coord.fsm.v1.PutSchedule
+	(*ScheduleGuard)(nil),           // 43: coord.fsm.v1.ScheduleGuard
+	(*DeleteSchedule)(nil),          // 44: coord.fsm.v1.DeleteSchedule
+	(*PauseSchedule)(nil),           // 45: coord.fsm.v1.PauseSchedule
+	(*TriggerSchedule)(nil),         // 46: coord.fsm.v1.TriggerSchedule
+	(*MaterialiseSchedules)(nil),    // 47: coord.fsm.v1.MaterialiseSchedules
+	(*ScheduleMaterialisation)(nil), // 48: coord.fsm.v1.ScheduleMaterialisation
+	(*ScheduleOccurrence)(nil),      // 49: coord.fsm.v1.ScheduleOccurrence
+	(*ScheduleSkip)(nil),            // 50: coord.fsm.v1.ScheduleSkip
+	(*ScheduleHistoryRecord)(nil),   // 51: coord.fsm.v1.ScheduleHistoryRecord
+	(*ScheduleRecord)(nil),          // 52: coord.fsm.v1.ScheduleRecord
 }
 var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: coord.fsm.v1.Command.type:type_name -> coord.fsm.v1.CommandType
-	7,  // 1: coord.fsm.v1.Command.tick:type_name -> coord.fsm.v1.Tick
-	8,  // 2: coord.fsm.v1.Command.acquire:type_name -> coord.fsm.v1.Acquire
-	9,  // 3: coord.fsm.v1.Command.renew:type_name -> coord.fsm.v1.Renew
-	10, // 4: coord.fsm.v1.Command.release:type_name -> coord.fsm.v1.Release
-	11, // 5: coord.fsm.v1.Command.claim_window:type_name -> coord.fsm.v1.ClaimWindow
-	12, // 6: coord.fsm.v1.Command.complete_window:type_name -> coord.fsm.v1.CompleteWindow
-	13, // 7: coord.fsm.v1.Command.fenced_commit:type_name -> coord.fsm.v1.FencedCommit
-	14, // 8: coord.fsm.v1.Command.prune:type_name -> coord.fsm.v1.Prune
-	15, // 9: coord.fsm.v1.Command.set_member:type_name -> coord.fsm.v1.SetMember
-	16, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
-	17, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
-	6,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
-	20, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
-	21, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
-	23, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
-	24, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
-	26, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
-	28, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
-	29, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
-	41, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
-	43, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
-	44, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
-	45, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
-	46, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
-	5,  // 25: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
-	8,  // 26: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
-	37, // 27: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
-	19, // 28: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
-	18, // 29: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
-	22, // 30: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
-	25, // 31: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
-	27, // 32: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
-	31, // 33: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
-	32, // 34: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
-	33, // 35: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
-	34, // 36: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
-	35, // 37: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
-	36, // 38: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
-	37, // 39: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
-	38, // 40: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
-	51, // 41: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
-	18, // 42: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
+	8,  // 1: coord.fsm.v1.Command.tick:type_name -> coord.fsm.v1.Tick
+	9,  // 2: coord.fsm.v1.Command.acquire:type_name -> coord.fsm.v1.Acquire
+	10, // 3: coord.fsm.v1.Command.renew:type_name -> coord.fsm.v1.Renew
+	11, // 4: coord.fsm.v1.Command.release:type_name -> coord.fsm.v1.Release
+	12, // 5: coord.fsm.v1.Command.claim_window:type_name -> coord.fsm.v1.ClaimWindow
+	13, // 6: coord.fsm.v1.Command.complete_window:type_name -> coord.fsm.v1.CompleteWindow
+	14, // 7: coord.fsm.v1.Command.fenced_commit:type_name -> coord.fsm.v1.FencedCommit
+	15, // 8: coord.fsm.v1.Command.prune:type_name -> coord.fsm.v1.Prune
+	16, // 9: coord.fsm.v1.Command.set_member:type_name -> coord.fsm.v1.SetMember
+	17, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
+	18, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
+	7,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
+	21, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
+	22, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
+	24, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
+	25, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
+	27, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
+	29, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
+	30, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
+	42, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
+	44, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
+	45, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
+	46, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
+	47, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
+	6,  // 25: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
+	9,  // 26: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
+	38, // 27: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
+	20, // 28: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
+	19, // 29: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
+	23, // 30: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
+	26, // 31: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
+	28, // 32: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
+	32, // 33: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
+	33, // 34: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
+	34, // 35: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
+	35, // 36: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
+	36, // 37: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
+	37, // 38: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
+	38, // 39: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
+	39, // 40: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
+	52, // 41: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
+	19, // 42: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
 	1,  // 43: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
-	39, // 44: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
+	40, // 44: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
 	2,  // 45: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
-	18, // 46: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
+	19, // 46: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
 	3,  // 47: coord.fsm.v1.ScheduleSpec.overlap:type_name -> coord.fsm.v1.ScheduleOverlap
-	40, // 48: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	42, // 49: coord.fsm.v1.PutSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	42, // 50: coord.fsm.v1.DeleteSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	42, // 51: coord.fsm.v1.PauseSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	42, // 52: coord.fsm.v1.TriggerSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	47, // 53: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
-	48, // 54: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
-	49, // 55: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
-	4,  // 56: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
-	4,  // 57: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
-	40, // 58: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	50, // 59: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	50, // 60: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	61, // [61:61] is the sub-list for method output_type
-	61, // [61:61] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	4,  // 48: coord.fsm.v1.ScheduleSpec.dst_policy:type_name -> coord.fsm.v1.ScheduleDstPolicy
+	41, // 49: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	43, // 50: coord.fsm.v1.PutSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	43, // 51: coord.fsm.v1.DeleteSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	43, // 52: coord.fsm.v1.PauseSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	43, // 53: coord.fsm.v1.TriggerSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	48, // 54: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
+	49, // 55: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
+	50, // 56: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
+	5,  // 57: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
+	5,  // 58: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
+	41, // 59: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	51, // 60: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	51, // 61: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	62, // [62:62] is the sub-list for method output_type
+	62, // [62:62] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_coord_fsm_v1_fsm_proto_init() }
@@ -5450,7 +5544,7 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_fsm_v1_fsm_proto_rawDesc), len(file_coord_fsm_v1_fsm_proto_rawDesc)),
-			NumEnums:      5,
+			NumEnums:      6,
 			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
