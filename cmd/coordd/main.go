@@ -125,21 +125,37 @@ func run(args []string) error {
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	for got := range sig {
-		if got == syscall.SIGHUP {
-			logger.Info("SIGHUP: reloading TLS files and the ACL")
-			_ = srv.Reload() // it logs what failed and keeps the previous version
-			if err := n.Reload(); err != nil {
-				logger.Error("reloading the peer TLS files failed; keeping the previous ones", "err", err)
-			}
-			continue
+	// A listener that stops serving ends coordd with its error (exit 1):
+	// a node unreachable on its API must not look alive.
+	serveErr := waitForStop(logger, sig, srv.Failed(), func() {
+		_ = srv.Reload() // it logs what failed and keeps the previous version
+		if err := n.Reload(); err != nil {
+			logger.Error("reloading the peer TLS files failed; keeping the previous ones", "err", err)
 		}
-		logger.Info("shutting down", "signal", got.String())
-		break
-	}
+	})
 	// The node first: waiting calls and streams end at once, so the API's
 	// graceful stop is quick.
-	err = n.Close()
+	err = errors.Join(serveErr, n.Close())
 	srv.Close()
 	return err
+}
+
+// waitForStop returns at SIGTERM or SIGINT (nil), or with the error of a
+// listener that stopped serving; it calls reload at each SIGHUP.
+func waitForStop(logger *slog.Logger, sig <-chan os.Signal, failed <-chan error, reload func()) error {
+	for {
+		select {
+		case err := <-failed:
+			logger.Error("shutting down: the API stopped serving", "err", err)
+			return err
+		case got := <-sig:
+			if got == syscall.SIGHUP {
+				logger.Info("SIGHUP: reloading TLS files and the ACL")
+				reload()
+				continue
+			}
+			logger.Info("shutting down", "signal", got.String())
+			return nil
+		}
+	}
 }
