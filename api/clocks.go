@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/node/leader"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -55,21 +56,18 @@ func newClocks(reg *prometheus.Registry) *clocks {
 	return c
 }
 
-// runClockProbe measures every member's clock while this node leads (the
-// node runs it through WhileLeading); the measurements and gauges go when
-// leadership ends.
-func (s *Server) runClockProbe(ctx context.Context, _ func() int64) {
+// clockProbe is a leader service (node/leader): while this node leads it
+// measures every member's clock each ClockProbeInterval; the measurements
+// and gauges go when leadership ends.
+type clockProbe struct{ s *Server }
+
+func (clockProbe) Name() string { return "clock-probe" }
+
+func (p clockProbe) Run(ctx context.Context, _ leader.Leadership) error {
+	s := p.s
 	defer s.clocks.clear()
-	t := s.cfg.Clock.NewTicker(s.cfg.ClockProbeInterval)
-	defer t.Stop()
-	for {
-		s.probeClocks(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-	}
+	s.probeClocks(ctx)
+	return leader.Every(ctx, s.cfg.Clock, s.cfg.ClockProbeInterval, func() { s.probeClocks(ctx) })
 }
 
 // probeClocks measures every other member once, concurrently, and records

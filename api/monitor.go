@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/node/leader"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -125,28 +126,26 @@ func (h *schedules) ListOverdue(ctx context.Context, req *coordv1.ListOverdueReq
 	})
 }
 
-// runMonitor is the absence monitor: while this node leads (the node runs
-// it through WhileLeading), every MonitorInterval it judges overdue
+// absenceMonitor is the absence monitor, a leader service (node/leader):
+// while this node leads, every MonitorInterval it judges overdue
 // occurrences on calendar time and stuck leases on lease time, and
 // publishes them; when leadership ends it clears the gauges, so alerts
 // never count anything twice.
-func (s *Server) runMonitor(ctx context.Context, now func() int64) {
+type absenceMonitor struct{ s *Server }
+
+func (absenceMonitor) Name() string { return "absence-monitor" }
+
+func (m absenceMonitor) Run(ctx context.Context, l leader.Leadership) error {
+	s := m.s
 	defer s.monitor.clear()
-	t := s.cfg.Clock.NewTicker(s.cfg.MonitorInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-		st, _, err := s.node.Read(ctx, true) // this leader's own state; now is its clock
+	return leader.Every(ctx, s.cfg.Clock, s.cfg.MonitorInterval, func() {
+		st, _, err := s.node.Read(ctx, true) // this leader's own state, judged on its clocks
 		if err != nil {
-			continue
+			return
 		}
-		cal := s.node.Calendar()
-		s.observeAbsence(st.Overdue(cal), st.LateSchedules(cal, maxLate), s.stuckLeases(st, now()), st)
-	}
+		cal := l.Calendar()
+		s.observeAbsence(st.Overdue(cal), st.LateSchedules(cal, maxLate), s.stuckLeases(st, l.Lease()), st)
+	})
 }
 
 // monitor runs on the leader: gauges and one log line per schedule that

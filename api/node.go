@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/node/leader"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -34,9 +35,11 @@ type Node interface {
 	// LeaderContext ends with this node's current leadership (streams that
 	// live on the leader end with it).
 	LeaderContext(ctx context.Context) (context.Context, error)
-	// WhileLeading runs f each time this node becomes a ready leader, until
-	// that leadership ends; now reads the cluster clock (lease time).
-	WhileLeading(f func(ctx context.Context, now func() int64))
+	// RegisterLeaderServices adds services that run while this node leads,
+	// under the node's one leader lifecycle (node/leader): started on
+	// every ready leadership, stopped when it ends. Serve registers the
+	// API's (leaderServices).
+	RegisterLeaderServices(svcs ...leader.Service)
 	// Calendar is calendar time now (Unix ms): on the ready leader its
 	// wall clock, never below its last stamp; elsewhere the FSM's. Every
 	// calendar decision (not-before gates, due and overdue windows, job

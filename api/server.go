@@ -37,6 +37,7 @@ import (
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/defaults"
 	"github.com/coordd/coordd/internal/tlsutil"
+	"github.com/coordd/coordd/node/leader"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -212,13 +213,15 @@ type Server struct {
 	conns  map[string]*grpc.ClientConn
 
 	stop     chan struct{}
+	failed   chan error // a listener's Serve that returned before Close (Failed)
 	wg       sync.WaitGroup
 	closeOne sync.Once
 }
 
 // Serve listens on the configured addresses and serves n: gRPC always,
 // HTTP when configured. It tells the node its gRPC address (Advertise) and
-// runs the absence monitor while the node leads. Close the node first,
+// registers the API's leader services (the absence monitor, the clock
+// probe) with the node's leader lifecycle. Close the node first,
 // then the Server.
 func Serve(cfg Config, n Node) (*Server, error) {
 	cfg = cfg.withDefaults()
@@ -230,11 +233,16 @@ func Serve(cfg Config, n Node) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
-	n.WhileLeading(s.runMonitor)
-	n.WhileLeading(s.runClockProbe)
+	n.RegisterLeaderServices(s.leaderServices()...)
 	n.Advertise(s.GRPCAddr(), s.addVoterOn)
 	s.log.Info("coordd API serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr())
 	return s, nil
+}
+
+// leaderServices are the API's leader-only work, run by the node's leader
+// lifecycle with its own (node/DESIGN.md, "What runs on the leader").
+func (s *Server) leaderServices() []leader.Service {
+	return []leader.Service{absenceMonitor{s}, clockProbe{s}}
 }
 
 // newServer builds a Server that does not listen yet (unit tests call
@@ -247,6 +255,7 @@ func newServer(cfg Config, n Node) *Server {
 		limits: auth.NewLimiter(cfg.Limits),
 		conns:  map[string]*grpc.ClientConn{},
 		stop:   make(chan struct{}),
+		failed: make(chan error, 2),
 	}
 	s.dial = s.peerConn
 	s.metrics = newMetrics(cfg.Metrics)
@@ -311,7 +320,7 @@ func (s *Server) start() error {
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
-	s.wg.Go(func() { _ = s.grpc.Serve(s.grpcLis) })
+	s.serve("gRPC", func() error { return s.grpc.Serve(s.grpcLis) })
 
 	if s.httpLis != nil {
 		mux := http.NewServeMux()
@@ -344,13 +353,38 @@ func (s *Server) start() error {
 			// answers anyone; the API, /metrics (unless OpenMetrics) and
 			// pprof only verified identities.
 			s.http.TLSConfig = s.tls.ServerConfig(false)
-			s.wg.Go(func() { _ = s.http.ServeTLS(s.httpLis, "", "") })
+			s.serve("HTTP", func() error { return s.http.ServeTLS(s.httpLis, "", "") })
 		} else {
-			s.wg.Go(func() { _ = s.http.Serve(s.httpLis) })
+			s.serve("HTTP", func() error { return s.http.Serve(s.httpLis) })
 		}
 	}
 	return nil
 }
+
+// serve runs one listener's Serve loop in the server's wait group. A
+// return before Close is a failure (that listener no longer serves): it
+// is logged and reaches Failed.
+func (s *Server) serve(what string, run func() error) {
+	s.wg.Go(func() {
+		err := run()
+		select {
+		case <-s.stop:
+			return // Close stopped it
+		default:
+		}
+		err = fmt.Errorf("%s server stopped serving: %w", what, cmp.Or(err, errors.New("no error")))
+		s.log.Error("the API stopped serving", "listener", what, "err", err)
+		select {
+		case s.failed <- err:
+		default:
+		}
+	})
+}
+
+// Failed delivers the error of a listener (gRPC or HTTP) that stopped
+// serving before Close: the node is then unreachable on it, and coordd
+// exits with the error.
+func (s *Server) Failed() <-chan error { return s.failed }
 
 // GRPCAddr is the address the gRPC server listens on.
 func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"sync"
 	"time"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/internal/backoff"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -233,7 +233,7 @@ func (c *Client) invoke(ctx context.Context, idempotent bool, call func(context.
 }
 
 func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(context.Context, *grpc.ClientConn) error) error {
-	backoff := c.opts.backoffMin
+	delays := c.retryBackoff()
 	redirects := 0
 	uncertain := false // an attempt may have been applied
 	refused := 0       // attempts in a row that could not connect
@@ -290,16 +290,17 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 			}
 		}
 		refused = 0
-		sleep := backoff/2 + rand.N(backoff/2+1)
-		t := c.clock.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !delays.Wait(ctx, c.clock) {
 			return finish(err)
-		case <-t.C():
 		}
-		backoff = min(2*backoff, c.opts.backoffMax)
 	}
+}
+
+// retryBackoff is the delay between a call's attempts: from backoffMin
+// doubling to backoffMax, each drawn in [d/2, d] so that clients failing
+// together do not retry together.
+func (c *Client) retryBackoff() *backoff.Backoff {
+	return backoff.New(backoff.Policy{Initial: c.opts.backoffMin, Max: c.opts.backoffMax, Jitter: 0.5})
 }
 
 type noAttemptTimeout struct{}

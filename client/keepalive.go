@@ -10,6 +10,7 @@ import (
 
 	"github.com/coordd/coordd/client/internal/due"
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/internal/backoff"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -194,8 +195,7 @@ func (k *keeper) run() {
 	// Reconnects back off to at most 250 ms: every moment without a stream
 	// eats into the leases' TTL budget, and a reconnect is cheap.
 	maxBackoff := min(k.c.opts.backoffMax, 250*time.Millisecond)
-	minBackoff := min(k.c.opts.backoffMin, maxBackoff)
-	backoff := minBackoff
+	delays := backoff.New(backoff.Policy{Initial: min(k.c.opts.backoffMin, maxBackoff), Max: maxBackoff})
 	reconnect := false
 	redirects := 0
 	// After a failure the keeper reconnects only to a leader the nodes
@@ -219,10 +219,9 @@ func (k *keeper) run() {
 			ep = info.addr
 		}
 		if ep == "" { // no leader known yet (an election): look again shortly
-			if !k.sleep(backoff) {
+			if !k.sleep(delays.Next()) {
 				return
 			}
-			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
 		failed = ""
@@ -246,7 +245,8 @@ func (k *keeper) run() {
 			return
 		}
 		if acked {
-			backoff, redirects = minBackoff, 0
+			delays.Reset()
+			redirects = 0
 		}
 		if kind, addr := classify(err); kind == redirect && redirects < 3 {
 			redirects++
@@ -260,11 +260,11 @@ func (k *keeper) run() {
 			k.c.log.Warn("keepalive stream stalled; moving to the leader", "endpoint", ep)
 			continue
 		}
-		k.c.log.Info("keepalive stream broken; reconnecting", "endpoint", ep, "err", err, "in", backoff)
-		if !k.sleep(backoff) {
+		d := delays.Next()
+		k.c.log.Info("keepalive stream broken; reconnecting", "endpoint", ep, "err", err, "in", d)
+		if !k.sleep(d) {
 			return
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 

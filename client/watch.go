@@ -143,7 +143,7 @@ func (w *Watcher) run(ctx context.Context, req *coordv1.WatchRequest, follower b
 	c := w.c
 	synced := !req.GetInitial()
 	restart := false // an initial set was interrupted: the next one resets
-	backoff := c.opts.backoffMin
+	delays := c.retryBackoff()
 	compacted := map[string]bool{} // endpoints that said so since the last message
 	ep := c.leaderEndpoint()
 	if follower {
@@ -155,7 +155,7 @@ func (w *Watcher) run(ctx context.Context, req *coordv1.WatchRequest, follower b
 		w.mu.Unlock()
 		progressed, err := w.stream(ctx, ep, req, &synced, &restart)
 		if progressed {
-			backoff = c.opts.backoffMin
+			delays.Reset()
 			clear(compacted)
 		}
 		if ctx.Err() != nil {
@@ -189,16 +189,10 @@ func (w *Watcher) run(ctx context.Context, req *coordv1.WatchRequest, follower b
 			return
 		}
 		ep = w.nextEndpoint(ep)
-		sleep := backoff/2 + rand.N(backoff/2+1)
-		t := c.clock.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !delays.Wait(ctx, c.clock) {
 			w.finish(ctx.Err())
 			return
-		case <-t.C():
 		}
-		backoff = min(2*backoff, c.opts.backoffMax)
 	}
 }
 

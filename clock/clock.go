@@ -271,12 +271,25 @@ type fakeTimer struct {
 
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }
 
+// Stop and Reset drop a fire not yet received, as time.Timer's do since
+// Go 1.23: no stale value wakes a later receive.
 func (t *fakeTimer) Stop() bool {
 	t.f.mu.Lock()
 	defer t.f.mu.Unlock()
 	was := t.armed
 	t.armed = false
+	t.drain()
 	return was
+}
+
+func (t *fakeTimer) drain() {
+	if t.ch == nil {
+		return
+	}
+	select {
+	case <-t.ch:
+	default:
+	}
 }
 
 func (t *fakeTimer) Reset(d time.Duration) bool {
@@ -284,6 +297,7 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	was := t.armed
 	t.armed = true
 	t.at = t.f.now.Add(d)
+	t.drain()
 	if t.period > 0 {
 		t.period = d
 	}

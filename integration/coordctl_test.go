@@ -66,7 +66,7 @@ var field = testutil.Field
 // exit codes.
 func TestCoordctlEndToEnd(t *testing.T) {
 	dir := t.TempDir()
-	base := freeBase(t)
+	base := textPorts(t, 23) // BASE_PORT: node N on +10(N-1)+0, 1, 2
 	up := exec.Command("bash", "../scripts/local-cluster.sh", "up", dir)
 	up.Env = append(os.Environ(), "COORDD_BIN="+coorddBin, fmt.Sprintf("BASE_PORT=%d", base))
 	t.Cleanup(func() {

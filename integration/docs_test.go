@@ -366,7 +366,7 @@ func startGroup(t *testing.T, cmd *exec.Cmd) {
 // runLane runs a lane's blocks in one bash process and checks that they
 // succeed and leave nothing running.
 func runLane(t *testing.T, root string, lane docLane, blocks []docBlock) {
-	env := docEnv{base: freePortRange(t, 51), tmp: t.TempDir()}
+	env := docEnv{base: textPorts(t, 51), tmp: t.TempDir()}
 	dir := root
 	if lane.inTemp {
 		dir = env.tmp
@@ -432,7 +432,7 @@ func serveLane(t *testing.T, root string, blocks []docBlock) {
 	if len(blocks) != 1 || len(blocks[0].lines) != 1 {
 		t.Fatalf("the serve lane runs one block of one command, got %d block(s)", len(blocks))
 	}
-	env := docEnv{base: freePortRange(t, 51), tmp: t.TempDir()}
+	env := docEnv{base: textPorts(t, 51), tmp: t.TempDir()}
 	out := &testutil.Buffer{}
 	cmd := exec.Command("bash", "-c", env.rewrite(blocks[0].lines[0]))
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = root, env.environ(), out, out

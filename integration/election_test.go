@@ -69,7 +69,7 @@ func TestElectionThroughLeaderKillAndPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc := proccluster.Start(t, coorddBin, 3)
-	pc.WaitLeader(20 * time.Second)
+	pc.WaitLeader()
 	eps := pc.Endpoints()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -178,10 +178,10 @@ func TestElectionThroughLeaderKillAndPause(t *testing.T) {
 	// SIGKILL the coordd leader: the elected process keeps its lease
 	// through the failover when it is shorter than the TTL (or loses it,
 	// and someone is elected: either way the checks below hold).
-	l := pc.WaitLeader(20 * time.Second)
-	pc.Stop(l, syscall.SIGKILL)
+	l := pc.WaitLeader()
+	pc.Kill(l)
 	killedAt := time.Now()
-	pc.WaitLeader(20 * time.Second)
+	pc.WaitLeader()
 	base := accepted(first, gen1)
 	pollUntil(t, "writes after the coordd failover", 30*time.Second, func() bool {
 		p, g := current()

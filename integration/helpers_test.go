@@ -3,7 +3,13 @@ package integration
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,7 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/coorderr"
-	"github.com/coordd/coordd/internal/proccluster"
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -103,28 +108,80 @@ func metricValue(t *testing.T, n *testcluster.Node, sample string) float64 {
 	return 0
 }
 
-// freePortRange finds n consecutive free loopback ports (proccluster's
-// picker: below the ephemeral range, never a port it handed out before in
-// this process) and returns the first.
-func freePortRange(t *testing.T, n int) int {
+// textPorts returns the first of n consecutive free loopback ports, for
+// the only tests whose ports are written in text: the README's commands
+// (docs_test rewrites 127.0.0.1:74NN to base+NN) and
+// scripts/local-cluster.sh's BASE_PORT. Every other test binds port 0 and
+// reads the address it got. Ports come in disjoint blocks of
+// textPortBlock, counted from a random block below the kernel's ephemeral
+// range (where port 0 binds and outgoing connections never land), so two
+// tests of this process never share one; a block with a port in use (by
+// another process) is skipped.
+func textPorts(t *testing.T, n int) int {
 	t.Helper()
-	base, err := proccluster.FreePorts(n)
+	if n > textPortBlock {
+		t.Fatalf("textPorts(%d): at most %d", n, textPortBlock)
+	}
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 12000 {
+				low = v
+			}
+		}
+	}
+	blocks := int64((low - textPortFloor) / textPortBlock)
+	textPortsOnce.Do(func() { textPortNext.Store(rand.Int64N(blocks)) })
+	for range 100 {
+		base := textPortFloor + int(textPortNext.Add(1)%blocks)*textPortBlock
+		if portsFree(base, n) {
+			return base
+		}
+	}
+	t.Fatalf("no block of %d free loopback ports below %d", n, low)
+	return 0
+}
+
+const (
+	textPortFloor = 10000
+	textPortBlock = 64
+)
+
+var (
+	textPortsOnce sync.Once
+	textPortNext  atomic.Int64
+)
+
+// portsFree reports whether [base, base+n) can be listened on now.
+func portsFree(base, n int) bool {
+	for p := base; p < base+n; p++ {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			return false
+		}
+		l.Close()
+	}
+	return true
+}
+
+// deadRaftAddr is a loopback address where a connection is accepted and
+// closed at once: a Raft peer that never answers (for a server added to a
+// configuration without a node behind it).
+func deadRaftAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return base
-}
-
-// freeBase finds a BASE_PORT for scripts/local-cluster.sh whose three
-// nodes' ports (node N: gRPC, HTTP, Raft at BASE_PORT+10*(N-1)+0, 1, 2)
-// are free.
-func freeBase(t *testing.T) int {
-	t.Helper()
-	return freePortRange(t, 23)
-}
-
-// freePortAddr is a free loopback address below the ephemeral range.
-func freePortAddr(t *testing.T) string {
-	t.Helper()
-	return fmt.Sprintf("127.0.0.1:%d", freePortRange(t, 1))
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return l.Addr().String()
 }

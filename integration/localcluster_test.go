@@ -29,7 +29,7 @@ type localCluster struct {
 }
 
 func newLocalCluster(t *testing.T, env ...string) *localCluster {
-	lc := &localCluster{t: t, dir: t.TempDir(), base: freeBase(t), seen: map[int]bool{}}
+	lc := &localCluster{t: t, dir: t.TempDir(), base: textPorts(t, 23), seen: map[int]bool{}}
 	lc.env = append(cleanEnv(), fmt.Sprintf("BASE_PORT=%d", lc.base))
 	lc.env = append(lc.env, env...)
 	t.Cleanup(func() {
@@ -223,7 +223,7 @@ func TestLocalClusterScript(t *testing.T) {
 
 	// A coordd the script did not start holds node3's data directory.
 	stray := exec.Command(coorddBin, "--id", "node3", "--data-dir", filepath.Join(lc.dir, "node3"),
-		"--grpc-addr", freePortAddr(t), "--http-addr", freePortAddr(t), "--raft-addr", freePortAddr(t))
+		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0")
 	stray.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	strayLog := &testutil.Buffer{}
 	stray.Stderr = strayLog

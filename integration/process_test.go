@@ -6,12 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coordd/coordd/internal/proccluster"
-	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
 // The binaries are built once by TestMain.
@@ -44,14 +42,14 @@ func TestMain(m *testing.M) {
 // node's cluster.
 func TestProcessLeaderKill9Failover(t *testing.T) {
 	pc := proccluster.Start(t, coorddBin, 3)
-	pc.WaitLeader(20 * time.Second)
+	pc.WaitLeader()
 	if _, err := pc.AcquireAnywhere("warmup", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	var took []time.Duration
 	for run := 0; run < 5; run++ {
-		l := pc.WaitLeader(20 * time.Second)
-		pc.Stop(l, syscall.SIGKILL)
+		l := pc.WaitLeader()
+		pc.Kill(l)
 		d, err := pc.AcquireAnywhere(fmt.Sprintf("after-kill-%d", run), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -66,22 +64,7 @@ func TestProcessLeaderKill9Failover(t *testing.T) {
 		}
 	}
 	// Whole cluster kill -9 and restart: the next generation continues.
-	l := pc.WaitLeader(20 * time.Second)
-	cc := coordv1.NewCoordinatorClient(l.Conn)
-	first := acquire(t, cc, "gen", "a", 2*time.Second)
-	if _, err := cc.Release(ctxT(t), &coordv1.ReleaseRequest{Name: "gen", Owner: "a", Generation: first.GetGeneration()}); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pc.Nodes {
-		pc.Stop(p, syscall.SIGKILL)
-	}
-	for _, p := range pc.Nodes {
-		pc.Restart(p)
-	}
-	l = pc.WaitLeader(20 * time.Second)
-	if next := acquire(t, coordv1.NewCoordinatorClient(l.Conn), "gen", "b", 2*time.Second); next.GetGeneration() != first.GetGeneration()+1 {
-		t.Fatalf("generation after kill -9 of every node: %d, before %d", next.GetGeneration(), first.GetGeneration())
-	}
+	generationsContinueAfterFullRestart(t, pc, 10)
 }
 
 // runExample runs an example's binary (with --endpoints and args) against
@@ -90,7 +73,7 @@ func TestProcessLeaderKill9Failover(t *testing.T) {
 func runExample(t *testing.T, bin string, timeout time.Duration, args ...string) string {
 	t.Helper()
 	pc := proccluster.Start(t, coorddBin, 3)
-	pc.WaitLeader(20 * time.Second)
+	pc.WaitLeader()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, append([]string{"--endpoints", strings.Join(pc.Endpoints(), ",")}, args...)...).CombinedOutput()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/internal/framework"
 	"github.com/coordd/coordd/internal/proccluster"
 	"github.com/coordd/coordd/internal/testcluster"
 	"github.com/coordd/coordd/internal/tlsutil"
@@ -28,17 +29,13 @@ func TestProcessClusterMutualTLS(t *testing.T) {
 	}
 	pc := proccluster.StartTLS(t, coorddBin, 3, func(id string) tlsutil.Files { return certs.Files(id, true) },
 		"--acl-file", aclPath)
-	pc.WaitLeader(20 * time.Second)
+	pc.WaitLeader()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	// The SDK with a certificate: a lease kept alive across renewals.
-	billing, err := client.New(ctx, pc.Endpoints(), client.WithTLSFiles(certs.Files("billing-worker", false).Cert,
-		certs.Files("billing-worker", false).Key, certs.Files("billing-worker", false).CA))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer billing.Close()
+	bf := certs.Files("billing-worker", false)
+	billing := framework.Client(t, pc, client.WithTLSFiles(bf.Cert, bf.Key, bf.CA))
 	l, err := billing.Acquire(ctx, "billing/close", 1500*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -59,11 +56,7 @@ func TestProcessClusterMutualTLS(t *testing.T) {
 		t.Fatalf("acquire outside the ACL: %v", err)
 	}
 	// No certificate: refused at the handshake, reported at once.
-	anon, err := client.New(ctx, pc.Endpoints(), client.WithTLSFiles("", "", certs.Files("billing-worker", false).CA))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer anon.Close()
+	anon := framework.Client(t, pc, client.WithTLSFiles("", "", bf.CA))
 	if _, err := anon.Acquire(ctx, "billing/x", 2*time.Second); !errors.Is(err, client.ErrUnauthenticated) {
 		t.Fatalf("anonymous client: %v", err)
 	}

@@ -58,8 +58,8 @@ func raftTransportAs(t *testing.T, f tlsutil.Files) *raft.NetworkTransport {
 func TestRaftRefusesCertificatesOfNonMembers(t *testing.T) {
 	certs := testcluster.NewCerts(t)
 	pc := proccluster.StartTLS(t, coorddBin, 3, func(id string) tlsutil.Files { return certs.Files(id, true) })
-	leader := pc.WaitLeader(20 * time.Second)
-	pc.WaitConverged(20 * time.Second) // every node answers and follows
+	leader := pc.WaitLeader()
+	pc.WaitConverged() // every node answers and follows
 	var target *proccluster.Node
 	for _, nd := range pc.Nodes {
 		if nd != leader {
@@ -129,7 +129,7 @@ func TestRaftRefusesCertificatesOfNonMembers(t *testing.T) {
 	// is answered, not refused); once it is removed, refused again.
 	cluster := coordv1.NewClusterClient(leader.Conn)
 	ctx := ctxT(t)
-	if _, err := cluster.AddVoter(ctx, &coordv1.AddVoterRequest{Id: "node9", RaftAddress: freePortAddr(t)}); err != nil {
+	if _, err := cluster.AddVoter(ctx, &coordv1.AddVoterRequest{Id: "node9", RaftAddress: deadRaftAddr(t)}); err != nil {
 		t.Fatal(err)
 	}
 	inConfig := func(want bool) {
@@ -296,8 +296,8 @@ func TestCoorddRefusesACertificateThatIsNotItsNodeCertificate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a coordd that starts is killed
 			defer cancel()
-			cmd := exec.CommandContext(ctx, coorddBin, append([]string{"--id", "node1", "--data-dir", t.TempDir(), "--grpc-addr", freePortAddr(t),
-				"--http-addr", "", "--raft-addr", freePortAddr(t)}, tc.args...)...)
+			cmd := exec.CommandContext(ctx, coorddBin, append([]string{"--id", "node1", "--data-dir", t.TempDir(), "--grpc-addr", "127.0.0.1:0",
+				"--http-addr", "", "--raft-addr", "127.0.0.1:0"}, tc.args...)...)
 			cmd.Env = cleanEnv()
 			out, err := cmd.CombinedOutput()
 			if err == nil || !strings.Contains(string(out), tc.want) || !strings.Contains(string(out), "coordctl certs issue node1 --node") {

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -10,26 +9,34 @@ import (
 
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/fsm"
-	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+	"github.com/coordd/coordd/node/leader"
 )
 
 // leaderState lives while this node is the leader. ready is closed once
 // the node applied everything before its term (Barrier) and set its cluster
 // clock; no proposal is stamped before that. ctx ends with the leadership
-// or the node.
+// or the node. Once ready, it is the leader.Leadership the leader services
+// run on.
 type leaderState struct {
+	n      *Node
 	ctx    context.Context
 	cancel context.CancelFunc
 	ready  chan struct{}
 	clock  *clusterClock
 	// lastProposal is the cluster time of the last stamped command, so the
-	// ticker only appends ticks when the log is idle.
+	// tick service only appends ticks when the log is idle.
 	lastProposal atomic.Int64
-	hooksRun     bool // guarded by leaderHooks.mu
-	// fetches are the long-polling Fetch calls on this leader; dispatch
-	// wakes the dispatcher (queue.go) when the queue may have changed.
-	fetches  fetchQueue
-	dispatch chan struct{}
+	// fetches are the long-polling Fetch calls on this leader.
+	fetches fetchQueue
+}
+
+var _ leader.Leadership = (*leaderState)(nil)
+
+func (ls *leaderState) Lease() int64     { return ls.clock.current() }
+func (ls *leaderState) Calendar() int64  { return ls.clock.calendar() }
+func (ls *leaderState) LastStamp() int64 { return ls.lastProposal.Load() }
+func (ls *leaderState) Propose(ctx context.Context, body any) (any, error) {
+	return ls.n.proposeAs(ctx, ls, body)
 }
 
 // watchLeadership is the leadership lifecycle: on gaining leadership it
@@ -60,14 +67,12 @@ func (n *Node) watchLeadership() {
 
 func (n *Node) newLeaderState() *leaderState {
 	ctx, cancel := context.WithCancel(n.ctx)
-	return &leaderState{ctx: ctx, cancel: cancel, ready: make(chan struct{}), dispatch: make(chan struct{}, 1),
-		fetches: fetchQueue{kick: make(chan struct{}, 1)}}
+	return &leaderState{n: n, ctx: ctx, cancel: cancel, ready: make(chan struct{})}
 }
 
 // runLeader establishes leadership (Barrier, then the cluster clock), then
-// runs the leader-only loops on the node's clock until leadership ends:
-// ticks when the log is idle, retention prunes, and the hooks registered
-// with WhileLeading.
+// runs the leader services (node/leader: the node's own and those the API
+// registered) until leadership ends, and returns once they all stopped.
 func (n *Node) runLeader(ls *leaderState) {
 	start := n.clock.Now()
 	// Apply everything committed by earlier leaders before stamping anything:
@@ -96,45 +101,7 @@ func (n *Node) runLeader(ls *leaderState) {
 		n.log.Warn("wall clock is behind calendar time: calendar time holds until it catches up",
 			"behind", time.Duration(behind)*time.Millisecond)
 	}
-	n.hooks.start(n, ls)
-	n.wg.Go(func() { n.runMaterialiser(ls) })
-	n.wg.Go(func() { n.runDispatcher(ls) })
-	n.wg.Go(func() { n.runFetchPump(ls) })
-	// A tick at once moves the followers' clocks to this term's base.
-	if _, err := n.proposeAs(ls.ctx, ls, &fsmv1.Tick{}); err != nil {
-		n.log.Warn("first tick failed", "err", err)
-	}
-
-	tick := n.clock.NewTicker(n.cfg.TickInterval / 2)
-	defer tick.Stop()
-	prune := n.clock.NewTicker(n.cfg.PruneInterval)
-	defer prune.Stop()
-	for {
-		select {
-		case <-ls.ctx.Done():
-			return
-		case <-tick.C():
-			if ls.clock.current()-ls.lastProposal.Load() >= n.cfg.TickInterval.Milliseconds() {
-				if _, err := n.proposeAs(ls.ctx, ls, &fsmv1.Tick{}); err != nil && ls.ctx.Err() == nil {
-					n.log.Warn("tick failed", "err", err)
-				}
-			}
-		case <-prune.C():
-			cutoff := ls.clock.current() - n.cfg.Retention.Milliseconds()
-			res, err := n.proposeAs(ls.ctx, ls, &fsmv1.Prune{CutoffMs: cutoff,
-				JobsCutoffMs:    ls.clock.calendar() - n.cfg.JobRetention.Milliseconds(),
-				MaxFinishedJobs: n.cfg.MaxFinishedJobs})
-			if err != nil {
-				n.log.Warn("prune failed", "err", err)
-				continue
-			}
-			if r := res.(*fsm.PruneResult); r.Windows+r.Idempotency+r.Jobs > 0 {
-				n.log.Info("retention pruned records", "windows", r.Windows, "idempotency_records", r.Idempotency,
-					"older_than", n.cfg.Retention, "finished_jobs", r.Jobs, "jobs_older_than", n.cfg.JobRetention,
-					"max_finished_jobs", n.cfg.MaxFinishedJobs)
-			}
-		}
-	}
+	n.services.Lead(ls.ctx, ls)
 }
 
 // Calendar is calendar time now (Unix ms): on the ready leader, what it
@@ -181,38 +148,14 @@ func (n *Node) times() (lease, calendar int64) {
 	return n.fsm.Clock(), n.fsm.CalendarMs()
 }
 
-// leaderHooks are loops above the node that run only on the leader.
-type leaderHooks struct {
-	mu    sync.Mutex
-	hooks []func(ctx context.Context, now func() int64)
-}
+// RegisterLeaderServices adds services that run while this node leads,
+// under the same lifecycle as the node's own (node/leader): started on
+// every ready leadership (at once on the current one), stopped when it
+// ends. api.Serve registers the API's this way.
+func (n *Node) RegisterLeaderServices(svcs ...leader.Service) { n.services.Register(svcs...) }
 
-// WhileLeading runs f in a goroutine of its own each time this node
-// becomes a ready leader, and at once when it is one now. f's context ends
-// with that leadership (or the node); now reads the leader's cluster clock.
-// The API's absence monitor runs this way.
-func (n *Node) WhileLeading(f func(ctx context.Context, now func() int64)) {
-	n.hooks.mu.Lock()
-	defer n.hooks.mu.Unlock()
-	n.hooks.hooks = append(n.hooks.hooks, f)
-	if ls := n.leader.Load(); ls != nil && ls.hooksRun {
-		n.runHook(ls, f)
-	}
-}
-
-// start runs every hook for a leadership that just became ready.
-func (h *leaderHooks) start(n *Node, ls *leaderState) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ls.hooksRun = true
-	for _, f := range h.hooks {
-		n.runHook(ls, f)
-	}
-}
-
-func (n *Node) runHook(ls *leaderState, f func(ctx context.Context, now func() int64)) {
-	n.wg.Go(func() { f(ls.ctx, ls.clock.current) })
-}
+// LeaderServices names the services that run while this node leads.
+func (n *Node) LeaderServices() []string { return n.services.Names() }
 
 // readyLeader returns the leader state once it is ready, or a
 // *NotLeaderError.
@@ -325,7 +268,7 @@ func (n *Node) waitFor(ls *leaderState, p *proposal, start time.Time) func(conte
 		resp, err := n.result(ctx, p)
 		// Any command may have changed the queue (each one first applies
 		// what its calendar stamp made due or lapsed).
-		ls.queueChanged()
+		n.queueChanged()
 		if err != nil {
 			n.metrics.proposed(cmd.GetType(), "error").Inc()
 			return nil, err
@@ -349,10 +292,16 @@ func b2f(b bool) float64 {
 
 // await waits for a Raft future, but not past shutdown or ctx (a future
 // still queued when Raft shuts down is never answered), and translates
-// Raft's errors into the node's.
+// Raft's errors into the node's. The goroutine that blocks on the future
+// (Raft's futures offer nothing to select on) is counted in n.futures:
+// Close waits for those Raft still answers and logs the ones it never will.
 func (n *Node) await(ctx context.Context, f raft.Future) error {
 	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
+	n.futures.Add(1)
+	go func() {
+		defer n.futures.Add(-1)
+		done <- f.Error()
+	}()
 	select {
 	case err := <-done:
 		return n.translate(err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +16,8 @@ import (
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/testutil"
+	"github.com/coordd/coordd/node/leader"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -154,25 +158,40 @@ func TestClusterClockStampsNeverGoBack(t *testing.T) {
 	}
 }
 
-// WhileLeading hooks run on each ready leadership, and end with it.
-func TestWhileLeadingHooks(t *testing.T) {
+// hookService is a leader service for tests: it records its runs.
+type hookService struct {
+	runs, ended atomic.Int32
+	lastNow     atomic.Int64
+}
+
+func (*hookService) Name() string { return "test-hook" }
+
+func (h *hookService) Run(ctx context.Context, l leader.Leadership) error {
+	h.runs.Add(1)
+	h.lastNow.Store(l.Lease())
+	<-ctx.Done()
+	h.ended.Add(1)
+	return nil
+}
+
+// A service registered with RegisterLeaderServices runs on each ready
+// leadership (at once on the current one), on the leader's clocks, and
+// ends with it; runLeader returns only once it did.
+func TestRegisteredLeaderServicesRunWhileLeading(t *testing.T) {
 	n := newTestNode(t)
-	var runs, ended atomic.Int32
-	var lastNow atomic.Int64
-	n.WhileLeading(func(ctx context.Context, now func() int64) {
-		runs.Add(1)
-		lastNow.Store(now())
-		<-ctx.Done()
-		ended.Add(1)
-	})
-	eventually(t, "the hook runs on the current leadership", func() bool { return runs.Load() == 1 })
-	if lastNow.Load() != n.fsm.Clock() {
-		t.Fatalf("hook's now %d, cluster clock %d", lastNow.Load(), n.fsm.Clock())
+	h := &hookService{}
+	n.RegisterLeaderServices(h)
+	eventually(t, "the service runs on the current leadership", func() bool { return h.runs.Load() == 1 })
+	if h.lastNow.Load() != n.fsm.Clock() {
+		t.Fatalf("service's lease time %d, cluster clock %d", h.lastNow.Load(), n.fsm.Clock())
+	}
+	if got, want := n.LeaderServices(), []string{"tick", "prune", "dispatch", "fetch-pump", "materialise", "test-hook"}; !slices.Equal(got, want) {
+		t.Fatalf("leader services %v, want %v", got, want)
 	}
 	n.notifyCh <- false
-	eventually(t, "the hook ends with leadership", func() bool { return ended.Load() == 1 })
+	eventually(t, "the service ends with leadership", func() bool { return h.ended.Load() == 1 })
 	n.lead(t)
-	eventually(t, "the hook runs again", func() bool { return runs.Load() == 2 })
+	eventually(t, "the service runs again", func() bool { return h.runs.Load() == 2 })
 }
 
 // Acquire answers from state whatever the FSM answers without a write.
@@ -286,4 +305,24 @@ func TestTransferLeadershipOnASingleNode(t *testing.T) {
 	if _, err := n.TransferLeadership(bg(), "n9"); !errors.As(err, &ia) || ia.InvalidArgument() != "id" {
 		t.Fatalf("to a stranger: %v", err)
 	}
+}
+
+// Close waits for the goroutines blocked on Raft futures (await) that
+// Raft answers, and names the count of those it never will.
+func TestCloseAccountsForRaftFutures(t *testing.T) {
+	var logs testutil.Buffer
+	n := newTestNode(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	never := make(chan struct{})
+	waited := make(chan error, 1)
+	go func() { waited <- n.await(bg(), waitFuture(never)) }()
+	eventually(t, "await blocks on the future", func() bool { return n.futures.Load() == 1 })
+	_ = n.Close()
+	if err := <-waited; !errors.Is(err, ErrShutdown) {
+		t.Fatalf("await at shutdown: %v", err)
+	}
+	if !strings.Contains(logs.String(), "Raft futures left unanswered at shutdown") || !strings.Contains(logs.String(), "futures=1") {
+		t.Fatalf("the unanswered future is not accounted for:\n%s", logs.String())
+	}
+	close(never)
+	eventually(t, "the goroutine ends once Raft answers", func() bool { return n.futures.Load() == 0 })
 }

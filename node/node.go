@@ -24,6 +24,7 @@ import (
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/internal/tlsutil"
+	"github.com/coordd/coordd/node/leader"
 )
 
 // raftAPI is the part of *raft.Raft the node uses; unit tests replace it
@@ -74,17 +75,22 @@ type Node struct {
 	proposals chan *proposal
 	queued    atomic.Int64 // commands with the proposer, not yet in an entry
 	waiters   waitQueues   // Acquire calls waiting for a lease (leader only)
-	hooks     leaderHooks
-	// scheduleWake wakes the leader's materialiser (schedules.go) when a
-	// schedule may be due sooner than it planned.
-	scheduleWake chan struct{}
-	watch        *watchHub // recent change events and their watchers (watch.go)
+	// services run while this node leads (node/leader); the node's own
+	// that other code wakes are kept here too.
+	services    *leader.Lifecycle
+	dispatcher  *leader.Dispatch
+	fetchPump   *leader.FetchPump
+	materialise *leader.Materialise
+	watch       *watchHub // recent change events and their watchers (watch.go)
 
 	advertised atomic.Pointer[string] // this node's gRPC address, once Advertise ran
 
 	leaderSigMu sync.Mutex
 	leaderSig   chan struct{} // closed (and replaced) when the known leader may have changed
 	observer    *raft.Observer
+
+	// futures counts the goroutines blocked on a Raft future (await).
+	futures atomic.Int64
 
 	ctx      context.Context // ends at Close
 	stop     context.CancelFunc
@@ -117,20 +123,36 @@ func New(cfg Config) (*Node, error) {
 func newNode(cfg Config) *Node {
 	ctx, stop := context.WithCancel(context.Background())
 	n := &Node{
-		cfg:          cfg,
-		log:          cfg.Logger.With("node", cfg.ID),
-		clock:        cfg.Clock,
-		fsm:          fsm.New(),
-		watch:        newWatchHub(cfg.Watch, cfg.Clock),
-		notifyCh:     make(chan bool, 16),
-		leaderSig:    make(chan struct{}),
-		proposals:    make(chan *proposal, 4*maxBatch),
-		scheduleWake: make(chan struct{}, 1),
-		ctx:          ctx,
-		stop:         stop,
+		cfg:       cfg,
+		log:       cfg.Logger.With("node", cfg.ID),
+		clock:     cfg.Clock,
+		fsm:       fsm.New(),
+		watch:     newWatchHub(cfg.Watch, cfg.Clock),
+		notifyCh:  make(chan bool, 16),
+		leaderSig: make(chan struct{}),
+		proposals: make(chan *proposal, 4*maxBatch),
+		ctx:       ctx,
+		stop:      stop,
 	}
 	n.metrics = newMetrics(n, cfg.Metrics)
+	n.newLeaderServices()
 	return n
+}
+
+// newLeaderServices builds what runs while this node leads, one service
+// per file of node/leader (node/DESIGN.md, "What runs on the leader").
+func (n *Node) newLeaderServices() {
+	cfg := n.cfg
+	n.dispatcher = &leader.Dispatch{Clock: n.clock, Log: n.log, NextDue: n.fsm.NextJobDue, Retry: cfg.TickInterval}
+	n.fetchPump = &leader.FetchPump{Serve: n.serveFetches}
+	n.materialise = &leader.Materialise{Clock: n.clock, Log: n.log, Rounds: n.materialiseRounds,
+		NextDue: n.fsm.NextScheduleDue, Done: n.metrics.materialised}
+	n.services = leader.NewLifecycle(n.log, n.clock)
+	n.services.Register(
+		&leader.Tick{Clock: n.clock, Log: n.log, Interval: cfg.TickInterval},
+		&leader.Prune{Clock: n.clock, Log: n.log, Interval: cfg.PruneInterval, Retention: cfg.Retention,
+			JobRetention: cfg.JobRetention, MaxFinishedJobs: cfg.MaxFinishedJobs},
+		n.dispatcher, n.fetchPump, n.materialise)
 }
 
 // start runs the node's loops.
@@ -337,6 +359,7 @@ func (n *Node) shutdown() error {
 		ls.cancel()
 	}
 	n.wg.Wait()
+	n.awaitFutures(futureGrace)
 	if n.trans != nil {
 		errs = append(errs, n.trans.Close())
 	}
@@ -345,6 +368,24 @@ func (n *Node) shutdown() error {
 	}
 	n.log.Info("coordd node stopped")
 	return errors.Join(errs...)
+}
+
+// futureGrace is how long Close waits for Raft to answer the futures the
+// node still waits on, after Raft shut down.
+const futureGrace = 200 * time.Millisecond
+
+// awaitFutures waits (real time, at most grace) until no goroutine blocks
+// on a Raft future, and logs those left: futures still queued in Raft when
+// it shut down, which it never answers. They hold a goroutine each until
+// the process ends; nothing else can stop them.
+func (n *Node) awaitFutures(grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	for n.futures.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if left := n.futures.Load(); left > 0 {
+		n.log.Warn("Raft futures left unanswered at shutdown (queued when Raft stopped)", "futures", left)
+	}
 }
 
 // sleep waits d on the node's clock, or until wake fires (nil: never);

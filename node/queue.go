@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/node/leader"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -15,68 +16,22 @@ import (
 // the indexes and applies what a command's calendar stamp made due or
 // lapsed; the leader makes sure a command comes when it should:
 //
-//   - the dispatcher sleeps until the FSM's NextJobDue (calendar time) and
-//     proposes a Tick then, so due jobs become available and lapsed claims
-//     end on time even when nothing else is proposed; no scan of the jobs;
+//   - the dispatcher (node/leader/dispatch.go) sleeps until the FSM's
+//     NextJobDue (calendar time) and proposes a Tick then, so due jobs
+//     become available and lapsed claims end on time even when nothing
+//     else is proposed; no scan of the jobs;
 //   - long-polling Fetch calls wait here, in arrival order, and the fetch
-//     pump proposes their fetches when the queues they wait on have
-//     available jobs (after a Submit, a Retry, a lapse, a due time: any
-//     committed command may have changed the queue, and wakes it);
+//     pump (node/leader/fetchpump.go, serving with serveFetches) proposes
+//     their fetches when the queues they wait on have available jobs
+//     (after a Submit, a Retry, a lapse, a due time: any committed command
+//     may have changed the queue, and wakes it);
 //   - a Fail's retry jitter is drawn here and stamped into the command, so
 //     the FSM stays deterministic.
 
 // queueChanged tells the dispatcher and the fetch pump to look again.
-func (ls *leaderState) queueChanged() {
-	poke(ls.dispatch)
-	poke(ls.fetches.kick)
-}
-
-func poke(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-// runDispatcher proposes a Tick whenever the calendar reaches the FSM's
-// NextJobDue: the earliest run_at of a scheduled or retryable job, or the
-// earliest visibility deadline of a running attempt. It sleeps on the
-// node's clock until then, or until a committed command may have moved it.
-func (n *Node) runDispatcher(ls *leaderState) {
-	timer := n.clock.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		due, ok := n.fsm.NextJobDue()
-		cal := ls.clock.calendar()
-		if ok && due <= cal {
-			if _, err := n.proposeAs(ls.ctx, ls, &fsmv1.Tick{}); err != nil {
-				if ls.ctx.Err() != nil {
-					return
-				}
-				n.log.Warn("queue dispatch tick failed; retrying", "err", err, "due", due)
-				timer.Reset(n.cfg.TickInterval)
-				select {
-				case <-ls.ctx.Done():
-					return
-				case <-timer.C():
-				}
-			}
-			continue
-		}
-		var fire <-chan time.Time
-		if ok {
-			timer.Reset(time.Duration(due-cal) * time.Millisecond)
-			fire = timer.C()
-		}
-		select {
-		case <-ls.ctx.Done():
-			return
-		case <-fire:
-		case <-ls.dispatch:
-			timer.Stop()
-		}
-	}
+func (n *Node) queueChanged() {
+	n.dispatcher.Poke()
+	n.fetchPump.Poke()
 }
 
 // fetchQueue holds the Fetch calls waiting on this leader, in arrival
@@ -84,7 +39,6 @@ func (n *Node) runDispatcher(ls *leaderState) {
 type fetchQueue struct {
 	mu      sync.Mutex
 	waiters []*fetchWaiter
-	kick    chan struct{} // buffered 1: look at the waiters again
 }
 
 // fetchWaiter is one waiting Fetch call.
@@ -193,7 +147,7 @@ func (n *Node) Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Durati
 	q.mu.Lock()
 	q.waiters = append(q.waiters, w)
 	q.mu.Unlock()
-	poke(q.kick)
+	n.fetchPump.Poke()
 	n.metrics.fetchWaiters.Inc()
 	defer n.metrics.fetchWaiters.Dec()
 	timer := n.clock.NewTimer(wait)
@@ -255,22 +209,11 @@ func (n *Node) stopWaiting(ctx context.Context, ls *leaderState, w *fetchWaiter)
 	}
 }
 
-// runFetchPump serves the waiting Fetch calls whenever the queue may have
-// changed.
-func (n *Node) runFetchPump(ls *leaderState) {
-	for {
-		select {
-		case <-ls.ctx.Done():
-			return
-		case <-ls.fetches.kick:
-		}
-		n.serveFetches(ls)
-	}
-}
-
 // serveFetches proposes the fetches of the waiters pickWaiters picks, in
-// arrival order, so they apply in that order.
-func (n *Node) serveFetches(ls *leaderState) {
+// arrival order, so they apply in that order: the fetch pump's work on
+// leadership l (always this node's *leaderState).
+func (n *Node) serveFetches(_ context.Context, l leader.Leadership) {
+	ls := l.(*leaderState)
 	for _, w := range n.pickWaiters(ls, nil) {
 		wait, err := n.proposeStart(ls.ctx, ls, w.cmd)
 		if err != nil {
@@ -391,7 +334,7 @@ func (n *Node) fetchDone(ls *leaderState, w *fetchWaiter, r *fsm.FetchResult, er
 		q.deliverLocked(w, fetchOutcome{res: r, err: err})
 	}
 	q.mu.Unlock()
-	poke(q.kick) // the queue changed while this fetch was in flight
+	n.fetchPump.Poke() // the queue changed while this fetch was in flight
 }
 
 // fetchResult types the outcome of a FetchJobs.

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/node/leader"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	"github.com/coordd/coordd/schedule"
 )
@@ -21,7 +22,8 @@ import (
 // ranges, the new marks and next due times in one log entry. The FSM
 // applies an item only to the schedule state it was computed from, so an
 // occurrence becomes at most one job whatever the failovers and retries.
-// Then the loop sleeps until the earliest next due time.
+// Then the loop sleeps until the earliest next due time. The loop is the
+// materialise service (node/leader/materialise.go); the rounds are here.
 
 const (
 	// maxSchedulesPerRound and maxOccurrencesPerRound bound one round's
@@ -32,10 +34,6 @@ const (
 	// (schedule.Calendar.Due's max): a long catch-up goes in several
 	// rounds, each with its own mark.
 	maxOccurrencesPerSchedule = 1000
-	// materialiseIdle is the longest the loop sleeps without looking at
-	// the next-due index (a create or resume on this leader wakes it at
-	// once; this bounds the delay for one that did not pass through here).
-	materialiseIdle = time.Second
 )
 
 // compiledSchedule caches a schedule's calendar for one revision.
@@ -45,7 +43,7 @@ type compiledSchedule struct {
 	err      error
 }
 
-// materialiser is the state of one leadership's loop.
+// materialiser is the state of one leadership's rounds.
 type materialiser struct {
 	n     *Node
 	cache map[string]compiledSchedule
@@ -66,63 +64,20 @@ func (m *materialiser) compile(sc *fsm.Schedule) (*schedule.Calendar, error) {
 	return cal, err
 }
 
-// runMaterialiser runs rounds until leadership ends.
-func (n *Node) runMaterialiser(ls *leaderState) {
+// materialiseRounds returns the round function of one leadership's
+// materialiser (node/leader/materialise.go runs the loop): its own cache
+// of compiled calendars and of schedules that do not compile here.
+func (n *Node) materialiseRounds() leader.RoundFunc {
 	m := &materialiser{n: n, cache: map[string]compiledSchedule{}}
 	broken := map[string]uint64{} // schedules that do not compile here, by revision (logged once)
-	backoff := 50 * time.Millisecond
-	for ls.ctx.Err() == nil {
-		now := ls.clock.calendar()
-		items, more := m.round(n.fsm.DueSchedules(now, maxSchedulesPerRound), now, broken)
-		if len(items) > 0 {
-			res, err := n.proposeAs(ls.ctx, ls, &fsmv1.MaterialiseSchedules{Items: items})
-			if err != nil {
-				if ls.ctx.Err() != nil {
-					return
-				}
-				n.log.Warn("materialising schedules failed; retrying", "schedules", len(items), "err", err, "in", backoff)
-				if !n.sleepLeading(ls, backoff) {
-					return
-				}
-				backoff = min(2*backoff, 5*time.Second)
-				continue
-			}
-			backoff = 50 * time.Millisecond
-			n.metrics.materialised(items, res.(*fsm.MaterialiseResult), ls.clock.calendar())
-		}
-		if more {
-			continue
-		}
-		wait := materialiseIdle
-		if next, ok := n.fsm.NextScheduleDue(); ok {
-			wait = min(wait, time.Duration(next-ls.clock.calendar())*time.Millisecond)
-		}
-		if wait <= 0 {
-			if len(items) > 0 {
-				continue // due again at once (more to catch up, or a stale item)
-			}
-			wait = materialiseIdle // only schedules that do not compile here are due
-		}
-		if !n.sleepLeading(ls, wait) {
-			return
-		}
+	return func(now int64) ([]*fsmv1.ScheduleMaterialisation, bool) {
+		return m.round(n.fsm.DueSchedules(now, maxSchedulesPerRound), now, broken)
 	}
 }
 
-// sleepLeading waits d on the node's clock, or until a schedule changed on
-// this leader; false when leadership ended.
-func (n *Node) sleepLeading(ls *leaderState, d time.Duration) bool {
-	return n.sleep(ls.ctx, d, n.scheduleWake)
-}
-
-// wakeMaterialiser tells the loop that a schedule may be due sooner (a
-// put, resume or trigger on this leader).
-func (n *Node) wakeMaterialiser() {
-	select {
-	case n.scheduleWake <- struct{}{}:
-	default:
-	}
-}
+// wakeMaterialiser tells the materialiser that a schedule may be due
+// sooner (a put, resume or trigger on this leader).
+func (n *Node) wakeMaterialiser() { n.materialise.Poke() }
 
 // round computes the items for the due schedules at calendar time now.
 // more: a bound was hit, another round should follow at once.

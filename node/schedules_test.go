@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/node/leader"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -35,7 +36,7 @@ func (n *testNode) settle(t *testing.T) {
 	eventually(t, "due schedules materialised", func() bool { return len(n.fsm.DueSchedules(n.Calendar(), 1)) == 0 })
 	// ... and the loop asleep until the next due time (at most its idle
 	// period), so the test's next Advance wakes it.
-	at := n.clock.Now().Add(materialiseIdle)
+	at := n.clock.Now().Add(leader.MaterialiseIdle)
 	if next, ok := n.fsm.NextScheduleDue(); ok && next < at.UnixMilli() {
 		at = time.UnixMilli(next)
 	}

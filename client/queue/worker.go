@@ -14,6 +14,7 @@ import (
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/internal/due"
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/internal/backoff"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -367,8 +368,7 @@ func (s *slots) release() {
 // fetchLoop fetches jobs of one queue for its free slots until Stop.
 func (w *Worker) fetchLoop(s *slots) {
 	defer w.fetchers.Done()
-	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
-	backoff := minBackoff
+	delays := backoff.New(backoff.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second})
 	if !w.awaitWatch(s) {
 		return
 	}
@@ -390,18 +390,14 @@ func (w *Worker) fetchLoop(s *slots) {
 			return
 		}
 		if err != nil {
-			w.log.Warn("job fetch failed", "queue", s.name, "err", err, "retry_in", backoff)
-			t := w.clk.NewTimer(backoff)
-			select {
-			case <-t.C():
-			case <-w.fetchCtx.Done():
-				t.Stop()
+			d := delays.Next()
+			w.log.Warn("job fetch failed", "queue", s.name, "err", err, "retry_in", d)
+			if !backoff.Sleep(w.fetchCtx, w.clk, d) {
 				return
 			}
-			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
-		backoff = minBackoff
+		delays.Reset()
 		w.startClaims(s, resp.GetJobs(), sent)
 	}
 }

@@ -271,10 +271,7 @@ var atExit []func()
 // HTTP for the forwarded-calls counter; extraArgs for every node) and waits for a leader. The nodes die with coordbench (Pdeathsig)
 // and are killed by PID at the end or on a fatal error.
 func startCluster(bin, dir string, extraArgs ...string) (*proccluster.Cluster, error) {
-	nodes, err := proccluster.LoopbackNodes(3, true, append([]string{"--log-level", "warn"}, extraArgs...)...)
-	if err != nil {
-		return nil, err
-	}
+	nodes := proccluster.LoopbackNodes(3, true, append([]string{"--log-level", "warn"}, extraArgs...)...)
 	lc, err := proccluster.Launch(bin, nodes, proccluster.Options{Dir: dir})
 	if err != nil {
 		return nil, err

@@ -134,3 +134,22 @@ func TestRaftLogStoreFlags(t *testing.T) {
 		}
 	}
 }
+
+// A static cluster cannot name port 0 (no peer could dial it): coordd
+// refuses before it binds anything, pointing at --join.
+func TestPeersOnPortZeroAreRefused(t *testing.T) {
+	done := make(chan error, 1)
+	go func() {
+		done <- run([]string{"--data-dir", t.TempDir(), "--raft-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--http-addr", "",
+			"--peers", "node1=127.0.0.1:0,node2=127.0.0.1:7422"})
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second): // it started and serves until a signal
+		t.Fatal("coordd started with a peer on port 0")
+	}
+	if err == nil || !strings.Contains(err.Error(), "node1=127.0.0.1:0") || !strings.Contains(err.Error(), "--join") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/coordd/coordd/api"
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/internal/addrfile"
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/buildinfo"
 	"github.com/coordd/coordd/internal/tlsutil"
@@ -68,6 +70,11 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--peers: %w", err)
 	}
+	for id, addr := range peers {
+		if _, port, _ := net.SplitHostPort(addr); port == "0" {
+			return fmt.Errorf("--peers: %s=%s: no peer can dial port 0; a node on Raft port 0 starts alone or with --join", id, addr)
+		}
+	}
 	tlsFiles := tlsutil.Files{Cert: o.tlsCert, Key: o.tlsKey, CA: o.tlsCA}
 	peerTLS := tlsutil.Files{Cert: o.peerCert, Key: o.peerKey, CA: o.peerCA}
 	if peerTLS.Enabled() && !tlsFiles.Enabled() {
@@ -93,6 +100,11 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The data dir is ours now (locked): a previous start's address file
+	// goes, and the new one is written once every listener is bound.
+	if err := addrfile.Remove(o.dataDir); err != nil {
+		return errors.Join(err, n.Close())
+	}
 	srv, err := api.Serve(api.Config{
 		GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, TLS: tlsFiles, Insecure: o.insecure, ACLFile: o.aclFile,
 		Limits: auth.Limits{LeasesPerIdentity: uint32(o.maxLeases), RequestsPerSecond: o.rateLimit, Burst: o.burst,
@@ -106,23 +118,45 @@ func run(args []string) error {
 	if err != nil {
 		return errors.Join(err, n.Close())
 	}
+	// The addresses actually bound (a port 0 in a flag is the kernel's
+	// pick): what tests and scripts read instead of guessing free ports.
+	if err := addrfile.Write(o.dataDir, addrfile.Addresses{ID: o.id, GRPC: srv.GRPCAddr(), HTTP: srv.HTTPAddr(), Raft: n.RaftAddr()}); err != nil {
+		srv.Close()
+		return errors.Join(err, n.Close())
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	for got := range sig {
-		if got == syscall.SIGHUP {
-			logger.Info("SIGHUP: reloading TLS files and the ACL")
-			_ = srv.Reload() // it logs what failed and keeps the previous version
-			if err := n.Reload(); err != nil {
-				logger.Error("reloading the peer TLS files failed; keeping the previous ones", "err", err)
-			}
-			continue
+	// A listener that stops serving ends coordd with its error (exit 1):
+	// a node unreachable on its API must not look alive.
+	serveErr := waitForStop(logger, sig, srv.Failed(), func() {
+		_ = srv.Reload() // it logs what failed and keeps the previous version
+		if err := n.Reload(); err != nil {
+			logger.Error("reloading the peer TLS files failed; keeping the previous ones", "err", err)
 		}
-		logger.Info("shutting down", "signal", got.String())
-		break
-	}
+	})
 	// The node first: waiting calls and streams end at once, so the API's
 	// graceful stop is quick.
-	err = n.Close()
+	err = errors.Join(serveErr, n.Close())
 	srv.Close()
 	return err
+}
+
+// waitForStop returns at SIGTERM or SIGINT (nil), or with the error of a
+// listener that stopped serving; it calls reload at each SIGHUP.
+func waitForStop(logger *slog.Logger, sig <-chan os.Signal, failed <-chan error, reload func()) error {
+	for {
+		select {
+		case err := <-failed:
+			logger.Error("shutting down: the API stopped serving", "err", err)
+			return err
+		case got := <-sig:
+			if got == syscall.SIGHUP {
+				logger.Info("SIGHUP: reloading TLS files and the ACL")
+				reload()
+				continue
+			}
+			logger.Info("shutting down", "signal", got.String())
+			return nil
+		}
+	}
 }

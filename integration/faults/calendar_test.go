@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,13 +47,13 @@ func TestCalendarAfterFailoversAndOutage(t *testing.T) {
 	t.Logf("before the outage: lease time lags the calendar by %s", ms(before.GetLeaseClockLagMs()))
 
 	for _, nd := range r.c.Nodes {
-		r.c.Stop(nd, syscall.SIGKILL)
+		r.c.Kill(nd)
 	}
 	time.Sleep(outage)
 	for _, nd := range r.c.Nodes {
 		r.c.Restart(nd)
 	}
-	leader := r.c.WaitLeader(20 * time.Second)
+	leader := r.c.WaitLeader()
 	due := time.Now() // a job due now, at the moment the cluster is back
 
 	// The leader's calendar against its wall clock, in its own Status, and
@@ -135,10 +134,7 @@ func TestSkewedFollowersStartNoJobEarly(t *testing.T) {
 	runFor := time.Duration(cycles(12, 60)) * time.Second
 	const skew = 10 * time.Second
 	r := newRunOn(t, func() *proccluster.TestCluster {
-		nodes, err := proccluster.LoopbackNodes(3, true)
-		if err != nil {
-			t.Fatal(err)
-		}
+		nodes := proccluster.LoopbackNodes(3, true)
 		nodes[1].ExtraArgs = append(nodes[1].ExtraArgs, "--test-clock-offset", skew.String())
 		nodes[2].ExtraArgs = append(nodes[2].ExtraArgs, "--test-clock-offset", (-skew).String())
 		return proccluster.StartNodes(t, coorddBin, nodes)
@@ -348,7 +344,7 @@ func TestSkewedFollowersStartNoJobEarly(t *testing.T) {
 			time.Since(handed).Round(100*time.Millisecond))
 	}
 	lead(t, r, ctx, right)
-	d := r.c.WaitConverged(30 * time.Second)
+	d := r.c.WaitConverged()
 	t.Logf("all nodes at digest %s", d[:12])
 }
 
@@ -356,7 +352,7 @@ func TestSkewedFollowersStartNoJobEarly(t *testing.T) {
 // leads.
 func lead(t *testing.T, r *run, ctx context.Context, nd *proccluster.Node) {
 	t.Helper()
-	cur := r.c.WaitLeader(20 * time.Second)
+	cur := r.c.WaitLeader()
 	if cur == nd {
 		return
 	}

@@ -106,7 +106,7 @@ func newRunOn(t *testing.T, start func() *proccluster.TestCluster) *run {
 		}
 		os.RemoveAll(dir)
 	})
-	r.c.WaitLeader(20 * time.Second)
+	r.c.WaitLeader()
 	for _, nd := range r.c.Nodes {
 		r.await(nd.ID+" runs the "+logStore+" log store", 10*time.Second, func() bool {
 			logs, _ := os.ReadFile(nd.LogPath)
@@ -136,8 +136,8 @@ func (r *run) workers(n int, interval string) {
 // it returns the old leader and how long the cluster took to serve again.
 func (r *run) failover(probe string) (*proccluster.Node, time.Duration) {
 	r.t.Helper()
-	leader := r.c.WaitLeader(20 * time.Second)
-	r.c.Stop(leader, syscall.SIGKILL)
+	leader := r.c.WaitLeader()
+	r.c.Kill(leader)
 	took, err := r.c.AcquireAnywhere(probe, 10*time.Second)
 	if err != nil {
 		r.t.Fatal(err)
@@ -207,7 +207,7 @@ func (r *run) check() history {
 		checkWindows(r.t, lh)
 		checkDurable(r.t, r.c.Endpoints(), lh, lease)
 	}
-	d := r.c.WaitConverged(30 * time.Second)
+	d := r.c.WaitConverged()
 	r.t.Logf("checker 5: all nodes at digest %s", d[:12])
 	for _, name := range []string{"acquire", "commit", "release", "claim", "complete"} {
 		ok, failed, unknown := h.count(name)

@@ -473,13 +473,13 @@ func TestWholeClusterKillScheduledJobs(t *testing.T) {
 	}
 	killAll := func(what string) {
 		for _, nd := range r.c.Nodes {
-			r.c.Stop(nd, syscall.SIGKILL)
+			r.c.Kill(nd)
 		}
 		started := len(l.refresh(t).starts)
 		for _, nd := range r.c.Nodes {
 			r.c.Restart(nd)
 		}
-		r.c.WaitLeader(20 * time.Second)
+		r.c.WaitLeader()
 		t.Logf("%s: every node killed with kill -9 at +%s (%d jobs started), restarted", what, time.Since(t0).Round(time.Millisecond), started)
 	}
 	killAll("before the jobs are due")

@@ -89,9 +89,9 @@ func TestLeaderCrashLoop(t *testing.T) {
 	r.workers(3, "20ms")
 	for cycle := 0; cycle < cycles(3, 10); cycle++ {
 		time.Sleep(time.Duration(cycles(2, 7)) * time.Second)
-		leader := r.c.WaitLeader(20 * time.Second)
+		leader := r.c.WaitLeader()
 		killed := time.Now()
-		r.c.Stop(leader, syscall.SIGKILL)
+		r.c.Kill(leader)
 		took, err := r.c.AcquireAnywhere(fmt.Sprintf("probe-%d", cycle), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -118,7 +118,7 @@ func TestPausedLeader(t *testing.T) {
 	r.workers(3, "20ms")
 	for cycle := 0; cycle < cycles(2, 5); cycle++ {
 		time.Sleep(2 * time.Second)
-		leader := r.c.WaitLeader(20 * time.Second)
+		leader := r.c.WaitLeader()
 		r.c.Signal(leader, syscall.SIGSTOP)
 		r.await("a new leader", 10*time.Second, func() bool {
 			l := r.c.Leader()
@@ -142,17 +142,17 @@ func TestWholeClusterKill(t *testing.T) {
 	for cycle := 0; cycle < cycles(2, 5); cycle++ {
 		time.Sleep(2 * time.Second)
 		for _, nd := range r.c.Nodes {
-			r.c.Stop(nd, syscall.SIGKILL)
+			r.c.Kill(nd)
 		}
 		for _, nd := range r.c.Nodes {
 			r.c.Restart(nd)
 		}
-		r.c.WaitLeader(20 * time.Second)
+		r.c.WaitLeader()
 		t.Logf("cycle %d: every node killed and restarted", cycle)
 	}
 	for i := 0; i < cycles(3, 10); i++ {
 		nd := r.c.Nodes[i%3]
-		r.c.Stop(nd, syscall.SIGTERM)
+		r.c.Stop(nd)
 		r.c.Restart(nd)
 		r.c.WaitCaughtUp(nd, 30*time.Second)
 	}
@@ -176,13 +176,13 @@ func TestClockSkew(t *testing.T) {
 	for i, skew := range []time.Duration{5 * time.Minute, -5 * time.Minute} {
 		time.Sleep(time.Second)
 		nd := r.c.Nodes[i]
-		r.c.Stop(nd, syscall.SIGTERM)
+		r.c.Stop(nd)
 		nd.ExtraArgs = append(nd.ExtraArgs, "--test-clock-offset", skew.String())
 		r.c.Restart(nd)
 		r.c.WaitCaughtUp(nd, 30*time.Second)
 
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		leader := r.c.WaitLeader(20 * time.Second)
+		leader := r.c.WaitLeader()
 		if leader == nd { // the change under test is *to* the skewed node
 			other := r.c.Nodes[(i+1)%3]
 			if _, err := coordv1.NewClusterClient(leader.Conn).TransferLeadership(ctx, &coordv1.TransferLeadershipRequest{Id: other.ID}); err != nil {
@@ -374,7 +374,7 @@ func TestDiskFull(t *testing.T) {
 	r.workers(2, "30ms")
 	for round, onLeader := range []bool{true, false} {
 		time.Sleep(time.Second)
-		leader := r.c.WaitLeader(20 * time.Second)
+		leader := r.c.WaitLeader()
 		nd := leader
 		if !onLeader {
 			for _, x := range r.c.Nodes {
@@ -392,7 +392,7 @@ func TestDiskFull(t *testing.T) {
 			t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
 		}
 		t.Cleanup(func() { _ = exec.Command("umount", "-l", mnt).Run() })
-		r.c.Stop(nd, syscall.SIGTERM)
+		r.c.Stop(nd)
 		data := filepath.Join(mnt, "data")
 		// Not sparse: the wal segment keeps the space preallocated for it.
 		if out, err := exec.Command("cp", "-a", "--sparse=never", nd.DataDir, data).CombinedOutput(); err != nil {
@@ -402,7 +402,7 @@ func TestDiskFull(t *testing.T) {
 		r.c.Restart(nd)
 		r.c.WaitCaughtUp(nd, 30*time.Second)
 		if onLeader {
-			if l := r.c.WaitLeader(20 * time.Second); l != nd {
+			if l := r.c.WaitLeader(); l != nd {
 				if _, err := coordv1.NewClusterClient(l.Conn).TransferLeadership(context.Background(),
 					&coordv1.TransferLeadershipRequest{Id: nd.ID}); err != nil {
 					t.Fatal(err)
@@ -505,7 +505,7 @@ func TestLeaderIsolated(t *testing.T) {
 		r.clientVia(fmt.Sprintf("w%d", i), eps, "work", "--ttl", "2s", "--interval", "30ms")
 	}
 	time.Sleep(2 * time.Second)
-	old := r.c.WaitLeader(20 * time.Second)
+	old := r.c.WaitLeader()
 	r.clientIn(stuckNS, "stuck", old.GRPCAddr, "work", "--ttl", "2s", "--interval", "30ms")
 	time.Sleep(time.Second)
 	// Partition: the old leader talks only to the stuck client.
@@ -605,14 +605,14 @@ func TestLogStoreCrashLoop(t *testing.T) {
 	n := cycles(5, 50)
 	for i := 0; i < n; i++ {
 		time.Sleep(time.Duration(300+rand.IntN(500)) * time.Millisecond) // appends go on
-		leader := r.c.WaitLeader(20 * time.Second)
+		leader := r.c.WaitLeader()
 		victim := leader
 		if i%2 == 1 {
 			for victim == leader {
 				victim = r.c.Nodes[rand.IntN(len(r.c.Nodes))]
 			}
 		}
-		r.c.Stop(victim, syscall.SIGKILL)
+		r.c.Kill(victim)
 		r.c.Restart(victim)
 		r.c.WaitCaughtUp(victim, 30*time.Second)
 		t.Logf("iteration %d: kill -9 %s (leader=%v), restarted, caught up", i, victim.ID, victim == leader)

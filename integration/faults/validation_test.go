@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +29,7 @@ import (
 // stamp.
 func TestRestartedFollowerAcceptsDelayedJobs(t *testing.T) {
 	r := newRun(t)
-	leader := r.c.WaitLeader(20 * time.Second)
+	leader := r.c.WaitLeader()
 	var f = r.c.Nodes[0]
 	for _, nd := range r.c.Nodes {
 		if nd != leader {
@@ -47,7 +46,7 @@ func TestRestartedFollowerAcceptsDelayedJobs(t *testing.T) {
 	}
 	r.c.WaitCaughtUp(f, 10*time.Second)
 
-	r.c.Stop(f, syscall.SIGKILL)
+	r.c.Kill(f)
 	// A fresh connection that retries every few ms (the harness's would
 	// back off for a second after the kill, past the window).
 	conn, err := grpc.NewClient(f.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -151,7 +150,7 @@ func TestRestartedFollowerAcceptsDelayedJobs(t *testing.T) {
 	if len(got) != len(outs) {
 		t.Errorf("%d jobs listed, want %d", len(got), len(outs))
 	}
-	d := r.c.WaitConverged(30 * time.Second)
+	d := r.c.WaitConverged()
 	t.Logf("all nodes at digest %s", d[:12])
 }
 

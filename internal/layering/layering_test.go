@@ -37,6 +37,10 @@ func TestLayers(t *testing.T) {
 			[]string{"github.com/hashicorp/raft", mod + "node", mod + "api", mod + "fsm", mod + "internal/auth"}},
 		{"cmd/coordctl", "the CLI is built on the SDK",
 			[]string{"github.com/hashicorp/raft", mod + "node", mod + "api", mod + "fsm"}},
+		{"node/leader", "the leader services' contract is shared by the node and the API, and knows neither",
+			[]string{"github.com/hashicorp/raft", mod + "node", mod + "api"}},
+		{"internal/backoff", "backoff is a leaf the SDK and the node share",
+			[]string{mod + "node", mod + "api", mod + "fsm", mod + "client"}},
 		{"internal/auth", "auth is a leaf",
 			[]string{mod + "node", mod + "api", mod + "fsm", mod + "client"}},
 	} {

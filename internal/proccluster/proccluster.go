@@ -1,6 +1,7 @@
 // Package proccluster runs coordd clusters of real processes: each node is
-// a `coordd` process with its own data dir and log file, started with a
-// static initial cluster and stopped by PID. The fault suite, the process
+// a `coordd` process with its own data dir and log file, on port 0 (the
+// addresses it bound are read from its data dir's address file) or on
+// fixed addresses, and stopped by PID. The fault suite, the process
 // tests and coordbench use it.
 //
 // The API returns errors and logs through Options.Logf; it does not import
@@ -10,15 +11,14 @@
 package proccluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,6 +26,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/coordd/coordd/internal/addrfile"
 	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -72,6 +73,7 @@ type Node struct {
 	// (ip netns exec); its addresses are the namespace's.
 	Netns     string
 	Cmd       *exec.Cmd
+	exited    chan struct{} // closed when Cmd has exited and been reaped
 	Conn      *grpc.ClientConn
 	ExtraArgs []string
 	// TLS, when set, are the node's certificate files (its identity is its
@@ -89,6 +91,9 @@ type Options struct {
 	Dir string
 	// Logf, when set, gets a line for every process started and stopped.
 	Logf func(format string, args ...any)
+	// StartTimeout bounds how long nodes on port 0 may take to form their
+	// cluster (default a minute).
+	StartTimeout time.Duration
 }
 
 // Cluster is a set of coordd processes.
@@ -102,106 +107,43 @@ type Cluster struct {
 	closed bool
 }
 
-// handedOut are the ports FreePorts returned in this process: a port is
-// only checked free, not held, until a process binds it, so without this
-// two picks could name the same port (seen: a node's HTTP port was the next
-// node's Raft port, which then failed to bind).
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// FreePorts finds n consecutive free loopback ports below the kernel's
-// ephemeral range, none of which it returned before in this process, and
-// returns the first. (A port from ":0" would be free now but could be
-// handed to an outgoing connection before the process binds it; seen: a
-// raft port taken by a client.)
-func FreePorts(n int) (int, error) {
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > 12000 {
-				low = v
-			}
-		}
-	}
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	// A candidate that overlaps a port handed out before costs map lookups,
-	// so many may be tried; only the others are checked by listening.
-	for try, listened := 0, 0; try < 10_000 && listened < 100; try++ {
-		base := 10000 + rand.IntN(low-10000-n)
-		if handedOutIn(base, n) {
-			continue
-		}
-		listened++
-		var ls []net.Listener
-		ok := true
-		for p := base; p < base+n && ok; p++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if ok = err == nil; ok {
-				ls = append(ls, l)
-			}
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if ok {
-			for p := base; p < base+n; p++ {
-				handedOut.ports[p] = true
-			}
-			return base, nil
-		}
-	}
-	return 0, fmt.Errorf("no %d free consecutive loopback ports below the ephemeral range", n)
-}
-
-// handedOutIn reports whether a port in [base, base+n) was handed out
-// (handedOut held).
-func handedOutIn(base, n int) bool {
-	for p := base; p < base+n; p++ {
-		if handedOut.ports[p] {
-			return true
-		}
-	}
-	return false
-}
-
-// freePort is one free loopback address (FreePorts).
-func freePort() (string, error) {
-	p, err := FreePorts(1)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("127.0.0.1:%d", p), nil
-}
-
-// LoopbackNodes describes n nodes (node1…nodeN) on free loopback ports,
-// each started with extraArgs. withHTTP gives each an HTTP address too.
-func LoopbackNodes(n int, withHTTP bool, extraArgs ...string) ([]*Node, error) {
+// LoopbackNodes describes n nodes (node1…nodeN) on loopback port 0, each
+// started with extraArgs: every node binds what the kernel gives it and
+// writes the addresses to its data dir (internal/addrfile), which Launch
+// reads. No port is chosen in advance, so none can be taken in between.
+// withHTTP gives each an HTTP address too.
+func LoopbackNodes(n int, withHTTP bool, extraArgs ...string) []*Node {
 	var nodes []*Node
 	for i := 1; i <= n; i++ {
-		nd := &Node{ID: fmt.Sprintf("node%d", i), ExtraArgs: extraArgs}
-		addrs := []*string{&nd.GRPCAddr, &nd.RaftAddr}
+		nd := &Node{ID: fmt.Sprintf("node%d", i), GRPCAddr: anyPort, RaftAddr: anyPort, ExtraArgs: extraArgs}
 		if withHTTP {
-			addrs = append(addrs, &nd.HTTPAddr)
-		}
-		for _, a := range addrs {
-			p, err := freePort()
-			if err != nil {
-				return nil, err
-			}
-			*a = p
+			nd.HTTPAddr = anyPort
 		}
 		nodes = append(nodes, nd)
 	}
-	return nodes, nil
+	return nodes
+}
+
+// anyPort is a loopback address on port 0.
+const anyPort = "127.0.0.1:0"
+
+// portZero reports whether addr asks for the kernel's pick.
+func portZero(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == "0"
 }
 
 // Launch starts the given nodes (ids and addresses set, optionally a
-// network namespace each) from bin, with a static initial cluster of all
-// of them. It does not wait for a leader (WaitLeader does). On an error the
-// nodes already started are stopped.
+// network namespace each) from bin and returns once they form one cluster.
+//
+// Nodes whose Raft addresses are all fixed (a namespace's, say) start
+// together with a static initial cluster (--peers) of all of them; Launch
+// does not wait for a leader then (WaitLeader does). When a Raft address
+// has port 0 (LoopbackNodes), no peer list can name it: the first node
+// starts alone and bootstraps a cluster of one, the others join through
+// it (--join), every node's addresses are read from its address file, and
+// Launch waits until every node sees all of them as members. On an error
+// the nodes already started are stopped.
 func Launch(bin string, nodes []*Node, o Options) (*Cluster, error) {
 	c := &Cluster{bin: bin, Dir: o.Dir, logf: o.Logf}
 	if c.logf == nil {
@@ -215,44 +157,187 @@ func Launch(bin string, nodes []*Node, o Options) (*Cluster, error) {
 		c.Dir, c.ownDir = dir, true
 	}
 	var peers []string
+	static := true
 	for _, nd := range nodes {
 		nd.DataDir = filepath.Join(c.Dir, nd.ID)
 		nd.LogPath = filepath.Join(c.Dir, nd.ID+".log")
 		c.Nodes = append(c.Nodes, nd)
 		peers = append(peers, nd.ID+"="+nd.RaftAddr)
+		static = static && !portZero(nd.RaftAddr)
 	}
-	c.peers = strings.Join(peers, ",")
-	for _, nd := range c.Nodes {
-		creds, err := tlsutil.Credentials(nd.TLS)
-		if err == nil {
-			nd.Conn, err = grpc.NewClient(nd.GRPCAddr, grpc.WithTransportCredentials(creds))
-		}
-		if err != nil {
-			c.Close()
-			return nil, fmt.Errorf("%s: %w", nd.ID, err)
-		}
+	var err error
+	if static {
+		c.peers = strings.Join(peers, ",")
+		err = c.launchStatic()
+	} else {
+		err = c.launchJoined(cmp.Or(o.StartTimeout, time.Minute))
 	}
-	for _, nd := range c.Nodes {
-		if err := c.Restart(nd); err != nil {
-			c.Close()
-			return nil, err
-		}
+	if err != nil {
+		c.Close()
+		return nil, err
 	}
 	return c, nil
 }
 
-// Restart starts a stopped node with the same data dir and addresses; its
-// output is appended to its log file. The process gets SIGKILL if the
+// launchStatic starts every node with the static initial cluster.
+func (c *Cluster) launchStatic() error {
+	for _, nd := range c.Nodes {
+		if err := c.dial(nd); err != nil {
+			return err
+		}
+	}
+	for _, nd := range c.Nodes {
+		if err := c.start(nd, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// launchJoined starts the first node alone, then the others joining
+// through it, and waits until they are all members.
+func (c *Cluster) launchJoined(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	first := c.Nodes[0]
+	if err := c.startAndRead(first, "", deadline); err != nil {
+		return err
+	}
+	for _, nd := range c.Nodes[1:] {
+		if err := c.start(nd, first.GRPCAddr); err != nil {
+			return err
+		}
+	}
+	for _, nd := range c.Nodes[1:] {
+		if err := c.readAddrs(nd, deadline); err != nil {
+			return err
+		}
+	}
+	return c.waitMembers(deadline)
+}
+
+// startAndRead starts a node and reads the addresses it bound.
+func (c *Cluster) startAndRead(nd *Node, join string, deadline time.Time) error {
+	if err := c.start(nd, join); err != nil {
+		return err
+	}
+	return c.readAddrs(nd, deadline)
+}
+
+// readAddrs waits for a started node's address file, takes the addresses
+// it bound and connects to its gRPC address.
+func (c *Cluster) readAddrs(nd *Node, deadline time.Time) error {
+	for {
+		a, err := addrfile.Read(nd.DataDir)
+		if err == nil {
+			nd.GRPCAddr, nd.HTTPAddr, nd.RaftAddr = a.GRPC, a.HTTP, a.Raft
+			c.logf("%s listens on gRPC %s, HTTP %q, Raft %s", nd.ID, a.GRPC, a.HTTP, a.Raft)
+			return c.dial(nd)
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s: %w", nd.ID, err)
+		}
+		select {
+		case <-nd.exited:
+			return fmt.Errorf("%s exited before it listened (log %s):\n%s", nd.ID, nd.LogPath, logTail(nd.LogPath))
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s wrote no %s in time (log %s):\n%s", nd.ID, addrfile.Name, nd.LogPath, logTail(nd.LogPath))
+		}
+	}
+}
+
+// logTail is the end of a log file, for an error message.
+func logTail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// waitMembers waits until every node lists every node as a member with a
+// gRPC address (so each was admitted and the member table replicated).
+func (c *Cluster) waitMembers(deadline time.Time) error {
+	var last error
+	for time.Now().Before(deadline) {
+		last = nil
+		for _, nd := range c.Nodes {
+			if err := c.sees(nd); err != nil {
+				last = err
+				break
+			}
+		}
+		if last == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("the nodes did not form one cluster in time: %v (logs in %s)", last, c.Dir)
+}
+
+// sees reports (as nil) whether nd lists every node of c as a member with
+// a gRPC address.
+func (c *Cluster) sees(nd *Node) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	ms, err := coordv1.NewClusterClient(nd.Conn).Members(ctx, &coordv1.MembersRequest{})
+	if err != nil {
+		return fmt.Errorf("%s: %w", nd.ID, err)
+	}
+	registered := 0
+	for _, m := range ms.GetMembers() {
+		if m.GetGrpcAddress() != "" {
+			registered++
+		}
+	}
+	if registered != len(c.Nodes) {
+		return fmt.Errorf("%s sees %d registered members of %d", nd.ID, registered, len(c.Nodes))
+	}
+	return nil
+}
+
+// dial connects to a node's gRPC address (as the node, with TLS).
+func (c *Cluster) dial(nd *Node) error {
+	creds, err := tlsutil.Credentials(nd.TLS)
+	if err == nil {
+		nd.Conn, err = grpc.NewClient(nd.GRPCAddr, grpc.WithTransportCredentials(creds))
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", nd.ID, err)
+	}
+	return nil
+}
+
+// Restart starts a stopped node with the same data dir and the addresses
+// it had (those it bound, for a node started on port 0: its peers know it
+// there, as testcluster's restarted nodes reuse theirs); its output is
+// appended to its log file. It joins nothing: its state says which cluster
+// it belongs to. (While the node is down an outgoing connection could in
+// principle take one of its ports; Linux gives bind(port 0) and connect()
+// ports of opposite parity while the range has both, so it does not in
+// practice.)
+func (c *Cluster) Restart(nd *Node) error { return c.start(nd, "") }
+
+// start starts a node's process, joining through the member at the gRPC
+// address join unless it is empty. The process gets SIGKILL if the
 // process that started it dies (Pdeathsig), so no node outlives a crashed
 // test or tool.
-func (c *Cluster) Restart(nd *Node) error {
+func (c *Cluster) start(nd *Node, join string) error {
 	logf, err := os.OpenFile(nd.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	args := append([]string{"--id", nd.ID, "--data-dir", nd.DataDir, "--grpc-addr", nd.GRPCAddr, "--raft-addr", nd.RaftAddr,
-		"--http-addr", nd.HTTPAddr, "--peers", c.peers}, nd.ExtraArgs...)
+	args := []string{"--id", nd.ID, "--data-dir", nd.DataDir, "--grpc-addr", nd.GRPCAddr, "--raft-addr", nd.RaftAddr,
+		"--http-addr", nd.HTTPAddr}
+	if c.peers != "" {
+		args = append(args, "--peers", c.peers)
+	}
+	if join != "" {
+		args = append(args, "--join", join)
+	}
+	args = append(args, nd.ExtraArgs...)
 	var cmd *exec.Cmd
 	if nd.Netns != "" {
 		cmd = exec.Command("ip", append([]string{"netns", "exec", nd.Netns, c.bin}, args...)...)
@@ -264,9 +349,38 @@ func (c *Cluster) Restart(nd *Node) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", nd.ID, err)
 	}
-	nd.Cmd = cmd
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	nd.Cmd, nd.exited = cmd, exited
 	c.logf("%s started, pid %d, gRPC %s, log %s", nd.ID, cmd.Process.Pid, nd.GRPCAddr, nd.LogPath)
 	return nil
+}
+
+// WaitServing waits until a started node answers a status call on its
+// gRPC address (it need not know a leader), and fails at once if its
+// process exits.
+func (c *Cluster) WaitServing(nd *Node, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if nd.Cmd == nil {
+			return fmt.Errorf("%s is not running", nd.ID)
+		}
+		_, err := c.Status(nd, time.Second)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-nd.exited:
+			return fmt.Errorf("%s exited (log %s):\n%s", nd.ID, nd.LogPath, logTail(nd.LogPath))
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s does not serve within %s: %v (log %s)", nd.ID, timeout, err, nd.LogPath)
+		}
+	}
 }
 
 // Signal sends sig to a running node by its PID.
@@ -283,7 +397,7 @@ func (c *Cluster) Stop(nd *Node, sig syscall.Signal) {
 	}
 	pid := nd.Cmd.Process.Pid
 	_ = nd.Cmd.Process.Signal(sig)
-	_ = nd.Cmd.Wait()
+	<-nd.exited
 	nd.Cmd = nil
 	c.logf("%s stopped (%s), pid %d", nd.ID, sig, pid)
 }

@@ -1,12 +1,15 @@
 package proccluster
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/internal/framework"
 )
 
 // fakeNode is a stand-in for coordd that records its arguments and waits.
@@ -20,26 +23,31 @@ func fakeNode(t *testing.T) string {
 	return bin
 }
 
+// Loopback nodes ask for port 0 everywhere: nothing is picked in advance.
 func TestLoopbackNodes(t *testing.T) {
-	nodes, err := LoopbackNodes(3, false, "--log-level", "warn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]bool{}
+	nodes := LoopbackNodes(3, false, "--log-level", "warn")
 	for _, nd := range nodes {
-		if nd.HTTPAddr != "" {
-			t.Errorf("%s has HTTP %s without withHTTP", nd.ID, nd.HTTPAddr)
-		}
-		for _, a := range []string{nd.GRPCAddr, nd.RaftAddr} {
-			if !strings.HasPrefix(a, "127.0.0.1:") || seen[a] {
-				t.Errorf("address %q (duplicate: %v)", a, seen[a])
-			}
-			seen[a] = true
+		if nd.HTTPAddr != "" || nd.GRPCAddr != "127.0.0.1:0" || nd.RaftAddr != "127.0.0.1:0" {
+			t.Errorf("%s: gRPC %q, Raft %q, HTTP %q; want port 0 and no HTTP", nd.ID, nd.GRPCAddr, nd.RaftAddr, nd.HTTPAddr)
 		}
 	}
 	if nodes[2].ID != "node3" || strings.Join(nodes[0].ExtraArgs, " ") != "--log-level warn" {
 		t.Fatalf("%+v", nodes[0])
 	}
+	if nd := LoopbackNodes(1, true)[0]; nd.HTTPAddr != "127.0.0.1:0" {
+		t.Fatalf("HTTP %q with withHTTP", nd.HTTPAddr)
+	}
+}
+
+// fixedNodes are n nodes on fixed addresses that nothing binds (for the
+// stand-in, which listens on none).
+func fixedNodes(n int, extraArgs ...string) []*Node {
+	var nodes []*Node
+	for i := 1; i <= n; i++ {
+		nodes = append(nodes, &Node{ID: fmt.Sprintf("node%d", i), GRPCAddr: fmt.Sprintf("127.0.0.1:%d", 1000+10*i),
+			RaftAddr: fmt.Sprintf("127.0.0.1:%d", 1002+10*i), ExtraArgs: extraArgs})
+	}
+	return nodes
 }
 
 // Launch starts every node with the static cluster and its own data dir;
@@ -47,10 +55,7 @@ func TestLoopbackNodes(t *testing.T) {
 // directory it created.
 func TestLaunchStopRestartClose(t *testing.T) {
 	bin := fakeNode(t)
-	nodes, err := LoopbackNodes(3, false, "--extra")
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodes := fixedNodes(3, "--extra")
 	var lines []string
 	c, err := Launch(bin, nodes, Options{Logf: func(f string, args ...any) { lines = append(lines, f) }})
 	if err != nil {
@@ -102,47 +107,69 @@ func TestLaunchStopRestartClose(t *testing.T) {
 
 // A binary that cannot start is an error, and nothing is left running.
 func TestLaunchError(t *testing.T) {
-	nodes, err := LoopbackNodes(2, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Launch(filepath.Join(t.TempDir(), "missing"), nodes, Options{}); err == nil || !strings.Contains(err.Error(), "node1") {
+	if _, err := Launch(filepath.Join(t.TempDir(), "missing"), fixedNodes(2), Options{}); err == nil || !strings.Contains(err.Error(), "node1") {
 		t.Fatalf("err = %v", err)
 	}
 }
 
-// freePort never hands out a port twice in a process: ports are only
-// checked free until their node binds them, so a repeat would make two
-// nodes of one cluster share a port. 500 picks from the ~22,000 ports
-// below the ephemeral range would repeat about 5 times by chance.
-func TestFreePortNeverRepeats(t *testing.T) {
-	seen := map[string]bool{}
-	for range 500 {
-		a, err := freePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seen[a] {
-			t.Fatalf("freePort returned %s twice", a)
-		}
-		seen[a] = true
+// On port 0 the first node starts alone: a node that exits before it
+// writes its address file fails Launch with its log, and the others are
+// never started.
+func TestLaunchOnPortZeroNodeThatExits(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "fake-coordd")
+	script := "#!/bin/sh\necho \"$@\" >> \"$(dirname \"$0\")/args\"\necho 'coordd: listen tcp: no luck' >&2\nexit 1\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Launch(bin, LoopbackNodes(3, false), Options{})
+	if err == nil || !strings.Contains(err.Error(), "node1 exited before it listened") || !strings.Contains(err.Error(), "no luck") {
+		t.Fatalf("err = %v", err)
+	}
+	args, _ := os.ReadFile(filepath.Join(filepath.Dir(bin), "args"))
+	if got := strings.Count(string(args), "\n"); got != 1 || strings.Contains(string(args), "--peers") || strings.Contains(string(args), "--join") {
+		t.Fatalf("started %d node(s), want node1 alone without --peers or --join:\n%s", got, args)
 	}
 }
 
-// Ranges do not overlap each other or single ports handed out before.
-func TestFreePortRangesDoNotOverlap(t *testing.T) {
-	seen := map[int]bool{}
-	for i := range 60 {
-		n := 1 + 22*(i%2)
-		base, err := FreePorts(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for p := base; p < base+n; p++ {
-			if seen[p] {
-				t.Fatalf("port %d handed out twice", p)
+// Real coordd processes on port 0: node1 bootstraps alone, the others
+// join through it; every node's addresses are the ones it bound (distinct,
+// none 0) and every node lists all three; a node killed and restarted
+// comes back on the same addresses (its peers know it there) and serves.
+func TestLaunchOnPortZero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds coordd")
+	}
+	bin, err := Build(t.TempDir(), "./cmd/coordd", "coordd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Start(t, bin, 3, "--log-level", "warn")
+	seen := map[string]bool{}
+	for _, nd := range c.Nodes {
+		for _, a := range []string{nd.GRPCAddr, nd.RaftAddr, nd.HTTPAddr} {
+			if portZero(a) || !strings.HasPrefix(a, "127.0.0.1:") || seen[a] {
+				t.Errorf("%s: address %q (seen before: %v)", nd.ID, a, seen[a])
 			}
-			seen[p] = true
+			seen[a] = true
+		}
+		if err := c.sees(nd); err != nil {
+			t.Error(err)
 		}
 	}
+	l := c.WaitLeader()
+	before := *l
+	c.Kill(l)
+	c.WaitLeader()
+	c.Restart(l)
+	if l.GRPCAddr != before.GRPCAddr || l.RaftAddr != before.RaftAddr || l.HTTPAddr != before.HTTPAddr {
+		t.Fatalf("restarted %s on %s/%s/%s, before %s/%s/%s", l.ID, l.GRPCAddr, l.RaftAddr, l.HTTPAddr,
+			before.GRPCAddr, before.RaftAddr, before.HTTPAddr)
+	}
+	c.WaitCaughtUp(l, 20*time.Second)
+	if d := c.WaitConverged(); d == "" {
+		t.Fatal("no digest")
+	}
 }
+
+// TestCluster is a framework.Cluster.
+var _ framework.Cluster[*Node] = (*TestCluster)(nil)

@@ -1,7 +1,10 @@
 package proccluster
 
 import (
+	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/coordd/coordd/internal/tlsutil"
 )
@@ -18,33 +21,34 @@ type TB interface {
 	TempDir() string
 }
 
-// TestCluster is a Cluster for tests: its methods fail the test instead of
-// returning an error, its processes are killed at cleanup, and its data
-// dirs and logs live in the test's temporary directory.
+// TestCluster is a Cluster for tests, and a framework.Cluster (the
+// interface it shares with the in-process testcluster): its methods fail
+// the test instead of returning an error, its processes are killed at
+// cleanup, and its data dirs and logs live in the test's temporary
+// directory.
 type TestCluster struct {
 	*Cluster
 	t TB
 }
 
-// Start starts n nodes from bin on loopback (with HTTP), each with
-// extraArgs.
+// Name is the node's id (framework.Member).
+func (n *Node) Name() string { return n.ID }
+
+// Endpoint is the node's gRPC address (framework.Member).
+func (n *Node) Endpoint() string { return n.GRPCAddr }
+
+// Start starts n nodes from bin on loopback port 0 (with HTTP), each with
+// extraArgs, and returns once they form one cluster.
 func Start(t TB, bin string, n int, extraArgs ...string) *TestCluster {
 	t.Helper()
-	nodes, err := LoopbackNodes(n, true, extraArgs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return StartNodes(t, bin, nodes)
+	return StartNodes(t, bin, LoopbackNodes(n, true, extraArgs...))
 }
 
 // StartTLS is Start with mutual TLS: files gives each node's certificate
 // files (identity = node id).
 func StartTLS(t TB, bin string, n int, files func(id string) tlsutil.Files, extraArgs ...string) *TestCluster {
 	t.Helper()
-	nodes, err := LoopbackNodes(n, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodes := LoopbackNodes(n, true)
 	for _, nd := range nodes {
 		f := files(nd.ID)
 		nd.TLS = f
@@ -54,7 +58,7 @@ func StartTLS(t TB, bin string, n int, files func(id string) tlsutil.Files, extr
 }
 
 // StartNodes starts the given nodes (ids and addresses set, optionally a
-// network namespace each).
+// network namespace each): Launch.
 func StartNodes(t TB, bin string, nodes []*Node) *TestCluster {
 	t.Helper()
 	c, err := Launch(bin, nodes, Options{Dir: t.TempDir(), Logf: t.Logf})
@@ -65,29 +69,46 @@ func StartNodes(t TB, bin string, nodes []*Node) *TestCluster {
 	return &TestCluster{Cluster: c, t: t}
 }
 
-// Restart starts a stopped node with the same data dir and addresses.
+// Members are all nodes, running or not.
+func (c *TestCluster) Members() []*Node { return c.Nodes }
+
+// Conn is the node's connection (Node.Conn).
+func (c *TestCluster) Conn(nd *Node) *grpc.ClientConn { return nd.Conn }
+
+// Stop stops a node with SIGTERM (a clean shutdown) and reaps it.
+func (c *TestCluster) Stop(nd *Node) { c.Cluster.Stop(nd, syscall.SIGTERM) }
+
+// Kill stops a node with SIGKILL and reaps it.
+func (c *TestCluster) Kill(nd *Node) { c.Cluster.Stop(nd, syscall.SIGKILL) }
+
+// Restart starts a stopped node with the same data dir and addresses and
+// returns once it serves (as testcluster's Restart does).
 func (c *TestCluster) Restart(nd *Node) {
 	c.t.Helper()
-	if err := c.Cluster.Restart(nd); err != nil {
+	err := c.Cluster.Restart(nd)
+	if err == nil {
+		err = c.Cluster.WaitServing(nd, 20*time.Second)
+	}
+	if err != nil {
 		c.t.Fatal(err)
 	}
 }
 
-// WaitLeader polls until a leader answers.
-func (c *TestCluster) WaitLeader(timeout time.Duration) *Node {
+// WaitLeader polls until a leader answers (20 s at most).
+func (c *TestCluster) WaitLeader() *Node {
 	c.t.Helper()
-	l, err := c.Cluster.WaitLeader(timeout)
+	l, err := c.Cluster.WaitLeader(20 * time.Second)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	return l
 }
 
-// WaitConverged waits until every running node applied the same index and
-// returns their digest (equal, or the test fails).
-func (c *TestCluster) WaitConverged(timeout time.Duration) string {
+// WaitConverged waits (30 s at most) until every running node applied the
+// same index and returns their digest (equal, or the test fails).
+func (c *TestCluster) WaitConverged() string {
 	c.t.Helper()
-	d, err := c.Cluster.WaitConverged(timeout)
+	d, err := c.Cluster.WaitConverged(30 * time.Second)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package testcluster starts in-process coordd clusters for tests: N real
-// nodes (real gRPC, real Raft over TCP on loopback, temp data dirs), each a
-// node.Node served by an api.Server, torn down through t.Cleanup, with Raft
-// and server logs routed to t.Log.
+// nodes (real gRPC, real Raft over TCP on loopback port 0, temp data dirs),
+// each a node.Node served by an api.Server, torn down through t.Cleanup,
+// with Raft and server logs routed to t.Log. A Cluster is a
+// framework.Cluster, like proccluster's clusters of processes.
 package testcluster
 
 import (
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/coordd/coordd/api"
+	"github.com/coordd/coordd/internal/framework"
 	"github.com/coordd/coordd/internal/testutil"
 	"github.com/coordd/coordd/internal/tlsutil"
 	"github.com/coordd/coordd/node"
@@ -42,6 +44,16 @@ type Node struct {
 
 // Running reports whether the node is up.
 func (n *Node) Running() bool { return n.Node != nil }
+
+// Name is the node's id (framework.Member).
+func (n *Node) Name() string { return n.ID }
+
+// Endpoint is the node's gRPC address, running or not (framework.Member).
+func (n *Node) Endpoint() string { return n.cfg.API.GRPCAddr }
+
+// A Cluster is a framework.Cluster: tests written against the interface
+// run on it and on proccluster's processes.
+var _ framework.Cluster[*Node] = (*Cluster)(nil)
 
 // Cluster is a set of in-process nodes.
 type Cluster struct {
@@ -156,6 +168,13 @@ func (c *Cluster) Stop(n *Node) {
 	n.Node, n.API = nil, nil
 }
 
+// Kill is Stop: a node in the test's process cannot die abruptly
+// (framework.Cluster; proccluster's Kill is SIGKILL).
+func (c *Cluster) Kill(n *Node) { c.Stop(n) }
+
+// Members are all nodes, running or not.
+func (c *Cluster) Members() []*Node { return c.Nodes }
+
 // Restart starts a stopped node again on the same data dir and addresses.
 // It joins nothing: its state says which cluster it belongs to.
 func (c *Cluster) Restart(n *Node) {
@@ -211,7 +230,7 @@ func (c *Cluster) Followers() []*Node {
 func (c *Cluster) Endpoints() []string {
 	out := make([]string, len(c.Nodes))
 	for i, n := range c.Nodes {
-		out[i] = n.cfg.API.GRPCAddr
+		out[i] = n.Endpoint()
 	}
 	return out
 }
@@ -220,7 +239,7 @@ func (c *Cluster) Endpoints() []string {
 func (c *Cluster) Conn(n *Node) *grpc.ClientConn {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	addr := n.cfg.API.GRPCAddr
+	addr := n.Endpoint()
 	if cc, ok := c.conns[addr]; ok {
 		return cc
 	}
@@ -252,9 +271,9 @@ func (c *Cluster) Eventually(what string, timeout time.Duration, cond func() boo
 	testutil.Poll(c.t, what, timeout, 10*time.Millisecond, cond)
 }
 
-// WaitConverged waits until all running nodes applied the same index and
-// then requires equal FSM digests.
-func (c *Cluster) WaitConverged() {
+// WaitConverged waits until all running nodes applied the same index with
+// equal FSM digests and returns the digest.
+func (c *Cluster) WaitConverged() string {
 	c.t.Helper()
 	var digests map[string]string
 	c.Eventually("nodes to converge", 20*time.Second, func() bool {
@@ -278,9 +297,11 @@ func (c *Cluster) WaitConverged() {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	if len(ids) > 0 {
-		c.t.Logf("converged: %d nodes, digest %s", len(ids), digests[ids[0]])
+	if len(ids) == 0 {
+		return ""
 	}
+	c.t.Logf("converged: %d nodes, digest %s", len(ids), digests[ids[0]])
+	return digests[ids[0]]
 }
 
 func (c *Cluster) cleanup() {
