@@ -27,7 +27,8 @@ import (
 // judged — the detector's slowdown makes the flood's own TLS and decoding
 // saturate two cores — but what was accepted still is: at most the
 // leader's one bucket of job args bytes (burst and rate, whichever nodes
-// the flood went through) and 20 @every 1s schedules.
+// the flood went through) and the @every 1s schedules the jobs and bytes
+// rates allow (34 at the defaults: the 60 KB args bind first).
 func TestQuotasKeepTheOtherTenantFast(t *testing.T) {
 	c, certs, _ := secureCluster(t, 3, "", testcluster.WithConfig(func(cfg *testcluster.Config) {
 		cfg.API.Limits = auth.DefaultLimits()

@@ -54,7 +54,7 @@ const MinJobBytesBurst = 4 << 20
 // leases, streams and waits unlimited; quotas on jobs and schedules that
 // a normal user does not reach.
 func DefaultLimits() Limits {
-	return Limits{LiveJobsPerIdentity: 100_000, SchedulesPerIdentity: 1_000, JobBytesPerSecond: 2 << 20, ScheduleJobsPerSecond: 20}
+	return Limits{LiveJobsPerIdentity: 1_000_000, SchedulesPerIdentity: 1_000, JobBytesPerSecond: 2 << 20, ScheduleJobsPerSecond: 100}
 }
 
 // Limiter holds the per-identity rate limiters and counts of one node.
