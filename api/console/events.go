@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/status"
@@ -77,7 +78,19 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	req := &coordv1.WatchRequest{Prefix: q.Get("prefix"), Families: []coordv1.WatchFamily{fam}}
+	// The watch's sends may run on another goroutine, and one may still be
+	// running when Watch has returned: mu keeps them and the closing
+	// write apart, and ended stops any send after that.
+	var (
+		mu    sync.Mutex
+		ended bool
+	)
 	err := c.b.Watch(ctx, req, func(resp *coordv1.WatchResponse) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if ended {
+			return context.Canceled
+		}
 		if !started {
 			started = true
 			w.WriteHeader(http.StatusOK)
@@ -100,6 +113,9 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	})
+	mu.Lock()
+	defer mu.Unlock()
+	ended = true
 	if ctx.Err() != nil {
 		return // the browser left, or the console is closing
 	}
