@@ -84,7 +84,7 @@ func (c *coordinator) Renew(ctx context.Context, req *coordv1.RenewRequest) (*co
 
 // renew is shared by Renew and KeepAlive; it logs and counts a lost lease.
 func (s *Server) renew(ctx context.Context, name, owner, identity string, gen uint64, ttl int64, value []byte) (fsm.Lease, error) {
-	r, err := propose[*fsm.LeaseResult](ctx, s.node, &fsmv1.Renew{Name: name, Owner: owner, Generation: gen, TtlMs: ttl, Identity: identity,
+	r, err := s.node.Renew(ctx, &fsmv1.Renew{Name: name, Owner: owner, Generation: gen, TtlMs: ttl, Identity: identity,
 		Value: value})
 	if err != nil {
 		var rej *fsm.Rejection
@@ -105,7 +105,7 @@ func (c *coordinator) Release(ctx context.Context, req *coordv1.ReleaseRequest) 
 		return nil, toStatus(err)
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Release, req, func() (*coordv1.ReleaseResponse, error) {
-		r, err := propose[*fsm.ReleaseResult](ctx, c.s.node, &fsmv1.Release{Name: req.GetName(), Owner: req.GetOwner(),
+		r, err := c.s.node.Release(ctx, &fsmv1.Release{Name: req.GetName(), Owner: req.GetOwner(),
 			Generation: req.GetGeneration(), Identity: auth.IdentityOf(ctx)})
 		if err != nil {
 			return nil, err
@@ -121,7 +121,7 @@ func (c *coordinator) ClaimWindow(ctx context.Context, req *coordv1.ClaimWindowR
 		return nil, toStatus(err)
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.ClaimWindow, req, func() (*coordv1.ClaimWindowResponse, error) {
-		r, err := propose[*fsm.ClaimResult](ctx, c.s.node, &fsmv1.ClaimWindow{Job: req.GetJob(), Window: req.GetWindow(),
+		r, err := c.s.node.ClaimWindow(ctx, &fsmv1.ClaimWindow{Job: req.GetJob(), Window: req.GetWindow(),
 			LeaseName: req.GetLeaseName(), Owner: req.GetOwner(), Generation: req.GetGeneration(), Identity: auth.IdentityOf(ctx)})
 		if err != nil {
 			c.s.observeWindowRefusal("claim", req.GetJob(), req.GetWindow(), req.GetOwner(), req.GetGeneration(), err)
@@ -139,7 +139,7 @@ func (c *coordinator) CompleteWindow(ctx context.Context, req *coordv1.CompleteW
 		return nil, toStatus(err)
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.CompleteWindow, req, func() (*coordv1.CompleteWindowResponse, error) {
-		r, err := propose[*fsm.WindowResult](ctx, c.s.node, &fsmv1.CompleteWindow{Job: req.GetJob(), Window: req.GetWindow(),
+		r, err := c.s.node.CompleteWindow(ctx, &fsmv1.CompleteWindow{Job: req.GetJob(), Window: req.GetWindow(),
 			LeaseName: req.GetLeaseName(), Owner: req.GetOwner(), Generation: req.GetGeneration(), Result: req.GetResult(),
 			Identity: auth.IdentityOf(ctx), Release: req.GetRelease()})
 		if err != nil {
@@ -192,7 +192,7 @@ func (c *coordinator) FencedCommit(ctx context.Context, req *coordv1.FencedCommi
 
 // fencedCommit proposes a fenced commit; it logs and counts the outcome.
 func (s *Server) fencedCommit(ctx context.Context, cmd *fsmv1.FencedCommit) (*fsm.CommitResult, error) {
-	r, err := propose[*fsm.CommitResult](ctx, s.node, cmd)
+	r, err := s.node.FencedCommit(ctx, cmd)
 	if err != nil {
 		s.observeFenceRefusal(cmd, err)
 		return nil, err

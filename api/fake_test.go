@@ -106,14 +106,21 @@ func (f *fakeNode) Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Du
 	f.mu.Lock()
 	f.fetchWait = wait
 	f.mu.Unlock()
-	res, err := f.Propose(ctx, cmd)
-	if err != nil {
-		return nil, err
-	}
-	return res.(*fsm.FetchResult), nil
+	return commit[*fsm.FetchResult](f, cmd)
 }
 
-func (f *fakeNode) Propose(_ context.Context, body any) (any, error) {
+// commit applies body on the leader and types its result as R; a
+// rejection is the error.
+func commit[R any](f *fakeNode, body any) (R, error) {
+	var zero R
+	res, err := f.propose(body)
+	if err != nil {
+		return zero, err
+	}
+	return res.(R), nil
+}
+
+func (f *fakeNode) propose(body any) (any, error) {
 	if !f.leading {
 		return nil, &notLeaderError{id: f.leaderID, addr: f.leaderAddr}
 	}
@@ -142,11 +149,67 @@ func (f *fakeNode) Acquire(ctx context.Context, cmd *fsmv1.Acquire, wait bool) (
 			return nil, ctx.Err()
 		}
 	}
-	res, err := f.Propose(ctx, cmd)
-	if err != nil {
-		return nil, err
-	}
-	return res.(*fsm.AcquireResult), nil
+	return commit[*fsm.AcquireResult](f, cmd)
+}
+
+func (f *fakeNode) Renew(_ context.Context, c *fsmv1.Renew) (*fsm.LeaseResult, error) {
+	return commit[*fsm.LeaseResult](f, c)
+}
+
+func (f *fakeNode) Release(_ context.Context, c *fsmv1.Release) (*fsm.ReleaseResult, error) {
+	return commit[*fsm.ReleaseResult](f, c)
+}
+
+func (f *fakeNode) ClaimWindow(_ context.Context, c *fsmv1.ClaimWindow) (*fsm.ClaimResult, error) {
+	return commit[*fsm.ClaimResult](f, c)
+}
+
+func (f *fakeNode) CompleteWindow(_ context.Context, c *fsmv1.CompleteWindow) (*fsm.WindowResult, error) {
+	return commit[*fsm.WindowResult](f, c)
+}
+
+func (f *fakeNode) FencedCommit(_ context.Context, c *fsmv1.FencedCommit) (*fsm.CommitResult, error) {
+	return commit[*fsm.CommitResult](f, c)
+}
+
+func (f *fakeNode) SubmitJobs(_ context.Context, c *fsmv1.SubmitJobs) (*fsm.SubmitResult, error) {
+	return commit[*fsm.SubmitResult](f, c)
+}
+
+func (f *fakeNode) CancelJobs(_ context.Context, c *fsmv1.CancelJobs) (fsm.JobResults, error) {
+	return commit[fsm.JobResults](f, c)
+}
+
+func (f *fakeNode) RetryJobs(_ context.Context, c *fsmv1.RetryJobs) (fsm.JobResults, error) {
+	return commit[fsm.JobResults](f, c)
+}
+
+func (f *fakeNode) HeartbeatJobs(_ context.Context, c *fsmv1.HeartbeatJobs) (fsm.JobResults, error) {
+	return commit[fsm.JobResults](f, c)
+}
+
+func (f *fakeNode) CompleteJobs(_ context.Context, c *fsmv1.CompleteJobs) (fsm.JobResults, error) {
+	return commit[fsm.JobResults](f, c)
+}
+
+func (f *fakeNode) FailJobs(_ context.Context, c *fsmv1.FailJobs) (fsm.JobResults, error) {
+	return commit[fsm.JobResults](f, c)
+}
+
+func (f *fakeNode) PutSchedule(_ context.Context, c *fsmv1.PutSchedule) (*fsm.ScheduleResult, error) {
+	return commit[*fsm.ScheduleResult](f, c)
+}
+
+func (f *fakeNode) PauseSchedule(_ context.Context, c *fsmv1.PauseSchedule) (*fsm.ScheduleResult, error) {
+	return commit[*fsm.ScheduleResult](f, c)
+}
+
+func (f *fakeNode) TriggerSchedule(_ context.Context, c *fsmv1.TriggerSchedule) (*fsm.TriggerResult, error) {
+	return commit[*fsm.TriggerResult](f, c)
+}
+
+func (f *fakeNode) DeleteSchedule(_ context.Context, c *fsmv1.DeleteSchedule) (*fsm.ScheduleResult, error) {
+	return commit[*fsm.ScheduleResult](f, c)
 }
 
 func (f *fakeNode) Read(_ context.Context, stale bool) (*fsm.FSM, int64, error) {

@@ -58,7 +58,7 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 		if err := s.allowJobBytes(ctx, n); err != nil {
 			return nil, err
 		}
-		r, err := propose[*fsm.SubmitResult](ctx, s.node, &fsmv1.SubmitJobs{Jobs: specs, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules,
+		r, err := s.node.SubmitJobs(ctx, &fsmv1.SubmitJobs{Jobs: specs, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules,
 			MaxLiveJobs: s.cfg.Limits.LiveJobsPerIdentity})
 		if rej := (*fsm.Rejection)(nil); errors.As(err, &rej) && rej.Reason == coorderr.JobQuota {
 			s.metrics.limited.WithLabelValues("live_jobs").Inc()
@@ -139,33 +139,36 @@ func (q *queue) List(ctx context.Context, req *coordv1.QueueListRequest) (*coord
 // Cancel and Retry are authorized on the leader, where the job's queue is
 // known (op job on it).
 func (q *queue) Cancel(ctx context.Context, req *coordv1.QueueCancelRequest) (*coordv1.QueueCancelResponse, error) {
-	return oneJobCall(q.s, ctx, coordv1.QueueClient.Cancel, req, func(ids []uint64, identity string) any {
+	return oneJobCall(q.s, ctx, coordv1.QueueClient.Cancel, req, func(ids []uint64, identity string) *fsmv1.CancelJobs {
 		return &fsmv1.CancelJobs{JobIds: ids, Identity: identity}
-	}, func(job *coordv1.QueueJob, duplicate bool) *coordv1.QueueCancelResponse {
+	}, q.s.node.CancelJobs, func(job *coordv1.QueueJob, duplicate bool) *coordv1.QueueCancelResponse {
 		return &coordv1.QueueCancelResponse{Job: job, Duplicate: duplicate}
 	})
 }
 
 func (q *queue) Retry(ctx context.Context, req *coordv1.QueueRetryRequest) (*coordv1.QueueRetryResponse, error) {
-	return oneJobCall(q.s, ctx, coordv1.QueueClient.Retry, req, func(ids []uint64, identity string) any {
+	return oneJobCall(q.s, ctx, coordv1.QueueClient.Retry, req, func(ids []uint64, identity string) *fsmv1.RetryJobs {
 		return &fsmv1.RetryJobs{JobIds: ids, Identity: identity}
-	}, func(job *coordv1.QueueJob, duplicate bool) *coordv1.QueueRetryResponse {
+	}, q.s.node.RetryJobs, func(job *coordv1.QueueJob, duplicate bool) *coordv1.QueueRetryResponse {
 		return &coordv1.QueueRetryResponse{Job: job, Duplicate: duplicate}
 	})
 }
 
 // oneJobCall serves Cancel and Retry: on the leader, the one-item command
-// cmd builds (with the job's id and the caller's identity), answered with
-// the job after it.
-func oneJobCall[Req interface{ GetId() uint64 }, Resp any](s *Server, ctx context.Context,
+// cmd builds (with the job's id and the caller's identity), committed by
+// commit, answered with the job after it.
+func oneJobCall[Req interface{ GetId() uint64 }, Cmd, Resp any](s *Server, ctx context.Context,
 	call func(coordv1.QueueClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
-	cmd func(ids []uint64, identity string) any, resp func(job *coordv1.QueueJob, duplicate bool) Resp) (Resp, error) {
+	cmd func(ids []uint64, identity string) Cmd, commit func(context.Context, Cmd) (fsm.JobResults, error),
+	resp func(job *coordv1.QueueJob, duplicate bool) Resp) (Resp, error) {
 	if err := checkJobID("id", req.GetId()); err != nil {
 		var zero Resp
 		return zero, toStatus(err)
 	}
 	return queueOnLeader(s, ctx, call, req, func() (Resp, error) {
-		o, err := s.oneJob(ctx, req.GetId(), cmd([]uint64{req.GetId()}, auth.IdentityOf(ctx)))
+		o, err := s.oneJob(ctx, req.GetId(), func() (fsm.JobResults, error) {
+			return commit(ctx, cmd([]uint64{req.GetId()}, auth.IdentityOf(ctx)))
+		})
 		if err != nil {
 			var zero Resp
 			return zero, err
@@ -174,9 +177,9 @@ func oneJobCall[Req interface{ GetId() uint64 }, Resp any](s *Server, ctx contex
 	})
 }
 
-// oneJob authorizes the action on job id (authorizeManage) and proposes a one-item
-// Cancel or Retry; the item's refusal is the error.
-func (s *Server) oneJob(ctx context.Context, id uint64, cmd any) (*fsm.JobOutcome, error) {
+// oneJob authorizes the action on job id (authorizeManage) and commits a
+// one-item Cancel or Retry; the item's refusal is the error.
+func (s *Server) oneJob(ctx context.Context, id uint64, commit func() (fsm.JobResults, error)) (*fsm.JobOutcome, error) {
 	if s.aclActive() {
 		st, _, err := s.node.Read(ctx, true) // the leader's own state: a job's queue never changes
 		if err != nil {
@@ -188,7 +191,7 @@ func (s *Server) oneJob(ctx context.Context, id uint64, cmd any) (*fsm.JobOutcom
 			}
 		}
 	}
-	res, err := propose[fsm.JobResults](ctx, s.node, cmd)
+	res, err := commit()
 	if err != nil {
 		return nil, err
 	}
@@ -287,12 +290,13 @@ type attemptRef interface {
 
 // attemptCall serves Heartbeat, Complete and Fail. It checks the worker and
 // the items (check adds an item's own checks; malformed input refuses the
-// whole call), then on the leader proposes the command cmd builds (with
-// the caller's identity) and answers one result per item: result builds
-// it from the item's outcome, or from its refusal (o nil).
-func attemptCall[Req interface{ GetWorkerId() string }, Item attemptRef, Result, Resp any](q *queue, ctx context.Context,
+// whole call), then on the leader commits (commit) the command cmd builds
+// (with the caller's identity) and answers one result per item: result
+// builds it from the item's outcome, or from its refusal (o nil).
+func attemptCall[Req interface{ GetWorkerId() string }, Item attemptRef, Cmd, Result, Resp any](q *queue, ctx context.Context,
 	call func(coordv1.QueueClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
-	field string, items []Item, check func(i int, it Item) error, cmd func(identity string) any,
+	field string, items []Item, check func(i int, it Item) error,
+	cmd func(identity string) Cmd, commit func(context.Context, Cmd) (fsm.JobResults, error),
 	result func(it Item, o *fsm.JobOutcome, refused *coordv1.JobItemError) Result, resp func([]Result) Resp) (Resp, error) {
 	var zero Resp
 	err := firstErr(checkName("worker_id", req.GetWorkerId(), true), checkItems(field, len(items)))
@@ -306,7 +310,7 @@ func attemptCall[Req interface{ GetWorkerId() string }, Item attemptRef, Result,
 		return zero, toStatus(err)
 	}
 	return queueOnLeader(q.s, ctx, call, req, func() (Resp, error) {
-		res, err := propose[fsm.JobResults](ctx, q.s.node, cmd(auth.IdentityOf(ctx)))
+		res, err := commit(ctx, cmd(auth.IdentityOf(ctx)))
 		if err != nil {
 			return zero, err
 		}
@@ -326,12 +330,12 @@ func attemptCall[Req interface{ GetWorkerId() string }, Item attemptRef, Result,
 
 func (q *queue) Heartbeat(ctx context.Context, req *coordv1.QueueHeartbeatRequest) (*coordv1.QueueHeartbeatResponse, error) {
 	return attemptCall(q, ctx, coordv1.QueueClient.Heartbeat, req, "attempts", req.GetAttempts(), nil,
-		func(identity string) any {
+		func(identity string) *fsmv1.HeartbeatJobs {
 			return &fsmv1.HeartbeatJobs{WorkerId: req.GetWorkerId(), Identity: identity,
 				Attempts: convertAll(req.GetAttempts(), func(a *coordv1.JobAttemptRef) *fsmv1.JobAttemptRef {
 					return &fsmv1.JobAttemptRef{JobId: a.GetJobId(), Attempt: a.GetAttempt()}
 				})}
-		},
+		}, q.s.node.HeartbeatJobs,
 		func(a *coordv1.JobAttemptRef, o *fsm.JobOutcome, refused *coordv1.JobItemError) *coordv1.HeartbeatResult {
 			hr := &coordv1.HeartbeatResult{JobId: a.GetJobId(), Attempt: a.GetAttempt(), Error: refused}
 			if o != nil {
@@ -354,12 +358,12 @@ func (q *queue) Complete(ctx context.Context, req *coordv1.QueueCompleteRequest)
 			}
 			return nil
 		},
-		func(identity string) any {
+		func(identity string) *fsmv1.CompleteJobs {
 			return &fsmv1.CompleteJobs{WorkerId: req.GetWorkerId(), Identity: identity,
 				Completions: convertAll(req.GetCompletions(), func(c *coordv1.JobCompletion) *fsmv1.JobCompletion {
 					return &fsmv1.JobCompletion{JobId: c.GetJobId(), Attempt: c.GetAttempt(), Result: c.GetResult()}
 				})}
-		},
+		}, q.s.node.CompleteJobs,
 		func(c *coordv1.JobCompletion, o *fsm.JobOutcome, refused *coordv1.JobItemError) *coordv1.CompleteResult {
 			return &coordv1.CompleteResult{JobId: c.GetJobId(), Attempt: c.GetAttempt(), Duplicate: o != nil && o.Duplicate, Error: refused}
 		},
@@ -370,13 +374,13 @@ func (q *queue) Complete(ctx context.Context, req *coordv1.QueueCompleteRequest)
 
 func (q *queue) Fail(ctx context.Context, req *coordv1.QueueFailRequest) (*coordv1.QueueFailResponse, error) {
 	return attemptCall(q, ctx, coordv1.QueueClient.Fail, req, "failures", req.GetFailures(), nil,
-		func(identity string) any {
+		func(identity string) *fsmv1.FailJobs {
 			// The node draws each failure's retry jitter.
 			return &fsmv1.FailJobs{WorkerId: req.GetWorkerId(), Identity: identity,
 				Failures: convertAll(req.GetFailures(), func(f *coordv1.JobFailure) *fsmv1.JobFailure {
 					return &fsmv1.JobFailure{JobId: f.GetJobId(), Attempt: f.GetAttempt(), Error: f.GetError(), Retryable: f.GetRetryable()}
 				})}
-		},
+		}, q.s.node.FailJobs,
 		func(f *coordv1.JobFailure, o *fsm.JobOutcome, refused *coordv1.JobItemError) *coordv1.FailResult {
 			fr := &coordv1.FailResult{JobId: f.GetJobId(), Attempt: f.GetAttempt(), Error: refused}
 			if o != nil {

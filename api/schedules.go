@@ -220,7 +220,7 @@ func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleReq
 			s.schedulePuts.Lock()
 			defer s.schedulePuts.Unlock()
 		}
-		r, err := guardedChange[*fsm.ScheduleResult](ctx, s, func() (any, error) {
+		r, err := guardedChange(ctx, s.node.PutSchedule, func() (*fsmv1.PutSchedule, error) {
 			st, _, err := s.node.Read(ctx, false)
 			if err != nil {
 				return nil, err
@@ -383,19 +383,19 @@ func scheduleGuard(sc fsm.Schedule, found bool) *fsmv1.ScheduleGuard {
 // schedule moved to another queue between the leader's check and the apply.
 const maxGuardAttempts = 3
 
-// guardedChange checks and proposes a change of a schedule on the leader:
+// guardedChange checks and commits a change of a schedule on the leader:
 // check reads the schedule, authorizes the caller on it and builds the
-// command with its guard. When the FSM refuses the guard (a concurrent put
-// moved the schedule to another queue after the check), the change is
-// checked again against the schedule as it is now.
-func guardedChange[R any](ctx context.Context, s *Server, check func() (any, error)) (R, error) {
+// command with its guard; commit commits it. When the FSM refuses the
+// guard (a concurrent put moved the schedule to another queue after the
+// check), the change is checked again against the schedule as it is now.
+func guardedChange[C, R any](ctx context.Context, commit func(context.Context, C) (R, error), check func() (C, error)) (R, error) {
 	for attempt := 1; ; attempt++ {
 		cmd, err := check()
 		if err != nil {
 			var zero R
 			return zero, err
 		}
-		r, err := propose[R](ctx, s.node, cmd)
+		r, err := commit(ctx, cmd)
 		var rej *fsm.Rejection
 		if attempt < maxGuardAttempts && errors.As(err, &rej) && rej.Reason == coorderr.PermissionDenied {
 			continue
@@ -430,7 +430,7 @@ func pauseCall[Req interface{ GetName() string }, Resp any](h *schedules, ctx co
 		return zero, toStatus(err)
 	}
 	return schedulesOnLeader(h.s, ctx, call, req, func() (Resp, error) {
-		r, err := guardedChange[*fsm.ScheduleResult](ctx, h.s, func() (any, error) {
+		r, err := guardedChange(ctx, h.s.node.PauseSchedule, func() (*fsmv1.PauseSchedule, error) {
 			_, guard, err := h.s.current(ctx, name, false)
 			return &fsmv1.PauseSchedule{Name: name, Paused: paused, Identity: auth.IdentityOf(ctx), Guard: guard}, err
 		})
@@ -451,7 +451,7 @@ func (h *schedules) TriggerSchedule(ctx context.Context, req *coordv1.TriggerSch
 	}
 	return schedulesOnLeader(s, ctx, coordv1.SchedulesClient.TriggerSchedule, req, func() (*coordv1.TriggerScheduleResponse, error) {
 		var o schedule.Occurrence
-		r, err := guardedChange[*fsm.TriggerResult](ctx, s, func() (any, error) {
+		r, err := guardedChange(ctx, s.node.TriggerSchedule, func() (*fsmv1.TriggerSchedule, error) {
 			sc, guard, err := s.current(ctx, req.GetName(), false)
 			if err != nil {
 				return nil, err
@@ -482,7 +482,7 @@ func (h *schedules) DeleteSchedule(ctx context.Context, req *coordv1.DeleteSched
 		return nil, toStatus(err)
 	}
 	return schedulesOnLeader(s, ctx, coordv1.SchedulesClient.DeleteSchedule, req, func() (*coordv1.DeleteScheduleResponse, error) {
-		r, err := guardedChange[*fsm.ScheduleResult](ctx, s, func() (any, error) {
+		r, err := guardedChange(ctx, s.node.DeleteSchedule, func() (*fsmv1.DeleteSchedule, error) {
 			_, guard, err := s.current(ctx, req.GetName(), true)
 			return &fsmv1.DeleteSchedule{Name: req.GetName(), Identity: auth.IdentityOf(ctx), Guard: guard}, err
 		})
