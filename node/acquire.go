@@ -134,7 +134,8 @@ func (n *Node) acquireWaiting(ctx context.Context, ls *leaderState, cmd *fsmv1.A
 // FetchJobs through Fetch (without wait); a Release carries the first
 // waiter's Acquire as its handoff; a release wakes the lease's waiters; a
 // FailJobs gets the leader's retry jitter; a SubmitJobs takes the fetches
-// of the long polls it feeds into its entry.
+// of the long polls it feeds into its entry. The API reaches it only
+// through the typed commands (commands.go), which type its result.
 func (n *Node) Propose(ctx context.Context, body any) (any, error) {
 	if a, ok := body.(*fsmv1.Acquire); ok {
 		r, err := n.Acquire(ctx, a, false)
