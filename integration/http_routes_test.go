@@ -238,6 +238,9 @@ func TestHTTPRoutes(t *testing.T) {
 func doJSONHeader(t *testing.T, hc *http.Client, method, url string, body any, h http.Header) httpResult {
 	t.Helper()
 	rt := hc.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
 	hc2 := *hc
 	hc2.Transport = headerTransport{rt: rt, h: h}
 	return doJSON(t, &hc2, method, url, body)
@@ -303,6 +306,26 @@ func TestHTTPConventions(t *testing.T) {
 	}
 	one["worker_id"] = "w1"
 	wantHTTP(t, "one accepted item", doJSON(t, hc, "POST", base+"/v1/queue/complete", one), 200, "")
+
+	// A waiting acquire ends at the request's Grpc-Timeout: 504 TIMEOUT.
+	wantHTTP(t, "hold", doJSON(t, hc, "POST", base+"/v1/leases/held/acquire", map[string]any{"owner": "a", "ttl_ms": "30000"}), 200, "")
+	start := time.Now()
+	r = doJSONHeader(t, hc, "POST", base+"/v1/leases/held/acquire", map[string]any{"owner": "b", "ttl_ms": "30000", "wait": true},
+		http.Header{"Grpc-Timeout": {"500m"}})
+	wantHTTP(t, "waiting acquire", r, 504, "TIMEOUT")
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the wait took %v", d)
+	}
+	// Lists page.
+	wantHTTP(t, "second lease", doJSON(t, hc, "POST", base+"/v1/leases/held2/acquire", map[string]any{"owner": "a", "ttl_ms": "30000"}), 200, "")
+	r = doJSON(t, hc, "GET", base+"/v1/leases?prefix=held&page_size=1", nil)
+	if l := r.body["leases"].([]any); len(l) != 1 || r.body["next_page_token"] == "" {
+		t.Fatalf("page 1: %v", r.body)
+	}
+	r = doJSON(t, hc, "GET", base+"/v1/leases?prefix=held&page_size=1&page_token="+r.body["next_page_token"].(string), nil)
+	if l := r.body["leases"].([]any); len(l) != 1 || l[0].(map[string]any)["name"] != "held2" {
+		t.Fatalf("page 2: %v", r.body)
+	}
 
 	r = doJSON(t, hc, "GET", base+"/v1/openapi.json", nil)
 	if r.status != 200 || r.body["openapi"] == nil || r.body["paths"].(map[string]any)["/v1/leases/{name}/acquire"] == nil {
