@@ -60,6 +60,22 @@ func TestHTTPRoutes(t *testing.T) {
 		}
 		return v
 	}
+	// is checks that the answer's field at path is v; count that the
+	// list at key has n items.
+	is := func(v any, path ...string) func(*testing.T, httpResult) {
+		return func(t *testing.T, r httpResult) {
+			if got := field(r, path...); got != v {
+				t.Fatalf("%v = %v, want %v: %v", path, got, v, r.body)
+			}
+		}
+	}
+	count := func(key string, n int) func(*testing.T, httpResult) {
+		return func(t *testing.T, r httpResult) {
+			if l, _ := field(r, key).([]any); len(l) != n {
+				t.Fatalf("%d %s, want %d: %v", len(l), key, n, r.body)
+			}
+		}
+	}
 	routes := []httpRoute{
 		{name: "acquire", method: "POST", path: "/v1/leases/app/close/acquire", body: map[string]any{"owner": "w1", "ttl_ms": "10000"}, want: 200,
 			check: func(t *testing.T, r httpResult) {
@@ -70,47 +86,23 @@ func TestHTTPRoutes(t *testing.T) {
 			}},
 		{name: "renew", method: "POST", path: "/v1/leases/app/close/renew", body: func() any { return map[string]any{"owner": "w1", "generation": gen, "ttl_ms": "10000"} }, want: 200},
 		{name: "get lease", method: "GET", path: "/v1/leases/app/close", want: 200,
-			check: func(t *testing.T, r httpResult) {
-				if field(r, "lease", "owner") != "w1" {
-					t.Fatalf("lease: %v", r.body)
-				}
-			}},
+			check: is("w1", "lease", "owner")},
 		{name: "list leases", method: "GET", path: "/v1/leases?prefix=app/&page_size=10", want: 200,
-			check: func(t *testing.T, r httpResult) {
-				if l, _ := field(r, "leases").([]any); len(l) != 1 {
-					t.Fatalf("list: %v", r.body)
-				}
-			}},
+			check: count("leases", 1)},
 		{name: "claim window", method: "POST", path: "/v1/windows/app/close/2026-09-25/claim",
 			body: func() any { return map[string]any{"lease_name": "app/close", "owner": "w1", "generation": gen} }, want: 200,
-			check: func(t *testing.T, r httpResult) {
-				if field(r, "claimed") != true {
-					t.Fatalf("claim: %v", r.body)
-				}
-			}},
+			check: is(true, "claimed")},
 		{name: "complete window", method: "POST", path: "/v1/windows/app/close/2026-09-25/complete",
 			body: func() any { return map[string]any{"lease_name": "app/close", "owner": "w1", "generation": gen} }, want: 200},
 		{name: "get window", method: "GET", path: "/v1/windows/app/close/2026-09-25", want: 200,
-			check: func(t *testing.T, r httpResult) {
-				if field(r, "window", "window") != "2026-09-25" || field(r, "window", "job") != "app/close" {
-					t.Fatalf("window: %v", r.body)
-				}
-			}},
+			check: is("app/close", "window", "job")},
 		{name: "list windows", method: "GET", path: "/v1/windows?job=app/close", want: 200,
-			check: func(t *testing.T, r httpResult) {
-				if l, _ := field(r, "windows").([]any); len(l) != 1 {
-					t.Fatalf("windows: %v", r.body)
-				}
-			}},
+			check: count("windows", 1)},
 		{name: "fenced commit", method: "POST", path: "/v1/fence/commit",
 			body: func() any { return map[string]any{"resource": "app/store", "token": "app/close:" + gen} }, want: 200},
 		{name: "get resource", method: "GET", path: "/v1/resources/app/store", want: 200},
 		{name: "release", method: "POST", path: "/v1/leases/app/close/release", body: func() any { return map[string]any{"owner": "w1", "generation": gen} }, want: 200,
-			check: func(t *testing.T, r httpResult) {
-				if field(r, "released") != true {
-					t.Fatalf("release: %v", r.body)
-				}
-			}},
+			check: is(true, "released")},
 		{name: "submit", method: "POST", path: "/v1/queue/jobs", body: map[string]any{"jobs": []any{map[string]any{"queue": "app", "kind": "close"}}}, want: 200,
 			check: func(t *testing.T, r httpResult) { jobID = field(r, "jobs").([]any)[0].(map[string]any)["id"].(string) }},
 		{name: "get job", method: "GET", path: "/v1/queue/jobs/{id}", want: 200, denied: 403, deniedReason: "PERMISSION_DENIED"},
