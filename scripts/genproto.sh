@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the Go code for proto/ (committed, so a build needs no protoc)
 # and lints the protos with buf when it is installed.
-# Needs protoc (Debian: apt-get install -y protobuf-compiler).
+# Needs protoc >= 3.15 (proto3 `optional`: RenewRequest.value); Debian
+# bookworm's protobuf-compiler (3.21) works: apt-get install -y protobuf-compiler.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$(go env GOPATH)/bin:$PATH"
