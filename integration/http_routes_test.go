@@ -214,16 +214,28 @@ func TestHTTPRoutes(t *testing.T) {
 		t.Fatalf("first watch message: %v", first)
 	}
 	wantHTTP(t, "acquire watched", doJSON(t, app, "POST", base+"/v1/leases/app/watched/acquire", map[string]any{"owner": "w", "ttl_ms": "10000"}), 200, "")
-	for {
-		m := next()
-		evs, _ := m["events"].([]any)
-		if len(evs) > 0 {
-			if evs[0].(map[string]any)["key"] != "app/watched" {
-				t.Fatalf("watch event: %v", m)
+	firstEvent := func() {
+		for {
+			m := next()
+			if evs, _ := m["events"].([]any); len(evs) > 0 {
+				if evs[0].(map[string]any)["key"] != "app/watched" {
+					t.Fatalf("watch event: %v", m)
+				}
+				return
 			}
-			break
 		}
 	}
+	firstEvent()
+	// Resumed from the first line's position: the same event again.
+	resp.Body.Close()
+	req, _ = http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/v1/watch?prefix=app/&start_index=%s&start_position=%v",
+		base, first["resume_index"], first["resume_position"]), nil)
+	if resp, err = app.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("resumed watch: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	lines = bufio.NewScanner(resp.Body)
+	firstEvent()
 }
 
 // doJSONHeader is doJSON with extra request headers.
