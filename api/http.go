@@ -77,11 +77,12 @@ func (s *Server) httpAPI() http.Handler {
 	// A call answers within the write timeout (after which the connection
 	// is cut): a waiting Acquire without its own Grpc-Timeout ends a second
 	// before it with DEADLINE_EXCEEDED. A watch's stream instead gets the
-	// write timeout for each message.
+	// write timeout for each line and no deadline while quiet.
 	bound := s.cfg.HTTPWriteTimeout - time.Second
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := context.WithValue(r.Context(), httpIdentityKey{}, tlsutil.PeerOf(r.TLS))
 		if r.URL.Path == watchPath {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 			w = &streamWriter{ResponseWriter: w, timeout: s.cfg.HTTPWriteTimeout}
 		} else if bound > 0 {
 			var cancel context.CancelFunc
@@ -95,7 +96,9 @@ func (s *Server) httpAPI() http.Handler {
 // watchPath is the route of Watch (coord_http.yaml).
 const watchPath = "/v1/watch"
 
-// streamWriter gives each write of a stream its own write deadline.
+// streamWriter bounds each line of a stream (its writes, up to the flush
+// that ends it) by the write timeout, and leaves the stream without a
+// deadline while it is quiet (the gateway flushes after each message).
 type streamWriter struct {
 	http.ResponseWriter
 	timeout time.Duration
@@ -108,7 +111,12 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 	return w.ResponseWriter.Write(p)
 }
 
-func (w *streamWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+func (w *streamWriter) Flush() {
+	rc := http.NewResponseController(w.ResponseWriter)
+	if err := rc.Flush(); err == nil && w.timeout > 0 {
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
+}
 
 func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
