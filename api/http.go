@@ -76,9 +76,9 @@ func (s *Server) httpAPI() http.Handler {
 	}
 	// A call answers within the write timeout (after which the connection
 	// is cut): a waiting Acquire without its own Grpc-Timeout ends a second
-	// before it with DEADLINE_EXCEEDED. A watch's stream instead gets the
+	// (or a tenth of it) before it with DEADLINE_EXCEEDED. A watch's stream instead gets the
 	// write timeout for each line and no deadline while quiet.
-	bound := s.cfg.HTTPWriteTimeout - time.Second
+	bound := s.cfg.HTTPWriteTimeout - min(time.Second, s.cfg.HTTPWriteTimeout/10)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := context.WithValue(r.Context(), httpIdentityKey{}, tlsutil.PeerOf(r.TLS))
 		if r.URL.Path == watchPath {

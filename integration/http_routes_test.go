@@ -381,3 +381,20 @@ func TestHTTPWatchOutlivesTheWriteTimeout(t *testing.T) {
 		})
 	}
 }
+
+// A waiting acquire without a Grpc-Timeout answers 504 TIMEOUT before the
+// write timeout would cut its connection; the OpenAPI document needs no
+// certificate (it is the same for everyone), the API does.
+func TestHTTPWaitEndsBeforeTheWriteTimeout(t *testing.T) {
+	n, certs := limitedCluster(t, func(cfg *testcluster.Config) { cfg.API.HTTPWriteTimeout = time.Second })
+	acquire(t, coordAs(t, certs, n, "billing-worker"), "billing/held", "w1", 30*time.Second)
+	base := "https://" + n.API.HTTPAddr()
+	r := doJSON(t, httpsClient(certs.Client("billing-worker")), "POST", base+"/v1/leases/billing/held/acquire",
+		map[string]any{"owner": "w2", "ttl_ms": "30000", "wait": true})
+	wantHTTP(t, "waiting acquire", r, 504, "TIMEOUT")
+	anon := httpsClient(certs.Client(""))
+	if r := doJSON(t, anon, "GET", base+"/v1/openapi.json", nil); r.status != 200 || r.body["openapi"] == nil {
+		t.Fatalf("openapi without a certificate: %d", r.status)
+	}
+	wantHTTP(t, "API without a certificate", doJSON(t, anon, "GET", base+"/v1/leases", nil), 401, "UNAUTHENTICATED")
+}
