@@ -291,6 +291,7 @@ func TestHTTPConventions(t *testing.T) {
 	wantHTTP(t, "unknown field", doJSON(t, hc, "POST", base+"/v1/leases/a/acquire", `{"owner":"o","ttl_ms":"5000","tll":1}`), 400, "INVALID_ARGUMENT")
 	wantHTTP(t, "bad json", doJSON(t, hc, "POST", base+"/v1/queue/fetch", `{"queues":`), 400, "INVALID_ARGUMENT")
 	wantHTTP(t, "wrong type", doJSON(t, hc, "POST", base+"/v1/queue/fetch", `{"queues":"q"}`), 400, "INVALID_ARGUMENT")
+	wantHTTP(t, "invalid UTF-8", doJSON(t, hc, "POST", base+"/v1/queue/fetch", "{\"queues\":[\"q\xff\"],\"worker_id\":\"w\"}"), 400, "INVALID_ARGUMENT")
 
 	// One refused item: its refusal. Two: 200 and the items' errors.
 	sub := doJSON(t, hc, "POST", base+"/v1/queue/jobs", map[string]any{"jobs": []any{map[string]any{"queue": "q", "kind": "k"}}})
