@@ -52,6 +52,7 @@ func (s *Server) httpAPI() http.Handler {
 		runtime.WithRoutingErrorHandler(routingError),
 		runtime.WithMiddlewares(probeRoute),
 		runtime.WithForwardResponseOption(singleItemError),
+		// One method a route: no POST of a form read as its GET.
 		runtime.WithDisablePathLengthFallback(),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
@@ -76,8 +77,9 @@ func (s *Server) httpAPI() http.Handler {
 	}
 	// A call answers within the write timeout (after which the connection
 	// is cut): a waiting Acquire without its own Grpc-Timeout ends a second
-	// (or a tenth of it) before it with DEADLINE_EXCEEDED. A watch's stream instead gets the
-	// write timeout for each line and no deadline while quiet.
+	// (or a tenth of the timeout) before it with DEADLINE_EXCEEDED. A
+	// watch's stream instead gets the write timeout for each line and no
+	// deadline while quiet.
 	bound := s.cfg.HTTPWriteTimeout - min(time.Second, s.cfg.HTTPWriteTimeout/10)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := context.WithValue(r.Context(), httpIdentityKey{}, tlsutil.PeerOf(r.TLS))
@@ -136,8 +138,9 @@ func probeRoute(next runtime.HandlerFunc) runtime.HandlerFunc {
 	}
 }
 
-// routeMethods are the methods coord_http.yaml uses.
-var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodDelete}
+// routeMethods are the methods a route may have (coord_http.yaml uses
+// GET, POST and DELETE).
+var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 
 // allowedMethods are the methods with a route for r's path: each asked of
 // the gateway's own matcher with a probe (nothing is served).
