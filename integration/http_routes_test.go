@@ -342,45 +342,8 @@ func TestHTTPConventions(t *testing.T) {
 // next change: each line has its own write deadline, none while quiet (as
 // the console's stream, TestConsoleStreamOutlivesTheWriteTimeout).
 func TestHTTPWatchOutlivesTheWriteTimeout(t *testing.T) {
-	n, certs := limitedCluster(t, func(cfg *testcluster.Config) { cfg.API.HTTPWriteTimeout = 500 * time.Millisecond })
-	for _, proto := range []string{"http/1.1", "h2"} {
-		t.Run(proto, func(t *testing.T) {
-			cfg := certs.Client("ops")
-			tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: proto == "h2"}
-			if proto == "http/1.1" {
-				cfg.NextProtos = []string{"http/1.1"}
-			}
-			resp, err := (&http.Client{Transport: tr}).Get("https://" + n.API.HTTPAddr() + "/v1/watch?prefix=billing/" + proto)
-			if err != nil || resp.StatusCode != 200 || (proto == "h2") != (resp.ProtoMajor == 2) {
-				t.Fatalf("watch: %v %v", resp, err)
-			}
-			defer resp.Body.Close()
-			lines := make(chan string, 100)
-			go func() {
-				sc := bufio.NewScanner(resp.Body)
-				for sc.Scan() {
-					lines <- sc.Text()
-				}
-				close(lines)
-			}()
-			time.Sleep(1500 * time.Millisecond) // quiet for three write timeouts
-			acquire(t, coordAs(t, certs, n, "billing-worker"), "billing/"+proto, "w", 10*time.Second)
-			deadline := time.After(5 * time.Second)
-			for {
-				select {
-				case line, ok := <-lines:
-					if !ok {
-						t.Fatal("the stream ended before the change")
-					}
-					if strings.Contains(line, `"key":"billing/`+proto+`"`) {
-						return
-					}
-				case <-deadline:
-					t.Fatal("no change within 5 s")
-				}
-			}
-		})
-	}
+	streamOutlivesTheWriteTimeout(t, "/v1/watch?prefix=billing/",
+		func(line, proto string) bool { return strings.Contains(line, `"key":"billing/`+proto+`"`) })
 }
 
 // A waiting acquire without a Grpc-Timeout answers 504 TIMEOUT before the
