@@ -14,6 +14,9 @@ GOFLAGS= go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapi
 (cd proto && protoc -I . --go_out=. --go_opt=paths=source_relative \
   --go-grpc_out=. --go-grpc_opt=paths=source_relative \
   $(find . -name '*.proto' | sed 's,^\./,,' | sort))
+# The protos with their comments, for gRPC reflection (api/reflection.go).
+(cd proto && protoc -I . --include_source_info --descriptor_set_out=../api/protodesc.binpb \
+  $(find . -name '*.proto' | sed 's,^\./,,' | sort))
 # The HTTP/JSON gateway for the calls listed in coord_http.yaml (no
 # google.api annotations in the protos: the mapping lives in that file).
 # It is a package of its own (standalone) so that the client SDK, which
