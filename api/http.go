@@ -8,15 +8,20 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/coordd/coordd/api/openapi"
 	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/tlsutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -24,9 +29,11 @@ import (
 )
 
 // The HTTP/JSON API (grpc-gateway, mapping in proto/coord/v1/coord_http.yaml)
-// serves FencedCommit, GetLease and GetResource, the queue's Submit, Get,
-// List, Cancel, Retry and Stats, and the Schedules service for APIs in any
-// language, with the same validation, authorization and errors as gRPC.
+// serves every call but KeepAlive and the cluster's administration
+// (leases, windows, fenced commits, the queue and its workers, schedules,
+// the cluster's status and members, Watch as newline-delimited JSON) for
+// APIs in any language, with the same validation, authorization and errors
+// as gRPC, and its OpenAPI document at /v1/openapi.json (api/openapi).
 // docs/http-api.md documents it.
 
 // httpIdentityKey carries an HTTP request's verified certificate
@@ -42,6 +49,11 @@ func httpPeer(ctx context.Context) tlsutil.Peer {
 func (s *Server) httpAPI() http.Handler {
 	gw := runtime.NewServeMux(
 		runtime.WithErrorHandler(writeHTTPError),
+		runtime.WithRoutingErrorHandler(routingError),
+		runtime.WithMiddlewares(probeRoute),
+		runtime.WithForwardResponseOption(singleItemError),
+		// One method a route: no POST of a form read as its GET.
+		runtime.WithDisablePathLengthFallback(),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
@@ -55,12 +67,155 @@ func (s *Server) httpAPI() http.Handler {
 		coordv1gw.RegisterCoordinatorHandlerClient(ctx, gw, coordv1.NewCoordinatorClient(conn)),
 		coordv1gw.RegisterQueueHandlerClient(ctx, gw, coordv1.NewQueueClient(conn)),
 		coordv1gw.RegisterSchedulesHandlerClient(ctx, gw, coordv1.NewSchedulesClient(conn)),
+		coordv1gw.RegisterClusterHandlerClient(ctx, gw, coordv1.NewClusterClient(conn)),
+		coordv1gw.RegisterWatchHandlerClient(ctx, gw, coordv1.NewWatchClient(conn)),
+		gw.HandlePath(http.MethodGet, openapi.Path, func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+			openapi.Handler().ServeHTTP(w, r)
+		}),
 	); err != nil {
 		panic(err) // registration of generated patterns cannot fail
 	}
+	// A call answers within the write timeout (after which the connection
+	// is cut): a waiting Acquire without its own Grpc-Timeout ends a second
+	// (or a tenth of the timeout) before it with DEADLINE_EXCEEDED. A
+	// watch's stream instead gets the write timeout for each line and no
+	// deadline while quiet.
+	bound := s.cfg.HTTPWriteTimeout - min(time.Second, s.cfg.HTTPWriteTimeout/10)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		gw.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpIdentityKey{}, tlsutil.PeerOf(r.TLS))))
+		ctx := context.WithValue(r.Context(), httpIdentityKey{}, tlsutil.PeerOf(r.TLS))
+		if r.URL.Path == watchPath {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+			w = &streamWriter{ResponseWriter: w, timeout: s.cfg.HTTPWriteTimeout}
+		} else if bound > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, bound)
+			defer cancel()
+		}
+		gw.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// watchPath is the route of Watch (coord_http.yaml).
+const watchPath = "/v1/watch"
+
+// streamWriter bounds each line of a stream (its writes, up to the flush
+// that ends it) by the write timeout, and leaves the stream without a
+// deadline while it is quiet (the gateway flushes after each message).
+type streamWriter struct {
+	http.ResponseWriter
+	timeout time.Duration
+}
+
+func (w *streamWriter) Write(p []byte) (int, error) {
+	if w.timeout > 0 {
+		_ = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Now().Add(w.timeout))
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *streamWriter) Flush() {
+	rc := http.NewResponseController(w.ResponseWriter)
+	if err := rc.Flush(); err == nil && w.timeout > 0 {
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// probeKey marks a request that only asks whether a route matches
+// (allowedMethods); its *bool is set when one does.
+type probeKey struct{}
+
+// probeRoute is the gateway's middleware: a probe's match is noted and
+// served no further.
+func probeRoute(next runtime.HandlerFunc) runtime.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
+		if matched, ok := r.Context().Value(probeKey{}).(*bool); ok {
+			*matched = true
+			return
+		}
+		next(w, r, params)
+	}
+}
+
+// routeMethods are the methods a route may have (coord_http.yaml uses
+// GET, POST and DELETE).
+var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// allowedMethods are the methods with a route for r's path: each asked of
+// the gateway's own matcher with a probe (nothing is served).
+func allowedMethods(mux *runtime.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range routeMethods {
+		matched := false
+		probe := r.Clone(context.WithValue(r.Context(), probeKey{}, &matched))
+		probe.Method, probe.Body = m, http.NoBody
+		mux.ServeHTTP(discardWriter{}, probe)
+		if matched {
+			allow = append(allow, m)
+		}
+	}
+	return allow
+}
+
+// discardWriter is the answer a probe writes to.
+type discardWriter struct{}
+
+func (discardWriter) Header() http.Header         { return http.Header{} }
+func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (discardWriter) WriteHeader(int)             {}
+
+// routingError answers a request no route serves: 404 NOT_FOUND for an
+// unknown path, 405 with Allow for a path served with other methods.
+func routingError(ctx context.Context, mux *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	if _, probing := ctx.Value(probeKey{}).(*bool); probing {
+		return
+	}
+	switch httpStatus {
+	case http.StatusMethodNotAllowed:
+		allow := strings.Join(allowedMethods(mux, r), ", ")
+		w.Header().Set("Allow", allow)
+		writeHTTPBody(w, httpStatus, HTTPError{Code: codeName(codes.InvalidArgument),
+			Message:  fmt.Sprintf("%s is not served for %s; it serves %s", r.Method, r.URL.Path, allow),
+			Reason:   coorderr.Name(coorderr.InvalidArgument),
+			Metadata: map[string]string{"field": "method", "allow": allow}})
+	case http.StatusNotFound:
+		writeHTTPBody(w, httpStatus, HTTPError{Code: codeName(codes.NotFound),
+			Message:  fmt.Sprintf("no route %s; %s lists every route", r.URL.Path, openapi.Path),
+			Reason:   coorderr.Name(coorderr.NotFound),
+			Metadata: map[string]string{"path": r.URL.Path}})
+	default:
+		writeHTTPBody(w, httpStatus, HTTPError{Code: codeName(codes.InvalidArgument),
+			Message: http.StatusText(httpStatus), Reason: coorderr.Name(coorderr.InvalidArgument),
+			Metadata: map[string]string{"field": "path"}})
+	}
+}
+
+// singleItemError answers a worker call of one item (Heartbeat, Complete,
+// Fail) that the item's refusal refused with that refusal as the HTTP
+// status and error body, as a call of that one thing would: the batch's
+// 200 with results[i].error is for batches of two or more.
+func singleItemError(_ context.Context, _ http.ResponseWriter, resp proto.Message) error {
+	var item *coordv1.JobItemError
+	switch r := resp.(type) {
+	case *coordv1.QueueHeartbeatResponse:
+		if len(r.GetResults()) == 1 {
+			item = r.GetResults()[0].GetError()
+		}
+	case *coordv1.QueueCompleteResponse:
+		if len(r.GetResults()) == 1 {
+			item = r.GetResults()[0].GetError()
+		}
+	case *coordv1.QueueFailResponse:
+		if len(r.GetResults()) == 1 {
+			item = r.GetResults()[0].GetError()
+		}
+	}
+	if item == nil {
+		return nil
+	}
+	reason, _ := coorderr.ParseReason(item.GetReason())
+	return toStatus(&fsm.Rejection{Reason: reason, Message: item.GetMessage(), Metadata: item.GetMetadata()})
 }
 
 // bodyLimitKey is the context key of a request's *atomic.Bool that says
@@ -188,6 +343,12 @@ func writeHTTPError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler,
 	if over, _ := r.Context().Value(bodyLimitKey{}).(*atomic.Bool); over != nil && over.Load() {
 		writeTooLarge(w) // the gateway's read of the body failed at the limit
 		return
+	}
+	// A status wrapped by the gateway (a forward-response hook's) is
+	// answered as it is.
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		err = se.(error)
 	}
 	st := status.Convert(err)
 	body := HTTPError{Code: codeName(st.Code()), Message: st.Message(),

@@ -22,6 +22,7 @@ import (
 type inproc struct {
 	s       *Server
 	methods map[string]inprocMethod // by full method name
+	streams map[string]inprocStreamMethod
 }
 
 type inprocMethod struct {
@@ -32,23 +33,29 @@ type inprocMethod struct {
 // newInproc serves the unary methods of the services given with their
 // implementations.
 func newInproc(s *Server, services map[*grpc.ServiceDesc]any) *inproc {
-	c := &inproc{s: s, methods: map[string]inprocMethod{}}
+	c := &inproc{s: s, methods: map[string]inprocMethod{}, streams: map[string]inprocStreamMethod{}}
 	for desc, srv := range services {
 		for _, m := range desc.Methods {
 			c.methods["/"+desc.ServiceName+"/"+m.MethodName] = inprocMethod{srv: srv, handler: m.Handler}
+		}
+		for _, m := range desc.Streams {
+			if !m.ClientStreams { // server streams (Watch); KeepAlive stays gRPC
+				c.streams["/"+desc.ServiceName+"/"+m.StreamName] = inprocStreamMethod{srv: srv, handler: m.Handler}
+			}
 		}
 	}
 	return c
 }
 
 // inprocConn is this server's in-process connection to its Coordinator,
-// Cluster, Queue and Schedules services.
+// Cluster, Queue, Schedules and Watch services.
 func (s *Server) inprocConn() *inproc {
 	return newInproc(s, map[*grpc.ServiceDesc]any{
 		&coordv1.Coordinator_ServiceDesc: &coordinator{s: s},
 		&coordv1.Cluster_ServiceDesc:     &cluster{s: s},
 		&coordv1.Queue_ServiceDesc:       &queue{s: s},
 		&coordv1.Schedules_ServiceDesc:   &schedules{s: s},
+		&coordv1.Watch_ServiceDesc:       s.watch,
 	})
 }
 
@@ -84,10 +91,6 @@ func (c *inproc) Invoke(ctx context.Context, method string, args, reply any, opt
 	}
 	proto.Merge(reply.(proto.Message), resp.(proto.Message))
 	return nil
-}
-
-func (c *inproc) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
-	return nil, status.Error(codes.Unimplemented, "streams are not served in process")
 }
 
 // guard is the unary interceptor of in-process calls: the caller is the

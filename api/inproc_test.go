@@ -72,9 +72,13 @@ func TestInprocGuardRefusesWithoutIdentity(t *testing.T) {
 	if len(n.acquires) != 0 {
 		t.Fatal("the service ran")
 	}
-	// Streams are not served in process; unknown methods are UNIMPLEMENTED.
+	// Unknown methods are UNIMPLEMENTED, and so is KeepAlive: server
+	// streams (Watch) are served in process, client streams are not.
 	if err := s.inprocConn().Invoke(context.Background(), "/coord.v1.Nope/Nope", &coordv1.StatusRequest{}, &coordv1.StatusResponse{}); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("%v", err)
+	}
+	if _, err := c.KeepAlive(context.Background()); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("KeepAlive in process: %v", err)
 	}
 }
 

@@ -30,7 +30,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/reflection"
 
 	"github.com/coordd/coordd/api/console"
 	"github.com/coordd/coordd/clock"
@@ -319,7 +318,7 @@ func (s *Server) start() error {
 	coordv1.RegisterWatchServer(s.grpc, s.watch)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	registerReflection(s.grpc) // with the protos' comments (reflection.go)
 	s.serve("gRPC", func() error { return s.grpc.Serve(s.grpcLis) })
 
 	if s.httpLis != nil {

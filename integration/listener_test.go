@@ -155,6 +155,15 @@ func TestPprofAndMetricsNeedTheirIdentities(t *testing.T) {
 // it bounds each write, not the stream, which stays quiet past it and
 // still delivers the next change (over HTTP/1.1 and HTTP/2).
 func TestConsoleStreamOutlivesTheWriteTimeout(t *testing.T) {
+	streamOutlivesTheWriteTimeout(t, "/ui/events?family=lease&prefix=billing/",
+		func(line, _ string) bool { return line == "event: change" })
+}
+
+// streamOutlivesTheWriteTimeout opens the stream at path+proto on a node
+// whose write timeout is 500 ms, over HTTP/1.1 and HTTP/2, waits three
+// write timeouts, acquires the lease billing/<proto> and awaits the line
+// that isChange says announces it.
+func streamOutlivesTheWriteTimeout(t *testing.T, path string, isChange func(line, proto string) bool) {
 	n, certs := limitedCluster(t, func(cfg *testcluster.Config) { cfg.API.HTTPWriteTimeout = 500 * time.Millisecond })
 	for _, proto := range []string{"http/1.1", "h2"} {
 		t.Run(proto, func(t *testing.T) {
@@ -163,7 +172,7 @@ func TestConsoleStreamOutlivesTheWriteTimeout(t *testing.T) {
 			if proto == "http/1.1" {
 				cfg.NextProtos = []string{"http/1.1"}
 			}
-			resp, err := (&http.Client{Transport: tr}).Get("https://" + n.API.HTTPAddr() + "/ui/events?family=lease&prefix=billing/" + proto)
+			resp, err := (&http.Client{Transport: tr}).Get("https://" + n.API.HTTPAddr() + path + proto)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,11 +197,11 @@ func TestConsoleStreamOutlivesTheWriteTimeout(t *testing.T) {
 					if !ok {
 						t.Fatal("the stream ended before the change")
 					}
-					if line == "event: change" {
+					if isChange(line, proto) {
 						return
 					}
 				case <-deadline:
-					t.Fatal("no change event within 5 s")
+					t.Fatal("no change within 5 s")
 				}
 			}
 		})

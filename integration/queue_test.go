@@ -410,9 +410,12 @@ func TestQueueHTTPGateway(t *testing.T) {
 	if m := r.body["metadata"].(map[string]any); m["field"] != "run_at_ms" || m["index"] != "0" {
 		t.Fatalf("%v", r.body)
 	}
-	// Fetch is for workers (gRPC): not on HTTP.
-	if r := doJSON(t, hc, "POST", base+"/v1/queue/fetch", `{}`); r.status != 404 && r.status != 501 {
-		t.Fatalf("fetch over HTTP: %d", r.status)
+	// Fetch is on HTTP too (http_routes_test.go runs a worker): one
+	// without queues is bad input naming the field.
+	r = doJSON(t, hc, "POST", base+"/v1/queue/fetch", `{}`)
+	wantHTTP(t, "fetch without queues", r, 400, "INVALID_ARGUMENT")
+	if m := r.body["metadata"].(map[string]any); m["field"] != "queues" {
+		t.Fatalf("%v", r.body)
 	}
 }
 

@@ -38,6 +38,9 @@ install_missing "deploy/'s rule checks need promtool" "promtool" prometheus
 # Without chromium (not root, no apt) the console's browser test skips and
 # says why, except in CI (CI set, as .ci/run does), where it fails.
 install_missing "the console's browser test drives headless Chromium" "chromium" chromium
+install_missing "the OpenAPI client test compiles and runs a generated TypeScript client" "node npm" nodejs npm
+# That client's generator and runtime, at the versions of its lockfile.
+if command -v npm >/dev/null; then (cd test/openapi && npm ci --no-audit --no-fund --loglevel=error); fi
 go mod download
 # go.mod and go.sum must be exactly what `go mod tidy` writes.
 if ! tidy=$(go mod tidy -diff 2>&1); then

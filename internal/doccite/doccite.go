@@ -192,7 +192,7 @@ var (
 	lowerCamel      = regexp.MustCompile(`^[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*(\(\))?$`)
 	flagWord        = regexp.MustCompile(`--[a-z][a-z0-9-]*[a-z0-9]`)
 	pathLike        = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.*-]+)*/?$`)
-	fileExts        = []string{".go", ".md", ".sh", ".proto", ".yaml", ".yml", ".json", ".mod", ".js", ".ts", ".py", ".html", ".css"}
+	fileExts        = []string{".go", ".md", ".binpb", ".golden", ".sh", ".proto", ".yaml", ".yml", ".json", ".mod", ".js", ".ts", ".py", ".html", ".css"}
 	tidyOfCites     = strings.NewReplacer("(", "", ")", "", ",", "", ";", "")
 )
 

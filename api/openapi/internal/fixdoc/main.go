@@ -1,0 +1,85 @@
+// Command fixdoc turns the OpenAPI 2.0 document protoc-gen-openapiv2 writes
+// for coord_http.yaml (on standard input) into the OpenAPI 3.0 document the
+// node serves (on standard output, api/openapi/coordd.json): it names the
+// API, gives every operation the node's error body (api.HTTPError) as its
+// other answers, and says how Watch's stream reports an error. Run by
+// scripts/genproto.sh.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/getkin/kin-openapi/openapi2"
+	"github.com/getkin/kin-openapi/openapi2conv"
+	"github.com/getkin/kin-openapi/openapi3"
+)
+
+const description = `The HTTP/JSON API of a coordd node (docs/http-api.md): leases and
+their fencing tokens, windows, fenced commits, the job queue and its
+workers, schedules, the cluster's status and a watch of changes. Field
+names are the proto names; 64-bit integers are strings and bytes base64
+(protojson). Every error answer is an Error: the gRPC code's name, the
+coord.v1.ErrorReason without its prefix, a message and metadata.`
+
+func main() {
+	if err := run(os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "fixdoc:", err)
+		os.Exit(1)
+	}
+}
+
+func run(in io.Reader, out io.Writer) error {
+	var doc2 openapi2.T
+	if err := json.NewDecoder(in).Decode(&doc2); err != nil {
+		return err
+	}
+	doc2.Info = openapi3.Info{Title: "coordd", Version: "v1", Description: description}
+	doc2.Tags = nil // the service names, each with no description
+	str := func(desc string) *openapi2.SchemaRef {
+		return &openapi2.SchemaRef{Value: &openapi2.Schema{Type: &openapi3.Types{"string"}, Description: desc}}
+	}
+	doc2.Definitions["Error"] = &openapi2.SchemaRef{Value: &openapi2.Schema{
+		Type:        &openapi3.Types{"object"},
+		Description: "The body of every error answer (api.HTTPError).",
+		Required:    []string{"code", "message"},
+		Properties: map[string]*openapi2.SchemaRef{
+			"code":    str("the gRPC code's name: INVALID_ARGUMENT, FAILED_PRECONDITION, ..."),
+			"reason":  str("a coord.v1.ErrorReason without its ERROR_REASON_ prefix: STALE_TOKEN, ..."),
+			"message": str("what went wrong, for a person"),
+			"metadata": {Value: &openapi2.Schema{Type: &openapi3.Types{"object"},
+				Description:          "the reason's details (errors.proto lists them per reason), e.g. field",
+				AdditionalProperties: openapi3.AdditionalProperties{Schema: &openapi3.SchemaRef{Value: openapi3.NewStringSchema()}}}},
+		},
+	}}
+	errRef := &openapi2.Response{Description: "An error (Error); the status maps its code (docs/http-api.md).",
+		Schema: &openapi2.SchemaRef{Ref: "#/definitions/Error"}}
+	for path, item := range doc2.Paths {
+		for method, op := range item.Operations() {
+			if op.Responses == nil {
+				return fmt.Errorf("%s %s has no responses", method, path)
+			}
+			op.Responses.Set("default", errRef)
+			if ok := op.Responses.Value("200"); ok != nil && ok.Schema != nil && ok.Schema.Value != nil {
+				if _, stream := ok.Schema.Value.Properties["result"]; stream {
+					ok.Description = "A stream: one JSON object a line, {\"result\": ...} for each message; " +
+						"an error after the stream started is a last line {\"error\": {\"code\", \"message\", \"details\"}} (a google.rpc.Status)."
+					ok.Schema.Value.Properties["error"] = &openapi2.SchemaRef{Value: &openapi2.Schema{
+						Type: &openapi3.Types{"object"}, Description: "google.rpc.Status: code (a number), message, details"}}
+				}
+			}
+		}
+	}
+	doc3, err := openapi2conv.ToV3(&doc2)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(doc3, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = out.Write(append(b, '\n'))
+	return err
+}
