@@ -5,13 +5,13 @@ import (
 	"io"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/internal/testutil"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -45,18 +45,6 @@ func (s *kaServerStream) Recv() (*coordv1.KeepAliveRequest, error) {
 		return r, nil
 	case err := <-s.recv:
 		return nil, err
-	}
-}
-
-func recvWithin[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(5 * time.Second):
-		t.Fatalf("no %s", what)
-		var zero T
-		return zero
 	}
 }
 
@@ -113,14 +101,14 @@ func TestKeepAliveStreamAnswersAndOwnsRenewals(t *testing.T) {
 	st.in <- &coordv1.KeepAliveRequest{Name: "", Owner: "o", Generation: 1, TtlMs: 5000, Seq: 2}
 	got := map[uint64]bool{}
 	for range 2 {
-		r := recvWithin(t, st.out, "answer")
+		r := testutil.Recv(t, st.out, "answer")
 		got[r.GetSeq()] = r.GetOk()
 	}
 	if !got[1] || got[2] || len(got) != 2 {
 		t.Fatalf("answers %v", got)
 	}
 	st.recv <- io.EOF
-	if err := recvWithin(t, ret, "end"); err != nil {
+	if err := testutil.Recv(t, ret, "end"); err != nil {
 		t.Fatalf("closed by the client: %v", err)
 	}
 
@@ -134,7 +122,7 @@ func TestKeepAliveStreamAnswersAndOwnsRenewals(t *testing.T) {
 	}
 	ka.stream.(*kaServerStream).in <- &coordv1.KeepAliveRequest{Name: "L", Owner: "o", Generation: 1, TtlMs: 5000, Seq: 1}
 	go ka.receive()
-	recvWithin(t, entered, "renewal")
+	testutil.Recv(t, entered, "renewal")
 	ka.stop()
 	if !returned.Load() {
 		t.Fatal("stop returned before the renewal in flight ended")
@@ -156,7 +144,7 @@ func TestKeepAliveStreamEndsWithLeadership(t *testing.T) {
 	go func() { ret <- ka.send(lctx) }()
 	n.setLeader(false, "n2", "127.0.0.1:2")
 	lose()
-	err := recvWithin(t, ret, "end")
+	err := testutil.Recv(t, ret, "end")
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("end %v", err)
 	}
