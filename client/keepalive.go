@@ -378,88 +378,23 @@ func (o *outstanding) rearm(now time.Time) {
 // it with errStalled); acked reports whether any renewal was acknowledged.
 // On a reconnect every lease is renewed at once: renewals sent on the
 // broken stream may be lost, and the new stream may be on a new leader.
-// While nothing is outstanding for probeAfter, a probe is.
+// While nothing is outstanding for probeAfter, a probe is. serve owns the
+// session's goroutines (the receiver, the probes): it ends the stream and
+// waits for them before it returns.
 func (k *keeper) serve(ctx context.Context, ep string, st kaStream, cancel context.CancelCauseFunc, reconnect bool) (acked bool, err error) {
-	respCh := make(chan *coordv1.KeepAliveResponse, 64)
-	errCh := make(chan error, 1)
-	go func() {
-		for {
-			r, err := st.Recv()
-			if err != nil {
-				errCh <- err
-				return
-			}
-			select {
-			case respCh <- r:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	s := k.newSession(ctx, ep, st, cancel)
+	defer s.stop(cancel)
+	resp, errs := s.receive()
 	if reconnect {
-		now := k.c.clock.Now()
-		k.mu.Lock()
-		k.due.Each(func(e *kaEntry) { e.due = now })
-		k.due.Init()
-		k.mu.Unlock()
+		k.renewAllNow(k.c.clock.Now())
 	}
-
-	// The watchdog cancels the stream, which also unblocks a Send stuck on
-	// flow control (a frozen peer stops reading).
-	out := &outstanding{bySeq: map[uint64]sentRenewal{}, ttls: map[time.Duration]int{},
-		timer: k.c.clock.AfterFunc(time.Hour, func() { cancel(errStalled) })}
-	out.timer.Stop()
-	defer out.timer.Stop()
-	var seq uint64
 	timer := k.c.clock.NewTimer(time.Hour)
 	defer timer.Stop()
-	quietSince := k.c.clock.Now() // nothing outstanding since
-	probing := uint64(0)          // the outstanding probe's seq
-	probed := make(chan uint64, 1)
 	for {
 		// Send what is due, then sleep until the next one or an event.
-		now := k.c.clock.Now()
-		var batch []sentRenewal
-		k.mu.Lock()
-		for k.due.Len() > 0 && !k.due.Peek().due.After(now.Add(coalesceWindow(k.due.Peek().l.ttl))) {
-			e := k.due.Peek()
-			e.due = now.Add(e.l.ttl / 3)
-			k.due.Fix(e)
-			batch = append(batch, sentRenewal{l: e.l, sent: now, ttl: e.l.ttl})
-		}
-		next := time.Duration(-1)
-		if k.due.Len() > 0 {
-			next = k.due.Peek().due.Sub(now)
-		}
-		shortest := k.shortestTTLLocked()
-		k.mu.Unlock()
-		for _, b := range batch {
-			seq++
-			out.add(seq, b)
-		}
-		if pa := probeAfter(shortest); k.probe != nil && pa >= 0 && len(out.bySeq) == 0 && next >= 0 {
-			if at := quietSince.Add(pa); at.After(now) {
-				next = min(next, at.Sub(now))
-			} else {
-				seq++
-				probing = seq
-				out.add(seq, sentRenewal{sent: now, ttl: shortest})
-				go func(seq uint64) {
-					_ = k.probe(ctx, ep)
-					select {
-					case probed <- seq:
-					case <-ctx.Done():
-					}
-				}(seq)
-			}
-		}
-		out.rearm(now)
-		for i, b := range batch {
-			s := seq - uint64(len(batch)-1-i)
-			if err := st.Send(&coordv1.KeepAliveRequest{Name: b.l.name, Owner: b.l.owner, Generation: b.l.gen,
-				TtlMs: b.l.ttl.Milliseconds(), Seq: s}); err != nil {
-				return acked, err
-			}
+		next, err := s.sendDue(k.c.clock.Now())
+		if err != nil {
+			return s.acked, err
 		}
 		timer.Stop()
 		if next >= 0 {
@@ -468,32 +403,173 @@ func (k *keeper) serve(ctx context.Context, ep string, st kaStream, cancel conte
 		select {
 		case <-timer.C():
 		case <-k.wake:
-		case r := <-respCh:
-			if r.GetSeq() == probing {
-				break // a probe's seq: never a renewal's answer
-			}
-			now := k.c.clock.Now()
-			if s, ok := out.take(r.GetSeq(), now); ok {
-				// The watchdog moves before the lease learns of the ack.
-				out.rearm(now)
-				if len(out.bySeq) == 0 {
-					quietSince = now
-				}
-				acked = k.handle(s, r) || acked
-			}
-		case p := <-probed:
-			now := k.c.clock.Now()
-			out.take(p, now)
-			probing = 0
-			out.rearm(now)
-			if len(out.bySeq) == 0 {
-				quietSince = now
-			}
-		case err := <-errCh:
-			return acked, err
+		case r := <-resp:
+			s.answered(r)
+		case p := <-s.probed:
+			s.probeAnswered(p)
+		case err := <-errs:
+			return s.acked, err
 		case <-ctx.Done():
-			return acked, ctx.Err()
+			return s.acked, ctx.Err()
 		}
+	}
+}
+
+// renewAllNow makes every held lease due at now (a new stream).
+func (k *keeper) renewAllNow(now time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.due.Each(func(e *kaEntry) { e.due = now })
+	k.due.Init()
+}
+
+// takeDue takes the renewals due at now (or within the coalescing window
+// of their TTL) and schedules each lease's next one TTL/3 later. next is
+// how long until the next due renewal (-1: no lease held); shortest, the
+// shortest TTL held.
+func (k *keeper) takeDue(now time.Time) (batch []sentRenewal, next, shortest time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for k.due.Len() > 0 && !k.due.Peek().due.After(now.Add(coalesceWindow(k.due.Peek().l.ttl))) {
+		e := k.due.Peek()
+		e.due = now.Add(e.l.ttl / 3)
+		k.due.Fix(e)
+		batch = append(batch, sentRenewal{l: e.l, sent: now, ttl: e.l.ttl})
+	}
+	next = -1
+	if k.due.Len() > 0 {
+		next = k.due.Peek().due.Sub(now)
+	}
+	return batch, next, k.shortestTTLLocked()
+}
+
+// session is the state of one stream while serve runs it.
+type session struct {
+	k   *keeper
+	ctx context.Context
+	ep  string
+	st  kaStream
+	// The watchdog cancels the stream, which also unblocks a Send stuck on
+	// flow control (a frozen peer stops reading).
+	out        *outstanding
+	seq        uint64      // the last seq sent
+	quietSince time.Time   // nothing outstanding since
+	probing    uint64      // the outstanding probe's seq
+	probed     chan uint64 // a probe came back
+	acked      bool        // a renewal was acknowledged
+	wg         sync.WaitGroup
+}
+
+func (k *keeper) newSession(ctx context.Context, ep string, st kaStream, cancel context.CancelCauseFunc) *session {
+	s := &session{k: k, ctx: ctx, ep: ep, st: st, quietSince: k.c.clock.Now(), probed: make(chan uint64, 1),
+		out: &outstanding{bySeq: map[uint64]sentRenewal{}, ttls: map[time.Duration]int{},
+			timer: k.c.clock.AfterFunc(time.Hour, func() { cancel(errStalled) })}}
+	s.out.timer.Stop()
+	return s
+}
+
+// stop ends the stream (a stall already set its cause) and waits for the
+// session's goroutines.
+func (s *session) stop(cancel context.CancelCauseFunc) {
+	s.out.timer.Stop()
+	cancel(nil)
+	s.wg.Wait()
+}
+
+// receive reads the stream's answers until it breaks or the session ends.
+func (s *session) receive() (<-chan *coordv1.KeepAliveResponse, <-chan error) {
+	respCh := make(chan *coordv1.KeepAliveResponse, 64)
+	errCh := make(chan error, 1)
+	s.wg.Go(func() {
+		for {
+			r, err := s.st.Recv()
+			if err != nil {
+				errCh <- err
+				return
+			}
+			select {
+			case respCh <- r:
+			case <-s.ctx.Done():
+				return
+			}
+		}
+	})
+	return respCh, errCh
+}
+
+// sendDue sends the renewals due at now (and a probe when the stream has
+// been quiet long enough) and re-arms the watchdog; next is how long to
+// sleep (-1: until an event).
+func (s *session) sendDue(now time.Time) (next time.Duration, err error) {
+	batch, next, shortest := s.k.takeDue(now)
+	first := s.seq + 1
+	for _, b := range batch {
+		s.seq++
+		s.out.add(s.seq, b)
+	}
+	next = s.maybeProbe(now, next, shortest)
+	s.out.rearm(now)
+	for i, b := range batch {
+		if err := s.st.Send(&coordv1.KeepAliveRequest{Name: b.l.name, Owner: b.l.owner, Generation: b.l.gen,
+			TtlMs: b.l.ttl.Milliseconds(), Seq: first + uint64(i)}); err != nil {
+			return next, err
+		}
+	}
+	return next, nil
+}
+
+// maybeProbe sends a probe when nothing has been outstanding for
+// probeAfter(shortest) (and leases are held), or shortens next to when
+// one is due.
+func (s *session) maybeProbe(now time.Time, next, shortest time.Duration) time.Duration {
+	pa := probeAfter(shortest)
+	if s.k.probe == nil || pa < 0 || len(s.out.bySeq) != 0 || next < 0 {
+		return next
+	}
+	if at := s.quietSince.Add(pa); at.After(now) {
+		return min(next, at.Sub(now))
+	}
+	s.seq++
+	seq := s.seq
+	s.probing = seq
+	s.out.add(seq, sentRenewal{sent: now, ttl: shortest})
+	s.wg.Go(func() {
+		_ = s.k.probe(s.ctx, s.ep)
+		select {
+		case s.probed <- seq:
+		case <-s.ctx.Done():
+		}
+	})
+	return next
+}
+
+// answered takes the node's answer r to a renewal.
+func (s *session) answered(r *coordv1.KeepAliveResponse) {
+	if r.GetSeq() == s.probing {
+		return // a probe's seq: never a renewal's answer
+	}
+	now := s.k.c.clock.Now()
+	if sr, ok := s.out.take(r.GetSeq(), now); ok {
+		// The watchdog moves before the lease learns of the ack.
+		s.settle(now)
+		s.acked = s.k.handle(sr, r) || s.acked
+	}
+}
+
+// probeAnswered takes the end of the probe seq.
+func (s *session) probeAnswered(seq uint64) {
+	now := s.k.c.clock.Now()
+	s.out.take(seq, now)
+	s.probing = 0
+	s.settle(now)
+}
+
+// settle re-arms the watchdog after an answer at now; with nothing left
+// outstanding the stream is quiet from now.
+func (s *session) settle(now time.Time) {
+	s.out.rearm(now)
+	if len(s.out.bySeq) == 0 {
+		s.quietSince = now
 	}
 }
 

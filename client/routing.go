@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/coordd/coordd/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -184,89 +185,133 @@ type memberAnswer struct {
 
 // askLeader runs one round of Members calls over candidates (Members, not
 // Status: Status hashes the whole state machine, 11–17 ms at 10k leases and
-// 0.2 s at 110k; Members is a configuration read). The leader is the one
-// the most nodes name, a self-declared one first. The round ends as soon
-// as a self-declared leader has a majority of the endpoints behind it;
-// otherwise once every node but the suspect answered — waiting up to
-// suspectGrace more for the named leader's own answer when it has not
-// come yet.
+// 0.2 s at 110k; Members is a configuration read). The round is bounded by
+// locateTimeout and ends at Close; its calls run on the client's
+// background group, so Close waits for them.
 func (c *Client) askLeader(candidates []string, suspect string) leaderInfo {
 	ctx, cancel := context.WithTimeout(c.life, c.opts.locateTimeout)
 	defer cancel()
 	answers := make(chan memberAnswer, len(candidates))
 	for _, ep := range candidates {
-		go func() { answers <- c.askMembers(ctx, ep) }()
+		c.bg.Go(func() { answers <- c.askMembers(ctx, ep) })
 	}
-	asked := map[string]bool{}
-	others := 0
-	for _, ep := range candidates {
-		asked[ep] = true
-		if ep != suspect {
-			others++
-		}
-	}
-	answered := map[string]bool{}
-	votes := map[string]int{}
-	selfDeclared := map[string]bool{}
-	var reachable []string
-	best := func() (string, bool) {
-		addr, self := "", false
-		for a, n := range votes {
-			if s := selfDeclared[a]; addr == "" || (s && !self) || (s == self && (n > votes[addr] || n == votes[addr] && a < addr)) {
-				addr, self = a, s
-			}
-		}
-		return addr, self
-	}
-	result := func() leaderInfo {
-		addr, self := best()
-		return leaderInfo{addr: addr, self: self, reachable: reachable,
-			trusted: addr != "" && (self || (!asked[addr] && addr != suspect))}
-	}
+	return lookupRound(ctx, c.clock, newTally(candidates, suspect, len(c.endpoints)), answers)
+}
+
+// lookupRound collects the answers of one round into t until t.settled:
+// as soon as a self-declared leader has a majority of the endpoints behind
+// it; otherwise once every node but the suspect answered — waiting up to
+// suspectGrace (on clk) more for the named leader's own answer when it
+// has not come yet — or when ctx ends.
+func lookupRound(ctx context.Context, clk clock.Clock, t *tally, answers <-chan memberAnswer) leaderInfo {
 	var grace <-chan time.Time
-	for pending := len(candidates); pending > 0; {
+	for pending := len(t.candidates); pending > 0; {
 		select {
 		case a := <-answers:
 			pending--
-			answered[a.ep] = true
-			if a.ep != suspect {
-				others--
-			}
-			if !a.ok {
-				break
-			}
-			reachable = append(reachable, a.ep)
-			if a.leaderAddr != "" {
-				votes[a.leaderAddr]++
-				if a.self {
-					selfDeclared[a.leaderAddr] = true
-				}
-			}
+			t.add(a)
 		case <-grace:
 			pending = 0
 		case <-ctx.Done():
 			pending = 0
 		}
-		addr, self := best()
-		if self && votes[addr] > len(c.endpoints)/2 {
+		settled, wait := t.settled()
+		if settled {
 			break
 		}
-		if others == 0 {
-			if addr == "" || self || !asked[addr] || answered[addr] {
-				break
-			}
+		if wait && grace == nil {
 			// The named leader has not answered yet: slow, or frozen and
 			// still named because the election has not happened yet. Wait
 			// a little for its own word; the next round comes soon.
-			if grace == nil {
-				t := time.NewTimer(suspectGrace)
-				defer t.Stop()
-				grace = t.C
-			}
+			timer := clk.NewTimer(suspectGrace)
+			defer timer.Stop()
+			grace = timer.C()
 		}
 	}
-	slices.SortFunc(reachable, func(a, b string) int { return slices.Index(candidates, a) - slices.Index(candidates, b) })
-	return result()
+	return t.result()
+}
+
+// tally counts the answers of one lookup round. The leader is the one the
+// most nodes name, a self-declared one first (then the lowest address).
+type tally struct {
+	candidates   []string
+	suspect      string
+	endpoints    int // the client's configured endpoints: a majority of them decides
+	asked        map[string]bool
+	others       int // candidates other than the suspect still to answer
+	answered     map[string]bool
+	votes        map[string]int
+	selfDeclared map[string]bool
+	reachable    []string
+}
+
+func newTally(candidates []string, suspect string, endpoints int) *tally {
+	t := &tally{candidates: candidates, suspect: suspect, endpoints: endpoints, asked: map[string]bool{},
+		answered: map[string]bool{}, votes: map[string]int{}, selfDeclared: map[string]bool{}}
+	for _, ep := range candidates {
+		t.asked[ep] = true
+		if ep != suspect {
+			t.others++
+		}
+	}
+	return t
+}
+
+// add counts one node's answer.
+func (t *tally) add(a memberAnswer) {
+	t.answered[a.ep] = true
+	if a.ep != t.suspect {
+		t.others--
+	}
+	if !a.ok {
+		return
+	}
+	t.reachable = append(t.reachable, a.ep)
+	if a.leaderAddr != "" {
+		t.votes[a.leaderAddr]++
+		if a.self {
+			t.selfDeclared[a.leaderAddr] = true
+		}
+	}
+}
+
+// best is the leader named so far, and whether it declared itself.
+func (t *tally) best() (string, bool) {
+	addr, self := "", false
+	for a, n := range t.votes {
+		if s := t.selfDeclared[a]; addr == "" || (s && !self) || (s == self && (n > t.votes[addr] || n == t.votes[addr] && a < addr)) {
+			addr, self = a, s
+		}
+	}
+	return addr, self
+}
+
+// settled reports whether the round can end now; wait, whether it should
+// give the named leader suspectGrace to answer itself (every other node
+// answered, the named leader was asked and has not).
+func (t *tally) settled() (settled, wait bool) {
+	addr, self := t.best()
+	if self && t.votes[addr] > t.endpoints/2 {
+		return true, false
+	}
+	if t.others > 0 {
+		return false, false
+	}
+	if addr == "" || self || !t.asked[addr] || t.answered[addr] {
+		return true, false
+	}
+	return false, true
+}
+
+// result is the round's outcome; reachable is in candidate order.
+func (t *tally) result() leaderInfo {
+	addr, self := t.best()
+	reachable := slices.Clone(t.reachable)
+	slices.SortFunc(reachable, func(a, b string) int {
+		return slices.Index(t.candidates, a) - slices.Index(t.candidates, b)
+	})
+	return leaderInfo{addr: addr, self: self, reachable: reachable,
+		trusted: addr != "" && (self || (!t.asked[addr] && addr != t.suspect))}
 }
 
 type leaderLookupKey struct{}

@@ -544,8 +544,10 @@ func TestKeepAliveWaitsForElectionAfterStall(t *testing.T) {
 		t.Fatalf("renewal on %s", r.node)
 	}
 	v.advanceTo(7 * time.Second) // stalled; b names a, a is silent
-	// The keeper waits (50 ms backoff) and asks again.
-	retry := 7*time.Second + 50*time.Millisecond
+	// The lookup waits suspectGrace (virtual time) for a's own word, then
+	// the keeper waits (50 ms backoff) and asks again.
+	v.advanceTo(7*time.Second + suspectGrace)
+	retry := 7*time.Second + suspectGrace + 50*time.Millisecond
 	if !v.clk.WaitArmed(v.t0.Add(retry), 5*time.Second) {
 		t.Fatal("the keeper is not waiting to ask again")
 	}

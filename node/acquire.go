@@ -63,11 +63,10 @@ func heldByAnother(answer any) (*fsm.AcquireResult, bool) {
 // hand-over.
 func (n *Node) acquireWaiting(ctx context.Context, ls *leaderState, cmd *fsmv1.Acquire) (*fsm.AcquireResult, error) {
 	name := cmd.GetName()
-	me := newWaiter(cmd)
-	n.waiters.push(name, me)
+	me := n.waiters.push(cmd)
 	n.metrics.waiters.Inc()
 	defer func() {
-		n.waiters.remove(name, me)
+		n.waiters.remove(me)
 		n.metrics.waiters.Dec()
 	}()
 	for {
@@ -75,7 +74,7 @@ func (n *Node) acquireWaiting(ctx context.Context, ls *leaderState, cmd *fsmv1.A
 			return nil, n.notLeader()
 		}
 		select {
-		case r := <-me.grant:
+		case r := <-me.Done():
 			return r, nil
 		default:
 		}
@@ -107,8 +106,8 @@ func (n *Node) acquireWaiting(ctx context.Context, ls *leaderState, cmd *fsmv1.A
 			err error
 		)
 		select {
-		case res = <-me.grant:
-		case <-me.wake:
+		case res = <-me.Done():
+		case <-me.Woken():
 		case <-expired:
 		case <-ctx.Done():
 			err = ctx.Err()

@@ -203,9 +203,10 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 // waiting is the number of waiters queued for name.
 func (tn *testNode) waiting(name string) int {
-	tn.waiters.mu.Lock()
-	defer tn.waiters.mu.Unlock()
-	return len(tn.waiters.q[name])
+	if q := tn.waiters.line(name); q != nil {
+		return q.Len()
+	}
+	return 0
 }
 
 func bg() context.Context { return context.Background() }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/node/internal/waitq"
 	"github.com/coordd/coordd/node/leader"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
@@ -34,23 +34,18 @@ func (n *Node) queueChanged() {
 	n.fetchPump.Poke()
 }
 
-// fetchQueue holds the Fetch calls waiting on this leader, in arrival
-// order.
-type fetchQueue struct {
-	mu      sync.Mutex
-	waiters []*fetchWaiter
-}
+// fetchQueue is the line of Fetch calls waiting on this leader, in
+// arrival order (waitq: the FIFO the waiting acquires share). A waiter is
+// claimed while the pump's fetch for it is in flight.
+type fetchQueue = waitq.Queue[fetchWait, fetchOutcome]
 
 // fetchWaiter is one waiting Fetch call.
-type fetchWaiter struct {
+type fetchWaiter = waitq.Waiter[fetchWait, fetchOutcome]
+
+// fetchWait is what a waiting Fetch call waits for.
+type fetchWait struct {
 	cmd    *fsmv1.FetchJobs
 	queues []string // deduplicated
-	done   chan fetchOutcome
-	// Guarded by fetchQueue.mu.
-	inflight  bool // the pump proposed a fetch for it
-	gone      bool // the caller stopped waiting; the fetch in flight is its last
-	abandoned bool // the caller left for good (its context ended)
-	delivered bool // an outcome is in done
 }
 
 type fetchOutcome struct {
@@ -58,14 +53,9 @@ type fetchOutcome struct {
 	err error
 }
 
-// waitingOn reports whether a waiter is queued for any of queues.
-func (q *fetchQueue) waitingOn(queues []string) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for _, w := range q.waiters {
-		if w.gone {
-			continue
-		}
+// waitingOn reports whether a caller waits for any of queues.
+func waitingOn(q *fetchQueue, queues []string) bool {
+	return q.Any(func(w fetchWait) bool {
 		for _, a := range w.queues {
 			for _, b := range queues {
 				if a == b {
@@ -73,24 +63,8 @@ func (q *fetchQueue) waitingOn(queues []string) bool {
 				}
 			}
 		}
-	}
-	return false
-}
-
-func (q *fetchQueue) removeLocked(w *fetchWaiter) {
-	for i, x := range q.waiters {
-		if x == w {
-			q.waiters = append(q.waiters[:i:i], q.waiters[i+1:]...)
-			return
-		}
-	}
-}
-
-// deliverLocked ends w with an outcome.
-func (q *fetchQueue) deliverLocked(w *fetchWaiter, o fetchOutcome) {
-	q.removeLocked(w)
-	w.delivered = true
-	w.done <- o
+		return false
+	})
 }
 
 func dedupe(in []string) []string {
@@ -134,7 +108,7 @@ func (n *Node) Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Durati
 	}
 	queues := dedupe(cmd.GetQueues())
 	q := &ls.fetches
-	if n.fsm.JobsReady(queues, ls.clock.calendar()) && (wait <= 0 || !q.waitingOn(queues)) {
+	if n.fsm.JobsReady(queues, ls.clock.calendar()) && (wait <= 0 || !waitingOn(q, queues)) {
 		r, err := fetchResult(n.proposeAs(ctx, ls, cmd))
 		if err != nil || len(r.Jobs) > 0 || wait <= 0 {
 			return r, err
@@ -143,38 +117,25 @@ func (n *Node) Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Durati
 		return &fsm.FetchResult{}, nil
 	}
 
-	w := &fetchWaiter{cmd: cmd, queues: queues, done: make(chan fetchOutcome, 1)}
-	q.mu.Lock()
-	q.waiters = append(q.waiters, w)
-	q.mu.Unlock()
+	w := q.Push(fetchWait{cmd: cmd, queues: queues})
 	n.fetchPump.Poke()
 	n.metrics.fetchWaiters.Inc()
 	defer n.metrics.fetchWaiters.Dec()
 	timer := n.clock.NewTimer(wait)
 	defer timer.Stop()
 	select {
-	case o := <-w.done:
+	case o := <-w.Done():
 		return o.res, o.err
 	case <-timer.C():
-		return n.stopWaiting(ctx, ls, w)
+		return n.stopWaiting(ctx, w)
 	case <-ctx.Done():
-		q.mu.Lock()
-		delivered := w.delivered
-		if w.inflight {
-			w.gone, w.abandoned = true, true
-		} else if !delivered {
-			q.removeLocked(w)
-		}
-		q.mu.Unlock()
-		if delivered {
-			o := <-w.done
+		if w.Abandon() == waitq.Delivered {
+			o := <-w.Done()
 			return o.res, o.err
 		}
 		return nil, ctx.Err()
 	case <-ls.ctx.Done():
-		q.mu.Lock()
-		q.removeLocked(w)
-		q.mu.Unlock()
+		w.Leave()
 		if n.ctx.Err() != nil {
 			return nil, ErrShutdown
 		}
@@ -185,26 +146,15 @@ func (n *Node) Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Durati
 // stopWaiting ends a long poll whose wait is over: empty, unless a fetch
 // for it is in flight, whose outcome it then waits for (its jobs are
 // claimed for this worker).
-func (n *Node) stopWaiting(ctx context.Context, ls *leaderState, w *fetchWaiter) (*fsm.FetchResult, error) {
-	q := &ls.fetches
-	q.mu.Lock()
-	switch {
-	case w.delivered:
-	case w.inflight:
-		w.gone = true
-	default:
-		q.removeLocked(w)
-		q.mu.Unlock()
+func (n *Node) stopWaiting(ctx context.Context, w *fetchWaiter) (*fsm.FetchResult, error) {
+	if w.Leave() == waitq.Removed {
 		return &fsm.FetchResult{}, nil
 	}
-	q.mu.Unlock()
 	select {
-	case o := <-w.done:
+	case o := <-w.Done():
 		return o.res, o.err
 	case <-ctx.Done():
-		q.mu.Lock()
-		w.abandoned = true
-		q.mu.Unlock()
+		w.Abandon()
 		return nil, ctx.Err()
 	}
 }
@@ -215,7 +165,7 @@ func (n *Node) stopWaiting(ctx context.Context, ls *leaderState, w *fetchWaiter)
 func (n *Node) serveFetches(_ context.Context, l leader.Leadership) {
 	ls := l.(*leaderState)
 	for _, w := range n.pickWaiters(ls, nil) {
-		wait, err := n.proposeStart(ls.ctx, ls, w.cmd)
+		wait, err := n.proposeStart(ls.ctx, ls, w.Value.cmd)
 		if err != nil {
 			n.fetchDone(ls, w, nil, err)
 			continue
@@ -231,19 +181,12 @@ func (n *Node) serveFetches(_ context.Context, l leader.Leadership) {
 // until fetchDone. A fetch that comes back empty (another call took the
 // jobs first) leaves its waiter where it was in the line.
 func (n *Node) pickWaiters(ls *leaderState, extra map[string]uint64) []*fetchWaiter {
-	q := &ls.fetches
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.waiters) == 0 {
+	if ls.fetches.Len() == 0 {
 		return nil
 	}
 	cal := ls.clock.calendar()
 	avail := map[string]uint64{}
-	var picked []*fetchWaiter
-	for _, w := range q.waiters {
-		if w.inflight || w.gone {
-			continue
-		}
+	return ls.fetches.Claim(func(w fetchWait) bool {
 		want, have := uint64(w.cmd.GetMax()), uint64(0)
 		for _, name := range w.queues {
 			a, ok := avail[name]
@@ -256,12 +199,8 @@ func (n *Node) pickWaiters(ls *leaderState, extra map[string]uint64) []*fetchWai
 				break
 			}
 		}
-		if have > 0 {
-			w.inflight = true
-			picked = append(picked, w)
-		}
-	}
-	return picked
+		return have > 0
+	})
 }
 
 // awaitFetch hands a waiter's fetch outcome to fetchDone when it comes.
@@ -293,7 +232,7 @@ func (n *Node) submitJobs(ctx context.Context, ls *leaderState, cmd *fsmv1.Submi
 	}
 	bodies := []any{cmd}
 	for _, w := range picked {
-		bodies = append(bodies, w.cmd)
+		bodies = append(bodies, w.Value.cmd)
 	}
 	waits, err := n.proposeGroup(ctx, ls, bodies...)
 	if err != nil {
@@ -320,20 +259,13 @@ func (n *Node) availableJobs(queue string, cal int64) uint64 {
 // fetchDone takes the outcome of a waiter's fetch: jobs or an error end
 // the wait; nothing leaves the waiter in line (unless it stopped waiting).
 func (n *Node) fetchDone(ls *leaderState, w *fetchWaiter, r *fsm.FetchResult, err error) {
-	q := &ls.fetches
-	q.mu.Lock()
-	w.inflight = false
-	if err != nil || len(r.Jobs) > 0 || w.gone {
-		if w.abandoned && r != nil && len(r.Jobs) > 0 {
-			n.log.Warn("a long-polling fetch's caller left while its fetch was applied; its jobs return when their visibility timeout passes",
-				"worker_id", w.cmd.GetWorkerId(), "jobs", len(r.Jobs))
-		}
-		if r == nil && err == nil {
-			r = &fsm.FetchResult{}
-		}
-		q.deliverLocked(w, fetchOutcome{res: r, err: err})
+	if r == nil && err == nil {
+		r = &fsm.FetchResult{}
 	}
-	q.mu.Unlock()
+	if _, abandoned := w.Unclaim(fetchOutcome{res: r, err: err}, err != nil || len(r.Jobs) > 0); abandoned && r != nil && len(r.Jobs) > 0 {
+		n.log.Warn("a long-polling fetch's caller left while its fetch was applied; its jobs return when their visibility timeout passes",
+			"worker_id", w.Value.cmd.GetWorkerId(), "jobs", len(r.Jobs))
+	}
 	n.fetchPump.Poke() // the queue changed while this fetch was in flight
 }
 

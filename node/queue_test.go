@@ -57,9 +57,7 @@ func (tn *testNode) longPoll(ctx context.Context, worker string, max uint32, wai
 // fetchers is the number of long polls waiting on the leader.
 func (tn *testNode) fetchers() int {
 	ls := tn.leader.Load()
-	ls.fetches.mu.Lock()
-	defer ls.fetches.mu.Unlock()
-	return len(ls.fetches.waiters)
+	return ls.fetches.Len()
 }
 
 func got(t *testing.T, ch <-chan fetched, what string) *fsm.FetchResult {

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/node/internal/waitq"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -17,79 +18,70 @@ import (
 // predicate the apply uses: a lease held by another request (whatever
 // owner and request id it claims) is waited for, never proposed for.
 //
-// Queues live in memory on the leader: a leader change fails the waiting
+// Each lease's line is a waitq.Queue (the FIFO pattern the long polls
+// share). Queues live in memory on the leader: a leader change fails the waiting
 // calls with UNAVAILABLE and clients retry on the new leader (with the same
 // request id, so a grant made just before is not lost).
 
-type waiter struct {
-	cmd   *fsmv1.Acquire
-	grant chan *fsm.AcquireResult // buffered: a handoff never blocks the releaser
-	wake  chan struct{}           // buffered 1: the lease may have become free
-}
+// waiter is one waiting Acquire; its outcome is the handoff's grant.
+type waiter = waitq.Waiter[*fsmv1.Acquire, *fsm.AcquireResult]
 
-func newWaiter(cmd *fsmv1.Acquire) *waiter {
-	return &waiter{cmd: cmd, grant: make(chan *fsm.AcquireResult, 1), wake: make(chan struct{}, 1)}
-}
-
-func (x *waiter) poke() {
-	select {
-	case x.wake <- struct{}{}:
-	default:
-	}
-}
-
+// waitQueues holds one line per lease name, dropped when it empties.
 type waitQueues struct {
 	mu sync.Mutex
-	q  map[string][]*waiter
+	q  map[string]*waitq.Queue[*fsmv1.Acquire, *fsm.AcquireResult]
+}
+
+func (w *waitQueues) line(name string) *waitq.Queue[*fsmv1.Acquire, *fsm.AcquireResult] {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.q[name]
 }
 
 // wakeAll tells the waiters for name to look again (a release without a
 // handoff, a refused handoff).
 func (w *waitQueues) wakeAll(name string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, x := range w.q[name] {
-		x.poke()
+	if q := w.line(name); q != nil {
+		q.WakeAll()
 	}
 }
 
-func (w *waitQueues) push(name string, x *waiter) {
+// push puts cmd at the end of its lease's line.
+func (w *waitQueues) push(cmd *fsmv1.Acquire) *waiter {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.q == nil {
-		w.q = map[string][]*waiter{}
+		w.q = map[string]*waitq.Queue[*fsmv1.Acquire, *fsm.AcquireResult]{}
 	}
-	w.q[name] = append(w.q[name], x)
+	q := w.q[cmd.GetName()]
+	if q == nil {
+		q = &waitq.Queue[*fsmv1.Acquire, *fsm.AcquireResult]{}
+		w.q[cmd.GetName()] = q
+	}
+	return q.Push(cmd)
 }
 
-// remove takes x out of name's queue; when x was first, the new first
-// is woken: it may be its turn now.
-func (w *waitQueues) remove(name string, x *waiter) {
+// remove takes x out of its line (when x was first, the new first is
+// woken: it may be its turn now).
+func (w *waitQueues) remove(x *waiter) {
+	x.Leave()
+	w.dropIfEmpty(x.Value.GetName())
+}
+
+// dropIfEmpty forgets name's line once nobody waits in it (push and this
+// hold w.mu, so nobody joins a dropped line).
+func (w *waitQueues) dropIfEmpty(name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	q := w.q[name]
-	for i, y := range q {
-		if y == x {
-			q = append(q[:i:i], q[i+1:]...)
-			if i == 0 && len(q) > 0 {
-				q[0].poke()
-			}
-			break
-		}
-	}
-	if len(q) == 0 {
+	if q := w.q[name]; q != nil && q.Len() == 0 {
 		delete(w.q, name)
-	} else {
-		w.q[name] = q
 	}
 }
 
 // first returns the longest-waiting caller for name, or nil.
 func (w *waitQueues) first(name string) *waiter {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if q := w.q[name]; len(q) > 0 {
-		return q[0]
+	if q := w.line(name); q != nil {
+		return q.First()
 	}
 	return nil
 }
@@ -101,13 +93,13 @@ func (w *waitQueues) handoffFor(name string) (*fsmv1.Acquire, func(any)) {
 	if x == nil {
 		return nil, func(any) {}
 	}
-	return x.cmd, func(out any) {
+	return x.Value, func(out any) {
 		r, ok := out.(*fsm.AcquireResult)
 		if !ok || (!r.Acquired && r.Claim == nil) {
 			w.wakeAll(name) // refused: the waiters look again
 			return
 		}
-		w.remove(name, x)
-		x.grant <- r
+		x.Deliver(r)
+		w.dropIfEmpty(name)
 	}
 }

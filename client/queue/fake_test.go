@@ -389,14 +389,7 @@ func (h *harness) advanceTo(at time.Time) {
 // recv receives from ch within 5 s of real time.
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(5 * time.Second):
-		t.Fatalf("no %s", what)
-		var zero T
-		return zero
-	}
+	return testutil.Recv(t, ch, what)
 }
 
 // waitUntil polls cond (internal state the test cannot await otherwise)

@@ -43,6 +43,20 @@ func Poll(t testing.TB, what string, timeout, interval time.Duration, cond func(
 	}
 }
 
+// Recv receives from ch, and fails t when nothing arrives within 5 s of
+// real time (what names the awaited value).
+func Recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no %s within 5s", what)
+		var zero T
+		return zero
+	}
+}
+
 // Field reads a nested field of a decoded JSON document (nil when a step
 // is missing or not an object).
 func Field(doc map[string]any, path ...string) any {
