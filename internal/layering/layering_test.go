@@ -41,6 +41,8 @@ func TestLayers(t *testing.T) {
 			[]string{"github.com/hashicorp/raft", mod + "node", mod + "api"}},
 		{"internal/backoff", "backoff is a leaf the SDK and the node share",
 			[]string{mod + "node", mod + "api", mod + "fsm", mod + "client"}},
+		{"api/console", "the console is served by the API through its Backend and imports none of the API's internals",
+			[]string{mod + "api", mod + "node", mod + "fsm", mod + "internal/auth", "github.com/hashicorp/raft"}},
 		{"internal/auth", "auth is a leaf",
 			[]string{mod + "node", mod + "api", mod + "fsm", mod + "client"}},
 	} {
