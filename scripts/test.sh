@@ -57,6 +57,9 @@ go vet -tags faults ./integration/faults/
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null | grep -v '\.pb\.go$' || find . -name '*.go' ! -name '*.pb.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
 go test -race -count=1 -timeout 20m "$@" ./...
+# The tenant-flood test measures latency, which the race detector would
+# measure instead: it runs here without it (it skips under -race).
+if [ $# -eq 0 ]; then go test -count=1 -timeout 5m -run '^TestQuotasKeepTheOtherTenantFast$' ./integration/; fi
 # The fault-injection suite's short profile (real processes, about 4.5 minutes);
 # COORDD_FAULTS_PROFILE=full runs the long one.
 go test -tags faults -count=1 -timeout 30m "$@" ./integration/faults/
