@@ -17,7 +17,7 @@ import (
 // The job queue: one-off and delayed jobs handed to workers as fenced
 // attempts. Time here is calendar time (Command.calendar_ms); see DESIGN.md
 // "Jobs queue". Files: queue.go (records, limits, indexes), queue_cmds.go
-// (commands), queue_reads.go, queue_fence.go, queue_snapshot.go,
+// (commands), queue_reads.go, queue_attempt_token.go, queue_snapshot.go,
 // queue_prune.go.
 
 // Limits of the queue. They are part of the log's meaning: a replica

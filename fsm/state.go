@@ -43,7 +43,7 @@ type state struct {
 	// command being applied while a caller wants them (ApplyBatchTo).
 	expiry *btree.BTreeG[nameTime]
 	// jobRes indexes the resources queue jobs fence, by job (derived;
-	// queue_fenced.go): pruning a job deletes them.
+	// queue_job_resources.go): pruning a job deletes them.
 	jobRes   *btree.BTreeG[jobResKey]
 	emitting bool
 	events   []Event

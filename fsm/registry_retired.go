@@ -7,6 +7,11 @@ import (
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
+// The retired job registry (coord.v1.Jobs, before schedules): its
+// commands are still applied and its records kept in snapshots, so that a
+// log written before the queue replays as it did. New code uses the queue
+// (queue*.go) and schedules (schedule*.go).
+
 // Job is a registered job. The FSM stores the spec as given; schedules are
 // parsed only outside it (the leader's monitor, the runner).
 type Job struct {
