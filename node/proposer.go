@@ -35,22 +35,6 @@ type proposalResult struct {
 	err  error
 }
 
-// submit hands a stamped command to the proposer and waits for its result.
-// When ctx ends first the outcome is unknown.
-func (n *Node) submit(ctx context.Context, cmd *fsmv1.Command) (any, error) {
-	p, err := n.enqueue(ctx, cmd)
-	if err != nil {
-		return nil, err
-	}
-	return n.result(ctx, p)
-}
-
-// enqueue hands a stamped command to the proposer: commands enqueued one
-// after the other are applied in that order.
-func (n *Node) enqueue(ctx context.Context, cmd *fsmv1.Command) (*proposal, error) {
-	return n.enqueueGroup(ctx, &proposal{cmd: cmd, done: make(chan proposalResult, 1)})
-}
-
 // enqueueGroup hands p and p.with to the proposer as one unit: they are
 // applied in one entry, in that order.
 func (n *Node) enqueueGroup(ctx context.Context, p *proposal) (*proposal, error) {

@@ -56,8 +56,6 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-func ceilDiv(a, b int64) int64 { return -floorDiv(-a, b) }
-
 // civil returns the date of a day number (days since 1970-01-01), after
 // Howard Hinnant's civil_from_days.
 func civil(days int64) (y int64, m, d int) {

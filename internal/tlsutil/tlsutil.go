@@ -137,10 +137,6 @@ func VerifiedLeaf(st *tls.ConnectionState) *x509.Certificate {
 	return st.VerifiedChains[0][0]
 }
 
-// IdentityOf is the identity of the verified peer of a connection state,
-// or "" when the peer presented no verified certificate.
-func IdentityOf(st *tls.ConnectionState) string { return PeerOf(st).Identity }
-
 // Reloader holds a certificate, its key and a CA pool read from Files, and
 // reads them again on Reload. Configs built from it pick up the new
 // material for new connections.
