@@ -1,0 +1,351 @@
+"""A job worker: long-poll fetch, heartbeats, complete/fail, graceful stop.
+
+::
+
+    worker = coordd.Worker(client, "billing", concurrency=4)
+
+    @worker.handle("close-day")
+    def close_day(job, ctx):
+        for store in job.args["stores"]:
+            ctx.check()                           # raises once the attempt is lost
+            ctx.fenced_commit(f"commissions/{store}", f"job-{job.id}-{store}", {"store": store})
+        return {"stores": len(job.args["stores"])}  # the job's result
+
+    worker.run()          # until SIGINT/SIGTERM; or worker.start() ... worker.stop()
+
+A fetched attempt is a claim. Heartbeats go out at a third of the job's
+visibility timeout (VT), for every running claim due at about the same time
+in one call. The claim's local deadline is the send time of the last
+acknowledged heartbeat (or of the fetch) + VT − margin (VT/10 within
+[50 ms, 2 s]): when it passes, or a heartbeat is refused (``ATTEMPT_LOST``,
+``ATTEMPT_EXPIRED``, ``JOB_CANCELLED``), ``ctx.cancelled`` is set before
+the server could hand the job to another worker, and nothing more is sent
+for it. A handler's return value completes the job (its result, a JSON
+value); an exception fails the attempt, retryable unless it is
+:class:`Permanent`. ``stop()`` stops fetching, lets running handlers finish
+until its timeout, then hands back the attempts still running (failed,
+retryable, ``worker shutdown``) so they are due again after their backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+import traceback
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+from . import errors
+from .lease import Deadlines, margin_for
+from .types import Commit, Job, JobAttempt
+
+if TYPE_CHECKING:
+    from .client import Client
+
+log = logging.getLogger("coordd.worker")
+
+Handler = Callable[[Job, "JobContext"], Any]
+
+
+class Permanent(Exception):
+    """Raise it (or ``raise Permanent(...) from err``) to fail a job without a retry."""
+
+
+class JobContext:
+    """What a handler gets with its job: ``token`` (``job:<id>:<attempt>``) for
+    fenced writes, ``cancelled`` (a :class:`threading.Event`) set when the
+    attempt is lost, cancelled or handed back; ``check()`` raises then."""
+
+    def __init__(self, worker: "Worker", job: Job, attempt: JobAttempt, sent: float) -> None:
+        self.worker = worker
+        self.job = job
+        self.attempt = attempt.number
+        self.token = attempt.token or f"job:{job.id}:{attempt.number}"
+        self.cancelled = threading.Event()
+        self.error: Optional[errors.CoorddError] = None
+        self.vt = job.visibility_timeout or 30.0
+        self.margin = margin_for(self.vt)
+        self._mu = threading.Lock()
+        self._deadline = sent + self.vt - self.margin
+        self.next_heartbeat = sent + self.vt / 3
+        self.state = "running"  # running, reporting, lost, handed-back, done
+
+    @property
+    def deadline(self) -> float:
+        """The claim's local deadline, on ``time.monotonic()``."""
+        with self._mu:
+            return self._deadline
+
+    def extend(self, sent: float) -> None:
+        with self._mu:
+            self._deadline = max(self._deadline, sent + self.vt - self.margin)
+            self.next_heartbeat = sent + self.vt / 3
+
+    def check(self) -> None:
+        """Raises the reason the attempt ended (:class:`AttemptLost`,
+        :class:`JobCancelled`, ...) once it has."""
+        if time.monotonic() >= self.deadline:
+            self._expire()
+        if self.error is not None:
+            raise self.error
+
+    def fenced_commit(self, resource: str, key: Optional[str] = None, payload: Any = None) -> Commit:
+        """A write fenced by this attempt's token; a refusal that says the attempt
+        is over also ends the claim."""
+        try:
+            return self.worker.client.fenced_commit(resource, self.token, key, payload)
+        except (errors.AttemptLost, errors.JobCancelled, errors.StaleToken, errors.JobNotFound) as e:
+            self.end(e)
+            raise
+
+    def _expire(self) -> None:
+        self.end(errors.AttemptLost(f"job {self.job.id} attempt {self.attempt}: no heartbeat acknowledged before "
+                                    "the local deadline", code="FAILED_PRECONDITION", reason="LOCAL_DEADLINE"))
+
+    def end(self, err: errors.CoorddError, state: str = "lost") -> None:
+        """Ends the claim (once): nothing more is sent for it."""
+        with self._mu:
+            if self.state not in ("running", "reporting"):
+                return
+            self.state, self.error = state, err
+        self.cancelled.set()
+        self.worker._forget(self)
+        if state == "lost":
+            log.warning("job %s attempt %s lost: %s", self.job.id, self.attempt, err)
+
+
+class Worker:
+    """Runs jobs of ``queue`` with the handlers of their kinds, at most
+    ``concurrency`` at a time; ``poll_wait`` is the long poll (seconds, ≤ 30)."""
+
+    def __init__(self, client: "Client", queue: str = "default", *, concurrency: int = 4,
+                 worker_id: Optional[str] = None, poll_wait: float = 5.0) -> None:
+        if not queue or concurrency < 1:
+            raise errors.InvalidArgument(f"queue {queue!r} with concurrency {concurrency}", code="INVALID_ARGUMENT",
+                                         reason="INVALID_ARGUMENT", metadata={"field": "queue"})
+        self.client = client
+        self.queue = queue
+        self.concurrency = concurrency
+        self.id = worker_id or client.owner
+        self.poll_wait = min(max(poll_wait, 0.1), 30.0)
+        self._handlers: Dict[str, Handler] = {}
+        self._mu = threading.Condition()
+        self._claims: Dict[Tuple[int, int], JobContext] = {}
+        self._free = concurrency
+        self._stopping = False
+        self._stopped = threading.Event()
+        self._running: List[threading.Thread] = []
+        self._deadlines = Deadlines()
+        self._threads: List[threading.Thread] = []
+
+    def handle(self, kind: str) -> Callable[[Handler], Handler]:
+        """A decorator registering ``fn(job, ctx)`` as the handler of ``kind``."""
+
+        def register(fn: Handler) -> Handler:
+            self._handlers[kind] = fn
+            return fn
+
+        return register
+
+    # -- lifecycle
+    def start(self) -> "Worker":
+        for target, name in ((self._fetch_loop, "fetch"), (self._heartbeats, "heartbeat")):
+            t = threading.Thread(target=target, name=f"coordd-worker-{name}:{self.queue}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def run(self, shutdown_timeout: float = 30.0) -> None:
+        """Starts, then waits for SIGINT or SIGTERM and stops gracefully (main thread only)."""
+        stop = threading.Event()
+        old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.start()
+            while not stop.wait(1.0):
+                pass
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            self.stop(shutdown_timeout)
+
+    def __enter__(self) -> "Worker":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stops fetching (a long poll in flight ends within ``poll_wait``; jobs it
+        still brings are handed back), lets running handlers finish for up to
+        ``timeout`` seconds, then hands back the attempts still running. True
+        when every handler finished."""
+        with self._mu:
+            self._stopping = True
+            self._mu.notify_all()
+        deadline = time.monotonic() + timeout
+        fetcher = self._threads[0] if self._threads else None
+        if fetcher is not None:
+            fetcher.join(max(deadline - time.monotonic(), 0) + self.poll_wait + 1)
+        for t in list(self._running):
+            t.join(max(deadline - time.monotonic(), 0))
+        with self._mu:
+            left = [c for c in self._claims.values() if c.state == "running"]
+        for ctx in left:
+            self._hand_back(ctx)
+        with self._mu:
+            self._stopped.set()
+            self._mu.notify_all()
+        for t in self._threads[1:]:
+            t.join(2.0)
+        return not left
+
+    # -- fetching
+    def _fetch_loop(self) -> None:
+        tx, w = self.client._tx, self.client._wire
+        delay = 0.1
+        while True:
+            with self._mu:
+                while self._free == 0 and not self._stopping:
+                    self._mu.wait()
+                if self._stopping:
+                    return
+                n = self._free
+            body: Dict[str, Any] = {"queues": [self.queue], "max": min(n, 1000), "worker_id": self.id}
+            w.duration(body, "wait", self.poll_wait)
+            sent = time.monotonic()
+            try:
+                d = tx.call("POST", "/v1/queue/fetch", body, idempotent=False, timeout=self.poll_wait + 10,
+                            attempt_timeout=self.poll_wait + 5)
+            except errors.CoorddError as e:
+                # Not repeated: a repeat would hand out more jobs. Jobs of a
+                # lost answer lapse after their visibility timeout.
+                log.warning("fetch from %s failed: %s", self.queue, e)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            delay = 0.1
+            for cj in d.get("jobs") or []:
+                job, att = Job.of(w, cj.get("job") or {}), JobAttempt.of(w, cj.get("attempt"))
+                self._start(JobContext(self, job, att, sent))
+
+    def _start(self, ctx: JobContext) -> None:
+        with self._mu:
+            self._claims[(ctx.job.id, ctx.attempt)] = ctx
+            self._free -= 1
+            stopping = self._stopping
+            if time.monotonic() - (ctx.deadline + ctx.margin - ctx.vt) > ctx.vt / 4:
+                ctx.next_heartbeat = time.monotonic()  # a late long poll: heartbeat at once
+            self._mu.notify_all()
+        self._deadlines.add(ctx)
+        if stopping:  # granted as stop began
+            self._hand_back(ctx)
+            return
+        t = threading.Thread(target=self._run, args=(ctx,), name=f"coordd-job:{ctx.job.id}", daemon=True)
+        with self._mu:
+            self._running = [r for r in self._running if r.is_alive()] + [t]
+        t.start()
+
+    def _run(self, ctx: JobContext) -> None:
+        fn = self._handlers.get(ctx.job.kind)
+        result: Any = None
+        failure: Optional[Tuple[str, bool]] = None
+        if fn is None:
+            failure = (f"no handler for kind {ctx.job.kind!r} on worker {self.id}", True)
+        else:
+            try:
+                result = fn(ctx.job, ctx)
+            except Permanent as e:
+                failure = (_describe(e), False)
+            except Exception as e:  # noqa: BLE001 - any failure of the handler fails the attempt
+                failure = (_describe(e) + "\n\n" + traceback.format_exc()[-3000:], True)
+        with ctx._mu:
+            report = ctx.state == "running"
+            if report:
+                ctx.state = "reporting"
+        with self._mu:
+            self._free += 1
+            self._mu.notify_all()
+        if report:
+            self._report(ctx, result, failure)
+
+    def _report(self, ctx: JobContext, result: Any, failure: Optional[Tuple[str, bool]]) -> None:
+        tx, w = self.client._tx, self.client._wire
+        budget = max(ctx.deadline - time.monotonic(), 0.05)
+        try:
+            if failure is None:
+                item = {"job_id": str(ctx.job.id), "attempt": ctx.attempt}
+                if result is not None:
+                    item["result"] = w.payload(result)
+                tx.call("POST", "/v1/queue/complete", {"worker_id": self.id, "completions": [item]},
+                        idempotent=True, timeout=budget)
+            else:
+                item = {"job_id": str(ctx.job.id), "attempt": ctx.attempt, "error": failure[0][:4096],
+                        "retryable": failure[1]}
+                tx.call("POST", "/v1/queue/fail", {"worker_id": self.id, "failures": [item]},
+                        idempotent=True, timeout=budget)
+        except errors.CoorddError as e:
+            log.warning("job %s attempt %s: outcome not recorded: %s", ctx.job.id, ctx.attempt, e)
+            ctx.end(e)
+            return
+        ctx.end(errors.CoorddError("the attempt ended", code="OK"), state="done")
+
+    def _hand_back(self, ctx: JobContext) -> None:
+        with ctx._mu:
+            if ctx.state != "running":
+                return
+            ctx.state = "reporting"
+        ctx.error = errors.CoorddError(f"job {ctx.job.id} attempt {ctx.attempt} handed back: worker shutdown",
+                                       code="CANCELLED", reason="WORKER_SHUTDOWN")
+        ctx.cancelled.set()
+        self._report(ctx, None, ("worker shutdown", True))
+        with ctx._mu:
+            ctx.state = "handed-back"
+
+    def _forget(self, ctx: JobContext) -> None:
+        self._deadlines.remove(ctx)
+        with self._mu:
+            self._claims.pop((ctx.job.id, ctx.attempt), None)
+            self._mu.notify_all()
+
+    # -- heartbeats
+    def _heartbeats(self) -> None:
+        tx = self.client._tx
+        while True:
+            with self._mu:
+                while True:
+                    if self._stopped.is_set():
+                        return
+                    now = time.monotonic()
+                    live = [c for c in self._claims.values() if c.state in ("running", "reporting")]
+                    nxt = min((c.next_heartbeat for c in live), default=now + 3600)
+                    if nxt <= now:
+                        break
+                    self._mu.wait(nxt - now)
+                due = [c for c in live if c.next_heartbeat <= now + min(c.vt / 60, 0.05)]
+            sent = time.monotonic()
+            body = {"worker_id": self.id, "attempts": [{"job_id": str(c.job.id), "attempt": c.attempt} for c in due]}
+            try:
+                d = tx.call("POST", "/v1/queue/heartbeat", body, idempotent=True,
+                            timeout=min(c.vt for c in due) / 3)
+            except errors.CoorddError as e:
+                if len(due) == 1 and e.reason in ("ATTEMPT_LOST", "ATTEMPT_EXPIRED", "JOB_CANCELLED",
+                                                  "IDENTITY_MISMATCH", "JOB_NOT_FOUND"):
+                    due[0].end(e)  # one item: its refusal is the call's answer
+                    continue
+                log.warning("heartbeat failed: %s", e)
+                for c in due:
+                    c.next_heartbeat = time.monotonic() + min(c.vt / 10, 0.25)
+                continue
+            results = d.get("results") or []
+            for i, c in enumerate(due):
+                r = results[i] if i < len(results) else {}
+                err = errors.from_item(r.get("error"))
+                if err is not None:
+                    c.end(err)
+                else:
+                    c.extend(sent)
+
+
+def _describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
