@@ -88,6 +88,7 @@ class Transport:
         self._lookup_mu = threading.Lock()
         self._last_lookup = 0.0
         self._looked = False
+        self._all: "set[http.client.HTTPConnection]" = set()  # every thread's, for close()
 
     # -- connections
     def _conns(self) -> Dict[int, Tuple[http.client.HTTPConnection, float]]:
@@ -108,6 +109,8 @@ class Transport:
                 return conn
         if held is not None:
             held[0].close()
+            with self._mu:
+                self._all.discard(held[0])
         scheme, host, port = self.endpoints[i]
         if scheme == "https":
             conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=self.ssl)
@@ -123,12 +126,16 @@ class Transport:
             raise _Refused(f"{host}:{port}: {e}") from e
         conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conns[i] = (conn, now)
+        with self._mu:
+            self._all.add(conn)
         return conn
 
     def _drop(self, i: int) -> None:
         held = self._conns().pop(i, None)
         if held is not None:
             held[0].close()
+            with self._mu:
+                self._all.discard(held[0])
 
     def attempt(self, i: int, method: str, path: str, body: Optional[bytes], headers: Mapping[str, str],
                 timeout: float) -> Tuple[int, Mapping[str, str], bytes]:
@@ -304,6 +311,9 @@ class Transport:
         raise last
 
     def close(self) -> None:
-        for conn, _ in self._conns().values():
+        """Closes every thread's connections (a later call opens new ones)."""
+        with self._mu:
+            conns, self._all = self._all, set()
+        for conn in conns:
             conn.close()
         self._conns().clear()
