@@ -337,6 +337,20 @@ class Conformance(unittest.TestCase):
         with self.client.lease("daily-close", ttl=5, owner="other-replica"):
             self.assertFalse(daily_close.close_day(self.client, "2026-09-26", stores))
 
+    def test_readme_daily_close_is_the_example(self) -> None:
+        """The README's daily close is the code test_daily_close_example runs."""
+        with open(os.path.join(HERE, "..", "README.md")) as f:
+            readme = f.read()
+        block = readme.split("```python\ndef close_day", 1)[1].split("```", 1)[0]
+        shown = ("def close_day" + block).rstrip().splitlines()
+        with open(os.path.join(HERE, "..", "examples", "daily_close.py")) as f:
+            src = f.read().splitlines()
+        start = next(i for i, l in enumerate(src) if l.startswith("def close_day"))
+        end = next(i for i, l in enumerate(src) if "# --- end of the example" in l)
+        code = [l for l in src[start:end] if "# ---" not in l and '"""' not in l]
+        self.assertEqual(shown, code)
+        self.assertEqual(len(shown) - 1 + 1, 11)  # the body, plus `client = coordd.Client(...)`: the README's count
+
     def _commits(self, resource: str) -> int:
         try:
             return self.client.get_resource(resource).commits
