@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
 import coordd  # noqa: E402
 from cluster import Cluster  # noqa: E402
+from proxy import Proxy  # noqa: E402
 
 CLUSTER: Optional[Cluster] = None
 
@@ -167,6 +168,69 @@ class Conformance(unittest.TestCase):
             self.assertFalse(successor.lost.is_set())
         with self.assertRaises(coordd.NotFound):
             self.client.get_resource(resource)
+
+    def proxy(self, http_addr: str) -> Proxy:
+        host, port = http_addr.rsplit(":", 1)
+        p = Proxy((host, int(port)))
+        self.addCleanup(p.close)
+        return p
+
+    def test_lost_before_regrant(self) -> None:
+        """A running holder cut off from every node: its lost signal fires before the successor's grant."""
+        assert CLUSTER is not None
+        name = self.prefix + "/lease"
+        proxies = [self.proxy(nd.http) for nd in CLUSTER.nodes]
+        cut_off = coordd.Client([p.address for p in proxies], owner="partitioned", timeout=2)
+        self.addCleanup(cut_off.close)
+        lease = cut_off.lease(name, ttl=2)
+        time.sleep(0.3)
+        for p in proxies:
+            p.blackhole = True  # nothing reaches the nodes any more, nothing comes back
+        with self.client.lease(name, ttl=5, owner="successor", wait=15) as successor:
+            granted = self.client.get_lease(name).acquired_at
+            assert granted is not None
+            self.assertEqual(successor.generation, lease.generation + 1)
+        self.assertTrue(lease.lost.is_set())
+        self.assertEqual(lease.reason, "LOCAL_DEADLINE")
+        assert lease.lost_at is not None
+        lost_wall = time.time() - (time.monotonic() - lease.lost_at)
+        self.assertLess(lost_wall, granted.timestamp())
+        with self.assertRaises(coordd.LeaseLost):
+            lease.check()
+
+    def test_outcome_unknown(self) -> None:
+        """Answers lost after the node applied the call: safe calls are repeated and answer the
+        first outcome; the others raise OutcomeUnknown."""
+        assert CLUSTER is not None
+        p = self.proxy(CLUSTER.wait_leader().http)
+        c = coordd.Client([p.address], owner="unlucky", timeout=10)
+        self.addCleanup(c.close)
+        c.status()  # reads the contract before any answer is cut
+        name, res, q = self.prefix + "/lease", self.prefix + "/ledger", self.prefix
+        p.cut_answers(1)
+        lease = c.lease(name, ttl=30)  # the first renewal is 10 s away: no renewal meets a cut
+        self.assertEqual(p.cut_done, 1)
+        self.assertEqual((lease.generation, self.client.get_lease(name).generation), (1, 1))  # one grant
+        p.cut_answers(1)
+        commit = lease.fenced_commit(res, "key-1", {"n": 1})
+        self.assertTrue(commit.duplicate)  # the repeat learned the first outcome
+        self.assertEqual(self.client.get_resource(res).commits, 1)
+        p.cut_answers(1)
+        job = c.jobs.submit(q, "k", {"n": 1})
+        self.assertTrue(job.duplicate)
+        self.assertEqual([j.id for j in self.client.jobs.list(q)], [job.id])
+        p.cut_answers(1)
+        with self.assertRaises(coordd.OutcomeUnknown) as cm:
+            c.fenced_commit(res, lease.token, None, {"n": 2})  # no key: not repeated
+        self.assertTrue(cm.exception.outcome_unknown)
+        self.assertEqual(self.client.get_resource(res).commits, 2)  # it was applied
+        self.client.jobs.cancel(job.id)
+        p.cut_answers(1)
+        with self.assertRaises(coordd.OutcomeUnknown):
+            c.jobs.retry(job.id)
+        self.assertEqual(self.client.jobs.get(job.id).state, "AVAILABLE")
+        self.assertEqual(p.cut_done, 5)
+        lease.release()
 
     # idempotency_key_replays
     def test_idempotency_key_replays(self) -> None:
