@@ -25,8 +25,9 @@ if ! "$py" -c 'import ensurepip, setuptools, wheel' 2>/dev/null && [ "$(id -u)" 
   rm -f "$log"
 fi
 
-(cd "$root" && go build -o bin/ ./cmd/coordd)
-export COORDD_BIN="$root/bin/coordd"
+# coordd for the clusters, coordctl for the TLS test's development certificates.
+(cd "$root" && go build -o bin/ ./cmd/coordd ./cmd/coordctl)
+export COORDD_BIN="$root/bin/coordd" COORDCTL_BIN="$root/bin/coordctl"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

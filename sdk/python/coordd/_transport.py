@@ -140,14 +140,22 @@ class Transport:
     def attempt(self, i: int, method: str, path: str, body: Optional[bytes], headers: Mapping[str, str],
                 timeout: float) -> Tuple[int, Mapping[str, str], bytes]:
         """One HTTP exchange with endpoint i."""
+        held = self._conns().get(i)
         conn = self._conn(i, timeout)
+        fresh = held is None or held[0] is not conn
         try:
             conn.request(method, path, body=body, headers=dict(headers))
             resp = conn.getresponse()
             data = resp.read()
         except ssl.SSLError as e:
             self._drop(i)
-            raise errors.Unauthenticated(f"TLS: {e}", code="UNAUTHENTICATED") from e
+            if fresh:
+                # TLS 1.3 checks the client certificate after the client's
+                # side of the handshake: a refusal (another CA) arrives as an
+                # alert or a closed connection on the first request.
+                raise errors.Unauthenticated(f"TLS: {e} (the client certificate was refused?)",
+                                             code="UNAUTHENTICATED") from e
+            raise _Lost(f"{self.endpoints[i][1]}:{self.endpoints[i][2]}: {e!r}") from e
         except (OSError, http.client.HTTPException) as e:
             self._drop(i)
             raise _Lost(f"{self.endpoints[i][1]}:{self.endpoints[i][2]}: {e!r}") from e

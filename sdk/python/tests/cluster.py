@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
@@ -21,11 +22,11 @@ from typing import Optional
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
-def coordd_binary() -> str:
-    """bin/coordd of this repository, built if missing (COORDD_BIN overrides)."""
-    path = os.environ.get("COORDD_BIN") or os.path.join(REPO, "bin", "coordd")
+def binary(name: str) -> str:
+    """bin/<name> of this repository, built if missing (COORDD_BIN, COORDCTL_BIN override)."""
+    path = os.environ.get(name.upper() + "_BIN") or os.path.join(REPO, "bin", name)
     if not os.path.exists(path):
-        subprocess.run(["go", "build", "-o", os.path.join(REPO, "bin") + "/", "./cmd/coordd"], cwd=REPO, check=True)
+        subprocess.run(["go", "build", "-o", os.path.join(REPO, "bin") + "/", "./cmd/" + name], cwd=REPO, check=True)
     return path
 
 
@@ -40,9 +41,11 @@ class Node:
     raft: str = ""
     extra: list = field(default_factory=list)
 
+    scheme: str = "http"
+
     @property
     def url(self) -> str:
-        return "http://" + self.http
+        return f"{self.scheme}://{self.http}"
 
     @property
     def pid(self) -> int:
@@ -50,17 +53,43 @@ class Node:
         return self.proc.pid
 
 
-def _get(url: str, timeout: float = 1.0) -> dict:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
 class Cluster:
-    def __init__(self, size: int = 3, extra_args: Optional[list] = None) -> None:
-        self.bin = coordd_binary()
+    """``tls_clients``: run mutual TLS with development certificates (``coordctl
+    certs dev``) for these client identities, in ``certs`` (``cert(name)``);
+    ``acl``: the text of an ACL file the nodes enforce (with TLS)."""
+
+    def __init__(self, size: int = 3, extra_args: Optional[list] = None, tls_clients: Optional[list] = None,
+                 acl: str = "") -> None:
+        self.bin = binary("coordd")
         self.dir = tempfile.mkdtemp(prefix="coordd-pysdk-")
-        self.nodes = [Node(f"node{i}", os.path.join(self.dir, f"node{i}"), os.path.join(self.dir, f"node{i}.log"),
-                           extra=list(extra_args or [])) for i in range(1, size + 1)]
+        self.certs = os.path.join(self.dir, "certs")
+        self.ssl: Optional[ssl.SSLContext] = None
+        ids = [f"node{i}" for i in range(1, size + 1)]
+        extra = list(extra_args or [])
+        if tls_clients:
+            subprocess.run([binary("coordctl"), "certs", "dev", "--dir", self.certs, "--nodes", ",".join(ids),
+                            "--clients", ",".join(["admin"] + list(tls_clients))], check=True, stdout=subprocess.DEVNULL)
+            self.ssl = ssl.create_default_context(cafile=self.cert("ca")[0])
+            self.ssl.load_cert_chain(*self.cert("admin"))
+            if acl:
+                with open(os.path.join(self.dir, "acl.yaml"), "w") as f:
+                    f.write(acl)
+                extra += ["--acl-file", os.path.join(self.dir, "acl.yaml")]
+        self.nodes = []
+        for i in ids:
+            nd = Node(i, os.path.join(self.dir, i), os.path.join(self.dir, i + ".log"), extra=list(extra))
+            if tls_clients:
+                nd.scheme = "https"
+                nd.extra += ["--tls-cert", self.cert(i)[0], "--tls-key", self.cert(i)[1], "--tls-ca", self.cert("ca")[0]]
+            self.nodes.append(nd)
+
+    def cert(self, name: str) -> tuple:
+        """(certificate, key) files of a development identity (``ca``: the CA's)."""
+        return os.path.join(self.certs, name + ".pem"), os.path.join(self.certs, name + "-key.pem")
+
+    def _get_json(self, url: str, timeout: float = 1.0) -> dict:
+        with urllib.request.urlopen(url, timeout=timeout, context=self.ssl) as r:
+            return json.loads(r.read())
 
     # -- lifecycle
     def start(self, timeout: float = 30.0) -> "Cluster":
@@ -108,7 +137,7 @@ class Cluster:
         last = None
         while time.monotonic() < deadline:
             try:
-                if all(sum(1 for m in _get(nd.url + "/v1/cluster/members").get("members", []) if m.get("grpc_address"))
+                if all(sum(1 for m in self._get_json(nd.url + "/v1/cluster/members").get("members", []) if m.get("grpc_address"))
                        == len(self.nodes) for nd in self.nodes):
                     self.wait_leader(deadline - time.monotonic())
                     return
@@ -121,7 +150,7 @@ class Cluster:
         """The running node that says it leads, or None."""
         for nd in self.running():
             try:
-                if _get(nd.url + "/v1/cluster/status", 0.5).get("state") == "Leader":
+                if self._get_json(nd.url + "/v1/cluster/status", 0.5).get("state") == "Leader":
                     return nd
             except OSError:
                 pass

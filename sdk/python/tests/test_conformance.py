@@ -449,5 +449,66 @@ class LeaderKilled(unittest.TestCase):
             self.assertTrue(commit.accepted)
 
 
+ACL = """rules:
+  - name: nodes
+    identities: [node*]
+    node_certificates: true
+    ops: [admin]
+  - name: admins
+    identities: [admin]
+    ops: [lease, window, fence, read, job, work, admin]
+  - name: billing
+    identities: [billing-a]
+    ops: [lease, read]
+    prefixes: [billing/]
+"""
+
+
+class MutualTLS(unittest.TestCase):
+    """HTTPS with client certificates (identities), an ACL, refused identities as typed errors."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.cluster = Cluster(tls_clients=["billing-a"], acl=ACL).start()
+        other = os.path.join(cls.cluster.dir, "other-ca")
+        subprocess.run([os.path.join(os.path.dirname(cls.cluster.bin), "coordctl"), "certs", "dev", "--dir", other,
+                        "--clients", "billing-a"], check=True, stdout=subprocess.DEVNULL)
+        cls.other = other
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.cluster.close()
+
+    def client(self, ident: Optional[str], **kw: Any) -> coordd.Client:
+        ca = self.cluster.cert("ca")[0]
+        cert, key = self.cluster.cert(ident) if ident else (None, None)
+        c = coordd.Client([nd.http for nd in self.cluster.nodes], tls_ca=kw.pop("ca", ca),
+                          tls_cert=kw.pop("cert", cert), tls_key=kw.pop("key", key), timeout=3, **kw)
+        self.addCleanup(c.close)
+        return c
+
+    def test_tls_identities(self) -> None:
+        with self.client("billing-a").lease("billing/close", ttl=5) as lease:
+            self.assertTrue(lease.fenced_commit is not None and lease.generation >= 1)
+            info = self.client("admin").get_lease("billing/close")
+            self.assertEqual(info.raw.get("identity"), "billing-a")  # the certificate is the identity
+            # Another identity may not renew or release what billing-a holds.
+            with self.assertRaises(coordd.PermissionDenied) as cm:
+                self.client("admin").raw("POST", "/v1/leases/billing/close/release",
+                                         {"owner": lease.owner, "generation": str(lease.generation)})
+            self.assertEqual(cm.exception.reason, "IDENTITY_MISMATCH")
+        with self.assertRaises(coordd.PermissionDenied) as cm:
+            self.client("billing-a").lease("payroll/close", ttl=5)  # the ACL: billing/ only
+        self.assertEqual((cm.exception.reason, cm.exception.http_status), ("PERMISSION_DENIED", 403))
+        self.assertEqual(cm.exception.metadata.get("identity"), "billing-a")
+        with self.assertRaises(coordd.Unauthenticated):
+            self.client(None).lease("billing/close", ttl=5)  # no client certificate
+        other_cert = os.path.join(self.other, "billing-a.pem"), os.path.join(self.other, "billing-a-key.pem")
+        with self.assertRaises(coordd.Unauthenticated):
+            self.client(None, cert=other_cert[0], key=other_cert[1]).lease("billing/close", ttl=5)  # another CA
+        with self.assertRaises(coordd.Unauthenticated):  # a server this CA did not sign
+            self.client("admin", ca=os.path.join(self.other, "ca.pem")).lease("billing/close", ttl=5)
+
+
 if __name__ == "__main__":
     unittest.main()
