@@ -148,11 +148,3 @@ class Wire:
             return json.loads(raw)
         except ValueError:
             return raw
-
-    # The field names whose encoding is the same in both contracts but
-    # whose name differs.
-    def name(self, key: str) -> str:
-        """The answer field of a calendar time read (``calendar_time``)."""
-        if self.legacy and key == "calendar_time":
-            return "calendar_ms"
-        return key

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import socket
@@ -122,8 +121,15 @@ class Client:
             budget = 365 * 86400.0 if wait is True else float(wait)
             # The node answers 504 TIMEOUT by the Grpc-Timeout deadline; the
             # transport repeats with the same request id until the budget ends.
-            d = self._tx.call("POST", lease_path(name, "acquire"), body, idempotent=True, timeout=budget,
-                              server_timeout=min(budget, 25.0))
+            try:
+                d = self._tx.call("POST", lease_path(name, "acquire"), body, idempotent=True, timeout=budget,
+                                  server_timeout=min(budget, 25.0))
+            except errors.OutcomeUnknown:
+                # The wait ran out: it may have been granted as it did. Ask
+                # once more without waiting, with the same request id: the
+                # grant if there was one, else a definite answer.
+                body["wait"] = False
+                d = self._tx.call("POST", lease_path(name, "acquire"), body, idempotent=True)
         else:
             d = self._tx.call("POST", lease_path(name, "acquire"), body, idempotent=True)
         cl = d.get("claim")
@@ -229,10 +235,6 @@ def default_client() -> Client:
 def lease(name: str, ttl: float = 30.0, **kw: Any) -> Lease:
     """``with coordd.lease(name, ttl=30) as lease:`` on the default client."""
     return default_client().acquire(name, ttl, **kw)
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
 
 
 __all__: List[str] = ["Client", "default_client", "lease", "new_request_id", "check_token"]

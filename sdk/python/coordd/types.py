@@ -66,7 +66,7 @@ class Window:
 
     job: str
     window: str
-    state: str  # CLAIMED, COMPLETED
+    state: str  # INCOMPLETE, COMPLETED
     owner: str
     generation: int
     attempts: int

@@ -135,6 +135,10 @@ class Conformance(unittest.TestCase):
         with self.assertRaises(coordd.NotAcquired) as cm:
             self.client.lease(name, ttl=5, owner="other")
         self.assertEqual((cm.exception.holder, cm.exception.generation), ("holder", holder.generation))
+        t0 = time.monotonic()
+        with self.assertRaises(coordd.NotAcquired):  # a wait that runs out is a definite answer
+            self.client.lease(name, ttl=5, owner="other", wait=1)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.9)
         threading.Timer(0.5, holder.release).start()
         t0 = time.monotonic()
         with self.client.lease(name, ttl=5, owner="other", wait=10) as waiter:
