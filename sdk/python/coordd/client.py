@@ -25,7 +25,7 @@ def new_request_id() -> str:
 def check_token(token: str) -> Tuple[str, int]:
     """Splits ``"name:generation"`` at its last colon; :class:`InvalidToken` if malformed."""
     name, sep, gen = token.rpartition(":")
-    if not sep or not name or not gen.isdigit() or int(gen) == 0:
+    if not sep or not name or not (gen.isascii() and gen.isdigit()) or int(gen) == 0:
         raise errors.InvalidToken(f"token {token!r} is not lease_name:generation", code="INVALID_ARGUMENT",
                                   reason="INVALID_ARGUMENT", metadata={"field": "token"})
     return name, int(gen)

@@ -1,0 +1,74 @@
+"""The wire conversions (coordd/_wire.py), without a server."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from coordd import _wire  # noqa: E402
+from coordd.client import check_token  # noqa: E402
+from coordd.errors import InvalidToken, LeaseLost, OutcomeUnknown, StaleToken, from_answer  # noqa: E402
+
+
+class Wire(unittest.TestCase):
+    def test_durations(self) -> None:
+        for seconds, text in ((30, "30s"), (0.5, "0.500s"), (1.25, "1.250s"), (0, "0s"), (86400, "86400s")):
+            self.assertEqual(_wire.fmt_duration(seconds), text)
+            self.assertEqual(_wire.parse_duration(text), seconds)
+        self.assertIsNone(_wire.parse_duration(None))
+
+    def test_instants(self) -> None:
+        t = dt.datetime(2026, 12, 1, 23, 4, 20, 123000, tzinfo=dt.timezone.utc)
+        self.assertEqual(_wire.fmt_instant(t), "2026-12-01T23:04:20.123Z")
+        self.assertEqual(_wire.fmt_instant(t.timestamp()), "2026-12-01T23:04:20.123Z")
+        self.assertEqual(_wire.parse_instant("2026-12-01T23:04:20.123Z"), t)
+        self.assertEqual(_wire.parse_instant("2026-12-01T23:04:20.123456789Z"), t.replace(microsecond=123456))
+        self.assertEqual(_wire.parse_instant(str(int(t.timestamp() * 1000))), t)  # legacy epoch ms
+        for unset in (None, "", "0", "1970-01-01T00:00:00Z"):
+            self.assertIsNone(_wire.parse_instant(unset))
+
+    def test_contracts(self) -> None:
+        new, old = _wire.Wire(False), _wire.Wire(True)
+        b: dict = {}
+        new.duration(b, "ttl", 2)
+        new.instant(b, "run_at", 0.001)
+        old.duration(b, "ttl", 2)
+        old.instant(b, "run_at", 1.5)
+        self.assertEqual(b, {"ttl": "2s", "run_at": "1970-01-01T00:00:00.001Z", "ttl_ms": "2000", "run_at_ms": "1500"})
+        self.assertEqual(new.payload({"a": 1}), {"a": 1})
+        self.assertEqual(old.payload({"a": 1}), "eyJhIjoxfQ==")
+        self.assertEqual(old.read_payload("eyJhIjoxfQ=="), {"a": 1})
+        self.assertEqual(new.read_payload({"a": 1}), {"a": 1})
+        self.assertIsNone(old.read_payload(""))
+        self.assertEqual(new.read_duration({"expires_in": "1.500s"}, "expires_in"), 1.5)
+        self.assertEqual(old.read_duration({"expires_in_ms": "1500"}, "expires_in"), 1.5)
+        self.assertEqual(_wire.enum_in("JOB_STATE_", "JOB_STATE_DEAD"), "DEAD")
+        self.assertEqual(_wire.enum_in("JOB_STATE_", "DEAD"), "DEAD")
+        self.assertEqual(_wire.enum_out("JOB_STATE_", "dead"), "JOB_STATE_DEAD")
+        self.assertTrue(_wire.detect({"components": {"schemas": {"CoordinatorAcquireBody": {"properties": {"ttl_ms": {}}}}}}))
+        self.assertFalse(_wire.detect({"components": {"schemas": {"CoordinatorAcquireBody": {"properties": {"ttl": {}}}}}}))
+
+    def test_errors_by_reason(self) -> None:
+        e = from_answer(409, {"code": "FAILED_PRECONDITION", "reason": "STALE_TOKEN", "message": "m",
+                              "metadata": {"current_generation": "8"}})
+        self.assertIsInstance(e, StaleToken)
+        self.assertEqual((e.code, e.reason, e.metadata, e.http_status), ("FAILED_PRECONDITION", "STALE_TOKEN",
+                                                                         {"current_generation": "8"}, 409))
+        self.assertIsInstance(from_answer(409, {"reason": "LEASE_EXPIRED"}), LeaseLost)
+        unknown = from_answer(504, {"code": "DEADLINE_EXCEEDED", "reason": "TIMEOUT"})
+        self.assertIsInstance(unknown, OutcomeUnknown)
+        self.assertTrue(unknown.outcome_unknown)
+
+    def test_tokens(self) -> None:
+        self.assertEqual(check_token("billing/close:day:7"), ("billing/close:day", 7))
+        for bad in ("no-colon", ":7", "x:", "x:y", "x:0"):
+            with self.assertRaises(InvalidToken):
+                check_token(bad)
+
+
+if __name__ == "__main__":
+    unittest.main()
