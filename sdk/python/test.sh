@@ -43,5 +43,8 @@ if ! out=$("$tmp/venv/bin/pip" install -q --no-index --no-build-isolation "$tmp/
 fi
 (cd "$tmp" && "$tmp/venv/bin/python" -c 'import coordd, sys; assert coordd.__file__.startswith(sys.prefix), coordd.__file__')
 
+# The type hints, where Debian's python3-mypy is installed.
+if "$py" -m mypy --version >/dev/null 2>&1; then (cd "$here" && "$py" -m mypy --strict coordd); fi
+
 cd "$here/tests"
 "$py" -m unittest "$@"

@@ -138,7 +138,7 @@ class Transport:
                 self._all.discard(held[0])
 
     def attempt(self, i: int, method: str, path: str, body: Optional[bytes], headers: Mapping[str, str],
-                timeout: float) -> Tuple[int, Mapping[str, str], bytes]:
+                timeout: float) -> Tuple[int, http.client.HTTPResponse, bytes]:
         """One HTTP exchange with endpoint i."""
         held = self._conns().get(i)
         conn = self._conn(i, timeout)
@@ -209,7 +209,7 @@ class Transport:
         finally:
             self._lookup_mu.release()
 
-    def _plain_get(self, i: int, path: str, timeout: float) -> Tuple[int, Mapping[str, str], bytes]:
+    def _plain_get(self, i: int, path: str, timeout: float) -> Tuple[int, http.client.HTTPResponse, bytes]:
         # A lookup runs on its own connection: it must not disturb a
         # caller's kept-alive one (it runs on pool threads anyway).
         scheme, host, port = self.endpoints[i]
@@ -290,7 +290,7 @@ class Transport:
                 except ValueError:
                     answer = {"code": "UNKNOWN", "message": data[:200].decode(errors="replace")}
                 if 200 <= status < 300:
-                    return answer
+                    return answer if isinstance(answer, dict) else {"value": answer}
                 err = errors.from_answer(status, answer)
                 if status == 503 and err.reason in RETRY_REASONS:
                     last = err

@@ -11,7 +11,8 @@ import time
 import urllib.parse
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from . import _wire, errors
+from . import errors
+from ._wire import Instant, Wire, detect
 from ._transport import Transport, endpoints_from_env, tls_context
 from .lease import Deadlines, Lease, lease_path, window_path
 from .types import Commit, LeaseInfo, Resource, Window
@@ -66,20 +67,20 @@ class Client:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._deadlines = Deadlines()
         self._legacy = legacy_wire
-        self._wire_cache: Optional[_wire.Wire] = None
+        self._wire_cache: Optional[Wire] = None
         from .jobs import Jobs, Schedules  # noqa: PLC0415 - they import this module
 
         self.jobs = Jobs(self)
         self.schedules = Schedules(self)
 
     @property
-    def _wire(self) -> _wire.Wire:
+    def _wire(self) -> Wire:
         """The contract the cluster speaks (read once from its OpenAPI document)."""
         if self._wire_cache is None:
             legacy = self._legacy
             if legacy is None:
-                legacy = _wire.detect(self._tx.call("GET", "/v1/openapi.json", idempotent=True))
-            self._wire_cache = _wire.Wire(legacy)
+                legacy = detect(self._tx.call("GET", "/v1/openapi.json", idempotent=True))
+            self._wire_cache = Wire(legacy)
         return self._wire_cache
 
     def close(self) -> None:
@@ -94,7 +95,7 @@ class Client:
     # -- leases
     def acquire(self, name: str, ttl: float = 30.0, *, wait: Union[bool, float] = False,
                 owner: Optional[str] = None, request_id: Optional[str] = None, value: Any = None,
-                claim: Optional[Tuple[str, str]] = None, not_before: Optional[_wire.Instant] = None) -> Lease:
+                claim: Optional[Tuple[str, str]] = None, not_before: Optional[Instant] = None) -> Lease:
         """Takes the lease ``name`` for ``ttl`` seconds and keeps it alive (renewed
         at TTL/3) until released or lost. Held by another owner:
         :class:`NotAcquired`, or with ``wait`` (True, or seconds) wait until

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol
 
 from . import errors
 from .types import Commit, Window
@@ -62,7 +62,7 @@ class Lease:
     """
 
     def __init__(self, client: "Client", name: str, owner: str, generation: int, ttl: float, sent: float,
-                 claim: Optional[dict] = None) -> None:
+                 claim: Optional[Dict[str, Any]] = None) -> None:
         self.client = client
         self.name = name
         self.owner = owner
@@ -256,15 +256,24 @@ def window_path(job: str, window: str, verb: str = "") -> str:
             + ("/" + verb if verb else ""))
 
 
+class Expiring(Protocol):
+    """What has a local deadline: a lease, a job attempt's claim."""
+
+    @property
+    def deadline(self) -> float: ...
+
+    def _expire(self) -> None: ...
+
+
 class Deadlines:
-    """One thread per client that fires the local deadlines of its leases."""
+    """One thread that fires the local deadlines of a client's leases (or a worker's claims)."""
 
     def __init__(self) -> None:
         self._mu = threading.Condition()
-        self._leases: "set[Lease]" = set()
+        self._leases: "set[Expiring]" = set()
         self._thread: Optional[threading.Thread] = None
 
-    def add(self, lease: Lease) -> None:
+    def add(self, lease: Expiring) -> None:
         with self._mu:
             self._leases.add(lease)
             if self._thread is None:
@@ -272,7 +281,7 @@ class Deadlines:
                 self._thread.start()
             self._mu.notify()
 
-    def remove(self, lease: Lease) -> None:
+    def remove(self, lease: Expiring) -> None:
         with self._mu:
             self._leases.discard(lease)
 

@@ -363,6 +363,7 @@ class Conformance(unittest.TestCase):
             (lambda: c.fenced_commit("r", "no-colon"), "token"),       # local
             (lambda: c.jobs.submit(self.prefix, "k", priority=1000), "priority"),
             (lambda: c.raw("POST", "/v1/queue/fetch", {"queues": "q"}), None),  # a wrong type
+            (lambda: c.raw("POST", "/v1/queue/jobs", {"jobs": [{"queue": "q", "kind": "k", "bogus": 1}]}), None),
         ]
         for call, field in cases:
             with self.subTest(field=field):
