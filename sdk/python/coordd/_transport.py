@@ -318,6 +318,24 @@ class Transport:
                                          http_status=last.http_status)
         raise last
 
+    def clone(self) -> "Transport":
+        """A transport to the same endpoints with connections of its own (a long poll that abort() can end)."""
+        t = Transport(["%s://%s:%d" % e for e in self.endpoints], self.ssl, self.attempt_timeout, self.timeout)
+        with self._mu:
+            t._current, t._known, t._looked = self._current, self._known, True
+        return t
+
+    def abort(self) -> None:
+        """Ends the calls in flight on this transport's connections (their answers are lost)."""
+        with self._mu:
+            conns = list(self._all)
+        for conn in conns:
+            if conn.sock is not None:
+                try:
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
     def close(self) -> None:
         """Closes every thread's connections (a later call opens new ones)."""
         with self._mu:

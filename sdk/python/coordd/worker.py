@@ -138,6 +138,7 @@ class Worker:
         self._running: List[threading.Thread] = []
         self._deadlines = Deadlines()
         self._threads: List[threading.Thread] = []
+        self._fetch_tx = client._tx.clone()  # its long poll is cut short by stop()
 
     def handle(self, kind: str) -> Callable[[Handler], Handler]:
         """A decorator registering ``fn(job, ctx)`` as the handler of ``kind``."""
@@ -176,13 +177,14 @@ class Worker:
         self.stop()
 
     def stop(self, timeout: float = 30.0) -> bool:
-        """Stops fetching (a long poll in flight ends within ``poll_wait``; jobs it
-        still brings are handed back), lets running handlers finish for up to
+        """Stops fetching (a long poll in flight is cut: jobs it was granted lapse
+        after their visibility timeout, as if the worker had died), lets running handlers finish for up to
         ``timeout`` seconds, then hands back the attempts still running. True
         when every handler finished."""
         with self._mu:
             self._stopping = True
             self._mu.notify_all()
+        self._fetch_tx.abort()
         deadline = time.monotonic() + timeout
         fetcher = self._threads[0] if self._threads else None
         if fetcher is not None:
@@ -198,11 +200,12 @@ class Worker:
             self._mu.notify_all()
         for t in self._threads[1:]:
             t.join(2.0)
+        self._fetch_tx.close()
         return not left
 
     # -- fetching
     def _fetch_loop(self) -> None:
-        tx, w = self.client._tx, self.client._wire
+        tx, w = self._fetch_tx, self.client._wire
         delay = 0.1
         while True:
             with self._mu:
@@ -219,7 +222,10 @@ class Worker:
                             attempt_timeout=self.poll_wait + 5)
             except errors.CoorddError as e:
                 # Not repeated: a repeat would hand out more jobs. Jobs of a
-                # lost answer lapse after their visibility timeout.
+                # lost answer (also one stop() cut) lapse after their
+                # visibility timeout.
+                if self._stopping:
+                    return
                 log.warning("fetch from %s failed: %s", self.queue, e)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
