@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
 import coordd  # noqa: E402
-from cluster import Cluster  # noqa: E402
+from cluster import Cluster, binary  # noqa: E402
 from proxy import Proxy  # noqa: E402
 
 CLUSTER: Optional[Cluster] = None
@@ -476,7 +476,7 @@ class MutualTLS(unittest.TestCase):
     def setUpClass(cls) -> None:
         cls.cluster = Cluster(tls_clients=["billing-a"], acl=ACL).start()
         other = os.path.join(cls.cluster.dir, "other-ca")
-        subprocess.run([os.path.join(os.path.dirname(cls.cluster.bin), "coordctl"), "certs", "dev", "--dir", other,
+        subprocess.run([binary("coordctl"), "certs", "dev", "--dir", other,
                         "--clients", "billing-a"], check=True, stdout=subprocess.DEVNULL)
         cls.other = other
 
