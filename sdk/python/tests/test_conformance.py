@@ -406,6 +406,23 @@ class Conformance(unittest.TestCase):
         with self.client.lease("daily-close", ttl=5, owner="other-replica"):
             self.assertFalse(daily_close.close_day(self.client, "2026-09-26", stores))
 
+    def test_windows(self) -> None:
+        job, day = self.prefix, "2026-09-25"
+        lease = self.client.lease(job, ttl=5, claim=(job, day))  # the grant and the claim in one call
+        assert lease.claim is not None
+        self.assertEqual((lease.claim.claimed, lease.claim.attempts), (True, 1))
+        w = lease.claim.complete({"stores": 6}, release=True)  # and the release, in one entry
+        self.assertEqual((w.state, w.result, w.generation), ("COMPLETED", {"stores": 6}, lease.generation))
+        self.assertTrue(lease.done.is_set())
+        self.assertTrue(self.client.get_lease(job).released)
+        with self.assertRaises(coordd.WindowCompleted):
+            self.client.lease(job, ttl=5, claim=(job, day))
+        with self.client.lease(job, ttl=5) as again:
+            claim = again.claim_window(job, day)
+            self.assertFalse(claim.claimed)  # not an error
+            self.assertEqual(claim.window.owner, lease.owner)
+        self.assertEqual([x.window for x in self.client.list_windows(job)], [day])
+
     def test_readme_daily_close_is_the_example(self) -> None:
         """The README's daily close is the code test_daily_close_example runs."""
         with open(os.path.join(HERE, "..", "README.md")) as f:
