@@ -141,6 +141,9 @@ class Lease:
                 return
             except (errors.Unavailable, errors.OutcomeUnknown):
                 continue  # the transport backed off; the local deadline bounds how long this may go on
+            except errors.ResourceExhausted:
+                time.sleep(min(0.25, stall / 4))  # a rate limit: try again, until the local deadline
+                continue
             except errors.CoorddError as e:  # a refusal that cannot change on retry
                 self._lose(e.reason or e.code, e)
                 return
