@@ -18,9 +18,12 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import json
+import re
 from typing import Any, Dict, Mapping, Optional, Union
 
 Instant = Union[_dt.datetime, float, int]  # a datetime, or seconds since the epoch
+
+_RFC3339 = re.compile(r"^(\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d)(\.\d+)?([Zz]|[+-]\d\d:\d\d)$")
 
 
 def detect(openapi: Mapping[str, Any]) -> bool:
@@ -66,7 +69,12 @@ def parse_instant(v: Any) -> Optional[_dt.datetime]:
     if "T" not in s:
         ms = int(s)
         return None if ms == 0 else _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc)
-    t = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    m = _RFC3339.match(s)
+    if m is None:
+        raise ValueError(f"not an RFC 3339 time: {s!r}")
+    frac = (m.group(2) or ".0")[1:7].ljust(6, "0")  # Python before 3.11 reads 3 or 6 digits only
+    zone = "+00:00" if m.group(3) in ("Z", "z") else m.group(3)
+    t = _dt.datetime.fromisoformat(f"{m.group(1)}.{frac}{zone}")
     return None if t.year <= 1970 and t.timestamp() <= 0 else t.astimezone(_dt.timezone.utc)
 
 
