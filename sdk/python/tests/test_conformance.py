@@ -320,6 +320,26 @@ class Conformance(unittest.TestCase):
             self.assertTrue(worker.stop(5))  # waits for the running handler
         self.assertEqual(self.client.jobs.get(s.id).state, "SUCCEEDED")
 
+        # A handler still running when stop gives up is handed back.
+        hung = threading.Event()
+        w2 = coordd.Worker(self.client, queue, concurrency=1, poll_wait=0.5)
+
+        @w2.handle("hang")
+        def hang(j: coordd.Job, ctx: coordd.JobContext) -> Any:
+            hung.set()
+            ctx.cancelled.wait(10)  # until the worker hands the attempt back
+            return "too late"
+
+        h = self.client.jobs.submit(queue, "hang", None, backoff_initial=60)
+        w2.start()
+        poll(hung.is_set, 10, "the hanging handler")
+        t0 = time.monotonic()
+        self.assertFalse(w2.stop(0.5))  # gave up on it
+        self.assertLess(time.monotonic() - t0, 3)
+        back = self.client.jobs.get(h.id)
+        self.assertEqual((back.state, back.attempt_log[-1].outcome), ("RETRYABLE", "FAILED"))
+        self.assertEqual(back.attempt_log[-1].error, "worker shutdown")
+
     def test_jobs_and_schedules(self) -> None:
         import datetime as dt
 
@@ -351,6 +371,8 @@ class Conformance(unittest.TestCase):
         self.assertEqual(self.client.schedules.resume(name).paused, False)
         self.assertIn(name, [x.name for x in self.client.schedules.list()])
         self.assertEqual(self.client.schedules.get(name).schedule, "5 0 * * *")
+        with self.assertRaises(coordd.ScheduleExists):
+            self.client.schedules.put(name, "10 0 * * *", queue=q, kind="close", create_only=True)
         with self.assertRaises(coordd.ScheduleNotFound):
             self.client.schedules.pause("no-such-schedule")
 
