@@ -8,10 +8,12 @@ that says it leads. Each failed attempt is classified as the Go SDK does
 
 - nothing was sent (connection refused, no route): next endpoint at once;
   back off once every endpoint refused in a row;
-- 503 with ``NO_LEADER``, ``NOT_LEADER``, ``SHUTTING_DOWN`` or no reason:
-  nothing was done; look the leader up, back off (50 ms doubling to 1 s), retry;
+- 503 with ``NO_LEADER``, ``NOT_LEADER``, ``SHUTTING_DOWN``, or a follower
+  that could not dial the leader: nothing was done; look the leader up,
+  back off (50 ms doubling to 1 s), retry;
 - the answer was lost after the request was sent (timeout, reset), 504
-  ``TIMEOUT``, 503 ``LEADERSHIP_LOST``: the outcome is unknown; retried only
+  ``TIMEOUT``, 503 ``LEADERSHIP_LOST`` or another 503 (a follower's forward
+  that broke): the outcome is unknown; retried only
   when the call is idempotent (the caller says so), else :class:`OutcomeUnknown`;
 - anything else is final.
 
@@ -36,7 +38,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import errors
 
-RETRY_REASONS = {"NO_LEADER", "NOT_LEADER", "SHUTTING_DOWN", ""}
+RETRY_REASONS = {"NO_LEADER", "NOT_LEADER", "SHUTTING_DOWN"}
 UNKNOWN_REASONS = {"LEADERSHIP_LOST", "TIMEOUT"}
 IDLE_REUSE = 30.0  # a kept-alive connection idle longer is replaced before use (the server closes idle ones)
 
@@ -292,7 +294,7 @@ class Transport:
                 if 200 <= status < 300:
                     return answer if isinstance(answer, dict) else {"value": answer}
                 err = errors.from_answer(status, answer)
-                if status == 503 and err.reason in RETRY_REASONS:
+                if status == 503 and (err.reason in RETRY_REASONS or not err.reason and "while dialing" in err.message):
                     last = err
                     self._suspect(i, refused=False)
                     backoff = True
