@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/coordd/coordd/client/internal/due"
@@ -511,7 +513,7 @@ func (s *session) sendDue(now time.Time) (next time.Duration, err error) {
 	s.out.rearm(now)
 	for i, b := range batch {
 		if err := s.st.Send(&coordv1.KeepAliveRequest{Name: b.l.name, Owner: b.l.owner, Generation: b.l.gen,
-			TtlMs: b.l.ttl.Milliseconds(), Seq: first + uint64(i)}); err != nil {
+			Ttl: pbtime.Dur(b.l.ttl.Milliseconds()), Seq: first + uint64(i)}); err != nil {
 			return next, err
 		}
 	}

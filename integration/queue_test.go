@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/coordd/coordd/internal/testcluster"
@@ -43,7 +45,7 @@ func fetchJobs(t *testing.T, q coordv1.QueueClient, worker string, max uint32, w
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)
 	defer cancel()
-	r, err := q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: queues, Max: max, WaitMs: wait.Milliseconds(), WorkerId: worker})
+	r, err := q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: queues, Max: max, Wait: pbtime.Dur(wait.Milliseconds()), WorkerId: worker})
 	if err != nil {
 		t.Fatalf("fetch: %v", err)
 	}
@@ -111,7 +113,7 @@ func TestQueueDelayedJobsNotEarly(t *testing.T) {
 	delays := []int64{1500, 2500, 3000}
 	var jobs []*coordv1.NewJob
 	for _, d := range delays {
-		jobs = append(jobs, &coordv1.NewJob{Queue: "later", Kind: "k", DelayMs: d})
+		jobs = append(jobs, &coordv1.NewJob{Queue: "later", Kind: "k", Delay: pbtime.Dur(d)})
 	}
 	sub := submitJobs(t, q, jobs...)
 	runAt := map[uint64]int64{}
@@ -162,7 +164,7 @@ func TestQueueLongPollWakesOnSubmit(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		r, err := queueOf(c, f[0]).Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"poll"}, Max: 5, WaitMs: 20_000, WorkerId: "w"})
+		r, err := queueOf(c, f[0]).Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"poll"}, Max: 5, Wait: pbtime.Dur(20_000), WorkerId: "w"})
 		ch <- got{r.GetJobs(), time.Now(), err}
 	}()
 	leader := c.WaitLeader()
@@ -202,7 +204,7 @@ func TestQueueClaimLapse(t *testing.T) {
 	leader := c.WaitLeader()
 	q := queueOf(c, leader)
 	cc := c.Coord(c.Followers()[0])
-	id := submitJobs(t, q, &coordv1.NewJob{Queue: "lapse", Kind: "k", VisibilityTimeoutMs: 1000})[0].GetId()
+	id := submitJobs(t, q, &coordv1.NewJob{Queue: "lapse", Kind: "k", VisibilityTimeout: pbtime.Dur(1000)})[0].GetId()
 	first := fetchJobs(t, q, "frozen", 1, 0, "lapse")
 	if len(first) != 1 {
 		t.Fatal("no job")
@@ -241,7 +243,7 @@ func TestQueueClaimLapse(t *testing.T) {
 		t.Fatalf("%v", r)
 	}
 	// The reserved lease name cannot be acquired.
-	_, err = cc.Acquire(ctxT(t), &coordv1.AcquireRequest{Name: fmt.Sprintf("job:%d", id), Owner: "o", TtlMs: 5000})
+	_, err = cc.Acquire(ctxT(t), &coordv1.AcquireRequest{Name: fmt.Sprintf("job:%d", id), Owner: "o", Ttl: pbtime.Dur(5000)})
 	wantErr(t, err, codes.InvalidArgument, "INVALID_ARGUMENT")
 }
 
@@ -251,7 +253,7 @@ func TestQueueRetriesToDead(t *testing.T) {
 	c := testcluster.New(t, 3)
 	c.WaitLeader()
 	q := queueOf(c, c.Followers()[0])
-	id := submitJobs(t, q, &coordv1.NewJob{Queue: "flaky", Kind: "k", MaxAttempts: 3, BackoffInitialMs: 200, BackoffMaxMs: 1000})[0].GetId()
+	id := submitJobs(t, q, &coordv1.NewJob{Queue: "flaky", Kind: "k", MaxAttempts: 3, BackoffInitial: pbtime.Dur(200), BackoffMax: pbtime.Dur(1000)})[0].GetId()
 	var failedAt int64
 	for attempt := uint32(1); attempt <= 3; attempt++ {
 		cl := fetchJobs(t, q, "w", 1, 5*time.Second, "flaky")
@@ -431,7 +433,7 @@ func TestQueueLeaderKillDuringDispatch(t *testing.T) {
 	for b := 0; b < total/200; b++ {
 		var jobs []*coordv1.NewJob
 		for i := 0; i < 200; i++ {
-			jobs = append(jobs, &coordv1.NewJob{Queue: "kill", Kind: "k", VisibilityTimeoutMs: 2000, UniqueKey: fmt.Sprintf("j-%d-%d", b, i)})
+			jobs = append(jobs, &coordv1.NewJob{Queue: "kill", Kind: "k", VisibilityTimeout: pbtime.Dur(2000), UniqueKey: fmt.Sprintf("j-%d-%d", b, i)})
 		}
 		for _, s := range submitJobs(t, queueOf(c, leader), jobs...) {
 			ids = append(ids, s.GetId())
@@ -462,7 +464,7 @@ func TestQueueLeaderKillDuringDispatch(t *testing.T) {
 			for i := w; ctx.Err() == nil; i++ {
 				q := qs[i%len(qs)]
 				fctx, fcancel := context.WithTimeout(ctx, 3*time.Second)
-				r, err := q.Fetch(fctx, &coordv1.QueueFetchRequest{Queues: []string{"kill"}, Max: 20, WaitMs: 500, WorkerId: worker})
+				r, err := q.Fetch(fctx, &coordv1.QueueFetchRequest{Queues: []string{"kill"}, Max: 20, Wait: pbtime.Dur(500), WorkerId: worker})
 				fcancel()
 				if err != nil {
 					time.Sleep(20 * time.Millisecond) // next node, as a client would

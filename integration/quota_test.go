@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/coordd/coordd/internal/auth"
@@ -54,7 +56,7 @@ func TestQuotasKeepTheOtherTenantFast(t *testing.T) {
 		var lat []time.Duration
 		for time.Now().Before(stop) {
 			start := time.Now()
-			r, err := other.Acquire(ctx, &coordv1.AcquireRequest{Name: "ledger/close", Owner: "l", TtlMs: 10_000})
+			r, err := other.Acquire(ctx, &coordv1.AcquireRequest{Name: "ledger/close", Owner: "l", Ttl: pbtime.Dur(10_000)})
 			if err != nil || !r.GetAcquired() {
 				return nil, fmt.Errorf("the other tenant's acquire: %v %v", r, err)
 			}
@@ -252,7 +254,7 @@ func TestCallRateIsCountedOnTheLeader(t *testing.T) {
 	fs := c.Followers()
 	ctx := ctxT(t)
 	acq := func(n *testcluster.Node, name string) error {
-		_, err := coordAs(t, certs, n, "tenant-a").Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "o", TtlMs: 10_000})
+		_, err := coordAs(t, certs, n, "tenant-a").Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "o", Ttl: pbtime.Dur(10_000)})
 		return err
 	}
 	for i := range 4 { // the burst, through the first follower
@@ -266,7 +268,7 @@ func TestCallRateIsCountedOnTheLeader(t *testing.T) {
 	}
 	wantErr(t, acq(leader, "a/5"), codes.ResourceExhausted, "RATE_LIMITED")
 	// Another identity is not affected.
-	if _, err := coordAs(t, certs, fs[1], "tenant-b").Acquire(ctx, &coordv1.AcquireRequest{Name: "b/1", Owner: "o", TtlMs: 10_000}); err != nil {
+	if _, err := coordAs(t, certs, fs[1], "tenant-b").Acquire(ctx, &coordv1.AcquireRequest{Name: "b/1", Owner: "o", Ttl: pbtime.Dur(10_000)}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -44,3 +44,4 @@ go run ./api/openapi/internal/fixdoc <"$gw/coordd.swagger.json" >api/openapi/coo
 # The Go short names of the enums (coorderr.LeaseLost, fsm.JobRunning, ...).
 go run ./internal/enumgen
 if command -v buf >/dev/null; then buf lint && echo "buf lint: clean"; fi
+go run ./internal/msgen

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/internal/due"
 	"github.com/coordd/coordd/clock"
@@ -379,7 +381,7 @@ func (w *Worker) fetchLoop(s *slots) {
 		}
 		sent := w.clk.Now()
 		resp, err := w.q.Fetch(w.fetchCtx, &coordv1.QueueFetchRequest{Queues: []string{s.name}, Max: uint32(min(n, MaxBatch)),
-			WaitMs: w.o.pollWait.Milliseconds(), WorkerId: w.o.id})
+			Wait: pbtime.Dur(w.o.pollWait.Milliseconds()), WorkerId: w.o.id})
 		if w.fetchCtx.Err() != nil {
 			if err == nil { // granted as Stop began: hand the jobs back at once
 				s.take(len(resp.GetJobs()))

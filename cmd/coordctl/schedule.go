@@ -13,11 +13,14 @@ import (
 	"time"
 	_ "time/tzdata" // render occurrences in any schedule's zone, as the server computes them
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"sigs.k8s.io/yaml"
+
+	"github.com/coordd/coordd/internal/apijson"
 
 	"github.com/coordd/coordd/client"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -131,14 +134,14 @@ func (f *specFlags) set(sp *coordv1.ScheduleSpec, given func(flag string) bool) 
 		{"args", func() { j.Args = []byte(f.args) }},
 		{"overlap", func() { sp.Overlap, _ = parseOverlap(f.overlap) }},
 		{"dst-policy", func() { sp.DstPolicy, _ = parseDSTPolicy(f.dst) }},
-		{"starting-deadline", func() { sp.StartingDeadlineMs = f.deadline.Milliseconds() }},
-		{"catch-up", func() { sp.CatchUpMs = f.catchUp.Milliseconds() }},
-		{"complete-within", func() { sp.CompleteWithinMs = f.within.Milliseconds() }},
+		{"starting-deadline", func() { sp.StartingDeadline = pbtime.Dur(f.deadline.Milliseconds()) }},
+		{"catch-up", func() { sp.CatchUp = pbtime.Dur(f.catchUp.Milliseconds()) }},
+		{"complete-within", func() { sp.CompleteWithin = pbtime.Dur(f.within.Milliseconds()) }},
 		{"window-layout", func() { sp.WindowLayout = f.layout }},
 		{"window-shift-days", func() { sp.WindowShiftDays = f.shift }},
 		{"max-attempts", func() { j.MaxAttempts = f.attempts }},
 		{"priority", func() { j.Priority = f.prio }},
-		{"visibility-timeout", func() { j.VisibilityTimeoutMs = f.vt.Milliseconds() }},
+		{"visibility-timeout", func() { j.VisibilityTimeout = pbtime.Dur(f.vt.Milliseconds()) }},
 		{"label", func() {
 			ls, _ := parseLabels(f.labels)
 			if j.Labels == nil && len(ls) > 0 {
@@ -323,7 +326,7 @@ func readSpecFile(file string) (*coordv1.ScheduleSpec, error) {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	spec := &coordv1.ScheduleSpec{}
-	if err := protojson.Unmarshal(j, spec); err != nil {
+	if err := apijson.Unmarshal(j, spec); err != nil {
 		return nil, fmt.Errorf("%s: not a coord.v1.ScheduleSpec: %w", file, err)
 	}
 	if spec.GetName() == "" {
@@ -466,7 +469,7 @@ func (a *app) scheduleListCmd() *cobra.Command {
 		func(ctx context.Context, _ []string) error {
 			resp, err := a.client.ListSchedulesPage(ctx, prefix, deleted, page.token, page.limit)
 			return a.reply("schedule list", resp, err, func(w io.Writer) {
-				scheduleTable(w, resp.GetSchedules(), resp.GetCalendarMs())
+				scheduleTable(w, resp.GetSchedules(), resp.GetCalendarTimeMs())
 				morePages(w, resp)
 			})
 		})
