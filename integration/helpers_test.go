@@ -65,6 +65,15 @@ func grant(t *testing.T, ctx context.Context, cc coordv1.CoordinatorClient, req 
 	return resp
 }
 
+// jsonArgs is job args of exactly n bytes that are JSON (a string of x's;
+// empty for n < 2), as the queue requires of args and results.
+func jsonArgs(n int) []byte {
+	if n < 2 {
+		return nil
+	}
+	return []byte(`"` + strings.Repeat("x", n-2) + `"`)
+}
+
 func withMD(ctx context.Context, kv ...string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, kv...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ func fetchJobs(t *testing.T, q coordv1.QueueClient, worker string, max uint32, w
 func completeJob(t *testing.T, q coordv1.QueueClient, worker string, id uint64, attempt uint32) *coordv1.CompleteResult {
 	t.Helper()
 	r, err := q.Complete(ctxT(t), &coordv1.QueueCompleteRequest{WorkerId: worker,
-		Completions: []*coordv1.JobCompletion{{JobId: id, Attempt: attempt, Result: []byte("done")}}})
+		Completions: []*coordv1.JobCompletion{{JobId: id, Attempt: attempt, Result: []byte(`"done"`)}}})
 	if err != nil {
 		t.Fatalf("complete: %v", err)
 	}
@@ -84,7 +85,7 @@ func TestQueueSubmitFetchComplete(t *testing.T) {
 	}
 	j := getJob(t, q2, id)
 	if j.GetState() != coordv1.JobState_JOB_STATE_SUCCEEDED || len(j.GetAttemptLog()) != 1 ||
-		j.GetAttemptLog()[0].GetOutcome() != coordv1.AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED || string(j.GetAttemptLog()[0].GetResult()) != "done" {
+		j.GetAttemptLog()[0].GetOutcome() != coordv1.AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED || string(j.GetAttemptLog()[0].GetResult()) != `"done"` {
 		t.Fatalf("%v", j)
 	}
 	c.WaitConverged()
@@ -372,17 +373,17 @@ func TestQueueHTTPGateway(t *testing.T) {
 	c.WaitLeader()
 	hc := &http.Client{Timeout: 10 * time.Second}
 	base := "http://" + c.Followers()[0].API.HTTPAddr()
-	// curl -X POST $base/v1/queue/jobs -d '{"jobs":[{"queue":"reports","kind":"send-report","args":"<base64>","delay_ms":"60000"}]}'
-	r := doJSON(t, hc, "POST", base+"/v1/queue/jobs", `{"jobs":[{"queue":"reports","kind":"send-report","args":"eyJkYXkiOiJtb24ifQ==","delay_ms":"60000","labels":{"team":"ops"}},{"queue":"reports","kind":"send-report"}]}`)
+	// curl -X POST $base/v1/queue/jobs -d '{"jobs":[{"queue":"reports","kind":"send-report","args":{"day":"mon"},"delay":"60s"}]}'
+	r := doJSON(t, hc, "POST", base+"/v1/queue/jobs", `{"jobs":[{"queue":"reports","kind":"send-report","args":{"day":"mon"},"delay":"60s","labels":{"team":"ops"}},{"queue":"reports","kind":"send-report"}]}`)
 	wantHTTP(t, "submit", r, 200, "")
 	jobs := r.body["jobs"].([]any)
 	id := jobs[0].(map[string]any)["id"].(string)
-	if jobs[0].(map[string]any)["state"] != "JOB_STATE_SCHEDULED" || jobs[1].(map[string]any)["state"] != "JOB_STATE_AVAILABLE" {
+	if jobs[0].(map[string]any)["state"] != "SCHEDULED" || jobs[1].(map[string]any)["state"] != "AVAILABLE" {
 		t.Fatalf("%v", r.body)
 	}
 	r = doJSON(t, hc, "GET", base+"/v1/queue/jobs/"+id, nil)
 	wantHTTP(t, "get", r, 200, "")
-	if j := r.body["job"].(map[string]any); j["kind"] != "send-report" || j["args"] != "eyJkYXkiOiJtb24ifQ==" || j["labels"].(map[string]any)["team"] != "ops" {
+	if j := r.body["job"].(map[string]any); j["kind"] != "send-report" || !reflect.DeepEqual(j["args"], map[string]any{"day": "mon"}) || j["labels"].(map[string]any)["team"] != "ops" {
 		t.Fatalf("%v", j)
 	}
 	r = doJSON(t, hc, "GET", base+"/v1/queue/jobs?queue=reports&label=team%3Dops", nil)
@@ -403,13 +404,13 @@ func TestQueueHTTPGateway(t *testing.T) {
 	wantHTTP(t, "retry (run now)", r, 200, "")
 	r = doJSON(t, hc, "POST", base+"/v1/queue/jobs/"+id+"/cancel", `{}`)
 	wantHTTP(t, "cancel", r, 200, "")
-	if r.body["job"].(map[string]any)["state"] != "JOB_STATE_CANCELLED" {
+	if r.body["job"].(map[string]any)["state"] != "CANCELLED" {
 		t.Fatalf("%v", r.body)
 	}
 	wantHTTP(t, "missing job", doJSON(t, hc, "GET", base+"/v1/queue/jobs/424242", nil), 404, "JOB_NOT_FOUND")
-	r = doJSON(t, hc, "POST", base+"/v1/queue/jobs", `{"jobs":[{"kind":"k","run_at_ms":"99999999999999"}]}`)
+	r = doJSON(t, hc, "POST", base+"/v1/queue/jobs", `{"jobs":[{"kind":"k","run_at":"5138-11-16T09:46:39.999Z"}]}`)
 	wantHTTP(t, "a year ahead", r, 400, "INVALID_ARGUMENT")
-	if m := r.body["metadata"].(map[string]any); m["field"] != "run_at_ms" || m["index"] != "0" {
+	if m := r.body["metadata"].(map[string]any); m["field"] != "run_at" || m["index"] != "0" {
 		t.Fatalf("%v", r.body)
 	}
 	// Fetch is on HTTP too (http_routes_test.go runs a worker): one

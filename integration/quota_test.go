@@ -77,8 +77,8 @@ func TestQuotasKeepTheOtherTenantFast(t *testing.T) {
 	}
 
 	const flood = 3 * time.Second
-	args := make([]byte, 64<<10)
-	schedArgs := make([]byte, 60_000)
+	args := jsonArgs(64 << 10)
+	schedArgs := jsonArgs(60_000)
 	var accepted, refused, schedules atomic.Int64
 	refusals := sync.Map{} // reason -> true
 	start := time.Now()
@@ -179,7 +179,7 @@ func TestQuotasRefuseEachLimit(t *testing.T) {
 	jobs := func(n, size int) *coordv1.QueueSubmitRequest {
 		req := &coordv1.QueueSubmitRequest{}
 		for range n {
-			req.Jobs = append(req.Jobs, &coordv1.NewJob{Queue: "q", Kind: "k", Args: make([]byte, size)})
+			req.Jobs = append(req.Jobs, &coordv1.NewJob{Queue: "q", Kind: "k", Args: jsonArgs(size)})
 		}
 		return req
 	}
@@ -212,7 +212,7 @@ func TestQuotasRefuseEachLimit(t *testing.T) {
 	sc := coordv1.NewSchedulesClient(connAs(t, certs.Client("tenant-c"), f.API.GRPCAddr()))
 	put := func(name, expr string, args int) error {
 		_, err := sc.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: name, Schedule: expr,
-			Job: &coordv1.JobTemplate{Queue: "q", Kind: "k", Args: make([]byte, args)}}})
+			Job: &coordv1.JobTemplate{Queue: "q", Kind: "k", Args: jsonArgs(args)}}})
 		return err
 	}
 	if err := put("c1", "@every 1s", 0); err != nil {
