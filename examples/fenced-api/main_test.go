@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/pbtime"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/fencehttp"
@@ -66,7 +66,7 @@ func TestPausedJobRefusedRetryReplayed(t *testing.T) {
 
 	// Job A acquires and "pauses": no renewals (raw Acquire, no keepalive).
 	coord := coordv1.NewCoordinatorClient(c.Conn(c.Nodes[0]))
-	a, err := coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "ledger-close", Owner: "job-a", Ttl: pbtime.Dur(1500)})
+	a, err := coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "ledger-close", Owner: "job-a", Ttl: durationpb.New(1500 * time.Millisecond)})
 	if err != nil || !a.GetAcquired() {
 		t.Fatalf("A: %v %v", a, err)
 	}
