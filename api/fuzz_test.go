@@ -289,12 +289,17 @@ func FuzzHTTPAPI(f *testing.F) {
 	f.Add("POST", "/v1/schedules/n/trigger", `{}`)
 	f.Add("DELETE", "/v1/schedules/n", "")
 	f.Add("GET", "/v1/overdue?page_size=5000", "")
-	f.Add("POST", "/v1/queue/jobs", `{"jobs":[{"kind":"k","args":"!!","delay_ms":"-1"}]}`)
+	f.Add("POST", "/v1/queue/jobs", `{"jobs":[{"kind":"k","args":"!!","delay":"-1"}]}`)
 	f.Add("GET", "/v1/queue/jobs/18446744073709551616", "")
 	f.Add("GET", "/v1/queue/jobs?state=JOB_STATE_NOPE&page_token=%00", "")
 	f.Add("POST", "/v1/queue/jobs/1/cancel", `{"id":"2"}`)
 	f.Add("GET", "/v1/queue/stats?queue=%ff", "")
-	f.Add("POST", "/v1/leases/a/b/acquire", `{"owner":"o","ttl_ms":"5000","wait":true}`)
+	f.Add("POST", "/v1/leases/a/b/acquire", `{"owner":"o","ttl":"5s","wait":true}`)
+	f.Add("POST", "/v1/leases/a/acquire", `{"owner":"o","ttl":5000,"value":{"addr":"x"}}`)
+	f.Add("POST", "/v1/queue/jobs", `{"jobs":[{"kind":"k","args":{"a":[1,2]},"run_at":"2026-09-25T00:05:00-03:00","visibility_timeout":"1m30s"}]}`)
+	f.Add("POST", "/v1/queue/jobs", `{"jobs":[{"kind":"k","run_at":"9999-99-99T00:00:00Z","delay":"1e9h"}]}`)
+	f.Add("GET", "/v1/queue/jobs?state=dead&state=Available", "")
+	f.Add("GET", "/v1/watch?families=queue_job&job_states=running", "")
 	f.Add("POST", "/v1/leases//renew", `{"owner":"o","generation":"1"}`)
 	f.Add("GET", "/v1/leases?page_size=-1&page_token=%ff", "")
 	f.Add("POST", "/v1/windows/j/w/claim", `{"lease_name":"a","owner":"o","generation":"1"}`)
@@ -317,7 +322,7 @@ func FuzzHTTPAPI(f *testing.F) {
 		defer cancel()
 		rec := httptest.NewRecorder()
 		fuzzNode.http.ServeHTTP(rec, req.WithContext(ctx))
-		// 504: a wait (a waiting acquire, a fetch's wait_ms) that the 5 s
+		// 504: a wait (a waiting acquire, a fetch's wait) that the 5 s
 		// deadline above ended.
 		if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable && rec.Code != http.StatusNotImplemented &&
 			rec.Code != http.StatusGatewayTimeout {

@@ -80,11 +80,11 @@ func TestSubmitValidation(t *testing.T) {
 	for field, req := range map[string]*coordv1.QueueSubmitRequest{
 		"args":                  with(func(j *coordv1.NewJob) { j.Args = make([]byte, 64<<10+1) }),
 		"kind":                  with(func(j *coordv1.NewJob) { j.Kind = "" }),
-		"run_at_ms":             with(func(j *coordv1.NewJob) { j.RunAt = pbtime.At(n.calendar + 367*24*3600*1000) }),
-		"delay_ms":              with(func(j *coordv1.NewJob) { j.Delay = pbtime.Dur(-1) }),
-		"visibility_timeout_ms": with(func(j *coordv1.NewJob) { j.VisibilityTimeout = pbtime.Dur(-5) }),
-		"backoff_initial_ms":    with(func(j *coordv1.NewJob) { j.BackoffInitial = pbtime.Dur(-1) }),
-		"backoff_max_ms":        with(func(j *coordv1.NewJob) { j.BackoffMax = pbtime.Dur(-1) }),
+		"run_at":             with(func(j *coordv1.NewJob) { j.RunAt = pbtime.At(n.calendar + 367*24*3600*1000) }),
+		"delay":              with(func(j *coordv1.NewJob) { j.Delay = pbtime.Dur(-1) }),
+		"visibility_timeout": with(func(j *coordv1.NewJob) { j.VisibilityTimeout = pbtime.Dur(-5) }),
+		"backoff_initial":    with(func(j *coordv1.NewJob) { j.BackoffInitial = pbtime.Dur(-1) }),
+		"backoff_max":        with(func(j *coordv1.NewJob) { j.BackoffMax = pbtime.Dur(-1) }),
 		"backoff_factor":        with(func(j *coordv1.NewJob) { j.BackoffFactor = 0.5 }),
 		"max_attempts":          with(func(j *coordv1.NewJob) { j.MaxAttempts = 101 }),
 		"priority":              with(func(j *coordv1.NewJob) { j.Priority = 101 }),
@@ -97,7 +97,7 @@ func TestSubmitValidation(t *testing.T) {
 		})
 	}
 	_, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAt: pbtime.At(n.calendar + 5000), Delay: pbtime.Dur(5)}}})
-	invalid(t, err, "delay_ms", 0)
+	invalid(t, err, "delay", 0)
 	big := &coordv1.QueueSubmitRequest{}
 	for range 1001 {
 		big.Jobs = append(big.Jobs, ok())
@@ -148,13 +148,13 @@ func TestStaleCalendarRefusesNoValidInput(t *testing.T) {
 	// The leader judges the limit at its calendar stamp, in days.
 	n, _, q := newQueueTest(t)
 	_, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k"}, {Kind: "k", RunAt: pbtime.At(n.calendar + 400*day)}}})
-	invalid(t, err, "run_at_ms", 1)
+	invalid(t, err, "run_at", 1)
 	if msg := status.Convert(err).Message(); !strings.Contains(msg, "400 days ahead; the limit is 366 days") {
 		t.Fatalf("message %q", msg)
 	}
 	_, err = q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", Delay: pbtime.Dur(400 * day)}}})
-	invalid(t, err, "delay_ms", 0)
-	if msg := status.Convert(err).Message(); !strings.Contains(msg, "delay_ms is 400 days; the limit is 366 days") {
+	invalid(t, err, "delay", 0)
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "delay is 400 days; the limit is 366 days") {
 		t.Fatalf("message %q", msg)
 	}
 }
@@ -285,7 +285,7 @@ func fetchOne(t *testing.T, q *queue, ctx context.Context, worker string, queues
 func TestFetchHeartbeatComplete(t *testing.T) {
 	n, _, q := newQueueTest(t)
 	ctx := caller("worker")
-	id := submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", Args: []byte("x"), VisibilityTimeout: pbtime.Dur(10_000)})
+	id := submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", Args: []byte(`"x"`), VisibilityTimeout: pbtime.Dur(10_000)})
 	r, err := q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"q"}, Max: 10, Wait: pbtime.Dur(2500), WorkerId: "w1"})
 	if err != nil || len(r.GetJobs()) != 1 {
 		t.Fatalf("%v %v", r, err)
@@ -295,7 +295,7 @@ func TestFetchHeartbeatComplete(t *testing.T) {
 	}
 	c := r.GetJobs()[0]
 	a := c.GetAttempt()
-	if c.GetJob().GetId() != id || string(c.GetJob().GetArgs()) != "x" || c.GetJob().GetAttemptLog() != nil ||
+	if c.GetJob().GetId() != id || string(c.GetJob().GetArgs()) != `"x"` || c.GetJob().GetAttemptLog() != nil ||
 		a.GetNumber() != 1 || a.GetToken() != fmt.Sprintf("job:%d:1", id) || a.GetDeadlineMs() != n.calendar+10_000 ||
 		a.GetIdentity() != "worker" || a.GetWorkerId() != "w1" {
 		t.Fatalf("claimed %v", c)
@@ -306,7 +306,7 @@ func TestFetchHeartbeatComplete(t *testing.T) {
 		hb.GetResults()[1].GetError().GetReason() != "ATTEMPT_LOST" {
 		t.Fatalf("%v %v", hb, err)
 	}
-	done, err := q.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: "w1", Completions: []*coordv1.JobCompletion{{JobId: id, Attempt: 1, Result: []byte("ok")}}})
+	done, err := q.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: "w1", Completions: []*coordv1.JobCompletion{{JobId: id, Attempt: 1, Result: []byte(`"ok"`)}}})
 	if err != nil || done.GetResults()[0].GetError() != nil || done.GetResults()[0].GetDuplicate() {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -319,7 +319,7 @@ func TestFetchHeartbeatComplete(t *testing.T) {
 		t.Fatalf("another worker: %v %v", other, err)
 	}
 	g, _ := q.Get(ctx, &coordv1.QueueGetRequest{Id: id})
-	if g.GetJob().GetState() != coordv1.JobState_JOB_STATE_SUCCEEDED || string(g.GetJob().GetAttemptLog()[0].GetResult()) != "ok" {
+	if g.GetJob().GetState() != coordv1.JobState_JOB_STATE_SUCCEEDED || string(g.GetJob().GetAttemptLog()[0].GetResult()) != `"ok"` {
 		t.Fatalf("%v", g)
 	}
 	// Another identity is refused per item.
@@ -336,7 +336,7 @@ func TestWorkerCallValidation(t *testing.T) {
 	for field, req := range map[string]*coordv1.QueueFetchRequest{
 		"queues":    {Max: 1, WorkerId: "w"},
 		"max":       {Queues: []string{"q"}, WorkerId: "w"},
-		"wait_ms":   {Queues: []string{"q"}, Max: 1, Wait: pbtime.Dur(30_001), WorkerId: "w"},
+		"wait":   {Queues: []string{"q"}, Max: 1, Wait: pbtime.Dur(30_001), WorkerId: "w"},
 		"worker_id": {Queues: []string{"q"}, Max: 1},
 	} {
 		_, err := q.Fetch(ctx, req)
@@ -345,7 +345,7 @@ func TestWorkerCallValidation(t *testing.T) {
 	_, err := q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"q", ""}, Max: 1, WorkerId: "w"})
 	invalid(t, err, "queues", 1)
 	_, err = q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"q"}, Max: 1, Wait: pbtime.Dur(-1), WorkerId: "w"})
-	invalid(t, err, "wait_ms", -1)
+	invalid(t, err, "wait", -1)
 	_, err = q.Heartbeat(ctx, &coordv1.QueueHeartbeatRequest{WorkerId: "w"})
 	invalid(t, err, "attempts", -1)
 	_, err = q.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: "w", Completions: []*coordv1.JobCompletion{{JobId: 1, Attempt: 1}, {JobId: 1}}})
@@ -595,7 +595,8 @@ coordd_queue_attempts_total{queue="q"} 1
 // The gateway serves Submit, Get, List, Cancel, Retry and Stats as JSON;
 // Fetch is not on HTTP.
 func TestQueueHTTP(t *testing.T) {
-	_, s, _ := newQueueTest(t)
+	n, s, _ := newQueueTest(t)
+	calNow := n.calendar
 	h := s.httpAPI()
 	do := func(method, path, body string) (int, map[string]any) {
 		t.Helper()
@@ -609,24 +610,44 @@ func TestQueueHTTP(t *testing.T) {
 		}
 		return rec.Code, out
 	}
-	code, out := do("POST", "/v1/queue/jobs", `{"jobs":[{"queue":"mail","kind":"send","args":"eyJ0byI6ImEifQ==","delay_ms":"60000"}]}`)
+	// Args are a JSON value, durations "1m", times RFC 3339, enums short.
+	code, out := do("POST", "/v1/queue/jobs", `{"jobs":[{"queue":"mail","kind":"send","args":{"to": "a", "n": 12345678901234567890},"delay":"1m"}]}`)
 	if code != http.StatusOK {
 		t.Fatalf("%d %v", code, out)
 	}
 	id := out["jobs"].([]any)[0].(map[string]any)["id"].(string)
-	if code, out = do("GET", "/v1/queue/jobs/"+id, ""); code != 200 || out["job"].(map[string]any)["state"] != "JOB_STATE_SCHEDULED" {
+	code, out = do("GET", "/v1/queue/jobs/"+id, "")
+	job, _ := out["job"].(map[string]any)
+	if code != 200 || job["state"] != "SCHEDULED" || job["visibility_timeout"] != "30s" {
 		t.Fatalf("%d %v", code, out)
 	}
-	if code, out = do("GET", "/v1/queue/jobs?queue=mail&state=JOB_STATE_SCHEDULED", ""); code != 200 || len(out["jobs"].([]any)) != 1 {
-		t.Fatalf("%d %v", code, out)
+	if args, _ := json.Marshal(job["args"]); string(args) != `{"n":12345678901234567890,"to":"a"}` && string(args) != `{"n":12345678901234567000,"to":"a"}` {
+		t.Fatalf("args %s", args)
+	}
+	if runAt, err := time.Parse(time.RFC3339Nano, job["run_at"].(string)); err != nil || runAt.UnixMilli() != calNow+60_000 {
+		t.Fatalf("run_at %v (%v), want %d", job["run_at"], err, calNow+60_000)
+	}
+	for _, state := range []string{"scheduled", "SCHEDULED", "JOB_STATE_SCHEDULED"} {
+		if code, out = do("GET", "/v1/queue/jobs?queue=mail&state="+state, ""); code != 200 || len(out["jobs"].([]any)) != 1 {
+			t.Fatalf("state=%s: %d %v", state, code, out)
+		}
 	}
 	if code, out = do("GET", "/v1/queue/stats?queue=mail", ""); code != 200 || out["queues"].([]any)[0].(map[string]any)["scheduled"] != "1" {
 		t.Fatalf("%d %v", code, out)
 	}
-	if code, out = do("POST", "/v1/queue/jobs/"+id+"/retry", `{}`); code != 200 || out["job"].(map[string]any)["state"] != "JOB_STATE_AVAILABLE" {
+	for body, field := range map[string]string{
+		`{"jobs":[{"kind":"k","delay":"soon"}]}`:   "delay",
+		`{"jobs":[{"kind":"k","run_at":"today"}]}`: "run_at",
+		`{"jobs":[{"kind":"k","args":{"a":}}]}`:    "",
+	} {
+		if code, out = do("POST", "/v1/queue/jobs", body); code != 400 || out["code"] != "INVALID_ARGUMENT" || !strings.Contains(out["message"].(string), field) {
+			t.Fatalf("%s: %d %v", body, code, out)
+		}
+	}
+	if code, out = do("POST", "/v1/queue/jobs/"+id+"/retry", `{}`); code != 200 || out["job"].(map[string]any)["state"] != "AVAILABLE" {
 		t.Fatalf("%d %v", code, out)
 	}
-	if code, out = do("POST", "/v1/queue/jobs/"+id+"/cancel", `{}`); code != 200 || out["job"].(map[string]any)["state"] != "JOB_STATE_CANCELLED" {
+	if code, out = do("POST", "/v1/queue/jobs/"+id+"/cancel", `{}`); code != 200 || out["job"].(map[string]any)["state"] != "CANCELLED" {
 		t.Fatalf("%d %v", code, out)
 	}
 	if code, out = do("GET", "/v1/queue/jobs/999", ""); code != 404 || out["reason"] != "JOB_NOT_FOUND" {

@@ -117,9 +117,10 @@ func TestQueueCommandsGolden(t *testing.T) {
 		{"queue", "stats", "empty"},
 	})
 
-	// -o json is the RPC's response as protojson.
+	// -o json is the RPC's response as the HTTP API writes it.
 	doc := ctlJSON(t, eps, "job", "get", "17")
-	if field(doc, "job", "id") != "17" || field(doc, "job", "state") != "JOB_STATE_RUNNING" || field(doc, "calendar_ms") != "1790330400000" {
+	if field(doc, "job", "id") != "17" || field(doc, "job", "state") != "RUNNING" || field(doc, "calendar_time") != "2026-09-25T10:00:00Z" ||
+		field(doc, "job", "visibility_timeout") != "30s" || doc["job"].(map[string]any)["args"].(map[string]any)["invoice"] != 42.0 {
 		t.Fatalf("get json: %v", doc)
 	}
 	if log := doc["job"].(map[string]any)["attempt_log"].([]any); len(log) != 3 || field(log[1].(map[string]any), "token") != "job:17:2" {

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"sigs.k8s.io/yaml"
 
 	"github.com/coordd/coordd/internal/apijson"
@@ -298,7 +299,7 @@ coord.v1.ScheduleSpec in YAML or JSON with the proto field names, as
   schedule: "5 0 * * *"
   time_zone: America/Sao_Paulo
   window_shift_days: -1
-  complete_within_ms: 7200000
+  complete_within: 2h
   job:
     queue: billing
     kind: close-day`
@@ -384,7 +385,7 @@ func specChanges(out io.Writer, before, after *coordv1.ScheduleSpec) {
 
 // specValues renders every field of m (also unset ones) under its proto
 // path ("job.queue"); names, when not nil, gets the paths in field order.
-// Milliseconds are shown as durations.
+// Durations are shown as coordctl writes them elsewhere ("2h00m").
 func specValues(m protoreflect.Message, prefix string, out map[string]string, names *[]string) {
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
@@ -401,6 +402,10 @@ func specValues(m protoreflect.Message, prefix string, out map[string]string, na
 			})
 			slices.Sort(kv)
 			s = strings.Join(kv, ",")
+		case fd.Kind() == protoreflect.MessageKind && fd.Message().FullName() == "google.protobuf.Duration":
+			if d, ok := v.Message().Interface().(*durationpb.Duration); ok && m.Has(fd) {
+				s = human(pbtime.DurMs(d))
+			}
 		case fd.Kind() == protoreflect.MessageKind:
 			specValues(v.Message(), name+".", out, names)
 			continue
@@ -410,8 +415,6 @@ func specValues(m protoreflect.Message, prefix string, out map[string]string, na
 			}
 		case fd.Kind() == protoreflect.BytesKind:
 			s = string(v.Bytes())
-		case strings.HasSuffix(name, "_ms"):
-			s = human(v.Int())
 		default:
 			s = fmt.Sprint(v.Interface())
 		}

@@ -145,9 +145,10 @@ func TestScheduleCommandsGolden(t *testing.T) {
 		{"job", "overdue", "--schedule", "quiet"},
 	})
 
-	// -o json is the RPC's response as protojson.
+	// -o json is the RPC's response as the HTTP API writes it.
 	doc := ctlJSON(t, eps, "schedule", "get", "daily-close")
-	if field(doc, "schedule", "spec", "name") != "daily-close" || field(doc, "calendar_ms") != "1790330400000" ||
+	if field(doc, "schedule", "spec", "name") != "daily-close" || field(doc, "calendar_time") != "2026-09-25T10:00:00Z" ||
+		field(doc, "schedule", "spec", "overlap") != "FORBID" ||
 		len(doc["recent"].([]any)) != 4 {
 		t.Fatalf("get json: %v", doc)
 	}

@@ -106,7 +106,7 @@ func needsMapping(md protoreflect.MessageDescriptor) bool {
 		case protoreflect.BytesKind, protoreflect.EnumKind:
 			need = !isNullValue(fd)
 		case protoreflect.MessageKind, protoreflect.GroupKind:
-			need = isDuration(fd.Message()) || (!wellKnown(fd.Message()) && needsMapping(fd.Message()))
+			need = isDuration(fd.Message()) || isTimestamp(fd.Message()) || (!wellKnown(fd.Message()) && needsMapping(fd.Message()))
 		}
 	}
 	mappingCache.Store(md.FullName(), need)
@@ -121,6 +121,10 @@ func wellKnown(md protoreflect.MessageDescriptor) bool {
 
 func isDuration(md protoreflect.MessageDescriptor) bool {
 	return md.FullName() == "google.protobuf.Duration"
+}
+
+func isTimestamp(md protoreflect.MessageDescriptor) bool {
+	return md.FullName() == "google.protobuf.Timestamp"
 }
 
 func isNullValue(fd protoreflect.FieldDescriptor) bool {
@@ -254,6 +258,12 @@ func mapValue(fd protoreflect.FieldDescriptor, raw json.RawMessage, dir directio
 			}
 			return raw, nil
 		}
+		if isTimestamp(md) {
+			if dir == fromHTTP {
+				return raw, timestampFromHTTP(string(fd.Name()), raw)
+			}
+			return raw, nil
+		}
 		if wellKnown(md) || !needsMapping(md) {
 			return raw, nil
 		}
@@ -353,12 +363,25 @@ func mapEnum(ed protoreflect.EnumDescriptor, raw json.RawMessage, dir direction)
 	return out
 }
 
+// timestampFromHTTP refuses a time that is not RFC 3339, naming the field
+// (protojson's own error does not).
+func timestampFromHTTP(field string, raw json.RawMessage) error {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return fieldError{field: field, reason: "must be an RFC 3339 time string"}
+	}
+	if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
+		return fieldError{field: field, reason: fmt.Sprintf("%q is not an RFC 3339 time (write it like \"2026-09-25T00:05:00Z\" or with an offset, \"2026-09-25T00:05:00-03:00\")", s)}
+	}
+	return nil
+}
+
 // durationFromHTTP takes any Go duration ("1m30s", "250ms") and writes it
 // as protojson's seconds; protojson's own form passes unchanged.
 func durationFromHTTP(field string, raw json.RawMessage) (json.RawMessage, error) {
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return raw, nil
+		return nil, fieldError{field: field, reason: "must be a duration string like \"90s\""}
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
