@@ -81,10 +81,11 @@ type StatusResponse struct {
 	Term          uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
 	CommitIndex   uint64 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	AppliedIndex  uint64 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	// last_contact is the time since this node heard from the leader in ms
-	// (0 on the leader, -1 never).
+	// last_contact is the time since this node heard from the leader
+	// (0 on the leader; unset: never).
 	LastContact *durationpb.Duration `protobuf:"bytes,8,opt,name=last_contact,json=lastContact,proto3" json:"last_contact,omitempty"`
-	// cluster_time is the authority clock (ms) as applied by this node.
+	// lease_time is the lease clock (lease time) as applied by this node:
+	// a duration that only moves forward, paused while there is no leader.
 	LeaseTime *durationpb.Duration `protobuf:"bytes,9,opt,name=lease_time,json=leaseTime,proto3" json:"lease_time,omitempty"`
 	// fsm_digest is a SHA-256 over the state machine: equal on all nodes
 	// that applied the same log. Empty unless the request asked for it.
@@ -93,9 +94,9 @@ type StatusResponse struct {
 	RaftAddress       string `protobuf:"bytes,12,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
 	LastSnapshotIndex uint64 `protobuf:"varint,13,opt,name=last_snapshot_index,json=lastSnapshotIndex,proto3" json:"last_snapshot_index,omitempty"`
 	LiveLeases        uint64 `protobuf:"varint,14,opt,name=live_leases,json=liveLeases,proto3" json:"live_leases,omitempty"`
-	// wall_time is this node's wall clock (Unix ms) when it answered.
+	// wall_time is this node's wall clock  when it answered.
 	WallTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=wall_time,json=wallTime,proto3" json:"wall_time,omitempty"`
-	// calendar_time is calendar time (Unix ms): on the leader, what it
+	// calendar_time is calendar time : on the leader, what it
 	// would stamp on a command now (its wall clock, never below its last
 	// stamp); elsewhere, the calendar time this node applied last.
 	// Schedules, not-before gates, due jobs and overdue checks are judged on
@@ -288,7 +289,7 @@ type ClockOffset struct {
 	Offset *durationpb.Duration `protobuf:"bytes,2,opt,name=offset,proto3" json:"offset,omitempty"`
 	// offset_error bounds the measurement error: half the probe's round trip.
 	OffsetError *durationpb.Duration `protobuf:"bytes,3,opt,name=offset_error,json=offsetError,proto3" json:"offset_error,omitempty"`
-	// measured_at is the leader's wall clock (Unix ms) at the measurement.
+	// measured_at is the leader's wall clock  at the measurement.
 	MeasuredAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=measured_at,json=measuredAt,proto3" json:"measured_at,omitempty"`
 	// error is why the last probe of this member failed ("" when it
 	// answered); the offset is then the last one measured, if any.

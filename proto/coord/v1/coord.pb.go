@@ -93,7 +93,9 @@ type Lease struct {
 	Released   bool                 `protobuf:"varint,8,opt,name=released,proto3" json:"released,omitempty"`
 	// expired is true when the TTL ran out without a release.
 	Expired bool `protobuf:"varint,9,opt,name=expired,proto3" json:"expired,omitempty"`
-	// acquired_at and renewed_at are cluster-time milliseconds.
+	// acquired_at, renewed_at and expires_at are the calendar times these
+	// lease-time instants correspond to, as of the answer (leases are judged
+	// on lease time: expires_in and held are the exact durations).
 	AcquiredAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
 	RenewedAt  *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=renewed_at,json=renewedAt,proto3" json:"renewed_at,omitempty"`
 	ExpiresAt  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
@@ -356,7 +358,7 @@ type WindowRef struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Job    string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	Window string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
-	// not_before (cluster time, Unix ms), when set, refuses the claim
+	// not_before (calendar time), when set, refuses the claim
 	// before that time with FAILED_PRECONDITION / TOO_EARLY and metadata
 	// wait: a replica whose clock runs ahead cannot start an occurrence
 	// early. The runner sets it to the occurrence.
@@ -968,7 +970,7 @@ type Window struct {
 	Owner      string `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
 	Generation uint64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
 	Attempts   uint64 `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	// started_at is the cluster time (ms) of the latest claim.
+	// started_at is the calendar time of the latest claim.
 	StartedAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	CompletedAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
 	Result         []byte                 `protobuf:"bytes,9,opt,name=result,proto3" json:"result,omitempty"`

@@ -165,10 +165,11 @@ type NewJob struct {
 	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	// kind names the task (the worker's handler). Required.
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	// args are the task's parameters, up to 64 KiB (JSON by convention).
+	// args are the task's parameters: a JSON value (refused otherwise), up
+	// to 64 KiB. Over HTTP the value itself: "args": {"invoice": 44}.
 	Args []byte `protobuf:"bytes,3,opt,name=args,proto3" json:"args,omitempty"`
-	// run_at: when the job is due (calendar time, Unix ms). 0 with
-	// delay 0: now. A past time is due at once.
+	// run_at: when the job is due (calendar time). Unset with
+	// delay unset: now. A past time is due at once.
 	RunAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
 	// delay: due this long after the leader's calendar time at submit; the
 	// alternative to run_at (setting both is INVALID_ARGUMENT).

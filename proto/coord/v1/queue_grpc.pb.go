@@ -55,9 +55,8 @@ const (
 // SUCCEEDED, CANCELLED and DEAD are final; nothing leaves SUCCEEDED, and
 // only an explicit Retry leaves CANCELLED or DEAD.
 //
-// Time: run_at, deadlines and every *_at_ms are calendar time, Unix
-// milliseconds of the leader's wall clock as stamped into the replicated
-// log; it never runs backwards, and a replica whose own clock runs ahead
+// Time: run_at, deadlines and every *_at are calendar time (Timestamps),
+// the leader's wall clock as stamped into the replicated log; it never runs backwards, and a replica whose own clock runs ahead
 // never hands out a job early (the gate is the leader's stamp). A job is
 // never handed out before its run_at.
 //
@@ -328,9 +327,8 @@ func (c *queueClient) Stats(ctx context.Context, in *QueueStatsRequest, opts ...
 // SUCCEEDED, CANCELLED and DEAD are final; nothing leaves SUCCEEDED, and
 // only an explicit Retry leaves CANCELLED or DEAD.
 //
-// Time: run_at, deadlines and every *_at_ms are calendar time, Unix
-// milliseconds of the leader's wall clock as stamped into the replicated
-// log; it never runs backwards, and a replica whose own clock runs ahead
+// Time: run_at, deadlines and every *_at are calendar time (Timestamps),
+// the leader's wall clock as stamped into the replicated log; it never runs backwards, and a replica whose own clock runs ahead
 // never hands out a job early (the gate is the leader's stamp). A job is
 // never handed out before its run_at.
 //

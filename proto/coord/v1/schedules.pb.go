@@ -696,7 +696,7 @@ func (x *Schedule) GetLastJobId() uint64 {
 // (job_id), or a run of skipped ones (skipped, count, at..last_at).
 type ScheduleOccurrence struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// at: when it was (is) due, Unix ms; for a skipped run, the first.
+	// at: when it was (is) due; for a skipped run, the first.
 	At     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
 	Window string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
 	// dst_gap: its wall-clock time did not exist; it ran when the gap ended.

@@ -282,7 +282,7 @@ type WatchEvent struct {
 	Family   WatchFamily    `protobuf:"varint,3,opt,name=family,proto3,enum=coord.v1.WatchFamily" json:"family,omitempty"`
 	Kind     WatchEventKind `protobuf:"varint,4,opt,name=kind,proto3,enum=coord.v1.WatchEventKind" json:"kind,omitempty"`
 	Key      string         `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
-	// lease_time (lease time) and calendar_time (Unix ms) are the
+	// lease_time (lease time) and calendar_time are the
 	// stamps of the command that caused the change. A lease's expires_in
 	// is judged at lease_time.
 	LeaseTime    *durationpb.Duration   `protobuf:"bytes,6,opt,name=lease_time,json=leaseTime,proto3" json:"lease_time,omitempty"`
