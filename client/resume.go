@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/coordd/coordd/internal/pbtime"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -43,7 +45,7 @@ func (c *Client) Resume(ctx context.Context, name, owner string, generation uint
 	// As with Acquire, the renewal lands after sent: a local deadline
 	// derived from sent is conservative (G10).
 	sent := c.clock.Now()
-	req := &coordv1.RenewRequest{Name: name, Owner: owner, Generation: generation, Ttl: pbtime.Dur(ttl.Milliseconds())}
+	req := &coordv1.RenewRequest{Name: name, Owner: owner, Generation: generation, Ttl: durationpb.New(ttl)}
 	resp, err := call(c, ctx, true, coordv1.CoordinatorClient.Renew, req)
 	if err != nil {
 		return nil, err

@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordd/coordd/internal/pbtime"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/queue"
@@ -132,10 +132,10 @@ func (j Job) Spec() (*coordv1.ScheduleSpec, error) {
 	}
 	return &coordv1.ScheduleSpec{
 		Name: j.Name, Schedule: j.Schedule.expr, TimeZone: j.Schedule.tz, WindowLayout: j.Window.Layout,
-		WindowShiftDays: int32(j.Window.ShiftDays), StartingDeadline: pbtime.Dur(j.StartingDeadline.Milliseconds()),
-		CatchUp: pbtime.Dur(j.CatchUp.Milliseconds()), CompleteWithin: pbtime.Dur(j.CompleteWithin.Milliseconds()), Overlap: overlap,
+		WindowShiftDays: int32(j.Window.ShiftDays), StartingDeadline: durationpb.New(j.StartingDeadline),
+		CatchUp: durationpb.New(j.CatchUp), CompleteWithin: durationpb.New(j.CompleteWithin), Overlap: overlap,
 		Job: &coordv1.JobTemplate{Queue: j.queue(), Kind: j.Name, Args: j.Args, MaxAttempts: int32(j.MaxAttempts),
-			BackoffInitial: pbtime.Dur(j.RetryBackoff.Milliseconds()), VisibilityTimeout: pbtime.Dur(j.VisibilityTimeout.Milliseconds())},
+			BackoffInitial: durationpb.New(j.RetryBackoff), VisibilityTimeout: durationpb.New(j.VisibilityTimeout)},
 	}, nil
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/clock"
@@ -77,7 +78,7 @@ func (f *fakeQueue) add(queue, kind string, args []byte, vt time.Duration) uint6
 	f.nextID++
 	id := f.nextID
 	f.jobs[id] = &coordv1.QueueJob{Id: id, Queue: queue, Kind: kind, Args: args, State: coordv1.JobState_JOB_STATE_AVAILABLE,
-		MaxAttempts: 25, VisibilityTimeout: pbtime.Dur(vt.Milliseconds()), RunAt: pbtime.At(f.clk.Now().UnixMilli())}
+		MaxAttempts: 25, VisibilityTimeout: durationpb.New(vt), RunAt: pbtime.At(f.clk.Now().UnixMilli())}
 	f.avail[queue] = append(f.avail[queue], id)
 	close(f.added)
 	f.added = make(chan struct{})
@@ -114,7 +115,7 @@ func (f *fakeQueue) Fetch(ctx context.Context, r *coordv1.QueueFetchRequest) (*c
 				now := f.clk.Now()
 				f.deadlines[ref{id, j.Attempts}] = now.Add(time.Duration(j.GetVisibilityTimeoutMs()) * time.Millisecond)
 				out = append(out, &coordv1.ClaimedJob{Job: j, Attempt: &coordv1.JobAttempt{Number: j.Attempts, WorkerId: r.GetWorkerId(),
-					StartedAt: pbtime.At(now.UnixMilli()), Token: Token(id, j.Attempts)}})
+					StartedAt: pbtime.FromTime(now), Token: Token(id, j.Attempts)}})
 			}
 		}
 		added := f.added
@@ -147,7 +148,7 @@ func (f *fakeQueue) ackHeartbeat(r *coordv1.QueueHeartbeatRequest) *coordv1.Queu
 	for _, a := range r.GetAttempts() {
 		d := f.clk.Now().Add(time.Duration(f.jobs[a.GetJobId()].GetVisibilityTimeoutMs()) * time.Millisecond)
 		f.deadlines[ref{a.GetJobId(), a.GetAttempt()}] = d
-		resp.Results = append(resp.Results, &coordv1.HeartbeatResult{JobId: a.GetJobId(), Attempt: a.GetAttempt(), Deadline: pbtime.At(d.UnixMilli())})
+		resp.Results = append(resp.Results, &coordv1.HeartbeatResult{JobId: a.GetJobId(), Attempt: a.GetAttempt(), Deadline: pbtime.FromTime(d)})
 	}
 	return resp
 }

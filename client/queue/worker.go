@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/internal/pbtime"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/internal/due"
@@ -381,7 +381,7 @@ func (w *Worker) fetchLoop(s *slots) {
 		}
 		sent := w.clk.Now()
 		resp, err := w.q.Fetch(w.fetchCtx, &coordv1.QueueFetchRequest{Queues: []string{s.name}, Max: uint32(min(n, MaxBatch)),
-			Wait: pbtime.Dur(w.o.pollWait.Milliseconds()), WorkerId: w.o.id})
+			Wait: durationpb.New(w.o.pollWait), WorkerId: w.o.id})
 		if w.fetchCtx.Err() != nil {
 			if err == nil { // granted as Stop began: hand the jobs back at once
 				s.take(len(resp.GetJobs()))

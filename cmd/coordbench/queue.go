@@ -346,7 +346,7 @@ func queueDelayed(ctx context.Context, cfg config, qr *queueRun, n int) (*result
 		now := time.Now()
 		for i := range jobs {
 			at := now.Add(time.Second + time.Duration(rand.Int64N(int64(spread)+1)))
-			jobs[i] = &coordv1.NewJob{Queue: qr.name, Kind: "noop", RunAt: pbtime.At(at.UnixMilli())}
+			jobs[i] = &coordv1.NewJob{Queue: qr.name, Kind: "noop", RunAt: pbtime.FromTime(at)}
 		}
 		if _, err := qr.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: jobs}); err != nil {
 			return nil, fmt.Errorf("submit: %w", err)

@@ -135,14 +135,14 @@ func (f *specFlags) set(sp *coordv1.ScheduleSpec, given func(flag string) bool) 
 		{"args", func() { j.Args = []byte(f.args) }},
 		{"overlap", func() { sp.Overlap, _ = parseOverlap(f.overlap) }},
 		{"dst-policy", func() { sp.DstPolicy, _ = parseDSTPolicy(f.dst) }},
-		{"starting-deadline", func() { sp.StartingDeadline = pbtime.Dur(f.deadline.Milliseconds()) }},
-		{"catch-up", func() { sp.CatchUp = pbtime.Dur(f.catchUp.Milliseconds()) }},
-		{"complete-within", func() { sp.CompleteWithin = pbtime.Dur(f.within.Milliseconds()) }},
+		{"starting-deadline", func() { sp.StartingDeadline = durationpb.New(f.deadline) }},
+		{"catch-up", func() { sp.CatchUp = durationpb.New(f.catchUp) }},
+		{"complete-within", func() { sp.CompleteWithin = durationpb.New(f.within) }},
 		{"window-layout", func() { sp.WindowLayout = f.layout }},
 		{"window-shift-days", func() { sp.WindowShiftDays = f.shift }},
 		{"max-attempts", func() { j.MaxAttempts = f.attempts }},
 		{"priority", func() { j.Priority = f.prio }},
-		{"visibility-timeout", func() { j.VisibilityTimeout = pbtime.Dur(f.vt.Milliseconds()) }},
+		{"visibility-timeout", func() { j.VisibilityTimeout = durationpb.New(f.vt) }},
 		{"label", func() {
 			ls, _ := parseLabels(f.labels)
 			if j.Labels == nil && len(ls) > 0 {

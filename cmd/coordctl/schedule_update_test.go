@@ -76,7 +76,7 @@ func (s *storedSchedules) GetSchedule(_ context.Context, r *coordv1.GetScheduleR
 	resp := &coordv1.GetScheduleResponse{Schedule: proto.CloneOf(sc), CalendarTime: pbtime.At(calNow)}
 	for i := range int(r.GetNext()) {
 		at := time.Date(2026, 9, 26+i, 0, 5, 0, 0, zoneOf(sc))
-		resp.Next = append(resp.Next, &coordv1.ScheduleOccurrence{At: pbtime.At(at.UnixMilli()), Window: at.Format("2006-01-02")})
+		resp.Next = append(resp.Next, &coordv1.ScheduleOccurrence{At: pbtime.FromTime(at), Window: at.Format("2006-01-02")})
 	}
 	return resp, nil
 }
