@@ -3,6 +3,7 @@
 package faults
 
 import (
+	"github.com/coordd/coordd/internal/pbtime"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -193,7 +194,7 @@ func TestClockSkew(t *testing.T) {
 		}
 		cc := coordv1.NewCoordinatorClient(leader.Conn)
 		probe := fmt.Sprintf("skew-probe-%d", i)
-		if _, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: probe, Owner: "probe", TtlMs: 20000}); err != nil {
+		if _, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: probe, Owner: "probe", Ttl: pbtime.Dur(20000)}); err != nil {
 			t.Fatal(err)
 		}
 		before, err := cc.GetLease(ctx, &coordv1.GetLeaseRequest{Name: probe})

@@ -3,6 +3,7 @@
 package faults
 
 import (
+	"github.com/coordd/coordd/internal/pbtime"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -35,8 +36,8 @@ func putSchedules(t *testing.T, ctx context.Context, c *client.Client, prefix, q
 	for i := range names {
 		names[i] = fmt.Sprintf("%s-%d", prefix, i)
 		spec := &coordv1.ScheduleSpec{Name: names[i], Schedule: "@every 1s", Overlap: coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW,
-			Job: &coordv1.JobTemplate{Queue: q, Kind: "tick", VisibilityTimeoutMs: vt.Milliseconds(), BackoffInitialMs: 100,
-				BackoffMaxMs: 1000, BackoffFactor: 2}}
+			Job: &coordv1.JobTemplate{Queue: q, Kind: "tick", VisibilityTimeout: pbtime.Dur(vt.Milliseconds()), BackoffInitial: pbtime.Dur(100),
+				BackoffMax: pbtime.Dur(1000), BackoffFactor: 2}}
 		if tweak != nil {
 			tweak(i, spec)
 		}
@@ -185,7 +186,7 @@ func TestScheduleLeaderKilledWhileMaterialising(t *testing.T) {
 	c := r.sdk(ctx, "scheduler")
 	names := putSchedules(t, ctx, c, "m", q, n, vt, func(i int, s *coordv1.ScheduleSpec) {
 		if i%2 == 1 {
-			s.StartingDeadlineMs = 300
+			s.StartingDeadline = pbtime.Dur(300)
 		}
 	})
 	r.awaitEveryScheduleRuns(l, names, 30*time.Second)
