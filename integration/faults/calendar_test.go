@@ -3,7 +3,6 @@
 package faults
 
 import (
-	"github.com/coordd/coordd/internal/pbtime"
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/internal/pbtime"
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/jobs"

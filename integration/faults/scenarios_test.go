@@ -3,7 +3,6 @@
 package faults
 
 import (
-	"github.com/coordd/coordd/internal/pbtime"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/internal/pbtime"
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/internal/proccluster"

@@ -3,13 +3,14 @@
 package faults
 
 import (
-	"github.com/coordd/coordd/internal/pbtime"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/internal/pbtime"
 
 	"github.com/coordd/coordd/client"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"

@@ -3,13 +3,14 @@
 package faults
 
 import (
-	"github.com/coordd/coordd/internal/pbtime"
 	"context"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/internal/pbtime"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
