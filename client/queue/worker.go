@@ -495,6 +495,9 @@ func (w *Worker) run(cl *claim) {
 	} else {
 		err = call(cl, h)
 	}
+	if err == nil {
+		err = cl.job.checkResult()
+	}
 	w.mu.Lock()
 	st := cl.state
 	if st == stateRunning {

@@ -16,6 +16,9 @@ import (
 	"github.com/getkin/kin-openapi/openapi2"
 	"github.com/getkin/kin-openapi/openapi2conv"
 	"github.com/getkin/kin-openapi/openapi3"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
 const description = `The HTTP/JSON API of a coordd node (docs/http-api.md): leases and
@@ -104,6 +107,18 @@ func run(in io.Reader, out io.Writer) error {
 func jsonMapping(v any) any {
 	switch n := v.(type) {
 	case map[string]any:
+		if props, ok := n["properties"].(map[string]any); ok {
+			for name, p := range props {
+				if p, ok := p.(map[string]any); ok && durationFields[name] && p["type"] == "string" && p["format"] == nil {
+					markDuration(p)
+				}
+			}
+		}
+		if name, ok := n["name"].(string); ok && n["in"] == "query" && durationFields[name] {
+			if sch, ok := n["schema"].(map[string]any); ok && sch["type"] == "string" && sch["format"] == nil {
+				markDuration(sch)
+			}
+		}
 		if n["type"] == "string" && n["format"] == "byte" {
 			delete(n, "type")
 			delete(n, "format")
@@ -133,6 +148,35 @@ func jsonMapping(v any) any {
 		}
 	}
 	return v
+}
+
+// durationFields are the names of the API's google.protobuf.Duration
+// fields (which the generator writes as a plain string).
+var durationFields = func() map[string]bool {
+	out := map[string]bool{}
+	var walk func(protoreflect.MessageDescriptors)
+	walk = func(ms protoreflect.MessageDescriptors) {
+		for i := 0; i < ms.Len(); i++ {
+			fields := ms.Get(i).Fields()
+			for j := 0; j < fields.Len(); j++ {
+				if m := fields.Get(j).Message(); m != nil && m.FullName() == "google.protobuf.Duration" {
+					out[string(fields.Get(j).Name())] = true
+				}
+			}
+			walk(ms.Get(i).Messages())
+		}
+	}
+	for _, f := range []protoreflect.FileDescriptor{coordv1.File_coord_v1_coord_proto, coordv1.File_coord_v1_queue_proto,
+		coordv1.File_coord_v1_schedules_proto, coordv1.File_coord_v1_cluster_proto, coordv1.File_coord_v1_watch_proto} {
+		walk(f.Messages())
+	}
+	return out
+}()
+
+func markDuration(p map[string]any) {
+	p["format"] = "duration"
+	d, _ := p["description"].(string)
+	p["description"] = strings.TrimSpace(d + "\n\nA duration: seconds with an s (\"30s\", \"0.250s\"); a request may also write \"1m30s\" or \"250ms\".")
 }
 
 // enumNames maps the full names of enum values to their short names.
