@@ -78,18 +78,18 @@ func TestSubmitValidation(t *testing.T) {
 		return &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{ok(), ok(), bad}}
 	}
 	for field, req := range map[string]*coordv1.QueueSubmitRequest{
-		"args":                  with(func(j *coordv1.NewJob) { j.Args = make([]byte, 64<<10+1) }),
-		"kind":                  with(func(j *coordv1.NewJob) { j.Kind = "" }),
+		"args":               with(func(j *coordv1.NewJob) { j.Args = make([]byte, 64<<10+1) }),
+		"kind":               with(func(j *coordv1.NewJob) { j.Kind = "" }),
 		"run_at":             with(func(j *coordv1.NewJob) { j.RunAt = pbtime.At(n.calendar + 367*24*3600*1000) }),
 		"delay":              with(func(j *coordv1.NewJob) { j.Delay = pbtime.Dur(-1) }),
 		"visibility_timeout": with(func(j *coordv1.NewJob) { j.VisibilityTimeout = pbtime.Dur(-5) }),
 		"backoff_initial":    with(func(j *coordv1.NewJob) { j.BackoffInitial = pbtime.Dur(-1) }),
 		"backoff_max":        with(func(j *coordv1.NewJob) { j.BackoffMax = pbtime.Dur(-1) }),
-		"backoff_factor":        with(func(j *coordv1.NewJob) { j.BackoffFactor = 0.5 }),
-		"max_attempts":          with(func(j *coordv1.NewJob) { j.MaxAttempts = 101 }),
-		"priority":              with(func(j *coordv1.NewJob) { j.Priority = 101 }),
-		"queue":                 with(func(j *coordv1.NewJob) { j.Queue = "a\nb" }),
-		"labels":                with(func(j *coordv1.NewJob) { j.Labels = map[string]string{"": "x"} }),
+		"backoff_factor":     with(func(j *coordv1.NewJob) { j.BackoffFactor = 0.5 }),
+		"max_attempts":       with(func(j *coordv1.NewJob) { j.MaxAttempts = 101 }),
+		"priority":           with(func(j *coordv1.NewJob) { j.Priority = 101 }),
+		"queue":              with(func(j *coordv1.NewJob) { j.Queue = "a\nb" }),
+		"labels":             with(func(j *coordv1.NewJob) { j.Labels = map[string]string{"": "x"} }),
 	} {
 		t.Run(field, func(t *testing.T) {
 			_, err := q.Submit(context.Background(), req)
@@ -336,7 +336,7 @@ func TestWorkerCallValidation(t *testing.T) {
 	for field, req := range map[string]*coordv1.QueueFetchRequest{
 		"queues":    {Max: 1, WorkerId: "w"},
 		"max":       {Queues: []string{"q"}, WorkerId: "w"},
-		"wait":   {Queues: []string{"q"}, Max: 1, Wait: pbtime.Dur(30_001), WorkerId: "w"},
+		"wait":      {Queues: []string{"q"}, Max: 1, Wait: pbtime.Dur(30_001), WorkerId: "w"},
 		"worker_id": {Queues: []string{"q"}, Max: 1},
 	} {
 		_, err := q.Fetch(ctx, req)
