@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/url"
+	"reflect"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -45,6 +46,16 @@ func (j *httpJSON) Marshal(v any) ([]byte, error) {
 func (j *httpJSON) Unmarshal(data []byte, v any) error {
 	if m, ok := v.(proto.Message); ok {
 		return apijson.Unmarshal(data, m)
+	}
+	// A body that is one field of the request (PutSchedule's body: "spec")
+	// is decoded into that field: a pointer to the field's message pointer.
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.Elem().Kind() == reflect.Pointer {
+		if _, ok := rv.Elem().Interface().(proto.Message); ok {
+			if rv.Elem().IsNil() {
+				rv.Elem().Set(reflect.New(rv.Elem().Type().Elem()))
+			}
+			return apijson.Unmarshal(data, rv.Elem().Interface().(proto.Message))
+		}
 	}
 	return j.pb.Unmarshal(data, v)
 }
