@@ -12,7 +12,7 @@ import urllib.parse
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import errors
-from ._wire import Instant, Wire, detect
+from ._wire import Instant, Wire
 from ._transport import Transport, endpoints_from_env, tls_context
 from .lease import Deadlines, Lease, lease_path, window_path
 from .types import Commit, LeaseInfo, Resource, Window
@@ -52,7 +52,7 @@ class Client:
     def __init__(self, endpoints: Optional[Union[str, Sequence[str]]] = None, *, tls_ca: Optional[str] = None,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  ssl_context: Optional[ssl.SSLContext] = None, owner: Optional[str] = None,
-                 timeout: float = 15.0, attempt_timeout: float = 5.0, legacy_wire: Optional[bool] = None) -> None:
+                 timeout: float = 15.0, attempt_timeout: float = 5.0) -> None:
         if endpoints is None:
             eps = endpoints_from_env()
         elif isinstance(endpoints, str):
@@ -66,22 +66,11 @@ class Client:
         self._tx = Transport(eps, ssl_context, attempt_timeout=attempt_timeout, timeout=timeout)
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._deadlines = Deadlines()
-        self._legacy = legacy_wire
-        self._wire_cache: Optional[Wire] = None
+        self._wire = Wire()
         from .jobs import Jobs, Schedules  # noqa: PLC0415 - they import this module
 
         self.jobs = Jobs(self)
         self.schedules = Schedules(self)
-
-    @property
-    def _wire(self) -> Wire:
-        """The contract the cluster speaks (read once from its OpenAPI document)."""
-        if self._wire_cache is None:
-            legacy = self._legacy
-            if legacy is None:
-                legacy = detect(self._tx.call("GET", "/v1/openapi.json", idempotent=True))
-            self._wire_cache = Wire(legacy)
-        return self._wire_cache
 
     def close(self) -> None:
         self._tx.close()

@@ -81,8 +81,7 @@ class Window:
         return cls(job=d.get("job", ""), window=d.get("window", ""), state=enum_in("WINDOW_STATE_", d.get("state")),
                    owner=d.get("owner", ""), generation=to_int(d.get("generation")), attempts=to_int(d.get("attempts")),
                    result=w.read_payload(d.get("result")),
-                   started_at=w.read_instant(d, "started_at", "started_at"),
-                   completed_at=w.read_instant(d, "completed_at", "completed_at"), raw=d)
+                   started_at=w.read_instant(d, "started_at"), completed_at=w.read_instant(d, "completed_at"), raw=d)
 
 
 @dataclass

@@ -27,30 +27,29 @@ class Wire(unittest.TestCase):
         self.assertEqual(_wire.fmt_instant(t.timestamp()), "2026-12-01T23:04:20.123Z")
         self.assertEqual(_wire.parse_instant("2026-12-01T23:04:20.123Z"), t)
         self.assertEqual(_wire.parse_instant("2026-12-01T23:04:20.123456789Z"), t.replace(microsecond=123456))
-        self.assertEqual(_wire.parse_instant(str(int(t.timestamp() * 1000))), t)  # legacy epoch ms
-        for unset in (None, "", "0", "1970-01-01T00:00:00Z"):
+        self.assertEqual(_wire.parse_instant("2026-12-02T01:04:20.123+02:00"), t)
+        for unset in (None, "", "1970-01-01T00:00:00Z"):
             self.assertIsNone(_wire.parse_instant(unset))
+        with self.assertRaises(ValueError):
+            _wire.parse_instant("1796166599893")  # epoch milliseconds: the contract before issue 25
 
-    def test_contracts(self) -> None:
-        new, old = _wire.Wire(False), _wire.Wire(True)
+    def test_fields(self) -> None:
+        w = _wire.Wire()
         b: dict = {}
-        new.duration(b, "ttl", 2)
-        new.instant(b, "run_at", 0.001)
-        old.duration(b, "ttl", 2)
-        old.instant(b, "run_at", 1.5)
-        self.assertEqual(b, {"ttl": "2s", "run_at": "1970-01-01T00:00:00.001Z", "ttl_ms": "2000", "run_at_ms": "1500"})
-        self.assertEqual(new.payload({"a": 1}), {"a": 1})
-        self.assertEqual(old.payload({"a": 1}), "eyJhIjoxfQ==")
-        self.assertEqual(old.read_payload("eyJhIjoxfQ=="), {"a": 1})
-        self.assertEqual(new.read_payload({"a": 1}), {"a": 1})
-        self.assertIsNone(old.read_payload(""))
-        self.assertEqual(new.read_duration({"expires_in": "1.500s"}, "expires_in"), 1.5)
-        self.assertEqual(old.read_duration({"expires_in_ms": "1500"}, "expires_in"), 1.5)
-        self.assertEqual(_wire.enum_in("JOB_STATE_", "JOB_STATE_DEAD"), "DEAD")
+        w.duration(b, "ttl", 2)
+        w.duration(b, "wait", None)
+        w.instant(b, "run_at", 0.001)
+        self.assertEqual(b, {"ttl": "2s", "run_at": "1970-01-01T00:00:00.001Z"})
+        self.assertEqual(w.payload({"a": 1}), {"a": 1})
+        with self.assertRaises(TypeError):
+            w.payload(b"raw")
+        self.assertEqual(w.read_duration({"expires_in": "1.500s"}, "expires_in"), 1.5)
+        self.assertIsNone(w.read_duration({"expires_in": None}, "expires_in"))
         self.assertEqual(_wire.enum_in("JOB_STATE_", "DEAD"), "DEAD")
-        self.assertEqual(_wire.enum_out("JOB_STATE_", "dead"), "JOB_STATE_DEAD")
-        self.assertTrue(_wire.detect({"components": {"schemas": {"CoordinatorAcquireBody": {"properties": {"ttl_ms": {}}}}}}))
-        self.assertFalse(_wire.detect({"components": {"schemas": {"CoordinatorAcquireBody": {"properties": {"ttl": {}}}}}}))
+        self.assertEqual(_wire.enum_in("JOB_STATE_", "JOB_STATE_DEAD"), "DEAD")
+        self.assertEqual(_wire.enum_in("JOB_STATE_", "UNSPECIFIED"), "")
+        self.assertEqual(_wire.enum_out("JOB_STATE_", "dead"), "DEAD")
+        self.assertEqual(_wire.enum_out("JOB_STATE_", "JOB_STATE_DEAD"), "DEAD")
 
     def test_errors_by_reason(self) -> None:
         e = from_answer(409, {"code": "FAILED_PRECONDITION", "reason": "STALE_TOKEN", "message": "m",
