@@ -79,14 +79,13 @@ class Lease:
         self._deadline = sent + ttl - self.margin
         self._next = sent + ttl / 3
         self._ended = False
+        self._renewing = False
         self._callbacks: List[Callable[["Lease"], None]] = []
         self.claim: Optional[Claim] = None
         if claim is not None:
             self.claim = Claim(self, bool(claim.get("claimed")), int(claim.get("attempts") or 0),
                                Window.of(client._wire, claim.get("window")))
         client._deadlines.add(self)
-        self._thread = threading.Thread(target=self._keep, name=f"coordd-lease:{name}", daemon=True)
-        self._thread.start()
 
     # -- state
     @property
@@ -120,39 +119,45 @@ class Lease:
                 return
         fn(self)
 
-    # -- renewal
-    def _keep(self) -> None:
-        tx = self.client._tx
+    # -- renewal (the client's keeper thread starts each one when it is due)
+    def renewal_due(self) -> Optional[float]:
+        """When the next renewal is due (monotonic), or None while one is in flight or the lease ended."""
+        with self._mu:
+            return None if self._ended or self._renewing else self._next
+
+    def _begin_renewal(self) -> None:
+        with self._mu:
+            self._renewing = True
+
+    def _renew(self) -> None:
+        """One renewal, in a thread of its own: a slow node delays no other lease."""
         body = {"owner": self.owner, "generation": str(self.generation)}
         self.client._wire.duration(body, "ttl", self.ttl)
         stall = min(self.ttl / 3, 2.0)
-        path = lease_path(self.name, "renew")
-        while True:
+        sent = time.monotonic()
+        retry_in: Optional[float] = None
+        try:
+            self.client._tx.call("POST", lease_path(self.name, "renew"), body, idempotent=True, timeout=stall,
+                                 attempt_timeout=stall)
+        except errors.LeaseLost as e:
+            self._lose(e.reason, e)
+        except (errors.Unavailable, errors.OutcomeUnknown):
+            retry_in = 0.02  # the transport backed off; the local deadline bounds how long this goes on
+        except errors.ResourceExhausted:
+            retry_in = min(0.25, stall / 4)  # a rate limit: try again, until the local deadline
+        except errors.CoorddError as e:  # a refusal that cannot change on retry
+            self._lose(e.reason or e.code, e)
+        else:
             with self._mu:
-                while not self._ended and time.monotonic() < self._next:
-                    self._mu.wait(self._next - time.monotonic())
-                if self._ended:
-                    return
-            sent = time.monotonic()
-            try:
-                tx.call("POST", path, body, idempotent=True, timeout=stall, attempt_timeout=stall)
-            except errors.LeaseLost as e:
-                self._lose(e.reason, e)
-                return
-            except (errors.Unavailable, errors.OutcomeUnknown):
-                continue  # the transport backed off; the local deadline bounds how long this may go on
-            except errors.ResourceExhausted:
-                time.sleep(min(0.25, stall / 4))  # a rate limit: try again, until the local deadline
-                continue
-            except errors.CoorddError as e:  # a refusal that cannot change on retry
-                self._lose(e.reason or e.code, e)
-                return
-            with self._mu:
-                if self._ended:
-                    return
-                self.renewals += 1
-                self._deadline = max(self._deadline, sent + self.ttl - self.margin)
-                self._next = sent + self.ttl / 3
+                if not self._ended:
+                    self.renewals += 1
+                    self._deadline = max(self._deadline, sent + self.ttl - self.margin)
+                    self._next = sent + self.ttl / 3
+        with self._mu:
+            if retry_in is not None:
+                self._next = time.monotonic() + retry_in
+            self._renewing = False
+        self.client._deadlines.wake()
 
     def _expire(self) -> None:
         self._lose("LOCAL_DEADLINE", errors.LeaseLost(
@@ -260,44 +265,73 @@ def window_path(job: str, window: str, verb: str = "") -> str:
 
 
 class Expiring(Protocol):
-    """What has a local deadline: a lease, a job attempt's claim."""
+    """What has a local deadline (a lease, a job attempt's claim), and maybe renewals."""
 
     @property
     def deadline(self) -> float: ...
 
     def _expire(self) -> None: ...
 
+    def renewal_due(self) -> Optional[float]: ...
+
+    def _begin_renewal(self) -> None: ...
+
+    def _renew(self) -> None: ...
+
 
 class Deadlines:
-    """One thread that fires the local deadlines of a client's leases (or a worker's claims)."""
+    """One thread per client (or worker) that fires the local deadlines of its
+    leases (or claims) and starts each lease's renewal when it is due, in a
+    thread of its own: an acquire starts no thread, a renewal stuck on a
+    frozen node delays no deadline and no other renewal."""
 
     def __init__(self) -> None:
         self._mu = threading.Condition()
         self._leases: "set[Expiring]" = set()
         self._thread: Optional[threading.Thread] = None
+        self._wake_at = 0.0  # when the keeper wakes next (monotonic); 0 while it runs
 
     def add(self, lease: Expiring) -> None:
         with self._mu:
             self._leases.add(lease)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="coordd-deadlines", daemon=True)
+                self._thread = threading.Thread(target=self._run, name="coordd-keeper", daemon=True)
                 self._thread.start()
-            self._mu.notify()
+            r = lease.renewal_due()
+            if min(lease.deadline, r if r is not None else lease.deadline) < self._wake_at:
+                self._mu.notify()  # due before the keeper wakes anyway (waking it costs a thread switch)
 
     def remove(self, lease: Expiring) -> None:
         with self._mu:
             self._leases.discard(lease)
 
+    def wake(self) -> None:
+        with self._mu:
+            self._mu.notify()
+
     def _run(self) -> None:
         while True:
             with self._mu:
                 now = time.monotonic()
-                due = [l for l in self._leases if l.deadline <= now]
-                if not due:
-                    nxt = min((l.deadline for l in self._leases), default=now + 3600)
+                expired, renew, nxt = [], [], now + 3600
+                for l in self._leases:
+                    d = l.deadline
+                    if d <= now:
+                        expired.append(l)
+                        continue
+                    r = l.renewal_due()
+                    if r is not None and r <= now:
+                        renew.append(l)
+                        l._begin_renewal()
+                    nxt = min(nxt, d, r if r is not None and r > now else nxt)
+                if not expired and not renew:
+                    self._wake_at = nxt
                     self._mu.wait(max(nxt - now, 0.001))
+                    self._wake_at = 0.0
                     continue
-                for l in due:
+                for l in expired:
                     self._leases.discard(l)
-            for l in due:
+            for l in expired:
                 l._expire()
+            for l in renew:
+                threading.Thread(target=l._renew, name="coordd-renew", daemon=True).start()

@@ -77,6 +77,15 @@ class JobContext:
         with self._mu:
             return self._deadline
 
+    def renewal_due(self) -> Optional[float]:
+        return None  # the worker's heartbeats extend claims, not the keeper
+
+    def _begin_renewal(self) -> None:
+        pass
+
+    def _renew(self) -> None:
+        pass
+
     def extend(self, sent: float) -> None:
         with self._mu:
             self._deadline = max(self._deadline, sent + self.vt - self.margin)
