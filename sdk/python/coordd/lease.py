@@ -1,12 +1,13 @@
-"""A held lease: renewed at TTL/3 in its own thread, lost at a local deadline.
+"""A held lease: renewed at TTL/3, lost at a local deadline.
 
 The local deadline is the send time of the last acknowledged acquire or
 renewal + TTL − margin (margin = TTL/10 within [50 ms, 2 s]). The server
 applied that call after it was sent, so its own expiry is later: when the
 deadline passes, ``lease.lost`` is set (and ``lease.check()`` raises
 :class:`~coordd.LeaseLost`) before the server could grant the lease to
-anyone else. A client-wide watcher thread fires the deadlines, so a
-renewal stuck on a dead or frozen node cannot delay them; ``check()``
+anyone else. A client-wide keeper thread fires the deadlines and starts
+each renewal in a thread of its own, so a renewal stuck on a dead or
+frozen node cannot delay them; ``check()``
 also compares the clock itself, so a process that was frozen sees the loss
 first thing when it runs again.
 """
