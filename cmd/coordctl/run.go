@@ -39,7 +39,7 @@ nothing is printed: a cron line on every host skips quietly); 5 the lease was
 lost while the command ran (it was stopped); 127 the command could not be
 started; 1 any other error (the cluster could not be reached, the window
 could not be completed). coordctl's own codes and the command's may overlap:
-coordctl says on stderr which it is.`
+coordctl's own (but 3) come with a message on stderr.`
 
 const leaseEnvDoc = `Environment of the command, besides coordctl's own:
   COORDD_LEASE          the lease name
@@ -285,7 +285,7 @@ func (a *app) runUnderLease(ctx context.Context, op string, l *client.Lease, cla
 	}
 	code := ch.exitCode()
 	if errors.Is(l.Err(), client.ErrLeaseLost) {
-		return &codeError{code: exitLost, msg: fmt.Sprintf("%s: %s lost while %s ran (it exited %d): %v", op, what, argv[0], code, l.Err())}
+		return a.said(exitLost, "%s: %s lost while %s ran; it was stopped (exit %d): %v", op, what, argv[0], code, l.Err())
 	}
 	if claim != nil && code == 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeout)
@@ -293,7 +293,7 @@ func (a *app) runUnderLease(ctx context.Context, op string, l *client.Lease, cla
 		w := claim.Window
 		_, err := claim.CompleteAndRelease(rctx, resultPayload(last.Bytes()))
 		if errors.Is(err, client.ErrLeaseLost) {
-			return &codeError{code: exitLost, msg: fmt.Sprintf("%s: %s lost before the window was completed: %v", op, what, err)}
+			return a.said(exitLost, "%s: %s lost before the window was completed: %v", op, what, err)
 		}
 		if err != nil {
 			return &opError{op: op, err: err, msg: fmt.Sprintf("window %s/%s not completed: %s", w.GetJob(), w.GetWindow(), describe(err))}
@@ -310,6 +310,13 @@ func (a *app) runUnderLease(ctx context.Context, op string, l *client.Lease, cla
 		return &codeError{code: code, msg: fmt.Sprintf("%s exited %d", argv[0], code)}
 	}
 	return nil
+}
+
+// said prints a message and exits with code.
+func (a *app) said(code int, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintln(a.errOut, "error: "+msg)
+	return &codeError{code: code, msg: msg}
 }
 
 // release releases l after its command ended; a failure is only said (the

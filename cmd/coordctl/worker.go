@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -124,8 +125,13 @@ func (a *app) runWorker(ctx context.Context, argv []string, o workerOpts) error 
 		opts = append(opts, queue.WithWorkerID(o.id))
 	}
 	w := queue.NewWorker(a.client, opts...)
-	var running atomic.Int64
+	var (
+		running  atomic.Int64
+		handlers sync.WaitGroup // until each command has exited
+	)
 	h := func(ctx context.Context, j *queue.Job) error {
+		handlers.Add(1)
+		defer handlers.Done()
 		running.Add(1)
 		defer running.Add(-1)
 		return a.runJob(ctx, w.ID(), j, argv, o.killGrace)
@@ -160,6 +166,9 @@ func (a *app) runWorker(ctx context.Context, argv []string, o workerOpts) error 
 			"then handing their jobs back (SIGINT/SIGTERM again: at once)\n", w.ID(), o.shutdownGrace, n)
 	}
 	err := w.Stop(sctx)
+	// The commands of the attempts handed back got SIGTERM: wait for them
+	// (their guards send SIGKILL after the kill grace).
+	handlers.Wait()
 	if errors.Is(err, queue.ErrWorkerShutdown) {
 		fmt.Fprintf(a.errOut, "worker %s: stopped: %v\n", w.ID(), err)
 		return nil
