@@ -124,16 +124,21 @@ machine's zone) at the cluster's calendar time.
   5 0 * * * coordctl lease run daily-close --ttl 90s --window yesterday --tz Europe/Berlin -- ./close.sh
   5 0 * * * coordctl lease run daily-close --window "$(TZ=Europe/Berlin date -d yesterday +\%F)" -- ./close.sh
   coordctl lease run backup --ttl 60s -- sh -c 'coordctl fence commit backups/db --token "$COORDD_FENCING_TOKEN" && ./backup.sh'`,
-		Args: dashArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if tz != "" && window != "today" && window != "yesterday" {
+				return fmt.Errorf("--tz %s: only with --window today or yesterday", tz)
+			}
+			if o := cmd.Flags(); ttl <= 0 || killGrace < 0 || (o.Changed("job") && window == "") {
+				return fmt.Errorf("want --ttl > 0, --kill-grace ≥ 0, --job only with --window")
+			}
+			return dashArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if window != "" && !cmd.Flags().Changed("wait") {
 				wait = true
 			}
 			if job == "" {
 				job = args[0]
-			}
-			if tz != "" && window != "today" && window != "yesterday" {
-				return fmt.Errorf("--tz %s: only with --window today or yesterday", tz)
 			}
 			ctx, stop := interruptible(cmd)
 			defer stop()
@@ -161,9 +166,6 @@ type leaseRunOpts struct {
 
 func (a *app) leaseRun(ctx context.Context, name string, argv []string, o leaseRunOpts) error {
 	op := "lease run " + name
-	if o.ttl <= 0 || o.killGrace < 0 {
-		return fmt.Errorf("--ttl and --kill-grace must be positive")
-	}
 	acq := []client.AcquireOption{}
 	if o.owner != "" {
 		acq = append(acq, client.AcquireOwner(o.owner))

@@ -334,3 +334,38 @@ while :; do sleep 0.01; done`
 		t.Fatalf("job 1 after the cancel: %v", j)
 	}
 }
+
+// Two candidates: the first elected runs its command and resigns when it
+// exits (the second is elected as it resigns); --observe prints each
+// change; the candidates' commands never overlap.
+func TestElectRunsCommandsInTurn(t *testing.T) {
+	processEnv(t)
+	c := testcluster.New(t, 1)
+	eps := c.Endpoints()
+	log := filepath.Join(t.TempDir(), "log")
+	octx, stopObserving := context.WithCancel(context.Background())
+	defer stopObserving()
+	observed, _, observing := ctlAsync(octx, eps, "elect", "sched", "--observe")
+	observed.waitFor(t, "the initial state", 10*time.Second, func(s string) bool { return strings.Contains(s, "sched: no leader") })
+	script := `echo start $(date +%s%N) >> "$1"; echo "$COORDD_LEADER_VALUE $COORDD_GENERATION" >> "$1"; sleep 0.3; echo end $(date +%s%N) >> "$1"`
+	ctx := context.Background()
+	_, err1, done1 := ctlAsync(ctx, eps, "elect", "sched", "--ttl", "3s", "--value", "one", "--", "sh", "-c", script, "sh", log)
+	observed.waitFor(t, "the first leader", 10*time.Second, func(s string) bool { return strings.Contains(s, `value "one"`) })
+	_, err2, done2 := ctlAsync(ctx, eps, "elect", "sched", "--ttl", "3s", "--value", "two", "--", "sh", "-c", script, "sh", log)
+	if c1, c2 := waitExit(t, done1, 20*time.Second), waitExit(t, done2, 20*time.Second); c1 != 0 || c2 != 0 {
+		t.Fatalf("exits %d %d\n%s%s", c1, c2, err1.String(), err2.String())
+	}
+	observed.waitFor(t, "the second leader and its resignation", 10*time.Second, func(s string) bool {
+		return strings.Contains(s, `generation 2 value "two"`) && strings.Count(s, "sched: no leader") == 3
+	})
+	b, _ := os.ReadFile(log)
+	starts, ends := stamps(t, log, "start"), stamps(t, log, "end")
+	if !strings.Contains(string(b), "one 1\n") || !strings.Contains(string(b), "two 2\n") || len(starts) != 2 || len(ends) != 2 ||
+		ends[0] > starts[1] {
+		t.Fatalf("log:\n%s", b)
+	}
+	stopObserving()
+	if code := waitExit(t, observing, 10*time.Second); code != 0 {
+		t.Fatalf("observe: exit %d", code)
+	}
+}

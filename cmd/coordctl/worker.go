@@ -96,11 +96,13 @@ Environment of CMD, besides coordctl's own:
 		Example: `  coordctl worker --queue billing -- ./handle-job.sh
   coordctl worker --queue billing --kind send-invoice --concurrency 4 -- python3 send_invoice.py
   coordctl worker --queue billing -- sh -c 'jq .invoice; coordctl fence commit "invoices/$COORDD_JOB_ID" --token "$COORDD_FENCING_TOKEN" --key sent >/dev/null'`,
-		Args: dashArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		Args: func(cmd *cobra.Command, args []string) error {
 			if o.concurrency < 1 || o.concurrency > 1000 {
 				return fmt.Errorf("--concurrency %d: want 1 to 1000", o.concurrency)
 			}
+			return dashArgs(0)(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := interruptible(cmd)
 			defer stop()
 			return a.runWorker(ctx, args, o)
@@ -228,9 +230,12 @@ func (a *app) runJob(ctx context.Context, workerID string, j *queue.Job, argv []
 func jobOutcome(j *queue.Job, code int, out *capped, errTail string) error {
 	switch {
 	case code == 0:
+		if out.total > maxJobResult {
+			return queue.Permanent(fmt.Errorf("the result (stdout) is %d bytes; the limit is %d", out.total, maxJobResult))
+		}
 		res := resultPayload(out.buf.Bytes())
-		if out.total > maxJobResult || len(res) > maxJobResult {
-			return queue.Permanent(fmt.Errorf("the result (stdout) is %d bytes; the limit is %d", max(out.total, len(res)), maxJobResult))
+		if len(res) > maxJobResult {
+			return queue.Permanent(fmt.Errorf("the result (stdout as a JSON string) is %d bytes; the limit is %d", len(res), maxJobResult))
 		}
 		j.SetResult(res)
 		return nil
