@@ -15,7 +15,10 @@ func TestOnDeadlineAndDefaultHandler(t *testing.T) {
 	ch := make(chan started, 10)
 	deadlines := make(chan time.Time, 10)
 	w := h.worker(WithQueue("default", 1))
-	w.Handle("k", func(context.Context, *Job) error { t.Error("the handler of kind k ran a job of another kind"); return nil })
+	w.Handle("k", func(context.Context, *Job) error {
+		t.Error("the handler of kind k ran a job of another kind")
+		return nil
+	})
 	w.HandleDefault(func(ctx context.Context, j *Job) error {
 		j.OnDeadline(func(d time.Time) { deadlines <- d })
 		return blocking(ch, nil)(ctx, j)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -185,6 +186,8 @@ func guardMain(argv []string, errOut io.Writer) int {
 	if first := <-msgs; !g.control(first) {
 		return 127 // stopped before it started
 	}
+	// Pdeathsig follows the thread that started the command: keep it.
+	runtime.LockOSThread()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// Its own group, so that the signals reach what it started too; and
