@@ -207,6 +207,9 @@ func guardMain(argv []string, errOut io.Writer) int {
 		select {
 		case <-exited:
 			g.timers(nil)
+			// Nothing the command started in its group runs on after it:
+			// the lease is released (or the attempt reported) next.
+			_ = syscall.Kill(-g.pid, syscall.SIGKILL)
 			return exitStatus(cmd.ProcessState)
 		case m := <-msgs:
 			g.control(m)

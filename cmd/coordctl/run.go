@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/coordd/coordd/client"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
 // Exit codes of the commands that run a command (lease run, elect,
@@ -92,8 +93,10 @@ deadline is the send time of the last acknowledged renewal + TTL − margin
 --kill-grace before it and SIGKILL at it, and coordctl exits 5. A guard
 process between coordctl and CMD holds that deadline, so CMD is stopped on
 time also when coordctl itself is frozen or killed. CMD runs in its own
-process group; the signals go to the group. SIGINT or SIGTERM to coordctl
-stops CMD the same way and then releases the lease.
+process group; the signals go to the group, and what is left of the group
+when CMD exits is killed (SIGKILL): nothing CMD started outlives the lease.
+SIGINT or SIGTERM to coordctl stops CMD the same way and then releases the
+lease.
 
 Without --wait a lease held by another owner exits 3 at once, printing
 nothing. --wait queues for the lease (granted in arrival order) until
@@ -197,7 +200,10 @@ func (a *app) leaseRun(ctx context.Context, name string, argv []string, o leaseR
 			o.job, o.window, done.Window.GetOwner(), done.Window.GetGeneration(), argv[0])
 		return nil
 	case err != nil && ctx.Err() != nil:
-		return &codeError{code: exitError, msg: "interrupted"}
+		if o.wait {
+			a.releaseIfMine(name, o.owner)
+		}
+		return a.said(exitError, "%s: interrupted before the lease was granted", op)
 	case err != nil:
 		return fail(op, err)
 	}
@@ -312,6 +318,21 @@ func (a *app) runUnderLease(ctx context.Context, op string, l *client.Lease, cla
 		return &codeError{code: code, msg: fmt.Sprintf("%s exited %d", argv[0], code)}
 	}
 	return nil
+}
+
+// releaseIfMine releases name if owner (default the client's) holds it: a
+// waiting acquire that was interrupted may have been granted as it ended.
+func (a *app) releaseIfMine(name, owner string) {
+	if owner == "" {
+		owner = a.client.Owner()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+	defer cancel()
+	l, err := a.client.GetLease(ctx, name)
+	if err != nil || l.GetOwner() != owner || l.GetReleased() || l.GetExpired() {
+		return
+	}
+	_, _ = a.coord().Release(ctx, &coordv1.ReleaseRequest{Name: name, Owner: owner, Generation: l.GetGeneration()})
 }
 
 // said prints a message and exits with code.

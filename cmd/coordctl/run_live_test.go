@@ -217,6 +217,28 @@ func TestLeaseRunHeldAndEnvironment(t *testing.T) {
 	if !strings.Contains(out, `"released": true`) {
 		t.Fatalf("the lease after the run:\n%s", out)
 	}
+	// What the command left running in its group is killed when it exits.
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	r = ctl(t, eps, "lease", "run", "env", "--", "sh", "-c", `sleep 60 & echo $! > "$1"`, "sh", pidFile)
+	b, _ := os.ReadFile(pidFile)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if r.code != 0 || err != nil {
+		t.Fatalf("background: exit %d, pid %q\n%s", r.code, b, r.errOut)
+	}
+	testutil.Poll(t, "the background process gone", 5*time.Second, 10*time.Millisecond, func() bool {
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return len(st) == 0 || strings.Contains(string(st), ") Z ") // gone, or a zombie of a reaper
+	})
+
+	// Interrupted while waiting: exit 1, nothing run, nothing left held.
+	ctx, cancel := context.WithCancel(context.Background())
+	_, errOut, done := ctlAsync(ctx, eps, "lease", "run", "busy", "--wait", "--", "sh", "-c", "echo ran")
+	cancel()
+	if code := waitExit(t, done, 10*time.Second); code != exitError ||
+		!strings.Contains(errOut.String(), "error: lease run busy: interrupted before the lease was granted") {
+		t.Fatalf("interrupted wait: exit %d\n%s", code, errOut.String())
+	}
+
 	r = ctl(t, eps, "lease", "run", "env", "--", "/nonexistent/command")
 	if r.code != exitCannotRun || !strings.Contains(r.errOut, "cannot run /nonexistent/command") {
 		t.Fatalf("a command that cannot start: exit %d\n%s", r.code, r.errOut)
