@@ -180,6 +180,9 @@ func guardMain(argv []string, errOut io.Writer) int {
 	}()
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	// Its stderr may be a pipe to a coordctl that is gone: a message must
+	// not kill the guard before it stopped the command.
+	signal.Ignore(syscall.SIGPIPE)
 
 	// The first deadline is in the pipe already.
 	g := &guard{grace: grace, what: what, errOut: errOut, pid: -1}
@@ -210,6 +213,7 @@ func guardMain(argv []string, errOut io.Writer) int {
 			// Nothing the command started in its group runs on after it:
 			// the lease is released (or the attempt reported) next.
 			_ = syscall.Kill(-g.pid, syscall.SIGKILL)
+			g.flush()
 			return exitStatus(cmd.ProcessState)
 		case m := <-msgs:
 			g.control(m)
@@ -248,6 +252,8 @@ type guard struct {
 	kill     *time.Timer
 	termC    <-chan time.Time
 	killC    <-chan time.Time
+	said     chan string   // messages to errOut (say); "" asks for flushed
+	flushed  chan struct{} // the messages before a "" are written
 }
 
 // control applies one control line; false when it stops the command.
@@ -319,11 +325,48 @@ func (g *guard) signal(sig syscall.Signal, reason string) {
 	if g.pid <= 0 {
 		return
 	}
+	_ = syscall.Kill(-g.pid, sig)
 	if sig == syscall.SIGTERM {
 		g.termed = true
-		fmt.Fprintf(g.errOut, "coordctl: %s: sending SIGTERM to %d (SIGKILL in %s)\n", reason, g.pid, g.grace)
+		g.say(fmt.Sprintf("coordctl: %s: sent SIGTERM to %d (SIGKILL in %s)\n", reason, g.pid, g.grace))
 	} else {
-		fmt.Fprintf(g.errOut, "coordctl: sending SIGKILL to %d (%s)\n", g.pid, g.what)
+		g.say(fmt.Sprintf("coordctl: sent SIGKILL to %d (%s)\n", g.pid, g.what))
 	}
-	_ = syscall.Kill(-g.pid, sig)
+}
+
+// flush waits a little for the messages said to be written.
+func (g *guard) flush() {
+	if g.said == nil {
+		return
+	}
+	select {
+	case g.said <- "": // the writer answers it after every message before it
+	default:
+		return
+	}
+	select {
+	case <-g.flushed:
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// say writes a message on another goroutine: stderr may be a pipe that a
+// frozen coordctl does not read, and the loop must go on to the SIGKILL.
+func (g *guard) say(msg string) {
+	if g.said == nil {
+		g.said, g.flushed = make(chan string, 8), make(chan struct{}, 1)
+		go func() {
+			for m := range g.said {
+				if m == "" {
+					g.flushed <- struct{}{}
+					continue
+				}
+				_, _ = io.WriteString(g.errOut, m)
+			}
+		}()
+	}
+	select {
+	case g.said <- msg:
+	default: // stderr is stuck: the message is lost, not the loop
+	}
 }

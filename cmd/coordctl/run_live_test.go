@@ -391,3 +391,40 @@ func TestElectRunsCommandsInTurn(t *testing.T) {
 		t.Fatalf("observe: exit %d", code)
 	}
 }
+
+// A worker killed with kill -9: its guard reads EOF and stops the command
+// at once; the attempt lapses after its visibility timeout and another
+// worker runs the job.
+func TestWorkerKilledStopsItsCommand(t *testing.T) {
+	c := testcluster.New(t, 1)
+	eps := c.Endpoints()
+	dir := t.TempDir()
+	ctlOK(t, eps, "job", "submit", "long", "--queue", "q", "--visibility-timeout", "2s")
+	script := `trap 'echo term $(date +%s%N) >> "$1/log.$COORDD_ATTEMPT"; exit 143' TERM
+echo start $(date +%s%N) >> "$1/log.$COORDD_ATTEMPT"
+[ "$COORDD_ATTEMPT" = 2 ] && exit 0
+while :; do sleep 0.01; done`
+	first, _, _ := ctlProcess(t, eps, "worker", "--queue", "q", "--", "sh", "-c", script, "sh", dir)
+	testutil.Poll(t, "attempt 1 runs", 20*time.Second, 10*time.Millisecond, func() bool {
+		return len(stamps(t, filepath.Join(dir, "log.1"), "start")) == 1
+	})
+	killed := time.Now()
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	testutil.Poll(t, "attempt 1's command stopped", 5*time.Second, 10*time.Millisecond, func() bool {
+		return len(stamps(t, filepath.Join(dir, "log.1"), "term")) == 1
+	})
+	t.Logf("kill -9 of the worker to SIGTERM in its command: %s", time.Duration(stamps(t, filepath.Join(dir, "log.1"), "term")[0]-killed.UnixNano()))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, errOut, done := ctlAsync(ctx, eps, "worker", "--queue", "q", "--", "sh", "-c", script, "sh", dir)
+	j := waitJob(t, c, 1, coordv1.JobState_JOB_STATE_SUCCEEDED)
+	if log := j.GetAttemptLog(); len(log) != 2 || log[0].GetOutcome() != coordv1.AttemptOutcome_ATTEMPT_OUTCOME_LAPSED {
+		t.Fatalf("job after the worker's kill: %v\n%s", j, errOut.String())
+	}
+	cancel()
+	waitExit(t, done, 20*time.Second)
+}
