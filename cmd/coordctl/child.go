@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/coordd/coordd/clock"
 )
 
 // A command that coordctl runs under a lease or a job attempt (lease run,
@@ -152,10 +154,6 @@ func monoNow() int64 {
 	return ts.Nano()
 }
 
-// monoTime turns a CLOCK_MONOTONIC instant into a time.Time of this
-// process's clock.
-func monoTime(ns int64) time.Time { return time.Now().Add(time.Duration(ns - monoNow())) }
-
 // guardMain is coordctl as a guard (guardEnv set): it runs argv in its own
 // process group and exits with its status. Control lines on fd 3: "D <ns>"
 // moves the deadline (CLOCK_MONOTONIC), "S <reason>" stops the command;
@@ -185,7 +183,7 @@ func guardMain(argv []string, errOut io.Writer) int {
 	signal.Ignore(syscall.SIGPIPE)
 
 	// The first deadline is in the pipe already.
-	g := &guard{grace: grace, what: what, errOut: errOut, pid: -1}
+	g := newGuard(clock.Real{}, monoNow, grace, what, errOut)
 	if first := <-msgs; !g.control(first) {
 		return 127 // stopped before it started
 	}
@@ -206,25 +204,31 @@ func guardMain(argv []string, errOut io.Writer) int {
 		_ = cmd.Wait()
 		close(exited)
 	}()
+	g.loop(exited, msgs, sigs)
+	return exitStatus(cmd.ProcessState)
+}
+
+// loop runs the guard until the command exited.
+func (g *guard) loop(exited <-chan struct{}, msgs <-chan string, sigs <-chan os.Signal) {
 	for {
 		select {
 		case <-exited:
 			g.timers(nil)
 			// Nothing the command started in its group runs on after it:
 			// the lease is released (or the attempt reported) next.
-			_ = syscall.Kill(-g.pid, syscall.SIGKILL)
+			_ = g.kill(-g.pid, syscall.SIGKILL)
 			g.flush()
-			return exitStatus(cmd.ProcessState)
+			return
 		case m := <-msgs:
 			g.control(m)
 		case s := <-sigs:
 			g.stopNow("coordctl's guard got " + s.String())
 		case <-g.termC:
 			g.signal(syscall.SIGTERM, fmt.Sprintf("the local deadline of %s is %s away and no renewal moved it", g.what, g.grace))
-			g.termC = nil
+			g.termT, g.termC = nil, nil
 		case <-g.killC:
 			g.signal(syscall.SIGKILL, "")
-			g.killC = nil
+			g.killT, g.killC = nil, nil
 		}
 	}
 }
@@ -240,6 +244,9 @@ func exitStatus(ps *os.ProcessState) int {
 
 // guard is the state of a guard's loop: the deadline and its two timers.
 type guard struct {
+	clk      clock.Clock
+	mono     func() int64                            // CLOCK_MONOTONIC now (monoNow)
+	kill     func(pid int, sig syscall.Signal) error // syscall.Kill
 	grace    time.Duration
 	what     string
 	errOut   io.Writer
@@ -248,12 +255,16 @@ type guard struct {
 	termed   bool // SIGTERM sent
 	stopped  bool // told to stop: SIGKILL at killAt
 	killAt   time.Time
-	term     *time.Timer
-	kill     *time.Timer
+	termT    clock.Timer
+	killT    clock.Timer
 	termC    <-chan time.Time
 	killC    <-chan time.Time
 	said     chan string   // messages to errOut (say); "" asks for flushed
 	flushed  chan struct{} // the messages before a "" are written
+}
+
+func newGuard(clk clock.Clock, mono func() int64, grace time.Duration, what string, errOut io.Writer) *guard {
+	return &guard{clk: clk, mono: mono, kill: syscall.Kill, grace: grace, what: what, errOut: errOut, pid: -1}
 }
 
 // control applies one control line; false when it stops the command.
@@ -266,7 +277,7 @@ func (g *guard) control(m string) bool {
 			g.stopNow("bad deadline from coordctl: " + arg)
 			return false
 		}
-		if d := monoTime(ns); d.After(g.deadline) {
+		if d := g.clk.Now().Add(time.Duration(ns - g.mono())); d.After(g.deadline) {
 			g.deadline = d
 			g.schedule()
 		}
@@ -280,14 +291,13 @@ func (g *guard) control(m string) bool {
 // stopNow sends SIGTERM now and SIGKILL after the grace (or at the
 // deadline, if sooner).
 func (g *guard) stopNow(reason string) {
-	if !g.stopped {
-		g.stopped = true
-		g.killAt = time.Now().Add(g.grace)
-		g.schedule()
-	}
 	if !g.termed && g.pid > 0 {
 		g.signal(syscall.SIGTERM, reason)
-		g.termC = nil
+	}
+	if !g.stopped {
+		g.stopped = true
+		g.killAt = g.clk.Now().Add(g.grace)
+		g.schedule()
 	}
 }
 
@@ -303,20 +313,21 @@ func (g *guard) schedule() {
 
 // timers (re)arms the timers for a kill at *killAt; nil stops them.
 func (g *guard) timers(killAt *time.Time) {
-	for _, t := range []*time.Timer{g.term, g.kill} {
+	for _, t := range []clock.Timer{g.termT, g.killT} {
 		if t != nil {
 			t.Stop()
 		}
 	}
-	g.term, g.kill, g.termC, g.killC = nil, nil, nil, nil
+	g.termT, g.killT, g.termC, g.killC = nil, nil, nil, nil
 	if killAt == nil {
 		return
 	}
-	g.kill = time.NewTimer(time.Until(*killAt))
-	g.killC = g.kill.C
+	now := g.clk.Now()
+	g.killT = g.clk.NewTimer(killAt.Sub(now))
+	g.killC = g.killT.C()
 	if !g.termed {
-		g.term = time.NewTimer(time.Until(g.deadline.Add(-g.grace)))
-		g.termC = g.term.C
+		g.termT = g.clk.NewTimer(g.deadline.Add(-g.grace).Sub(now))
+		g.termC = g.termT.C()
 	}
 }
 
@@ -325,7 +336,7 @@ func (g *guard) signal(sig syscall.Signal, reason string) {
 	if g.pid <= 0 {
 		return
 	}
-	_ = syscall.Kill(-g.pid, sig)
+	_ = g.kill(-g.pid, sig)
 	if sig == syscall.SIGTERM {
 		g.termed = true
 		g.say(fmt.Sprintf("coordctl: %s: sent SIGTERM to %d (SIGKILL in %s)\n", reason, g.pid, g.grace))
@@ -346,7 +357,7 @@ func (g *guard) flush() {
 	}
 	select {
 	case <-g.flushed:
-	case <-time.After(100 * time.Millisecond):
+	case <-time.After(100 * time.Millisecond): // real time: the process is about to exit
 	}
 }
 
