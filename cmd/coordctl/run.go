@@ -39,7 +39,7 @@ completed; 2 bad usage; 3 the lease is held by another owner (without --wait;
 nothing is printed: a cron line on every host skips quietly); 5 the lease was
 lost while the command ran (it was stopped); 127 the command could not be
 started; 1 any other error (the cluster could not be reached, the window
-could not be completed). coordctl's own codes and the command's may overlap:
+could not be completed, interrupted before the lease was granted). coordctl's own codes and the command's may overlap:
 coordctl's own (but 3) come with a message on stderr.`
 
 const leaseEnvDoc = `Environment of the command, besides coordctl's own:
