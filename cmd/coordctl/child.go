@@ -141,7 +141,7 @@ func (c *child) exitCode() int {
 	if c.cmd.ProcessState == nil {
 		return 127
 	}
-	return c.cmd.ProcessState.ExitCode() // the guard exits with the command's status
+	return exitStatus(c.cmd.ProcessState) // the guard exits with the command's status
 }
 
 // monoNow reads CLOCK_MONOTONIC (the clock of Go's monotonic readings on
