@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/internal/testutil"
 )
 
 // guardHarness runs a guard's loop in virtual time: CLOCK_MONOTONIC is the
@@ -58,14 +59,14 @@ func (h *guardHarness) deadline(d time.Duration) string {
 // from t0 (and no others).
 func (h *guardHarness) armed(t0 time.Time, at ...time.Duration) {
 	h.t.Helper()
-	for _, d := range at {
-		if !h.clk.WaitArmed(t0.Add(d), 5*time.Second) {
-			h.t.Fatalf("no timer armed at t0+%s", d)
+	testutil.Poll(h.t, fmt.Sprintf("timers armed at t0+%v", at), 5*time.Second, time.Millisecond, func() bool {
+		for _, d := range at {
+			if !h.clk.WaitArmed(t0.Add(d), 0) {
+				return false
+			}
 		}
-	}
-	if n := h.clk.Pending(); n != len(at) {
-		h.t.Fatalf("%d timers armed, want %d", n, len(at))
-	}
+		return h.clk.Pending() == len(at)
+	})
 }
 
 func (h *guardHarness) signal(want syscall.Signal) {

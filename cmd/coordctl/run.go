@@ -292,8 +292,8 @@ func (a *app) runUnderLease(ctx context.Context, op string, l *client.Lease, cla
 		ch.stop("coordctl interrupted")
 	}
 	code := ch.exitCode()
-	if errors.Is(l.Err(), client.ErrLeaseLost) {
-		return a.said(exitLost, "%s: %s lost while %s ran; it was stopped (exit %d): %v", op, what, argv[0], code, l.Err())
+	if lost := leaseLost(a.client, l); lost != nil {
+		return a.said(exitLost, "%s: %s lost while %s ran; it was stopped (exit %d): %v", op, what, argv[0], code, lost)
 	}
 	if claim != nil && code == 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeout)
@@ -333,6 +333,19 @@ func (a *app) releaseIfMine(name, owner string) {
 		return
 	}
 	_, _ = a.coord().Release(ctx, &coordv1.ReleaseRequest{Name: name, Owner: owner, Generation: l.GetGeneration()})
+}
+
+// leaseLost says why l is lost, or nil while it is held. Past its local
+// deadline it is lost, also before the SDK's timer said so: a coordctl
+// that wakes from a pause sees its guard's kill first.
+func leaseLost(c *client.Client, l *client.Lease) error {
+	if err := l.Err(); errors.Is(err, client.ErrLeaseLost) {
+		return err
+	}
+	if d := l.Deadline(); !c.Clock().Now().Before(d) {
+		return fmt.Errorf("%w: no renewal acknowledged before the local deadline %s", client.ErrLeaseLost, d.Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // said prints a message and exits with code.
