@@ -302,18 +302,26 @@ echo "{\"charged\": $COORDD_ATTEMPT}"`
 	}
 }
 
+// longJob starts a cluster with a job of kind long in queue q (visibility
+// timeout vt) and returns the script of a command that writes a "start"
+// stamp, and a "term" one when it gets SIGTERM, to $1/log.$<by>, runs
+// extra, then runs until it is stopped.
+func longJob(t *testing.T, vt, by, extra string) (c *testcluster.Cluster, dir, script string) {
+	c = testcluster.New(t, 1)
+	ctlOK(t, c.Endpoints(), "job", "submit", "long", "--queue", "q", "--visibility-timeout", vt)
+	log := `"$1/log.$` + by + `"`
+	script = "trap 'echo term $(date +%s%N) >> " + log + "; exit 143' TERM\necho start $(date +%s%N) >> " + log + "\n" +
+		extra + "\nwhile :; do sleep 0.01; done"
+	return c, t.TempDir(), script
+}
+
 // Cancelling a running job stops its command within a second or two; a
 // SIGTERM (here: the context) stops the worker, which waits for a running
 // command and hands it back after --shutdown-grace.
 func TestWorkerCancelStopsCommand(t *testing.T) {
 	processEnv(t)
-	c := testcluster.New(t, 1)
+	c, dir, script := longJob(t, "30s", "COORDD_JOB_ID", "")
 	eps := c.Endpoints()
-	dir := t.TempDir()
-	ctlOK(t, eps, "job", "submit", "long", "--queue", "q", "--visibility-timeout", "30s")
-	script := `trap 'echo term $(date +%s%N) >> "$1/log.$COORDD_JOB_ID"; exit 143' TERM
-echo start $(date +%s%N) >> "$1/log.$COORDD_JOB_ID"
-while :; do sleep 0.01; done`
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, errOut, done := ctlAsync(ctx, eps, "worker", "--queue", "q", "--shutdown-grace", "500ms", "--", "sh", "-c", script, "sh", dir)
@@ -396,14 +404,8 @@ func TestElectRunsCommandsInTurn(t *testing.T) {
 // at once; the attempt lapses after its visibility timeout and another
 // worker runs the job.
 func TestWorkerKilledStopsItsCommand(t *testing.T) {
-	c := testcluster.New(t, 1)
+	c, dir, script := longJob(t, "2s", "COORDD_ATTEMPT", `[ "$COORDD_ATTEMPT" = 2 ] && exit 0`)
 	eps := c.Endpoints()
-	dir := t.TempDir()
-	ctlOK(t, eps, "job", "submit", "long", "--queue", "q", "--visibility-timeout", "2s")
-	script := `trap 'echo term $(date +%s%N) >> "$1/log.$COORDD_ATTEMPT"; exit 143' TERM
-echo start $(date +%s%N) >> "$1/log.$COORDD_ATTEMPT"
-[ "$COORDD_ATTEMPT" = 2 ] && exit 0
-while :; do sleep 0.01; done`
 	first, _, _ := ctlProcess(t, eps, "worker", "--queue", "q", "--", "sh", "-c", script, "sh", dir)
 	testutil.Poll(t, "attempt 1 runs", 20*time.Second, 10*time.Millisecond, func() bool {
 		return len(stamps(t, filepath.Join(dir, "log.1"), "start")) == 1
