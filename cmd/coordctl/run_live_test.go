@@ -430,3 +430,27 @@ func TestWorkerKilledStopsItsCommand(t *testing.T) {
 	cancel()
 	waitExit(t, done, 20*time.Second)
 }
+
+// A job a schedule made tells its command the schedule, the window and the
+// occurrence; args come on stdin, the kind and queue in the environment.
+func TestWorkerScheduledJobEnvironment(t *testing.T) {
+	processEnv(t)
+	c := testcluster.New(t, 1)
+	eps := c.Endpoints()
+	ctlOK(t, eps, "schedule", "create", "nightly", "--schedule", "0 3 * * *", "--kind", "report", "--queue", "reports",
+		"--args", `{"to":"ops"}`)
+	ctlOK(t, eps, "schedule", "trigger", "nightly")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, errOut, done := ctlAsync(ctx, eps, "worker", "--queue", "reports", "--kind", "report", "--", "sh", "-c",
+		`echo "$(cat) $COORDD_KIND $COORDD_QUEUE $COORDD_ATTEMPT $COORDD_SCHEDULE $COORDD_WINDOW $COORDD_OCCURRENCE"`)
+	j := waitJob(t, c, 1, coordv1.JobState_JOB_STATE_SUCCEEDED)
+	res := strings.Fields(strings.Trim(string(j.GetAttemptLog()[0].GetResult()), `"`))
+	occ, err := time.Parse(time.RFC3339Nano, res[len(res)-1])
+	if len(res) != 7 || res[0] != `{\"to\":\"ops\"}` || strings.Join(res[1:5], " ") != "report reports 1 nightly" ||
+		!strings.Contains(res[5], "/manual-") || err != nil || time.Since(occ) > time.Minute || j.GetLabels()["coordd.window"] != res[5] {
+		t.Fatalf("the command saw %q (%v); job labels %v\n%s", res, err, j.GetLabels(), errOut.String())
+	}
+	cancel()
+	waitExit(t, done, 20*time.Second)
+}
