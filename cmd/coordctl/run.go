@@ -223,8 +223,10 @@ func (a *app) resolveWindow(ctx context.Context, key, tz string) (string, error)
 			return "", fmt.Errorf("--tz: %w", err)
 		}
 	}
-	now := time.Now()
-	if ms := a.calendarTime(ctx); ms > 0 {
+	now := a.client.Clock().Now() // without the cluster's calendar: this machine's clock
+	cctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	if ms := a.calendarTime(cctx); ms > 0 {
 		now = time.UnixMilli(ms)
 	}
 	return windowDate(key, now, loc), nil
