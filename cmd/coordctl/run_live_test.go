@@ -194,6 +194,14 @@ func TestLeaseRunWindowOnceOnTwoHosts(t *testing.T) {
 	if again.code != 0 || !strings.Contains(again.errOut, "completed window daily-close/2026-09-26 (attempt 2)") {
 		t.Fatalf("second run: exit %d\n%s", again.code, again.errOut)
 	}
+
+	// --window yesterday --tz: the date in that zone at the cluster's calendar time.
+	before := time.Now().In(time.UTC).AddDate(0, 0, -1).Format(time.DateOnly)
+	y := ctl(t, eps, "lease", "run", "daily-close", "--window", "yesterday", "--tz", "UTC", "--", "sh", "-c", `echo "$COORDD_WINDOW"`)
+	after := time.Now().In(time.UTC).AddDate(0, 0, -1).Format(time.DateOnly)
+	if got := strings.TrimSpace(y.out); y.code != 0 || (got != before && got != after) {
+		t.Fatalf("--window yesterday --tz UTC: exit %d, window %q, want %s\n%s", y.code, got, before, y.errOut)
+	}
 }
 
 // Without --wait a held lease exits 3 at once, printing nothing; the
