@@ -406,6 +406,17 @@ func TestElectRunsCommandsInTurn(t *testing.T) {
 	if code := waitExit(t, observing, 10*time.Second); code != 0 {
 		t.Fatalf("observe: exit %d", code)
 	}
+	// -o json: one object per line, the state now.
+	jctx, stopJSON := context.WithCancel(context.Background())
+	defer stopJSON()
+	js, _, jdone := ctlAsync(jctx, eps, "-o", "json", "elect", "sched", "--observe")
+	js.waitFor(t, "the state as JSON", 10*time.Second, func(s string) bool { return strings.HasSuffix(s, "}\n") })
+	stopJSON()
+	waitExit(t, jdone, 10*time.Second)
+	if want := `"name":"sched","held":false,"owner":"`; !strings.HasPrefix(js.String(), "{"+want) ||
+		!strings.Contains(js.String(), `"generation":"2","value":"two","index":"`) {
+		t.Fatalf("observe -o json:\n%s", js.String())
+	}
 }
 
 // A worker killed with kill -9: its guard reads EOF and stops the command
