@@ -61,7 +61,6 @@ type child struct {
 	mu   sync.Mutex
 	ctl  *os.File // the guard's control pipe (write end); nil once closed
 	done chan struct{}
-	err  error // cmd.Wait's
 }
 
 // startChild starts spec's command under a guard whose first deadline is
@@ -93,7 +92,7 @@ func startChild(spec childSpec, deadline time.Time) (*child, error) {
 	}
 	c.cmd = cmd
 	go func() {
-		c.err = cmd.Wait()
+		_ = cmd.Wait() // the status is in cmd.ProcessState
 		c.closeCtl()
 		close(c.done)
 	}()
