@@ -14,8 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/coordd/coordd/clock"
 )
 
@@ -66,6 +64,9 @@ type child struct {
 // startChild starts spec's command under a guard whose first deadline is
 // deadline.
 func startChild(spec childSpec, deadline time.Time) (*child, error) {
+	if !runnersSupported {
+		return nil, errNoRunners
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("cannot find coordctl's executable to run the guard: %w", err)
@@ -143,16 +144,6 @@ func (c *child) exitCode() int {
 	return exitStatus(c.cmd.ProcessState) // the guard exits with the command's status
 }
 
-// monoNow reads CLOCK_MONOTONIC (the clock of Go's monotonic readings on
-// Linux), in nanoseconds: an instant another process can read too.
-func monoNow() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic("clock_gettime(CLOCK_MONOTONIC): " + err.Error())
-	}
-	return ts.Nano()
-}
-
 // guardMain is coordctl as a guard (guardEnv set): it runs argv in its own
 // process group and exits with its status. Control lines on fd 3: "D <ns>"
 // moves the deadline (CLOCK_MONOTONIC), "S <reason>" stops the command;
@@ -162,6 +153,10 @@ func guardMain(argv []string, errOut io.Writer) int {
 	if err != nil || len(argv) == 0 {
 		fmt.Fprintf(errOut, "coordctl guard: bad invocation (%s=%q, %d arguments)\n", guardEnv, os.Getenv(guardEnv), len(argv))
 		return exitUsage
+	}
+	if !runnersSupported {
+		fmt.Fprintf(errOut, "coordctl guard: %v\n", errNoRunners)
+		return exitError
 	}
 	what := os.Getenv(guardWhatEnv)
 	os.Unsetenv(guardEnv)
@@ -191,8 +186,8 @@ func guardMain(argv []string, errOut io.Writer) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// Its own group, so that the signals reach what it started too; and
-	// SIGKILL should the guard die.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// (on Linux) SIGKILL should the guard die.
+	cmd.SysProcAttr = commandProcAttr()
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(errOut, "coordctl: cannot run %s: %v\n", argv[0], err)
 		return 127
@@ -263,7 +258,7 @@ type guard struct {
 }
 
 func newGuard(clk clock.Clock, mono func() int64, grace time.Duration, what string, errOut io.Writer) *guard {
-	return &guard{clk: clk, mono: mono, kill: syscall.Kill, grace: grace, what: what, errOut: errOut, pid: -1}
+	return &guard{clk: clk, mono: mono, kill: killProcess, grace: grace, what: what, errOut: errOut, pid: -1}
 }
 
 // control applies one control line; false when it stops the command.
