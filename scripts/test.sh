@@ -69,5 +69,6 @@ if [ -n "${COORDD_FUZZTIME:-}" ]; then
     go test ./api -run '^$' -fuzz "^$target\$" -fuzztime "$COORDD_FUZZTIME"
   done
   go test ./internal/auth -run '^$' -fuzz '^FuzzParseACL$' -fuzztime "$COORDD_FUZZTIME"
+  go test ./internal/apijson -run '^$' -fuzz '^FuzzRoundTrip$' -fuzztime "$COORDD_FUZZTIME"
   go test ./schedule -run '^$' -fuzz '^FuzzCalendarZones$' -fuzztime "$COORDD_FUZZTIME"
 fi
