@@ -8,6 +8,7 @@ import * as https from "node:https";
 import { readFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { CoorddError, type ErrorBody } from "./errors.js";
+import { encode } from "./wire.js";
 
 export interface TLSFiles {
   /** CA bundle (PEM) that signed the nodes' certificates; turns HTTPS on. */
@@ -129,9 +130,8 @@ export class Transport {
       req.on("timeout", () => req.destroy(Object.assign(new Error(`no answer within ${timeoutMs} ms`), { code: "ATTEMPT_TIMEOUT" })));
       req.on("error", fail);
       req.on("socket", (s) => {
-        if ((s as any).connecting === false) sent = true;
-        else s.once("connect", () => { sent = true; });
-        s.once("secureConnect", () => { sent = true; });
+        if (!(s as any).connecting) sent = true; // a kept-alive connection
+        else s.once(url.protocol === "https:" ? "secureConnect" : "connect", () => { sent = true; });
       });
       if (signal?.aborted) return onAbort();
       signal?.addEventListener("abort", onAbort, { once: true });
@@ -171,7 +171,7 @@ export class Transport {
   /** A call with the retry policy; resolves to the decoded JSON answer. */
   async call(method: string, path: string, o: CallOptions): Promise<any> {
     const deadline = Date.now() + (o.callTimeoutMs ?? this.callTimeoutMs);
-    const body = o.body === undefined ? undefined : JSON.stringify(o.body);
+    const body = o.body === undefined ? undefined : JSON.stringify(encode(o.body));
     const qs = query(o.query);
     let delay = 50;
     let refusedInARow = 0;

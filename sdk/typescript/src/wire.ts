@@ -53,7 +53,42 @@ export function decode(x: any, key = ""): any {
   if (Array.isArray(x)) return x.map((v) => decode(v, key));
   if (x === null || typeof x !== "object") return scalar(x, key);
   const out: Record<string, any> = {};
-  for (const [k, v] of Object.entries(x)) out[k] = PAYLOAD_FIELDS.has(k) ? v : decode(v, k);
+  for (const [k, v] of Object.entries(x)) {
+    if (LEGACY && BYTES_FIELDS.has(k)) out[k] = fromBase64(v);
+    else if (LEGACY && k.endsWith("_ms") && typeof v === "string" && INT_RE.test(v)) legacyTime(out, k.slice(0, -3), Number(v));
+    else out[k] = PAYLOAD_FIELDS.has(k) ? v : decode(v, k);
+  }
+  return out;
+}
+
+// TEMPORARY: the contract before issue 25 item 2 (`*_ms` integers, base64
+// bytes), for running against a node that still speaks it
+// (COORDD_LEGACY_WIRE=1). Removed once the new contract is on main.
+const LEGACY = process.env.COORDD_LEGACY_WIRE === "1";
+const BYTES_FIELDS = new Set(["args", "result", "payload", "value"]);
+const fromBase64 = (v: unknown) => {
+  if (typeof v !== "string" || v === "") return null;
+  const t = Buffer.from(v, "base64").toString("utf8");
+  try { return JSON.parse(t); } catch { return t; }
+};
+function legacyTime(out: Record<string, any>, k: string, ms: number): void {
+  if (k === "calendar") k = "calendar_time";
+  out[k] = DURATION_FIELDS.has(k) ? ms : new Date(ms);
+}
+
+/** The request body as the contract wants it (identity, but for the legacy contract). */
+export function encode(x: any, key = ""): any {
+  if (!LEGACY) return x;
+  if (Array.isArray(x)) return x.map((v) => encode(v, key));
+  if (x === null || typeof x !== "object") return x;
+  const out: Record<string, any> = {};
+  for (const [k, v] of Object.entries(x)) {
+    if (v === undefined) continue;
+    if (BYTES_FIELDS.has(k)) out[k] = v === null ? undefined : Buffer.from(JSON.stringify(v)).toString("base64");
+    else if (DURATION_FIELDS.has(k) && typeof v === "string" && DURATION_RE.test(v)) out[k + "_ms"] = String(Math.round(parseFloat(v) * 1000));
+    else if (INSTANT_FIELDS.has(k) && typeof v === "string" && TIME_RE.test(v)) out[k + "_ms"] = String(Date.parse(v));
+    else out[k] = encode(v, k);
+  }
   return out;
 }
 
