@@ -75,6 +75,7 @@ export class Transport {
   private known = false;
   private locating: Promise<void> | null = null;
   private closed = false;
+  private located = false;
 
   constructor(o: TransportOptions) {
     const tls = o.tls?.ca !== undefined || o.endpoints.some((e) => e.startsWith("https://"));
@@ -142,6 +143,7 @@ export class Transport {
   /** Asks every node's /v1/cluster/status who leads; moves to the one that says it does. */
   locate(): Promise<void> {
     if (this.locating) return this.locating;
+    this.located = true;
     this.locating = new Promise<void>((resolve) => {
       let pending = this.endpoints.length;
       const done = () => { this.locating = null; resolve(); };
@@ -179,7 +181,8 @@ export class Transport {
     let last: CoorddError | undefined;
     for (let attempt = 0; ; attempt++) {
       if (this.closed) throw new CoorddError({ code: "CANCELLED", reason: "TRANSPORT", message: "client closed" });
-      if (attempt > 0 && !this.known) await this.locate();
+      // Find the leader at the first call and after a failure: a follower would forward (one more hop).
+      if (!this.known && (attempt > 0 || !this.located)) await this.locate();
       const ep = this.endpoints[this.current];
       const left = deadline - Date.now();
       const out = await this.attempt(ep, method, path + qs, body, Math.max(1, Math.min(o.attemptTimeoutMs ?? this.attemptTimeoutMs, left)), o);
