@@ -8,7 +8,7 @@ import { Client } from "../src/index.js";
 
 export async function dailyClose(c: Client, day: string, stores: number[], payload: (store: number) => unknown): Promise<boolean> {
   // --- the README's example: from here ---
-  return c.withLease("daily-close", { ttl: 30_000 }, async (lease) => {
+  const closed = await c.withLease("daily-close", { ttl: 30_000 }, async (lease) => {
     const claim = await lease.claimWindow("daily-close", day);          // the occurrence's business day
     if (!claim.claimed) return false;                                    // completed already: nothing to do
     for (const store of stores) {                                        // STALE_TOKEN after a pause past the TTL
@@ -19,6 +19,7 @@ export async function dailyClose(c: Client, day: string, stores: number[], paylo
   });
   // NotAcquiredError: another replica holds the lease. lease.signal aborts the moment the lease is lost.
   // --- to here ---
+  return closed;
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
