@@ -243,8 +243,8 @@ export class Transport {
 
 function tlsFailure(e: any): boolean {
   const c = String(e?.code ?? "");
-  return c.startsWith("ERR_TLS") || c.startsWith("ERR_SSL") || c.includes("CERT") || c === "DEPTH_ZERO_SELF_SIGNED_CERT" ||
-    /alert (bad|unknown|handshake)|certificate required/i.test(String(e?.message));
+  // Node's and OpenSSL's codes: ERR_TLS_*, ERR_SSL_*, UNABLE_TO_VERIFY_LEAF_SIGNATURE, SELF_SIGNED_CERT_IN_CHAIN, ...
+  return /TLS|SSL|CERT|SIGNATURE|ISSUER/.test(c) || /alert (bad|unknown|handshake)|certificate required/i.test(String(e?.message));
 }
 
 function query(q: CallOptions["query"]): string {
