@@ -27,9 +27,10 @@ export function instant(t: Date | number): string {
 }
 
 /** Durations of the API (google.protobuf.Duration): decoded to ms. */
-const DURATION_FIELDS: ReadonlySet<string> = new Set([
+export const DURATION_FIELDS: ReadonlySet<string> = new Set([
   "ttl", "expires_in", "held", "renewed_ago", "wait", "delay", "visibility_timeout", "backoff_initial", "backoff_max",
-  "catch_up", "complete_within", "starting_deadline", "interval", "oldest_available_age", "overdue_by", "lease_clock_lag",
+  "catch_up", "complete_within", "starting_deadline", "interval", "oldest_available_age", "overdue", "lease_clock_lag",
+  "lease_time", "offset", "offset_error",
 ]);
 /** Instants of the API: decoded to Date (also listed by the OpenAPI document, TIMESTAMP_FIELDS). */
 const INSTANT_FIELDS: ReadonlySet<string> = new Set([

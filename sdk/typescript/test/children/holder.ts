@@ -13,6 +13,9 @@ lease.signal.addEventListener("abort", () => {
 });
 emit("acquired", { generation: lease.generation, token: lease.token });
 const first = await lease.fencedCommit(a.resource, `${a.resource}-1`, { by: "holder", step: 1 });
+// Taken before the parent can see wrote1 (and freeze us), so a freeze
+// anywhere from here on shows as a gap.
+const wroteAt = Date.now();
 emit("wrote1", { accepted: first.accepted });
 
 async function writeAfterWake(frozenMs: number): Promise<void> {
@@ -38,7 +41,7 @@ if (a.mode === "block") {
   }
 } else {
   // Work in small steps until a step takes far longer than it should: a freeze (SIGSTOP).
-  for (let last = Date.now(); ; ) {
+  for (let last = wroteAt; ; ) {
     await new Promise((r) => setTimeout(r, 20));
     const gap = Date.now() - last;
     if (gap > a.ttl / 2) {
