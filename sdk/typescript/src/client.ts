@@ -5,7 +5,7 @@ import { Jobs } from "./jobs.js";
 import { Schedules } from "./schedules.js";
 import { Worker, type WorkerOptions } from "./worker.js";
 import { Transport, pathName, randomID, type TLSFiles } from "./transport.js";
-import { decode, duration } from "./wire.js";
+import { decode, duration, req, type Schemas } from "./wire.js";
 import type { Commit, CommitOptions, LeaseInfo, Resource, Window } from "./types.js";
 
 export interface ClientOptions {
@@ -84,7 +84,7 @@ export class Client {
     const owner = o.owner ?? this.owner;
     const requestId = o.requestId ?? randomID();
     let sent = now();
-    const body = { owner, ttl: duration(o.ttl), request_id: requestId, wait: !!o.wait, value: o.value };
+    const body = req("CoordinatorAcquireBody", { owner, ttl: duration(o.ttl), request_id: requestId, wait: !!o.wait, value: o.value });
     const r = decode(await this.transport.call("POST", `/v1/leases/${pathName(name)}/acquire`, {
       idempotent: true, body, signal: o.signal,
       // A waiting acquire has no attempt timeout of its own: the node answers 504 at its
@@ -103,7 +103,7 @@ export class Client {
       // wait, renew once so the lease starts with a deadline worth having.
       const rs = now();
       await this.transport.call("POST", `/v1/leases/${pathName(name)}/renew`, {
-        idempotent: true, body: { owner, generation: String(gen), ttl: duration(o.ttl) },
+        idempotent: true, body: req("CoordinatorRenewBody", { owner, generation: String(gen), ttl: duration(o.ttl) }),
       });
       sent = rs;
     }
@@ -154,8 +154,8 @@ export class Client {
     return this.fencedCommit(resource, token, idempotencyKey, undefined, { dryRun: true });
   }
 
-  private async commit(b: Record<string, unknown>, opts: CommitOptions = {}): Promise<Commit> {
-    const body = { ...b, dry_run: !!opts.dryRun };
+  private async commit(b: Schemas["v1FencedCommitRequest"], opts: CommitOptions = {}): Promise<Commit> {
+    const body = req("v1FencedCommitRequest", { ...b, dry_run: !!opts.dryRun });
     const r = decode(await this.transport.call("POST", "/v1/fence/commit", {
       idempotent: !!opts.dryRun || !!b.idempotency_key, body, signal: opts.signal,
     }));

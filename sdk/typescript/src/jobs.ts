@@ -1,7 +1,7 @@
 // The job queue (coord.v1.Queue over HTTP): submit, look up, cancel, retry.
 import { invalidArgument } from "./errors.js";
 import { randomID, type Transport } from "./transport.js";
-import { decode, duration, instant } from "./wire.js";
+import { decode, duration, instant, req, type Schemas } from "./wire.js";
 import type { QueueJob, SubmittedJob } from "./types.js";
 
 export interface JobOptions {
@@ -31,7 +31,7 @@ export interface NewJob extends JobOptions {
 export const AUTO_KEY_PREFIX = "auto:";
 
 /** The wire form of a job to submit. */
-export function newJobBody(j: NewJob): Record<string, unknown> {
+export function newJobBody(j: NewJob): Schemas["v1NewJob"] {
   if (!j.kind) throw invalidArgument("kind", "required");
   if (j.runAt !== undefined && j.after !== undefined) throw invalidArgument("run_at", "give runAt or after, not both");
   return {
@@ -59,7 +59,7 @@ export class Jobs {
   /** Submits up to 1,000 jobs in one call: all or nothing (a bad one refuses the call, metadata.index says which). */
   async submitBatch(jobs: NewJob[]): Promise<SubmittedJob[]> {
     if (jobs.length === 0) return [];
-    const r = decode(await this.t.call("POST", "/v1/queue/jobs", { idempotent: true, body: { jobs: jobs.map(newJobBody) } }));
+    const r = decode(await this.t.call("POST", "/v1/queue/jobs", { idempotent: true, body: req("v1QueueSubmitRequest", { jobs: jobs.map(newJobBody) }) }));
     return r.jobs ?? [];
   }
 
@@ -76,7 +76,7 @@ export class Jobs {
 
   /** Cancels a job (idempotent: a repeat returns it unchanged, duplicate). */
   async cancel(id: number): Promise<{ job: QueueJob; duplicate: boolean }> {
-    const r = decode(await this.t.call("POST", `/v1/queue/jobs/${id}/cancel`, { idempotent: true, body: {} }));
+    const r = decode(await this.t.call("POST", `/v1/queue/jobs/${id}/cancel`, { idempotent: true, body: req("QueueCancelBody", {}) }));
     return { job: r.job, duplicate: !!r.duplicate };
   }
 
@@ -85,7 +85,7 @@ export class Jobs {
    * after an unknown outcome (err.outcomeUnknown) look the job up first.
    */
   async retry(id: number): Promise<{ job: QueueJob; duplicate: boolean }> {
-    const r = decode(await this.t.call("POST", `/v1/queue/jobs/${id}/retry`, { idempotent: false, body: {} }));
+    const r = decode(await this.t.call("POST", `/v1/queue/jobs/${id}/retry`, { idempotent: false, body: req("QueueRetryBody", {}) }));
     return { job: r.job, duplicate: !!r.duplicate };
   }
 

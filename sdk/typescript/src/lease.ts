@@ -7,7 +7,7 @@
 // else.
 import { CoorddError, LeaseLostError, LEASE_ENDED } from "./errors.js";
 import { pathName, type Transport } from "./transport.js";
-import { decode, duration } from "./wire.js";
+import { decode, duration, req, type Schemas } from "./wire.js";
 import type { Commit, CommitOptions, Window, WindowClaim } from "./types.js";
 
 /** Monotonic milliseconds (keeps counting while the process is stopped). */
@@ -19,7 +19,7 @@ export function marginFor(ttlMs: number): number {
 }
 
 export interface LeaseHooks {
-  fencedCommit(body: Record<string, unknown>, opts?: CommitOptions): Promise<Commit>;
+  fencedCommit(body: Schemas["v1FencedCommitRequest"], opts?: CommitOptions): Promise<Commit>;
 }
 
 export class Lease {
@@ -121,7 +121,7 @@ export class Lease {
     try {
       await this.t.call("POST", `/v1/leases/${pathName(this.name)}/renew`, {
         idempotent: true,
-        body: { owner: this.owner, generation: String(this.generation), ttl: duration(this.ttlMs) },
+        body: req("CoordinatorRenewBody", { owner: this.owner, generation: String(this.generation), ttl: duration(this.ttlMs) }),
         // A renewal unanswered within the stall limit moves on to another node.
         attemptTimeoutMs: Math.min(this.ttlMs / 3, 2000),
         callTimeoutMs: Math.max(1, this.deadlineAt - now()),
@@ -174,7 +174,7 @@ export class Lease {
   async claimWindow(job: string, window: string): Promise<WindowClaim> {
     this.held();
     const r = decode(await this.t.call("POST", `/v1/windows/${pathName(job)}/${encodeURIComponent(window)}/claim`, {
-      idempotent: true, body: { lease_name: this.name, owner: this.owner, generation: String(this.generation) },
+      idempotent: true, body: req("CoordinatorClaimWindowBody", { lease_name: this.name, owner: this.owner, generation: String(this.generation) }),
     }));
     return { claimed: !!r.claimed, attempts: r.attempts ?? 0, window: r.window };
   }
@@ -193,7 +193,8 @@ export class Lease {
     }
     const r = decode(await this.t.call("POST", `/v1/windows/${pathName(job)}/${encodeURIComponent(window)}/complete`, {
       idempotent: true,
-      body: { lease_name: this.name, owner: this.owner, generation: String(this.generation), result, release: !!opts.release },
+      body: req("CoordinatorCompleteWindowBody",
+        { lease_name: this.name, owner: this.owner, generation: String(this.generation), result, release: !!opts.release }),
     }));
     return r.window;
   }
@@ -220,7 +221,7 @@ export class Lease {
     try {
       await this.t.call("POST", `/v1/leases/${pathName(this.name)}/release`, {
         idempotent: true, callTimeoutMs: o.timeoutMs ?? 5000,
-        body: { owner: this.owner, generation: String(this.generation) },
+        body: req("CoordinatorReleaseBody", { owner: this.owner, generation: String(this.generation) }),
       });
     } catch (e) {
       err = e;

@@ -2,7 +2,7 @@
 // leader materialises, one job per occurrence.
 import { invalidArgument } from "./errors.js";
 import type { Transport } from "./transport.js";
-import { decode, duration } from "./wire.js";
+import { decode, duration, req, type Schemas } from "./wire.js";
 import type { Schedule } from "./types.js";
 
 export interface ScheduleSpec {
@@ -19,15 +19,13 @@ export interface ScheduleSpec {
   startingDeadline?: number;
   catchUp?: number;
   completeWithin?: number;
-  /** FORBID, ALLOW or REPLACE. */
-  overlap?: string;
-  /** WALL_TIME or CADENCE. */
-  dstPolicy?: string;
+  overlap?: "FORBID" | "ALLOW" | "REPLACE";
+  dstPolicy?: "WALL_TIME" | "CADENCE";
 }
 
 const ms = (v: number | undefined) => (v === undefined ? undefined : duration(v));
 
-export function specBody(s: ScheduleSpec): Record<string, unknown> {
+export function specBody(s: ScheduleSpec): Schemas["v1ScheduleSpec"] {
   if (!s.name) throw invalidArgument("name", "required");
   const j = s.job;
   return {
@@ -74,19 +72,19 @@ export class Schedules {
 
   /** Pauses (idempotent: changed=false when it was paused). */
   async pause(name: string): Promise<{ schedule: Schedule; changed: boolean }> {
-    const r = decode(await this.t.call("POST", `${path(name)}/pause`, { idempotent: true, body: {} }));
+    const r = decode(await this.t.call("POST", `${path(name)}/pause`, { idempotent: true, body: req("SchedulesPauseScheduleBody", {}) }));
     return { schedule: r.schedule, changed: !!r.changed };
   }
 
   /** Resumes without a burst: the paused occurrences are recorded as skipped. */
   async resume(name: string): Promise<{ schedule: Schedule; changed: boolean }> {
-    const r = decode(await this.t.call("POST", `${path(name)}/resume`, { idempotent: true, body: {} }));
+    const r = decode(await this.t.call("POST", `${path(name)}/resume`, { idempotent: true, body: req("SchedulesResumeScheduleBody", {}) }));
     return { schedule: r.schedule, changed: !!r.changed };
   }
 
   /** An extra occurrence now (not retried once sent: it would make another). */
   async trigger(name: string): Promise<any> {
-    return decode(await this.t.call("POST", `${path(name)}/trigger`, { idempotent: false, body: {} }));
+    return decode(await this.t.call("POST", `${path(name)}/trigger`, { idempotent: false, body: req("SchedulesTriggerScheduleBody", {}) }));
   }
 
   async delete(name: string): Promise<{ changed: boolean }> {

@@ -8,7 +8,6 @@ import * as https from "node:https";
 import { readFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { CoorddError, type ErrorBody } from "./errors.js";
-import { encode } from "./wire.js";
 
 export interface TLSFiles {
   /** CA bundle (PEM) that signed the nodes' certificates; turns HTTPS on. */
@@ -173,7 +172,7 @@ export class Transport {
   /** A call with the retry policy; resolves to the decoded JSON answer. */
   async call(method: string, path: string, o: CallOptions): Promise<any> {
     const deadline = Date.now() + (o.callTimeoutMs ?? this.callTimeoutMs);
-    const body = o.body === undefined ? undefined : JSON.stringify(encode(o.body));
+    const body = o.body === undefined ? undefined : JSON.stringify(o.body);
     const qs = query(o.query);
     let delay = 50;
     let refusedInARow = 0;

@@ -9,7 +9,7 @@
 import { CoorddError, isReason } from "./errors.js";
 import { marginFor, now } from "./lease.js";
 import { sleep, type Transport } from "./transport.js";
-import { decode, duration } from "./wire.js";
+import { decode, duration, req, type Schemas } from "./wire.js";
 import type { Commit, CommitOptions, QueueJob } from "./types.js";
 
 export interface WorkerOptions {
@@ -54,7 +54,7 @@ const ATTEMPT_OVER = ["ATTEMPT_LOST", "ATTEMPT_EXPIRED", "JOB_CANCELLED", "JOB_N
 const MAX_ERROR_TEXT = 4096;
 const DEFAULT_VISIBILITY_MS = 30000;
 
-type CommitFn = (body: Record<string, unknown>, opts?: CommitOptions) => Promise<Commit>;
+type CommitFn = (body: Schemas["v1FencedCommitRequest"], opts?: CommitOptions) => Promise<Commit>;
 
 class Claim {
   readonly ac = new AbortController();
@@ -157,7 +157,7 @@ export class Worker {
       try {
         r = decode(await this.t.call("POST", "/v1/queue/fetch", {
           idempotent: false, signal: this.fetchAC.signal,
-          body: { queues: [queue], max: Math.min(n, 1000), wait: duration(this.pollWait), worker_id: this.id },
+          body: req("v1QueueFetchRequest", { queues: [queue], max: Math.min(n, 1000), wait: duration(this.pollWait), worker_id: this.id }),
           attemptTimeoutMs: this.pollWait + 5000, callTimeoutMs: this.pollWait + 10000,
           onSend: () => { sent = now(); },
         }));
@@ -248,7 +248,8 @@ export class Worker {
   private async complete(cl: Claim, result: unknown): Promise<void> {
     try {
       await this.t.call("POST", "/v1/queue/complete", { idempotent: true,
-        body: { worker_id: this.id, completions: [{ job_id: String(cl.job.id), attempt: cl.job.attempt, result: result ?? null }] } });
+        body: req("v1QueueCompleteRequest",
+          { worker_id: this.id, completions: [{ job_id: String(cl.job.id), attempt: cl.job.attempt, result: result ?? null }] }) });
     } finally {
       this.over(cl);
     }
@@ -257,7 +258,7 @@ export class Worker {
   private async fail(cl: Claim, error: string, retryable: boolean): Promise<void> {
     try {
       await this.t.call("POST", "/v1/queue/fail", { idempotent: true,
-        body: { worker_id: this.id, failures: [{ job_id: String(cl.job.id), attempt: cl.job.attempt, error, retryable }] } });
+        body: req("v1QueueFailRequest", { worker_id: this.id, failures: [{ job_id: String(cl.job.id), attempt: cl.job.attempt, error, retryable }] }) });
     } finally {
       this.over(cl);
     }
@@ -323,7 +324,8 @@ export class Worker {
         idempotent: true, onSend: () => { sent = now(); },
         attemptTimeoutMs: Math.min(...batch.map((c) => c.vt / 3), 5000),
         callTimeoutMs: Math.max(1, Math.min(...batch.map((c) => c.deadlineAt - now()))),
-        body: { worker_id: this.id, attempts: batch.map((c) => ({ job_id: String(c.job.id), attempt: c.job.attempt })) },
+        body: req("v1QueueHeartbeatRequest",
+          { worker_id: this.id, attempts: batch.map((c) => ({ job_id: String(c.job.id), attempt: c.job.attempt })) }),
       }));
       results = r.results ?? [];
     } catch (e) {

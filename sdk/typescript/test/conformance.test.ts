@@ -285,7 +285,7 @@ describe("conformance", () => {
     assert.equal((await c.jobs.retry(later.id)).job.state, "AVAILABLE");
     await assert.rejects(c.jobs.get(10 ** 12), (e) => isReason(e, "JOB_NOT_FOUND"));
     const name = "conf-schedule";
-    const put = await c.schedules.put({ name, schedule: "5 0 * * *", timeZone: "America/Sao_Paulo", overlap: "forbid",
+    const put = await c.schedules.put({ name, schedule: "5 0 * * *", timeZone: "America/Sao_Paulo", overlap: "FORBID",
       job: { queue, kind: "close", args: { a: 1 } } });
     assert.deepEqual([put.created, put.schedule.revision, put.schedule.paused], [true, 1, false]);
     assert.ok(put.schedule.next_due instanceof Date, `next_due ${put.schedule.next_due}`);

@@ -1,7 +1,8 @@
 // The wire conversions (src/wire.ts), without a cluster.
 import { it } from "node:test";
 import assert from "node:assert/strict";
-import { decode, duration, instant } from "../src/wire.js";
+import { readFileSync } from "node:fs";
+import { DURATION_FIELDS, decode, duration, instant } from "../src/wire.js";
 import { marginFor } from "../src/lease.js";
 import { parseToken } from "../src/index.js";
 
@@ -13,13 +14,22 @@ it("wire_conversions", () => {
   const d = decode({
     lease: { name: "a", generation: "3", ttl: "1.500s", expires_in: "0.250s", acquired_at: "2026-12-01T23:04:20.123Z", owner: "5s",
       value: { generation: "7", ttl: "9s" } },
-    job: { id: "42", state: "JOB_STATE_DEAD", kind: "JOB_STATE_x", args: { id: "42" } },
+    job: { id: "42", state: "DEAD", kind: "render", args: { id: "42" } },
   });
   assert.deepEqual([d.lease.generation, d.lease.ttl, d.lease.expires_in, d.lease.owner], [3, 1500, 250, "5s"]);
   assert.deepEqual(d.lease.acquired_at, new Date("2026-12-01T23:04:20.123Z"));
   assert.deepEqual(d.lease.value, { generation: "7", ttl: "9s" }, "payloads are the user's, untouched");
-  assert.deepEqual([d.job.id, d.job.state, d.job.args], [42, "DEAD", { id: "42" }]);
+  assert.deepEqual([d.job.id, d.job.state, d.job.kind, d.job.args], [42, "DEAD", "render", { id: "42" }]);
   assert.deepEqual([marginFor(1000), marginFor(5000), marginFor(60000)], [100, 500, 2000]);
   assert.deepEqual(parseToken("billing/close:a:7"), { name: "billing/close:a", generation: 7 });
   assert.throws(() => parseToken("close:0"), /malformed/);
+});
+
+it("wire_duration_fields_in_openapi", () => {
+  const doc = JSON.parse(readFileSync(process.env.COORDD_OPENAPI || new URL("../../../../api/openapi/coordd.json", import.meta.url), "utf8"));
+  const strings = new Set<string>();
+  for (const s of Object.values<any>(doc.components.schemas)) {
+    for (const [k, p] of Object.entries<any>(s.properties ?? {})) if (p.type === "string" && !p.format) strings.add(k);
+  }
+  for (const f of DURATION_FIELDS) assert.ok(strings.has(f), `${f}: a string field of the OpenAPI document`);
 });
