@@ -1954,8 +1954,9 @@ type SubmitJobs struct {
 	// the jobs by, and the FSM judges them by (fsm.JobSpecRules): 0, the
 	// entries written before the field, lengths and ranges only; 1 also the
 	// text rules (UTF-8 without control characters in the queue, kind,
-	// unique key and label keys) and no label key starting with "coordd.".
-	// A logged entry replays by the rules it names.
+	// unique key and label keys) and no label key starting with "coordd.";
+	// 2 also args that are JSON (or empty). A logged entry replays by the
+	// rules it names.
 	SpecRules uint32 `protobuf:"varint,3,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	// max_live_jobs > 0 refuses the batch (JOB_QUOTA) when identity's jobs
 	// that are not final, plus the jobs this batch adds, would be more than
@@ -3908,8 +3909,9 @@ type PutSchedule struct {
 	// the template by, and the FSM judges it by (fsm.JobSpecRules): 0, the
 	// entries written before the field, lengths, ranges and no "coordd."
 	// label key; 1 also UTF-8 without control characters in the queue,
-	// kind and label keys. A logged entry replays by the rules it names, so
-	// a rule added later never changes how it replays.
+	// kind and label keys; 2 also template args that are JSON (or empty).
+	// A logged entry replays by the rules it names, so a rule added later
+	// never changes how it replays.
 	SpecRules uint32 `protobuf:"varint,5,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	// guard: what the leader authorised the put against (ScheduleGuard).
 	Guard *ScheduleGuard `protobuf:"bytes,6,opt,name=guard,proto3" json:"guard,omitempty"`
