@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/url"
+	"reflect"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -45,6 +46,16 @@ func (j *httpJSON) Marshal(v any) ([]byte, error) {
 func (j *httpJSON) Unmarshal(data []byte, v any) error {
 	if m, ok := v.(proto.Message); ok {
 		return apijson.Unmarshal(data, m)
+	}
+	// A body mapped to one field of the request (PutSchedule's "spec"):
+	// the gateway decodes into that field, a pointer to a message pointer.
+	if pv := reflect.ValueOf(v); pv.Kind() == reflect.Pointer && !pv.IsNil() && pv.Elem().Kind() == reflect.Pointer {
+		if _, ok := pv.Elem().Interface().(proto.Message); ok {
+			if pv.Elem().IsNil() {
+				pv.Elem().Set(reflect.New(pv.Elem().Type().Elem()))
+			}
+			return apijson.Unmarshal(data, pv.Elem().Interface().(proto.Message))
+		}
 	}
 	return j.pb.Unmarshal(data, v)
 }
