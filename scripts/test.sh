@@ -63,6 +63,8 @@ if [ $# -eq 0 ]; then go test -count=1 -timeout 5m -run '^TestQuotasKeepTheOther
 # The fault-injection suite's short profile (real processes, about 4.5 minutes);
 # COORDD_FAULTS_PROFILE=full runs the long one.
 go test -tags faults -count=1 -timeout 30m "$@" ./integration/faults/
+# The SDKs of other languages, each against real coordd processes.
+if [ $# -eq 0 ] && command -v npm >/dev/null; then sdk/typescript/test.sh; fi
 if [ -n "${COORDD_FUZZTIME:-}" ]; then
   go test ./fsm -run '^$' -fuzz FuzzCommands -fuzztime "$COORDD_FUZZTIME"
   for target in FuzzRequests FuzzHTTPAPI; do
