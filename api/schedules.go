@@ -105,6 +105,9 @@ func (s *Server) compileSpec(in *coordv1.ScheduleSpec) (*fsmv1.ScheduleSpec, err
 		return nil, invalidArg("schedule", "%v", err)
 	}
 	job, field, problem := wireJobSpec(in.GetJob(), nil)
+	if field == "" {
+		field, problem = s.checkDelivery(job.GetTarget())
+	}
 	if field != "" {
 		return nil, invalidArg("job."+field, "job.%s %s", field, problem)
 	}
@@ -143,7 +146,7 @@ func (s *Server) scheduleToProto(sc fsm.Schedule) *coordv1.Schedule {
 			DstPolicy: coordv1.ScheduleDstPolicy(sp.DSTPolicy),
 			Job: &coordv1.JobTemplate{Queue: t.Queue, Kind: t.Kind, Args: t.Args, Priority: t.Priority,
 				MaxAttempts: t.MaxAttempts, BackoffInitialMs: t.BackoffMs, BackoffMaxMs: t.BackoffMaxMs,
-				BackoffFactor: float64(t.BackoffPermille) / 1000, VisibilityTimeoutMs: t.VisibilityMs},
+				BackoffFactor: float64(t.BackoffPermille) / 1000, VisibilityTimeoutMs: t.VisibilityMs, Target: targetToProto(t.Target)},
 		},
 		Revision: sc.Revision, Paused: sc.Paused, PausedAtMs: sc.PausedAt, PausedBy: sc.PausedBy,
 		Deleted: sc.Deleted, DeletedAtMs: sc.DeletedAt, DeletedBy: sc.DeletedBy, CreatedBy: sc.CreatedBy,

@@ -9,6 +9,7 @@ package coordv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -189,7 +190,11 @@ type NewJob struct {
 	// while the job is retained: a second submit returns the first job.
 	UniqueKey string `protobuf:"bytes,12,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
 	// labels for filtering List (up to 16).
-	Labels        map[string]string `protobuf:"bytes,13,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,13,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// target, when set, makes coordd's nodes deliver the job's attempts to
+	// an HTTP endpoint instead of handing them to pull workers (whose
+	// fetches never see it): docs/delivery.md.
+	Target        *HttpTarget `protobuf:"bytes,14,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -315,6 +320,122 @@ func (x *NewJob) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *NewJob) GetTarget() *HttpTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+// HttpTarget is an HTTP endpoint that coordd's nodes deliver a job's
+// attempts to, through the same attempts a pull worker gets (lapse,
+// retries with backoff, dead, cancel and fencing are the queue's). Each
+// request carries the job's args as its JSON body, the headers
+// Coordd-Job-Id, Coordd-Attempt, Coordd-Fencing-Token ("job:<id>:<n>",
+// the attempt's token for FencedCommit), Idempotency-Key, Coordd-Deadline
+// (and Coordd-Window, Coordd-Occurrence for a schedule's job) and, with a
+// secret, a Standard Webhooks 1.0 signature. A 2xx completes the attempt
+// (a JSON body, up to 64 KiB, is the result); 429, 5xx, a timeout or a
+// connection error fails it retryably (honouring Retry-After); any other
+// status fails it for good unless retry_status names it. The URL must
+// match the servers' --delivery-allow list (INVALID_ARGUMENT, field
+// "target.url", naming the flag).
+type HttpTarget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url: an absolute http or https URL, up to 2,048 bytes.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// method: default POST; GET, PUT, PATCH and DELETE also.
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// headers added to every request (up to 16; names and values up to 256
+	// bytes). Coordd-*, webhook-*, Idempotency-Key, Content-Type,
+	// Content-Length, Host and hop-by-hop headers are coordd's and refused.
+	Headers map[string]string `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// timeout of one request: default the job's visibility timeout, at most
+	// 24 h.
+	Timeout *durationpb.Duration `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// retryable_status: 4xx codes that fail an attempt retryably too (429
+	// and every 5xx always do); up to 16.
+	RetryableStatus []uint32 `protobuf:"varint,5,rep,packed,name=retryable_status,json=retryableStatus,proto3" json:"retryable_status,omitempty"`
+	// secret names a signing secret configured on the servers
+	// (--delivery-secrets); the secret itself is never returned by any
+	// read. Empty: requests are not signed.
+	Secret        string `protobuf:"bytes,6,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HttpTarget) Reset() {
+	*x = HttpTarget{}
+	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HttpTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HttpTarget) ProtoMessage() {}
+
+func (x *HttpTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HttpTarget.ProtoReflect.Descriptor instead.
+func (*HttpTarget) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HttpTarget) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *HttpTarget) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *HttpTarget) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *HttpTarget) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *HttpTarget) GetRetryableStatus() []uint32 {
+	if x != nil {
+		return x.RetryableStatus
+	}
+	return nil
+}
+
+func (x *HttpTarget) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 // QueueJob is a job as stored.
 type QueueJob struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -345,14 +466,17 @@ type QueueJob struct {
 	// finished_at_ms is set in a final state (0 otherwise).
 	FinishedAtMs int64 `protobuf:"varint,19,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
 	// attempt_log holds the most recent attempts (up to 32), oldest first.
-	AttemptLog    []*JobAttempt `protobuf:"bytes,20,rep,name=attempt_log,json=attemptLog,proto3" json:"attempt_log,omitempty"`
+	AttemptLog []*JobAttempt `protobuf:"bytes,20,rep,name=attempt_log,json=attemptLog,proto3" json:"attempt_log,omitempty"`
+	// target: where the job is delivered (NewJob.target), with its defaults
+	// filled in; absent for a pull worker's job.
+	Target        *HttpTarget `protobuf:"bytes,21,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueJob) Reset() {
 	*x = QueueJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	mi := &file_coord_v1_queue_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +488,7 @@ func (x *QueueJob) String() string {
 func (*QueueJob) ProtoMessage() {}
 
 func (x *QueueJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	mi := &file_coord_v1_queue_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +501,7 @@ func (x *QueueJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueJob.ProtoReflect.Descriptor instead.
 func (*QueueJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *QueueJob) GetId() uint64 {
@@ -520,6 +644,13 @@ func (x *QueueJob) GetAttemptLog() []*JobAttempt {
 	return nil
 }
 
+func (x *QueueJob) GetTarget() *HttpTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
 // JobAttempt is one hand-out of a job to a worker.
 type JobAttempt struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -545,7 +676,7 @@ type JobAttempt struct {
 
 func (x *JobAttempt) Reset() {
 	*x = JobAttempt{}
-	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	mi := &file_coord_v1_queue_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +688,7 @@ func (x *JobAttempt) String() string {
 func (*JobAttempt) ProtoMessage() {}
 
 func (x *JobAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	mi := &file_coord_v1_queue_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +701,7 @@ func (x *JobAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttempt.ProtoReflect.Descriptor instead.
 func (*JobAttempt) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *JobAttempt) GetNumber() uint32 {
@@ -660,7 +791,7 @@ type QueueSubmitRequest struct {
 
 func (x *QueueSubmitRequest) Reset() {
 	*x = QueueSubmitRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	mi := &file_coord_v1_queue_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +803,7 @@ func (x *QueueSubmitRequest) String() string {
 func (*QueueSubmitRequest) ProtoMessage() {}
 
 func (x *QueueSubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	mi := &file_coord_v1_queue_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +816,7 @@ func (x *QueueSubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSubmitRequest.ProtoReflect.Descriptor instead.
 func (*QueueSubmitRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{3}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *QueueSubmitRequest) GetJobs() []*NewJob {
@@ -705,7 +836,7 @@ type QueueSubmitResponse struct {
 
 func (x *QueueSubmitResponse) Reset() {
 	*x = QueueSubmitResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	mi := &file_coord_v1_queue_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +848,7 @@ func (x *QueueSubmitResponse) String() string {
 func (*QueueSubmitResponse) ProtoMessage() {}
 
 func (x *QueueSubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	mi := &file_coord_v1_queue_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +861,7 @@ func (x *QueueSubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSubmitResponse.ProtoReflect.Descriptor instead.
 func (*QueueSubmitResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{4}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *QueueSubmitResponse) GetJobs() []*SubmittedJob {
@@ -754,7 +885,7 @@ type SubmittedJob struct {
 
 func (x *SubmittedJob) Reset() {
 	*x = SubmittedJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	mi := &file_coord_v1_queue_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +897,7 @@ func (x *SubmittedJob) String() string {
 func (*SubmittedJob) ProtoMessage() {}
 
 func (x *SubmittedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	mi := &file_coord_v1_queue_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +910,7 @@ func (x *SubmittedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmittedJob.ProtoReflect.Descriptor instead.
 func (*SubmittedJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{5}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubmittedJob) GetId() uint64 {
@@ -820,7 +951,7 @@ type QueueGetRequest struct {
 
 func (x *QueueGetRequest) Reset() {
 	*x = QueueGetRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	mi := &file_coord_v1_queue_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +963,7 @@ func (x *QueueGetRequest) String() string {
 func (*QueueGetRequest) ProtoMessage() {}
 
 func (x *QueueGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	mi := &file_coord_v1_queue_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +976,7 @@ func (x *QueueGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetRequest.ProtoReflect.Descriptor instead.
 func (*QueueGetRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{6}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *QueueGetRequest) GetId() uint64 {
@@ -873,7 +1004,7 @@ type QueueGetResponse struct {
 
 func (x *QueueGetResponse) Reset() {
 	*x = QueueGetResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	mi := &file_coord_v1_queue_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1016,7 @@ func (x *QueueGetResponse) String() string {
 func (*QueueGetResponse) ProtoMessage() {}
 
 func (x *QueueGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	mi := &file_coord_v1_queue_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1029,7 @@ func (x *QueueGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetResponse.ProtoReflect.Descriptor instead.
 func (*QueueGetResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{7}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *QueueGetResponse) GetJob() *QueueJob {
@@ -933,7 +1064,7 @@ type QueueListRequest struct {
 
 func (x *QueueListRequest) Reset() {
 	*x = QueueListRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	mi := &file_coord_v1_queue_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1076,7 @@ func (x *QueueListRequest) String() string {
 func (*QueueListRequest) ProtoMessage() {}
 
 func (x *QueueListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	mi := &file_coord_v1_queue_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1089,7 @@ func (x *QueueListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListRequest.ProtoReflect.Descriptor instead.
 func (*QueueListRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{8}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QueueListRequest) GetQueue() string {
@@ -1022,7 +1153,7 @@ type QueueListResponse struct {
 
 func (x *QueueListResponse) Reset() {
 	*x = QueueListResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	mi := &file_coord_v1_queue_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1165,7 @@ func (x *QueueListResponse) String() string {
 func (*QueueListResponse) ProtoMessage() {}
 
 func (x *QueueListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	mi := &file_coord_v1_queue_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1178,7 @@ func (x *QueueListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListResponse.ProtoReflect.Descriptor instead.
 func (*QueueListResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{9}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *QueueListResponse) GetJobs() []*QueueJob {
@@ -1073,7 +1204,7 @@ type QueueCancelRequest struct {
 
 func (x *QueueCancelRequest) Reset() {
 	*x = QueueCancelRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	mi := &file_coord_v1_queue_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1216,7 @@ func (x *QueueCancelRequest) String() string {
 func (*QueueCancelRequest) ProtoMessage() {}
 
 func (x *QueueCancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	mi := &file_coord_v1_queue_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1229,7 @@ func (x *QueueCancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCancelRequest.ProtoReflect.Descriptor instead.
 func (*QueueCancelRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{10}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *QueueCancelRequest) GetId() uint64 {
@@ -1119,7 +1250,7 @@ type QueueCancelResponse struct {
 
 func (x *QueueCancelResponse) Reset() {
 	*x = QueueCancelResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	mi := &file_coord_v1_queue_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1262,7 @@ func (x *QueueCancelResponse) String() string {
 func (*QueueCancelResponse) ProtoMessage() {}
 
 func (x *QueueCancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	mi := &file_coord_v1_queue_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1275,7 @@ func (x *QueueCancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCancelResponse.ProtoReflect.Descriptor instead.
 func (*QueueCancelResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{11}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueueCancelResponse) GetJob() *QueueJob {
@@ -1170,7 +1301,7 @@ type QueueRetryRequest struct {
 
 func (x *QueueRetryRequest) Reset() {
 	*x = QueueRetryRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	mi := &file_coord_v1_queue_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1313,7 @@ func (x *QueueRetryRequest) String() string {
 func (*QueueRetryRequest) ProtoMessage() {}
 
 func (x *QueueRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	mi := &file_coord_v1_queue_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1326,7 @@ func (x *QueueRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetryRequest.ProtoReflect.Descriptor instead.
 func (*QueueRetryRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{12}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *QueueRetryRequest) GetId() uint64 {
@@ -1216,7 +1347,7 @@ type QueueRetryResponse struct {
 
 func (x *QueueRetryResponse) Reset() {
 	*x = QueueRetryResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	mi := &file_coord_v1_queue_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1359,7 @@ func (x *QueueRetryResponse) String() string {
 func (*QueueRetryResponse) ProtoMessage() {}
 
 func (x *QueueRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	mi := &file_coord_v1_queue_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1372,7 @@ func (x *QueueRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetryResponse.ProtoReflect.Descriptor instead.
 func (*QueueRetryResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{13}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QueueRetryResponse) GetJob() *QueueJob {
@@ -1269,14 +1400,19 @@ type QueueFetchRequest struct {
 	WaitMs int64 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
 	// worker_id names the worker process (1 to 256 bytes); its attempts'
 	// calls must carry it.
-	WorkerId      string `protobuf:"bytes,4,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	WorkerId string `protobuf:"bytes,4,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// targeted: a delivery fetch, for coordd's own nodes (cluster members
+	// only: PERMISSION_DENIED otherwise): it hands out only jobs with an
+	// HTTP target, of any queue (queues must be empty). Fetches without it
+	// never hand out a job with a target.
+	Targeted      bool `protobuf:"varint,5,opt,name=targeted,proto3" json:"targeted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueFetchRequest) Reset() {
 	*x = QueueFetchRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	mi := &file_coord_v1_queue_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1424,7 @@ func (x *QueueFetchRequest) String() string {
 func (*QueueFetchRequest) ProtoMessage() {}
 
 func (x *QueueFetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	mi := &file_coord_v1_queue_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1437,7 @@ func (x *QueueFetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFetchRequest.ProtoReflect.Descriptor instead.
 func (*QueueFetchRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{14}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueueFetchRequest) GetQueues() []string {
@@ -1332,6 +1468,13 @@ func (x *QueueFetchRequest) GetWorkerId() string {
 	return ""
 }
 
+func (x *QueueFetchRequest) GetTargeted() bool {
+	if x != nil {
+		return x.Targeted
+	}
+	return false
+}
+
 type QueueFetchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Jobs          []*ClaimedJob          `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
@@ -1341,7 +1484,7 @@ type QueueFetchResponse struct {
 
 func (x *QueueFetchResponse) Reset() {
 	*x = QueueFetchResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	mi := &file_coord_v1_queue_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1496,7 @@ func (x *QueueFetchResponse) String() string {
 func (*QueueFetchResponse) ProtoMessage() {}
 
 func (x *QueueFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	mi := &file_coord_v1_queue_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1509,7 @@ func (x *QueueFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFetchResponse.ProtoReflect.Descriptor instead.
 func (*QueueFetchResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{15}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueueFetchResponse) GetJobs() []*ClaimedJob {
@@ -1388,7 +1531,7 @@ type ClaimedJob struct {
 
 func (x *ClaimedJob) Reset() {
 	*x = ClaimedJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	mi := &file_coord_v1_queue_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1543,7 @@ func (x *ClaimedJob) String() string {
 func (*ClaimedJob) ProtoMessage() {}
 
 func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	mi := &file_coord_v1_queue_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1556,7 @@ func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedJob.ProtoReflect.Descriptor instead.
 func (*ClaimedJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{16}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ClaimedJob) GetJob() *QueueJob {
@@ -1441,7 +1584,7 @@ type JobAttemptRef struct {
 
 func (x *JobAttemptRef) Reset() {
 	*x = JobAttemptRef{}
-	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	mi := &file_coord_v1_queue_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1596,7 @@ func (x *JobAttemptRef) String() string {
 func (*JobAttemptRef) ProtoMessage() {}
 
 func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	mi := &file_coord_v1_queue_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1609,7 @@ func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRef.ProtoReflect.Descriptor instead.
 func (*JobAttemptRef) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{17}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JobAttemptRef) GetJobId() uint64 {
@@ -1497,7 +1640,7 @@ type JobItemError struct {
 
 func (x *JobItemError) Reset() {
 	*x = JobItemError{}
-	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	mi := &file_coord_v1_queue_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1652,7 @@ func (x *JobItemError) String() string {
 func (*JobItemError) ProtoMessage() {}
 
 func (x *JobItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	mi := &file_coord_v1_queue_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1665,7 @@ func (x *JobItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobItemError.ProtoReflect.Descriptor instead.
 func (*JobItemError) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{18}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobItemError) GetReason() string {
@@ -1557,7 +1700,7 @@ type QueueHeartbeatRequest struct {
 
 func (x *QueueHeartbeatRequest) Reset() {
 	*x = QueueHeartbeatRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[19]
+	mi := &file_coord_v1_queue_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1712,7 @@ func (x *QueueHeartbeatRequest) String() string {
 func (*QueueHeartbeatRequest) ProtoMessage() {}
 
 func (x *QueueHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[19]
+	mi := &file_coord_v1_queue_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1725,7 @@ func (x *QueueHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*QueueHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{19}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueueHeartbeatRequest) GetWorkerId() string {
@@ -1609,7 +1752,7 @@ type QueueHeartbeatResponse struct {
 
 func (x *QueueHeartbeatResponse) Reset() {
 	*x = QueueHeartbeatResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[20]
+	mi := &file_coord_v1_queue_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1764,7 @@ func (x *QueueHeartbeatResponse) String() string {
 func (*QueueHeartbeatResponse) ProtoMessage() {}
 
 func (x *QueueHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[20]
+	mi := &file_coord_v1_queue_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1777,7 @@ func (x *QueueHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*QueueHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{20}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *QueueHeartbeatResponse) GetResults() []*HeartbeatResult {
@@ -1658,7 +1801,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[21]
+	mi := &file_coord_v1_queue_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1813,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[21]
+	mi := &file_coord_v1_queue_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1826,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{21}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeartbeatResult) GetJobId() uint64 {
@@ -1725,7 +1868,7 @@ type QueueCompleteRequest struct {
 
 func (x *QueueCompleteRequest) Reset() {
 	*x = QueueCompleteRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[22]
+	mi := &file_coord_v1_queue_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1880,7 @@ func (x *QueueCompleteRequest) String() string {
 func (*QueueCompleteRequest) ProtoMessage() {}
 
 func (x *QueueCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[22]
+	mi := &file_coord_v1_queue_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1893,7 @@ func (x *QueueCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCompleteRequest.ProtoReflect.Descriptor instead.
 func (*QueueCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{22}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueCompleteRequest) GetWorkerId() string {
@@ -1779,7 +1922,7 @@ type JobCompletion struct {
 
 func (x *JobCompletion) Reset() {
 	*x = JobCompletion{}
-	mi := &file_coord_v1_queue_proto_msgTypes[23]
+	mi := &file_coord_v1_queue_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1934,7 @@ func (x *JobCompletion) String() string {
 func (*JobCompletion) ProtoMessage() {}
 
 func (x *JobCompletion) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[23]
+	mi := &file_coord_v1_queue_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +1947,7 @@ func (x *JobCompletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCompletion.ProtoReflect.Descriptor instead.
 func (*JobCompletion) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{23}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *JobCompletion) GetJobId() uint64 {
@@ -1838,7 +1981,7 @@ type QueueCompleteResponse struct {
 
 func (x *QueueCompleteResponse) Reset() {
 	*x = QueueCompleteResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[24]
+	mi := &file_coord_v1_queue_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +1993,7 @@ func (x *QueueCompleteResponse) String() string {
 func (*QueueCompleteResponse) ProtoMessage() {}
 
 func (x *QueueCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[24]
+	mi := &file_coord_v1_queue_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +2006,7 @@ func (x *QueueCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCompleteResponse.ProtoReflect.Descriptor instead.
 func (*QueueCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{24}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueueCompleteResponse) GetResults() []*CompleteResult {
@@ -1886,7 +2029,7 @@ type CompleteResult struct {
 
 func (x *CompleteResult) Reset() {
 	*x = CompleteResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[25]
+	mi := &file_coord_v1_queue_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +2041,7 @@ func (x *CompleteResult) String() string {
 func (*CompleteResult) ProtoMessage() {}
 
 func (x *CompleteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[25]
+	mi := &file_coord_v1_queue_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +2054,7 @@ func (x *CompleteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResult.ProtoReflect.Descriptor instead.
 func (*CompleteResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{25}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CompleteResult) GetJobId() uint64 {
@@ -1953,7 +2096,7 @@ type QueueFailRequest struct {
 
 func (x *QueueFailRequest) Reset() {
 	*x = QueueFailRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[26]
+	mi := &file_coord_v1_queue_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2108,7 @@ func (x *QueueFailRequest) String() string {
 func (*QueueFailRequest) ProtoMessage() {}
 
 func (x *QueueFailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[26]
+	mi := &file_coord_v1_queue_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2121,7 @@ func (x *QueueFailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFailRequest.ProtoReflect.Descriptor instead.
 func (*QueueFailRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{26}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueueFailRequest) GetWorkerId() string {
@@ -2002,14 +2145,18 @@ type JobFailure struct {
 	// error: what went wrong (cut to 4 KiB).
 	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
 	// retryable: try again after the backoff if attempts remain.
-	Retryable     bool `protobuf:"varint,4,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	Retryable bool `protobuf:"varint,4,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	// retry_after: with retryable, the next attempt is due no earlier than
+	// this long from now, even if the backoff is shorter (an HTTP target's
+	// Retry-After); at most 30 days.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobFailure) Reset() {
 	*x = JobFailure{}
-	mi := &file_coord_v1_queue_proto_msgTypes[27]
+	mi := &file_coord_v1_queue_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2168,7 @@ func (x *JobFailure) String() string {
 func (*JobFailure) ProtoMessage() {}
 
 func (x *JobFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[27]
+	mi := &file_coord_v1_queue_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2181,7 @@ func (x *JobFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFailure.ProtoReflect.Descriptor instead.
 func (*JobFailure) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{27}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *JobFailure) GetJobId() uint64 {
@@ -2065,6 +2212,13 @@ func (x *JobFailure) GetRetryable() bool {
 	return false
 }
 
+func (x *JobFailure) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
 type QueueFailResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// results: one per failure, in order.
@@ -2075,7 +2229,7 @@ type QueueFailResponse struct {
 
 func (x *QueueFailResponse) Reset() {
 	*x = QueueFailResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[28]
+	mi := &file_coord_v1_queue_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2241,7 @@ func (x *QueueFailResponse) String() string {
 func (*QueueFailResponse) ProtoMessage() {}
 
 func (x *QueueFailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[28]
+	mi := &file_coord_v1_queue_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2254,7 @@ func (x *QueueFailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFailResponse.ProtoReflect.Descriptor instead.
 func (*QueueFailResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{28}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QueueFailResponse) GetResults() []*FailResult {
@@ -2126,7 +2280,7 @@ type FailResult struct {
 
 func (x *FailResult) Reset() {
 	*x = FailResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[29]
+	mi := &file_coord_v1_queue_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2292,7 @@ func (x *FailResult) String() string {
 func (*FailResult) ProtoMessage() {}
 
 func (x *FailResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[29]
+	mi := &file_coord_v1_queue_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2305,7 @@ func (x *FailResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResult.ProtoReflect.Descriptor instead.
 func (*FailResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{29}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FailResult) GetJobId() uint64 {
@@ -2207,7 +2361,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[30]
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2373,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[30]
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2386,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{30}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -2260,7 +2414,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2426,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2439,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueueStatsResponse) GetQueues() []*QueueStats {
@@ -2322,7 +2476,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2488,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2501,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *QueueStats) GetQueue() string {
@@ -2424,7 +2578,7 @@ var File_coord_v1_queue_proto protoreflect.FileDescriptor
 
 const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/queue.proto\x12\bcoord.v1\"\xfb\x03\n" +
+	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\"\xa9\x04\n" +
 	"\x06NewJob\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -2440,10 +2594,22 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x15visibility_timeout_ms\x18\v \x01(\x03R\x13visibilityTimeoutMs\x12\x1d\n" +
 	"\n" +
 	"unique_key\x18\f \x01(\tR\tuniqueKey\x124\n" +
-	"\x06labels\x18\r \x03(\v2\x1c.coord.v1.NewJob.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\r \x03(\v2\x1c.coord.v1.NewJob.LabelsEntryR\x06labels\x12,\n" +
+	"\x06target\x18\x0e \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x02\n" +
+	"\n" +
+	"HttpTarget\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12;\n" +
+	"\aheaders\x18\x03 \x03(\v2!.coord.v1.HttpTarget.HeadersEntryR\aheaders\x123\n" +
+	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12)\n" +
+	"\x10retryable_status\x18\x05 \x03(\rR\x0fretryableStatus\x12\x16\n" +
+	"\x06secret\x18\x06 \x01(\tR\x06secret\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x06\n" +
 	"\bQueueJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
@@ -2467,7 +2633,8 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\rupdated_at_ms\x18\x12 \x01(\x03R\vupdatedAtMs\x12$\n" +
 	"\x0efinished_at_ms\x18\x13 \x01(\x03R\ffinishedAtMs\x125\n" +
 	"\vattempt_log\x18\x14 \x03(\v2\x14.coord.v1.JobAttemptR\n" +
-	"attemptLog\x1a9\n" +
+	"attemptLog\x12,\n" +
+	"\x06target\x18\x15 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x02\n" +
@@ -2525,12 +2692,13 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"X\n" +
 	"\x12QueueRetryResponse\x12$\n" +
 	"\x03job\x18\x01 \x01(\v2\x12.coord.v1.QueueJobR\x03job\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"s\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\x8f\x01\n" +
 	"\x11QueueFetchRequest\x12\x16\n" +
 	"\x06queues\x18\x01 \x03(\tR\x06queues\x12\x10\n" +
 	"\x03max\x18\x02 \x01(\rR\x03max\x12\x17\n" +
 	"\await_ms\x18\x03 \x01(\x03R\x06waitMs\x12\x1b\n" +
-	"\tworker_id\x18\x04 \x01(\tR\bworkerId\">\n" +
+	"\tworker_id\x18\x04 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\btargeted\x18\x05 \x01(\bR\btargeted\">\n" +
 	"\x12QueueFetchResponse\x12(\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x14.coord.v1.ClaimedJobR\x04jobs\"b\n" +
 	"\n" +
@@ -2574,13 +2742,15 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"a\n" +
 	"\x10QueueFailRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x120\n" +
-	"\bfailures\x18\x02 \x03(\v2\x14.coord.v1.JobFailureR\bfailures\"q\n" +
+	"\bfailures\x18\x02 \x03(\v2\x14.coord.v1.JobFailureR\bfailures\"\xad\x01\n" +
 	"\n" +
 	"JobFailure\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1c\n" +
-	"\tretryable\x18\x04 \x01(\bR\tretryable\"C\n" +
+	"\tretryable\x18\x04 \x01(\bR\tretryable\x12:\n" +
+	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"C\n" +
 	"\x11QueueFailResponse\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.coord.v1.FailResultR\aresults\"\xcf\x01\n" +
 	"\n" +
@@ -2652,101 +2822,109 @@ func file_coord_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_coord_v1_queue_proto_goTypes = []any{
 	(JobState)(0),                  // 0: coord.v1.JobState
 	(AttemptOutcome)(0),            // 1: coord.v1.AttemptOutcome
 	(*NewJob)(nil),                 // 2: coord.v1.NewJob
-	(*QueueJob)(nil),               // 3: coord.v1.QueueJob
-	(*JobAttempt)(nil),             // 4: coord.v1.JobAttempt
-	(*QueueSubmitRequest)(nil),     // 5: coord.v1.QueueSubmitRequest
-	(*QueueSubmitResponse)(nil),    // 6: coord.v1.QueueSubmitResponse
-	(*SubmittedJob)(nil),           // 7: coord.v1.SubmittedJob
-	(*QueueGetRequest)(nil),        // 8: coord.v1.QueueGetRequest
-	(*QueueGetResponse)(nil),       // 9: coord.v1.QueueGetResponse
-	(*QueueListRequest)(nil),       // 10: coord.v1.QueueListRequest
-	(*QueueListResponse)(nil),      // 11: coord.v1.QueueListResponse
-	(*QueueCancelRequest)(nil),     // 12: coord.v1.QueueCancelRequest
-	(*QueueCancelResponse)(nil),    // 13: coord.v1.QueueCancelResponse
-	(*QueueRetryRequest)(nil),      // 14: coord.v1.QueueRetryRequest
-	(*QueueRetryResponse)(nil),     // 15: coord.v1.QueueRetryResponse
-	(*QueueFetchRequest)(nil),      // 16: coord.v1.QueueFetchRequest
-	(*QueueFetchResponse)(nil),     // 17: coord.v1.QueueFetchResponse
-	(*ClaimedJob)(nil),             // 18: coord.v1.ClaimedJob
-	(*JobAttemptRef)(nil),          // 19: coord.v1.JobAttemptRef
-	(*JobItemError)(nil),           // 20: coord.v1.JobItemError
-	(*QueueHeartbeatRequest)(nil),  // 21: coord.v1.QueueHeartbeatRequest
-	(*QueueHeartbeatResponse)(nil), // 22: coord.v1.QueueHeartbeatResponse
-	(*HeartbeatResult)(nil),        // 23: coord.v1.HeartbeatResult
-	(*QueueCompleteRequest)(nil),   // 24: coord.v1.QueueCompleteRequest
-	(*JobCompletion)(nil),          // 25: coord.v1.JobCompletion
-	(*QueueCompleteResponse)(nil),  // 26: coord.v1.QueueCompleteResponse
-	(*CompleteResult)(nil),         // 27: coord.v1.CompleteResult
-	(*QueueFailRequest)(nil),       // 28: coord.v1.QueueFailRequest
-	(*JobFailure)(nil),             // 29: coord.v1.JobFailure
-	(*QueueFailResponse)(nil),      // 30: coord.v1.QueueFailResponse
-	(*FailResult)(nil),             // 31: coord.v1.FailResult
-	(*QueueStatsRequest)(nil),      // 32: coord.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),     // 33: coord.v1.QueueStatsResponse
-	(*QueueStats)(nil),             // 34: coord.v1.QueueStats
-	nil,                            // 35: coord.v1.NewJob.LabelsEntry
-	nil,                            // 36: coord.v1.QueueJob.LabelsEntry
-	nil,                            // 37: coord.v1.JobItemError.MetadataEntry
+	(*HttpTarget)(nil),             // 3: coord.v1.HttpTarget
+	(*QueueJob)(nil),               // 4: coord.v1.QueueJob
+	(*JobAttempt)(nil),             // 5: coord.v1.JobAttempt
+	(*QueueSubmitRequest)(nil),     // 6: coord.v1.QueueSubmitRequest
+	(*QueueSubmitResponse)(nil),    // 7: coord.v1.QueueSubmitResponse
+	(*SubmittedJob)(nil),           // 8: coord.v1.SubmittedJob
+	(*QueueGetRequest)(nil),        // 9: coord.v1.QueueGetRequest
+	(*QueueGetResponse)(nil),       // 10: coord.v1.QueueGetResponse
+	(*QueueListRequest)(nil),       // 11: coord.v1.QueueListRequest
+	(*QueueListResponse)(nil),      // 12: coord.v1.QueueListResponse
+	(*QueueCancelRequest)(nil),     // 13: coord.v1.QueueCancelRequest
+	(*QueueCancelResponse)(nil),    // 14: coord.v1.QueueCancelResponse
+	(*QueueRetryRequest)(nil),      // 15: coord.v1.QueueRetryRequest
+	(*QueueRetryResponse)(nil),     // 16: coord.v1.QueueRetryResponse
+	(*QueueFetchRequest)(nil),      // 17: coord.v1.QueueFetchRequest
+	(*QueueFetchResponse)(nil),     // 18: coord.v1.QueueFetchResponse
+	(*ClaimedJob)(nil),             // 19: coord.v1.ClaimedJob
+	(*JobAttemptRef)(nil),          // 20: coord.v1.JobAttemptRef
+	(*JobItemError)(nil),           // 21: coord.v1.JobItemError
+	(*QueueHeartbeatRequest)(nil),  // 22: coord.v1.QueueHeartbeatRequest
+	(*QueueHeartbeatResponse)(nil), // 23: coord.v1.QueueHeartbeatResponse
+	(*HeartbeatResult)(nil),        // 24: coord.v1.HeartbeatResult
+	(*QueueCompleteRequest)(nil),   // 25: coord.v1.QueueCompleteRequest
+	(*JobCompletion)(nil),          // 26: coord.v1.JobCompletion
+	(*QueueCompleteResponse)(nil),  // 27: coord.v1.QueueCompleteResponse
+	(*CompleteResult)(nil),         // 28: coord.v1.CompleteResult
+	(*QueueFailRequest)(nil),       // 29: coord.v1.QueueFailRequest
+	(*JobFailure)(nil),             // 30: coord.v1.JobFailure
+	(*QueueFailResponse)(nil),      // 31: coord.v1.QueueFailResponse
+	(*FailResult)(nil),             // 32: coord.v1.FailResult
+	(*QueueStatsRequest)(nil),      // 33: coord.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),     // 34: coord.v1.QueueStatsResponse
+	(*QueueStats)(nil),             // 35: coord.v1.QueueStats
+	nil,                            // 36: coord.v1.NewJob.LabelsEntry
+	nil,                            // 37: coord.v1.HttpTarget.HeadersEntry
+	nil,                            // 38: coord.v1.QueueJob.LabelsEntry
+	nil,                            // 39: coord.v1.JobItemError.MetadataEntry
+	(*durationpb.Duration)(nil),    // 40: google.protobuf.Duration
 }
 var file_coord_v1_queue_proto_depIdxs = []int32{
-	35, // 0: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
-	0,  // 1: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
-	36, // 2: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
-	4,  // 3: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
-	1,  // 4: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
-	2,  // 5: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
-	7,  // 6: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
-	0,  // 7: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
-	3,  // 8: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
-	0,  // 9: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
-	3,  // 10: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
-	3,  // 11: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
-	3,  // 12: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
-	18, // 13: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
-	3,  // 14: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
-	4,  // 15: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
-	37, // 16: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
-	19, // 17: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
-	23, // 18: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
-	20, // 19: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
-	25, // 20: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
-	27, // 21: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
-	20, // 22: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
-	29, // 23: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
-	31, // 24: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
-	0,  // 25: coord.v1.FailResult.state:type_name -> coord.v1.JobState
-	20, // 26: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
-	34, // 27: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
-	5,  // 28: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
-	8,  // 29: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
-	10, // 30: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
-	12, // 31: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
-	14, // 32: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
-	16, // 33: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
-	21, // 34: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
-	24, // 35: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
-	28, // 36: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
-	32, // 37: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
-	6,  // 38: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
-	9,  // 39: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
-	11, // 40: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
-	13, // 41: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
-	15, // 42: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
-	17, // 43: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
-	22, // 44: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
-	26, // 45: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
-	30, // 46: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
-	33, // 47: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
-	38, // [38:48] is the sub-list for method output_type
-	28, // [28:38] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	36, // 0: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
+	3,  // 1: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
+	37, // 2: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
+	40, // 3: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	0,  // 4: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
+	38, // 5: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
+	5,  // 6: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
+	3,  // 7: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
+	1,  // 8: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
+	2,  // 9: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
+	8,  // 10: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
+	0,  // 11: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
+	4,  // 12: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
+	0,  // 13: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
+	4,  // 14: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
+	4,  // 15: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
+	4,  // 16: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
+	19, // 17: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
+	4,  // 18: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
+	5,  // 19: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
+	39, // 20: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
+	20, // 21: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
+	24, // 22: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
+	21, // 23: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
+	26, // 24: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
+	28, // 25: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
+	21, // 26: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
+	30, // 27: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
+	40, // 28: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
+	32, // 29: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
+	0,  // 30: coord.v1.FailResult.state:type_name -> coord.v1.JobState
+	21, // 31: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
+	35, // 32: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
+	6,  // 33: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
+	9,  // 34: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
+	11, // 35: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
+	13, // 36: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
+	15, // 37: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
+	17, // 38: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
+	22, // 39: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
+	25, // 40: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
+	29, // 41: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
+	33, // 42: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
+	7,  // 43: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
+	10, // 44: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
+	12, // 45: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
+	14, // 46: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
+	16, // 47: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
+	18, // 48: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
+	23, // 49: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
+	27, // 50: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
+	31, // 51: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
+	34, // 52: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
+	43, // [43:53] is the sub-list for method output_type
+	33, // [33:43] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_queue_proto_init() }
@@ -2760,7 +2938,7 @@ func file_coord_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_queue_proto_rawDesc), len(file_coord_v1_queue_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

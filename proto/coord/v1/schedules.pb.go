@@ -232,7 +232,10 @@ type JobTemplate struct {
 	VisibilityTimeoutMs int64 `protobuf:"varint,9,opt,name=visibility_timeout_ms,json=visibilityTimeoutMs,proto3" json:"visibility_timeout_ms,omitempty"`
 	// labels of every job (up to 13; "coordd." keys are reserved: the
 	// schedule adds coordd.schedule, coordd.window, coordd.occurrence_ms).
-	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// target: every occurrence's job is delivered to this HTTP endpoint
+	// (NewJob.target), with Coordd-Window and Coordd-Occurrence headers.
+	Target        *HttpTarget `protobuf:"bytes,11,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -333,6 +336,13 @@ func (x *JobTemplate) GetVisibilityTimeoutMs() int64 {
 func (x *JobTemplate) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *JobTemplate) GetTarget() *HttpTarget {
+	if x != nil {
+		return x.Target
 	}
 	return nil
 }
@@ -2050,7 +2060,7 @@ var File_coord_v1_schedules_proto protoreflect.FileDescriptor
 
 const file_coord_v1_schedules_proto_rawDesc = "" +
 	"\n" +
-	"\x18coord/v1/schedules.proto\x12\bcoord.v1\x1a\x14coord/v1/coord.proto\x1a\x14coord/v1/queue.proto\"\xaf\x03\n" +
+	"\x18coord/v1/schedules.proto\x12\bcoord.v1\x1a\x14coord/v1/coord.proto\x1a\x14coord/v1/queue.proto\"\xdd\x03\n" +
 	"\vJobTemplate\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -2062,7 +2072,8 @@ const file_coord_v1_schedules_proto_rawDesc = "" +
 	"\x0ebackoff_factor\x18\b \x01(\x01R\rbackoffFactor\x122\n" +
 	"\x15visibility_timeout_ms\x18\t \x01(\x03R\x13visibilityTimeoutMs\x129\n" +
 	"\x06labels\x18\n" +
-	" \x03(\v2!.coord.v1.JobTemplate.LabelsEntryR\x06labels\x1a9\n" +
+	" \x03(\v2!.coord.v1.JobTemplate.LabelsEntryR\x06labels\x12,\n" +
+	"\x06target\x18\v \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc6\x03\n" +
@@ -2280,55 +2291,57 @@ var file_coord_v1_schedules_proto_goTypes = []any{
 	(*OverdueSchedule)(nil),         // 24: coord.v1.OverdueSchedule
 	(*StuckLease)(nil),              // 25: coord.v1.StuckLease
 	nil,                             // 26: coord.v1.JobTemplate.LabelsEntry
-	(JobState)(0),                   // 27: coord.v1.JobState
-	(*Lease)(nil),                   // 28: coord.v1.Lease
+	(*HttpTarget)(nil),              // 27: coord.v1.HttpTarget
+	(JobState)(0),                   // 28: coord.v1.JobState
+	(*Lease)(nil),                   // 29: coord.v1.Lease
 }
 var file_coord_v1_schedules_proto_depIdxs = []int32{
 	26, // 0: coord.v1.JobTemplate.labels:type_name -> coord.v1.JobTemplate.LabelsEntry
-	3,  // 1: coord.v1.ScheduleSpec.job:type_name -> coord.v1.JobTemplate
-	0,  // 2: coord.v1.ScheduleSpec.overlap:type_name -> coord.v1.ScheduleOverlap
-	1,  // 3: coord.v1.ScheduleSpec.dst_policy:type_name -> coord.v1.ScheduleDstPolicy
-	4,  // 4: coord.v1.Schedule.spec:type_name -> coord.v1.ScheduleSpec
-	27, // 5: coord.v1.ScheduleOccurrence.job_state:type_name -> coord.v1.JobState
-	2,  // 6: coord.v1.ScheduleOccurrence.skipped:type_name -> coord.v1.ScheduleSkipReason
-	4,  // 7: coord.v1.PutScheduleRequest.spec:type_name -> coord.v1.ScheduleSpec
-	5,  // 8: coord.v1.PutScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	5,  // 9: coord.v1.GetScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	6,  // 10: coord.v1.GetScheduleResponse.next:type_name -> coord.v1.ScheduleOccurrence
-	6,  // 11: coord.v1.GetScheduleResponse.recent:type_name -> coord.v1.ScheduleOccurrence
-	6,  // 12: coord.v1.GetScheduleResponse.skipped:type_name -> coord.v1.ScheduleOccurrence
-	5,  // 13: coord.v1.ListSchedulesResponse.schedules:type_name -> coord.v1.Schedule
-	5,  // 14: coord.v1.PauseScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	5,  // 15: coord.v1.ResumeScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	5,  // 16: coord.v1.TriggerScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	6,  // 17: coord.v1.TriggerScheduleResponse.occurrence:type_name -> coord.v1.ScheduleOccurrence
-	5,  // 18: coord.v1.DeleteScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	23, // 19: coord.v1.ListOverdueResponse.occurrences:type_name -> coord.v1.OverdueOccurrence
-	24, // 20: coord.v1.ListOverdueResponse.top_schedules:type_name -> coord.v1.OverdueSchedule
-	25, // 21: coord.v1.ListOverdueResponse.stuck_leases:type_name -> coord.v1.StuckLease
-	27, // 22: coord.v1.OverdueOccurrence.job_state:type_name -> coord.v1.JobState
-	28, // 23: coord.v1.StuckLease.lease:type_name -> coord.v1.Lease
-	7,  // 24: coord.v1.Schedules.PutSchedule:input_type -> coord.v1.PutScheduleRequest
-	9,  // 25: coord.v1.Schedules.GetSchedule:input_type -> coord.v1.GetScheduleRequest
-	11, // 26: coord.v1.Schedules.ListSchedules:input_type -> coord.v1.ListSchedulesRequest
-	13, // 27: coord.v1.Schedules.PauseSchedule:input_type -> coord.v1.PauseScheduleRequest
-	15, // 28: coord.v1.Schedules.ResumeSchedule:input_type -> coord.v1.ResumeScheduleRequest
-	17, // 29: coord.v1.Schedules.TriggerSchedule:input_type -> coord.v1.TriggerScheduleRequest
-	19, // 30: coord.v1.Schedules.DeleteSchedule:input_type -> coord.v1.DeleteScheduleRequest
-	21, // 31: coord.v1.Schedules.ListOverdue:input_type -> coord.v1.ListOverdueRequest
-	8,  // 32: coord.v1.Schedules.PutSchedule:output_type -> coord.v1.PutScheduleResponse
-	10, // 33: coord.v1.Schedules.GetSchedule:output_type -> coord.v1.GetScheduleResponse
-	12, // 34: coord.v1.Schedules.ListSchedules:output_type -> coord.v1.ListSchedulesResponse
-	14, // 35: coord.v1.Schedules.PauseSchedule:output_type -> coord.v1.PauseScheduleResponse
-	16, // 36: coord.v1.Schedules.ResumeSchedule:output_type -> coord.v1.ResumeScheduleResponse
-	18, // 37: coord.v1.Schedules.TriggerSchedule:output_type -> coord.v1.TriggerScheduleResponse
-	20, // 38: coord.v1.Schedules.DeleteSchedule:output_type -> coord.v1.DeleteScheduleResponse
-	22, // 39: coord.v1.Schedules.ListOverdue:output_type -> coord.v1.ListOverdueResponse
-	32, // [32:40] is the sub-list for method output_type
-	24, // [24:32] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	27, // 1: coord.v1.JobTemplate.target:type_name -> coord.v1.HttpTarget
+	3,  // 2: coord.v1.ScheduleSpec.job:type_name -> coord.v1.JobTemplate
+	0,  // 3: coord.v1.ScheduleSpec.overlap:type_name -> coord.v1.ScheduleOverlap
+	1,  // 4: coord.v1.ScheduleSpec.dst_policy:type_name -> coord.v1.ScheduleDstPolicy
+	4,  // 5: coord.v1.Schedule.spec:type_name -> coord.v1.ScheduleSpec
+	28, // 6: coord.v1.ScheduleOccurrence.job_state:type_name -> coord.v1.JobState
+	2,  // 7: coord.v1.ScheduleOccurrence.skipped:type_name -> coord.v1.ScheduleSkipReason
+	4,  // 8: coord.v1.PutScheduleRequest.spec:type_name -> coord.v1.ScheduleSpec
+	5,  // 9: coord.v1.PutScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	5,  // 10: coord.v1.GetScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	6,  // 11: coord.v1.GetScheduleResponse.next:type_name -> coord.v1.ScheduleOccurrence
+	6,  // 12: coord.v1.GetScheduleResponse.recent:type_name -> coord.v1.ScheduleOccurrence
+	6,  // 13: coord.v1.GetScheduleResponse.skipped:type_name -> coord.v1.ScheduleOccurrence
+	5,  // 14: coord.v1.ListSchedulesResponse.schedules:type_name -> coord.v1.Schedule
+	5,  // 15: coord.v1.PauseScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	5,  // 16: coord.v1.ResumeScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	5,  // 17: coord.v1.TriggerScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	6,  // 18: coord.v1.TriggerScheduleResponse.occurrence:type_name -> coord.v1.ScheduleOccurrence
+	5,  // 19: coord.v1.DeleteScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	23, // 20: coord.v1.ListOverdueResponse.occurrences:type_name -> coord.v1.OverdueOccurrence
+	24, // 21: coord.v1.ListOverdueResponse.top_schedules:type_name -> coord.v1.OverdueSchedule
+	25, // 22: coord.v1.ListOverdueResponse.stuck_leases:type_name -> coord.v1.StuckLease
+	28, // 23: coord.v1.OverdueOccurrence.job_state:type_name -> coord.v1.JobState
+	29, // 24: coord.v1.StuckLease.lease:type_name -> coord.v1.Lease
+	7,  // 25: coord.v1.Schedules.PutSchedule:input_type -> coord.v1.PutScheduleRequest
+	9,  // 26: coord.v1.Schedules.GetSchedule:input_type -> coord.v1.GetScheduleRequest
+	11, // 27: coord.v1.Schedules.ListSchedules:input_type -> coord.v1.ListSchedulesRequest
+	13, // 28: coord.v1.Schedules.PauseSchedule:input_type -> coord.v1.PauseScheduleRequest
+	15, // 29: coord.v1.Schedules.ResumeSchedule:input_type -> coord.v1.ResumeScheduleRequest
+	17, // 30: coord.v1.Schedules.TriggerSchedule:input_type -> coord.v1.TriggerScheduleRequest
+	19, // 31: coord.v1.Schedules.DeleteSchedule:input_type -> coord.v1.DeleteScheduleRequest
+	21, // 32: coord.v1.Schedules.ListOverdue:input_type -> coord.v1.ListOverdueRequest
+	8,  // 33: coord.v1.Schedules.PutSchedule:output_type -> coord.v1.PutScheduleResponse
+	10, // 34: coord.v1.Schedules.GetSchedule:output_type -> coord.v1.GetScheduleResponse
+	12, // 35: coord.v1.Schedules.ListSchedules:output_type -> coord.v1.ListSchedulesResponse
+	14, // 36: coord.v1.Schedules.PauseSchedule:output_type -> coord.v1.PauseScheduleResponse
+	16, // 37: coord.v1.Schedules.ResumeSchedule:output_type -> coord.v1.ResumeScheduleResponse
+	18, // 38: coord.v1.Schedules.TriggerSchedule:output_type -> coord.v1.TriggerScheduleResponse
+	20, // 39: coord.v1.Schedules.DeleteSchedule:output_type -> coord.v1.DeleteScheduleResponse
+	22, // 40: coord.v1.Schedules.ListOverdue:output_type -> coord.v1.ListOverdueResponse
+	33, // [33:41] is the sub-list for method output_type
+	25, // [25:33] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_schedules_proto_init() }
