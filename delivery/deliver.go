@@ -11,7 +11,8 @@
 // FencedCommit from then on.
 //
 // Bounds: Options.Concurrency requests in flight per node (a fetch asks
-// for no more jobs than it has free slots) and Options.PerTarget per
+// for no more jobs than it has free slots, and at most 8, so a burst
+// spreads over the nodes' long polls) and Options.PerTarget per
 // target (scheme and host); a request is cut at its timeout and its
 // response body at MaxResponseBytes, so a slow or hostile endpoint costs
 // one slot and its attempt, never the node.
@@ -123,7 +124,7 @@ func (d *Deliverer) Run(ctx context.Context) {
 		case d.slots <- struct{}{}:
 		}
 		n := 1
-		for n < cap(d.slots) && n < 1000 {
+		for n < cap(d.slots) && n < fetchBatch {
 			select {
 			case d.slots <- struct{}{}:
 				n++
@@ -160,6 +161,11 @@ func (d *Deliverer) Run(ctx context.Context) {
 		}
 	}
 }
+
+// fetchBatch bounds one delivery fetch: the leader serves the nodes'
+// long polls in arrival order, so small batches spread a burst of jobs
+// over the nodes instead of filling the first node's slots.
+const fetchBatch = 8
 
 var errEmptyAtOnce = errors.New("a delivery fetch answered nothing at once")
 
