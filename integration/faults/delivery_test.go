@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,6 +38,8 @@ type heldEndpoint struct {
 	sdk      *client.Client
 	verifier *webhook.Verifier
 	release  chan struct{}
+	lateOK   bool
+	url      string
 
 	mu       sync.Mutex
 	seen     map[uint64][]string // job → tokens of the requests, in order
@@ -73,8 +76,9 @@ func (e *heldEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	c, err := e.sdk.FencedCommit(r.Context(), "effects/"+strconv.FormatUint(id, 10), token, "job-"+strconv.FormatUint(id, 10), []byte(token))
 	switch {
-	case err != nil:
+	case err != nil && !e.lateOK:
 		status = http.StatusConflict // fenced out: the attempt is no longer live
+	case err != nil: // a late 2xx: the write was refused, the endpoint answers 200 all the same
 	case !c.Duplicate:
 		e.mu.Lock()
 		e.effects[id]++
@@ -91,7 +95,10 @@ func (e *heldEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // visibility timeout; other nodes deliver them again (attempt 2), and the
 // dead attempts' tokens are refused by FencedCommit. 0 lost, 0 duplicate
 // effects.
-func TestDeliveryLeaderKilledMidDelivery(t *testing.T) {
+// deliveryRun starts a cluster whose nodes deliver to 127.0.0.1 with a
+// signing secret, and a heldEndpoint (lateOK: it answers 200 also when
+// its fenced write was refused, as an endpoint that does not fence would).
+func deliveryRun(t *testing.T, lateOK bool) (*run, *heldEndpoint, *queue.Client, context.Context) {
 	secret := webhook.NewSecret()
 	secrets := filepath.Join(t.TempDir(), "delivery-secrets")
 	if err := os.WriteFile(secrets, []byte("app "+secret.String()+"\n"), 0o600); err != nil {
@@ -101,14 +108,53 @@ func TestDeliveryLeaderKilledMidDelivery(t *testing.T) {
 		return proccluster.Start(t, coorddBin, 3, "--delivery-allow", "127.0.0.1", "--delivery-secrets", secrets)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	sdk := r.sdk(ctx, "endpoint")
-	ep := &heldEndpoint{sdk: sdk, verifier: &webhook.Verifier{Secrets: []webhook.Secret{secret}}, release: make(chan struct{}),
-		seen: map[uint64][]string{}, effects: map[uint64]int{}, held: map[uint64]bool{}, answered: map[string]int{}}
+	t.Cleanup(cancel)
+	ep := &heldEndpoint{sdk: r.sdk(ctx, "endpoint"), verifier: &webhook.Verifier{Secrets: []webhook.Secret{secret}}, release: make(chan struct{}),
+		lateOK: lateOK, seen: map[uint64][]string{}, effects: map[uint64]int{}, held: map[uint64]bool{}, answered: map[string]int{}}
 	srv := httptest.NewServer(ep)
-	defer srv.Close()
-	qc := queue.New(r.sdk(ctx, "submitter"))
-	const vt = 3 * time.Second
+	t.Cleanup(srv.Close)
+	ep.url = srv.URL + "/hook"
+	return r, ep, queue.New(r.sdk(ctx, "submitter")), ctx
+}
+
+// submitHeld submits job i (one per submit) and waits until the endpoint
+// holds its first attempt; it returns the job's id and the worker that
+// holds it.
+func submitHeld(t *testing.T, r *run, ctx context.Context, qc *queue.Client, ep *heldEndpoint, i int) (uint64, *coordv1.JobAttempt) {
+	t.Helper()
+	sub := submitAll(t, ctx, qc, []*coordv1.NewJob{{Queue: "hooks", Kind: "hook", Args: []byte(fmt.Sprintf(`{"n":%d}`, i)),
+		UniqueKey: fmt.Sprintf("hook-%d", i), VisibilityTimeoutMs: deliveryVT.Milliseconds(), BackoffInitialMs: 100,
+		// The request may take a minute (the attempt heartbeats meanwhile).
+		Target: &coordv1.HttpTarget{Url: ep.url, Secret: "app", Timeout: durationpb.New(time.Minute)}}})
+	var id uint64
+	for id = range sub {
+	}
+	r.await(fmt.Sprintf("job %d held", id), 20*time.Second, func() bool {
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
+		return ep.held[id]
+	})
+	j, err := qc.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, j.GetAttemptLog()[0]
+}
+
+// deliveryVT is the visibility timeout of the scenarios' jobs.
+const deliveryVT = 3 * time.Second
+
+// attempts renders a job's attempt log.
+func attempts(j *coordv1.QueueJob) []string {
+	var out []string
+	for _, a := range j.GetAttemptLog() {
+		out = append(out, fmt.Sprintf("%d:%s@%s %s", a.GetNumber(), strings.TrimPrefix(a.GetOutcome().String(), "ATTEMPT_OUTCOME_"), a.GetWorkerId(), a.GetError()))
+	}
+	return out
+}
+
+func TestDeliveryLeaderKilledMidDelivery(t *testing.T) {
+	r, ep, qc, ctx := deliveryRun(t, false)
 	leader := r.c.WaitLeader()
 
 	// One job per submit, each waiting for its request: the leader serves
@@ -120,24 +166,9 @@ func TestDeliveryLeaderKilledMidDelivery(t *testing.T) {
 		if i == 30 {
 			t.Fatalf("30 jobs, %d of them held by the leader %s", len(onLeader), leader.ID)
 		}
-		sub := submitAll(t, ctx, qc, []*coordv1.NewJob{{Queue: "hooks", Kind: "hook", Args: []byte(fmt.Sprintf(`{"n":%d}`, i)),
-			UniqueKey: fmt.Sprintf("hook-%d", i), VisibilityTimeoutMs: vt.Milliseconds(), BackoffInitialMs: 100,
-			// The request may take a minute (the attempt heartbeats meanwhile).
-			Target: &coordv1.HttpTarget{Url: srv.URL + "/hook", Secret: "app", Timeout: durationpb.New(time.Minute)}}})
-		var id uint64
-		for id = range sub {
-		}
+		id, a := submitHeld(t, r, ctx, qc, ep, i)
 		ids = append(ids, id)
-		r.await(fmt.Sprintf("job %d held", id), 20*time.Second, func() bool {
-			ep.mu.Lock()
-			defer ep.mu.Unlock()
-			return ep.held[id]
-		})
-		j, err := qc.Get(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if a := j.GetAttemptLog()[0]; a.GetWorkerId() == "coordd-delivery/"+leader.ID {
+		if a.GetWorkerId() == "coordd-delivery/"+leader.ID {
 			onLeader[id] = a.GetToken()
 		}
 	}
@@ -156,10 +187,10 @@ func TestDeliveryLeaderKilledMidDelivery(t *testing.T) {
 		}
 		return true
 	})
-	t.Logf("redelivered %s after the kill (visibility timeout %s)", time.Since(killed).Round(time.Millisecond), vt)
+	t.Logf("redelivered %s after the kill (visibility timeout %s)", time.Since(killed).Round(time.Millisecond), deliveryVT)
 	// A stale delivery's write, with its token, is refused.
 	for id, tok := range onLeader {
-		_, err := sdk.FencedCommit(ctx, "effects/"+strconv.FormatUint(id, 10), tok, "late-"+tok, []byte("late"))
+		_, err := ep.sdk.FencedCommit(ctx, "effects/"+strconv.FormatUint(id, 10), tok, "late-"+tok, []byte("late"))
 		if err == nil || !(errors.Is(err, client.ErrStaleToken) || strings.Contains(err.Error(), "ATTEMPT_EXPIRED")) {
 			t.Errorf("job %d: the killed leader's token %s wrote: %v; want STALE_TOKEN or ATTEMPT_EXPIRED", id, tok, err)
 		}
@@ -182,10 +213,7 @@ func TestDeliveryLeaderKilledMidDelivery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var outcomes []string
-		for _, a := range j.GetAttemptLog() {
-			outcomes = append(outcomes, fmt.Sprintf("%d:%s@%s %s", a.GetNumber(), strings.TrimPrefix(a.GetOutcome().String(), "ATTEMPT_OUTCOME_"), a.GetWorkerId(), a.GetError()))
-		}
+		outcomes := attempts(j)
 		_, again := onLeader[id]
 		t.Logf("job %d: %v", id, outcomes)
 		if !again && len(outcomes) != 1 {
@@ -198,5 +226,59 @@ func TestDeliveryLeaderKilledMidDelivery(t *testing.T) {
 	if ep.badSigs > 0 {
 		t.Errorf("%d requests with a bad signature", ep.badSigs)
 	}
+	r.check()
+}
+
+// Scenario 20: a follower frozen with SIGSTOP while its deliverer holds a
+// request open; the endpoint answers it 200 only after the attempt lapsed
+// and another node delivered the job again (attempt 2 made the effect).
+// The late 2xx is refused (the job stays attempt 2's success), the late
+// attempt's fenced write is refused, the effect happened once.
+func TestDeliveryLateAnswerAfterLapse(t *testing.T) {
+	r, ep, qc, ctx := deliveryRun(t, true)
+	leader := r.c.WaitLeader()
+	var id uint64
+	var frozen *proccluster.Node
+	for i := 0; frozen == nil; i++ {
+		if i == 30 {
+			t.Fatal("30 jobs, none held by a follower")
+		}
+		jid, a := submitHeld(t, r, ctx, qc, ep, i)
+		for _, nd := range r.c.Nodes {
+			if nd != leader && a.GetWorkerId() == "coordd-delivery/"+nd.ID {
+				id, frozen = jid, nd
+			}
+		}
+	}
+	r.c.Signal(frozen, syscall.SIGSTOP)
+	stopped := time.Now()
+	r.awaitSlow("attempt 2 delivered and succeeded", 60*time.Second, func() bool {
+		j, err := qc.Get(ctx, id)
+		return err == nil && j.GetState() == coordv1.JobState_JOB_STATE_SUCCEEDED
+	})
+	close(ep.release) // the endpoint answers the frozen node's request: 200, late
+	r.c.Signal(frozen, syscall.SIGCONT)
+	t.Logf("%s frozen for %s (visibility timeout %s)", frozen.ID, time.Since(stopped).Round(time.Millisecond), deliveryVT)
+	// Its Complete is refused, or its next heartbeat (refused) ends the
+	// request first: either way the late 2xx is not the job's success.
+	r.awaitSlow("the frozen node's late 2xx refused", 30*time.Second, func() bool {
+		logs, _ := os.ReadFile(frozen.LogPath)
+		return strings.Contains(string(logs), "delivery report refused") || strings.Contains(string(logs), "delivery attempt ended while its request ran")
+	})
+	j, err := qc.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("job %d: %s %v", id, j.GetState(), attempts(j))
+	log := j.GetAttemptLog()
+	if j.GetState() != coordv1.JobState_JOB_STATE_SUCCEEDED || len(log) != 2 || log[0].GetOutcome() != coordv1.AttemptOutcome_ATTEMPT_OUTCOME_LAPSED ||
+		log[1].GetOutcome() != coordv1.AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED {
+		t.Errorf("job %d: %v, want 1 LAPSED then 2 SUCCEEDED", id, attempts(j))
+	}
+	ep.mu.Lock()
+	if ep.effects[id] != 1 || len(ep.seen[id]) != 2 || ep.answered[ep.seen[id][0]] != http.StatusOK {
+		t.Errorf("job %d: %d effects, requests %v answered %v; want one effect and two 200s", id, ep.effects[id], ep.seen[id], ep.answered)
+	}
+	ep.mu.Unlock()
 	r.check()
 }
