@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -134,4 +135,22 @@ func TestTargetedFetchIsTheNodes(t *testing.T) {
 	}
 	_, err := q.Fetch(member, &coordv1.QueueFetchRequest{Targeted: true, Queues: []string{"q"}, Max: 1, WorkerId: "w"})
 	invalid(t, err, "queues", -1)
+}
+
+// TestConsoleShowsTheTarget: a job's page says where it is delivered
+// (method, URL, the secret's name, header names but never their values).
+func TestConsoleShowsTheTarget(t *testing.T) {
+	ct := newConsoleTest(t, false)
+	withDelivery(t, ct.s)
+	id := ct.submit(&coordv1.NewJob{Queue: "billing", Kind: "charge", Args: []byte(`{"invoice":17}`),
+		Target: &coordv1.HttpTarget{Url: "https://hooks.example.com/charge", Secret: "app", Headers: map[string]string{"Authorization": "Bearer s3cr3t"}}})[0]
+	page := ct.get("", fmt.Sprintf("/ui/jobs/%d", id), http.StatusOK)
+	for _, want := range []string{"delivered to", "POST https://hooks.example.com/charge", "secret <code>app</code>", "<code>Authorization</code>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the job page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "s3cr3t") {
+		t.Error("the job page shows a header's value")
+	}
 }
