@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -24,25 +23,7 @@ import (
 // FencedCommit over HTTP; every job succeeds with the endpoint's answer.
 // Without node and npm it skips, except in CI (CI set), where it fails.
 func TestDeliveryToANodeEndpoint(t *testing.T) {
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is not installed (scripts/test.sh installs Debian's nodejs and npm as root); CI must run the Node endpoint test", tool)
-			}
-			t.Skipf("%s is not installed: skipping the Node endpoint test", tool)
-		}
-	}
-	src, err := filepath.Abs("../test/delivery-endpoint")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(src, "node_modules")); err != nil {
-		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund") // as scripts/test.sh does
-		cmd.Dir = src
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci: %v\n%s", err, out)
-		}
-	}
+	src := nodePackages(t, "../test/delivery-endpoint", "the Node endpoint test")
 	secret := webhook.NewSecret()
 	allow, err := delivery.ParseAllow([]string{"127.0.0.1"})
 	if err != nil {
