@@ -234,24 +234,14 @@ func (d *Deliverer) report(ctx context.Context, job *coordv1.QueueJob, a *coordv
 }
 
 func (d *Deliverer) reportOnce(ctx context.Context, job *coordv1.QueueJob, a *coordv1.JobAttempt, o outcome) (*coordv1.JobItemError, error) {
-	ref := func(r interface{ GetError() *coordv1.JobItemError }) *coordv1.JobItemError { return r.GetError() }
 	if o.err == nil && o.status >= 200 && o.status <= 299 {
-		r, err := d.q.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: d.worker,
-			Completions: []*coordv1.JobCompletion{{JobId: job.GetId(), Attempt: a.GetNumber(), Result: resultOf(o)}}})
-		if err != nil || len(r.GetResults()) != 1 {
-			return nil, err
-		}
-		return ref(r.GetResults()[0]), nil
+		return d.submitReport(ctx, report{c: &coordv1.JobCompletion{JobId: job.GetId(), Attempt: a.GetNumber(), Result: resultOf(o)}})
 	}
 	f := &coordv1.JobFailure{JobId: job.GetId(), Attempt: a.GetNumber(), Error: failureText(o), Retryable: o.retryable}
 	if o.after > 0 {
 		f.RetryAfter = durationpb.New(o.after)
 	}
-	r, err := d.q.Fail(ctx, &coordv1.QueueFailRequest{WorkerId: d.worker, Failures: []*coordv1.JobFailure{f}})
-	if err != nil || len(r.GetResults()) != 1 {
-		return nil, err
-	}
-	return ref(r.GetResults()[0]), nil
+	return d.submitReport(ctx, report{f: f})
 }
 
 // resultOf is a 2xx's result: its body when it is JSON and whole, else a

@@ -11,8 +11,8 @@
 // FencedCommit from then on.
 //
 // Bounds: Options.Concurrency requests in flight per node (a fetch asks
-// for no more jobs than it has free slots, and at most 8, so a burst
-// spreads over the nodes' long polls) and Options.PerTarget per
+// for no more jobs than it has free slots, and 8 while the lane keeps
+// up, so a burst spreads over the nodes' long polls) and Options.PerTarget per
 // target (scheme and host); a request is cut at its timeout and its
 // response body at MaxResponseBytes, so a slow or hostile endpoint costs
 // one slot and its attempt, never the node.
@@ -56,7 +56,8 @@ type Deliverer struct {
 	client *http.Client
 	m      *Metrics
 
-	slots chan struct{} // one token per request in flight on this node
+	slots   chan struct{} // one token per request in flight on this node
+	reports chan report   // outcomes waiting for the reporter (report.go)
 
 	mu      sync.Mutex
 	targets map[string]chan struct{} // per target (scheme://host): its requests in flight
@@ -71,7 +72,8 @@ var retryCalls = backoff.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.S
 func New(q Queue, worker string, opts Options, c clock.Clock, log *slog.Logger, m *Metrics) *Deliverer {
 	opts = opts.withDefaults()
 	d := &Deliverer{q: q, worker: worker, opts: opts, clock: c, log: log, m: m,
-		slots: make(chan struct{}, max(opts.Concurrency, 1)), targets: map[string]chan struct{}{}}
+		slots: make(chan struct{}, max(opts.Concurrency, 1)), reports: make(chan report, max(opts.Concurrency, 1)),
+		targets: map[string]chan struct{}{}}
 	tr := &http.Transport{
 		Proxy:                  nil, // targets are reached directly, as the allow-list says
 		DialContext:            (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -113,9 +115,15 @@ func (d *Deliverer) Run(ctx context.Context) {
 	if d.opts.Concurrency < 0 {
 		return
 	}
+	// The reporter outlives the deliveries: Run waits for them first.
+	rctx, stopReporter := context.WithCancel(context.WithoutCancel(ctx))
+	reporterDone := make(chan struct{})
+	go func() { defer close(reporterDone); d.reporter(rctx) }()
+	defer func() { stopReporter(); <-reporterDone }()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	retry := backoff.New(retryCalls)
+	batch := fetchBatch
 	for {
 		// One slot at least, then every other free one.
 		select {
@@ -124,7 +132,7 @@ func (d *Deliverer) Run(ctx context.Context) {
 		case d.slots <- struct{}{}:
 		}
 		n := 1
-		for n < cap(d.slots) && n < fetchBatch {
+		for n < cap(d.slots) && n < batch {
 			select {
 			case d.slots <- struct{}{}:
 				n++
@@ -153,6 +161,13 @@ func (d *Deliverer) Run(ctx context.Context) {
 			continue
 		}
 		retry.Reset()
+		// A full answer means a backlog: ask for more next time (up to
+		// the free slots); anything less, back to small fetches.
+		if got == n && n == batch {
+			batch = min(batch*2, maxFetchBatch)
+		} else if got < n {
+			batch = fetchBatch
+		}
 		for _, cj := range res.GetJobs() {
 			wg.Go(func() {
 				defer func() { <-d.slots }()
@@ -162,10 +177,15 @@ func (d *Deliverer) Run(ctx context.Context) {
 	}
 }
 
-// fetchBatch bounds one delivery fetch: the leader serves the nodes'
-// long polls in arrival order, so small batches spread a burst of jobs
-// over the nodes instead of filling the first node's slots.
-const fetchBatch = 8
+// fetchBatch bounds one delivery fetch while the lane keeps up: the leader
+// serves the nodes' long polls in arrival order, so small batches spread
+// a burst of jobs over the nodes instead of filling the first node's
+// slots. Each full answer (a backlog) doubles the next fetch, up to
+// maxFetchBatch and the free slots.
+const (
+	fetchBatch    = 8
+	maxFetchBatch = 256
+)
 
 var errEmptyAtOnce = errors.New("a delivery fetch answered nothing at once")
 

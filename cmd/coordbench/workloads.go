@@ -30,6 +30,7 @@ var workloadFuncs = map[string]workload{
 	"queue":             onQueue("tp", queueThroughput),
 	"queue-single":      onQueue("one", queueSingle),
 	"queue-delayed":     onQueue("delayed", queueDelayed),
+	"queue-delivery":    onQueue("dl", queueDelivery),
 	"queue-footprint":   queueFootprint,
 	"watch":             watchWorkload,
 }
