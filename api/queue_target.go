@@ -117,3 +117,54 @@ func retryAfterMs(d *durationpb.Duration) int64 {
 	}
 	return min(d.AsDuration().Milliseconds(), fsm.MaxBackoffMs)
 }
+
+// SetTarget sets or clears a queue's target, checked as a job's.
+func (q *queue) SetTarget(ctx context.Context, req *coordv1.QueueSetTargetRequest) (*coordv1.QueueSetTargetResponse, error) {
+	s := q.s
+	t, field, problem := wireTarget(req.GetTarget())
+	if field == "" && t != nil {
+		fsm.FillTargetDefaults(t)
+		if field, problem = fsm.CheckTarget(t); field == "" {
+			field, problem = s.checkDelivery(t)
+		}
+	}
+	err := checkName("queue", req.GetQueue(), true)
+	if err == nil && len(req.GetQueue()) > fsm.MaxQueueNameBytes {
+		err = invalidArg("queue", "a queue name is at most %d bytes", fsm.MaxQueueNameBytes)
+	}
+	if field != "" {
+		err = firstErr(err, invalidArg(field, "%s %s", field, problem))
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return queueOnLeader(s, ctx, coordv1.QueueClient.SetTarget, req, func() (*coordv1.QueueSetTargetResponse, error) {
+		r, err := s.node.SetQueueTarget(ctx, &fsmv1.SetQueueTarget{Queue: req.GetQueue(), Target: t, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules})
+		if err != nil {
+			return nil, err
+		}
+		out := &coordv1.QueueSetTargetResponse{}
+		if r != nil {
+			out.Target = queueTargetToProto(r)
+		}
+		return out, nil
+	})
+}
+
+// Targets lists the queues' targets.
+func (q *queue) Targets(ctx context.Context, req *coordv1.QueueTargetsRequest) (*coordv1.QueueTargetsResponse, error) {
+	if err := checkName("queue", req.GetQueue(), false); err != nil {
+		return nil, toStatus(err)
+	}
+	return stateRead(q.s, ctx, coordv1.NewQueueClient, coordv1.QueueClient.Targets, req, func(st *fsm.FSM, _ int64) (*coordv1.QueueTargetsResponse, error) {
+		out := &coordv1.QueueTargetsResponse{}
+		for _, t := range st.QueueTargets(req.GetQueue()) {
+			out.Targets = append(out.Targets, queueTargetToProto(&t))
+		}
+		return out, nil
+	})
+}
+
+func queueTargetToProto(t *fsm.QueueTarget) *coordv1.QueueTarget {
+	return &coordv1.QueueTarget{Queue: t.Queue, Target: targetToProto(t.Target), UpdatedBy: t.UpdatedBy, UpdatedAtMs: t.UpdatedAt}
+}

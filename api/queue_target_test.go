@@ -154,3 +154,38 @@ func TestConsoleShowsTheTarget(t *testing.T) {
 		t.Error("the job page shows a header's value")
 	}
 }
+
+// TestQueueTargetAtTheEdge: a queue's target is checked like a job's and
+// given to the jobs submitted to the queue afterwards without their own;
+// Targets lists it; an empty SetTarget clears it.
+func TestQueueTargetAtTheEdge(t *testing.T) {
+	_, s, q := newQueueTest(t)
+	withDelivery(t, s)
+	ctx := context.Background()
+	_, err := q.SetTarget(ctx, &coordv1.QueueSetTargetRequest{Queue: "hooks", Target: &coordv1.HttpTarget{Url: "http://10.0.0.1/x"}})
+	invalid(t, err, "target.url", -1)
+	_, err = q.SetTarget(ctx, &coordv1.QueueSetTargetRequest{Queue: "hooks", Target: &coordv1.HttpTarget{Url: "http://127.0.0.1/x", Method: "TRACE"}})
+	invalid(t, err, "target.method", -1)
+	r, err := q.SetTarget(ctx, &coordv1.QueueSetTargetRequest{Queue: "hooks", Target: &coordv1.HttpTarget{Url: "http://127.0.0.1/x", Secret: "app"}})
+	if err != nil || r.GetTarget().GetTarget().GetMethod() != "POST" {
+		t.Fatalf("set: %v %v", r, err)
+	}
+	sub, err := q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: "hooks", Kind: "k"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := q.Get(ctx, &coordv1.QueueGetRequest{Id: sub.GetJobs()[0].GetId()})
+	if err != nil || g.GetJob().GetTarget().GetUrl() != "http://127.0.0.1/x" {
+		t.Fatalf("a job of the queue: target %v (%v)", g.GetJob().GetTarget(), err)
+	}
+	ls, err := q.Targets(ctx, &coordv1.QueueTargetsRequest{})
+	if err != nil || len(ls.GetTargets()) != 1 || ls.GetTargets()[0].GetQueue() != "hooks" {
+		t.Fatalf("targets %v (%v)", ls, err)
+	}
+	if _, err := q.SetTarget(ctx, &coordv1.QueueSetTargetRequest{Queue: "hooks"}); err != nil {
+		t.Fatal(err)
+	}
+	if ls, _ := q.Targets(ctx, &coordv1.QueueTargetsRequest{}); len(ls.GetTargets()) != 0 {
+		t.Fatalf("cleared, still %v", ls)
+	}
+}

@@ -82,7 +82,7 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 			VisibilityMs: sp.GetVisibilityTimeoutMs(), CreatedAt: cal, UpdatedAt: cal, Queue: sp.GetQueue(), Kind: sp.GetKind(),
 			UniqueKey: sp.GetUniqueKey(), Identity: c.GetIdentity(), Args: sp.GetArgs(), Labels: sortedLabels(sp.GetLabels()),
 			Priority: sp.GetPriority(), MaxAttempts: sp.GetMaxAttempts(), BackoffPermille: sp.GetBackoffFactorPermille(),
-			State: JobScheduled, Target: sp.GetTarget(),
+			State: JobScheduled, Target: s.jobTarget(sp.GetQueue(), sp.GetTarget()),
 		}
 		if j.RunAt == 0 {
 			j.RunAt = cal

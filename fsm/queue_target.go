@@ -5,6 +5,7 @@ import (
 	"net/textproto"
 	"strings"
 
+	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -143,7 +144,14 @@ func ValidSecretName(s string) bool {
 	return true
 }
 
-// fillTargetDefaults is FillJobDefaults' part for a target.
+// CheckTarget is checkTarget by the current rules: a queue's target
+// (SetQueueTarget) at the edge.
+func CheckTarget(t *fsmv1.HttpTarget) (field, problem string) { return checkTarget(t, JobSpecRules) }
+
+// FillTargetDefaults is FillJobDefaults' part for a target (the server's
+// default method).
+func FillTargetDefaults(t *fsmv1.HttpTarget) { fillTargetDefaults(t) }
+
 func fillTargetDefaults(t *fsmv1.HttpTarget) {
 	if t != nil && t.GetMethod() == "" {
 		t.Method = DefaultTargetMethod
@@ -163,4 +171,62 @@ func (s *state) fetchTargeted(cal int64, c *fsmv1.FetchJobs) any {
 		res.Jobs = append(res.Jobs, *s.claim(s.qjob(head.id), cal, c.GetWorkerId(), c.GetIdentity()))
 	}
 	return res
+}
+
+// QueueTarget is a queue's HTTP target: the jobs submitted to it (or made
+// for it by a schedule) without a target of their own get it when they
+// are added. Records are immutable once stored.
+type QueueTarget struct {
+	Queue     string
+	Target    *fsmv1.HttpTarget // shared, never written
+	UpdatedBy string
+	UpdatedAt int64 // calendar ms
+}
+
+func lessQueueTarget(a, b *QueueTarget) bool { return a.Queue < b.Queue }
+
+// jobTarget is the target a job added to queue gets: its own, else the
+// queue's (nil: a pull worker's job). Logs written before queue targets
+// have none, so they replay as they did.
+func (s *state) jobTarget(queue string, own *fsmv1.HttpTarget) *fsmv1.HttpTarget {
+	if own != nil || s.qtargets.Len() == 0 {
+		return own
+	}
+	if q, ok := s.qtargets.Get(&QueueTarget{Queue: queue}); ok {
+		return q.Target
+	}
+	return nil
+}
+
+// setQueueTarget sets or clears a queue's target (checked by the job-spec
+// rules the command names: a target needs spec_rules 2).
+func (s *state) setQueueTarget(cal int64, c *fsmv1.SetQueueTarget) any {
+	q := c.GetQueue()
+	if q == "" || len(q) > MaxQueueNameBytes || TextProblem(q) != "" {
+		return reject(coorderr.InvalidArgument, map[string]string{"field": "queue"}, "a queue name is 1 to %d bytes of UTF-8 without control characters", MaxQueueNameBytes)
+	}
+	if t := c.GetTarget(); t != nil {
+		if field, problem := checkTarget(t, c.GetSpecRules()); field != "" {
+			return reject(coorderr.InvalidArgument, map[string]string{"field": field}, "%s %s", field, problem)
+		}
+		rec := &QueueTarget{Queue: q, Target: t, UpdatedBy: c.GetIdentity(), UpdatedAt: cal}
+		s.qtargets.ReplaceOrInsert(rec)
+		return rec
+	}
+	s.qtargets.Delete(&QueueTarget{Queue: q})
+	return (*QueueTarget)(nil)
+}
+
+// QueueTargets lists the queues' targets, by queue name (queue "": all).
+func (f *FSM) QueueTargets(queue string) []QueueTarget {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []QueueTarget
+	f.st.qtargets.Ascend(func(q *QueueTarget) bool {
+		if queue == "" || q.Queue == queue {
+			out = append(out, *q)
+		}
+		return true
+	})
+	return out
 }

@@ -140,3 +140,47 @@ func TestRetryAfterOnlyLengthensTheBackoff(t *testing.T) {
 		t.Errorf("Retry-After 10 ms under a 1 s backoff: run_at +%d ms", j.RunAt-t0)
 	}
 }
+
+// TestQueueTargetGoesToNewJobs: a queue's target is given to the jobs
+// added to it without one of their own (submitted or made by a
+// schedule), not to those already there; clearing it stops that; it
+// survives a snapshot.
+func TestQueueTargetGoesToNewJobs(t *testing.T) {
+	f := New()
+	before := submitOne(t, f, t0, jspec("hooks", "k"))
+	set := func(tg *fsmv1.HttpTarget, rules uint32) any {
+		return runAt(t, f, 0, t0, &fsmv1.SetQueueTarget{Queue: "hooks", Target: tg, Identity: "ops", SpecRules: rules})
+	}
+	if rej, ok := set(&fsmv1.HttpTarget{Url: "https://app.example/hook", Method: "POST"}, 1).(*Rejection); !ok || rej.Metadata["field"] != "target" {
+		t.Fatalf("a queue target under rules 1: %#v", rej)
+	}
+	if rej, ok := set(&fsmv1.HttpTarget{Url: "ftp://x", Method: "POST"}, JobSpecRules).(*Rejection); !ok || rej.Metadata["field"] != "target.url" {
+		t.Fatalf("a bad queue target: %#v", rej)
+	}
+	if q, ok := set(&fsmv1.HttpTarget{Url: "https://app.example/hook", Method: "POST"}, JobSpecRules).(*QueueTarget); !ok || q.UpdatedBy != "ops" {
+		t.Fatalf("set: %#v", q)
+	}
+	r, ok := submitRules(t, f, t0, JobSpecRules, jspec("hooks", "k"), jspec("hooks", "own", target("https://other.example/")), jspec("pull", "k")).(*SubmitResult)
+	if !ok {
+		t.Fatalf("submit: %#v", r)
+	}
+	for i, want := range []string{"https://app.example/hook", "https://other.example/", ""} {
+		if j := jobState(t, f, r.Jobs[i].ID); j.Target.GetUrl() != want {
+			t.Errorf("job %d: target %q, want %q", i, j.Target.GetUrl(), want)
+		}
+	}
+	if j := jobState(t, f, before.ID); j.Target != nil {
+		t.Errorf("a job submitted before the queue's target got it: %v", j.Target)
+	}
+	g := restored(t, f)
+	if qs := g.QueueTargets(""); len(qs) != 1 || qs[0].Queue != "hooks" || qs[0].Target.GetUrl() != "https://app.example/hook" {
+		t.Fatalf("restored queue targets %+v", qs)
+	}
+	set(nil, JobSpecRules)
+	if len(f.QueueTargets("")) != 0 {
+		t.Fatal("cleared, still there")
+	}
+	if j := submitOne(t, f, t0, jspec("hooks", "k")); j.Target != nil {
+		t.Errorf("after the clear a job got %v", j.Target)
+	}
+}

@@ -176,6 +176,16 @@ func TestDeliveryEndToEnd(t *testing.T) {
 	}
 	ep.mu.Unlock()
 
+	// A queue's target: its new jobs without one of their own go there.
+	if _, err := q.SetTarget(ctxT(t), &coordv1.QueueSetTargetRequest{Queue: "auto", Target: target}); err != nil {
+		t.Fatal(err)
+	}
+	auto := submitJobs(t, q, &coordv1.NewJob{Queue: "auto", Kind: "ok", Args: []byte(`{"kind":"ok"}`)})
+	autoID := strconv.FormatUint(auto[0].GetId(), 10)
+	c.Eventually("the queue target's job delivered", 20*time.Second, func() bool {
+		return ep.count(autoID) == 1 && getJob(t, q, auto[0].GetId()).GetState() == coordv1.JobState_JOB_STATE_SUCCEEDED
+	})
+
 	// Refused at the edge: a host the allow-list lacks (naming the flag),
 	// an unknown secret.
 	_, err = q.Submit(ctxT(t), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "x", Target: &coordv1.HttpTarget{Url: "http://10.1.2.3/x"}}}})

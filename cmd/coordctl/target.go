@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -100,4 +103,46 @@ func targetText(t *coordv1.HttpTarget) string {
 		parts = append(parts, fmt.Sprintf("also retried on %v", t.GetRetryableStatus()))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// queueTargetCmd is "queue target set|clear|list": a queue's HTTP target.
+func (a *app) queueTargetCmd() *cobra.Command {
+	var tf targetFlags
+	set := a.newCmd("set QUEUE --target-url URL [--target-secret NAME] [--target-*]", "Deliver the queue's new jobs (those without a target of their own) to an HTTP endpoint",
+		`  coordctl queue target set billing --target-url https://billing.internal/jobs --target-secret billing`,
+		func(cmd *cobra.Command, pos []string) error {
+			if err := cobra.ExactArgs(1)(cmd, pos); err != nil {
+				return err
+			}
+			if tf.url == "" {
+				return fmt.Errorf("--target-url is required (queue target clear removes a target)")
+			}
+			return tf.check()
+		},
+		func(ctx context.Context, pos []string) error {
+			resp, err := a.client.Queue().SetTarget(ctx, &coordv1.QueueSetTargetRequest{Queue: pos[0], Target: tf.target()})
+			return a.reply("queue target set "+pos[0], resp, err, func(w io.Writer) { queueTargetsTable(w, []*coordv1.QueueTarget{resp.GetTarget()}) })
+		})
+	tf.add(set.Flags(), "the queue's new jobs")
+	clear := a.newCmd("clear QUEUE", "Stop delivering the queue's new jobs (jobs already there keep their target)",
+		`  coordctl queue target clear billing`, cobra.ExactArgs(1),
+		func(ctx context.Context, pos []string) error {
+			resp, err := a.client.Queue().SetTarget(ctx, &coordv1.QueueSetTargetRequest{Queue: pos[0]})
+			return a.reply("queue target clear "+pos[0], resp, err, func(w io.Writer) { fmt.Fprintf(w, "queue %s: no target\n", pos[0]) })
+		})
+	list := a.newCmd("list [QUEUE]", "The queues' HTTP targets", `  coordctl queue target list`, cobra.MaximumNArgs(1),
+		func(ctx context.Context, pos []string) error {
+			resp, err := a.client.Queue().Targets(ctx, &coordv1.QueueTargetsRequest{Queue: firstArg(pos)})
+			return a.reply("queue target list", resp, err, func(w io.Writer) { queueTargetsTable(w, resp.GetTargets()) })
+		})
+	return group("target", "A queue's HTTP target: its new jobs are delivered there by coordd's nodes (docs/delivery.md)", set, clear, list)
+}
+
+func queueTargetsTable(out io.Writer, ts []*coordv1.QueueTarget) {
+	tab(out, func(w io.Writer) {
+		row(w, "QUEUE", "TARGET", "UPDATED BY", "UPDATED")
+		for _, t := range ts {
+			row(w, t.GetQueue(), targetText(t.GetTarget()), orDash(t.GetUpdatedBy()), utc(t.GetUpdatedAtMs()))
+		}
+	})
 }

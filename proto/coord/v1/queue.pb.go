@@ -2350,6 +2350,269 @@ func (x *FailResult) GetError() *JobItemError {
 	return nil
 }
 
+type QueueSetTargetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// target: absent clears the queue's target.
+	Target        *HttpTarget `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSetTargetRequest) Reset() {
+	*x = QueueSetTargetRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSetTargetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSetTargetRequest) ProtoMessage() {}
+
+func (x *QueueSetTargetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSetTargetRequest.ProtoReflect.Descriptor instead.
+func (*QueueSetTargetRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *QueueSetTargetRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueSetTargetRequest) GetTarget() *HttpTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+type QueueSetTargetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        *QueueTarget           `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSetTargetResponse) Reset() {
+	*x = QueueSetTargetResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSetTargetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSetTargetResponse) ProtoMessage() {}
+
+func (x *QueueSetTargetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSetTargetResponse.ProtoReflect.Descriptor instead.
+func (*QueueSetTargetResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *QueueSetTargetResponse) GetTarget() *QueueTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+// QueueTarget is a queue's HTTP target.
+type QueueTarget struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Target        *HttpTarget            `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	UpdatedBy     string                 `protobuf:"bytes,3,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedAtMs   int64                  `protobuf:"varint,4,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueTarget) Reset() {
+	*x = QueueTarget{}
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueTarget) ProtoMessage() {}
+
+func (x *QueueTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueTarget.ProtoReflect.Descriptor instead.
+func (*QueueTarget) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *QueueTarget) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueTarget) GetTarget() *HttpTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *QueueTarget) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+func (x *QueueTarget) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+type QueueTargetsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// queue: one queue; empty: every queue with a target.
+	Queue         string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Stale         bool   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueTargetsRequest) Reset() {
+	*x = QueueTargetsRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueTargetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueTargetsRequest) ProtoMessage() {}
+
+func (x *QueueTargetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueTargetsRequest.ProtoReflect.Descriptor instead.
+func (*QueueTargetsRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *QueueTargetsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueTargetsRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type QueueTargetsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Targets       []*QueueTarget         `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueTargetsResponse) Reset() {
+	*x = QueueTargetsResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueTargetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueTargetsResponse) ProtoMessage() {}
+
+func (x *QueueTargetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueTargetsResponse.ProtoReflect.Descriptor instead.
+func (*QueueTargetsResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *QueueTargetsResponse) GetTargets() []*QueueTarget {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
 type QueueStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// queue: one queue; empty: every queue with jobs, by name.
@@ -2361,7 +2624,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2636,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2649,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -2414,7 +2677,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2426,7 +2689,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2439,7 +2702,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *QueueStatsResponse) GetQueues() []*QueueStats {
@@ -2476,7 +2739,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2751,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2764,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{33}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *QueueStats) GetQueue() string {
@@ -2760,7 +3023,23 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05state\x18\x03 \x01(\x0e2\x12.coord.v1.JobStateR\x05state\x12\x1a\n" +
 	"\trun_at_ms\x18\x04 \x01(\x03R\arunAtMs\x12\x1c\n" +
 	"\tduplicate\x18\x05 \x01(\bR\tduplicate\x12,\n" +
-	"\x05error\x18\x06 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"?\n" +
+	"\x05error\x18\x06 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"[\n" +
+	"\x15QueueSetTargetRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12,\n" +
+	"\x06target\x18\x02 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\"G\n" +
+	"\x16QueueSetTargetResponse\x12-\n" +
+	"\x06target\x18\x01 \x01(\v2\x15.coord.v1.QueueTargetR\x06target\"\x94\x01\n" +
+	"\vQueueTarget\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12,\n" +
+	"\x06target\x18\x02 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\x03 \x01(\tR\tupdatedBy\x12\"\n" +
+	"\rupdated_at_ms\x18\x04 \x01(\x03R\vupdatedAtMs\"A\n" +
+	"\x13QueueTargetsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"G\n" +
+	"\x14QueueTargetsResponse\x12/\n" +
+	"\atargets\x18\x01 \x03(\v2\x15.coord.v1.QueueTargetR\atargets\"?\n" +
 	"\x11QueueStatsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"c\n" +
@@ -2796,7 +3075,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_LAPSED\x10\x04\x12\x1d\n" +
-	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xbe\x05\n" +
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xd8\x06\n" +
 	"\x05Queue\x12E\n" +
 	"\x06Submit\x12\x1c.coord.v1.QueueSubmitRequest\x1a\x1d.coord.v1.QueueSubmitResponse\x12<\n" +
 	"\x03Get\x12\x19.coord.v1.QueueGetRequest\x1a\x1a.coord.v1.QueueGetResponse\x12?\n" +
@@ -2807,7 +3086,9 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\tHeartbeat\x12\x1f.coord.v1.QueueHeartbeatRequest\x1a .coord.v1.QueueHeartbeatResponse\x12K\n" +
 	"\bComplete\x12\x1e.coord.v1.QueueCompleteRequest\x1a\x1f.coord.v1.QueueCompleteResponse\x12?\n" +
 	"\x04Fail\x12\x1a.coord.v1.QueueFailRequest\x1a\x1b.coord.v1.QueueFailResponse\x12B\n" +
-	"\x05Stats\x12\x1b.coord.v1.QueueStatsRequest\x1a\x1c.coord.v1.QueueStatsResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\x05Stats\x12\x1b.coord.v1.QueueStatsRequest\x1a\x1c.coord.v1.QueueStatsResponse\x12N\n" +
+	"\tSetTarget\x12\x1f.coord.v1.QueueSetTargetRequest\x1a .coord.v1.QueueSetTargetResponse\x12H\n" +
+	"\aTargets\x12\x1d.coord.v1.QueueTargetsRequest\x1a\x1e.coord.v1.QueueTargetsResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_queue_proto_rawDescOnce sync.Once
@@ -2822,7 +3103,7 @@ func file_coord_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_coord_v1_queue_proto_goTypes = []any{
 	(JobState)(0),                  // 0: coord.v1.JobState
 	(AttemptOutcome)(0),            // 1: coord.v1.AttemptOutcome
@@ -2857,22 +3138,27 @@ var file_coord_v1_queue_proto_goTypes = []any{
 	(*JobFailure)(nil),             // 30: coord.v1.JobFailure
 	(*QueueFailResponse)(nil),      // 31: coord.v1.QueueFailResponse
 	(*FailResult)(nil),             // 32: coord.v1.FailResult
-	(*QueueStatsRequest)(nil),      // 33: coord.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),     // 34: coord.v1.QueueStatsResponse
-	(*QueueStats)(nil),             // 35: coord.v1.QueueStats
-	nil,                            // 36: coord.v1.NewJob.LabelsEntry
-	nil,                            // 37: coord.v1.HttpTarget.HeadersEntry
-	nil,                            // 38: coord.v1.QueueJob.LabelsEntry
-	nil,                            // 39: coord.v1.JobItemError.MetadataEntry
-	(*durationpb.Duration)(nil),    // 40: google.protobuf.Duration
+	(*QueueSetTargetRequest)(nil),  // 33: coord.v1.QueueSetTargetRequest
+	(*QueueSetTargetResponse)(nil), // 34: coord.v1.QueueSetTargetResponse
+	(*QueueTarget)(nil),            // 35: coord.v1.QueueTarget
+	(*QueueTargetsRequest)(nil),    // 36: coord.v1.QueueTargetsRequest
+	(*QueueTargetsResponse)(nil),   // 37: coord.v1.QueueTargetsResponse
+	(*QueueStatsRequest)(nil),      // 38: coord.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),     // 39: coord.v1.QueueStatsResponse
+	(*QueueStats)(nil),             // 40: coord.v1.QueueStats
+	nil,                            // 41: coord.v1.NewJob.LabelsEntry
+	nil,                            // 42: coord.v1.HttpTarget.HeadersEntry
+	nil,                            // 43: coord.v1.QueueJob.LabelsEntry
+	nil,                            // 44: coord.v1.JobItemError.MetadataEntry
+	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
 }
 var file_coord_v1_queue_proto_depIdxs = []int32{
-	36, // 0: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
+	41, // 0: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
 	3,  // 1: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
-	37, // 2: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
-	40, // 3: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	42, // 2: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
+	45, // 3: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
 	0,  // 4: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
-	38, // 5: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
+	43, // 5: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
 	5,  // 6: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
 	3,  // 7: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
 	1,  // 8: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
@@ -2887,7 +3173,7 @@ var file_coord_v1_queue_proto_depIdxs = []int32{
 	19, // 17: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
 	4,  // 18: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
 	5,  // 19: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
-	39, // 20: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
+	44, // 20: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
 	20, // 21: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
 	24, // 22: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
 	21, // 23: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
@@ -2895,36 +3181,44 @@ var file_coord_v1_queue_proto_depIdxs = []int32{
 	28, // 25: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
 	21, // 26: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
 	30, // 27: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
-	40, // 28: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
+	45, // 28: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
 	32, // 29: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
 	0,  // 30: coord.v1.FailResult.state:type_name -> coord.v1.JobState
 	21, // 31: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
-	35, // 32: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
-	6,  // 33: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
-	9,  // 34: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
-	11, // 35: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
-	13, // 36: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
-	15, // 37: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
-	17, // 38: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
-	22, // 39: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
-	25, // 40: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
-	29, // 41: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
-	33, // 42: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
-	7,  // 43: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
-	10, // 44: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
-	12, // 45: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
-	14, // 46: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
-	16, // 47: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
-	18, // 48: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
-	23, // 49: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
-	27, // 50: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
-	31, // 51: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
-	34, // 52: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
-	43, // [43:53] is the sub-list for method output_type
-	33, // [33:43] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	3,  // 32: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
+	35, // 33: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
+	3,  // 34: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
+	35, // 35: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
+	40, // 36: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
+	6,  // 37: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
+	9,  // 38: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
+	11, // 39: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
+	13, // 40: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
+	15, // 41: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
+	17, // 42: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
+	22, // 43: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
+	25, // 44: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
+	29, // 45: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
+	38, // 46: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
+	33, // 47: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
+	36, // 48: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
+	7,  // 49: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
+	10, // 50: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
+	12, // 51: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
+	14, // 52: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
+	16, // 53: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
+	18, // 54: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
+	23, // 55: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
+	27, // 56: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
+	31, // 57: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
+	39, // 58: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
+	34, // 59: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
+	37, // 60: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
+	49, // [49:61] is the sub-list for method output_type
+	37, // [37:49] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_queue_proto_init() }
@@ -2938,7 +3232,7 @@ func file_coord_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_queue_proto_rawDesc), len(file_coord_v1_queue_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   38,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
