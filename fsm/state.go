@@ -19,10 +19,10 @@ type state struct {
 	idem      *btree.BTreeG[*Idempotency]
 	members   *btree.BTreeG[*Member]
 	jobs      *btree.BTreeG[*Job]
-	qjobs     *btree.BTreeG[*QueueJob] // the job queue, by id
-	lastJobID uint64                   // the last queue job id assigned
-	fetchSeq  uint64                   // fetches applied: the round robin's start
-	schedules *btree.BTreeG[*Schedule] // by name, tombstones included
+	qjobs     *btree.BTreeG[*QueueJob]    // the job queue, by id
+	lastJobID uint64                      // the last queue job id assigned
+	fetchSeq  uint64                      // fetches applied: the round robin's start
+	schedules *btree.BTreeG[*Schedule]    // by name, tombstones included
 	qtargets  *btree.BTreeG[*QueueTarget] // queues' HTTP targets, by queue (queue_target.go)
 	// sidx indexes schedules (next due, tombstones) and the open jobs they
 	// made. Derived: rebuilt after a restore.
