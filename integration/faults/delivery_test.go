@@ -3,13 +3,17 @@
 package faults
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -280,5 +284,131 @@ func TestDeliveryLateAnswerAfterLapse(t *testing.T) {
 		t.Errorf("job %d: %d effects, requests %v answered %v; want one effect and two 200s", id, ep.effects[id], ep.seen[id], ep.answered)
 	}
 	ep.mu.Unlock()
+	r.check()
+}
+
+// Scenario 21: the endpoint, a Node process (test/delivery-endpoint, the
+// Standard Webhooks library from npm, FencedCommit over HTTP), frozen
+// with SIGSTOP while jobs are delivered to it, for three request
+// timeouts. The requests time out and fail retryably; after SIGCONT the
+// frozen requests it finally answers are fenced out (their attempts
+// ended), the retries succeed: 0 lost, 0 duplicate effects.
+func TestDeliveryEndpointFrozen(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not installed (scripts/test.sh installs Debian's nodejs)")
+	}
+	src, err := filepath.Abs("../../test/delivery-endpoint")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(src, "node_modules")); err != nil {
+		t.Skipf("%s has no node_modules (scripts/test.sh runs npm ci there)", src)
+	}
+	secret := webhook.NewSecret()
+	secrets := filepath.Join(t.TempDir(), "delivery-secrets")
+	if err := os.WriteFile(secrets, []byte("node "+secret.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := newRunOn(t, func() *proccluster.TestCluster {
+		return proccluster.StartNodes(t, coorddBin, proccluster.LoopbackNodes(3, true, "--delivery-allow", "127.0.0.1", "--delivery-secrets", secrets))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	qc := queue.New(r.sdk(ctx, "submitter"))
+	// The endpoint writes through a follower's HTTP API (forwarded).
+	var via *proccluster.Node
+	for _, nd := range r.c.Nodes {
+		if nd != r.c.WaitLeader() {
+			via = nd
+		}
+	}
+	logPath := filepath.Join(r.dir, "endpoint.jsonl")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	ep := exec.Command("node", "server.mjs")
+	ep.Dir, ep.Stdout, ep.Stderr = src, logf, logf
+	ep.Env = append(os.Environ(), "COORDD_HTTP=http://"+via.HTTPAddr, "COORDD_SECRET="+secret.String())
+	ep.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := ep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = ep.Process.Signal(syscall.SIGCONT)
+		_ = ep.Process.Kill()
+		_ = ep.Wait()
+	}()
+	type line struct {
+		Listening string `json:"listening"`
+		Job       string `json:"job"`
+		Verified  bool   `json:"verified"`
+		Accepted  bool   `json:"accepted"`
+		Duplicate bool   `json:"duplicate"`
+	}
+	lines := func() []line {
+		b, _ := os.ReadFile(logPath)
+		var out []line
+		for _, l := range strings.Split(string(b), "\n") {
+			var x line
+			if json.Unmarshal([]byte(l), &x) == nil {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	var url string
+	r.await("the endpoint listens", 20*time.Second, func() bool {
+		for _, l := range lines() {
+			url = cmp.Or(url, l.Listening)
+		}
+		return url != ""
+	})
+	const timeout = time.Second
+	const n = 40
+	var jobs []*coordv1.NewJob
+	for i := range n {
+		jobs = append(jobs, &coordv1.NewJob{Queue: "frozen-endpoint", Kind: "hook", Args: []byte(fmt.Sprintf(`{"n":%d}`, i)),
+			UniqueKey: fmt.Sprintf("fe-%d", i), VisibilityTimeoutMs: 5000, BackoffInitialMs: 200, BackoffMaxMs: 1000,
+			Target: &coordv1.HttpTarget{Url: url + "/hook", Secret: "node", Timeout: durationpb.New(timeout)}})
+	}
+	// Half before the freeze, half during it.
+	want := submitAll(t, ctx, qc, jobs[:n/2])
+	_ = ep.Process.Signal(syscall.SIGSTOP)
+	maps.Copy(want, submitAll(t, ctx, qc, jobs[n/2:]))
+	time.Sleep(3 * timeout) // the freeze: requests time out meanwhile
+	_ = ep.Process.Signal(syscall.SIGCONT)
+	for id := range want {
+		r.awaitSlow(fmt.Sprintf("job %d succeeded", id), 60*time.Second, func() bool {
+			j, err := qc.Get(ctx, id)
+			return err == nil && j.GetState() == coordv1.JobState_JOB_STATE_SUCCEEDED
+		})
+	}
+	effects, fenced, retried := map[string]int{}, 0, 0
+	for _, l := range lines() {
+		switch {
+		case l.Job == "":
+		case !l.Verified:
+			t.Errorf("job %s: a request the Node library did not verify", l.Job)
+		case l.Accepted && !l.Duplicate:
+			effects[l.Job]++
+		case !l.Accepted:
+			fenced++
+		}
+	}
+	for id := range want {
+		j, _ := qc.Get(ctx, id)
+		if len(j.GetAttemptLog()) > 1 {
+			retried++
+		}
+		if k := strconv.FormatUint(id, 10); effects[k] != 1 {
+			t.Errorf("job %d: %d effects, want 1 (attempts %v)", id, effects[k], attempts(j))
+		}
+	}
+	t.Logf("%d jobs, all succeeded; %d delivered more than once, %d late requests fenced out by the endpoint's FencedCommit", n, retried, fenced)
+	if retried == 0 {
+		t.Error("no job was retried: the freeze did not bite")
+	}
 	r.check()
 }
