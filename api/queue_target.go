@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/coordd/coordd/delivery"
 	"github.com/coordd/coordd/fsm"
@@ -166,5 +167,5 @@ func (q *queue) Targets(ctx context.Context, req *coordv1.QueueTargetsRequest) (
 }
 
 func queueTargetToProto(t *fsm.QueueTarget) *coordv1.QueueTarget {
-	return &coordv1.QueueTarget{Queue: t.Queue, Target: targetToProto(t.Target), UpdatedBy: t.UpdatedBy, UpdatedAtMs: t.UpdatedAt}
+	return &coordv1.QueueTarget{Queue: t.Queue, Target: targetToProto(t.Target), UpdatedBy: t.UpdatedBy, UpdatedAt: timestamppb.New(time.UnixMilli(t.UpdatedAt))}
 }

@@ -142,7 +142,7 @@ func queueTargetsTable(out io.Writer, ts []*coordv1.QueueTarget) {
 	tab(out, func(w io.Writer) {
 		row(w, "QUEUE", "TARGET", "UPDATED BY", "UPDATED")
 		for _, t := range ts {
-			row(w, t.GetQueue(), targetText(t.GetTarget()), orDash(t.GetUpdatedBy()), utc(t.GetUpdatedAtMs()))
+			row(w, t.GetQueue(), targetText(t.GetTarget()), orDash(t.GetUpdatedBy()), utc(t.GetUpdatedAt().AsTime().UnixMilli()))
 		}
 	})
 }

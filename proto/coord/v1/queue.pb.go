@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -2449,11 +2450,12 @@ func (x *QueueSetTargetResponse) GetTarget() *QueueTarget {
 
 // QueueTarget is a queue's HTTP target.
 type QueueTarget struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
-	Target        *HttpTarget            `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
-	UpdatedBy     string                 `protobuf:"bytes,3,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
-	UpdatedAtMs   int64                  `protobuf:"varint,4,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Queue     string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Target    *HttpTarget            `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	UpdatedBy string                 `protobuf:"bytes,3,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	// updated_at: when it was set (calendar time).
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2509,11 +2511,11 @@ func (x *QueueTarget) GetUpdatedBy() string {
 	return ""
 }
 
-func (x *QueueTarget) GetUpdatedAtMs() int64 {
+func (x *QueueTarget) GetUpdatedAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.UpdatedAtMs
+		return x.UpdatedAt
 	}
-	return 0
+	return nil
 }
 
 type QueueTargetsRequest struct {
@@ -2841,7 +2843,7 @@ var File_coord_v1_queue_proto protoreflect.FileDescriptor
 
 const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\"\xa9\x04\n" +
+	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x04\n" +
 	"\x06NewJob\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -3028,13 +3030,14 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12,\n" +
 	"\x06target\x18\x02 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\"G\n" +
 	"\x16QueueSetTargetResponse\x12-\n" +
-	"\x06target\x18\x01 \x01(\v2\x15.coord.v1.QueueTargetR\x06target\"\x94\x01\n" +
+	"\x06target\x18\x01 \x01(\v2\x15.coord.v1.QueueTargetR\x06target\"\xab\x01\n" +
 	"\vQueueTarget\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12,\n" +
 	"\x06target\x18\x02 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x12\x1d\n" +
 	"\n" +
-	"updated_by\x18\x03 \x01(\tR\tupdatedBy\x12\"\n" +
-	"\rupdated_at_ms\x18\x04 \x01(\x03R\vupdatedAtMs\"A\n" +
+	"updated_by\x18\x03 \x01(\tR\tupdatedBy\x129\n" +
+	"\n" +
+	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"A\n" +
 	"\x13QueueTargetsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"G\n" +
@@ -3151,6 +3154,7 @@ var file_coord_v1_queue_proto_goTypes = []any{
 	nil,                            // 43: coord.v1.QueueJob.LabelsEntry
 	nil,                            // 44: coord.v1.JobItemError.MetadataEntry
 	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
 }
 var file_coord_v1_queue_proto_depIdxs = []int32{
 	41, // 0: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
@@ -3188,37 +3192,38 @@ var file_coord_v1_queue_proto_depIdxs = []int32{
 	3,  // 32: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
 	35, // 33: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
 	3,  // 34: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
-	35, // 35: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
-	40, // 36: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
-	6,  // 37: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
-	9,  // 38: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
-	11, // 39: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
-	13, // 40: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
-	15, // 41: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
-	17, // 42: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
-	22, // 43: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
-	25, // 44: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
-	29, // 45: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
-	38, // 46: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
-	33, // 47: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
-	36, // 48: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
-	7,  // 49: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
-	10, // 50: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
-	12, // 51: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
-	14, // 52: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
-	16, // 53: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
-	18, // 54: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
-	23, // 55: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
-	27, // 56: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
-	31, // 57: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
-	39, // 58: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
-	34, // 59: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
-	37, // 60: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
-	49, // [49:61] is the sub-list for method output_type
-	37, // [37:49] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	46, // 35: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
+	35, // 36: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
+	40, // 37: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
+	6,  // 38: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
+	9,  // 39: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
+	11, // 40: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
+	13, // 41: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
+	15, // 42: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
+	17, // 43: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
+	22, // 44: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
+	25, // 45: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
+	29, // 46: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
+	38, // 47: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
+	33, // 48: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
+	36, // 49: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
+	7,  // 50: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
+	10, // 51: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
+	12, // 52: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
+	14, // 53: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
+	16, // 54: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
+	18, // 55: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
+	23, // 56: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
+	27, // 57: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
+	31, // 58: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
+	39, // 59: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
+	34, // 60: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
+	37, // 61: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
+	50, // [50:62] is the sub-list for method output_type
+	38, // [38:50] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_queue_proto_init() }
