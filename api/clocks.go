@@ -6,8 +6,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/node/leader"
@@ -78,7 +82,7 @@ func (s *Server) probeClocks(ctx context.Context) {
 		return
 	}
 	self := s.node.ID()
-	s.recordOffset(&coordv1.ClockOffset{Id: self, MeasuredAtMs: clock.Wall(s.cfg.Clock).UnixMilli()})
+	s.recordOffset(&coordv1.ClockOffset{Id: self, MeasuredAt: timestamppb.New(clock.Wall(s.cfg.Clock))})
 	var wg sync.WaitGroup
 	ids := map[string]bool{self: true}
 	for _, m := range members {
@@ -124,16 +128,16 @@ func (s *Server) probeClock(ctx context.Context, id, addr string) {
 	rtt := clock.Since(s.cfg.Clock, sent)
 	mid := sentWall.Add(rtt / 2)
 	offset := time.Unix(0, resp.GetWallTimeUnixNano()).Sub(mid)
-	s.recordOffset(&coordv1.ClockOffset{Id: id, OffsetUs: offset.Microseconds(), ErrorUs: (rtt / 2).Microseconds(),
-		MeasuredAtMs: mid.UnixMilli()})
+	s.recordOffset(&coordv1.ClockOffset{Id: id, Offset: durationpb.New(offset), OffsetError: durationpb.New(rtt / 2),
+		MeasuredAt: timestamppb.New(mid)})
 }
 
 // recordOffset stores a measurement, publishes it and logs a member whose
 // offset went beyond ClockOffsetWarn (and when it came back).
 func (s *Server) recordOffset(o *coordv1.ClockOffset) {
 	c := s.clocks
-	offset := time.Duration(o.GetOffsetUs()) * time.Microsecond
-	errBound := time.Duration(o.GetErrorUs()) * time.Microsecond
+	offset := pbtime.Duration(o.GetOffset())
+	errBound := pbtime.Duration(o.GetOffsetError())
 	over := offset.Abs() > s.cfg.ClockOffsetWarn
 	c.mu.Lock()
 	c.offsets[o.GetId()] = o
@@ -238,7 +242,7 @@ func (c *cluster) Clock(_ context.Context, req *coordv1.ClockRequest) (*coordv1.
 func (s *Server) withClocks(st *coordv1.StatusResponse) *coordv1.StatusResponse {
 	if s.node.Leading() {
 		st.ClockOffsets = s.clocks.all()
-		st.ClockOffset = &coordv1.ClockOffset{Id: s.node.ID(), MeasuredAtMs: st.GetWallTimeMs()}
+		st.ClockOffset = &coordv1.ClockOffset{Id: s.node.ID(), MeasuredAt: pbtime.At(st.GetWallTimeMs())}
 		return st
 	}
 	if id, _ := s.node.Leader(); id != "" {

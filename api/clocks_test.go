@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/internal/pbtime"
 	"github.com/coordd/coordd/internal/testutil"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -106,7 +107,7 @@ func TestClockProbeMeasuresOffsetsAndWarns(t *testing.T) {
 	check := func(id string, want time.Duration) *coordv1.ClockOffset {
 		t.Helper()
 		o := s.clocks.get(id)
-		got, bound := time.Duration(o.GetOffsetUs())*time.Microsecond, time.Duration(o.GetErrorUs())*time.Microsecond
+		got, bound := pbtime.Duration(o.GetOffset()), pbtime.Duration(o.GetOffsetError())
 		if bound < 2*time.Millisecond || bound > 4*time.Millisecond {
 			t.Fatalf("%s: error bound %v, want half a round trip of 4-8 ms", id, bound)
 		}
@@ -120,7 +121,7 @@ func TestClockProbeMeasuresOffsetsAndWarns(t *testing.T) {
 	}
 	first := check("n2", 2*time.Second)
 	check("n3", -100*time.Millisecond)
-	if self := s.clocks.get("n1"); self.GetOffsetUs() != 0 || self.GetErrorUs() != 0 {
+	if self := s.clocks.get("n1"); self.GetOffset().AsDuration() != 0 || self.GetOffsetError().AsDuration() != 0 {
 		t.Fatalf("the leader's own offset %v", self)
 	}
 	exceeded := func(id string) float64 { return promtest.ToFloat64(s.clocks.exceededG.WithLabelValues(id)) }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
@@ -64,7 +66,7 @@ func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
 		{coordv1.Schedules_PutSchedule_FullMethodName, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "QQQQ", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k"}}}, "name", ""},
 		{coordv1.Schedules_PutSchedule_FullMethodName, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "s", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", Queue: "QQQQ"}}}, "job.queue", ""},
 		{coordv1.Schedules_GetSchedule_FullMethodName, &coordv1.GetScheduleRequest{Name: "QQQQ"}, "name", ""},
-		{coordv1.Coordinator_Acquire_FullMethodName, &coordv1.AcquireRequest{Name: "QQQQ", Owner: "o", TtlMs: 5000}, "name", ""},
+		{coordv1.Coordinator_Acquire_FullMethodName, &coordv1.AcquireRequest{Name: "QQQQ", Owner: "o", Ttl: pbtime.Dur(5000)}, "name", ""},
 		{coordv1.Coordinator_FencedCommit_FullMethodName, &coordv1.FencedCommitRequest{LeaseName: "QQQQ", Generation: 1, Resource: "r"}, "lease_name", ""},
 	} {
 		err := cc.Invoke(ctx, c.method, withBadByte(t, c.req), new(struct{}), grpc.ForceCodecV2(rawCodec{}))
@@ -83,7 +85,7 @@ func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SendMsg(withBadByte(t, &coordv1.KeepAliveRequest{Name: "QQQQ", Owner: "o", Generation: 1, TtlMs: 5000})); err != nil {
+	if err := st.SendMsg(withBadByte(t, &coordv1.KeepAliveRequest{Name: "QQQQ", Owner: "o", Generation: 1, Ttl: pbtime.Dur(5000)})); err != nil {
 		t.Fatal(err)
 	}
 	err = st.RecvMsg(new(struct{}))

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/coordd/coordd/api/console"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
@@ -156,14 +158,14 @@ func (ct *consoleTest) jobState(id uint64) fsm.JobState {
 // Every page renders what the services return.
 func TestConsolePagesRender(t *testing.T) {
 	ct := newConsoleTest(t, true)
-	if _, err := (&coordinator{s: ct.s}).Acquire(caller("ops"), &coordv1.AcquireRequest{Name: "billing/close", Owner: "worker-7", TtlMs: 30_000}); err != nil {
+	if _, err := (&coordinator{s: ct.s}).Acquire(caller("ops"), &coordv1.AcquireRequest{Name: "billing/close", Owner: "worker-7", Ttl: pbtime.Dur(30_000)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ct.sh.PutSchedule(caller("ops"), &coordv1.PutScheduleRequest{Spec: everyMinute("nightly-report")}); err != nil {
 		t.Fatal(err)
 	}
 	ct.s.clocks.mu.Lock() // as the leader's probe measured it
-	ct.s.clocks.offsets["n2"] = &coordv1.ClockOffset{Id: "n2", OffsetUs: 1500, ErrorUs: 200, MeasuredAtMs: ct.n.calendar}
+	ct.s.clocks.offsets["n2"] = &coordv1.ClockOffset{Id: "n2", Offset: pbtime.DurUs(1500), OffsetError: pbtime.DurUs(200), MeasuredAt: pbtime.At(ct.n.calendar)}
 	ct.s.clocks.mu.Unlock()
 	dead := ct.deadJob("billing", "card declined: insufficient funds")
 	ct.n.apply(&fsmv1.FencedCommit{Resource: "ledger/accounts", LeaseName: "billing/close", Generation: 1})

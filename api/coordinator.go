@@ -23,7 +23,7 @@ type coordinator struct {
 func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) (*coordv1.AcquireResponse, error) {
 	s := c.s
 	if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
-		checkName("request_id", req.GetRequestId(), false), s.checkTTL("ttl_ms", req.GetTtlMs(), false),
+		checkName("request_id", req.GetRequestId(), false), s.checkTTL("ttl", req.GetTtlMs(), false),
 		checkLeaseValue(req.GetValue())); err != nil {
 		return nil, toStatus(err)
 	}
@@ -57,7 +57,7 @@ func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) 
 			return nil, err
 		}
 		s.observeAcquire(r)
-		out := &coordv1.AcquireResponse{Acquired: r.Acquired, Lease: leaseToProto(r.Lease, r.At)}
+		out := &coordv1.AcquireResponse{Acquired: r.Acquired, Lease: leaseToProto(r.Lease, c.s.stampAt(r.At))}
 		if r.Claim != nil {
 			out.Claim = &coordv1.WindowClaim{Claimed: r.Claim.Claimed, Attempts: r.Claim.Window.Attempts, Window: windowToProto(r.Claim.Window)}
 		}
@@ -70,7 +70,7 @@ func (c *coordinator) Acquire(ctx context.Context, req *coordv1.AcquireRequest) 
 
 func (c *coordinator) Renew(ctx context.Context, req *coordv1.RenewRequest) (*coordv1.RenewResponse, error) {
 	if err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
-		checkGeneration(req.GetGeneration()), c.s.checkTTL("ttl_ms", req.GetTtlMs(), true), checkLeaseValue(req.GetValue())); err != nil {
+		checkGeneration(req.GetGeneration()), c.s.checkTTL("ttl", req.GetTtlMs(), true), checkLeaseValue(req.GetValue())); err != nil {
 		return nil, toStatus(err)
 	}
 	return coordOnLeader(c.s, ctx, coordv1.CoordinatorClient.Renew, req, func() (*coordv1.RenewResponse, error) {
@@ -78,7 +78,7 @@ func (c *coordinator) Renew(ctx context.Context, req *coordv1.RenewRequest) (*co
 		if err != nil {
 			return nil, err
 		}
-		return &coordv1.RenewResponse{Lease: leaseToProto(l, l.RenewedAt)}, nil
+		return &coordv1.RenewResponse{Lease: leaseToProto(l, c.s.stampAt(l.RenewedAt))}, nil
 	})
 }
 
@@ -110,7 +110,7 @@ func (c *coordinator) Release(ctx context.Context, req *coordv1.ReleaseRequest) 
 		if err != nil {
 			return nil, err
 		}
-		return &coordv1.ReleaseResponse{Released: r.Released, Lease: leaseToProto(r.Lease, r.At)}, nil
+		return &coordv1.ReleaseResponse{Released: r.Released, Lease: leaseToProto(r.Lease, c.s.stampAt(r.At))}, nil
 	})
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,7 +18,7 @@ import (
 )
 
 func acquireReq() *coordv1.AcquireRequest {
-	return &coordv1.AcquireRequest{Name: "L", Owner: "o", TtlMs: 5000}
+	return &coordv1.AcquireRequest{Name: "L", Owner: "o", Ttl: pbtime.Dur(5000)}
 }
 
 // Forwarding decisions: the leader runs a call; a follower forwards it to

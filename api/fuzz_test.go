@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -226,9 +228,9 @@ func callIndex(name string) uint8 {
 // says what was wrong) quickly, never a crash, a hang or an Internal error.
 func FuzzRequests(f *testing.F) {
 	seeds := []proto.Message{
-		&coordv1.AcquireRequest{Name: "a", Owner: "o", TtlMs: 2000},
-		&coordv1.AcquireRequest{Name: strings.Repeat("x", 300), Owner: "o", TtlMs: -1},
-		&coordv1.RenewRequest{Name: "a", Owner: "o", Generation: 1, TtlMs: 1 << 62},
+		&coordv1.AcquireRequest{Name: "a", Owner: "o", Ttl: pbtime.Dur(2000)},
+		&coordv1.AcquireRequest{Name: strings.Repeat("x", 300), Owner: "o", Ttl: pbtime.Dur(-1)},
+		&coordv1.RenewRequest{Name: "a", Owner: "o", Generation: 1, Ttl: pbtime.Dur(1 << 62)},
 		&coordv1.ClaimWindowRequest{Job: "j", Window: "w\x00", LeaseName: "a", Owner: "o", Generation: 1},
 		&coordv1.FencedCommitRequest{Resource: "r", LeaseName: "a", Generation: 1<<63 + 1, Payload: make([]byte, 70000)},
 		&coordv1.FencedCommitRequest{Resource: "r", Token: "a:1:2", DryRun: true},
@@ -245,11 +247,11 @@ func FuzzRequests(f *testing.F) {
 		f.Add(uint8(i), data)
 	}
 	for name, m := range map[string]proto.Message{
-		"Queue.Submit": &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAtMs: 1 << 62, BackoffFactor: -1,
-			Labels: map[string]string{"": "\x00"}}, {Kind: "k", DelayMs: 1 << 62}}},
+		"Queue.Submit": &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAt: pbtime.At(1 << 62), BackoffFactor: -1,
+			Labels: map[string]string{"": "\x00"}}, {Kind: "k", Delay: pbtime.Dur(1 << 62)}}},
 		"Queue.Get":       &coordv1.QueueGetRequest{Id: 1<<64 - 1},
 		"Queue.List":      &coordv1.QueueListRequest{Label: "=", State: 99, PageToken: "MA", PageSize: -1},
-		"Queue.Fetch":     &coordv1.QueueFetchRequest{Queues: []string{"q", "q"}, Max: 1000, WaitMs: 30_000, WorkerId: "w"},
+		"Queue.Fetch":     &coordv1.QueueFetchRequest{Queues: []string{"q", "q"}, Max: 1000, Wait: pbtime.Dur(30_000), WorkerId: "w"},
 		"Queue.Heartbeat": &coordv1.QueueHeartbeatRequest{WorkerId: "w", Attempts: []*coordv1.JobAttemptRef{{JobId: 1, Attempt: 1 << 31}}},
 		"Queue.Complete":  &coordv1.QueueCompleteRequest{WorkerId: "w", Completions: []*coordv1.JobCompletion{{JobId: 1, Attempt: 1}}},
 		"Queue.Fail":      &coordv1.QueueFailRequest{WorkerId: "w", Failures: []*coordv1.JobFailure{{JobId: 1, Attempt: 1, Error: strings.Repeat("é", 5000)}}},
@@ -287,12 +289,17 @@ func FuzzHTTPAPI(f *testing.F) {
 	f.Add("POST", "/v1/schedules/n/trigger", `{}`)
 	f.Add("DELETE", "/v1/schedules/n", "")
 	f.Add("GET", "/v1/overdue?page_size=5000", "")
-	f.Add("POST", "/v1/queue/jobs", `{"jobs":[{"kind":"k","args":"!!","delay_ms":"-1"}]}`)
+	f.Add("POST", "/v1/queue/jobs", `{"jobs":[{"kind":"k","args":"!!","delay":"-1"}]}`)
 	f.Add("GET", "/v1/queue/jobs/18446744073709551616", "")
 	f.Add("GET", "/v1/queue/jobs?state=JOB_STATE_NOPE&page_token=%00", "")
 	f.Add("POST", "/v1/queue/jobs/1/cancel", `{"id":"2"}`)
 	f.Add("GET", "/v1/queue/stats?queue=%ff", "")
-	f.Add("POST", "/v1/leases/a/b/acquire", `{"owner":"o","ttl_ms":"5000","wait":true}`)
+	f.Add("POST", "/v1/leases/a/b/acquire", `{"owner":"o","ttl":"5s","wait":true}`)
+	f.Add("POST", "/v1/leases/a/acquire", `{"owner":"o","ttl":5000,"value":{"addr":"x"}}`)
+	f.Add("POST", "/v1/queue/jobs", `{"jobs":[{"kind":"k","args":{"a":[1,2]},"run_at":"2026-09-25T00:05:00-03:00","visibility_timeout":"1m30s"}]}`)
+	f.Add("POST", "/v1/queue/jobs", `{"jobs":[{"kind":"k","run_at":"9999-99-99T00:00:00Z","delay":"1e9h"}]}`)
+	f.Add("GET", "/v1/queue/jobs?state=dead&state=Available", "")
+	f.Add("GET", "/v1/watch?families=queue_job&job_states=running", "")
 	f.Add("POST", "/v1/leases//renew", `{"owner":"o","generation":"1"}`)
 	f.Add("GET", "/v1/leases?page_size=-1&page_token=%ff", "")
 	f.Add("POST", "/v1/windows/j/w/claim", `{"lease_name":"a","owner":"o","generation":"1"}`)
@@ -315,7 +322,7 @@ func FuzzHTTPAPI(f *testing.F) {
 		defer cancel()
 		rec := httptest.NewRecorder()
 		fuzzNode.http.ServeHTTP(rec, req.WithContext(ctx))
-		// 504: a wait (a waiting acquire, a fetch's wait_ms) that the 5 s
+		// 504: a wait (a waiting acquire, a fetch's wait) that the 5 s
 		// deadline above ended.
 		if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable && rec.Code != http.StatusNotImplemented &&
 			rec.Code != http.StatusGatewayTimeout {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -25,8 +27,8 @@ func TestAcquireBuildsTheCommand(t *testing.T) {
 	s.cfg.Limits.LeasesPerIdentity = 3
 	ctx := auth.WithCaller(context.Background(), auth.Caller{Identity: "billing"})
 	c := &coordinator{s: s}
-	req := &coordv1.AcquireRequest{Name: "L", Owner: "o", TtlMs: 5000, RequestId: "r1",
-		Claim: &coordv1.WindowRef{Job: "j", Window: "w", NotBeforeMs: 5}}
+	req := &coordv1.AcquireRequest{Name: "L", Owner: "o", Ttl: pbtime.Dur(5000), RequestId: "r1",
+		Claim: &coordv1.WindowRef{Job: "j", Window: "w", NotBefore: pbtime.At(5)}}
 	resp, err := c.Acquire(ctx, req)
 	if err != nil || !resp.GetAcquired() || !resp.GetClaim().GetClaimed() {
 		t.Fatalf("%v %v", resp, err)
@@ -38,17 +40,17 @@ func TestAcquireBuildsTheCommand(t *testing.T) {
 		t.Fatalf("command %v, want %v", got, want)
 	}
 	// Held by someone else: the node's answer, passed on.
-	resp, err = c.Acquire(ctx, &coordv1.AcquireRequest{Name: "L", Owner: "p", TtlMs: 5000})
+	resp, err = c.Acquire(ctx, &coordv1.AcquireRequest{Name: "L", Owner: "p", Ttl: pbtime.Dur(5000)})
 	if err != nil || resp.GetAcquired() || resp.GetLease().GetOwner() != "o" {
 		t.Fatalf("held: %v %v", resp, err)
 	}
 	// Bad input never reaches the node.
 	before := len(n.acquires)
 	for _, bad := range []*coordv1.AcquireRequest{
-		{Name: "", Owner: "o", TtlMs: 5000},
-		{Name: "L", Owner: "o", TtlMs: 10},
-		{Name: "L", Owner: "o", TtlMs: 5000, Claim: &coordv1.WindowRef{Job: "j"}},
-		{Name: strings.Repeat("x", MaxNameBytes+1), Owner: "o", TtlMs: 5000},
+		{Name: "", Owner: "o", Ttl: pbtime.Dur(5000)},
+		{Name: "L", Owner: "o", Ttl: pbtime.Dur(10)},
+		{Name: "L", Owner: "o", Ttl: pbtime.Dur(5000), Claim: &coordv1.WindowRef{Job: "j"}},
+		{Name: strings.Repeat("x", MaxNameBytes+1), Owner: "o", Ttl: pbtime.Dur(5000)},
 	} {
 		if _, err := c.Acquire(ctx, bad); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%v: %v", bad, err)
@@ -69,7 +71,7 @@ func TestWaitingAcquireLimit(t *testing.T) {
 	c := &coordinator{s: s}
 	first := make(chan error, 1)
 	go func() {
-		_, err := c.Acquire(ctx, &coordv1.AcquireRequest{Name: "a", Owner: "d", TtlMs: 5000, Wait: true})
+		_, err := c.Acquire(ctx, &coordv1.AcquireRequest{Name: "a", Owner: "d", Ttl: pbtime.Dur(5000), Wait: true})
 		first <- err
 	}()
 	deadline := time.Now().Add(5 * time.Second)
@@ -85,19 +87,19 @@ func TestWaitingAcquireLimit(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	_, err := c.Acquire(ctx, &coordv1.AcquireRequest{Name: "b", Owner: "d", TtlMs: 5000, Wait: true})
+	_, err := c.Acquire(ctx, &coordv1.AcquireRequest{Name: "b", Owner: "d", Ttl: pbtime.Dur(5000), Wait: true})
 	if status.Code(err) != codes.ResourceExhausted || coorderr.WireReason(err) != "WAIT_LIMIT" {
 		t.Fatalf("second wait: %v", err)
 	}
 	// Another identity is not limited by d's waits; a call without wait is not a wait.
-	if _, err := c.Acquire(ctx, &coordv1.AcquireRequest{Name: "c", Owner: "d", TtlMs: 5000}); err != nil {
+	if _, err := c.Acquire(ctx, &coordv1.AcquireRequest{Name: "c", Owner: "d", Ttl: pbtime.Dur(5000)}); err != nil {
 		t.Fatalf("no wait: %v", err)
 	}
 	close(n.block)
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Acquire(ctx, &coordv1.AcquireRequest{Name: "b", Owner: "d", TtlMs: 5000, Wait: true}); err != nil {
+	if _, err := c.Acquire(ctx, &coordv1.AcquireRequest{Name: "b", Owner: "d", Ttl: pbtime.Dur(5000), Wait: true}); err != nil {
 		t.Fatalf("a wait after the first ended: %v", err)
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coordd/coordd/api/openapi"
@@ -54,10 +53,8 @@ func (s *Server) httpAPI() http.Handler {
 		runtime.WithForwardResponseOption(singleItemError),
 		// One method a route: no POST of a form read as its GET.
 		runtime.WithDisablePathLengthFallback(),
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, newHTTPJSON()),
+		runtime.SetQueryParameterParser(&httpQuery{}),
 	)
 	// The generated code calls this node's services through the in-process
 	// connection (inproc.go): the guard the gRPC interceptor applies, then

@@ -6,6 +6,8 @@ import (
 	"io"
 	"sync"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
@@ -171,7 +173,7 @@ func (ka *keepAliveStream) spawn(f func()) bool {
 func (ka *keepAliveStream) refusal(req *coordv1.KeepAliveRequest) *coordv1.KeepAliveResponse {
 	s := ka.s
 	err := firstErr(checkName("name", req.GetName(), true), checkName("owner", req.GetOwner(), true),
-		checkGeneration(req.GetGeneration()), s.checkTTL("ttl_ms", req.GetTtlMs(), true),
+		checkGeneration(req.GetGeneration()), s.checkTTL("ttl", req.GetTtlMs(), true),
 		s.authorize(auth.CallerOf(ka.ctx), auth.OpLease, req.GetName(), false))
 	if err == nil {
 		return nil
@@ -193,7 +195,7 @@ func (ka *keepAliveStream) renew(req *coordv1.KeepAliveRequest) (*coordv1.KeepAl
 	var rej *fsm.Rejection
 	switch {
 	case err == nil:
-		resp.Ok, resp.ExpiresInMs = true, l.ExpiresAt-l.RenewedAt
+		resp.Ok, resp.ExpiresIn = true, pbtime.Dur(l.ExpiresAt-l.RenewedAt)
 	case errors.As(err, &rej):
 		resp.Reason, resp.Message, resp.Metadata = coorderr.Name(rej.Reason), rej.Message, rej.Metadata
 	default:

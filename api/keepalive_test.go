@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -51,13 +53,13 @@ func (s *kaServerStream) Recv() (*coordv1.KeepAliveRequest, error) {
 func TestKeepAliveStreamRefusal(t *testing.T) {
 	ka := newKeepAliveStream(newTestServer(t, newFakeNode()), newKAServerStream())
 	defer ka.stop()
-	if r := ka.refusal(&coordv1.KeepAliveRequest{Name: "L", Owner: "o", Generation: 1, TtlMs: 5000, Seq: 3}); r != nil {
+	if r := ka.refusal(&coordv1.KeepAliveRequest{Name: "L", Owner: "o", Generation: 1, Ttl: pbtime.Dur(5000), Seq: 3}); r != nil {
 		t.Fatalf("a valid request refused: %v", r)
 	}
 	for _, req := range []*coordv1.KeepAliveRequest{
-		{Name: "", Owner: "o", Generation: 1, TtlMs: 5000, Seq: 3},
-		{Name: "L", Owner: "o", Generation: 0, TtlMs: 5000, Seq: 3},
-		{Name: "L", Owner: "o", Generation: 1, TtlMs: 10, Seq: 3},
+		{Name: "", Owner: "o", Generation: 1, Ttl: pbtime.Dur(5000), Seq: 3},
+		{Name: "L", Owner: "o", Generation: 0, Ttl: pbtime.Dur(5000), Seq: 3},
+		{Name: "L", Owner: "o", Generation: 1, Ttl: pbtime.Dur(10), Seq: 3},
 	} {
 		r := ka.refusal(req)
 		if r == nil || r.GetOk() || r.GetReason() != coorderr.Name(coorderr.InvalidArgument) || r.GetSeq() != 3 || r.GetMessage() == "" {
@@ -73,16 +75,16 @@ func TestKeepAliveStreamRenew(t *testing.T) {
 	ka := newKeepAliveStream(newTestServer(t, n), newKAServerStream())
 	defer ka.stop()
 	n.apply(&fsmv1.Acquire{Name: "L", Owner: "o", TtlMs: 5000})
-	r, err := ka.renew(&coordv1.KeepAliveRequest{Name: "L", Owner: "o", Generation: 1, TtlMs: 5000, Seq: 1})
+	r, err := ka.renew(&coordv1.KeepAliveRequest{Name: "L", Owner: "o", Generation: 1, Ttl: pbtime.Dur(5000), Seq: 1})
 	if err != nil || !r.GetOk() || r.GetExpiresInMs() != 5000 || r.GetSeq() != 1 {
 		t.Fatalf("renew: %v %v", r, err)
 	}
-	r, err = ka.renew(&coordv1.KeepAliveRequest{Name: "L", Owner: "o", Generation: 9, TtlMs: 5000, Seq: 2})
+	r, err = ka.renew(&coordv1.KeepAliveRequest{Name: "L", Owner: "o", Generation: 9, Ttl: pbtime.Dur(5000), Seq: 2})
 	if err != nil || r.GetOk() || r.GetReason() == "" || r.GetSeq() != 2 {
 		t.Fatalf("renew of a lost generation: %v %v", r, err)
 	}
 	n.setLeader(false, "n2", "127.0.0.1:2")
-	if r, err := ka.renew(&coordv1.KeepAliveRequest{Name: "L", Owner: "o", Generation: 1, TtlMs: 5000, Seq: 3}); err == nil {
+	if r, err := ka.renew(&coordv1.KeepAliveRequest{Name: "L", Owner: "o", Generation: 1, Ttl: pbtime.Dur(5000), Seq: 3}); err == nil {
 		t.Fatalf("renew off the leader answered %v", r)
 	}
 }
@@ -97,8 +99,8 @@ func TestKeepAliveStreamAnswersAndOwnsRenewals(t *testing.T) {
 	st := newKAServerStream()
 	ret := make(chan error, 1)
 	go func() { ret <- (&coordinator{s: s}).KeepAlive(st) }()
-	st.in <- &coordv1.KeepAliveRequest{Name: "L", Owner: "o", Generation: 1, TtlMs: 5000, Seq: 1}
-	st.in <- &coordv1.KeepAliveRequest{Name: "", Owner: "o", Generation: 1, TtlMs: 5000, Seq: 2}
+	st.in <- &coordv1.KeepAliveRequest{Name: "L", Owner: "o", Generation: 1, Ttl: pbtime.Dur(5000), Seq: 1}
+	st.in <- &coordv1.KeepAliveRequest{Name: "", Owner: "o", Generation: 1, Ttl: pbtime.Dur(5000), Seq: 2}
 	got := map[uint64]bool{}
 	for range 2 {
 		r := testutil.Recv(t, st.out, "answer")
@@ -120,7 +122,7 @@ func TestKeepAliveStreamAnswersAndOwnsRenewals(t *testing.T) {
 		<-ka.ctx.Done() // a commit that does not come before the stream ends
 		returned.Store(true)
 	}
-	ka.stream.(*kaServerStream).in <- &coordv1.KeepAliveRequest{Name: "L", Owner: "o", Generation: 1, TtlMs: 5000, Seq: 1}
+	ka.stream.(*kaServerStream).in <- &coordv1.KeepAliveRequest{Name: "L", Owner: "o", Generation: 1, Ttl: pbtime.Dur(5000), Seq: 1}
 	go ka.receive()
 	testutil.Recv(t, entered, "renewal")
 	ka.stop()

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
@@ -43,16 +45,16 @@ func (s *Server) stuckLeases(st *fsm.FSM, now int64) []*coordv1.StuckLease {
 	st.EachLease(func(l fsm.Lease) {
 		switch {
 		case l.Live(now) && now-l.AcquiredAt > maxAge:
-			out = append(out, &coordv1.StuckLease{Lease: leaseToProto(l, now), Reason: "HELD_TOO_LONG"})
+			out = append(out, &coordv1.StuckLease{Lease: leaseToProto(l, s.stampAt(now)), Reason: "HELD_TOO_LONG"})
 		case !l.Released && !l.Live(now) && now-l.ExpiresAt < maxAge:
-			out = append(out, &coordv1.StuckLease{Lease: leaseToProto(l, now), Reason: "SILENT"})
+			out = append(out, &coordv1.StuckLease{Lease: leaseToProto(l, s.stampAt(now)), Reason: "SILENT"})
 		}
 	})
 	return out
 }
 
 func overdueToProto(o fsm.OverdueJob, cal int64) *coordv1.OverdueOccurrence {
-	return &coordv1.OverdueOccurrence{Schedule: o.Schedule, Window: o.Window, AtMs: o.At, DueMs: o.Due, OverdueMs: cal - o.Due,
+	return &coordv1.OverdueOccurrence{Schedule: o.Schedule, Window: o.Window, At: pbtime.At(o.At), Due: pbtime.At(o.Due), Overdue: pbtime.Dur(cal - o.Due),
 		JobId: o.JobID, JobState: coordv1.JobState(o.State), Queue: o.Queue, Attempts: o.Attempts}
 }
 
@@ -90,7 +92,7 @@ func (h *schedules) ListOverdue(ctx context.Context, req *coordv1.ListOverdueReq
 			return nil, err
 		}
 		cal := s.node.Calendar()
-		out := &coordv1.ListOverdueResponse{CalendarMs: cal}
+		out := &coordv1.ListOverdueResponse{CalendarTime: pbtime.At(cal)}
 		jobs, next, more := st.OverdueJobs(cal, req.GetSchedule(), cursor, size)
 		for _, o := range jobs {
 			out.Occurrences = append(out.Occurrences, overdueToProto(o, cal))
@@ -118,7 +120,7 @@ func (h *schedules) ListOverdue(ctx context.Context, req *coordv1.ListOverdueReq
 		}
 		for _, name := range sum.Top(maxTopSchedules) {
 			out.TopSchedules = append(out.TopSchedules, &coordv1.OverdueSchedule{Schedule: name,
-				Overdue: int64(sum.PerSchedule[name]), OldestAtMs: sum.Oldest[name]})
+				Overdue: int64(sum.PerSchedule[name]), OldestAt: pbtime.At(sum.Oldest[name])})
 		}
 		stuck := s.stuckLeases(st, now)
 		out.StuckLeases = stuck[:min(len(stuck), maxStuckLeases)]

@@ -2,9 +2,12 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/coordd/coordd/internal/pbtime"
 
 	"google.golang.org/grpc"
 
@@ -68,7 +71,7 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 		}
 		out := &coordv1.QueueSubmitResponse{Jobs: make([]*coordv1.SubmittedJob, len(r.Jobs))}
 		for i, j := range r.Jobs {
-			out.Jobs[i] = &coordv1.SubmittedJob{Id: j.ID, State: coordv1.JobState(j.State), RunAtMs: j.RunAt, Duplicate: j.Duplicate}
+			out.Jobs[i] = &coordv1.SubmittedJob{Id: j.ID, State: coordv1.JobState(j.State), RunAt: pbtime.At(j.RunAt), Duplicate: j.Duplicate}
 		}
 		return out, nil
 	})
@@ -111,7 +114,7 @@ func (q *queue) Get(ctx context.Context, req *coordv1.QueueGetRequest) (*coordv1
 		if err := hideName(q.s.authorizeQueue(ctx, auth.OpRead, j.Queue), fmt.Sprintf("job %d", j.ID)); err != nil {
 			return nil, err
 		}
-		return &coordv1.QueueGetResponse{Job: queueJobToProto(&j, true, true), CalendarMs: q.s.node.Calendar()}, nil
+		return &coordv1.QueueGetResponse{Job: queueJobToProto(&j, true, true), CalendarTime: pbtime.At(q.s.node.Calendar())}, nil
 	})
 }
 
@@ -263,7 +266,7 @@ func checkFetch(req *coordv1.QueueFetchRequest) error {
 	case req.GetMax() == 0 || req.GetMax() > fsm.MaxFetchBatch:
 		return invalidArg("max", "must be 1 to %d, not %d", fsm.MaxFetchBatch, req.GetMax())
 	case req.GetWaitMs() < 0 || req.GetWaitMs() > MaxFetchWait.Milliseconds():
-		return invalidArg("wait_ms", "%d is outside [0, %d]", req.GetWaitMs(), MaxFetchWait.Milliseconds())
+		return invalidArg("wait", "%s is outside [0s, %s]", fsm.Dur(req.GetWaitMs()), MaxFetchWait)
 	}
 	return checkName("worker_id", req.GetWorkerId(), true)
 }
@@ -345,7 +348,7 @@ func (q *queue) Heartbeat(ctx context.Context, req *coordv1.QueueHeartbeatReques
 			hr := &coordv1.HeartbeatResult{JobId: a.GetJobId(), Attempt: a.GetAttempt(), Error: refused}
 			if o != nil {
 				if cur, ok := o.Job.Current(); ok {
-					hr.DeadlineMs = cur.Deadline
+					hr.Deadline = pbtime.At(cur.Deadline)
 				}
 			}
 			return hr
@@ -360,6 +363,9 @@ func (q *queue) Complete(ctx context.Context, req *coordv1.QueueCompleteRequest)
 		func(i int, c *coordv1.JobCompletion) error {
 			if len(c.GetResult()) > fsm.MaxJobResultBytes {
 				return invalidItem(i, "result", "is %d bytes; the limit is %d", len(c.GetResult()), fsm.MaxJobResultBytes)
+			}
+			if r := c.GetResult(); len(r) > 0 && !json.Valid(r) {
+				return invalidItem(i, "result", "must be a JSON value (a string, a number, an object, ...)")
 			}
 			return nil
 		},
@@ -390,7 +396,7 @@ func (q *queue) Fail(ctx context.Context, req *coordv1.QueueFailRequest) (*coord
 		func(f *coordv1.JobFailure, o *fsm.JobOutcome, refused *coordv1.JobItemError) *coordv1.FailResult {
 			fr := &coordv1.FailResult{JobId: f.GetJobId(), Attempt: f.GetAttempt(), Error: refused}
 			if o != nil {
-				fr.State, fr.RunAtMs, fr.Duplicate = coordv1.JobState(o.Job.State), o.Job.RunAt, o.Duplicate
+				fr.State, fr.RunAt, fr.Duplicate = coordv1.JobState(o.Job.State), pbtime.At(o.Job.RunAt), o.Duplicate
 			}
 			return fr
 		},
@@ -406,7 +412,7 @@ func (q *queue) Stats(ctx context.Context, req *coordv1.QueueStatsRequest) (*coo
 	return stateRead(q.s, ctx, coordv1.NewQueueClient, coordv1.QueueClient.Stats, req, func(st *fsm.FSM, _ int64) (*coordv1.QueueStatsResponse, error) {
 		cal := q.s.node.Calendar()
 		stats := st.QueueStats(req.GetQueue(), cal)
-		out := &coordv1.QueueStatsResponse{Queues: make([]*coordv1.QueueStats, len(stats)), CalendarMs: cal}
+		out := &coordv1.QueueStatsResponse{Queues: make([]*coordv1.QueueStats, len(stats)), CalendarTime: pbtime.At(cal)}
 		for i, x := range stats {
 			out.Queues[i] = queueStatsToProto(x)
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -73,11 +75,11 @@ func wireJobSpec(j jobFields, more func(*fsmv1.QueueJobSpec)) (spec *fsmv1.Queue
 func jobSpec(i int, j *coordv1.NewJob) (*fsmv1.QueueJobSpec, error) {
 	switch {
 	case j.GetDelayMs() < 0:
-		return nil, invalidItem(i, "delay_ms", "delay_ms must not be negative")
+		return nil, invalidItem(i, "delay", "delay must not be negative")
 	case j.GetDelayMs() > 0 && j.GetRunAtMs() > 0:
-		return nil, invalidItem(i, "delay_ms", "set run_at_ms or delay_ms, not both")
+		return nil, invalidItem(i, "delay", "set run_at or delay, not both")
 	case j.GetDelayMs() > fsm.MaxRunAheadMs:
-		return nil, invalidItem(i, "delay_ms", "delay_ms is %s; the limit is %s", fsm.Days(j.GetDelayMs()), fsm.Days(fsm.MaxRunAheadMs))
+		return nil, invalidItem(i, "delay", "delay is %s; the limit is %s", fsm.Days(j.GetDelayMs()), fsm.Days(fsm.MaxRunAheadMs))
 	}
 	spec, field, problem := wireJobSpec(j, func(sp *fsmv1.QueueJobSpec) { sp.RunAtMs, sp.UniqueKey = j.GetRunAtMs(), j.GetUniqueKey() })
 	if field != "" {
@@ -104,11 +106,11 @@ func attemptToken(id uint64, n uint32) string {
 // queueJobToProto converts a job; full adds args and the attempt log
 // (Get), otherwise they are left out (List).
 func queueJobToProto(j *fsm.QueueJob, args, log bool) *coordv1.QueueJob {
-	out := &coordv1.QueueJob{Id: j.ID, Queue: j.Queue, Kind: j.Kind, State: coordv1.JobState(j.State), RunAtMs: j.RunAt,
-		Priority: j.Priority, MaxAttempts: j.MaxAttempts, Attempts: j.Attempts, BackoffInitialMs: j.BackoffMs,
-		BackoffMaxMs: j.BackoffMaxMs, BackoffFactor: float64(j.BackoffPermille) / 1000, VisibilityTimeoutMs: j.VisibilityMs,
-		UniqueKey: j.UniqueKey, SubmittedBy: j.Identity, CreatedAtMs: j.CreatedAt, UpdatedAtMs: j.UpdatedAt,
-		FinishedAtMs: j.FinishedAt, Target: targetToProto(j.Target)}
+	out := &coordv1.QueueJob{Id: j.ID, Queue: j.Queue, Kind: j.Kind, State: coordv1.JobState(j.State), RunAt: pbtime.At(j.RunAt),
+		Priority: j.Priority, MaxAttempts: j.MaxAttempts, Attempts: j.Attempts, BackoffInitial: pbtime.Dur(j.BackoffMs),
+		BackoffMax: pbtime.Dur(j.BackoffMaxMs), BackoffFactor: float64(j.BackoffPermille) / 1000, VisibilityTimeout: pbtime.Dur(j.VisibilityMs),
+		UniqueKey: j.UniqueKey, SubmittedBy: j.Identity, CreatedAt: pbtime.At(j.CreatedAt), UpdatedAt: pbtime.At(j.UpdatedAt),
+		FinishedAt: pbtime.At(j.FinishedAt), Target: targetToProto(j.Target)}
 	if len(j.Labels) > 0 {
 		out.Labels = make(map[string]string, len(j.Labels))
 		for _, l := range j.Labels {
@@ -129,7 +131,7 @@ func queueJobToProto(j *fsm.QueueJob, args, log bool) *coordv1.QueueJob {
 
 func attemptToProto(id uint64, a *fsm.Attempt) *coordv1.JobAttempt {
 	return &coordv1.JobAttempt{Number: a.Number, Outcome: coordv1.AttemptOutcome(a.Outcome), WorkerId: a.WorkerID,
-		Identity: a.Identity, StartedAtMs: a.StartedAt, DeadlineMs: a.Deadline, FinishedAtMs: a.FinishedAt,
+		Identity: a.Identity, StartedAt: pbtime.At(a.StartedAt), Deadline: pbtime.At(a.Deadline), FinishedAt: pbtime.At(a.FinishedAt),
 		Heartbeats: a.Heartbeats, Error: a.Error, Result: a.Result, Token: attemptToken(id, a.Number)}
 }
 
@@ -141,7 +143,7 @@ func itemError(rej *fsm.Rejection) *coordv1.JobItemError {
 func queueStatsToProto(st fsm.QueueStats) *coordv1.QueueStats {
 	return &coordv1.QueueStats{Queue: st.Queue, Scheduled: st.Scheduled, Available: st.Available, Running: st.Running,
 		Retryable: st.Retryable, Succeeded: st.Succeeded, Cancelled: st.Cancelled, Dead: st.Dead,
-		OldestAvailableAgeMs: st.OldestAvailableAgeMs, OldestAvailableRunAtMs: st.OldestAvailableRunAt}
+		OldestAvailableAge: pbtime.Dur(st.OldestAvailableAgeMs), OldestAvailableRunAt: pbtime.At(st.OldestAvailableRunAt)}
 }
 
 // jobFilter reads List's filters.

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -76,26 +78,26 @@ func TestSubmitValidation(t *testing.T) {
 		return &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{ok(), ok(), bad}}
 	}
 	for field, req := range map[string]*coordv1.QueueSubmitRequest{
-		"args":                  with(func(j *coordv1.NewJob) { j.Args = make([]byte, 64<<10+1) }),
-		"kind":                  with(func(j *coordv1.NewJob) { j.Kind = "" }),
-		"run_at_ms":             with(func(j *coordv1.NewJob) { j.RunAtMs = n.calendar + 367*24*3600*1000 }),
-		"delay_ms":              with(func(j *coordv1.NewJob) { j.DelayMs = -1 }),
-		"visibility_timeout_ms": with(func(j *coordv1.NewJob) { j.VisibilityTimeoutMs = -5 }),
-		"backoff_initial_ms":    with(func(j *coordv1.NewJob) { j.BackoffInitialMs = -1 }),
-		"backoff_max_ms":        with(func(j *coordv1.NewJob) { j.BackoffMaxMs = -1 }),
-		"backoff_factor":        with(func(j *coordv1.NewJob) { j.BackoffFactor = 0.5 }),
-		"max_attempts":          with(func(j *coordv1.NewJob) { j.MaxAttempts = 101 }),
-		"priority":              with(func(j *coordv1.NewJob) { j.Priority = 101 }),
-		"queue":                 with(func(j *coordv1.NewJob) { j.Queue = "a\nb" }),
-		"labels":                with(func(j *coordv1.NewJob) { j.Labels = map[string]string{"": "x"} }),
+		"args":               with(func(j *coordv1.NewJob) { j.Args = make([]byte, 64<<10+1) }),
+		"kind":               with(func(j *coordv1.NewJob) { j.Kind = "" }),
+		"run_at":             with(func(j *coordv1.NewJob) { j.RunAt = pbtime.At(n.calendar + 367*24*3600*1000) }),
+		"delay":              with(func(j *coordv1.NewJob) { j.Delay = pbtime.Dur(-1) }),
+		"visibility_timeout": with(func(j *coordv1.NewJob) { j.VisibilityTimeout = pbtime.Dur(-5) }),
+		"backoff_initial":    with(func(j *coordv1.NewJob) { j.BackoffInitial = pbtime.Dur(-1) }),
+		"backoff_max":        with(func(j *coordv1.NewJob) { j.BackoffMax = pbtime.Dur(-1) }),
+		"backoff_factor":     with(func(j *coordv1.NewJob) { j.BackoffFactor = 0.5 }),
+		"max_attempts":       with(func(j *coordv1.NewJob) { j.MaxAttempts = 101 }),
+		"priority":           with(func(j *coordv1.NewJob) { j.Priority = 101 }),
+		"queue":              with(func(j *coordv1.NewJob) { j.Queue = "a\nb" }),
+		"labels":             with(func(j *coordv1.NewJob) { j.Labels = map[string]string{"": "x"} }),
 	} {
 		t.Run(field, func(t *testing.T) {
 			_, err := q.Submit(context.Background(), req)
 			invalid(t, err, field, 2)
 		})
 	}
-	_, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAtMs: n.calendar + 5000, DelayMs: 5}}})
-	invalid(t, err, "delay_ms", 0)
+	_, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAt: pbtime.At(n.calendar + 5000), Delay: pbtime.Dur(5)}}})
+	invalid(t, err, "delay", 0)
 	big := &coordv1.QueueSubmitRequest{}
 	for range 1001 {
 		big.Jobs = append(big.Jobs, ok())
@@ -108,7 +110,7 @@ func TestSubmitValidation(t *testing.T) {
 		t.Fatalf("%d jobs after refused submits", c)
 	}
 	// A year ahead is fine; so is a batch of 1,000.
-	if _, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAtMs: n.calendar + 365*24*3600*1000}}}); err != nil {
+	if _, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAt: pbtime.At(n.calendar + 365*24*3600*1000)}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: big.Jobs[:1000]}); err != nil {
@@ -131,7 +133,7 @@ func TestStaleCalendarRefusesNoValidInput(t *testing.T) {
 		s.dial = func(string) (grpc.ClientConnInterface, error) { return conn, nil }
 		for _, runAt := range []int64{now + 5000, now + 300*day} {
 			conn.method = ""
-			_, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAtMs: runAt}}})
+			_, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", RunAt: pbtime.At(runAt)}}})
 			if err != nil || conn.method != coordv1.Queue_Submit_FullMethodName {
 				t.Fatalf("calendar %d: run_at %d: %v (forwarded %q)", cal, runAt, err, conn.method)
 			}
@@ -145,14 +147,14 @@ func TestStaleCalendarRefusesNoValidInput(t *testing.T) {
 	}
 	// The leader judges the limit at its calendar stamp, in days.
 	n, _, q := newQueueTest(t)
-	_, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k"}, {Kind: "k", RunAtMs: n.calendar + 400*day}}})
-	invalid(t, err, "run_at_ms", 1)
+	_, err := q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k"}, {Kind: "k", RunAt: pbtime.At(n.calendar + 400*day)}}})
+	invalid(t, err, "run_at", 1)
 	if msg := status.Convert(err).Message(); !strings.Contains(msg, "400 days ahead; the limit is 366 days") {
 		t.Fatalf("message %q", msg)
 	}
-	_, err = q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", DelayMs: 400 * day}}})
-	invalid(t, err, "delay_ms", 0)
-	if msg := status.Convert(err).Message(); !strings.Contains(msg, "delay_ms is 400 days; the limit is 366 days") {
+	_, err = q.Submit(context.Background(), &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Kind: "k", Delay: pbtime.Dur(400 * day)}}})
+	invalid(t, err, "delay", 0)
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "delay is 400 days; the limit is 366 days") {
 		t.Fatalf("message %q", msg)
 	}
 }
@@ -164,7 +166,7 @@ func TestSubmitAndGet(t *testing.T) {
 	ctx := caller("billing")
 	resp, err := q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{
 		{Kind: "send", Args: []byte(`{"to":"a"}`), Labels: map[string]string{"tenant": "t1", "a": "b"}},
-		{Queue: "mail", Kind: "send", DelayMs: 5000, UniqueKey: "u1", BackoffFactor: 1.5},
+		{Queue: "mail", Kind: "send", Delay: pbtime.Dur(5000), UniqueKey: "u1", BackoffFactor: 1.5},
 		{Queue: "mail", Kind: "send", UniqueKey: "u1"},
 	}})
 	if err != nil {
@@ -187,7 +189,7 @@ func TestSubmitAndGet(t *testing.T) {
 	j := g.GetJob()
 	if j.GetQueue() != "default" || j.GetMaxAttempts() != 25 || j.GetVisibilityTimeoutMs() != 30_000 || j.GetBackoffInitialMs() != 1000 ||
 		j.GetBackoffMaxMs() != 3_600_000 || j.GetBackoffFactor() != 2 || j.GetSubmittedBy() != "billing" ||
-		string(j.GetArgs()) != `{"to":"a"}` || j.GetLabels()["tenant"] != "t1" || g.GetCalendarMs() != n.calendar {
+		string(j.GetArgs()) != `{"to":"a"}` || j.GetLabels()["tenant"] != "t1" || g.GetCalendarTimeMs() != n.calendar {
 		t.Fatalf("%v", g)
 	}
 	if g2, _ := q.Get(ctx, &coordv1.QueueGetRequest{Id: js[1].GetId()}); g2.GetJob().GetBackoffFactor() != 1.5 {
@@ -283,8 +285,8 @@ func fetchOne(t *testing.T, q *queue, ctx context.Context, worker string, queues
 func TestFetchHeartbeatComplete(t *testing.T) {
 	n, _, q := newQueueTest(t)
 	ctx := caller("worker")
-	id := submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", Args: []byte("x"), VisibilityTimeoutMs: 10_000})
-	r, err := q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"q"}, Max: 10, WaitMs: 2500, WorkerId: "w1"})
+	id := submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", Args: []byte(`"x"`), VisibilityTimeout: pbtime.Dur(10_000)})
+	r, err := q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"q"}, Max: 10, Wait: pbtime.Dur(2500), WorkerId: "w1"})
 	if err != nil || len(r.GetJobs()) != 1 {
 		t.Fatalf("%v %v", r, err)
 	}
@@ -293,7 +295,7 @@ func TestFetchHeartbeatComplete(t *testing.T) {
 	}
 	c := r.GetJobs()[0]
 	a := c.GetAttempt()
-	if c.GetJob().GetId() != id || string(c.GetJob().GetArgs()) != "x" || c.GetJob().GetAttemptLog() != nil ||
+	if c.GetJob().GetId() != id || string(c.GetJob().GetArgs()) != `"x"` || c.GetJob().GetAttemptLog() != nil ||
 		a.GetNumber() != 1 || a.GetToken() != fmt.Sprintf("job:%d:1", id) || a.GetDeadlineMs() != n.calendar+10_000 ||
 		a.GetIdentity() != "worker" || a.GetWorkerId() != "w1" {
 		t.Fatalf("claimed %v", c)
@@ -304,7 +306,7 @@ func TestFetchHeartbeatComplete(t *testing.T) {
 		hb.GetResults()[1].GetError().GetReason() != "ATTEMPT_LOST" {
 		t.Fatalf("%v %v", hb, err)
 	}
-	done, err := q.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: "w1", Completions: []*coordv1.JobCompletion{{JobId: id, Attempt: 1, Result: []byte("ok")}}})
+	done, err := q.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: "w1", Completions: []*coordv1.JobCompletion{{JobId: id, Attempt: 1, Result: []byte(`"ok"`)}}})
 	if err != nil || done.GetResults()[0].GetError() != nil || done.GetResults()[0].GetDuplicate() {
 		t.Fatalf("%v %v", done, err)
 	}
@@ -317,7 +319,7 @@ func TestFetchHeartbeatComplete(t *testing.T) {
 		t.Fatalf("another worker: %v %v", other, err)
 	}
 	g, _ := q.Get(ctx, &coordv1.QueueGetRequest{Id: id})
-	if g.GetJob().GetState() != coordv1.JobState_JOB_STATE_SUCCEEDED || string(g.GetJob().GetAttemptLog()[0].GetResult()) != "ok" {
+	if g.GetJob().GetState() != coordv1.JobState_JOB_STATE_SUCCEEDED || string(g.GetJob().GetAttemptLog()[0].GetResult()) != `"ok"` {
 		t.Fatalf("%v", g)
 	}
 	// Another identity is refused per item.
@@ -334,7 +336,7 @@ func TestWorkerCallValidation(t *testing.T) {
 	for field, req := range map[string]*coordv1.QueueFetchRequest{
 		"queues":    {Max: 1, WorkerId: "w"},
 		"max":       {Queues: []string{"q"}, WorkerId: "w"},
-		"wait_ms":   {Queues: []string{"q"}, Max: 1, WaitMs: 30_001, WorkerId: "w"},
+		"wait":      {Queues: []string{"q"}, Max: 1, Wait: pbtime.Dur(30_001), WorkerId: "w"},
 		"worker_id": {Queues: []string{"q"}, Max: 1},
 	} {
 		_, err := q.Fetch(ctx, req)
@@ -342,8 +344,8 @@ func TestWorkerCallValidation(t *testing.T) {
 	}
 	_, err := q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"q", ""}, Max: 1, WorkerId: "w"})
 	invalid(t, err, "queues", 1)
-	_, err = q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"q"}, Max: 1, WaitMs: -1, WorkerId: "w"})
-	invalid(t, err, "wait_ms", -1)
+	_, err = q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"q"}, Max: 1, Wait: pbtime.Dur(-1), WorkerId: "w"})
+	invalid(t, err, "wait", -1)
 	_, err = q.Heartbeat(ctx, &coordv1.QueueHeartbeatRequest{WorkerId: "w"})
 	invalid(t, err, "attempts", -1)
 	_, err = q.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: "w", Completions: []*coordv1.JobCompletion{{JobId: 1, Attempt: 1}, {JobId: 1}}})
@@ -358,7 +360,7 @@ func TestWorkerCallValidation(t *testing.T) {
 func TestFailCancelRetry(t *testing.T) {
 	n, _, q := newQueueTest(t)
 	ctx := context.Background()
-	id := submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", MaxAttempts: 2, BackoffInitialMs: 100, BackoffMaxMs: 1000})
+	id := submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", MaxAttempts: 2, BackoffInitial: pbtime.Dur(100), BackoffMax: pbtime.Dur(1000)})
 	fetchOne(t, q, ctx, "w", "q")
 	f, err := q.Fail(ctx, &coordv1.QueueFailRequest{WorkerId: "w", Failures: []*coordv1.JobFailure{{JobId: id, Attempt: 1, Error: "boom", Retryable: true}}})
 	if err != nil || f.GetResults()[0].GetState() != coordv1.JobState_JOB_STATE_RETRYABLE || f.GetResults()[0].GetRunAtMs() != n.calendar+100 {
@@ -403,7 +405,7 @@ func TestJobTokensInFencedCommit(t *testing.T) {
 	n, s, q := newQueueTest(t)
 	c := &coordinator{s: s}
 	ctx := context.Background()
-	id := submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", VisibilityTimeoutMs: 1000})
+	id := submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", VisibilityTimeout: pbtime.Dur(1000)})
 	cl := fetchOne(t, q, ctx, "w", "q")
 	tok := cl.GetAttempt().GetToken()
 	r, err := c.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "orders/1", Token: tok, Payload: []byte("p")})
@@ -425,11 +427,11 @@ func TestJobTokensInFencedCommit(t *testing.T) {
 		t.Fatalf("%v %v", r, err)
 	}
 	for _, name := range []string{"job:1", fsm.JobTokenName(id)} {
-		_, err := c.Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "o", TtlMs: 5000})
+		_, err := c.Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "o", Ttl: pbtime.Dur(5000)})
 		invalid(t, err, "name", -1)
 	}
 	for _, name := range []string{"job:", "job:01", "job:x", "jobs:1"} {
-		if _, err := c.Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "o", TtlMs: 5000}); err != nil {
+		if _, err := c.Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "o", Ttl: pbtime.Dur(5000)}); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -533,7 +535,7 @@ func TestQueueForwarding(t *testing.T) {
 	n.leading, n.leaderID, n.leaderAddr = false, "n2", "leader:7400"
 	conn := &recordingConn{reply: &coordv1.QueueFetchResponse{}}
 	s.dial = func(addr string) (grpc.ClientConnInterface, error) { return conn, nil }
-	if _, err := q.Fetch(context.Background(), &coordv1.QueueFetchRequest{Queues: []string{"q"}, Max: 1, WorkerId: "w", WaitMs: 100}); err != nil {
+	if _, err := q.Fetch(context.Background(), &coordv1.QueueFetchRequest{Queues: []string{"q"}, Max: 1, WorkerId: "w", Wait: pbtime.Dur(100)}); err != nil {
 		t.Fatal(err)
 	}
 	if conn.method != coordv1.Queue_Fetch_FullMethodName {
@@ -549,8 +551,8 @@ func TestQueueForwarding(t *testing.T) {
 func TestQueueMetrics(t *testing.T) {
 	n, s, q := newQueueTest(t)
 	ctx := context.Background()
-	submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", RunAtMs: n.calendar - 1500})
-	submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", RunAtMs: n.calendar + 60_000})
+	submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", RunAt: pbtime.At(n.calendar - 1500)})
+	submitOne(t, q, ctx, &coordv1.NewJob{Queue: "q", Kind: "k", RunAt: pbtime.At(n.calendar + 60_000)})
 	fetchOne(t, q, ctx, "w", "q")
 	want := `
 # HELP coordd_queue_jobs Queued jobs by queue and state, in this node's replica.
@@ -593,7 +595,8 @@ coordd_queue_attempts_total{queue="q"} 1
 // The gateway serves Submit, Get, List, Cancel, Retry and Stats as JSON;
 // Fetch is not on HTTP.
 func TestQueueHTTP(t *testing.T) {
-	_, s, _ := newQueueTest(t)
+	n, s, _ := newQueueTest(t)
+	calNow := n.calendar
 	h := s.httpAPI()
 	do := func(method, path, body string) (int, map[string]any) {
 		t.Helper()
@@ -607,24 +610,44 @@ func TestQueueHTTP(t *testing.T) {
 		}
 		return rec.Code, out
 	}
-	code, out := do("POST", "/v1/queue/jobs", `{"jobs":[{"queue":"mail","kind":"send","args":"eyJ0byI6ImEifQ==","delay_ms":"60000"}]}`)
+	// Args are a JSON value, durations "1m", times RFC 3339, enums short.
+	code, out := do("POST", "/v1/queue/jobs", `{"jobs":[{"queue":"mail","kind":"send","args":{"to": "a", "n": 12345678901234567890},"delay":"1m"}]}`)
 	if code != http.StatusOK {
 		t.Fatalf("%d %v", code, out)
 	}
 	id := out["jobs"].([]any)[0].(map[string]any)["id"].(string)
-	if code, out = do("GET", "/v1/queue/jobs/"+id, ""); code != 200 || out["job"].(map[string]any)["state"] != "JOB_STATE_SCHEDULED" {
+	code, out = do("GET", "/v1/queue/jobs/"+id, "")
+	job, _ := out["job"].(map[string]any)
+	if code != 200 || job["state"] != "SCHEDULED" || job["visibility_timeout"] != "30s" {
 		t.Fatalf("%d %v", code, out)
 	}
-	if code, out = do("GET", "/v1/queue/jobs?queue=mail&state=JOB_STATE_SCHEDULED", ""); code != 200 || len(out["jobs"].([]any)) != 1 {
-		t.Fatalf("%d %v", code, out)
+	if args, _ := json.Marshal(job["args"]); string(args) != `{"n":12345678901234567890,"to":"a"}` && string(args) != `{"n":12345678901234567000,"to":"a"}` {
+		t.Fatalf("args %s", args)
+	}
+	if runAt, err := time.Parse(time.RFC3339Nano, job["run_at"].(string)); err != nil || runAt.UnixMilli() != calNow+60_000 {
+		t.Fatalf("run_at %v (%v), want %d", job["run_at"], err, calNow+60_000)
+	}
+	for _, state := range []string{"scheduled", "SCHEDULED", "JOB_STATE_SCHEDULED"} {
+		if code, out = do("GET", "/v1/queue/jobs?queue=mail&state="+state, ""); code != 200 || len(out["jobs"].([]any)) != 1 {
+			t.Fatalf("state=%s: %d %v", state, code, out)
+		}
 	}
 	if code, out = do("GET", "/v1/queue/stats?queue=mail", ""); code != 200 || out["queues"].([]any)[0].(map[string]any)["scheduled"] != "1" {
 		t.Fatalf("%d %v", code, out)
 	}
-	if code, out = do("POST", "/v1/queue/jobs/"+id+"/retry", `{}`); code != 200 || out["job"].(map[string]any)["state"] != "JOB_STATE_AVAILABLE" {
+	for body, field := range map[string]string{
+		`{"jobs":[{"kind":"k","delay":"soon"}]}`:   "delay",
+		`{"jobs":[{"kind":"k","run_at":"today"}]}`: "run_at",
+		`{"jobs":[{"kind":"k","args":{"a":}}]}`:    "",
+	} {
+		if code, out = do("POST", "/v1/queue/jobs", body); code != 400 || out["code"] != "INVALID_ARGUMENT" || !strings.Contains(out["message"].(string), field) {
+			t.Fatalf("%s: %d %v", body, code, out)
+		}
+	}
+	if code, out = do("POST", "/v1/queue/jobs/"+id+"/retry", `{}`); code != 200 || out["job"].(map[string]any)["state"] != "AVAILABLE" {
 		t.Fatalf("%d %v", code, out)
 	}
-	if code, out = do("POST", "/v1/queue/jobs/"+id+"/cancel", `{}`); code != 200 || out["job"].(map[string]any)["state"] != "JOB_STATE_CANCELLED" {
+	if code, out = do("POST", "/v1/queue/jobs/"+id+"/cancel", `{}`); code != 200 || out["job"].(map[string]any)["state"] != "CANCELLED" {
 		t.Fatalf("%d %v", code, out)
 	}
 	if code, out = do("GET", "/v1/queue/jobs/999", ""); code != 404 || out["reason"] != "JOB_NOT_FOUND" {

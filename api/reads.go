@@ -34,7 +34,7 @@ func (c *coordinator) GetLease(ctx context.Context, req *coordv1.GetLeaseRequest
 		if !ok {
 			return nil, &notFoundError{what: "lease " + req.GetName()}
 		}
-		return &coordv1.GetLeaseResponse{Lease: leaseToProto(l, now)}, nil
+		return &coordv1.GetLeaseResponse{Lease: leaseToProto(l, c.s.stampAt(now))}, nil
 	})
 }
 
@@ -51,7 +51,7 @@ func (c *coordinator) ListLeases(ctx context.Context, req *coordv1.ListLeasesReq
 		leases, more := st.Leases(req.GetPrefix(), after, size)
 		out := &coordv1.ListLeasesResponse{Leases: make([]*coordv1.Lease, len(leases))}
 		for i, l := range leases {
-			out.Leases[i] = leaseToProto(l, now)
+			out.Leases[i] = leaseToProto(l, c.s.stampAt(now))
 		}
 		if more {
 			out.NextPageToken = encodePageToken(leases[len(leases)-1].Name)
@@ -96,12 +96,12 @@ func (c *coordinator) GetResource(ctx context.Context, req *coordv1.GetResourceR
 	if err := checkName("resource", req.GetResource(), true); err != nil {
 		return nil, toStatus(err)
 	}
-	return readOn(c.s, ctx, coordv1.CoordinatorClient.GetResource, req, func(st *fsm.FSM, _ int64) (*coordv1.GetResourceResponse, error) {
+	return readOn(c.s, ctx, coordv1.CoordinatorClient.GetResource, req, func(st *fsm.FSM, now int64) (*coordv1.GetResourceResponse, error) {
 		r, ok := st.Resource(req.GetResource())
 		if !ok {
 			return nil, &notFoundError{what: "resource " + req.GetResource()}
 		}
-		return &coordv1.GetResourceResponse{Resource: resourceToProto(r)}, nil
+		return &coordv1.GetResourceResponse{Resource: resourceToProto(r, c.s.stampAt(now))}, nil
 	})
 }
 

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"sync"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 
 	"github.com/coordd/coordd/coorderr"
@@ -141,16 +143,16 @@ func (s *Server) scheduleToProto(sc fsm.Schedule) *coordv1.Schedule {
 	out := &coordv1.Schedule{
 		Spec: &coordv1.ScheduleSpec{
 			Name: sc.Name, Schedule: sp.Expr, TimeZone: sp.TimeZone, WindowLayout: sp.WindowLayout,
-			WindowShiftDays: sp.WindowShiftDays, StartingDeadlineMs: sp.StartingDeadlineMs, CatchUpMs: sp.CatchUpMs,
-			CompleteWithinMs: sp.CompleteWithinMs, Overlap: coordv1.ScheduleOverlap(sp.Overlap),
+			WindowShiftDays: sp.WindowShiftDays, StartingDeadline: pbtime.Dur(sp.StartingDeadlineMs), CatchUp: pbtime.Dur(sp.CatchUpMs),
+			CompleteWithin: pbtime.Dur(sp.CompleteWithinMs), Overlap: coordv1.ScheduleOverlap(sp.Overlap),
 			DstPolicy: coordv1.ScheduleDstPolicy(sp.DSTPolicy),
 			Job: &coordv1.JobTemplate{Queue: t.Queue, Kind: t.Kind, Args: t.Args, Priority: t.Priority,
-				MaxAttempts: t.MaxAttempts, BackoffInitialMs: t.BackoffMs, BackoffMaxMs: t.BackoffMaxMs,
-				BackoffFactor: float64(t.BackoffPermille) / 1000, VisibilityTimeoutMs: t.VisibilityMs, Target: targetToProto(t.Target)},
+				MaxAttempts: t.MaxAttempts, BackoffInitial: pbtime.Dur(t.BackoffMs), BackoffMax: pbtime.Dur(t.BackoffMaxMs),
+				BackoffFactor: float64(t.BackoffPermille) / 1000, VisibilityTimeout: pbtime.Dur(t.VisibilityMs), Target: targetToProto(t.Target)},
 		},
-		Revision: sc.Revision, Paused: sc.Paused, PausedAtMs: sc.PausedAt, PausedBy: sc.PausedBy,
-		Deleted: sc.Deleted, DeletedAtMs: sc.DeletedAt, DeletedBy: sc.DeletedBy, CreatedBy: sc.CreatedBy,
-		CreatedAtMs: sc.CreatedAt, UpdatedBy: sc.UpdatedBy, UpdatedAtMs: sc.UpdatedAt, LastMaterialisedMs: sc.Mark,
+		Revision: sc.Revision, Paused: sc.Paused, PausedAt: pbtime.At(sc.PausedAt), PausedBy: sc.PausedBy,
+		Deleted: sc.Deleted, DeletedAt: pbtime.At(sc.DeletedAt), DeletedBy: sc.DeletedBy, CreatedBy: sc.CreatedBy,
+		CreatedAt: pbtime.At(sc.CreatedAt), UpdatedBy: sc.UpdatedBy, UpdatedAt: pbtime.At(sc.UpdatedAt), LastMaterialised: pbtime.At(sc.Mark),
 		JobsCreated: sc.JobsMade, OccurrencesSkipped: sc.SkipCount, LastJobId: sc.LastJobID,
 	}
 	if len(t.Labels) > 0 {
@@ -160,14 +162,14 @@ func (s *Server) scheduleToProto(sc fsm.Schedule) *coordv1.Schedule {
 		}
 	}
 	if c, err := s.calendars.get(calendarSpec(sp)); err == nil {
-		out.IntervalMs = c.Schedule().Interval().Milliseconds()
+		out.Interval = pbtime.Dur(c.Schedule().Interval().Milliseconds())
 		out.Spec.DstPolicy = coordv1.ScheduleDstPolicy(c.Schedule().DST()) // resolved, also for a spec stored without one
 		if sc.Active() {
 			// The next occurrence not yet made — what a user means by
 			// "next due" — not when the materialiser looks next (sc.NextDue:
 			// at once after a create, resume or update).
 			if o := c.Next(max(sc.Mark, sc.ResumedAt), 1); len(o) == 1 {
-				out.NextDueMs = o[0].At
+				out.NextDue = pbtime.At(o[0].At)
 			}
 		}
 	}
@@ -177,14 +179,14 @@ func (s *Server) scheduleToProto(sc fsm.Schedule) *coordv1.Schedule {
 // occurrenceToProto renders a history entry with its job's state at
 // calendar time cal.
 func occurrenceToProto(st *fsm.FSM, sc *fsm.Schedule, e fsm.HistoryEntry, cal int64) *coordv1.ScheduleOccurrence {
-	o := &coordv1.ScheduleOccurrence{AtMs: e.At, Window: e.Window, DstGap: e.DSTGap, Manual: e.Manual, JobId: e.JobID,
-		Duplicate: e.Duplicate, Skipped: coordv1.ScheduleSkipReason(e.Skipped), Count: e.Count, LastAtMs: e.Last,
-		LastWindow: e.LastWindow, RecordedAtMs: e.RecordedAt}
+	o := &coordv1.ScheduleOccurrence{At: pbtime.At(e.At), Window: e.Window, DstGap: e.DSTGap, Manual: e.Manual, JobId: e.JobID,
+		Duplicate: e.Duplicate, Skipped: coordv1.ScheduleSkipReason(e.Skipped), Count: e.Count, LastAt: pbtime.At(e.Last),
+		LastWindow: e.LastWindow, RecordedAt: pbtime.At(e.RecordedAt)}
 	if e.JobID != 0 {
-		o.DueMs = e.At + sc.Spec.CompleteWithinMs
+		o.Due = pbtime.At(e.At + sc.Spec.CompleteWithinMs)
 		if j, ok := st.QueueJob(e.JobID); ok {
 			o.JobState, o.Attempts = coordv1.JobState(j.State), j.Attempts
-			o.Overdue = !j.State.Final() && o.DueMs < cal && !sc.Deleted
+			o.Overdue = !j.State.Final() && o.GetDueMs() < cal && !sc.Deleted
 		}
 	}
 	return o
@@ -315,11 +317,11 @@ func (h *schedules) GetSchedule(ctx context.Context, req *coordv1.GetScheduleReq
 		if err := hideName(s.authorizeQueue(ctx, auth.OpRead, sc.Spec.Job.Queue), "schedule "+sc.Name); err != nil {
 			return nil, err
 		}
-		out := &coordv1.GetScheduleResponse{Schedule: s.scheduleToProto(sc), CalendarMs: cal}
+		out := &coordv1.GetScheduleResponse{Schedule: s.scheduleToProto(sc), CalendarTime: pbtime.At(cal)}
 		if c, err := s.calendars.get(calendarSpec(&sc.Spec)); err == nil && !sc.Deleted {
 			for _, o := range c.Next(max(cal, sc.Mark), next) {
-				out.Next = append(out.Next, &coordv1.ScheduleOccurrence{AtMs: o.At, Window: o.Window, DstGap: o.DSTGap,
-					DueMs: o.At + sc.Spec.CompleteWithinMs})
+				out.Next = append(out.Next, &coordv1.ScheduleOccurrence{At: pbtime.At(o.At), Window: o.Window, DstGap: o.DSTGap,
+					Due: pbtime.At(o.At + sc.Spec.CompleteWithinMs)})
 			}
 		}
 		for i := len(sc.History) - 1; i >= 0; i-- {
@@ -341,7 +343,7 @@ func (h *schedules) ListSchedules(ctx context.Context, req *coordv1.ListSchedule
 	}
 	return stateRead(s, ctx, coordv1.NewSchedulesClient, coordv1.SchedulesClient.ListSchedules, req, func(st *fsm.FSM, _ int64) (*coordv1.ListSchedulesResponse, error) {
 		list, more := st.ListSchedules(req.GetPrefix(), after, size, req.GetShowDeleted())
-		out := &coordv1.ListSchedulesResponse{CalendarMs: s.node.Calendar()}
+		out := &coordv1.ListSchedulesResponse{CalendarTime: pbtime.At(s.node.Calendar())}
 		for _, sc := range list {
 			out.Schedules = append(out.Schedules, s.scheduleToProto(sc))
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -77,7 +79,7 @@ func TestPutScheduleValidatesAndFillsDefaults(t *testing.T) {
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", MaxAttempts: 1000}}, "job.max_attempts"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", Args: make([]byte, 70_000)}}, "job.args"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Job: &coordv1.JobTemplate{Kind: "k", Labels: map[string]string{"coordd.window": "x"}}}, "job.labels"},
-		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", StartingDeadlineMs: -1, Job: &coordv1.JobTemplate{Kind: "k"}}, "starting_deadline_ms"},
+		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", StartingDeadline: pbtime.Dur(-1), Job: &coordv1.JobTemplate{Kind: "k"}}, "starting_deadline"},
 		{&coordv1.ScheduleSpec{Name: "a", Schedule: "@daily", Overlap: 9, Job: &coordv1.JobTemplate{Kind: "k"}}, "overlap"},
 		// The one job-spec check, text rules included (a queue no Fetch may
 		// name would block a FORBID schedule forever).

@@ -35,7 +35,7 @@ func (s *Server) checkTTL(field string, ms int64, zeroOK bool) error {
 	lo, hi := s.node.TTLRange()
 	ttl := time.Duration(ms) * time.Millisecond
 	if ms <= 0 || ttl < lo || ttl > hi {
-		return invalidArg(field, "%d ms is outside [%d, %d] ms", ms, lo.Milliseconds(), hi.Milliseconds())
+		return invalidArg(field, "%s is outside [%s, %s]", ttl, lo, hi)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -261,14 +263,14 @@ func (w *watchService) sendInitial(stream coordv1.Watch_WatchServer, b fsm.Watch
 // cluster time.
 func (s *Server) eventToProto(e fsm.Event, index uint64, pos uint32) *coordv1.WatchEvent {
 	out := &coordv1.WatchEvent{Index: index, Position: pos, Family: e.Family, Kind: e.Kind, Key: e.Key,
-		ClusterTimeMs: e.At, CalendarTimeMs: e.Cal}
+		LeaseTime: pbtime.Dur(e.At), CalendarTime: pbtime.At(e.Cal)}
 	switch r := e.Record.(type) {
 	case *fsm.Lease:
-		out.Record = &coordv1.WatchEvent_Lease{Lease: leaseToProto(*r, e.At)}
+		out.Record = &coordv1.WatchEvent_Lease{Lease: leaseToProto(*r, stamp{e.At, e.Cal})}
 	case *fsm.Window:
 		out.Record = &coordv1.WatchEvent_Window{Window: windowToProto(*r)}
 	case *fsm.Resource:
-		out.Record = &coordv1.WatchEvent_Resource{Resource: resourceToProto(*r)}
+		out.Record = &coordv1.WatchEvent_Resource{Resource: resourceToProto(*r, stamp{e.At, e.Cal})}
 	case *fsm.Schedule:
 		out.Record = &coordv1.WatchEvent_Schedule{Schedule: s.scheduleToProto(*r)}
 	case *fsm.QueueJob:

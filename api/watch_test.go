@@ -148,7 +148,7 @@ func TestWatchSendsMatchingEvents(t *testing.T) {
 		t.Fatalf("events %v, want %v", got, want)
 	}
 	put := out.sent[1].GetEvents()[0]
-	if l := put.GetLease(); l.GetGeneration() != 1 || l.GetExpiresInMs() != 2000 || put.GetClusterTimeMs() != 1000 {
+	if l := put.GetLease(); l.GetGeneration() != 1 || l.GetExpiresInMs() != 2000 || put.GetLeaseTimeMs() != 1000 {
 		t.Fatalf("lease event %v", put)
 	}
 	if l := out.sent[2].GetEvents()[0].GetLease(); !l.GetExpired() || l.GetExpiresInMs() != 0 {

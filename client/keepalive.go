@@ -7,6 +7,7 @@ import (
 	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/client/internal/due"
 	"github.com/coordd/coordd/clock"
@@ -511,7 +512,7 @@ func (s *session) sendDue(now time.Time) (next time.Duration, err error) {
 	s.out.rearm(now)
 	for i, b := range batch {
 		if err := s.st.Send(&coordv1.KeepAliveRequest{Name: b.l.name, Owner: b.l.owner, Generation: b.l.gen,
-			TtlMs: b.l.ttl.Milliseconds(), Seq: first + uint64(i)}); err != nil {
+			Ttl: durationpb.New(b.l.ttl), Seq: first + uint64(i)}); err != nil {
 			return next, err
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -134,7 +136,7 @@ func TestKeepAliveScheduleAndLocalDeadline(t *testing.T) {
 	if !s.at.Equal(at(h, time.Second)) || s.req.GetName() != "job" || s.req.GetGeneration() != 7 || s.req.GetTtlMs() != 3000 {
 		t.Fatalf("first renewal %+v at t0+%s", s.req, s.at.Sub(h.t0))
 	}
-	st.resp <- &coordv1.KeepAliveResponse{Name: "job", Generation: 7, Ok: true, Seq: s.req.GetSeq(), ExpiresInMs: 3000}
+	st.resp <- &coordv1.KeepAliveResponse{Name: "job", Generation: 7, Ok: true, Seq: s.req.GetSeq(), ExpiresIn: pbtime.Dur(3000)}
 	// The ack re-arms the deadline timer at t0 + 1 s + 3 s - 300 ms.
 	if !h.clk.WaitArmed(at(h, 3700*time.Millisecond), 5*time.Second) {
 		t.Fatal("deadline not moved by the acknowledgement")

@@ -8,6 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/coordd/coordd/client/internal/due"
 	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -109,9 +113,9 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	// (A waiting Acquire is granted later still: more conservative.)
 	sent := c.clock.Now()
 	if o.claim != nil && !o.notBefore.IsZero() {
-		o.claim.NotBeforeMs = o.notBefore.UnixMilli()
+		o.claim.NotBefore = pbtime.FromTime(o.notBefore)
 	}
-	req := &coordv1.AcquireRequest{Name: name, Owner: o.owner, TtlMs: ttl.Milliseconds(), RequestId: o.requestID, Claim: o.claim, Wait: o.wait,
+	req := &coordv1.AcquireRequest{Name: name, Owner: o.owner, Ttl: durationpb.New(ttl), RequestId: o.requestID, Claim: o.claim, Wait: o.wait,
 		Value: o.value}
 	ictx := ctx
 	if o.wait {
@@ -135,7 +139,7 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		// only safe from sent: after a long wait, renew once so the lease
 		// starts with a deadline worth having.
 		rs := c.clock.Now()
-		rreq := &coordv1.RenewRequest{Name: name, Owner: o.owner, Generation: gen, TtlMs: ttl.Milliseconds()}
+		rreq := &coordv1.RenewRequest{Name: name, Owner: o.owner, Generation: gen, Ttl: durationpb.New(ttl)}
 		if err := c.invoke(ctx, true, func(ctx context.Context, cc coordv1.CoordinatorClient) error {
 			_, err := cc.Renew(ctx, rreq)
 			return err

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
@@ -48,7 +50,7 @@ func TestFetchLongPollAttemptTimeout(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := c.Queue().Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"q"}, Max: 1, WaitMs: 400}); err != nil {
+	if _, err := c.Queue().Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"q"}, Max: 1, Wait: pbtime.Dur(400)}); err != nil {
 		t.Fatalf("long poll: %v", err)
 	}
 	if _, err := c.Queue().Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"q"}, Max: 1}); !errors.Is(err, ErrUnknownOutcome) {

@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/coordd/coordd/internal/pbtime"
+
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -41,7 +45,7 @@ func (c *Client) Resume(ctx context.Context, name, owner string, generation uint
 	// As with Acquire, the renewal lands after sent: a local deadline
 	// derived from sent is conservative (G10).
 	sent := c.clock.Now()
-	req := &coordv1.RenewRequest{Name: name, Owner: owner, Generation: generation, TtlMs: ttl.Milliseconds()}
+	req := &coordv1.RenewRequest{Name: name, Owner: owner, Generation: generation, Ttl: durationpb.New(ttl)}
 	resp, err := call(c, ctx, true, coordv1.CoordinatorClient.Renew, req)
 	if err != nil {
 		return nil, err
@@ -50,7 +54,7 @@ func (c *Client) Resume(ctx context.Context, name, owner string, generation uint
 	l.onRenewal = o.onRenewal
 	if o.onRenewal != nil {
 		o.onRenewal(&coordv1.KeepAliveResponse{Name: name, Generation: generation, Ok: true,
-			ExpiresInMs: resp.GetLease().GetExpiresInMs()})
+			ExpiresIn: pbtime.Dur(resp.GetLease().GetExpiresInMs())})
 	}
 	c.keeper.add(l)
 	return l, nil

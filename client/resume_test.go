@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -28,7 +30,7 @@ func TestOnRenewalSeesAcknowledgements(t *testing.T) {
 	// the callback reports "job", the other's ack was handled before it.
 	for _, name := range []string{"other", "job"} {
 		r := sent[name]
-		st.resp <- &coordv1.KeepAliveResponse{Name: name, Generation: r.GetGeneration(), Ok: true, Seq: r.GetSeq(), ExpiresInMs: 3000}
+		st.resp <- &coordv1.KeepAliveResponse{Name: name, Generation: r.GetGeneration(), Ok: true, Seq: r.GetSeq(), ExpiresIn: pbtime.Dur(3000)}
 	}
 	select {
 	case r := <-got:

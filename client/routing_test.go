@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -245,7 +247,7 @@ func (n *fakeNode) KeepAlive(stream coordv1.Coordinator_KeepAliveServer) error {
 			return err
 		}
 		if err := stream.Send(&coordv1.KeepAliveResponse{Name: req.GetName(), Generation: req.GetGeneration(), Ok: true,
-			Seq: req.GetSeq(), ExpiresInMs: req.GetTtlMs()}); err != nil {
+			Seq: req.GetSeq(), ExpiresIn: pbtime.Dur(req.GetTtlMs())}); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -42,7 +44,7 @@ func (s *oneSchedule) PutSchedule(_ context.Context, r *coordv1.PutScheduleReque
 	s.puts++
 	if s.interfere && r.GetExpectedRevision() != 0 {
 		s.interfere = false
-		s.sc.Spec.CatchUpMs = 60_000
+		s.sc.Spec.CatchUp = pbtime.Dur(60_000)
 		s.sc.Revision++
 	}
 	meta := map[string]string{"revision": strconv.FormatUint(s.sc.GetRevision(), 10)}

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/internal/backoff"
@@ -142,7 +143,7 @@ func (d *Deliverer) Run(ctx context.Context) {
 			break
 		}
 		start := d.clock.Now()
-		res, err := d.q.Fetch(ctx, &coordv1.QueueFetchRequest{Targeted: true, Max: uint32(n), WaitMs: d.opts.Poll.Milliseconds(), WorkerId: d.worker})
+		res, err := d.q.Fetch(ctx, &coordv1.QueueFetchRequest{Targeted: true, Max: uint32(n), Wait: durationpb.New(d.opts.Poll), WorkerId: d.worker})
 		got := len(res.GetJobs())
 		for range n - got {
 			<-d.slots

@@ -89,7 +89,7 @@ func run(t *testing.T, q *fakeQueue, mod func(*Options)) {
 }
 
 func claimed(id uint64, n uint32, url string, mod func(*coordv1.QueueJob)) *coordv1.ClaimedJob {
-	j := &coordv1.QueueJob{Id: id, Queue: "billing", Kind: "charge", Args: []byte(`{"invoice":44}`), VisibilityTimeoutMs: 30_000,
+	j := &coordv1.QueueJob{Id: id, Queue: "billing", Kind: "charge", Args: []byte(`{"invoice":44}`), VisibilityTimeout: durationpb.New(30 * time.Second),
 		Target: &coordv1.HttpTarget{Url: url, Method: "POST"}}
 	if mod != nil {
 		mod(j)
@@ -248,7 +248,7 @@ func TestDeliveryStopsWhenTheAttemptEnds(t *testing.T) {
 	defer srv.Close()
 	q := newFakeQueue()
 	run(t, q, nil)
-	q.jobs <- claimed(1, 1, srv.URL, func(j *coordv1.QueueJob) { j.VisibilityTimeoutMs = 90 }) // a beat every 30 ms
+	q.jobs <- claimed(1, 1, srv.URL, func(j *coordv1.QueueJob) { j.VisibilityTimeout = durationpb.New(90 * time.Millisecond) }) // a beat every 30 ms
 	wait(t, started, "request")
 	reason := "JOB_CANCELLED"
 	q.refuseHB.Store(&reason)

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"sigs.k8s.io/yaml"
 
 	"github.com/coordd/coordd/internal/testcluster"
@@ -521,13 +523,13 @@ func exercise(t *testing.T, c *testcluster.Cluster, n *testcluster.Node) {
 	// Leases: acquired, held by another, a refused renew (lost), fenced
 	// commits accepted and refused (stale), a window claimed, completed
 	// and claimed again (refused).
-	a, err := co.Acquire(ctx, &coordv1.AcquireRequest{Name: "deploy/lease", Owner: "a", TtlMs: 30000})
+	a, err := co.Acquire(ctx, &coordv1.AcquireRequest{Name: "deploy/lease", Owner: "a", Ttl: pbtime.Dur(30000)})
 	must("acquire", err)
 	gen := a.GetLease().GetGeneration()
-	if r, err := co.Acquire(ctx, &coordv1.AcquireRequest{Name: "deploy/lease", Owner: "b", TtlMs: 30000}); err == nil && r.GetAcquired() {
+	if r, err := co.Acquire(ctx, &coordv1.AcquireRequest{Name: "deploy/lease", Owner: "b", Ttl: pbtime.Dur(30000)}); err == nil && r.GetAcquired() {
 		t.Fatalf("second acquire: %v", r)
 	}
-	if _, err := co.Renew(ctx, &coordv1.RenewRequest{Name: "deploy/lease", Owner: "a", Generation: gen + 1, TtlMs: 30000}); err == nil {
+	if _, err := co.Renew(ctx, &coordv1.RenewRequest{Name: "deploy/lease", Owner: "a", Generation: gen + 1, Ttl: pbtime.Dur(30000)}); err == nil {
 		t.Fatal("renew of a generation not held succeeded")
 	}
 	_, err = co.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "deploy/res", LeaseName: "deploy/lease", Generation: gen})
@@ -541,7 +543,7 @@ func exercise(t *testing.T, c *testcluster.Cluster, n *testcluster.Node) {
 	_, _ = co.ClaimWindow(ctx, &coordv1.ClaimWindowRequest{Job: "deploy-job", Window: "w1", LeaseName: "deploy/lease", Owner: "a", Generation: gen})
 	_, err = co.Release(ctx, &coordv1.ReleaseRequest{Name: "deploy/lease", Owner: "a", Generation: gen})
 	must("release", err)
-	b, err := co.Acquire(ctx, &coordv1.AcquireRequest{Name: "deploy/lease", Owner: "b", TtlMs: 30000})
+	b, err := co.Acquire(ctx, &coordv1.AcquireRequest{Name: "deploy/lease", Owner: "b", Ttl: pbtime.Dur(30000)})
 	must("acquire again", err)
 	_, err = co.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "deploy/res", LeaseName: "deploy/lease", Generation: b.GetLease().GetGeneration()})
 	must("fenced commit, new holder", err)
@@ -554,7 +556,7 @@ func exercise(t *testing.T, c *testcluster.Cluster, n *testcluster.Node) {
 	q := coordv1.NewQueueClient(c.Conn(n))
 	_, err = q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{
 		{Queue: "deploy-q", Kind: "k", MaxAttempts: 1},
-		{Queue: "deploy-q", Kind: "k", DelayMs: 1},
+		{Queue: "deploy-q", Kind: "k", Delay: pbtime.Dur(1)},
 	}})
 	must("submit", err)
 	f, err := q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"deploy-q"}, Max: 1, WorkerId: "w"})
@@ -572,7 +574,7 @@ func exercise(t *testing.T, c *testcluster.Cluster, n *testcluster.Node) {
 	// overlapping occurrences.
 	s := coordv1.NewSchedulesClient(c.Conn(n))
 	_, err = s.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "deploy-overdue", Schedule: "@every 1s",
-		CompleteWithinMs: 1000, Overlap: coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW, Job: &coordv1.JobTemplate{Queue: "deploy-sched", Kind: "k"}}})
+		CompleteWithin: pbtime.Dur(1000), Overlap: coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW, Job: &coordv1.JobTemplate{Queue: "deploy-sched", Kind: "k"}}})
 	must("put schedule", err)
 	_, err = s.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "deploy-skip", Schedule: "@every 1s",
 		Overlap: coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID, Job: &coordv1.JobTemplate{Queue: "deploy-skip", Kind: "k"}}})

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -205,9 +206,9 @@ func FillJobDefaults(s *fsmv1.QueueJobSpec) {
 // stamped into SubmitJobs and PutSchedule (spec_rules) so that a logged
 // entry replays by the rules it was proposed under (the limits only grow):
 // 1 added to the FSM's guard what the server alone had checked, the text
-// rules and the reserved "coordd." label keys; 2 allows a target
-// (checkTarget).
-const JobSpecRules = 2
+// rules and the reserved "coordd." label keys; 2 that args are JSON (or
+// empty), as every API shows them; 3 allows a target (checkTarget).
+const JobSpecRules = 3
 
 // CheckJobSpec is the one job-spec check: every rule that does not depend
 // on time, for a spec with the defaults filled in. The server calls it
@@ -222,11 +223,13 @@ func CheckJobSpec(s *fsmv1.QueueJobSpec) (field, problem string) {
 }
 
 // checkJobSpec is CheckJobSpec by the rules of version rules (spec_rules):
-// 0 leaves out the text rules and the reserved label keys; under 2 a
-// target is refused.
+// 0 leaves out the text rules and the reserved label keys, 1 the JSON
+// rule; under 3 a target is refused.
 func checkJobSpec(s *fsmv1.QueueJobSpec, rules uint32) (field, problem string) {
 	text := rules >= 1
 	switch {
+	case rules >= 2 && len(s.GetArgs()) > 0 && !json.Valid(s.GetArgs()):
+		return "args", "must be a JSON value (an object, an array, a string, a number, true, false or null)"
 	case s.GetQueue() == "" || len(s.GetQueue()) > MaxQueueNameBytes:
 		return "queue", fmt.Sprintf("must be 1 to %d bytes", MaxQueueNameBytes)
 	case s.GetKind() == "" || len(s.GetKind()) > MaxJobKindBytes:
@@ -234,19 +237,19 @@ func checkJobSpec(s *fsmv1.QueueJobSpec, rules uint32) (field, problem string) {
 	case len(s.GetArgs()) > MaxJobArgsBytes:
 		return "args", fmt.Sprintf("is %d bytes; the limit is %d", len(s.GetArgs()), MaxJobArgsBytes)
 	case s.GetRunAtMs() < 0:
-		return "run_at_ms", "must not be negative"
+		return "run_at", "must not be before 1970"
 	case s.GetPriority() < MinJobPriority || s.GetPriority() > MaxJobPriority:
 		return "priority", fmt.Sprintf("%d is outside [%d, %d]", s.GetPriority(), MinJobPriority, MaxJobPriority)
 	case s.GetMaxAttempts() < 1 || s.GetMaxAttempts() > MaxJobAttempts:
 		return "max_attempts", fmt.Sprintf("%d is outside [1, %d]", s.GetMaxAttempts(), MaxJobAttempts)
 	case s.GetBackoffMaxMs() < 0 || s.GetBackoffMaxMs() > MaxBackoffMs:
-		return "backoff_max_ms", fmt.Sprintf("%d is outside [0, %d]", s.GetBackoffMaxMs(), int64(MaxBackoffMs))
+		return "backoff_max", fmt.Sprintf("%s is outside [0s, %s]", Dur(s.GetBackoffMaxMs()), Dur(MaxBackoffMs))
 	case s.GetBackoffInitialMs() < 0 || s.GetBackoffInitialMs() > s.GetBackoffMaxMs():
-		return "backoff_initial_ms", fmt.Sprintf("%d is outside [0, backoff_max_ms = %d]", s.GetBackoffInitialMs(), s.GetBackoffMaxMs())
+		return "backoff_initial", fmt.Sprintf("%s is outside [0s, backoff_max = %s]", Dur(s.GetBackoffInitialMs()), Dur(s.GetBackoffMaxMs()))
 	case s.GetBackoffFactorPermille() < 1000 || s.GetBackoffFactorPermille() > MaxBackoffPermille:
 		return "backoff_factor", fmt.Sprintf("%d‰ is outside [1000, %d]‰", s.GetBackoffFactorPermille(), MaxBackoffPermille)
 	case s.GetVisibilityTimeoutMs() < 1 || s.GetVisibilityTimeoutMs() > MaxVisibilityMs:
-		return "visibility_timeout_ms", fmt.Sprintf("%d is outside [1, %d]", s.GetVisibilityTimeoutMs(), MaxVisibilityMs)
+		return "visibility_timeout", fmt.Sprintf("%s is outside [1ms, %s]", Dur(s.GetVisibilityTimeoutMs()), Dur(MaxVisibilityMs))
 	case len(s.GetUniqueKey()) > MaxUniqueKeyBytes:
 		return "unique_key", fmt.Sprintf("is %d bytes; the limit is %d", len(s.GetUniqueKey()), MaxUniqueKeyBytes)
 	case len(s.GetLabels()) > MaxJobLabels:
@@ -297,13 +300,16 @@ func reservedLabel(key string) string {
 // restart).
 func CheckRunAhead(runAt, cal int64) (field, problem string) {
 	if runAt > cal+MaxRunAheadMs {
-		return "run_at_ms", fmt.Sprintf("is %s ahead; the limit is %s", Days(runAt-cal), Days(MaxRunAheadMs))
+		return "run_at", fmt.Sprintf("is %s ahead; the limit is %s", Days(runAt-cal), Days(MaxRunAheadMs))
 	}
 	return "", ""
 }
 
 // Days renders a duration in ms as days and the rest ("366 days",
 // "400 days 12h0m0s", "366 days 1ms"), exactly.
+// Dur writes milliseconds as a duration ("90s", "1h0m0s") in messages.
+func Dur[T int64 | int32 | int](ms T) string { return (time.Duration(ms) * time.Millisecond).String() }
+
 func Days(ms int64) string {
 	const day = 24 * 3600 * 1000
 	out := fmt.Sprintf("%d days", ms/day)

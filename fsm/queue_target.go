@@ -25,7 +25,7 @@ const (
 	MaxTargetRetryStatus  = 16
 	MaxTargetSecretBytes  = 128
 	DefaultTargetMethod   = "POST"
-	targetSpecRules       = 2 // the first spec_rules that allow a target
+	targetSpecRules       = 3 // the first spec_rules that allow a target
 	deliveryLaneQueueName = "\x00delivery"
 )
 
@@ -199,7 +199,7 @@ func (s *state) jobTarget(queue string, own *fsmv1.HttpTarget) *fsmv1.HttpTarget
 }
 
 // setQueueTarget sets or clears a queue's target (checked by the job-spec
-// rules the command names: a target needs spec_rules 2).
+// rules the command names: a target needs spec_rules 3).
 func (s *state) setQueueTarget(cal int64, c *fsmv1.SetQueueTarget) any {
 	q := c.GetQueue()
 	if q == "" || len(q) > MaxQueueNameBytes || TextProblem(q) != "" {

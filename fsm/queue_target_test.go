@@ -70,12 +70,12 @@ func TestTargetedJobsOnlyInTheDeliveryLane(t *testing.T) {
 	}
 }
 
-// TestTargetNeedsSpecRules2: an entry proposed under older job-spec rules
+// TestTargetNeedsSpecRules3: an entry proposed under older job-spec rules
 // cannot carry a target (none was written), and a targeted fetch names no
 // queues.
-func TestTargetNeedsSpecRules2(t *testing.T) {
+func TestTargetNeedsSpecRules3(t *testing.T) {
 	f := New()
-	rej, ok := submitRules(t, f, t0, 1, jspec("q", "push", target("https://app.example/"))).(*Rejection)
+	rej, ok := submitRules(t, f, t0, 2, jspec("q", "push", target("https://app.example/"))).(*Rejection)
 	if !ok || rej.Metadata["field"] != "target" {
 		t.Fatalf("rules 1 with a target: %#v", rej)
 	}
@@ -151,8 +151,8 @@ func TestQueueTargetGoesToNewJobs(t *testing.T) {
 	set := func(tg *fsmv1.HttpTarget, rules uint32) any {
 		return runAt(t, f, 0, t0, &fsmv1.SetQueueTarget{Queue: "hooks", Target: tg, Identity: "ops", SpecRules: rules})
 	}
-	if rej, ok := set(&fsmv1.HttpTarget{Url: "https://app.example/hook", Method: "POST"}, 1).(*Rejection); !ok || rej.Metadata["field"] != "target" {
-		t.Fatalf("a queue target under rules 1: %#v", rej)
+	if rej, ok := set(&fsmv1.HttpTarget{Url: "https://app.example/hook", Method: "POST"}, 2).(*Rejection); !ok || rej.Metadata["field"] != "target" {
+		t.Fatalf("a queue target under rules 2: %#v", rej)
 	}
 	if rej, ok := set(&fsmv1.HttpTarget{Url: "ftp://x", Method: "POST"}, JobSpecRules).(*Rejection); !ok || rej.Metadata["field"] != "target.url" {
 		t.Fatalf("a bad queue target: %#v", rej)

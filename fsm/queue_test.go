@@ -555,14 +555,14 @@ func TestQueueSubmitAllOrNothing(t *testing.T) {
 		{"kind", func(s *fsmv1.QueueJobSpec) { s.Kind = "" }},
 		{"queue", func(s *fsmv1.QueueJobSpec) { s.Queue = strings.Repeat("q", MaxQueueNameBytes+1) }},
 		{"args", func(s *fsmv1.QueueJobSpec) { s.Args = make([]byte, MaxJobArgsBytes+1) }},
-		{"run_at_ms", func(s *fsmv1.QueueJobSpec) { s.RunAtMs = t0 + MaxRunAheadMs + 1 }},
-		{"run_at_ms", func(s *fsmv1.QueueJobSpec) { s.RunAtMs = -1 }},
+		{"run_at", func(s *fsmv1.QueueJobSpec) { s.RunAtMs = t0 + MaxRunAheadMs + 1 }},
+		{"run_at", func(s *fsmv1.QueueJobSpec) { s.RunAtMs = -1 }},
 		{"priority", func(s *fsmv1.QueueJobSpec) { s.Priority = MaxJobPriority + 1 }},
 		{"max_attempts", func(s *fsmv1.QueueJobSpec) { s.MaxAttempts = 0 }},
 		{"max_attempts", func(s *fsmv1.QueueJobSpec) { s.MaxAttempts = MaxJobAttempts + 1 }},
-		{"visibility_timeout_ms", func(s *fsmv1.QueueJobSpec) { s.VisibilityTimeoutMs = -5 }},
-		{"backoff_initial_ms", func(s *fsmv1.QueueJobSpec) { s.BackoffInitialMs = s.BackoffMaxMs + 1 }},
-		{"backoff_max_ms", func(s *fsmv1.QueueJobSpec) { s.BackoffMaxMs = -1 }},
+		{"visibility_timeout", func(s *fsmv1.QueueJobSpec) { s.VisibilityTimeoutMs = -5 }},
+		{"backoff_initial", func(s *fsmv1.QueueJobSpec) { s.BackoffInitialMs = s.BackoffMaxMs + 1 }},
+		{"backoff_max", func(s *fsmv1.QueueJobSpec) { s.BackoffMaxMs = -1 }},
 		{"backoff_factor", func(s *fsmv1.QueueJobSpec) { s.BackoffFactorPermille = 999 }},
 		{"unique_key", func(s *fsmv1.QueueJobSpec) { s.UniqueKey = strings.Repeat("u", MaxUniqueKeyBytes+1) }},
 		{"labels", labels("a", "1", "a", "2")},
@@ -943,7 +943,7 @@ func TestCheckRunAhead(t *testing.T) {
 		{t0 + day + 90*60*1000, ""},
 	} {
 		field, problem := CheckRunAhead(c.runAt, t0)
-		if problem != c.want || (c.want != "") != (field == "run_at_ms") {
+		if problem != c.want || (c.want != "") != (field == "run_at") {
 			t.Errorf("run_at %d ms ahead: %q %q, want %q", c.runAt-t0, field, problem, c.want)
 		}
 	}

@@ -343,11 +343,11 @@ func checkScheduleSpec(name string, sp *fsmv1.ScheduleSpec, rules uint32) (field
 	case sp.GetWindowShiftDays() < -366 || sp.GetWindowShiftDays() > 366:
 		return "window_shift_days", fmt.Sprintf("%d is outside [-366, 366]", sp.GetWindowShiftDays())
 	case sp.GetStartingDeadlineMs() < 0 || sp.GetStartingDeadlineMs() > MaxScheduleDurationMs:
-		return "starting_deadline_ms", fmt.Sprintf("%d is outside [0, %d]", sp.GetStartingDeadlineMs(), int64(MaxScheduleDurationMs))
+		return "starting_deadline", fmt.Sprintf("%s is outside [0s, %s]", Dur(sp.GetStartingDeadlineMs()), Dur(MaxScheduleDurationMs))
 	case sp.GetCatchUpMs() < 0 || sp.GetCatchUpMs() > MaxScheduleDurationMs:
-		return "catch_up_ms", fmt.Sprintf("%d is outside [0, %d]", sp.GetCatchUpMs(), int64(MaxScheduleDurationMs))
+		return "catch_up", fmt.Sprintf("%s is outside [0s, %s]", Dur(sp.GetCatchUpMs()), Dur(MaxScheduleDurationMs))
 	case sp.GetCompleteWithinMs() < 0 || sp.GetCompleteWithinMs() > MaxScheduleDurationMs:
-		return "complete_within_ms", fmt.Sprintf("%d is outside [0, %d]", sp.GetCompleteWithinMs(), int64(MaxScheduleDurationMs))
+		return "complete_within", fmt.Sprintf("%s is outside [0s, %s]", Dur(sp.GetCompleteWithinMs()), Dur(MaxScheduleDurationMs))
 	case sp.GetOverlap() < fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID || sp.GetOverlap() > fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_REPLACE:
 		return "overlap", fmt.Sprintf("unknown value %d", sp.GetOverlap())
 	case sp.GetDstPolicy() < fsmv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_UNSPECIFIED || sp.GetDstPolicy() > fsmv1.ScheduleDstPolicy_SCHEDULE_DST_POLICY_CADENCE:
@@ -355,7 +355,7 @@ func checkScheduleSpec(name string, sp *fsmv1.ScheduleSpec, rules uint32) (field
 	case sp.GetJob() == nil:
 		return "job", "is required"
 	case sp.GetJob().GetRunAtMs() != 0:
-		return "job.run_at_ms", "is set per occurrence"
+		return "job.run_at", "is set per occurrence"
 	case sp.GetJob().GetUniqueKey() != "":
 		return "job.unique_key", "is set per occurrence (schedule and window)"
 	case len(sp.GetJob().GetLabels()) > MaxTemplateLabels:

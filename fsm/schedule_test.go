@@ -124,7 +124,7 @@ func TestSchedulePutIsAnIdempotentUpsert(t *testing.T) {
 		{"x", sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID, func(s *fsmv1.ScheduleSpec) {
 			s.Job.Labels = []*fsmv1.JobLabel{{Key: "coordd.window", Value: "w"}}
 		}), "job.labels"},
-		{"x", sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID, func(s *fsmv1.ScheduleSpec) { s.CatchUpMs = -1 }), "catch_up_ms"},
+		{"x", sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID, func(s *fsmv1.ScheduleSpec) { s.CatchUpMs = -1 }), "catch_up"},
 		{"x", sspec(fsmv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID, func(s *fsmv1.ScheduleSpec) { s.Job = nil }), "job"},
 	} {
 		out := runAt(t, f, 0, t0+2*minute, &fsmv1.PutSchedule{Name: c.name, Spec: c.spec})

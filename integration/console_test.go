@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/chromedp/chromedp"
 
 	"github.com/coordd/coordd/coorderr"
@@ -113,7 +115,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	conn := connAs(t, certs.Client("ops"), leader.API.GRPCAddr())
 	coord, queue, scheds := coordv1.NewCoordinatorClient(conn), coordv1.NewQueueClient(conn), coordv1.NewSchedulesClient(conn)
 	noLeaderRetry(t, "acquire", func() (*coordv1.AcquireResponse, error) {
-		return coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "billing/daily-close", Owner: "worker-7", TtlMs: 120_000,
+		return coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "billing/daily-close", Owner: "worker-7", Ttl: pbtime.Dur(120_000),
 			Value: []byte("10.0.0.7:8080"), RequestId: "console-test-1"})
 	})
 	noLeaderRetry(t, "commit", func() (*coordv1.FencedCommitResponse, error) {
@@ -124,7 +126,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		return queue.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{
 			{Queue: "billing", Kind: "charge-card", Args: []byte(`{"invoice":1017,"amount_cents":4200}`), MaxAttempts: 1, UniqueKey: "1017"},
 			{Queue: "billing", Kind: "send-receipt", Args: []byte(`{"invoice":1016}`), UniqueKey: "1016"},
-			{Queue: "reports", Kind: "report", DelayMs: 3_600_000, UniqueKey: "weekly"},
+			{Queue: "reports", Kind: "report", Delay: pbtime.Dur(3_600_000), UniqueKey: "weekly"},
 		}})
 	})
 	dead, done := sub.GetJobs()[0].GetId(), sub.GetJobs()[1].GetId()
@@ -304,7 +306,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	contains("leases", text(`tr[data-key="billing/daily-close"]`), "worker-7", "ops", "held", "10.0.0.7:8080")
 	run("live updates start", chromedp.WaitVisible(chromedp.CSS("#live.on")))
 	noLeaderRetry(t, "acquire", func() (*coordv1.AcquireResponse, error) {
-		return coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "billing/invoices", Owner: "worker-9", TtlMs: 60_000, RequestId: "console-test-2"})
+		return coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "billing/invoices", Owner: "worker-9", Ttl: pbtime.Dur(60_000), RequestId: "console-test-2"})
 	})
 	run("a lease acquired while the page is open appears", chromedp.WaitVisible(chromedp.CSS(`tr[data-key="billing/invoices"]`)))
 	contains("leases (live)", text(`tr[data-key="billing/invoices"]`), "worker-9", "held")

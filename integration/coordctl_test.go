@@ -128,7 +128,7 @@ func TestCoordctlEndToEnd(t *testing.T) {
 	if code != 3 || !strings.Contains(held, "held by alice") {
 		t.Fatalf("contended acquire: exit %d\n%s", code, held)
 	}
-	if got := c.json("lease", "get", "daily-close"); field(got, "lease", "name") != "daily-close" || field(got, "lease", "expires_in_ms") == "0" {
+	if got := c.json("lease", "get", "daily-close"); field(got, "lease", "name") != "daily-close" || field(got, "lease", "expires_in") == "0s" {
 		t.Fatalf("lease get: %v", got)
 	}
 	c.ok("lease", "acquire", "other", "--owner", "carol")
@@ -140,7 +140,7 @@ func TestCoordctlEndToEnd(t *testing.T) {
 		strings.Index(out, "daily-close") > strings.Index(out, "other") {
 		t.Fatalf("lease list:\n%s", out)
 	}
-	if r := c.json("lease", "renew", "daily-close", "--owner", "alice", "--generation", "1", "--ttl", "20s"); field(r, "lease", "ttl_ms") != "20000" {
+	if r := c.json("lease", "renew", "daily-close", "--owner", "alice", "--generation", "1", "--ttl", "20s"); field(r, "lease", "ttl") != "20s" {
 		t.Fatalf("renew: %v", r)
 	}
 	_, errOut, code := c.run("lease", "renew", "daily-close", "--owner", "bob", "--generation", "1")
@@ -173,7 +173,7 @@ func TestCoordctlEndToEnd(t *testing.T) {
 		t.Fatalf("claim: %v", claim)
 	}
 	done := c.json("window", "complete", "daily-close", "2026-09-25", "--lease", "daily-close", "--owner", "alice", "--generation", "1", "--result", "closed")
-	if field(done, "window", "state") != "WINDOW_STATE_COMPLETED" {
+	if field(done, "window", "state") != "COMPLETED" {
 		t.Fatalf("complete: %v", done)
 	}
 	if w := c.json("window", "get", "daily-close", "2026-09-25"); field(w, "window", "attempts") != "1" || field(w, "window", "owner") != "alice" {
@@ -251,7 +251,7 @@ func TestCoordctlEndToEnd(t *testing.T) {
 	// overdue (nobody runs its jobs), delete.
 	sc := c.json("schedule", "create", "every-second", "--schedule", "@every 1s", "--kind", "tick", "--queue", "ctl",
 		"--complete-within", "1s", "--overlap", "allow")
-	if field(sc, "created") != true || field(sc, "schedule", "spec", "schedule") != "@every 1s" || field(sc, "schedule", "interval_ms") != "1000" {
+	if field(sc, "created") != true || field(sc, "schedule", "spec", "schedule") != "@every 1s" || field(sc, "schedule", "interval") != "1s" {
 		t.Fatalf("schedule create: %v", sc)
 	}
 	if again := c.json("schedule", "create", "every-second", "--schedule", "@every 1s", "--kind", "tick", "--queue", "ctl",

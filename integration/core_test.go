@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -113,7 +115,7 @@ func TestLeaderFailover(t *testing.T) {
 		sc := c.Coord(survivor)
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, err := sc.Acquire(ctx, &coordv1.AcquireRequest{Name: fmt.Sprintf("fresh-%d", run), Owner: "x", TtlMs: 5000})
+			_, err := sc.Acquire(ctx, &coordv1.AcquireRequest{Name: fmt.Sprintf("fresh-%d", run), Owner: "x", Ttl: pbtime.Dur(5000)})
 			cancel()
 			if err == nil {
 				break
@@ -130,7 +132,12 @@ func TestLeaderFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 		bl, al := before.GetLease(), after.GetLease()
-		if al.GetGeneration() != bl.GetGeneration() || al.GetExpiresAtMs() != bl.GetExpiresAtMs() {
+		// The same grant, not renewed. Its instants are calendar times that
+		// the answering node converts from lease time, so they may all move by
+		// the pause in cluster time (bounded below), but only together.
+		if al.GetGeneration() != bl.GetGeneration() || al.GetRenewals() != bl.GetRenewals() ||
+			al.GetExpiresAtMs()-al.GetAcquiredAtMs() != bl.GetExpiresAtMs()-bl.GetAcquiredAtMs() ||
+			al.GetRenewedAtMs()-al.GetAcquiredAtMs() != bl.GetRenewedAtMs()-bl.GetAcquiredAtMs() {
 			t.Fatalf("lease changed over failover: %v -> %v", bl, al)
 		}
 		// Not shortened: what remains now plus the wall time that passed is at
@@ -249,7 +256,7 @@ func TestIdempotencyAcrossLeaderChange(t *testing.T) {
 	old := c.WaitLeader()
 	cc := c.Coord(old)
 	ctx := ctxT(t)
-	first := grant(t, ctx, cc, &coordv1.AcquireRequest{Name: "close", Owner: "a", TtlMs: 30000, RequestId: "req-1"})
+	first := grant(t, ctx, cc, &coordv1.AcquireRequest{Name: "close", Owner: "a", Ttl: pbtime.Dur(30000), RequestId: "req-1"})
 	gen := first.GetLease().GetGeneration()
 	r1, err := cc.FencedCommit(ctx, &coordv1.FencedCommitRequest{Resource: "store-42", LeaseName: "close", Generation: gen,
 		IdempotencyKey: "close-2026-09-25-store-42", Payload: []byte("42.00")})
@@ -266,7 +273,7 @@ func TestIdempotencyAcrossLeaderChange(t *testing.T) {
 	if err != nil || !r2.GetDuplicate() || string(r2.GetPayload()) != "42.00" {
 		t.Fatalf("repeat: %v %v", r2, err)
 	}
-	again, err := nc.Acquire(ctx, &coordv1.AcquireRequest{Name: "close", Owner: "a", TtlMs: 30000, RequestId: "req-1"})
+	again, err := nc.Acquire(ctx, &coordv1.AcquireRequest{Name: "close", Owner: "a", Ttl: pbtime.Dur(30000), RequestId: "req-1"})
 	if err != nil || !again.GetAcquired() || again.GetLease().GetGeneration() != gen {
 		t.Fatalf("retried acquire: %v %v", again, err)
 	}
@@ -349,24 +356,30 @@ func TestInvalidInput(t *testing.T) {
 		call  func() error
 		field string
 	}{
-		{"empty name", func() error { _, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Owner: "o", TtlMs: 5000}); return err }, "name"},
+		{"empty name", func() error {
+			_, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Owner: "o", Ttl: pbtime.Dur(5000)})
+			return err
+		}, "name"},
 		{"long name", func() error {
-			_, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: long, Owner: "o", TtlMs: 5000})
+			_, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: long, Owner: "o", Ttl: pbtime.Dur(5000)})
 			return err
 		}, "name"},
 		{"control char", func() error {
-			_, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "a\nb", Owner: "o", TtlMs: 5000})
+			_, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "a\nb", Owner: "o", Ttl: pbtime.Dur(5000)})
 			return err
 		}, "name"},
-		{"no owner", func() error { _, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "n", TtlMs: 5000}); return err }, "owner"},
+		{"no owner", func() error {
+			_, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "n", Ttl: pbtime.Dur(5000)})
+			return err
+		}, "owner"},
 		{"ttl too short", func() error {
-			_, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "n", Owner: "o", TtlMs: 10})
+			_, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "n", Owner: "o", Ttl: pbtime.Dur(10)})
 			return err
-		}, "ttl_ms"},
+		}, "ttl"},
 		{"ttl too long", func() error {
-			_, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "n", Owner: "o", TtlMs: 25 * 3600 * 1000})
+			_, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "n", Owner: "o", Ttl: pbtime.Dur(25 * 3600 * 1000)})
 			return err
-		}, "ttl_ms"},
+		}, "ttl"},
 		{"generation zero", func() error {
 			_, err := cc.Renew(ctx, &coordv1.RenewRequest{Name: "n", Owner: "o"})
 			return err
@@ -444,7 +457,7 @@ func TestObservability(t *testing.T) {
 	wantErr(t, err, codes.FailedPrecondition, "STALE_TOKEN")
 	st, err := c.Client(n).Status(ctx, &coordv1.StatusRequest{Digest: true})
 	if err != nil || st.GetState() != "Leader" || st.GetLeaderAddress() != n.API.GRPCAddr() || st.GetFsmDigest() == "" ||
-		st.GetLiveLeases() != 1 || st.GetClusterTime() == 0 {
+		st.GetLiveLeases() != 1 || st.GetLeaseTimeMs() == 0 {
 		t.Fatalf("status: %v %v", st, err)
 	}
 	resp, err := http.Get("http://" + n.API.HTTPAddr() + "/metrics")
@@ -471,15 +484,15 @@ func TestContendedAcquireAppendsNothing(t *testing.T) {
 	leader := c.WaitLeader()
 	cc := c.Coord(leader)
 	ctx := ctxT(t)
-	first := grant(t, ctx, cc, &coordv1.AcquireRequest{Name: "hot", Owner: "a", TtlMs: 30000, RequestId: "r1"})
+	first := grant(t, ctx, cc, &coordv1.AcquireRequest{Name: "hot", Owner: "a", Ttl: pbtime.Dur(30000), RequestId: "r1"})
 	before := leader.Node.Raft().LastIndex()
 	for i := 0; i < 50; i++ {
-		r, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "hot", Owner: fmt.Sprintf("b%d", i), TtlMs: 30000})
+		r, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "hot", Owner: fmt.Sprintf("b%d", i), Ttl: pbtime.Dur(30000)})
 		if err != nil || r.GetAcquired() || r.GetLease().GetOwner() != "a" {
 			t.Fatalf("contended: %v %v", r, err)
 		}
 	}
-	again, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "hot", Owner: "a", TtlMs: 30000, RequestId: "r1"})
+	again, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "hot", Owner: "a", Ttl: pbtime.Dur(30000), RequestId: "r1"})
 	if err != nil || !again.GetAcquired() || again.GetLease().GetGeneration() != first.GetLease().GetGeneration() {
 		t.Fatalf("retry: %v %v", again, err)
 	}
@@ -501,7 +514,7 @@ func TestConcurrentProposalsShareEntries(t *testing.T) {
 	for i := 0; i < n; i++ {
 		go func(i int) {
 			name, owner := fmt.Sprintf("batch-%d", i), fmt.Sprintf("owner-%d", i)
-			r, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: owner, TtlMs: 30000})
+			r, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: owner, Ttl: pbtime.Dur(30000)})
 			switch {
 			case err != nil:
 				errs <- err

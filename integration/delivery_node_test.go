@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/coordd/coordd/delivery"
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -89,7 +91,7 @@ func TestDeliveryToANodeEndpoint(t *testing.T) {
 	target := &coordv1.HttpTarget{Url: url + "/jobs", Secret: "node"}
 	q := queueOf(c, leader)
 	sub := submitJobs(t, q, &coordv1.NewJob{Queue: "hooks", Kind: "now", Args: []byte(`{"n":1}`), Target: target},
-		&coordv1.NewJob{Queue: "hooks", Kind: "later", Args: []byte(`{"n":2}`), DelayMs: 500, Target: target})
+		&coordv1.NewJob{Queue: "hooks", Kind: "later", Args: []byte(`{"n":2}`), Delay: durationpb.New(500 * time.Millisecond), Target: target})
 	sc := coordv1.NewSchedulesClient(c.Conn(leader))
 	if _, err := sc.PutSchedule(ctxT(t), &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "node-nightly", Schedule: "0 3 * * *",
 		Job: &coordv1.JobTemplate{Queue: "hooks", Kind: "scheduled", Args: []byte(`{"n":3}`), Target: target}}}); err != nil {

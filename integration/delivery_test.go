@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/delivery"
 	"github.com/coordd/coordd/internal/testcluster"
@@ -89,7 +90,7 @@ func TestDeliveryEndToEnd(t *testing.T) {
 	q := queueOf(c, c.Followers()[0])
 	target := &coordv1.HttpTarget{Url: srv.URL + "/jobs", Secret: "app"}
 	job := func(kind string, mod func(*coordv1.NewJob)) *coordv1.NewJob {
-		j := &coordv1.NewJob{Queue: "billing", Kind: kind, Args: []byte(`{"kind":"` + kind + `"}`), Target: target, BackoffInitialMs: 100}
+		j := &coordv1.NewJob{Queue: "billing", Kind: kind, Args: []byte(`{"kind":"` + kind + `"}`), Target: target, BackoffInitial: durationpb.New(100 * time.Millisecond)}
 		if mod != nil {
 			mod(j)
 		}
@@ -99,7 +100,7 @@ func TestDeliveryEndToEnd(t *testing.T) {
 	for range 16 {
 		jobs = append(jobs, job("ok", nil))
 	}
-	jobs = append(jobs, job("delayed", func(j *coordv1.NewJob) { j.DelayMs = 300 }), job("flaky", nil), job("bad", nil))
+	jobs = append(jobs, job("delayed", func(j *coordv1.NewJob) { j.Delay = durationpb.New(300 * time.Millisecond) }), job("flaky", nil), job("bad", nil))
 	// Every node's deliverer long-polls the leader before the burst.
 	c.Eventually("three delivery long polls", 20*time.Second, func() bool { return metricValue(t, leader, "coordd_fetch_waiters") == 3 })
 	sub := submitJobs(t, q, jobs...)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -47,7 +49,7 @@ func wantErr(t *testing.T, err error, code codes.Code, reason string) map[string
 
 func acquire(t *testing.T, cc coordv1.CoordinatorClient, name, owner string, ttl time.Duration) *coordv1.Lease {
 	t.Helper()
-	return grant(t, ctxT(t), cc, &coordv1.AcquireRequest{Name: name, Owner: owner, TtlMs: ttl.Milliseconds()}).GetLease()
+	return grant(t, ctxT(t), cc, &coordv1.AcquireRequest{Name: name, Owner: owner, Ttl: pbtime.Dur(ttl.Milliseconds())}).GetLease()
 }
 
 // grant sends req; the test fails unless it is granted.
@@ -61,6 +63,15 @@ func grant(t *testing.T, ctx context.Context, cc coordv1.CoordinatorClient, req 
 		t.Fatalf("acquire %s by %s: held by %v", req.GetName(), req.GetOwner(), resp.GetLease())
 	}
 	return resp
+}
+
+// jsonArgs is job args of exactly n bytes that are JSON (a string of x's;
+// empty for n < 2), as the queue requires of args and results.
+func jsonArgs(n int) []byte {
+	if n < 2 {
+		return nil
+	}
+	return []byte(`"` + strings.Repeat("x", n-2) + `"`)
 }
 
 func withMD(ctx context.Context, kv ...string) context.Context {

@@ -77,14 +77,14 @@ func TestHTTPRoutes(t *testing.T) {
 		}
 	}
 	routes := []httpRoute{
-		{name: "acquire", method: "POST", path: "/v1/leases/app/close/acquire", body: map[string]any{"owner": "w1", "ttl_ms": "10000"}, want: 200,
+		{name: "acquire", method: "POST", path: "/v1/leases/app/close/acquire", body: map[string]any{"owner": "w1", "ttl": "10s"}, want: 200,
 			check: func(t *testing.T, r httpResult) {
 				if field(r, "acquired") != true {
 					t.Fatalf("not acquired: %v", r.body)
 				}
 				gen = field(r, "lease", "generation").(string)
 			}},
-		{name: "renew", method: "POST", path: "/v1/leases/app/close/renew", body: func() any { return map[string]any{"owner": "w1", "generation": gen, "ttl_ms": "10000"} }, want: 200},
+		{name: "renew", method: "POST", path: "/v1/leases/app/close/renew", body: func() any { return map[string]any{"owner": "w1", "generation": gen, "ttl": "10s"} }, want: 200},
 		{name: "get lease", method: "GET", path: "/v1/leases/app/close", want: 200,
 			check: is("w1", "lease", "owner")},
 		{name: "list leases", method: "GET", path: "/v1/leases?prefix=app/&page_size=10", want: 200,
@@ -108,7 +108,7 @@ func TestHTTPRoutes(t *testing.T) {
 		{name: "get job", method: "GET", path: "/v1/queue/jobs/{id}", want: 200, denied: 403, deniedReason: "PERMISSION_DENIED"},
 		{name: "list jobs", method: "GET", path: "/v1/queue/jobs?queue=app", want: 200},
 		{name: "stats", method: "GET", path: "/v1/queue/stats?queue=app", want: 200},
-		{name: "fetch", method: "POST", path: "/v1/queue/fetch", body: map[string]any{"queues": []any{"app"}, "max": 1, "wait_ms": "5000", "worker_id": "curl-1"}, want: 200,
+		{name: "fetch", method: "POST", path: "/v1/queue/fetch", body: map[string]any{"queues": []any{"app"}, "max": 1, "wait": "5s", "worker_id": "curl-1"}, want: 200,
 			check: func(t *testing.T, r httpResult) {
 				jobs, _ := field(r, "jobs").([]any)
 				if len(jobs) != 1 {
@@ -128,7 +128,7 @@ func TestHTTPRoutes(t *testing.T) {
 				return map[string]any{"worker_id": "curl-1", "failures": []any{map[string]any{"job_id": jobID, "attempt": attempt, "error": "x", "retryable": true}}}
 			}, want: 200, deniedReason: "IDENTITY_MISMATCH"},
 		{name: "retry", method: "POST", path: "/v1/queue/jobs/{id}/retry", body: map[string]any{}, want: 200, denied: 403},
-		{name: "fetch again", method: "POST", path: "/v1/queue/fetch", body: map[string]any{"queues": []any{"app"}, "max": 1, "wait_ms": "5000", "worker_id": "curl-1"}, want: 200,
+		{name: "fetch again", method: "POST", path: "/v1/queue/fetch", body: map[string]any{"queues": []any{"app"}, "max": 1, "wait": "5s", "worker_id": "curl-1"}, want: 200,
 			check: func(t *testing.T, r httpResult) {
 				attempt = fmt.Sprint(field(r, "jobs").([]any)[0].(map[string]any)["attempt"].(map[string]any)["number"])
 			}},
@@ -189,7 +189,7 @@ func TestHTTPRoutes(t *testing.T) {
 	wantHTTP(t, "watch as stranger", doJSON(t, stranger, "GET", base+"/v1/watch?prefix=app/", nil), 403, "PERMISSION_DENIED")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/watch?prefix=app/&families=WATCH_FAMILY_LEASE", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/watch?prefix=app/&families=LEASE", nil)
 	resp, err := app.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("watch: %v %v", resp, err)
@@ -213,7 +213,7 @@ func TestHTTPRoutes(t *testing.T) {
 	if first["resume_index"] == "0" || first["resume_index"] == nil {
 		t.Fatalf("first watch message: %v", first)
 	}
-	wantHTTP(t, "acquire watched", doJSON(t, app, "POST", base+"/v1/leases/app/watched/acquire", map[string]any{"owner": "w", "ttl_ms": "10000"}), 200, "")
+	wantHTTP(t, "acquire watched", doJSON(t, app, "POST", base+"/v1/leases/app/watched/acquire", map[string]any{"owner": "w", "ttl": "10s"}), 200, "")
 	firstEvent := func() {
 		for {
 			m := next()
@@ -288,7 +288,7 @@ func TestHTTPConventions(t *testing.T) {
 	wantHTTP(t, "unknown path", doJSON(t, hc, "GET", base+"/v1/nope", nil), 404, "NOT_FOUND")
 	wantHTTP(t, "list leases", doJSON(t, hc, "GET", base+"/v1/leases", nil), 200, "")
 	wantHTTP(t, "list windows", doJSON(t, hc, "GET", base+"/v1/windows", nil), 400, "INVALID_ARGUMENT") // a job is required
-	wantHTTP(t, "unknown field", doJSON(t, hc, "POST", base+"/v1/leases/a/acquire", `{"owner":"o","ttl_ms":"5000","tll":1}`), 400, "INVALID_ARGUMENT")
+	wantHTTP(t, "unknown field", doJSON(t, hc, "POST", base+"/v1/leases/a/acquire", `{"owner":"o","ttl":"5s","tll":1}`), 400, "INVALID_ARGUMENT")
 	wantHTTP(t, "bad json", doJSON(t, hc, "POST", base+"/v1/queue/fetch", `{"queues":`), 400, "INVALID_ARGUMENT")
 	wantHTTP(t, "wrong type", doJSON(t, hc, "POST", base+"/v1/queue/fetch", `{"queues":"q"}`), 400, "INVALID_ARGUMENT")
 	wantHTTP(t, "invalid UTF-8", doJSON(t, hc, "POST", base+"/v1/queue/fetch", "{\"queues\":[\"q\xff\"],\"worker_id\":\"w\"}"), 400, "INVALID_ARGUMENT")
@@ -313,16 +313,16 @@ func TestHTTPConventions(t *testing.T) {
 	wantHTTP(t, "one accepted item", doJSON(t, hc, "POST", base+"/v1/queue/complete", one), 200, "")
 
 	// A waiting acquire ends at the request's Grpc-Timeout: 504 TIMEOUT.
-	wantHTTP(t, "hold", doJSON(t, hc, "POST", base+"/v1/leases/held/acquire", map[string]any{"owner": "a", "ttl_ms": "30000"}), 200, "")
+	wantHTTP(t, "hold", doJSON(t, hc, "POST", base+"/v1/leases/held/acquire", map[string]any{"owner": "a", "ttl": "30s"}), 200, "")
 	start := time.Now()
-	r = doJSONHeader(t, hc, "POST", base+"/v1/leases/held/acquire", map[string]any{"owner": "b", "ttl_ms": "30000", "wait": true},
+	r = doJSONHeader(t, hc, "POST", base+"/v1/leases/held/acquire", map[string]any{"owner": "b", "ttl": "30s", "wait": true},
 		http.Header{"Grpc-Timeout": {"500m"}})
 	wantHTTP(t, "waiting acquire", r, 504, "TIMEOUT")
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("the wait took %v", d)
 	}
 	// Lists page.
-	wantHTTP(t, "second lease", doJSON(t, hc, "POST", base+"/v1/leases/held2/acquire", map[string]any{"owner": "a", "ttl_ms": "30000"}), 200, "")
+	wantHTTP(t, "second lease", doJSON(t, hc, "POST", base+"/v1/leases/held2/acquire", map[string]any{"owner": "a", "ttl": "30s"}), 200, "")
 	r = doJSON(t, hc, "GET", base+"/v1/leases?prefix=held&page_size=1", nil)
 	if l := r.body["leases"].([]any); len(l) != 1 || r.body["next_page_token"] == "" {
 		t.Fatalf("page 1: %v", r.body)
@@ -354,7 +354,7 @@ func TestHTTPWaitEndsBeforeTheWriteTimeout(t *testing.T) {
 	acquire(t, coordAs(t, certs, n, "billing-worker"), "billing/held", "w1", 30*time.Second)
 	base := "https://" + n.API.HTTPAddr()
 	r := doJSON(t, httpsClient(certs.Client("billing-worker")), "POST", base+"/v1/leases/billing/held/acquire",
-		map[string]any{"owner": "w2", "ttl_ms": "30000", "wait": true})
+		map[string]any{"owner": "w2", "ttl": "30s", "wait": true})
 	wantHTTP(t, "waiting acquire", r, 504, "TIMEOUT")
 	anon := httpsClient(certs.Client(""))
 	if r := doJSON(t, anon, "GET", base+"/v1/openapi.json", nil); r.status != 200 || r.body["openapi"] == nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"reflect"
 	"testing"
 	"time"
 
@@ -82,9 +83,10 @@ func TestHTTPAPI(t *testing.T) {
 	if r.body["accepted"] != true || r.body["dry_run"] != true || r.body["lease_name"] != "billing/close" {
 		t.Fatalf("dry run body: %v", r.body)
 	}
-	// Commit with a key and a payload (bytes are base64 in JSON).
+	// Commit with a key and a payload (a JSON value, embedded as it is).
+	payload := map[string]any{"store": 42.0, "total": "42.00"}
 	commit := map[string]any{"resource": "ledger/store-42", "lease_name": "billing/close", "generation": "1",
-		"idempotency_key": "close-2026-09-25-store-42", "payload": "NDIuMDA="}
+		"idempotency_key": "close-2026-09-25-store-42", "payload": payload}
 	r = doJSON(t, ledger, "POST", base+"/v1/fence/commit", commit)
 	wantHTTP(t, "commit", r, 200, "")
 	if r.body["accepted"] != true || r.body["duplicate"] != false || r.body["max_generation"] != "1" {
@@ -92,7 +94,7 @@ func TestHTTPAPI(t *testing.T) {
 	}
 	// The same key again: the first outcome, with its payload.
 	r = doJSON(t, ledger, "POST", base+"/v1/fence/commit", commit)
-	if r.status != 200 || r.body["duplicate"] != true || r.body["payload"] != "NDIuMDA=" {
+	if r.status != 200 || r.body["duplicate"] != true || !reflect.DeepEqual(r.body["payload"], payload) {
 		t.Fatalf("repeat: %d %v", r.status, r.body)
 	}
 

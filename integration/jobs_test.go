@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -419,7 +421,7 @@ func TestScheduleOverdueAndStuckLeases(t *testing.T) {
 	}))
 	cl := newClient(t, c, "ops")
 	ctx := ctxT(t)
-	if _, err := cl.PutSchedule(ctx, &coordv1.ScheduleSpec{Name: "nobody-runs-me", Schedule: "@every 1s", CompleteWithinMs: 1000,
+	if _, err := cl.PutSchedule(ctx, &coordv1.ScheduleSpec{Name: "nobody-runs-me", Schedule: "@every 1s", CompleteWithin: pbtime.Dur(1000),
 		Overlap: coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW, Job: &coordv1.JobTemplate{Queue: "it-nobody", Kind: "k"}}); err != nil {
 		t.Fatal(err)
 	}

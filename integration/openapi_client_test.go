@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -14,7 +15,7 @@ import (
 // A TypeScript client generated from the node's OpenAPI document by a real
 // generator (openapi-typescript, with openapi-fetch; test/openapi, whose
 // packages scripts/test.sh installs) compiles (tsc, strict) and runs
-// against a node: it acquires a lease, submits a job, fetches and
+// against a node: it acquires a lease, submits a job (args as JSON), fetches and
 // completes it, and reads a refusal's error body. Without node and npm it
 // skips, except in CI (CI set), where it fails.
 func TestOpenAPIClient(t *testing.T) {
@@ -58,6 +59,7 @@ func TestOpenAPIClient(t *testing.T) {
 		Generation string `json:"generation"`
 		Job        string `json:"job"`
 		Fetched    string `json:"fetched"`
+		Args       any    `json:"args"`
 		Completed  bool   `json:"completed"`
 		Refused    struct {
 			Status int    `json:"status"`
@@ -68,6 +70,7 @@ func TestOpenAPIClient(t *testing.T) {
 		t.Fatalf("check.js printed %q: %v", out, err)
 	}
 	if !got.Acquired || got.Generation != "1" || got.Job == "" || got.Fetched != got.Job || !got.Completed ||
+		!reflect.DeepEqual(got.Args, map[string]any{"invoice": 44.0}) ||
 		got.Refused.Status != 409 || got.Refused.Reason != "STALE_TOKEN" {
 		t.Fatalf("the generated client saw %+v", got)
 	}

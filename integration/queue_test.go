@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/internal/pbtime"
 
 	"google.golang.org/grpc/codes"
 
@@ -43,7 +46,7 @@ func fetchJobs(t *testing.T, q coordv1.QueueClient, worker string, max uint32, w
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)
 	defer cancel()
-	r, err := q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: queues, Max: max, WaitMs: wait.Milliseconds(), WorkerId: worker})
+	r, err := q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: queues, Max: max, Wait: pbtime.Dur(wait.Milliseconds()), WorkerId: worker})
 	if err != nil {
 		t.Fatalf("fetch: %v", err)
 	}
@@ -53,7 +56,7 @@ func fetchJobs(t *testing.T, q coordv1.QueueClient, worker string, max uint32, w
 func completeJob(t *testing.T, q coordv1.QueueClient, worker string, id uint64, attempt uint32) *coordv1.CompleteResult {
 	t.Helper()
 	r, err := q.Complete(ctxT(t), &coordv1.QueueCompleteRequest{WorkerId: worker,
-		Completions: []*coordv1.JobCompletion{{JobId: id, Attempt: attempt, Result: []byte("done")}}})
+		Completions: []*coordv1.JobCompletion{{JobId: id, Attempt: attempt, Result: []byte(`"done"`)}}})
 	if err != nil {
 		t.Fatalf("complete: %v", err)
 	}
@@ -82,7 +85,7 @@ func TestQueueSubmitFetchComplete(t *testing.T) {
 	}
 	j := getJob(t, q2, id)
 	if j.GetState() != coordv1.JobState_JOB_STATE_SUCCEEDED || len(j.GetAttemptLog()) != 1 ||
-		j.GetAttemptLog()[0].GetOutcome() != coordv1.AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED || string(j.GetAttemptLog()[0].GetResult()) != "done" {
+		j.GetAttemptLog()[0].GetOutcome() != coordv1.AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED || string(j.GetAttemptLog()[0].GetResult()) != `"done"` {
 		t.Fatalf("%v", j)
 	}
 	c.WaitConverged()
@@ -111,7 +114,7 @@ func TestQueueDelayedJobsNotEarly(t *testing.T) {
 	delays := []int64{1500, 2500, 3000}
 	var jobs []*coordv1.NewJob
 	for _, d := range delays {
-		jobs = append(jobs, &coordv1.NewJob{Queue: "later", Kind: "k", DelayMs: d})
+		jobs = append(jobs, &coordv1.NewJob{Queue: "later", Kind: "k", Delay: pbtime.Dur(d)})
 	}
 	sub := submitJobs(t, q, jobs...)
 	runAt := map[uint64]int64{}
@@ -162,7 +165,7 @@ func TestQueueLongPollWakesOnSubmit(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		r, err := queueOf(c, f[0]).Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"poll"}, Max: 5, WaitMs: 20_000, WorkerId: "w"})
+		r, err := queueOf(c, f[0]).Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"poll"}, Max: 5, Wait: pbtime.Dur(20_000), WorkerId: "w"})
 		ch <- got{r.GetJobs(), time.Now(), err}
 	}()
 	leader := c.WaitLeader()
@@ -202,7 +205,7 @@ func TestQueueClaimLapse(t *testing.T) {
 	leader := c.WaitLeader()
 	q := queueOf(c, leader)
 	cc := c.Coord(c.Followers()[0])
-	id := submitJobs(t, q, &coordv1.NewJob{Queue: "lapse", Kind: "k", VisibilityTimeoutMs: 1000})[0].GetId()
+	id := submitJobs(t, q, &coordv1.NewJob{Queue: "lapse", Kind: "k", VisibilityTimeout: pbtime.Dur(1000)})[0].GetId()
 	first := fetchJobs(t, q, "frozen", 1, 0, "lapse")
 	if len(first) != 1 {
 		t.Fatal("no job")
@@ -241,7 +244,7 @@ func TestQueueClaimLapse(t *testing.T) {
 		t.Fatalf("%v", r)
 	}
 	// The reserved lease name cannot be acquired.
-	_, err = cc.Acquire(ctxT(t), &coordv1.AcquireRequest{Name: fmt.Sprintf("job:%d", id), Owner: "o", TtlMs: 5000})
+	_, err = cc.Acquire(ctxT(t), &coordv1.AcquireRequest{Name: fmt.Sprintf("job:%d", id), Owner: "o", Ttl: pbtime.Dur(5000)})
 	wantErr(t, err, codes.InvalidArgument, "INVALID_ARGUMENT")
 }
 
@@ -251,7 +254,7 @@ func TestQueueRetriesToDead(t *testing.T) {
 	c := testcluster.New(t, 3)
 	c.WaitLeader()
 	q := queueOf(c, c.Followers()[0])
-	id := submitJobs(t, q, &coordv1.NewJob{Queue: "flaky", Kind: "k", MaxAttempts: 3, BackoffInitialMs: 200, BackoffMaxMs: 1000})[0].GetId()
+	id := submitJobs(t, q, &coordv1.NewJob{Queue: "flaky", Kind: "k", MaxAttempts: 3, BackoffInitial: pbtime.Dur(200), BackoffMax: pbtime.Dur(1000)})[0].GetId()
 	var failedAt int64
 	for attempt := uint32(1); attempt <= 3; attempt++ {
 		cl := fetchJobs(t, q, "w", 1, 5*time.Second, "flaky")
@@ -370,17 +373,17 @@ func TestQueueHTTPGateway(t *testing.T) {
 	c.WaitLeader()
 	hc := &http.Client{Timeout: 10 * time.Second}
 	base := "http://" + c.Followers()[0].API.HTTPAddr()
-	// curl -X POST $base/v1/queue/jobs -d '{"jobs":[{"queue":"reports","kind":"send-report","args":"<base64>","delay_ms":"60000"}]}'
-	r := doJSON(t, hc, "POST", base+"/v1/queue/jobs", `{"jobs":[{"queue":"reports","kind":"send-report","args":"eyJkYXkiOiJtb24ifQ==","delay_ms":"60000","labels":{"team":"ops"}},{"queue":"reports","kind":"send-report"}]}`)
+	// curl -X POST $base/v1/queue/jobs -d '{"jobs":[{"queue":"reports","kind":"send-report","args":{"day":"mon"},"delay":"60s"}]}'
+	r := doJSON(t, hc, "POST", base+"/v1/queue/jobs", `{"jobs":[{"queue":"reports","kind":"send-report","args":{"day":"mon"},"delay":"60s","labels":{"team":"ops"}},{"queue":"reports","kind":"send-report"}]}`)
 	wantHTTP(t, "submit", r, 200, "")
 	jobs := r.body["jobs"].([]any)
 	id := jobs[0].(map[string]any)["id"].(string)
-	if jobs[0].(map[string]any)["state"] != "JOB_STATE_SCHEDULED" || jobs[1].(map[string]any)["state"] != "JOB_STATE_AVAILABLE" {
+	if jobs[0].(map[string]any)["state"] != "SCHEDULED" || jobs[1].(map[string]any)["state"] != "AVAILABLE" {
 		t.Fatalf("%v", r.body)
 	}
 	r = doJSON(t, hc, "GET", base+"/v1/queue/jobs/"+id, nil)
 	wantHTTP(t, "get", r, 200, "")
-	if j := r.body["job"].(map[string]any); j["kind"] != "send-report" || j["args"] != "eyJkYXkiOiJtb24ifQ==" || j["labels"].(map[string]any)["team"] != "ops" {
+	if j := r.body["job"].(map[string]any); j["kind"] != "send-report" || !reflect.DeepEqual(j["args"], map[string]any{"day": "mon"}) || j["labels"].(map[string]any)["team"] != "ops" {
 		t.Fatalf("%v", j)
 	}
 	r = doJSON(t, hc, "GET", base+"/v1/queue/jobs?queue=reports&label=team%3Dops", nil)
@@ -401,13 +404,13 @@ func TestQueueHTTPGateway(t *testing.T) {
 	wantHTTP(t, "retry (run now)", r, 200, "")
 	r = doJSON(t, hc, "POST", base+"/v1/queue/jobs/"+id+"/cancel", `{}`)
 	wantHTTP(t, "cancel", r, 200, "")
-	if r.body["job"].(map[string]any)["state"] != "JOB_STATE_CANCELLED" {
+	if r.body["job"].(map[string]any)["state"] != "CANCELLED" {
 		t.Fatalf("%v", r.body)
 	}
 	wantHTTP(t, "missing job", doJSON(t, hc, "GET", base+"/v1/queue/jobs/424242", nil), 404, "JOB_NOT_FOUND")
-	r = doJSON(t, hc, "POST", base+"/v1/queue/jobs", `{"jobs":[{"kind":"k","run_at_ms":"99999999999999"}]}`)
+	r = doJSON(t, hc, "POST", base+"/v1/queue/jobs", `{"jobs":[{"kind":"k","run_at":"5138-11-16T09:46:39.999Z"}]}`)
 	wantHTTP(t, "a year ahead", r, 400, "INVALID_ARGUMENT")
-	if m := r.body["metadata"].(map[string]any); m["field"] != "run_at_ms" || m["index"] != "0" {
+	if m := r.body["metadata"].(map[string]any); m["field"] != "run_at" || m["index"] != "0" {
 		t.Fatalf("%v", r.body)
 	}
 	// Fetch is on HTTP too (http_routes_test.go runs a worker): one
@@ -431,7 +434,7 @@ func TestQueueLeaderKillDuringDispatch(t *testing.T) {
 	for b := 0; b < total/200; b++ {
 		var jobs []*coordv1.NewJob
 		for i := 0; i < 200; i++ {
-			jobs = append(jobs, &coordv1.NewJob{Queue: "kill", Kind: "k", VisibilityTimeoutMs: 2000, UniqueKey: fmt.Sprintf("j-%d-%d", b, i)})
+			jobs = append(jobs, &coordv1.NewJob{Queue: "kill", Kind: "k", VisibilityTimeout: pbtime.Dur(2000), UniqueKey: fmt.Sprintf("j-%d-%d", b, i)})
 		}
 		for _, s := range submitJobs(t, queueOf(c, leader), jobs...) {
 			ids = append(ids, s.GetId())
@@ -462,7 +465,7 @@ func TestQueueLeaderKillDuringDispatch(t *testing.T) {
 			for i := w; ctx.Err() == nil; i++ {
 				q := qs[i%len(qs)]
 				fctx, fcancel := context.WithTimeout(ctx, 3*time.Second)
-				r, err := q.Fetch(fctx, &coordv1.QueueFetchRequest{Queues: []string{"kill"}, Max: 20, WaitMs: 500, WorkerId: worker})
+				r, err := q.Fetch(fctx, &coordv1.QueueFetchRequest{Queues: []string{"kill"}, Max: 20, Wait: pbtime.Dur(500), WorkerId: worker})
 				fcancel()
 				if err != nil {
 					time.Sleep(20 * time.Millisecond) // next node, as a client would

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/coordd/coordd/internal/auth"
@@ -54,7 +56,7 @@ func TestQuotasKeepTheOtherTenantFast(t *testing.T) {
 		var lat []time.Duration
 		for time.Now().Before(stop) {
 			start := time.Now()
-			r, err := other.Acquire(ctx, &coordv1.AcquireRequest{Name: "ledger/close", Owner: "l", TtlMs: 10_000})
+			r, err := other.Acquire(ctx, &coordv1.AcquireRequest{Name: "ledger/close", Owner: "l", Ttl: pbtime.Dur(10_000)})
 			if err != nil || !r.GetAcquired() {
 				return nil, fmt.Errorf("the other tenant's acquire: %v %v", r, err)
 			}
@@ -75,8 +77,8 @@ func TestQuotasKeepTheOtherTenantFast(t *testing.T) {
 	}
 
 	const flood = 3 * time.Second
-	args := make([]byte, 64<<10)
-	schedArgs := make([]byte, 60_000)
+	args := jsonArgs(64 << 10)
+	schedArgs := jsonArgs(60_000)
 	var accepted, refused, schedules atomic.Int64
 	refusals := sync.Map{} // reason -> true
 	start := time.Now()
@@ -177,7 +179,7 @@ func TestQuotasRefuseEachLimit(t *testing.T) {
 	jobs := func(n, size int) *coordv1.QueueSubmitRequest {
 		req := &coordv1.QueueSubmitRequest{}
 		for range n {
-			req.Jobs = append(req.Jobs, &coordv1.NewJob{Queue: "q", Kind: "k", Args: make([]byte, size)})
+			req.Jobs = append(req.Jobs, &coordv1.NewJob{Queue: "q", Kind: "k", Args: jsonArgs(size)})
 		}
 		return req
 	}
@@ -210,7 +212,7 @@ func TestQuotasRefuseEachLimit(t *testing.T) {
 	sc := coordv1.NewSchedulesClient(connAs(t, certs.Client("tenant-c"), f.API.GRPCAddr()))
 	put := func(name, expr string, args int) error {
 		_, err := sc.PutSchedule(ctx, &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: name, Schedule: expr,
-			Job: &coordv1.JobTemplate{Queue: "q", Kind: "k", Args: make([]byte, args)}}})
+			Job: &coordv1.JobTemplate{Queue: "q", Kind: "k", Args: jsonArgs(args)}}})
 		return err
 	}
 	if err := put("c1", "@every 1s", 0); err != nil {
@@ -252,7 +254,7 @@ func TestCallRateIsCountedOnTheLeader(t *testing.T) {
 	fs := c.Followers()
 	ctx := ctxT(t)
 	acq := func(n *testcluster.Node, name string) error {
-		_, err := coordAs(t, certs, n, "tenant-a").Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "o", TtlMs: 10_000})
+		_, err := coordAs(t, certs, n, "tenant-a").Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "o", Ttl: pbtime.Dur(10_000)})
 		return err
 	}
 	for i := range 4 { // the burst, through the first follower
@@ -266,7 +268,7 @@ func TestCallRateIsCountedOnTheLeader(t *testing.T) {
 	}
 	wantErr(t, acq(leader, "a/5"), codes.ResourceExhausted, "RATE_LIMITED")
 	// Another identity is not affected.
-	if _, err := coordAs(t, certs, fs[1], "tenant-b").Acquire(ctx, &coordv1.AcquireRequest{Name: "b/1", Owner: "o", TtlMs: 10_000}); err != nil {
+	if _, err := coordAs(t, certs, fs[1], "tenant-b").Acquire(ctx, &coordv1.AcquireRequest{Name: "b/1", Owner: "o", Ttl: pbtime.Dur(10_000)}); err != nil {
 		t.Fatal(err)
 	}
 }

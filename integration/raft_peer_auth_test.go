@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 
@@ -215,7 +217,7 @@ func TestClientCertificateNamedLikeAMemberIsNoMember(t *testing.T) {
 	c, certs, _ := secureCluster(t, 3, memberNameACL)
 	leader := c.WaitLeader()
 	ctx := ctxT(t)
-	got, err := coordAs(t, certs, leader, "reports-svc").Acquire(ctx, &coordv1.AcquireRequest{Name: "reports/daily", Owner: "r1", TtlMs: 30000})
+	got, err := coordAs(t, certs, leader, "reports-svc").Acquire(ctx, &coordv1.AcquireRequest{Name: "reports/daily", Owner: "r1", Ttl: pbtime.Dur(30000)})
 	if err != nil || !got.GetAcquired() {
 		t.Fatalf("acquire by reports-svc: %v %v", got, err)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -152,9 +154,9 @@ func TestACLAllowsAndDeniesEachFamily(t *testing.T) {
 	if l.GetIdentity() != "billing-worker" {
 		t.Fatalf("forwarded acquire bound to %q, want the original caller", l.GetIdentity())
 	}
-	_, err := billing.Acquire(ctx, &coordv1.AcquireRequest{Name: "hr/close", Owner: "w1", TtlMs: 2000})
+	_, err := billing.Acquire(ctx, &coordv1.AcquireRequest{Name: "hr/close", Owner: "w1", Ttl: pbtime.Dur(2000)})
 	denied("acquire outside prefix", err, auth.DefaultDenyRule)
-	_, err = ledger.Acquire(ctx, &coordv1.AcquireRequest{Name: "billing/close", Owner: "w1", TtlMs: 2000})
+	_, err = ledger.Acquire(ctx, &coordv1.AcquireRequest{Name: "billing/close", Owner: "w1", Ttl: pbtime.Dur(2000)})
 	denied("acquire by ledger-api", err, auth.DefaultDenyRule)
 
 	// window
@@ -200,7 +202,7 @@ func TestACLAllowsAndDeniesEachFamily(t *testing.T) {
 	}
 
 	// A client cannot claim to be someone else: only members may forward.
-	_, err = billing.Acquire(withMD(ctx, "coordd-identity", "ops"), &coordv1.AcquireRequest{Name: "billing/x", Owner: "w1", TtlMs: 2000})
+	_, err = billing.Acquire(withMD(ctx, "coordd-identity", "ops"), &coordv1.AcquireRequest{Name: "billing/x", Owner: "w1", Ttl: pbtime.Dur(2000)})
 	wantErr(t, err, codes.PermissionDenied, "PERMISSION_DENIED")
 
 	// Denials are counted by rule.
@@ -280,7 +282,7 @@ func TestPerIdentityLimits(t *testing.T) {
 	// Live leases: the third is refused (calls 1-3 of a's burst of 6).
 	acquire(t, a, "a/1", "o", 5*time.Second)
 	acquire(t, a, "a/2", "o", 5*time.Second)
-	_, err := a.Acquire(ctx, &coordv1.AcquireRequest{Name: "a/3", Owner: "o", TtlMs: 5000})
+	_, err := a.Acquire(ctx, &coordv1.AcquireRequest{Name: "a/3", Owner: "o", Ttl: pbtime.Dur(5000)})
 	wantErr(t, err, codes.ResourceExhausted, "LEASE_LIMIT")
 
 	// KeepAlive streams: one per identity (call 4 opens it).
@@ -319,11 +321,11 @@ func TestPerIdentityLimits(t *testing.T) {
 	defer cancel()
 	first := make(chan error, 1)
 	go func() {
-		_, err := d.Acquire(wctx, &coordv1.AcquireRequest{Name: "a/1", Owner: "d", TtlMs: 5000, Wait: true})
+		_, err := d.Acquire(wctx, &coordv1.AcquireRequest{Name: "a/1", Owner: "d", Ttl: pbtime.Dur(5000), Wait: true})
 		first <- err
 	}()
 	c.Eventually("d waits", 5*time.Second, func() bool { return metricValue(t, n, "coordd_acquire_waiters") == 1 })
-	_, err = d.Acquire(ctx, &coordv1.AcquireRequest{Name: "a/2", Owner: "d", TtlMs: 5000, Wait: true})
+	_, err = d.Acquire(ctx, &coordv1.AcquireRequest{Name: "a/2", Owner: "d", Ttl: pbtime.Dur(5000), Wait: true})
 	wantErr(t, err, codes.ResourceExhausted, "WAIT_LIMIT")
 	cancel()
 	if err := <-first; codeOf(err) != codes.Canceled {
@@ -355,10 +357,10 @@ func TestForeignWaiterWithTheHoldersRequestID(t *testing.T) {
 	a := coordAs(t, certs, n, "tenant-a")
 	b := coordAs(t, certs, n, "tenant-b")
 	ctx := ctxT(t)
-	held := grant(t, ctx, a, &coordv1.AcquireRequest{Name: "shared", Owner: "o", TtlMs: 10_000, RequestId: "r1"})
+	held := grant(t, ctx, a, &coordv1.AcquireRequest{Name: "shared", Owner: "o", Ttl: pbtime.Dur(10_000), RequestId: "r1"})
 	waited := make(chan *coordv1.AcquireResponse, 1)
 	go func() {
-		r, err := b.Acquire(ctx, &coordv1.AcquireRequest{Name: "shared", Owner: "o", TtlMs: 10_000, RequestId: "r1", Wait: true})
+		r, err := b.Acquire(ctx, &coordv1.AcquireRequest{Name: "shared", Owner: "o", Ttl: pbtime.Dur(10_000), RequestId: "r1", Wait: true})
 		if err != nil {
 			t.Error(err)
 		}

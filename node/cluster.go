@@ -5,6 +5,11 @@ import (
 	"errors"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/hashicorp/raft"
 
 	"github.com/coordd/coordd/clock"
@@ -29,7 +34,7 @@ func (n *Node) Status(digest bool) *coordv1.StatusResponse {
 		Term:          r.CurrentTerm(),
 		CommitIndex:   r.CommitIndex(),
 		AppliedIndex:  r.AppliedIndex(),
-		ClusterTime:   n.fsm.Clock(),
+		LeaseTime:     pbtime.Dur(n.fsm.Clock()),
 		GrpcAddress:   n.advertisedAddr(),
 		RaftAddress:   n.RaftAddr(),
 	}
@@ -38,21 +43,20 @@ func (n *Node) Status(digest bool) *coordv1.StatusResponse {
 	}
 	switch lc := r.LastContact(); {
 	case r.State() == raft.Leader:
-		out.LastContact = 0
-	case lc.IsZero():
-		out.LastContact = -1
+		out.LastContact = pbtime.Dur(0)
+	case lc.IsZero(): // never: unset
 	default:
-		out.LastContact = time.Since(lc).Milliseconds() // Raft's time, not the node's clock
+		out.LastContact = durationpb.New(time.Since(lc)) // Raft's time, not the node's clock
 	}
 	if snaps, err := n.snaps.List(); err == nil && len(snaps) > 0 {
 		out.LastSnapshotIndex = snaps[0].Index
 	}
-	out.LiveLeases = uint64(n.fsm.LiveLeases(out.ClusterTime))
-	out.WallTimeMs = clock.Wall(n.clock).UnixMilli()
+	out.LiveLeases = uint64(n.fsm.LiveLeases(n.fsm.Clock()))
+	out.WallTime = timestamppb.New(clock.Wall(n.clock))
 	lease, cal := n.times()
-	out.CalendarTimeMs = cal
+	out.CalendarTime = pbtime.At(cal)
 	if cal > 0 { // 0: no command carried a calendar time yet
-		out.LeaseClockLagMs = cal - lease
+		out.LeaseClockLag = pbtime.Dur(cal - lease)
 	}
 	return out
 }

@@ -15,7 +15,7 @@ GOFLAGS= go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapi
   --go-grpc_out=. --go-grpc_opt=paths=source_relative \
   $(find . -name '*.proto' | sed 's,^\./,,' | sort))
 # The protos with their comments, for gRPC reflection (api/reflection.go).
-(cd proto && protoc -I . --include_imports --include_source_info --descriptor_set_out=../api/protodesc.binpb \
+(cd proto && protoc -I . --include_source_info --include_imports --descriptor_set_out=../api/protodesc.binpb \
   $(find . -name '*.proto' | sed 's,^\./,,' | sort))
 # The HTTP/JSON gateway for the calls listed in coord_http.yaml (no
 # google.api annotations in the protos: the mapping lives in that file).
@@ -44,3 +44,4 @@ go run ./api/openapi/internal/fixdoc <"$gw/coordd.swagger.json" >api/openapi/coo
 # The Go short names of the enums (coorderr.LeaseLost, fsm.JobRunning, ...).
 go run ./internal/enumgen
 if command -v buf >/dev/null; then buf lint && echo "buf lint: clean"; fi
+go run ./internal/msgen

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/coordd/coordd/internal/apijson"
 
 	"github.com/coordd/coordd/coorderr"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -20,7 +21,7 @@ import (
 // one from its applied state; nothing is written to the log). Events:
 //
 //	ready   the watch started (data: {"index": N})
-//	change  one WatchEvent as protojson (proto field names)
+//	change  one WatchEvent in the HTTP API's JSON (internal/apijson)
 //	end     the watch failed; data: {"code", "reason", "message"}. The
 //	        page reloads itself after a moment.
 //
@@ -54,7 +55,6 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	started := false
-	marshal := protojson.MarshalOptions{UseProtoNames: true}
 	rc := http.NewResponseController(w)
 	// bounded runs one write within StreamWriteTimeout and leaves the
 	// stream without a deadline while it is quiet (a network deadline:
@@ -103,7 +103,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 			})
 		}
 		for _, e := range resp.GetEvents() {
-			b, err := marshal.Marshal(e)
+			b, err := apijson.Marshal(e)
 			if err != nil {
 				return err
 			}

@@ -115,7 +115,7 @@ func offsetUs(o *coordv1.ClockOffset) string {
 	if o == nil || o.GetMeasuredAtMs() == 0 {
 		return "—"
 	}
-	return fmt.Sprintf("%+.3f ms ± %.3f", float64(o.GetOffsetUs())/1000, float64(o.GetErrorUs())/1000)
+	return fmt.Sprintf("%+.3f ms ± %.3f", float64(o.GetOffset().AsDuration().Microseconds())/1000, float64(o.GetOffsetError().AsDuration().Microseconds())/1000)
 }
 
 func leaseState(l *coordv1.Lease) string {

@@ -201,7 +201,7 @@ func (c *Console) showJob(w http.ResponseWriter, r *http.Request, httpStatus int
 		return
 	}
 	j := resp.GetJob()
-	d := jobData{Job: j, CalendarMs: resp.GetCalendarMs(), CanAct: c.allowed(r.Context(), "job", j.GetQueue())}
+	d := jobData{Job: j, CalendarMs: resp.GetCalendarTimeMs(), CanAct: c.allowed(r.Context(), "job", j.GetQueue())}
 	switch j.GetState() {
 	case coordv1.JobState_JOB_STATE_SUCCEEDED:
 	case coordv1.JobState_JOB_STATE_CANCELLED, coordv1.JobState_JOB_STATE_DEAD:
@@ -284,7 +284,7 @@ func (c *Console) schedulesPage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d := schedulesData{prefixPage: page, CalendarMs: resp.GetCalendarMs()}
+	d := schedulesData{prefixPage: page, CalendarMs: resp.GetCalendarTimeMs()}
 	// Overdue occurrences: the first page of ListOverdue (its total, its
 	// top schedules and up to 100 occurrences) marks the schedules.
 	overdue := map[string]int64{}

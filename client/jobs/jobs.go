@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/queue"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -130,10 +132,10 @@ func (j Job) Spec() (*coordv1.ScheduleSpec, error) {
 	}
 	return &coordv1.ScheduleSpec{
 		Name: j.Name, Schedule: j.Schedule.expr, TimeZone: j.Schedule.tz, WindowLayout: j.Window.Layout,
-		WindowShiftDays: int32(j.Window.ShiftDays), StartingDeadlineMs: j.StartingDeadline.Milliseconds(),
-		CatchUpMs: j.CatchUp.Milliseconds(), CompleteWithinMs: j.CompleteWithin.Milliseconds(), Overlap: overlap,
+		WindowShiftDays: int32(j.Window.ShiftDays), StartingDeadline: durationpb.New(j.StartingDeadline),
+		CatchUp: durationpb.New(j.CatchUp), CompleteWithin: durationpb.New(j.CompleteWithin), Overlap: overlap,
 		Job: &coordv1.JobTemplate{Queue: j.queue(), Kind: j.Name, Args: j.Args, MaxAttempts: int32(j.MaxAttempts),
-			BackoffInitialMs: j.RetryBackoff.Milliseconds(), VisibilityTimeoutMs: j.VisibilityTimeout.Milliseconds()},
+			BackoffInitial: durationpb.New(j.RetryBackoff), VisibilityTimeout: durationpb.New(j.VisibilityTimeout)},
 	}, nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coordd/coordd/client/queue"
@@ -46,10 +48,10 @@ func TestSpecOfAJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &coordv1.ScheduleSpec{Name: "daily-close", Schedule: "5 0 * * *", TimeZone: "America/Sao_Paulo", WindowShiftDays: -1,
-		StartingDeadlineMs: 3_600_000, CatchUpMs: 21_600_000, CompleteWithinMs: 7_200_000,
+		StartingDeadline: pbtime.Dur(3_600_000), CatchUp: pbtime.Dur(21_600_000), CompleteWithin: pbtime.Dur(7_200_000),
 		Overlap: coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_REPLACE,
 		Job: &coordv1.JobTemplate{Queue: "jobs", Kind: "daily-close", Args: []byte(`{"stores":4}`), MaxAttempts: 3,
-			BackoffInitialMs: 30_000, VisibilityTimeoutMs: 10_000}}
+			BackoffInitial: pbtime.Dur(30_000), VisibilityTimeout: pbtime.Dur(10_000)}}
 	if !proto.Equal(spec, want) {
 		t.Fatalf("spec %v\nwant %v", spec, want)
 	}

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/clock"
@@ -75,7 +78,7 @@ func (f *fakeQueue) add(queue, kind string, args []byte, vt time.Duration) uint6
 	f.nextID++
 	id := f.nextID
 	f.jobs[id] = &coordv1.QueueJob{Id: id, Queue: queue, Kind: kind, Args: args, State: coordv1.JobState_JOB_STATE_AVAILABLE,
-		MaxAttempts: 25, VisibilityTimeoutMs: vt.Milliseconds(), RunAtMs: f.clk.Now().UnixMilli()}
+		MaxAttempts: 25, VisibilityTimeout: durationpb.New(vt), RunAt: pbtime.At(f.clk.Now().UnixMilli())}
 	f.avail[queue] = append(f.avail[queue], id)
 	close(f.added)
 	f.added = make(chan struct{})
@@ -110,9 +113,9 @@ func (f *fakeQueue) Fetch(ctx context.Context, r *coordv1.QueueFetchRequest) (*c
 				j.Attempts++
 				j.State = coordv1.JobState_JOB_STATE_RUNNING
 				now := f.clk.Now()
-				f.deadlines[ref{id, j.Attempts}] = now.Add(time.Duration(j.VisibilityTimeoutMs) * time.Millisecond)
+				f.deadlines[ref{id, j.Attempts}] = now.Add(time.Duration(j.GetVisibilityTimeoutMs()) * time.Millisecond)
 				out = append(out, &coordv1.ClaimedJob{Job: j, Attempt: &coordv1.JobAttempt{Number: j.Attempts, WorkerId: r.GetWorkerId(),
-					StartedAtMs: now.UnixMilli(), Token: Token(id, j.Attempts)}})
+					StartedAt: pbtime.FromTime(now), Token: Token(id, j.Attempts)}})
 			}
 		}
 		added := f.added
@@ -145,7 +148,7 @@ func (f *fakeQueue) ackHeartbeat(r *coordv1.QueueHeartbeatRequest) *coordv1.Queu
 	for _, a := range r.GetAttempts() {
 		d := f.clk.Now().Add(time.Duration(f.jobs[a.GetJobId()].GetVisibilityTimeoutMs()) * time.Millisecond)
 		f.deadlines[ref{a.GetJobId(), a.GetAttempt()}] = d
-		resp.Results = append(resp.Results, &coordv1.HeartbeatResult{JobId: a.GetJobId(), Attempt: a.GetAttempt(), DeadlineMs: d.UnixMilli()})
+		resp.Results = append(resp.Results, &coordv1.HeartbeatResult{JobId: a.GetJobId(), Attempt: a.GetAttempt(), Deadline: pbtime.FromTime(d)})
 	}
 	return resp
 }
@@ -197,9 +200,9 @@ func (f *fakeQueue) Submit(_ context.Context, r *coordv1.QueueSubmitRequest) (*c
 		}
 		f.nextID++
 		j := &coordv1.QueueJob{Id: f.nextID, Queue: nj.GetQueue(), Kind: nj.GetKind(), Args: nj.GetArgs(), UniqueKey: nj.GetUniqueKey(),
-			State: coordv1.JobState_JOB_STATE_SCHEDULED, RunAtMs: nj.GetRunAtMs(), Labels: nj.GetLabels()}
+			State: coordv1.JobState_JOB_STATE_SCHEDULED, RunAt: pbtime.At(nj.GetRunAtMs()), Labels: nj.GetLabels()}
 		f.jobs[j.Id] = j
-		resp.Jobs = append(resp.Jobs, &coordv1.SubmittedJob{Id: j.Id, State: j.State, RunAtMs: j.RunAtMs})
+		resp.Jobs = append(resp.Jobs, &coordv1.SubmittedJob{Id: j.Id, State: j.State, RunAt: pbtime.At(j.GetRunAtMs())})
 	}
 	if f.lostAfterApply > 0 {
 		f.lostAfterApply--

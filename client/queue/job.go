@@ -94,9 +94,26 @@ func (j *Job) DecodeArgs(v any) error {
 	return nil
 }
 
-// SetResult sets the bytes recorded with a successful completion (up to
-// 64 KiB; a longer result gets the completion refused).
+// SetResult sets the result recorded with a successful completion: a JSON
+// value (as every API shows it), up to 64 KiB. A result that is not JSON,
+// or is longer, fails the attempt permanently with an error that says so,
+// instead of the completion being refused.
 func (j *Job) SetResult(b []byte) { j.result = b }
+
+// maxResultBytes is the server's limit on a result (fsm.MaxJobResultBytes).
+const maxResultBytes = 64 << 10
+
+// checkResult is why the result set with SetResult cannot be recorded, or
+// nil.
+func (j *Job) checkResult() error {
+	switch {
+	case len(j.result) > maxResultBytes:
+		return Permanent(fmt.Errorf("job %d: the result is %d bytes; the limit is %d", j.ID, len(j.result), maxResultBytes))
+	case len(j.result) > 0 && !json.Valid(j.result):
+		return Permanent(fmt.Errorf("job %d: the result is not JSON (SetResult takes a JSON value, e.g. json.Marshal of it)", j.ID))
+	}
+	return nil
+}
 
 // Claimed is the job and attempt as fetched.
 func (j *Job) Claimed() *coordv1.ClaimedJob { return j.claimed }

@@ -30,6 +30,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/coordd/coordd/client"
@@ -91,14 +93,14 @@ func clamp(n int) int { return max(min(n, math.MaxInt32), math.MinInt32) }
 // factor^(n-1), max), plus up to 25 % jitter (defaults 1 s, 1 h, 2).
 func Backoff(initial, maxDelay time.Duration, factor float64) Option {
 	return func(s *spec) {
-		s.j.BackoffInitialMs, s.j.BackoffMaxMs, s.j.BackoffFactor = ceilMs(initial), ceilMs(maxDelay), factor
+		s.j.BackoffInitial, s.j.BackoffMax, s.j.BackoffFactor = pbtime.FromDuration(initial), pbtime.FromDuration(maxDelay), factor
 	}
 }
 
 // VisibilityTimeout sets how long an attempt lives without a heartbeat
 // (default 30 s). The Worker heartbeats at a third of it.
 func VisibilityTimeout(d time.Duration) Option {
-	return func(s *spec) { s.j.VisibilityTimeoutMs = ceilMs(d) }
+	return func(s *spec) { s.j.VisibilityTimeout = pbtime.Dur(ceilMs(d)) }
 }
 
 // UniqueKey makes the submit idempotent within the job's queue while the
@@ -159,14 +161,14 @@ func Labels(m map[string]string) Option {
 // up). A past t is due at once.
 func At(t time.Time) Option {
 	return func(s *spec) {
-		if s.j.DelayMs != 0 {
-			s.fail("run_at_ms", "At and After both set")
+		if s.j.GetDelayMs() != 0 {
+			s.fail("run_at", "At and After both set")
 		}
 		ms := t.UnixMilli()
 		if t.After(time.UnixMilli(ms)) {
 			ms++
 		}
-		s.j.RunAtMs = ms
+		s.j.RunAt = pbtime.At(ms)
 	}
 }
 
@@ -174,13 +176,13 @@ func At(t time.Time) Option {
 // (rounded up to the millisecond).
 func After(d time.Duration) Option {
 	return func(s *spec) {
-		if s.j.RunAtMs != 0 {
-			s.fail("delay_ms", "At and After both set")
+		if s.j.GetRunAtMs() != 0 {
+			s.fail("delay", "At and After both set")
 		}
 		if d < 0 {
-			s.fail("delay_ms", "negative delay %s", d)
+			s.fail("delay", "negative delay %s", d)
 		}
-		s.j.DelayMs = ceilMs(d)
+		s.j.Delay = pbtime.Dur(ceilMs(d))
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -24,8 +26,8 @@ func TestNewJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &coordv1.NewJob{Queue: "billing", Kind: "send-invoice", Args: []byte(`{"invoice":42}`), RunAtMs: 1_800_000_000_001,
-		Priority: 5, MaxAttempts: 3, BackoffInitialMs: 2000, BackoffMaxMs: 60_000, BackoffFactor: 1.5, VisibilityTimeoutMs: 90_000,
+	want := &coordv1.NewJob{Queue: "billing", Kind: "send-invoice", Args: []byte(`{"invoice":42}`), RunAt: pbtime.At(1_800_000_000_001),
+		Priority: 5, MaxAttempts: 3, BackoffInitial: pbtime.Dur(2000), BackoffMax: pbtime.Dur(60_000), BackoffFactor: 1.5, VisibilityTimeout: pbtime.Dur(90_000),
 		UniqueKey: "invoice-42", Labels: map[string]string{"tenant": "acme", "region": "eu"}}
 	if j.String() != want.String() {
 		t.Fatalf("got  %v\nwant %v", j, want)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/internal/due"
 	"github.com/coordd/coordd/clock"
@@ -379,7 +381,7 @@ func (w *Worker) fetchLoop(s *slots) {
 		}
 		sent := w.clk.Now()
 		resp, err := w.q.Fetch(w.fetchCtx, &coordv1.QueueFetchRequest{Queues: []string{s.name}, Max: uint32(min(n, MaxBatch)),
-			WaitMs: w.o.pollWait.Milliseconds(), WorkerId: w.o.id})
+			Wait: durationpb.New(w.o.pollWait), WorkerId: w.o.id})
 		if w.fetchCtx.Err() != nil {
 			if err == nil { // granted as Stop began: hand the jobs back at once
 				s.take(len(resp.GetJobs()))
@@ -492,6 +494,9 @@ func (w *Worker) run(cl *claim) {
 		err = fmt.Errorf("no handler for kind %q on worker %s", cl.job.Kind, w.o.id)
 	} else {
 		err = call(cl, h)
+	}
+	if err == nil {
+		err = cl.job.checkResult()
 	}
 	w.mu.Lock()
 	st := cl.state

@@ -235,6 +235,7 @@ func TestHandlerOutcomes(t *testing.T) {
 	w.Handle("permanent", func(context.Context, *Job) error { return Permanent(errors.New("no such customer")) })
 	w.Handle("flaky", func(context.Context, *Job) error { return errors.New("timeout talking to smtp") })
 	HandleJSON(w, "typed", func(_ context.Context, _ *Job, a args) error { got <- a; return nil })
+	w.Handle("text-result", func(_ context.Context, j *Job) error { j.SetResult([]byte("charged 100")); return nil })
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -248,6 +249,9 @@ func TestHandlerOutcomes(t *testing.T) {
 		{"flaky", "", true, []string{"timeout talking to smtp"}},
 		{"unknown", "", true, []string{`no handler for kind "unknown" on worker w1`}},
 		{"typed", `{"n": "x"}`, false, []string{"args of typed job"}},
+		// A result that is not JSON fails its own attempt, saying why,
+		// rather than getting a batch of completions refused.
+		{"text-result", "", false, []string{"the result is not JSON"}},
 	} {
 		id := h.f.add("default", tc.kind, []byte(tc.args), 30*time.Second)
 		f := recv(t, h.f.fails, tc.kind+" failure").GetFailures()

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/coordd/coordd/internal/proccluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -67,7 +69,7 @@ func queueFootprint(ctx context.Context, cfg config, n int) (*result, error) {
 				}
 				jobs := make([]*coordv1.NewJob, min(qcfg.batch, total-from))
 				for i := range jobs {
-					jobs[i] = &coordv1.NewJob{Queue: name, Kind: "send-report", Args: args, RunAtMs: runAt}
+					jobs[i] = &coordv1.NewJob{Queue: name, Kind: "send-report", Args: args, RunAt: pbtime.At(runAt)}
 				}
 				// Retried until it is applied: a retry of a submit that
 				// was applied after all adds its jobs twice, so the

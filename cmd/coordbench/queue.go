@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/coordd/coordd/client/queue"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -121,7 +123,7 @@ func (qw *queueWorkers) run(ctx context.Context, n int) {
 			for ctx.Err() == nil {
 				fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				r, err := qw.q.Fetch(fctx, &coordv1.QueueFetchRequest{Queues: []string{qw.queue}, Max: uint32(qcfg.fetchMax),
-					WaitMs: 1000, WorkerId: worker})
+					Wait: pbtime.Dur(1000), WorkerId: worker})
 				cancel()
 				if err != nil {
 					if ctx.Err() == nil {
@@ -367,7 +369,7 @@ func queueDelayed(ctx context.Context, cfg config, qr *queueRun, n int) (*result
 		now := time.Now()
 		for i := range jobs {
 			at := now.Add(time.Second + time.Duration(rand.Int64N(int64(spread)+1)))
-			jobs[i] = &coordv1.NewJob{Queue: qr.name, Kind: "noop", RunAtMs: at.UnixMilli()}
+			jobs[i] = &coordv1.NewJob{Queue: qr.name, Kind: "noop", RunAt: pbtime.FromTime(at)}
 		}
 		if _, err := qr.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: jobs}); err != nil {
 			return nil, fmt.Errorf("submit: %w", err)

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/coordd/coordd/client"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -45,7 +47,7 @@ func watchWorkload(ctx context.Context, cfg config, watchers int) (*result, erro
 	sent := make([][slots]atomic.Int64, nLeases)
 	renewals := make([]uint64, nLeases) // lease k's renewals so far (its writer only)
 	for i := range gens {
-		resp, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: fmt.Sprintf("%s%d", prefix, i), Owner: "bench", TtlMs: 600_000})
+		resp, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: fmt.Sprintf("%s%d", prefix, i), Owner: "bench", Ttl: pbtime.Dur(600_000)})
 		if err != nil || !resp.GetAcquired() {
 			return nil, fmt.Errorf("acquire: %v", err)
 		}

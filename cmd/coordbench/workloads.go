@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/coordd/coordd/client"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -199,7 +201,7 @@ func renew(ctx context.Context, cfg config, n int) (*result, error) {
 	gens := make([]uint64, cfg.leases)
 	var failed atomic.Int64
 	setup(cfg.leases, func(i int) bool {
-		resp, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: fmt.Sprintf("rn-%s-%d-%d", run, n, i), Owner: "bench", TtlMs: 600_000})
+		resp, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: fmt.Sprintf("rn-%s-%d-%d", run, n, i), Owner: "bench", Ttl: pbtime.Dur(600_000)})
 		if err != nil || !resp.GetAcquired() {
 			failed.Add(1)
 			return true

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/internal/apijson"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -144,7 +145,7 @@ func writeStatusJSON(out io.Writer, nodes []nodeStatus) error {
 			doc.Nodes[i].Error = describe(n.err)
 			continue
 		}
-		b, err := jsonOpts.Marshal(n.status)
+		b, err := apijson.Marshal(n.status)
 		if err != nil {
 			return err
 		}
@@ -232,28 +233,14 @@ func (a *app) checkTransfer(ctx context.Context) error {
 	return nil
 }
 
-// clusterTime asks for the cluster clock (lease time), to render the ages
-// of records stamped with it (resources).
-func (a *app) clusterTime(ctx context.Context) int64 {
-	st, err := a.cluster().Status(ctx, &coordv1.StatusRequest{})
-	if err != nil {
-		return 0
-	}
-	return st.GetClusterTime()
-}
-
-// calendarTime asks for calendar time, to render the ages of windows and
-// jobs (their times are calendar time); lease time from a server that
-// stamps no calendar time.
+// calendarTime asks for calendar time, to render ages: every time of the
+// API is a calendar time.
 func (a *app) calendarTime(ctx context.Context) int64 {
 	st, err := a.cluster().Status(ctx, &coordv1.StatusRequest{})
 	if err != nil {
 		return 0
 	}
-	if c := st.GetCalendarTimeMs(); c > 0 {
-		return c
-	}
-	return st.GetClusterTime()
+	return st.GetCalendarTimeMs()
 }
 
 func orDash(s string) string {

@@ -52,7 +52,7 @@ func (a *app) fenceGetCmd() *cobra.Command {
 		"  coordctl fence get payments/store-42", cobra.ExactArgs(1), func(ctx context.Context, args []string) error {
 			r, err := a.client.GetResource(ctx, args[0])
 			return a.reply("fence get "+args[0], &coordv1.GetResourceResponse{Resource: r}, err, func(w io.Writer) {
-				resourceTable(w, r, a.clusterTime(ctx))
+				resourceTable(w, r, a.calendarTime(ctx))
 			})
 		})
 }

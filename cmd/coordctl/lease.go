@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/coorderr"
@@ -94,7 +95,7 @@ func (a *app) leaseAcquireCmd() *cobra.Command {
 			if requestID == "" {
 				requestID = client.NewRequestID()
 			}
-			req := &coordv1.AcquireRequest{Name: args[0], Owner: h.owner, TtlMs: h.ttl.Milliseconds(), RequestId: requestID, Wait: wait}
+			req := &coordv1.AcquireRequest{Name: args[0], Owner: h.owner, Ttl: durationpb.New(h.ttl), RequestId: requestID, Wait: wait}
 			resp, err := a.coord().Acquire(ctx, req)
 			if err != nil {
 				return a.acquireFailed(ctx, "lease acquire "+args[0], requestID, wait, err)
@@ -127,7 +128,7 @@ func (a *app) leaseRenewCmd() *cobra.Command {
 	return a.holderCmd("renew NAME", "Renew a lease as its current holder",
 		"  coordctl lease renew daily-close --owner ops-alice --generation 7 --ttl 30s", true,
 		func(ctx context.Context, name string, h holderFlags) error {
-			resp, err := a.coord().Renew(ctx, &coordv1.RenewRequest{Name: name, Owner: h.owner, Generation: h.generation, TtlMs: h.ttl.Milliseconds()})
+			resp, err := a.coord().Renew(ctx, &coordv1.RenewRequest{Name: name, Owner: h.owner, Generation: h.generation, Ttl: durationpb.New(h.ttl)})
 			return a.reply("lease renew "+name, resp, err, leaseRows(resp.GetLease()))
 		})
 }

@@ -101,9 +101,10 @@ func (a *app) rootCmd() *cobra.Command {
 		Long: `coordctl talks to a coordd cluster over gRPC.
 
 Endpoints come from --endpoints, else COORD_ENDPOINTS, else 127.0.0.1:7400.
--o json prints the RPC response as protojson with the proto field names;
-64-bit integers (generations, indexes, counts, milliseconds) are JSON
-strings, as protojson writes them: "generation": "7".
+-o json prints the RPC response as the HTTP API writes it (docs/http-api.md):
+the proto field names, times in RFC 3339, durations like "90s", args and
+results as JSON, enums by short name ("DEAD"), and 64-bit integers
+(generations, indexes, counts) as JSON strings: "generation": "7".
 
 Exit status: 0 success, 1 error, 2 bad usage, 3 lease held by another
 owner (lease acquire), 4 something is overdue or stuck (job overdue).

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/spf13/cobra"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -60,12 +62,12 @@ func TestAgesNeverNegative(t *testing.T) {
 	}
 	// Every table with skewed input: no "-<digit>" anywhere.
 	var buf bytes.Buffer
-	leaseTable(&buf, []*coordv1.Lease{{Name: "l", Owner: "o", Generation: 1, HeldMs: -20, RenewedAgoMs: -152, ExpiresInMs: -5}})
-	windowTable(&buf, []*coordv1.Window{{Job: "j", Window: "w", StartedAt: 2_000, CompletedAt: 3_000}}, 1_000)
-	resourceTable(&buf, &coordv1.Resource{Resource: "r", LastCommitAt: 5_000}, 1_000)
-	statusTable(&buf, []nodeStatus{{endpoint: "e", status: &coordv1.StatusResponse{State: "Follower", LastContact: 0}}})
+	leaseTable(&buf, []*coordv1.Lease{{Name: "l", Owner: "o", Generation: 1, Held: pbtime.Dur(-20), RenewedAgo: pbtime.Dur(-152), ExpiresIn: pbtime.Dur(-5)}})
+	windowTable(&buf, []*coordv1.Window{{Job: "j", Window: "w", StartedAt: pbtime.At(2_000), CompletedAt: pbtime.At(3_000)}}, 1_000)
+	resourceTable(&buf, &coordv1.Resource{Resource: "r", LastCommitAt: pbtime.At(5_000)}, 1_000)
+	statusTable(&buf, []nodeStatus{{endpoint: "e", status: &coordv1.StatusResponse{State: "Follower", LastContact: pbtime.Dur(0)}}})
 	overdueText(&buf, &coordv1.ListOverdueResponse{StuckLeases: []*coordv1.StuckLease{{Reason: "SILENT",
-		Lease: &coordv1.Lease{Name: "l", HeldMs: -1, RenewedAgoMs: -2}}}}, true)
+		Lease: &coordv1.Lease{Name: "l", Held: pbtime.Dur(-1), RenewedAgo: pbtime.Dur(-2)}}}}, true)
 	if m := regexp.MustCompile(`-\d`).FindString(buf.String()); m != "" {
 		t.Fatalf("negative duration %q in:\n%s", m, buf.String())
 	}

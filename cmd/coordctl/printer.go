@@ -9,21 +9,23 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/coordd/coordd/internal/apijson"
+
 	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/internal/pbtime"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-var jsonOpts = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
-
-// protoJSON renders msg as protojson with the proto field names (64-bit
-// integers are strings), indented by two spaces or, with indent false, on
-// one line. Formatting goes through encoding/json, so it is the same for
-// every document (protojson varies its whitespace on purpose).
+// protoJSON renders msg as the HTTP API writes it (internal/apijson: the
+// proto field names, RFC 3339 times, "90s" durations, args and results as
+// JSON, short enum names, 64-bit integers as strings), indented by two
+// spaces or, with indent false, on one line. Formatting goes through
+// encoding/json, so it is the same for every document (protojson varies
+// its whitespace on purpose).
 func protoJSON(msg proto.Message, indent bool) ([]byte, error) {
-	b, err := jsonOpts.Marshal(msg)
+	b, err := apijson.Marshal(msg)
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +38,7 @@ func protoJSON(msg proto.Message, indent bool) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-// print writes msg as one protojson document (-o json) or renders table.
+// print writes msg as one JSON document (-o json) or renders table.
 func (a *app) print(msg proto.Message, table func(w io.Writer)) error {
 	if a.output == "json" {
 		return a.writeJSON(msg, true)
@@ -45,7 +47,7 @@ func (a *app) print(msg proto.Message, table func(w io.Writer)) error {
 	return nil
 }
 
-// writeJSON writes msg as one protojson document (see protoJSON) and a
+// writeJSON writes msg as one JSON document (see protoJSON) and a
 // newline.
 func (a *app) writeJSON(msg proto.Message, indent bool) error {
 	b, err := protoJSON(msg, indent)
@@ -191,11 +193,11 @@ func windowTable(out io.Writer, ws []*coordv1.Window, now int64) {
 		row(w, "JOB", "WINDOW", "STATE", "ATTEMPTS", "OWNER", "GENERATION", "STARTED", "COMPLETED", "RESULT")
 		for _, x := range ws {
 			completed := "-"
-			if x.GetCompletedAt() > 0 {
-				completed = ago(now, x.GetCompletedAt())
+			if x.GetCompletedAt() != nil {
+				completed = ago(now, x.GetCompletedAtMs())
 			}
 			row(w, x.GetJob(), x.GetWindow(), windowState(x), x.GetAttempts(), x.GetOwner(), x.GetGeneration(),
-				ago(now, x.GetStartedAt()), completed, short(string(x.GetResult()), 40))
+				ago(now, x.GetStartedAtMs()), completed, short(string(x.GetResult()), 40))
 		}
 	})
 }
@@ -237,10 +239,10 @@ func firstLine(s string, n int) string {
 	return short(strings.TrimSpace(first), n)
 }
 
-func resourceTable(out io.Writer, r *coordv1.Resource, now int64) {
+func resourceTable(out io.Writer, r *coordv1.Resource, now int64) { // now: calendar time
 	tab(out, func(w io.Writer) {
 		row(w, "RESOURCE", "LEASE", "MAX GENERATION", "COMMITS", "LAST COMMIT", "LAST KEY")
-		row(w, r.GetResource(), r.GetLeaseName(), r.GetMaxGeneration(), r.GetCommits(), ago(now, r.GetLastCommitAt()),
+		row(w, r.GetResource(), r.GetLeaseName(), r.GetMaxGeneration(), r.GetCommits(), ago(now, r.GetLastCommitAtMs()),
 			short(r.GetLastIdempotencyKey(), 48))
 	})
 }
@@ -281,10 +283,10 @@ func statusTable(out io.Writer, nodes []nodeStatus) {
 			switch lc := s.GetLastContact(); {
 			case s.GetState() == "Leader":
 				contact = "-"
-			case lc < 0:
+			case lc == nil:
 				contact = "never"
 			default:
-				contact = agoMs(lc)
+				contact = agoMs(s.GetLastContactMs())
 			}
 			o := offsets[s.GetId()]
 			if o == nil {
@@ -364,11 +366,11 @@ func clockOffset(o *coordv1.ClockOffset) string {
 	switch {
 	case o == nil || o.GetMeasuredAtMs() == 0:
 		return "-"
-	case o.GetOffsetUs() == 0 && o.GetErrorUs() == 0:
+	case pbtime.Duration(o.GetOffset()) == 0 && pbtime.Duration(o.GetOffsetError()) == 0:
 		return "0"
 	}
-	s := signedDuration(time.Duration(o.GetOffsetUs())*time.Microsecond) + " ±" +
-		roundDuration(time.Duration(o.GetErrorUs())*time.Microsecond).String()
+	s := signedDuration(pbtime.Duration(o.GetOffset())) + " ±" +
+		roundDuration(pbtime.Duration(o.GetOffsetError())).String()
 	if o.GetError() != "" {
 		s += " (last probe failed)"
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/spf13/cobra"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -36,19 +38,19 @@ func golden(t *testing.T, name string, got []byte) {
 func TestLeaseTable(t *testing.T) {
 	var buf bytes.Buffer
 	leaseTable(&buf, []*coordv1.Lease{
-		{Name: "daily-close", Owner: "billing-7f9c:4121:ab12", Generation: 42, HeldMs: 90_000, RenewedAgoMs: 1_200, ExpiresInMs: 28_800},
+		{Name: "daily-close", Owner: "billing-7f9c:4121:ab12", Generation: 42, Held: pbtime.Dur(90_000), RenewedAgo: pbtime.Dur(1_200), ExpiresIn: pbtime.Dur(28_800)},
 		{Name: "payments/reconcile/a-very-long-lease-name-that-stays-readable", Owner: "worker-1", Generation: 3,
-			HeldMs: 9 * 24 * 3600_000, RenewedAgoMs: 9*24*3600_000 - 5000, Expired: true},
-		{Name: "nightly", Owner: "ops", Generation: 1, HeldMs: 2*3600_000 + 5*60_000, RenewedAgoMs: 12_000, Released: true},
+			Held: pbtime.Dur(9 * 24 * 3600_000), RenewedAgo: pbtime.Dur(9*24*3600_000 - 5000), Expired: true},
+		{Name: "nightly", Owner: "ops", Generation: 1, Held: pbtime.Dur(2*3600_000 + 5*60_000), RenewedAgo: pbtime.Dur(12_000), Released: true},
 	})
 	golden(t, "lease_table", buf.Bytes())
 
 	// With identities (TLS): an IDENTITY column after the owner.
 	buf.Reset()
 	leaseTable(&buf, []*coordv1.Lease{
-		{Name: "daily-close", Owner: "billing-7f9c:4121:ab12", Identity: "billing-worker", Generation: 42, HeldMs: 90_000,
-			RenewedAgoMs: 1_200, ExpiresInMs: 28_800},
-		{Name: "legacy", Owner: "ops", Generation: 1, HeldMs: 60_000, RenewedAgoMs: 60_000, Released: true},
+		{Name: "daily-close", Owner: "billing-7f9c:4121:ab12", Identity: "billing-worker", Generation: 42, Held: pbtime.Dur(90_000),
+			RenewedAgo: pbtime.Dur(1_200), ExpiresIn: pbtime.Dur(28_800)},
+		{Name: "legacy", Owner: "ops", Generation: 1, Held: pbtime.Dur(60_000), RenewedAgo: pbtime.Dur(60_000), Released: true},
 	})
 	golden(t, "lease_table_identity", buf.Bytes())
 }
@@ -58,9 +60,9 @@ func TestWindowTable(t *testing.T) {
 	now := int64(1_800_000_000_000)
 	windowTable(&buf, []*coordv1.Window{
 		{Job: "daily-close", Window: "2026-09-24", State: coordv1.WindowState_WINDOW_STATE_COMPLETED, Attempts: 2, Owner: "b",
-			Generation: 8, StartedAt: now - 86_400_000, CompletedAt: now - 86_000_000, Result: []byte("closed 42 stores")},
+			Generation: 8, StartedAt: pbtime.At(now - 86_400_000), CompletedAt: pbtime.At(now - 86_000_000), Result: []byte("closed 42 stores")},
 		{Job: "daily-close", Window: "2026-09-25", State: coordv1.WindowState_WINDOW_STATE_INCOMPLETE, Attempts: 1, Owner: "a",
-			Generation: 9, StartedAt: now - 65_000},
+			Generation: 9, StartedAt: pbtime.At(now - 65_000)},
 	}, now)
 	golden(t, "window_table", buf.Bytes())
 }
@@ -70,14 +72,14 @@ func TestStatusAndMembersTables(t *testing.T) {
 	statusTable(&buf, []nodeStatus{
 		{endpoint: "127.0.0.1:7410", status: &coordv1.StatusResponse{Id: "node1", State: "Leader", LeaderId: "node1", Term: 4,
 			CommitIndex: 1200, AppliedIndex: 1200, FsmDigest: "f16b98c21dfcf085b2ffe899bbab9d61b15a3db1a304acc6611588129782676d",
-			CalendarTimeMs: 1_790_000_046_000, LeaseClockLagMs: 46_000,
-			ClockOffset: &coordv1.ClockOffset{Id: "node1", MeasuredAtMs: 1_790_000_046_000},
-			ClockOffsets: []*coordv1.ClockOffset{{Id: "node1", MeasuredAtMs: 1_790_000_046_000},
-				{Id: "node2", OffsetUs: 2_987_000, ErrorUs: 180, MeasuredAtMs: 1_790_000_045_900}}}},
+			CalendarTime: pbtime.At(1_790_000_046_000), LeaseClockLag: pbtime.Dur(46_000),
+			ClockOffset: &coordv1.ClockOffset{Id: "node1", MeasuredAt: pbtime.At(1_790_000_046_000)},
+			ClockOffsets: []*coordv1.ClockOffset{{Id: "node1", MeasuredAt: pbtime.At(1_790_000_046_000)},
+				{Id: "node2", Offset: pbtime.DurUs(2_987_000), OffsetError: pbtime.DurUs(180), MeasuredAt: pbtime.At(1_790_000_045_900)}}}},
 		{endpoint: "127.0.0.1:7420", status: &coordv1.StatusResponse{Id: "node2", State: "Follower", LeaderId: "node1", Term: 4,
-			CommitIndex: 1200, AppliedIndex: 1199, LastContact: 41, FsmDigest: "f16b98c21dfcf085b2ffe899bbab9d61b15a3db1a304acc6611588129782676d",
-			CalendarTimeMs: 1_790_000_045_800, LeaseClockLagMs: 45_900,
-			ClockOffset: &coordv1.ClockOffset{Id: "node2", OffsetUs: 2_990_000, ErrorUs: 200, MeasuredAtMs: 1_790_000_044_900}}},
+			CommitIndex: 1200, AppliedIndex: 1199, LastContact: pbtime.Dur(41), FsmDigest: "f16b98c21dfcf085b2ffe899bbab9d61b15a3db1a304acc6611588129782676d",
+			CalendarTime: pbtime.At(1_790_000_045_800), LeaseClockLag: pbtime.Dur(45_900),
+			ClockOffset: &coordv1.ClockOffset{Id: "node2", Offset: pbtime.DurUs(2_990_000), OffsetError: pbtime.DurUs(200), MeasuredAt: pbtime.At(1_790_000_044_900)}}},
 		{endpoint: "127.0.0.1:7430", err: errors.New("connection refused")},
 	})
 	membersTable(&buf, []*coordv1.Member{
@@ -85,7 +87,7 @@ func TestStatusAndMembersTables(t *testing.T) {
 		{Id: "node2", RaftAddress: "127.0.0.1:7422", GrpcAddress: "127.0.0.1:7420", Suffrage: "Voter"},
 	})
 	resourceTable(&buf, &coordv1.Resource{Resource: "payments/store-42", LeaseName: "daily-close", MaxGeneration: 8, Commits: 3,
-		LastCommitAt: 1_000, LastIdempotencyKey: "close-2026-09-25-store-42"}, 13_500)
+		LastCommitAt: pbtime.At(1_000), LastIdempotencyKey: "close-2026-09-25-store-42"}, 13_500)
 	golden(t, "status_members_resource", buf.Bytes())
 }
 
@@ -139,9 +141,9 @@ func TestStatusLeaderWithoutMajority(t *testing.T) {
 	refused := `rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:7420: connect: connection refused"`
 	statusTable(&buf, []nodeStatus{
 		{endpoint: "127.0.0.1:7410", status: &coordv1.StatusResponse{Id: "node1", State: "Leader", LeaderId: "node1", Term: 5,
-			CommitIndex: 1300, AppliedIndex: 1300, CalendarTimeMs: 1_790_000_046_000, LeaseClockLagMs: 46_000,
-			ClockOffsets: []*coordv1.ClockOffset{{Id: "node1", MeasuredAtMs: 1_790_000_046_000},
-				{Id: "node2", OffsetUs: 2_987_000, ErrorUs: 180, MeasuredAtMs: 1_790_000_040_000, Error: refused},
+			CommitIndex: 1300, AppliedIndex: 1300, CalendarTime: pbtime.At(1_790_000_046_000), LeaseClockLag: pbtime.Dur(46_000),
+			ClockOffsets: []*coordv1.ClockOffset{{Id: "node1", MeasuredAt: pbtime.At(1_790_000_046_000)},
+				{Id: "node2", Offset: pbtime.DurUs(2_987_000), OffsetError: pbtime.DurUs(180), MeasuredAt: pbtime.At(1_790_000_040_000), Error: refused},
 				{Id: "node3", Error: "context deadline exceeded"}}}},
 		{endpoint: "127.0.0.1:7420", err: errors.New("connection refused")},
 		{endpoint: "127.0.0.1:7430", err: errors.New("connection refused")},
@@ -153,7 +155,7 @@ func TestStatusLeaderWithoutMajority(t *testing.T) {
 	}
 	statusTable(&buf, alone)
 	statusTable(&buf, []nodeStatus{ // it stepped down: no leader anywhere
-		{endpoint: "127.0.0.1:7410", status: &coordv1.StatusResponse{Id: "node1", State: "Candidate", Term: 6, LastContact: 1200}},
+		{endpoint: "127.0.0.1:7410", status: &coordv1.StatusResponse{Id: "node1", State: "Candidate", Term: 6, LastContact: pbtime.Dur(1200)}},
 		{endpoint: "127.0.0.1:7420", err: errors.New("connection refused")},
 		{endpoint: "127.0.0.1:7430", err: errors.New("connection refused")},
 	})

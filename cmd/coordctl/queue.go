@@ -167,7 +167,7 @@ func (a *app) jobGetCmd() *cobra.Command {
   coordctl -o json job get 17 | jq -r '.job.attempt_log[-1].error'`,
 		func(ctx context.Context, id uint64, op string) error {
 			resp, err := a.client.Queue().Get(ctx, &coordv1.QueueGetRequest{Id: id})
-			return a.reply(op, resp, err, func(w io.Writer) { queueJobText(w, resp.GetJob(), resp.GetCalendarMs()) })
+			return a.reply(op, resp, err, func(w io.Writer) { queueJobText(w, resp.GetJob(), resp.GetCalendarTimeMs()) })
 		})
 }
 

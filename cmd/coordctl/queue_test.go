@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -25,19 +27,19 @@ const calNow = int64(1_790_330_400_000)
 
 func sampleJob() *coordv1.QueueJob {
 	return &coordv1.QueueJob{Id: 17, Queue: "billing", Kind: "send-invoice", Args: []byte(`{"invoice":42}`),
-		State: coordv1.JobState_JOB_STATE_RUNNING, RunAtMs: calNow - 13_000, Priority: 5, MaxAttempts: 5, Attempts: 3,
-		BackoffInitialMs: 1000, BackoffMaxMs: 3_600_000, BackoffFactor: 2, VisibilityTimeoutMs: 30_000, UniqueKey: "invoice-42",
+		State: coordv1.JobState_JOB_STATE_RUNNING, RunAt: pbtime.At(calNow - 13_000), Priority: 5, MaxAttempts: 5, Attempts: 3,
+		BackoffInitial: pbtime.Dur(1000), BackoffMax: pbtime.Dur(3_600_000), BackoffFactor: 2, VisibilityTimeout: pbtime.Dur(30_000), UniqueKey: "invoice-42",
 		Labels: map[string]string{"tenant": "acme", "region": "eu"}, SubmittedBy: "billing-api",
-		CreatedAtMs: calNow - 65_000, UpdatedAtMs: calNow - 1_000,
+		CreatedAt: pbtime.At(calNow - 65_000), UpdatedAt: pbtime.At(calNow - 1_000),
 		AttemptLog: []*coordv1.JobAttempt{
-			{Number: 1, Outcome: coordv1.AttemptOutcome_ATTEMPT_OUTCOME_LAPSED, WorkerId: "worker-a:4121:ab12", StartedAtMs: calNow - 64_000,
-				DeadlineMs: calNow - 34_000, FinishedAtMs: calNow - 34_000, Heartbeats: 0, Error: "visibility timeout passed without a heartbeat",
+			{Number: 1, Outcome: coordv1.AttemptOutcome_ATTEMPT_OUTCOME_LAPSED, WorkerId: "worker-a:4121:ab12", StartedAt: pbtime.At(calNow - 64_000),
+				Deadline: pbtime.At(calNow - 34_000), FinishedAt: pbtime.At(calNow - 34_000), Heartbeats: 0, Error: "visibility timeout passed without a heartbeat",
 				Token: "job:17:1"},
-			{Number: 2, Outcome: coordv1.AttemptOutcome_ATTEMPT_OUTCOME_FAILED, WorkerId: "worker-b:77:cd34", StartedAtMs: calNow - 33_000,
-				DeadlineMs: calNow + 27_000, FinishedAtMs: calNow - 1_000, Heartbeats: 3,
+			{Number: 2, Outcome: coordv1.AttemptOutcome_ATTEMPT_OUTCOME_FAILED, WorkerId: "worker-b:77:cd34", StartedAt: pbtime.At(calNow - 33_000),
+				Deadline: pbtime.At(calNow + 27_000), FinishedAt: pbtime.At(calNow - 1_000), Heartbeats: 3,
 				Error: "panic: smtp: 421 too many connections\n\ngoroutine 7 [running]:\nmain.sendInvoice(...)", Token: "job:17:2"},
-			{Number: 3, Outcome: coordv1.AttemptOutcome_ATTEMPT_OUTCOME_RUNNING, WorkerId: "worker-c:9:ef56", StartedAtMs: calNow - 12_000,
-				DeadlineMs: calNow + 25_500, Heartbeats: 1, Token: "job:17:3"},
+			{Number: 3, Outcome: coordv1.AttemptOutcome_ATTEMPT_OUTCOME_RUNNING, WorkerId: "worker-c:9:ef56", StartedAt: pbtime.At(calNow - 12_000),
+				Deadline: pbtime.At(calNow + 25_500), Heartbeats: 1, Token: "job:17:3"},
 		}}
 }
 
@@ -45,7 +47,7 @@ func (s *scriptedQueue) Submit(_ context.Context, r *coordv1.QueueSubmitRequest)
 	s.record(r)
 	dup := r.GetJobs()[0].GetUniqueKey() == "invoice-42"
 	return &coordv1.QueueSubmitResponse{Jobs: []*coordv1.SubmittedJob{{Id: 17, State: coordv1.JobState_JOB_STATE_SCHEDULED,
-		RunAtMs: calNow + 600_000, Duplicate: dup}}}, nil
+		RunAt: pbtime.At(calNow + 600_000), Duplicate: dup}}}, nil
 }
 
 func (s *scriptedQueue) Get(_ context.Context, r *coordv1.QueueGetRequest) (*coordv1.QueueGetResponse, error) {
@@ -54,7 +56,7 @@ func (s *scriptedQueue) Get(_ context.Context, r *coordv1.QueueGetRequest) (*coo
 		return nil, coorderr.New(codes.NotFound, coorderr.JobNotFound, "job 99 does not exist (never submitted, or pruned)",
 			map[string]string{"job_id": "99"})
 	}
-	return &coordv1.QueueGetResponse{Job: sampleJob(), CalendarMs: calNow}, nil
+	return &coordv1.QueueGetResponse{Job: sampleJob(), CalendarTime: pbtime.At(calNow)}, nil
 }
 
 func (s *scriptedQueue) List(_ context.Context, r *coordv1.QueueListRequest) (*coordv1.QueueListResponse, error) {
@@ -62,7 +64,7 @@ func (s *scriptedQueue) List(_ context.Context, r *coordv1.QueueListRequest) (*c
 	a := sampleJob()
 	a.Args, a.AttemptLog = nil, nil
 	b := &coordv1.QueueJob{Id: 16, Queue: "billing", Kind: "send-invoice", State: coordv1.JobState_JOB_STATE_SUCCEEDED,
-		RunAtMs: calNow - 90_000, MaxAttempts: 25, Attempts: 1, UpdatedAtMs: calNow - 80_000, FinishedAtMs: calNow - 80_000}
+		RunAt: pbtime.At(calNow - 90_000), MaxAttempts: 25, Attempts: 1, UpdatedAt: pbtime.At(calNow - 80_000), FinishedAt: pbtime.At(calNow - 80_000)}
 	return &coordv1.QueueListResponse{Jobs: []*coordv1.QueueJob{a, b}, NextPageToken: "16"}, nil
 }
 
@@ -79,18 +81,18 @@ func (s *scriptedQueue) Cancel(_ context.Context, r *coordv1.QueueCancelRequest)
 func (s *scriptedQueue) Retry(_ context.Context, r *coordv1.QueueRetryRequest) (*coordv1.QueueRetryResponse, error) {
 	s.record(r)
 	j := sampleJob()
-	j.State, j.AttemptLog, j.RunAtMs = coordv1.JobState_JOB_STATE_AVAILABLE, nil, calNow
+	j.State, j.AttemptLog, j.RunAt = coordv1.JobState_JOB_STATE_AVAILABLE, nil, pbtime.At(calNow)
 	return &coordv1.QueueRetryResponse{Job: j}, nil
 }
 
 func (s *scriptedQueue) Stats(_ context.Context, r *coordv1.QueueStatsRequest) (*coordv1.QueueStatsResponse, error) {
 	s.record(r)
 	if r.GetQueue() == "empty" {
-		return &coordv1.QueueStatsResponse{CalendarMs: calNow}, nil
+		return &coordv1.QueueStatsResponse{CalendarTime: pbtime.At(calNow)}, nil
 	}
-	return &coordv1.QueueStatsResponse{CalendarMs: calNow, Queues: []*coordv1.QueueStats{
+	return &coordv1.QueueStatsResponse{CalendarTime: pbtime.At(calNow), Queues: []*coordv1.QueueStats{
 		{Queue: "billing", Scheduled: 120, Available: 4, Running: 8, Retryable: 2, Succeeded: 10_400, Cancelled: 1, Dead: 3,
-			OldestAvailableAgeMs: 1_250, OldestAvailableRunAtMs: calNow - 1_250},
+			OldestAvailableAge: pbtime.Dur(1_250), OldestAvailableRunAt: pbtime.At(calNow - 1_250)},
 		{Queue: "default", Succeeded: 5},
 	}}, nil
 }
@@ -115,9 +117,10 @@ func TestQueueCommandsGolden(t *testing.T) {
 		{"queue", "stats", "empty"},
 	})
 
-	// -o json is the RPC's response as protojson.
+	// -o json is the RPC's response as the HTTP API writes it.
 	doc := ctlJSON(t, eps, "job", "get", "17")
-	if field(doc, "job", "id") != "17" || field(doc, "job", "state") != "JOB_STATE_RUNNING" || field(doc, "calendar_ms") != "1790330400000" {
+	if field(doc, "job", "id") != "17" || field(doc, "job", "state") != "RUNNING" || field(doc, "calendar_time") != "2026-09-25T10:00:00Z" ||
+		field(doc, "job", "visibility_timeout") != "30s" || doc["job"].(map[string]any)["args"].(map[string]any)["invoice"] != 42.0 {
 		t.Fatalf("get json: %v", doc)
 	}
 	if log := doc["job"].(map[string]any)["attempt_log"].([]any); len(log) != 3 || field(log[1].(map[string]any), "token") != "job:17:2" {
@@ -132,8 +135,8 @@ func TestJobSubmitRequest(t *testing.T) {
 		"--unique-key", "report-2026-09-25", "--max-attempts", "3", "--priority", "-5", "--visibility-timeout", "2m",
 		"--label", "team=ops", "--label", "tier=1")
 	j := s.last().(*coordv1.QueueSubmitRequest).GetJobs()[0]
-	want := &coordv1.NewJob{Queue: "ops", Kind: "report", Args: []byte(`{"day":"2026-09-25"}`), RunAtMs: 1_790_388_000_001,
-		UniqueKey: "report-2026-09-25", MaxAttempts: 3, Priority: -5, VisibilityTimeoutMs: 120_000,
+	want := &coordv1.NewJob{Queue: "ops", Kind: "report", Args: []byte(`{"day":"2026-09-25"}`), RunAt: pbtime.At(1_790_388_000_001),
+		UniqueKey: "report-2026-09-25", MaxAttempts: 3, Priority: -5, VisibilityTimeout: pbtime.Dur(120_000),
 		Labels: map[string]string{"team": "ops", "tier": "1"}}
 	if !proto.Equal(j, want) {
 		t.Fatalf("sent %v\nwant %v", j, want)

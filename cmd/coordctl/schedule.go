@@ -13,11 +13,15 @@ import (
 	"time"
 	_ "time/tzdata" // render occurrences in any schedule's zone, as the server computes them
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"sigs.k8s.io/yaml"
+
+	"github.com/coordd/coordd/internal/apijson"
 
 	"github.com/coordd/coordd/client"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -136,14 +140,14 @@ func (f *specFlags) set(sp *coordv1.ScheduleSpec, given func(flag string) bool) 
 		{"args", func() { j.Args = []byte(f.args) }},
 		{"overlap", func() { sp.Overlap, _ = parseOverlap(f.overlap) }},
 		{"dst-policy", func() { sp.DstPolicy, _ = parseDSTPolicy(f.dst) }},
-		{"starting-deadline", func() { sp.StartingDeadlineMs = f.deadline.Milliseconds() }},
-		{"catch-up", func() { sp.CatchUpMs = f.catchUp.Milliseconds() }},
-		{"complete-within", func() { sp.CompleteWithinMs = f.within.Milliseconds() }},
+		{"starting-deadline", func() { sp.StartingDeadline = durationpb.New(f.deadline) }},
+		{"catch-up", func() { sp.CatchUp = durationpb.New(f.catchUp) }},
+		{"complete-within", func() { sp.CompleteWithin = durationpb.New(f.within) }},
 		{"window-layout", func() { sp.WindowLayout = f.layout }},
 		{"window-shift-days", func() { sp.WindowShiftDays = f.shift }},
 		{"max-attempts", func() { j.MaxAttempts = f.attempts }},
 		{"priority", func() { j.Priority = f.prio }},
-		{"visibility-timeout", func() { j.VisibilityTimeoutMs = f.vt.Milliseconds() }},
+		{"visibility-timeout", func() { j.VisibilityTimeout = durationpb.New(f.vt) }},
 		{"target-url", func() { j.Target = f.target.target() }}, // "" removes it (update)
 		{"label", func() {
 			ls, _ := parseLabels(f.labels)
@@ -301,7 +305,7 @@ coord.v1.ScheduleSpec in YAML or JSON with the proto field names, as
   schedule: "5 0 * * *"
   time_zone: America/Sao_Paulo
   window_shift_days: -1
-  complete_within_ms: 7200000
+  complete_within: 2h
   job:
     queue: billing
     kind: close-day`
@@ -329,7 +333,7 @@ func readSpecFile(file string) (*coordv1.ScheduleSpec, error) {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	spec := &coordv1.ScheduleSpec{}
-	if err := protojson.Unmarshal(j, spec); err != nil {
+	if err := apijson.Unmarshal(j, spec); err != nil {
 		return nil, fmt.Errorf("%s: not a coord.v1.ScheduleSpec: %w", file, err)
 	}
 	if spec.GetName() == "" {
@@ -387,7 +391,7 @@ func specChanges(out io.Writer, before, after *coordv1.ScheduleSpec) {
 
 // specValues renders every field of m (also unset ones) under its proto
 // path ("job.queue"); names, when not nil, gets the paths in field order.
-// Milliseconds are shown as durations.
+// Durations are shown as coordctl writes them elsewhere ("2h00m").
 func specValues(m protoreflect.Message, prefix string, out map[string]string, names *[]string) {
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
@@ -404,6 +408,10 @@ func specValues(m protoreflect.Message, prefix string, out map[string]string, na
 			})
 			slices.Sort(kv)
 			s = strings.Join(kv, ",")
+		case fd.Kind() == protoreflect.MessageKind && fd.Message().FullName() == "google.protobuf.Duration":
+			if d, ok := v.Message().Interface().(*durationpb.Duration); ok && m.Has(fd) {
+				s = human(pbtime.DurMs(d))
+			}
 		case fd.Kind() == protoreflect.MessageKind:
 			specValues(v.Message(), name+".", out, names)
 			continue
@@ -413,8 +421,6 @@ func specValues(m protoreflect.Message, prefix string, out map[string]string, na
 			}
 		case fd.Kind() == protoreflect.BytesKind:
 			s = string(v.Bytes())
-		case strings.HasSuffix(name, "_ms"):
-			s = human(v.Int())
 		default:
 			s = fmt.Sprint(v.Interface())
 		}
@@ -472,7 +478,7 @@ func (a *app) scheduleListCmd() *cobra.Command {
 		func(ctx context.Context, _ []string) error {
 			resp, err := a.client.ListSchedulesPage(ctx, prefix, deleted, page.token, page.limit)
 			return a.reply("schedule list", resp, err, func(w io.Writer) {
-				scheduleTable(w, resp.GetSchedules(), resp.GetCalendarMs())
+				scheduleTable(w, resp.GetSchedules(), resp.GetCalendarTimeMs())
 				morePages(w, resp)
 			})
 		})

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -25,12 +27,12 @@ func sampleSchedule() *coordv1.Schedule {
 	return &coordv1.Schedule{
 		Spec: &coordv1.ScheduleSpec{Name: "daily-close", Schedule: "5 0 * * *", TimeZone: "America/Sao_Paulo",
 			Job: &coordv1.JobTemplate{Queue: "billing", Kind: "close-day", Args: []byte(`{"stores":4}`), MaxAttempts: 25,
-				BackoffInitialMs: 1000, BackoffMaxMs: 3_600_000, BackoffFactor: 2, VisibilityTimeoutMs: 30_000,
+				BackoffInitial: pbtime.Dur(1000), BackoffMax: pbtime.Dur(3_600_000), BackoffFactor: 2, VisibilityTimeout: pbtime.Dur(30_000),
 				Labels: map[string]string{"team": "finance"}},
-			WindowShiftDays: -1, CatchUpMs: 86_400_000, CompleteWithinMs: 7_200_000,
+			WindowShiftDays: -1, CatchUp: pbtime.Dur(86_400_000), CompleteWithin: pbtime.Dur(7_200_000),
 			Overlap: coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID},
-		Revision: 3, CreatedBy: "ops", CreatedAtMs: calNow - 3*86_400_000, UpdatedBy: "ops", UpdatedAtMs: calNow - 86_400_000,
-		LastMaterialisedMs: calNow - 1000, NextDueMs: 1_790_391_900_000, IntervalMs: 86_400_000, JobsCreated: 3,
+		Revision: 3, CreatedBy: "ops", CreatedAt: pbtime.At(calNow - 3*86_400_000), UpdatedBy: "ops", UpdatedAt: pbtime.At(calNow - 86_400_000),
+		LastMaterialised: pbtime.At(calNow - 1000), NextDue: pbtime.At(1_790_391_900_000), Interval: pbtime.Dur(86_400_000), JobsCreated: 3,
 		OccurrencesSkipped: 1, LastJobId: 42,
 	}
 }
@@ -45,21 +47,21 @@ func (s *scriptedSchedules) GetSchedule(_ context.Context, r *coordv1.GetSchedul
 	if r.GetName() != "daily-close" {
 		return nil, coorderr.New(codes.NotFound, coorderr.NotFound, "schedule "+r.GetName()+" not found", nil)
 	}
-	return &coordv1.GetScheduleResponse{Schedule: sampleSchedule(), CalendarMs: calNow,
+	return &coordv1.GetScheduleResponse{Schedule: sampleSchedule(), CalendarTime: pbtime.At(calNow),
 		Next: []*coordv1.ScheduleOccurrence{
-			{AtMs: 1_790_391_900_000, Window: "2026-09-25", DueMs: 1_790_399_100_000},
-			{AtMs: 1_790_478_300_000, Window: "2026-09-26", DueMs: 1_790_485_500_000},
+			{At: pbtime.At(1_790_391_900_000), Window: "2026-09-25", Due: pbtime.At(1_790_399_100_000)},
+			{At: pbtime.At(1_790_478_300_000), Window: "2026-09-26", Due: pbtime.At(1_790_485_500_000)},
 		},
 		Recent: []*coordv1.ScheduleOccurrence{
-			{AtMs: 1_790_305_500_000, Window: "2026-09-24", JobId: 42, JobState: coordv1.JobState_JOB_STATE_RUNNING, Attempts: 2,
-				DueMs: 1_790_312_700_000, Overdue: true},
-			{AtMs: 1_790_219_100_000, Window: "2026-09-23/manual-1790219100000", Manual: true, JobId: 41,
+			{At: pbtime.At(1_790_305_500_000), Window: "2026-09-24", JobId: 42, JobState: coordv1.JobState_JOB_STATE_RUNNING, Attempts: 2,
+				Due: pbtime.At(1_790_312_700_000), Overdue: true},
+			{At: pbtime.At(1_790_219_100_000), Window: "2026-09-23/manual-1790219100000", Manual: true, JobId: 41,
 				JobState: coordv1.JobState_JOB_STATE_SUCCEEDED, Attempts: 1},
-			{AtMs: 1_790_132_700_000, Window: "2026-09-22", Skipped: coordv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_HORIZON,
-				Count: 3, LastAtMs: 1_790_132_700_000, LastWindow: "2026-09-20"},
-			{AtMs: 1_790_046_300_000, Window: "2026-09-21", JobId: 40, DstGap: true},
+			{At: pbtime.At(1_790_132_700_000), Window: "2026-09-22", Skipped: coordv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_HORIZON,
+				Count: 3, LastAt: pbtime.At(1_790_132_700_000), LastWindow: "2026-09-20"},
+			{At: pbtime.At(1_790_046_300_000), Window: "2026-09-21", JobId: 40, DstGap: true},
 		},
-		Skipped: []*coordv1.ScheduleOccurrence{{AtMs: 1_790_132_700_000, Window: "2026-09-22",
+		Skipped: []*coordv1.ScheduleOccurrence{{At: pbtime.At(1_790_132_700_000), Window: "2026-09-22",
 			Skipped: coordv1.ScheduleSkipReason_SCHEDULE_SKIP_REASON_HORIZON, Count: 3, LastWindow: "2026-09-20"}},
 	}, nil
 }
@@ -68,15 +70,15 @@ func (s *scriptedSchedules) ListSchedules(_ context.Context, r *coordv1.ListSche
 	s.record(r)
 	b := sampleSchedule()
 	b.Spec = &coordv1.ScheduleSpec{Name: "heartbeat", Schedule: "@every 30s", Job: &coordv1.JobTemplate{Queue: "default", Kind: "ping"}}
-	b.Paused, b.NextDueMs, b.LastJobId, b.JobsCreated, b.OccurrencesSkipped = true, 0, 0, 0, 0
+	b.Paused, b.NextDue, b.LastJobId, b.JobsCreated, b.OccurrencesSkipped = true, nil, 0, 0, 0
 	return &coordv1.ListSchedulesResponse{Schedules: []*coordv1.Schedule{sampleSchedule(), b}, NextPageToken: "aGVhcnRiZWF0",
-		CalendarMs: calNow}, nil
+		CalendarTime: pbtime.At(calNow)}, nil
 }
 
 func (s *scriptedSchedules) PauseSchedule(_ context.Context, r *coordv1.PauseScheduleRequest) (*coordv1.PauseScheduleResponse, error) {
 	s.record(r)
 	sc := sampleSchedule()
-	sc.Paused, sc.PausedAtMs, sc.PausedBy, sc.NextDueMs = true, calNow, "ops", 0
+	sc.Paused, sc.PausedAt, sc.PausedBy, sc.NextDue = true, pbtime.At(calNow), "ops", nil
 	return &coordv1.PauseScheduleResponse{Schedule: sc, Changed: true}, nil
 }
 
@@ -92,32 +94,32 @@ func (s *scriptedSchedules) TriggerSchedule(_ context.Context, r *coordv1.Trigge
 			`schedule "busy" forbids overlap and the job of its previous occurrence (42) is RUNNING`,
 			map[string]string{"schedule": "busy", "job_id": "42", "state": "RUNNING"})
 	}
-	return &coordv1.TriggerScheduleResponse{Schedule: sampleSchedule(), Occurrence: &coordv1.ScheduleOccurrence{AtMs: calNow,
+	return &coordv1.TriggerScheduleResponse{Schedule: sampleSchedule(), Occurrence: &coordv1.ScheduleOccurrence{At: pbtime.At(calNow),
 		Window: "2026-09-24/manual-1790330400000", Manual: true, JobId: 43, JobState: coordv1.JobState_JOB_STATE_AVAILABLE}}, nil
 }
 
 func (s *scriptedSchedules) DeleteSchedule(_ context.Context, r *coordv1.DeleteScheduleRequest) (*coordv1.DeleteScheduleResponse, error) {
 	s.record(r)
 	sc := sampleSchedule()
-	sc.Deleted, sc.DeletedAtMs, sc.DeletedBy, sc.NextDueMs = true, calNow, "ops", 0
+	sc.Deleted, sc.DeletedAt, sc.DeletedBy, sc.NextDue = true, pbtime.At(calNow), "ops", nil
 	return &coordv1.DeleteScheduleResponse{Schedule: sc, Changed: true}, nil
 }
 
 func (s *scriptedSchedules) ListOverdue(_ context.Context, r *coordv1.ListOverdueRequest) (*coordv1.ListOverdueResponse, error) {
 	s.record(r)
 	if r.GetSchedule() == "quiet" {
-		return &coordv1.ListOverdueResponse{CalendarMs: calNow}, nil
+		return &coordv1.ListOverdueResponse{CalendarTime: pbtime.At(calNow)}, nil
 	}
-	return &coordv1.ListOverdueResponse{CalendarMs: calNow, Total: 3, NextPageToken: "AAAB",
+	return &coordv1.ListOverdueResponse{CalendarTime: pbtime.At(calNow), Total: 3, NextPageToken: "AAAB",
 		Occurrences: []*coordv1.OverdueOccurrence{
-			{Schedule: "sync", AtMs: calNow - 300_000, DueMs: calNow - 240_000, OverdueMs: 240_000, Queue: "default"},
-			{Schedule: "daily-close", Window: "2026-09-24", AtMs: 1_790_305_500_000, DueMs: 1_790_312_700_000,
-				OverdueMs: calNow - 1_790_312_700_000, JobId: 42, JobState: coordv1.JobState_JOB_STATE_RUNNING, Queue: "billing", Attempts: 2},
+			{Schedule: "sync", At: pbtime.At(calNow - 300_000), Due: pbtime.At(calNow - 240_000), Overdue: pbtime.Dur(240_000), Queue: "default"},
+			{Schedule: "daily-close", Window: "2026-09-24", At: pbtime.At(1_790_305_500_000), Due: pbtime.At(1_790_312_700_000),
+				Overdue: pbtime.Dur(calNow - 1_790_312_700_000), JobId: 42, JobState: coordv1.JobState_JOB_STATE_RUNNING, Queue: "billing", Attempts: 2},
 		},
-		TopSchedules: []*coordv1.OverdueSchedule{{Schedule: "daily-close", Overdue: 2, OldestAtMs: 1_790_219_100_000},
-			{Schedule: "sync", Overdue: 1, OldestAtMs: calNow - 300_000}},
+		TopSchedules: []*coordv1.OverdueSchedule{{Schedule: "daily-close", Overdue: 2, OldestAt: pbtime.At(1_790_219_100_000)},
+			{Schedule: "sync", Overdue: 1, OldestAt: pbtime.At(calNow - 300_000)}},
 		StuckLeases: []*coordv1.StuckLease{{Reason: "HELD_TOO_LONG", Lease: &coordv1.Lease{Name: "legacy-close", Owner: "billing-7",
-			Generation: 3, HeldMs: 9 * 86_400_000, RenewedAgoMs: 1000}}},
+			Generation: 3, Held: pbtime.Dur(9 * 86_400_000), RenewedAgo: pbtime.Dur(1000)}}},
 	}, nil
 }
 
@@ -143,9 +145,10 @@ func TestScheduleCommandsGolden(t *testing.T) {
 		{"job", "overdue", "--schedule", "quiet"},
 	})
 
-	// -o json is the RPC's response as protojson.
+	// -o json is the RPC's response as the HTTP API writes it.
 	doc := ctlJSON(t, eps, "schedule", "get", "daily-close")
-	if field(doc, "schedule", "spec", "name") != "daily-close" || field(doc, "calendar_ms") != "1790330400000" ||
+	if field(doc, "schedule", "spec", "name") != "daily-close" || field(doc, "calendar_time") != "2026-09-25T10:00:00Z" ||
+		field(doc, "schedule", "spec", "overlap") != "FORBID" ||
 		len(doc["recent"].([]any)) != 4 {
 		t.Fatalf("get json: %v", doc)
 	}
@@ -165,9 +168,9 @@ func TestScheduleCreateRequest(t *testing.T) {
 	got := put.GetSpec()
 	want := &coordv1.ScheduleSpec{Name: "report", Schedule: "0 6 * * MON-FRI", TimeZone: "Europe/Berlin",
 		Job: &coordv1.JobTemplate{Queue: "ops", Kind: "report", Args: []byte(`{"to":"ops"}`), MaxAttempts: 3, Priority: 7,
-			VisibilityTimeoutMs: 120_000, Labels: map[string]string{"team": "ops", "tier": "1"}},
-		WindowLayout: "2006-01-02", WindowShiftDays: 1, StartingDeadlineMs: 600_000, CatchUpMs: 21_600_000,
-		CompleteWithinMs: 3_600_000, Overlap: coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_REPLACE}
+			VisibilityTimeout: pbtime.Dur(120_000), Labels: map[string]string{"team": "ops", "tier": "1"}},
+		WindowLayout: "2006-01-02", WindowShiftDays: 1, StartingDeadline: pbtime.Dur(600_000), CatchUp: pbtime.Dur(21_600_000),
+		CompleteWithin: pbtime.Dur(3_600_000), Overlap: coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_REPLACE}
 	if !proto.Equal(got, want) {
 		t.Fatalf("sent %v\nwant %v", got, want)
 	}

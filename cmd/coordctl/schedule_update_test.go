@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -58,8 +60,8 @@ func (s *storedSchedules) PutSchedule(_ context.Context, r *coordv1.PutScheduleR
 	if spec.Overlap == coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_UNSPECIFIED {
 		spec.Overlap = coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID // the server fills in defaults
 	}
-	n := &coordv1.Schedule{Spec: spec, Revision: cur.GetRevision() + 1, CreatedAtMs: calNow, UpdatedAtMs: calNow,
-		IntervalMs: 86_400_000}
+	n := &coordv1.Schedule{Spec: spec, Revision: cur.GetRevision() + 1, CreatedAt: pbtime.At(calNow), UpdatedAt: pbtime.At(calNow),
+		Interval: pbtime.Dur(86_400_000)}
 	s.byName[name] = n
 	return &coordv1.PutScheduleResponse{Schedule: n, Created: cur == nil, Changed: true}, nil
 }
@@ -71,10 +73,10 @@ func (s *storedSchedules) GetSchedule(_ context.Context, r *coordv1.GetScheduleR
 	if sc == nil {
 		return nil, coorderr.New(codes.NotFound, coorderr.NotFound, "schedule "+r.GetName()+" not found", nil)
 	}
-	resp := &coordv1.GetScheduleResponse{Schedule: proto.CloneOf(sc), CalendarMs: calNow}
+	resp := &coordv1.GetScheduleResponse{Schedule: proto.CloneOf(sc), CalendarTime: pbtime.At(calNow)}
 	for i := range int(r.GetNext()) {
 		at := time.Date(2026, 9, 26+i, 0, 5, 0, 0, zoneOf(sc))
-		resp.Next = append(resp.Next, &coordv1.ScheduleOccurrence{AtMs: at.UnixMilli(), Window: at.Format("2006-01-02")})
+		resp.Next = append(resp.Next, &coordv1.ScheduleOccurrence{At: pbtime.FromTime(at), Window: at.Format("2006-01-02")})
 	}
 	return resp, nil
 }

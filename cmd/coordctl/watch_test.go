@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
+	"github.com/coordd/coordd/internal/apijson"
 
 	"github.com/coordd/coordd/internal/testcluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -45,7 +45,7 @@ func TestLeaseWatch(t *testing.T) {
 	}
 	for i, l := range lines {
 		e := &coordv1.WatchEvent{}
-		if err := protojson.Unmarshal([]byte(l), e); err != nil {
+		if err := apijson.Unmarshal([]byte(l), e); err != nil {
 			t.Fatalf("line %d %q: %v", i, l, err)
 		}
 		if e.GetKey() != "t/a" || e.GetKind() != coordv1.WatchEventKind_WATCH_EVENT_KIND_PUT || e.GetIndex() == 0 ||

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/fencehttp"
 	"github.com/coordd/coordd/internal/testcluster"
@@ -64,7 +66,7 @@ func TestPausedJobRefusedRetryReplayed(t *testing.T) {
 
 	// Job A acquires and "pauses": no renewals (raw Acquire, no keepalive).
 	coord := coordv1.NewCoordinatorClient(c.Conn(c.Nodes[0]))
-	a, err := coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "ledger-close", Owner: "job-a", TtlMs: 1500})
+	a, err := coord.Acquire(ctx, &coordv1.AcquireRequest{Name: "ledger-close", Owner: "job-a", Ttl: durationpb.New(1500 * time.Millisecond)})
 	if err != nil || !a.GetAcquired() {
 		t.Fatalf("A: %v %v", a, err)
 	}

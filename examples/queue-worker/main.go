@@ -19,6 +19,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -37,6 +38,14 @@ import (
 type Charge struct {
 	Order int `json:"order"`
 	Cents int `json:"cents"`
+}
+
+// Receipt is the result a "charge-order" job records when it succeeds.
+// Args and results are JSON values (coordd refuses others), so that
+// coordctl and the HTTP API show them as they are.
+type Receipt struct {
+	Order        int `json:"order"`
+	ChargedCents int `json:"charged_cents"`
 }
 
 type config struct {
@@ -127,7 +136,11 @@ func run(ctx context.Context, c *client.Client, cfg config) (report, error) {
 		if cfg.flakyEvery > 0 && ch.Order%cfg.flakyEvery == 0 && j.Attempt == 1 {
 			return errors.New("timeout reading the payment provider's answer") // retryable
 		}
-		j.SetResult([]byte("charged " + strconv.Itoa(ch.Cents)))
+		res, err := json.Marshal(Receipt{Order: ch.Order, ChargedCents: ch.Cents})
+		if err != nil {
+			return err
+		}
+		j.SetResult(res)
 		return nil
 	})
 	if err := w.Start(); err != nil {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/jobs"
 	"github.com/coordd/coordd/clock"
@@ -71,13 +73,13 @@ func TestCalendarAfterFailoversAndOutage(t *testing.T) {
 	defer cancel()
 	cc := coordv1.NewCoordinatorClient(leader.Conn)
 	sent := time.Now()
-	resp, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "due-now", Owner: "probe", TtlMs: 10_000,
-		Claim: &coordv1.WindowRef{Job: "due-now", Window: "w", NotBeforeMs: sent.UnixMilli()}})
+	resp, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: "due-now", Owner: "probe", Ttl: pbtime.Dur(10_000),
+		Claim: &coordv1.WindowRef{Job: "due-now", Window: "w", NotBefore: pbtime.At(sent.UnixMilli())}})
 	recv := time.Now()
 	if err != nil || !resp.GetClaim().GetClaimed() {
 		t.Fatalf("a claim due now after the outage: %v %v", resp, err)
 	}
-	stamped := resp.GetClaim().GetWindow().GetStartedAt()
+	stamped := resp.GetClaim().GetWindow().GetStartedAtMs()
 	off := max(sent.UnixMilli()-stamped, stamped-recv.UnixMilli(), 0)
 	t.Logf("claim with not_before = now: granted in %s; calendar stamp %s outside [send, receive] of the call (target <= 100ms)",
 		recv.Sub(sent).Round(time.Millisecond), ms(off))
@@ -173,7 +175,7 @@ func TestSkewedFollowersStartNoJobEarly(t *testing.T) {
 	})
 	for nd, want := range map[*proccluster.Node]time.Duration{ahead: skew, behind: -skew} {
 		o := offsets[nd.ID]
-		got, bound := time.Duration(o.GetOffsetUs())*time.Microsecond, time.Duration(o.GetErrorUs())*time.Microsecond
+		got, bound := time.Duration(o.GetOffsetMs())*time.Microsecond, time.Duration(o.GetOffsetErrorMs())*time.Microsecond
 		t.Logf("leader %s measured %s at %s ± %s (set: %s)", right.ID, nd.ID, got, bound, want)
 		if (got - want).Abs() > bound+5*time.Millisecond {
 			t.Errorf("%s: offset %s ± %s, set to %s", nd.ID, got, bound, want)
@@ -194,8 +196,8 @@ func TestSkewedFollowersStartNoJobEarly(t *testing.T) {
 	// the leader's clock: too early now, granted at its time.
 	fc := coordv1.NewCoordinatorClient(ahead.Conn)
 	nb := time.Now().Add(500 * time.Millisecond)
-	claim := &coordv1.AcquireRequest{Name: "gate", Owner: "probe", TtlMs: 10_000,
-		Claim: &coordv1.WindowRef{Job: "gate", Window: "w", NotBeforeMs: nb.UnixMilli()}}
+	claim := &coordv1.AcquireRequest{Name: "gate", Owner: "probe", Ttl: pbtime.Dur(10_000),
+		Claim: &coordv1.WindowRef{Job: "gate", Window: "w", NotBefore: pbtime.At(nb.UnixMilli())}}
 	if _, err := fc.Acquire(ctx, claim); coorderr.ReasonOf(err) != coorderr.TooEarly {
 		t.Fatalf("a claim 500 ms early through the follower 10 s ahead: %v", err)
 	} else {

@@ -127,7 +127,7 @@ func deliveryRun(t *testing.T, lateOK bool) (*run, *heldEndpoint, *queue.Client,
 func submitHeld(t *testing.T, r *run, ctx context.Context, qc *queue.Client, ep *heldEndpoint, i int) (uint64, *coordv1.JobAttempt) {
 	t.Helper()
 	sub := submitAll(t, ctx, qc, []*coordv1.NewJob{{Queue: "hooks", Kind: "hook", Args: []byte(fmt.Sprintf(`{"n":%d}`, i)),
-		UniqueKey: fmt.Sprintf("hook-%d", i), VisibilityTimeoutMs: deliveryVT.Milliseconds(), BackoffInitialMs: 100,
+		UniqueKey: fmt.Sprintf("hook-%d", i), VisibilityTimeout: durationpb.New(deliveryVT), BackoffInitial: durationpb.New(100 * time.Millisecond),
 		// The request may take a minute (the attempt heartbeats meanwhile).
 		Target: &coordv1.HttpTarget{Url: ep.url, Secret: "app", Timeout: durationpb.New(time.Minute)}}})
 	var id uint64
@@ -370,7 +370,7 @@ func TestDeliveryEndpointFrozen(t *testing.T) {
 	var jobs []*coordv1.NewJob
 	for i := range n {
 		jobs = append(jobs, &coordv1.NewJob{Queue: "frozen-endpoint", Kind: "hook", Args: []byte(fmt.Sprintf(`{"n":%d}`, i)),
-			UniqueKey: fmt.Sprintf("fe-%d", i), VisibilityTimeoutMs: 5000, BackoffInitialMs: 200, BackoffMaxMs: 1000,
+			UniqueKey: fmt.Sprintf("fe-%d", i), VisibilityTimeout: durationpb.New(5 * time.Second), BackoffInitial: durationpb.New(200 * time.Millisecond), BackoffMax: durationpb.New(time.Second),
 			Target: &coordv1.HttpTarget{Url: url + "/hook", Secret: "node", Timeout: durationpb.New(timeout)}})
 	}
 	// Half before the freeze, half during it.

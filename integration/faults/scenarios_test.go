@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/internal/proccluster"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -193,7 +195,7 @@ func TestClockSkew(t *testing.T) {
 		}
 		cc := coordv1.NewCoordinatorClient(leader.Conn)
 		probe := fmt.Sprintf("skew-probe-%d", i)
-		if _, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: probe, Owner: "probe", TtlMs: 20000}); err != nil {
+		if _, err := cc.Acquire(ctx, &coordv1.AcquireRequest{Name: probe, Owner: "probe", Ttl: pbtime.Dur(20000)}); err != nil {
 			t.Fatal(err)
 		}
 		before, err := cc.GetLease(ctx, &coordv1.GetLeaseRequest{Name: probe})

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"github.com/coordd/coordd/client"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -35,8 +37,8 @@ func putSchedules(t *testing.T, ctx context.Context, c *client.Client, prefix, q
 	for i := range names {
 		names[i] = fmt.Sprintf("%s-%d", prefix, i)
 		spec := &coordv1.ScheduleSpec{Name: names[i], Schedule: "@every 1s", Overlap: coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW,
-			Job: &coordv1.JobTemplate{Queue: q, Kind: "tick", VisibilityTimeoutMs: vt.Milliseconds(), BackoffInitialMs: 100,
-				BackoffMaxMs: 1000, BackoffFactor: 2}}
+			Job: &coordv1.JobTemplate{Queue: q, Kind: "tick", VisibilityTimeout: pbtime.Dur(vt.Milliseconds()), BackoffInitial: pbtime.Dur(100),
+				BackoffMax: pbtime.Dur(1000), BackoffFactor: 2}}
 		if tweak != nil {
 			tweak(i, spec)
 		}
@@ -185,7 +187,7 @@ func TestScheduleLeaderKilledWhileMaterialising(t *testing.T) {
 	c := r.sdk(ctx, "scheduler")
 	names := putSchedules(t, ctx, c, "m", q, n, vt, func(i int, s *coordv1.ScheduleSpec) {
 		if i%2 == 1 {
-			s.StartingDeadlineMs = 300
+			s.StartingDeadline = pbtime.Dur(300)
 		}
 	})
 	r.awaitEveryScheduleRuns(l, names, 30*time.Second)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -95,7 +97,7 @@ func TestRestartedFollowerAcceptsDelayedJobs(t *testing.T) {
 			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 				cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
 				_, err := qc.Submit(cctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: "v", Kind: "delayed",
-					UniqueKey: o.key, RunAtMs: o.runAt}}}, grpc.WaitForReady(true))
+					UniqueKey: o.key, RunAt: pbtime.At(o.runAt)}}}, grpc.WaitForReady(true))
 				ccancel()
 				o.answers = append(o.answers, status.Code(err).String())
 				switch status.Code(err) {
@@ -125,7 +127,7 @@ func TestRestartedFollowerAcceptsDelayedJobs(t *testing.T) {
 	// Beyond 366 days is still refused, by the leader (its FSM, at its
 	// calendar stamp: "nothing was submitted" is the FSM's verdict), in
 	// days.
-	_, err = qc.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: "v", Kind: "delayed", RunAtMs: now + 400*day}}})
+	_, err = qc.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: "v", Kind: "delayed", RunAt: pbtime.At(now + 400*day)}}})
 	msg := status.Convert(err).Message()
 	if status.Code(err) != codes.InvalidArgument || coorderr.Metadata(err)["field"] != "run_at_ms" ||
 		!strings.Contains(msg, "the limit is 366 days") || !strings.Contains(msg, "nothing was submitted") {

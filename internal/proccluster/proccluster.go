@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coordd/coordd/internal/pbtime"
+
 	"google.golang.org/grpc"
 
 	"github.com/coordd/coordd/internal/addrfile"
@@ -562,7 +564,7 @@ func (c *Cluster) AcquireAnywhere(name string, budget time.Duration) (time.Durat
 			// One request id for every attempt, as a client retries: an
 			// attempt that timed out here but committed later is returned
 			// as this probe's grant, not seen as held by someone else.
-			r, err := coordv1.NewCoordinatorClient(nd.Conn).Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "probe", TtlMs: 5000, RequestId: "probe-" + name})
+			r, err := coordv1.NewCoordinatorClient(nd.Conn).Acquire(ctx, &coordv1.AcquireRequest{Name: name, Owner: "probe", Ttl: pbtime.Dur(5000), RequestId: "probe-" + name})
 			cancel()
 			if err == nil && r.GetAcquired() {
 				return time.Since(start), nil

@@ -30,7 +30,7 @@ const server = http.createServer(async (req, res) => {
   }
   const r = await fetch(`${coordd}/v1/fence/commit`, { method: "POST", body: JSON.stringify({
     resource: `effects/${line.job}`, token: line.token, idempotency_key: req.headers["idempotency-key"],
-    payload: Buffer.from(body).toString("base64") }) });
+    payload: JSON.parse(body) }) });
   const answer = await r.json();
   line.accepted = r.ok && answer.accepted === true;
   line.duplicate = answer.duplicate === true;

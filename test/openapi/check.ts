@@ -1,6 +1,6 @@
 // A client generated from the node's OpenAPI document (gen/coordd.d.ts,
 // by openapi-typescript) with openapi-fetch: acquire a lease, submit a
-// job, fetch it and complete it, against the node at COORDD_HTTP (run by
+// job (its args a JSON value), fetch it and complete it, against the node at COORDD_HTTP (run by
 // integration/openapi_client_test.go). Prints one JSON line of what it
 // saw; exits 1 on any refusal.
 import createClient from "openapi-fetch";
@@ -19,13 +19,13 @@ function must<T>(what: string, r: { data?: T; error?: unknown; response: Respons
 
 const lease = must("acquire", await client.POST("/v1/leases/{name}/acquire", {
   params: { path: { name: "ts-close" } },
-  body: { owner: "ts-worker", ttl_ms: "10000" },
+  body: { owner: "ts-worker", ttl: "10s" },
 }));
 const submitted = must("submit", await client.POST("/v1/queue/jobs", {
-  body: { jobs: [{ queue: "ts", kind: "close", unique_key: "ts-1" }] },
+  body: { jobs: [{ queue: "ts", kind: "close", unique_key: "ts-1", args: { invoice: 44 } }] },
 }));
 const fetched = must("fetch", await client.POST("/v1/queue/fetch", {
-  body: { queues: ["ts"], max: 1, wait_ms: "5000", worker_id: "ts-worker" },
+  body: { queues: ["ts"], max: 1, wait: "5s", worker_id: "ts-worker" },
 }));
 const claimed = fetched.jobs?.[0];
 const done = must("complete", await client.POST("/v1/queue/complete", {
@@ -35,6 +35,6 @@ const done = must("complete", await client.POST("/v1/queue/complete", {
 const stale = await client.POST("/v1/fence/commit", { body: { resource: "ts/r", token: "ts-close:99" } });
 console.log(JSON.stringify({
   acquired: lease.acquired, generation: lease.lease?.generation,
-  job: submitted.jobs?.[0]?.id, fetched: claimed?.job?.id, completed: done.results?.[0] !== undefined && !done.results[0].error,
+  job: submitted.jobs?.[0]?.id, fetched: claimed?.job?.id, args: claimed?.job?.args, completed: done.results?.[0] !== undefined && !done.results[0].error,
   refused: { status: stale.response.status, reason: stale.error?.reason },
 }));

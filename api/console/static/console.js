@@ -44,9 +44,14 @@
     return td;
   }
 
+  // ms is a JSON duration ("12.250s", the API's form) in milliseconds.
+  function ms(d) {
+    return d ? Math.round(parseFloat(d) * 1000) : 0;
+  }
+
   function leaseState(l, kind) {
     if (l.released) return "released";
-    if (kind === "WATCH_EVENT_KIND_EXPIRE" || l.expired || !Number(l.expires_in_ms)) return "expired";
+    if (kind === "EXPIRE" || l.expired || !ms(l.expires_in)) return "expired";
     return "held";
   }
 
@@ -67,7 +72,7 @@
       tbody.insertBefore(row, tbody.firstChild);
     }
     var st = leaseState(l, e.kind);
-    var exp = st === "held" ? Number(l.expires_in_ms || 0) : 0;
+    var exp = st === "held" ? ms(l.expires_in) : 0;
     row.querySelector(".col-name").textContent = l.name;
     var s = row.querySelector(".col-state");
     s.textContent = st;
@@ -79,13 +84,13 @@
     x.dataset.expiresIn = String(exp);
     x.dataset.deadline = String(Date.now() + exp);
     x.textContent = exp ? fmtDur(exp) : "—";
-    row.querySelector(".col-ttl").textContent = fmtDur(Number(l.ttl_ms || 0));
-    row.querySelector(".col-held").textContent = fmtDur(Number(l.held_ms || 0));
+    row.querySelector(".col-ttl").textContent = fmtDur(ms(l.ttl));
+    row.querySelector(".col-held").textContent = fmtDur(ms(l.held));
     row.querySelector(".col-renewals").textContent = l.renewals || "0";
     var v = row.querySelector(".col-value");
     v.textContent = "";
     var code = document.createElement("code");
-    code.textContent = l.value ? atob(l.value) : "";
+    code.textContent = l.value == null ? "" : typeof l.value === "string" ? l.value : JSON.stringify(l.value);
     v.appendChild(code);
     row.classList.remove("flash-row");
     void row.offsetWidth;

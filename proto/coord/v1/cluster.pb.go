@@ -9,6 +9,8 @@ package coordv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -79,11 +81,12 @@ type StatusResponse struct {
 	Term          uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
 	CommitIndex   uint64 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	AppliedIndex  uint64 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	// last_contact is the time since this node heard from the leader in ms
-	// (0 on the leader, -1 never).
-	LastContact int64 `protobuf:"varint,8,opt,name=last_contact,json=lastContact,proto3" json:"last_contact,omitempty"`
-	// cluster_time is the authority clock (ms) as applied by this node.
-	ClusterTime int64 `protobuf:"varint,9,opt,name=cluster_time,json=clusterTime,proto3" json:"cluster_time,omitempty"`
+	// last_contact is the time since this node heard from the leader
+	// (0 on the leader; unset: never).
+	LastContact *durationpb.Duration `protobuf:"bytes,8,opt,name=last_contact,json=lastContact,proto3" json:"last_contact,omitempty"`
+	// lease_time is the lease clock (lease time) as applied by this node:
+	// a duration that only moves forward, paused while there is no leader.
+	LeaseTime *durationpb.Duration `protobuf:"bytes,9,opt,name=lease_time,json=leaseTime,proto3" json:"lease_time,omitempty"`
 	// fsm_digest is a SHA-256 over the state machine: equal on all nodes
 	// that applied the same log. Empty unless the request asked for it.
 	FsmDigest         string `protobuf:"bytes,10,opt,name=fsm_digest,json=fsmDigest,proto3" json:"fsm_digest,omitempty"`
@@ -91,18 +94,18 @@ type StatusResponse struct {
 	RaftAddress       string `protobuf:"bytes,12,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
 	LastSnapshotIndex uint64 `protobuf:"varint,13,opt,name=last_snapshot_index,json=lastSnapshotIndex,proto3" json:"last_snapshot_index,omitempty"`
 	LiveLeases        uint64 `protobuf:"varint,14,opt,name=live_leases,json=liveLeases,proto3" json:"live_leases,omitempty"`
-	// wall_time_ms is this node's wall clock (Unix ms) when it answered.
-	WallTimeMs int64 `protobuf:"varint,15,opt,name=wall_time_ms,json=wallTimeMs,proto3" json:"wall_time_ms,omitempty"`
-	// calendar_time_ms is calendar time (Unix ms): on the leader, what it
+	// wall_time is this node's wall clock  when it answered.
+	WallTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=wall_time,json=wallTime,proto3" json:"wall_time,omitempty"`
+	// calendar_time is calendar time : on the leader, what it
 	// would stamp on a command now (its wall clock, never below its last
 	// stamp); elsewhere, the calendar time this node applied last.
 	// Schedules, not-before gates, due jobs and overdue checks are judged on
 	// it; leases on cluster_time (lease time).
-	CalendarTimeMs int64 `protobuf:"varint,16,opt,name=calendar_time_ms,json=calendarTimeMs,proto3" json:"calendar_time_ms,omitempty"`
-	// lease_clock_lag_ms is calendar_time_ms minus cluster_time: how far
+	CalendarTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=calendar_time,json=calendarTime,proto3" json:"calendar_time,omitempty"`
+	// lease_clock_lag is calendar_time minus cluster_time: how far
 	// lease time trails the calendar (the accumulated failover and outage
 	// pauses, plus the time since the last applied command on a follower).
-	LeaseClockLagMs int64 `protobuf:"varint,17,opt,name=lease_clock_lag_ms,json=leaseClockLagMs,proto3" json:"lease_clock_lag_ms,omitempty"`
+	LeaseClockLag *durationpb.Duration `protobuf:"bytes,17,opt,name=lease_clock_lag,json=leaseClockLag,proto3" json:"lease_clock_lag,omitempty"`
 	// clock_offset is this node's wall clock offset from the leader's, as the
 	// leader measured it last (zero on the leader; absent until measured).
 	ClockOffset *ClockOffset `protobuf:"bytes,18,opt,name=clock_offset,json=clockOffset,proto3" json:"clock_offset,omitempty"`
@@ -192,18 +195,18 @@ func (x *StatusResponse) GetAppliedIndex() uint64 {
 	return 0
 }
 
-func (x *StatusResponse) GetLastContact() int64 {
+func (x *StatusResponse) GetLastContact() *durationpb.Duration {
 	if x != nil {
 		return x.LastContact
 	}
-	return 0
+	return nil
 }
 
-func (x *StatusResponse) GetClusterTime() int64 {
+func (x *StatusResponse) GetLeaseTime() *durationpb.Duration {
 	if x != nil {
-		return x.ClusterTime
+		return x.LeaseTime
 	}
-	return 0
+	return nil
 }
 
 func (x *StatusResponse) GetFsmDigest() string {
@@ -241,25 +244,25 @@ func (x *StatusResponse) GetLiveLeases() uint64 {
 	return 0
 }
 
-func (x *StatusResponse) GetWallTimeMs() int64 {
+func (x *StatusResponse) GetWallTime() *timestamppb.Timestamp {
 	if x != nil {
-		return x.WallTimeMs
+		return x.WallTime
 	}
-	return 0
+	return nil
 }
 
-func (x *StatusResponse) GetCalendarTimeMs() int64 {
+func (x *StatusResponse) GetCalendarTime() *timestamppb.Timestamp {
 	if x != nil {
-		return x.CalendarTimeMs
+		return x.CalendarTime
 	}
-	return 0
+	return nil
 }
 
-func (x *StatusResponse) GetLeaseClockLagMs() int64 {
+func (x *StatusResponse) GetLeaseClockLag() *durationpb.Duration {
 	if x != nil {
-		return x.LeaseClockLagMs
+		return x.LeaseClockLag
 	}
-	return 0
+	return nil
 }
 
 func (x *StatusResponse) GetClockOffset() *ClockOffset {
@@ -281,13 +284,13 @@ func (x *StatusResponse) GetClockOffsets() []*ClockOffset {
 type ClockOffset struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// offset_us is the member's wall clock minus the leader's, in
+	// offset is the member's wall clock minus the leader's, in
 	// microseconds.
-	OffsetUs int64 `protobuf:"varint,2,opt,name=offset_us,json=offsetUs,proto3" json:"offset_us,omitempty"`
-	// error_us bounds the measurement error: half the probe's round trip.
-	ErrorUs int64 `protobuf:"varint,3,opt,name=error_us,json=errorUs,proto3" json:"error_us,omitempty"`
-	// measured_at_ms is the leader's wall clock (Unix ms) at the measurement.
-	MeasuredAtMs int64 `protobuf:"varint,4,opt,name=measured_at_ms,json=measuredAtMs,proto3" json:"measured_at_ms,omitempty"`
+	Offset *durationpb.Duration `protobuf:"bytes,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// offset_error bounds the measurement error: half the probe's round trip.
+	OffsetError *durationpb.Duration `protobuf:"bytes,3,opt,name=offset_error,json=offsetError,proto3" json:"offset_error,omitempty"`
+	// measured_at is the leader's wall clock  at the measurement.
+	MeasuredAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=measured_at,json=measuredAt,proto3" json:"measured_at,omitempty"`
 	// error is why the last probe of this member failed ("" when it
 	// answered); the offset is then the last one measured, if any.
 	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
@@ -332,25 +335,25 @@ func (x *ClockOffset) GetId() string {
 	return ""
 }
 
-func (x *ClockOffset) GetOffsetUs() int64 {
+func (x *ClockOffset) GetOffset() *durationpb.Duration {
 	if x != nil {
-		return x.OffsetUs
+		return x.Offset
 	}
-	return 0
+	return nil
 }
 
-func (x *ClockOffset) GetErrorUs() int64 {
+func (x *ClockOffset) GetOffsetError() *durationpb.Duration {
 	if x != nil {
-		return x.ErrorUs
+		return x.OffsetError
 	}
-	return 0
+	return nil
 }
 
-func (x *ClockOffset) GetMeasuredAtMs() int64 {
+func (x *ClockOffset) GetMeasuredAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.MeasuredAtMs
+		return x.MeasuredAt
 	}
-	return 0
+	return nil
 }
 
 func (x *ClockOffset) GetError() string {
@@ -1005,9 +1008,9 @@ var File_coord_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_coord_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x16coord/v1/cluster.proto\x12\bcoord.v1\"'\n" +
+	"\x16coord/v1/cluster.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"'\n" +
 	"\rStatusRequest\x12\x16\n" +
-	"\x06digest\x18\x01 \x01(\bR\x06digest\"\xc1\x05\n" +
+	"\x06digest\x18\x01 \x01(\bR\x06digest\"\xb7\x06\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -1015,9 +1018,10 @@ const file_coord_v1_cluster_proto_rawDesc = "" +
 	"\x0eleader_address\x18\x04 \x01(\tR\rleaderAddress\x12\x12\n" +
 	"\x04term\x18\x05 \x01(\x04R\x04term\x12!\n" +
 	"\fcommit_index\x18\x06 \x01(\x04R\vcommitIndex\x12#\n" +
-	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\x12!\n" +
-	"\flast_contact\x18\b \x01(\x03R\vlastContact\x12!\n" +
-	"\fcluster_time\x18\t \x01(\x03R\vclusterTime\x12\x1d\n" +
+	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\x12<\n" +
+	"\flast_contact\x18\b \x01(\v2\x19.google.protobuf.DurationR\vlastContact\x128\n" +
+	"\n" +
+	"lease_time\x18\t \x01(\v2\x19.google.protobuf.DurationR\tleaseTime\x12\x1d\n" +
 	"\n" +
 	"fsm_digest\x18\n" +
 	" \x01(\tR\tfsmDigest\x12!\n" +
@@ -1025,18 +1029,18 @@ const file_coord_v1_cluster_proto_rawDesc = "" +
 	"\fraft_address\x18\f \x01(\tR\vraftAddress\x12.\n" +
 	"\x13last_snapshot_index\x18\r \x01(\x04R\x11lastSnapshotIndex\x12\x1f\n" +
 	"\vlive_leases\x18\x0e \x01(\x04R\n" +
-	"liveLeases\x12 \n" +
-	"\fwall_time_ms\x18\x0f \x01(\x03R\n" +
-	"wallTimeMs\x12(\n" +
-	"\x10calendar_time_ms\x18\x10 \x01(\x03R\x0ecalendarTimeMs\x12+\n" +
-	"\x12lease_clock_lag_ms\x18\x11 \x01(\x03R\x0fleaseClockLagMs\x128\n" +
+	"liveLeases\x127\n" +
+	"\twall_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\bwallTime\x12?\n" +
+	"\rcalendar_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\x12A\n" +
+	"\x0flease_clock_lag\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\rleaseClockLag\x128\n" +
 	"\fclock_offset\x18\x12 \x01(\v2\x15.coord.v1.ClockOffsetR\vclockOffset\x12:\n" +
-	"\rclock_offsets\x18\x13 \x03(\v2\x15.coord.v1.ClockOffsetR\fclockOffsets\"\x91\x01\n" +
+	"\rclock_offsets\x18\x13 \x03(\v2\x15.coord.v1.ClockOffsetR\fclockOffsets\"\xe1\x01\n" +
 	"\vClockOffset\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
-	"\toffset_us\x18\x02 \x01(\x03R\boffsetUs\x12\x19\n" +
-	"\berror_us\x18\x03 \x01(\x03R\aerrorUs\x12$\n" +
-	"\x0emeasured_at_ms\x18\x04 \x01(\x03R\fmeasuredAtMs\x12\x14\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x121\n" +
+	"\x06offset\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06offset\x12<\n" +
+	"\foffset_error\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\voffsetError\x12;\n" +
+	"\vmeasured_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"measuredAt\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\"\x92\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
@@ -1111,33 +1115,43 @@ var file_coord_v1_cluster_proto_goTypes = []any{
 	(*ClockResponse)(nil),              // 13: coord.v1.ClockResponse
 	(*SnapshotRequest)(nil),            // 14: coord.v1.SnapshotRequest
 	(*SnapshotResponse)(nil),           // 15: coord.v1.SnapshotResponse
+	(*durationpb.Duration)(nil),        // 16: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 17: google.protobuf.Timestamp
 }
 var file_coord_v1_cluster_proto_depIdxs = []int32{
-	2,  // 0: coord.v1.StatusResponse.clock_offset:type_name -> coord.v1.ClockOffset
-	2,  // 1: coord.v1.StatusResponse.clock_offsets:type_name -> coord.v1.ClockOffset
-	3,  // 2: coord.v1.MembersResponse.members:type_name -> coord.v1.Member
-	3,  // 3: coord.v1.AddVoterResponse.members:type_name -> coord.v1.Member
-	3,  // 4: coord.v1.RemoveServerResponse.members:type_name -> coord.v1.Member
-	2,  // 5: coord.v1.ClockRequest.offset:type_name -> coord.v1.ClockOffset
-	0,  // 6: coord.v1.Cluster.Status:input_type -> coord.v1.StatusRequest
-	4,  // 7: coord.v1.Cluster.Members:input_type -> coord.v1.MembersRequest
-	6,  // 8: coord.v1.Cluster.AddVoter:input_type -> coord.v1.AddVoterRequest
-	8,  // 9: coord.v1.Cluster.RemoveServer:input_type -> coord.v1.RemoveServerRequest
-	10, // 10: coord.v1.Cluster.TransferLeadership:input_type -> coord.v1.TransferLeadershipRequest
-	14, // 11: coord.v1.Cluster.Snapshot:input_type -> coord.v1.SnapshotRequest
-	12, // 12: coord.v1.Cluster.Clock:input_type -> coord.v1.ClockRequest
-	1,  // 13: coord.v1.Cluster.Status:output_type -> coord.v1.StatusResponse
-	5,  // 14: coord.v1.Cluster.Members:output_type -> coord.v1.MembersResponse
-	7,  // 15: coord.v1.Cluster.AddVoter:output_type -> coord.v1.AddVoterResponse
-	9,  // 16: coord.v1.Cluster.RemoveServer:output_type -> coord.v1.RemoveServerResponse
-	11, // 17: coord.v1.Cluster.TransferLeadership:output_type -> coord.v1.TransferLeadershipResponse
-	15, // 18: coord.v1.Cluster.Snapshot:output_type -> coord.v1.SnapshotResponse
-	13, // 19: coord.v1.Cluster.Clock:output_type -> coord.v1.ClockResponse
-	13, // [13:20] is the sub-list for method output_type
-	6,  // [6:13] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	16, // 0: coord.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	16, // 1: coord.v1.StatusResponse.lease_time:type_name -> google.protobuf.Duration
+	17, // 2: coord.v1.StatusResponse.wall_time:type_name -> google.protobuf.Timestamp
+	17, // 3: coord.v1.StatusResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	16, // 4: coord.v1.StatusResponse.lease_clock_lag:type_name -> google.protobuf.Duration
+	2,  // 5: coord.v1.StatusResponse.clock_offset:type_name -> coord.v1.ClockOffset
+	2,  // 6: coord.v1.StatusResponse.clock_offsets:type_name -> coord.v1.ClockOffset
+	16, // 7: coord.v1.ClockOffset.offset:type_name -> google.protobuf.Duration
+	16, // 8: coord.v1.ClockOffset.offset_error:type_name -> google.protobuf.Duration
+	17, // 9: coord.v1.ClockOffset.measured_at:type_name -> google.protobuf.Timestamp
+	3,  // 10: coord.v1.MembersResponse.members:type_name -> coord.v1.Member
+	3,  // 11: coord.v1.AddVoterResponse.members:type_name -> coord.v1.Member
+	3,  // 12: coord.v1.RemoveServerResponse.members:type_name -> coord.v1.Member
+	2,  // 13: coord.v1.ClockRequest.offset:type_name -> coord.v1.ClockOffset
+	0,  // 14: coord.v1.Cluster.Status:input_type -> coord.v1.StatusRequest
+	4,  // 15: coord.v1.Cluster.Members:input_type -> coord.v1.MembersRequest
+	6,  // 16: coord.v1.Cluster.AddVoter:input_type -> coord.v1.AddVoterRequest
+	8,  // 17: coord.v1.Cluster.RemoveServer:input_type -> coord.v1.RemoveServerRequest
+	10, // 18: coord.v1.Cluster.TransferLeadership:input_type -> coord.v1.TransferLeadershipRequest
+	14, // 19: coord.v1.Cluster.Snapshot:input_type -> coord.v1.SnapshotRequest
+	12, // 20: coord.v1.Cluster.Clock:input_type -> coord.v1.ClockRequest
+	1,  // 21: coord.v1.Cluster.Status:output_type -> coord.v1.StatusResponse
+	5,  // 22: coord.v1.Cluster.Members:output_type -> coord.v1.MembersResponse
+	7,  // 23: coord.v1.Cluster.AddVoter:output_type -> coord.v1.AddVoterResponse
+	9,  // 24: coord.v1.Cluster.RemoveServer:output_type -> coord.v1.RemoveServerResponse
+	11, // 25: coord.v1.Cluster.TransferLeadership:output_type -> coord.v1.TransferLeadershipResponse
+	15, // 26: coord.v1.Cluster.Snapshot:output_type -> coord.v1.SnapshotResponse
+	13, // 27: coord.v1.Cluster.Clock:output_type -> coord.v1.ClockResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_cluster_proto_init() }

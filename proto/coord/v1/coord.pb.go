@@ -14,6 +14,8 @@ package coordv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -81,20 +83,22 @@ type Lease struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Owner string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	// generation is the fencing token: it only ever grows for a name.
-	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
-	TtlMs      int64  `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	// expires_in_ms is 0 when the lease is expired or released.
-	ExpiresInMs int64 `protobuf:"varint,5,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
-	// held_ms is the age of this generation.
-	HeldMs       int64 `protobuf:"varint,6,opt,name=held_ms,json=heldMs,proto3" json:"held_ms,omitempty"`
-	RenewedAgoMs int64 `protobuf:"varint,7,opt,name=renewed_ago_ms,json=renewedAgoMs,proto3" json:"renewed_ago_ms,omitempty"`
-	Released     bool  `protobuf:"varint,8,opt,name=released,proto3" json:"released,omitempty"`
+	Generation uint64               `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Ttl        *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// expires_in is 0 when the lease is expired or released.
+	ExpiresIn *durationpb.Duration `protobuf:"bytes,5,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
+	// held is the age of this generation.
+	Held       *durationpb.Duration `protobuf:"bytes,6,opt,name=held,proto3" json:"held,omitempty"`
+	RenewedAgo *durationpb.Duration `protobuf:"bytes,7,opt,name=renewed_ago,json=renewedAgo,proto3" json:"renewed_ago,omitempty"`
+	Released   bool                 `protobuf:"varint,8,opt,name=released,proto3" json:"released,omitempty"`
 	// expired is true when the TTL ran out without a release.
 	Expired bool `protobuf:"varint,9,opt,name=expired,proto3" json:"expired,omitempty"`
-	// acquired_at_ms and renewed_at_ms are cluster-time milliseconds.
-	AcquiredAtMs int64 `protobuf:"varint,10,opt,name=acquired_at_ms,json=acquiredAtMs,proto3" json:"acquired_at_ms,omitempty"`
-	RenewedAtMs  int64 `protobuf:"varint,11,opt,name=renewed_at_ms,json=renewedAtMs,proto3" json:"renewed_at_ms,omitempty"`
-	ExpiresAtMs  int64 `protobuf:"varint,12,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	// acquired_at, renewed_at and expires_at are the calendar times these
+	// lease-time instants correspond to, as of the answer (leases are judged
+	// on lease time: expires_in and held are the exact durations).
+	AcquiredAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
+	RenewedAt  *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=renewed_at,json=renewedAt,proto3" json:"renewed_at,omitempty"`
+	ExpiresAt  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// renewals counts renewals of this generation.
 	Renewals uint64 `protobuf:"varint,13,opt,name=renewals,proto3" json:"renewals,omitempty"`
 	// identity is the authenticated identity (certificate subject) that
@@ -160,32 +164,32 @@ func (x *Lease) GetGeneration() uint64 {
 	return 0
 }
 
-func (x *Lease) GetTtlMs() int64 {
+func (x *Lease) GetTtl() *durationpb.Duration {
 	if x != nil {
-		return x.TtlMs
+		return x.Ttl
 	}
-	return 0
+	return nil
 }
 
-func (x *Lease) GetExpiresInMs() int64 {
+func (x *Lease) GetExpiresIn() *durationpb.Duration {
 	if x != nil {
-		return x.ExpiresInMs
+		return x.ExpiresIn
 	}
-	return 0
+	return nil
 }
 
-func (x *Lease) GetHeldMs() int64 {
+func (x *Lease) GetHeld() *durationpb.Duration {
 	if x != nil {
-		return x.HeldMs
+		return x.Held
 	}
-	return 0
+	return nil
 }
 
-func (x *Lease) GetRenewedAgoMs() int64 {
+func (x *Lease) GetRenewedAgo() *durationpb.Duration {
 	if x != nil {
-		return x.RenewedAgoMs
+		return x.RenewedAgo
 	}
-	return 0
+	return nil
 }
 
 func (x *Lease) GetReleased() bool {
@@ -202,25 +206,25 @@ func (x *Lease) GetExpired() bool {
 	return false
 }
 
-func (x *Lease) GetAcquiredAtMs() int64 {
+func (x *Lease) GetAcquiredAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.AcquiredAtMs
+		return x.AcquiredAt
 	}
-	return 0
+	return nil
 }
 
-func (x *Lease) GetRenewedAtMs() int64 {
+func (x *Lease) GetRenewedAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.RenewedAtMs
+		return x.RenewedAt
 	}
-	return 0
+	return nil
 }
 
-func (x *Lease) GetExpiresAtMs() int64 {
+func (x *Lease) GetExpiresAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.ExpiresAtMs
+		return x.ExpiresAt
 	}
-	return 0
+	return nil
 }
 
 func (x *Lease) GetRenewals() uint64 {
@@ -248,7 +252,7 @@ type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Owner string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	TtlMs int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Ttl   *durationpb.Duration   `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// request_id makes a retry return the same grant instead of a second one.
 	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// claim, when set, grants the lease only together with a claim of this
@@ -314,11 +318,11 @@ func (x *AcquireRequest) GetOwner() string {
 	return ""
 }
 
-func (x *AcquireRequest) GetTtlMs() int64 {
+func (x *AcquireRequest) GetTtl() *durationpb.Duration {
 	if x != nil {
-		return x.TtlMs
+		return x.Ttl
 	}
-	return 0
+	return nil
 }
 
 func (x *AcquireRequest) GetRequestId() string {
@@ -354,11 +358,11 @@ type WindowRef struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Job    string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	Window string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
-	// not_before_ms (cluster time, Unix ms), when set, refuses the claim
+	// not_before (calendar time), when set, refuses the claim
 	// before that time with FAILED_PRECONDITION / TOO_EARLY and metadata
-	// wait_ms: a replica whose clock runs ahead cannot start an occurrence
+	// wait: a replica whose clock runs ahead cannot start an occurrence
 	// early. The runner sets it to the occurrence.
-	NotBeforeMs   int64 `protobuf:"varint,3,opt,name=not_before_ms,json=notBeforeMs,proto3" json:"not_before_ms,omitempty"`
+	NotBefore     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -407,11 +411,11 @@ func (x *WindowRef) GetWindow() string {
 	return ""
 }
 
-func (x *WindowRef) GetNotBeforeMs() int64 {
+func (x *WindowRef) GetNotBefore() *timestamppb.Timestamp {
 	if x != nil {
-		return x.NotBeforeMs
+		return x.NotBefore
 	}
-	return 0
+	return nil
 }
 
 type AcquireResponse struct {
@@ -542,8 +546,8 @@ type RenewRequest struct {
 	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Owner      string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	Generation uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
-	// ttl_ms 0 keeps the lease's TTL.
-	TtlMs int64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// ttl 0 keeps the lease's TTL.
+	Ttl *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// value, when set, replaces the lease's value (up to 4 KiB; empty clears
 	// it): only the current holder can change it, without a new generation
 	// (an election leader's Proclaim). Unset keeps it.
@@ -603,11 +607,11 @@ func (x *RenewRequest) GetGeneration() uint64 {
 	return 0
 }
 
-func (x *RenewRequest) GetTtlMs() int64 {
+func (x *RenewRequest) GetTtl() *durationpb.Duration {
 	if x != nil {
-		return x.TtlMs
+		return x.Ttl
 	}
-	return 0
+	return nil
 }
 
 func (x *RenewRequest) GetValue() []byte {
@@ -779,7 +783,7 @@ type KeepAliveRequest struct {
 	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Owner      string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	Generation uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
-	TtlMs      int64                  `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Ttl        *durationpb.Duration   `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// seq is echoed back so that a client can match acknowledgements.
 	Seq           uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -837,11 +841,11 @@ func (x *KeepAliveRequest) GetGeneration() uint64 {
 	return 0
 }
 
-func (x *KeepAliveRequest) GetTtlMs() int64 {
+func (x *KeepAliveRequest) GetTtl() *durationpb.Duration {
 	if x != nil {
-		return x.TtlMs
+		return x.Ttl
 	}
-	return 0
+	return nil
 }
 
 func (x *KeepAliveRequest) GetSeq() uint64 {
@@ -852,11 +856,11 @@ func (x *KeepAliveRequest) GetSeq() uint64 {
 }
 
 type KeepAliveResponse struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Generation  uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
-	Ok          bool                   `protobuf:"varint,3,opt,name=ok,proto3" json:"ok,omitempty"`
-	ExpiresInMs int64                  `protobuf:"varint,4,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Generation uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Ok         bool                   `protobuf:"varint,3,opt,name=ok,proto3" json:"ok,omitempty"`
+	ExpiresIn  *durationpb.Duration   `protobuf:"bytes,4,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
 	// reason is the ErrorInfo reason when ok is false: an ErrorReason
 	// without its ERROR_REASON_ prefix (e.g. LEASE_LOST).
 	Reason  string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -921,11 +925,11 @@ func (x *KeepAliveResponse) GetOk() bool {
 	return false
 }
 
-func (x *KeepAliveResponse) GetExpiresInMs() int64 {
+func (x *KeepAliveResponse) GetExpiresIn() *durationpb.Duration {
 	if x != nil {
-		return x.ExpiresInMs
+		return x.ExpiresIn
 	}
-	return 0
+	return nil
 }
 
 func (x *KeepAliveResponse) GetReason() string {
@@ -966,12 +970,12 @@ type Window struct {
 	Owner      string `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
 	Generation uint64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
 	Attempts   uint64 `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	// started_at is the cluster time (ms) of the latest claim.
-	StartedAt      int64  `protobuf:"varint,7,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	CompletedAt    int64  `protobuf:"varint,8,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
-	Result         []byte `protobuf:"bytes,9,opt,name=result,proto3" json:"result,omitempty"`
-	LeaseName      string `protobuf:"bytes,10,opt,name=lease_name,json=leaseName,proto3" json:"lease_name,omitempty"`
-	FirstStartedAt int64  `protobuf:"varint,11,opt,name=first_started_at,json=firstStartedAt,proto3" json:"first_started_at,omitempty"`
+	// started_at is the calendar time of the latest claim.
+	StartedAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	CompletedAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
+	Result         []byte                 `protobuf:"bytes,9,opt,name=result,proto3" json:"result,omitempty"`
+	LeaseName      string                 `protobuf:"bytes,10,opt,name=lease_name,json=leaseName,proto3" json:"lease_name,omitempty"`
+	FirstStartedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=first_started_at,json=firstStartedAt,proto3" json:"first_started_at,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1048,18 +1052,18 @@ func (x *Window) GetAttempts() uint64 {
 	return 0
 }
 
-func (x *Window) GetStartedAt() int64 {
+func (x *Window) GetStartedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.StartedAt
 	}
-	return 0
+	return nil
 }
 
-func (x *Window) GetCompletedAt() int64 {
+func (x *Window) GetCompletedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CompletedAt
 	}
-	return 0
+	return nil
 }
 
 func (x *Window) GetResult() []byte {
@@ -1076,11 +1080,11 @@ func (x *Window) GetLeaseName() string {
 	return ""
 }
 
-func (x *Window) GetFirstStartedAt() int64 {
+func (x *Window) GetFirstStartedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.FirstStartedAt
 	}
-	return 0
+	return nil
 }
 
 type ClaimWindowRequest struct {
@@ -1575,7 +1579,7 @@ type Resource struct {
 	Resource           string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
 	LeaseName          string                 `protobuf:"bytes,2,opt,name=lease_name,json=leaseName,proto3" json:"lease_name,omitempty"`
 	MaxGeneration      uint64                 `protobuf:"varint,3,opt,name=max_generation,json=maxGeneration,proto3" json:"max_generation,omitempty"`
-	LastCommitAt       int64                  `protobuf:"varint,4,opt,name=last_commit_at,json=lastCommitAt,proto3" json:"last_commit_at,omitempty"`
+	LastCommitAt       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_commit_at,json=lastCommitAt,proto3" json:"last_commit_at,omitempty"`
 	LastIdempotencyKey string                 `protobuf:"bytes,5,opt,name=last_idempotency_key,json=lastIdempotencyKey,proto3" json:"last_idempotency_key,omitempty"`
 	Commits            uint64                 `protobuf:"varint,6,opt,name=commits,proto3" json:"commits,omitempty"`
 	unknownFields      protoimpl.UnknownFields
@@ -1633,11 +1637,11 @@ func (x *Resource) GetMaxGeneration() uint64 {
 	return 0
 }
 
-func (x *Resource) GetLastCommitAt() int64 {
+func (x *Resource) GetLastCommitAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.LastCommitAt
 	}
-	return 0
+	return nil
 }
 
 func (x *Resource) GetLastIdempotencyKey() string {
@@ -2194,39 +2198,45 @@ var File_coord_v1_coord_proto protoreflect.FileDescriptor
 
 const file_coord_v1_coord_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/coord.proto\x12\bcoord.v1\"\xbd\x03\n" +
+	"\x14coord/v1/coord.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xda\x04\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x04R\n" +
-	"generation\x12\x15\n" +
-	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\"\n" +
-	"\rexpires_in_ms\x18\x05 \x01(\x03R\vexpiresInMs\x12\x17\n" +
-	"\aheld_ms\x18\x06 \x01(\x03R\x06heldMs\x12$\n" +
-	"\x0erenewed_ago_ms\x18\a \x01(\x03R\frenewedAgoMs\x12\x1a\n" +
+	"generation\x12+\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x128\n" +
+	"\n" +
+	"expires_in\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\x12-\n" +
+	"\x04held\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04held\x12:\n" +
+	"\vrenewed_ago\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"renewedAgo\x12\x1a\n" +
 	"\breleased\x18\b \x01(\bR\breleased\x12\x18\n" +
-	"\aexpired\x18\t \x01(\bR\aexpired\x12$\n" +
-	"\x0eacquired_at_ms\x18\n" +
-	" \x01(\x03R\facquiredAtMs\x12\"\n" +
-	"\rrenewed_at_ms\x18\v \x01(\x03R\vrenewedAtMs\x12\"\n" +
-	"\rexpires_at_ms\x18\f \x01(\x03R\vexpiresAtMs\x12\x1a\n" +
+	"\aexpired\x18\t \x01(\bR\aexpired\x12;\n" +
+	"\vacquired_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"acquiredAt\x129\n" +
+	"\n" +
+	"renewed_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\trenewedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1a\n" +
 	"\brenewals\x18\r \x01(\x04R\brenewals\x12\x1a\n" +
 	"\bidentity\x18\x0e \x01(\tR\bidentity\x12\x14\n" +
-	"\x05value\x18\x0f \x01(\fR\x05value\"\xc5\x01\n" +
+	"\x05value\x18\x0f \x01(\fR\x05value\"\xdb\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x1d\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12)\n" +
 	"\x05claim\x18\x05 \x01(\v2\x13.coord.v1.WindowRefR\x05claim\x12\x12\n" +
 	"\x04wait\x18\x06 \x01(\bR\x04wait\x12\x14\n" +
-	"\x05value\x18\a \x01(\fR\x05value\"Y\n" +
+	"\x05value\x18\a \x01(\fR\x05value\"p\n" +
 	"\tWindowRef\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
-	"\x06window\x18\x02 \x01(\tR\x06window\x12\"\n" +
-	"\rnot_before_ms\x18\x03 \x01(\x03R\vnotBeforeMs\"\x81\x01\n" +
+	"\x06window\x18\x02 \x01(\tR\x06window\x129\n" +
+	"\n" +
+	"not_before\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\"\x81\x01\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12%\n" +
 	"\x05lease\x18\x02 \x01(\v2\x0f.coord.v1.LeaseR\x05lease\x12+\n" +
@@ -2234,14 +2244,14 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\vWindowClaim\x12\x18\n" +
 	"\aclaimed\x18\x01 \x01(\bR\aclaimed\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\x04R\battempts\x12(\n" +
-	"\x06window\x18\x03 \x01(\v2\x10.coord.v1.WindowR\x06window\"\x94\x01\n" +
+	"\x06window\x18\x03 \x01(\v2\x10.coord.v1.WindowR\x06window\"\xaa\x01\n" +
 	"\fRenewRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x04R\n" +
-	"generation\x12\x15\n" +
-	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\x19\n" +
+	"generation\x12+\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x19\n" +
 	"\x05value\x18\x05 \x01(\fH\x00R\x05value\x88\x01\x01B\b\n" +
 	"\x06_value\"6\n" +
 	"\rRenewResponse\x12%\n" +
@@ -2254,29 +2264,30 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"generation\"T\n" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\x12%\n" +
-	"\x05lease\x18\x02 \x01(\v2\x0f.coord.v1.LeaseR\x05lease\"\x85\x01\n" +
+	"\x05lease\x18\x02 \x01(\v2\x0f.coord.v1.LeaseR\x05lease\"\x9b\x01\n" +
 	"\x10KeepAliveRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x04R\n" +
-	"generation\x12\x15\n" +
-	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xc3\x02\n" +
+	"generation\x12+\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xd9\x02\n" +
 	"\x11KeepAliveResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12\x0e\n" +
-	"\x02ok\x18\x03 \x01(\bR\x02ok\x12\"\n" +
-	"\rexpires_in_ms\x18\x04 \x01(\x03R\vexpiresInMs\x12\x16\n" +
+	"\x02ok\x18\x03 \x01(\bR\x02ok\x128\n" +
+	"\n" +
+	"expires_in\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12E\n" +
 	"\bmetadata\x18\b \x03(\v2).coord.v1.KeepAliveResponse.MetadataEntryR\bmetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa8\x03\n" +
 	"\x06Window\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12+\n" +
@@ -2285,15 +2296,15 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x05 \x01(\x04R\n" +
 	"generation\x12\x1a\n" +
-	"\battempts\x18\x06 \x01(\x04R\battempts\x12\x1d\n" +
+	"\battempts\x18\x06 \x01(\x04R\battempts\x129\n" +
 	"\n" +
-	"started_at\x18\a \x01(\x03R\tstartedAt\x12!\n" +
-	"\fcompleted_at\x18\b \x01(\x03R\vcompletedAt\x12\x16\n" +
+	"started_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12=\n" +
+	"\fcompleted_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12\x16\n" +
 	"\x06result\x18\t \x01(\fR\x06result\x12\x1d\n" +
 	"\n" +
 	"lease_name\x18\n" +
-	" \x01(\tR\tleaseName\x12(\n" +
-	"\x10first_started_at\x18\v \x01(\x03R\x0efirstStartedAt\"\x93\x01\n" +
+	" \x01(\tR\tleaseName\x12D\n" +
+	"\x10first_started_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x0efirstStartedAt\"\x93\x01\n" +
 	"\x12ClaimWindowRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x1d\n" +
@@ -2342,13 +2353,13 @@ const file_coord_v1_coord_proto_rawDesc = "" +
 	"generation\x12\x1d\n" +
 	"\n" +
 	"lease_name\x18\x06 \x01(\tR\tleaseName\x12\x17\n" +
-	"\adry_run\x18\a \x01(\bR\x06dryRun\"\xde\x01\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\"\xfa\x01\n" +
 	"\bResource\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1d\n" +
 	"\n" +
 	"lease_name\x18\x02 \x01(\tR\tleaseName\x12%\n" +
-	"\x0emax_generation\x18\x03 \x01(\x04R\rmaxGeneration\x12$\n" +
-	"\x0elast_commit_at\x18\x04 \x01(\x03R\flastCommitAt\x120\n" +
+	"\x0emax_generation\x18\x03 \x01(\x04R\rmaxGeneration\x12@\n" +
+	"\x0elast_commit_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\flastCommitAt\x120\n" +
 	"\x14last_idempotency_key\x18\x05 \x01(\tR\x12lastIdempotencyKey\x12\x18\n" +
 	"\acommits\x18\x06 \x01(\x04R\acommits\";\n" +
 	"\x0fGetLeaseRequest\x12\x12\n" +
@@ -2450,52 +2461,70 @@ var file_coord_v1_coord_proto_goTypes = []any{
 	(*GetResourceRequest)(nil),     // 28: coord.v1.GetResourceRequest
 	(*GetResourceResponse)(nil),    // 29: coord.v1.GetResourceResponse
 	nil,                            // 30: coord.v1.KeepAliveResponse.MetadataEntry
+	(*durationpb.Duration)(nil),    // 31: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
 }
 var file_coord_v1_coord_proto_depIdxs = []int32{
-	3,  // 0: coord.v1.AcquireRequest.claim:type_name -> coord.v1.WindowRef
-	1,  // 1: coord.v1.AcquireResponse.lease:type_name -> coord.v1.Lease
-	5,  // 2: coord.v1.AcquireResponse.claim:type_name -> coord.v1.WindowClaim
-	12, // 3: coord.v1.WindowClaim.window:type_name -> coord.v1.Window
-	1,  // 4: coord.v1.RenewResponse.lease:type_name -> coord.v1.Lease
-	1,  // 5: coord.v1.ReleaseResponse.lease:type_name -> coord.v1.Lease
-	30, // 6: coord.v1.KeepAliveResponse.metadata:type_name -> coord.v1.KeepAliveResponse.MetadataEntry
-	0,  // 7: coord.v1.Window.state:type_name -> coord.v1.WindowState
-	12, // 8: coord.v1.ClaimWindowResponse.window:type_name -> coord.v1.Window
-	12, // 9: coord.v1.CompleteWindowResponse.window:type_name -> coord.v1.Window
-	1,  // 10: coord.v1.GetLeaseResponse.lease:type_name -> coord.v1.Lease
-	1,  // 11: coord.v1.ListLeasesResponse.leases:type_name -> coord.v1.Lease
-	12, // 12: coord.v1.GetWindowResponse.window:type_name -> coord.v1.Window
-	12, // 13: coord.v1.ListWindowsResponse.windows:type_name -> coord.v1.Window
-	19, // 14: coord.v1.GetResourceResponse.resource:type_name -> coord.v1.Resource
-	2,  // 15: coord.v1.Coordinator.Acquire:input_type -> coord.v1.AcquireRequest
-	6,  // 16: coord.v1.Coordinator.Renew:input_type -> coord.v1.RenewRequest
-	8,  // 17: coord.v1.Coordinator.Release:input_type -> coord.v1.ReleaseRequest
-	10, // 18: coord.v1.Coordinator.KeepAlive:input_type -> coord.v1.KeepAliveRequest
-	13, // 19: coord.v1.Coordinator.ClaimWindow:input_type -> coord.v1.ClaimWindowRequest
-	15, // 20: coord.v1.Coordinator.CompleteWindow:input_type -> coord.v1.CompleteWindowRequest
-	17, // 21: coord.v1.Coordinator.FencedCommit:input_type -> coord.v1.FencedCommitRequest
-	20, // 22: coord.v1.Coordinator.GetLease:input_type -> coord.v1.GetLeaseRequest
-	22, // 23: coord.v1.Coordinator.ListLeases:input_type -> coord.v1.ListLeasesRequest
-	24, // 24: coord.v1.Coordinator.GetWindow:input_type -> coord.v1.GetWindowRequest
-	26, // 25: coord.v1.Coordinator.ListWindows:input_type -> coord.v1.ListWindowsRequest
-	28, // 26: coord.v1.Coordinator.GetResource:input_type -> coord.v1.GetResourceRequest
-	4,  // 27: coord.v1.Coordinator.Acquire:output_type -> coord.v1.AcquireResponse
-	7,  // 28: coord.v1.Coordinator.Renew:output_type -> coord.v1.RenewResponse
-	9,  // 29: coord.v1.Coordinator.Release:output_type -> coord.v1.ReleaseResponse
-	11, // 30: coord.v1.Coordinator.KeepAlive:output_type -> coord.v1.KeepAliveResponse
-	14, // 31: coord.v1.Coordinator.ClaimWindow:output_type -> coord.v1.ClaimWindowResponse
-	16, // 32: coord.v1.Coordinator.CompleteWindow:output_type -> coord.v1.CompleteWindowResponse
-	18, // 33: coord.v1.Coordinator.FencedCommit:output_type -> coord.v1.FencedCommitResponse
-	21, // 34: coord.v1.Coordinator.GetLease:output_type -> coord.v1.GetLeaseResponse
-	23, // 35: coord.v1.Coordinator.ListLeases:output_type -> coord.v1.ListLeasesResponse
-	25, // 36: coord.v1.Coordinator.GetWindow:output_type -> coord.v1.GetWindowResponse
-	27, // 37: coord.v1.Coordinator.ListWindows:output_type -> coord.v1.ListWindowsResponse
-	29, // 38: coord.v1.Coordinator.GetResource:output_type -> coord.v1.GetResourceResponse
-	27, // [27:39] is the sub-list for method output_type
-	15, // [15:27] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	31, // 0: coord.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	31, // 1: coord.v1.Lease.expires_in:type_name -> google.protobuf.Duration
+	31, // 2: coord.v1.Lease.held:type_name -> google.protobuf.Duration
+	31, // 3: coord.v1.Lease.renewed_ago:type_name -> google.protobuf.Duration
+	32, // 4: coord.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
+	32, // 5: coord.v1.Lease.renewed_at:type_name -> google.protobuf.Timestamp
+	32, // 6: coord.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 7: coord.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 8: coord.v1.AcquireRequest.claim:type_name -> coord.v1.WindowRef
+	32, // 9: coord.v1.WindowRef.not_before:type_name -> google.protobuf.Timestamp
+	1,  // 10: coord.v1.AcquireResponse.lease:type_name -> coord.v1.Lease
+	5,  // 11: coord.v1.AcquireResponse.claim:type_name -> coord.v1.WindowClaim
+	12, // 12: coord.v1.WindowClaim.window:type_name -> coord.v1.Window
+	31, // 13: coord.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	1,  // 14: coord.v1.RenewResponse.lease:type_name -> coord.v1.Lease
+	1,  // 15: coord.v1.ReleaseResponse.lease:type_name -> coord.v1.Lease
+	31, // 16: coord.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	31, // 17: coord.v1.KeepAliveResponse.expires_in:type_name -> google.protobuf.Duration
+	30, // 18: coord.v1.KeepAliveResponse.metadata:type_name -> coord.v1.KeepAliveResponse.MetadataEntry
+	0,  // 19: coord.v1.Window.state:type_name -> coord.v1.WindowState
+	32, // 20: coord.v1.Window.started_at:type_name -> google.protobuf.Timestamp
+	32, // 21: coord.v1.Window.completed_at:type_name -> google.protobuf.Timestamp
+	32, // 22: coord.v1.Window.first_started_at:type_name -> google.protobuf.Timestamp
+	12, // 23: coord.v1.ClaimWindowResponse.window:type_name -> coord.v1.Window
+	12, // 24: coord.v1.CompleteWindowResponse.window:type_name -> coord.v1.Window
+	32, // 25: coord.v1.Resource.last_commit_at:type_name -> google.protobuf.Timestamp
+	1,  // 26: coord.v1.GetLeaseResponse.lease:type_name -> coord.v1.Lease
+	1,  // 27: coord.v1.ListLeasesResponse.leases:type_name -> coord.v1.Lease
+	12, // 28: coord.v1.GetWindowResponse.window:type_name -> coord.v1.Window
+	12, // 29: coord.v1.ListWindowsResponse.windows:type_name -> coord.v1.Window
+	19, // 30: coord.v1.GetResourceResponse.resource:type_name -> coord.v1.Resource
+	2,  // 31: coord.v1.Coordinator.Acquire:input_type -> coord.v1.AcquireRequest
+	6,  // 32: coord.v1.Coordinator.Renew:input_type -> coord.v1.RenewRequest
+	8,  // 33: coord.v1.Coordinator.Release:input_type -> coord.v1.ReleaseRequest
+	10, // 34: coord.v1.Coordinator.KeepAlive:input_type -> coord.v1.KeepAliveRequest
+	13, // 35: coord.v1.Coordinator.ClaimWindow:input_type -> coord.v1.ClaimWindowRequest
+	15, // 36: coord.v1.Coordinator.CompleteWindow:input_type -> coord.v1.CompleteWindowRequest
+	17, // 37: coord.v1.Coordinator.FencedCommit:input_type -> coord.v1.FencedCommitRequest
+	20, // 38: coord.v1.Coordinator.GetLease:input_type -> coord.v1.GetLeaseRequest
+	22, // 39: coord.v1.Coordinator.ListLeases:input_type -> coord.v1.ListLeasesRequest
+	24, // 40: coord.v1.Coordinator.GetWindow:input_type -> coord.v1.GetWindowRequest
+	26, // 41: coord.v1.Coordinator.ListWindows:input_type -> coord.v1.ListWindowsRequest
+	28, // 42: coord.v1.Coordinator.GetResource:input_type -> coord.v1.GetResourceRequest
+	4,  // 43: coord.v1.Coordinator.Acquire:output_type -> coord.v1.AcquireResponse
+	7,  // 44: coord.v1.Coordinator.Renew:output_type -> coord.v1.RenewResponse
+	9,  // 45: coord.v1.Coordinator.Release:output_type -> coord.v1.ReleaseResponse
+	11, // 46: coord.v1.Coordinator.KeepAlive:output_type -> coord.v1.KeepAliveResponse
+	14, // 47: coord.v1.Coordinator.ClaimWindow:output_type -> coord.v1.ClaimWindowResponse
+	16, // 48: coord.v1.Coordinator.CompleteWindow:output_type -> coord.v1.CompleteWindowResponse
+	18, // 49: coord.v1.Coordinator.FencedCommit:output_type -> coord.v1.FencedCommitResponse
+	21, // 50: coord.v1.Coordinator.GetLease:output_type -> coord.v1.GetLeaseResponse
+	23, // 51: coord.v1.Coordinator.ListLeases:output_type -> coord.v1.ListLeasesResponse
+	25, // 52: coord.v1.Coordinator.GetWindow:output_type -> coord.v1.GetWindowResponse
+	27, // 53: coord.v1.Coordinator.ListWindows:output_type -> coord.v1.ListWindowsResponse
+	29, // 54: coord.v1.Coordinator.GetResource:output_type -> coord.v1.GetResourceResponse
+	43, // [43:55] is the sub-list for method output_type
+	31, // [31:43] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_coord_proto_init() }

@@ -78,7 +78,7 @@ const (
 	// RESOURCE_EXHAUSTED. Metadata "limit".
 	ErrorReason_ERROR_REASON_LEASE_LIMIT ErrorReason = 11
 	// A claim before its not-before time on the cluster's clock.
-	// FAILED_PRECONDITION. Metadata "wait_ms": how long until it.
+	// FAILED_PRECONDITION. Metadata "wait": how long until it.
 	ErrorReason_ERROR_REASON_TOO_EARLY ErrorReason = 12
 	// This node is not the leader and cannot forward. UNAVAILABLE: nothing
 	// was done; call the leader. Metadata "leader_address" (its gRPC

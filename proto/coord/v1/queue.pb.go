@@ -165,14 +165,15 @@ type NewJob struct {
 	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	// kind names the task (the worker's handler). Required.
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	// args are the task's parameters, up to 64 KiB (JSON by convention).
+	// args are the task's parameters: a JSON value (refused otherwise), up
+	// to 64 KiB. Over HTTP the value itself: "args": {"invoice": 44}.
 	Args []byte `protobuf:"bytes,3,opt,name=args,proto3" json:"args,omitempty"`
-	// run_at_ms: when the job is due (calendar time, Unix ms). 0 with
-	// delay_ms 0: now. A past time is due at once.
-	RunAtMs int64 `protobuf:"varint,4,opt,name=run_at_ms,json=runAtMs,proto3" json:"run_at_ms,omitempty"`
-	// delay_ms: due this long after the leader's calendar time at submit; the
-	// alternative to run_at_ms (setting both is INVALID_ARGUMENT).
-	DelayMs int64 `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	// run_at: when the job is due (calendar time). Unset with
+	// delay unset: now. A past time is due at once.
+	RunAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	// delay: due this long after the leader's calendar time at submit; the
+	// alternative to run_at (setting both is INVALID_ARGUMENT).
+	Delay *durationpb.Duration `protobuf:"bytes,5,opt,name=delay,proto3" json:"delay,omitempty"`
 	// priority in [-100, 100], default 0: higher is fetched first within its
 	// queue.
 	Priority int32 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
@@ -181,12 +182,12 @@ type NewJob struct {
 	// Retry backoff after failed attempt n: min(initial * factor^(n-1), max),
 	// then up to 25 % longer by a jitter the leader draws. Defaults: 1 s,
 	// 1 h, factor 2 (the factor is kept to 1/1000).
-	BackoffInitialMs int64   `protobuf:"varint,8,opt,name=backoff_initial_ms,json=backoffInitialMs,proto3" json:"backoff_initial_ms,omitempty"`
-	BackoffMaxMs     int64   `protobuf:"varint,9,opt,name=backoff_max_ms,json=backoffMaxMs,proto3" json:"backoff_max_ms,omitempty"`
-	BackoffFactor    float64 `protobuf:"fixed64,10,opt,name=backoff_factor,json=backoffFactor,proto3" json:"backoff_factor,omitempty"`
-	// visibility_timeout_ms, default 30 s: an attempt without a Heartbeat for
+	BackoffInitial *durationpb.Duration `protobuf:"bytes,8,opt,name=backoff_initial,json=backoffInitial,proto3" json:"backoff_initial,omitempty"`
+	BackoffMax     *durationpb.Duration `protobuf:"bytes,9,opt,name=backoff_max,json=backoffMax,proto3" json:"backoff_max,omitempty"`
+	BackoffFactor  float64              `protobuf:"fixed64,10,opt,name=backoff_factor,json=backoffFactor,proto3" json:"backoff_factor,omitempty"`
+	// visibility_timeout, default 30 s: an attempt without a Heartbeat for
 	// this long lapses and the job is handed out again.
-	VisibilityTimeoutMs int64 `protobuf:"varint,11,opt,name=visibility_timeout_ms,json=visibilityTimeoutMs,proto3" json:"visibility_timeout_ms,omitempty"`
+	VisibilityTimeout *durationpb.Duration `protobuf:"bytes,11,opt,name=visibility_timeout,json=visibilityTimeout,proto3" json:"visibility_timeout,omitempty"`
 	// unique_key, when set, makes the submit idempotent within the queue
 	// while the job is retained: a second submit returns the first job.
 	UniqueKey string `protobuf:"bytes,12,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
@@ -251,18 +252,18 @@ func (x *NewJob) GetArgs() []byte {
 	return nil
 }
 
-func (x *NewJob) GetRunAtMs() int64 {
+func (x *NewJob) GetRunAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.RunAtMs
+		return x.RunAt
 	}
-	return 0
+	return nil
 }
 
-func (x *NewJob) GetDelayMs() int64 {
+func (x *NewJob) GetDelay() *durationpb.Duration {
 	if x != nil {
-		return x.DelayMs
+		return x.Delay
 	}
-	return 0
+	return nil
 }
 
 func (x *NewJob) GetPriority() int32 {
@@ -279,18 +280,18 @@ func (x *NewJob) GetMaxAttempts() int32 {
 	return 0
 }
 
-func (x *NewJob) GetBackoffInitialMs() int64 {
+func (x *NewJob) GetBackoffInitial() *durationpb.Duration {
 	if x != nil {
-		return x.BackoffInitialMs
+		return x.BackoffInitial
 	}
-	return 0
+	return nil
 }
 
-func (x *NewJob) GetBackoffMaxMs() int64 {
+func (x *NewJob) GetBackoffMax() *durationpb.Duration {
 	if x != nil {
-		return x.BackoffMaxMs
+		return x.BackoffMax
 	}
-	return 0
+	return nil
 }
 
 func (x *NewJob) GetBackoffFactor() float64 {
@@ -300,11 +301,11 @@ func (x *NewJob) GetBackoffFactor() float64 {
 	return 0
 }
 
-func (x *NewJob) GetVisibilityTimeoutMs() int64 {
+func (x *NewJob) GetVisibilityTimeout() *durationpb.Duration {
 	if x != nil {
-		return x.VisibilityTimeoutMs
+		return x.VisibilityTimeout
 	}
-	return 0
+	return nil
 }
 
 func (x *NewJob) GetUniqueKey() string {
@@ -447,25 +448,25 @@ type QueueJob struct {
 	Kind  string   `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	Args  []byte   `protobuf:"bytes,4,opt,name=args,proto3" json:"args,omitempty"`
 	State JobState `protobuf:"varint,5,opt,name=state,proto3,enum=coord.v1.JobState" json:"state,omitempty"`
-	// run_at_ms is when the job is (or was last) due; a retry moves it.
-	RunAtMs     int64 `protobuf:"varint,6,opt,name=run_at_ms,json=runAtMs,proto3" json:"run_at_ms,omitempty"`
-	Priority    int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
-	MaxAttempts int32 `protobuf:"varint,8,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// run_at is when the job is (or was last) due; a retry moves it.
+	RunAt       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	Priority    int32                  `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	MaxAttempts int32                  `protobuf:"varint,8,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	// attempts is the number of attempts handed out so far: the last token.
-	Attempts            uint32            `protobuf:"varint,9,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	BackoffInitialMs    int64             `protobuf:"varint,10,opt,name=backoff_initial_ms,json=backoffInitialMs,proto3" json:"backoff_initial_ms,omitempty"`
-	BackoffMaxMs        int64             `protobuf:"varint,11,opt,name=backoff_max_ms,json=backoffMaxMs,proto3" json:"backoff_max_ms,omitempty"`
-	BackoffFactor       float64           `protobuf:"fixed64,12,opt,name=backoff_factor,json=backoffFactor,proto3" json:"backoff_factor,omitempty"`
-	VisibilityTimeoutMs int64             `protobuf:"varint,13,opt,name=visibility_timeout_ms,json=visibilityTimeoutMs,proto3" json:"visibility_timeout_ms,omitempty"`
-	UniqueKey           string            `protobuf:"bytes,14,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
-	Labels              map[string]string `protobuf:"bytes,15,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Attempts          uint32               `protobuf:"varint,9,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	BackoffInitial    *durationpb.Duration `protobuf:"bytes,10,opt,name=backoff_initial,json=backoffInitial,proto3" json:"backoff_initial,omitempty"`
+	BackoffMax        *durationpb.Duration `protobuf:"bytes,11,opt,name=backoff_max,json=backoffMax,proto3" json:"backoff_max,omitempty"`
+	BackoffFactor     float64              `protobuf:"fixed64,12,opt,name=backoff_factor,json=backoffFactor,proto3" json:"backoff_factor,omitempty"`
+	VisibilityTimeout *durationpb.Duration `protobuf:"bytes,13,opt,name=visibility_timeout,json=visibilityTimeout,proto3" json:"visibility_timeout,omitempty"`
+	UniqueKey         string               `protobuf:"bytes,14,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
+	Labels            map[string]string    `protobuf:"bytes,15,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// submitted_by is the authenticated identity that submitted it (empty
 	// without authorization).
-	SubmittedBy string `protobuf:"bytes,16,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
-	CreatedAtMs int64  `protobuf:"varint,17,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
-	UpdatedAtMs int64  `protobuf:"varint,18,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
-	// finished_at_ms is set in a final state (0 otherwise).
-	FinishedAtMs int64 `protobuf:"varint,19,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
+	SubmittedBy string                 `protobuf:"bytes,16,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
+	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// finished_at is set in a final state (0 otherwise).
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	// attempt_log holds the most recent attempts (up to 32), oldest first.
 	AttemptLog []*JobAttempt `protobuf:"bytes,20,rep,name=attempt_log,json=attemptLog,proto3" json:"attempt_log,omitempty"`
 	// target: where the job is delivered (NewJob.target), with its defaults
@@ -540,11 +541,11 @@ func (x *QueueJob) GetState() JobState {
 	return JobState_JOB_STATE_UNSPECIFIED
 }
 
-func (x *QueueJob) GetRunAtMs() int64 {
+func (x *QueueJob) GetRunAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.RunAtMs
+		return x.RunAt
 	}
-	return 0
+	return nil
 }
 
 func (x *QueueJob) GetPriority() int32 {
@@ -568,18 +569,18 @@ func (x *QueueJob) GetAttempts() uint32 {
 	return 0
 }
 
-func (x *QueueJob) GetBackoffInitialMs() int64 {
+func (x *QueueJob) GetBackoffInitial() *durationpb.Duration {
 	if x != nil {
-		return x.BackoffInitialMs
+		return x.BackoffInitial
 	}
-	return 0
+	return nil
 }
 
-func (x *QueueJob) GetBackoffMaxMs() int64 {
+func (x *QueueJob) GetBackoffMax() *durationpb.Duration {
 	if x != nil {
-		return x.BackoffMaxMs
+		return x.BackoffMax
 	}
-	return 0
+	return nil
 }
 
 func (x *QueueJob) GetBackoffFactor() float64 {
@@ -589,11 +590,11 @@ func (x *QueueJob) GetBackoffFactor() float64 {
 	return 0
 }
 
-func (x *QueueJob) GetVisibilityTimeoutMs() int64 {
+func (x *QueueJob) GetVisibilityTimeout() *durationpb.Duration {
 	if x != nil {
-		return x.VisibilityTimeoutMs
+		return x.VisibilityTimeout
 	}
-	return 0
+	return nil
 }
 
 func (x *QueueJob) GetUniqueKey() string {
@@ -617,25 +618,25 @@ func (x *QueueJob) GetSubmittedBy() string {
 	return ""
 }
 
-func (x *QueueJob) GetCreatedAtMs() int64 {
+func (x *QueueJob) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.CreatedAtMs
+		return x.CreatedAt
 	}
-	return 0
+	return nil
 }
 
-func (x *QueueJob) GetUpdatedAtMs() int64 {
+func (x *QueueJob) GetUpdatedAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.UpdatedAtMs
+		return x.UpdatedAt
 	}
-	return 0
+	return nil
 }
 
-func (x *QueueJob) GetFinishedAtMs() int64 {
+func (x *QueueJob) GetFinishedAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.FinishedAtMs
+		return x.FinishedAt
 	}
-	return 0
+	return nil
 }
 
 func (x *QueueJob) GetAttemptLog() []*JobAttempt {
@@ -659,12 +660,12 @@ type JobAttempt struct {
 	Outcome  AttemptOutcome         `protobuf:"varint,2,opt,name=outcome,proto3,enum=coord.v1.AttemptOutcome" json:"outcome,omitempty"`
 	WorkerId string                 `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	// identity: who fetched it; only it may heartbeat, complete or fail it.
-	Identity    string `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
-	StartedAtMs int64  `protobuf:"varint,5,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
-	// deadline_ms: the visibility deadline, moved by heartbeats.
-	DeadlineMs   int64  `protobuf:"varint,6,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
-	FinishedAtMs int64  `protobuf:"varint,7,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
-	Heartbeats   uint32 `protobuf:"varint,8,opt,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	Identity  string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// deadline: the visibility deadline, moved by heartbeats.
+	Deadline   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	Heartbeats uint32                 `protobuf:"varint,8,opt,name=heartbeats,proto3" json:"heartbeats,omitempty"`
 	// error of a failed, lapsed or cancelled attempt (up to 4 KiB).
 	Error string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
 	// result of the successful attempt (up to 64 KiB).
@@ -733,25 +734,25 @@ func (x *JobAttempt) GetIdentity() string {
 	return ""
 }
 
-func (x *JobAttempt) GetStartedAtMs() int64 {
+func (x *JobAttempt) GetStartedAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.StartedAtMs
+		return x.StartedAt
 	}
-	return 0
+	return nil
 }
 
-func (x *JobAttempt) GetDeadlineMs() int64 {
+func (x *JobAttempt) GetDeadline() *timestamppb.Timestamp {
 	if x != nil {
-		return x.DeadlineMs
+		return x.Deadline
 	}
-	return 0
+	return nil
 }
 
-func (x *JobAttempt) GetFinishedAtMs() int64 {
+func (x *JobAttempt) GetFinishedAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.FinishedAtMs
+		return x.FinishedAt
 	}
-	return 0
+	return nil
 }
 
 func (x *JobAttempt) GetHeartbeats() uint32 {
@@ -873,10 +874,10 @@ func (x *QueueSubmitResponse) GetJobs() []*SubmittedJob {
 }
 
 type SubmittedJob struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Id      uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	State   JobState               `protobuf:"varint,2,opt,name=state,proto3,enum=coord.v1.JobState" json:"state,omitempty"`
-	RunAtMs int64                  `protobuf:"varint,3,opt,name=run_at_ms,json=runAtMs,proto3" json:"run_at_ms,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	State JobState               `protobuf:"varint,2,opt,name=state,proto3,enum=coord.v1.JobState" json:"state,omitempty"`
+	RunAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
 	// duplicate: the unique key named an existing job, returned here; this
 	// submit added nothing.
 	Duplicate     bool `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
@@ -928,11 +929,11 @@ func (x *SubmittedJob) GetState() JobState {
 	return JobState_JOB_STATE_UNSPECIFIED
 }
 
-func (x *SubmittedJob) GetRunAtMs() int64 {
+func (x *SubmittedJob) GetRunAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.RunAtMs
+		return x.RunAt
 	}
-	return 0
+	return nil
 }
 
 func (x *SubmittedJob) GetDuplicate() bool {
@@ -997,8 +998,8 @@ func (x *QueueGetRequest) GetStale() bool {
 type QueueGetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Job   *QueueJob              `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	// calendar_ms: the calendar time the answer is as of.
-	CalendarMs    int64 `protobuf:"varint,2,opt,name=calendar_ms,json=calendarMs,proto3" json:"calendar_ms,omitempty"`
+	// calendar_time: the calendar time the answer is as of.
+	CalendarTime  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=calendar_time,json=calendarTime,proto3" json:"calendar_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1040,11 +1041,11 @@ func (x *QueueGetResponse) GetJob() *QueueJob {
 	return nil
 }
 
-func (x *QueueGetResponse) GetCalendarMs() int64 {
+func (x *QueueGetResponse) GetCalendarTime() *timestamppb.Timestamp {
 	if x != nil {
-		return x.CalendarMs
+		return x.CalendarTime
 	}
-	return 0
+	return nil
 }
 
 type QueueListRequest struct {
@@ -1396,9 +1397,9 @@ type QueueFetchRequest struct {
 	Queues []string `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
 	// max: 1 to 1,000 jobs.
 	Max uint32 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
-	// wait_ms: how long to wait for a job (a long poll), at most 30,000; 0
+	// wait: how long to wait for a job (a long poll), at most 30,000; 0
 	// answers at once.
-	WaitMs int64 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
 	// worker_id names the worker process (1 to 256 bytes); its attempts'
 	// calls must carry it.
 	WorkerId string `protobuf:"bytes,4,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -1455,11 +1456,11 @@ func (x *QueueFetchRequest) GetMax() uint32 {
 	return 0
 }
 
-func (x *QueueFetchRequest) GetWaitMs() int64 {
+func (x *QueueFetchRequest) GetWait() *durationpb.Duration {
 	if x != nil {
-		return x.WaitMs
+		return x.Wait
 	}
-	return 0
+	return nil
 }
 
 func (x *QueueFetchRequest) GetWorkerId() string {
@@ -1792,8 +1793,8 @@ type HeartbeatResult struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	JobId   uint64                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Attempt uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// deadline_ms: the new visibility deadline.
-	DeadlineMs int64 `protobuf:"varint,3,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
+	// deadline: the new visibility deadline.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// error is set when the attempt is not live (the worker must stop).
 	Error         *JobItemError `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1844,11 +1845,11 @@ func (x *HeartbeatResult) GetAttempt() uint32 {
 	return 0
 }
 
-func (x *HeartbeatResult) GetDeadlineMs() int64 {
+func (x *HeartbeatResult) GetDeadline() *timestamppb.Timestamp {
 	if x != nil {
-		return x.DeadlineMs
+		return x.Deadline
 	}
-	return 0
+	return nil
 }
 
 func (x *HeartbeatResult) GetError() *JobItemError {
@@ -2269,9 +2270,9 @@ type FailResult struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	JobId   uint64                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Attempt uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// state: RETRYABLE (due again at run_at_ms) or DEAD.
-	State   JobState `protobuf:"varint,3,opt,name=state,proto3,enum=coord.v1.JobState" json:"state,omitempty"`
-	RunAtMs int64    `protobuf:"varint,4,opt,name=run_at_ms,json=runAtMs,proto3" json:"run_at_ms,omitempty"`
+	// state: RETRYABLE (due again at run_at) or DEAD.
+	State JobState               `protobuf:"varint,3,opt,name=state,proto3,enum=coord.v1.JobState" json:"state,omitempty"`
+	RunAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
 	// duplicate: this attempt had failed before.
 	Duplicate     bool          `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	Error         *JobItemError `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
@@ -2330,11 +2331,11 @@ func (x *FailResult) GetState() JobState {
 	return JobState_JOB_STATE_UNSPECIFIED
 }
 
-func (x *FailResult) GetRunAtMs() int64 {
+func (x *FailResult) GetRunAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.RunAtMs
+		return x.RunAt
 	}
-	return 0
+	return nil
 }
 
 func (x *FailResult) GetDuplicate() bool {
@@ -2671,8 +2672,8 @@ func (x *QueueStatsRequest) GetStale() bool {
 type QueueStatsResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Queues []*QueueStats          `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
-	// calendar_ms: the calendar time the ages are measured at.
-	CalendarMs    int64 `protobuf:"varint,2,opt,name=calendar_ms,json=calendarMs,proto3" json:"calendar_ms,omitempty"`
+	// calendar_time: the calendar time the ages are measured at.
+	CalendarTime  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=calendar_time,json=calendarTime,proto3" json:"calendar_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2714,11 +2715,11 @@ func (x *QueueStatsResponse) GetQueues() []*QueueStats {
 	return nil
 }
 
-func (x *QueueStatsResponse) GetCalendarMs() int64 {
+func (x *QueueStatsResponse) GetCalendarTime() *timestamppb.Timestamp {
 	if x != nil {
-		return x.CalendarMs
+		return x.CalendarTime
 	}
-	return 0
+	return nil
 }
 
 type QueueStats struct {
@@ -2731,12 +2732,12 @@ type QueueStats struct {
 	Succeeded uint64                 `protobuf:"varint,6,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
 	Cancelled uint64                 `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	Dead      uint64                 `protobuf:"varint,8,opt,name=dead,proto3" json:"dead,omitempty"`
-	// oldest_available_age_ms: how long the oldest available job has been
+	// oldest_available_age: how long the oldest available job has been
 	// due (0 when none is available): the dispatch lag.
-	OldestAvailableAgeMs   int64 `protobuf:"varint,9,opt,name=oldest_available_age_ms,json=oldestAvailableAgeMs,proto3" json:"oldest_available_age_ms,omitempty"`
-	OldestAvailableRunAtMs int64 `protobuf:"varint,10,opt,name=oldest_available_run_at_ms,json=oldestAvailableRunAtMs,proto3" json:"oldest_available_run_at_ms,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	OldestAvailableAge   *durationpb.Duration   `protobuf:"bytes,9,opt,name=oldest_available_age,json=oldestAvailableAge,proto3" json:"oldest_available_age,omitempty"`
+	OldestAvailableRunAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=oldest_available_run_at,json=oldestAvailableRunAt,proto3" json:"oldest_available_run_at,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *QueueStats) Reset() {
@@ -2825,38 +2826,39 @@ func (x *QueueStats) GetDead() uint64 {
 	return 0
 }
 
-func (x *QueueStats) GetOldestAvailableAgeMs() int64 {
+func (x *QueueStats) GetOldestAvailableAge() *durationpb.Duration {
 	if x != nil {
-		return x.OldestAvailableAgeMs
+		return x.OldestAvailableAge
 	}
-	return 0
+	return nil
 }
 
-func (x *QueueStats) GetOldestAvailableRunAtMs() int64 {
+func (x *QueueStats) GetOldestAvailableRunAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.OldestAvailableRunAtMs
+		return x.OldestAvailableRunAt
 	}
-	return 0
+	return nil
 }
 
 var File_coord_v1_queue_proto protoreflect.FileDescriptor
 
 const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x04\n" +
+	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x05\n" +
 	"\x06NewJob\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04args\x18\x03 \x01(\fR\x04args\x12\x1a\n" +
-	"\trun_at_ms\x18\x04 \x01(\x03R\arunAtMs\x12\x19\n" +
-	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\x12\x1a\n" +
+	"\x04args\x18\x03 \x01(\fR\x04args\x121\n" +
+	"\x06run_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12/\n" +
+	"\x05delay\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x1a\n" +
 	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12!\n" +
-	"\fmax_attempts\x18\a \x01(\x05R\vmaxAttempts\x12,\n" +
-	"\x12backoff_initial_ms\x18\b \x01(\x03R\x10backoffInitialMs\x12$\n" +
-	"\x0ebackoff_max_ms\x18\t \x01(\x03R\fbackoffMaxMs\x12%\n" +
+	"\fmax_attempts\x18\a \x01(\x05R\vmaxAttempts\x12B\n" +
+	"\x0fbackoff_initial\x18\b \x01(\v2\x19.google.protobuf.DurationR\x0ebackoffInitial\x12:\n" +
+	"\vbackoff_max\x18\t \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"backoffMax\x12%\n" +
 	"\x0ebackoff_factor\x18\n" +
-	" \x01(\x01R\rbackoffFactor\x122\n" +
-	"\x15visibility_timeout_ms\x18\v \x01(\x03R\x13visibilityTimeoutMs\x12\x1d\n" +
+	" \x01(\x01R\rbackoffFactor\x12H\n" +
+	"\x12visibility_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\x11visibilityTimeout\x12\x1d\n" +
 	"\n" +
 	"unique_key\x18\f \x01(\tR\tuniqueKey\x124\n" +
 	"\x06labels\x18\r \x03(\v2\x1c.coord.v1.NewJob.LabelsEntryR\x06labels\x12,\n" +
@@ -2874,45 +2876,50 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x06secret\x18\x06 \x01(\tR\x06secret\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\a\n" +
 	"\bQueueJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04args\x18\x04 \x01(\fR\x04args\x12(\n" +
-	"\x05state\x18\x05 \x01(\x0e2\x12.coord.v1.JobStateR\x05state\x12\x1a\n" +
-	"\trun_at_ms\x18\x06 \x01(\x03R\arunAtMs\x12\x1a\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x12.coord.v1.JobStateR\x05state\x121\n" +
+	"\x06run_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x1a\n" +
 	"\bpriority\x18\a \x01(\x05R\bpriority\x12!\n" +
 	"\fmax_attempts\x18\b \x01(\x05R\vmaxAttempts\x12\x1a\n" +
-	"\battempts\x18\t \x01(\rR\battempts\x12,\n" +
-	"\x12backoff_initial_ms\x18\n" +
-	" \x01(\x03R\x10backoffInitialMs\x12$\n" +
-	"\x0ebackoff_max_ms\x18\v \x01(\x03R\fbackoffMaxMs\x12%\n" +
-	"\x0ebackoff_factor\x18\f \x01(\x01R\rbackoffFactor\x122\n" +
-	"\x15visibility_timeout_ms\x18\r \x01(\x03R\x13visibilityTimeoutMs\x12\x1d\n" +
+	"\battempts\x18\t \x01(\rR\battempts\x12B\n" +
+	"\x0fbackoff_initial\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x0ebackoffInitial\x12:\n" +
+	"\vbackoff_max\x18\v \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"backoffMax\x12%\n" +
+	"\x0ebackoff_factor\x18\f \x01(\x01R\rbackoffFactor\x12H\n" +
+	"\x12visibility_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x11visibilityTimeout\x12\x1d\n" +
 	"\n" +
 	"unique_key\x18\x0e \x01(\tR\tuniqueKey\x126\n" +
 	"\x06labels\x18\x0f \x03(\v2\x1e.coord.v1.QueueJob.LabelsEntryR\x06labels\x12!\n" +
-	"\fsubmitted_by\x18\x10 \x01(\tR\vsubmittedBy\x12\"\n" +
-	"\rcreated_at_ms\x18\x11 \x01(\x03R\vcreatedAtMs\x12\"\n" +
-	"\rupdated_at_ms\x18\x12 \x01(\x03R\vupdatedAtMs\x12$\n" +
-	"\x0efinished_at_ms\x18\x13 \x01(\x03R\ffinishedAtMs\x125\n" +
+	"\fsubmitted_by\x18\x10 \x01(\tR\vsubmittedBy\x129\n" +
+	"\n" +
+	"created_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12;\n" +
+	"\vfinished_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x125\n" +
 	"\vattempt_log\x18\x14 \x03(\v2\x14.coord.v1.JobAttemptR\n" +
 	"attemptLog\x12,\n" +
 	"\x06target\x18\x15 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x03\n" +
 	"\n" +
 	"JobAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x122\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x18.coord.v1.AttemptOutcomeR\aoutcome\x12\x1b\n" +
 	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12\x1a\n" +
-	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\"\n" +
-	"\rstarted_at_ms\x18\x05 \x01(\x03R\vstartedAtMs\x12\x1f\n" +
-	"\vdeadline_ms\x18\x06 \x01(\x03R\n" +
-	"deadlineMs\x12$\n" +
-	"\x0efinished_at_ms\x18\a \x01(\x03R\ffinishedAtMs\x12\x1e\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x129\n" +
+	"\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x126\n" +
+	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12;\n" +
+	"\vfinished_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12\x1e\n" +
 	"\n" +
 	"heartbeats\x18\b \x01(\rR\n" +
 	"heartbeats\x12\x14\n" +
@@ -2923,19 +2930,18 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x12QueueSubmitRequest\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.coord.v1.NewJobR\x04jobs\"A\n" +
 	"\x13QueueSubmitResponse\x12*\n" +
-	"\x04jobs\x18\x01 \x03(\v2\x16.coord.v1.SubmittedJobR\x04jobs\"\x82\x01\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x16.coord.v1.SubmittedJobR\x04jobs\"\x99\x01\n" +
 	"\fSubmittedJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12(\n" +
-	"\x05state\x18\x02 \x01(\x0e2\x12.coord.v1.JobStateR\x05state\x12\x1a\n" +
-	"\trun_at_ms\x18\x03 \x01(\x03R\arunAtMs\x12\x1c\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x12.coord.v1.JobStateR\x05state\x121\n" +
+	"\x06run_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x1c\n" +
 	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"7\n" +
 	"\x0fQueueGetRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
-	"\x05stale\x18\x02 \x01(\bR\x05stale\"Y\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"y\n" +
 	"\x10QueueGetResponse\x12$\n" +
-	"\x03job\x18\x01 \x01(\v2\x12.coord.v1.QueueJobR\x03job\x12\x1f\n" +
-	"\vcalendar_ms\x18\x02 \x01(\x03R\n" +
-	"calendarMs\"\xce\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x12.coord.v1.QueueJobR\x03job\x12?\n" +
+	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xce\x01\n" +
 	"\x10QueueListRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12(\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x12.coord.v1.JobStateR\x05state\x12\x12\n" +
@@ -2957,11 +2963,11 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"X\n" +
 	"\x12QueueRetryResponse\x12$\n" +
 	"\x03job\x18\x01 \x01(\v2\x12.coord.v1.QueueJobR\x03job\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\x8f\x01\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xa5\x01\n" +
 	"\x11QueueFetchRequest\x12\x16\n" +
 	"\x06queues\x18\x01 \x03(\tR\x06queues\x12\x10\n" +
-	"\x03max\x18\x02 \x01(\rR\x03max\x12\x17\n" +
-	"\await_ms\x18\x03 \x01(\x03R\x06waitMs\x12\x1b\n" +
+	"\x03max\x18\x02 \x01(\rR\x03max\x12-\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x1b\n" +
 	"\tworker_id\x18\x04 \x01(\tR\bworkerId\x12\x1a\n" +
 	"\btargeted\x18\x05 \x01(\bR\btargeted\">\n" +
 	"\x12QueueFetchResponse\x12(\n" +
@@ -2984,12 +2990,11 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x123\n" +
 	"\battempts\x18\x02 \x03(\v2\x17.coord.v1.JobAttemptRefR\battempts\"M\n" +
 	"\x16QueueHeartbeatResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.coord.v1.HeartbeatResultR\aresults\"\x91\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.coord.v1.HeartbeatResultR\aresults\"\xa8\x01\n" +
 	"\x0fHeartbeatResult\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
-	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x1f\n" +
-	"\vdeadline_ms\x18\x03 \x01(\x03R\n" +
-	"deadlineMs\x12,\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x126\n" +
+	"\bdeadline\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12,\n" +
 	"\x05error\x18\x04 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"n\n" +
 	"\x14QueueCompleteRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x129\n" +
@@ -3017,13 +3022,13 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\"C\n" +
 	"\x11QueueFailResponse\x12.\n" +
-	"\aresults\x18\x01 \x03(\v2\x14.coord.v1.FailResultR\aresults\"\xcf\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x14.coord.v1.FailResultR\aresults\"\xe6\x01\n" +
 	"\n" +
 	"FailResult\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12(\n" +
-	"\x05state\x18\x03 \x01(\x0e2\x12.coord.v1.JobStateR\x05state\x12\x1a\n" +
-	"\trun_at_ms\x18\x04 \x01(\x03R\arunAtMs\x12\x1c\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x12.coord.v1.JobStateR\x05state\x121\n" +
+	"\x06run_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x1c\n" +
 	"\tduplicate\x18\x05 \x01(\bR\tduplicate\x12,\n" +
 	"\x05error\x18\x06 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"[\n" +
 	"\x15QueueSetTargetRequest\x12\x14\n" +
@@ -3045,11 +3050,10 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\atargets\x18\x01 \x03(\v2\x15.coord.v1.QueueTargetR\atargets\"?\n" +
 	"\x11QueueStatsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
-	"\x05stale\x18\x02 \x01(\bR\x05stale\"c\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"\x83\x01\n" +
 	"\x12QueueStatsResponse\x12,\n" +
-	"\x06queues\x18\x01 \x03(\v2\x14.coord.v1.QueueStatsR\x06queues\x12\x1f\n" +
-	"\vcalendar_ms\x18\x02 \x01(\x03R\n" +
-	"calendarMs\"\xd9\x02\n" +
+	"\x06queues\x18\x01 \x03(\v2\x14.coord.v1.QueueStatsR\x06queues\x12?\n" +
+	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\x86\x03\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1c\n" +
@@ -3059,10 +3063,10 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\tretryable\x18\x05 \x01(\x04R\tretryable\x12\x1c\n" +
 	"\tsucceeded\x18\x06 \x01(\x04R\tsucceeded\x12\x1c\n" +
 	"\tcancelled\x18\a \x01(\x04R\tcancelled\x12\x12\n" +
-	"\x04dead\x18\b \x01(\x04R\x04dead\x125\n" +
-	"\x17oldest_available_age_ms\x18\t \x01(\x03R\x14oldestAvailableAgeMs\x12:\n" +
-	"\x1aoldest_available_run_at_ms\x18\n" +
-	" \x01(\x03R\x16oldestAvailableRunAtMs*\xcd\x01\n" +
+	"\x04dead\x18\b \x01(\x04R\x04dead\x12K\n" +
+	"\x14oldest_available_age\x18\t \x01(\v2\x19.google.protobuf.DurationR\x12oldestAvailableAge\x12Q\n" +
+	"\x17oldest_available_run_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x14oldestAvailableRunAt*\xcd\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x17\n" +
@@ -3153,77 +3157,100 @@ var file_coord_v1_queue_proto_goTypes = []any{
 	nil,                            // 42: coord.v1.HttpTarget.HeadersEntry
 	nil,                            // 43: coord.v1.QueueJob.LabelsEntry
 	nil,                            // 44: coord.v1.JobItemError.MetadataEntry
-	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
+	(*timestamppb.Timestamp)(nil),  // 45: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 46: google.protobuf.Duration
 }
 var file_coord_v1_queue_proto_depIdxs = []int32{
-	41, // 0: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
-	3,  // 1: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
-	42, // 2: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
-	45, // 3: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
-	0,  // 4: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
-	43, // 5: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
-	5,  // 6: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
-	3,  // 7: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
-	1,  // 8: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
-	2,  // 9: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
-	8,  // 10: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
-	0,  // 11: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
-	4,  // 12: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
-	0,  // 13: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
-	4,  // 14: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
-	4,  // 15: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
-	4,  // 16: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
-	19, // 17: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
-	4,  // 18: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
-	5,  // 19: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
-	44, // 20: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
-	20, // 21: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
-	24, // 22: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
-	21, // 23: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
-	26, // 24: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
-	28, // 25: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
-	21, // 26: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
-	30, // 27: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
-	45, // 28: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
-	32, // 29: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
-	0,  // 30: coord.v1.FailResult.state:type_name -> coord.v1.JobState
-	21, // 31: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
-	3,  // 32: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
-	35, // 33: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
-	3,  // 34: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
-	46, // 35: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
-	35, // 36: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
-	40, // 37: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
-	6,  // 38: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
-	9,  // 39: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
-	11, // 40: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
-	13, // 41: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
-	15, // 42: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
-	17, // 43: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
-	22, // 44: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
-	25, // 45: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
-	29, // 46: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
-	38, // 47: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
-	33, // 48: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
-	36, // 49: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
-	7,  // 50: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
-	10, // 51: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
-	12, // 52: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
-	14, // 53: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
-	16, // 54: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
-	18, // 55: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
-	23, // 56: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
-	27, // 57: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
-	31, // 58: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
-	39, // 59: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
-	34, // 60: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
-	37, // 61: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
-	50, // [50:62] is the sub-list for method output_type
-	38, // [38:50] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	45, // 0: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
+	46, // 1: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
+	46, // 2: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
+	46, // 3: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
+	46, // 4: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
+	41, // 5: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
+	3,  // 6: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
+	42, // 7: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
+	46, // 8: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	0,  // 9: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
+	45, // 10: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
+	46, // 11: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
+	46, // 12: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
+	46, // 13: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
+	43, // 14: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
+	45, // 15: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
+	45, // 16: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
+	45, // 17: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
+	5,  // 18: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
+	3,  // 19: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
+	1,  // 20: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
+	45, // 21: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	45, // 22: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
+	45, // 23: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	2,  // 24: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
+	8,  // 25: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
+	0,  // 26: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
+	45, // 27: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
+	4,  // 28: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
+	45, // 29: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	0,  // 30: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
+	4,  // 31: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
+	4,  // 32: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
+	4,  // 33: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
+	46, // 34: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
+	19, // 35: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
+	4,  // 36: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
+	5,  // 37: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
+	44, // 38: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
+	20, // 39: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
+	24, // 40: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
+	45, // 41: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
+	21, // 42: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
+	26, // 43: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
+	28, // 44: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
+	21, // 45: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
+	30, // 46: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
+	46, // 47: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
+	32, // 48: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
+	0,  // 49: coord.v1.FailResult.state:type_name -> coord.v1.JobState
+	45, // 50: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
+	21, // 51: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
+	3,  // 52: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
+	35, // 53: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
+	3,  // 54: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
+	45, // 55: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
+	35, // 56: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
+	40, // 57: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
+	45, // 58: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	46, // 59: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	45, // 60: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
+	6,  // 61: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
+	9,  // 62: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
+	11, // 63: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
+	13, // 64: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
+	15, // 65: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
+	17, // 66: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
+	22, // 67: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
+	25, // 68: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
+	29, // 69: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
+	38, // 70: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
+	33, // 71: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
+	36, // 72: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
+	7,  // 73: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
+	10, // 74: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
+	12, // 75: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
+	14, // 76: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
+	16, // 77: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
+	18, // 78: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
+	23, // 79: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
+	27, // 80: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
+	31, // 81: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
+	39, // 82: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
+	34, // 83: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
+	37, // 84: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
+	73, // [73:85] is the sub-list for method output_type
+	61, // [61:73] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_queue_proto_init() }

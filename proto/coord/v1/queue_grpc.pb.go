@@ -57,9 +57,8 @@ const (
 // SUCCEEDED, CANCELLED and DEAD are final; nothing leaves SUCCEEDED, and
 // only an explicit Retry leaves CANCELLED or DEAD.
 //
-// Time: run_at, deadlines and every *_at_ms are calendar time, Unix
-// milliseconds of the leader's wall clock as stamped into the replicated
-// log; it never runs backwards, and a replica whose own clock runs ahead
+// Time: run_at, deadlines and every *_at are calendar time (Timestamps),
+// the leader's wall clock as stamped into the replicated log; it never runs backwards, and a replica whose own clock runs ahead
 // never hands out a job early (the gate is the leader's stamp). A job is
 // never handed out before its run_at.
 //
@@ -100,7 +99,7 @@ const (
 // does not depend on time (one job-spec check, shared with a schedule's
 // job template and the state machine's own guard), so bad input does not
 // travel. Rules that depend on time are the leader's: how far ahead
-// run_at_ms may be is judged at the leader's calendar stamp, and delay_ms
+// run_at may be is judged at the leader's calendar stamp, and delay
 // is resolved at the leader's calendar; no node refuses a valid job on its
 // own (possibly stale) calendar, so INVALID_ARGUMENT always means the job
 // is bad. A request that does not decode (a string field that is not valid
@@ -176,7 +175,7 @@ type QueueClient interface {
 	// visibility deadline is now + the job's visibility timeout. Queues take
 	// turns (one job per queue per turn, the first queue rotating between
 	// fetches); within a queue, higher priority first, then earlier run_at.
-	// With wait_ms the call waits up to that long for a job to become
+	// With wait the call waits up to that long for a job to become
 	// available (a long poll) and returns as soon as it can hand out at least
 	// one; it returns an empty list when the wait ends.
 	Fetch(ctx context.Context, in *QueueFetchRequest, opts ...grpc.CallOption) (*QueueFetchResponse, error)
@@ -359,9 +358,8 @@ func (c *queueClient) Targets(ctx context.Context, in *QueueTargetsRequest, opts
 // SUCCEEDED, CANCELLED and DEAD are final; nothing leaves SUCCEEDED, and
 // only an explicit Retry leaves CANCELLED or DEAD.
 //
-// Time: run_at, deadlines and every *_at_ms are calendar time, Unix
-// milliseconds of the leader's wall clock as stamped into the replicated
-// log; it never runs backwards, and a replica whose own clock runs ahead
+// Time: run_at, deadlines and every *_at are calendar time (Timestamps),
+// the leader's wall clock as stamped into the replicated log; it never runs backwards, and a replica whose own clock runs ahead
 // never hands out a job early (the gate is the leader's stamp). A job is
 // never handed out before its run_at.
 //
@@ -402,7 +400,7 @@ func (c *queueClient) Targets(ctx context.Context, in *QueueTargetsRequest, opts
 // does not depend on time (one job-spec check, shared with a schedule's
 // job template and the state machine's own guard), so bad input does not
 // travel. Rules that depend on time are the leader's: how far ahead
-// run_at_ms may be is judged at the leader's calendar stamp, and delay_ms
+// run_at may be is judged at the leader's calendar stamp, and delay
 // is resolved at the leader's calendar; no node refuses a valid job on its
 // own (possibly stale) calendar, so INVALID_ARGUMENT always means the job
 // is bad. A request that does not decode (a string field that is not valid
@@ -478,7 +476,7 @@ type QueueServer interface {
 	// visibility deadline is now + the job's visibility timeout. Queues take
 	// turns (one job per queue per turn, the first queue rotating between
 	// fetches); within a queue, higher priority first, then earlier run_at.
-	// With wait_ms the call waits up to that long for a job to become
+	// With wait the call waits up to that long for a job to become
 	// available (a long poll) and returns as soon as it can hand out at least
 	// one; it returns an empty list when the wait ends.
 	Fetch(context.Context, *QueueFetchRequest) (*QueueFetchResponse, error)

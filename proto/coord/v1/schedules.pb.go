@@ -9,6 +9,8 @@ package coordv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -225,11 +227,11 @@ type JobTemplate struct {
 	// max_attempts in [1, 100], default 25.
 	MaxAttempts int32 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	// Retry backoff (defaults 1 s, 1 h, factor 2).
-	BackoffInitialMs int64   `protobuf:"varint,6,opt,name=backoff_initial_ms,json=backoffInitialMs,proto3" json:"backoff_initial_ms,omitempty"`
-	BackoffMaxMs     int64   `protobuf:"varint,7,opt,name=backoff_max_ms,json=backoffMaxMs,proto3" json:"backoff_max_ms,omitempty"`
-	BackoffFactor    float64 `protobuf:"fixed64,8,opt,name=backoff_factor,json=backoffFactor,proto3" json:"backoff_factor,omitempty"`
-	// visibility_timeout_ms, default 30 s.
-	VisibilityTimeoutMs int64 `protobuf:"varint,9,opt,name=visibility_timeout_ms,json=visibilityTimeoutMs,proto3" json:"visibility_timeout_ms,omitempty"`
+	BackoffInitial *durationpb.Duration `protobuf:"bytes,6,opt,name=backoff_initial,json=backoffInitial,proto3" json:"backoff_initial,omitempty"`
+	BackoffMax     *durationpb.Duration `protobuf:"bytes,7,opt,name=backoff_max,json=backoffMax,proto3" json:"backoff_max,omitempty"`
+	BackoffFactor  float64              `protobuf:"fixed64,8,opt,name=backoff_factor,json=backoffFactor,proto3" json:"backoff_factor,omitempty"`
+	// visibility_timeout, default 30 s.
+	VisibilityTimeout *durationpb.Duration `protobuf:"bytes,9,opt,name=visibility_timeout,json=visibilityTimeout,proto3" json:"visibility_timeout,omitempty"`
 	// labels of every job (up to 13; "coordd." keys are reserved: the
 	// schedule adds coordd.schedule, coordd.window, coordd.occurrence_ms).
 	Labels map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -305,18 +307,18 @@ func (x *JobTemplate) GetMaxAttempts() int32 {
 	return 0
 }
 
-func (x *JobTemplate) GetBackoffInitialMs() int64 {
+func (x *JobTemplate) GetBackoffInitial() *durationpb.Duration {
 	if x != nil {
-		return x.BackoffInitialMs
+		return x.BackoffInitial
 	}
-	return 0
+	return nil
 }
 
-func (x *JobTemplate) GetBackoffMaxMs() int64 {
+func (x *JobTemplate) GetBackoffMax() *durationpb.Duration {
 	if x != nil {
-		return x.BackoffMaxMs
+		return x.BackoffMax
 	}
-	return 0
+	return nil
 }
 
 func (x *JobTemplate) GetBackoffFactor() float64 {
@@ -326,11 +328,11 @@ func (x *JobTemplate) GetBackoffFactor() float64 {
 	return 0
 }
 
-func (x *JobTemplate) GetVisibilityTimeoutMs() int64 {
+func (x *JobTemplate) GetVisibilityTimeout() *durationpb.Duration {
 	if x != nil {
-		return x.VisibilityTimeoutMs
+		return x.VisibilityTimeout
 	}
-	return 0
+	return nil
 }
 
 func (x *JobTemplate) GetLabels() map[string]string {
@@ -375,18 +377,18 @@ type ScheduleSpec struct {
 	// calendar days first (-1: "the 00:05 run closes the previous day").
 	WindowLayout    string `protobuf:"bytes,5,opt,name=window_layout,json=windowLayout,proto3" json:"window_layout,omitempty"`
 	WindowShiftDays int32  `protobuf:"varint,6,opt,name=window_shift_days,json=windowShiftDays,proto3" json:"window_shift_days,omitempty"`
-	// starting_deadline_ms: an occurrence that could not be made within this
+	// starting_deadline: an occurrence that could not be made within this
 	// long after its time is skipped (DEADLINE). 0: none.
-	StartingDeadlineMs int64 `protobuf:"varint,7,opt,name=starting_deadline_ms,json=startingDeadlineMs,proto3" json:"starting_deadline_ms,omitempty"`
-	// catch_up_ms is the catch-up horizon: after an outage, occurrences up
+	StartingDeadline *durationpb.Duration `protobuf:"bytes,7,opt,name=starting_deadline,json=startingDeadline,proto3" json:"starting_deadline,omitempty"`
+	// catch_up is the catch-up horizon: after an outage, occurrences up
 	// to this long ago are still made, older ones are skipped (HORIZON).
 	// Default: one hour, or one interval when that is longer (so the last
 	// occurrence of a daily schedule is made after an outage of up to a
 	// day).
-	CatchUpMs int64 `protobuf:"varint,8,opt,name=catch_up_ms,json=catchUpMs,proto3" json:"catch_up_ms,omitempty"`
-	// complete_within_ms: an occurrence whose job is not final by then is
+	CatchUp *durationpb.Duration `protobuf:"bytes,8,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
+	// complete_within: an occurrence whose job is not final by then is
 	// overdue. Default: one interval (one hour for @once).
-	CompleteWithinMs int64 `protobuf:"varint,9,opt,name=complete_within_ms,json=completeWithinMs,proto3" json:"complete_within_ms,omitempty"`
+	CompleteWithin *durationpb.Duration `protobuf:"bytes,9,opt,name=complete_within,json=completeWithin,proto3" json:"complete_within,omitempty"`
 	// overlap: default FORBID.
 	Overlap ScheduleOverlap `protobuf:"varint,10,opt,name=overlap,proto3,enum=coord.v1.ScheduleOverlap" json:"overlap,omitempty"`
 	// dst_policy: what a cron expression does at DST changes (see
@@ -469,25 +471,25 @@ func (x *ScheduleSpec) GetWindowShiftDays() int32 {
 	return 0
 }
 
-func (x *ScheduleSpec) GetStartingDeadlineMs() int64 {
+func (x *ScheduleSpec) GetStartingDeadline() *durationpb.Duration {
 	if x != nil {
-		return x.StartingDeadlineMs
+		return x.StartingDeadline
 	}
-	return 0
+	return nil
 }
 
-func (x *ScheduleSpec) GetCatchUpMs() int64 {
+func (x *ScheduleSpec) GetCatchUp() *durationpb.Duration {
 	if x != nil {
-		return x.CatchUpMs
+		return x.CatchUp
 	}
-	return 0
+	return nil
 }
 
-func (x *ScheduleSpec) GetCompleteWithinMs() int64 {
+func (x *ScheduleSpec) GetCompleteWithin() *durationpb.Duration {
 	if x != nil {
-		return x.CompleteWithinMs
+		return x.CompleteWithin
 	}
-	return 0
+	return nil
 }
 
 func (x *ScheduleSpec) GetOverlap() ScheduleOverlap {
@@ -511,32 +513,32 @@ type Schedule struct {
 	Spec *ScheduleSpec `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
 	// revision grows with every change of spec or state (put with a new
 	// spec, pause, resume, delete).
-	Revision   uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	Paused     bool   `protobuf:"varint,3,opt,name=paused,proto3" json:"paused,omitempty"`
-	PausedAtMs int64  `protobuf:"varint,4,opt,name=paused_at_ms,json=pausedAtMs,proto3" json:"paused_at_ms,omitempty"`
-	PausedBy   string `protobuf:"bytes,5,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	Revision uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Paused   bool                   `protobuf:"varint,3,opt,name=paused,proto3" json:"paused,omitempty"`
+	PausedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
+	PausedBy string                 `protobuf:"bytes,5,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
 	// deleted: a tombstone (kept for its history until retention).
-	Deleted     bool   `protobuf:"varint,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
-	DeletedAtMs int64  `protobuf:"varint,7,opt,name=deleted_at_ms,json=deletedAtMs,proto3" json:"deleted_at_ms,omitempty"`
-	DeletedBy   string `protobuf:"bytes,8,opt,name=deleted_by,json=deletedBy,proto3" json:"deleted_by,omitempty"`
+	Deleted   bool                   `protobuf:"varint,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	DeletedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deleted_at,json=deletedAt,proto3" json:"deleted_at,omitempty"`
+	DeletedBy string                 `protobuf:"bytes,8,opt,name=deleted_by,json=deletedBy,proto3" json:"deleted_by,omitempty"`
 	// created_by, updated_by, paused_by and deleted_by are authenticated
 	// identities (empty without authorization).
-	CreatedBy   string `protobuf:"bytes,9,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
-	CreatedAtMs int64  `protobuf:"varint,10,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
-	UpdatedBy   string `protobuf:"bytes,11,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
-	UpdatedAtMs int64  `protobuf:"varint,12,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
-	// last_materialised_ms: every occurrence up to this calendar time made
+	CreatedBy string                 `protobuf:"bytes,9,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedBy string                 `protobuf:"bytes,11,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// last_materialised: every occurrence up to this calendar time made
 	// a job or was recorded as skipped.
-	LastMaterialisedMs int64 `protobuf:"varint,13,opt,name=last_materialised_ms,json=lastMaterialisedMs,proto3" json:"last_materialised_ms,omitempty"`
-	// next_due_ms: the next occurrence not made yet (the first after
-	// last_materialised_ms, or after a resume), i.e. when its job is due:
+	LastMaterialised *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=last_materialised,json=lastMaterialised,proto3" json:"last_materialised,omitempty"`
+	// next_due: the next occurrence not made yet (the first after
+	// last_materialised, or after a resume), i.e. when its job is due:
 	// right after a create it is the first occurrence, not the creation
 	// time. 0: none (after an @once occurrence, or while paused or deleted).
-	NextDueMs int64 `protobuf:"varint,14,opt,name=next_due_ms,json=nextDueMs,proto3" json:"next_due_ms,omitempty"`
-	// interval_ms: the shortest gap between occurrences (0 for @once).
-	IntervalMs         int64  `protobuf:"varint,15,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
-	JobsCreated        uint64 `protobuf:"varint,16,opt,name=jobs_created,json=jobsCreated,proto3" json:"jobs_created,omitempty"`
-	OccurrencesSkipped uint64 `protobuf:"varint,17,opt,name=occurrences_skipped,json=occurrencesSkipped,proto3" json:"occurrences_skipped,omitempty"`
+	NextDue *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=next_due,json=nextDue,proto3" json:"next_due,omitempty"`
+	// interval: the shortest gap between occurrences (0 for @once).
+	Interval           *durationpb.Duration `protobuf:"bytes,15,opt,name=interval,proto3" json:"interval,omitempty"`
+	JobsCreated        uint64               `protobuf:"varint,16,opt,name=jobs_created,json=jobsCreated,proto3" json:"jobs_created,omitempty"`
+	OccurrencesSkipped uint64               `protobuf:"varint,17,opt,name=occurrences_skipped,json=occurrencesSkipped,proto3" json:"occurrences_skipped,omitempty"`
 	// last_job_id: the job of the latest occurrence (the one overlap is
 	// judged against).
 	LastJobId     uint64 `protobuf:"varint,18,opt,name=last_job_id,json=lastJobId,proto3" json:"last_job_id,omitempty"`
@@ -595,11 +597,11 @@ func (x *Schedule) GetPaused() bool {
 	return false
 }
 
-func (x *Schedule) GetPausedAtMs() int64 {
+func (x *Schedule) GetPausedAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.PausedAtMs
+		return x.PausedAt
 	}
-	return 0
+	return nil
 }
 
 func (x *Schedule) GetPausedBy() string {
@@ -616,11 +618,11 @@ func (x *Schedule) GetDeleted() bool {
 	return false
 }
 
-func (x *Schedule) GetDeletedAtMs() int64 {
+func (x *Schedule) GetDeletedAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.DeletedAtMs
+		return x.DeletedAt
 	}
-	return 0
+	return nil
 }
 
 func (x *Schedule) GetDeletedBy() string {
@@ -637,11 +639,11 @@ func (x *Schedule) GetCreatedBy() string {
 	return ""
 }
 
-func (x *Schedule) GetCreatedAtMs() int64 {
+func (x *Schedule) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.CreatedAtMs
+		return x.CreatedAt
 	}
-	return 0
+	return nil
 }
 
 func (x *Schedule) GetUpdatedBy() string {
@@ -651,32 +653,32 @@ func (x *Schedule) GetUpdatedBy() string {
 	return ""
 }
 
-func (x *Schedule) GetUpdatedAtMs() int64 {
+func (x *Schedule) GetUpdatedAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.UpdatedAtMs
+		return x.UpdatedAt
 	}
-	return 0
+	return nil
 }
 
-func (x *Schedule) GetLastMaterialisedMs() int64 {
+func (x *Schedule) GetLastMaterialised() *timestamppb.Timestamp {
 	if x != nil {
-		return x.LastMaterialisedMs
+		return x.LastMaterialised
 	}
-	return 0
+	return nil
 }
 
-func (x *Schedule) GetNextDueMs() int64 {
+func (x *Schedule) GetNextDue() *timestamppb.Timestamp {
 	if x != nil {
-		return x.NextDueMs
+		return x.NextDue
 	}
-	return 0
+	return nil
 }
 
-func (x *Schedule) GetIntervalMs() int64 {
+func (x *Schedule) GetInterval() *durationpb.Duration {
 	if x != nil {
-		return x.IntervalMs
+		return x.Interval
 	}
-	return 0
+	return nil
 }
 
 func (x *Schedule) GetJobsCreated() uint64 {
@@ -701,12 +703,12 @@ func (x *Schedule) GetLastJobId() uint64 {
 }
 
 // ScheduleOccurrence is one occurrence: planned (next), made into a job
-// (job_id), or a run of skipped ones (skipped, count, at_ms..last_at_ms).
+// (job_id), or a run of skipped ones (skipped, count, at..last_at).
 type ScheduleOccurrence struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// at_ms: when it was (is) due, Unix ms; for a skipped run, the first.
-	AtMs   int64  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
-	Window string `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	// at: when it was (is) due; for a skipped run, the first.
+	At     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	Window string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
 	// dst_gap: its wall-clock time did not exist; it ran when the gap ended.
 	DstGap bool `protobuf:"varint,3,opt,name=dst_gap,json=dstGap,proto3" json:"dst_gap,omitempty"`
 	// manual: made by TriggerSchedule.
@@ -720,17 +722,17 @@ type ScheduleOccurrence struct {
 	// duplicate: the occurrence's unique key named an existing job, which is
 	// job_id (made once).
 	Duplicate bool `protobuf:"varint,8,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
-	// skipped, count, last_at_ms, last_window: a run of skipped occurrences.
-	Skipped    ScheduleSkipReason `protobuf:"varint,9,opt,name=skipped,proto3,enum=coord.v1.ScheduleSkipReason" json:"skipped,omitempty"`
-	Count      int64              `protobuf:"varint,10,opt,name=count,proto3" json:"count,omitempty"`
-	LastAtMs   int64              `protobuf:"varint,11,opt,name=last_at_ms,json=lastAtMs,proto3" json:"last_at_ms,omitempty"`
-	LastWindow string             `protobuf:"bytes,12,opt,name=last_window,json=lastWindow,proto3" json:"last_window,omitempty"`
-	// recorded_at_ms: when the leader recorded it (calendar time).
-	RecordedAtMs int64 `protobuf:"varint,13,opt,name=recorded_at_ms,json=recordedAtMs,proto3" json:"recorded_at_ms,omitempty"`
-	// due_ms: at_ms + complete_within; overdue: the job is not final and
-	// due_ms has passed.
-	DueMs         int64 `protobuf:"varint,14,opt,name=due_ms,json=dueMs,proto3" json:"due_ms,omitempty"`
-	Overdue       bool  `protobuf:"varint,15,opt,name=overdue,proto3" json:"overdue,omitempty"`
+	// skipped, count, last_at, last_window: a run of skipped occurrences.
+	Skipped    ScheduleSkipReason     `protobuf:"varint,9,opt,name=skipped,proto3,enum=coord.v1.ScheduleSkipReason" json:"skipped,omitempty"`
+	Count      int64                  `protobuf:"varint,10,opt,name=count,proto3" json:"count,omitempty"`
+	LastAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=last_at,json=lastAt,proto3" json:"last_at,omitempty"`
+	LastWindow string                 `protobuf:"bytes,12,opt,name=last_window,json=lastWindow,proto3" json:"last_window,omitempty"`
+	// recorded_at: when the leader recorded it (calendar time).
+	RecordedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=recorded_at,json=recordedAt,proto3" json:"recorded_at,omitempty"`
+	// due: at + complete_within; overdue: the job is not final and
+	// due has passed.
+	Due           *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=due,proto3" json:"due,omitempty"`
+	Overdue       bool                   `protobuf:"varint,15,opt,name=overdue,proto3" json:"overdue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -765,11 +767,11 @@ func (*ScheduleOccurrence) Descriptor() ([]byte, []int) {
 	return file_coord_v1_schedules_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *ScheduleOccurrence) GetAtMs() int64 {
+func (x *ScheduleOccurrence) GetAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.AtMs
+		return x.At
 	}
-	return 0
+	return nil
 }
 
 func (x *ScheduleOccurrence) GetWindow() string {
@@ -835,11 +837,11 @@ func (x *ScheduleOccurrence) GetCount() int64 {
 	return 0
 }
 
-func (x *ScheduleOccurrence) GetLastAtMs() int64 {
+func (x *ScheduleOccurrence) GetLastAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.LastAtMs
+		return x.LastAt
 	}
-	return 0
+	return nil
 }
 
 func (x *ScheduleOccurrence) GetLastWindow() string {
@@ -849,18 +851,18 @@ func (x *ScheduleOccurrence) GetLastWindow() string {
 	return ""
 }
 
-func (x *ScheduleOccurrence) GetRecordedAtMs() int64 {
+func (x *ScheduleOccurrence) GetRecordedAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.RecordedAtMs
+		return x.RecordedAt
 	}
-	return 0
+	return nil
 }
 
-func (x *ScheduleOccurrence) GetDueMs() int64 {
+func (x *ScheduleOccurrence) GetDue() *timestamppb.Timestamp {
 	if x != nil {
-		return x.DueMs
+		return x.Due
 	}
-	return 0
+	return nil
 }
 
 func (x *ScheduleOccurrence) GetOverdue() bool {
@@ -1076,8 +1078,8 @@ type GetScheduleResponse struct {
 	// skipped: the last skipped runs (up to 16), newest first, also those
 	// that later jobs pushed out of recent.
 	Skipped []*ScheduleOccurrence `protobuf:"bytes,4,rep,name=skipped,proto3" json:"skipped,omitempty"`
-	// calendar_ms: the calendar time the answer is as of.
-	CalendarMs    int64 `protobuf:"varint,5,opt,name=calendar_ms,json=calendarMs,proto3" json:"calendar_ms,omitempty"`
+	// calendar_time: the calendar time the answer is as of.
+	CalendarTime  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=calendar_time,json=calendarTime,proto3" json:"calendar_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1140,11 +1142,11 @@ func (x *GetScheduleResponse) GetSkipped() []*ScheduleOccurrence {
 	return nil
 }
 
-func (x *GetScheduleResponse) GetCalendarMs() int64 {
+func (x *GetScheduleResponse) GetCalendarTime() *timestamppb.Timestamp {
 	if x != nil {
-		return x.CalendarMs
+		return x.CalendarTime
 	}
-	return 0
+	return nil
 }
 
 type ListSchedulesRequest struct {
@@ -1231,8 +1233,8 @@ type ListSchedulesResponse struct {
 	// schedules, by name.
 	Schedules []*Schedule `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
 	// next_page_token is empty on the last page.
-	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
-	CalendarMs    int64  `protobuf:"varint,3,opt,name=calendar_ms,json=calendarMs,proto3" json:"calendar_ms,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	CalendarTime  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=calendar_time,json=calendarTime,proto3" json:"calendar_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1281,11 +1283,11 @@ func (x *ListSchedulesResponse) GetNextPageToken() string {
 	return ""
 }
 
-func (x *ListSchedulesResponse) GetCalendarMs() int64 {
+func (x *ListSchedulesResponse) GetCalendarTime() *timestamppb.Timestamp {
 	if x != nil {
-		return x.CalendarMs
+		return x.CalendarTime
 	}
-	return 0
+	return nil
 }
 
 type PauseScheduleRequest struct {
@@ -1747,10 +1749,10 @@ type ListOverdueResponse struct {
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	// First page only: the number of overdue occurrences, the schedules with
 	// the most (at most 10), and leases that look stuck (at most 100).
-	Total         int64              `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
-	TopSchedules  []*OverdueSchedule `protobuf:"bytes,4,rep,name=top_schedules,json=topSchedules,proto3" json:"top_schedules,omitempty"`
-	StuckLeases   []*StuckLease      `protobuf:"bytes,5,rep,name=stuck_leases,json=stuckLeases,proto3" json:"stuck_leases,omitempty"`
-	CalendarMs    int64              `protobuf:"varint,6,opt,name=calendar_ms,json=calendarMs,proto3" json:"calendar_ms,omitempty"`
+	Total         int64                  `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
+	TopSchedules  []*OverdueSchedule     `protobuf:"bytes,4,rep,name=top_schedules,json=topSchedules,proto3" json:"top_schedules,omitempty"`
+	StuckLeases   []*StuckLease          `protobuf:"bytes,5,rep,name=stuck_leases,json=stuckLeases,proto3" json:"stuck_leases,omitempty"`
+	CalendarTime  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=calendar_time,json=calendarTime,proto3" json:"calendar_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1820,11 +1822,11 @@ func (x *ListOverdueResponse) GetStuckLeases() []*StuckLease {
 	return nil
 }
 
-func (x *ListOverdueResponse) GetCalendarMs() int64 {
+func (x *ListOverdueResponse) GetCalendarTime() *timestamppb.Timestamp {
 	if x != nil {
-		return x.CalendarMs
+		return x.CalendarTime
 	}
-	return 0
+	return nil
 }
 
 // OverdueOccurrence is an occurrence whose job is not final by its due
@@ -1833,10 +1835,10 @@ type OverdueOccurrence struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Schedule string                 `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
 	Window   string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
-	AtMs     int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
-	DueMs    int64                  `protobuf:"varint,4,opt,name=due_ms,json=dueMs,proto3" json:"due_ms,omitempty"`
-	// overdue_ms: how late it is.
-	OverdueMs int64 `protobuf:"varint,5,opt,name=overdue_ms,json=overdueMs,proto3" json:"overdue_ms,omitempty"`
+	At       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	Due      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=due,proto3" json:"due,omitempty"`
+	// overdue: how late it is.
+	Overdue *durationpb.Duration `protobuf:"bytes,5,opt,name=overdue,proto3" json:"overdue,omitempty"`
 	// job_id: 0 when the occurrence was not made (the leader is behind).
 	JobId         uint64   `protobuf:"varint,6,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	JobState      JobState `protobuf:"varint,7,opt,name=job_state,json=jobState,proto3,enum=coord.v1.JobState" json:"job_state,omitempty"`
@@ -1890,25 +1892,25 @@ func (x *OverdueOccurrence) GetWindow() string {
 	return ""
 }
 
-func (x *OverdueOccurrence) GetAtMs() int64 {
+func (x *OverdueOccurrence) GetAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.AtMs
+		return x.At
 	}
-	return 0
+	return nil
 }
 
-func (x *OverdueOccurrence) GetDueMs() int64 {
+func (x *OverdueOccurrence) GetDue() *timestamppb.Timestamp {
 	if x != nil {
-		return x.DueMs
+		return x.Due
 	}
-	return 0
+	return nil
 }
 
-func (x *OverdueOccurrence) GetOverdueMs() int64 {
+func (x *OverdueOccurrence) GetOverdue() *durationpb.Duration {
 	if x != nil {
-		return x.OverdueMs
+		return x.Overdue
 	}
-	return 0
+	return nil
 }
 
 func (x *OverdueOccurrence) GetJobId() uint64 {
@@ -1944,8 +1946,8 @@ type OverdueSchedule struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Schedule string                 `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
 	Overdue  int64                  `protobuf:"varint,2,opt,name=overdue,proto3" json:"overdue,omitempty"`
-	// oldest_at_ms: its oldest overdue occurrence.
-	OldestAtMs    int64 `protobuf:"varint,3,opt,name=oldest_at_ms,json=oldestAtMs,proto3" json:"oldest_at_ms,omitempty"`
+	// oldest_at: its oldest overdue occurrence.
+	OldestAt      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=oldest_at,json=oldestAt,proto3" json:"oldest_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1994,11 +1996,11 @@ func (x *OverdueSchedule) GetOverdue() int64 {
 	return 0
 }
 
-func (x *OverdueSchedule) GetOldestAtMs() int64 {
+func (x *OverdueSchedule) GetOldestAt() *timestamppb.Timestamp {
 	if x != nil {
-		return x.OldestAtMs
+		return x.OldestAt
 	}
-	return 0
+	return nil
 }
 
 // StuckLease is a lease whose holder looks stuck: HELD_TOO_LONG (this
@@ -2060,64 +2062,66 @@ var File_coord_v1_schedules_proto protoreflect.FileDescriptor
 
 const file_coord_v1_schedules_proto_rawDesc = "" +
 	"\n" +
-	"\x18coord/v1/schedules.proto\x12\bcoord.v1\x1a\x14coord/v1/coord.proto\x1a\x14coord/v1/queue.proto\"\xdd\x03\n" +
+	"\x18coord/v1/schedules.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14coord/v1/coord.proto\x1a\x14coord/v1/queue.proto\"\x9f\x04\n" +
 	"\vJobTemplate\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04args\x18\x03 \x01(\fR\x04args\x12\x1a\n" +
 	"\bpriority\x18\x04 \x01(\x05R\bpriority\x12!\n" +
-	"\fmax_attempts\x18\x05 \x01(\x05R\vmaxAttempts\x12,\n" +
-	"\x12backoff_initial_ms\x18\x06 \x01(\x03R\x10backoffInitialMs\x12$\n" +
-	"\x0ebackoff_max_ms\x18\a \x01(\x03R\fbackoffMaxMs\x12%\n" +
-	"\x0ebackoff_factor\x18\b \x01(\x01R\rbackoffFactor\x122\n" +
-	"\x15visibility_timeout_ms\x18\t \x01(\x03R\x13visibilityTimeoutMs\x129\n" +
+	"\fmax_attempts\x18\x05 \x01(\x05R\vmaxAttempts\x12B\n" +
+	"\x0fbackoff_initial\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0ebackoffInitial\x12:\n" +
+	"\vbackoff_max\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"backoffMax\x12%\n" +
+	"\x0ebackoff_factor\x18\b \x01(\x01R\rbackoffFactor\x12H\n" +
+	"\x12visibility_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x11visibilityTimeout\x129\n" +
 	"\x06labels\x18\n" +
 	" \x03(\v2!.coord.v1.JobTemplate.LabelsEntryR\x06labels\x12,\n" +
 	"\x06target\x18\v \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc6\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\x04\n" +
 	"\fScheduleSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bschedule\x18\x02 \x01(\tR\bschedule\x12\x1b\n" +
 	"\ttime_zone\x18\x03 \x01(\tR\btimeZone\x12'\n" +
 	"\x03job\x18\x04 \x01(\v2\x15.coord.v1.JobTemplateR\x03job\x12#\n" +
 	"\rwindow_layout\x18\x05 \x01(\tR\fwindowLayout\x12*\n" +
-	"\x11window_shift_days\x18\x06 \x01(\x05R\x0fwindowShiftDays\x120\n" +
-	"\x14starting_deadline_ms\x18\a \x01(\x03R\x12startingDeadlineMs\x12\x1e\n" +
-	"\vcatch_up_ms\x18\b \x01(\x03R\tcatchUpMs\x12,\n" +
-	"\x12complete_within_ms\x18\t \x01(\x03R\x10completeWithinMs\x123\n" +
+	"\x11window_shift_days\x18\x06 \x01(\x05R\x0fwindowShiftDays\x12F\n" +
+	"\x11starting_deadline\x18\a \x01(\v2\x19.google.protobuf.DurationR\x10startingDeadline\x124\n" +
+	"\bcatch_up\x18\b \x01(\v2\x19.google.protobuf.DurationR\acatchUp\x12B\n" +
+	"\x0fcomplete_within\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0ecompleteWithin\x123\n" +
 	"\aoverlap\x18\n" +
 	" \x01(\x0e2\x19.coord.v1.ScheduleOverlapR\aoverlap\x12:\n" +
 	"\n" +
-	"dst_policy\x18\v \x01(\x0e2\x1b.coord.v1.ScheduleDstPolicyR\tdstPolicy\"\xf3\x04\n" +
+	"dst_policy\x18\v \x01(\x0e2\x1b.coord.v1.ScheduleDstPolicyR\tdstPolicy\"\x93\x06\n" +
 	"\bSchedule\x12*\n" +
 	"\x04spec\x18\x01 \x01(\v2\x16.coord.v1.ScheduleSpecR\x04spec\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x16\n" +
-	"\x06paused\x18\x03 \x01(\bR\x06paused\x12 \n" +
-	"\fpaused_at_ms\x18\x04 \x01(\x03R\n" +
-	"pausedAtMs\x12\x1b\n" +
+	"\x06paused\x18\x03 \x01(\bR\x06paused\x127\n" +
+	"\tpaused_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\x12\x1b\n" +
 	"\tpaused_by\x18\x05 \x01(\tR\bpausedBy\x12\x18\n" +
-	"\adeleted\x18\x06 \x01(\bR\adeleted\x12\"\n" +
-	"\rdeleted_at_ms\x18\a \x01(\x03R\vdeletedAtMs\x12\x1d\n" +
+	"\adeleted\x18\x06 \x01(\bR\adeleted\x129\n" +
+	"\n" +
+	"deleted_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\x12\x1d\n" +
 	"\n" +
 	"deleted_by\x18\b \x01(\tR\tdeletedBy\x12\x1d\n" +
 	"\n" +
-	"created_by\x18\t \x01(\tR\tcreatedBy\x12\"\n" +
-	"\rcreated_at_ms\x18\n" +
-	" \x01(\x03R\vcreatedAtMs\x12\x1d\n" +
+	"created_by\x18\t \x01(\tR\tcreatedBy\x129\n" +
 	"\n" +
-	"updated_by\x18\v \x01(\tR\tupdatedBy\x12\"\n" +
-	"\rupdated_at_ms\x18\f \x01(\x03R\vupdatedAtMs\x120\n" +
-	"\x14last_materialised_ms\x18\r \x01(\x03R\x12lastMaterialisedMs\x12\x1e\n" +
-	"\vnext_due_ms\x18\x0e \x01(\x03R\tnextDueMs\x12\x1f\n" +
-	"\vinterval_ms\x18\x0f \x01(\x03R\n" +
-	"intervalMs\x12!\n" +
+	"created_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\v \x01(\tR\tupdatedBy\x129\n" +
+	"\n" +
+	"updated_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12G\n" +
+	"\x11last_materialised\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x10lastMaterialised\x125\n" +
+	"\bnext_due\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\anextDue\x125\n" +
+	"\binterval\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\binterval\x12!\n" +
 	"\fjobs_created\x18\x10 \x01(\x04R\vjobsCreated\x12/\n" +
 	"\x13occurrences_skipped\x18\x11 \x01(\x04R\x12occurrencesSkipped\x12\x1e\n" +
-	"\vlast_job_id\x18\x12 \x01(\x04R\tlastJobId\"\xd8\x03\n" +
-	"\x12ScheduleOccurrence\x12\x13\n" +
-	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x16\n" +
+	"\vlast_job_id\x18\x12 \x01(\x04R\tlastJobId\"\xb4\x04\n" +
+	"\x12ScheduleOccurrence\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x17\n" +
 	"\adst_gap\x18\x03 \x01(\bR\x06dstGap\x12\x16\n" +
 	"\x06manual\x18\x04 \x01(\bR\x06manual\x12\x15\n" +
@@ -2127,13 +2131,13 @@ const file_coord_v1_schedules_proto_rawDesc = "" +
 	"\tduplicate\x18\b \x01(\bR\tduplicate\x126\n" +
 	"\askipped\x18\t \x01(\x0e2\x1c.coord.v1.ScheduleSkipReasonR\askipped\x12\x14\n" +
 	"\x05count\x18\n" +
-	" \x01(\x03R\x05count\x12\x1c\n" +
-	"\n" +
-	"last_at_ms\x18\v \x01(\x03R\blastAtMs\x12\x1f\n" +
+	" \x01(\x03R\x05count\x123\n" +
+	"\alast_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x06lastAt\x12\x1f\n" +
 	"\vlast_window\x18\f \x01(\tR\n" +
-	"lastWindow\x12$\n" +
-	"\x0erecorded_at_ms\x18\r \x01(\x03R\frecordedAtMs\x12\x15\n" +
-	"\x06due_ms\x18\x0e \x01(\x03R\x05dueMs\x12\x18\n" +
+	"lastWindow\x12;\n" +
+	"\vrecorded_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"recordedAt\x12,\n" +
+	"\x03due\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x03due\x12\x18\n" +
 	"\aoverdue\x18\x0f \x01(\bR\aoverdue\"\x8e\x01\n" +
 	"\x12PutScheduleRequest\x12*\n" +
 	"\x04spec\x18\x01 \x01(\v2\x16.coord.v1.ScheduleSpecR\x04spec\x12\x1f\n" +
@@ -2147,26 +2151,24 @@ const file_coord_v1_schedules_proto_rawDesc = "" +
 	"\x12GetScheduleRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04next\x18\x02 \x01(\x05R\x04next\x12\x14\n" +
-	"\x05stale\x18\x03 \x01(\bR\x05stale\"\x86\x02\n" +
+	"\x05stale\x18\x03 \x01(\bR\x05stale\"\xa6\x02\n" +
 	"\x13GetScheduleResponse\x12.\n" +
 	"\bschedule\x18\x01 \x01(\v2\x12.coord.v1.ScheduleR\bschedule\x120\n" +
 	"\x04next\x18\x02 \x03(\v2\x1c.coord.v1.ScheduleOccurrenceR\x04next\x124\n" +
 	"\x06recent\x18\x03 \x03(\v2\x1c.coord.v1.ScheduleOccurrenceR\x06recent\x126\n" +
-	"\askipped\x18\x04 \x03(\v2\x1c.coord.v1.ScheduleOccurrenceR\askipped\x12\x1f\n" +
-	"\vcalendar_ms\x18\x05 \x01(\x03R\n" +
-	"calendarMs\"\xa3\x01\n" +
+	"\askipped\x18\x04 \x03(\v2\x1c.coord.v1.ScheduleOccurrenceR\askipped\x12?\n" +
+	"\rcalendar_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xa3\x01\n" +
 	"\x14ListSchedulesRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12!\n" +
 	"\fshow_deleted\x18\x04 \x01(\bR\vshowDeleted\x12\x14\n" +
-	"\x05stale\x18\x05 \x01(\bR\x05stale\"\x92\x01\n" +
+	"\x05stale\x18\x05 \x01(\bR\x05stale\"\xb2\x01\n" +
 	"\x15ListSchedulesResponse\x120\n" +
 	"\tschedules\x18\x01 \x03(\v2\x12.coord.v1.ScheduleR\tschedules\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1f\n" +
-	"\vcalendar_ms\x18\x03 \x01(\x03R\n" +
-	"calendarMs\"*\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12?\n" +
+	"\rcalendar_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"*\n" +
 	"\x14PauseScheduleRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"a\n" +
 	"\x15PauseScheduleResponse\x12.\n" +
@@ -2193,31 +2195,28 @@ const file_coord_v1_schedules_proto_rawDesc = "" +
 	"\bschedule\x18\x01 \x01(\tR\bschedule\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\xac\x02\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xcc\x02\n" +
 	"\x13ListOverdueResponse\x12=\n" +
 	"\voccurrences\x18\x01 \x03(\v2\x1b.coord.v1.OverdueOccurrenceR\voccurrences\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
 	"\x05total\x18\x03 \x01(\x03R\x05total\x12>\n" +
 	"\rtop_schedules\x18\x04 \x03(\v2\x19.coord.v1.OverdueScheduleR\ftopSchedules\x127\n" +
-	"\fstuck_leases\x18\x05 \x03(\v2\x14.coord.v1.StuckLeaseR\vstuckLeases\x12\x1f\n" +
-	"\vcalendar_ms\x18\x06 \x01(\x03R\n" +
-	"calendarMs\"\x8c\x02\n" +
+	"\fstuck_leases\x18\x05 \x03(\v2\x14.coord.v1.StuckLeaseR\vstuckLeases\x12?\n" +
+	"\rcalendar_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xd0\x02\n" +
 	"\x11OverdueOccurrence\x12\x1a\n" +
 	"\bschedule\x18\x01 \x01(\tR\bschedule\x12\x16\n" +
-	"\x06window\x18\x02 \x01(\tR\x06window\x12\x13\n" +
-	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x15\n" +
-	"\x06due_ms\x18\x04 \x01(\x03R\x05dueMs\x12\x1d\n" +
-	"\n" +
-	"overdue_ms\x18\x05 \x01(\x03R\toverdueMs\x12\x15\n" +
+	"\x06window\x18\x02 \x01(\tR\x06window\x12*\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12,\n" +
+	"\x03due\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x03due\x123\n" +
+	"\aoverdue\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\aoverdue\x12\x15\n" +
 	"\x06job_id\x18\x06 \x01(\x04R\x05jobId\x12/\n" +
 	"\tjob_state\x18\a \x01(\x0e2\x12.coord.v1.JobStateR\bjobState\x12\x14\n" +
 	"\x05queue\x18\b \x01(\tR\x05queue\x12\x1a\n" +
-	"\battempts\x18\t \x01(\rR\battempts\"i\n" +
+	"\battempts\x18\t \x01(\rR\battempts\"\x80\x01\n" +
 	"\x0fOverdueSchedule\x12\x1a\n" +
 	"\bschedule\x18\x01 \x01(\tR\bschedule\x12\x18\n" +
-	"\aoverdue\x18\x02 \x01(\x03R\aoverdue\x12 \n" +
-	"\foldest_at_ms\x18\x03 \x01(\x03R\n" +
-	"oldestAtMs\"K\n" +
+	"\aoverdue\x18\x02 \x01(\x03R\aoverdue\x127\n" +
+	"\toldest_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\boldestAt\"K\n" +
 	"\n" +
 	"StuckLease\x12%\n" +
 	"\x05lease\x18\x01 \x01(\v2\x0f.coord.v1.LeaseR\x05lease\x12\x16\n" +
@@ -2291,57 +2290,83 @@ var file_coord_v1_schedules_proto_goTypes = []any{
 	(*OverdueSchedule)(nil),         // 24: coord.v1.OverdueSchedule
 	(*StuckLease)(nil),              // 25: coord.v1.StuckLease
 	nil,                             // 26: coord.v1.JobTemplate.LabelsEntry
-	(*HttpTarget)(nil),              // 27: coord.v1.HttpTarget
-	(JobState)(0),                   // 28: coord.v1.JobState
-	(*Lease)(nil),                   // 29: coord.v1.Lease
+	(*durationpb.Duration)(nil),     // 27: google.protobuf.Duration
+	(*HttpTarget)(nil),              // 28: coord.v1.HttpTarget
+	(*timestamppb.Timestamp)(nil),   // 29: google.protobuf.Timestamp
+	(JobState)(0),                   // 30: coord.v1.JobState
+	(*Lease)(nil),                   // 31: coord.v1.Lease
 }
 var file_coord_v1_schedules_proto_depIdxs = []int32{
-	26, // 0: coord.v1.JobTemplate.labels:type_name -> coord.v1.JobTemplate.LabelsEntry
-	27, // 1: coord.v1.JobTemplate.target:type_name -> coord.v1.HttpTarget
-	3,  // 2: coord.v1.ScheduleSpec.job:type_name -> coord.v1.JobTemplate
-	0,  // 3: coord.v1.ScheduleSpec.overlap:type_name -> coord.v1.ScheduleOverlap
-	1,  // 4: coord.v1.ScheduleSpec.dst_policy:type_name -> coord.v1.ScheduleDstPolicy
-	4,  // 5: coord.v1.Schedule.spec:type_name -> coord.v1.ScheduleSpec
-	28, // 6: coord.v1.ScheduleOccurrence.job_state:type_name -> coord.v1.JobState
-	2,  // 7: coord.v1.ScheduleOccurrence.skipped:type_name -> coord.v1.ScheduleSkipReason
-	4,  // 8: coord.v1.PutScheduleRequest.spec:type_name -> coord.v1.ScheduleSpec
-	5,  // 9: coord.v1.PutScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	5,  // 10: coord.v1.GetScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	6,  // 11: coord.v1.GetScheduleResponse.next:type_name -> coord.v1.ScheduleOccurrence
-	6,  // 12: coord.v1.GetScheduleResponse.recent:type_name -> coord.v1.ScheduleOccurrence
-	6,  // 13: coord.v1.GetScheduleResponse.skipped:type_name -> coord.v1.ScheduleOccurrence
-	5,  // 14: coord.v1.ListSchedulesResponse.schedules:type_name -> coord.v1.Schedule
-	5,  // 15: coord.v1.PauseScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	5,  // 16: coord.v1.ResumeScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	5,  // 17: coord.v1.TriggerScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	6,  // 18: coord.v1.TriggerScheduleResponse.occurrence:type_name -> coord.v1.ScheduleOccurrence
-	5,  // 19: coord.v1.DeleteScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	23, // 20: coord.v1.ListOverdueResponse.occurrences:type_name -> coord.v1.OverdueOccurrence
-	24, // 21: coord.v1.ListOverdueResponse.top_schedules:type_name -> coord.v1.OverdueSchedule
-	25, // 22: coord.v1.ListOverdueResponse.stuck_leases:type_name -> coord.v1.StuckLease
-	28, // 23: coord.v1.OverdueOccurrence.job_state:type_name -> coord.v1.JobState
-	29, // 24: coord.v1.StuckLease.lease:type_name -> coord.v1.Lease
-	7,  // 25: coord.v1.Schedules.PutSchedule:input_type -> coord.v1.PutScheduleRequest
-	9,  // 26: coord.v1.Schedules.GetSchedule:input_type -> coord.v1.GetScheduleRequest
-	11, // 27: coord.v1.Schedules.ListSchedules:input_type -> coord.v1.ListSchedulesRequest
-	13, // 28: coord.v1.Schedules.PauseSchedule:input_type -> coord.v1.PauseScheduleRequest
-	15, // 29: coord.v1.Schedules.ResumeSchedule:input_type -> coord.v1.ResumeScheduleRequest
-	17, // 30: coord.v1.Schedules.TriggerSchedule:input_type -> coord.v1.TriggerScheduleRequest
-	19, // 31: coord.v1.Schedules.DeleteSchedule:input_type -> coord.v1.DeleteScheduleRequest
-	21, // 32: coord.v1.Schedules.ListOverdue:input_type -> coord.v1.ListOverdueRequest
-	8,  // 33: coord.v1.Schedules.PutSchedule:output_type -> coord.v1.PutScheduleResponse
-	10, // 34: coord.v1.Schedules.GetSchedule:output_type -> coord.v1.GetScheduleResponse
-	12, // 35: coord.v1.Schedules.ListSchedules:output_type -> coord.v1.ListSchedulesResponse
-	14, // 36: coord.v1.Schedules.PauseSchedule:output_type -> coord.v1.PauseScheduleResponse
-	16, // 37: coord.v1.Schedules.ResumeSchedule:output_type -> coord.v1.ResumeScheduleResponse
-	18, // 38: coord.v1.Schedules.TriggerSchedule:output_type -> coord.v1.TriggerScheduleResponse
-	20, // 39: coord.v1.Schedules.DeleteSchedule:output_type -> coord.v1.DeleteScheduleResponse
-	22, // 40: coord.v1.Schedules.ListOverdue:output_type -> coord.v1.ListOverdueResponse
-	33, // [33:41] is the sub-list for method output_type
-	25, // [25:33] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	27, // 0: coord.v1.JobTemplate.backoff_initial:type_name -> google.protobuf.Duration
+	27, // 1: coord.v1.JobTemplate.backoff_max:type_name -> google.protobuf.Duration
+	27, // 2: coord.v1.JobTemplate.visibility_timeout:type_name -> google.protobuf.Duration
+	26, // 3: coord.v1.JobTemplate.labels:type_name -> coord.v1.JobTemplate.LabelsEntry
+	28, // 4: coord.v1.JobTemplate.target:type_name -> coord.v1.HttpTarget
+	3,  // 5: coord.v1.ScheduleSpec.job:type_name -> coord.v1.JobTemplate
+	27, // 6: coord.v1.ScheduleSpec.starting_deadline:type_name -> google.protobuf.Duration
+	27, // 7: coord.v1.ScheduleSpec.catch_up:type_name -> google.protobuf.Duration
+	27, // 8: coord.v1.ScheduleSpec.complete_within:type_name -> google.protobuf.Duration
+	0,  // 9: coord.v1.ScheduleSpec.overlap:type_name -> coord.v1.ScheduleOverlap
+	1,  // 10: coord.v1.ScheduleSpec.dst_policy:type_name -> coord.v1.ScheduleDstPolicy
+	4,  // 11: coord.v1.Schedule.spec:type_name -> coord.v1.ScheduleSpec
+	29, // 12: coord.v1.Schedule.paused_at:type_name -> google.protobuf.Timestamp
+	29, // 13: coord.v1.Schedule.deleted_at:type_name -> google.protobuf.Timestamp
+	29, // 14: coord.v1.Schedule.created_at:type_name -> google.protobuf.Timestamp
+	29, // 15: coord.v1.Schedule.updated_at:type_name -> google.protobuf.Timestamp
+	29, // 16: coord.v1.Schedule.last_materialised:type_name -> google.protobuf.Timestamp
+	29, // 17: coord.v1.Schedule.next_due:type_name -> google.protobuf.Timestamp
+	27, // 18: coord.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	29, // 19: coord.v1.ScheduleOccurrence.at:type_name -> google.protobuf.Timestamp
+	30, // 20: coord.v1.ScheduleOccurrence.job_state:type_name -> coord.v1.JobState
+	2,  // 21: coord.v1.ScheduleOccurrence.skipped:type_name -> coord.v1.ScheduleSkipReason
+	29, // 22: coord.v1.ScheduleOccurrence.last_at:type_name -> google.protobuf.Timestamp
+	29, // 23: coord.v1.ScheduleOccurrence.recorded_at:type_name -> google.protobuf.Timestamp
+	29, // 24: coord.v1.ScheduleOccurrence.due:type_name -> google.protobuf.Timestamp
+	4,  // 25: coord.v1.PutScheduleRequest.spec:type_name -> coord.v1.ScheduleSpec
+	5,  // 26: coord.v1.PutScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	5,  // 27: coord.v1.GetScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	6,  // 28: coord.v1.GetScheduleResponse.next:type_name -> coord.v1.ScheduleOccurrence
+	6,  // 29: coord.v1.GetScheduleResponse.recent:type_name -> coord.v1.ScheduleOccurrence
+	6,  // 30: coord.v1.GetScheduleResponse.skipped:type_name -> coord.v1.ScheduleOccurrence
+	29, // 31: coord.v1.GetScheduleResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	5,  // 32: coord.v1.ListSchedulesResponse.schedules:type_name -> coord.v1.Schedule
+	29, // 33: coord.v1.ListSchedulesResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	5,  // 34: coord.v1.PauseScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	5,  // 35: coord.v1.ResumeScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	5,  // 36: coord.v1.TriggerScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	6,  // 37: coord.v1.TriggerScheduleResponse.occurrence:type_name -> coord.v1.ScheduleOccurrence
+	5,  // 38: coord.v1.DeleteScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	23, // 39: coord.v1.ListOverdueResponse.occurrences:type_name -> coord.v1.OverdueOccurrence
+	24, // 40: coord.v1.ListOverdueResponse.top_schedules:type_name -> coord.v1.OverdueSchedule
+	25, // 41: coord.v1.ListOverdueResponse.stuck_leases:type_name -> coord.v1.StuckLease
+	29, // 42: coord.v1.ListOverdueResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	29, // 43: coord.v1.OverdueOccurrence.at:type_name -> google.protobuf.Timestamp
+	29, // 44: coord.v1.OverdueOccurrence.due:type_name -> google.protobuf.Timestamp
+	27, // 45: coord.v1.OverdueOccurrence.overdue:type_name -> google.protobuf.Duration
+	30, // 46: coord.v1.OverdueOccurrence.job_state:type_name -> coord.v1.JobState
+	29, // 47: coord.v1.OverdueSchedule.oldest_at:type_name -> google.protobuf.Timestamp
+	31, // 48: coord.v1.StuckLease.lease:type_name -> coord.v1.Lease
+	7,  // 49: coord.v1.Schedules.PutSchedule:input_type -> coord.v1.PutScheduleRequest
+	9,  // 50: coord.v1.Schedules.GetSchedule:input_type -> coord.v1.GetScheduleRequest
+	11, // 51: coord.v1.Schedules.ListSchedules:input_type -> coord.v1.ListSchedulesRequest
+	13, // 52: coord.v1.Schedules.PauseSchedule:input_type -> coord.v1.PauseScheduleRequest
+	15, // 53: coord.v1.Schedules.ResumeSchedule:input_type -> coord.v1.ResumeScheduleRequest
+	17, // 54: coord.v1.Schedules.TriggerSchedule:input_type -> coord.v1.TriggerScheduleRequest
+	19, // 55: coord.v1.Schedules.DeleteSchedule:input_type -> coord.v1.DeleteScheduleRequest
+	21, // 56: coord.v1.Schedules.ListOverdue:input_type -> coord.v1.ListOverdueRequest
+	8,  // 57: coord.v1.Schedules.PutSchedule:output_type -> coord.v1.PutScheduleResponse
+	10, // 58: coord.v1.Schedules.GetSchedule:output_type -> coord.v1.GetScheduleResponse
+	12, // 59: coord.v1.Schedules.ListSchedules:output_type -> coord.v1.ListSchedulesResponse
+	14, // 60: coord.v1.Schedules.PauseSchedule:output_type -> coord.v1.PauseScheduleResponse
+	16, // 61: coord.v1.Schedules.ResumeSchedule:output_type -> coord.v1.ResumeScheduleResponse
+	18, // 62: coord.v1.Schedules.TriggerSchedule:output_type -> coord.v1.TriggerScheduleResponse
+	20, // 63: coord.v1.Schedules.DeleteSchedule:output_type -> coord.v1.DeleteScheduleResponse
+	22, // 64: coord.v1.Schedules.ListOverdue:output_type -> coord.v1.ListOverdueResponse
+	57, // [57:65] is the sub-list for method output_type
+	49, // [49:57] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_schedules_proto_init() }

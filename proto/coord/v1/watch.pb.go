@@ -9,6 +9,8 @@ package coordv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -280,11 +282,11 @@ type WatchEvent struct {
 	Family   WatchFamily    `protobuf:"varint,3,opt,name=family,proto3,enum=coord.v1.WatchFamily" json:"family,omitempty"`
 	Kind     WatchEventKind `protobuf:"varint,4,opt,name=kind,proto3,enum=coord.v1.WatchEventKind" json:"kind,omitempty"`
 	Key      string         `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
-	// cluster_time_ms (lease time) and calendar_time_ms (Unix ms) are the
-	// stamps of the command that caused the change. A lease's expires_in_ms
-	// is judged at cluster_time_ms.
-	ClusterTimeMs  int64 `protobuf:"varint,6,opt,name=cluster_time_ms,json=clusterTimeMs,proto3" json:"cluster_time_ms,omitempty"`
-	CalendarTimeMs int64 `protobuf:"varint,7,opt,name=calendar_time_ms,json=calendarTimeMs,proto3" json:"calendar_time_ms,omitempty"`
+	// lease_time (lease time) and calendar_time are the
+	// stamps of the command that caused the change. A lease's expires_in
+	// is judged at lease_time.
+	LeaseTime    *durationpb.Duration   `protobuf:"bytes,6,opt,name=lease_time,json=leaseTime,proto3" json:"lease_time,omitempty"`
+	CalendarTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=calendar_time,json=calendarTime,proto3" json:"calendar_time,omitempty"`
 	// record is the record after the change (see WatchEventKind).
 	//
 	// Types that are valid to be assigned to Record:
@@ -364,18 +366,18 @@ func (x *WatchEvent) GetKey() string {
 	return ""
 }
 
-func (x *WatchEvent) GetClusterTimeMs() int64 {
+func (x *WatchEvent) GetLeaseTime() *durationpb.Duration {
 	if x != nil {
-		return x.ClusterTimeMs
+		return x.LeaseTime
 	}
-	return 0
+	return nil
 }
 
-func (x *WatchEvent) GetCalendarTimeMs() int64 {
+func (x *WatchEvent) GetCalendarTime() *timestamppb.Timestamp {
 	if x != nil {
-		return x.CalendarTimeMs
+		return x.CalendarTime
 	}
-	return 0
+	return nil
 }
 
 func (x *WatchEvent) GetRecord() isWatchEvent_Record {
@@ -544,7 +546,7 @@ var File_coord_v1_watch_proto protoreflect.FileDescriptor
 
 const file_coord_v1_watch_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/watch.proto\x12\bcoord.v1\x1a\x14coord/v1/coord.proto\x1a\x14coord/v1/queue.proto\x1a\x18coord/v1/schedules.proto\"\x92\x02\n" +
+	"\x14coord/v1/watch.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14coord/v1/coord.proto\x1a\x14coord/v1/queue.proto\x1a\x18coord/v1/schedules.proto\"\x92\x02\n" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x121\n" +
 	"\bfamilies\x18\x02 \x03(\x0e2\x15.coord.v1.WatchFamilyR\bfamilies\x12\x1f\n" +
@@ -554,16 +556,17 @@ const file_coord_v1_watch_proto_rawDesc = "" +
 	"\ainitial\x18\x05 \x01(\bR\ainitial\x121\n" +
 	"\n" +
 	"job_states\x18\x06 \x03(\x0e2\x12.coord.v1.JobStateR\tjobStates\x12\"\n" +
-	"\rjob_worker_id\x18\a \x01(\tR\vjobWorkerId\"\xf5\x03\n" +
+	"\rjob_worker_id\x18\a \x01(\tR\vjobWorkerId\"\x9e\x04\n" +
 	"\n" +
 	"WatchEvent\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\bposition\x18\x02 \x01(\rR\bposition\x12-\n" +
 	"\x06family\x18\x03 \x01(\x0e2\x15.coord.v1.WatchFamilyR\x06family\x12,\n" +
 	"\x04kind\x18\x04 \x01(\x0e2\x18.coord.v1.WatchEventKindR\x04kind\x12\x10\n" +
-	"\x03key\x18\x05 \x01(\tR\x03key\x12&\n" +
-	"\x0fcluster_time_ms\x18\x06 \x01(\x03R\rclusterTimeMs\x12(\n" +
-	"\x10calendar_time_ms\x18\a \x01(\x03R\x0ecalendarTimeMs\x12'\n" +
+	"\x03key\x18\x05 \x01(\tR\x03key\x128\n" +
+	"\n" +
+	"lease_time\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tleaseTime\x12?\n" +
+	"\rcalendar_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\x12'\n" +
 	"\x05lease\x18\n" +
 	" \x01(\v2\x0f.coord.v1.LeaseH\x00R\x05lease\x12*\n" +
 	"\x06window\x18\v \x01(\v2\x10.coord.v1.WindowH\x00R\x06window\x120\n" +
@@ -607,36 +610,40 @@ func file_coord_v1_watch_proto_rawDescGZIP() []byte {
 var file_coord_v1_watch_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_coord_v1_watch_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_coord_v1_watch_proto_goTypes = []any{
-	(WatchFamily)(0),      // 0: coord.v1.WatchFamily
-	(WatchEventKind)(0),   // 1: coord.v1.WatchEventKind
-	(*WatchRequest)(nil),  // 2: coord.v1.WatchRequest
-	(*WatchEvent)(nil),    // 3: coord.v1.WatchEvent
-	(*WatchResponse)(nil), // 4: coord.v1.WatchResponse
-	(JobState)(0),         // 5: coord.v1.JobState
-	(*Lease)(nil),         // 6: coord.v1.Lease
-	(*Window)(nil),        // 7: coord.v1.Window
-	(*Resource)(nil),      // 8: coord.v1.Resource
-	(*Schedule)(nil),      // 9: coord.v1.Schedule
-	(*QueueJob)(nil),      // 10: coord.v1.QueueJob
+	(WatchFamily)(0),              // 0: coord.v1.WatchFamily
+	(WatchEventKind)(0),           // 1: coord.v1.WatchEventKind
+	(*WatchRequest)(nil),          // 2: coord.v1.WatchRequest
+	(*WatchEvent)(nil),            // 3: coord.v1.WatchEvent
+	(*WatchResponse)(nil),         // 4: coord.v1.WatchResponse
+	(JobState)(0),                 // 5: coord.v1.JobState
+	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*Lease)(nil),                 // 8: coord.v1.Lease
+	(*Window)(nil),                // 9: coord.v1.Window
+	(*Resource)(nil),              // 10: coord.v1.Resource
+	(*Schedule)(nil),              // 11: coord.v1.Schedule
+	(*QueueJob)(nil),              // 12: coord.v1.QueueJob
 }
 var file_coord_v1_watch_proto_depIdxs = []int32{
 	0,  // 0: coord.v1.WatchRequest.families:type_name -> coord.v1.WatchFamily
 	5,  // 1: coord.v1.WatchRequest.job_states:type_name -> coord.v1.JobState
 	0,  // 2: coord.v1.WatchEvent.family:type_name -> coord.v1.WatchFamily
 	1,  // 3: coord.v1.WatchEvent.kind:type_name -> coord.v1.WatchEventKind
-	6,  // 4: coord.v1.WatchEvent.lease:type_name -> coord.v1.Lease
-	7,  // 5: coord.v1.WatchEvent.window:type_name -> coord.v1.Window
-	8,  // 6: coord.v1.WatchEvent.resource:type_name -> coord.v1.Resource
-	9,  // 7: coord.v1.WatchEvent.schedule:type_name -> coord.v1.Schedule
-	10, // 8: coord.v1.WatchEvent.queue_job:type_name -> coord.v1.QueueJob
-	3,  // 9: coord.v1.WatchResponse.events:type_name -> coord.v1.WatchEvent
-	2,  // 10: coord.v1.Watch.Watch:input_type -> coord.v1.WatchRequest
-	4,  // 11: coord.v1.Watch.Watch:output_type -> coord.v1.WatchResponse
-	11, // [11:12] is the sub-list for method output_type
-	10, // [10:11] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	6,  // 4: coord.v1.WatchEvent.lease_time:type_name -> google.protobuf.Duration
+	7,  // 5: coord.v1.WatchEvent.calendar_time:type_name -> google.protobuf.Timestamp
+	8,  // 6: coord.v1.WatchEvent.lease:type_name -> coord.v1.Lease
+	9,  // 7: coord.v1.WatchEvent.window:type_name -> coord.v1.Window
+	10, // 8: coord.v1.WatchEvent.resource:type_name -> coord.v1.Resource
+	11, // 9: coord.v1.WatchEvent.schedule:type_name -> coord.v1.Schedule
+	12, // 10: coord.v1.WatchEvent.queue_job:type_name -> coord.v1.QueueJob
+	3,  // 11: coord.v1.WatchResponse.events:type_name -> coord.v1.WatchEvent
+	2,  // 12: coord.v1.Watch.Watch:input_type -> coord.v1.WatchRequest
+	4,  // 13: coord.v1.Watch.Watch:output_type -> coord.v1.WatchResponse
+	13, // [13:14] is the sub-list for method output_type
+	12, // [12:13] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_watch_proto_init() }

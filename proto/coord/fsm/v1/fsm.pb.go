@@ -1797,7 +1797,7 @@ type QueueJobSpec struct {
 	// target, when set, makes the job a delivery: coordd's nodes fetch its
 	// attempts themselves (FetchJobs.targeted) and send each as an HTTP
 	// request; pull workers' fetches never hand it out. Absent from every
-	// entry written before spec_rules 2.
+	// entry written before spec_rules 3.
 	Target        *HttpTarget `protobuf:"bytes,13,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2022,7 +2022,7 @@ func (x *HttpTarget) GetSecret() string {
 // SetQueueTarget sets (or, without target, clears) the HTTP target of a
 // queue: a job submitted to it (or made by a schedule for it) without a
 // target of its own gets the queue's, with the job-spec rules named
-// (spec_rules, at least 2). Jobs already submitted keep what they have.
+// (spec_rules, at least 3). Jobs already submitted keep what they have.
 type SetQueueTarget struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
@@ -2274,8 +2274,9 @@ type SubmitJobs struct {
 	// entries written before the field, lengths and ranges only; 1 also the
 	// text rules (UTF-8 without control characters in the queue, kind,
 	// unique key and label keys) and no label key starting with "coordd.";
-	// 2 also allows a target (HttpTarget's rules; under 0 and 1 a spec with
-	// a target is refused). A logged entry replays by the rules it names.
+	// 2 also args that are JSON (or empty); 3 also allows a target
+	// (HttpTarget's rules; under 0 to 2 a spec with a target is refused). A
+	// logged entry replays by the rules it names.
 	SpecRules uint32 `protobuf:"varint,3,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	// max_live_jobs > 0 refuses the batch (JOB_QUOTA) when identity's jobs
 	// that are not final, plus the jobs this batch adds, would be more than
@@ -4266,9 +4267,10 @@ type PutSchedule struct {
 	// the template by, and the FSM judges it by (fsm.JobSpecRules): 0, the
 	// entries written before the field, lengths, ranges and no "coordd."
 	// label key; 1 also UTF-8 without control characters in the queue,
-	// kind and label keys; 2 also allows the template a target (SubmitJobs'
-	// spec_rules). A logged entry replays by the rules it names, so
-	// a rule added later never changes how it replays.
+	// kind and label keys; 2 also template args that are JSON (or empty);
+	// 3 also allows the template a target (SubmitJobs' spec_rules). A logged
+	// entry replays by the rules it names, so a rule added later never
+	// changes how it replays.
 	SpecRules uint32 `protobuf:"varint,5,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	// guard: what the leader authorised the put against (ScheduleGuard).
 	Guard *ScheduleGuard `protobuf:"bytes,6,opt,name=guard,proto3" json:"guard,omitempty"`
