@@ -268,6 +268,7 @@ func TestDeliveryBoundsPerTarget(t *testing.T) {
 	var inFlight, peak atomic.Int32
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
 		n := inFlight.Add(1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 		}
@@ -286,7 +287,13 @@ func TestDeliveryBoundsPerTarget(t *testing.T) {
 	}
 	close(release)
 	for range 5 {
-		wait(t, q.completes, "completion")
+		select {
+		case <-q.completes:
+		case f := <-q.fails:
+			t.Fatalf("a delivery failed: %v", f)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no completion within 10 s")
+		}
 	}
 	if p := peak.Load(); p != 2 {
 		t.Fatalf("peak of %d requests in flight to one target, want 2", p)
