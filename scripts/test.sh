@@ -41,6 +41,8 @@ install_missing "the console's browser test drives headless Chromium" "chromium"
 install_missing "the OpenAPI client test compiles and runs a generated TypeScript client" "node npm" nodejs npm
 # That client's generator and runtime, at the versions of its lockfile.
 if command -v npm >/dev/null; then (cd test/openapi && npm ci --no-audit --no-fund --loglevel=error); fi
+# The Node delivery endpoint's Standard Webhooks library (TestDeliveryToANodeEndpoint).
+if command -v npm >/dev/null; then (cd test/delivery-endpoint && npm ci --no-audit --no-fund --loglevel=error); fi
 go mod download
 # go.mod and go.sum must be exactly what `go mod tidy` writes.
 if ! tidy=$(go mod tidy -diff 2>&1); then

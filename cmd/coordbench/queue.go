@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +34,10 @@ import (
 //	queue-single   clients submitters, one job per Submit; --queue-workers workers
 //	queue-delayed  --delayed-jobs jobs due 1 s to --delay-max ahead; clients =
 //	               workers; none may start before its run_at
+//	queue-delivery the queue workload with jobs delivered by the nodes to an
+//	               HTTP endpoint of this process (docs/delivery.md; the nodes
+//	               need --delivery-allow 127.0.0.1); the start lag is the
+//	               request's arrival minus the submit's start
 
 type queueConfig struct {
 	raw         bool          // raw gRPC workers instead of the SDK's
@@ -229,6 +238,9 @@ type queueRun struct {
 	term0 uint64
 	lags  lagRecorder
 	stop  func() // ends the workers; nil before they start and after
+	// delivery, when set, is the URL the jobs are delivered to instead of
+	// workers (queue-delivery).
+	delivery string
 }
 
 // onQueue makes a queue workload of run, on a fresh queue named for kind;
@@ -277,8 +289,10 @@ func queueThroughput(ctx context.Context, cfg config, qr *queueRun, n int) (*res
 	start := time.Now().Add(cfg.warmup)
 	end := start.Add(cfg.duration)
 	qr.lags.from, qr.lags.to = start, end
-	if err := qr.startWorkers(ctx, cfg, n); err != nil {
-		return nil, err
+	if qr.delivery == "" {
+		if err := qr.startWorkers(ctx, cfg, n); err != nil {
+			return nil, err
+		}
 	}
 
 	// The cluster's counters over the measured window (cores, entries).
@@ -298,6 +312,9 @@ func queueThroughput(ctx context.Context, cfg config, qr *queueRun, n int) (*res
 			jobs := make([]*coordv1.NewJob, batch)
 			for i := range jobs {
 				jobs[i] = &coordv1.NewJob{Queue: qr.name, Kind: "noop", Args: []byte(`{"n":1}`)}
+				if qr.delivery != "" {
+					jobs[i].Target = &coordv1.HttpTarget{Url: qr.delivery}
+				}
 			}
 			next := time.Now()
 			for time.Now().Before(end) {
@@ -308,6 +325,12 @@ func queueThroughput(ctx context.Context, cfg config, qr *queueRun, n int) (*res
 					next = next.Add(tick)
 				}
 				t0 := time.Now()
+				if qr.delivery != "" {
+					args := fmt.Appendf(nil, `{"t":%d}`, t0.UnixMilli()) // what the endpoint measures the lag from
+					for _, j := range jobs {
+						j.Args = args
+					}
+				}
 				_, err := qr.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: jobs})
 				if err != nil {
 					submitErrs.Add(1)
@@ -429,4 +452,33 @@ func queueDelayed(ctx context.Context, cfg config, qr *queueRun, n int) (*result
 	r.add("second_attempts", qr.lags.again)
 	r.add("leader_changes", leaderChanges(cfg, qr.term0))
 	return r, nil
+}
+
+// queueDelivery is queueThroughput with the jobs delivered by the nodes
+// to an endpoint of this process, which records each request's start lag
+// (arrival minus the submit's start, carried in the args) and answers 204.
+func queueDelivery(ctx context.Context, cfg config, qr *queueRun, n int) (*result, error) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var args struct {
+			T int64 `json:"t"`
+		}
+		body, _ := io.ReadAll(r.Body)
+		attempt, _ := strconv.ParseUint(r.Header.Get("Coordd-Attempt"), 10, 32)
+		if json.Unmarshal(body, &args) == nil && args.T > 0 {
+			qr.lags.started(args.T, time.Now(), uint32(attempt))
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	qr.delivery = srv.URL + "/bench"
+	r, err := queueThroughput(ctx, cfg, qr, n)
+	if r != nil {
+		r.workload = "queue-delivery"
+		for i, kv := range r.extra {
+			if kv[0] == "workers" {
+				r.extra[i][1] = "the nodes' deliverers (64 slots, 16 per target, a node)"
+			}
+		}
+	}
+	return r, err
 }

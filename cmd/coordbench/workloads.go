@@ -36,6 +36,7 @@ var workloadFuncs = map[string]workload{
 	"watch":                watchWorkload,
 	"http-acquire-release": httpAcquireRelease,
 	"http-queue":           onQueue("http", httpQueue),
+	"queue-delivery":       onQueue("dl", queueDelivery),
 }
 
 // run is a benchmark id, so that names never collide between runs.
