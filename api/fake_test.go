@@ -176,6 +176,10 @@ func (f *fakeNode) SubmitJobs(_ context.Context, c *fsmv1.SubmitJobs) (*fsm.Subm
 	return commit[*fsm.SubmitResult](f, c)
 }
 
+func (f *fakeNode) SetQueueTarget(_ context.Context, c *fsmv1.SetQueueTarget) (*fsm.QueueTarget, error) {
+	return commit[*fsm.QueueTarget](f, c)
+}
+
 func (f *fakeNode) CancelJobs(_ context.Context, c *fsmv1.CancelJobs) (fsm.JobResults, error) {
 	return commit[fsm.JobResults](f, c)
 }

@@ -47,14 +47,14 @@ func (j *httpJSON) Unmarshal(data []byte, v any) error {
 	if m, ok := v.(proto.Message); ok {
 		return apijson.Unmarshal(data, m)
 	}
-	// A body that is one field of the request (PutSchedule's body: "spec")
-	// is decoded into that field: a pointer to the field's message pointer.
-	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.Elem().Kind() == reflect.Pointer {
-		if _, ok := rv.Elem().Interface().(proto.Message); ok {
-			if rv.Elem().IsNil() {
-				rv.Elem().Set(reflect.New(rv.Elem().Type().Elem()))
+	// A body mapped to one field of the request (PutSchedule's "spec"):
+	// the gateway decodes into that field, a pointer to a message pointer.
+	if pv := reflect.ValueOf(v); pv.Kind() == reflect.Pointer && !pv.IsNil() && pv.Elem().Kind() == reflect.Pointer {
+		if _, ok := pv.Elem().Interface().(proto.Message); ok {
+			if pv.Elem().IsNil() {
+				pv.Elem().Set(reflect.New(pv.Elem().Type().Elem()))
 			}
-			return apijson.Unmarshal(data, rv.Elem().Interface().(proto.Message))
+			return apijson.Unmarshal(data, pv.Elem().Interface().(proto.Message))
 		}
 	}
 	return j.pb.Unmarshal(data, v)

@@ -119,6 +119,8 @@ type Jobs interface {
 	CompleteJobs(ctx context.Context, cmd *fsmv1.CompleteJobs) (fsm.JobResults, error)
 	// FailJobs: the node draws each failure's retry jitter.
 	FailJobs(ctx context.Context, cmd *fsmv1.FailJobs) (fsm.JobResults, error)
+	// SetQueueTarget sets or clears a queue's HTTP target; nil: cleared.
+	SetQueueTarget(ctx context.Context, cmd *fsmv1.SetQueueTarget) (*fsm.QueueTarget, error)
 }
 
 // Schedules is the schedules' commands, committed on the ready leader.

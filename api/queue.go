@@ -41,11 +41,11 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 	// is its last applied stamp, 0 just after a restart). The leader checks
 	// again, resolves delay_ms at its calendar, and the FSM judges how far
 	// ahead run_at_ms is at the leader's calendar stamp.
-	if _, err := jobSpecs(req); err != nil {
+	if _, err := s.jobSpecs(req); err != nil {
 		return nil, toStatus(err)
 	}
 	return queueOnLeader(s, ctx, coordv1.QueueClient.Submit, req, func() (*coordv1.QueueSubmitResponse, error) {
-		specs, err := jobSpecs(req)
+		specs, err := s.jobSpecs(req)
 		if err != nil {
 			return nil, err
 		}
@@ -78,13 +78,17 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 }
 
 // jobSpecs converts and checks every job of a submit: the first bad one
-// refuses the whole batch, naming its index and field.
-func jobSpecs(req *coordv1.QueueSubmitRequest) ([]*fsmv1.QueueJobSpec, error) {
+// refuses the whole batch, naming its index and field (a target also
+// against this server's delivery configuration).
+func (s *Server) jobSpecs(req *coordv1.QueueSubmitRequest) ([]*fsmv1.QueueJobSpec, error) {
 	specs := make([]*fsmv1.QueueJobSpec, len(req.GetJobs()))
 	for i, j := range req.GetJobs() {
 		spec, err := jobSpec(i, j)
 		if err != nil {
 			return nil, err
+		}
+		if field, problem := s.checkDelivery(spec.GetTarget()); field != "" {
+			return nil, invalidItem(i, field, "%s %s", field, problem)
 		}
 		specs[i] = spec
 	}
@@ -225,11 +229,12 @@ func jobItem(r any) (*fsm.JobOutcome, *fsm.Rejection) {
 
 func (q *queue) Fetch(ctx context.Context, req *coordv1.QueueFetchRequest) (*coordv1.QueueFetchResponse, error) {
 	s := q.s
-	if err := checkFetch(req); err != nil {
+	if err := firstErr(s.checkTargetedFetch(ctx, req), checkFetch(req)); err != nil {
 		return nil, toStatus(err)
 	}
 	return queueOnLeader(s, ctx, coordv1.QueueClient.Fetch, req, func() (*coordv1.QueueFetchResponse, error) {
-		cmd := &fsmv1.FetchJobs{Queues: req.GetQueues(), Max: req.GetMax(), WorkerId: req.GetWorkerId(), Identity: auth.IdentityOf(ctx)}
+		cmd := &fsmv1.FetchJobs{Queues: req.GetQueues(), Max: req.GetMax(), WorkerId: req.GetWorkerId(), Identity: auth.IdentityOf(ctx),
+			Targeted: req.GetTargeted()}
 		r, err := s.node.Fetch(ctx, cmd, time.Duration(req.GetWaitMs())*time.Millisecond)
 		if err != nil {
 			return nil, err
@@ -246,7 +251,7 @@ func (q *queue) Fetch(ctx context.Context, req *coordv1.QueueFetchRequest) (*coo
 }
 
 func checkFetch(req *coordv1.QueueFetchRequest) error {
-	if n := len(req.GetQueues()); n == 0 || n > fsm.MaxFetchQueues {
+	if n := len(req.GetQueues()); (n == 0 && !req.GetTargeted()) || n > fsm.MaxFetchQueues {
 		return invalidArg("queues", "fetch from 1 to %d queues, not %d", fsm.MaxFetchQueues, n)
 	}
 	for i, name := range req.GetQueues() {
@@ -384,7 +389,8 @@ func (q *queue) Fail(ctx context.Context, req *coordv1.QueueFailRequest) (*coord
 			// The node draws each failure's retry jitter.
 			return &fsmv1.FailJobs{WorkerId: req.GetWorkerId(), Identity: identity,
 				Failures: convertAll(req.GetFailures(), func(f *coordv1.JobFailure) *fsmv1.JobFailure {
-					return &fsmv1.JobFailure{JobId: f.GetJobId(), Attempt: f.GetAttempt(), Error: f.GetError(), Retryable: f.GetRetryable()}
+					return &fsmv1.JobFailure{JobId: f.GetJobId(), Attempt: f.GetAttempt(), Error: f.GetError(), Retryable: f.GetRetryable(),
+						RetryAfterMs: retryAfterMs(f.GetRetryAfter())}
 				})}
 		}, q.s.node.FailJobs,
 		func(f *coordv1.JobFailure, o *fsm.JobOutcome, refused *coordv1.JobItemError) *coordv1.FailResult {

@@ -32,6 +32,7 @@ type jobFields interface {
 	GetBackoffFactor() float64
 	GetVisibilityTimeoutMs() int64
 	GetLabels() map[string]string
+	GetTarget() *coordv1.HttpTarget
 }
 
 // wireJobSpec converts the shared fields of a job or a template into the
@@ -52,6 +53,9 @@ func wireJobSpec(j jobFields, more func(*fsmv1.QueueJobSpec)) (spec *fsmv1.Queue
 		spec.Labels = append(spec.Labels, &fsmv1.JobLabel{Key: k, Value: v})
 	}
 	sort.Slice(spec.Labels, func(a, b int) bool { return spec.Labels[a].GetKey() < spec.Labels[b].GetKey() })
+	if spec.Target, field, problem = wireTarget(j.GetTarget()); field != "" {
+		return nil, field, problem
+	}
 	if more != nil {
 		more(spec)
 	}
@@ -106,7 +110,7 @@ func queueJobToProto(j *fsm.QueueJob, args, log bool) *coordv1.QueueJob {
 		Priority: j.Priority, MaxAttempts: j.MaxAttempts, Attempts: j.Attempts, BackoffInitial: pbtime.Dur(j.BackoffMs),
 		BackoffMax: pbtime.Dur(j.BackoffMaxMs), BackoffFactor: float64(j.BackoffPermille) / 1000, VisibilityTimeout: pbtime.Dur(j.VisibilityMs),
 		UniqueKey: j.UniqueKey, SubmittedBy: j.Identity, CreatedAt: pbtime.At(j.CreatedAt), UpdatedAt: pbtime.At(j.UpdatedAt),
-		FinishedAt: pbtime.At(j.FinishedAt)}
+		FinishedAt: pbtime.At(j.FinishedAt), Target: targetToProto(j.Target)}
 	if len(j.Labels) > 0 {
 		out.Labels = make(map[string]string, len(j.Labels))
 		for _, l := range j.Labels {

@@ -107,6 +107,9 @@ func (s *Server) compileSpec(in *coordv1.ScheduleSpec) (*fsmv1.ScheduleSpec, err
 		return nil, invalidArg("schedule", "%v", err)
 	}
 	job, field, problem := wireJobSpec(in.GetJob(), nil)
+	if field == "" {
+		field, problem = s.checkDelivery(job.GetTarget())
+	}
 	if field != "" {
 		return nil, invalidArg("job."+field, "job.%s %s", field, problem)
 	}
@@ -145,7 +148,7 @@ func (s *Server) scheduleToProto(sc fsm.Schedule) *coordv1.Schedule {
 			DstPolicy: coordv1.ScheduleDstPolicy(sp.DSTPolicy),
 			Job: &coordv1.JobTemplate{Queue: t.Queue, Kind: t.Kind, Args: t.Args, Priority: t.Priority,
 				MaxAttempts: t.MaxAttempts, BackoffInitial: pbtime.Dur(t.BackoffMs), BackoffMax: pbtime.Dur(t.BackoffMaxMs),
-				BackoffFactor: float64(t.BackoffPermille) / 1000, VisibilityTimeout: pbtime.Dur(t.VisibilityMs)},
+				BackoffFactor: float64(t.BackoffPermille) / 1000, VisibilityTimeout: pbtime.Dur(t.VisibilityMs), Target: targetToProto(t.Target)},
 		},
 		Revision: sc.Revision, Paused: sc.Paused, PausedAt: pbtime.At(sc.PausedAt), PausedBy: sc.PausedBy,
 		Deleted: sc.Deleted, DeletedAt: pbtime.At(sc.DeletedAt), DeletedBy: sc.DeletedBy, CreatedBy: sc.CreatedBy,

@@ -33,6 +33,7 @@ import (
 
 	"github.com/coordd/coordd/api/console"
 	"github.com/coordd/coordd/clock"
+	"github.com/coordd/coordd/delivery"
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/defaults"
 	"github.com/coordd/coordd/internal/tlsutil"
@@ -84,6 +85,9 @@ type Config struct {
 	GRPCConnectionTimeout time.Duration
 	GRPCKeepaliveTime     time.Duration
 	GRPCKeepaliveTimeout  time.Duration
+	// Delivery is the delivery of jobs to HTTP targets on this node
+	// (docs/delivery.md): the allow-list, the signing secrets, the bounds.
+	Delivery delivery.Options
 	// ConsoleSampleInterval is how often the web console (/ui/) samples
 	// this node's queue counters for its throughput chart (default 1
 	// minute; the chart shows the last 60 samples).
@@ -234,6 +238,7 @@ func Serve(cfg Config, n Node) (*Server, error) {
 	}
 	n.RegisterLeaderServices(s.leaderServices()...)
 	n.Advertise(s.GRPCAddr(), s.addVoterOn)
+	s.startDelivery()
 	s.log.Info("coordd API serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr())
 	return s, nil
 }

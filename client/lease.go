@@ -38,6 +38,9 @@ type Lease struct {
 	claim *Claim // the window claimed with the grant (AcquireClaim)
 
 	onRenewal func(*coordv1.KeepAliveResponse) // see OnRenewal (Resume)
+
+	notifyMu   sync.Mutex      // serializes onDeadline calls, so that they come in order
+	onDeadline func(time.Time) // see OnDeadline; guarded by mu
 }
 
 // AcquireOption changes one Acquire call.
@@ -213,14 +216,41 @@ func (l *Lease) Deadline() time.Time {
 	return l.deadline.At
 }
 
+// OnDeadline calls f with the local deadline (Deadline) at once and again
+// each time an acknowledged renewal moves it, until the lease ends: for a
+// process that must act on the deadline itself, e.g. a watchdog that
+// outlives a pause of this one (coordctl lease run). The deadline only
+// moves later, and f sees the moves in order. f runs on the client's
+// keepalive goroutine: it must return quickly. A later call replaces f.
+func (l *Lease) OnDeadline(f func(time.Time)) {
+	l.mu.Lock()
+	l.onDeadline = f
+	l.mu.Unlock()
+	l.notifyDeadline()
+}
+
+// notifyDeadline calls onDeadline with the current deadline.
+func (l *Lease) notifyDeadline() {
+	l.notifyMu.Lock()
+	defer l.notifyMu.Unlock()
+	l.mu.Lock()
+	f, at := l.onDeadline, l.deadline.At
+	l.mu.Unlock()
+	if f != nil {
+		f(at)
+	}
+}
+
 // acked records an acknowledged renewal sent at sent.
 func (l *Lease) acked(sent time.Time) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.done {
+		l.mu.Unlock()
 		return
 	}
 	l.deadline.Extend(sent.Add(l.ttl-l.margin), l.c.clock.Now())
+	l.mu.Unlock()
+	l.notifyDeadline()
 }
 
 func (l *Lease) localDeadline() {

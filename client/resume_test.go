@@ -46,3 +46,33 @@ func TestOnRenewalSeesAcknowledgements(t *testing.T) {
 	default:
 	}
 }
+
+// OnDeadline reports the local deadline at once, then each move by an
+// acknowledged renewal: send time + TTL − margin, in order.
+func TestOnDeadlineSeesEveryMove(t *testing.T) {
+	h := newHarness(t)
+	l := h.c.newLease("job", "me", 7, 3*time.Second, h.clk.Now())
+	h.c.keeper.add(l)
+	got := make(chan time.Time, 4)
+	l.OnDeadline(func(d time.Time) { got <- d })
+	next := func() time.Time {
+		t.Helper()
+		select {
+		case d := <-got:
+			return d
+		case <-time.After(5 * time.Second):
+			t.Fatal("no deadline reported")
+			return time.Time{}
+		}
+	}
+	if d := next(); !d.Equal(at(h, 2700*time.Millisecond)) { // margin 300 ms
+		t.Fatalf("first deadline t0+%s, want t0+2.7s", d.Sub(h.t0))
+	}
+	st := h.stream()
+	h.advanceTo(at(h, time.Second))
+	s := h.nextSend()
+	st.resp <- &coordv1.KeepAliveResponse{Name: "job", Generation: 7, Ok: true, Seq: s.req.GetSeq(), ExpiresIn: pbtime.Dur(3000)}
+	if d := next(); !d.Equal(at(h, 3700*time.Millisecond)) || !d.Equal(l.Deadline()) {
+		t.Fatalf("deadline after the renewal sent at t0+1s: t0+%s (Deadline t0+%s), want t0+3.7s", d.Sub(h.t0), l.Deadline().Sub(h.t0))
+	}
+}

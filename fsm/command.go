@@ -65,6 +65,8 @@ func EnvelopeAt(nowMs, calendarMs int64, body any) *fsmv1.Command {
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_TRIGGER_SCHEDULE, &fsmv1.Command_TriggerSchedule{TriggerSchedule: b}
 	case *fsmv1.MaterialiseSchedules:
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_MATERIALISE_SCHEDULES, &fsmv1.Command_MaterialiseSchedules{MaterialiseSchedules: b}
+	case *fsmv1.SetQueueTarget:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_SET_QUEUE_TARGET, &fsmv1.Command_SetQueueTarget{SetQueueTarget: b}
 	default:
 		panic(fmt.Sprintf("fsm.Envelope: not a command body: %T", body))
 	}

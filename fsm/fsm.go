@@ -127,6 +127,8 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 		return s.triggerSchedule(cal, cmd.GetTriggerSchedule())
 	case fsmv1.CommandType_COMMAND_TYPE_MATERIALISE_SCHEDULES:
 		return s.materialise(cal, cmd.GetMaterialiseSchedules())
+	case fsmv1.CommandType_COMMAND_TYPE_SET_QUEUE_TARGET:
+		return s.setQueueTarget(cal, cmd.GetSetQueueTarget())
 	default:
 		// A command from a newer version: stop rather than diverge.
 		panic(fmt.Sprintf("fsm: unknown command type %d", cmd.GetType()))

@@ -329,6 +329,7 @@ func (s *state) queueIndexDiff() string {
 		{"due", dumpTree(a.due), dumpTree(b.due)},
 		{"running", dumpTree(a.running), dumpTree(b.running)},
 		{"avail", dumpTree(a.avail), dumpTree(b.avail)},
+		{"deliver", dumpTree(a.deliver), dumpTree(b.deliver)},
 		{"finOK", dumpTree(a.finOK), dumpTree(b.finOK)},
 		{"finOther", dumpTree(a.finOther), dumpTree(b.finOther)},
 		{"byQueue", dumpTree(a.byQueue), dumpTree(b.byQueue)},

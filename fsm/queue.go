@@ -88,7 +88,7 @@ type Label struct{ Key, Value string }
 
 // QueueJob is a queued job. Records are immutable once stored (snapshots
 // and readers share them); a change stores a modified copy. Times are
-// calendar ms. Field order keeps the struct at 224 bytes.
+// calendar ms. Field order keeps the struct at 232 bytes.
 type QueueJob struct {
 	ID           uint64
 	RunAt        int64 // due time: available once the calendar reaches it
@@ -104,6 +104,9 @@ type QueueJob struct {
 	Identity     string // who submitted it
 	Args         []byte
 	Labels       []Label
+	// Target, when set, makes the job a delivery (queue_target.go); the
+	// message is shared, never written.
+	Target *fsmv1.HttpTarget
 	// Log holds the last MaxAttemptRecords attempts, oldest first; while
 	// running, the last one is the live attempt.
 	Log             []Attempt
@@ -196,6 +199,7 @@ func FillJobDefaults(s *fsmv1.QueueJobSpec) {
 	if s.GetBackoffFactorPermille() == 0 {
 		s.BackoffFactorPermille = DefaultBackoffFactor
 	}
+	fillTargetDefaults(s.GetTarget())
 }
 
 // JobSpecRules is the version of the job-spec rules CheckJobSpec applies,
@@ -203,8 +207,8 @@ func FillJobDefaults(s *fsmv1.QueueJobSpec) {
 // entry replays by the rules it was proposed under (the limits only grow):
 // 1 added to the FSM's guard what the server alone had checked, the text
 // rules and the reserved "coordd." label keys; 2 that args are JSON (or
-// empty), as every API shows them.
-const JobSpecRules = 2
+// empty), as every API shows them; 3 allows a target (checkTarget).
+const JobSpecRules = 3
 
 // CheckJobSpec is the one job-spec check: every rule that does not depend
 // on time, for a spec with the defaults filled in. The server calls it
@@ -220,7 +224,7 @@ func CheckJobSpec(s *fsmv1.QueueJobSpec) (field, problem string) {
 
 // checkJobSpec is CheckJobSpec by the rules of version rules (spec_rules):
 // 0 leaves out the text rules and the reserved label keys, 1 the JSON
-// rule.
+// rule; under 3 a target is refused.
 func checkJobSpec(s *fsmv1.QueueJobSpec, rules uint32) (field, problem string) {
 	text := rules >= 1
 	switch {
@@ -273,6 +277,9 @@ func checkJobSpec(s *fsmv1.QueueJobSpec, rules uint32) (field, problem string) {
 			return "labels", fmt.Sprintf("label %q given twice", l.GetKey())
 		}
 		seen[l.GetKey()] = struct{}{}
+	}
+	if t := s.GetTarget(); t != nil {
+		return checkTarget(t, rules)
 	}
 	return "", ""
 }
@@ -410,6 +417,7 @@ type queueIndex struct {
 	due          *btree.BTreeG[timeKey]  // scheduled and retryable, by run_at
 	running      *btree.BTreeG[timeKey]  // running, by visibility deadline
 	avail        *btree.BTreeG[availKey] // available, per queue by priority, run_at
+	deliver      *btree.BTreeG[availKey] // available with a target, by priority, run_at (queue "")
 	finOK        *btree.BTreeG[timeKey]  // succeeded, by finish time
 	finOther     *btree.BTreeG[timeKey]  // cancelled and dead, by finish time
 	byQueue      *btree.BTreeG[queueKey]
@@ -428,7 +436,8 @@ type queueIndex struct {
 // counters of what happened on this replica since it started (for
 // metrics; not replicated state).
 type queueCounts struct {
-	states [numJobStates]uint64
+	states     [numJobStates]uint64
+	deliveries uint64 // available with a target (in the delivery lane)
 	QueueCounters
 }
 
@@ -444,6 +453,7 @@ func newQueueIndex() *queueIndex {
 		due:          btree.NewG(btreeDegree, lessTime),
 		running:      btree.NewG(btreeDegree, lessTime),
 		avail:        btree.NewG(btreeDegree, lessAvail),
+		deliver:      btree.NewG(btreeDegree, lessAvail),
 		finOK:        btree.NewG(btreeDegree, lessTime),
 		finOther:     btree.NewG(btreeDegree, lessTime),
 		byQueue:      btree.NewG(btreeDegree, lessQueueKey),
@@ -509,7 +519,16 @@ func (q *queueIndex) dynamic(j *QueueJob, add bool) {
 	case JobScheduled, JobRetryable:
 		setKey(q.due, timeKey{j.RunAt, j.ID}, add)
 	case JobAvailable:
-		setKey(q.avail, availKey{j.Queue, j.Priority, j.RunAt, j.ID}, add)
+		if j.Target != nil {
+			setKey(q.deliver, availKey{"", j.Priority, j.RunAt, j.ID}, add)
+			if add {
+				q.counts(j.Queue).deliveries++
+			} else {
+				q.counts(j.Queue).deliveries--
+			}
+		} else {
+			setKey(q.avail, availKey{j.Queue, j.Priority, j.RunAt, j.ID}, add)
+		}
 	case JobRunning:
 		a, _ := j.Current()
 		setKey(q.running, timeKey{a.Deadline, j.ID}, add)

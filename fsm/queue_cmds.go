@@ -82,7 +82,7 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 			VisibilityMs: sp.GetVisibilityTimeoutMs(), CreatedAt: cal, UpdatedAt: cal, Queue: sp.GetQueue(), Kind: sp.GetKind(),
 			UniqueKey: sp.GetUniqueKey(), Identity: c.GetIdentity(), Args: sp.GetArgs(), Labels: sortedLabels(sp.GetLabels()),
 			Priority: sp.GetPriority(), MaxAttempts: sp.GetMaxAttempts(), BackoffPermille: sp.GetBackoffFactorPermille(),
-			State: JobScheduled,
+			State: JobScheduled, Target: s.jobTarget(sp.GetQueue(), sp.GetTarget()),
 		}
 		if j.RunAt == 0 {
 			j.RunAt = cal
@@ -156,6 +156,12 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 	}
 	if c.GetMax() == 0 || c.GetMax() > MaxFetchBatch {
 		return reject(coorderr.InvalidArgument, map[string]string{"field": "max"}, "max must be 1 to %d, not %d", MaxFetchBatch, c.GetMax())
+	}
+	if c.GetTargeted() {
+		if len(c.GetQueues()) > 0 {
+			return reject(coorderr.InvalidArgument, map[string]string{"field": "queues"}, "a targeted fetch names no queues")
+		}
+		return s.fetchTargeted(cal, c)
 	}
 	if n := len(c.GetQueues()); n == 0 || n > MaxFetchQueues {
 		return reject(coorderr.InvalidArgument, map[string]string{"field": "queues"}, "fetch from 1 to %d queues, not %d", MaxFetchQueues, n)
@@ -352,7 +358,8 @@ func (s *state) completeJobs(cal int64, c *fsmv1.CompleteJobs) any {
 }
 
 // failJobs records each attempt's failure. Retryable with attempts left:
-// retryable, due again at now + backoff. Otherwise: dead. A repeat by the
+// retryable, due again at now + backoff (or + retry_after_ms if longer).
+// Otherwise: dead. A repeat by the
 // attempt that failed returns the job (Duplicate).
 func (s *state) failJobs(cal int64, c *fsmv1.FailJobs) any {
 	return attemptItems(s, c.GetWorkerId(), "failures", c.GetFailures(), func(_ int, r *fsmv1.JobFailure) (*QueueJob, any) {
@@ -367,7 +374,10 @@ func (s *state) failJobs(cal int64, c *fsmv1.FailJobs) any {
 			cnt.Dead++
 		} else {
 			n.State = JobRetryable
-			n.RunAt = cal + Backoff(n.BackoffMs, n.BackoffMaxMs, n.BackoffPermille, n.Attempts, r.GetJitterPpm())
+			// An HTTP target's Retry-After (retry_after_ms, at most the
+			// backoff limit) can only make the wait longer.
+			wait := Backoff(n.BackoffMs, n.BackoffMaxMs, n.BackoffPermille, n.Attempts, r.GetJitterPpm())
+			n.RunAt = cal + max(wait, min(r.GetRetryAfterMs(), MaxBackoffMs))
 		}
 	})
 }

@@ -84,6 +84,10 @@ type QueueStats struct {
 	// calendar time asked for.
 	OldestAvailableRunAt int64
 	OldestAvailableAgeMs int64
+	// Deliveries: of the available jobs, those with a target (the
+	// delivery lane's; pull workers' fetches never take them, and the
+	// oldest available job is that of the others).
+	Deliveries uint64
 	QueueCounters
 }
 
@@ -111,7 +115,7 @@ func (f *FSM) QueueStats(queue string, cal int64) []QueueStats {
 		c := q.stats[name]
 		st := QueueStats{Queue: name, Scheduled: c.states[JobScheduled], Available: c.states[JobAvailable],
 			Running: c.states[JobRunning], Retryable: c.states[JobRetryable], Succeeded: c.states[JobSucceeded],
-			Cancelled: c.states[JobCancelled], Dead: c.states[JobDead], QueueCounters: c.QueueCounters}
+			Cancelled: c.states[JobCancelled], Dead: c.states[JobDead], Deliveries: c.deliveries, QueueCounters: c.QueueCounters}
 		if at, ok := q.oldestAvailable(name); ok {
 			st.OldestAvailableRunAt, st.OldestAvailableAgeMs = at, max(0, cal-at)
 		}
@@ -178,6 +182,9 @@ func (f *FSM) JobsReady(queues []string, cal int64) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	for _, q := range queues {
+		if q == DeliveryLane && f.st.qidx.deliver.Len() > 0 {
+			return true
+		}
 		if _, ok := f.st.qidx.availHead(q, availKey{queue: q, prio: math.MaxInt32}); ok {
 			return true
 		}
@@ -186,6 +193,14 @@ func (f *FSM) JobsReady(queues []string, cal int64) bool {
 		return true
 	}
 	return false
+}
+
+// DeliveriesAvailable is the number of available jobs with a target, of
+// every queue: what the delivery lane holds.
+func (f *FSM) DeliveriesAvailable() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.qidx.deliver.Len()
 }
 
 // QueueJobCount is the number of jobs in the queue family (all states).

@@ -95,6 +95,10 @@ func (st *state) writeTo(w io.Writer) error {
 	st.schedules.Ascend(func(sc *Schedule) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Schedule{Schedule: scheduleRecord(sc)}})
 	})
+	st.qtargets.Ascend(func(q *QueueTarget) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueueTarget{QueueTarget: &fsmv1.QueueTargetRecord{
+			Queue: q.Queue, Target: q.Target, UpdatedBy: q.UpdatedBy, UpdatedAtMs: q.UpdatedAt}}})
+	})
 	if werr != nil {
 		return werr
 	}
@@ -203,6 +207,12 @@ func readSnapshot(r io.Reader) (*state, error) {
 				return nil, err
 			}
 			st.schedules.ReplaceOrInsert(sc)
+		case *fsmv1.SnapshotRecord_QueueTarget:
+			r := x.QueueTarget
+			if r.GetQueue() == "" || r.GetTarget() == nil {
+				return nil, fmt.Errorf("snapshot: a queue target without its queue or target")
+			}
+			st.qtargets.ReplaceOrInsert(&QueueTarget{Queue: r.GetQueue(), Target: r.GetTarget(), UpdatedBy: r.GetUpdatedBy(), UpdatedAt: r.GetUpdatedAtMs()})
 		default:
 			return nil, fmt.Errorf("snapshot: unknown record type")
 		}

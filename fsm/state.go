@@ -19,10 +19,11 @@ type state struct {
 	idem      *btree.BTreeG[*Idempotency]
 	members   *btree.BTreeG[*Member]
 	jobs      *btree.BTreeG[*Job]
-	qjobs     *btree.BTreeG[*QueueJob] // the job queue, by id
-	lastJobID uint64                   // the last queue job id assigned
-	fetchSeq  uint64                   // fetches applied: the round robin's start
-	schedules *btree.BTreeG[*Schedule] // by name, tombstones included
+	qjobs     *btree.BTreeG[*QueueJob]    // the job queue, by id
+	lastJobID uint64                      // the last queue job id assigned
+	fetchSeq  uint64                      // fetches applied: the round robin's start
+	schedules *btree.BTreeG[*Schedule]    // by name, tombstones included
+	qtargets  *btree.BTreeG[*QueueTarget] // queues' HTTP targets, by queue (queue_target.go)
 	// sidx indexes schedules (next due, tombstones) and the open jobs they
 	// made. Derived: rebuilt after a restore.
 	sidx *scheduleIndex
@@ -84,6 +85,7 @@ func newState() *state {
 		qjobs:      btree.NewG(btreeDegree, lessQueueJob),
 		qidx:       newQueueIndex(),
 		schedules:  btree.NewG(btreeDegree, lessSchedule),
+		qtargets:   btree.NewG(btreeDegree, lessQueueTarget),
 		sidx:       newScheduleIndex(),
 		byIdentity: map[string]map[string]struct{}{},
 		expiry:     btree.NewG(btreeDegree, lessNameTime),
@@ -136,6 +138,7 @@ func (s *state) clone() *state {
 		lastJobID: s.lastJobID,
 		fetchSeq:  s.fetchSeq,
 		schedules: s.schedules.Clone(),
+		qtargets:  s.qtargets.Clone(),
 	}
 }
 

@@ -19,18 +19,7 @@ import (
 // completes it, and reads a refusal's error body. Without node and npm it
 // skips, except in CI (CI set), where it fails.
 func TestOpenAPIClient(t *testing.T) {
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is not installed (scripts/test.sh installs Debian's nodejs and npm as root); CI must run the OpenAPI client test", tool)
-			}
-			t.Skipf("%s is not installed (scripts/test.sh installs Debian's nodejs and npm as root): skipping the OpenAPI client test", tool)
-		}
-	}
-	src, err := filepath.Abs("../test/openapi")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := nodePackages(t, "../test/openapi", "the OpenAPI client test")
 	run := func(dir string, env []string, name string, args ...string) string {
 		t.Helper()
 		cmd := exec.Command(name, args...)
@@ -40,9 +29,6 @@ func TestOpenAPIClient(t *testing.T) {
 			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 		}
 		return string(out)
-	}
-	if _, err := os.Stat(filepath.Join(src, "node_modules")); err != nil {
-		run(src, nil, "npm", "ci", "--no-audit", "--no-fund") // as scripts/test.sh does
 	}
 	// Generate and compile in a directory of its own, with the packages.
 	dir := t.TempDir()
@@ -88,4 +74,32 @@ func TestOpenAPIClient(t *testing.T) {
 		got.Refused.Status != 409 || got.Refused.Reason != "STALE_TOKEN" {
 		t.Fatalf("the generated client saw %+v", got)
 	}
+}
+
+// nodePackages is the absolute path of dir (relative to this package),
+// a Node package whose dependencies it installs as scripts/test.sh does
+// (npm ci) when they are missing. Without node and npm the test skips,
+// except in CI (CI set), where it fails: what says which.
+func nodePackages(t *testing.T, dir, what string) string {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is not installed (scripts/test.sh installs Debian's nodejs and npm as root); CI must run %s", tool, what)
+			}
+			t.Skipf("%s is not installed (scripts/test.sh installs Debian's nodejs and npm as root): skipping %s", tool, what)
+		}
+	}
+	src, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(src, "node_modules")); err != nil {
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = src
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+		}
+	}
+	return src
 }

@@ -76,6 +76,11 @@ func (n *Node) DeleteSchedule(ctx context.Context, cmd *fsmv1.DeleteSchedule) (*
 
 // committed proposes cmd and types its result as R, the FSM's result type
 // for that command (fsm/results.go).
+// SetQueueTarget answers the queue's target after it (nil: cleared).
+func (n *Node) SetQueueTarget(ctx context.Context, cmd *fsmv1.SetQueueTarget) (*fsm.QueueTarget, error) {
+	return committed[*fsm.QueueTarget](ctx, n, cmd)
+}
+
 func committed[R any](ctx context.Context, n *Node, cmd any) (R, error) {
 	var zero R
 	res, err := n.Propose(ctx, cmd)

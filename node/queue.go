@@ -67,6 +67,15 @@ func waitingOn(q *fetchQueue, queues []string) bool {
 	})
 }
 
+// fetchQueues are the queues a fetch waits on: its own, or the delivery
+// lane (fsm.DeliveryLane) for a targeted fetch.
+func fetchQueues(cmd *fsmv1.FetchJobs) []string {
+	if cmd.GetTargeted() {
+		return []string{fsm.DeliveryLane}
+	}
+	return dedupe(cmd.GetQueues())
+}
+
 func dedupe(in []string) []string {
 	out := make([]string, 0, len(in))
 	for _, s := range in {
@@ -106,7 +115,7 @@ func (n *Node) Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Durati
 		left := time.Until(dl)
 		wait = min(wait, left-min(left/10, fetchMargin))
 	}
-	queues := dedupe(cmd.GetQueues())
+	queues := fetchQueues(cmd)
 	q := &ls.fetches
 	if n.fsm.JobsReady(queues, ls.clock.calendar()) && (wait <= 0 || !waitingOn(q, queues)) {
 		r, err := fetchResult(n.proposeAs(ctx, ls, cmd))
@@ -223,7 +232,11 @@ func (n *Node) submitJobs(ctx context.Context, ls *leaderState, cmd *fsmv1.Submi
 			if due == nil {
 				due = map[string]uint64{}
 			}
-			due[j.GetQueue()]++
+			if j.GetTarget() != nil {
+				due[fsm.DeliveryLane]++
+			} else {
+				due[j.GetQueue()]++
+			}
 		}
 	}
 	var picked []*fetchWaiter
@@ -247,13 +260,17 @@ func (n *Node) submitJobs(ctx context.Context, ls *leaderState, cmd *fsmv1.Submi
 	return waits[0](ctx)
 }
 
-// availableJobs is the number of available jobs in a queue.
+// availableJobs is the number of available jobs in a queue (without a
+// target), or in the delivery lane.
 func (n *Node) availableJobs(queue string, cal int64) uint64 {
+	if queue == fsm.DeliveryLane {
+		return uint64(n.fsm.DeliveriesAvailable())
+	}
 	st := n.fsm.QueueStats(queue, cal)
 	if len(st) == 0 {
 		return 0
 	}
-	return st[0].Available
+	return st[0].Available - st[0].Deliveries
 }
 
 // fetchDone takes the outcome of a waiter's fetch: jobs or an error end

@@ -357,3 +357,36 @@ func TestLongPollWakesOnRetry(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+// The delivery lane (docs/delivery.md): a submit of a job with a target
+// feeds a waiting targeted fetch (a node's deliverer) in its own entry;
+// a pull worker waiting on the job's queue is not woken for it, and no
+// empty fetch follows.
+func TestDeliveryLaneLongPolls(t *testing.T) {
+	n := newTestNode(t)
+	pull := n.longPoll(bg(), "w", 10, 10*time.Second, "q")
+	eventually(t, "the pull worker waits", func() bool { return n.fetchers() == 1 })
+	lane := make(chan fetched, 1)
+	go func() {
+		r, err := n.Fetch(bg(), &fsmv1.FetchJobs{Targeted: true, Max: 8, WorkerId: "coordd-delivery/n1"}, 10*time.Second)
+		lane <- fetched{r, err}
+	}()
+	eventually(t, "the deliverer waits", func() bool { return n.fetchers() == 2 })
+	base := n.raft.count()
+	s := &fsmv1.QueueJobSpec{Queue: "q", Kind: "hook", Target: &fsmv1.HttpTarget{Url: "http://127.0.0.1/hook"}}
+	fsm.FillJobDefaults(s)
+	if _, err := n.Propose(bg(), &fsmv1.SubmitJobs{Jobs: []*fsmv1.QueueJobSpec{s}, SpecRules: fsm.JobSpecRules}); err != nil {
+		t.Fatal(err)
+	}
+	r := got(t, lane, "the deliverer's poll")
+	if len(r.Jobs) != 1 || r.Jobs[0].Target.GetUrl() != "http://127.0.0.1/hook" {
+		t.Fatalf("the deliverer fetched %+v", r.Jobs)
+	}
+	stillWaiting(t, pull, "the pull worker")
+	if b := n.raft.entry(t, base).GetBatch().GetCommands(); len(b) != 2 || !b[1].GetFetchJobs().GetTargeted() {
+		t.Fatalf("the submit's entry: %v", n.raft.entry(t, base))
+	}
+	if got := n.raft.count() - base; got != 1 {
+		t.Fatalf("%d entries after the submit, want its one", got)
+	}
+}

@@ -41,6 +41,8 @@ install_missing "the console's browser test drives headless Chromium" "chromium"
 install_missing "the OpenAPI client test compiles and runs a generated TypeScript client" "node npm" nodejs npm
 # That client's generator and runtime, at the versions of its lockfile.
 if command -v npm >/dev/null; then (cd test/openapi && npm ci --no-audit --no-fund --loglevel=error); fi
+# The Node delivery endpoint's Standard Webhooks library (TestDeliveryToANodeEndpoint).
+if command -v npm >/dev/null; then (cd test/delivery-endpoint && npm ci --no-audit --no-fund --loglevel=error); fi
 go mod download
 # go.mod and go.sum must be exactly what `go mod tidy` writes.
 if ! tidy=$(go mod tidy -diff 2>&1); then
@@ -63,11 +65,14 @@ if [ $# -eq 0 ]; then go test -count=1 -timeout 5m -run '^TestQuotasKeepTheOther
 # The fault-injection suite's short profile (real processes, about 4.5 minutes);
 # COORDD_FAULTS_PROFILE=full runs the long one.
 go test -tags faults -count=1 -timeout 30m "$@" ./integration/faults/
+# The SDKs of other languages, each against real coordd processes.
+if [ $# -eq 0 ] && command -v npm >/dev/null; then sdk/typescript/test.sh; fi
 if [ -n "${COORDD_FUZZTIME:-}" ]; then
   go test ./fsm -run '^$' -fuzz FuzzCommands -fuzztime "$COORDD_FUZZTIME"
   for target in FuzzRequests FuzzHTTPAPI; do
     go test ./api -run '^$' -fuzz "^$target\$" -fuzztime "$COORDD_FUZZTIME"
   done
   go test ./internal/auth -run '^$' -fuzz '^FuzzParseACL$' -fuzztime "$COORDD_FUZZTIME"
+  go test ./internal/apijson -run '^$' -fuzz '^FuzzRoundTrip$' -fuzztime "$COORDD_FUZZTIME"
   go test ./schedule -run '^$' -fuzz '^FuzzCalendarZones$' -fuzztime "$COORDD_FUZZTIME"
 fi

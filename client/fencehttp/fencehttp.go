@@ -22,6 +22,11 @@
 // and OnLateRefusal is called: handlers whose effect must never follow a
 // newer holder's write should also fence their own store with the token
 // (TokenFrom).
+//
+// An endpoint that coordd's nodes deliver jobs to (docs/delivery.md) gets
+// the attempt's token in Coordd-Fencing-Token (read when Fencing-Token is
+// absent) and the job's key in Idempotency-Key; with Options.Verifier the
+// middleware first checks the request's Standard Webhooks signature.
 package fencehttp
 
 import (
@@ -29,17 +34,23 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
 
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/webhook"
 )
 
 // Header names.
 const (
-	TokenHeader          = "Fencing-Token"
+	TokenHeader = "Fencing-Token"
+	// DeliveryTokenHeader carries the token of a job attempt that
+	// coordd's nodes deliver to an HTTP target (docs/delivery.md); it is
+	// read when TokenHeader is absent.
+	DeliveryTokenHeader  = "Coordd-Fencing-Token"
 	IdempotencyKeyHeader = "Idempotency-Key"
 	// ReplayedHeader is set to "true" on a response replayed from a key.
 	ReplayedHeader = "Idempotent-Replayed"
@@ -64,7 +75,16 @@ type Options struct {
 	// OnLateRefusal is called when the handler ran but its token was
 	// refused at commit (see the package documentation).
 	OnLateRefusal func(r *http.Request, err error)
+	// Verifier, when set, checks every request's Standard Webhooks
+	// signature (coordd's deliveries with a target secret) before
+	// anything else: a bad or missing one is 401. The body (up to
+	// MaxSignedBody) is read for it and handed on unchanged.
+	Verifier *webhook.Verifier
 }
+
+// MaxSignedBody bounds the body read to verify a signature (a delivery's
+// args are at most 64 KiB).
+const MaxSignedBody = 1 << 20
 
 type tokenKey struct{}
 
@@ -131,7 +151,25 @@ func (m *middleware) lock(k string) func() {
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if v := m.o.Verifier; v != nil {
+		body, err := io.ReadAll(io.LimitReader(r.Body, MaxSignedBody+1))
+		if err == nil && len(body) > MaxSignedBody {
+			err = errors.New("the body is over the limit")
+		}
+		if err == nil {
+			err = v.Verify(r.Header, body)
+		}
+		if err != nil {
+			m.o.Logger.Warn("fencehttp: refused a request without a valid signature", "path", r.URL.Path, "err", err)
+			writeError(w, http.StatusUnauthorized, "BAD_SIGNATURE", err.Error())
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
 	raw := r.Header.Get(TokenHeader)
+	if raw == "" {
+		raw = r.Header.Get(DeliveryTokenHeader)
+	}
 	if raw == "" {
 		if m.o.Optional {
 			next.ServeHTTP(w, r)

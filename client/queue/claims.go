@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/coordd/coordd/client"
@@ -29,6 +30,9 @@ type claim struct {
 	nextHB   time.Time
 	due.Slot // in Worker.due; not while a heartbeat is in flight or after the claim ended
 	gone     bool
+
+	notifyMu   sync.Mutex      // serializes onDeadline calls, so that they come in order
+	onDeadline func(time.Time) // Job.OnDeadline; guarded by Worker.mu
 }
 
 type claimState int
@@ -119,13 +123,28 @@ func (w *Worker) deadlinePassed(cl *claim) {
 // at least sent + vt), the next heartbeat is due at sent + vt/3.
 func (w *Worker) acked(cl *claim, sent time.Time) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if cl.gone {
+		w.mu.Unlock()
 		return
 	}
 	cl.deadline.Extend(sent.Add(cl.vt-cl.margin), w.clk.Now())
 	cl.nextHB = sent.Add(cl.vt / 3)
 	w.pushLocked(cl)
+	w.mu.Unlock()
+	cl.notifyDeadline()
+}
+
+// notifyDeadline calls the job's OnDeadline function with the current
+// local deadline.
+func (cl *claim) notifyDeadline() {
+	cl.notifyMu.Lock()
+	defer cl.notifyMu.Unlock()
+	cl.w.mu.Lock()
+	f, at := cl.onDeadline, cl.deadline.At
+	cl.w.mu.Unlock()
+	if f != nil {
+		f(at)
+	}
 }
 
 // retryHeartbeat schedules cl's heartbeat again soon after a call that

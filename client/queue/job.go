@@ -128,6 +128,23 @@ func (j *Job) Deadline() time.Time {
 	return j.cl.localDeadline()
 }
 
+// OnDeadline calls f with the attempt's local deadline (Deadline) at once
+// and again each time an acknowledged heartbeat moves it, until the claim
+// ends: for a process that must act on the deadline itself, e.g. a
+// watchdog of a child process (coordctl worker). The deadline only moves
+// later, and f sees the moves in order. f runs on the worker's heartbeat
+// goroutine: it must return quickly. A later call replaces f; nothing
+// happens for a job not run by a Worker.
+func (j *Job) OnDeadline(f func(time.Time)) {
+	if j.cl == nil {
+		return
+	}
+	j.cl.w.mu.Lock()
+	j.cl.onDeadline = f
+	j.cl.w.mu.Unlock()
+	j.cl.notifyDeadline()
+}
+
 // FencedCommit records a write to resource fenced by this attempt's token
 // (client.Client.FencedCommit with Token()): accepted only while the
 // attempt is live. With an idempotency key (e.g. "job-<id>-<step>") a

@@ -132,6 +132,12 @@ func keyed(jobs []*coordv1.NewJob) []*coordv1.NewJob {
 }
 
 // Label adds a label (List filters by one).
+// Target makes coordd's nodes deliver the job to an HTTP endpoint instead
+// of a worker (docs/delivery.md): each attempt is a request carrying the
+// args as its JSON body, the attempt's fencing token and, with a secret
+// name, a Standard Webhooks signature; a 2xx completes it.
+func Target(t *coordv1.HttpTarget) Option { return func(s *spec) { s.j.Target = t } }
+
 func Label(key, value string) Option {
 	return func(s *spec) {
 		if s.j.Labels == nil {

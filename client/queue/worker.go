@@ -47,6 +47,7 @@ type Worker struct {
 
 	mu       sync.Mutex
 	handlers map[string]Handler
+	fallback Handler // HandleDefault
 	started  bool
 	stopping bool
 	claims   map[ref]*claim
@@ -183,10 +184,22 @@ func HandleJSON[T any](w *Worker, kind string, h func(ctx context.Context, j *Jo
 	})
 }
 
+// HandleDefault registers the handler of every kind without a handler of
+// its own (Handle), e.g. a command that dispatches on the kind itself
+// (coordctl worker). Without one, such a job fails, retryable.
+func (w *Worker) HandleDefault(h Handler) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fallback = h
+}
+
 func (w *Worker) handler(kind string) Handler {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.handlers[kind]
+	if h := w.handlers[kind]; h != nil {
+		return h
+	}
+	return w.fallback
 }
 
 // Start starts fetching and running jobs in the background. It fails on

@@ -51,16 +51,17 @@ func scrape(url, metric string) (float64, error) {
 	return 0, fmt.Errorf("no %s in %s", metric, url)
 }
 
-// ordered returns the endpoints with the leader first ("leader") or last,
-// behind the followers ("follower"); "" keeps them as given.
-func ordered(endpoints []string, first string) ([]string, error) {
+// ordered returns the endpoints with the leader (the first that isLeader
+// says leads) first ("leader") or last, behind the followers ("follower");
+// "" keeps them as given.
+func ordered(endpoints []string, first string, isLeader func(endpoint string) bool) ([]string, error) {
 	if first == "" {
 		return endpoints, nil
 	}
 	var leader string
 	var followers []string
 	for _, ep := range endpoints {
-		if leader == "" && leaderOf(ep) {
+		if leader == "" && isLeader(ep) {
 			leader = ep
 		} else {
 			followers = append(followers, ep)

@@ -5,6 +5,7 @@
 //	coordbench --endpoints 127.0.0.1:7410,... --workload acquire-release --clients 64
 //	coordbench --cluster --workload queue,queue-single,queue-delayed --clients 8 --queue-rate 10000
 //	coordbench --cluster --raft-log-store wal,bolt --rounds 2    # a fresh cluster per store, alternating
+//	coordbench --cluster --workload acquire-release,http-acquire-release,queue-single:raw=1,http-queue --first leader,follower
 package main
 
 import (
@@ -36,6 +37,10 @@ type config struct {
 	conns     int
 	rate      int                  // watch: changes per second
 	cluster   *proccluster.Cluster // --cluster: the nodes the tool started
+	// httpEndpoints are the nodes' HTTP base URLs (http://host:port), in
+	// the order of first, for the http-* workloads.
+	httpEndpoints []string
+	first         string // the --first order of this run ("": as given)
 }
 
 // result is one workload's line: the common fields first, then extras.
@@ -89,11 +94,13 @@ func main() {
 	var cfg config
 	var (
 		endpoints = flag.String("endpoints", os.Getenv("COORD_ENDPOINTS"), "coordd gRPC endpoints (comma-separated)")
+		httpEps   = flag.String("http-endpoints", "", "with --endpoints: the nodes' HTTP addresses (host:port or http://host:port, comma-separated) for the http-* workloads; --cluster uses its nodes'")
 		cluster   = flag.Bool("cluster", false, "start a local three-node cluster from --coordd-bin and tear it down")
 		bin       = flag.String("coordd-bin", "", "coordd binary for --cluster (default: build it from this module)")
 		workloads = flag.String("workload", "acquire-release,contended,renew,keepalive,fenced-commit,fenced-commit-hot,window-cycle",
 			"comma-separated workloads: acquire-release, contended, renew, keepalive, fenced-commit, fenced-commit-hot, window-cycle, failover, schedules (clients = every-second schedules whose jobs 3 replicas run), "+
-				"queue (clients = workers; submit in batches at --queue-rate), queue-single (clients = submitters, one job per Submit), queue-delayed (clients = workers; --delayed-jobs due 1 s to --delay-max ahead), queue-footprint (--cluster; clients = submitters of --delayed-jobs jobs with 200-byte args due in an hour: heap per job on each node, then a follower snapshotted, killed and restarted, timed; run the nodes with --coordd-args=--enable-pprof for a GC before each heap reading), watch (clients = watchers on one prefix, --rate changes/s); "+
+				"queue (clients = workers; submit in batches at --queue-rate), queue-single (clients = submitters, one job per Submit), queue-delayed (clients = workers; --delayed-jobs due 1 s to --delay-max ahead), queue-footprint (--cluster; clients = submitters of --delayed-jobs jobs with 200-byte args due in an hour: heap per job on each node, then a follower snapshotted, killed and restarted, timed; run the nodes with --coordd-args=--enable-pprof for a GC before each heap reading), watch (clients = watchers on one prefix, --rate changes/s), "+
+				"http-acquire-release (acquire-release over HTTP/JSON), http-queue (queue-single over HTTP/JSON, raw HTTP workers: compare queue-single:raw=1); the http-* workloads send round-robin over the nodes, or with --first all to the first node of the order; "+
 				"an item may carry its own settings: NAME:key=value:... with keys clients, duration, warmup, rate, batch, concurrency, workers, jobs, delay-max, fetch-max, raw (e.g. queue:rate=100:duration=30s:clients=4)")
 		clients = flag.String("clients", "64", "comma-separated client counts (each workload runs once per count)")
 		first   = flag.String("first", "", "comma-separated endpoint orders to run each workload with: leader (the leader's endpoint first), follower (followers first, the leader last); default: as given")
@@ -168,11 +175,17 @@ func main() {
 				ocfg := cfg
 				saved := qcfg
 				spec.apply(&ocfg, &qcfg)
-				eps, err := ordered(cfg.endpoints, f)
+				eps, err := ordered(cfg.endpoints, f, leaderOf)
 				if err != nil {
 					fatal(err)
 				}
 				ocfg.endpoints = eps
+				if len(cfg.httpEndpoints) > 0 {
+					if ocfg.httpEndpoints, err = ordered(cfg.httpEndpoints, f, httpLeader); err != nil {
+						fatal(err)
+					}
+				}
+				ocfg.first = f
 				for _, c := range counts {
 					r, err := run(context.Background(), ocfg, c)
 					if err != nil {
@@ -240,6 +253,10 @@ func main() {
 					}
 				}
 				cfg.endpoints = lc.Endpoints()
+				cfg.httpEndpoints = nil
+				for _, nd := range lc.Nodes {
+					cfg.httpEndpoints = append(cfg.httpEndpoints, "http://"+nd.HTTPAddr)
+				}
 				runAll(tag)
 				lc.Close()
 				atExit = atExit[:len(atExit)-1]
@@ -247,6 +264,12 @@ func main() {
 		}
 	} else if *endpoints != "" {
 		cfg.endpoints = strings.Split(*endpoints, ",")
+		if *httpEps != "" {
+			var err error
+			if cfg.httpEndpoints, err = httpBases(*httpEps); err != nil {
+				fatal(err)
+			}
+		}
 		runAll(nil)
 	} else {
 		fatal(fmt.Errorf("give --endpoints or --cluster"))

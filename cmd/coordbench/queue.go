@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +34,10 @@ import (
 //	queue-single   clients submitters, one job per Submit; --queue-workers workers
 //	queue-delayed  --delayed-jobs jobs due 1 s to --delay-max ahead; clients =
 //	               workers; none may start before its run_at
+//	queue-delivery the queue workload with jobs delivered by the nodes to an
+//	               HTTP endpoint of this process (docs/delivery.md; the nodes
+//	               need --delivery-allow 127.0.0.1); the start lag is the
+//	               request's arrival minus the submit's start
 
 type queueConfig struct {
 	raw         bool          // raw gRPC workers instead of the SDK's
@@ -43,15 +52,47 @@ type queueConfig struct {
 
 var qcfg = queueConfig{concurrency: 100, batch: 1000, fetchMax: 100, workers: 8, delayed: 100_000, delayMax: 60 * time.Second}
 
-// queueWorkers runs n workers on queue until ctx ends: fetch (long poll),
-// call started for each job, complete the batch.
+// queueWorkers runs n workers on a queue until ctx ends: fetch (long poll),
+// call started for each job, complete the batch. fetch and complete are
+// the wire: raw gRPC (grpcWorkerCalls) or HTTP/JSON (http.go).
 type queueWorkers struct {
-	q       coordv1.QueueClient
-	queue   string
-	started func(runAtMs int64, at time.Time, attempt uint32)
-	errs    atomic.Int64
-	lastErr atomic.Value
-	wg      sync.WaitGroup
+	fetch    func(ctx context.Context, worker string) ([]fetchedJob, error)
+	complete func(ctx context.Context, worker string, jobs []fetchedJob) error
+	started  func(runAtMs int64, at time.Time, attempt uint32)
+	errs     atomic.Int64
+	lastErr  atomic.Value
+	wg       sync.WaitGroup
+}
+
+// fetchedJob is a claimed job as the raw workers need it.
+type fetchedJob struct {
+	id      uint64
+	attempt uint32
+	runAtMs int64
+}
+
+// grpcWorkerCalls are the raw workers' Fetch (--fetch-max jobs, 1 s long
+// poll) and Complete on q, for queue.
+func grpcWorkerCalls(q coordv1.QueueClient, queue string) (fetch func(context.Context, string) ([]fetchedJob, error),
+	complete func(context.Context, string, []fetchedJob) error) {
+	fetch = func(ctx context.Context, worker string) ([]fetchedJob, error) {
+		r, err := q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{queue}, Max: uint32(qcfg.fetchMax),
+			Wait: pbtime.Dur(1000), WorkerId: worker})
+		var jobs []fetchedJob
+		for _, cl := range r.GetJobs() {
+			jobs = append(jobs, fetchedJob{id: cl.GetJob().GetId(), attempt: cl.GetAttempt().GetNumber(), runAtMs: cl.GetJob().GetRunAtMs()})
+		}
+		return jobs, err
+	}
+	complete = func(ctx context.Context, worker string, jobs []fetchedJob) error {
+		comps := make([]*coordv1.JobCompletion, len(jobs))
+		for i, j := range jobs {
+			comps[i] = &coordv1.JobCompletion{JobId: j.id, Attempt: j.attempt}
+		}
+		_, err := q.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: worker, Completions: comps})
+		return err
+	}
+	return fetch, complete
 }
 
 // startWorkers runs n workers on the queue (the SDK's, or raw with
@@ -59,14 +100,9 @@ type queueWorkers struct {
 func startWorkers(ctx context.Context, cfg config, q coordv1.QueueClient, name string, n int,
 	started func(runAtMs int64, at time.Time, attempt uint32)) (stop func(), err error) {
 	if qcfg.raw {
-		wctx, cancel := context.WithCancel(ctx)
-		qw := &queueWorkers{q: q, queue: name, started: started}
-		qw.run(wctx, n)
-		return func() {
-			cancel()
-			qw.wg.Wait()
-			qw.report(name)
-		}, nil
+		qw := &queueWorkers{started: started}
+		qw.fetch, qw.complete = grpcWorkerCalls(q, name)
+		return qw.start(ctx, n, name), nil
 	}
 	cs, done, err := newClients(ctx, cfg, n)
 	if err != nil {
@@ -102,6 +138,18 @@ func startWorkers(ctx context.Context, cfg config, q coordv1.QueueClient, name s
 	}, nil
 }
 
+// start runs n raw workers until stop, which waits for them and reports
+// their errors under name.
+func (qw *queueWorkers) start(ctx context.Context, n int, name string) (stop func()) {
+	wctx, cancel := context.WithCancel(ctx)
+	qw.run(wctx, n)
+	return func() {
+		cancel()
+		qw.wg.Wait()
+		qw.report(name)
+	}
+}
+
 func (qw *queueWorkers) fail(err error) {
 	qw.errs.Add(1)
 	qw.lastErr.Store(err.Error())
@@ -113,8 +161,7 @@ func (qw *queueWorkers) run(ctx context.Context, n int) {
 		qw.wg.Go(func() {
 			for ctx.Err() == nil {
 				fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				r, err := qw.q.Fetch(fctx, &coordv1.QueueFetchRequest{Queues: []string{qw.queue}, Max: uint32(qcfg.fetchMax),
-					Wait: pbtime.Dur(1000), WorkerId: worker})
+				jobs, err := qw.fetch(fctx, worker)
 				cancel()
 				if err != nil {
 					if ctx.Err() == nil {
@@ -123,17 +170,15 @@ func (qw *queueWorkers) run(ctx context.Context, n int) {
 					}
 					continue
 				}
-				if len(r.GetJobs()) == 0 {
+				if len(jobs) == 0 {
 					continue
 				}
-				comps := make([]*coordv1.JobCompletion, len(r.GetJobs()))
-				for i, cl := range r.GetJobs() {
-					qw.started(cl.GetJob().GetRunAtMs(), time.Now(), cl.GetAttempt().GetNumber()) // the (empty) handler starts
-					comps[i] = &coordv1.JobCompletion{JobId: cl.GetJob().GetId(), Attempt: cl.GetAttempt().GetNumber()}
+				for _, j := range jobs {
+					qw.started(j.runAtMs, time.Now(), j.attempt) // the (empty) handler starts
 				}
 				for ctx.Err() == nil {
 					cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-					_, err := qw.q.Complete(cctx, &coordv1.QueueCompleteRequest{WorkerId: worker, Completions: comps})
+					err := qw.complete(cctx, worker, jobs)
 					cancel()
 					if err == nil {
 						break
@@ -193,6 +238,9 @@ type queueRun struct {
 	term0 uint64
 	lags  lagRecorder
 	stop  func() // ends the workers; nil before they start and after
+	// delivery, when set, is the URL the jobs are delivered to instead of
+	// workers (queue-delivery).
+	delivery string
 }
 
 // onQueue makes a queue workload of run, on a fresh queue named for kind;
@@ -241,8 +289,10 @@ func queueThroughput(ctx context.Context, cfg config, qr *queueRun, n int) (*res
 	start := time.Now().Add(cfg.warmup)
 	end := start.Add(cfg.duration)
 	qr.lags.from, qr.lags.to = start, end
-	if err := qr.startWorkers(ctx, cfg, n); err != nil {
-		return nil, err
+	if qr.delivery == "" {
+		if err := qr.startWorkers(ctx, cfg, n); err != nil {
+			return nil, err
+		}
 	}
 
 	// The cluster's counters over the measured window (cores, entries).
@@ -262,6 +312,9 @@ func queueThroughput(ctx context.Context, cfg config, qr *queueRun, n int) (*res
 			jobs := make([]*coordv1.NewJob, batch)
 			for i := range jobs {
 				jobs[i] = &coordv1.NewJob{Queue: qr.name, Kind: "noop", Args: []byte(`{"n":1}`)}
+				if qr.delivery != "" {
+					jobs[i].Target = &coordv1.HttpTarget{Url: qr.delivery}
+				}
 			}
 			next := time.Now()
 			for time.Now().Before(end) {
@@ -272,6 +325,12 @@ func queueThroughput(ctx context.Context, cfg config, qr *queueRun, n int) (*res
 					next = next.Add(tick)
 				}
 				t0 := time.Now()
+				if qr.delivery != "" {
+					args := fmt.Appendf(nil, `{"t":%d}`, t0.UnixMilli()) // what the endpoint measures the lag from
+					for _, j := range jobs {
+						j.Args = args
+					}
+				}
 				_, err := qr.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: jobs})
 				if err != nil {
 					submitErrs.Add(1)
@@ -315,20 +374,33 @@ func queueSingle(ctx context.Context, cfg config, qr *queueRun, n int) (*result,
 	if err := qr.startWorkers(ctx, cfg, qcfg.workers); err != nil {
 		return nil, err
 	}
-	r := drive(cfg, "queue-single", n, func(w, i int) (bool, error) {
+	return qr.submitLoop(cfg, "queue-single", n, fmt.Sprintf("%d %s", qcfg.workers, workerKind()), func(w, i int) error {
 		_, err := qr.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: qr.name, Kind: "noop"}}})
-		return true, err
-	})
+		return err
+	}), nil
+}
+
+// submitLoop drives submit (one job per call) on n submitters while the
+// running workers complete the jobs, then stops them: ops and latency are
+// the submits; completed (and completed_per_s) the jobs whose handlers
+// started in the measured window.
+func (qr *queueRun) submitLoop(cfg config, name string, n int, workers string, submit func(w, i int) error) *result {
+	qr.lags.mu.Lock()
+	qr.lags.from = time.Now().Add(cfg.warmup) // as drive measures
+	qr.lags.to = qr.lags.from.Add(cfg.duration)
+	qr.lags.mu.Unlock()
+	r := drive(cfg, name, n, func(w, i int) (bool, error) { return true, submit(w, i) })
 	time.Sleep(500 * time.Millisecond)
 	qr.stopWorkers()
 	r.add("latency", "submit")
-	r.add("workers", fmt.Sprintf("%d %s", qcfg.workers, workerKind()))
+	r.add("workers", workers)
 	r.add("leader_changes", leaderChanges(cfg, qr.term0))
 	qr.lags.mu.Lock()
 	r.add("completed", qr.lags.inWindow)
+	r.add("completed_per_s", round(float64(qr.lags.inWindow)/cfg.duration.Seconds()))
 	r.add("early", qr.lags.early)
 	qr.lags.mu.Unlock()
-	return r, nil
+	return r
 }
 
 // queueDelayed: --delayed-jobs jobs due uniformly 1 s to --delay-max ahead,
@@ -380,4 +452,33 @@ func queueDelayed(ctx context.Context, cfg config, qr *queueRun, n int) (*result
 	r.add("second_attempts", qr.lags.again)
 	r.add("leader_changes", leaderChanges(cfg, qr.term0))
 	return r, nil
+}
+
+// queueDelivery is queueThroughput with the jobs delivered by the nodes
+// to an endpoint of this process, which records each request's start lag
+// (arrival minus the submit's start, carried in the args) and answers 204.
+func queueDelivery(ctx context.Context, cfg config, qr *queueRun, n int) (*result, error) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var args struct {
+			T int64 `json:"t"`
+		}
+		body, _ := io.ReadAll(r.Body)
+		attempt, _ := strconv.ParseUint(r.Header.Get("Coordd-Attempt"), 10, 32)
+		if json.Unmarshal(body, &args) == nil && args.T > 0 {
+			qr.lags.started(args.T, time.Now(), uint32(attempt))
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	qr.delivery = srv.URL + "/bench"
+	r, err := queueThroughput(ctx, cfg, qr, n)
+	if r != nil {
+		r.workload = "queue-delivery"
+		for i, kv := range r.extra {
+			if kv[0] == "workers" {
+				r.extra[i][1] = "the nodes' deliverers (64 slots, 16 per target, a node)"
+			}
+		}
+	}
+	return r, err
 }

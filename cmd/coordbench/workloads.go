@@ -20,20 +20,23 @@ import (
 type workload func(ctx context.Context, cfg config, clients int) (*result, error)
 
 var workloadFuncs = map[string]workload{
-	"acquire-release":   acquireRelease,
-	"contended":         contended,
-	"renew":             renew,
-	"keepalive":         keepalive,
-	"fenced-commit":     fencedCommit(false),
-	"fenced-commit-hot": fencedCommit(true),
-	"window-cycle":      windowCycle,
-	"failover":          failover,
-	"schedules":         schedulesWorkload,
-	"queue":             onQueue("tp", queueThroughput),
-	"queue-single":      onQueue("one", queueSingle),
-	"queue-delayed":     onQueue("delayed", queueDelayed),
-	"queue-footprint":   queueFootprint,
-	"watch":             watchWorkload,
+	"acquire-release":      acquireRelease,
+	"contended":            contended,
+	"renew":                renew,
+	"keepalive":            keepalive,
+	"fenced-commit":        fencedCommit(false),
+	"fenced-commit-hot":    fencedCommit(true),
+	"window-cycle":         windowCycle,
+	"failover":             failover,
+	"schedules":            schedulesWorkload,
+	"queue":                onQueue("tp", queueThroughput),
+	"queue-single":         onQueue("one", queueSingle),
+	"queue-delayed":        onQueue("delayed", queueDelayed),
+	"queue-footprint":      queueFootprint,
+	"watch":                watchWorkload,
+	"http-acquire-release": httpAcquireRelease,
+	"http-queue":           onQueue("http", httpQueue),
+	"queue-delivery":       onQueue("dl", queueDelivery),
 }
 
 // run is a benchmark id, so that names never collide between runs.

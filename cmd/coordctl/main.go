@@ -2,7 +2,9 @@
 // windows, fenced resources, the job queue and the cluster itself.
 //
 // Exit status: 0 success, 1 error, 2 bad usage, 3 lease held by another
-// owner (lease acquire), 4 something is overdue or stuck (job overdue).
+// owner (lease acquire), 4 something is overdue or stuck (job overdue); the
+// commands that run a command (lease run, elect, worker) also pass on its
+// status and exit 5 when the lease was lost (run.go).
 package main
 
 import (
@@ -55,6 +57,9 @@ type codeError struct {
 func (e *codeError) Error() string { return e.msg }
 
 func main() {
+	if os.Getenv(guardEnv) != "" { // the watchdog of a command run under a lease or job (child.go)
+		os.Exit(guardMain(os.Args[1:], os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -107,7 +112,9 @@ results as JSON, enums by short name ("DEAD"), and 64-bit integers
 (generations, indexes, counts) as JSON strings: "generation": "7".
 
 Exit status: 0 success, 1 error, 2 bad usage, 3 lease held by another
-owner (lease acquire), 4 something is overdue or stuck (job overdue).
+owner (lease acquire, lease run), 4 something is overdue or stuck (job
+overdue), 5 the lease was lost while a command ran (lease run, elect); lease
+run and elect otherwise exit with their command's status (see their --help).
 
 Commands go through the Go SDK: to the leader, past nodes that are down, and,
 while a leader is being elected, retried for up to --timeout (coordctl says
@@ -160,18 +167,19 @@ so once on stderr).`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 	root.AddCommand(a.statusCmd(), a.membersCmd(), group("leader", "Leadership operations", a.leaderTransferCmd()), a.snapshotCmd(),
 		group("lease", "See and operate leases",
-			a.leaseListCmd(), a.leaseGetCmd(), a.leaseAcquireCmd(), a.leaseRenewCmd(), a.leaseReleaseCmd(), a.leaseKeepAliveCmd(), a.leaseWatchCmd()),
+			a.leaseListCmd(), a.leaseGetCmd(), a.leaseAcquireCmd(), a.leaseRenewCmd(), a.leaseReleaseCmd(), a.leaseKeepAliveCmd(), a.leaseWatchCmd(),
+			a.leaseRunCmd()),
 		group("window", "See and operate the window ledger",
 			a.windowListCmd(), a.windowGetCmd(), a.windowClaimCmd(), a.windowCompleteCmd()),
 		group("fence", "Fenced resources: commit with a token, see the highest token seen",
 			a.fenceCommitCmd(), a.fenceGetCmd()),
 		group("job", "Queued jobs (submit, get, list, cancel, retry) and what did not happen (overdue)",
 			a.jobSubmitCmd(), a.jobGetCmd(), a.jobListCmd(), a.jobCancelCmd(), a.jobRetryCmd(), a.jobWatchCmd(), a.jobOverdueCmd()),
-		group("queue", "The job queue's counts per state and dispatch lag", a.queueStatsCmd()),
+		group("queue", "The job queue's counts per state and dispatch lag; queues' HTTP targets", a.queueStatsCmd(), a.queueTargetCmd()),
 		group("schedule", "Recurring jobs: one queue job per occurrence of a cron expression, made by the leader",
 			a.scheduleCreateCmd(), a.scheduleUpdateCmd(), a.scheduleApplyCmd(), a.scheduleGetCmd(), a.scheduleListCmd(), a.schedulePauseCmd(), a.scheduleResumeCmd(),
 			a.scheduleTriggerCmd(), a.scheduleDeleteCmd()),
-		a.certsCmd(), a.versionCmd())
+		a.workerCmd(), a.electCmd(), a.certsCmd(), a.versionCmd())
 	return root
 }
 

@@ -31,6 +31,7 @@ func (a *app) jobSubmitCmd() *cobra.Command {
 		in, vt           time.Duration
 		attempts, prio   int
 		labels           []string
+		target           targetFlags
 		cmd              *cobra.Command // run asks it which flags were given
 	)
 	check := func(cmd *cobra.Command, pos []string) error {
@@ -51,13 +52,17 @@ func (a *app) jobSubmitCmd() *cobra.Command {
 		if in < 0 {
 			return fmt.Errorf("--in %s: negative", in)
 		}
+		if err := target.check(); err != nil {
+			return err
+		}
 		_, err := parseLabels(labels)
 		return err
 	}
 	cmd = a.newCmd("submit KIND [--queue Q] [--args JSON] [--at TIME | --in DURATION]", "Submit a job to the queue: now, at a time, or after a delay",
 		`  coordctl job submit send-invoice --queue billing --args '{"invoice":42}' --unique-key invoice-42
   coordctl job submit nightly-report --at 2026-09-26T02:00:00Z --max-attempts 3
-  coordctl -o json job submit cleanup --in 10m --label team=ops | jq -r '.jobs[0].id'`, check,
+  coordctl -o json job submit cleanup --in 10m --label team=ops | jq -r '.jobs[0].id'
+  coordctl job submit charge --args '{"invoice":42}' --target-url https://billing.internal/jobs/charge --target-secret billing`, check,
 		func(ctx context.Context, pos []string) error {
 			if key == "" {
 				// A key of its own makes the submit safe to repeat: the SDK
@@ -85,6 +90,9 @@ func (a *app) jobSubmitCmd() *cobra.Command {
 			ls, _ := parseLabels(labels)
 			for k, v := range ls {
 				opts = append(opts, queue.Label(k, v))
+			}
+			if target.given() {
+				opts = append(opts, queue.Target(target.target()))
 			}
 			var raw []byte
 			if args != "" {
@@ -122,6 +130,7 @@ command with.`
 	f.IntVar(&prio, "priority", 0, "-100 to 100; higher is fetched first within the queue")
 	f.DurationVar(&vt, "visibility-timeout", 0, "an attempt without a heartbeat for this long lapses (default 30s)")
 	f.StringArrayVar(&labels, "label", nil, "key=value label, repeatable")
+	target.add(f, "the job")
 	return cmd
 }
 
@@ -352,6 +361,9 @@ func queueJobText(out io.Writer, j *coordv1.QueueJob, now int64) {
 		row(w, "LABELS", orDash(labelText(j.GetLabels())))
 		row(w, "SUBMITTED BY", orDash(j.GetSubmittedBy()))
 		row(w, "ARGS", short(string(j.GetArgs()), 200))
+		if t := j.GetTarget(); t != nil {
+			row(w, "TARGET", targetText(t)) // the attempts' errors carry each delivery's status, latency and body excerpt
+		}
 	})
 	log := j.GetAttemptLog()
 	if len(log) == 0 {

@@ -61,6 +61,7 @@ type specFlags struct {
 	deadline, catchUp, within, vt                    time.Duration
 	shift, attempts, prio                            int32
 	labels                                           []string
+	target                                           targetFlags
 }
 
 func (f *specFlags) add(cmd *cobra.Command, update bool) {
@@ -93,6 +94,7 @@ func (f *specFlags) add(cmd *cobra.Command, update bool) {
 		label = "key=value label of every job, repeatable: sets that label, keeps the others"
 	}
 	fl.StringArrayVar(&f.labels, "label", nil, label)
+	f.target.add(fl, "every job")
 }
 
 // check finds bad flag values before any call (usage errors).
@@ -113,6 +115,9 @@ func (f *specFlags) check() error {
 		if d.v < 0 {
 			return fmt.Errorf("%s %s: negative", d.flag, d.v)
 		}
+	}
+	if err := f.target.check(); err != nil {
+		return err
 	}
 	_, err := parseLabels(f.labels)
 	return err
@@ -143,6 +148,7 @@ func (f *specFlags) set(sp *coordv1.ScheduleSpec, given func(flag string) bool) 
 		{"max-attempts", func() { j.MaxAttempts = f.attempts }},
 		{"priority", func() { j.Priority = f.prio }},
 		{"visibility-timeout", func() { j.VisibilityTimeout = durationpb.New(f.vt) }},
+		{"target-url", func() { j.Target = f.target.target() }}, // "" removes it (update)
 		{"label", func() {
 			ls, _ := parseLabels(f.labels)
 			if j.Labels == nil && len(ls) > 0 {

@@ -35,6 +35,7 @@ type options struct {
 	walSegment                                             int
 	listen                                                 listenLimits
 	openMetrics                                            bool
+	delivery                                               deliveryFlags
 	clockOffset                                            time.Duration
 	clockRate                                              float64
 	version                                                bool
@@ -44,6 +45,13 @@ type options struct {
 // "Listener limits").
 type listenLimits struct {
 	readHeader, read, write, idle, grpcConnect, grpcPing, grpcPingTimeout time.Duration
+}
+
+// deliveryFlags configure the delivery of jobs to HTTP targets
+// (docs/delivery.md).
+type deliveryFlags struct {
+	allow, secrets, ca     string
+	concurrency, perTarget int
 }
 
 // hiddenFlags work but are not shown by -h: the fault suite's clock hooks.
@@ -123,6 +131,11 @@ func parseFlags(args []string) (*options, error) {
 		"job args bytes per second one identity may submit, judged on the leader (bytes, or with K, M, G); also caps its schedules' args bytes per second at their peak rates (0: unlimited)")
 	f.float(&o.scheduleJobsRate, "limit-schedule-jobs-rate", dl.ScheduleJobsPerSecond,
 		"jobs per second one identity's schedules may make at their peak rates (one per shortest interval), judged on the leader at each put (0: unlimited)")
+	f.str(&o.delivery.allow, "delivery-allow", "", "comma-separated hosts HTTP targets may name: host names, *.domain, *, IP addresses, CIDR prefixes (empty: no target is reachable, loopback included, and this node delivers nothing)")
+	f.str(&o.delivery.secrets, "delivery-secrets", "", `file of signing secrets for HTTP targets, one a line: "<name> whsec_... [whsec_... (previous key, during a rotation)]"`)
+	f.str(&o.delivery.ca, "delivery-ca", "", "PEM CA bundle that verifies HTTP targets' TLS certificates (default: the system's)")
+	f.int32(&o.delivery.concurrency, "delivery-concurrency", "delivery requests in flight on this node (0: 64; -1: this node delivers nothing)")
+	f.int32(&o.delivery.perTarget, "delivery-per-target", "delivery requests in flight to one target (scheme and host) from this node (0: 16)")
 	f.str(&o.logStore, "raft-log-store", "", "Raft log store of a new data dir: wal or bolt (default wal); an existing data dir keeps the one it was created with")
 	o.walSegment = parse(e, "RAFT_WAL_SEGMENT_SIZE", logstore.DefaultWALSegmentSize, logstore.ParseSize)
 	fs.Var(sizeValue{&o.walSegment}, "raft-wal-segment-size", "size of the wal store's segment files, preallocated (bytes, or with K, M, G: KiB, MiB, GiB)")

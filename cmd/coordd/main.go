@@ -88,6 +88,10 @@ func run(args []string) error {
 		clk = clock.Skewed(o.clockOffset, o.clockRate)
 		logger.Warn("test clock hook active: this node's clock is skewed", "offset", o.clockOffset, "rate", o.clockRate)
 	}
+	deliveryOpts, err := o.delivery.options()
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	// node.New locks the data directory before Raft opens its files: a
 	// second coordd on it fails there, naming the first (internal/datadir).
@@ -113,7 +117,7 @@ func run(args []string) error {
 		EnablePprof: o.pprof, OpenMetrics: o.openMetrics, Logger: logger, Clock: clk, Metrics: reg,
 		HTTPReadHeaderTimeout: o.listen.readHeader, HTTPReadTimeout: o.listen.read, HTTPWriteTimeout: o.listen.write,
 		HTTPIdleTimeout: o.listen.idle, GRPCConnectionTimeout: o.listen.grpcConnect, GRPCKeepaliveTime: o.listen.grpcPing,
-		GRPCKeepaliveTimeout: o.listen.grpcPingTimeout,
+		GRPCKeepaliveTimeout: o.listen.grpcPingTimeout, Delivery: deliveryOpts,
 	}, n)
 	if err != nil {
 		return errors.Join(err, n.Close())

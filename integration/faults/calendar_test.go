@@ -175,7 +175,7 @@ func TestSkewedFollowersStartNoJobEarly(t *testing.T) {
 	})
 	for nd, want := range map[*proccluster.Node]time.Duration{ahead: skew, behind: -skew} {
 		o := offsets[nd.ID]
-		got, bound := time.Duration(o.GetOffsetMs())*time.Microsecond, time.Duration(o.GetOffsetErrorMs())*time.Microsecond
+		got, bound := pbtime.Duration(o.GetOffset()), pbtime.Duration(o.GetOffsetError())
 		t.Logf("leader %s measured %s at %s ± %s (set: %s)", right.ID, nd.ID, got, bound, want)
 		if (got - want).Abs() > bound+5*time.Millisecond {
 			t.Errorf("%s: offset %s ± %s, set to %s", nd.ID, got, bound, want)

@@ -27,7 +27,7 @@ import (
 	"github.com/coordd/coordd/internal/testutil"
 )
 
-var coorddBin, clientBin string
+var coorddBin, clientBin, coordctlBin string
 
 // logStore is the Raft log store every node of the suite runs with:
 // COORDD_FAULTS_LOG_STORE=wal|bolt, wal by default (and so in CI). The
@@ -51,6 +51,9 @@ func TestMain(m *testing.M) {
 	}
 	if coorddBin, err = proccluster.Build(dir, "./cmd/coordd", "coordd"); err == nil {
 		clientBin, err = proccluster.Build(dir, "./integration/faults/faultclient", "faultclient")
+	}
+	if err == nil {
+		coordctlBin, err = proccluster.Build(dir, "./cmd/coordctl", "coordctl")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

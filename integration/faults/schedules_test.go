@@ -99,7 +99,7 @@ func (r *run) awaitOccurrencesDone(l *jobLog, names []string, fromMs, toMs int64
 }
 
 // skips reads every schedule's skipped runs once the leader has dealt with
-// the occurrences up to toMs (last_materialised_ms), and returns the
+// the occurrences up to toMs (last_materialised), and returns the
 // lookup checkOccurrences takes, with the count per reason.
 func skips(t *testing.T, ctx context.Context, c *client.Client, names []string, toMs int64) (func(occurrence) string, map[string]int64) {
 	t.Helper()

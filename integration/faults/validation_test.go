@@ -129,7 +129,7 @@ func TestRestartedFollowerAcceptsDelayedJobs(t *testing.T) {
 	// days.
 	_, err = qc.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: "v", Kind: "delayed", RunAt: pbtime.At(now + 400*day)}}})
 	msg := status.Convert(err).Message()
-	if status.Code(err) != codes.InvalidArgument || coorderr.Metadata(err)["field"] != "run_at_ms" ||
+	if status.Code(err) != codes.InvalidArgument || coorderr.Metadata(err)["field"] != "run_at" ||
 		!strings.Contains(msg, "the limit is 366 days") || !strings.Contains(msg, "nothing was submitted") {
 		t.Fatalf("400 days ahead: %v %v", err, coorderr.Metadata(err))
 	}

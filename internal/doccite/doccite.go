@@ -14,7 +14,7 @@
 //     identifier somewhere in the module's Go code; x.Name where x is not
 //     ours (errors.Is, http.Handler) is not checked;
 //   - a bare lowerCamel identifier (readOnLeader): an identifier somewhere
-//     in the module's Go code;
+//     in the module's Go code or TypeScript sources (sdk/typescript);
 //   - a path (api/queue.go, docs/jobs.md, a file name with one of the
 //     module's extensions) or a Markdown link target: a file or directory,
 //     relative to the repository or to the doc;
@@ -74,6 +74,14 @@ func Build(root string) (*Index, error) {
 				return err
 			}
 			ix.addFile(f, strings.HasSuffix(path, "_test.go"))
+		case strings.HasSuffix(path, ".ts"): // the TypeScript SDK (sdk/typescript): its identifiers count as the module's
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, w := range tsIdent.FindAllString(string(b), -1) {
+				ix.idents[w] = true
+			}
 		case strings.HasSuffix(path, ".sh") || strings.HasPrefix(filepath.Base(filepath.Dir(path)), ".ci"):
 			b, err := os.ReadFile(path)
 			if err != nil {
@@ -189,6 +197,7 @@ var (
 	plainPath       = regexp.MustCompile(`(?:^|[\s(\[])([A-Za-z0-9_-]+(?:/[A-Za-z0-9_.-]+)*/[A-Za-z0-9_-]+\.(?:go|md|sh|proto|yaml|yml))\b`)
 	versionPart     = regexp.MustCompile(`^v[0-9]+(alpha|beta)?[0-9]*$`)
 	selector        = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)(\(\))?$`)
+	tsIdent         = regexp.MustCompile(`[A-Za-z_$][A-Za-z0-9_$]*`)
 	lowerCamel      = regexp.MustCompile(`^[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*(\(\))?$`)
 	flagWord        = regexp.MustCompile(`--[a-z][a-z0-9-]*[a-z0-9]`)
 	pathLike        = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.*-]+)*/?$`)

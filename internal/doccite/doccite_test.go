@@ -67,16 +67,18 @@ func flag(s string) string { return s }
 `)
 	write("store/store_test.go", "package store\n\nimport \"testing\"\n\nfunc TestOpen(t *testing.T) {}\n")
 	write("scripts/run.sh", "#!/bin/sh\nexec store --log-level info\n")
+	write("sdk/ts/src/lease.ts", "export class Lease { outcomeUnknown = false; held(): boolean { return true; } }\n")
 	write("docs/x.md", strings.Join([]string{
-		"TestOpen and TestGone.",                           // 1: TestGone
-		"`store.Open` and `store.Close()`.",                // 2: store.Close
-		"`Store.Apply()`, `Store.Clock`, `Store.Revert()`", // 3: Store.Revert
-		"`readOnLeader` then `jobsRead`.",                  // 4: jobsRead
-		"`store/store.go` and `store/gone.go`.",            // 5: store/gone.go
-		"[store](../store/store.go), [gone](../gone.md)",   // 6: ../gone.md
-		"`store --data-dir d --log-level x --no-such`",     // 7: --no-such
-		"`errors.Is` and `s.Apply()` and `s.Vanished()`",   // 8: Vanished
-		"see store/store.go and docs/gone.md in prose",     // 9: docs/gone.md
+		"TestOpen and TestGone.",                            // 1: TestGone
+		"`store.Open` and `store.Close()`.",                 // 2: store.Close
+		"`Store.Apply()`, `Store.Clock`, `Store.Revert()`",  // 3: Store.Revert
+		"`readOnLeader` then `jobsRead`.",                   // 4: jobsRead
+		"`store/store.go` and `store/gone.go`.",             // 5: store/gone.go
+		"[store](../store/store.go), [gone](../gone.md)",    // 6: ../gone.md
+		"`store --data-dir d --log-level x --no-such`",      // 7: --no-such
+		"`errors.Is` and `s.Apply()` and `s.Vanished()`",    // 8: Vanished
+		"see store/store.go and docs/gone.md in prose",      // 9: docs/gone.md
+		"`outcomeUnknown` and `e.outcomeUnknown`, `tsGone`", // 10: tsGone (TypeScript identifiers count)
 	}, "\n")+"\n")
 	ix, err := Build(root)
 	if err != nil {
@@ -87,7 +89,7 @@ func flag(s string) string { return s }
 		t.Fatal(err)
 	}
 	want := map[int]string{1: "TestGone", 2: "store.Close()", 3: "Store.Revert()", 4: "jobsRead",
-		5: "store/gone.go", 6: "../gone.md", 7: "--no-such", 8: "s.Vanished()", 9: "docs/gone.md"}
+		5: "store/gone.go", 6: "../gone.md", 7: "--no-such", 8: "s.Vanished()", 9: "docs/gone.md", 10: "tsGone"}
 	got := map[int]string{}
 	for _, p := range problems {
 		if got[p.Line] != "" {

@@ -25,6 +25,9 @@ func (x *GetScheduleResponse) GetCalendarTimeMs() int64 { return pbtime.AtMs(x.G
 // GetDeadlineMs is Deadline in Unix milliseconds (0 when unset).
 func (x *HeartbeatResult) GetDeadlineMs() int64 { return pbtime.AtMs(x.GetDeadline()) }
 
+// GetTimeoutMs is Timeout in milliseconds (0 when unset).
+func (x *HttpTarget) GetTimeoutMs() int64 { return pbtime.DurMs(x.GetTimeout()) }
+
 // GetDeadlineMs is Deadline in Unix milliseconds (0 when unset).
 func (x *JobAttempt) GetDeadlineMs() int64 { return pbtime.AtMs(x.GetDeadline()) }
 
@@ -33,6 +36,9 @@ func (x *JobAttempt) GetFinishedAtMs() int64 { return pbtime.AtMs(x.GetFinishedA
 
 // GetStartedAtMs is StartedAt in Unix milliseconds (0 when unset).
 func (x *JobAttempt) GetStartedAtMs() int64 { return pbtime.AtMs(x.GetStartedAt()) }
+
+// GetRetryAfterMs is RetryAfter in milliseconds (0 when unset).
+func (x *JobFailure) GetRetryAfterMs() int64 { return pbtime.DurMs(x.GetRetryAfter()) }
 
 // GetBackoffInitialMs is BackoffInitial in milliseconds (0 when unset).
 func (x *JobTemplate) GetBackoffInitialMs() int64 { return pbtime.DurMs(x.GetBackoffInitial()) }
@@ -140,6 +146,9 @@ func (x *QueueStats) GetOldestAvailableRunAtMs() int64 {
 
 // GetCalendarTimeMs is CalendarTime in Unix milliseconds (0 when unset).
 func (x *QueueStatsResponse) GetCalendarTimeMs() int64 { return pbtime.AtMs(x.GetCalendarTime()) }
+
+// GetUpdatedAtMs is UpdatedAt in Unix milliseconds (0 when unset).
+func (x *QueueTarget) GetUpdatedAtMs() int64 { return pbtime.AtMs(x.GetUpdatedAt()) }
 
 // GetTtlMs is Ttl in milliseconds (0 when unset).
 func (x *RenewRequest) GetTtlMs() int64 { return pbtime.DurMs(x.GetTtl()) }

@@ -192,7 +192,11 @@ type NewJob struct {
 	// while the job is retained: a second submit returns the first job.
 	UniqueKey string `protobuf:"bytes,12,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
 	// labels for filtering List (up to 16).
-	Labels        map[string]string `protobuf:"bytes,13,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,13,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// target, when set, makes coordd's nodes deliver the job's attempts to
+	// an HTTP endpoint instead of handing them to pull workers (whose
+	// fetches never see it): docs/delivery.md.
+	Target        *HttpTarget `protobuf:"bytes,14,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -318,6 +322,122 @@ func (x *NewJob) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *NewJob) GetTarget() *HttpTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+// HttpTarget is an HTTP endpoint that coordd's nodes deliver a job's
+// attempts to, through the same attempts a pull worker gets (lapse,
+// retries with backoff, dead, cancel and fencing are the queue's). Each
+// request carries the job's args as its JSON body, the headers
+// Coordd-Job-Id, Coordd-Attempt, Coordd-Fencing-Token ("job:<id>:<n>",
+// the attempt's token for FencedCommit), Idempotency-Key, Coordd-Deadline
+// (and Coordd-Window, Coordd-Occurrence for a schedule's job) and, with a
+// secret, a Standard Webhooks 1.0 signature. A 2xx completes the attempt
+// (a JSON body, up to 64 KiB, is the result); 429, 5xx, a timeout or a
+// connection error fails it retryably (honouring Retry-After); any other
+// status fails it for good unless retry_status names it. The URL must
+// match the servers' --delivery-allow list (INVALID_ARGUMENT, field
+// "target.url", naming the flag).
+type HttpTarget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url: an absolute http or https URL, up to 2,048 bytes.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// method: default POST; GET, PUT, PATCH and DELETE also.
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// headers added to every request (up to 16; names and values up to 256
+	// bytes). Coordd-*, webhook-*, Idempotency-Key, Content-Type,
+	// Content-Length, Host and hop-by-hop headers are coordd's and refused.
+	Headers map[string]string `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// timeout of one request: default the job's visibility timeout, at most
+	// 24 h.
+	Timeout *durationpb.Duration `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// retryable_status: 4xx codes that fail an attempt retryably too (429
+	// and every 5xx always do); up to 16.
+	RetryableStatus []uint32 `protobuf:"varint,5,rep,packed,name=retryable_status,json=retryableStatus,proto3" json:"retryable_status,omitempty"`
+	// secret names a signing secret configured on the servers
+	// (--delivery-secrets); the secret itself is never returned by any
+	// read. Empty: requests are not signed.
+	Secret        string `protobuf:"bytes,6,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HttpTarget) Reset() {
+	*x = HttpTarget{}
+	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HttpTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HttpTarget) ProtoMessage() {}
+
+func (x *HttpTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HttpTarget.ProtoReflect.Descriptor instead.
+func (*HttpTarget) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HttpTarget) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *HttpTarget) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *HttpTarget) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *HttpTarget) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *HttpTarget) GetRetryableStatus() []uint32 {
+	if x != nil {
+		return x.RetryableStatus
+	}
+	return nil
+}
+
+func (x *HttpTarget) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 // QueueJob is a job as stored.
 type QueueJob struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -348,14 +468,17 @@ type QueueJob struct {
 	// finished_at is set in a final state (0 otherwise).
 	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	// attempt_log holds the most recent attempts (up to 32), oldest first.
-	AttemptLog    []*JobAttempt `protobuf:"bytes,20,rep,name=attempt_log,json=attemptLog,proto3" json:"attempt_log,omitempty"`
+	AttemptLog []*JobAttempt `protobuf:"bytes,20,rep,name=attempt_log,json=attemptLog,proto3" json:"attempt_log,omitempty"`
+	// target: where the job is delivered (NewJob.target), with its defaults
+	// filled in; absent for a pull worker's job.
+	Target        *HttpTarget `protobuf:"bytes,21,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueJob) Reset() {
 	*x = QueueJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	mi := &file_coord_v1_queue_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +490,7 @@ func (x *QueueJob) String() string {
 func (*QueueJob) ProtoMessage() {}
 
 func (x *QueueJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	mi := &file_coord_v1_queue_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +503,7 @@ func (x *QueueJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueJob.ProtoReflect.Descriptor instead.
 func (*QueueJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *QueueJob) GetId() uint64 {
@@ -523,6 +646,13 @@ func (x *QueueJob) GetAttemptLog() []*JobAttempt {
 	return nil
 }
 
+func (x *QueueJob) GetTarget() *HttpTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
 // JobAttempt is one hand-out of a job to a worker.
 type JobAttempt struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -548,7 +678,7 @@ type JobAttempt struct {
 
 func (x *JobAttempt) Reset() {
 	*x = JobAttempt{}
-	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	mi := &file_coord_v1_queue_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +690,7 @@ func (x *JobAttempt) String() string {
 func (*JobAttempt) ProtoMessage() {}
 
 func (x *JobAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	mi := &file_coord_v1_queue_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +703,7 @@ func (x *JobAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttempt.ProtoReflect.Descriptor instead.
 func (*JobAttempt) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *JobAttempt) GetNumber() uint32 {
@@ -663,7 +793,7 @@ type QueueSubmitRequest struct {
 
 func (x *QueueSubmitRequest) Reset() {
 	*x = QueueSubmitRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	mi := &file_coord_v1_queue_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +805,7 @@ func (x *QueueSubmitRequest) String() string {
 func (*QueueSubmitRequest) ProtoMessage() {}
 
 func (x *QueueSubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	mi := &file_coord_v1_queue_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +818,7 @@ func (x *QueueSubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSubmitRequest.ProtoReflect.Descriptor instead.
 func (*QueueSubmitRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{3}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *QueueSubmitRequest) GetJobs() []*NewJob {
@@ -708,7 +838,7 @@ type QueueSubmitResponse struct {
 
 func (x *QueueSubmitResponse) Reset() {
 	*x = QueueSubmitResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	mi := &file_coord_v1_queue_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +850,7 @@ func (x *QueueSubmitResponse) String() string {
 func (*QueueSubmitResponse) ProtoMessage() {}
 
 func (x *QueueSubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	mi := &file_coord_v1_queue_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +863,7 @@ func (x *QueueSubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSubmitResponse.ProtoReflect.Descriptor instead.
 func (*QueueSubmitResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{4}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *QueueSubmitResponse) GetJobs() []*SubmittedJob {
@@ -757,7 +887,7 @@ type SubmittedJob struct {
 
 func (x *SubmittedJob) Reset() {
 	*x = SubmittedJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	mi := &file_coord_v1_queue_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +899,7 @@ func (x *SubmittedJob) String() string {
 func (*SubmittedJob) ProtoMessage() {}
 
 func (x *SubmittedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	mi := &file_coord_v1_queue_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +912,7 @@ func (x *SubmittedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmittedJob.ProtoReflect.Descriptor instead.
 func (*SubmittedJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{5}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubmittedJob) GetId() uint64 {
@@ -823,7 +953,7 @@ type QueueGetRequest struct {
 
 func (x *QueueGetRequest) Reset() {
 	*x = QueueGetRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	mi := &file_coord_v1_queue_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +965,7 @@ func (x *QueueGetRequest) String() string {
 func (*QueueGetRequest) ProtoMessage() {}
 
 func (x *QueueGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	mi := &file_coord_v1_queue_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +978,7 @@ func (x *QueueGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetRequest.ProtoReflect.Descriptor instead.
 func (*QueueGetRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{6}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *QueueGetRequest) GetId() uint64 {
@@ -876,7 +1006,7 @@ type QueueGetResponse struct {
 
 func (x *QueueGetResponse) Reset() {
 	*x = QueueGetResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	mi := &file_coord_v1_queue_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1018,7 @@ func (x *QueueGetResponse) String() string {
 func (*QueueGetResponse) ProtoMessage() {}
 
 func (x *QueueGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	mi := &file_coord_v1_queue_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1031,7 @@ func (x *QueueGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetResponse.ProtoReflect.Descriptor instead.
 func (*QueueGetResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{7}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *QueueGetResponse) GetJob() *QueueJob {
@@ -936,7 +1066,7 @@ type QueueListRequest struct {
 
 func (x *QueueListRequest) Reset() {
 	*x = QueueListRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	mi := &file_coord_v1_queue_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1078,7 @@ func (x *QueueListRequest) String() string {
 func (*QueueListRequest) ProtoMessage() {}
 
 func (x *QueueListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	mi := &file_coord_v1_queue_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1091,7 @@ func (x *QueueListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListRequest.ProtoReflect.Descriptor instead.
 func (*QueueListRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{8}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QueueListRequest) GetQueue() string {
@@ -1025,7 +1155,7 @@ type QueueListResponse struct {
 
 func (x *QueueListResponse) Reset() {
 	*x = QueueListResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	mi := &file_coord_v1_queue_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1167,7 @@ func (x *QueueListResponse) String() string {
 func (*QueueListResponse) ProtoMessage() {}
 
 func (x *QueueListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	mi := &file_coord_v1_queue_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1180,7 @@ func (x *QueueListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListResponse.ProtoReflect.Descriptor instead.
 func (*QueueListResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{9}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *QueueListResponse) GetJobs() []*QueueJob {
@@ -1076,7 +1206,7 @@ type QueueCancelRequest struct {
 
 func (x *QueueCancelRequest) Reset() {
 	*x = QueueCancelRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	mi := &file_coord_v1_queue_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1218,7 @@ func (x *QueueCancelRequest) String() string {
 func (*QueueCancelRequest) ProtoMessage() {}
 
 func (x *QueueCancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	mi := &file_coord_v1_queue_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1231,7 @@ func (x *QueueCancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCancelRequest.ProtoReflect.Descriptor instead.
 func (*QueueCancelRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{10}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *QueueCancelRequest) GetId() uint64 {
@@ -1122,7 +1252,7 @@ type QueueCancelResponse struct {
 
 func (x *QueueCancelResponse) Reset() {
 	*x = QueueCancelResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	mi := &file_coord_v1_queue_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1264,7 @@ func (x *QueueCancelResponse) String() string {
 func (*QueueCancelResponse) ProtoMessage() {}
 
 func (x *QueueCancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	mi := &file_coord_v1_queue_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1277,7 @@ func (x *QueueCancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCancelResponse.ProtoReflect.Descriptor instead.
 func (*QueueCancelResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{11}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueueCancelResponse) GetJob() *QueueJob {
@@ -1173,7 +1303,7 @@ type QueueRetryRequest struct {
 
 func (x *QueueRetryRequest) Reset() {
 	*x = QueueRetryRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	mi := &file_coord_v1_queue_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1315,7 @@ func (x *QueueRetryRequest) String() string {
 func (*QueueRetryRequest) ProtoMessage() {}
 
 func (x *QueueRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	mi := &file_coord_v1_queue_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1328,7 @@ func (x *QueueRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetryRequest.ProtoReflect.Descriptor instead.
 func (*QueueRetryRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{12}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *QueueRetryRequest) GetId() uint64 {
@@ -1219,7 +1349,7 @@ type QueueRetryResponse struct {
 
 func (x *QueueRetryResponse) Reset() {
 	*x = QueueRetryResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	mi := &file_coord_v1_queue_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1361,7 @@ func (x *QueueRetryResponse) String() string {
 func (*QueueRetryResponse) ProtoMessage() {}
 
 func (x *QueueRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	mi := &file_coord_v1_queue_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1374,7 @@ func (x *QueueRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetryResponse.ProtoReflect.Descriptor instead.
 func (*QueueRetryResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{13}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QueueRetryResponse) GetJob() *QueueJob {
@@ -1272,14 +1402,19 @@ type QueueFetchRequest struct {
 	Wait *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
 	// worker_id names the worker process (1 to 256 bytes); its attempts'
 	// calls must carry it.
-	WorkerId      string `protobuf:"bytes,4,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	WorkerId string `protobuf:"bytes,4,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// targeted: a delivery fetch, for coordd's own nodes (cluster members
+	// only: PERMISSION_DENIED otherwise): it hands out only jobs with an
+	// HTTP target, of any queue (queues must be empty). Fetches without it
+	// never hand out a job with a target.
+	Targeted      bool `protobuf:"varint,5,opt,name=targeted,proto3" json:"targeted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueFetchRequest) Reset() {
 	*x = QueueFetchRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	mi := &file_coord_v1_queue_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1426,7 @@ func (x *QueueFetchRequest) String() string {
 func (*QueueFetchRequest) ProtoMessage() {}
 
 func (x *QueueFetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	mi := &file_coord_v1_queue_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1439,7 @@ func (x *QueueFetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFetchRequest.ProtoReflect.Descriptor instead.
 func (*QueueFetchRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{14}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueueFetchRequest) GetQueues() []string {
@@ -1335,6 +1470,13 @@ func (x *QueueFetchRequest) GetWorkerId() string {
 	return ""
 }
 
+func (x *QueueFetchRequest) GetTargeted() bool {
+	if x != nil {
+		return x.Targeted
+	}
+	return false
+}
+
 type QueueFetchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Jobs          []*ClaimedJob          `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
@@ -1344,7 +1486,7 @@ type QueueFetchResponse struct {
 
 func (x *QueueFetchResponse) Reset() {
 	*x = QueueFetchResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	mi := &file_coord_v1_queue_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1498,7 @@ func (x *QueueFetchResponse) String() string {
 func (*QueueFetchResponse) ProtoMessage() {}
 
 func (x *QueueFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	mi := &file_coord_v1_queue_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1511,7 @@ func (x *QueueFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFetchResponse.ProtoReflect.Descriptor instead.
 func (*QueueFetchResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{15}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueueFetchResponse) GetJobs() []*ClaimedJob {
@@ -1391,7 +1533,7 @@ type ClaimedJob struct {
 
 func (x *ClaimedJob) Reset() {
 	*x = ClaimedJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	mi := &file_coord_v1_queue_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1545,7 @@ func (x *ClaimedJob) String() string {
 func (*ClaimedJob) ProtoMessage() {}
 
 func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	mi := &file_coord_v1_queue_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1558,7 @@ func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedJob.ProtoReflect.Descriptor instead.
 func (*ClaimedJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{16}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ClaimedJob) GetJob() *QueueJob {
@@ -1444,7 +1586,7 @@ type JobAttemptRef struct {
 
 func (x *JobAttemptRef) Reset() {
 	*x = JobAttemptRef{}
-	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	mi := &file_coord_v1_queue_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1598,7 @@ func (x *JobAttemptRef) String() string {
 func (*JobAttemptRef) ProtoMessage() {}
 
 func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	mi := &file_coord_v1_queue_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1611,7 @@ func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRef.ProtoReflect.Descriptor instead.
 func (*JobAttemptRef) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{17}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JobAttemptRef) GetJobId() uint64 {
@@ -1500,7 +1642,7 @@ type JobItemError struct {
 
 func (x *JobItemError) Reset() {
 	*x = JobItemError{}
-	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	mi := &file_coord_v1_queue_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1654,7 @@ func (x *JobItemError) String() string {
 func (*JobItemError) ProtoMessage() {}
 
 func (x *JobItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	mi := &file_coord_v1_queue_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1667,7 @@ func (x *JobItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobItemError.ProtoReflect.Descriptor instead.
 func (*JobItemError) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{18}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobItemError) GetReason() string {
@@ -1560,7 +1702,7 @@ type QueueHeartbeatRequest struct {
 
 func (x *QueueHeartbeatRequest) Reset() {
 	*x = QueueHeartbeatRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[19]
+	mi := &file_coord_v1_queue_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1714,7 @@ func (x *QueueHeartbeatRequest) String() string {
 func (*QueueHeartbeatRequest) ProtoMessage() {}
 
 func (x *QueueHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[19]
+	mi := &file_coord_v1_queue_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1727,7 @@ func (x *QueueHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*QueueHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{19}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueueHeartbeatRequest) GetWorkerId() string {
@@ -1612,7 +1754,7 @@ type QueueHeartbeatResponse struct {
 
 func (x *QueueHeartbeatResponse) Reset() {
 	*x = QueueHeartbeatResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[20]
+	mi := &file_coord_v1_queue_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1766,7 @@ func (x *QueueHeartbeatResponse) String() string {
 func (*QueueHeartbeatResponse) ProtoMessage() {}
 
 func (x *QueueHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[20]
+	mi := &file_coord_v1_queue_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1779,7 @@ func (x *QueueHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*QueueHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{20}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *QueueHeartbeatResponse) GetResults() []*HeartbeatResult {
@@ -1661,7 +1803,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[21]
+	mi := &file_coord_v1_queue_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1815,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[21]
+	mi := &file_coord_v1_queue_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1828,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{21}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeartbeatResult) GetJobId() uint64 {
@@ -1728,7 +1870,7 @@ type QueueCompleteRequest struct {
 
 func (x *QueueCompleteRequest) Reset() {
 	*x = QueueCompleteRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[22]
+	mi := &file_coord_v1_queue_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1882,7 @@ func (x *QueueCompleteRequest) String() string {
 func (*QueueCompleteRequest) ProtoMessage() {}
 
 func (x *QueueCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[22]
+	mi := &file_coord_v1_queue_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1895,7 @@ func (x *QueueCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCompleteRequest.ProtoReflect.Descriptor instead.
 func (*QueueCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{22}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueCompleteRequest) GetWorkerId() string {
@@ -1782,7 +1924,7 @@ type JobCompletion struct {
 
 func (x *JobCompletion) Reset() {
 	*x = JobCompletion{}
-	mi := &file_coord_v1_queue_proto_msgTypes[23]
+	mi := &file_coord_v1_queue_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1936,7 @@ func (x *JobCompletion) String() string {
 func (*JobCompletion) ProtoMessage() {}
 
 func (x *JobCompletion) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[23]
+	mi := &file_coord_v1_queue_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1949,7 @@ func (x *JobCompletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCompletion.ProtoReflect.Descriptor instead.
 func (*JobCompletion) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{23}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *JobCompletion) GetJobId() uint64 {
@@ -1841,7 +1983,7 @@ type QueueCompleteResponse struct {
 
 func (x *QueueCompleteResponse) Reset() {
 	*x = QueueCompleteResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[24]
+	mi := &file_coord_v1_queue_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +1995,7 @@ func (x *QueueCompleteResponse) String() string {
 func (*QueueCompleteResponse) ProtoMessage() {}
 
 func (x *QueueCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[24]
+	mi := &file_coord_v1_queue_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +2008,7 @@ func (x *QueueCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCompleteResponse.ProtoReflect.Descriptor instead.
 func (*QueueCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{24}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueueCompleteResponse) GetResults() []*CompleteResult {
@@ -1889,7 +2031,7 @@ type CompleteResult struct {
 
 func (x *CompleteResult) Reset() {
 	*x = CompleteResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[25]
+	mi := &file_coord_v1_queue_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2043,7 @@ func (x *CompleteResult) String() string {
 func (*CompleteResult) ProtoMessage() {}
 
 func (x *CompleteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[25]
+	mi := &file_coord_v1_queue_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2056,7 @@ func (x *CompleteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResult.ProtoReflect.Descriptor instead.
 func (*CompleteResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{25}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CompleteResult) GetJobId() uint64 {
@@ -1956,7 +2098,7 @@ type QueueFailRequest struct {
 
 func (x *QueueFailRequest) Reset() {
 	*x = QueueFailRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[26]
+	mi := &file_coord_v1_queue_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2110,7 @@ func (x *QueueFailRequest) String() string {
 func (*QueueFailRequest) ProtoMessage() {}
 
 func (x *QueueFailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[26]
+	mi := &file_coord_v1_queue_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2123,7 @@ func (x *QueueFailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFailRequest.ProtoReflect.Descriptor instead.
 func (*QueueFailRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{26}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueueFailRequest) GetWorkerId() string {
@@ -2005,14 +2147,18 @@ type JobFailure struct {
 	// error: what went wrong (cut to 4 KiB).
 	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
 	// retryable: try again after the backoff if attempts remain.
-	Retryable     bool `protobuf:"varint,4,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	Retryable bool `protobuf:"varint,4,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	// retry_after: with retryable, the next attempt is due no earlier than
+	// this long from now, even if the backoff is shorter (an HTTP target's
+	// Retry-After); at most 30 days.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobFailure) Reset() {
 	*x = JobFailure{}
-	mi := &file_coord_v1_queue_proto_msgTypes[27]
+	mi := &file_coord_v1_queue_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2170,7 @@ func (x *JobFailure) String() string {
 func (*JobFailure) ProtoMessage() {}
 
 func (x *JobFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[27]
+	mi := &file_coord_v1_queue_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2183,7 @@ func (x *JobFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFailure.ProtoReflect.Descriptor instead.
 func (*JobFailure) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{27}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *JobFailure) GetJobId() uint64 {
@@ -2068,6 +2214,13 @@ func (x *JobFailure) GetRetryable() bool {
 	return false
 }
 
+func (x *JobFailure) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
 type QueueFailResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// results: one per failure, in order.
@@ -2078,7 +2231,7 @@ type QueueFailResponse struct {
 
 func (x *QueueFailResponse) Reset() {
 	*x = QueueFailResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[28]
+	mi := &file_coord_v1_queue_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2243,7 @@ func (x *QueueFailResponse) String() string {
 func (*QueueFailResponse) ProtoMessage() {}
 
 func (x *QueueFailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[28]
+	mi := &file_coord_v1_queue_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2256,7 @@ func (x *QueueFailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFailResponse.ProtoReflect.Descriptor instead.
 func (*QueueFailResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{28}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QueueFailResponse) GetResults() []*FailResult {
@@ -2129,7 +2282,7 @@ type FailResult struct {
 
 func (x *FailResult) Reset() {
 	*x = FailResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[29]
+	mi := &file_coord_v1_queue_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2294,7 @@ func (x *FailResult) String() string {
 func (*FailResult) ProtoMessage() {}
 
 func (x *FailResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[29]
+	mi := &file_coord_v1_queue_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2307,7 @@ func (x *FailResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResult.ProtoReflect.Descriptor instead.
 func (*FailResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{29}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FailResult) GetJobId() uint64 {
@@ -2199,6 +2352,270 @@ func (x *FailResult) GetError() *JobItemError {
 	return nil
 }
 
+type QueueSetTargetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// target: absent clears the queue's target.
+	Target        *HttpTarget `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSetTargetRequest) Reset() {
+	*x = QueueSetTargetRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSetTargetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSetTargetRequest) ProtoMessage() {}
+
+func (x *QueueSetTargetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSetTargetRequest.ProtoReflect.Descriptor instead.
+func (*QueueSetTargetRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *QueueSetTargetRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueSetTargetRequest) GetTarget() *HttpTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+type QueueSetTargetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        *QueueTarget           `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSetTargetResponse) Reset() {
+	*x = QueueSetTargetResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSetTargetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSetTargetResponse) ProtoMessage() {}
+
+func (x *QueueSetTargetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSetTargetResponse.ProtoReflect.Descriptor instead.
+func (*QueueSetTargetResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *QueueSetTargetResponse) GetTarget() *QueueTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+// QueueTarget is a queue's HTTP target.
+type QueueTarget struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Queue     string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Target    *HttpTarget            `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	UpdatedBy string                 `protobuf:"bytes,3,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	// updated_at: when it was set (calendar time).
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueTarget) Reset() {
+	*x = QueueTarget{}
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueTarget) ProtoMessage() {}
+
+func (x *QueueTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueTarget.ProtoReflect.Descriptor instead.
+func (*QueueTarget) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *QueueTarget) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueTarget) GetTarget() *HttpTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *QueueTarget) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+func (x *QueueTarget) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+type QueueTargetsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// queue: one queue; empty: every queue with a target.
+	Queue         string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Stale         bool   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueTargetsRequest) Reset() {
+	*x = QueueTargetsRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueTargetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueTargetsRequest) ProtoMessage() {}
+
+func (x *QueueTargetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueTargetsRequest.ProtoReflect.Descriptor instead.
+func (*QueueTargetsRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *QueueTargetsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueTargetsRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type QueueTargetsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Targets       []*QueueTarget         `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueTargetsResponse) Reset() {
+	*x = QueueTargetsResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueTargetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueTargetsResponse) ProtoMessage() {}
+
+func (x *QueueTargetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueTargetsResponse.ProtoReflect.Descriptor instead.
+func (*QueueTargetsResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *QueueTargetsResponse) GetTargets() []*QueueTarget {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
 type QueueStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// queue: one queue; empty: every queue with jobs, by name.
@@ -2210,7 +2627,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[30]
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2639,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[30]
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2652,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{30}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -2263,7 +2680,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2275,7 +2692,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2288,7 +2705,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *QueueStatsResponse) GetQueues() []*QueueStats {
@@ -2325,7 +2742,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2754,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2767,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *QueueStats) GetQueue() string {
@@ -2427,7 +2844,7 @@ var File_coord_v1_queue_proto protoreflect.FileDescriptor
 
 const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xea\x04\n" +
+	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x05\n" +
 	"\x06NewJob\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -2444,10 +2861,22 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x12visibility_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\x11visibilityTimeout\x12\x1d\n" +
 	"\n" +
 	"unique_key\x18\f \x01(\tR\tuniqueKey\x124\n" +
-	"\x06labels\x18\r \x03(\v2\x1c.coord.v1.NewJob.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\r \x03(\v2\x1c.coord.v1.NewJob.LabelsEntryR\x06labels\x12,\n" +
+	"\x06target\x18\x0e \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa0\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x02\n" +
+	"\n" +
+	"HttpTarget\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12;\n" +
+	"\aheaders\x18\x03 \x03(\v2!.coord.v1.HttpTarget.HeadersEntryR\aheaders\x123\n" +
+	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12)\n" +
+	"\x10retryable_status\x18\x05 \x03(\rR\x0fretryableStatus\x12\x16\n" +
+	"\x06secret\x18\x06 \x01(\tR\x06secret\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\a\n" +
 	"\bQueueJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
@@ -2475,7 +2904,8 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\vfinished_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x125\n" +
 	"\vattempt_log\x18\x14 \x03(\v2\x14.coord.v1.JobAttemptR\n" +
-	"attemptLog\x1a9\n" +
+	"attemptLog\x12,\n" +
+	"\x06target\x18\x15 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x03\n" +
@@ -2533,12 +2963,13 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"X\n" +
 	"\x12QueueRetryResponse\x12$\n" +
 	"\x03job\x18\x01 \x01(\v2\x12.coord.v1.QueueJobR\x03job\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\x89\x01\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xa5\x01\n" +
 	"\x11QueueFetchRequest\x12\x16\n" +
 	"\x06queues\x18\x01 \x03(\tR\x06queues\x12\x10\n" +
 	"\x03max\x18\x02 \x01(\rR\x03max\x12-\n" +
 	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x1b\n" +
-	"\tworker_id\x18\x04 \x01(\tR\bworkerId\">\n" +
+	"\tworker_id\x18\x04 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\btargeted\x18\x05 \x01(\bR\btargeted\">\n" +
 	"\x12QueueFetchResponse\x12(\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x14.coord.v1.ClaimedJobR\x04jobs\"b\n" +
 	"\n" +
@@ -2581,13 +3012,15 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"a\n" +
 	"\x10QueueFailRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x120\n" +
-	"\bfailures\x18\x02 \x03(\v2\x14.coord.v1.JobFailureR\bfailures\"q\n" +
+	"\bfailures\x18\x02 \x03(\v2\x14.coord.v1.JobFailureR\bfailures\"\xad\x01\n" +
 	"\n" +
 	"JobFailure\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1c\n" +
-	"\tretryable\x18\x04 \x01(\bR\tretryable\"C\n" +
+	"\tretryable\x18\x04 \x01(\bR\tretryable\x12:\n" +
+	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"C\n" +
 	"\x11QueueFailResponse\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.coord.v1.FailResultR\aresults\"\xe6\x01\n" +
 	"\n" +
@@ -2597,7 +3030,24 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05state\x18\x03 \x01(\x0e2\x12.coord.v1.JobStateR\x05state\x121\n" +
 	"\x06run_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x1c\n" +
 	"\tduplicate\x18\x05 \x01(\bR\tduplicate\x12,\n" +
-	"\x05error\x18\x06 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"?\n" +
+	"\x05error\x18\x06 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"[\n" +
+	"\x15QueueSetTargetRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12,\n" +
+	"\x06target\x18\x02 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\"G\n" +
+	"\x16QueueSetTargetResponse\x12-\n" +
+	"\x06target\x18\x01 \x01(\v2\x15.coord.v1.QueueTargetR\x06target\"\xab\x01\n" +
+	"\vQueueTarget\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12,\n" +
+	"\x06target\x18\x02 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\x03 \x01(\tR\tupdatedBy\x129\n" +
+	"\n" +
+	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"A\n" +
+	"\x13QueueTargetsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"G\n" +
+	"\x14QueueTargetsResponse\x12/\n" +
+	"\atargets\x18\x01 \x03(\v2\x15.coord.v1.QueueTargetR\atargets\"?\n" +
 	"\x11QueueStatsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"\x83\x01\n" +
@@ -2632,7 +3082,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_LAPSED\x10\x04\x12\x1d\n" +
-	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xbe\x05\n" +
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xd8\x06\n" +
 	"\x05Queue\x12E\n" +
 	"\x06Submit\x12\x1c.coord.v1.QueueSubmitRequest\x1a\x1d.coord.v1.QueueSubmitResponse\x12<\n" +
 	"\x03Get\x12\x19.coord.v1.QueueGetRequest\x1a\x1a.coord.v1.QueueGetResponse\x12?\n" +
@@ -2643,7 +3093,9 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\tHeartbeat\x12\x1f.coord.v1.QueueHeartbeatRequest\x1a .coord.v1.QueueHeartbeatResponse\x12K\n" +
 	"\bComplete\x12\x1e.coord.v1.QueueCompleteRequest\x1a\x1f.coord.v1.QueueCompleteResponse\x12?\n" +
 	"\x04Fail\x12\x1a.coord.v1.QueueFailRequest\x1a\x1b.coord.v1.QueueFailResponse\x12B\n" +
-	"\x05Stats\x12\x1b.coord.v1.QueueStatsRequest\x1a\x1c.coord.v1.QueueStatsResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\x05Stats\x12\x1b.coord.v1.QueueStatsRequest\x1a\x1c.coord.v1.QueueStatsResponse\x12N\n" +
+	"\tSetTarget\x12\x1f.coord.v1.QueueSetTargetRequest\x1a .coord.v1.QueueSetTargetResponse\x12H\n" +
+	"\aTargets\x12\x1d.coord.v1.QueueTargetsRequest\x1a\x1e.coord.v1.QueueTargetsResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_queue_proto_rawDescOnce sync.Once
@@ -2658,126 +3110,147 @@ func file_coord_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_coord_v1_queue_proto_goTypes = []any{
 	(JobState)(0),                  // 0: coord.v1.JobState
 	(AttemptOutcome)(0),            // 1: coord.v1.AttemptOutcome
 	(*NewJob)(nil),                 // 2: coord.v1.NewJob
-	(*QueueJob)(nil),               // 3: coord.v1.QueueJob
-	(*JobAttempt)(nil),             // 4: coord.v1.JobAttempt
-	(*QueueSubmitRequest)(nil),     // 5: coord.v1.QueueSubmitRequest
-	(*QueueSubmitResponse)(nil),    // 6: coord.v1.QueueSubmitResponse
-	(*SubmittedJob)(nil),           // 7: coord.v1.SubmittedJob
-	(*QueueGetRequest)(nil),        // 8: coord.v1.QueueGetRequest
-	(*QueueGetResponse)(nil),       // 9: coord.v1.QueueGetResponse
-	(*QueueListRequest)(nil),       // 10: coord.v1.QueueListRequest
-	(*QueueListResponse)(nil),      // 11: coord.v1.QueueListResponse
-	(*QueueCancelRequest)(nil),     // 12: coord.v1.QueueCancelRequest
-	(*QueueCancelResponse)(nil),    // 13: coord.v1.QueueCancelResponse
-	(*QueueRetryRequest)(nil),      // 14: coord.v1.QueueRetryRequest
-	(*QueueRetryResponse)(nil),     // 15: coord.v1.QueueRetryResponse
-	(*QueueFetchRequest)(nil),      // 16: coord.v1.QueueFetchRequest
-	(*QueueFetchResponse)(nil),     // 17: coord.v1.QueueFetchResponse
-	(*ClaimedJob)(nil),             // 18: coord.v1.ClaimedJob
-	(*JobAttemptRef)(nil),          // 19: coord.v1.JobAttemptRef
-	(*JobItemError)(nil),           // 20: coord.v1.JobItemError
-	(*QueueHeartbeatRequest)(nil),  // 21: coord.v1.QueueHeartbeatRequest
-	(*QueueHeartbeatResponse)(nil), // 22: coord.v1.QueueHeartbeatResponse
-	(*HeartbeatResult)(nil),        // 23: coord.v1.HeartbeatResult
-	(*QueueCompleteRequest)(nil),   // 24: coord.v1.QueueCompleteRequest
-	(*JobCompletion)(nil),          // 25: coord.v1.JobCompletion
-	(*QueueCompleteResponse)(nil),  // 26: coord.v1.QueueCompleteResponse
-	(*CompleteResult)(nil),         // 27: coord.v1.CompleteResult
-	(*QueueFailRequest)(nil),       // 28: coord.v1.QueueFailRequest
-	(*JobFailure)(nil),             // 29: coord.v1.JobFailure
-	(*QueueFailResponse)(nil),      // 30: coord.v1.QueueFailResponse
-	(*FailResult)(nil),             // 31: coord.v1.FailResult
-	(*QueueStatsRequest)(nil),      // 32: coord.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),     // 33: coord.v1.QueueStatsResponse
-	(*QueueStats)(nil),             // 34: coord.v1.QueueStats
-	nil,                            // 35: coord.v1.NewJob.LabelsEntry
-	nil,                            // 36: coord.v1.QueueJob.LabelsEntry
-	nil,                            // 37: coord.v1.JobItemError.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 38: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 39: google.protobuf.Duration
+	(*HttpTarget)(nil),             // 3: coord.v1.HttpTarget
+	(*QueueJob)(nil),               // 4: coord.v1.QueueJob
+	(*JobAttempt)(nil),             // 5: coord.v1.JobAttempt
+	(*QueueSubmitRequest)(nil),     // 6: coord.v1.QueueSubmitRequest
+	(*QueueSubmitResponse)(nil),    // 7: coord.v1.QueueSubmitResponse
+	(*SubmittedJob)(nil),           // 8: coord.v1.SubmittedJob
+	(*QueueGetRequest)(nil),        // 9: coord.v1.QueueGetRequest
+	(*QueueGetResponse)(nil),       // 10: coord.v1.QueueGetResponse
+	(*QueueListRequest)(nil),       // 11: coord.v1.QueueListRequest
+	(*QueueListResponse)(nil),      // 12: coord.v1.QueueListResponse
+	(*QueueCancelRequest)(nil),     // 13: coord.v1.QueueCancelRequest
+	(*QueueCancelResponse)(nil),    // 14: coord.v1.QueueCancelResponse
+	(*QueueRetryRequest)(nil),      // 15: coord.v1.QueueRetryRequest
+	(*QueueRetryResponse)(nil),     // 16: coord.v1.QueueRetryResponse
+	(*QueueFetchRequest)(nil),      // 17: coord.v1.QueueFetchRequest
+	(*QueueFetchResponse)(nil),     // 18: coord.v1.QueueFetchResponse
+	(*ClaimedJob)(nil),             // 19: coord.v1.ClaimedJob
+	(*JobAttemptRef)(nil),          // 20: coord.v1.JobAttemptRef
+	(*JobItemError)(nil),           // 21: coord.v1.JobItemError
+	(*QueueHeartbeatRequest)(nil),  // 22: coord.v1.QueueHeartbeatRequest
+	(*QueueHeartbeatResponse)(nil), // 23: coord.v1.QueueHeartbeatResponse
+	(*HeartbeatResult)(nil),        // 24: coord.v1.HeartbeatResult
+	(*QueueCompleteRequest)(nil),   // 25: coord.v1.QueueCompleteRequest
+	(*JobCompletion)(nil),          // 26: coord.v1.JobCompletion
+	(*QueueCompleteResponse)(nil),  // 27: coord.v1.QueueCompleteResponse
+	(*CompleteResult)(nil),         // 28: coord.v1.CompleteResult
+	(*QueueFailRequest)(nil),       // 29: coord.v1.QueueFailRequest
+	(*JobFailure)(nil),             // 30: coord.v1.JobFailure
+	(*QueueFailResponse)(nil),      // 31: coord.v1.QueueFailResponse
+	(*FailResult)(nil),             // 32: coord.v1.FailResult
+	(*QueueSetTargetRequest)(nil),  // 33: coord.v1.QueueSetTargetRequest
+	(*QueueSetTargetResponse)(nil), // 34: coord.v1.QueueSetTargetResponse
+	(*QueueTarget)(nil),            // 35: coord.v1.QueueTarget
+	(*QueueTargetsRequest)(nil),    // 36: coord.v1.QueueTargetsRequest
+	(*QueueTargetsResponse)(nil),   // 37: coord.v1.QueueTargetsResponse
+	(*QueueStatsRequest)(nil),      // 38: coord.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),     // 39: coord.v1.QueueStatsResponse
+	(*QueueStats)(nil),             // 40: coord.v1.QueueStats
+	nil,                            // 41: coord.v1.NewJob.LabelsEntry
+	nil,                            // 42: coord.v1.HttpTarget.HeadersEntry
+	nil,                            // 43: coord.v1.QueueJob.LabelsEntry
+	nil,                            // 44: coord.v1.JobItemError.MetadataEntry
+	(*timestamppb.Timestamp)(nil),  // 45: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 46: google.protobuf.Duration
 }
 var file_coord_v1_queue_proto_depIdxs = []int32{
-	38, // 0: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
-	39, // 1: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
-	39, // 2: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
-	39, // 3: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
-	39, // 4: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
-	35, // 5: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
-	0,  // 6: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
-	38, // 7: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
-	39, // 8: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
-	39, // 9: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
-	39, // 10: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
-	36, // 11: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
-	38, // 12: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
-	38, // 13: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
-	38, // 14: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
-	4,  // 15: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
-	1,  // 16: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
-	38, // 17: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	38, // 18: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
-	38, // 19: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	2,  // 20: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
-	7,  // 21: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
-	0,  // 22: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
-	38, // 23: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
-	3,  // 24: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
-	38, // 25: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	0,  // 26: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
-	3,  // 27: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
-	3,  // 28: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
-	3,  // 29: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
-	39, // 30: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
-	18, // 31: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
-	3,  // 32: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
-	4,  // 33: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
-	37, // 34: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
-	19, // 35: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
-	23, // 36: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
-	38, // 37: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
-	20, // 38: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
-	25, // 39: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
-	27, // 40: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
-	20, // 41: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
-	29, // 42: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
-	31, // 43: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
-	0,  // 44: coord.v1.FailResult.state:type_name -> coord.v1.JobState
-	38, // 45: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
-	20, // 46: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
-	34, // 47: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
-	38, // 48: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	39, // 49: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	38, // 50: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
-	5,  // 51: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
-	8,  // 52: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
-	10, // 53: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
-	12, // 54: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
-	14, // 55: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
-	16, // 56: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
-	21, // 57: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
-	24, // 58: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
-	28, // 59: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
-	32, // 60: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
-	6,  // 61: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
-	9,  // 62: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
-	11, // 63: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
-	13, // 64: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
-	15, // 65: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
-	17, // 66: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
-	22, // 67: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
-	26, // 68: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
-	30, // 69: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
-	33, // 70: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
-	61, // [61:71] is the sub-list for method output_type
-	51, // [51:61] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	45, // 0: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
+	46, // 1: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
+	46, // 2: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
+	46, // 3: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
+	46, // 4: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
+	41, // 5: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
+	3,  // 6: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
+	42, // 7: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
+	46, // 8: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	0,  // 9: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
+	45, // 10: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
+	46, // 11: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
+	46, // 12: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
+	46, // 13: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
+	43, // 14: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
+	45, // 15: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
+	45, // 16: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
+	45, // 17: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
+	5,  // 18: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
+	3,  // 19: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
+	1,  // 20: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
+	45, // 21: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	45, // 22: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
+	45, // 23: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	2,  // 24: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
+	8,  // 25: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
+	0,  // 26: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
+	45, // 27: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
+	4,  // 28: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
+	45, // 29: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	0,  // 30: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
+	4,  // 31: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
+	4,  // 32: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
+	4,  // 33: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
+	46, // 34: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
+	19, // 35: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
+	4,  // 36: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
+	5,  // 37: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
+	44, // 38: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
+	20, // 39: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
+	24, // 40: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
+	45, // 41: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
+	21, // 42: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
+	26, // 43: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
+	28, // 44: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
+	21, // 45: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
+	30, // 46: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
+	46, // 47: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
+	32, // 48: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
+	0,  // 49: coord.v1.FailResult.state:type_name -> coord.v1.JobState
+	45, // 50: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
+	21, // 51: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
+	3,  // 52: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
+	35, // 53: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
+	3,  // 54: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
+	45, // 55: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
+	35, // 56: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
+	40, // 57: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
+	45, // 58: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	46, // 59: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	45, // 60: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
+	6,  // 61: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
+	9,  // 62: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
+	11, // 63: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
+	13, // 64: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
+	15, // 65: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
+	17, // 66: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
+	22, // 67: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
+	25, // 68: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
+	29, // 69: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
+	38, // 70: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
+	33, // 71: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
+	36, // 72: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
+	7,  // 73: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
+	10, // 74: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
+	12, // 75: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
+	14, // 76: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
+	16, // 77: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
+	18, // 78: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
+	23, // 79: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
+	27, // 80: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
+	31, // 81: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
+	39, // 82: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
+	34, // 83: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
+	37, // 84: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
+	73, // [73:85] is the sub-list for method output_type
+	61, // [61:73] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_queue_proto_init() }
@@ -2791,7 +3264,7 @@ func file_coord_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_queue_proto_rawDesc), len(file_coord_v1_queue_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,8 @@ const (
 	Queue_Complete_FullMethodName  = "/coord.v1.Queue/Complete"
 	Queue_Fail_FullMethodName      = "/coord.v1.Queue/Fail"
 	Queue_Stats_FullMethodName     = "/coord.v1.Queue/Stats"
+	Queue_SetTarget_FullMethodName = "/coord.v1.Queue/SetTarget"
+	Queue_Targets_FullMethodName   = "/coord.v1.Queue/Targets"
 )
 
 // QueueClient is the client API for Queue service.
@@ -193,6 +195,15 @@ type QueueClient interface {
 	// Stats returns per queue the number of jobs in each state and the age of
 	// the oldest available job (how far dispatch lags).
 	Stats(ctx context.Context, in *QueueStatsRequest, opts ...grpc.CallOption) (*QueueStatsResponse, error)
+	// SetTarget sets a queue's HTTP target (docs/delivery.md), or clears it
+	// without one: the jobs submitted to the queue afterwards (and those its
+	// schedules make) that name no target of their own are delivered to it.
+	// Jobs already in the queue keep what they have. Checked like a job's
+	// target (the URL against --delivery-allow, the secret against
+	// --delivery-secrets); the job op on the queue.
+	SetTarget(ctx context.Context, in *QueueSetTargetRequest, opts ...grpc.CallOption) (*QueueSetTargetResponse, error)
+	// Targets lists the queues' targets (one queue, or all by name).
+	Targets(ctx context.Context, in *QueueTargetsRequest, opts ...grpc.CallOption) (*QueueTargetsResponse, error)
 }
 
 type queueClient struct {
@@ -297,6 +308,26 @@ func (c *queueClient) Stats(ctx context.Context, in *QueueStatsRequest, opts ...
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(QueueStatsResponse)
 	err := c.cc.Invoke(ctx, Queue_Stats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) SetTarget(ctx context.Context, in *QueueSetTargetRequest, opts ...grpc.CallOption) (*QueueSetTargetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueSetTargetResponse)
+	err := c.cc.Invoke(ctx, Queue_SetTarget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) Targets(ctx context.Context, in *QueueTargetsRequest, opts ...grpc.CallOption) (*QueueTargetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueTargetsResponse)
+	err := c.cc.Invoke(ctx, Queue_Targets_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -465,6 +496,15 @@ type QueueServer interface {
 	// Stats returns per queue the number of jobs in each state and the age of
 	// the oldest available job (how far dispatch lags).
 	Stats(context.Context, *QueueStatsRequest) (*QueueStatsResponse, error)
+	// SetTarget sets a queue's HTTP target (docs/delivery.md), or clears it
+	// without one: the jobs submitted to the queue afterwards (and those its
+	// schedules make) that name no target of their own are delivered to it.
+	// Jobs already in the queue keep what they have. Checked like a job's
+	// target (the URL against --delivery-allow, the secret against
+	// --delivery-secrets); the job op on the queue.
+	SetTarget(context.Context, *QueueSetTargetRequest) (*QueueSetTargetResponse, error)
+	// Targets lists the queues' targets (one queue, or all by name).
+	Targets(context.Context, *QueueTargetsRequest) (*QueueTargetsResponse, error)
 	mustEmbedUnimplementedQueueServer()
 }
 
@@ -504,6 +544,12 @@ func (UnimplementedQueueServer) Fail(context.Context, *QueueFailRequest) (*Queue
 }
 func (UnimplementedQueueServer) Stats(context.Context, *QueueStatsRequest) (*QueueStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedQueueServer) SetTarget(context.Context, *QueueSetTargetRequest) (*QueueSetTargetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetTarget not implemented")
+}
+func (UnimplementedQueueServer) Targets(context.Context, *QueueTargetsRequest) (*QueueTargetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Targets not implemented")
 }
 func (UnimplementedQueueServer) mustEmbedUnimplementedQueueServer() {}
 func (UnimplementedQueueServer) testEmbeddedByValue()               {}
@@ -706,6 +752,42 @@ func _Queue_Stats_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Queue_SetTarget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueSetTargetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).SetTarget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_SetTarget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).SetTarget(ctx, req.(*QueueSetTargetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Queue_Targets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueTargetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).Targets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_Targets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).Targets(ctx, req.(*QueueTargetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Queue_ServiceDesc is the grpc.ServiceDesc for Queue service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -752,6 +834,14 @@ var Queue_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _Queue_Stats_Handler,
+		},
+		{
+			MethodName: "SetTarget",
+			Handler:    _Queue_SetTarget_Handler,
+		},
+		{
+			MethodName: "Targets",
+			Handler:    _Queue_Targets_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -234,7 +234,10 @@ type JobTemplate struct {
 	VisibilityTimeout *durationpb.Duration `protobuf:"bytes,9,opt,name=visibility_timeout,json=visibilityTimeout,proto3" json:"visibility_timeout,omitempty"`
 	// labels of every job (up to 13; "coordd." keys are reserved: the
 	// schedule adds coordd.schedule, coordd.window, coordd.occurrence_ms).
-	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// target: every occurrence's job is delivered to this HTTP endpoint
+	// (NewJob.target), with Coordd-Window and Coordd-Occurrence headers.
+	Target        *HttpTarget `protobuf:"bytes,11,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -335,6 +338,13 @@ func (x *JobTemplate) GetVisibilityTimeout() *durationpb.Duration {
 func (x *JobTemplate) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *JobTemplate) GetTarget() *HttpTarget {
+	if x != nil {
+		return x.Target
 	}
 	return nil
 }
@@ -2052,7 +2062,7 @@ var File_coord_v1_schedules_proto protoreflect.FileDescriptor
 
 const file_coord_v1_schedules_proto_rawDesc = "" +
 	"\n" +
-	"\x18coord/v1/schedules.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14coord/v1/coord.proto\x1a\x14coord/v1/queue.proto\"\xf1\x03\n" +
+	"\x18coord/v1/schedules.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14coord/v1/coord.proto\x1a\x14coord/v1/queue.proto\"\x9f\x04\n" +
 	"\vJobTemplate\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -2065,7 +2075,8 @@ const file_coord_v1_schedules_proto_rawDesc = "" +
 	"\x0ebackoff_factor\x18\b \x01(\x01R\rbackoffFactor\x12H\n" +
 	"\x12visibility_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x11visibilityTimeout\x129\n" +
 	"\x06labels\x18\n" +
-	" \x03(\v2!.coord.v1.JobTemplate.LabelsEntryR\x06labels\x1a9\n" +
+	" \x03(\v2!.coord.v1.JobTemplate.LabelsEntryR\x06labels\x12,\n" +
+	"\x06target\x18\v \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\x04\n" +
@@ -2280,80 +2291,82 @@ var file_coord_v1_schedules_proto_goTypes = []any{
 	(*StuckLease)(nil),              // 25: coord.v1.StuckLease
 	nil,                             // 26: coord.v1.JobTemplate.LabelsEntry
 	(*durationpb.Duration)(nil),     // 27: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 28: google.protobuf.Timestamp
-	(JobState)(0),                   // 29: coord.v1.JobState
-	(*Lease)(nil),                   // 30: coord.v1.Lease
+	(*HttpTarget)(nil),              // 28: coord.v1.HttpTarget
+	(*timestamppb.Timestamp)(nil),   // 29: google.protobuf.Timestamp
+	(JobState)(0),                   // 30: coord.v1.JobState
+	(*Lease)(nil),                   // 31: coord.v1.Lease
 }
 var file_coord_v1_schedules_proto_depIdxs = []int32{
 	27, // 0: coord.v1.JobTemplate.backoff_initial:type_name -> google.protobuf.Duration
 	27, // 1: coord.v1.JobTemplate.backoff_max:type_name -> google.protobuf.Duration
 	27, // 2: coord.v1.JobTemplate.visibility_timeout:type_name -> google.protobuf.Duration
 	26, // 3: coord.v1.JobTemplate.labels:type_name -> coord.v1.JobTemplate.LabelsEntry
-	3,  // 4: coord.v1.ScheduleSpec.job:type_name -> coord.v1.JobTemplate
-	27, // 5: coord.v1.ScheduleSpec.starting_deadline:type_name -> google.protobuf.Duration
-	27, // 6: coord.v1.ScheduleSpec.catch_up:type_name -> google.protobuf.Duration
-	27, // 7: coord.v1.ScheduleSpec.complete_within:type_name -> google.protobuf.Duration
-	0,  // 8: coord.v1.ScheduleSpec.overlap:type_name -> coord.v1.ScheduleOverlap
-	1,  // 9: coord.v1.ScheduleSpec.dst_policy:type_name -> coord.v1.ScheduleDstPolicy
-	4,  // 10: coord.v1.Schedule.spec:type_name -> coord.v1.ScheduleSpec
-	28, // 11: coord.v1.Schedule.paused_at:type_name -> google.protobuf.Timestamp
-	28, // 12: coord.v1.Schedule.deleted_at:type_name -> google.protobuf.Timestamp
-	28, // 13: coord.v1.Schedule.created_at:type_name -> google.protobuf.Timestamp
-	28, // 14: coord.v1.Schedule.updated_at:type_name -> google.protobuf.Timestamp
-	28, // 15: coord.v1.Schedule.last_materialised:type_name -> google.protobuf.Timestamp
-	28, // 16: coord.v1.Schedule.next_due:type_name -> google.protobuf.Timestamp
-	27, // 17: coord.v1.Schedule.interval:type_name -> google.protobuf.Duration
-	28, // 18: coord.v1.ScheduleOccurrence.at:type_name -> google.protobuf.Timestamp
-	29, // 19: coord.v1.ScheduleOccurrence.job_state:type_name -> coord.v1.JobState
-	2,  // 20: coord.v1.ScheduleOccurrence.skipped:type_name -> coord.v1.ScheduleSkipReason
-	28, // 21: coord.v1.ScheduleOccurrence.last_at:type_name -> google.protobuf.Timestamp
-	28, // 22: coord.v1.ScheduleOccurrence.recorded_at:type_name -> google.protobuf.Timestamp
-	28, // 23: coord.v1.ScheduleOccurrence.due:type_name -> google.protobuf.Timestamp
-	4,  // 24: coord.v1.PutScheduleRequest.spec:type_name -> coord.v1.ScheduleSpec
-	5,  // 25: coord.v1.PutScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	5,  // 26: coord.v1.GetScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	6,  // 27: coord.v1.GetScheduleResponse.next:type_name -> coord.v1.ScheduleOccurrence
-	6,  // 28: coord.v1.GetScheduleResponse.recent:type_name -> coord.v1.ScheduleOccurrence
-	6,  // 29: coord.v1.GetScheduleResponse.skipped:type_name -> coord.v1.ScheduleOccurrence
-	28, // 30: coord.v1.GetScheduleResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	5,  // 31: coord.v1.ListSchedulesResponse.schedules:type_name -> coord.v1.Schedule
-	28, // 32: coord.v1.ListSchedulesResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	5,  // 33: coord.v1.PauseScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	5,  // 34: coord.v1.ResumeScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	5,  // 35: coord.v1.TriggerScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	6,  // 36: coord.v1.TriggerScheduleResponse.occurrence:type_name -> coord.v1.ScheduleOccurrence
-	5,  // 37: coord.v1.DeleteScheduleResponse.schedule:type_name -> coord.v1.Schedule
-	23, // 38: coord.v1.ListOverdueResponse.occurrences:type_name -> coord.v1.OverdueOccurrence
-	24, // 39: coord.v1.ListOverdueResponse.top_schedules:type_name -> coord.v1.OverdueSchedule
-	25, // 40: coord.v1.ListOverdueResponse.stuck_leases:type_name -> coord.v1.StuckLease
-	28, // 41: coord.v1.ListOverdueResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	28, // 42: coord.v1.OverdueOccurrence.at:type_name -> google.protobuf.Timestamp
-	28, // 43: coord.v1.OverdueOccurrence.due:type_name -> google.protobuf.Timestamp
-	27, // 44: coord.v1.OverdueOccurrence.overdue:type_name -> google.protobuf.Duration
-	29, // 45: coord.v1.OverdueOccurrence.job_state:type_name -> coord.v1.JobState
-	28, // 46: coord.v1.OverdueSchedule.oldest_at:type_name -> google.protobuf.Timestamp
-	30, // 47: coord.v1.StuckLease.lease:type_name -> coord.v1.Lease
-	7,  // 48: coord.v1.Schedules.PutSchedule:input_type -> coord.v1.PutScheduleRequest
-	9,  // 49: coord.v1.Schedules.GetSchedule:input_type -> coord.v1.GetScheduleRequest
-	11, // 50: coord.v1.Schedules.ListSchedules:input_type -> coord.v1.ListSchedulesRequest
-	13, // 51: coord.v1.Schedules.PauseSchedule:input_type -> coord.v1.PauseScheduleRequest
-	15, // 52: coord.v1.Schedules.ResumeSchedule:input_type -> coord.v1.ResumeScheduleRequest
-	17, // 53: coord.v1.Schedules.TriggerSchedule:input_type -> coord.v1.TriggerScheduleRequest
-	19, // 54: coord.v1.Schedules.DeleteSchedule:input_type -> coord.v1.DeleteScheduleRequest
-	21, // 55: coord.v1.Schedules.ListOverdue:input_type -> coord.v1.ListOverdueRequest
-	8,  // 56: coord.v1.Schedules.PutSchedule:output_type -> coord.v1.PutScheduleResponse
-	10, // 57: coord.v1.Schedules.GetSchedule:output_type -> coord.v1.GetScheduleResponse
-	12, // 58: coord.v1.Schedules.ListSchedules:output_type -> coord.v1.ListSchedulesResponse
-	14, // 59: coord.v1.Schedules.PauseSchedule:output_type -> coord.v1.PauseScheduleResponse
-	16, // 60: coord.v1.Schedules.ResumeSchedule:output_type -> coord.v1.ResumeScheduleResponse
-	18, // 61: coord.v1.Schedules.TriggerSchedule:output_type -> coord.v1.TriggerScheduleResponse
-	20, // 62: coord.v1.Schedules.DeleteSchedule:output_type -> coord.v1.DeleteScheduleResponse
-	22, // 63: coord.v1.Schedules.ListOverdue:output_type -> coord.v1.ListOverdueResponse
-	56, // [56:64] is the sub-list for method output_type
-	48, // [48:56] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	28, // 4: coord.v1.JobTemplate.target:type_name -> coord.v1.HttpTarget
+	3,  // 5: coord.v1.ScheduleSpec.job:type_name -> coord.v1.JobTemplate
+	27, // 6: coord.v1.ScheduleSpec.starting_deadline:type_name -> google.protobuf.Duration
+	27, // 7: coord.v1.ScheduleSpec.catch_up:type_name -> google.protobuf.Duration
+	27, // 8: coord.v1.ScheduleSpec.complete_within:type_name -> google.protobuf.Duration
+	0,  // 9: coord.v1.ScheduleSpec.overlap:type_name -> coord.v1.ScheduleOverlap
+	1,  // 10: coord.v1.ScheduleSpec.dst_policy:type_name -> coord.v1.ScheduleDstPolicy
+	4,  // 11: coord.v1.Schedule.spec:type_name -> coord.v1.ScheduleSpec
+	29, // 12: coord.v1.Schedule.paused_at:type_name -> google.protobuf.Timestamp
+	29, // 13: coord.v1.Schedule.deleted_at:type_name -> google.protobuf.Timestamp
+	29, // 14: coord.v1.Schedule.created_at:type_name -> google.protobuf.Timestamp
+	29, // 15: coord.v1.Schedule.updated_at:type_name -> google.protobuf.Timestamp
+	29, // 16: coord.v1.Schedule.last_materialised:type_name -> google.protobuf.Timestamp
+	29, // 17: coord.v1.Schedule.next_due:type_name -> google.protobuf.Timestamp
+	27, // 18: coord.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	29, // 19: coord.v1.ScheduleOccurrence.at:type_name -> google.protobuf.Timestamp
+	30, // 20: coord.v1.ScheduleOccurrence.job_state:type_name -> coord.v1.JobState
+	2,  // 21: coord.v1.ScheduleOccurrence.skipped:type_name -> coord.v1.ScheduleSkipReason
+	29, // 22: coord.v1.ScheduleOccurrence.last_at:type_name -> google.protobuf.Timestamp
+	29, // 23: coord.v1.ScheduleOccurrence.recorded_at:type_name -> google.protobuf.Timestamp
+	29, // 24: coord.v1.ScheduleOccurrence.due:type_name -> google.protobuf.Timestamp
+	4,  // 25: coord.v1.PutScheduleRequest.spec:type_name -> coord.v1.ScheduleSpec
+	5,  // 26: coord.v1.PutScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	5,  // 27: coord.v1.GetScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	6,  // 28: coord.v1.GetScheduleResponse.next:type_name -> coord.v1.ScheduleOccurrence
+	6,  // 29: coord.v1.GetScheduleResponse.recent:type_name -> coord.v1.ScheduleOccurrence
+	6,  // 30: coord.v1.GetScheduleResponse.skipped:type_name -> coord.v1.ScheduleOccurrence
+	29, // 31: coord.v1.GetScheduleResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	5,  // 32: coord.v1.ListSchedulesResponse.schedules:type_name -> coord.v1.Schedule
+	29, // 33: coord.v1.ListSchedulesResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	5,  // 34: coord.v1.PauseScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	5,  // 35: coord.v1.ResumeScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	5,  // 36: coord.v1.TriggerScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	6,  // 37: coord.v1.TriggerScheduleResponse.occurrence:type_name -> coord.v1.ScheduleOccurrence
+	5,  // 38: coord.v1.DeleteScheduleResponse.schedule:type_name -> coord.v1.Schedule
+	23, // 39: coord.v1.ListOverdueResponse.occurrences:type_name -> coord.v1.OverdueOccurrence
+	24, // 40: coord.v1.ListOverdueResponse.top_schedules:type_name -> coord.v1.OverdueSchedule
+	25, // 41: coord.v1.ListOverdueResponse.stuck_leases:type_name -> coord.v1.StuckLease
+	29, // 42: coord.v1.ListOverdueResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	29, // 43: coord.v1.OverdueOccurrence.at:type_name -> google.protobuf.Timestamp
+	29, // 44: coord.v1.OverdueOccurrence.due:type_name -> google.protobuf.Timestamp
+	27, // 45: coord.v1.OverdueOccurrence.overdue:type_name -> google.protobuf.Duration
+	30, // 46: coord.v1.OverdueOccurrence.job_state:type_name -> coord.v1.JobState
+	29, // 47: coord.v1.OverdueSchedule.oldest_at:type_name -> google.protobuf.Timestamp
+	31, // 48: coord.v1.StuckLease.lease:type_name -> coord.v1.Lease
+	7,  // 49: coord.v1.Schedules.PutSchedule:input_type -> coord.v1.PutScheduleRequest
+	9,  // 50: coord.v1.Schedules.GetSchedule:input_type -> coord.v1.GetScheduleRequest
+	11, // 51: coord.v1.Schedules.ListSchedules:input_type -> coord.v1.ListSchedulesRequest
+	13, // 52: coord.v1.Schedules.PauseSchedule:input_type -> coord.v1.PauseScheduleRequest
+	15, // 53: coord.v1.Schedules.ResumeSchedule:input_type -> coord.v1.ResumeScheduleRequest
+	17, // 54: coord.v1.Schedules.TriggerSchedule:input_type -> coord.v1.TriggerScheduleRequest
+	19, // 55: coord.v1.Schedules.DeleteSchedule:input_type -> coord.v1.DeleteScheduleRequest
+	21, // 56: coord.v1.Schedules.ListOverdue:input_type -> coord.v1.ListOverdueRequest
+	8,  // 57: coord.v1.Schedules.PutSchedule:output_type -> coord.v1.PutScheduleResponse
+	10, // 58: coord.v1.Schedules.GetSchedule:output_type -> coord.v1.GetScheduleResponse
+	12, // 59: coord.v1.Schedules.ListSchedules:output_type -> coord.v1.ListSchedulesResponse
+	14, // 60: coord.v1.Schedules.PauseSchedule:output_type -> coord.v1.PauseScheduleResponse
+	16, // 61: coord.v1.Schedules.ResumeSchedule:output_type -> coord.v1.ResumeScheduleResponse
+	18, // 62: coord.v1.Schedules.TriggerSchedule:output_type -> coord.v1.TriggerScheduleResponse
+	20, // 63: coord.v1.Schedules.DeleteSchedule:output_type -> coord.v1.DeleteScheduleResponse
+	22, // 64: coord.v1.Schedules.ListOverdue:output_type -> coord.v1.ListOverdueResponse
+	57, // [57:65] is the sub-list for method output_type
+	49, // [49:57] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_schedules_proto_init() }

@@ -54,6 +54,7 @@ const (
 	CommandType_COMMAND_TYPE_PAUSE_SCHEDULE        CommandType = 22
 	CommandType_COMMAND_TYPE_TRIGGER_SCHEDULE      CommandType = 23
 	CommandType_COMMAND_TYPE_MATERIALISE_SCHEDULES CommandType = 24
+	CommandType_COMMAND_TYPE_SET_QUEUE_TARGET      CommandType = 25
 )
 
 // Enum value maps for CommandType.
@@ -84,6 +85,7 @@ var (
 		22: "COMMAND_TYPE_PAUSE_SCHEDULE",
 		23: "COMMAND_TYPE_TRIGGER_SCHEDULE",
 		24: "COMMAND_TYPE_MATERIALISE_SCHEDULES",
+		25: "COMMAND_TYPE_SET_QUEUE_TARGET",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":           0,
@@ -111,6 +113,7 @@ var (
 		"COMMAND_TYPE_PAUSE_SCHEDULE":        22,
 		"COMMAND_TYPE_TRIGGER_SCHEDULE":      23,
 		"COMMAND_TYPE_MATERIALISE_SCHEDULES": 24,
+		"COMMAND_TYPE_SET_QUEUE_TARGET":      25,
 	}
 )
 
@@ -474,6 +477,7 @@ type Command struct {
 	//	*Command_PauseSchedule
 	//	*Command_TriggerSchedule
 	//	*Command_MaterialiseSchedules
+	//	*Command_SetQueueTarget
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -753,6 +757,15 @@ func (x *Command) GetMaterialiseSchedules() *MaterialiseSchedules {
 	return nil
 }
 
+func (x *Command) GetSetQueueTarget() *SetQueueTarget {
+	if x != nil {
+		if x, ok := x.Body.(*Command_SetQueueTarget); ok {
+			return x.SetQueueTarget
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -853,6 +866,10 @@ type Command_MaterialiseSchedules struct {
 	MaterialiseSchedules *MaterialiseSchedules `protobuf:"bytes,33,opt,name=materialise_schedules,json=materialiseSchedules,proto3,oneof"`
 }
 
+type Command_SetQueueTarget struct {
+	SetQueueTarget *SetQueueTarget `protobuf:"bytes,34,opt,name=set_queue_target,json=setQueueTarget,proto3,oneof"`
+}
+
 func (*Command_Tick) isCommand_Body() {}
 
 func (*Command_Acquire) isCommand_Body() {}
@@ -900,6 +917,8 @@ func (*Command_PauseSchedule) isCommand_Body() {}
 func (*Command_TriggerSchedule) isCommand_Body() {}
 
 func (*Command_MaterialiseSchedules) isCommand_Body() {}
+
+func (*Command_SetQueueTarget) isCommand_Body() {}
 
 // Batch carries commands proposed at about the same time as one log entry
 // (group commit above Raft). Each keeps its own stamp; they are applied in
@@ -1774,7 +1793,12 @@ type QueueJobSpec struct {
 	VisibilityTimeoutMs   int64  `protobuf:"varint,10,opt,name=visibility_timeout_ms,json=visibilityTimeoutMs,proto3" json:"visibility_timeout_ms,omitempty"`
 	UniqueKey             string `protobuf:"bytes,11,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
 	// labels are sorted by key, keys unique.
-	Labels        []*JobLabel `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty"`
+	Labels []*JobLabel `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty"`
+	// target, when set, makes the job a delivery: coordd's nodes fetch its
+	// attempts themselves (FetchJobs.targeted) and send each as an HTTP
+	// request; pull workers' fetches never hand it out. Absent from every
+	// entry written before spec_rules 3.
+	Target        *HttpTarget `protobuf:"bytes,13,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1893,6 +1917,301 @@ func (x *QueueJobSpec) GetLabels() []*JobLabel {
 	return nil
 }
 
+func (x *QueueJobSpec) GetTarget() *HttpTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+// HttpTarget is where a job's attempts are delivered (fsm.CheckJobSpec
+// checks it; the server filled in its defaults).
+type HttpTarget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url: http or https, an absolute URL with a host.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// method: an upper-case HTTP method token (the server's default POST).
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// headers are sent with every request, sorted by name, names unique
+	// (canonical form); coordd's own and the signature's cannot be set.
+	Headers []*HttpHeader `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty"`
+	// timeout_ms bounds one request; 0: the job's visibility timeout.
+	TimeoutMs int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// retry_status: 4xx codes that fail the attempt retryably (429 and
+	// every 5xx always do), sorted, unique.
+	RetryStatus []uint32 `protobuf:"varint,5,rep,packed,name=retry_status,json=retryStatus,proto3" json:"retry_status,omitempty"`
+	// secret names the signing secret configured on the servers; "": the
+	// requests are not signed.
+	Secret        string `protobuf:"bytes,6,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HttpTarget) Reset() {
+	*x = HttpTarget{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HttpTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HttpTarget) ProtoMessage() {}
+
+func (x *HttpTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HttpTarget.ProtoReflect.Descriptor instead.
+func (*HttpTarget) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *HttpTarget) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *HttpTarget) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *HttpTarget) GetHeaders() []*HttpHeader {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *HttpTarget) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *HttpTarget) GetRetryStatus() []uint32 {
+	if x != nil {
+		return x.RetryStatus
+	}
+	return nil
+}
+
+func (x *HttpTarget) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+// SetQueueTarget sets (or, without target, clears) the HTTP target of a
+// queue: a job submitted to it (or made by a schedule for it) without a
+// target of its own gets the queue's, with the job-spec rules named
+// (spec_rules, at least 3). Jobs already submitted keep what they have.
+type SetQueueTarget struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Target        *HttpTarget            `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	Identity      string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	SpecRules     uint32                 `protobuf:"varint,4,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetQueueTarget) Reset() {
+	*x = SetQueueTarget{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetQueueTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetQueueTarget) ProtoMessage() {}
+
+func (x *SetQueueTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetQueueTarget.ProtoReflect.Descriptor instead.
+func (*SetQueueTarget) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetQueueTarget) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *SetQueueTarget) GetTarget() *HttpTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *SetQueueTarget) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *SetQueueTarget) GetSpecRules() uint32 {
+	if x != nil {
+		return x.SpecRules
+	}
+	return 0
+}
+
+// QueueTargetRecord is a queue's HTTP target (SetQueueTarget).
+type QueueTargetRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Target        *HttpTarget            `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	UpdatedBy     string                 `protobuf:"bytes,3,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedAtMs   int64                  `protobuf:"varint,4,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueTargetRecord) Reset() {
+	*x = QueueTargetRecord{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueTargetRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueTargetRecord) ProtoMessage() {}
+
+func (x *QueueTargetRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueTargetRecord.ProtoReflect.Descriptor instead.
+func (*QueueTargetRecord) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *QueueTargetRecord) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueTargetRecord) GetTarget() *HttpTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *QueueTargetRecord) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+func (x *QueueTargetRecord) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+type HttpHeader struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HttpHeader) Reset() {
+	*x = HttpHeader{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HttpHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HttpHeader) ProtoMessage() {}
+
+func (x *HttpHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HttpHeader.ProtoReflect.Descriptor instead.
+func (*HttpHeader) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *HttpHeader) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HttpHeader) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 type JobLabel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1903,7 +2222,7 @@ type JobLabel struct {
 
 func (x *JobLabel) Reset() {
 	*x = JobLabel{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2234,7 @@ func (x *JobLabel) String() string {
 func (*JobLabel) ProtoMessage() {}
 
 func (x *JobLabel) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2247,7 @@ func (x *JobLabel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLabel.ProtoReflect.Descriptor instead.
 func (*JobLabel) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JobLabel) GetKey() string {
@@ -1955,8 +2274,9 @@ type SubmitJobs struct {
 	// entries written before the field, lengths and ranges only; 1 also the
 	// text rules (UTF-8 without control characters in the queue, kind,
 	// unique key and label keys) and no label key starting with "coordd.";
-	// 2 also args that are JSON (or empty). A logged entry replays by the
-	// rules it names.
+	// 2 also args that are JSON (or empty); 3 also allows a target
+	// (HttpTarget's rules; under 0 to 2 a spec with a target is refused). A
+	// logged entry replays by the rules it names.
 	SpecRules uint32 `protobuf:"varint,3,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	// max_live_jobs > 0 refuses the batch (JOB_QUOTA) when identity's jobs
 	// that are not final, plus the jobs this batch adds, would be more than
@@ -1969,7 +2289,7 @@ type SubmitJobs struct {
 
 func (x *SubmitJobs) Reset() {
 	*x = SubmitJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2301,7 @@ func (x *SubmitJobs) String() string {
 func (*SubmitJobs) ProtoMessage() {}
 
 func (x *SubmitJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2314,7 @@ func (x *SubmitJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobs.ProtoReflect.Descriptor instead.
 func (*SubmitJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SubmitJobs) GetJobs() []*QueueJobSpec {
@@ -2028,18 +2348,22 @@ func (x *SubmitJobs) GetMaxLiveJobs() uint32 {
 // FetchJobs hands out up to max available jobs of the queues to worker_id,
 // round robin over the queues, each queue by priority then run_at.
 type FetchJobs struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Queues        []string               `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
-	Max           uint32                 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
-	WorkerId      string                 `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Identity      string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Queues   []string               `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
+	Max      uint32                 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
+	WorkerId string                 `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Identity string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	// targeted: a node's delivery fetch; it hands out only jobs with a
+	// target, of any queue (queues is empty). A fetch without it never hands
+	// out a job with a target. False in every entry written before it.
+	Targeted      bool `protobuf:"varint,5,opt,name=targeted,proto3" json:"targeted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FetchJobs) Reset() {
 	*x = FetchJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2375,7 @@ func (x *FetchJobs) String() string {
 func (*FetchJobs) ProtoMessage() {}
 
 func (x *FetchJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2388,7 @@ func (x *FetchJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchJobs.ProtoReflect.Descriptor instead.
 func (*FetchJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FetchJobs) GetQueues() []string {
@@ -2095,6 +2419,13 @@ func (x *FetchJobs) GetIdentity() string {
 	return ""
 }
 
+func (x *FetchJobs) GetTargeted() bool {
+	if x != nil {
+		return x.Targeted
+	}
+	return false
+}
+
 // JobAttemptRef is a job attempt's token: the job and the attempt number.
 type JobAttemptRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2106,7 +2437,7 @@ type JobAttemptRef struct {
 
 func (x *JobAttemptRef) Reset() {
 	*x = JobAttemptRef{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2449,7 @@ func (x *JobAttemptRef) String() string {
 func (*JobAttemptRef) ProtoMessage() {}
 
 func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2462,7 @@ func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRef.ProtoReflect.Descriptor instead.
 func (*JobAttemptRef) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *JobAttemptRef) GetJobId() uint64 {
@@ -2160,7 +2491,7 @@ type HeartbeatJobs struct {
 
 func (x *HeartbeatJobs) Reset() {
 	*x = HeartbeatJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2503,7 @@ func (x *HeartbeatJobs) String() string {
 func (*HeartbeatJobs) ProtoMessage() {}
 
 func (x *HeartbeatJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2516,7 @@ func (x *HeartbeatJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatJobs.ProtoReflect.Descriptor instead.
 func (*HeartbeatJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeartbeatJobs) GetAttempts() []*JobAttemptRef {
@@ -2220,7 +2551,7 @@ type CompleteJobs struct {
 
 func (x *CompleteJobs) Reset() {
 	*x = CompleteJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2563,7 @@ func (x *CompleteJobs) String() string {
 func (*CompleteJobs) ProtoMessage() {}
 
 func (x *CompleteJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2576,7 @@ func (x *CompleteJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobs.ProtoReflect.Descriptor instead.
 func (*CompleteJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CompleteJobs) GetCompletions() []*JobCompletion {
@@ -2280,7 +2611,7 @@ type JobCompletion struct {
 
 func (x *JobCompletion) Reset() {
 	*x = JobCompletion{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2292,7 +2623,7 @@ func (x *JobCompletion) String() string {
 func (*JobCompletion) ProtoMessage() {}
 
 func (x *JobCompletion) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2305,7 +2636,7 @@ func (x *JobCompletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCompletion.ProtoReflect.Descriptor instead.
 func (*JobCompletion) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *JobCompletion) GetJobId() uint64 {
@@ -2340,7 +2671,7 @@ type FailJobs struct {
 
 func (x *FailJobs) Reset() {
 	*x = FailJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2683,7 @@ func (x *FailJobs) String() string {
 func (*FailJobs) ProtoMessage() {}
 
 func (x *FailJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2696,7 @@ func (x *FailJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobs.ProtoReflect.Descriptor instead.
 func (*FailJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FailJobs) GetFailures() []*JobFailure {
@@ -2399,14 +2730,18 @@ type JobFailure struct {
 	Retryable bool `protobuf:"varint,4,opt,name=retryable,proto3" json:"retryable,omitempty"`
 	// jitter_ppm in [0, 1000000) is chosen by the leader: the backoff is
 	// base * (1 + jitter_ppm / 4000000), i.e. up to 25 % longer.
-	JitterPpm     uint32 `protobuf:"varint,5,opt,name=jitter_ppm,json=jitterPpm,proto3" json:"jitter_ppm,omitempty"`
+	JitterPpm uint32 `protobuf:"varint,5,opt,name=jitter_ppm,json=jitterPpm,proto3" json:"jitter_ppm,omitempty"`
+	// retry_after_ms > 0 makes a retryable failure due no earlier than this
+	// long after the command's calendar stamp, even if the backoff is
+	// shorter (an HTTP target's Retry-After); 0 in entries before it.
+	RetryAfterMs  int64 `protobuf:"varint,6,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobFailure) Reset() {
 	*x = JobFailure{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2753,7 @@ func (x *JobFailure) String() string {
 func (*JobFailure) ProtoMessage() {}
 
 func (x *JobFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2766,7 @@ func (x *JobFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFailure.ProtoReflect.Descriptor instead.
 func (*JobFailure) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *JobFailure) GetJobId() uint64 {
@@ -2469,6 +2804,13 @@ func (x *JobFailure) GetJitterPpm() uint32 {
 	return 0
 }
 
+func (x *JobFailure) GetRetryAfterMs() int64 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
+}
+
 type CancelJobs struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobIds        []uint64               `protobuf:"varint,1,rep,packed,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
@@ -2479,7 +2821,7 @@ type CancelJobs struct {
 
 func (x *CancelJobs) Reset() {
 	*x = CancelJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2833,7 @@ func (x *CancelJobs) String() string {
 func (*CancelJobs) ProtoMessage() {}
 
 func (x *CancelJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2846,7 @@ func (x *CancelJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobs.ProtoReflect.Descriptor instead.
 func (*CancelJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CancelJobs) GetJobIds() []uint64 {
@@ -2531,7 +2873,7 @@ type RetryJobs struct {
 
 func (x *RetryJobs) Reset() {
 	*x = RetryJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2885,7 @@ func (x *RetryJobs) String() string {
 func (*RetryJobs) ProtoMessage() {}
 
 func (x *RetryJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2898,7 @@ func (x *RetryJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobs.ProtoReflect.Descriptor instead.
 func (*RetryJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RetryJobs) GetJobIds() []uint64 {
@@ -2589,6 +2931,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Job
 	//	*SnapshotRecord_QueueJob
 	//	*SnapshotRecord_Schedule
+	//	*SnapshotRecord_QueueTarget
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2596,7 +2939,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2951,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2964,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -2712,6 +3055,15 @@ func (x *SnapshotRecord) GetSchedule() *ScheduleRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetQueueTarget() *QueueTargetRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_QueueTarget); ok {
+			return x.QueueTarget
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -2752,6 +3104,10 @@ type SnapshotRecord_Schedule struct {
 	Schedule *ScheduleRecord `protobuf:"bytes,9,opt,name=schedule,proto3,oneof"`
 }
 
+type SnapshotRecord_QueueTarget struct {
+	QueueTarget *QueueTargetRecord `protobuf:"bytes,10,opt,name=queue_target,json=queueTarget,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Meta) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Lease) isSnapshotRecord_Record() {}
@@ -2769,6 +3125,8 @@ func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
 func (*SnapshotRecord_QueueJob) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Schedule) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_QueueTarget) isSnapshotRecord_Record() {}
 
 type SnapshotMeta struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -2793,7 +3151,7 @@ type SnapshotMeta struct {
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +3163,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +3176,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotMeta) GetClockMs() int64 {
@@ -2925,7 +3283,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2937,7 +3295,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2950,7 +3308,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LeaseRecord) GetName() string {
@@ -3056,7 +3414,7 @@ type WindowRecord struct {
 
 func (x *WindowRecord) Reset() {
 	*x = WindowRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3426,7 @@ func (x *WindowRecord) String() string {
 func (*WindowRecord) ProtoMessage() {}
 
 func (x *WindowRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3439,7 @@ func (x *WindowRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowRecord.ProtoReflect.Descriptor instead.
 func (*WindowRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WindowRecord) GetJob() string {
@@ -3177,7 +3535,7 @@ type ResourceRecord struct {
 
 func (x *ResourceRecord) Reset() {
 	*x = ResourceRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3189,7 +3547,7 @@ func (x *ResourceRecord) String() string {
 func (*ResourceRecord) ProtoMessage() {}
 
 func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3202,7 +3560,7 @@ func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRecord.ProtoReflect.Descriptor instead.
 func (*ResourceRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ResourceRecord) GetResource() string {
@@ -3267,7 +3625,7 @@ type IdempotencyRecord struct {
 
 func (x *IdempotencyRecord) Reset() {
 	*x = IdempotencyRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3637,7 @@ func (x *IdempotencyRecord) String() string {
 func (*IdempotencyRecord) ProtoMessage() {}
 
 func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3650,7 @@ func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdempotencyRecord.ProtoReflect.Descriptor instead.
 func (*IdempotencyRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *IdempotencyRecord) GetResource() string {
@@ -3340,7 +3698,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3352,7 +3710,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3365,7 +3723,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -3405,7 +3763,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3417,7 +3775,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3430,7 +3788,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *JobRecord) GetName() string {
@@ -3559,7 +3917,7 @@ type QueueJobRecord struct {
 
 func (x *QueueJobRecord) Reset() {
 	*x = QueueJobRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3571,7 +3929,7 @@ func (x *QueueJobRecord) String() string {
 func (*QueueJobRecord) ProtoMessage() {}
 
 func (x *QueueJobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3584,7 +3942,7 @@ func (x *QueueJobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueJobRecord.ProtoReflect.Descriptor instead.
 func (*QueueJobRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *QueueJobRecord) GetId() uint64 {
@@ -3669,7 +4027,7 @@ type JobAttemptRecord struct {
 
 func (x *JobAttemptRecord) Reset() {
 	*x = JobAttemptRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3681,7 +4039,7 @@ func (x *JobAttemptRecord) String() string {
 func (*JobAttemptRecord) ProtoMessage() {}
 
 func (x *JobAttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3694,7 +4052,7 @@ func (x *JobAttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRecord.ProtoReflect.Descriptor instead.
 func (*JobAttemptRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{34}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *JobAttemptRecord) GetNumber() uint32 {
@@ -3794,7 +4152,7 @@ type ScheduleSpec struct {
 
 func (x *ScheduleSpec) Reset() {
 	*x = ScheduleSpec{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3806,7 +4164,7 @@ func (x *ScheduleSpec) String() string {
 func (*ScheduleSpec) ProtoMessage() {}
 
 func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3819,7 +4177,7 @@ func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
 func (*ScheduleSpec) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{35}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ScheduleSpec) GetExpr() string {
@@ -3909,9 +4267,10 @@ type PutSchedule struct {
 	// the template by, and the FSM judges it by (fsm.JobSpecRules): 0, the
 	// entries written before the field, lengths, ranges and no "coordd."
 	// label key; 1 also UTF-8 without control characters in the queue,
-	// kind and label keys; 2 also template args that are JSON (or empty).
-	// A logged entry replays by the rules it names, so a rule added later
-	// never changes how it replays.
+	// kind and label keys; 2 also template args that are JSON (or empty);
+	// 3 also allows the template a target (SubmitJobs' spec_rules). A logged
+	// entry replays by the rules it names, so a rule added later never
+	// changes how it replays.
 	SpecRules uint32 `protobuf:"varint,5,opt,name=spec_rules,json=specRules,proto3" json:"spec_rules,omitempty"`
 	// guard: what the leader authorised the put against (ScheduleGuard).
 	Guard *ScheduleGuard `protobuf:"bytes,6,opt,name=guard,proto3" json:"guard,omitempty"`
@@ -3931,7 +4290,7 @@ type PutSchedule struct {
 
 func (x *PutSchedule) Reset() {
 	*x = PutSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3943,7 +4302,7 @@ func (x *PutSchedule) String() string {
 func (*PutSchedule) ProtoMessage() {}
 
 func (x *PutSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3956,7 +4315,7 @@ func (x *PutSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
 func (*PutSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{36}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PutSchedule) GetName() string {
@@ -4039,7 +4398,7 @@ type ScheduleGuard struct {
 
 func (x *ScheduleGuard) Reset() {
 	*x = ScheduleGuard{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4051,7 +4410,7 @@ func (x *ScheduleGuard) String() string {
 func (*ScheduleGuard) ProtoMessage() {}
 
 func (x *ScheduleGuard) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4064,7 +4423,7 @@ func (x *ScheduleGuard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleGuard.ProtoReflect.Descriptor instead.
 func (*ScheduleGuard) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{37}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ScheduleGuard) GetQueue() string {
@@ -4087,7 +4446,7 @@ type DeleteSchedule struct {
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4099,7 +4458,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4112,7 +4471,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{38}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteSchedule) GetName() string {
@@ -4152,7 +4511,7 @@ type PauseSchedule struct {
 
 func (x *PauseSchedule) Reset() {
 	*x = PauseSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4164,7 +4523,7 @@ func (x *PauseSchedule) String() string {
 func (*PauseSchedule) ProtoMessage() {}
 
 func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4177,7 +4536,7 @@ func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
 func (*PauseSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{39}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PauseSchedule) GetName() string {
@@ -4223,7 +4582,7 @@ type TriggerSchedule struct {
 
 func (x *TriggerSchedule) Reset() {
 	*x = TriggerSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4235,7 +4594,7 @@ func (x *TriggerSchedule) String() string {
 func (*TriggerSchedule) ProtoMessage() {}
 
 func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4248,7 +4607,7 @@ func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
 func (*TriggerSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{40}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TriggerSchedule) GetName() string {
@@ -4300,7 +4659,7 @@ type MaterialiseSchedules struct {
 
 func (x *MaterialiseSchedules) Reset() {
 	*x = MaterialiseSchedules{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4312,7 +4671,7 @@ func (x *MaterialiseSchedules) String() string {
 func (*MaterialiseSchedules) ProtoMessage() {}
 
 func (x *MaterialiseSchedules) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4325,7 +4684,7 @@ func (x *MaterialiseSchedules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaterialiseSchedules.ProtoReflect.Descriptor instead.
 func (*MaterialiseSchedules) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{41}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MaterialiseSchedules) GetItems() []*ScheduleMaterialisation {
@@ -4356,7 +4715,7 @@ type ScheduleMaterialisation struct {
 
 func (x *ScheduleMaterialisation) Reset() {
 	*x = ScheduleMaterialisation{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4368,7 +4727,7 @@ func (x *ScheduleMaterialisation) String() string {
 func (*ScheduleMaterialisation) ProtoMessage() {}
 
 func (x *ScheduleMaterialisation) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4381,7 +4740,7 @@ func (x *ScheduleMaterialisation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleMaterialisation.ProtoReflect.Descriptor instead.
 func (*ScheduleMaterialisation) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{42}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ScheduleMaterialisation) GetName() string {
@@ -4444,7 +4803,7 @@ type ScheduleOccurrence struct {
 
 func (x *ScheduleOccurrence) Reset() {
 	*x = ScheduleOccurrence{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4456,7 +4815,7 @@ func (x *ScheduleOccurrence) String() string {
 func (*ScheduleOccurrence) ProtoMessage() {}
 
 func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4469,7 +4828,7 @@ func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleOccurrence.ProtoReflect.Descriptor instead.
 func (*ScheduleOccurrence) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{43}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ScheduleOccurrence) GetAtMs() int64 {
@@ -4509,7 +4868,7 @@ type ScheduleSkip struct {
 
 func (x *ScheduleSkip) Reset() {
 	*x = ScheduleSkip{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4521,7 +4880,7 @@ func (x *ScheduleSkip) String() string {
 func (*ScheduleSkip) ProtoMessage() {}
 
 func (x *ScheduleSkip) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4534,7 +4893,7 @@ func (x *ScheduleSkip) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSkip.ProtoReflect.Descriptor instead.
 func (*ScheduleSkip) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{44}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ScheduleSkip) GetReason() ScheduleSkipReason {
@@ -4601,7 +4960,7 @@ type ScheduleHistoryRecord struct {
 
 func (x *ScheduleHistoryRecord) Reset() {
 	*x = ScheduleHistoryRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4613,7 +4972,7 @@ func (x *ScheduleHistoryRecord) String() string {
 func (*ScheduleHistoryRecord) ProtoMessage() {}
 
 func (x *ScheduleHistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4626,7 +4985,7 @@ func (x *ScheduleHistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleHistoryRecord.ProtoReflect.Descriptor instead.
 func (*ScheduleHistoryRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{45}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ScheduleHistoryRecord) GetAtMs() int64 {
@@ -4739,7 +5098,7 @@ type ScheduleRecord struct {
 
 func (x *ScheduleRecord) Reset() {
 	*x = ScheduleRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4751,7 +5110,7 @@ func (x *ScheduleRecord) String() string {
 func (*ScheduleRecord) ProtoMessage() {}
 
 func (x *ScheduleRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4764,7 +5123,7 @@ func (x *ScheduleRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRecord.ProtoReflect.Descriptor instead.
 func (*ScheduleRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{46}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ScheduleRecord) GetName() string {
@@ -4918,7 +5277,7 @@ var File_coord_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\xbc\f\n" +
+	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\x86\r\n" +
 	"\aCommand\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.coord.fsm.v1.CommandTypeR\x04type\x12\x15\n" +
 	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12\x1f\n" +
@@ -4953,7 +5312,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0fdelete_schedule\x18\x1e \x01(\v2\x1c.coord.fsm.v1.DeleteScheduleH\x00R\x0edeleteSchedule\x12D\n" +
 	"\x0epause_schedule\x18\x1f \x01(\v2\x1b.coord.fsm.v1.PauseScheduleH\x00R\rpauseSchedule\x12J\n" +
 	"\x10trigger_schedule\x18  \x01(\v2\x1d.coord.fsm.v1.TriggerScheduleH\x00R\x0ftriggerSchedule\x12Y\n" +
-	"\x15materialise_schedules\x18! \x01(\v2\".coord.fsm.v1.MaterialiseSchedulesH\x00R\x14materialiseSchedulesB\x06\n" +
+	"\x15materialise_schedules\x18! \x01(\v2\".coord.fsm.v1.MaterialiseSchedulesH\x00R\x14materialiseSchedules\x12H\n" +
+	"\x10set_queue_target\x18\" \x01(\v2\x1c.coord.fsm.v1.SetQueueTargetH\x00R\x0esetQueueTargetB\x06\n" +
 	"\x04body\":\n" +
 	"\x05Batch\x121\n" +
 	"\bcommands\x18\x01 \x03(\v2\x15.coord.fsm.v1.CommandR\bcommands\"\x06\n" +
@@ -5031,7 +5391,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fRemoveMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"8\n" +
 	"\vRegisterJob\x12)\n" +
-	"\x03job\x18\x01 \x01(\v2\x17.coord.fsm.v1.JobRecordR\x03job\"\xb6\x03\n" +
+	"\x03job\x18\x01 \x01(\v2\x17.coord.fsm.v1.JobRecordR\x03job\"\xe8\x03\n" +
 	"\fQueueJobSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -5046,7 +5406,33 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	" \x01(\x03R\x13visibilityTimeoutMs\x12\x1d\n" +
 	"\n" +
 	"unique_key\x18\v \x01(\tR\tuniqueKey\x12.\n" +
-	"\x06labels\x18\f \x03(\v2\x16.coord.fsm.v1.JobLabelR\x06labels\"2\n" +
+	"\x06labels\x18\f \x03(\v2\x16.coord.fsm.v1.JobLabelR\x06labels\x120\n" +
+	"\x06target\x18\r \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\"\xc4\x01\n" +
+	"\n" +
+	"HttpTarget\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x122\n" +
+	"\aheaders\x18\x03 \x03(\v2\x18.coord.fsm.v1.HttpHeaderR\aheaders\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12!\n" +
+	"\fretry_status\x18\x05 \x03(\rR\vretryStatus\x12\x16\n" +
+	"\x06secret\x18\x06 \x01(\tR\x06secret\"\x93\x01\n" +
+	"\x0eSetQueueTarget\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x120\n" +
+	"\x06target\x18\x02 \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\x12\x1d\n" +
+	"\n" +
+	"spec_rules\x18\x04 \x01(\rR\tspecRules\"\x9e\x01\n" +
+	"\x11QueueTargetRecord\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x120\n" +
+	"\x06target\x18\x02 \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\x03 \x01(\tR\tupdatedBy\x12\"\n" +
+	"\rupdated_at_ms\x18\x04 \x01(\x03R\vupdatedAtMs\"6\n" +
+	"\n" +
+	"HttpHeader\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"2\n" +
 	"\bJobLabel\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\x9b\x01\n" +
@@ -5056,12 +5442,13 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x1d\n" +
 	"\n" +
 	"spec_rules\x18\x03 \x01(\rR\tspecRules\x12\"\n" +
-	"\rmax_live_jobs\x18\x04 \x01(\rR\vmaxLiveJobs\"n\n" +
+	"\rmax_live_jobs\x18\x04 \x01(\rR\vmaxLiveJobs\"\x8a\x01\n" +
 	"\tFetchJobs\x12\x16\n" +
 	"\x06queues\x18\x01 \x03(\tR\x06queues\x12\x10\n" +
 	"\x03max\x18\x02 \x01(\rR\x03max\x12\x1b\n" +
 	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12\x1a\n" +
-	"\bidentity\x18\x04 \x01(\tR\bidentity\"@\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\x1a\n" +
+	"\btargeted\x18\x05 \x01(\bR\btargeted\"@\n" +
 	"\rJobAttemptRef\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\"\x81\x01\n" +
@@ -5080,7 +5467,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\bFailJobs\x124\n" +
 	"\bfailures\x18\x01 \x03(\v2\x18.coord.fsm.v1.JobFailureR\bfailures\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x1a\n" +
-	"\bidentity\x18\x03 \x01(\tR\bidentity\"\x90\x01\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\"\xb6\x01\n" +
 	"\n" +
 	"JobFailure\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
@@ -5088,14 +5475,15 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1c\n" +
 	"\tretryable\x18\x04 \x01(\bR\tretryable\x12\x1d\n" +
 	"\n" +
-	"jitter_ppm\x18\x05 \x01(\rR\tjitterPpm\"A\n" +
+	"jitter_ppm\x18\x05 \x01(\rR\tjitterPpm\x12$\n" +
+	"\x0eretry_after_ms\x18\x06 \x01(\x03R\fretryAfterMs\"A\n" +
 	"\n" +
 	"CancelJobs\x12\x17\n" +
 	"\ajob_ids\x18\x01 \x03(\x04R\x06jobIds\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\"@\n" +
 	"\tRetryJobs\x12\x17\n" +
 	"\ajob_ids\x18\x01 \x03(\x04R\x06jobIds\x12\x1a\n" +
-	"\bidentity\x18\x02 \x01(\tR\bidentity\"\x92\x04\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\"\xd8\x04\n" +
 	"\x0eSnapshotRecord\x120\n" +
 	"\x04meta\x18\x01 \x01(\v2\x1a.coord.fsm.v1.SnapshotMetaH\x00R\x04meta\x121\n" +
 	"\x05lease\x18\x02 \x01(\v2\x19.coord.fsm.v1.LeaseRecordH\x00R\x05lease\x124\n" +
@@ -5105,7 +5493,9 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06member\x18\x06 \x01(\v2\x1a.coord.fsm.v1.MemberRecordH\x00R\x06member\x12+\n" +
 	"\x03job\x18\a \x01(\v2\x17.coord.fsm.v1.JobRecordH\x00R\x03job\x12;\n" +
 	"\tqueue_job\x18\b \x01(\v2\x1c.coord.fsm.v1.QueueJobRecordH\x00R\bqueueJob\x12:\n" +
-	"\bschedule\x18\t \x01(\v2\x1c.coord.fsm.v1.ScheduleRecordH\x00R\bscheduleB\b\n" +
+	"\bschedule\x18\t \x01(\v2\x1c.coord.fsm.v1.ScheduleRecordH\x00R\bschedule\x12D\n" +
+	"\fqueue_target\x18\n" +
+	" \x01(\v2\x1f.coord.fsm.v1.QueueTargetRecordH\x00R\vqueueTargetB\b\n" +
 	"\x06record\"\xe4\x02\n" +
 	"\fSnapshotMeta\x12\x19\n" +
 	"\bclock_ms\x18\x01 \x01(\x03R\aclockMs\x12\x16\n" +
@@ -5324,7 +5714,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fjobs_created\x18\x12 \x01(\x04R\vjobsCreated\x12/\n" +
 	"\x13occurrences_skipped\x18\x13 \x01(\x04R\x12occurrencesSkipped\x12=\n" +
 	"\ahistory\x18\x14 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\ahistory\x129\n" +
-	"\x05skips\x18\x15 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\x05skips*\xfb\x05\n" +
+	"\x05skips\x18\x15 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\x05skips*\x9e\x06\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11COMMAND_TYPE_TICK\x10\x01\x12\x18\n" +
@@ -5351,7 +5741,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x1cCOMMAND_TYPE_DELETE_SCHEDULE\x10\x15\x12\x1f\n" +
 	"\x1bCOMMAND_TYPE_PAUSE_SCHEDULE\x10\x16\x12!\n" +
 	"\x1dCOMMAND_TYPE_TRIGGER_SCHEDULE\x10\x17\x12&\n" +
-	"\"COMMAND_TYPE_MATERIALISE_SCHEDULES\x10\x18*\xcd\x01\n" +
+	"\"COMMAND_TYPE_MATERIALISE_SCHEDULES\x10\x18\x12!\n" +
+	"\x1dCOMMAND_TYPE_SET_QUEUE_TARGET\x10\x19*\xcd\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x17\n" +
@@ -5399,7 +5790,7 @@ func file_coord_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                // 0: coord.fsm.v1.CommandType
 	(JobState)(0),                   // 1: coord.fsm.v1.JobState
@@ -5421,39 +5812,43 @@ var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(*RemoveMember)(nil),            // 17: coord.fsm.v1.RemoveMember
 	(*RegisterJob)(nil),             // 18: coord.fsm.v1.RegisterJob
 	(*QueueJobSpec)(nil),            // 19: coord.fsm.v1.QueueJobSpec
-	(*JobLabel)(nil),                // 20: coord.fsm.v1.JobLabel
-	(*SubmitJobs)(nil),              // 21: coord.fsm.v1.SubmitJobs
-	(*FetchJobs)(nil),               // 22: coord.fsm.v1.FetchJobs
-	(*JobAttemptRef)(nil),           // 23: coord.fsm.v1.JobAttemptRef
-	(*HeartbeatJobs)(nil),           // 24: coord.fsm.v1.HeartbeatJobs
-	(*CompleteJobs)(nil),            // 25: coord.fsm.v1.CompleteJobs
-	(*JobCompletion)(nil),           // 26: coord.fsm.v1.JobCompletion
-	(*FailJobs)(nil),                // 27: coord.fsm.v1.FailJobs
-	(*JobFailure)(nil),              // 28: coord.fsm.v1.JobFailure
-	(*CancelJobs)(nil),              // 29: coord.fsm.v1.CancelJobs
-	(*RetryJobs)(nil),               // 30: coord.fsm.v1.RetryJobs
-	(*SnapshotRecord)(nil),          // 31: coord.fsm.v1.SnapshotRecord
-	(*SnapshotMeta)(nil),            // 32: coord.fsm.v1.SnapshotMeta
-	(*LeaseRecord)(nil),             // 33: coord.fsm.v1.LeaseRecord
-	(*WindowRecord)(nil),            // 34: coord.fsm.v1.WindowRecord
-	(*ResourceRecord)(nil),          // 35: coord.fsm.v1.ResourceRecord
-	(*IdempotencyRecord)(nil),       // 36: coord.fsm.v1.IdempotencyRecord
-	(*MemberRecord)(nil),            // 37: coord.fsm.v1.MemberRecord
-	(*JobRecord)(nil),               // 38: coord.fsm.v1.JobRecord
-	(*QueueJobRecord)(nil),          // 39: coord.fsm.v1.QueueJobRecord
-	(*JobAttemptRecord)(nil),        // 40: coord.fsm.v1.JobAttemptRecord
-	(*ScheduleSpec)(nil),            // 41: coord.fsm.v1.ScheduleSpec
-	(*PutSchedule)(nil),             // 42: coord.fsm.v1.PutSchedule
-	(*ScheduleGuard)(nil),           // 43: coord.fsm.v1.ScheduleGuard
-	(*DeleteSchedule)(nil),          // 44: coord.fsm.v1.DeleteSchedule
-	(*PauseSchedule)(nil),           // 45: coord.fsm.v1.PauseSchedule
-	(*TriggerSchedule)(nil),         // 46: coord.fsm.v1.TriggerSchedule
-	(*MaterialiseSchedules)(nil),    // 47: coord.fsm.v1.MaterialiseSchedules
-	(*ScheduleMaterialisation)(nil), // 48: coord.fsm.v1.ScheduleMaterialisation
-	(*ScheduleOccurrence)(nil),      // 49: coord.fsm.v1.ScheduleOccurrence
-	(*ScheduleSkip)(nil),            // 50: coord.fsm.v1.ScheduleSkip
-	(*ScheduleHistoryRecord)(nil),   // 51: coord.fsm.v1.ScheduleHistoryRecord
-	(*ScheduleRecord)(nil),          // 52: coord.fsm.v1.ScheduleRecord
+	(*HttpTarget)(nil),              // 20: coord.fsm.v1.HttpTarget
+	(*SetQueueTarget)(nil),          // 21: coord.fsm.v1.SetQueueTarget
+	(*QueueTargetRecord)(nil),       // 22: coord.fsm.v1.QueueTargetRecord
+	(*HttpHeader)(nil),              // 23: coord.fsm.v1.HttpHeader
+	(*JobLabel)(nil),                // 24: coord.fsm.v1.JobLabel
+	(*SubmitJobs)(nil),              // 25: coord.fsm.v1.SubmitJobs
+	(*FetchJobs)(nil),               // 26: coord.fsm.v1.FetchJobs
+	(*JobAttemptRef)(nil),           // 27: coord.fsm.v1.JobAttemptRef
+	(*HeartbeatJobs)(nil),           // 28: coord.fsm.v1.HeartbeatJobs
+	(*CompleteJobs)(nil),            // 29: coord.fsm.v1.CompleteJobs
+	(*JobCompletion)(nil),           // 30: coord.fsm.v1.JobCompletion
+	(*FailJobs)(nil),                // 31: coord.fsm.v1.FailJobs
+	(*JobFailure)(nil),              // 32: coord.fsm.v1.JobFailure
+	(*CancelJobs)(nil),              // 33: coord.fsm.v1.CancelJobs
+	(*RetryJobs)(nil),               // 34: coord.fsm.v1.RetryJobs
+	(*SnapshotRecord)(nil),          // 35: coord.fsm.v1.SnapshotRecord
+	(*SnapshotMeta)(nil),            // 36: coord.fsm.v1.SnapshotMeta
+	(*LeaseRecord)(nil),             // 37: coord.fsm.v1.LeaseRecord
+	(*WindowRecord)(nil),            // 38: coord.fsm.v1.WindowRecord
+	(*ResourceRecord)(nil),          // 39: coord.fsm.v1.ResourceRecord
+	(*IdempotencyRecord)(nil),       // 40: coord.fsm.v1.IdempotencyRecord
+	(*MemberRecord)(nil),            // 41: coord.fsm.v1.MemberRecord
+	(*JobRecord)(nil),               // 42: coord.fsm.v1.JobRecord
+	(*QueueJobRecord)(nil),          // 43: coord.fsm.v1.QueueJobRecord
+	(*JobAttemptRecord)(nil),        // 44: coord.fsm.v1.JobAttemptRecord
+	(*ScheduleSpec)(nil),            // 45: coord.fsm.v1.ScheduleSpec
+	(*PutSchedule)(nil),             // 46: coord.fsm.v1.PutSchedule
+	(*ScheduleGuard)(nil),           // 47: coord.fsm.v1.ScheduleGuard
+	(*DeleteSchedule)(nil),          // 48: coord.fsm.v1.DeleteSchedule
+	(*PauseSchedule)(nil),           // 49: coord.fsm.v1.PauseSchedule
+	(*TriggerSchedule)(nil),         // 50: coord.fsm.v1.TriggerSchedule
+	(*MaterialiseSchedules)(nil),    // 51: coord.fsm.v1.MaterialiseSchedules
+	(*ScheduleMaterialisation)(nil), // 52: coord.fsm.v1.ScheduleMaterialisation
+	(*ScheduleOccurrence)(nil),      // 53: coord.fsm.v1.ScheduleOccurrence
+	(*ScheduleSkip)(nil),            // 54: coord.fsm.v1.ScheduleSkip
+	(*ScheduleHistoryRecord)(nil),   // 55: coord.fsm.v1.ScheduleHistoryRecord
+	(*ScheduleRecord)(nil),          // 56: coord.fsm.v1.ScheduleRecord
 }
 var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: coord.fsm.v1.Command.type:type_name -> coord.fsm.v1.CommandType
@@ -5469,60 +5864,66 @@ var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	17, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
 	18, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
 	7,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
-	21, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
-	22, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
-	24, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
-	25, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
-	27, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
-	29, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
-	30, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
-	42, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
-	44, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
-	45, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
-	46, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
-	47, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
-	6,  // 25: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
-	9,  // 26: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
-	38, // 27: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
-	20, // 28: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
-	19, // 29: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
-	23, // 30: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
-	26, // 31: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
-	28, // 32: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
-	32, // 33: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
-	33, // 34: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
-	34, // 35: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
-	35, // 36: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
-	36, // 37: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
-	37, // 38: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
-	38, // 39: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
-	39, // 40: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
-	52, // 41: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
-	19, // 42: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
-	1,  // 43: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
-	40, // 44: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
-	2,  // 45: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
-	19, // 46: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
-	3,  // 47: coord.fsm.v1.ScheduleSpec.overlap:type_name -> coord.fsm.v1.ScheduleOverlap
-	4,  // 48: coord.fsm.v1.ScheduleSpec.dst_policy:type_name -> coord.fsm.v1.ScheduleDstPolicy
-	41, // 49: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	43, // 50: coord.fsm.v1.PutSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	43, // 51: coord.fsm.v1.DeleteSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	43, // 52: coord.fsm.v1.PauseSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	43, // 53: coord.fsm.v1.TriggerSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	48, // 54: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
-	49, // 55: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
-	50, // 56: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
-	5,  // 57: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
-	5,  // 58: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
-	41, // 59: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	51, // 60: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	51, // 61: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	62, // [62:62] is the sub-list for method output_type
-	62, // [62:62] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	25, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
+	26, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
+	28, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
+	29, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
+	31, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
+	33, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
+	34, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
+	46, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
+	48, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
+	49, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
+	50, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
+	51, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
+	21, // 25: coord.fsm.v1.Command.set_queue_target:type_name -> coord.fsm.v1.SetQueueTarget
+	6,  // 26: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
+	9,  // 27: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
+	42, // 28: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
+	24, // 29: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
+	20, // 30: coord.fsm.v1.QueueJobSpec.target:type_name -> coord.fsm.v1.HttpTarget
+	23, // 31: coord.fsm.v1.HttpTarget.headers:type_name -> coord.fsm.v1.HttpHeader
+	20, // 32: coord.fsm.v1.SetQueueTarget.target:type_name -> coord.fsm.v1.HttpTarget
+	20, // 33: coord.fsm.v1.QueueTargetRecord.target:type_name -> coord.fsm.v1.HttpTarget
+	19, // 34: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
+	27, // 35: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
+	30, // 36: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
+	32, // 37: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
+	36, // 38: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
+	37, // 39: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
+	38, // 40: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
+	39, // 41: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
+	40, // 42: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
+	41, // 43: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
+	42, // 44: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
+	43, // 45: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
+	56, // 46: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
+	22, // 47: coord.fsm.v1.SnapshotRecord.queue_target:type_name -> coord.fsm.v1.QueueTargetRecord
+	19, // 48: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
+	1,  // 49: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
+	44, // 50: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
+	2,  // 51: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
+	19, // 52: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
+	3,  // 53: coord.fsm.v1.ScheduleSpec.overlap:type_name -> coord.fsm.v1.ScheduleOverlap
+	4,  // 54: coord.fsm.v1.ScheduleSpec.dst_policy:type_name -> coord.fsm.v1.ScheduleDstPolicy
+	45, // 55: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	47, // 56: coord.fsm.v1.PutSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	47, // 57: coord.fsm.v1.DeleteSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	47, // 58: coord.fsm.v1.PauseSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	47, // 59: coord.fsm.v1.TriggerSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	52, // 60: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
+	53, // 61: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
+	54, // 62: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
+	5,  // 63: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
+	5,  // 64: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
+	45, // 65: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	55, // 66: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	55, // 67: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	68, // [68:68] is the sub-list for method output_type
+	68, // [68:68] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_coord_fsm_v1_fsm_proto_init() }
@@ -5555,9 +5956,10 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*Command_PauseSchedule)(nil),
 		(*Command_TriggerSchedule)(nil),
 		(*Command_MaterialiseSchedules)(nil),
+		(*Command_SetQueueTarget)(nil),
 	}
 	file_coord_fsm_v1_fsm_proto_msgTypes[4].OneofWrappers = []any{}
-	file_coord_fsm_v1_fsm_proto_msgTypes[25].OneofWrappers = []any{
+	file_coord_fsm_v1_fsm_proto_msgTypes[29].OneofWrappers = []any{
 		(*SnapshotRecord_Meta)(nil),
 		(*SnapshotRecord_Lease)(nil),
 		(*SnapshotRecord_Window)(nil),
@@ -5567,6 +5969,7 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_QueueJob)(nil),
 		(*SnapshotRecord_Schedule)(nil),
+		(*SnapshotRecord_QueueTarget)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5574,7 +5977,7 @@ func file_coord_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_fsm_v1_fsm_proto_rawDesc), len(file_coord_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   47,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

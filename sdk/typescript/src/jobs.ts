@@ -1,0 +1,95 @@
+// The job queue (coord.v1.Queue over HTTP): submit, look up, cancel, retry.
+import { invalidArgument } from "./errors.js";
+import { randomID, type Transport } from "./transport.js";
+import { decode, duration, instant, req, type Schemas } from "./wire.js";
+import type { QueueJob, SubmittedJob } from "./types.js";
+
+export interface JobOptions {
+  /** Queue name (default "default"). */
+  queue?: string;
+  /** Run at this instant (Date or epoch ms), on the cluster's calendar clock. */
+  runAt?: Date | number;
+  /** Run after this many ms. (Neither runAt nor after: now.) */
+  after?: number;
+  /** Idempotent submit: a second submit with the key returns the first job (duplicate). Default: a generated key ("auto:..."), for the call's retries. */
+  uniqueKey?: string;
+  priority?: number;
+  maxAttempts?: number;
+  /** How long an attempt lives without a heartbeat, ms (default 30 s). */
+  visibilityTimeout?: number;
+  backoff?: { initial?: number; max?: number; factor?: number };
+  labels?: Record<string, string>;
+}
+
+export interface NewJob extends JobOptions {
+  kind: string;
+  /** Any JSON value. */
+  args?: unknown;
+}
+
+/** The prefix of the unique keys generated for jobs submitted without one. */
+export const AUTO_KEY_PREFIX = "auto:";
+
+/** The wire form of a job to submit. */
+export function newJobBody(j: NewJob): Schemas["v1NewJob"] {
+  if (!j.kind) throw invalidArgument("kind", "required");
+  if (j.runAt !== undefined && j.after !== undefined) throw invalidArgument("run_at", "give runAt or after, not both");
+  return {
+    queue: j.queue, kind: j.kind, args: j.args,
+    run_at: j.runAt === undefined ? undefined : instant(j.runAt),
+    delay: j.after === undefined ? undefined : duration(j.after),
+    unique_key: j.uniqueKey || AUTO_KEY_PREFIX + randomID(),
+    priority: j.priority, max_attempts: j.maxAttempts,
+    visibility_timeout: j.visibilityTimeout === undefined ? undefined : duration(j.visibilityTimeout),
+    backoff_initial: j.backoff?.initial === undefined ? undefined : duration(j.backoff.initial),
+    backoff_max: j.backoff?.max === undefined ? undefined : duration(j.backoff.max),
+    backoff_factor: j.backoff?.factor,
+    labels: j.labels,
+  };
+}
+
+export class Jobs {
+  constructor(private readonly t: Transport) {}
+
+  /** Submits one job: now, at runAt, or after a delay. Safe to retry (a unique key, generated if absent). */
+  async submit(kind: string, args?: unknown, o: JobOptions = {}): Promise<SubmittedJob> {
+    return (await this.submitBatch([{ ...o, kind, args }]))[0];
+  }
+
+  /** Submits up to 1,000 jobs in one call: all or nothing (a bad one refuses the call, metadata.index says which). */
+  async submitBatch(jobs: NewJob[]): Promise<SubmittedJob[]> {
+    if (jobs.length === 0) return [];
+    const r = decode(await this.t.call("POST", "/v1/queue/jobs", { idempotent: true, body: req("v1QueueSubmitRequest", { jobs: jobs.map(newJobBody) }) }));
+    return r.jobs ?? [];
+  }
+
+  async get(id: number): Promise<QueueJob> {
+    return decode(await this.t.call("GET", `/v1/queue/jobs/${id}`, { idempotent: true })).job;
+  }
+
+  async list(o: { queue?: string; state?: string; kind?: string; label?: string; pageSize?: number; pageToken?: string } = {}):
+    Promise<{ jobs: QueueJob[]; next_page_token: string }> {
+    const r = decode(await this.t.call("GET", "/v1/queue/jobs", { idempotent: true,
+      query: { queue: o.queue, state: o.state, kind: o.kind, label: o.label, page_size: o.pageSize, page_token: o.pageToken } }));
+    return { jobs: r.jobs ?? [], next_page_token: r.next_page_token ?? "" };
+  }
+
+  /** Cancels a job (idempotent: a repeat returns it unchanged, duplicate). */
+  async cancel(id: number): Promise<{ job: QueueJob; duplicate: boolean }> {
+    const r = decode(await this.t.call("POST", `/v1/queue/jobs/${id}/cancel`, { idempotent: true, body: req("QueueCancelBody", {}) }));
+    return { job: r.job, duplicate: !!r.duplicate };
+  }
+
+  /**
+   * Makes a dead or cancelled job available again. Not retried once sent:
+   * after an unknown outcome (err.outcomeUnknown) look the job up first.
+   */
+  async retry(id: number): Promise<{ job: QueueJob; duplicate: boolean }> {
+    const r = decode(await this.t.call("POST", `/v1/queue/jobs/${id}/retry`, { idempotent: false, body: req("QueueRetryBody", {}) }));
+    return { job: r.job, duplicate: !!r.duplicate };
+  }
+
+  async stats(queue?: string): Promise<any[]> {
+    return decode(await this.t.call("GET", "/v1/queue/stats", { idempotent: true, query: { queue } })).queues ?? [];
+  }
+}
