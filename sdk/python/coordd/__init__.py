@@ -16,7 +16,8 @@ from .errors import (AttemptLost, CoorddError, InvalidArgument, InvalidToken, Jo
                      PermissionDenied, ResourceExhausted, ResourceLeaseMismatch, ScheduleExists, ScheduleNotFound,
                      ScheduleOverlap, ScheduleRevisionMismatch, StaleToken, TooEarly, Unauthenticated, Unavailable,
                      WindowCompleted, WindowNotClaimed)
-from .jobs import NewJob
+from . import delivery
+from .jobs import NewJob, Target
 from .lease import Claim, Lease
 from .types import Commit, Job, JobAttempt, LeaseInfo, Resource, Schedule, SubmittedJob, Window
 from .worker import JobContext, Permanent, Worker
@@ -29,6 +30,6 @@ __all__ = [
     "LeaseLost", "LeaseNotFound", "NewJob", "NotAcquired", "NotFound", "OutcomeUnknown", "Permanent",
     "PermissionDenied", "Resource", "ResourceExhausted", "ResourceLeaseMismatch", "Schedule", "ScheduleExists",
     "ScheduleNotFound", "ScheduleOverlap", "ScheduleRevisionMismatch", "StaleToken", "SubmittedJob", "TooEarly",
-    "Unauthenticated", "Unavailable", "Window", "WindowCompleted", "WindowNotClaimed", "Worker", "check_token",
-    "default_client", "lease", "new_request_id",
+    "Target", "Unauthenticated", "Unavailable", "Window", "WindowCompleted", "WindowNotClaimed", "Worker", "check_token",
+    "default_client", "delivery", "lease", "new_request_id",
 ]

@@ -41,6 +41,31 @@ class NewJob:
     backoff_max: Optional[float] = None
     backoff_factor: float = 0.0
     labels: Dict[str, str] = field(default_factory=dict)
+    target: Optional["Target"] = None
+
+
+@dataclass
+class Target:
+    """Deliver the job as an HTTP request instead of to a worker (docs/delivery.md):
+    ``secret`` names a signing secret of the servers' --delivery-secrets,
+    ``timeout`` is one request's (seconds)."""
+
+    url: str
+    secret: str = ""
+    method: str = ""
+    timeout: Optional[float] = None
+    headers: Dict[str, str] = field(default_factory=dict)
+    retryable_status: List[int] = field(default_factory=list)
+
+
+def _target_body(w: _wire.Wire, t: Target) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"url": t.url}
+    for k, v in (("secret", t.secret), ("method", t.method), ("headers", dict(t.headers)),
+                 ("retryable_status", list(t.retryable_status))):
+        if v:
+            body[k] = v
+    w.duration(body, "timeout", t.timeout)
+    return body
 
 
 def _job_body(w: _wire.Wire, j: NewJob) -> Dict[str, Any]:
@@ -62,6 +87,8 @@ def _job_body(w: _wire.Wire, j: NewJob) -> Dict[str, Any]:
         body["backoff_factor"] = j.backoff_factor
     if j.labels:
         body["labels"] = dict(j.labels)
+    if j.target is not None:
+        body["target"] = _target_body(w, j.target)
     return body
 
 

@@ -493,6 +493,69 @@ class LeaderKilled(unittest.TestCase):
             self.assertTrue(commit.accepted)
 
 
+class Delivered(unittest.TestCase):
+    """HTTP delivery to a Python endpoint: it verifies the signature and makes the effect with the
+    delivery's token and key (coordd.delivery)."""
+
+    def setUp(self) -> None:
+        import base64
+        import http.server
+        import secrets as pysecrets
+
+        self.secret = "whsec_" + base64.b64encode(pysecrets.token_bytes(32)).decode()
+        d = __import__("tempfile").mkdtemp(prefix="coordd-pysdk-secrets-")
+        with open(os.path.join(d, "secrets"), "w") as f:
+            f.write(f"billing {self.secret}\n")
+        self.cluster = Cluster(extra_args=["--delivery-allow", "127.0.0.1", "--delivery-secrets",
+                                           os.path.join(d, "secrets")]).start()
+        self.addCleanup(self.cluster.close)
+        self.client = coordd.Client(self.cluster.urls)
+        self.addCleanup(self.client.close)
+        self.seen: List[Any] = []
+        test, client, secret = self, self.client, self.secret
+
+        class Endpoint(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    d = coordd.delivery.verify(secret, body, dict(self.headers))
+                    c = client.fenced_commit(f"invoices/{d.args['invoice']}/charge", d.token, d.idempotency_key, d.args)
+                    test.seen.append((d, c))
+                    status = 200
+                except coordd.delivery.SignatureInvalid:
+                    status = 401
+                except (coordd.StaleToken, coordd.AttemptLost):
+                    status = 409
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"charged": true}')
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.addCleanup(self.server.server_close)
+        self.addCleanup(self.server.shutdown)
+
+    def test_delivery_endpoint(self) -> None:
+        url = "http://127.0.0.1:%d/charge" % self.server.server_address[1]
+        job = self.client.jobs.submit("billing", "charge", {"invoice": 42}, unique_key="charge-42",
+                                      target=coordd.Target(url, secret="billing", timeout=5))
+        done = poll(lambda: (lambda g: g if g.state in ("SUCCEEDED", "DEAD") else None)(self.client.jobs.get(job.id)),
+                    20, "the delivery")
+        self.assertEqual((done.state, done.attempt_log[-1].result), ("SUCCEEDED", {"charged": True}))
+        d, commit = self.seen[0]
+        self.assertEqual((d.job_id, d.attempt, d.token, d.idempotency_key), (job.id, 1, f"job:{job.id}:1", "charge-42"))
+        self.assertTrue(commit.accepted)
+        self.assertEqual(self.client.get_resource("invoices/42/charge").commits, 1)
+        unsigned = self.client.jobs.submit("billing", "charge", {"invoice": 43}, max_attempts=1,
+                                           target=coordd.Target(url))  # not signed: the endpoint refuses it
+        dead = poll(lambda: (lambda g: g if g.state == "DEAD" else None)(self.client.jobs.get(unsigned.id)), 20, "the refusal")
+        self.assertIn("401", dead.attempt_log[-1].error)
+
+
 ACL = """rules:
   - name: nodes
     identities: [node*]

@@ -69,5 +69,33 @@ class Wire(unittest.TestCase):
                 check_token(bad)
 
 
+class Signatures(unittest.TestCase):
+    """Standard Webhooks signatures (coordd.delivery), on the spec's test vector."""
+
+    secret, wid, ts, body = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, b'{"test": 2432232314}'
+    signature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+
+    def headers(self, sig: str, ts: int = 0) -> dict:
+        return {"Webhook-Id": self.wid, "webhook-timestamp": str(ts or self.ts), "webhook-signature": sig,
+                "Coordd-Fencing-Token": "job:7:2", "Idempotency-Key": "k", "Coordd-Job-Id": "7", "Coordd-Attempt": "2"}
+
+    def test_vector(self) -> None:
+        from coordd import delivery
+
+        self.assertEqual(delivery.sign(self.secret, self.wid, self.ts, self.body), self.signature)
+        d = delivery.verify(self.secret, self.body, self.headers(self.signature), now=self.ts + 10)
+        self.assertEqual((d.job_id, d.attempt, d.token, d.idempotency_key, d.args), (7, 2, "job:7:2", "k", {"test": 2432232314}))
+        rotated = "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc= " + self.signature  # one per key during a rotation
+        delivery.verify(["whsec_" + "A" * 32, self.secret], self.body, self.headers(rotated), now=self.ts)
+        for why, body, hdrs, now in (("tampered body", b'{"test": 1}', self.headers(self.signature), self.ts),
+                                     ("old timestamp", self.body, self.headers(self.signature), self.ts + 301),
+                                     ("v2 only", self.body, self.headers("v2," + self.signature[3:]), self.ts),
+                                     ("no signature", self.body, {}, self.ts)):
+            with self.subTest(why), self.assertRaises(delivery.SignatureInvalid):
+                delivery.verify(self.secret, body, hdrs, now=now)
+        with self.assertRaises(delivery.SignatureInvalid):
+            delivery.parse_secret("whsec_" + "A" * 8)
+
+
 if __name__ == "__main__":
     unittest.main()
