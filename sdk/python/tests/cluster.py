@@ -30,6 +30,16 @@ def binary(name: str) -> str:
     return path
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the test process dies (Linux), so no node outlives a crashed test."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 @dataclass
 class Node:
     id: str
@@ -115,7 +125,7 @@ class Cluster:
         if join:
             args += ["--join", join]
         with open(nd.log_path, "ab") as log:
-            nd.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            nd.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_die_with_parent)
 
     def _read_addresses(self, nd: Node, deadline: float) -> None:
         path = os.path.join(nd.data_dir, "addresses.json")

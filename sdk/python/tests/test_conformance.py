@@ -504,6 +504,7 @@ class Delivered(unittest.TestCase):
 
         self.secret = "whsec_" + base64.b64encode(pysecrets.token_bytes(32)).decode()
         d = __import__("tempfile").mkdtemp(prefix="coordd-pysdk-secrets-")
+        self.addCleanup(__import__("shutil").rmtree, d, True)
         with open(os.path.join(d, "secrets"), "w") as f:
             f.write(f"billing {self.secret}\n")
         self.cluster = Cluster(extra_args=["--delivery-allow", "127.0.0.1", "--delivery-secrets",
@@ -577,9 +578,13 @@ class MutualTLS(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
         cls.cluster = Cluster(tls_clients=["billing-a"], acl=ACL).start()
-        other = os.path.join(cls.cluster.dir, "other-ca")
-        subprocess.run([binary("coordctl"), "certs", "dev", "--dir", other,
-                        "--clients", "billing-a"], check=True, stdout=subprocess.DEVNULL)
+        try:
+            other = os.path.join(cls.cluster.dir, "other-ca")
+            subprocess.run([binary("coordctl"), "certs", "dev", "--dir", other,
+                            "--clients", "billing-a"], check=True, stdout=subprocess.DEVNULL)
+        except BaseException:
+            cls.cluster.close()
+            raise
         cls.other = other
 
     @classmethod
