@@ -67,6 +67,7 @@ if [ $# -eq 0 ]; then go test -count=1 -timeout 5m -run '^TestQuotasKeepTheOther
 go test -tags faults -count=1 -timeout 30m "$@" ./integration/faults/
 # The SDKs of other languages, each against real coordd processes.
 if [ $# -eq 0 ] && command -v npm >/dev/null; then sdk/typescript/test.sh; fi
+if [ $# -eq 0 ]; then sdk/python/test.sh; fi
 if [ -n "${COORDD_FUZZTIME:-}" ]; then
   go test ./fsm -run '^$' -fuzz FuzzCommands -fuzztime "$COORDD_FUZZTIME"
   for target in FuzzRequests FuzzHTTPAPI; do
