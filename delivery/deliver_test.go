@@ -59,13 +59,22 @@ func (f *fakeQueue) Heartbeat(_ context.Context, in *coordv1.QueueHeartbeatReque
 }
 
 func (f *fakeQueue) Complete(_ context.Context, in *coordv1.QueueCompleteRequest, _ ...grpc.CallOption) (*coordv1.QueueCompleteResponse, error) {
-	f.completes <- in.GetCompletions()[0]
-	return &coordv1.QueueCompleteResponse{Results: []*coordv1.CompleteResult{{}}}, nil
+	// The reporter groups outcomes: one result per item, each item seen.
+	out := &coordv1.QueueCompleteResponse{}
+	for _, c := range in.GetCompletions() {
+		f.completes <- c
+		out.Results = append(out.Results, &coordv1.CompleteResult{})
+	}
+	return out, nil
 }
 
 func (f *fakeQueue) Fail(_ context.Context, in *coordv1.QueueFailRequest, _ ...grpc.CallOption) (*coordv1.QueueFailResponse, error) {
-	f.fails <- in.GetFailures()[0]
-	return &coordv1.QueueFailResponse{Results: []*coordv1.FailResult{{}}}, nil
+	out := &coordv1.QueueFailResponse{}
+	for _, fl := range in.GetFailures() {
+		f.fails <- fl
+		out.Results = append(out.Results, &coordv1.FailResult{})
+	}
+	return out, nil
 }
 
 var testSecret = webhook.NewSecret()
