@@ -10,6 +10,7 @@ import { createHmac, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { CoorddError, isReason } from "./errors.js";
 import type { Client } from "./client.js";
+import { ATTEMPT_OVER } from "./worker.js";
 import type { Commit, CommitOptions } from "./types.js";
 
 /** Seconds a request's webhook-timestamp may be from this machine's clock (the spec's 5 minutes). */
@@ -185,8 +186,7 @@ export interface DeliveryHandlerOptions extends VerifyOptions {
 }
 
 /** Refusals of a fenced commit that say this delivery's attempt is over (or its token fences nothing live). */
-const SUPERSEDED = ["STALE_TOKEN", "ATTEMPT_EXPIRED", "ATTEMPT_LOST", "JOB_CANCELLED", "JOB_FINISHED", "JOB_NOT_FOUND",
-  "LEASE_LOST", "LEASE_NOT_FOUND", "RESOURCE_LEASE_MISMATCH"];
+const SUPERSEDED = [...ATTEMPT_OVER, "LEASE_LOST", "LEASE_NOT_FOUND", "RESOURCE_LEASE_MISMATCH"];
 
 /**
  * The status a deliverer gets for an error (docs/delivery.md, "Outcomes"):
