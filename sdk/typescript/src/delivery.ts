@@ -217,8 +217,8 @@ function readBody(req: IncomingMessage, max: number): Promise<Buffer> {
     req.on("data", (c: Buffer) => {
       n += c.length;
       if (n > max) {
+        req.removeAllListeners("data");
         reject(new BodyTooLarge(`body over ${max} bytes`));
-        req.destroy();
         return;
       }
       chunks.push(c);
@@ -257,12 +257,16 @@ export function deliveryHandler(client: Client, secrets: string | readonly strin
       try {
         body = await readBody(req, max);
       } catch (e) {
+        // The rest of a body too large is not read: the answer closes the connection.
+        res.setHeader("Connection", "close");
+        res.on("finish", () => req.destroy());
         return refuse(res, e, e instanceof BodyTooLarge ? 413 : 400, o);
       }
       try {
         const d = verifyDelivery(secrets, req.headers, body, o);
         const ac = new AbortController();
-        const timer = setTimeout(() => ac.abort(new Error("the delivery's deadline passed")), Math.max(0, d.deadline.getTime() - Date.now()));
+        const timer = setTimeout(() => ac.abort(new Error("the delivery's deadline passed")), 
+          Math.min(2 ** 31 - 1, Math.max(0, d.deadline.getTime() - Date.now())));
         const closed = () => { if (!res.writableFinished) ac.abort(new Error("the deliverer closed the request")); };
         res.on("close", closed);
         try {

@@ -119,6 +119,36 @@ describe("signatures", () => {
   });
 });
 
+describe("handler", () => {
+  it("handler_refuses_without_running", async () => {
+    const c = new Client({ endpoints: ["127.0.0.1:1"] }); // never called
+    let ran = 0;
+    const statuses: number[] = [];
+    const server = createServer(deliveryHandler(c, secret, async () => { ran++; return null; },
+      { maxBodyBytes: 64, toleranceSeconds: 0, onError: (_e, st) => statuses.push(st) }));
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+    try {
+      const post = async (h: Record<string, string>, b: string) => {
+        const r = await fetch(url, { method: "POST", headers: h, body: b });
+        return [r.status, ((await r.json()) as { reason: string }).reason];
+      };
+      const sig = signDelivery(secret, "job_7", ts, body);
+      assert.deepEqual(await post(headers(sig), '{"test": 1}'), [401, "SIGNATURE_INVALID"]);
+      assert.deepEqual(await post({ ...headers(sig), "coordd-attempt": "3" }, body), [400, "DELIVERY_INVALID"]);
+      assert.deepEqual(await post(headers(sig), JSON.stringify({ pad: "x".repeat(100) })), [413, "HANDLER_FAILED"]);
+      assert.equal(ran, 0);
+      assert.deepEqual(statuses, [401, 400, 413]);
+      // A handler that resolves without a commit: 200 with its value as JSON.
+      const ok = await fetch(url, { method: "POST", headers: headers(sig), body });
+      assert.deepEqual([ok.status, await ok.json(), ran], [200, null, 1]);
+    } finally {
+      await new Promise((r) => server.close(r));
+      c.close();
+    }
+  });
+});
+
 describe("delivery_endpoint", () => {
   let cluster: Cluster;
   let c: Client;
