@@ -15,6 +15,7 @@ export type Reason =
   | "SCHEDULE_NOT_FOUND" | "SCHEDULE_EXISTS" | "SCHEDULE_REVISION_MISMATCH" | "SCHEDULE_OVERLAP"
   // Client-side reasons (never sent by the server):
   | "NOT_ACQUIRED" | "LOCAL_DEADLINE" | "INVALID_TOKEN" | "TRANSPORT" | "WORKER_SHUTDOWN" | "CLAIM_LOST"
+  | "SIGNATURE_INVALID" | "DELIVERY_INVALID"
   | (string & {});
 
 export interface ErrorBody {

@@ -19,6 +19,24 @@ export interface JobOptions {
   visibilityTimeout?: number;
   backoff?: { initial?: number; max?: number; factor?: number };
   labels?: Record<string, string>;
+  /** Deliver the job's attempts to this HTTP endpoint instead of a pull worker (docs/delivery.md; the endpoint's side: deliveryHandler). */
+  target?: Target;
+}
+
+/** An HTTP target (docs/delivery.md, "A target"). */
+export interface Target {
+  /** Absolute http(s) URL on the servers' --delivery-allow list. */
+  url: string;
+  /** POST by default; PUT, PATCH, GET, DELETE. */
+  method?: string;
+  /** Extra request headers (up to 16; coordd's own are refused). */
+  headers?: Record<string, string>;
+  /** One request's bound, ms (default the job's visibility timeout). */
+  timeout?: number;
+  /** 4xx statuses that also fail an attempt retryably (429 and 5xx always do). */
+  retryableStatus?: number[];
+  /** The name of a --delivery-secrets entry (empty: unsigned). */
+  secret?: string;
 }
 
 export interface NewJob extends JobOptions {
@@ -45,6 +63,8 @@ export function newJobBody(j: NewJob): Schemas["v1NewJob"] {
     backoff_max: j.backoff?.max === undefined ? undefined : duration(j.backoff.max),
     backoff_factor: j.backoff?.factor,
     labels: j.labels,
+    target: j.target && { url: j.target.url, method: j.target.method, headers: j.target.headers, secret: j.target.secret,
+      timeout: j.target.timeout === undefined ? undefined : duration(j.target.timeout), retryable_status: j.target.retryableStatus },
   };
 }
 

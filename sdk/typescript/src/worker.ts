@@ -50,7 +50,8 @@ export function permanent(err: unknown): Error {
   return e;
 }
 
-const ATTEMPT_OVER = ["ATTEMPT_LOST", "ATTEMPT_EXPIRED", "JOB_CANCELLED", "JOB_NOT_FOUND", "JOB_FINISHED", "STALE_TOKEN"];
+/** Refusals that say a job attempt is over: its token fences nothing live any more. */
+export const ATTEMPT_OVER = ["ATTEMPT_LOST", "ATTEMPT_EXPIRED", "JOB_CANCELLED", "JOB_NOT_FOUND", "JOB_FINISHED", "STALE_TOKEN"];
 const MAX_ERROR_TEXT = 4096;
 const DEFAULT_VISIBILITY_MS = 30000;
 

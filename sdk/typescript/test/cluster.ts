@@ -69,14 +69,17 @@ export class Cluster {
   readonly dir: string;
   readonly nodes: Node[] = [];
   private readonly bin: string;
+  private readonly extraArgs: string[];
 
-  private constructor(bin: string) {
+  private constructor(bin: string, extraArgs: string[]) {
     this.bin = bin;
+    this.extraArgs = extraArgs;
     this.dir = mkdtempSync(join(tmpdir(), "coordd-tssdk-"));
   }
 
-  static async start(n = 3): Promise<Cluster> {
-    const c = new Cluster(coorddBinary());
+  /** Starts n nodes, each with extraArgs added to its flags. */
+  static async start(n = 3, extraArgs: string[] = []): Promise<Cluster> {
+    const c = new Cluster(coorddBinary(), extraArgs);
     try {
       for (let i = 1; i <= n; i++) {
         const nd: Node = { id: `node${i}`, dataDir: join(c.dir, `node${i}`), log: join(c.dir, `node${i}.log`),
@@ -102,7 +105,7 @@ export class Cluster {
 
   private launch(nd: Node, join?: string): void {
     const args = ["--id", nd.id, "--data-dir", nd.dataDir, "--grpc-addr", nd.grpc, "--raft-addr", nd.raft, "--http-addr", nd.http,
-      "--log-level", "warn"];
+      "--log-level", "warn", ...this.extraArgs];
     if (join) args.push("--join", join);
     nd.proc = spawnLogged(this.bin, args, nd.log);
   }
