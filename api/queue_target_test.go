@@ -238,3 +238,42 @@ func TestDeliveryOutcomeAtTheEdge(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleShowsDeliveryResults: a delivered job's attempts show each
+// request's HTTP status and latency (none for a request without a
+// response).
+func TestConsoleShowsDeliveryResults(t *testing.T) {
+	ct := newConsoleTest(t, false)
+	withDelivery(t, ct.s)
+	id := ct.submit(&coordv1.NewJob{Queue: "billing", Kind: "charge", MaxAttempts: 3, BackoffInitial: durationpb.New(time.Millisecond),
+		Target: &coordv1.HttpTarget{Url: "https://hooks.example.com/charge"}})[0]
+	member := auth.WithCaller(context.Background(), auth.Caller{Identity: "n1", Member: true})
+	fetch := func() {
+		t.Helper()
+		ct.n.calendar += 1000 // past the backoff
+		if r, err := ct.q.Fetch(member, &coordv1.QueueFetchRequest{Targeted: true, Max: 1, WorkerId: "n1"}); err != nil || len(r.GetJobs()) != 1 {
+			t.Fatalf("fetch: %v %v", r, err)
+		}
+	}
+	fetch()
+	if _, err := ct.q.Fail(member, &coordv1.QueueFailRequest{WorkerId: "n1", Failures: []*coordv1.JobFailure{{JobId: id, Attempt: 1,
+		Error: "HTTP 503 after 1.5s", Retryable: true, DeliveryStatus: 503, DeliveryLatency: durationpb.New(1500 * time.Millisecond)}}}); err != nil {
+		t.Fatal(err)
+	}
+	fetch()
+	if _, err := ct.q.Fail(member, &coordv1.QueueFailRequest{WorkerId: "n1", Failures: []*coordv1.JobFailure{{JobId: id, Attempt: 2,
+		Error: "delivery: connection refused", Retryable: true, DeliveryLatency: durationpb.New(3 * time.Millisecond)}}}); err != nil {
+		t.Fatal(err)
+	}
+	fetch()
+	if _, err := ct.q.Complete(member, &coordv1.QueueCompleteRequest{WorkerId: "n1", Completions: []*coordv1.JobCompletion{{JobId: id, Attempt: 3,
+		DeliveryStatus: 201, DeliveryLatency: durationpb.New(12 * time.Millisecond)}}}); err != nil {
+		t.Fatal(err)
+	}
+	page := ct.get("", fmt.Sprintf("/ui/jobs/%d", id), http.StatusOK)
+	for _, want := range []string{"<th>delivery</th>", "HTTP 503 in 1.5s", "no response after 3ms", "HTTP 201 in 12ms"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the job page lacks %q", want)
+		}
+	}
+}
