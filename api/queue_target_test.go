@@ -277,3 +277,27 @@ func TestConsoleShowsDeliveryResults(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleShowsQueueTargets: the queues page lists the queues' targets
+// (never a header's value); without any it has no such section.
+func TestConsoleShowsQueueTargets(t *testing.T) {
+	ct := newConsoleTest(t, false)
+	withDelivery(t, ct.s)
+	if page := ct.get("", "/ui/queues", http.StatusOK); strings.Contains(page, "Delivery targets") {
+		t.Error("the queues page shows a targets section without targets")
+	}
+	if _, err := ct.q.SetTarget(caller("ops"), &coordv1.QueueSetTargetRequest{Queue: "hooks", Target: &coordv1.HttpTarget{
+		Url: "https://hooks.example.com/run", Secret: "app", Headers: map[string]string{"Authorization": "Bearer s3cr3t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	page := ct.get("", "/ui/queues", http.StatusOK)
+	for _, want := range []string{"Delivery targets", `<a href="/ui/jobs?queue=hooks">hooks</a>`, "POST https://hooks.example.com/run",
+		"secret <code>app</code>", "<code>Authorization</code>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the queues page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "s3cr3t") {
+		t.Error("the queues page shows a header's value")
+	}
+}
