@@ -1944,8 +1944,9 @@ type JobCompletion struct {
 	// delivery_status and delivery_latency: an HTTP delivery's response
 	// status (100 to 599) and latency, kept with the attempt
 	// (JobAttempt.delivery_status, .delivery_latency). Set by coordd's own
-	// deliverers: only cluster members may set them (PERMISSION_DENIED
-	// otherwise); latency at most 25 h. Zero: none.
+	// deliverers: when calls are authenticated only cluster members may set
+	// them (PERMISSION_DENIED otherwise); a status is 100 to 599, a latency
+	// at most 25 h (INVALID_ARGUMENT naming the field). Zero: none.
 	DeliveryStatus  uint32               `protobuf:"varint,4,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
 	DeliveryLatency *durationpb.Duration `protobuf:"bytes,5,opt,name=delivery_latency,json=deliveryLatency,proto3" json:"delivery_latency,omitempty"`
 	unknownFields   protoimpl.UnknownFields
