@@ -367,12 +367,13 @@ func (q *queue) Complete(ctx context.Context, req *coordv1.QueueCompleteRequest)
 			if r := c.GetResult(); len(r) > 0 && !json.Valid(r) {
 				return invalidItem(i, "result", "must be a JSON value (a string, a number, an object, ...)")
 			}
-			return nil
+			return q.s.checkDeliveryReport(ctx, i, c.GetDeliveryStatus(), c.GetDeliveryLatency())
 		},
 		func(identity string) *fsmv1.CompleteJobs {
 			return &fsmv1.CompleteJobs{WorkerId: req.GetWorkerId(), Identity: identity,
 				Completions: convertAll(req.GetCompletions(), func(c *coordv1.JobCompletion) *fsmv1.JobCompletion {
-					return &fsmv1.JobCompletion{JobId: c.GetJobId(), Attempt: c.GetAttempt(), Result: c.GetResult()}
+					return &fsmv1.JobCompletion{JobId: c.GetJobId(), Attempt: c.GetAttempt(), Result: c.GetResult(),
+						DeliveryStatus: c.GetDeliveryStatus(), DeliveryLatencyMs: c.GetDeliveryLatencyMs()}
 				})}
 		}, q.s.node.CompleteJobs,
 		func(c *coordv1.JobCompletion, o *fsm.JobOutcome, refused *coordv1.JobItemError) *coordv1.CompleteResult {
@@ -384,13 +385,16 @@ func (q *queue) Complete(ctx context.Context, req *coordv1.QueueCompleteRequest)
 }
 
 func (q *queue) Fail(ctx context.Context, req *coordv1.QueueFailRequest) (*coordv1.QueueFailResponse, error) {
-	return attemptCall(q, ctx, coordv1.QueueClient.Fail, req, "failures", req.GetFailures(), nil,
+	return attemptCall(q, ctx, coordv1.QueueClient.Fail, req, "failures", req.GetFailures(),
+		func(i int, f *coordv1.JobFailure) error {
+			return q.s.checkDeliveryReport(ctx, i, f.GetDeliveryStatus(), f.GetDeliveryLatency())
+		},
 		func(identity string) *fsmv1.FailJobs {
 			// The node draws each failure's retry jitter.
 			return &fsmv1.FailJobs{WorkerId: req.GetWorkerId(), Identity: identity,
 				Failures: convertAll(req.GetFailures(), func(f *coordv1.JobFailure) *fsmv1.JobFailure {
 					return &fsmv1.JobFailure{JobId: f.GetJobId(), Attempt: f.GetAttempt(), Error: f.GetError(), Retryable: f.GetRetryable(),
-						RetryAfterMs: retryAfterMs(f.GetRetryAfter())}
+						RetryAfterMs: retryAfterMs(f.GetRetryAfter()), DeliveryStatus: f.GetDeliveryStatus(), DeliveryLatencyMs: f.GetDeliveryLatencyMs()}
 				})}
 		}, q.s.node.FailJobs,
 		func(f *coordv1.JobFailure, o *fsm.JobOutcome, refused *coordv1.JobItemError) *coordv1.FailResult {

@@ -130,9 +130,13 @@ func queueJobToProto(j *fsm.QueueJob, args, log bool) *coordv1.QueueJob {
 }
 
 func attemptToProto(id uint64, a *fsm.Attempt) *coordv1.JobAttempt {
-	return &coordv1.JobAttempt{Number: a.Number, Outcome: coordv1.AttemptOutcome(a.Outcome), WorkerId: a.WorkerID,
+	out := &coordv1.JobAttempt{Number: a.Number, Outcome: coordv1.AttemptOutcome(a.Outcome), WorkerId: a.WorkerID,
 		Identity: a.Identity, StartedAt: pbtime.At(a.StartedAt), Deadline: pbtime.At(a.Deadline), FinishedAt: pbtime.At(a.FinishedAt),
-		Heartbeats: a.Heartbeats, Error: a.Error, Result: a.Result, Token: attemptToken(id, a.Number)}
+		Heartbeats: a.Heartbeats, Error: a.Error, Result: a.Result, Token: attemptToken(id, a.Number), DeliveryStatus: a.DeliveryStatus}
+	if a.DeliveryStatus != 0 || a.DeliveryLatencyMs != 0 {
+		out.DeliveryLatency = pbtime.Dur(a.DeliveryLatencyMs)
+	}
+	return out
 }
 
 // itemError is a refused item of a batch call.

@@ -110,6 +110,32 @@ func (s *Server) checkTargetedFetch(ctx context.Context, req *coordv1.QueueFetch
 	return nil
 }
 
+// maxDeliveryLatency bounds a reported delivery latency: a request's
+// timeout is at most fsm.MaxVisibilityMs (24 h), and an hour more covers
+// reading a cut body and a slow report.
+const maxDeliveryLatency = fsm.MaxVisibilityMs*time.Millisecond + time.Hour
+
+// checkDeliveryReport checks item i's delivery status and latency (a
+// completion's or failure's): only coordd's deliverers report them (cluster
+// members, when calls are authenticated), a status is an HTTP one.
+func (s *Server) checkDeliveryReport(ctx context.Context, i int, status uint32, latency *durationpb.Duration) error {
+	if status == 0 && latency == nil {
+		return nil
+	}
+	if c := auth.CallerOf(ctx); s.authEnabled() && !c.Member {
+		return &auth.Error{Kind: auth.PermissionDenied, Msg: fmt.Sprintf("item %d: delivery_status and delivery_latency are coordd's own delivery's: cluster members only", i)}
+	}
+	if status != 0 && (status < 100 || status > 599) {
+		return invalidItem(i, "delivery_status", "must be an HTTP status (100 to 599) or 0, not %d", status)
+	}
+	if latency != nil {
+		if err := latency.CheckValid(); err != nil || latency.AsDuration() < 0 || latency.AsDuration() > maxDeliveryLatency {
+			return invalidItem(i, "delivery_latency", "must be a duration in [0s, %s]", maxDeliveryLatency)
+		}
+	}
+	return nil
+}
+
 // retryAfterMs is a failure's retry_after in ms (0 when unset or not a
 // positive duration), at most the backoff limit.
 func retryAfterMs(d *durationpb.Duration) int64 {

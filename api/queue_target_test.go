@@ -189,3 +189,115 @@ func TestQueueTargetAtTheEdge(t *testing.T) {
 		t.Fatalf("cleared, still %v", ls)
 	}
 }
+
+// TestDeliveryOutcomeAtTheEdge: a completion's or failure's delivery
+// status and latency are the nodes' to report (PERMISSION_DENIED for
+// anyone else), checked (an HTTP status, a bounded latency, naming the
+// field), and shown with the attempt by Get.
+func TestDeliveryOutcomeAtTheEdge(t *testing.T) {
+	_, s, q := newQueueTest(t)
+	withDelivery(t, s)
+	useACL(t, s, "rules:\n  - name: worker\n    identities: [alice]\n    ops: [work]\n    prefixes: [\"\"]\n")
+	member := auth.WithCaller(context.Background(), auth.Caller{Identity: "n2", Member: true})
+	if _, err := q.Submit(member, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{
+		{Queue: "hooks", Kind: "a", Target: &coordv1.HttpTarget{Url: "http://127.0.0.1/a"}},
+		{Queue: "hooks", Kind: "b", Target: &coordv1.HttpTarget{Url: "http://127.0.0.1/b"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := q.Fetch(member, &coordv1.QueueFetchRequest{Targeted: true, Max: 2, WorkerId: "n2"}); err != nil || len(f.GetJobs()) != 2 {
+		t.Fatalf("fetch: %v %v", f, err)
+	}
+	complete := func(ctx context.Context, c *coordv1.JobCompletion) error {
+		_, err := q.Complete(ctx, &coordv1.QueueCompleteRequest{WorkerId: "n2", Completions: []*coordv1.JobCompletion{c}})
+		return err
+	}
+	if err := complete(caller("alice"), &coordv1.JobCompletion{JobId: 1, Attempt: 1, DeliveryStatus: 200}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("alice reporting a delivery status: %v, want PERMISSION_DENIED", err)
+	}
+	invalid(t, complete(member, &coordv1.JobCompletion{JobId: 1, Attempt: 1, DeliveryStatus: 600}), "delivery_status", 0)
+	invalid(t, complete(member, &coordv1.JobCompletion{JobId: 1, Attempt: 1, DeliveryStatus: 200, DeliveryLatency: durationpb.New(-time.Second)}),
+		"delivery_latency", 0)
+	if err := complete(member, &coordv1.JobCompletion{JobId: 1, Attempt: 1, DeliveryStatus: 201, DeliveryLatency: durationpb.New(12 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := q.Fail(member, &coordv1.QueueFailRequest{WorkerId: "n2", Failures: []*coordv1.JobFailure{
+		{JobId: 2, Attempt: 1, Error: "HTTP 400", DeliveryStatus: 400, DeliveryLatency: durationpb.New(48 * time.Hour)}}})
+	invalid(t, err, "delivery_latency", 0)
+	if _, err := q.Fail(member, &coordv1.QueueFailRequest{WorkerId: "n2", Failures: []*coordv1.JobFailure{
+		{JobId: 2, Attempt: 1, Error: "HTTP 400", DeliveryStatus: 400, DeliveryLatency: durationpb.New(3 * time.Millisecond)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[uint64][2]any{1: {uint32(201), 12 * time.Millisecond}, 2: {uint32(400), 3 * time.Millisecond}} {
+		g, err := q.Get(member, &coordv1.QueueGetRequest{Id: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := g.GetJob().GetAttemptLog()[0]
+		if a.GetDeliveryStatus() != want[0] || a.GetDeliveryLatency().AsDuration() != want[1] {
+			t.Errorf("job %d's attempt: status %d, latency %v; want %v", id, a.GetDeliveryStatus(), a.GetDeliveryLatency().AsDuration(), want)
+		}
+	}
+}
+
+// TestConsoleShowsDeliveryResults: a delivered job's attempts show each
+// request's HTTP status and latency (none for a request without a
+// response).
+func TestConsoleShowsDeliveryResults(t *testing.T) {
+	ct := newConsoleTest(t, false)
+	withDelivery(t, ct.s)
+	id := ct.submit(&coordv1.NewJob{Queue: "billing", Kind: "charge", MaxAttempts: 3, BackoffInitial: durationpb.New(time.Millisecond),
+		Target: &coordv1.HttpTarget{Url: "https://hooks.example.com/charge"}})[0]
+	member := auth.WithCaller(context.Background(), auth.Caller{Identity: "n1", Member: true})
+	fetch := func() {
+		t.Helper()
+		ct.n.calendar += 1000 // past the backoff
+		if r, err := ct.q.Fetch(member, &coordv1.QueueFetchRequest{Targeted: true, Max: 1, WorkerId: "n1"}); err != nil || len(r.GetJobs()) != 1 {
+			t.Fatalf("fetch: %v %v", r, err)
+		}
+	}
+	fetch()
+	if _, err := ct.q.Fail(member, &coordv1.QueueFailRequest{WorkerId: "n1", Failures: []*coordv1.JobFailure{{JobId: id, Attempt: 1,
+		Error: "HTTP 503 after 1.5s", Retryable: true, DeliveryStatus: 503, DeliveryLatency: durationpb.New(1500 * time.Millisecond)}}}); err != nil {
+		t.Fatal(err)
+	}
+	fetch()
+	if _, err := ct.q.Fail(member, &coordv1.QueueFailRequest{WorkerId: "n1", Failures: []*coordv1.JobFailure{{JobId: id, Attempt: 2,
+		Error: "delivery: connection refused", Retryable: true, DeliveryLatency: durationpb.New(3 * time.Millisecond)}}}); err != nil {
+		t.Fatal(err)
+	}
+	fetch()
+	if _, err := ct.q.Complete(member, &coordv1.QueueCompleteRequest{WorkerId: "n1", Completions: []*coordv1.JobCompletion{{JobId: id, Attempt: 3,
+		DeliveryStatus: 201, DeliveryLatency: durationpb.New(12 * time.Millisecond)}}}); err != nil {
+		t.Fatal(err)
+	}
+	page := ct.get("", fmt.Sprintf("/ui/jobs/%d", id), http.StatusOK)
+	for _, want := range []string{"<th>delivery</th>", "HTTP 503 in 1.5s", "no response after 3ms", "HTTP 201 in 12ms"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the job page lacks %q", want)
+		}
+	}
+}
+
+// TestConsoleShowsQueueTargets: the queues page lists the queues' targets
+// (never a header's value); without any it has no such section.
+func TestConsoleShowsQueueTargets(t *testing.T) {
+	ct := newConsoleTest(t, false)
+	withDelivery(t, ct.s)
+	if page := ct.get("", "/ui/queues", http.StatusOK); strings.Contains(page, "Delivery targets") {
+		t.Error("the queues page shows a targets section without targets")
+	}
+	if _, err := ct.q.SetTarget(caller("ops"), &coordv1.QueueSetTargetRequest{Queue: "hooks", Target: &coordv1.HttpTarget{
+		Url: "https://hooks.example.com/run", Secret: "app", Headers: map[string]string{"Authorization": "Bearer s3cr3t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	page := ct.get("", "/ui/queues", http.StatusOK)
+	for _, want := range []string{"Delivery targets", `<a href="/ui/jobs?queue=hooks">hooks</a>`, "POST https://hooks.example.com/run",
+		"secret <code>app</code>", "<code>Authorization</code>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the queues page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "s3cr3t") {
+		t.Error("the queues page shows a header's value")
+	}
+}

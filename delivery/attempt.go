@@ -234,10 +234,19 @@ func (d *Deliverer) report(ctx context.Context, job *coordv1.QueueJob, a *coordv
 }
 
 func (d *Deliverer) reportOnce(ctx context.Context, job *coordv1.QueueJob, a *coordv1.JobAttempt, o outcome) (*coordv1.JobItemError, error) {
-	if o.err == nil && o.status >= 200 && o.status <= 299 {
-		return d.submitReport(ctx, report{c: &coordv1.JobCompletion{JobId: job.GetId(), Attempt: a.GetNumber(), Result: resultOf(o)}})
+	// Every request sent records its status (none without a response)
+	// and latency with the attempt.
+	var latency *durationpb.Duration
+	if !o.refused {
+		latency = durationpb.New(o.latency)
 	}
-	f := &coordv1.JobFailure{JobId: job.GetId(), Attempt: a.GetNumber(), Error: failureText(o), Retryable: o.retryable}
+	status := uint32(o.status)
+	if o.err == nil && o.status >= 200 && o.status <= 299 {
+		return d.submitReport(ctx, report{c: &coordv1.JobCompletion{JobId: job.GetId(), Attempt: a.GetNumber(), Result: resultOf(o),
+			DeliveryStatus: status, DeliveryLatency: latency}})
+	}
+	f := &coordv1.JobFailure{JobId: job.GetId(), Attempt: a.GetNumber(), Error: failureText(o), Retryable: o.retryable,
+		DeliveryStatus: status, DeliveryLatency: latency}
 	if o.after > 0 {
 		f.RetryAfter = durationpb.New(o.after)
 	}

@@ -209,6 +209,12 @@ func TestDeliveryOutcomes(t *testing.T) {
 			_, _ = io.WriteString(w, `["`+strings.Repeat("x", 5000)+`"]`)
 		}, nil, false, false, 0, `"cut":true`},
 	} {
+		// Every attempt reports its status (none for the timeout) and
+		// latency (the timeout's at least its 50 ms).
+		status, minLatency := []uint32{503, 429, 400, 409, 0, 200, 200}[i], time.Duration(0)
+		if status == 0 {
+			minLatency = 50 * time.Millisecond
+		}
 		mu.Lock()
 		answer = tc.answer
 		mu.Unlock()
@@ -218,11 +224,17 @@ func TestDeliveryOutcomes(t *testing.T) {
 			if f.GetRetryable() != tc.retryable || f.GetRetryAfter().AsDuration() != tc.after || !strings.Contains(f.GetError(), tc.text) {
 				t.Errorf("%s: failure %v, want retryable %v, retry_after %v, error with %q", tc.name, f, tc.retryable, tc.after, tc.text)
 			}
+			if f.GetDeliveryStatus() != status || f.GetDeliveryLatency() == nil || f.GetDeliveryLatency().AsDuration() < minLatency {
+				t.Errorf("%s: delivery status %d, latency %v; want %d, at least %v", tc.name, f.GetDeliveryStatus(), f.GetDeliveryLatency(), status, minLatency)
+			}
 			continue
 		}
 		c := wait(t, q.completes, tc.name+": completion")
 		if !strings.Contains(string(c.GetResult()), tc.text) || !json.Valid(c.GetResult()) {
 			t.Errorf("%s: result %q, want JSON with %q", tc.name, c.GetResult(), tc.text)
+		}
+		if c.GetDeliveryStatus() != status || c.GetDeliveryLatency() == nil {
+			t.Errorf("%s: delivery status %d, latency %v; want %d and a latency", tc.name, c.GetDeliveryStatus(), c.GetDeliveryLatency(), status)
 		}
 	}
 }
@@ -240,6 +252,9 @@ func TestDeliveryRefusesWhatTheAllowListDoesNot(t *testing.T) {
 	f := wait(t, q.fails, "failure")
 	if f.GetRetryable() || !strings.Contains(f.GetError(), AllowFlag) || hits.Load() != 0 {
 		t.Fatalf("failure %v after %d requests, want a final one naming %s and none sent", f, hits.Load(), AllowFlag)
+	}
+	if f.GetDeliveryStatus() != 0 || f.GetDeliveryLatency() != nil {
+		t.Errorf("a request not sent reports status %d, latency %v", f.GetDeliveryStatus(), f.GetDeliveryLatency())
 	}
 }
 

@@ -130,6 +130,10 @@ type Attempt struct {
 	Identity   string // the fetcher's: only it may heartbeat, complete or fail
 	Error      string
 	Result     []byte
+	// DeliveryStatus and DeliveryLatencyMs: an HTTP delivery's response
+	// status and latency (0 for a pull worker's attempt).
+	DeliveryStatus    uint32
+	DeliveryLatencyMs int64
 }
 
 // Current is the live attempt of a running job.

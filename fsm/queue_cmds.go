@@ -352,6 +352,7 @@ func (s *state) completeJobs(cal int64, c *fsmv1.CompleteJobs) any {
 		return s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptSucceeded)
 	}, func(r *fsmv1.JobCompletion, n *QueueJob, a *Attempt) {
 		a.Outcome, a.FinishedAt, a.Result = AttemptSucceeded, cal, r.GetResult()
+		a.DeliveryStatus, a.DeliveryLatencyMs = r.GetDeliveryStatus(), r.GetDeliveryLatencyMs()
 		n.State, n.UpdatedAt, n.FinishedAt = JobSucceeded, cal, cal
 		s.qidx.counts(n.Queue).Succeeded++
 	})
@@ -366,6 +367,7 @@ func (s *state) failJobs(cal int64, c *fsmv1.FailJobs) any {
 		return s.settling(r.GetJobId(), r.GetAttempt(), c.GetWorkerId(), c.GetIdentity(), AttemptFailed)
 	}, func(r *fsmv1.JobFailure, n *QueueJob, a *Attempt) {
 		a.Outcome, a.FinishedAt, a.Error = AttemptFailed, cal, coorderr.Truncate(r.GetError(), MaxJobErrorBytes)
+		a.DeliveryStatus, a.DeliveryLatencyMs = r.GetDeliveryStatus(), r.GetDeliveryLatencyMs()
 		n.UpdatedAt = cal
 		cnt := s.qidx.counts(n.Queue)
 		cnt.Failures++

@@ -24,7 +24,7 @@ func queueJobRecord(j *QueueJob) *fsmv1.QueueJobRecord {
 		r.AttemptLog = append(r.AttemptLog, &fsmv1.JobAttemptRecord{
 			Number: a.Number, Outcome: fsmv1.AttemptOutcome(a.Outcome), WorkerId: a.WorkerID, Identity: a.Identity,
 			StartedAtMs: a.StartedAt, DeadlineMs: a.Deadline, FinishedAtMs: a.FinishedAt, Heartbeats: a.Heartbeats,
-			Error: a.Error, Result: a.Result,
+			Error: a.Error, Result: a.Result, DeliveryStatus: a.DeliveryStatus, DeliveryLatencyMs: a.DeliveryLatencyMs,
 		})
 	}
 	return r
@@ -49,7 +49,8 @@ func queueJobFromRecord(r *fsmv1.QueueJobRecord) (*QueueJob, error) {
 	for i, a := range r.GetAttemptLog() {
 		j.Log[i] = Attempt{Number: a.GetNumber(), Outcome: AttemptOutcome(a.GetOutcome()), Heartbeats: a.GetHeartbeats(),
 			StartedAt: a.GetStartedAtMs(), Deadline: a.GetDeadlineMs(), FinishedAt: a.GetFinishedAtMs(), WorkerID: a.GetWorkerId(),
-			Identity: a.GetIdentity(), Error: a.GetError(), Result: a.GetResult()}
+			Identity: a.GetIdentity(), Error: a.GetError(), Result: a.GetResult(), DeliveryStatus: a.GetDeliveryStatus(),
+			DeliveryLatencyMs: a.GetDeliveryLatencyMs()}
 	}
 	switch {
 	case j.ID == 0:

@@ -184,3 +184,29 @@ func TestQueueTargetGoesToNewJobs(t *testing.T) {
 		t.Errorf("after the clear a job got %v", j.Target)
 	}
 }
+
+// TestDeliveryOutcomeKeptWithTheAttempt: a completion's and a failure's
+// delivery status and latency are kept with the attempt and survive a
+// snapshot; an entry without them (a pull worker's, or one written
+// before them) leaves them zero.
+func TestDeliveryOutcomeKeptWithTheAttempt(t *testing.T) {
+	f := New()
+	submitRules(t, f, t0, JobSpecRules, jspec("q", "a", target("https://app.example/a")), jspec("q", "b", target("https://app.example/b")),
+		jspec("q", "c", target("https://app.example/c")))
+	fetchTargeted(t, f, t0, "d", 3)
+	runAt(t, f, 0, t0+10, &fsmv1.CompleteJobs{WorkerId: "d", Identity: "id-d", Completions: []*fsmv1.JobCompletion{
+		{JobId: 1, Attempt: 1, DeliveryStatus: 201, DeliveryLatencyMs: 12}, {JobId: 2, Attempt: 1}}})
+	runAt(t, f, 0, t0+10, &fsmv1.FailJobs{WorkerId: "d", Identity: "id-d", Failures: []*fsmv1.JobFailure{
+		{JobId: 3, Attempt: 1, Error: "HTTP 503", Retryable: true, DeliveryStatus: 503, DeliveryLatencyMs: 40}}})
+	check := func(f *FSM, how string) {
+		t.Helper()
+		for id, want := range map[uint64][2]int64{1: {201, 12}, 2: {0, 0}, 3: {503, 40}} {
+			j := jobState(t, f, id)
+			if a := j.Log[len(j.Log)-1]; int64(a.DeliveryStatus) != want[0] || a.DeliveryLatencyMs != want[1] {
+				t.Errorf("%s: job %d's attempt: status %d, latency %d ms; want %v", how, id, a.DeliveryStatus, a.DeliveryLatencyMs, want)
+			}
+		}
+	}
+	check(f, "applied")
+	check(restored(t, f), "restored")
+}

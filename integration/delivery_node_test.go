@@ -53,13 +53,18 @@ func TestDeliveryToANodeEndpoint(t *testing.T) {
 		_ = ep.Wait()
 	})
 	type line struct {
-		Listening string `json:"listening"`
-		Job       string `json:"job"`
-		Attempt   string `json:"attempt"`
-		Window    string `json:"window"`
-		Verified  bool   `json:"verified"`
-		Accepted  bool   `json:"accepted"`
-		Error     string `json:"error"`
+		Listening   string `json:"listening"`
+		Job         string `json:"job"`
+		Attempt     string `json:"attempt"`
+		Token       string `json:"token"`
+		Window      string `json:"window"`
+		Occurrence  string `json:"occurrence"`
+		Deadline    string `json:"deadline"`
+		Idempotency string `json:"idempotency"`
+		WebhookID   string `json:"webhook_id"`
+		Verified    bool   `json:"verified"`
+		Accepted    bool   `json:"accepted"`
+		Error       string `json:"error"`
 	}
 	lines := make(chan line, 16)
 	go func() {
@@ -90,7 +95,7 @@ func TestDeliveryToANodeEndpoint(t *testing.T) {
 	}
 	target := &coordv1.HttpTarget{Url: url + "/jobs", Secret: "node"}
 	q := queueOf(c, leader)
-	sub := submitJobs(t, q, &coordv1.NewJob{Queue: "hooks", Kind: "now", Args: []byte(`{"n":1}`), Target: target},
+	sub := submitJobs(t, q, &coordv1.NewJob{Queue: "hooks", Kind: "now", Args: []byte(`{"n":1}`), Target: target, UniqueKey: "node-now"},
 		&coordv1.NewJob{Queue: "hooks", Kind: "later", Args: []byte(`{"n":2}`), Delay: durationpb.New(500 * time.Millisecond), Target: target})
 	sc := coordv1.NewSchedulesClient(c.Conn(leader))
 	if _, err := sc.PutSchedule(ctxT(t), &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "node-nightly", Schedule: "0 3 * * *",
@@ -110,13 +115,42 @@ func TestDeliveryToANodeEndpoint(t *testing.T) {
 		}
 		seen[l.Job] = l
 	}
-	if w := seen[strconv.FormatUint(ids[2], 10)].Window; w == "" {
-		t.Errorf("the scheduled job came without %s", delivery.HeaderWindow)
+	// Each request's headers, as the endpoint saw them: the attempt's
+	// token, the idempotency key (the unique key, else one from the id),
+	// the webhook id, a deadline, and a schedule's window and occurrence.
+	occ := tr.GetOccurrence()
+	for i, id := range ids {
+		l, sid := seen[strconv.FormatUint(id, 10)], strconv.FormatUint(id, 10)
+		key, window, occurrence := "coordd-job-"+sid, "", ""
+		switch i {
+		case 0:
+			key = "node-now"
+		case 2:
+			key, window, occurrence = getJob(t, q, id).GetUniqueKey(), occ.GetWindow(), occ.GetAt().AsTime().Format(time.RFC3339Nano)
+		}
+		if l.Attempt != "1" || l.Token != "job:"+sid+":1" || l.Idempotency != key || l.WebhookID != "job_"+sid || l.Window != window {
+			t.Errorf("job %s: headers %+v, want attempt 1, token job:%s:1, key %q, webhook id job_%s, window %q", sid, l, sid, key, sid, window)
+		}
+		if at, err := time.Parse(time.RFC3339Nano, l.Occurrence); (occurrence == "") != (l.Occurrence == "") ||
+			occurrence != "" && (err != nil || !at.Equal(occ.GetAt().AsTime())) {
+			t.Errorf("job %s: %s %q, want %q", sid, delivery.HeaderOccurrence, l.Occurrence, occurrence)
+		}
+		if _, err := time.Parse(time.RFC3339Nano, l.Deadline); err != nil {
+			t.Errorf("job %s: %s %q: %v", sid, delivery.HeaderDeadline, l.Deadline, err)
+		}
 	}
 	for _, id := range ids {
 		c.Eventually("job "+strconv.FormatUint(id, 10)+" succeeded", 10*time.Second, func() bool {
 			j := getJob(t, q, id)
 			return j.GetState() == coordv1.JobState_JOB_STATE_SUCCEEDED && string(j.GetAttemptLog()[0].GetResult()) == `{"node":"ok","duplicate":false}`
 		})
+		a := getJob(t, q, id).GetAttemptLog()[0]
+		if a.GetDeliveryStatus() != 200 || a.GetDeliveryLatency() == nil {
+			t.Errorf("job %d's attempt: delivery status %d, latency %v; want 200 and a latency", id, a.GetDeliveryStatus(), a.GetDeliveryLatency())
+		}
+	}
+	// The delayed job was delivered no earlier than its delay.
+	if j := getJob(t, q, ids[1]); j.GetAttemptLog()[0].GetStartedAtMs()-j.GetCreatedAtMs() < 500 {
+		t.Errorf("the delayed job was delivered %d ms after it was submitted, before its 500 ms delay", j.GetAttemptLog()[0].GetStartedAtMs()-j.GetCreatedAtMs())
 	}
 }

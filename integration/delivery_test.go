@@ -52,6 +52,9 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
+	case strings.Contains(string(body), `"broken"`) && n == 1:
+		http.Error(w, "oops", http.StatusInternalServerError)
+		return
 	case strings.Contains(string(body), `"bad"`):
 		http.Error(w, "no such invoice", http.StatusBadRequest)
 		return
@@ -100,7 +103,7 @@ func TestDeliveryEndToEnd(t *testing.T) {
 	for range 16 {
 		jobs = append(jobs, job("ok", nil))
 	}
-	jobs = append(jobs, job("delayed", func(j *coordv1.NewJob) { j.Delay = durationpb.New(300 * time.Millisecond) }), job("flaky", nil), job("bad", nil))
+	jobs = append(jobs, job("delayed", func(j *coordv1.NewJob) { j.Delay = durationpb.New(300 * time.Millisecond) }), job("flaky", nil), job("broken", nil), job("bad", nil))
 	// Every node's deliverer long-polls the leader before the burst.
 	c.Eventually("three delivery long polls", 20*time.Second, func() bool { return metricValue(t, leader, "coordd_fetch_waiters") == 3 })
 	sub := submitJobs(t, q, jobs...)
@@ -133,6 +136,16 @@ func TestDeliveryEndToEnd(t *testing.T) {
 				t.Errorf("job %d (%s): %s, result %q, %d requests", i, kind, j.GetState(), last.GetResult(), ep.count(id))
 			}
 			workers[last.GetWorkerId()] = true
+			if kind == "delayed" && last.GetStartedAtMs()-j.GetCreatedAtMs() < 300 {
+				t.Errorf("the delayed job was delivered %d ms after its submit, before its 300 ms delay", last.GetStartedAtMs()-j.GetCreatedAtMs())
+			}
+		case "broken":
+			// 500 without Retry-After, then 200: retried after the
+			// backoff (100 ms).
+			if j.GetState() != coordv1.JobState_JOB_STATE_SUCCEEDED || len(log) != 2 || !strings.Contains(log[0].GetError(), "HTTP 500") ||
+				log[1].GetStartedAtMs()-log[0].GetFinishedAtMs() < 100 || ep.count(id) != 2 {
+				t.Errorf("broken job: %s, attempts %v", j.GetState(), log)
+			}
 		case "flaky":
 			// 503 with Retry-After: 1, then 200: the retry waited a second,
 			// not the 100 ms backoff.
@@ -148,6 +161,22 @@ func TestDeliveryEndToEnd(t *testing.T) {
 		}
 		if j.GetTarget().GetMethod() != "POST" || j.GetTarget().GetSecret() != "app" {
 			t.Errorf("job %d: target as read %v", i, j.GetTarget())
+		}
+		// Every attempt records its request's status and latency.
+		for _, a := range log {
+			want := uint32(200)
+			switch {
+			case kind == "bad":
+				want = 400
+			case kind == "flaky" && a.GetNumber() == 1:
+				want = 503
+			case kind == "broken" && a.GetNumber() == 1:
+				want = 500
+			}
+			if a.GetDeliveryStatus() != want || a.GetDeliveryLatency() == nil {
+				t.Errorf("job %d (%s) attempt %d: delivery status %d, latency %v; want %d and a latency", i, kind, a.GetNumber(),
+					a.GetDeliveryStatus(), a.GetDeliveryLatency(), want)
+			}
 		}
 	}
 	if len(workers) < 2 {

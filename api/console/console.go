@@ -59,7 +59,7 @@ const Prefix = "/ui/"
 type Backend struct {
 	Coordinator coordv1.CoordinatorClient // ListLeases, GetResource
 	Cluster     coordv1.ClusterClient     // Status, Members
-	Queue       coordv1.QueueClient       // Stats, List, Get, Cancel, Retry
+	Queue       coordv1.QueueClient       // Stats, Targets, List, Get, Cancel, Retry
 	Schedules   coordv1.SchedulesClient   // ListSchedules, GetSchedule, ListOverdue, Pause, Resume, Trigger
 	// Watch runs a Watch for the caller in ctx, calling send with every
 	// message, until ctx ends, send fails or the watch fails.

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -119,6 +120,10 @@ type queuesData struct {
 	Interval string
 	Window   string // the chart's span
 	Samples  int
+	// Targets: the queues' HTTP targets (Queue.Targets); TargetsErr why
+	// they could not be read (the page shows the rest).
+	Targets    []*coordv1.QueueTarget
+	TargetsErr string
 }
 
 func (c *Console) queuesPage(w http.ResponseWriter, r *http.Request) {
@@ -131,6 +136,11 @@ func (c *Console) queuesPage(w http.ResponseWriter, r *http.Request) {
 	d := queuesData{Stats: resp, Chart: chartSVG(pts, ChartPoints-1, c.cfg.SampleInterval), Hour: sums,
 		Interval: durMs(c.cfg.SampleInterval.Milliseconds()), Window: durMs(int64(ChartPoints-1) * c.cfg.SampleInterval.Milliseconds()),
 		Samples: len(pts)}
+	if ts, err := c.b.Queue.Targets(r.Context(), &coordv1.QueueTargetsRequest{}); err != nil {
+		d.TargetsErr = status.Convert(err).Message()
+	} else {
+		d.Targets = ts.GetTargets()
+	}
 	c.render(w, r, http.StatusOK, "queues", "Queues", d, nil)
 }
 

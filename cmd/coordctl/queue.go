@@ -362,7 +362,7 @@ func queueJobText(out io.Writer, j *coordv1.QueueJob, now int64) {
 		row(w, "SUBMITTED BY", orDash(j.GetSubmittedBy()))
 		row(w, "ARGS", short(string(j.GetArgs()), 200))
 		if t := j.GetTarget(); t != nil {
-			row(w, "TARGET", targetText(t)) // the attempts' errors carry each delivery's status, latency and body excerpt
+			row(w, "TARGET", targetText(t))
 		}
 	})
 	log := j.GetAttemptLog()
@@ -371,8 +371,16 @@ func queueJobText(out io.Writer, j *coordv1.QueueJob, now int64) {
 	}
 	fmt.Fprintln(out)
 	var last *coordv1.JobAttempt
+	// A delivered job's attempts show each request's status and latency.
+	delivered := j.GetTarget() != nil || slices.ContainsFunc(log, func(a *coordv1.JobAttempt) bool {
+		return a.GetDeliveryStatus() != 0 || a.GetDeliveryLatency() != nil
+	})
 	tab(out, func(w io.Writer) {
-		row(w, "ATTEMPT", "TOKEN", "OUTCOME", "WORKER", "STARTED", "RAN FOR", "HEARTBEATS", "ERROR")
+		head := []any{"ATTEMPT", "TOKEN", "OUTCOME", "WORKER", "STARTED", "RAN FOR", "HEARTBEATS", "ERROR"}
+		if delivered {
+			head = slices.Insert(head, 3, any("DELIVERY"))
+		}
+		row(w, head...)
 		for _, a := range log {
 			ran := "-"
 			switch {
@@ -388,8 +396,12 @@ func queueJobText(out io.Writer, j *coordv1.QueueJob, now int64) {
 			if tok == "" {
 				tok = queue.Token(j.GetId(), a.GetNumber())
 			}
-			row(w, a.GetNumber(), tok, outcomeName(a.GetOutcome()), orDash(a.GetWorkerId()), utc(a.GetStartedAtMs()),
-				ran, a.GetHeartbeats(), firstLine(a.GetError(), 60))
+			cells := []any{a.GetNumber(), tok, outcomeName(a.GetOutcome()), orDash(a.GetWorkerId()), utc(a.GetStartedAtMs()),
+				ran, a.GetHeartbeats(), firstLine(a.GetError(), 60)}
+			if delivered {
+				cells = slices.Insert(cells, 3, any(deliveryText(a)))
+			}
+			row(w, cells...)
 		}
 	})
 	if last != nil {
@@ -402,6 +414,19 @@ func queueJobText(out io.Writer, j *coordv1.QueueJob, now int64) {
 			fmt.Fprintf(out, "  %s\n", line)
 		}
 	}
+}
+
+// deliveryText is a delivery attempt's request: "HTTP 201 in 12ms", "no
+// response after 30s" (a timeout, a connection error: the error says
+// which), or "-" (not sent, or still running).
+func deliveryText(a *coordv1.JobAttempt) string {
+	switch {
+	case a.GetDeliveryStatus() != 0:
+		return fmt.Sprintf("HTTP %d in %s", a.GetDeliveryStatus(), human(a.GetDeliveryLatencyMs()))
+	case a.GetDeliveryLatency() != nil:
+		return "no response after " + human(a.GetDeliveryLatencyMs())
+	}
+	return "-"
 }
 
 func queueStatsTable(out io.Writer, qs []*coordv1.QueueStats) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -43,6 +44,23 @@ func sampleJob() *coordv1.QueueJob {
 		}}
 }
 
+// deliveredJob is a job with an HTTP target: a 503 answered after 1.2 s,
+// a timeout, then a 200 in 48 ms.
+func deliveredJob() *coordv1.QueueJob {
+	j := sampleJob()
+	j.Id, j.State, j.FinishedAt = 18, coordv1.JobState_JOB_STATE_SUCCEEDED, pbtime.At(calNow-1_000)
+	j.Target = &coordv1.HttpTarget{Url: "https://billing.internal/jobs/charge", Method: "POST", Secret: "billing"}
+	for i, a := range j.AttemptLog {
+		a.WorkerId, a.Token, a.Outcome = "coordd-delivery/n"+strconv.Itoa(i+1), "job:18:"+strconv.Itoa(i+1), coordv1.AttemptOutcome_ATTEMPT_OUTCOME_FAILED
+	}
+	l := j.AttemptLog
+	l[0].Error, l[0].DeliveryStatus, l[0].DeliveryLatency = "HTTP 503 after 1.2s; Retry-After 7s: overloaded", 503, pbtime.Dur(1_200)
+	l[1].Error, l[1].DeliveryLatency = "delivery: context deadline exceeded after 30s", pbtime.Dur(30_000)
+	l[2].Outcome, l[2].FinishedAt, l[2].DeliveryStatus, l[2].DeliveryLatency = coordv1.AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED,
+		pbtime.At(calNow-1_000), 200, pbtime.Dur(48)
+	return j
+}
+
 func (s *scriptedQueue) Submit(_ context.Context, r *coordv1.QueueSubmitRequest) (*coordv1.QueueSubmitResponse, error) {
 	s.record(r)
 	dup := r.GetJobs()[0].GetUniqueKey() == "invoice-42"
@@ -52,6 +70,9 @@ func (s *scriptedQueue) Submit(_ context.Context, r *coordv1.QueueSubmitRequest)
 
 func (s *scriptedQueue) Get(_ context.Context, r *coordv1.QueueGetRequest) (*coordv1.QueueGetResponse, error) {
 	s.record(r)
+	if r.GetId() == 18 {
+		return &coordv1.QueueGetResponse{Job: deliveredJob(), CalendarTime: pbtime.At(calNow)}, nil
+	}
 	if r.GetId() != 17 {
 		return nil, coorderr.New(codes.NotFound, coorderr.JobNotFound, "job 99 does not exist (never submitted, or pruned)",
 			map[string]string{"job_id": "99"})
@@ -110,6 +131,7 @@ func TestQueueCommandsGolden(t *testing.T) {
 		{"job", "submit", "send-invoice", "--queue", "billing", "--args", `{"invoice":42}`, "--in", "10m"},
 		{"job", "submit", "send-invoice", "--unique-key", "invoice-42"},
 		{"job", "get", "17"},
+		{"job", "get", "18"},
 		{"job", "list", "--queue", "billing"},
 		{"job", "cancel", "17"},
 		{"job", "retry", "17"},
@@ -125,6 +147,11 @@ func TestQueueCommandsGolden(t *testing.T) {
 	}
 	if log := doc["job"].(map[string]any)["attempt_log"].([]any); len(log) != 3 || field(log[1].(map[string]any), "token") != "job:17:2" {
 		t.Fatalf("attempt log %v", log)
+	}
+	// A delivery attempt's status and latency are in its JSON.
+	doc = ctlJSON(t, eps, "job", "get", "18")
+	if a := doc["job"].(map[string]any)["attempt_log"].([]any)[0].(map[string]any); a["delivery_status"] != 503.0 || a["delivery_latency"] != "1.200s" {
+		t.Fatalf("a delivery attempt's JSON: %v", a)
 	}
 }
 

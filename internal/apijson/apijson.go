@@ -89,28 +89,47 @@ const (
 )
 
 // needsMapping reports whether a message holds a bytes or enum field at
-// any depth (cached by descriptor).
+// any depth (cached by descriptor). The cache holds finished answers
+// only: a goroutine that finds no entry computes the answer itself, so a
+// concurrent first call never reads a half-made one.
 func needsMapping(md protoreflect.MessageDescriptor) bool {
 	if v, ok := mappingCache.Load(md.FullName()); ok {
 		return v.(bool)
 	}
-	mappingCache.Store(md.FullName(), false) // a recursive message counts once
-	need := false
+	need := findsMapping(md, map[protoreflect.FullName]bool{})
+	mappingCache.Store(md.FullName(), need)
+	return need
+}
+
+// findsMapping reports whether md or a message it reaches holds a field
+// to map; visited are the messages already being looked at (a
+// recursive message counts once).
+func findsMapping(md protoreflect.MessageDescriptor, visited map[protoreflect.FullName]bool) bool {
+	if v, ok := mappingCache.Load(md.FullName()); ok {
+		return v.(bool)
+	}
+	if visited[md.FullName()] {
+		return false
+	}
+	visited[md.FullName()] = true
 	fields := md.Fields()
-	for i := 0; i < fields.Len() && !need; i++ {
+	for i := range fields.Len() {
 		fd := fields.Get(i)
 		if fd.IsMap() {
 			fd = fd.MapValue()
 		}
 		switch fd.Kind() {
 		case protoreflect.BytesKind, protoreflect.EnumKind:
-			need = !isNullValue(fd)
+			if !isNullValue(fd) {
+				return true
+			}
 		case protoreflect.MessageKind, protoreflect.GroupKind:
-			need = isDuration(fd.Message()) || isTimestamp(fd.Message()) || (!wellKnown(fd.Message()) && needsMapping(fd.Message()))
+			if isDuration(fd.Message()) || isTimestamp(fd.Message()) || (!wellKnown(fd.Message()) && findsMapping(fd.Message(), visited)) {
+				return true
+			}
 		}
 	}
-	mappingCache.Store(md.FullName(), need)
-	return need
+	return false
 }
 
 var mappingCache sync.Map // protoreflect.FullName → bool

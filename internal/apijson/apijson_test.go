@@ -109,3 +109,27 @@ func FuzzRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// TestFirstCallsAtOnce: a message's first decodes, at once on several
+// goroutines, all map its JSON-valued bytes (needsMapping's cache is
+// filled only with finished answers).
+func TestFirstCallsAtOnce(t *testing.T) {
+	for range 300 {
+		mappingCache.Clear()
+		start := make(chan struct{})
+		errs := make(chan error, 8)
+		for range cap(errs) {
+			go func() {
+				<-start
+				var req coordv1.FencedCommitRequest
+				errs <- Unmarshal([]byte(`{"resource":"r","token":"job:1:1","payload":{"n":1}}`), &req)
+			}()
+		}
+		close(start)
+		for range cap(errs) {
+			if err := <-errs; err != nil {
+				t.Fatalf("a first decode at once with others: %v", err)
+			}
+		}
+	}
+}

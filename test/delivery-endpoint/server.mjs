@@ -17,7 +17,9 @@ const server = http.createServer(async (req, res) => {
   for await (const c of req) chunks.push(c);
   const body = Buffer.concat(chunks).toString("utf8");
   const line = { job: req.headers["coordd-job-id"], attempt: req.headers["coordd-attempt"],
-    token: req.headers["coordd-fencing-token"], window: req.headers["coordd-window"] ?? "" };
+    token: req.headers["coordd-fencing-token"], window: req.headers["coordd-window"] ?? "",
+    occurrence: req.headers["coordd-occurrence"] ?? "", deadline: req.headers["coordd-deadline"] ?? "",
+    idempotency: req.headers["idempotency-key"] ?? "", webhook_id: req.headers["webhook-id"] ?? "" };
   try {
     wh.verify(body, req.headers); // throws on a bad signature or a stale timestamp
     line.verified = true;

@@ -31,11 +31,20 @@ func (x *HttpTarget) GetTimeoutMs() int64 { return pbtime.DurMs(x.GetTimeout()) 
 // GetDeadlineMs is Deadline in Unix milliseconds (0 when unset).
 func (x *JobAttempt) GetDeadlineMs() int64 { return pbtime.AtMs(x.GetDeadline()) }
 
+// GetDeliveryLatencyMs is DeliveryLatency in milliseconds (0 when unset).
+func (x *JobAttempt) GetDeliveryLatencyMs() int64 { return pbtime.DurMs(x.GetDeliveryLatency()) }
+
 // GetFinishedAtMs is FinishedAt in Unix milliseconds (0 when unset).
 func (x *JobAttempt) GetFinishedAtMs() int64 { return pbtime.AtMs(x.GetFinishedAt()) }
 
 // GetStartedAtMs is StartedAt in Unix milliseconds (0 when unset).
 func (x *JobAttempt) GetStartedAtMs() int64 { return pbtime.AtMs(x.GetStartedAt()) }
+
+// GetDeliveryLatencyMs is DeliveryLatency in milliseconds (0 when unset).
+func (x *JobCompletion) GetDeliveryLatencyMs() int64 { return pbtime.DurMs(x.GetDeliveryLatency()) }
+
+// GetDeliveryLatencyMs is DeliveryLatency in milliseconds (0 when unset).
+func (x *JobFailure) GetDeliveryLatencyMs() int64 { return pbtime.DurMs(x.GetDeliveryLatency()) }
 
 // GetRetryAfterMs is RetryAfter in milliseconds (0 when unset).
 func (x *JobFailure) GetRetryAfterMs() int64 { return pbtime.DurMs(x.GetRetryAfter()) }

@@ -671,9 +671,18 @@ type JobAttempt struct {
 	// result of the successful attempt (up to 64 KiB).
 	Result []byte `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
 	// token is "job:<id>:<number>", for Coordinator.FencedCommit.
-	Token         string `protobuf:"bytes,11,opt,name=token,proto3" json:"token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Token string `protobuf:"bytes,11,opt,name=token,proto3" json:"token,omitempty"`
+	// delivery_status: the HTTP status a delivery attempt (a job with a
+	// target) was answered with; 0 for a pull worker's attempt, one still
+	// running, and a delivery without a response (a connection error, a
+	// timeout: see error).
+	DeliveryStatus uint32 `protobuf:"varint,12,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
+	// delivery_latency: a delivery attempt's request, from sending it to the
+	// end of the response body (or to the error); absent for a pull
+	// worker's attempt.
+	DeliveryLatency *durationpb.Duration `protobuf:"bytes,13,opt,name=delivery_latency,json=deliveryLatency,proto3" json:"delivery_latency,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *JobAttempt) Reset() {
@@ -781,6 +790,20 @@ func (x *JobAttempt) GetToken() string {
 		return x.Token
 	}
 	return ""
+}
+
+func (x *JobAttempt) GetDeliveryStatus() uint32 {
+	if x != nil {
+		return x.DeliveryStatus
+	}
+	return 0
+}
+
+func (x *JobAttempt) GetDeliveryLatency() *durationpb.Duration {
+	if x != nil {
+		return x.DeliveryLatency
+	}
+	return nil
 }
 
 type QueueSubmitRequest struct {
@@ -1917,9 +1940,17 @@ type JobCompletion struct {
 	JobId   uint64                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Attempt uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// result: up to 64 KiB, kept with the attempt.
-	Result        []byte `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Result []byte `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	// delivery_status and delivery_latency: an HTTP delivery's response
+	// status (100 to 599) and latency, kept with the attempt
+	// (JobAttempt.delivery_status, .delivery_latency). Set by coordd's own
+	// deliverers: when calls are authenticated only cluster members may set
+	// them (PERMISSION_DENIED otherwise); a status is 100 to 599, a latency
+	// at most 25 h (INVALID_ARGUMENT naming the field). Zero: none.
+	DeliveryStatus  uint32               `protobuf:"varint,4,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
+	DeliveryLatency *durationpb.Duration `protobuf:"bytes,5,opt,name=delivery_latency,json=deliveryLatency,proto3" json:"delivery_latency,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *JobCompletion) Reset() {
@@ -1969,6 +2000,20 @@ func (x *JobCompletion) GetAttempt() uint32 {
 func (x *JobCompletion) GetResult() []byte {
 	if x != nil {
 		return x.Result
+	}
+	return nil
+}
+
+func (x *JobCompletion) GetDeliveryStatus() uint32 {
+	if x != nil {
+		return x.DeliveryStatus
+	}
+	return 0
+}
+
+func (x *JobCompletion) GetDeliveryLatency() *durationpb.Duration {
+	if x != nil {
+		return x.DeliveryLatency
 	}
 	return nil
 }
@@ -2151,9 +2196,13 @@ type JobFailure struct {
 	// retry_after: with retryable, the next attempt is due no earlier than
 	// this long from now, even if the backoff is shorter (an HTTP target's
 	// Retry-After); at most 30 days.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// delivery_status and delivery_latency: as in JobCompletion (a
+	// delivery without a response has a latency and no status).
+	DeliveryStatus  uint32               `protobuf:"varint,6,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
+	DeliveryLatency *durationpb.Duration `protobuf:"bytes,7,opt,name=delivery_latency,json=deliveryLatency,proto3" json:"delivery_latency,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *JobFailure) Reset() {
@@ -2217,6 +2266,20 @@ func (x *JobFailure) GetRetryable() bool {
 func (x *JobFailure) GetRetryAfter() *durationpb.Duration {
 	if x != nil {
 		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *JobFailure) GetDeliveryStatus() uint32 {
+	if x != nil {
+		return x.DeliveryStatus
+	}
+	return 0
+}
+
+func (x *JobFailure) GetDeliveryLatency() *durationpb.Duration {
+	if x != nil {
+		return x.DeliveryLatency
 	}
 	return nil
 }
@@ -2908,7 +2971,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x06target\x18\x15 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x04\n" +
 	"\n" +
 	"JobAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x122\n" +
@@ -2926,7 +2989,9 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05error\x18\t \x01(\tR\x05error\x12\x16\n" +
 	"\x06result\x18\n" +
 	" \x01(\fR\x06result\x12\x14\n" +
-	"\x05token\x18\v \x01(\tR\x05token\":\n" +
+	"\x05token\x18\v \x01(\tR\x05token\x12'\n" +
+	"\x0fdelivery_status\x18\f \x01(\rR\x0edeliveryStatus\x12D\n" +
+	"\x10delivery_latency\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\":\n" +
 	"\x12QueueSubmitRequest\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.coord.v1.NewJobR\x04jobs\"A\n" +
 	"\x13QueueSubmitResponse\x12*\n" +
@@ -2998,11 +3063,13 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"n\n" +
 	"\x14QueueCompleteRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x129\n" +
-	"\vcompletions\x18\x02 \x03(\v2\x17.coord.v1.JobCompletionR\vcompletions\"X\n" +
+	"\vcompletions\x18\x02 \x03(\v2\x17.coord.v1.JobCompletionR\vcompletions\"\xc7\x01\n" +
 	"\rJobCompletion\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
-	"\x06result\x18\x03 \x01(\fR\x06result\"K\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\x12'\n" +
+	"\x0fdelivery_status\x18\x04 \x01(\rR\x0edeliveryStatus\x12D\n" +
+	"\x10delivery_latency\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\"K\n" +
 	"\x15QueueCompleteResponse\x122\n" +
 	"\aresults\x18\x01 \x03(\v2\x18.coord.v1.CompleteResultR\aresults\"\x8d\x01\n" +
 	"\x0eCompleteResult\x12\x15\n" +
@@ -3012,7 +3079,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"a\n" +
 	"\x10QueueFailRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x120\n" +
-	"\bfailures\x18\x02 \x03(\v2\x14.coord.v1.JobFailureR\bfailures\"\xad\x01\n" +
+	"\bfailures\x18\x02 \x03(\v2\x14.coord.v1.JobFailureR\bfailures\"\x9c\x02\n" +
 	"\n" +
 	"JobFailure\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
@@ -3020,7 +3087,9 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1c\n" +
 	"\tretryable\x18\x04 \x01(\bR\tretryable\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"C\n" +
+	"retryAfter\x12'\n" +
+	"\x0fdelivery_status\x18\x06 \x01(\rR\x0edeliveryStatus\x12D\n" +
+	"\x10delivery_latency\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\"C\n" +
 	"\x11QueueFailResponse\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.coord.v1.FailResultR\aresults\"\xe6\x01\n" +
 	"\n" +
@@ -3185,72 +3254,75 @@ var file_coord_v1_queue_proto_depIdxs = []int32{
 	45, // 21: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
 	45, // 22: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
 	45, // 23: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	2,  // 24: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
-	8,  // 25: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
-	0,  // 26: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
-	45, // 27: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
-	4,  // 28: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
-	45, // 29: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	0,  // 30: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
-	4,  // 31: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
-	4,  // 32: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
-	4,  // 33: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
-	46, // 34: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
-	19, // 35: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
-	4,  // 36: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
-	5,  // 37: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
-	44, // 38: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
-	20, // 39: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
-	24, // 40: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
-	45, // 41: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
-	21, // 42: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
-	26, // 43: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
-	28, // 44: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
-	21, // 45: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
-	30, // 46: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
-	46, // 47: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
-	32, // 48: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
-	0,  // 49: coord.v1.FailResult.state:type_name -> coord.v1.JobState
-	45, // 50: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
-	21, // 51: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
-	3,  // 52: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
-	35, // 53: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
-	3,  // 54: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
-	45, // 55: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
-	35, // 56: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
-	40, // 57: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
-	45, // 58: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	46, // 59: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	45, // 60: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
-	6,  // 61: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
-	9,  // 62: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
-	11, // 63: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
-	13, // 64: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
-	15, // 65: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
-	17, // 66: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
-	22, // 67: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
-	25, // 68: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
-	29, // 69: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
-	38, // 70: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
-	33, // 71: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
-	36, // 72: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
-	7,  // 73: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
-	10, // 74: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
-	12, // 75: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
-	14, // 76: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
-	16, // 77: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
-	18, // 78: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
-	23, // 79: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
-	27, // 80: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
-	31, // 81: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
-	39, // 82: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
-	34, // 83: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
-	37, // 84: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
-	73, // [73:85] is the sub-list for method output_type
-	61, // [61:73] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	46, // 24: coord.v1.JobAttempt.delivery_latency:type_name -> google.protobuf.Duration
+	2,  // 25: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
+	8,  // 26: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
+	0,  // 27: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
+	45, // 28: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
+	4,  // 29: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
+	45, // 30: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	0,  // 31: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
+	4,  // 32: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
+	4,  // 33: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
+	4,  // 34: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
+	46, // 35: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
+	19, // 36: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
+	4,  // 37: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
+	5,  // 38: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
+	44, // 39: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
+	20, // 40: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
+	24, // 41: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
+	45, // 42: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
+	21, // 43: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
+	26, // 44: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
+	46, // 45: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
+	28, // 46: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
+	21, // 47: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
+	30, // 48: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
+	46, // 49: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
+	46, // 50: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
+	32, // 51: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
+	0,  // 52: coord.v1.FailResult.state:type_name -> coord.v1.JobState
+	45, // 53: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
+	21, // 54: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
+	3,  // 55: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
+	35, // 56: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
+	3,  // 57: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
+	45, // 58: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
+	35, // 59: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
+	40, // 60: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
+	45, // 61: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	46, // 62: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	45, // 63: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
+	6,  // 64: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
+	9,  // 65: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
+	11, // 66: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
+	13, // 67: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
+	15, // 68: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
+	17, // 69: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
+	22, // 70: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
+	25, // 71: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
+	29, // 72: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
+	38, // 73: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
+	33, // 74: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
+	36, // 75: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
+	7,  // 76: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
+	10, // 77: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
+	12, // 78: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
+	14, // 79: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
+	16, // 80: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
+	18, // 81: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
+	23, // 82: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
+	27, // 83: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
+	31, // 84: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
+	39, // 85: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
+	34, // 86: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
+	37, // 87: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
+	76, // [76:88] is the sub-list for method output_type
+	64, // [64:76] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_queue_proto_init() }

@@ -2601,12 +2601,17 @@ func (x *CompleteJobs) GetIdentity() string {
 }
 
 type JobCompletion struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         uint64                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Attempt       uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Result        []byte                 `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	JobId   uint64                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Result  []byte                 `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	// delivery_status and delivery_latency_ms: an HTTP delivery's response
+	// status and latency, kept with the attempt; 0 in entries before them
+	// and for a pull worker's attempt.
+	DeliveryStatus    uint32 `protobuf:"varint,4,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
+	DeliveryLatencyMs int64  `protobuf:"varint,5,opt,name=delivery_latency_ms,json=deliveryLatencyMs,proto3" json:"delivery_latency_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *JobCompletion) Reset() {
@@ -2658,6 +2663,20 @@ func (x *JobCompletion) GetResult() []byte {
 		return x.Result
 	}
 	return nil
+}
+
+func (x *JobCompletion) GetDeliveryStatus() uint32 {
+	if x != nil {
+		return x.DeliveryStatus
+	}
+	return 0
+}
+
+func (x *JobCompletion) GetDeliveryLatencyMs() int64 {
+	if x != nil {
+		return x.DeliveryLatencyMs
+	}
+	return 0
 }
 
 type FailJobs struct {
@@ -2734,9 +2753,12 @@ type JobFailure struct {
 	// retry_after_ms > 0 makes a retryable failure due no earlier than this
 	// long after the command's calendar stamp, even if the backoff is
 	// shorter (an HTTP target's Retry-After); 0 in entries before it.
-	RetryAfterMs  int64 `protobuf:"varint,6,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RetryAfterMs int64 `protobuf:"varint,6,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	// delivery_status and delivery_latency_ms: as in JobCompletion.
+	DeliveryStatus    uint32 `protobuf:"varint,7,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
+	DeliveryLatencyMs int64  `protobuf:"varint,8,opt,name=delivery_latency_ms,json=deliveryLatencyMs,proto3" json:"delivery_latency_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *JobFailure) Reset() {
@@ -2807,6 +2829,20 @@ func (x *JobFailure) GetJitterPpm() uint32 {
 func (x *JobFailure) GetRetryAfterMs() int64 {
 	if x != nil {
 		return x.RetryAfterMs
+	}
+	return 0
+}
+
+func (x *JobFailure) GetDeliveryStatus() uint32 {
+	if x != nil {
+		return x.DeliveryStatus
+	}
+	return 0
+}
+
+func (x *JobFailure) GetDeliveryLatencyMs() int64 {
+	if x != nil {
+		return x.DeliveryLatencyMs
 	}
 	return 0
 }
@@ -4016,13 +4052,17 @@ type JobAttemptRecord struct {
 	Identity    string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
 	StartedAtMs int64                  `protobuf:"varint,5,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
 	// deadline_ms: the visibility deadline (calendar), moved by heartbeats.
-	DeadlineMs    int64  `protobuf:"varint,6,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
-	FinishedAtMs  int64  `protobuf:"varint,7,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
-	Heartbeats    uint32 `protobuf:"varint,8,opt,name=heartbeats,proto3" json:"heartbeats,omitempty"`
-	Error         string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
-	Result        []byte `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DeadlineMs   int64  `protobuf:"varint,6,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
+	FinishedAtMs int64  `protobuf:"varint,7,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
+	Heartbeats   uint32 `protobuf:"varint,8,opt,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	Error        string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	Result       []byte `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
+	// delivery_status and delivery_latency_ms: an HTTP delivery's response
+	// status and latency (JobCompletion); 0 in snapshots before them.
+	DeliveryStatus    uint32 `protobuf:"varint,11,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
+	DeliveryLatencyMs int64  `protobuf:"varint,12,opt,name=delivery_latency_ms,json=deliveryLatencyMs,proto3" json:"delivery_latency_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *JobAttemptRecord) Reset() {
@@ -4123,6 +4163,20 @@ func (x *JobAttemptRecord) GetResult() []byte {
 		return x.Result
 	}
 	return nil
+}
+
+func (x *JobAttemptRecord) GetDeliveryStatus() uint32 {
+	if x != nil {
+		return x.DeliveryStatus
+	}
+	return 0
+}
+
+func (x *JobAttemptRecord) GetDeliveryLatencyMs() int64 {
+	if x != nil {
+		return x.DeliveryLatencyMs
+	}
+	return 0
 }
 
 // ScheduleSpec is a schedule's definition as the user gave it (defaults
@@ -5459,15 +5513,17 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fCompleteJobs\x12=\n" +
 	"\vcompletions\x18\x01 \x03(\v2\x1b.coord.fsm.v1.JobCompletionR\vcompletions\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x1a\n" +
-	"\bidentity\x18\x03 \x01(\tR\bidentity\"X\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\"\xb1\x01\n" +
 	"\rJobCompletion\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
-	"\x06result\x18\x03 \x01(\fR\x06result\"y\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\x12'\n" +
+	"\x0fdelivery_status\x18\x04 \x01(\rR\x0edeliveryStatus\x12.\n" +
+	"\x13delivery_latency_ms\x18\x05 \x01(\x03R\x11deliveryLatencyMs\"y\n" +
 	"\bFailJobs\x124\n" +
 	"\bfailures\x18\x01 \x03(\v2\x18.coord.fsm.v1.JobFailureR\bfailures\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x1a\n" +
-	"\bidentity\x18\x03 \x01(\tR\bidentity\"\xb6\x01\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\"\x8f\x02\n" +
 	"\n" +
 	"JobFailure\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
@@ -5476,7 +5532,9 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tretryable\x18\x04 \x01(\bR\tretryable\x12\x1d\n" +
 	"\n" +
 	"jitter_ppm\x18\x05 \x01(\rR\tjitterPpm\x12$\n" +
-	"\x0eretry_after_ms\x18\x06 \x01(\x03R\fretryAfterMs\"A\n" +
+	"\x0eretry_after_ms\x18\x06 \x01(\x03R\fretryAfterMs\x12'\n" +
+	"\x0fdelivery_status\x18\a \x01(\rR\x0edeliveryStatus\x12.\n" +
+	"\x13delivery_latency_ms\x18\b \x01(\x03R\x11deliveryLatencyMs\"A\n" +
 	"\n" +
 	"CancelJobs\x12\x17\n" +
 	"\ajob_ids\x18\x01 \x03(\x04R\x06jobIds\x12\x1a\n" +
@@ -5593,7 +5651,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0efinished_at_ms\x18\a \x01(\x03R\ffinishedAtMs\x12\x1a\n" +
 	"\battempts\x18\b \x01(\rR\battempts\x12?\n" +
 	"\vattempt_log\x18\t \x03(\v2\x1e.coord.fsm.v1.JobAttemptRecordR\n" +
-	"attemptLog\"\xd4\x02\n" +
+	"attemptLog\"\xad\x03\n" +
 	"\x10JobAttemptRecord\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x126\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x1c.coord.fsm.v1.AttemptOutcomeR\aoutcome\x12\x1b\n" +
@@ -5608,7 +5666,9 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"heartbeats\x12\x14\n" +
 	"\x05error\x18\t \x01(\tR\x05error\x12\x16\n" +
 	"\x06result\x18\n" +
-	" \x01(\fR\x06result\"\xb7\x03\n" +
+	" \x01(\fR\x06result\x12'\n" +
+	"\x0fdelivery_status\x18\v \x01(\rR\x0edeliveryStatus\x12.\n" +
+	"\x13delivery_latency_ms\x18\f \x01(\x03R\x11deliveryLatencyMs\"\xb7\x03\n" +
 	"\fScheduleSpec\x12\x12\n" +
 	"\x04expr\x18\x01 \x01(\tR\x04expr\x12\x1b\n" +
 	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\x12,\n" +
