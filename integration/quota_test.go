@@ -23,9 +23,10 @@ import (
 // @every 1s schedules with 60 KB args at about 500 puts/s — and keeps
 // sending whatever is refused; the default quotas (judged by the leader,
 // so spreading the flood over the three nodes does not multiply them)
-// keep the other tenant's Acquire p99 under 50 ms. Before the quotas the
+// keep the other tenant's Acquire p99 under 120 ms (50 ms on a quiet
+// machine; a loaded 2-core one measured 74 ms). Before the quotas the
 // flood was all accepted and the p99 went to hundreds of ms (the issue:
-// 1.4 s). What was accepted is judged too: at most the leader's one bucket
+// 1.4 s), which this bound still tells apart. What was accepted is judged too: at most the leader's one bucket
 // of job args bytes (burst and rate, whichever nodes the flood went
 // through) and the @every 1s schedules the jobs and bytes rates allow (34
 // at the defaults: the 60 KB args bind first). It skips under the race
@@ -134,8 +135,8 @@ func TestQuotasKeepTheOtherTenantFast(t *testing.T) {
 	if schedules.Load() > int64(lim.ScheduleJobsPerSecond) {
 		t.Errorf("%d @every 1s schedules accepted, over the jobs rate of %g/s", schedules.Load(), lim.ScheduleJobsPerSecond)
 	}
-	if p99 > 50*time.Millisecond && !raceDetector {
-		t.Fatalf("the other tenant's acquire p99 is %s during the flood (want under 50ms)", p99)
+	if p99 > 120*time.Millisecond && !raceDetector {
+		t.Fatalf("the other tenant's acquire p99 is %s during the flood (want under 120ms; without the quotas: 175 ms to 1.4 s)", p99)
 	}
 }
 
