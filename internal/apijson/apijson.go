@@ -155,13 +155,12 @@ func mapMessage(md protoreflect.MessageDescriptor, data []byte, dir direction) (
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return data, nil
 	}
+	if dir == toHTTP {
+		return mapAnswer(md, data)
+	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(data, &obj); err != nil {
 		return nil, err
-	}
-	if dir == toHTTP {
-		// Keep protojson's field order (by field number), which a map loses.
-		return mapOrdered(md, data, obj)
 	}
 	for key, raw := range obj {
 		fd := fieldByJSONKey(md, key)
@@ -177,26 +176,26 @@ func mapMessage(md protoreflect.MessageDescriptor, data []byte, dir direction) (
 	return json.Marshal(obj)
 }
 
-// mapOrdered writes an answer's object in its original key order.
-func mapOrdered(md protoreflect.MessageDescriptor, data []byte, obj map[string]json.RawMessage) ([]byte, error) {
+// mapAnswer rewrites an answer's object in one pass, keeping protojson's
+// field order (by field number); only the fields that need it are mapped.
+func mapAnswer(md protoreflect.MessageDescriptor, data []byte) ([]byte, error) {
 	d := json.NewDecoder(bytes.NewReader(data))
 	if _, err := d.Token(); err != nil { // {
 		return nil, err
 	}
-	var buf bytes.Buffer
+	buf := bytes.NewBuffer(make([]byte, 0, len(data)+len(data)/4))
 	buf.WriteByte('{')
 	for i := 0; d.More(); i++ {
 		tok, err := d.Token()
 		if err != nil {
 			return nil, err
 		}
-		key := tok.(string)
-		var skip json.RawMessage
-		if err := d.Decode(&skip); err != nil {
+		key, _ := tok.(string)
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
 			return nil, err
 		}
-		v := obj[key]
-		if fd := fieldByJSONKey(md, key); fd != nil {
+		if fd := fieldByJSONKey(md, key); fd != nil && fieldNeedsMapping(fd) {
 			if v, err = mapField(fd, v, toHTTP); err != nil {
 				return nil, err
 			}
@@ -211,6 +210,23 @@ func mapOrdered(md protoreflect.MessageDescriptor, data []byte, obj map[string]j
 	}
 	buf.WriteByte('}')
 	return buf.Bytes(), nil
+}
+
+// fieldNeedsMapping reports whether an answer's field can change under
+// the mapping (a string or a number passes as protojson wrote it).
+func fieldNeedsMapping(fd protoreflect.FieldDescriptor) bool {
+	if fd.IsMap() {
+		fd = fd.MapValue()
+	}
+	switch fd.Kind() {
+	case protoreflect.BytesKind:
+		return true
+	case protoreflect.EnumKind:
+		return !isNullValue(fd)
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return !wellKnown(fd.Message()) && needsMapping(fd.Message())
+	}
+	return false
 }
 
 func fieldByJSONKey(md protoreflect.MessageDescriptor, key string) protoreflect.FieldDescriptor {

@@ -133,3 +133,18 @@ func TestFirstCallsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkMarshalLease is the answer of an Acquire, the HTTP path's most
+// frequent one (docs/benchmarks.md: the mapping pass was most of its CPU).
+func BenchmarkMarshalLease(b *testing.B) {
+	m := &coordv1.AcquireResponse{Acquired: true, Lease: &coordv1.Lease{Name: "daily-close", Owner: "host-a", Generation: 7,
+		Ttl: pbtime.Dur(30_000), ExpiresIn: pbtime.Dur(29_000), Held: pbtime.Dur(1000), RenewedAgo: pbtime.Dur(0),
+		AcquiredAt: pbtime.At(1_790_000_000_000), RenewedAt: pbtime.At(1_790_000_000_000), ExpiresAt: pbtime.At(1_790_000_030_000),
+		Value: []byte(`{"addr":"10.0.0.1:8080"}`)}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Marshal(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
