@@ -139,11 +139,13 @@ func (s *Server) recordOffset(o *coordv1.ClockOffset) {
 	offset := pbtime.Duration(o.GetOffset())
 	errBound := pbtime.Duration(o.GetOffsetError())
 	over := offset.Abs() > s.cfg.ClockOffsetWarn
+	// The gauges and the log line first, the measurement last: whoever
+	// reads the measurement (get) then sees them too. One measurement of a
+	// member at a time (the lock), so the warning is said once.
 	c.mu.Lock()
-	c.offsets[o.GetId()] = o
+	defer c.mu.Unlock()
 	was := c.exceeded[o.GetId()]
 	c.exceeded[o.GetId()] = over
-	c.mu.Unlock()
 	c.offset.WithLabelValues(o.GetId()).Set(offset.Seconds())
 	c.offsetError.WithLabelValues(o.GetId()).Set(errBound.Seconds())
 	c.exceededG.WithLabelValues(o.GetId()).Set(b2f(over))
@@ -155,6 +157,7 @@ func (s *Server) recordOffset(o *coordv1.ClockOffset) {
 		s.log.Info("a member's wall clock is back within the limit", "member", o.GetId(), "offset", offset,
 			"error_bound", errBound, "limit", s.cfg.ClockOffsetWarn)
 	}
+	c.offsets[o.GetId()] = o
 }
 
 func b2f(b bool) float64 {
