@@ -109,7 +109,13 @@ func deliveryRun(t *testing.T, lateOK bool) (*run, *heldEndpoint, *queue.Client,
 		t.Fatal(err)
 	}
 	r := newRunOn(t, func() *proccluster.TestCluster {
-		return proccluster.Start(t, coorddBin, 3, "--delivery-allow", "127.0.0.1", "--delivery-secrets", secrets)
+		// 64 requests to the one target per node: the endpoint holds
+		// first attempts open, and the scenarios submit until a follower
+		// holds one (up to 30 jobs); with the default 16, a leader that
+		// won 16 fetches would hold the next job waiting for a slot,
+		// never sent.
+		return proccluster.Start(t, coorddBin, 3, "--delivery-allow", "127.0.0.1", "--delivery-secrets", secrets,
+			"--delivery-per-target", "64")
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
