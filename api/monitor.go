@@ -223,8 +223,8 @@ func (s *Server) observeAbsence(sum fsm.OverdueSummary, late []fsm.OverdueJob, s
 		if !m.reported[k] {
 			s.log.Warn("lease looks stuck", "lease", l.GetLease().GetName(), "reason", l.GetReason(),
 				"owner", l.GetLease().GetOwner(), "generation", l.GetLease().GetGeneration(),
-				"held", time.Duration(l.GetLease().GetHeldMs())*time.Millisecond,
-				"renewed_ago", time.Duration(l.GetLease().GetRenewedAgoMs())*time.Millisecond)
+				"held", pbtime.Duration(l.GetLease().GetHeld()),
+				"renewed_ago", pbtime.Duration(l.GetLease().GetRenewedAgo()))
 		}
 	}
 	m.reported = seen

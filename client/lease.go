@@ -134,7 +134,7 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	if !resp.GetAcquired() {
 		h := resp.GetLease()
 		return nil, &NotAcquiredError{Name: name, Owner: h.GetOwner(), Generation: h.GetGeneration(),
-			Remaining: time.Duration(h.GetExpiresInMs()) * time.Millisecond}
+			Remaining: pbtime.Duration(h.GetExpiresIn())}
 	}
 	gen := resp.GetLease().GetGeneration()
 	if o.wait && c.clock.Now().Sub(sent) > ttl/4 {

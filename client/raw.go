@@ -2,10 +2,10 @@ package client
 
 import (
 	"context"
-	"time"
 
 	"google.golang.org/grpc"
 
+	"github.com/coordd/coordd/internal/pbtime"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -31,7 +31,7 @@ func (r rawConn) Invoke(ctx context.Context, method string, args, reply any, opt
 		ctx = withoutAttemptTimeout(ctx) // a wait lasts as long as ctx allows
 	}
 	if f, ok := args.(*coordv1.QueueFetchRequest); ok && f.GetWaitMs() > 0 {
-		ctx = withAttemptTimeout(ctx, time.Duration(f.GetWaitMs())*time.Millisecond+r.c.opts.attemptTimeout) // a long poll
+		ctx = withAttemptTimeout(ctx, pbtime.Duration(f.GetWait())+r.c.opts.attemptTimeout) // a long poll
 	}
 	return r.c.invokeConn(ctx, idempotentCall(args), func(ctx context.Context, cc *grpc.ClientConn) error {
 		return cc.Invoke(ctx, method, args, reply, opts...)

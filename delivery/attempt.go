@@ -18,6 +18,7 @@ import (
 
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/internal/backoff"
+	"github.com/coordd/coordd/internal/pbtime"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 	"github.com/coordd/coordd/webhook"
 )
@@ -56,7 +57,7 @@ type outcome struct {
 func (d *Deliverer) deliver(ctx context.Context, cj *coordv1.ClaimedJob) {
 	job, a := cj.GetJob(), cj.GetAttempt()
 	t := job.GetTarget()
-	timeout := time.Duration(job.GetVisibilityTimeoutMs()) * time.Millisecond
+	timeout := pbtime.Duration(job.GetVisibilityTimeout())
 	if t.GetTimeout() != nil && t.GetTimeout().AsDuration() > 0 {
 		timeout = t.GetTimeout().AsDuration()
 	}
@@ -94,7 +95,7 @@ func (e errAttemptOver) Error() string { return "the attempt is over: " + e.reas
 // heartbeat extends the attempt every third of its visibility timeout
 // while the request runs; a refusal cancels it (stop) with the reason.
 func (d *Deliverer) heartbeat(ctx context.Context, job *coordv1.QueueJob, a *coordv1.JobAttempt, stop context.CancelCauseFunc) {
-	every := max(time.Duration(job.GetVisibilityTimeoutMs())*time.Millisecond/3, 10*time.Millisecond)
+	every := max(pbtime.Duration(job.GetVisibilityTimeout())/3, 10*time.Millisecond)
 	tk := d.clock.NewTicker(every)
 	defer tk.Stop()
 	for {
@@ -212,7 +213,7 @@ func (d *Deliverer) checkRedirect(req *http.Request, via []*http.Request) error 
 // attempt's now, and a late 2xx is never taken for its success.
 func (d *Deliverer) report(ctx context.Context, job *coordv1.QueueJob, a *coordv1.JobAttempt, o outcome) {
 	retry := backoff.New(retryCalls)
-	until := d.clock.Now().Add(max(reportAttemptsUpTo, time.Duration(job.GetVisibilityTimeoutMs())*time.Millisecond))
+	until := d.clock.Now().Add(max(reportAttemptsUpTo, pbtime.Duration(job.GetVisibilityTimeout())))
 	for {
 		refused, err := d.reportOnce(ctx, job, a, o)
 		switch {

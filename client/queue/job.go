@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/internal/pbtime"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -41,7 +42,7 @@ type Job struct {
 
 func newJob(cj *coordv1.ClaimedJob) *Job {
 	j := cj.GetJob()
-	vt := time.Duration(j.GetVisibilityTimeoutMs()) * time.Millisecond
+	vt := pbtime.Duration(j.GetVisibilityTimeout())
 	if vt <= 0 {
 		vt = DefaultVisibilityTimeout
 	}
