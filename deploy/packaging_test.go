@@ -422,8 +422,8 @@ func TestSystemdUnit(t *testing.T) {
 }
 
 // scripts/release.sh, run in a fresh clone of this commit tagged v0.99.0
-// (a v0 tag: v2 and up would need a /vN module path)
-// (the Go toolchain stamps no version in a git worktree), for the host's
+// (a clone: the Go toolchain stamps no version in a git worktree; a v0
+// tag: v2 and up would need a /vN module path), for the host's
 // architecture: static binaries in dist/coordd_v0.99.0_linux_<arch>/ that
 // print v0.99.0 and the clone's commit, and a SHA256SUMS that matches
 // them. A dirty work tree is refused.

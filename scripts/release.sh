@@ -50,6 +50,7 @@ for platform in $platforms; do
     # is a file), nor outside git.
     echo "release.sh: the build carries no commit (version $v): build from a git clone, not a worktree or an export" >&2
     rm -rf "$tmp"
+    rmdir "$dist" 2>/dev/null || true
     exit 1
   fi
   if [ -n "$version" ] && [ "$v" != "$version" ]; then
