@@ -16,7 +16,7 @@
 # Reproducible: CGO_ENABLED=0 (no libc: static), -trimpath (no local paths),
 # -buildvcs=true (version from git, not the build machine), no build id,
 # and the output is the same for the same commit and Go version.
-# deploy/deploy_test.go (TestReleaseScript) runs it for the host's
+# deploy/packaging_test.go (TestReleaseScript) runs it for the host's
 # architecture and checks the version the binaries print.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -133,16 +133,25 @@ func selectsMap(t *testing.T, what string, sel, l map[string]string) {
 // (this module cannot import the main module's command).
 func coorddFlags(t *testing.T) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile("../../cmd/coordd/flags.go")
+	files, err := filepath.Glob("../../cmd/coordd/*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)(?:f\.\w+\(&[^,]+|fs\.\w+\([^,]+|\{&o\.[\w.]+), "([a-z0-9-]+)"`).FindAllSubmatch(b, -1) {
-		out[string(m[1])] = true
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`(?m)(?:f\.\w+\(&[^,]+|fs\.\w+\([^,]+|\{&o\.[\w.]+), "([a-z0-9-]+)"`).FindAllSubmatch(b, -1) {
+			out[string(m[1])] = true
+		}
 	}
-	if !out["data-dir"] || !out["peers"] || !out["tls-ca"] {
-		t.Fatalf("read %d flags from cmd/coordd/flags.go, not data-dir, peers and tls-ca: the pattern is stale", len(out))
+	if !out["data-dir"] || !out["peers"] || !out["tls-ca"] || !out["http-addr"] {
+		t.Fatalf("read %d flags from cmd/coordd, not data-dir, peers, tls-ca and http-addr: the pattern is stale", len(out))
 	}
 	return out
 }
