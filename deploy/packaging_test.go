@@ -426,7 +426,7 @@ func TestSystemdUnit(t *testing.T) {
 // tag: v2 and up would need a /vN module path), for the host's
 // architecture: static binaries in dist/coordd_v0.99.0_linux_<arch>/ that
 // print v0.99.0 and the clone's commit, and a SHA256SUMS that matches
-// them. A dirty work tree is refused.
+// them. A dirty work tree (a changed or an untracked file) is refused.
 func TestReleaseScript(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git is not installed")
@@ -486,6 +486,17 @@ func TestReleaseScript(t *testing.T) {
 		t.Errorf("release.sh on a dirty tree: %v\n%s", err, out)
 	}
 	if err := os.WriteFile(readme, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// An untracked file too: the toolchain would stamp the build modified.
+	stray := filepath.Join(clone, "stray.txt")
+	if err := os.WriteFile(stray, []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(); err == nil || !strings.Contains(out, "untracked files") {
+		t.Errorf("release.sh with an untracked file: %v\n%s", err, out)
+	}
+	if err := os.Remove(stray); err != nil {
 		t.Fatal(err)
 	}
 

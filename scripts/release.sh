@@ -24,8 +24,9 @@ cd "$(dirname "$0")/.."
 platforms=${COORDD_RELEASE_PLATFORMS:-linux/amd64 linux/arm64}
 dist=${COORDD_RELEASE_DIST:-dist}
 
-if [ -n "$(git status --porcelain --untracked-files=no)" ] && [ "${COORDD_RELEASE_ALLOW_DIRTY:-}" != 1 ]; then
-  echo "release.sh: the work tree has uncommitted changes (commit them, or COORDD_RELEASE_ALLOW_DIRTY=1 for a test build)" >&2
+# Untracked files count too: the toolchain marks the build modified for them.
+if [ -n "$(git status --porcelain)" ] && [ "${COORDD_RELEASE_ALLOW_DIRTY:-}" != 1 ]; then
+  echo "release.sh: the work tree has uncommitted changes or untracked files (commit or remove them, or COORDD_RELEASE_ALLOW_DIRTY=1 for a test build)" >&2
   exit 1
 fi
 
