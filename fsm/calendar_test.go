@@ -128,7 +128,7 @@ func TestClaimNotBeforeOnTheCalendar(t *testing.T) {
 	// Completion and the job's record are calendar time.
 	runAt(t, f, lease+2, cal+250, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "job", Schedule: "@every 1m"}})
 	w := runAt(t, f, lease+3, cal+300, &fsmv1.CompleteWindow{Job: "job", Window: "due", LeaseName: "lease-due", Owner: "a", Generation: 1}).(*WindowResult)
-	j, _ := f.Job("job")
+	j, _ := f.RegistryJob("job")
 	if w.Window.CompletedAt != cal+300 || j.RegisteredAt != cal+250 || j.LastCompletedAt != cal+300 {
 		t.Fatalf("completed at %d, job registered at %d, last completed %d: want calendar times", w.Window.CompletedAt, j.RegisteredAt, j.LastCompletedAt)
 	}

@@ -49,7 +49,7 @@ func (e *Event) Size() int {
 		n += 112 + len(r.Job) + len(r.Window) + len(r.LeaseName) + len(r.Owner) + len(r.Result)
 	case *Resource:
 		n += 80 + len(r.Name) + len(r.LeaseName) + len(r.LastIdempotencyKey)
-	case *Job:
+	case *RegistryJob:
 		n += 160 + len(r.Name) + len(r.Schedule) + len(r.TimeZone) + len(r.WindowLayout) + len(r.RegisteredBy) + len(r.LastCompletedWindow)
 	case *QueueJob:
 		n += 224 + len(r.Queue) + len(r.Kind) + len(r.UniqueKey) + len(r.Identity) + len(r.Args)

@@ -57,7 +57,7 @@ func (st *state) writeTo(w io.Writer) error {
 		Resources:   uint64(st.resources.Len()),
 		Idempotency: uint64(st.idem.Len()),
 		Members:     uint64(st.members.Len()),
-		Jobs:        uint64(st.jobs.Len()),
+		Jobs:        uint64(st.registryJobs.Len()),
 		CalendarMs:  st.calendar,
 		LastJobId:   st.lastJobID,
 		FetchSeq:    st.fetchSeq,
@@ -86,8 +86,8 @@ func (st *state) writeTo(w io.Writer) error {
 			Id: m.ID, GrpcAddress: m.GRPCAddress,
 		}}})
 	})
-	st.jobs.Ascend(func(j *Job) bool {
-		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Job{Job: jobRecord(j)}})
+	st.registryJobs.Ascend(func(j *RegistryJob) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Job{Job: registryJobRecord(j)}})
 	})
 	st.qjobs.Ascend(func(j *QueueJob) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueueJob{QueueJob: queueJobRecord(j)}})
@@ -190,7 +190,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 		case *fsmv1.SnapshotRecord_Member:
 			st.members.ReplaceOrInsert(&Member{ID: x.Member.GetId(), GRPCAddress: x.Member.GetGrpcAddress()})
 		case *fsmv1.SnapshotRecord_Job:
-			st.jobs.ReplaceOrInsert(jobFromRecord(x.Job))
+			st.registryJobs.ReplaceOrInsert(registryJobFromRecord(x.Job))
 		case *fsmv1.SnapshotRecord_QueueJob:
 			j, err := queueJobFromRecord(x.QueueJob)
 			if err != nil {

@@ -11,19 +11,19 @@ const btreeDegree = 32
 // state is everything the log determines. Trees hold immutable records, so
 // clone() is O(1) and a clone can be read while the original changes.
 type state struct {
-	clock     int64 // highest cluster (lease) time applied (ms)
-	calendar  int64 // highest calendar time applied (Unix ms)
-	leases    *btree.BTreeG[*Lease]
-	windows   *btree.BTreeG[*Window]
-	resources *btree.BTreeG[*Resource]
-	idem      *btree.BTreeG[*Idempotency]
-	members   *btree.BTreeG[*Member]
-	jobs      *btree.BTreeG[*Job]
-	qjobs     *btree.BTreeG[*QueueJob]    // the job queue, by id
-	lastJobID uint64                      // the last queue job id assigned
-	fetchSeq  uint64                      // fetches applied: the round robin's start
-	schedules *btree.BTreeG[*Schedule]    // by name, tombstones included
-	qtargets  *btree.BTreeG[*QueueTarget] // queues' HTTP targets, by queue (queue_target.go)
+	clock        int64 // highest cluster (lease) time applied (ms)
+	calendar     int64 // highest calendar time applied (Unix ms)
+	leases       *btree.BTreeG[*Lease]
+	windows      *btree.BTreeG[*Window]
+	resources    *btree.BTreeG[*Resource]
+	idem         *btree.BTreeG[*Idempotency]
+	members      *btree.BTreeG[*Member]
+	registryJobs *btree.BTreeG[*RegistryJob]
+	qjobs        *btree.BTreeG[*QueueJob]    // the job queue, by id
+	lastJobID    uint64                      // the last queue job id assigned
+	fetchSeq     uint64                      // fetches applied: the round robin's start
+	schedules    *btree.BTreeG[*Schedule]    // by name, tombstones included
+	qtargets     *btree.BTreeG[*QueueTarget] // queues' HTTP targets, by queue (queue_target.go)
 	// sidx indexes schedules (next due, tombstones) and the open jobs they
 	// made. Derived: rebuilt after a restore.
 	sidx *scheduleIndex
@@ -76,20 +76,20 @@ func lessMember(a, b *Member) bool { return a.ID < b.ID }
 
 func newState() *state {
 	return &state{
-		leases:     btree.NewG(btreeDegree, lessLease),
-		windows:    btree.NewG(btreeDegree, lessWindow),
-		resources:  btree.NewG(btreeDegree, lessResource),
-		idem:       btree.NewG(btreeDegree, lessIdem),
-		members:    btree.NewG(btreeDegree, lessMember),
-		jobs:       btree.NewG(btreeDegree, lessJob),
-		qjobs:      btree.NewG(btreeDegree, lessQueueJob),
-		qidx:       newQueueIndex(),
-		schedules:  btree.NewG(btreeDegree, lessSchedule),
-		qtargets:   btree.NewG(btreeDegree, lessQueueTarget),
-		sidx:       newScheduleIndex(),
-		byIdentity: map[string]map[string]struct{}{},
-		expiry:     btree.NewG(btreeDegree, lessNameTime),
-		jobRes:     newJobResIndex(),
+		leases:       btree.NewG(btreeDegree, lessLease),
+		windows:      btree.NewG(btreeDegree, lessWindow),
+		resources:    btree.NewG(btreeDegree, lessResource),
+		idem:         btree.NewG(btreeDegree, lessIdem),
+		members:      btree.NewG(btreeDegree, lessMember),
+		registryJobs: btree.NewG(btreeDegree, lessRegistryJob),
+		qjobs:        btree.NewG(btreeDegree, lessQueueJob),
+		qidx:         newQueueIndex(),
+		schedules:    btree.NewG(btreeDegree, lessSchedule),
+		qtargets:     btree.NewG(btreeDegree, lessQueueTarget),
+		sidx:         newScheduleIndex(),
+		byIdentity:   map[string]map[string]struct{}{},
+		expiry:       btree.NewG(btreeDegree, lessNameTime),
+		jobRes:       newJobResIndex(),
 	}
 }
 
@@ -126,19 +126,19 @@ func (s *state) liveLeases(identity string, now int64) int {
 // are not copied.
 func (s *state) clone() *state {
 	return &state{
-		clock:     s.clock,
-		calendar:  s.calendar,
-		leases:    s.leases.Clone(),
-		windows:   s.windows.Clone(),
-		resources: s.resources.Clone(),
-		idem:      s.idem.Clone(),
-		members:   s.members.Clone(),
-		jobs:      s.jobs.Clone(),
-		qjobs:     s.qjobs.Clone(),
-		lastJobID: s.lastJobID,
-		fetchSeq:  s.fetchSeq,
-		schedules: s.schedules.Clone(),
-		qtargets:  s.qtargets.Clone(),
+		clock:        s.clock,
+		calendar:     s.calendar,
+		leases:       s.leases.Clone(),
+		windows:      s.windows.Clone(),
+		resources:    s.resources.Clone(),
+		idem:         s.idem.Clone(),
+		members:      s.members.Clone(),
+		registryJobs: s.registryJobs.Clone(),
+		qjobs:        s.qjobs.Clone(),
+		lastJobID:    s.lastJobID,
+		fetchSeq:     s.fetchSeq,
+		schedules:    s.schedules.Clone(),
+		qtargets:     s.qtargets.Clone(),
 	}
 }
 
