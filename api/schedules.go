@@ -211,7 +211,7 @@ func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleReq
 			WindowShiftDays: sp.GetWindowShiftDays(), DSTPolicy: fsm.DSTPolicy(sp.GetDstPolicy()), Job: fsm.JobTemplate{Args: sp.GetJob().GetArgs()}}
 		if c, err := s.calendars.get(calendarSpec(&newSpec)); err == nil && c.Schedule().OneShot() {
 			// A new one-shot owes its occurrence even when put just after
-			// it (jobs.At(now)): its mark is just before it, and the
+			// it (periodic.At(now)): its mark is just before it, and the
 			// catch-up horizon decides as for any missed occurrence.
 			if o := c.Next(math.MinInt64/2, 1); len(o) == 1 {
 				put.MarkMs = o[0].At - 1

@@ -254,7 +254,7 @@ func TestMaterialiserMakesEachOccurrenceOnTime(t *testing.T) {
 	}
 }
 
-// jobs.At(now): a one-shot put just after its time is made at once (its
+// periodic.At(now): a one-shot put just after its time is made at once (its
 // mark is just before it); one far behind the horizon is recorded as
 // skipped, not lost silently.
 func TestMaterialiserOneShotPutAfterItsTime(t *testing.T) {

@@ -1,4 +1,4 @@
-package jobs
+package periodic
 
 import (
 	"context"
@@ -71,7 +71,7 @@ func (r *Runner) Add(j Job) error {
 	}
 	for _, o := range r.jobs {
 		if o.Name == j.Name {
-			return fmt.Errorf("jobs: job %s added twice", j.Name)
+			return fmt.Errorf("periodic: job %s added twice", j.Name)
 		}
 	}
 	r.jobs = append(r.jobs, j)
@@ -85,7 +85,7 @@ func (r *Runner) Put(ctx context.Context) error {
 	for _, spec := range r.specs {
 		resp, err := r.c.PutSchedule(ctx, spec)
 		if err != nil {
-			return fmt.Errorf("jobs: put schedule %s: %w", spec.GetName(), err)
+			return fmt.Errorf("periodic: put schedule %s: %w", spec.GetName(), err)
 		}
 		if resp.GetChanged() {
 			r.log.Info("schedule put", "job", spec.GetName(), "schedule", spec.GetSchedule(), "created", resp.GetCreated())
@@ -99,7 +99,7 @@ func (r *Runner) Put(ctx context.Context) error {
 // shutdown timeout and hands the others back (another replica runs them).
 func (r *Runner) Run(ctx context.Context) error {
 	if len(r.jobs) == 0 {
-		return errors.New("jobs: no jobs")
+		return errors.New("periodic: no jobs")
 	}
 	if err := r.Put(ctx); err != nil {
 		return err
