@@ -46,7 +46,7 @@ func (e *Event) Size() int {
 	case *Lease:
 		n += 112 + len(r.Name) + len(r.Owner) + len(r.RequestID) + len(r.Identity) + len(r.Value)
 	case *Window:
-		n += 112 + len(r.Job) + len(r.Window) + len(r.LeaseName) + len(r.Owner) + len(r.Result)
+		n += 112 + len(r.Ledger) + len(r.Window) + len(r.LeaseName) + len(r.Owner) + len(r.Result)
 	case *Resource:
 		n += 80 + len(r.Name) + len(r.LeaseName) + len(r.LastIdempotencyKey)
 	case *RegistryJob:
@@ -65,8 +65,8 @@ func (e *Event) Size() int {
 
 // Keys of the families: what a watch prefix matches.
 
-// WindowEventKey is the key of a window: "job/window".
-func WindowEventKey(job, window string) string { return job + "/" + window }
+// WindowEventKey is the key of a window: "ledger/window".
+func WindowEventKey(ledger, window string) string { return ledger + "/" + window }
 
 // QueueJobEventKey is the key of a queued job: "queue/id".
 func QueueJobEventKey(queue string, id uint64) string {
@@ -86,7 +86,7 @@ func (s *state) emitLease(k EventKind, l *Lease) { s.emit(FamilyLease, k, l.Name
 
 func (s *state) emitWindow(k EventKind, w *Window) {
 	if s.emitting {
-		s.emit(FamilyWindow, k, WindowEventKey(w.Job, w.Window), w)
+		s.emit(FamilyWindow, k, WindowEventKey(w.Ledger, w.Window), w)
 	}
 }
 
@@ -230,15 +230,15 @@ func (v *View) Records(prefix string, wanted func(Family) bool, fn func(Event) b
 		})
 	}
 	if has(FamilyWindow) {
-		// A window's key is "job/window", and job names may hold '/': every
-		// matching window's job starts with the prefix's part before its
-		// first '/', so the walk covers those jobs.
-		jp := jobPart(prefix)
-		st.windows.AscendGreaterOrEqual(&Window{Job: jp}, func(w *Window) bool {
-			if !hasPrefix(w.Job, jp) {
+		// A window's key is "ledger/window", and ledger names may hold '/':
+		// every matching window's ledger starts with the prefix's part
+		// before its first '/', so the walk covers those ledgers.
+		lp := ledgerPart(prefix)
+		st.windows.AscendGreaterOrEqual(&Window{Ledger: lp}, func(w *Window) bool {
+			if !hasPrefix(w.Ledger, lp) {
 				return false
 			}
-			if key := WindowEventKey(w.Job, w.Window); hasPrefix(key, prefix) {
+			if key := WindowEventKey(w.Ledger, w.Window); hasPrefix(key, prefix) {
 				return ev(FamilyWindow, key, w)
 			}
 			return true
@@ -264,9 +264,9 @@ func (v *View) Records(prefix string, wanted func(Family) bool, fn func(Event) b
 	}
 }
 
-// jobPart is the part of a window key prefix before its first '/': every
-// window whose key starts with the prefix has a job name starting with it.
-func jobPart(prefix string) string {
+// ledgerPart is the part of a window key prefix before its first '/': every
+// window whose key starts with the prefix has a ledger name starting with it.
+func ledgerPart(prefix string) string {
 	for i := 0; i < len(prefix); i++ {
 		if prefix[i] == '/' {
 			return prefix[:i]

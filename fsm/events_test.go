@@ -329,7 +329,7 @@ func FuzzEvents(f *testing.F) {
 				return true
 			})
 			x.st.windows.Ascend(func(w *Window) bool {
-				state[fmt.Sprintf("%d/%s", FamilyWindow, WindowEventKey(w.Job, w.Window))] = w
+				state[fmt.Sprintf("%d/%s", FamilyWindow, WindowEventKey(w.Ledger, w.Window))] = w
 				return true
 			})
 			x.st.resources.Ascend(func(r *Resource) bool {

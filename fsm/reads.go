@@ -97,16 +97,16 @@ func (f *FSM) LiveLeases(now int64) int {
 }
 
 // Window returns one window record.
-func (f *FSM) Window(job, window string) (Window, bool) {
-	return get(f, func(s *state) *Window { return s.window(job, window) })
+func (f *FSM) Window(ledger, window string) (Window, bool) {
+	return get(f, func(s *state) *Window { return s.window(ledger, window) })
 }
 
-// Windows lists up to limit windows of job after the window key after.
-func (f *FSM) Windows(job, after string, limit int) (out []Window, more bool) {
+// Windows lists up to limit windows of ledger after the window key after.
+func (f *FSM) Windows(ledger, after string, limit int) (out []Window, more bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return pageFrom(f.st.windows, &Window{Job: job, Window: after}, limit,
-		func(w *Window) bool { return w.Job == job },
+	return pageFrom(f.st.windows, &Window{Ledger: ledger, Window: after}, limit,
+		func(w *Window) bool { return w.Ledger == ledger },
 		func(w *Window) bool { return after != "" && w.Window == after })
 }
 

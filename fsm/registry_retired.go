@@ -95,7 +95,7 @@ func (s *state) registerJob(cal int64, c *fsmv1.RegisterJob) any {
 
 // noteCompletion records the last completion on a registry job.
 func (s *state) noteCompletion(w *Window) {
-	j := s.registryJob(w.Job)
+	j := s.registryJob(w.Ledger)
 	if j == nil {
 		return
 	}
@@ -114,14 +114,15 @@ func (f *FSM) RegistryJobs() []RegistryJob {
 	return all(f, func(s *state) *btree.BTreeG[*RegistryJob] { return s.registryJobs })
 }
 
-// RecentWindows returns up to limit windows of job with the greatest keys,
-// newest first (keys of one job sort by time when their layout does).
-func (f *FSM) RecentWindows(job string, limit int) []Window {
+// RecentWindows returns up to limit windows of ledger with the greatest
+// keys, newest first (keys of one ledger sort by time when their layout
+// does).
+func (f *FSM) RecentWindows(ledger string, limit int) []Window {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	var out []Window
-	f.st.windows.DescendLessOrEqual(&Window{Job: job, Window: "\U0010FFFF"}, func(w *Window) bool {
-		if w.Job != job || len(out) == limit {
+	f.st.windows.DescendLessOrEqual(&Window{Ledger: ledger, Window: "\U0010FFFF"}, func(w *Window) bool {
+		if w.Ledger != ledger || len(out) == limit {
 			return false
 		}
 		out = append(out, *w)

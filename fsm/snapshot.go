@@ -115,7 +115,7 @@ func leaseRecord(l *Lease) *fsmv1.LeaseRecord {
 
 func windowRecord(w *Window) *fsmv1.WindowRecord {
 	return &fsmv1.WindowRecord{
-		Job: w.Job, Window: w.Window, Completed: w.Completed, LeaseName: w.LeaseName, Owner: w.Owner,
+		Job: w.Ledger, Window: w.Window, Completed: w.Completed, LeaseName: w.LeaseName, Owner: w.Owner,
 		Generation: w.Generation, Attempts: w.Attempts, FirstStartedAtMs: w.FirstStartedAt,
 		StartedAtMs: w.StartedAt, CompletedAtMs: w.CompletedAt, Result: w.Result,
 	}
@@ -174,7 +174,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 			}
 		case *fsmv1.SnapshotRecord_Window:
 			r := x.Window
-			st.windows.ReplaceOrInsert(&Window{Job: r.GetJob(), Window: r.GetWindow(), LeaseName: r.GetLeaseName(),
+			st.windows.ReplaceOrInsert(&Window{Ledger: r.GetJob(), Window: r.GetWindow(), LeaseName: r.GetLeaseName(),
 				Owner: r.GetOwner(), Generation: r.GetGeneration(), Attempts: r.GetAttempts(),
 				FirstStartedAt: r.GetFirstStartedAtMs(), StartedAt: r.GetStartedAtMs(), CompletedAt: r.GetCompletedAtMs(),
 				Result: r.GetResult(), Completed: r.GetCompleted()})

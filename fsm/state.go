@@ -50,7 +50,7 @@ type state struct {
 	events   []Event
 }
 
-type windowKey struct{ job, window string }
+type windowKey struct{ ledger, window string }
 type idemKey struct{ resource, key string }
 
 // nameTime orders named records by a time, then name: leases by deadline
@@ -66,7 +66,7 @@ func lessNameTime(a, b nameTime) bool {
 
 func lessLease(a, b *Lease) bool { return a.Name < b.Name }
 func lessWindow(a, b *Window) bool {
-	return cmp.Or(cmp.Compare(a.Job, b.Job), cmp.Compare(a.Window, b.Window)) < 0
+	return cmp.Or(cmp.Compare(a.Ledger, b.Ledger), cmp.Compare(a.Window, b.Window)) < 0
 }
 func lessResource(a, b *Resource) bool { return a.Name < b.Name }
 func lessIdem(a, b *Idempotency) bool {
@@ -151,8 +151,8 @@ func find[T any](t *btree.BTreeG[*T], key *T) *T {
 
 func (s *state) lease(name string) *Lease { return find(s.leases, &Lease{Name: name}) }
 
-func (s *state) window(job, window string) *Window {
-	return find(s.windows, &Window{Job: job, Window: window})
+func (s *state) window(ledger, window string) *Window {
+	return find(s.windows, &Window{Ledger: ledger, Window: window})
 }
 
 func (s *state) resource(name string) *Resource { return find(s.resources, &Resource{Name: name}) }

@@ -88,7 +88,7 @@ func (r *Runner) Put(ctx context.Context) error {
 			return fmt.Errorf("periodic: put schedule %s: %w", spec.GetName(), err)
 		}
 		if resp.GetChanged() {
-			r.log.Info("schedule put", "job", spec.GetName(), "schedule", spec.GetSchedule(), "created", resp.GetCreated())
+			r.log.Info("schedule put", "schedule", spec.GetName(), "spec", spec.GetSchedule(), "created", resp.GetCreated())
 		}
 	}
 	return nil
@@ -130,7 +130,7 @@ func (r *Runner) handler(j Job) queue.Handler {
 		}
 		start := time.Now()
 		r.metrics.RunStarted(j.Name, start.Sub(run.Occurrence))
-		log := r.log.With("job", j.Name, "window", run.Window, "attempt", run.Attempt, "token", run.Token)
+		log := r.log.With("schedule", j.Name, "job_id", qj.ID, "window", run.Window, "attempt", run.Attempt, "token", run.Token)
 		if err := j.Run(ctx, run); err != nil {
 			r.metrics.RunFailed(j.Name)
 			if ctx.Err() != nil {
