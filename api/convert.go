@@ -23,7 +23,7 @@ type stamp struct{ lease, calendar int64 }
 // leader's clock on the leader, the last applied stamp elsewhere (where
 // now is the last applied lease time too).
 func (s *Server) stampAt(now int64) stamp {
-	return stamp{lease: now, calendar: s.node.Calendar()}
+	return stamp{lease: now, calendar: s.node.CalendarTime()}
 }
 
 // at is the calendar Timestamp of lease-time instant t (unset for 0).

@@ -3,7 +3,7 @@
 // sleeps), and scaled and offset clocks for demos and fault tests. The
 // SDK's lease keeper and job runner take one (client.WithClock,
 // periodic.WithClock); so do the server node's proposer deadlines, waiting
-// acquires, leader ticks and the cluster clock (node.Config.Clock).
+// acquires, leader ticks and the leader clock (node.Config.Clock).
 package clock
 
 import (

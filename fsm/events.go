@@ -79,7 +79,7 @@ func (s *state) emit(f Family, k EventKind, key string, rec any) {
 	if !s.emitting {
 		return
 	}
-	s.events = append(s.events, Event{Family: f, Kind: k, Key: key, Record: rec, At: s.clock, Cal: s.calendar})
+	s.events = append(s.events, Event{Family: f, Kind: k, Key: key, Record: rec, At: s.leaseTime, Cal: s.calendarTime})
 }
 
 func (s *state) emitLease(k EventKind, l *Lease) { s.emit(FamilyLease, k, l.Name, l) }
@@ -117,7 +117,7 @@ func (s *state) putLease(old, n *Lease) {
 		s.expiry.Delete(nameTime{old.ExpiresAt, old.Name})
 	}
 	s.leases.ReplaceOrInsert(n)
-	if !n.Released && n.ExpiresAt > s.clock {
+	if !n.Released && n.ExpiresAt > s.leaseTime {
 		s.expiry.ReplaceOrInsert(nameTime{n.ExpiresAt, n.Name})
 	}
 	s.emitLease(EventPut, n)
@@ -128,7 +128,7 @@ func (s *state) putLease(old, n *Lease) {
 func (s *state) expireLeases() {
 	for {
 		k, ok := s.expiry.Min()
-		if !ok || k.at > s.clock {
+		if !ok || k.at > s.leaseTime {
 			return
 		}
 		s.expiry.DeleteMin()
@@ -141,7 +141,7 @@ func (s *state) expireLeases() {
 func (s *state) rebuildExpiry() {
 	s.expiry = btree.NewG(btreeDegree, lessNameTime)
 	s.leases.Ascend(func(l *Lease) bool {
-		if !l.Released && l.ExpiresAt > s.clock {
+		if !l.Released && l.ExpiresAt > s.leaseTime {
 			s.expiry.ReplaceOrInsert(nameTime{l.ExpiresAt, l.Name})
 		}
 		return true
@@ -205,11 +205,11 @@ func (f *FSM) ViewWith(at func()) *View {
 	return &View{st: f.st.clone()}
 }
 
-// Clock is the view's lease time; CalendarMs its calendar time.
-func (v *View) Clock() int64 { return v.st.clock }
+// LeaseTime is the view's lease time.
+func (v *View) LeaseTime() int64 { return v.st.leaseTime }
 
-// CalendarMs is the view's calendar time.
-func (v *View) CalendarMs() int64 { return v.st.calendar }
+// CalendarTime is the view's calendar time.
+func (v *View) CalendarTime() int64 { return v.st.calendarTime }
 
 // Records calls fn with every record of the families wanted (nil: all)
 // whose key starts with prefix, as EXISTING events, family by family in
@@ -220,7 +220,7 @@ func (v *View) Records(prefix string, wanted func(Family) bool, fn func(Event) b
 	st := v.st
 	ok := true
 	ev := func(f Family, key string, rec any) bool {
-		ok = fn(Event{Family: f, Kind: EventExisting, Key: key, Record: rec, At: st.clock, Cal: st.calendar})
+		ok = fn(Event{Family: f, Kind: EventExisting, Key: key, Record: rec, At: st.leaseTime, Cal: st.calendarTime})
 		return ok
 	}
 	has := func(f Family) bool { return ok && (wanted == nil || wanted(f)) }

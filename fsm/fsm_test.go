@@ -11,7 +11,7 @@ import (
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// run applies body at cluster time now through the encoded entry point, as
+// run applies body at lease time now through the encoded entry point, as
 // a replica would.
 func run(t testing.TB, f *FSM, now int64, body any) any {
 	t.Helper()
@@ -311,8 +311,8 @@ func TestClockOnlyMovesForward(t *testing.T) {
 	mustAcquire(t, f, 1000, "l", "a", 100)
 	run(t, f, 1200, &fsmv1.Tick{})
 	wantReason(t, run(t, f, 1050, &fsmv1.Renew{Name: "l", Owner: "a", Generation: 1}), coorderr.LeaseExpired)
-	if f.Clock() != 1200 {
-		t.Fatalf("clock went back: %d", f.Clock())
+	if f.LeaseTime() != 1200 {
+		t.Fatalf("clock went back: %d", f.LeaseTime())
 	}
 }
 
@@ -446,8 +446,8 @@ func TestBatch(t *testing.T) {
 	for _, c := range cmds[:4] {
 		single.ApplyCommand(c)
 	}
-	if batched.Digest() != single.Digest() || batched.Clock() != 201 {
-		t.Fatalf("batch and single differ (clock %d)", batched.Clock())
+	if batched.Digest() != single.Digest() || batched.LeaseTime() != 201 {
+		t.Fatalf("batch and single differ (clock %d)", batched.LeaseTime())
 	}
 }
 

@@ -51,14 +51,14 @@ func (st *state) writeTo(w io.Writer) error {
 		return err == nil
 	}
 	put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Meta{Meta: &fsmv1.SnapshotMeta{
-		ClockMs:     st.clock,
+		ClockMs:     st.leaseTime,
 		Leases:      uint64(st.leases.Len()),
 		Windows:     uint64(st.windows.Len()),
 		Resources:   uint64(st.resources.Len()),
 		Idempotency: uint64(st.idem.Len()),
 		Members:     uint64(st.members.Len()),
 		Jobs:        uint64(st.registryJobs.Len()),
-		CalendarMs:  st.calendar,
+		CalendarMs:  st.calendarTime,
 		LastJobId:   st.lastJobID,
 		FetchSeq:    st.fetchSeq,
 		QueueJobs:   uint64(st.qjobs.Len()),
@@ -158,8 +158,8 @@ func readSnapshot(r io.Reader) (*state, error) {
 		}
 		switch x := rec.GetRecord().(type) {
 		case *fsmv1.SnapshotRecord_Meta:
-			st.clock = x.Meta.GetClockMs()
-			st.calendar = x.Meta.GetCalendarMs()
+			st.leaseTime = x.Meta.GetClockMs()
+			st.calendarTime = x.Meta.GetCalendarMs()
 			st.lastJobID = x.Meta.GetLastJobId()
 			st.fetchSeq = x.Meta.GetFetchSeq()
 			sawMeta = true

@@ -11,8 +11,8 @@ const btreeDegree = 32
 // state is everything the log determines. Trees hold immutable records, so
 // clone() is O(1) and a clone can be read while the original changes.
 type state struct {
-	clock        int64 // highest cluster (lease) time applied (ms)
-	calendar     int64 // highest calendar time applied (Unix ms)
+	leaseTime    int64 // highest lease time applied (ms)
+	calendarTime int64 // highest calendar time applied (Unix ms)
 	leases       *btree.BTreeG[*Lease]
 	windows      *btree.BTreeG[*Window]
 	resources    *btree.BTreeG[*Resource]
@@ -126,8 +126,8 @@ func (s *state) liveLeases(identity string, now int64) int {
 // are not copied.
 func (s *state) clone() *state {
 	return &state{
-		clock:        s.clock,
-		calendar:     s.calendar,
+		leaseTime:    s.leaseTime,
+		calendarTime: s.calendarTime,
 		leases:       s.leases.Clone(),
 		windows:      s.windows.Clone(),
 		resources:    s.resources.Clone(),

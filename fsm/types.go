@@ -22,7 +22,7 @@ type Lease struct {
 	Value string
 }
 
-// Live reports whether the lease is held at cluster time now.
+// Live reports whether the lease is held at lease time now.
 func (l *Lease) Live(now int64) bool { return !l.Released && l.ExpiresAt > now }
 
 // Window is one entry of a window ledger: the occurrence Window of the

@@ -445,8 +445,8 @@ func (ScheduleSkipReason) EnumDescriptor() ([]byte, []int) {
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  CommandType            `protobuf:"varint,1,opt,name=type,proto3,enum=coord.fsm.v1.CommandType" json:"type,omitempty"`
-	// now_ms is the cluster time stamped by the leader that proposed it:
-	// lease time, paused across failovers. Lease expiry is judged on it.
+	// now_ms is the lease time stamped by the leader that proposed it
+	// (paused across failovers; the field keeps its name: log format). Lease expiry is judged on it.
 	NowMs int64 `protobuf:"varint,2,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
 	// calendar_ms is the leader's wall clock (Unix ms) when it proposed the
 	// command, never below a stamp it proposed before: calendar time. Due
@@ -1021,7 +1021,7 @@ type Acquire struct {
 	// that window being incomplete and claim it for the new holder.
 	ClaimJob    string `protobuf:"bytes,7,opt,name=claim_job,json=claimJob,proto3" json:"claim_job,omitempty"`
 	ClaimWindow string `protobuf:"bytes,8,opt,name=claim_window,json=claimWindow,proto3" json:"claim_window,omitempty"`
-	// claim_not_before_ms refuses the grant before that cluster time.
+	// claim_not_before_ms refuses the grant before that calendar time.
 	ClaimNotBeforeMs int64 `protobuf:"varint,9,opt,name=claim_not_before_ms,json=claimNotBeforeMs,proto3" json:"claim_not_before_ms,omitempty"`
 	// value is published with the grant (Lease.value).
 	Value         []byte `protobuf:"bytes,10,opt,name=value,proto3" json:"value,omitempty"`
@@ -1566,7 +1566,7 @@ func (x *FencedCommit) GetJobId() uint64 {
 }
 
 // Prune removes completed windows and idempotency records older than
-// cutoff_ms (cluster time), and finished queue jobs (succeeded, cancelled,
+// cutoff_ms (lease time), and finished queue jobs (succeeded, cancelled,
 // dead) that finished before jobs_cutoff_ms (calendar time; 0: none by
 // age) or exceed max_finished_jobs (0: no limit; succeeded jobs go
 // first, oldest first, then the others, oldest first). Deleted schedules
