@@ -269,12 +269,12 @@ func (s *Server) observeClaim(r *fsm.ClaimResult) {
 	}
 }
 
-func (s *Server) observeWindowRefusal(op, job, window, owner string, gen uint64, err error) {
+func (s *Server) observeWindowRefusal(op, ledger, window, owner string, gen uint64, err error) {
 	var rej *fsm.Rejection
 	if !errors.As(err, &rej) {
 		return
 	}
 	s.metrics.windowsRefused.WithLabelValues(coorderr.Name(rej.Reason)).Inc()
-	s.log.Warn("window "+op+" refused", "job", job, "window", window, "owner", owner, "generation", gen,
+	s.log.Warn("window "+op+" refused", "ledger", ledger, "window", window, "owner", owner, "generation", gen,
 		"reason", coorderr.Name(rej.Reason), "detail", rej.Message)
 }

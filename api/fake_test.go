@@ -19,7 +19,7 @@ import (
 )
 
 // fakeNode is the node in the API's unit tests: a real FSM applied in
-// process at a fixed cluster time, with leadership set by the test.
+// process at a fixed lease time, with leadership set by the test.
 // Methods the tests do not need panic (the embedded nil interface).
 type fakeNode struct {
 	Node
@@ -92,9 +92,9 @@ func (f *fakeNode) LeaderContext(ctx context.Context) (context.Context, error) {
 	return ctx, nil
 }
 
-func (f *fakeNode) Calendar() int64 { return f.calendar }
+func (f *fakeNode) CalendarTime() int64 { return f.calendar }
 
-func (f *fakeNode) LeaderCalendar(context.Context) (int64, error) { return f.calendar, nil }
+func (f *fakeNode) LeaderCalendarTime(context.Context) (int64, error) { return f.calendar, nil }
 
 func (f *fakeNode) apply(body any) any {
 	return f.fsm.ApplyCommand(fsm.EnvelopeAt(f.now, f.calendar, body))

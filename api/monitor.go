@@ -91,7 +91,7 @@ func (h *schedules) ListOverdue(ctx context.Context, req *coordv1.ListOverdueReq
 		if err != nil {
 			return nil, err
 		}
-		cal := s.node.Calendar()
+		cal := s.node.CalendarTime()
 		out := &coordv1.ListOverdueResponse{CalendarTime: pbtime.At(cal)}
 		jobs, next, more := st.OverdueJobs(cal, req.GetSchedule(), cursor, size)
 		for _, o := range jobs {
@@ -145,8 +145,8 @@ func (m absenceMonitor) Run(ctx context.Context, l leader.Leadership) error {
 		if err != nil {
 			return
 		}
-		cal := l.Calendar()
-		s.observeAbsence(st.Overdue(cal), st.LateSchedules(cal, maxLate), s.stuckLeases(st, l.Lease()), st)
+		cal := l.CalendarTime()
+		s.observeAbsence(st.Overdue(cal), st.LateSchedules(cal, maxLate), s.stuckLeases(st, l.LeaseTime()), st)
 	})
 }
 

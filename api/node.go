@@ -55,18 +55,18 @@ type Leadership interface {
 
 // State is the committed state and the clocks it is judged on.
 type State interface {
-	// Read returns the committed state (read only) and the cluster time to
+	// Read returns the committed state (read only) and the lease time to
 	// judge expiry at: linearizable on the leader, or stale on any node.
 	Read(ctx context.Context, stale bool) (*fsm.FSM, int64, error)
-	// Calendar is calendar time now (Unix ms): on the ready leader its
+	// CalendarTime is calendar time now (Unix ms): on the ready leader its
 	// wall clock, never below its last stamp; elsewhere the FSM's. Every
 	// calendar decision (not-before gates, due and overdue windows, job
 	// queues) is judged on it; leases never are (lease time).
-	Calendar() int64
-	// LeaderCalendar is the ready leader's calendar time now (waiting
+	CalendarTime() int64
+	// LeaderCalendarTime is the ready leader's calendar time now (waiting
 	// while this node is becoming the leader), or a not-leader error: what
 	// the leader resolves against the calendar (delay_ms) uses it.
-	LeaderCalendar(ctx context.Context) (int64, error)
+	LeaderCalendarTime(ctx context.Context) (int64, error)
 }
 
 // Cluster is membership and administration, in the Cluster service's wire

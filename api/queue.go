@@ -49,7 +49,7 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 		if err != nil {
 			return nil, err
 		}
-		cal, err := s.node.LeaderCalendar(ctx)
+		cal, err := s.node.LeaderCalendarTime(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -114,7 +114,7 @@ func (q *queue) Get(ctx context.Context, req *coordv1.QueueGetRequest) (*coordv1
 		if err := hideName(q.s.authorizeQueue(ctx, auth.OpRead, j.Queue), fmt.Sprintf("job %d", j.ID)); err != nil {
 			return nil, err
 		}
-		return &coordv1.QueueGetResponse{Job: queueJobToProto(&j, true, true), CalendarTime: pbtime.At(q.s.node.Calendar())}, nil
+		return &coordv1.QueueGetResponse{Job: queueJobToProto(&j, true, true), CalendarTime: pbtime.At(q.s.node.CalendarTime())}, nil
 	})
 }
 
@@ -414,7 +414,7 @@ func (q *queue) Stats(ctx context.Context, req *coordv1.QueueStatsRequest) (*coo
 		return nil, toStatus(err)
 	}
 	return stateRead(q.s, ctx, coordv1.NewQueueClient, coordv1.QueueClient.Stats, req, func(st *fsm.FSM, _ int64) (*coordv1.QueueStatsResponse, error) {
-		cal := q.s.node.Calendar()
+		cal := q.s.node.CalendarTime()
 		stats := st.QueueStats(req.GetQueue(), cal)
 		out := &coordv1.QueueStatsResponse{Queues: make([]*coordv1.QueueStats, len(stats)), CalendarTime: pbtime.At(cal)}
 		for i, x := range stats {

@@ -116,7 +116,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil || st == nil {
 		return
 	}
-	stats := st.QueueStats("", c.s.node.Calendar())
+	stats := st.QueueStats("", c.s.node.CalendarTime())
 	if len(stats) > MaxQueueSeries { // sorted by name: the rest are summed
 		other := fsm.QueueStats{Queue: otherQueues}
 		for _, x := range stats[MaxQueueSeries:] {

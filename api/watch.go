@@ -260,7 +260,7 @@ func (w *watchService) sendInitial(stream coordv1.Watch_WatchServer, b fsm.Watch
 }
 
 // eventToProto converts an event; a lease is judged at the event's own
-// cluster time.
+// lease time.
 func (s *Server) eventToProto(e fsm.Event, index uint64, pos uint32) *coordv1.WatchEvent {
 	out := &coordv1.WatchEvent{Index: index, Position: pos, Family: e.Family, Kind: e.Kind, Key: e.Key,
 		LeaseTime: pbtime.Dur(e.At), CalendarTime: pbtime.At(e.Cal)}

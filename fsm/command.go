@@ -6,7 +6,7 @@ import (
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// Envelope wraps a command body with its type and the cluster time, so type
+// Envelope wraps a command body with its type and the lease time, so type
 // and body can never disagree. It stamps no calendar time (see EnvelopeAt).
 func Envelope(nowMs int64, body any) *fsmv1.Command {
 	return EnvelopeAt(nowMs, 0, body)

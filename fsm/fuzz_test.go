@@ -71,7 +71,7 @@ func FuzzCommands(f *testing.F) {
 			}
 			cmdNow := now - int64(a%8) // stamps may arrive slightly out of order
 			cmdCal := cal - int64(b%8)*5
-			clockBefore := x.Clock()
+			clockBefore := x.LeaseTime()
 			jobsBefore := q.snapshot(x)
 			out := runAt(t, x, cmdNow, cmdCal, body)
 			at := max(clockBefore, cmdNow)
@@ -100,8 +100,8 @@ func FuzzCommands(f *testing.F) {
 						// would have refused it: so it must have been live.
 						t.Fatalf("job fence: attempt %d of job %d accepted, job was %+v", fc.Generation, fc.JobId, j)
 					}
-					if a, _ := j.Current(); a.Deadline <= max(x.CalendarMs(), cmdCal) {
-						t.Fatalf("job fence: lapsed attempt accepted (deadline %d, calendar %d)", a.Deadline, x.CalendarMs())
+					if a, _ := j.Current(); a.Deadline <= max(x.CalendarTime(), cmdCal) {
+						t.Fatalf("job fence: lapsed attempt accepted (deadline %d, calendar %d)", a.Deadline, x.CalendarTime())
 					}
 				}
 				if !r.Duplicate {
@@ -124,8 +124,8 @@ func FuzzCommands(f *testing.F) {
 			case *FetchResult:
 				for _, j := range r.Jobs {
 					a, ok := j.Current()
-					if !ok || j.RunAt > x.CalendarMs() || a.StartedAt != x.CalendarMs() {
-						t.Fatalf("job %d handed out before its run_at %d (calendar %d): %+v", j.ID, j.RunAt, x.CalendarMs(), a)
+					if !ok || j.RunAt > x.CalendarTime() || a.StartedAt != x.CalendarTime() {
+						t.Fatalf("job %d handed out before its run_at %d (calendar %d): %+v", j.ID, j.RunAt, x.CalendarTime(), a)
 					}
 				}
 			}
@@ -242,7 +242,7 @@ func (m *queueModel) snapshot(x *FSM) map[uint64]QueueJob {
 // check asserts the queue's invariants after a command.
 func (m *queueModel) check(t *testing.T, x *FSM, before map[uint64]QueueJob, body, out any) {
 	t.Helper()
-	cal := x.CalendarMs()
+	cal := x.CalendarTime()
 	revived := map[uint64]bool{}
 	if r, ok := body.(*fsmv1.RetryJobs); ok {
 		if res, ok := out.(JobResults); ok {

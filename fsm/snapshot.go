@@ -51,14 +51,14 @@ func (st *state) writeTo(w io.Writer) error {
 		return err == nil
 	}
 	put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Meta{Meta: &fsmv1.SnapshotMeta{
-		ClockMs:     st.clock,
+		ClockMs:     st.leaseTime,
 		Leases:      uint64(st.leases.Len()),
 		Windows:     uint64(st.windows.Len()),
 		Resources:   uint64(st.resources.Len()),
 		Idempotency: uint64(st.idem.Len()),
 		Members:     uint64(st.members.Len()),
-		Jobs:        uint64(st.jobs.Len()),
-		CalendarMs:  st.calendar,
+		Jobs:        uint64(st.registryJobs.Len()),
+		CalendarMs:  st.calendarTime,
 		LastJobId:   st.lastJobID,
 		FetchSeq:    st.fetchSeq,
 		QueueJobs:   uint64(st.qjobs.Len()),
@@ -86,8 +86,8 @@ func (st *state) writeTo(w io.Writer) error {
 			Id: m.ID, GrpcAddress: m.GRPCAddress,
 		}}})
 	})
-	st.jobs.Ascend(func(j *Job) bool {
-		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Job{Job: jobRecord(j)}})
+	st.registryJobs.Ascend(func(j *RegistryJob) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Job{Job: registryJobRecord(j)}})
 	})
 	st.qjobs.Ascend(func(j *QueueJob) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueueJob{QueueJob: queueJobRecord(j)}})
@@ -115,7 +115,7 @@ func leaseRecord(l *Lease) *fsmv1.LeaseRecord {
 
 func windowRecord(w *Window) *fsmv1.WindowRecord {
 	return &fsmv1.WindowRecord{
-		Job: w.Job, Window: w.Window, Completed: w.Completed, LeaseName: w.LeaseName, Owner: w.Owner,
+		Job: w.Ledger, Window: w.Window, Completed: w.Completed, LeaseName: w.LeaseName, Owner: w.Owner,
 		Generation: w.Generation, Attempts: w.Attempts, FirstStartedAtMs: w.FirstStartedAt,
 		StartedAtMs: w.StartedAt, CompletedAtMs: w.CompletedAt, Result: w.Result,
 	}
@@ -158,8 +158,8 @@ func readSnapshot(r io.Reader) (*state, error) {
 		}
 		switch x := rec.GetRecord().(type) {
 		case *fsmv1.SnapshotRecord_Meta:
-			st.clock = x.Meta.GetClockMs()
-			st.calendar = x.Meta.GetCalendarMs()
+			st.leaseTime = x.Meta.GetClockMs()
+			st.calendarTime = x.Meta.GetCalendarMs()
 			st.lastJobID = x.Meta.GetLastJobId()
 			st.fetchSeq = x.Meta.GetFetchSeq()
 			sawMeta = true
@@ -174,7 +174,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 			}
 		case *fsmv1.SnapshotRecord_Window:
 			r := x.Window
-			st.windows.ReplaceOrInsert(&Window{Job: r.GetJob(), Window: r.GetWindow(), LeaseName: r.GetLeaseName(),
+			st.windows.ReplaceOrInsert(&Window{Ledger: r.GetJob(), Window: r.GetWindow(), LeaseName: r.GetLeaseName(),
 				Owner: r.GetOwner(), Generation: r.GetGeneration(), Attempts: r.GetAttempts(),
 				FirstStartedAt: r.GetFirstStartedAtMs(), StartedAt: r.GetStartedAtMs(), CompletedAt: r.GetCompletedAtMs(),
 				Result: r.GetResult(), Completed: r.GetCompleted()})
@@ -190,7 +190,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 		case *fsmv1.SnapshotRecord_Member:
 			st.members.ReplaceOrInsert(&Member{ID: x.Member.GetId(), GRPCAddress: x.Member.GetGrpcAddress()})
 		case *fsmv1.SnapshotRecord_Job:
-			st.jobs.ReplaceOrInsert(jobFromRecord(x.Job))
+			st.registryJobs.ReplaceOrInsert(registryJobFromRecord(x.Job))
 		case *fsmv1.SnapshotRecord_QueueJob:
 			j, err := queueJobFromRecord(x.QueueJob)
 			if err != nil {

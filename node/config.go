@@ -37,7 +37,7 @@ type Config struct {
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
 	// TickInterval is how often an idle leader appends a tick so the
-	// cluster clock keeps moving.
+	// lease time keeps moving.
 	TickInterval time.Duration
 	// Retention is how long completed windows and idempotency records are
 	// kept; PruneInterval is how often the leader proposes a prune.
@@ -73,7 +73,7 @@ type Config struct {
 	Insecure bool
 
 	Logger *slog.Logger
-	// Clock is the node's time source: the cluster clock, the leader's
+	// Clock is the node's time source: the leader clock (lease and calendar time), the leader's
 	// ticks, waiting acquires' expiry timers. Tests inject a fake or skewed
 	// one.
 	Clock clock.Clock

@@ -48,11 +48,11 @@ var (
 	descCommit    = prometheus.NewDesc("coordd_raft_commit_index", "Raft commit index.", nil, nil)
 	descApplied   = prometheus.NewDesc("coordd_raft_applied_index", "Raft applied index.", nil, nil)
 	descLastIndex = prometheus.NewDesc("coordd_raft_last_index", "Last index in the Raft log.", nil, nil)
-	descLive      = prometheus.NewDesc("coordd_live_leases", "Leases held at the applied cluster time.", nil, nil)
+	descLive      = prometheus.NewDesc("coordd_live_leases", "Leases held at the applied lease time.", nil, nil)
 	descRecords   = prometheus.NewDesc("coordd_fsm_records", "Records in the state machine, by family.", []string{"family"}, nil)
-	descClock     = prometheus.NewDesc("coordd_cluster_time_seconds", "Cluster time as applied by this node.", nil, nil)
+	descClock     = prometheus.NewDesc("coordd_cluster_time_seconds", "Lease time as applied by this node (the name is from before \"lease time\").", nil, nil)
 	descLag       = prometheus.NewDesc("coordd_lease_clock_lag_seconds",
-		"Calendar time minus lease time (cluster time): on the leader its clocks now, elsewhere the last applied stamps.", nil, nil)
+		"Calendar time minus lease time: on the leader its clocks now, elsewhere the last applied stamps.", nil, nil)
 )
 
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -75,7 +75,7 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(r.AppliedIndex()))
 	ch <- prometheus.MustNewConstMetric(descLastIndex, prometheus.GaugeValue, float64(r.LastIndex()))
 	f := c.n.fsm
-	clock := f.Clock()
+	clock := f.LeaseTime()
 	ch <- prometheus.MustNewConstMetric(descClock, prometheus.GaugeValue, float64(clock)/1000)
 	ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(f.LiveLeases(clock)))
 	if lease, cal := c.n.times(); cal > 0 {

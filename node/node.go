@@ -1,6 +1,6 @@
 // Package node is one coordd node below the API: Raft (hashicorp/raft with
 // a raft-wal or bbolt log store, internal/logstore) under the fsm package, the proposer and its group
-// commit, the leader's lifecycle and cluster clock, waiting acquires, and
+// commit, the leader's lifecycle and clock (lease and calendar time), waiting acquires, and
 // membership. Its API is typed: Propose a command body and get the FSM's
 // result; Read committed state, linearizable or stale; Acquire, the one
 // entry point that decides between answering from state, proposing and

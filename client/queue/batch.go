@@ -180,13 +180,13 @@ func sendOutcomes[R interface{ GetError() *coordv1.JobItemError }](b *batcher, c
 		b.w.finish(cl)
 		switch {
 		case err != nil:
-			b.w.log.Warn(log.failed, "job", cl.ref.id, "attempt", cl.ref.attempt, "err", err)
+			b.w.log.Warn(log.failed, "job_id", cl.ref.id, "attempt", cl.ref.attempt, "err", err)
 		case i >= len(res):
 			if log.unanswered != "" {
-				b.w.log.Warn(log.unanswered, "job", cl.ref.id, "attempt", cl.ref.attempt)
+				b.w.log.Warn(log.unanswered, "job_id", cl.ref.id, "attempt", cl.ref.attempt)
 			}
 		case res[i].GetError() != nil:
-			b.w.log.Warn(log.refused, "job", cl.ref.id, "attempt", cl.ref.attempt, "err", client.ItemError(res[i].GetError()))
+			b.w.log.Warn(log.refused, "job_id", cl.ref.id, "attempt", cl.ref.attempt, "err", client.ItemError(res[i].GetError()))
 		}
 	}
 }

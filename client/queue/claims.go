@@ -93,7 +93,7 @@ func (w *Worker) lose(cl *claim, cause error) {
 	w.mu.Unlock()
 	cl.cancel(cause)
 	if was == stateRunning {
-		w.log.Warn("job claim lost", "job", cl.ref.id, "attempt", cl.ref.attempt, "err", cause)
+		w.log.Warn("job claim lost", "job_id", cl.ref.id, "attempt", cl.ref.attempt, "err", cause)
 	}
 }
 

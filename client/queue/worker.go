@@ -455,7 +455,7 @@ func (w *Worker) startClaims(s *slots, jobs []*coordv1.ClaimedJob, sent time.Tim
 			itemErr = client.ItemError(resp.GetResults()[i].GetError())
 		}
 		if itemErr != nil {
-			w.log.Warn("job claim lost before its handler started", "job", j.ID, "attempt", j.Attempt, "err", itemErr)
+			w.log.Warn("job claim lost before its handler started", "job_id", j.ID, "attempt", j.Attempt, "err", itemErr)
 			s.release()
 			continue
 		}
@@ -525,7 +525,7 @@ func (w *Worker) run(cl *claim) {
 	cl.slots.release()
 	cl.cancel(nil)
 	if st != stateRunning && err != nil {
-		w.log.Debug("job handler returned after its claim ended", "job", cl.ref.id, "attempt", cl.ref.attempt, "err", err)
+		w.log.Debug("job handler returned after its claim ended", "job_id", cl.ref.id, "attempt", cl.ref.attempt, "err", err)
 	}
 }
 

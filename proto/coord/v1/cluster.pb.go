@@ -100,9 +100,9 @@ type StatusResponse struct {
 	// would stamp on a command now (its wall clock, never below its last
 	// stamp); elsewhere, the calendar time this node applied last.
 	// Schedules, not-before gates, due jobs and overdue checks are judged on
-	// it; leases on cluster_time (lease time).
+	// it; leases on lease time (lease_time).
 	CalendarTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=calendar_time,json=calendarTime,proto3" json:"calendar_time,omitempty"`
-	// lease_clock_lag is calendar_time minus cluster_time: how far
+	// lease_clock_lag is calendar_time minus lease_time: how far
 	// lease time trails the calendar (the accumulated failover and outage
 	// pauses, plus the time since the last applied command on a follower).
 	LeaseClockLag *durationpb.Duration `protobuf:"bytes,17,opt,name=lease_clock_lag,json=leaseClockLag,proto3" json:"lease_clock_lag,omitempty"`

@@ -29,17 +29,19 @@ const (
 type CommandType int32
 
 const (
-	CommandType_COMMAND_TYPE_UNSPECIFIED           CommandType = 0
-	CommandType_COMMAND_TYPE_TICK                  CommandType = 1
-	CommandType_COMMAND_TYPE_ACQUIRE               CommandType = 2
-	CommandType_COMMAND_TYPE_RENEW                 CommandType = 3
-	CommandType_COMMAND_TYPE_RELEASE               CommandType = 4
-	CommandType_COMMAND_TYPE_CLAIM_WINDOW          CommandType = 5
-	CommandType_COMMAND_TYPE_COMPLETE_WINDOW       CommandType = 6
-	CommandType_COMMAND_TYPE_FENCED_COMMIT         CommandType = 7
-	CommandType_COMMAND_TYPE_PRUNE                 CommandType = 8
-	CommandType_COMMAND_TYPE_SET_MEMBER            CommandType = 9
-	CommandType_COMMAND_TYPE_REMOVE_MEMBER         CommandType = 10
+	CommandType_COMMAND_TYPE_UNSPECIFIED     CommandType = 0
+	CommandType_COMMAND_TYPE_TICK            CommandType = 1
+	CommandType_COMMAND_TYPE_ACQUIRE         CommandType = 2
+	CommandType_COMMAND_TYPE_RENEW           CommandType = 3
+	CommandType_COMMAND_TYPE_RELEASE         CommandType = 4
+	CommandType_COMMAND_TYPE_CLAIM_WINDOW    CommandType = 5
+	CommandType_COMMAND_TYPE_COMPLETE_WINDOW CommandType = 6
+	CommandType_COMMAND_TYPE_FENCED_COMMIT   CommandType = 7
+	CommandType_COMMAND_TYPE_PRUNE           CommandType = 8
+	CommandType_COMMAND_TYPE_SET_MEMBER      CommandType = 9
+	CommandType_COMMAND_TYPE_REMOVE_MEMBER   CommandType = 10
+	// Retired: the job registry before schedules (fsm.RegistryJob). Still
+	// applied so that old logs replay; nothing proposes it any more.
 	CommandType_COMMAND_TYPE_REGISTER_JOB          CommandType = 11
 	CommandType_COMMAND_TYPE_BATCH                 CommandType = 12
 	CommandType_COMMAND_TYPE_SUBMIT_JOBS           CommandType = 13
@@ -443,8 +445,8 @@ func (ScheduleSkipReason) EnumDescriptor() ([]byte, []int) {
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  CommandType            `protobuf:"varint,1,opt,name=type,proto3,enum=coord.fsm.v1.CommandType" json:"type,omitempty"`
-	// now_ms is the cluster time stamped by the leader that proposed it:
-	// lease time, paused across failovers. Lease expiry is judged on it.
+	// now_ms is the lease time stamped by the leader that proposed it
+	// (paused across failovers; the field keeps its name: log format). Lease expiry is judged on it.
 	NowMs int64 `protobuf:"varint,2,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
 	// calendar_ms is the leader's wall clock (Unix ms) when it proposed the
 	// command, never below a stamp it proposed before: calendar time. Due
@@ -811,7 +813,7 @@ type Command_RemoveMember struct {
 }
 
 type Command_RegisterJob struct {
-	RegisterJob *RegisterJob `protobuf:"bytes,20,opt,name=register_job,json=registerJob,proto3,oneof"`
+	RegisterJob *RegisterJob `protobuf:"bytes,20,opt,name=register_job,json=registerJob,proto3,oneof"` // retired registry, replayed only
 }
 
 type Command_Batch struct {
@@ -1019,7 +1021,7 @@ type Acquire struct {
 	// that window being incomplete and claim it for the new holder.
 	ClaimJob    string `protobuf:"bytes,7,opt,name=claim_job,json=claimJob,proto3" json:"claim_job,omitempty"`
 	ClaimWindow string `protobuf:"bytes,8,opt,name=claim_window,json=claimWindow,proto3" json:"claim_window,omitempty"`
-	// claim_not_before_ms refuses the grant before that cluster time.
+	// claim_not_before_ms refuses the grant before that calendar time.
 	ClaimNotBeforeMs int64 `protobuf:"varint,9,opt,name=claim_not_before_ms,json=claimNotBeforeMs,proto3" json:"claim_not_before_ms,omitempty"`
 	// value is published with the grant (Lease.value).
 	Value         []byte `protobuf:"bytes,10,opt,name=value,proto3" json:"value,omitempty"`
@@ -1564,7 +1566,7 @@ func (x *FencedCommit) GetJobId() uint64 {
 }
 
 // Prune removes completed windows and idempotency records older than
-// cutoff_ms (cluster time), and finished queue jobs (succeeded, cancelled,
+// cutoff_ms (lease time), and finished queue jobs (succeeded, cancelled,
 // dead) that finished before jobs_cutoff_ms (calendar time; 0: none by
 // age) or exceed max_finished_jobs (0: no limit; succeeded jobs go
 // first, oldest first, then the others, oldest first). Deleted schedules
@@ -1725,8 +1727,11 @@ func (x *RemoveMember) GetId() string {
 	return ""
 }
 
-// RegisterJob upserts a job of the registry. The spec is stored as given
-// (the server validated it); the FSM never parses schedules.
+// RegisterJob upserts a job of the retired registry (fsm.RegistryJob; the
+// registry came before schedules and is not the queue). Kept, with its
+// name, so that logs written before the queue replay as they did; nothing
+// proposes it any more. The spec is stored as given; the FSM never parses
+// schedules.
 type RegisterJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *JobRecord             `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -3129,7 +3134,7 @@ type SnapshotRecord_Member struct {
 }
 
 type SnapshotRecord_Job struct {
-	Job *JobRecord `protobuf:"bytes,7,opt,name=job,proto3,oneof"`
+	Job *JobRecord `protobuf:"bytes,7,opt,name=job,proto3,oneof"` // retired registry (fsm.RegistryJob), kept for old snapshots
 }
 
 type SnapshotRecord_QueueJob struct {
@@ -3172,7 +3177,7 @@ type SnapshotMeta struct {
 	Resources   uint64                 `protobuf:"varint,4,opt,name=resources,proto3" json:"resources,omitempty"`
 	Idempotency uint64                 `protobuf:"varint,5,opt,name=idempotency,proto3" json:"idempotency,omitempty"`
 	Members     uint64                 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
-	Jobs        uint64                 `protobuf:"varint,7,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	Jobs        uint64                 `protobuf:"varint,7,opt,name=jobs,proto3" json:"jobs,omitempty"` // records of the retired registry (JobRecord)
 	// calendar_ms is the highest calendar stamp applied.
 	CalendarMs int64 `protobuf:"varint,8,opt,name=calendar_ms,json=calendarMs,proto3" json:"calendar_ms,omitempty"`
 	// last_job_id is the last queue job id assigned (ids are never reused).
@@ -3776,6 +3781,8 @@ func (x *MemberRecord) GetGrpcAddress() string {
 	return ""
 }
 
+// JobRecord is a job of the retired registry (fsm.RegistryJob), not a
+// queue job (QueueJobRecord). Kept so that old snapshots and logs restore.
 type JobRecord struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
