@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/coordd/coordd/coorderr"
-	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/backup"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -124,8 +123,8 @@ func (a *app) streamSnapshot(ctx context.Context, path string) (*backup.Header, 
 
 // inspection is what snapshot inspect prints as JSON.
 type inspection struct {
-	Header *backup.Header       `json:"header"`
-	Counts *fsm.SnapshotSummary `json:"counts"`
+	Header *backup.Header `json:"header"`
+	Counts *backup.Counts `json:"counts"`
 }
 
 func (a *app) snapshotInspectCmd() *cobra.Command {
@@ -138,10 +137,10 @@ func (a *app) snapshotInspectCmd() *cobra.Command {
 				return err
 			}
 			defer body.Close()
-			if h.SnapshotFormat > fsm.SnapshotFormat {
-				return fmt.Errorf("%s: snapshot format %d is newer than this coordctl reads (%d)", args[0], h.SnapshotFormat, fsm.SnapshotFormat)
+			if h.SnapshotFormat > backup.SnapshotFormat {
+				return fmt.Errorf("%s: snapshot format %d is newer than this coordctl reads (%d)", args[0], h.SnapshotFormat, backup.SnapshotFormat)
 			}
-			sum, err := fsm.InspectSnapshot(body)
+			sum, err := backup.Count(body)
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
