@@ -271,6 +271,11 @@ func TestBackupRestoreWholeCluster(t *testing.T) {
 	}
 	saveTook := time.Since(t0)
 	t.Logf("%s", strings.TrimSpace(string(out)))
+	table, err := exec.Command(coordctlBin, "snapshot", "inspect", file).CombinedOutput()
+	if err != nil {
+		t.Fatalf("coordctl snapshot inspect: %v\n%s", err, table)
+	}
+	t.Logf("coordctl snapshot inspect:\n%s", table)
 	js, err := exec.Command(coordctlBin, "-o", "json", "snapshot", "inspect", file).CombinedOutput()
 	if err != nil {
 		t.Fatalf("coordctl snapshot inspect: %v\n%s", err, js)

@@ -17,6 +17,7 @@ import (
 	"github.com/coordd/coordd/client/queue"
 	"github.com/coordd/coordd/internal/datadir"
 	"github.com/coordd/coordd/internal/proccluster"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
 // previousRelease is the commit the rolling-upgrade test starts its
@@ -161,7 +162,16 @@ func TestRollingUpgrade(t *testing.T) {
 	order = append(order, leader)
 	for i, nd := range order {
 		t0 := time.Now()
-		r.c.Stop(nd) // SIGTERM: a leader hands over before it exits
+		if nd == leader { // as documented: hand leadership to an upgraded node first
+			tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := coordv1.NewClusterClient(nd.Conn).TransferLeadership(tctx, &coordv1.TransferLeadershipRequest{Id: order[0].ID})
+			tcancel()
+			if err != nil {
+				t.Fatalf("leader transfer to %s: %v", order[0].ID, err)
+			}
+			r.await(order[0].ID+" leads", 10*time.Second, func() bool { return r.c.Leader() == order[0] })
+		}
+		r.c.Stop(nd) // SIGTERM
 		nd.Bin = coorddBin
 		r.c.Restart(nd)
 		r.c.WaitCaughtUp(nd, 60*time.Second)
