@@ -57,7 +57,7 @@ func (a *app) saveSnapshot(ctx context.Context, path string) error {
 			return fail("snapshot save", merr)
 		}
 		h, err = a.streamSnapshot(ctx, path)
-		if _, info := coorderr.Info(err); err == nil || info.GetReason() != coorderr.NotLeader.String() {
+		if err == nil || coorderr.ReasonOf(err) != coorderr.NotLeader {
 			break
 		}
 	}

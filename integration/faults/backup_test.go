@@ -393,15 +393,26 @@ func TestBackupRestoreWholeCluster(t *testing.T) {
 	t.Logf("all restored nodes at digest %s", d[:12])
 }
 
-// A restore refuses a data dir that is not empty, a corrupt file, and a
+// snapshot save given only a follower's endpoint streams from the leader;
+// a restore refuses a data dir that is not empty, a corrupt file, and a
 // file of a newer format; a node refuses a data dir of a newer format.
 func TestRestoreRefusals(t *testing.T) {
 	r := newRun(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "b.snap")
-	out, err := exec.Command(coordctlBin, "--endpoints", strings.Join(r.c.Endpoints(), ","), "snapshot", "save", file).CombinedOutput()
+	leader := r.c.WaitLeader()
+	var follower *proccluster.Node
+	for _, nd := range r.c.Nodes {
+		if nd != leader {
+			follower = nd
+		}
+	}
+	out, err := exec.Command(coordctlBin, "--endpoints", follower.GRPCAddr, "snapshot", "save", file).CombinedOutput()
 	if err != nil {
-		t.Fatalf("save: %v\n%s", err, out)
+		t.Fatalf("save through the follower %s: %v\n%s", follower.ID, err, out)
+	}
+	if !strings.Contains(string(out), "from "+leader.ID+" ") {
+		t.Errorf("save through the follower %s: %s, want the leader %s's snapshot", follower.ID, out, leader.ID)
 	}
 	restore := func(from, data string) (string, error) {
 		out, err := exec.Command(coorddBin, "restore", "--from", from, "--data-dir", data, "--id", "x", "--raft-addr", "127.0.0.1:1").CombinedOutput()
