@@ -163,6 +163,7 @@ var methods = map[string]methodAccess{
 	coordv1.Cluster_RemoveServer_FullMethodName:       {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_TransferLeadership_FullMethodName: {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_Snapshot_FullMethodName:           {op: auth.OpAdmin, name: noName},
+	coordv1.Cluster_SaveSnapshot_FullMethodName:       {op: auth.OpAdmin, name: noName}, // the whole state
 	coordv1.Cluster_Clock_FullMethodName:              {op: auth.OpAdmin, name: noName}, // the leader's probe (a member)
 	// The prefix is in the request, which a stream's handler receives: it
 	// authorizes it (read, as a list of the prefix).

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/coordd/coordd/fsm"
@@ -81,6 +82,10 @@ type Cluster interface {
 	RemoveServer(ctx context.Context, id string) ([]*coordv1.Member, error)
 	TransferLeadership(ctx context.Context, id string) (string, error)
 	Snapshot(ctx context.Context) (*coordv1.SnapshotResponse, error)
+	// SaveSnapshot writes a consistent snapshot to w on the ready leader
+	// (a not-leader error elsewhere), calling start with its description
+	// before the first byte.
+	SaveSnapshot(ctx context.Context, start func(*coordv1.SnapshotInfo) error, w io.Writer) error
 	// Advertise tells the node where its API listens and how to call
 	// another member's AddVoter (registration and join).
 	Advertise(grpcAddr string, addVoter func(ctx context.Context, addr string, req *coordv1.AddVoterRequest) error)

@@ -14,6 +14,12 @@ import (
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
+// SnapshotFormat is the version of the snapshot encoding this build writes
+// and the newest it reads: the digit of the header that starts every
+// snapshot. A change that an older coordd would misread bumps it (an added
+// record family or field that older builds may skip does not).
+const SnapshotFormat = 1
+
 // snapshotHeader starts every snapshot; the digit is the format version.
 const snapshotHeader = "coordd-snapshot-v1\n"
 
@@ -129,7 +135,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 		return nil, fmt.Errorf("snapshot header: %w", err)
 	}
 	if string(hdr) != snapshotHeader {
-		return nil, fmt.Errorf("snapshot: unknown format %q", hdr)
+		return nil, snapshotFormatError(hdr)
 	}
 	st := newState()
 	var buf []byte

@@ -203,13 +203,16 @@ func (a *app) leaderTransferCmd() *cobra.Command {
 }
 
 func (a *app) snapshotCmd() *cobra.Command {
-	return a.newCmd("snapshot", "Take a snapshot now on the first endpoint that answers",
-		"  coordctl --endpoints 127.0.0.1:7420 snapshot", cobra.NoArgs, func(ctx context.Context, _ []string) error {
+	c := a.newCmd("snapshot", "Take a snapshot now on the first endpoint that answers; save, inspect: backups",
+		"  coordctl --endpoints 127.0.0.1:7420 snapshot\n  coordctl snapshot save backup.snap\n  coordctl snapshot inspect backup.snap",
+		cobra.NoArgs, func(ctx context.Context, _ []string) error {
 			resp, err := a.client.Snapshot(perNodeContext(ctx), "")
 			return a.reply("snapshot", resp, err, func(w io.Writer) {
 				fmt.Fprintf(w, "snapshot %s at index %d, term %d\n", resp.GetId(), resp.GetIndex(), resp.GetTerm())
 			})
 		})
+	c.AddCommand(a.snapshotSaveCmd(), a.snapshotInspectCmd()) // backup.go
+	return c
 }
 
 // checkTransfer refuses a leader transfer in a cluster of one voter: there

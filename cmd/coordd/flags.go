@@ -186,7 +186,8 @@ func (v sizeValue) Set(s string) error {
 
 // usage prints the flags except the hidden ones.
 func usage(fs *flag.FlagSet) {
-	fmt.Fprintf(fs.Output(), "Usage: coordd [flags]\n\nEvery flag can also be set as COORDD_<FLAG> (upper case, - as _).\n\n")
+	fmt.Fprintf(fs.Output(), "Usage: coordd [flags]\n       coordd restore --from FILE --data-dir DIR ... (a new node from a backup: coordd restore -h)\n\n"+
+		"Every flag can also be set as COORDD_<FLAG> (upper case, - as _).\n\n")
 	shown := flag.NewFlagSet("coordd", flag.ContinueOnError)
 	shown.SetOutput(fs.Output())
 	fs.VisitAll(func(f *flag.Flag) {

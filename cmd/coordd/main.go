@@ -43,6 +43,9 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == "restore" { // restore.go
+		return runRestore(args[1:], os.Stdout)
+	}
 	o, err := parseFlags(args)
 	if err != nil || o == nil {
 		return err

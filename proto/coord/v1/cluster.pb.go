@@ -1004,6 +1004,306 @@ func (x *SnapshotResponse) GetTerm() uint64 {
 	return 0
 }
 
+type SaveSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SaveSnapshotRequest) Reset() {
+	*x = SaveSnapshotRequest{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SaveSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SaveSnapshotRequest) ProtoMessage() {}
+
+func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+// SaveSnapshotResponse is one part of a SaveSnapshot stream: info first,
+// chunks, trailer last.
+type SaveSnapshotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Part:
+	//
+	//	*SaveSnapshotResponse_Info
+	//	*SaveSnapshotResponse_Chunk
+	//	*SaveSnapshotResponse_Trailer
+	Part          isSaveSnapshotResponse_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SaveSnapshotResponse) Reset() {
+	*x = SaveSnapshotResponse{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SaveSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SaveSnapshotResponse) ProtoMessage() {}
+
+func (x *SaveSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SaveSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*SaveSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SaveSnapshotResponse) GetPart() isSaveSnapshotResponse_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *SaveSnapshotResponse) GetInfo() *SnapshotInfo {
+	if x != nil {
+		if x, ok := x.Part.(*SaveSnapshotResponse_Info); ok {
+			return x.Info
+		}
+	}
+	return nil
+}
+
+func (x *SaveSnapshotResponse) GetChunk() []byte {
+	if x != nil {
+		if x, ok := x.Part.(*SaveSnapshotResponse_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+func (x *SaveSnapshotResponse) GetTrailer() *SnapshotTrailer {
+	if x != nil {
+		if x, ok := x.Part.(*SaveSnapshotResponse_Trailer); ok {
+			return x.Trailer
+		}
+	}
+	return nil
+}
+
+type isSaveSnapshotResponse_Part interface {
+	isSaveSnapshotResponse_Part()
+}
+
+type SaveSnapshotResponse_Info struct {
+	Info *SnapshotInfo `protobuf:"bytes,1,opt,name=info,proto3,oneof"`
+}
+
+type SaveSnapshotResponse_Chunk struct {
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
+}
+
+type SaveSnapshotResponse_Trailer struct {
+	Trailer *SnapshotTrailer `protobuf:"bytes,3,opt,name=trailer,proto3,oneof"`
+}
+
+func (*SaveSnapshotResponse_Info) isSaveSnapshotResponse_Part() {}
+
+func (*SaveSnapshotResponse_Chunk) isSaveSnapshotResponse_Part() {}
+
+func (*SaveSnapshotResponse_Trailer) isSaveSnapshotResponse_Part() {}
+
+// SnapshotInfo describes a snapshot streamed by SaveSnapshot.
+type SnapshotInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// index and term are the Raft index and term of the last entry the
+	// snapshot includes.
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Term  uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// node_id is the leader that sent it.
+	NodeId string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// taken_at is the leader's wall clock when it started sending.
+	TakenAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=taken_at,json=takenAt,proto3" json:"taken_at,omitempty"`
+	// snapshot_format is the version of the state machine's snapshot
+	// encoding (the digit of its "coordd-snapshot-v1" header).
+	SnapshotFormat uint32 `protobuf:"varint,5,opt,name=snapshot_format,json=snapshotFormat,proto3" json:"snapshot_format,omitempty"`
+	// members is the Raft configuration at index.
+	Members []*Member `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
+	// size is the snapshot's length in bytes, as Raft recorded it.
+	Size int64 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
+	// version is the sending coordd's build version.
+	Version       string `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotInfo) Reset() {
+	*x = SnapshotInfo{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotInfo) ProtoMessage() {}
+
+func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
+func (*SnapshotInfo) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SnapshotInfo) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SnapshotInfo) GetTakenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TakenAt
+	}
+	return nil
+}
+
+func (x *SnapshotInfo) GetSnapshotFormat() uint32 {
+	if x != nil {
+		return x.SnapshotFormat
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *SnapshotInfo) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// SnapshotTrailer ends a SaveSnapshot stream.
+type SnapshotTrailer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Size  int64                  `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	// sha256 is the hex SHA-256 of every chunk's bytes, in order.
+	Sha256        string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotTrailer) Reset() {
+	*x = SnapshotTrailer{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotTrailer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotTrailer) ProtoMessage() {}
+
+func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
+func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SnapshotTrailer) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SnapshotTrailer) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
 var File_coord_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_coord_v1_cluster_proto_rawDesc = "" +
@@ -1075,7 +1375,25 @@ const file_coord_v1_cluster_proto_rawDesc = "" +
 	"\x10SnapshotResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04term2\xf6\x03\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\"\x15\n" +
+	"\x13SaveSnapshotRequest\"\x9b\x01\n" +
+	"\x14SaveSnapshotResponse\x12,\n" +
+	"\x04info\x18\x01 \x01(\v2\x16.coord.v1.SnapshotInfoH\x00R\x04info\x12\x16\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunk\x125\n" +
+	"\atrailer\x18\x03 \x01(\v2\x19.coord.v1.SnapshotTrailerH\x00R\atrailerB\x06\n" +
+	"\x04part\"\x8b\x02\n" +
+	"\fSnapshotInfo\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x125\n" +
+	"\btaken_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\atakenAt\x12'\n" +
+	"\x0fsnapshot_format\x18\x05 \x01(\rR\x0esnapshotFormat\x12*\n" +
+	"\amembers\x18\x06 \x03(\v2\x10.coord.v1.MemberR\amembers\x12\x12\n" +
+	"\x04size\x18\a \x01(\x03R\x04size\x12\x18\n" +
+	"\aversion\x18\b \x01(\tR\aversion\"=\n" +
+	"\x0fSnapshotTrailer\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha2562\xc7\x04\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.coord.v1.StatusRequest\x1a\x18.coord.v1.StatusResponse\x12>\n" +
 	"\aMembers\x12\x18.coord.v1.MembersRequest\x1a\x19.coord.v1.MembersResponse\x12A\n" +
@@ -1083,7 +1401,8 @@ const file_coord_v1_cluster_proto_rawDesc = "" +
 	"\fRemoveServer\x12\x1d.coord.v1.RemoveServerRequest\x1a\x1e.coord.v1.RemoveServerResponse\x12_\n" +
 	"\x12TransferLeadership\x12#.coord.v1.TransferLeadershipRequest\x1a$.coord.v1.TransferLeadershipResponse\x12A\n" +
 	"\bSnapshot\x12\x19.coord.v1.SnapshotRequest\x1a\x1a.coord.v1.SnapshotResponse\x128\n" +
-	"\x05Clock\x12\x16.coord.v1.ClockRequest\x1a\x17.coord.v1.ClockResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\x05Clock\x12\x16.coord.v1.ClockRequest\x1a\x17.coord.v1.ClockResponse\x12O\n" +
+	"\fSaveSnapshot\x12\x1d.coord.v1.SaveSnapshotRequest\x1a\x1e.coord.v1.SaveSnapshotResponse0\x01B1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_cluster_proto_rawDescOnce sync.Once
@@ -1097,7 +1416,7 @@ func file_coord_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_coord_v1_cluster_proto_rawDescData
 }
 
-var file_coord_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_coord_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_coord_v1_cluster_proto_goTypes = []any{
 	(*StatusRequest)(nil),              // 0: coord.v1.StatusRequest
 	(*StatusResponse)(nil),             // 1: coord.v1.StatusResponse
@@ -1115,43 +1434,53 @@ var file_coord_v1_cluster_proto_goTypes = []any{
 	(*ClockResponse)(nil),              // 13: coord.v1.ClockResponse
 	(*SnapshotRequest)(nil),            // 14: coord.v1.SnapshotRequest
 	(*SnapshotResponse)(nil),           // 15: coord.v1.SnapshotResponse
-	(*durationpb.Duration)(nil),        // 16: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 17: google.protobuf.Timestamp
+	(*SaveSnapshotRequest)(nil),        // 16: coord.v1.SaveSnapshotRequest
+	(*SaveSnapshotResponse)(nil),       // 17: coord.v1.SaveSnapshotResponse
+	(*SnapshotInfo)(nil),               // 18: coord.v1.SnapshotInfo
+	(*SnapshotTrailer)(nil),            // 19: coord.v1.SnapshotTrailer
+	(*durationpb.Duration)(nil),        // 20: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 21: google.protobuf.Timestamp
 }
 var file_coord_v1_cluster_proto_depIdxs = []int32{
-	16, // 0: coord.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	16, // 1: coord.v1.StatusResponse.lease_time:type_name -> google.protobuf.Duration
-	17, // 2: coord.v1.StatusResponse.wall_time:type_name -> google.protobuf.Timestamp
-	17, // 3: coord.v1.StatusResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	16, // 4: coord.v1.StatusResponse.lease_clock_lag:type_name -> google.protobuf.Duration
+	20, // 0: coord.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	20, // 1: coord.v1.StatusResponse.lease_time:type_name -> google.protobuf.Duration
+	21, // 2: coord.v1.StatusResponse.wall_time:type_name -> google.protobuf.Timestamp
+	21, // 3: coord.v1.StatusResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	20, // 4: coord.v1.StatusResponse.lease_clock_lag:type_name -> google.protobuf.Duration
 	2,  // 5: coord.v1.StatusResponse.clock_offset:type_name -> coord.v1.ClockOffset
 	2,  // 6: coord.v1.StatusResponse.clock_offsets:type_name -> coord.v1.ClockOffset
-	16, // 7: coord.v1.ClockOffset.offset:type_name -> google.protobuf.Duration
-	16, // 8: coord.v1.ClockOffset.offset_error:type_name -> google.protobuf.Duration
-	17, // 9: coord.v1.ClockOffset.measured_at:type_name -> google.protobuf.Timestamp
+	20, // 7: coord.v1.ClockOffset.offset:type_name -> google.protobuf.Duration
+	20, // 8: coord.v1.ClockOffset.offset_error:type_name -> google.protobuf.Duration
+	21, // 9: coord.v1.ClockOffset.measured_at:type_name -> google.protobuf.Timestamp
 	3,  // 10: coord.v1.MembersResponse.members:type_name -> coord.v1.Member
 	3,  // 11: coord.v1.AddVoterResponse.members:type_name -> coord.v1.Member
 	3,  // 12: coord.v1.RemoveServerResponse.members:type_name -> coord.v1.Member
 	2,  // 13: coord.v1.ClockRequest.offset:type_name -> coord.v1.ClockOffset
-	0,  // 14: coord.v1.Cluster.Status:input_type -> coord.v1.StatusRequest
-	4,  // 15: coord.v1.Cluster.Members:input_type -> coord.v1.MembersRequest
-	6,  // 16: coord.v1.Cluster.AddVoter:input_type -> coord.v1.AddVoterRequest
-	8,  // 17: coord.v1.Cluster.RemoveServer:input_type -> coord.v1.RemoveServerRequest
-	10, // 18: coord.v1.Cluster.TransferLeadership:input_type -> coord.v1.TransferLeadershipRequest
-	14, // 19: coord.v1.Cluster.Snapshot:input_type -> coord.v1.SnapshotRequest
-	12, // 20: coord.v1.Cluster.Clock:input_type -> coord.v1.ClockRequest
-	1,  // 21: coord.v1.Cluster.Status:output_type -> coord.v1.StatusResponse
-	5,  // 22: coord.v1.Cluster.Members:output_type -> coord.v1.MembersResponse
-	7,  // 23: coord.v1.Cluster.AddVoter:output_type -> coord.v1.AddVoterResponse
-	9,  // 24: coord.v1.Cluster.RemoveServer:output_type -> coord.v1.RemoveServerResponse
-	11, // 25: coord.v1.Cluster.TransferLeadership:output_type -> coord.v1.TransferLeadershipResponse
-	15, // 26: coord.v1.Cluster.Snapshot:output_type -> coord.v1.SnapshotResponse
-	13, // 27: coord.v1.Cluster.Clock:output_type -> coord.v1.ClockResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	18, // 14: coord.v1.SaveSnapshotResponse.info:type_name -> coord.v1.SnapshotInfo
+	19, // 15: coord.v1.SaveSnapshotResponse.trailer:type_name -> coord.v1.SnapshotTrailer
+	21, // 16: coord.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	3,  // 17: coord.v1.SnapshotInfo.members:type_name -> coord.v1.Member
+	0,  // 18: coord.v1.Cluster.Status:input_type -> coord.v1.StatusRequest
+	4,  // 19: coord.v1.Cluster.Members:input_type -> coord.v1.MembersRequest
+	6,  // 20: coord.v1.Cluster.AddVoter:input_type -> coord.v1.AddVoterRequest
+	8,  // 21: coord.v1.Cluster.RemoveServer:input_type -> coord.v1.RemoveServerRequest
+	10, // 22: coord.v1.Cluster.TransferLeadership:input_type -> coord.v1.TransferLeadershipRequest
+	14, // 23: coord.v1.Cluster.Snapshot:input_type -> coord.v1.SnapshotRequest
+	12, // 24: coord.v1.Cluster.Clock:input_type -> coord.v1.ClockRequest
+	16, // 25: coord.v1.Cluster.SaveSnapshot:input_type -> coord.v1.SaveSnapshotRequest
+	1,  // 26: coord.v1.Cluster.Status:output_type -> coord.v1.StatusResponse
+	5,  // 27: coord.v1.Cluster.Members:output_type -> coord.v1.MembersResponse
+	7,  // 28: coord.v1.Cluster.AddVoter:output_type -> coord.v1.AddVoterResponse
+	9,  // 29: coord.v1.Cluster.RemoveServer:output_type -> coord.v1.RemoveServerResponse
+	11, // 30: coord.v1.Cluster.TransferLeadership:output_type -> coord.v1.TransferLeadershipResponse
+	15, // 31: coord.v1.Cluster.Snapshot:output_type -> coord.v1.SnapshotResponse
+	13, // 32: coord.v1.Cluster.Clock:output_type -> coord.v1.ClockResponse
+	17, // 33: coord.v1.Cluster.SaveSnapshot:output_type -> coord.v1.SaveSnapshotResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_cluster_proto_init() }
@@ -1159,13 +1488,18 @@ func file_coord_v1_cluster_proto_init() {
 	if File_coord_v1_cluster_proto != nil {
 		return
 	}
+	file_coord_v1_cluster_proto_msgTypes[17].OneofWrappers = []any{
+		(*SaveSnapshotResponse_Info)(nil),
+		(*SaveSnapshotResponse_Chunk)(nil),
+		(*SaveSnapshotResponse_Trailer)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_cluster_proto_rawDesc), len(file_coord_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -207,6 +207,9 @@ func (x *ScheduleSpec) GetCompleteWithinMs() int64 { return pbtime.DurMs(x.GetCo
 // GetStartingDeadlineMs is StartingDeadline in milliseconds (0 when unset).
 func (x *ScheduleSpec) GetStartingDeadlineMs() int64 { return pbtime.DurMs(x.GetStartingDeadline()) }
 
+// GetTakenAtMs is TakenAt in Unix milliseconds (0 when unset).
+func (x *SnapshotInfo) GetTakenAtMs() int64 { return pbtime.AtMs(x.GetTakenAt()) }
+
 // GetCalendarTimeMs is CalendarTime in Unix milliseconds (0 when unset).
 func (x *StatusResponse) GetCalendarTimeMs() int64 { return pbtime.AtMs(x.GetCalendarTime()) }
 
