@@ -47,13 +47,13 @@ type SnapshotSummary struct {
 }
 
 func (st *state) summary() *SnapshotSummary {
-	out := &SnapshotSummary{Format: SnapshotFormat, LeaseTimeMs: st.clock, CalendarMs: st.calendar,
+	out := &SnapshotSummary{Format: SnapshotFormat, LeaseTimeMs: st.leaseTime, CalendarMs: st.calendarTime,
 		Leases: st.leases.Len(), Windows: st.windows.Len(), Resources: st.resources.Len(), Idempotency: st.idem.Len(),
 		Jobs: st.qjobs.Len(), JobsByState: map[string]int{}, LastJobID: st.lastJobID, Schedules: st.schedules.Len(),
 		QueueTargets: st.qtargets.Len(), Members: st.members.Len()}
 	st.leases.Ascend(func(l *Lease) bool {
 		out.MaxGeneration = max(out.MaxGeneration, l.Generation)
-		if l.Live(st.clock) {
+		if l.Live(st.leaseTime) {
 			out.LiveLeases++
 		}
 		return true
@@ -127,7 +127,7 @@ func PrepareRestore(r io.Reader, w io.Writer, o RestoreOptions) (*SnapshotSummar
 		l.Generation += o.GenerationBump
 		if !l.Released {
 			l.Released = true
-			l.ExpiresAt = min(l.ExpiresAt, st.clock)
+			l.ExpiresAt = min(l.ExpiresAt, st.leaseTime)
 		}
 		return true
 	})

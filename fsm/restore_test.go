@@ -41,15 +41,15 @@ func TestPrepareRestoreReleasesAndBumps(t *testing.T) {
 	if err := g.Restore(io.NopCloser(&out)); err != nil {
 		t.Fatal(err)
 	}
-	if g.Clock() != f.Clock() {
-		t.Fatalf("lease time %d after the restore, %d before", g.Clock(), f.Clock())
+	if g.LeaseTime() != f.LeaseTime() {
+		t.Fatalf("lease time %d after the restore, %d before", g.LeaseTime(), f.LeaseTime())
 	}
 	l, _, ok := g.Lease("held")
-	if !ok || !l.Released || l.Generation != held.Generation+100 || l.ExpiresAt > f.Clock() {
-		t.Fatalf("held lease after the restore: %+v (lease time %d)", l, f.Clock())
+	if !ok || !l.Released || l.Generation != held.Generation+100 || l.ExpiresAt > f.LeaseTime() {
+		t.Fatalf("held lease after the restore: %+v (lease time %d)", l, f.LeaseTime())
 	}
 	// The old token: refused for commits and renewals, even before its TTL.
-	now := f.Clock() + 1
+	now := f.LeaseTime() + 1
 	wantReason(t, run(t, g, now, &fsmv1.FencedCommit{Resource: "res", LeaseName: "held", Generation: held.Generation, IdempotencyKey: "k2"}), coorderr.StaleToken)
 	if _, ok := run(t, g, now, &fsmv1.Renew{Name: "held", Owner: "a", Generation: held.Generation, TtlMs: 1000}).(*LeaseResult); ok {
 		t.Fatal("the old holder renewed after the restore")
