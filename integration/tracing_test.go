@@ -298,6 +298,37 @@ func TestTracingJobLifeIsOneTrace(t *testing.T) {
 	if dc := col.jobSpans("coordd.job.complete", did)[0]; string(dc.ParentSpanId) != string(dspan.SpanId) {
 		t.Errorf("the delivery's completion span's parent %x, want the delivery span %x", dc.ParentSpanId, dspan.SpanId)
 	}
+
+	// A schedule's jobs: a new trace per occurrence, started by the leader.
+	schedules := coordv1.NewSchedulesClient(c.Conn(leader))
+	if _, err := schedules.PutSchedule(ctxT(t), &coordv1.PutScheduleRequest{Spec: &coordv1.ScheduleSpec{Name: "ticker", Schedule: "@every 1s", Overlap: coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW,
+		Job: &coordv1.JobTemplate{Queue: "ticks", Kind: "tick"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var ticks []*coordv1.QueueJob
+	c.Eventually("two occurrences made", 30*time.Second, func() bool {
+		r, err := queueOf(c, leader).List(ctxT(t), &coordv1.QueueListRequest{Queue: "ticks"})
+		ticks = r.GetJobs()
+		return err == nil && len(ticks) >= 2
+	})
+	traces := map[trace.TraceID]bool{}
+	for _, j := range ticks[:2] {
+		sc, err := tracectx.Parse(j.GetTraceparent(), j.GetTracestate())
+		if err != nil || !sc.IsValid() {
+			t.Fatalf("scheduled job %d carries %q (%v)", j.GetId(), j.GetTraceparent(), err)
+		}
+		traces[sc.TraceID()] = true
+		sid := sc.SpanID()
+		occ, ok := col.byID(sid[:])
+		if !ok || occ.GetName() != "coordd.schedule.occurrence" || len(occ.ParentSpanId) != 0 || occ.instance != leader.ID ||
+			spanAttr(occ, "coordd.schedule").GetStringValue() != "ticker" {
+			t.Errorf("scheduled job %d's context names span %s: %q (found %v), parent %x, from %s; want the leader's root occurrence span",
+				j.GetId(), sid, occ.GetName(), ok, occ.ParentSpanId, occ.instance)
+		}
+	}
+	if len(traces) != 2 {
+		t.Errorf("two occurrences share a trace: %v", traces)
+	}
 }
 
 // traceSpanContext is an exported span's own context (sampled).
