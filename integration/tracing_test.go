@@ -28,7 +28,9 @@ import (
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/queue"
 	"github.com/coordd/coordd/delivery"
+	"github.com/coordd/coordd/internal/proccluster"
 	"github.com/coordd/coordd/internal/testcluster"
+	"github.com/coordd/coordd/internal/testutil"
 	"github.com/coordd/coordd/internal/tracectx"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -435,4 +437,21 @@ func TestTracingOffCarriesTheSubmittersContext(t *testing.T) {
 	if n := len(global.Ended()) + len(global.Started()); n != 0 {
 		t.Errorf("the nodes made %d spans with tracing off", n)
 	}
+}
+
+// coordd's own flags: a real process with --otlp-endpoint exports its
+// spans (here a lease call's) to the collector, batched in the background.
+func TestTracingProcessExportsOverOTLP(t *testing.T) {
+	col, addr := startCollector(t)
+	pc := proccluster.Start(t, coorddBin, 1, "--otlp-endpoint", addr, "--otlp-insecure")
+	pc.WaitLeader()
+	if _, err := pc.AcquireAnywhere("traced-lease", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Poll(t, "the Acquire span exported", 30*time.Second, 50*time.Millisecond, func() bool {
+		return len(col.where(func(s exported) bool {
+			return s.GetName() == "/coord.v1.Coordinator/Acquire" && s.service == "coordd" && s.instance == "node1" &&
+				spanAttr(s, "coordd.lease").GetStringValue() == "traced-lease" && spanAttr(s, "coordd.lease.generation").GetIntValue() >= 1
+		})) > 0
+	})
 }

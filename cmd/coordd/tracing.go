@@ -40,11 +40,11 @@ func (t tracingFlags) endpointSet() bool {
 // provider builds the tracer provider and its shutdown (which flushes);
 // nil without an endpoint: tracing off.
 func (t tracingFlags) provider(ctx context.Context, nodeID string) (trace.TracerProvider, func(context.Context) error, error) {
+	if t.ratio < 0 || t.ratio > 1 || t.ratio != t.ratio {
+		return nil, nil, fmt.Errorf("--otlp-sample-ratio %v: want 0 to 1", t.ratio)
+	}
 	if !t.endpointSet() {
 		return nil, func(context.Context) error { return nil }, nil
-	}
-	if t.ratio < 0 || t.ratio > 1 {
-		return nil, nil, fmt.Errorf("--otlp-sample-ratio %v: want 0 to 1", t.ratio)
 	}
 	var opts []otlptracegrpc.Option
 	switch e := t.endpoint; {
