@@ -153,10 +153,14 @@ func (s *Server) injectTrace(ctx context.Context, md metadata.MD) {
 }
 
 // submitTraceDefaults gives each job of a submit that names no trace
-// context the call's: the RPC's span when this server traces, else the
-// caller's metadata. Done on the node the call entered, before the
-// checks, so a forwarded submit carries it in the request.
+// context the caller's, from the call's metadata, when this server does
+// not trace (a tracing server's per-job spans are children of the call's
+// span instead, which continues that context). Done on the node the call
+// entered, before the checks, so a forwarded submit carries it as data.
 func (s *Server) submitTraceDefaults(ctx context.Context, req *coordv1.QueueSubmitRequest) {
+	if s.tracer != nil {
+		return
+	}
 	var sc trace.SpanContext
 	found := false
 	for _, j := range req.GetJobs() {
@@ -165,12 +169,7 @@ func (s *Server) submitTraceDefaults(ctx context.Context, req *coordv1.QueueSubm
 		}
 		if !found {
 			found = true
-			if s.tracer != nil {
-				sc = trace.SpanContextFromContext(ctx)
-			} else {
-				sc = incomingTrace(ctx)
-			}
-			if !sc.IsValid() {
+			if sc = incomingTrace(ctx); !sc.IsValid() {
 				return
 			}
 		}

@@ -24,6 +24,7 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/queue"
@@ -263,6 +264,31 @@ func TestTracingJobLifeIsOneTrace(t *testing.T) {
 	job := getJob(t, queueOf(c, leader), id)
 	if want, _ := tracectx.Format(traceSpanContext(submit)); job.GetTraceparent() != want {
 		t.Errorf("the job's traceparent %q, want its submit span's %q", job.GetTraceparent(), want)
+	}
+
+	// Through a follower: its span of the call, then the leader's (the
+	// forward carries the follower's span as metadata), then the job's.
+	follower := c.Followers()[0]
+	_, root3 := app.Tracer("test").Start(ctxT(t), "app.forwarded")
+	tp3, _ := tracectx.Format(root3.SpanContext())
+	fctx := metadata.AppendToOutgoingContext(ctxT(t), "traceparent", tp3)
+	fr, err := coordv1.NewQueueClient(c.Conn(follower)).Submit(fctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: "other", Kind: "k"}}})
+	root3.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the forwarded submit's span exported", 20*time.Second, func() bool {
+		return len(col.jobSpans("coordd.job.submit", fr.GetJobs()[0].GetId())) == 1
+	})
+	fs := col.jobSpans("coordd.job.submit", fr.GetJobs()[0].GetId())[0]
+	onLeader, ok1 := col.byID(fs.ParentSpanId)
+	onFollower, ok2 := col.byID(onLeader.ParentSpanId)
+	rootSID3 := root3.SpanContext().SpanID()
+	if !ok1 || !ok2 || onLeader.instance != leader.ID || onFollower.instance != follower.ID ||
+		onLeader.GetName() != "/coord.v1.Queue/Submit" || onFollower.GetName() != "/coord.v1.Queue/Submit" ||
+		string(onFollower.ParentSpanId) != string(rootSID3[:]) {
+		t.Errorf("forwarded submit: parent %q on %s (found %v), its parent %q on %s (found %v) under %x; want the leader's, the follower's Submit, the app span",
+			onLeader.GetName(), onLeader.instance, ok1, onFollower.GetName(), onFollower.instance, ok2, onFollower.ParentSpanId)
 	}
 
 	// A delivery: the request carries the deliverer's span, the child of
