@@ -388,7 +388,10 @@ func TestTracingOffCarriesTheSubmittersContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := testcluster.New(t, 1, testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.API.Delivery = delivery.Options{Allow: allow} }))
+	c := testcluster.New(t, 1, testcluster.WithConfig(func(cfg *testcluster.Config) {
+		cfg.API.Delivery = delivery.Options{Allow: allow}
+		cfg.API.HTTPAddr = "127.0.0.1:0"
+	}))
 	app := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder()))
 	cl := newClient(t, c, "tracing-off", client.WithTracerProvider(noop.NewTracerProvider()))
 	qc := queue.New(cl)
@@ -414,6 +417,27 @@ func TestTracingOffCarriesTheSubmittersContext(t *testing.T) {
 			t.Errorf("traceparent %q tracestate %q: %v, want INVALID_ARGUMENT naming %s", tc.tp, tc.ts, err, tc.field)
 		}
 	}
+	// Over HTTP/JSON: the body's fields, checked alike.
+	base := "http://" + c.Leader().API.HTTPAddr()
+	hr := doJSON(t, http.DefaultClient, "POST", base+"/v1/queue/jobs", map[string]any{"jobs": []any{
+		map[string]any{"queue": "over-http", "kind": "email", "traceparent": explicit}}})
+	wantHTTP(t, "HTTP submit with a traceparent", hr, 200, "")
+	jobs, _ := hr.body["jobs"].([]any)
+	if len(jobs) != 1 {
+		t.Fatalf("HTTP submit answered %v", hr.body)
+	}
+	id := jobs[0].(map[string]any)["id"].(string)
+	got := doJSON(t, http.DefaultClient, "GET", base+"/v1/queue/jobs/"+id, nil)
+	if job, _ := got.body["job"].(map[string]any); job["traceparent"] != explicit {
+		t.Errorf("HTTP job answer %v, want traceparent %s", got.body, explicit)
+	}
+	bad := doJSON(t, http.DefaultClient, "POST", base+"/v1/queue/jobs", map[string]any{"jobs": []any{
+		map[string]any{"queue": "over-http", "kind": "email", "traceparent": "nonsense"}}})
+	wantHTTP(t, "HTTP submit with a malformed traceparent", bad, 400, "INVALID_ARGUMENT")
+	if meta, _ := bad.body["metadata"].(map[string]any); meta["field"] != "traceparent" {
+		t.Errorf("HTTP refusal %v, want metadata field traceparent", bad.body)
+	}
+
 	q := queueOf(c, c.Leader())
 	if got := getJob(t, q, sub.GetId()).GetTraceparent(); got != want {
 		t.Errorf("job from a traced call carries %q, want the caller's %q", got, want)
