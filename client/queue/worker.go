@@ -11,9 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/internal/due"
