@@ -156,6 +156,7 @@ func onLeader[C, Req, Resp any](s *Server, ctx context.Context, newClient func(g
 			md.Set(nodeKey, "1")
 		}
 	}
+	s.injectTrace(ctx, md)
 	out := metadata.NewOutgoingContext(ctx, md)
 	s.metrics.forwarded.Inc()
 	// Tell the caller where the leader is, so its next call goes there

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -118,6 +119,9 @@ type Config struct {
 	// collectors (and the Go and process collectors) in it. Give the node's
 	// registry so one scrape sees both. Nil: a registry of its own.
 	Metrics *prometheus.Registry
+	// TracerProvider makes the API's spans (docs/tracing.md); nil: tracing
+	// off, no span is started.
+	TracerProvider trace.TracerProvider
 }
 
 // listenerLimitNames name the listener timeouts in validate's order.
@@ -191,7 +195,8 @@ type Server struct {
 	queueMetrics *queueMetrics
 	clocks       *clocks
 
-	calendars calendars // compiled schedules, by spec
+	calendars calendars    // compiled schedules, by spec
+	tracer    trace.Tracer // nil: tracing off (tracing.go)
 
 	grpc    *grpc.Server
 	grpcLis net.Listener
@@ -262,6 +267,9 @@ func newServer(cfg Config, n Node) *Server {
 		failed: make(chan error, 2),
 	}
 	s.dial = s.peerConn
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(TracerName)
+	}
 	s.metrics = newMetrics(cfg.Metrics)
 	s.monitor = newMonitorMetrics(cfg.Metrics)
 	s.queueMetrics = newQueueMetrics(cfg.Metrics, s)
@@ -303,7 +311,7 @@ func (s *Server) start() error {
 
 	codec := newRequestCodec() // an undecodable request is INVALID_ARGUMENT (codec.go)
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(codec),
-		grpc.ChainUnaryInterceptor(codec.unary, s.unaryGuard), grpc.ChainStreamInterceptor(codec.stream, s.streamGuard),
+		grpc.ChainUnaryInterceptor(s.traceUnary, codec.unary, s.unaryGuard), grpc.ChainStreamInterceptor(codec.stream, s.streamGuard),
 		// The SDK pings idle connections (every 10 s by default) to notice a
 		// frozen node; gRPC's default policy (5 min, only with streams)
 		// would answer those pings with GOAWAY too_many_pings, ending a

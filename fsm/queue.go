@@ -107,6 +107,9 @@ type QueueJob struct {
 	// Target, when set, makes the job a delivery (queue_target.go); the
 	// message is shared, never written.
 	Target *fsmv1.HttpTarget
+	// TraceParent and TraceState are the job's W3C trace context
+	// (docs/tracing.md), opaque here; empty: none.
+	TraceParent, TraceState string
 	// Log holds the last MaxAttemptRecords attempts, oldest first; while
 	// running, the last one is the live attempt.
 	Log             []Attempt

@@ -83,6 +83,7 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 			UniqueKey: sp.GetUniqueKey(), Identity: c.GetIdentity(), Args: sp.GetArgs(), Labels: sortedLabels(sp.GetLabels()),
 			Priority: sp.GetPriority(), MaxAttempts: sp.GetMaxAttempts(), BackoffPermille: sp.GetBackoffFactorPermille(),
 			State: JobScheduled, Target: s.jobTarget(sp.GetQueue(), sp.GetTarget()),
+			TraceParent: sp.GetTraceParent(), TraceState: sp.GetTraceState(),
 		}
 		if j.RunAt == 0 {
 			j.RunAt = cal

@@ -13,6 +13,7 @@ func queueJobRecord(j *QueueJob) *fsmv1.QueueJobRecord {
 			Queue: j.Queue, Kind: j.Kind, Args: j.Args, RunAtMs: j.RunAt, Priority: j.Priority, MaxAttempts: j.MaxAttempts,
 			BackoffInitialMs: j.BackoffMs, BackoffMaxMs: j.BackoffMaxMs, BackoffFactorPermille: j.BackoffPermille,
 			VisibilityTimeoutMs: j.VisibilityMs, UniqueKey: j.UniqueKey, Target: j.Target,
+			TraceParent: j.TraceParent, TraceState: j.TraceState,
 		},
 		State: fsmv1.JobState(j.State), Identity: j.Identity, CreatedAtMs: j.CreatedAt, UpdatedAtMs: j.UpdatedAt,
 		FinishedAtMs: j.FinishedAt, Attempts: j.Attempts,
@@ -41,7 +42,7 @@ func queueJobFromRecord(r *fsmv1.QueueJobRecord) (*QueueJob, error) {
 		FinishedAt: r.GetFinishedAtMs(), Queue: sp.GetQueue(), Kind: sp.GetKind(), UniqueKey: sp.GetUniqueKey(),
 		Identity: r.GetIdentity(), Args: sp.GetArgs(), Labels: sortedLabels(sp.GetLabels()), Priority: sp.GetPriority(),
 		MaxAttempts: sp.GetMaxAttempts(), Attempts: r.GetAttempts(), BackoffPermille: sp.GetBackoffFactorPermille(),
-		State: JobState(r.GetState()), Target: sp.GetTarget(),
+		State: JobState(r.GetState()), Target: sp.GetTarget(), TraceParent: sp.GetTraceParent(), TraceState: sp.GetTraceState(),
 	}
 	if len(r.GetAttemptLog()) > 0 {
 		j.Log = make([]Attempt, len(r.GetAttemptLog()))

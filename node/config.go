@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/fsm"
@@ -80,6 +81,9 @@ type Config struct {
 	// Metrics is the registry the node's collectors join (nil: a registry
 	// of its own). Several nodes can live in one process.
 	Metrics *prometheus.Registry
+	// TracerProvider makes the leader's span of each schedule occurrence
+	// it materialises (docs/tracing.md); nil: none.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults are the values New gives unset fields; coordd's flags show the

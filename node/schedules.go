@@ -1,12 +1,16 @@
 package node
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/tracectx"
 	"github.com/coordd/coordd/node/leader"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	"github.com/coordd/coordd/schedule"
@@ -70,8 +74,34 @@ func (m *materialiser) compile(sc *fsm.Schedule) (*schedule.Calendar, error) {
 func (n *Node) materialiseRounds() leader.RoundFunc {
 	m := &materialiser{n: n, cache: map[string]compiledSchedule{}}
 	broken := map[string]uint64{} // schedules that do not compile here, by revision (logged once)
+	var tracer trace.Tracer
+	if n.cfg.TracerProvider != nil {
+		tracer = n.cfg.TracerProvider.Tracer("github.com/coordd/coordd/node")
+	}
 	return func(now int64) ([]*fsmv1.ScheduleMaterialisation, bool) {
-		return m.round(n.fsm.DueSchedules(now, maxSchedulesPerRound), now, broken)
+		items, more := m.round(n.fsm.DueSchedules(now, maxSchedulesPerRound), now, broken)
+		traceOccurrences(tracer, items)
+		return items, more
+	}
+}
+
+// traceOccurrences starts a new trace for each occurrence to be made (a
+// span of the leader, ended at once) and gives the occurrence its context,
+// which its job keeps (docs/tracing.md). A nil tracer: nothing. An item
+// the FSM finds stale makes no job, and its spans lead nowhere.
+func traceOccurrences(tracer trace.Tracer, items []*fsmv1.ScheduleMaterialisation) {
+	if tracer == nil {
+		return
+	}
+	ctx := context.Background()
+	for _, it := range items {
+		for _, o := range it.GetCreate() {
+			_, span := tracer.Start(ctx, "coordd.schedule.occurrence", trace.WithNewRoot(), trace.WithAttributes(
+				attribute.String("coordd.schedule", it.GetName()), attribute.Int64("coordd.schedule.occurrence_ms", o.GetAtMs()),
+				attribute.String("coordd.schedule.window", o.GetWindow())))
+			o.TraceParent, o.TraceState = tracectx.Format(span.SpanContext())
+			span.End()
+		}
 	}
 }
 

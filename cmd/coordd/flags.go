@@ -36,6 +36,7 @@ type options struct {
 	listen                                                 listenLimits
 	openMetrics                                            bool
 	delivery                                               deliveryFlags
+	tracing                                                tracingFlags
 	clockOffset                                            time.Duration
 	clockRate                                              float64
 	version                                                bool
@@ -136,6 +137,7 @@ func parseFlags(args []string) (*options, error) {
 	f.str(&o.delivery.ca, "delivery-ca", "", "PEM CA bundle that verifies HTTP targets' TLS certificates (default: the system's)")
 	f.int32(&o.delivery.concurrency, "delivery-concurrency", "delivery requests in flight on this node (0: 64; -1: this node delivers nothing)")
 	f.int32(&o.delivery.perTarget, "delivery-per-target", "delivery requests in flight to one target (scheme and host) from this node (0: 16)")
+	f.tracing(&o.tracing)
 	f.str(&o.logStore, "raft-log-store", "", "Raft log store of a new data dir: wal or bolt (default wal); an existing data dir keeps the one it was created with")
 	o.walSegment = parse(e, "RAFT_WAL_SEGMENT_SIZE", logstore.DefaultWALSegmentSize, logstore.ParseSize)
 	fs.Var(sizeValue{&o.walSegment}, "raft-wal-segment-size", "size of the wal store's segment files, preallocated (bytes, or with K, M, G: KiB, MiB, GiB)")

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 	_ "time/tzdata" // every node has the same zone data: the leader computes occurrences with it
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,6 +97,19 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// Tracing (docs/tracing.md): nil without an OTLP endpoint, and then
+	// no span is made anywhere.
+	tracerProvider, shutdownTracing, err := o.tracing.provider(context.Background(), o.id)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(ctx); err != nil {
+			logger.Warn("flushing the trace spans failed", "err", err)
+		}
+	}()
 	reg := prometheus.NewRegistry()
 	// node.New locks the data directory before Raft opens its files: a
 	// second coordd on it fails there, naming the first (internal/datadir).
@@ -103,6 +118,7 @@ func run(args []string) error {
 		HeartbeatTimeout: o.heartbeat, ElectionTimeout: o.election, LeaderLeaseTimeout: o.heartbeat / 2,
 		Retention: o.retention, JobRetention: o.jobRetention, MaxFinishedJobs: o.maxFinishedJobs, MinTTL: o.minTTL, TLS: peerTLS,
 		Insecure: o.insecure, Logger: logger, Clock: clk, Metrics: reg, RaftLogStore: o.logStore, RaftWALSegmentSize: o.walSegment,
+		TracerProvider: tracerProvider,
 	})
 	if err != nil {
 		return err
@@ -120,7 +136,7 @@ func run(args []string) error {
 		EnablePprof: o.pprof, OpenMetrics: o.openMetrics, Logger: logger, Clock: clk, Metrics: reg,
 		HTTPReadHeaderTimeout: o.listen.readHeader, HTTPReadTimeout: o.listen.read, HTTPWriteTimeout: o.listen.write,
 		HTTPIdleTimeout: o.listen.idle, GRPCConnectionTimeout: o.listen.grpcConnect, GRPCKeepaliveTime: o.listen.grpcPing,
-		GRPCKeepaliveTimeout: o.listen.grpcPingTimeout, Delivery: deliveryOpts,
+		GRPCKeepaliveTimeout: o.listen.grpcPingTimeout, Delivery: deliveryOpts, TracerProvider: tracerProvider,
 	}, n)
 	if err != nil {
 		return errors.Join(err, n.Close())

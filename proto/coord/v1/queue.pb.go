@@ -196,7 +196,15 @@ type NewJob struct {
 	// target, when set, makes coordd's nodes deliver the job's attempts to
 	// an HTTP endpoint instead of handing them to pull workers (whose
 	// fetches never see it): docs/delivery.md.
-	Target        *HttpTarget `protobuf:"bytes,14,opt,name=target,proto3" json:"target,omitempty"`
+	Target *HttpTarget `protobuf:"bytes,14,opt,name=target,proto3" json:"target,omitempty"`
+	// traceparent and tracestate: the submitter's W3C trace context
+	// (docs/tracing.md), carried with the job to its workers and HTTP
+	// deliveries. Empty: the call's own trace context (gRPC metadata), if
+	// any. A traceparent that is not version-00 W3C syntax, or a tracestate
+	// without a traceparent or over 512 bytes, is refused
+	// (INVALID_ARGUMENT naming the field).
+	Traceparent   string `protobuf:"bytes,50,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,51,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -327,6 +335,20 @@ func (x *NewJob) GetTarget() *HttpTarget {
 		return x.Target
 	}
 	return nil
+}
+
+func (x *NewJob) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *NewJob) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 // HttpTarget is an HTTP endpoint that coordd's nodes deliver a job's
@@ -471,7 +493,12 @@ type QueueJob struct {
 	AttemptLog []*JobAttempt `protobuf:"bytes,20,rep,name=attempt_log,json=attemptLog,proto3" json:"attempt_log,omitempty"`
 	// target: where the job is delivered (NewJob.target), with its defaults
 	// filled in; absent for a pull worker's job.
-	Target        *HttpTarget `protobuf:"bytes,21,opt,name=target,proto3" json:"target,omitempty"`
+	Target *HttpTarget `protobuf:"bytes,21,opt,name=target,proto3" json:"target,omitempty"`
+	// traceparent and tracestate: the job's W3C trace context
+	// (docs/tracing.md): the span of its submit on a server that traces,
+	// else the submitter's; a schedule's job, its occurrence's. Empty: none.
+	Traceparent   string `protobuf:"bytes,50,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,51,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -651,6 +678,20 @@ func (x *QueueJob) GetTarget() *HttpTarget {
 		return x.Target
 	}
 	return nil
+}
+
+func (x *QueueJob) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *QueueJob) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 // JobAttempt is one hand-out of a job to a worker.
@@ -1949,8 +1990,12 @@ type JobCompletion struct {
 	// at most 25 h (INVALID_ARGUMENT naming the field). Zero: none.
 	DeliveryStatus  uint32               `protobuf:"varint,4,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
 	DeliveryLatency *durationpb.Duration `protobuf:"bytes,5,opt,name=delivery_latency,json=deliveryLatency,proto3" json:"delivery_latency,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// traceparent: the worker's span of the attempt (W3C), the parent of
+	// the server's span of the completion; empty: the job's trace context.
+	// Malformed: INVALID_ARGUMENT naming the field.
+	Traceparent   string `protobuf:"bytes,50,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobCompletion) Reset() {
@@ -2016,6 +2061,13 @@ func (x *JobCompletion) GetDeliveryLatency() *durationpb.Duration {
 		return x.DeliveryLatency
 	}
 	return nil
+}
+
+func (x *JobCompletion) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 type QueueCompleteResponse struct {
@@ -2201,8 +2253,10 @@ type JobFailure struct {
 	// delivery without a response has a latency and no status).
 	DeliveryStatus  uint32               `protobuf:"varint,6,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
 	DeliveryLatency *durationpb.Duration `protobuf:"bytes,7,opt,name=delivery_latency,json=deliveryLatency,proto3" json:"delivery_latency,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// traceparent: as in JobCompletion.
+	Traceparent   string `protobuf:"bytes,50,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobFailure) Reset() {
@@ -2282,6 +2336,13 @@ func (x *JobFailure) GetDeliveryLatency() *durationpb.Duration {
 		return x.DeliveryLatency
 	}
 	return nil
+}
+
+func (x *JobFailure) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 type QueueFailResponse struct {
@@ -2907,7 +2968,7 @@ var File_coord_v1_queue_proto protoreflect.FileDescriptor
 
 const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x05\n" +
+	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xda\x05\n" +
 	"\x06NewJob\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -2925,7 +2986,11 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
 	"unique_key\x18\f \x01(\tR\tuniqueKey\x124\n" +
 	"\x06labels\x18\r \x03(\v2\x1c.coord.v1.NewJob.LabelsEntryR\x06labels\x12,\n" +
-	"\x06target\x18\x0e \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x1a9\n" +
+	"\x06target\x18\x0e \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x12 \n" +
+	"\vtraceparent\x182 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x183 \x01(\tR\n" +
+	"tracestate\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x02\n" +
@@ -2939,7 +3004,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x06secret\x18\x06 \x01(\tR\x06secret\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x90\b\n" +
 	"\bQueueJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
@@ -2968,7 +3033,11 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"finishedAt\x125\n" +
 	"\vattempt_log\x18\x14 \x03(\v2\x14.coord.v1.JobAttemptR\n" +
 	"attemptLog\x12,\n" +
-	"\x06target\x18\x15 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x1a9\n" +
+	"\x06target\x18\x15 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x12 \n" +
+	"\vtraceparent\x182 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x183 \x01(\tR\n" +
+	"tracestate\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x04\n" +
@@ -3063,13 +3132,14 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"n\n" +
 	"\x14QueueCompleteRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x129\n" +
-	"\vcompletions\x18\x02 \x03(\v2\x17.coord.v1.JobCompletionR\vcompletions\"\xc7\x01\n" +
+	"\vcompletions\x18\x02 \x03(\v2\x17.coord.v1.JobCompletionR\vcompletions\"\xe9\x01\n" +
 	"\rJobCompletion\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
 	"\x06result\x18\x03 \x01(\fR\x06result\x12'\n" +
 	"\x0fdelivery_status\x18\x04 \x01(\rR\x0edeliveryStatus\x12D\n" +
-	"\x10delivery_latency\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\"K\n" +
+	"\x10delivery_latency\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\x12 \n" +
+	"\vtraceparent\x182 \x01(\tR\vtraceparent\"K\n" +
 	"\x15QueueCompleteResponse\x122\n" +
 	"\aresults\x18\x01 \x03(\v2\x18.coord.v1.CompleteResultR\aresults\"\x8d\x01\n" +
 	"\x0eCompleteResult\x12\x15\n" +
@@ -3079,7 +3149,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"a\n" +
 	"\x10QueueFailRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x120\n" +
-	"\bfailures\x18\x02 \x03(\v2\x14.coord.v1.JobFailureR\bfailures\"\x9c\x02\n" +
+	"\bfailures\x18\x02 \x03(\v2\x14.coord.v1.JobFailureR\bfailures\"\xbe\x02\n" +
 	"\n" +
 	"JobFailure\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
@@ -3089,7 +3159,8 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12'\n" +
 	"\x0fdelivery_status\x18\x06 \x01(\rR\x0edeliveryStatus\x12D\n" +
-	"\x10delivery_latency\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\"C\n" +
+	"\x10delivery_latency\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\x12 \n" +
+	"\vtraceparent\x182 \x01(\tR\vtraceparent\"C\n" +
 	"\x11QueueFailResponse\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.coord.v1.FailResultR\aresults\"\xe6\x01\n" +
 	"\n" +

@@ -1803,7 +1803,12 @@ type QueueJobSpec struct {
 	// attempts themselves (FetchJobs.targeted) and send each as an HTTP
 	// request; pull workers' fetches never hand it out. Absent from every
 	// entry written before spec_rules 3.
-	Target        *HttpTarget `protobuf:"bytes,13,opt,name=target,proto3" json:"target,omitempty"`
+	Target *HttpTarget `protobuf:"bytes,13,opt,name=target,proto3" json:"target,omitempty"`
+	// trace_parent and trace_state: the job's W3C trace context
+	// (docs/tracing.md), opaque to the FSM (the server checked the syntax);
+	// empty in every entry written before them.
+	TraceParent   string `protobuf:"bytes,50,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	TraceState    string `protobuf:"bytes,51,opt,name=trace_state,json=traceState,proto3" json:"trace_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1927,6 +1932,20 @@ func (x *QueueJobSpec) GetTarget() *HttpTarget {
 		return x.Target
 	}
 	return nil
+}
+
+func (x *QueueJobSpec) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
+}
+
+func (x *QueueJobSpec) GetTraceState() string {
+	if x != nil {
+		return x.TraceState
+	}
+	return ""
 }
 
 // HttpTarget is where a job's attempts are delivered (fsm.CheckJobSpec
@@ -4854,10 +4873,14 @@ func (x *ScheduleMaterialisation) GetSkipped() []*ScheduleSkip {
 }
 
 type ScheduleOccurrence struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AtMs          int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
-	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
-	DstGap        bool                   `protobuf:"varint,3,opt,name=dst_gap,json=dstGap,proto3" json:"dst_gap,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	AtMs   int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Window string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	DstGap bool                   `protobuf:"varint,3,opt,name=dst_gap,json=dstGap,proto3" json:"dst_gap,omitempty"`
+	// trace_parent and trace_state: the W3C trace context the leader
+	// started for this occurrence (a new trace each), given to its job.
+	TraceParent   string `protobuf:"bytes,50,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	TraceState    string `protobuf:"bytes,51,opt,name=trace_state,json=traceState,proto3" json:"trace_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4911,6 +4934,20 @@ func (x *ScheduleOccurrence) GetDstGap() bool {
 		return x.DstGap
 	}
 	return false
+}
+
+func (x *ScheduleOccurrence) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
+}
+
+func (x *ScheduleOccurrence) GetTraceState() string {
+	if x != nil {
+		return x.TraceState
+	}
+	return ""
 }
 
 // ScheduleSkip is a run of consecutive occurrences skipped for one
@@ -5452,7 +5489,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fRemoveMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"8\n" +
 	"\vRegisterJob\x12)\n" +
-	"\x03job\x18\x01 \x01(\v2\x17.coord.fsm.v1.JobRecordR\x03job\"\xe8\x03\n" +
+	"\x03job\x18\x01 \x01(\v2\x17.coord.fsm.v1.JobRecordR\x03job\"\xac\x04\n" +
 	"\fQueueJobSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -5468,7 +5505,10 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"unique_key\x18\v \x01(\tR\tuniqueKey\x12.\n" +
 	"\x06labels\x18\f \x03(\v2\x16.coord.fsm.v1.JobLabelR\x06labels\x120\n" +
-	"\x06target\x18\r \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\"\xc4\x01\n" +
+	"\x06target\x18\r \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\x12!\n" +
+	"\ftrace_parent\x182 \x01(\tR\vtraceParent\x12\x1f\n" +
+	"\vtrace_state\x183 \x01(\tR\n" +
+	"traceState\"\xc4\x01\n" +
 	"\n" +
 	"HttpTarget\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
@@ -5728,11 +5768,14 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"through_ms\x18\x04 \x01(\x03R\tthroughMs\x12\x1e\n" +
 	"\vnext_due_ms\x18\x05 \x01(\x03R\tnextDueMs\x128\n" +
 	"\x06create\x18\x06 \x03(\v2 .coord.fsm.v1.ScheduleOccurrenceR\x06create\x124\n" +
-	"\askipped\x18\a \x03(\v2\x1a.coord.fsm.v1.ScheduleSkipR\askipped\"Z\n" +
+	"\askipped\x18\a \x03(\v2\x1a.coord.fsm.v1.ScheduleSkipR\askipped\"\x9e\x01\n" +
 	"\x12ScheduleOccurrence\x12\x13\n" +
 	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x17\n" +
-	"\adst_gap\x18\x03 \x01(\bR\x06dstGap\"\xd6\x01\n" +
+	"\adst_gap\x18\x03 \x01(\bR\x06dstGap\x12!\n" +
+	"\ftrace_parent\x182 \x01(\tR\vtraceParent\x12\x1f\n" +
+	"\vtrace_state\x183 \x01(\tR\n" +
+	"traceState\"\xd6\x01\n" +
 	"\fScheduleSkip\x128\n" +
 	"\x06reason\x18\x01 \x01(\x0e2 .coord.fsm.v1.ScheduleSkipReasonR\x06reason\x12\x19\n" +
 	"\bfirst_ms\x18\x02 \x01(\x03R\afirstMs\x12\x17\n" +
