@@ -341,6 +341,8 @@ func (s *Server) start() error {
 		}
 		mux.Handle("/metrics", metrics)
 		mux.HandleFunc("/healthz", s.serveHealthz)
+		mux.HandleFunc("/livez", s.serveLivez)
+		mux.HandleFunc("/readyz", s.serveReadyz)
 		if s.cfg.EnablePprof {
 			prof := http.NewServeMux()
 			prof.HandleFunc("/debug/pprof/", pprof.Index)
@@ -353,8 +355,8 @@ func (s *Server) start() error {
 			ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
 			MaxHeaderBytes: 64 << 10}
 		if s.tls != nil {
-			// Client certificates are verified when given: /healthz
-			// answers anyone; the API, /metrics (unless OpenMetrics) and
+			// Client certificates are verified when given: /healthz,
+			// /livez and /readyz answer anyone; the API, /metrics (unless OpenMetrics) and
 			// pprof only verified identities.
 			s.http.TLSConfig = s.tls.ServerConfig(false)
 			s.serve("HTTP", func() error { return s.http.ServeTLS(s.httpLis, "", "") })
