@@ -109,6 +109,12 @@ type Config struct {
 	ClockProbeInterval time.Duration
 	ClockOffsetWarn    time.Duration
 
+	// Settings are the node's effective configuration, secrets already
+	// redacted, that Cluster.Config answers (cmd/coordd's flags, the
+	// environment and the --config file ConfigFile).
+	Settings   []Setting
+	ConfigFile string
+
 	Logger *slog.Logger
 	// Clock drives the monitor's and the clock probe's tickers and the
 	// read's leader wait; its wall reading (clock.Wall) is this node's wall
