@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -193,6 +194,8 @@ type Server struct {
 	log          *slog.Logger
 	node         Node
 	metrics      *metrics
+	grpcMetrics  *grpcprom.ServerMetrics
+	httpMetrics  *httpMetrics
 	monitor      *monitor
 	queueMetrics *queueMetrics
 	clocks       *clocks
@@ -269,6 +272,8 @@ func newServer(cfg Config, n Node) *Server {
 	}
 	s.dial = s.peerConn
 	s.metrics = newMetrics(cfg.Metrics)
+	s.grpcMetrics = newGRPCMetrics(cfg.Metrics)
+	s.httpMetrics = newHTTPMetrics(cfg.Metrics)
 	s.monitor = newMonitorMetrics(cfg.Metrics)
 	s.queueMetrics = newQueueMetrics(cfg.Metrics, s)
 	s.clocks = newClocks(cfg.Metrics)
@@ -309,7 +314,9 @@ func (s *Server) start() error {
 
 	codec := newRequestCodec() // an undecodable request is INVALID_ARGUMENT (codec.go)
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(codec),
-		grpc.ChainUnaryInterceptor(codec.unary, s.unaryGuard), grpc.ChainStreamInterceptor(codec.stream, s.streamGuard),
+		// Per-call metrics first: they see every answer, refusals too (rpcmetrics.go).
+		grpc.ChainUnaryInterceptor(s.grpcMetrics.UnaryServerInterceptor(), codec.unary, s.unaryGuard),
+		grpc.ChainStreamInterceptor(s.grpcMetrics.StreamServerInterceptor(), codec.stream, s.streamGuard),
 		// The SDK pings idle connections (every 10 s by default) to notice a
 		// frozen node; gRPC's default policy (5 min, only with streams)
 		// would answer those pings with GOAWAY too_many_pings, ending a
@@ -330,6 +337,7 @@ func (s *Server) start() error {
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	registerReflection(s.grpc) // with the protos' comments (reflection.go)
+	s.grpcMetrics.InitializeMetrics(s.grpc)
 	s.serve("gRPC", func() error { return s.grpc.Serve(s.grpcLis) })
 
 	if s.httpLis != nil {
