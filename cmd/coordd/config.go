@@ -188,9 +188,10 @@ const redacted = "<redacted>"
 // secretFlag: a flag whose value is (or names) a secret. TLS key paths
 // are not: their files are protected by their permissions, and the path
 // helps an operator; the delivery signing secrets' file is listed here
-// all the same, as anything named a secret.
+// all the same, as anything named a secret, and so is a flag of headers
+// (an exporter's carry credentials).
 func secretFlag(name string) bool {
-	for _, w := range []string{"secret", "password", "token"} {
+	for _, w := range []string{"secret", "password", "token", "headers"} {
 		if strings.Contains(name, w) {
 			return true
 		}

@@ -148,6 +148,12 @@ func TestSettingsRedactSecrets(t *testing.T) {
 			t.Fatalf("%s listed", s.Name)
 		}
 	}
+	for name, secret := range map[string]bool{"delivery-secrets": true, "otlp-headers": true, "admin-password": true,
+		"tls-key": false, "peer-tls-key": false, "http-read-header-timeout": false, "delivery-ca": false} {
+		if secretFlag(name) != secret {
+			t.Errorf("secretFlag(%q) = %v", name, !secret)
+		}
+	}
 	// Not set: shown as empty, not as redacted.
 	if o, err = parseFlags(nil); err != nil || settingOf(t, o, "delivery-secrets").Value != "" {
 		t.Fatalf("%+v %v", o, err)
