@@ -337,7 +337,6 @@ func (s *Server) start() error {
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	registerReflection(s.grpc) // with the protos' comments (reflection.go)
-	s.grpcMetrics.InitializeMetrics(s.grpc)
 	s.serve("gRPC", func() error { return s.grpc.Serve(s.grpcLis) })
 
 	if s.httpLis != nil {

@@ -135,6 +135,20 @@ func TestMetricsPerCallAndLabelStyle(t *testing.T) {
 	if !labels["version"] || !labels["go_version"] || len(labels) != 3 {
 		t.Errorf("coordd_build_info labels %v, want version, revision, go_version", bi.GetLabel())
 	}
+	total, grpcSeries := 0, 0
+	for name, fam := range fams {
+		total += len(fam.GetMetric())
+		if strings.HasPrefix(name, "grpc_server_") {
+			grpcSeries += len(fam.GetMetric())
+		}
+	}
+	grpcBytes := 0
+	for _, line := range strings.SplitAfter(string(body), "\n") {
+		if strings.HasPrefix(line, "grpc_server_") || strings.HasPrefix(line, "# HELP grpc_server_") || strings.HasPrefix(line, "# TYPE grpc_server_") {
+			grpcBytes += len(line)
+		}
+	}
+	t.Logf("%d metrics in the scrape (%d bytes), %d of them grpc_server_* (%d bytes)", total, len(body), grpcSeries, grpcBytes)
 	// The lint: over every series of the scrape.
 	for name, fam := range fams {
 		for _, m := range fam.GetMetric() {
