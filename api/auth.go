@@ -165,6 +165,7 @@ var methods = map[string]methodAccess{
 	coordv1.Cluster_Snapshot_FullMethodName:           {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_SaveSnapshot_FullMethodName:       {op: auth.OpAdmin, name: noName}, // the whole state
 	coordv1.Cluster_Clock_FullMethodName:              {op: auth.OpAdmin, name: noName}, // the leader's probe (a member)
+	coordv1.Cluster_Config_FullMethodName:             {op: auth.OpAdmin, name: noName},
 	// The prefix is in the request, which a stream's handler receives: it
 	// authorizes it (read, as a list of the prefix).
 	coordv1.Watch_Watch_FullMethodName: {op: auth.OpRead, name: noName, list: true},

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/probe"
 	"github.com/coordd/coordd/node/leader"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -31,6 +32,17 @@ type Node interface {
 	Jobs
 	Schedules
 	Watcher
+	Probes
+}
+
+// Probes are the checks of /livez and /readyz (probes.go).
+type Probes interface {
+	// Liveness: the node's loops turn and Raft applies; never a matter of
+	// quorum.
+	Liveness() []probe.Check
+	// Readiness: a leader is known, this node hears from it (or leads,
+	// ready) and has applied what is committed.
+	Readiness() []probe.Check
 }
 
 // Leadership is who this node is and who leads.

@@ -390,7 +390,7 @@ func TestMetricNamesExported(t *testing.T) {
 			}
 		}
 		if len(missing) == 0 && hasValue(fams, "coordd_schedule_overdue_occurrences", "queue", "deploy-sched") &&
-			hasValue(fams, "coordd_schedule_occurrences_skipped_total", "reason", "OVERLAP") || time.Now().After(deadline) {
+			hasValue(fams, "coordd_schedule_occurrences_skipped_total", "reason", "overlap") || time.Now().After(deadline) {
 			break
 		}
 	}

@@ -468,8 +468,8 @@ func TestObservability(t *testing.T) {
 	resp.Body.Close()
 	for _, want := range []string{
 		`coordd_raft_leader 1`, `coordd_live_leases 1`, `coordd_lease_acquisitions_total{outcome="acquired"} 1`,
-		`coordd_fence_rejections_total{reason="STALE_TOKEN"} 1`, `coordd_apply_duration_seconds_bucket`,
-		`coordd_raft_state{state="Leader"} 1`,
+		`coordd_fence_rejections_total{reason="stale_token"} 1`, `coordd_apply_duration_seconds_bucket`,
+		`coordd_raft_state{state="leader"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)

@@ -479,7 +479,7 @@ func TestScheduleOverdueAndStuckLeases(t *testing.T) {
 		body := gauge()
 		return strings.Contains(body, `coordd_schedule_overdue_occurrences{queue="it-nobody"}`) &&
 			!strings.Contains(body, `coordd_schedule_overdue_occurrences{queue="it-nobody"} 0`) &&
-			strings.Contains(body, `coordd_stuck_leases{reason="HELD_TOO_LONG"} 1`) && strings.Contains(body, `coordd_schedules{state="active"} 1`)
+			strings.Contains(body, `coordd_stuck_leases{reason="held_too_long"} 1`) && strings.Contains(body, `coordd_schedules{state="active"} 1`)
 	})
 	// Pause, trigger while paused, resume, through a follower.
 	f := c.Followers()[0]

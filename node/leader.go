@@ -47,6 +47,7 @@ func (n *Node) watchLeadership() {
 		select {
 		case <-n.ctx.Done():
 			return
+		case <-n.livePings.leadership: // it turns (/livez)
 		case isLeader := <-n.notifyCh:
 			if old := n.leader.Swap(nil); old != nil {
 				old.cancel()

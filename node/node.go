@@ -23,6 +23,7 @@ import (
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/logstore"
+	"github.com/coordd/coordd/internal/probe"
 	"github.com/coordd/coordd/internal/tlsutil"
 	"github.com/coordd/coordd/node/leader"
 )
@@ -89,6 +90,10 @@ type Node struct {
 	leaderSig   chan struct{} // closed (and replaced) when the known leader may have changed
 	observer    *raft.Observer
 
+	// live pings the node's loops for /livez (probes.go).
+	live      *probe.Tracker
+	livePings livePings
+
 	// futures counts the goroutines blocked on a Raft future (await).
 	futures atomic.Int64
 
@@ -135,6 +140,7 @@ func newNode(cfg Config) *Node {
 		stop:      stop,
 	}
 	n.metrics = newMetrics(n, cfg.Metrics)
+	n.newLiveness()
 	n.newLeaderServices()
 	return n
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/tracectx"
+	"github.com/coordd/coordd/internal/metriclabel"
 	"github.com/coordd/coordd/node/leader"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	"github.com/coordd/coordd/schedule"
@@ -214,7 +215,7 @@ func newScheduleMetrics(reg *prometheus.Registry) *scheduleMetrics {
 		created: f.NewCounter(prometheus.CounterOpts{Name: "coordd_schedule_jobs_created_total",
 			Help: "Jobs made by schedules (materialised occurrences and triggers are counted by the leader that made them)."}),
 		skipped: f.NewCounterVec(prometheus.CounterOpts{Name: "coordd_schedule_occurrences_skipped_total",
-			Help: "Occurrences of schedules recorded as skipped, by reason (HORIZON, DEADLINE, DST_GAP, DST_REPEAT, PAUSED, OVERLAP)."}, []string{"reason"}),
+			Help: "Occurrences of schedules recorded as skipped, by reason (horizon, deadline, dst_gap, dst_repeat, paused, overlap)."}, []string{"reason"}),
 		stale: f.NewCounter(prometheus.CounterOpts{Name: "coordd_schedule_stale_items_total",
 			Help: "Materialisations refused because the schedule changed since they were computed (no effect)."}),
 		lag: f.NewHistogram(prometheus.HistogramOpts{Name: "coordd_schedule_materialise_lag_seconds",
@@ -244,11 +245,11 @@ func (m *metrics) materialised(items []*fsmv1.ScheduleMaterialisation, res *fsm.
 		sm.duplicat.Add(float64(out.Duplicates))
 		var byLeader int64
 		for _, k := range it.GetSkipped() {
-			sm.skipped.WithLabelValues(fsm.SkipReason(k.GetReason()).String()).Add(float64(k.GetCount()))
+			sm.skipped.WithLabelValues(metriclabel.Value(fsm.SkipReason(k.GetReason()).String())).Add(float64(k.GetCount()))
 			byLeader += k.GetCount()
 		}
 		if overlap := out.Skipped - byLeader; overlap > 0 {
-			sm.skipped.WithLabelValues(fsm.SkipOverlap.String()).Add(float64(overlap))
+			sm.skipped.WithLabelValues(metriclabel.Value(fsm.SkipOverlap.String())).Add(float64(overlap))
 		}
 		for _, o := range it.GetCreate() {
 			sm.lag.Observe(float64(max(0, now-o.GetAtMs())) / 1000)

@@ -71,6 +71,7 @@ func run(args []string) error {
 		return fmt.Errorf("--log-format %q: want text or json", o.logFormat)
 	}
 	logger := slog.New(handler)
+	logSettings(logger, o)
 	peers, err := node.ParsePeers(o.peers)
 	if err != nil {
 		return fmt.Errorf("--peers: %w", err)
@@ -137,6 +138,7 @@ func run(args []string) error {
 		HTTPReadHeaderTimeout: o.listen.readHeader, HTTPReadTimeout: o.listen.read, HTTPWriteTimeout: o.listen.write,
 		HTTPIdleTimeout: o.listen.idle, GRPCConnectionTimeout: o.listen.grpcConnect, GRPCKeepaliveTime: o.listen.grpcPing,
 		GRPCKeepaliveTimeout: o.listen.grpcPingTimeout, Delivery: deliveryOpts, TracerProvider: tracerProvider,
+		Settings: o.settings, ConfigFile: o.configFile,
 	}, n)
 	if err != nil {
 		return errors.Join(err, n.Close())
@@ -162,6 +164,23 @@ func run(args []string) error {
 	err = errors.Join(serveErr, n.Close())
 	srv.Close()
 	return err
+}
+
+// logSettings logs the effective configuration in one line: every setting
+// (secrets redacted), then which came from the flags, the environment and
+// the file.
+func logSettings(logger *slog.Logger, o *options) {
+	var values []any
+	from := map[string][]string{}
+	for _, st := range o.settings {
+		values = append(values, slog.String(st.Name, st.Value))
+		if st.Source != "default" {
+			from[st.Source] = append(from[st.Source], st.Name)
+		}
+	}
+	logger.Info("effective configuration", "config_file", o.configFile, slog.Group("settings", values...),
+		"from_flags", strings.Join(from["flag"], ","), "from_env", strings.Join(from["env"], ","),
+		"from_file", strings.Join(from["file"], ","))
 }
 
 // waitForStop returns at SIGTERM or SIGINT (nil), or with the error of a

@@ -27,6 +27,7 @@ const (
 	Cluster_Snapshot_FullMethodName           = "/coord.v1.Cluster/Snapshot"
 	Cluster_Clock_FullMethodName              = "/coord.v1.Cluster/Clock"
 	Cluster_SaveSnapshot_FullMethodName       = "/coord.v1.Cluster/SaveSnapshot"
+	Cluster_Config_FullMethodName             = "/coord.v1.Cluster/Config"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -58,6 +59,11 @@ type ClusterClient interface {
 	// and SHA-256. Admin only. coordctl snapshot save writes it to a file
 	// that coordd restore seeds a new cluster from (docs/backup-and-upgrade.md).
 	SaveSnapshot(ctx context.Context, in *SaveSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SaveSnapshotResponse], error)
+	// Config answers the receiving node's effective configuration: every
+	// coordd setting (flag) with its value and where the value came from.
+	// Values that are secrets are redacted by the node ("<redacted>"). An
+	// admin call (it shows file paths and limits).
+	Config(ctx context.Context, in *ConfigRequest, opts ...grpc.CallOption) (*ConfigResponse, error)
 }
 
 type clusterClient struct {
@@ -157,6 +163,16 @@ func (c *clusterClient) SaveSnapshot(ctx context.Context, in *SaveSnapshotReques
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_SaveSnapshotClient = grpc.ServerStreamingClient[SaveSnapshotResponse]
 
+func (c *clusterClient) Config(ctx context.Context, in *ConfigRequest, opts ...grpc.CallOption) (*ConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfigResponse)
+	err := c.cc.Invoke(ctx, Cluster_Config_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -186,6 +202,11 @@ type ClusterServer interface {
 	// and SHA-256. Admin only. coordctl snapshot save writes it to a file
 	// that coordd restore seeds a new cluster from (docs/backup-and-upgrade.md).
 	SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SaveSnapshotResponse]) error
+	// Config answers the receiving node's effective configuration: every
+	// coordd setting (flag) with its value and where the value came from.
+	// Values that are secrets are redacted by the node ("<redacted>"). An
+	// admin call (it shows file paths and limits).
+	Config(context.Context, *ConfigRequest) (*ConfigResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -219,6 +240,9 @@ func (UnimplementedClusterServer) Clock(context.Context, *ClockRequest) (*ClockR
 }
 func (UnimplementedClusterServer) SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SaveSnapshotResponse]) error {
 	return status.Error(codes.Unimplemented, "method SaveSnapshot not implemented")
+}
+func (UnimplementedClusterServer) Config(context.Context, *ConfigRequest) (*ConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Config not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -378,6 +402,24 @@ func _Cluster_SaveSnapshot_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_SaveSnapshotServer = grpc.ServerStreamingServer[SaveSnapshotResponse]
 
+func _Cluster_Config_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).Config(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_Config_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).Config(ctx, req.(*ConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -412,6 +454,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Clock",
 			Handler:    _Cluster_Clock_Handler,
+		},
+		{
+			MethodName: "Config",
+			Handler:    _Cluster_Config_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
