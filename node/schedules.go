@@ -10,8 +10,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/coordd/coordd/fsm"
-	"github.com/coordd/coordd/internal/tracectx"
 	"github.com/coordd/coordd/internal/metriclabel"
+	"github.com/coordd/coordd/internal/tracectx"
 	"github.com/coordd/coordd/node/leader"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	"github.com/coordd/coordd/schedule"
