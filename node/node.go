@@ -25,6 +25,7 @@ import (
 	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/internal/probe"
 	"github.com/coordd/coordd/internal/tlsutil"
+	"github.com/coordd/coordd/node/internal/watchhub"
 	"github.com/coordd/coordd/node/leader"
 )
 
@@ -82,7 +83,7 @@ type Node struct {
 	dispatcher  *leader.Dispatch
 	fetchPump   *leader.FetchPump
 	materialise *leader.Materialise
-	watch       *watchHub // recent change events and their watchers (watch.go)
+	watch       *watchhub.Hub // recent change events and their watchers (node/internal/watchhub)
 
 	advertised atomic.Pointer[string] // this node's gRPC address, once Advertise ran
 
@@ -132,7 +133,7 @@ func newNode(cfg Config) *Node {
 		log:       cfg.Logger.With("node", cfg.ID),
 		clock:     cfg.Clock,
 		fsm:       fsm.New(),
-		watch:     newWatchHub(cfg.Watch, cfg.Clock),
+		watch:     watchhub.New(cfg.Watch, cfg.Clock),
 		notifyCh:  make(chan bool, 16),
 		leaderSig: make(chan struct{}),
 		proposals: make(chan *proposal, 4*maxBatch),
@@ -165,7 +166,7 @@ func (n *Node) newLeaderServices() {
 func (n *Node) start() {
 	n.wg.Go(n.runProposer)
 	n.wg.Go(n.watchLeadership)
-	n.wg.Go(func() { n.watch.runReaper(n.ctx) })
+	n.wg.Go(func() { n.watch.RunReaper(n.ctx) })
 }
 
 func (n *Node) startRaft() error {
