@@ -157,6 +157,8 @@ var methods = map[string]methodAccess{
 	coordv1.Queue_Stats_FullMethodName:                {op: auth.OpRead, name: nameOf((*coordv1.QueueStatsRequest).GetQueue), list: true},
 	coordv1.Queue_SetTarget_FullMethodName:            {op: auth.OpJob, name: nameOf((*coordv1.QueueSetTargetRequest).GetQueue)},
 	coordv1.Queue_Targets_FullMethodName:              {op: auth.OpRead, name: nameOf((*coordv1.QueueTargetsRequest).GetQueue), list: true},
+	coordv1.Queue_Pause_FullMethodName:                {op: auth.OpJob, name: nameOf((*coordv1.QueuePauseRequest).GetQueue)},
+	coordv1.Queue_Resume_FullMethodName:               {op: auth.OpJob, name: nameOf((*coordv1.QueueResumeRequest).GetQueue)},
 	coordv1.Cluster_Status_FullMethodName:             {open: true},
 	coordv1.Cluster_Members_FullMethodName:            {open: true},
 	coordv1.Cluster_AddVoter_FullMethodName:           {op: auth.OpAdmin, name: noName},

@@ -81,6 +81,11 @@ func (n *Node) SetQueueTarget(ctx context.Context, cmd *fsmv1.SetQueueTarget) (*
 	return committed[*fsm.QueueTarget](ctx, n, cmd)
 }
 
+// PauseQueue pauses or resumes a queue (fsm/queue_pause.go).
+func (n *Node) PauseQueue(ctx context.Context, cmd *fsmv1.PauseQueue) (*fsm.PauseResult, error) {
+	return committed[*fsm.PauseResult](ctx, n, cmd)
+}
+
 func committed[R any](ctx context.Context, n *Node, cmd any) (R, error) {
 	var zero R
 	res, err := n.Propose(ctx, cmd)

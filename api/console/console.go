@@ -183,6 +183,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /ui/leases", c.leasesPage)
 	m.HandleFunc("GET /ui/events", c.events)
 	m.HandleFunc("GET /ui/queues", c.queuesPage)
+	m.Handle("POST /ui/queues/{queue}/{action}", c.guardPost(c.queueAction))
 	m.HandleFunc("GET /ui/jobs", c.jobsPage)
 	m.HandleFunc("GET /ui/jobs/{id}", c.jobPage)
 	m.Handle("POST /ui/jobs/{id}/{action}", c.guardPost(c.jobAction))
@@ -319,6 +320,10 @@ func flash(done string) string {
 		return "Schedule paused."
 	case "resume":
 		return "Schedule resumed."
+	case "queue-pause":
+		return "Queue paused: fetches hand out none of its jobs until it is resumed."
+	case "queue-resume":
+		return "Queue resumed."
 	case "trigger":
 		return "Schedule triggered: an extra occurrence was made now."
 	}

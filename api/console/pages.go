@@ -124,9 +124,16 @@ type queuesData struct {
 	// they could not be read (the page shows the rest).
 	Targets    []*coordv1.QueueTarget
 	TargetsErr string
+	// CanAct: the queues the caller may pause and resume (op job).
+	CanAct map[string]bool
 }
 
 func (c *Console) queuesPage(w http.ResponseWriter, r *http.Request) {
+	c.showQueues(w, r, http.StatusOK, nil)
+}
+
+// showQueues renders the queues page, with a refused action's error.
+func (c *Console) showQueues(w http.ResponseWriter, r *http.Request, httpStatus int, perr *pageError) {
 	resp, err := c.b.Queue.Stats(r.Context(), &coordv1.QueueStatsRequest{})
 	if err != nil {
 		c.failErr(w, r, err)
@@ -141,7 +148,11 @@ func (c *Console) queuesPage(w http.ResponseWriter, r *http.Request) {
 	} else {
 		d.Targets = ts.GetTargets()
 	}
-	c.render(w, r, http.StatusOK, "queues", "Queues", d, nil)
+	d.CanAct = map[string]bool{}
+	for _, st := range resp.GetQueues() {
+		d.CanAct[st.GetQueue()] = c.allowed(r.Context(), "job", st.GetQueue())
+	}
+	c.render(w, r, httpStatus, "queues", "Queues", d, perr)
 }
 
 type jobsData struct {
@@ -367,3 +378,25 @@ func (c *Console) resourcesPage(w http.ResponseWriter, r *http.Request) {
 
 // sortedKeys returns a map's keys in order (labels).
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
+
+// queueAction pauses or resumes the queue the path names.
+func (c *Console) queueAction(w http.ResponseWriter, r *http.Request) {
+	queue := r.PathValue("queue")
+	var err error
+	switch action := r.PathValue("action"); action {
+	case "pause":
+		_, err = c.b.Queue.Pause(r.Context(), &coordv1.QueuePauseRequest{Queue: queue})
+	case "resume":
+		_, err = c.b.Queue.Resume(r.Context(), &coordv1.QueueResumeRequest{Queue: queue})
+	default:
+		c.fail(w, r, http.StatusNotFound, "Unknown queue action "+strconv.Quote(action)+" (pause or resume)")
+		return
+	}
+	if err != nil {
+		perr, code := c.explain(r.Context(), err)
+		perr.Message = r.PathValue("action") + " refused: " + perr.Message
+		c.showQueues(w, r, c.cfg.HTTPStatus(code), perr)
+		return
+	}
+	http.Redirect(w, r, "/ui/queues?done=queue-"+r.PathValue("action"), http.StatusSeeOther)
+}

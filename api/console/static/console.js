@@ -148,7 +148,7 @@
   function confirmActions() {
     document.querySelectorAll("button.danger").forEach(function (b) {
       b.form.addEventListener("submit", function (ev) {
-        if (!window.confirm(b.textContent + " this job?")) ev.preventDefault();
+        if (!window.confirm(b.textContent + " " + (b.dataset.what || "this job") + "?")) ev.preventDefault();
       });
     });
   }

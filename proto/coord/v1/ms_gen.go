@@ -145,6 +145,9 @@ func (x *QueueJob) GetUpdatedAtMs() int64 { return pbtime.AtMs(x.GetUpdatedAt())
 // GetVisibilityTimeoutMs is VisibilityTimeout in milliseconds (0 when unset).
 func (x *QueueJob) GetVisibilityTimeoutMs() int64 { return pbtime.DurMs(x.GetVisibilityTimeout()) }
 
+// GetPausedAtMs is PausedAt in Unix milliseconds (0 when unset).
+func (x *QueuePause) GetPausedAtMs() int64 { return pbtime.AtMs(x.GetPausedAt()) }
+
 // GetOldestAvailableAgeMs is OldestAvailableAge in milliseconds (0 when unset).
 func (x *QueueStats) GetOldestAvailableAgeMs() int64 { return pbtime.DurMs(x.GetOldestAvailableAge()) }
 
@@ -152,6 +155,9 @@ func (x *QueueStats) GetOldestAvailableAgeMs() int64 { return pbtime.DurMs(x.Get
 func (x *QueueStats) GetOldestAvailableRunAtMs() int64 {
 	return pbtime.AtMs(x.GetOldestAvailableRunAt())
 }
+
+// GetPausedAtMs is PausedAt in Unix milliseconds (0 when unset).
+func (x *QueueStats) GetPausedAtMs() int64 { return pbtime.AtMs(x.GetPausedAt()) }
 
 // GetCalendarTimeMs is CalendarTime in Unix milliseconds (0 when unset).
 func (x *QueueStatsResponse) GetCalendarTimeMs() int64 { return pbtime.AtMs(x.GetCalendarTime()) }

@@ -158,6 +158,253 @@ func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
 }
 
+type QueuePauseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePauseRequest) Reset() {
+	*x = QueuePauseRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePauseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePauseRequest) ProtoMessage() {}
+
+func (x *QueuePauseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePauseRequest.ProtoReflect.Descriptor instead.
+func (*QueuePauseRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *QueuePauseRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+type QueuePauseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pause *QueuePause            `protobuf:"bytes,1,opt,name=pause,proto3" json:"pause,omitempty"`
+	// already: the queue was paused before (pause keeps who and when).
+	Already       bool `protobuf:"varint,2,opt,name=already,proto3" json:"already,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePauseResponse) Reset() {
+	*x = QueuePauseResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePauseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePauseResponse) ProtoMessage() {}
+
+func (x *QueuePauseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePauseResponse.ProtoReflect.Descriptor instead.
+func (*QueuePauseResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *QueuePauseResponse) GetPause() *QueuePause {
+	if x != nil {
+		return x.Pause
+	}
+	return nil
+}
+
+func (x *QueuePauseResponse) GetAlready() bool {
+	if x != nil {
+		return x.Already
+	}
+	return false
+}
+
+type QueueResumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueResumeRequest) Reset() {
+	*x = QueueResumeRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueResumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueResumeRequest) ProtoMessage() {}
+
+func (x *QueueResumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueResumeRequest.ProtoReflect.Descriptor instead.
+func (*QueueResumeRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *QueueResumeRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+type QueueResumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// was_paused: the queue was paused (false: nothing changed).
+	WasPaused     bool `protobuf:"varint,1,opt,name=was_paused,json=wasPaused,proto3" json:"was_paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueResumeResponse) Reset() {
+	*x = QueueResumeResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueResumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueResumeResponse) ProtoMessage() {}
+
+func (x *QueueResumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueResumeResponse.ProtoReflect.Descriptor instead.
+func (*QueueResumeResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *QueueResumeResponse) GetWasPaused() bool {
+	if x != nil {
+		return x.WasPaused
+	}
+	return false
+}
+
+// QueuePause is a paused queue: who paused it and when.
+type QueuePause struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	PausedBy      string                 `protobuf:"bytes,2,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	PausedAt      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePause) Reset() {
+	*x = QueuePause{}
+	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePause) ProtoMessage() {}
+
+func (x *QueuePause) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePause.ProtoReflect.Descriptor instead.
+func (*QueuePause) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *QueuePause) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueuePause) GetPausedBy() string {
+	if x != nil {
+		return x.PausedBy
+	}
+	return ""
+}
+
+func (x *QueuePause) GetPausedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedAt
+	}
+	return nil
+}
+
 // NewJob is a job to submit. Zero fields take the defaults named.
 type NewJob struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -203,7 +450,7 @@ type NewJob struct {
 
 func (x *NewJob) Reset() {
 	*x = NewJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	mi := &file_coord_v1_queue_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -215,7 +462,7 @@ func (x *NewJob) String() string {
 func (*NewJob) ProtoMessage() {}
 
 func (x *NewJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	mi := &file_coord_v1_queue_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -228,7 +475,7 @@ func (x *NewJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewJob.ProtoReflect.Descriptor instead.
 func (*NewJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{0}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NewJob) GetQueue() string {
@@ -368,7 +615,7 @@ type HttpTarget struct {
 
 func (x *HttpTarget) Reset() {
 	*x = HttpTarget{}
-	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	mi := &file_coord_v1_queue_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +627,7 @@ func (x *HttpTarget) String() string {
 func (*HttpTarget) ProtoMessage() {}
 
 func (x *HttpTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	mi := &file_coord_v1_queue_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +640,7 @@ func (x *HttpTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpTarget.ProtoReflect.Descriptor instead.
 func (*HttpTarget) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HttpTarget) GetUrl() string {
@@ -478,7 +725,7 @@ type QueueJob struct {
 
 func (x *QueueJob) Reset() {
 	*x = QueueJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	mi := &file_coord_v1_queue_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +737,7 @@ func (x *QueueJob) String() string {
 func (*QueueJob) ProtoMessage() {}
 
 func (x *QueueJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	mi := &file_coord_v1_queue_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +750,7 @@ func (x *QueueJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueJob.ProtoReflect.Descriptor instead.
 func (*QueueJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *QueueJob) GetId() uint64 {
@@ -687,7 +934,7 @@ type JobAttempt struct {
 
 func (x *JobAttempt) Reset() {
 	*x = JobAttempt{}
-	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	mi := &file_coord_v1_queue_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +946,7 @@ func (x *JobAttempt) String() string {
 func (*JobAttempt) ProtoMessage() {}
 
 func (x *JobAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	mi := &file_coord_v1_queue_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +959,7 @@ func (x *JobAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttempt.ProtoReflect.Descriptor instead.
 func (*JobAttempt) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{3}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JobAttempt) GetNumber() uint32 {
@@ -816,7 +1063,7 @@ type QueueSubmitRequest struct {
 
 func (x *QueueSubmitRequest) Reset() {
 	*x = QueueSubmitRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	mi := &file_coord_v1_queue_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +1075,7 @@ func (x *QueueSubmitRequest) String() string {
 func (*QueueSubmitRequest) ProtoMessage() {}
 
 func (x *QueueSubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	mi := &file_coord_v1_queue_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +1088,7 @@ func (x *QueueSubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSubmitRequest.ProtoReflect.Descriptor instead.
 func (*QueueSubmitRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{4}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QueueSubmitRequest) GetJobs() []*NewJob {
@@ -861,7 +1108,7 @@ type QueueSubmitResponse struct {
 
 func (x *QueueSubmitResponse) Reset() {
 	*x = QueueSubmitResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	mi := &file_coord_v1_queue_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +1120,7 @@ func (x *QueueSubmitResponse) String() string {
 func (*QueueSubmitResponse) ProtoMessage() {}
 
 func (x *QueueSubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	mi := &file_coord_v1_queue_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +1133,7 @@ func (x *QueueSubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSubmitResponse.ProtoReflect.Descriptor instead.
 func (*QueueSubmitResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{5}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *QueueSubmitResponse) GetJobs() []*SubmittedJob {
@@ -910,7 +1157,7 @@ type SubmittedJob struct {
 
 func (x *SubmittedJob) Reset() {
 	*x = SubmittedJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	mi := &file_coord_v1_queue_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1169,7 @@ func (x *SubmittedJob) String() string {
 func (*SubmittedJob) ProtoMessage() {}
 
 func (x *SubmittedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	mi := &file_coord_v1_queue_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +1182,7 @@ func (x *SubmittedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmittedJob.ProtoReflect.Descriptor instead.
 func (*SubmittedJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{6}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SubmittedJob) GetId() uint64 {
@@ -976,7 +1223,7 @@ type QueueGetRequest struct {
 
 func (x *QueueGetRequest) Reset() {
 	*x = QueueGetRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	mi := &file_coord_v1_queue_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1235,7 @@ func (x *QueueGetRequest) String() string {
 func (*QueueGetRequest) ProtoMessage() {}
 
 func (x *QueueGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	mi := &file_coord_v1_queue_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1248,7 @@ func (x *QueueGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetRequest.ProtoReflect.Descriptor instead.
 func (*QueueGetRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{7}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueueGetRequest) GetId() uint64 {
@@ -1029,7 +1276,7 @@ type QueueGetResponse struct {
 
 func (x *QueueGetResponse) Reset() {
 	*x = QueueGetResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	mi := &file_coord_v1_queue_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1288,7 @@ func (x *QueueGetResponse) String() string {
 func (*QueueGetResponse) ProtoMessage() {}
 
 func (x *QueueGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	mi := &file_coord_v1_queue_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1301,7 @@ func (x *QueueGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetResponse.ProtoReflect.Descriptor instead.
 func (*QueueGetResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{8}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *QueueGetResponse) GetJob() *QueueJob {
@@ -1089,7 +1336,7 @@ type QueueListRequest struct {
 
 func (x *QueueListRequest) Reset() {
 	*x = QueueListRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	mi := &file_coord_v1_queue_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1348,7 @@ func (x *QueueListRequest) String() string {
 func (*QueueListRequest) ProtoMessage() {}
 
 func (x *QueueListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	mi := &file_coord_v1_queue_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1361,7 @@ func (x *QueueListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListRequest.ProtoReflect.Descriptor instead.
 func (*QueueListRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{9}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QueueListRequest) GetQueue() string {
@@ -1178,7 +1425,7 @@ type QueueListResponse struct {
 
 func (x *QueueListResponse) Reset() {
 	*x = QueueListResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	mi := &file_coord_v1_queue_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1437,7 @@ func (x *QueueListResponse) String() string {
 func (*QueueListResponse) ProtoMessage() {}
 
 func (x *QueueListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	mi := &file_coord_v1_queue_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1450,7 @@ func (x *QueueListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListResponse.ProtoReflect.Descriptor instead.
 func (*QueueListResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{10}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueueListResponse) GetJobs() []*QueueJob {
@@ -1229,7 +1476,7 @@ type QueueCancelRequest struct {
 
 func (x *QueueCancelRequest) Reset() {
 	*x = QueueCancelRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	mi := &file_coord_v1_queue_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1488,7 @@ func (x *QueueCancelRequest) String() string {
 func (*QueueCancelRequest) ProtoMessage() {}
 
 func (x *QueueCancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	mi := &file_coord_v1_queue_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1501,7 @@ func (x *QueueCancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCancelRequest.ProtoReflect.Descriptor instead.
 func (*QueueCancelRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{11}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueueCancelRequest) GetId() uint64 {
@@ -1275,7 +1522,7 @@ type QueueCancelResponse struct {
 
 func (x *QueueCancelResponse) Reset() {
 	*x = QueueCancelResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	mi := &file_coord_v1_queue_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1534,7 @@ func (x *QueueCancelResponse) String() string {
 func (*QueueCancelResponse) ProtoMessage() {}
 
 func (x *QueueCancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	mi := &file_coord_v1_queue_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1547,7 @@ func (x *QueueCancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCancelResponse.ProtoReflect.Descriptor instead.
 func (*QueueCancelResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{12}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *QueueCancelResponse) GetJob() *QueueJob {
@@ -1326,7 +1573,7 @@ type QueueRetryRequest struct {
 
 func (x *QueueRetryRequest) Reset() {
 	*x = QueueRetryRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	mi := &file_coord_v1_queue_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1585,7 @@ func (x *QueueRetryRequest) String() string {
 func (*QueueRetryRequest) ProtoMessage() {}
 
 func (x *QueueRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	mi := &file_coord_v1_queue_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1598,7 @@ func (x *QueueRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetryRequest.ProtoReflect.Descriptor instead.
 func (*QueueRetryRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{13}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QueueRetryRequest) GetId() uint64 {
@@ -1372,7 +1619,7 @@ type QueueRetryResponse struct {
 
 func (x *QueueRetryResponse) Reset() {
 	*x = QueueRetryResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	mi := &file_coord_v1_queue_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1631,7 @@ func (x *QueueRetryResponse) String() string {
 func (*QueueRetryResponse) ProtoMessage() {}
 
 func (x *QueueRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	mi := &file_coord_v1_queue_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1644,7 @@ func (x *QueueRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetryResponse.ProtoReflect.Descriptor instead.
 func (*QueueRetryResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{14}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QueueRetryResponse) GetJob() *QueueJob {
@@ -1437,7 +1684,7 @@ type QueueFetchRequest struct {
 
 func (x *QueueFetchRequest) Reset() {
 	*x = QueueFetchRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	mi := &file_coord_v1_queue_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1696,7 @@ func (x *QueueFetchRequest) String() string {
 func (*QueueFetchRequest) ProtoMessage() {}
 
 func (x *QueueFetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	mi := &file_coord_v1_queue_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1709,7 @@ func (x *QueueFetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFetchRequest.ProtoReflect.Descriptor instead.
 func (*QueueFetchRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{15}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueueFetchRequest) GetQueues() []string {
@@ -1509,7 +1756,7 @@ type QueueFetchResponse struct {
 
 func (x *QueueFetchResponse) Reset() {
 	*x = QueueFetchResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	mi := &file_coord_v1_queue_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1768,7 @@ func (x *QueueFetchResponse) String() string {
 func (*QueueFetchResponse) ProtoMessage() {}
 
 func (x *QueueFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	mi := &file_coord_v1_queue_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1781,7 @@ func (x *QueueFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFetchResponse.ProtoReflect.Descriptor instead.
 func (*QueueFetchResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{16}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *QueueFetchResponse) GetJobs() []*ClaimedJob {
@@ -1556,7 +1803,7 @@ type ClaimedJob struct {
 
 func (x *ClaimedJob) Reset() {
 	*x = ClaimedJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	mi := &file_coord_v1_queue_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1815,7 @@ func (x *ClaimedJob) String() string {
 func (*ClaimedJob) ProtoMessage() {}
 
 func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	mi := &file_coord_v1_queue_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1828,7 @@ func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedJob.ProtoReflect.Descriptor instead.
 func (*ClaimedJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{17}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClaimedJob) GetJob() *QueueJob {
@@ -1609,7 +1856,7 @@ type JobAttemptRef struct {
 
 func (x *JobAttemptRef) Reset() {
 	*x = JobAttemptRef{}
-	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	mi := &file_coord_v1_queue_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1868,7 @@ func (x *JobAttemptRef) String() string {
 func (*JobAttemptRef) ProtoMessage() {}
 
 func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	mi := &file_coord_v1_queue_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1881,7 @@ func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRef.ProtoReflect.Descriptor instead.
 func (*JobAttemptRef) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{18}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *JobAttemptRef) GetJobId() uint64 {
@@ -1665,7 +1912,7 @@ type JobItemError struct {
 
 func (x *JobItemError) Reset() {
 	*x = JobItemError{}
-	mi := &file_coord_v1_queue_proto_msgTypes[19]
+	mi := &file_coord_v1_queue_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1924,7 @@ func (x *JobItemError) String() string {
 func (*JobItemError) ProtoMessage() {}
 
 func (x *JobItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[19]
+	mi := &file_coord_v1_queue_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1937,7 @@ func (x *JobItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobItemError.ProtoReflect.Descriptor instead.
 func (*JobItemError) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{19}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *JobItemError) GetReason() string {
@@ -1725,7 +1972,7 @@ type QueueHeartbeatRequest struct {
 
 func (x *QueueHeartbeatRequest) Reset() {
 	*x = QueueHeartbeatRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[20]
+	mi := &file_coord_v1_queue_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1984,7 @@ func (x *QueueHeartbeatRequest) String() string {
 func (*QueueHeartbeatRequest) ProtoMessage() {}
 
 func (x *QueueHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[20]
+	mi := &file_coord_v1_queue_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1997,7 @@ func (x *QueueHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*QueueHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{20}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueueHeartbeatRequest) GetWorkerId() string {
@@ -1777,7 +2024,7 @@ type QueueHeartbeatResponse struct {
 
 func (x *QueueHeartbeatResponse) Reset() {
 	*x = QueueHeartbeatResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[21]
+	mi := &file_coord_v1_queue_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +2036,7 @@ func (x *QueueHeartbeatResponse) String() string {
 func (*QueueHeartbeatResponse) ProtoMessage() {}
 
 func (x *QueueHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[21]
+	mi := &file_coord_v1_queue_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +2049,7 @@ func (x *QueueHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*QueueHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{21}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueueHeartbeatResponse) GetResults() []*HeartbeatResult {
@@ -1826,7 +2073,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[22]
+	mi := &file_coord_v1_queue_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2085,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[22]
+	mi := &file_coord_v1_queue_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2098,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{22}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HeartbeatResult) GetJobId() uint64 {
@@ -1893,7 +2140,7 @@ type QueueCompleteRequest struct {
 
 func (x *QueueCompleteRequest) Reset() {
 	*x = QueueCompleteRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[23]
+	mi := &file_coord_v1_queue_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2152,7 @@ func (x *QueueCompleteRequest) String() string {
 func (*QueueCompleteRequest) ProtoMessage() {}
 
 func (x *QueueCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[23]
+	mi := &file_coord_v1_queue_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2165,7 @@ func (x *QueueCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCompleteRequest.ProtoReflect.Descriptor instead.
 func (*QueueCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{23}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *QueueCompleteRequest) GetWorkerId() string {
@@ -1955,7 +2202,7 @@ type JobCompletion struct {
 
 func (x *JobCompletion) Reset() {
 	*x = JobCompletion{}
-	mi := &file_coord_v1_queue_proto_msgTypes[24]
+	mi := &file_coord_v1_queue_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2214,7 @@ func (x *JobCompletion) String() string {
 func (*JobCompletion) ProtoMessage() {}
 
 func (x *JobCompletion) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[24]
+	mi := &file_coord_v1_queue_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2227,7 @@ func (x *JobCompletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCompletion.ProtoReflect.Descriptor instead.
 func (*JobCompletion) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{24}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *JobCompletion) GetJobId() uint64 {
@@ -2028,7 +2275,7 @@ type QueueCompleteResponse struct {
 
 func (x *QueueCompleteResponse) Reset() {
 	*x = QueueCompleteResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[25]
+	mi := &file_coord_v1_queue_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2287,7 @@ func (x *QueueCompleteResponse) String() string {
 func (*QueueCompleteResponse) ProtoMessage() {}
 
 func (x *QueueCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[25]
+	mi := &file_coord_v1_queue_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2300,7 @@ func (x *QueueCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCompleteResponse.ProtoReflect.Descriptor instead.
 func (*QueueCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{25}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueueCompleteResponse) GetResults() []*CompleteResult {
@@ -2076,7 +2323,7 @@ type CompleteResult struct {
 
 func (x *CompleteResult) Reset() {
 	*x = CompleteResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[26]
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2335,7 @@ func (x *CompleteResult) String() string {
 func (*CompleteResult) ProtoMessage() {}
 
 func (x *CompleteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[26]
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2348,7 @@ func (x *CompleteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResult.ProtoReflect.Descriptor instead.
 func (*CompleteResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{26}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CompleteResult) GetJobId() uint64 {
@@ -2143,7 +2390,7 @@ type QueueFailRequest struct {
 
 func (x *QueueFailRequest) Reset() {
 	*x = QueueFailRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[27]
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2402,7 @@ func (x *QueueFailRequest) String() string {
 func (*QueueFailRequest) ProtoMessage() {}
 
 func (x *QueueFailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[27]
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2415,7 @@ func (x *QueueFailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFailRequest.ProtoReflect.Descriptor instead.
 func (*QueueFailRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{27}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueueFailRequest) GetWorkerId() string {
@@ -2207,7 +2454,7 @@ type JobFailure struct {
 
 func (x *JobFailure) Reset() {
 	*x = JobFailure{}
-	mi := &file_coord_v1_queue_proto_msgTypes[28]
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2466,7 @@ func (x *JobFailure) String() string {
 func (*JobFailure) ProtoMessage() {}
 
 func (x *JobFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[28]
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2479,7 @@ func (x *JobFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFailure.ProtoReflect.Descriptor instead.
 func (*JobFailure) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{28}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *JobFailure) GetJobId() uint64 {
@@ -2294,7 +2541,7 @@ type QueueFailResponse struct {
 
 func (x *QueueFailResponse) Reset() {
 	*x = QueueFailResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[29]
+	mi := &file_coord_v1_queue_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2553,7 @@ func (x *QueueFailResponse) String() string {
 func (*QueueFailResponse) ProtoMessage() {}
 
 func (x *QueueFailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[29]
+	mi := &file_coord_v1_queue_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2566,7 @@ func (x *QueueFailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFailResponse.ProtoReflect.Descriptor instead.
 func (*QueueFailResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{29}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *QueueFailResponse) GetResults() []*FailResult {
@@ -2345,7 +2592,7 @@ type FailResult struct {
 
 func (x *FailResult) Reset() {
 	*x = FailResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[30]
+	mi := &file_coord_v1_queue_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2604,7 @@ func (x *FailResult) String() string {
 func (*FailResult) ProtoMessage() {}
 
 func (x *FailResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[30]
+	mi := &file_coord_v1_queue_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2617,7 @@ func (x *FailResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResult.ProtoReflect.Descriptor instead.
 func (*FailResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{30}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FailResult) GetJobId() uint64 {
@@ -2426,7 +2673,7 @@ type QueueSetTargetRequest struct {
 
 func (x *QueueSetTargetRequest) Reset() {
 	*x = QueueSetTargetRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2685,7 @@ func (x *QueueSetTargetRequest) String() string {
 func (*QueueSetTargetRequest) ProtoMessage() {}
 
 func (x *QueueSetTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2698,7 @@ func (x *QueueSetTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSetTargetRequest.ProtoReflect.Descriptor instead.
 func (*QueueSetTargetRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *QueueSetTargetRequest) GetQueue() string {
@@ -2477,7 +2724,7 @@ type QueueSetTargetResponse struct {
 
 func (x *QueueSetTargetResponse) Reset() {
 	*x = QueueSetTargetResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2489,7 +2736,7 @@ func (x *QueueSetTargetResponse) String() string {
 func (*QueueSetTargetResponse) ProtoMessage() {}
 
 func (x *QueueSetTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2502,7 +2749,7 @@ func (x *QueueSetTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSetTargetResponse.ProtoReflect.Descriptor instead.
 func (*QueueSetTargetResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *QueueSetTargetResponse) GetTarget() *QueueTarget {
@@ -2526,7 +2773,7 @@ type QueueTarget struct {
 
 func (x *QueueTarget) Reset() {
 	*x = QueueTarget{}
-	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +2785,7 @@ func (x *QueueTarget) String() string {
 func (*QueueTarget) ProtoMessage() {}
 
 func (x *QueueTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +2798,7 @@ func (x *QueueTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTarget.ProtoReflect.Descriptor instead.
 func (*QueueTarget) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{33}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *QueueTarget) GetQueue() string {
@@ -2593,7 +2840,7 @@ type QueueTargetsRequest struct {
 
 func (x *QueueTargetsRequest) Reset() {
 	*x = QueueTargetsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[34]
+	mi := &file_coord_v1_queue_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2852,7 @@ func (x *QueueTargetsRequest) String() string {
 func (*QueueTargetsRequest) ProtoMessage() {}
 
 func (x *QueueTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[34]
+	mi := &file_coord_v1_queue_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2865,7 @@ func (x *QueueTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTargetsRequest.ProtoReflect.Descriptor instead.
 func (*QueueTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{34}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *QueueTargetsRequest) GetQueue() string {
@@ -2644,7 +2891,7 @@ type QueueTargetsResponse struct {
 
 func (x *QueueTargetsResponse) Reset() {
 	*x = QueueTargetsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[35]
+	mi := &file_coord_v1_queue_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2903,7 @@ func (x *QueueTargetsResponse) String() string {
 func (*QueueTargetsResponse) ProtoMessage() {}
 
 func (x *QueueTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[35]
+	mi := &file_coord_v1_queue_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2916,7 @@ func (x *QueueTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTargetsResponse.ProtoReflect.Descriptor instead.
 func (*QueueTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{35}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *QueueTargetsResponse) GetTargets() []*QueueTarget {
@@ -2690,7 +2937,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[36]
+	mi := &file_coord_v1_queue_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2949,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[36]
+	mi := &file_coord_v1_queue_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2962,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{36}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -2743,7 +2990,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[37]
+	mi := &file_coord_v1_queue_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +3002,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[37]
+	mi := &file_coord_v1_queue_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +3015,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{37}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *QueueStatsResponse) GetQueues() []*QueueStats {
@@ -2799,13 +3046,17 @@ type QueueStats struct {
 	// due (0 when none is available): the dispatch lag.
 	OldestAvailableAge   *durationpb.Duration   `protobuf:"bytes,9,opt,name=oldest_available_age,json=oldestAvailableAge,proto3" json:"oldest_available_age,omitempty"`
 	OldestAvailableRunAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=oldest_available_run_at,json=oldestAvailableRunAt,proto3" json:"oldest_available_run_at,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// paused: the queue is paused (Pause): no fetch hands out its jobs.
+	Paused        bool                   `protobuf:"varint,30,opt,name=paused,proto3" json:"paused,omitempty"`
+	PausedBy      string                 `protobuf:"bytes,31,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	PausedAt      *timestamppb.Timestamp `protobuf:"bytes,32,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_coord_v1_queue_proto_msgTypes[38]
+	mi := &file_coord_v1_queue_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +3068,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[38]
+	mi := &file_coord_v1_queue_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +3081,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{38}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *QueueStats) GetQueue() string {
@@ -2903,11 +3154,47 @@ func (x *QueueStats) GetOldestAvailableRunAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *QueueStats) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *QueueStats) GetPausedBy() string {
+	if x != nil {
+		return x.PausedBy
+	}
+	return ""
+}
+
+func (x *QueueStats) GetPausedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedAt
+	}
+	return nil
+}
+
 var File_coord_v1_queue_proto protoreflect.FileDescriptor
 
 const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x05\n" +
+	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\")\n" +
+	"\x11QueuePauseRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"Z\n" +
+	"\x12QueuePauseResponse\x12*\n" +
+	"\x05pause\x18\x01 \x01(\v2\x14.coord.v1.QueuePauseR\x05pause\x12\x18\n" +
+	"\aalready\x18\x02 \x01(\bR\aalready\"*\n" +
+	"\x12QueueResumeRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"4\n" +
+	"\x13QueueResumeResponse\x12\x1d\n" +
+	"\n" +
+	"was_paused\x18\x01 \x01(\bR\twasPaused\"x\n" +
+	"\n" +
+	"QueuePause\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1b\n" +
+	"\tpaused_by\x18\x02 \x01(\tR\bpausedBy\x127\n" +
+	"\tpaused_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\"\x98\x05\n" +
 	"\x06NewJob\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -3122,7 +3409,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"\x83\x01\n" +
 	"\x12QueueStatsResponse\x12,\n" +
 	"\x06queues\x18\x01 \x03(\v2\x14.coord.v1.QueueStatsR\x06queues\x12?\n" +
-	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\x86\x03\n" +
+	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xf4\x03\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1c\n" +
@@ -3135,7 +3422,10 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x04dead\x18\b \x01(\x04R\x04dead\x12K\n" +
 	"\x14oldest_available_age\x18\t \x01(\v2\x19.google.protobuf.DurationR\x12oldestAvailableAge\x12Q\n" +
 	"\x17oldest_available_run_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x14oldestAvailableRunAt*\xcd\x01\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x14oldestAvailableRunAt\x12\x16\n" +
+	"\x06paused\x18\x1e \x01(\bR\x06paused\x12\x1b\n" +
+	"\tpaused_by\x18\x1f \x01(\tR\bpausedBy\x127\n" +
+	"\tpaused_at\x18  \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt*\xcd\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x17\n" +
@@ -3151,7 +3441,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_LAPSED\x10\x04\x12\x1d\n" +
-	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xd8\x06\n" +
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xe3\a\n" +
 	"\x05Queue\x12E\n" +
 	"\x06Submit\x12\x1c.coord.v1.QueueSubmitRequest\x1a\x1d.coord.v1.QueueSubmitResponse\x12<\n" +
 	"\x03Get\x12\x19.coord.v1.QueueGetRequest\x1a\x1a.coord.v1.QueueGetResponse\x12?\n" +
@@ -3164,7 +3454,9 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x04Fail\x12\x1a.coord.v1.QueueFailRequest\x1a\x1b.coord.v1.QueueFailResponse\x12B\n" +
 	"\x05Stats\x12\x1b.coord.v1.QueueStatsRequest\x1a\x1c.coord.v1.QueueStatsResponse\x12N\n" +
 	"\tSetTarget\x12\x1f.coord.v1.QueueSetTargetRequest\x1a .coord.v1.QueueSetTargetResponse\x12H\n" +
-	"\aTargets\x12\x1d.coord.v1.QueueTargetsRequest\x1a\x1e.coord.v1.QueueTargetsResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\aTargets\x12\x1d.coord.v1.QueueTargetsRequest\x1a\x1e.coord.v1.QueueTargetsResponse\x12B\n" +
+	"\x05Pause\x12\x1b.coord.v1.QueuePauseRequest\x1a\x1c.coord.v1.QueuePauseResponse\x12E\n" +
+	"\x06Resume\x12\x1c.coord.v1.QueueResumeRequest\x1a\x1d.coord.v1.QueueResumeResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_queue_proto_rawDescOnce sync.Once
@@ -3179,150 +3471,162 @@ func file_coord_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_coord_v1_queue_proto_goTypes = []any{
 	(JobState)(0),                  // 0: coord.v1.JobState
 	(AttemptOutcome)(0),            // 1: coord.v1.AttemptOutcome
-	(*NewJob)(nil),                 // 2: coord.v1.NewJob
-	(*HttpTarget)(nil),             // 3: coord.v1.HttpTarget
-	(*QueueJob)(nil),               // 4: coord.v1.QueueJob
-	(*JobAttempt)(nil),             // 5: coord.v1.JobAttempt
-	(*QueueSubmitRequest)(nil),     // 6: coord.v1.QueueSubmitRequest
-	(*QueueSubmitResponse)(nil),    // 7: coord.v1.QueueSubmitResponse
-	(*SubmittedJob)(nil),           // 8: coord.v1.SubmittedJob
-	(*QueueGetRequest)(nil),        // 9: coord.v1.QueueGetRequest
-	(*QueueGetResponse)(nil),       // 10: coord.v1.QueueGetResponse
-	(*QueueListRequest)(nil),       // 11: coord.v1.QueueListRequest
-	(*QueueListResponse)(nil),      // 12: coord.v1.QueueListResponse
-	(*QueueCancelRequest)(nil),     // 13: coord.v1.QueueCancelRequest
-	(*QueueCancelResponse)(nil),    // 14: coord.v1.QueueCancelResponse
-	(*QueueRetryRequest)(nil),      // 15: coord.v1.QueueRetryRequest
-	(*QueueRetryResponse)(nil),     // 16: coord.v1.QueueRetryResponse
-	(*QueueFetchRequest)(nil),      // 17: coord.v1.QueueFetchRequest
-	(*QueueFetchResponse)(nil),     // 18: coord.v1.QueueFetchResponse
-	(*ClaimedJob)(nil),             // 19: coord.v1.ClaimedJob
-	(*JobAttemptRef)(nil),          // 20: coord.v1.JobAttemptRef
-	(*JobItemError)(nil),           // 21: coord.v1.JobItemError
-	(*QueueHeartbeatRequest)(nil),  // 22: coord.v1.QueueHeartbeatRequest
-	(*QueueHeartbeatResponse)(nil), // 23: coord.v1.QueueHeartbeatResponse
-	(*HeartbeatResult)(nil),        // 24: coord.v1.HeartbeatResult
-	(*QueueCompleteRequest)(nil),   // 25: coord.v1.QueueCompleteRequest
-	(*JobCompletion)(nil),          // 26: coord.v1.JobCompletion
-	(*QueueCompleteResponse)(nil),  // 27: coord.v1.QueueCompleteResponse
-	(*CompleteResult)(nil),         // 28: coord.v1.CompleteResult
-	(*QueueFailRequest)(nil),       // 29: coord.v1.QueueFailRequest
-	(*JobFailure)(nil),             // 30: coord.v1.JobFailure
-	(*QueueFailResponse)(nil),      // 31: coord.v1.QueueFailResponse
-	(*FailResult)(nil),             // 32: coord.v1.FailResult
-	(*QueueSetTargetRequest)(nil),  // 33: coord.v1.QueueSetTargetRequest
-	(*QueueSetTargetResponse)(nil), // 34: coord.v1.QueueSetTargetResponse
-	(*QueueTarget)(nil),            // 35: coord.v1.QueueTarget
-	(*QueueTargetsRequest)(nil),    // 36: coord.v1.QueueTargetsRequest
-	(*QueueTargetsResponse)(nil),   // 37: coord.v1.QueueTargetsResponse
-	(*QueueStatsRequest)(nil),      // 38: coord.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),     // 39: coord.v1.QueueStatsResponse
-	(*QueueStats)(nil),             // 40: coord.v1.QueueStats
-	nil,                            // 41: coord.v1.NewJob.LabelsEntry
-	nil,                            // 42: coord.v1.HttpTarget.HeadersEntry
-	nil,                            // 43: coord.v1.QueueJob.LabelsEntry
-	nil,                            // 44: coord.v1.JobItemError.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 45: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 46: google.protobuf.Duration
+	(*QueuePauseRequest)(nil),      // 2: coord.v1.QueuePauseRequest
+	(*QueuePauseResponse)(nil),     // 3: coord.v1.QueuePauseResponse
+	(*QueueResumeRequest)(nil),     // 4: coord.v1.QueueResumeRequest
+	(*QueueResumeResponse)(nil),    // 5: coord.v1.QueueResumeResponse
+	(*QueuePause)(nil),             // 6: coord.v1.QueuePause
+	(*NewJob)(nil),                 // 7: coord.v1.NewJob
+	(*HttpTarget)(nil),             // 8: coord.v1.HttpTarget
+	(*QueueJob)(nil),               // 9: coord.v1.QueueJob
+	(*JobAttempt)(nil),             // 10: coord.v1.JobAttempt
+	(*QueueSubmitRequest)(nil),     // 11: coord.v1.QueueSubmitRequest
+	(*QueueSubmitResponse)(nil),    // 12: coord.v1.QueueSubmitResponse
+	(*SubmittedJob)(nil),           // 13: coord.v1.SubmittedJob
+	(*QueueGetRequest)(nil),        // 14: coord.v1.QueueGetRequest
+	(*QueueGetResponse)(nil),       // 15: coord.v1.QueueGetResponse
+	(*QueueListRequest)(nil),       // 16: coord.v1.QueueListRequest
+	(*QueueListResponse)(nil),      // 17: coord.v1.QueueListResponse
+	(*QueueCancelRequest)(nil),     // 18: coord.v1.QueueCancelRequest
+	(*QueueCancelResponse)(nil),    // 19: coord.v1.QueueCancelResponse
+	(*QueueRetryRequest)(nil),      // 20: coord.v1.QueueRetryRequest
+	(*QueueRetryResponse)(nil),     // 21: coord.v1.QueueRetryResponse
+	(*QueueFetchRequest)(nil),      // 22: coord.v1.QueueFetchRequest
+	(*QueueFetchResponse)(nil),     // 23: coord.v1.QueueFetchResponse
+	(*ClaimedJob)(nil),             // 24: coord.v1.ClaimedJob
+	(*JobAttemptRef)(nil),          // 25: coord.v1.JobAttemptRef
+	(*JobItemError)(nil),           // 26: coord.v1.JobItemError
+	(*QueueHeartbeatRequest)(nil),  // 27: coord.v1.QueueHeartbeatRequest
+	(*QueueHeartbeatResponse)(nil), // 28: coord.v1.QueueHeartbeatResponse
+	(*HeartbeatResult)(nil),        // 29: coord.v1.HeartbeatResult
+	(*QueueCompleteRequest)(nil),   // 30: coord.v1.QueueCompleteRequest
+	(*JobCompletion)(nil),          // 31: coord.v1.JobCompletion
+	(*QueueCompleteResponse)(nil),  // 32: coord.v1.QueueCompleteResponse
+	(*CompleteResult)(nil),         // 33: coord.v1.CompleteResult
+	(*QueueFailRequest)(nil),       // 34: coord.v1.QueueFailRequest
+	(*JobFailure)(nil),             // 35: coord.v1.JobFailure
+	(*QueueFailResponse)(nil),      // 36: coord.v1.QueueFailResponse
+	(*FailResult)(nil),             // 37: coord.v1.FailResult
+	(*QueueSetTargetRequest)(nil),  // 38: coord.v1.QueueSetTargetRequest
+	(*QueueSetTargetResponse)(nil), // 39: coord.v1.QueueSetTargetResponse
+	(*QueueTarget)(nil),            // 40: coord.v1.QueueTarget
+	(*QueueTargetsRequest)(nil),    // 41: coord.v1.QueueTargetsRequest
+	(*QueueTargetsResponse)(nil),   // 42: coord.v1.QueueTargetsResponse
+	(*QueueStatsRequest)(nil),      // 43: coord.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),     // 44: coord.v1.QueueStatsResponse
+	(*QueueStats)(nil),             // 45: coord.v1.QueueStats
+	nil,                            // 46: coord.v1.NewJob.LabelsEntry
+	nil,                            // 47: coord.v1.HttpTarget.HeadersEntry
+	nil,                            // 48: coord.v1.QueueJob.LabelsEntry
+	nil,                            // 49: coord.v1.JobItemError.MetadataEntry
+	(*timestamppb.Timestamp)(nil),  // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 51: google.protobuf.Duration
 }
 var file_coord_v1_queue_proto_depIdxs = []int32{
-	45, // 0: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
-	46, // 1: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
-	46, // 2: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
-	46, // 3: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
-	46, // 4: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
-	41, // 5: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
-	3,  // 6: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
-	42, // 7: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
-	46, // 8: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
-	0,  // 9: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
-	45, // 10: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
-	46, // 11: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
-	46, // 12: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
-	46, // 13: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
-	43, // 14: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
-	45, // 15: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
-	45, // 16: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
-	45, // 17: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
-	5,  // 18: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
-	3,  // 19: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
-	1,  // 20: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
-	45, // 21: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	45, // 22: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
-	45, // 23: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	46, // 24: coord.v1.JobAttempt.delivery_latency:type_name -> google.protobuf.Duration
-	2,  // 25: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
-	8,  // 26: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
-	0,  // 27: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
-	45, // 28: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
-	4,  // 29: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
-	45, // 30: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	0,  // 31: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
-	4,  // 32: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
-	4,  // 33: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
-	4,  // 34: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
-	46, // 35: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
-	19, // 36: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
-	4,  // 37: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
-	5,  // 38: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
-	44, // 39: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
-	20, // 40: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
-	24, // 41: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
-	45, // 42: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
-	21, // 43: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
-	26, // 44: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
-	46, // 45: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
-	28, // 46: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
-	21, // 47: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
-	30, // 48: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
-	46, // 49: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
-	46, // 50: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
-	32, // 51: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
-	0,  // 52: coord.v1.FailResult.state:type_name -> coord.v1.JobState
-	45, // 53: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
-	21, // 54: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
-	3,  // 55: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
-	35, // 56: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
-	3,  // 57: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
-	45, // 58: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
-	35, // 59: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
-	40, // 60: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
-	45, // 61: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	46, // 62: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	45, // 63: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
-	6,  // 64: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
-	9,  // 65: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
-	11, // 66: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
-	13, // 67: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
-	15, // 68: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
-	17, // 69: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
-	22, // 70: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
-	25, // 71: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
-	29, // 72: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
-	38, // 73: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
-	33, // 74: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
-	36, // 75: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
-	7,  // 76: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
-	10, // 77: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
-	12, // 78: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
-	14, // 79: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
-	16, // 80: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
-	18, // 81: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
-	23, // 82: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
-	27, // 83: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
-	31, // 84: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
-	39, // 85: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
-	34, // 86: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
-	37, // 87: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
-	76, // [76:88] is the sub-list for method output_type
-	64, // [64:76] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	6,  // 0: coord.v1.QueuePauseResponse.pause:type_name -> coord.v1.QueuePause
+	50, // 1: coord.v1.QueuePause.paused_at:type_name -> google.protobuf.Timestamp
+	50, // 2: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
+	51, // 3: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
+	51, // 4: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
+	51, // 5: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
+	51, // 6: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
+	46, // 7: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
+	8,  // 8: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
+	47, // 9: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
+	51, // 10: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	0,  // 11: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
+	50, // 12: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
+	51, // 13: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
+	51, // 14: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
+	51, // 15: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
+	48, // 16: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
+	50, // 17: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
+	50, // 18: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
+	50, // 19: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
+	10, // 20: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
+	8,  // 21: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
+	1,  // 22: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
+	50, // 23: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	50, // 24: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
+	50, // 25: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	51, // 26: coord.v1.JobAttempt.delivery_latency:type_name -> google.protobuf.Duration
+	7,  // 27: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
+	13, // 28: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
+	0,  // 29: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
+	50, // 30: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
+	9,  // 31: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
+	50, // 32: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	0,  // 33: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
+	9,  // 34: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
+	9,  // 35: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
+	9,  // 36: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
+	51, // 37: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
+	24, // 38: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
+	9,  // 39: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
+	10, // 40: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
+	49, // 41: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
+	25, // 42: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
+	29, // 43: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
+	50, // 44: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
+	26, // 45: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
+	31, // 46: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
+	51, // 47: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
+	33, // 48: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
+	26, // 49: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
+	35, // 50: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
+	51, // 51: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
+	51, // 52: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
+	37, // 53: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
+	0,  // 54: coord.v1.FailResult.state:type_name -> coord.v1.JobState
+	50, // 55: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
+	26, // 56: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
+	8,  // 57: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
+	40, // 58: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
+	8,  // 59: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
+	50, // 60: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 61: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
+	45, // 62: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
+	50, // 63: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	51, // 64: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	50, // 65: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
+	50, // 66: coord.v1.QueueStats.paused_at:type_name -> google.protobuf.Timestamp
+	11, // 67: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
+	14, // 68: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
+	16, // 69: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
+	18, // 70: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
+	20, // 71: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
+	22, // 72: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
+	27, // 73: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
+	30, // 74: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
+	34, // 75: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
+	43, // 76: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
+	38, // 77: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
+	41, // 78: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
+	2,  // 79: coord.v1.Queue.Pause:input_type -> coord.v1.QueuePauseRequest
+	4,  // 80: coord.v1.Queue.Resume:input_type -> coord.v1.QueueResumeRequest
+	12, // 81: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
+	15, // 82: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
+	17, // 83: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
+	19, // 84: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
+	21, // 85: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
+	23, // 86: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
+	28, // 87: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
+	32, // 88: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
+	36, // 89: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
+	44, // 90: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
+	39, // 91: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
+	42, // 92: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
+	3,  // 93: coord.v1.Queue.Pause:output_type -> coord.v1.QueuePauseResponse
+	5,  // 94: coord.v1.Queue.Resume:output_type -> coord.v1.QueueResumeResponse
+	81, // [81:95] is the sub-list for method output_type
+	67, // [67:81] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_queue_proto_init() }
@@ -3336,7 +3640,7 @@ func file_coord_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_queue_proto_rawDesc), len(file_coord_v1_queue_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,8 @@ const (
 	Queue_Stats_FullMethodName     = "/coord.v1.Queue/Stats"
 	Queue_SetTarget_FullMethodName = "/coord.v1.Queue/SetTarget"
 	Queue_Targets_FullMethodName   = "/coord.v1.Queue/Targets"
+	Queue_Pause_FullMethodName     = "/coord.v1.Queue/Pause"
+	Queue_Resume_FullMethodName    = "/coord.v1.Queue/Resume"
 )
 
 // QueueClient is the client API for Queue service.
@@ -204,6 +206,16 @@ type QueueClient interface {
 	SetTarget(ctx context.Context, in *QueueSetTargetRequest, opts ...grpc.CallOption) (*QueueSetTargetResponse, error)
 	// Targets lists the queues' targets (one queue, or all by name).
 	Targets(ctx context.Context, in *QueueTargetsRequest, opts ...grpc.CallOption) (*QueueTargetsResponse, error)
+	// Pause stops every fetch from handing out the queue's jobs (pull
+	// workers' and deliveries); submits are still accepted, running
+	// attempts go on, long polls keep waiting. Replicated with who paused it
+	// and when; pausing a paused queue changes nothing. The job op on the
+	// queue.
+	Pause(ctx context.Context, in *QueuePauseRequest, opts ...grpc.CallOption) (*QueuePauseResponse, error)
+	// Resume lets fetches take the queue's jobs again (no burst: fetches
+	// take them as they come). Resuming a queue that is not paused changes
+	// nothing.
+	Resume(ctx context.Context, in *QueueResumeRequest, opts ...grpc.CallOption) (*QueueResumeResponse, error)
 }
 
 type queueClient struct {
@@ -328,6 +340,26 @@ func (c *queueClient) Targets(ctx context.Context, in *QueueTargetsRequest, opts
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(QueueTargetsResponse)
 	err := c.cc.Invoke(ctx, Queue_Targets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) Pause(ctx context.Context, in *QueuePauseRequest, opts ...grpc.CallOption) (*QueuePauseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueuePauseResponse)
+	err := c.cc.Invoke(ctx, Queue_Pause_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) Resume(ctx context.Context, in *QueueResumeRequest, opts ...grpc.CallOption) (*QueueResumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueResumeResponse)
+	err := c.cc.Invoke(ctx, Queue_Resume_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -505,6 +537,16 @@ type QueueServer interface {
 	SetTarget(context.Context, *QueueSetTargetRequest) (*QueueSetTargetResponse, error)
 	// Targets lists the queues' targets (one queue, or all by name).
 	Targets(context.Context, *QueueTargetsRequest) (*QueueTargetsResponse, error)
+	// Pause stops every fetch from handing out the queue's jobs (pull
+	// workers' and deliveries); submits are still accepted, running
+	// attempts go on, long polls keep waiting. Replicated with who paused it
+	// and when; pausing a paused queue changes nothing. The job op on the
+	// queue.
+	Pause(context.Context, *QueuePauseRequest) (*QueuePauseResponse, error)
+	// Resume lets fetches take the queue's jobs again (no burst: fetches
+	// take them as they come). Resuming a queue that is not paused changes
+	// nothing.
+	Resume(context.Context, *QueueResumeRequest) (*QueueResumeResponse, error)
 	mustEmbedUnimplementedQueueServer()
 }
 
@@ -550,6 +592,12 @@ func (UnimplementedQueueServer) SetTarget(context.Context, *QueueSetTargetReques
 }
 func (UnimplementedQueueServer) Targets(context.Context, *QueueTargetsRequest) (*QueueTargetsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Targets not implemented")
+}
+func (UnimplementedQueueServer) Pause(context.Context, *QueuePauseRequest) (*QueuePauseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Pause not implemented")
+}
+func (UnimplementedQueueServer) Resume(context.Context, *QueueResumeRequest) (*QueueResumeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resume not implemented")
 }
 func (UnimplementedQueueServer) mustEmbedUnimplementedQueueServer() {}
 func (UnimplementedQueueServer) testEmbeddedByValue()               {}
@@ -788,6 +836,42 @@ func _Queue_Targets_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Queue_Pause_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueuePauseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).Pause(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_Pause_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).Pause(ctx, req.(*QueuePauseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Queue_Resume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueResumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).Resume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_Resume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).Resume(ctx, req.(*QueueResumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Queue_ServiceDesc is the grpc.ServiceDesc for Queue service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -842,6 +926,14 @@ var Queue_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Targets",
 			Handler:    _Queue_Targets_Handler,
+		},
+		{
+			MethodName: "Pause",
+			Handler:    _Queue_Pause_Handler,
+		},
+		{
+			MethodName: "Resume",
+			Handler:    _Queue_Resume_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
