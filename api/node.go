@@ -123,6 +123,10 @@ type Jobs interface {
 	SetQueueTarget(ctx context.Context, cmd *fsmv1.SetQueueTarget) (*fsm.QueueTarget, error)
 	// PauseQueue pauses or (Paused false) resumes a queue.
 	PauseQueue(ctx context.Context, cmd *fsmv1.PauseQueue) (*fsm.PauseResult, error)
+	// StartBulkJobs records a bulk operation the leader then applies in
+	// batches; DeleteJobs deletes final jobs.
+	StartBulkJobs(ctx context.Context, cmd *fsmv1.StartBulkJobs) (*fsm.BulkResult, error)
+	DeleteJobs(ctx context.Context, cmd *fsmv1.DeleteJobs) (fsm.JobResults, error)
 }
 
 // Schedules is the schedules' commands, committed on the ready leader.

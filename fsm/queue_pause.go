@@ -36,18 +36,20 @@ type PauseResult struct {
 	Already bool
 }
 
-// queueOps holds the operators' records of the queue: paused queues.
-// Replicated (in snapshots); cloned with the state.
+// queueOps holds the operators' records of the queue: paused queues and
+// bulk operations (queue_bulk.go). Replicated (in snapshots); cloned with
+// the state.
 type queueOps struct {
 	pauses *btree.BTreeG[*QueuePause]
+	bulks  *btree.BTreeG[*BulkOp]
 }
 
 func newQueueOps() *queueOps {
-	return &queueOps{pauses: btree.NewG(btreeDegree, lessQueuePause)}
+	return &queueOps{pauses: btree.NewG(btreeDegree, lessQueuePause), bulks: btree.NewG(btreeDegree, lessBulkOp)}
 }
 
 func (o *queueOps) clone() *queueOps {
-	return &queueOps{pauses: o.pauses.Clone()}
+	return &queueOps{pauses: o.pauses.Clone(), bulks: o.bulks.Clone()}
 }
 
 func (s *state) queuePaused(queue string) bool {

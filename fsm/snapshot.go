@@ -102,6 +102,9 @@ func (st *state) writeTo(w io.Writer) error {
 	st.qops.pauses.Ascend(func(p *QueuePause) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueuePause{QueuePause: queuePauseRecord(p)}})
 	})
+	st.qops.bulks.Ascend(func(o *BulkOp) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_BulkOp{BulkOp: bulkOpRecord(o)}})
+	})
 	if werr != nil {
 		return werr
 	}
@@ -222,6 +225,11 @@ func readSnapshot(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("snapshot: a queue pause without its queue")
 			}
 			st.qops.pauses.ReplaceOrInsert(&QueuePause{Queue: r.GetQueue(), PausedBy: r.GetPausedBy(), PausedAt: r.GetPausedAtMs()})
+		case *fsmv1.SnapshotRecord_BulkOp:
+			if x.BulkOp.GetOpId() == "" {
+				return nil, fmt.Errorf("snapshot: a bulk operation without its id")
+			}
+			st.qops.bulks.ReplaceOrInsert(bulkOpFromRecord(x.BulkOp))
 		default:
 			return nil, fmt.Errorf("snapshot: unknown record type")
 		}

@@ -7,6 +7,15 @@ import "github.com/coordd/coordd/internal/pbtime"
 // GetTtlMs is Ttl in milliseconds (0 when unset).
 func (x *AcquireRequest) GetTtlMs() int64 { return pbtime.DurMs(x.GetTtl()) }
 
+// GetCreatedAtMs is CreatedAt in Unix milliseconds (0 when unset).
+func (x *BulkOp) GetCreatedAtMs() int64 { return pbtime.AtMs(x.GetCreatedAt()) }
+
+// GetFinishedAtMs is FinishedAt in Unix milliseconds (0 when unset).
+func (x *BulkOp) GetFinishedAtMs() int64 { return pbtime.AtMs(x.GetFinishedAt()) }
+
+// GetUpdatedAtMs is UpdatedAt in Unix milliseconds (0 when unset).
+func (x *BulkOp) GetUpdatedAtMs() int64 { return pbtime.AtMs(x.GetUpdatedAt()) }
+
 // GetMeasuredAtMs is MeasuredAt in Unix milliseconds (0 when unset).
 func (x *ClockOffset) GetMeasuredAtMs() int64 { return pbtime.AtMs(x.GetMeasuredAt()) }
 
@@ -48,6 +57,18 @@ func (x *JobFailure) GetDeliveryLatencyMs() int64 { return pbtime.DurMs(x.GetDel
 
 // GetRetryAfterMs is RetryAfter in milliseconds (0 when unset).
 func (x *JobFailure) GetRetryAfterMs() int64 { return pbtime.DurMs(x.GetRetryAfter()) }
+
+// GetCreatedAfterMs is CreatedAfter in Unix milliseconds (0 when unset).
+func (x *JobFilter) GetCreatedAfterMs() int64 { return pbtime.AtMs(x.GetCreatedAfter()) }
+
+// GetCreatedBeforeMs is CreatedBefore in Unix milliseconds (0 when unset).
+func (x *JobFilter) GetCreatedBeforeMs() int64 { return pbtime.AtMs(x.GetCreatedBefore()) }
+
+// GetFinishedAfterMs is FinishedAfter in Unix milliseconds (0 when unset).
+func (x *JobFilter) GetFinishedAfterMs() int64 { return pbtime.AtMs(x.GetFinishedAfter()) }
+
+// GetFinishedBeforeMs is FinishedBefore in Unix milliseconds (0 when unset).
+func (x *JobFilter) GetFinishedBeforeMs() int64 { return pbtime.AtMs(x.GetFinishedBefore()) }
 
 // GetBackoffInitialMs is BackoffInitial in milliseconds (0 when unset).
 func (x *JobTemplate) GetBackoffInitialMs() int64 { return pbtime.DurMs(x.GetBackoffInitial()) }

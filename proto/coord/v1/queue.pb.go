@@ -23,6 +23,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type BulkAction int32
+
+const (
+	BulkAction_BULK_ACTION_UNSPECIFIED BulkAction = 0
+	BulkAction_BULK_ACTION_RETRY       BulkAction = 1
+	BulkAction_BULK_ACTION_CANCEL      BulkAction = 2
+	BulkAction_BULK_ACTION_DELETE      BulkAction = 3
+)
+
+// Enum value maps for BulkAction.
+var (
+	BulkAction_name = map[int32]string{
+		0: "BULK_ACTION_UNSPECIFIED",
+		1: "BULK_ACTION_RETRY",
+		2: "BULK_ACTION_CANCEL",
+		3: "BULK_ACTION_DELETE",
+	}
+	BulkAction_value = map[string]int32{
+		"BULK_ACTION_UNSPECIFIED": 0,
+		"BULK_ACTION_RETRY":       1,
+		"BULK_ACTION_CANCEL":      2,
+		"BULK_ACTION_DELETE":      3,
+	}
+)
+
+func (x BulkAction) Enum() *BulkAction {
+	p := new(BulkAction)
+	*p = x
+	return p
+}
+
+func (x BulkAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BulkAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_coord_v1_queue_proto_enumTypes[0].Descriptor()
+}
+
+func (BulkAction) Type() protoreflect.EnumType {
+	return &file_coord_v1_queue_proto_enumTypes[0]
+}
+
+func (x BulkAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BulkAction.Descriptor instead.
+func (BulkAction) EnumDescriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{0}
+}
+
 type JobState int32
 
 const (
@@ -80,11 +132,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_v1_queue_proto_enumTypes[0].Descriptor()
+	return file_coord_v1_queue_proto_enumTypes[1].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_coord_v1_queue_proto_enumTypes[0]
+	return &file_coord_v1_queue_proto_enumTypes[1]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -93,7 +145,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{0}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
 }
 
 type AttemptOutcome int32
@@ -142,11 +194,11 @@ func (x AttemptOutcome) String() string {
 }
 
 func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_v1_queue_proto_enumTypes[1].Descriptor()
+	return file_coord_v1_queue_proto_enumTypes[2].Descriptor()
 }
 
 func (AttemptOutcome) Type() protoreflect.EnumType {
-	return &file_coord_v1_queue_proto_enumTypes[1]
+	return &file_coord_v1_queue_proto_enumTypes[2]
 }
 
 func (x AttemptOutcome) Number() protoreflect.EnumNumber {
@@ -155,7 +207,660 @@ func (x AttemptOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AttemptOutcome.Descriptor instead.
 func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
+}
+
+type QueueDeleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeleteRequest) Reset() {
+	*x = QueueDeleteRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeleteRequest) ProtoMessage() {}
+
+func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeleteRequest.ProtoReflect.Descriptor instead.
+func (*QueueDeleteRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *QueueDeleteRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type QueueDeleteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// duplicate: the job was already gone (deleted or pruned).
+	Duplicate     bool `protobuf:"varint,1,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeleteResponse) Reset() {
+	*x = QueueDeleteResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeleteResponse) ProtoMessage() {}
+
+func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeleteResponse.ProtoReflect.Descriptor instead.
+func (*QueueDeleteResponse) Descriptor() ([]byte, []int) {
 	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *QueueDeleteResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+// JobFilter selects jobs; empty fields match every job. Times: after
+// inclusive, before exclusive; a finished range matches only final jobs.
+type JobFilter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	State JobState               `protobuf:"varint,2,opt,name=state,proto3,enum=coord.v1.JobState" json:"state,omitempty"`
+	Kind  string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// label: key=value.
+	Label          string                 `protobuf:"bytes,4,opt,name=label,proto3" json:"label,omitempty"`
+	CreatedAfter   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	CreatedBefore  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
+	FinishedAfter  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=finished_after,json=finishedAfter,proto3" json:"finished_after,omitempty"`
+	FinishedBefore *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=finished_before,json=finishedBefore,proto3" json:"finished_before,omitempty"`
+	// ids: only these jobs (at most 10,000).
+	Ids           []uint64 `protobuf:"varint,9,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobFilter) Reset() {
+	*x = JobFilter{}
+	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobFilter) ProtoMessage() {}
+
+func (x *JobFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobFilter.ProtoReflect.Descriptor instead.
+func (*JobFilter) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *JobFilter) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *JobFilter) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *JobFilter) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *JobFilter) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *JobFilter) GetCreatedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAfter
+	}
+	return nil
+}
+
+func (x *JobFilter) GetCreatedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedBefore
+	}
+	return nil
+}
+
+func (x *JobFilter) GetFinishedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAfter
+	}
+	return nil
+}
+
+func (x *JobFilter) GetFinishedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedBefore
+	}
+	return nil
+}
+
+func (x *JobFilter) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type QueueBulkRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Action BulkAction             `protobuf:"varint,1,opt,name=action,proto3,enum=coord.v1.BulkAction" json:"action,omitempty"`
+	Filter *JobFilter             `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	DryRun bool                   `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// request_id names the operation: a repeat with the same id returns it
+	// (required unless dry_run).
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueBulkRequest) Reset() {
+	*x = QueueBulkRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueBulkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueBulkRequest) ProtoMessage() {}
+
+func (x *QueueBulkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueBulkRequest.ProtoReflect.Descriptor instead.
+func (*QueueBulkRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *QueueBulkRequest) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_ACTION_UNSPECIFIED
+}
+
+func (x *QueueBulkRequest) GetFilter() *JobFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *QueueBulkRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *QueueBulkRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type QueueBulkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// count: the jobs the filter selects now (those the action applies to
+	// and those it would skip).
+	Count         uint64  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	Op            *BulkOp `protobuf:"bytes,2,opt,name=op,proto3" json:"op,omitempty"`
+	Duplicate     bool    `protobuf:"varint,3,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueBulkResponse) Reset() {
+	*x = QueueBulkResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueBulkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueBulkResponse) ProtoMessage() {}
+
+func (x *QueueBulkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueBulkResponse.ProtoReflect.Descriptor instead.
+func (*QueueBulkResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *QueueBulkResponse) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *QueueBulkResponse) GetOp() *BulkOp {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *QueueBulkResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+type QueueGetBulkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Stale         bool                   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueGetBulkRequest) Reset() {
+	*x = QueueGetBulkRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueGetBulkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueGetBulkRequest) ProtoMessage() {}
+
+func (x *QueueGetBulkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueGetBulkRequest.ProtoReflect.Descriptor instead.
+func (*QueueGetBulkRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *QueueGetBulkRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *QueueGetBulkRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type QueueGetBulkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            *BulkOp                `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueGetBulkResponse) Reset() {
+	*x = QueueGetBulkResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueGetBulkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueGetBulkResponse) ProtoMessage() {}
+
+func (x *QueueGetBulkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueGetBulkResponse.ProtoReflect.Descriptor instead.
+func (*QueueGetBulkResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *QueueGetBulkResponse) GetOp() *BulkOp {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+type QueueListBulkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stale         bool                   `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueListBulkRequest) Reset() {
+	*x = QueueListBulkRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueListBulkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueListBulkRequest) ProtoMessage() {}
+
+func (x *QueueListBulkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueListBulkRequest.ProtoReflect.Descriptor instead.
+func (*QueueListBulkRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *QueueListBulkRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type QueueListBulkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ops           []*BulkOp              `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueListBulkResponse) Reset() {
+	*x = QueueListBulkResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueListBulkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueListBulkResponse) ProtoMessage() {}
+
+func (x *QueueListBulkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueListBulkResponse.ProtoReflect.Descriptor instead.
+func (*QueueListBulkResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *QueueListBulkResponse) GetOps() []*BulkOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// BulkOp is a bulk operation and its progress.
+type BulkOp struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Action     BulkAction             `protobuf:"varint,2,opt,name=action,proto3,enum=coord.v1.BulkAction" json:"action,omitempty"`
+	Filter     *JobFilter             `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
+	CreatedBy  string                 `protobuf:"bytes,4,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// done: jobs acted on; skipped: selected jobs the action does not apply
+	// to; total: the jobs selected when it started.
+	Done     uint64 `protobuf:"varint,8,opt,name=done,proto3" json:"done,omitempty"`
+	Skipped  uint64 `protobuf:"varint,9,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Total    uint64 `protobuf:"varint,10,opt,name=total,proto3" json:"total,omitempty"`
+	Finished bool   `protobuf:"varint,11,opt,name=finished,proto3" json:"finished,omitempty"`
+	// batches: the log entries it took so far.
+	Batches       uint64 `protobuf:"varint,12,opt,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkOp) Reset() {
+	*x = BulkOp{}
+	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkOp) ProtoMessage() {}
+
+func (x *BulkOp) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkOp.ProtoReflect.Descriptor instead.
+func (*BulkOp) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *BulkOp) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BulkOp) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_ACTION_UNSPECIFIED
+}
+
+func (x *BulkOp) GetFilter() *JobFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *BulkOp) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *BulkOp) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *BulkOp) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *BulkOp) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *BulkOp) GetDone() uint64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *BulkOp) GetSkipped() uint64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *BulkOp) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *BulkOp) GetFinished() bool {
+	if x != nil {
+		return x.Finished
+	}
+	return false
+}
+
+func (x *BulkOp) GetBatches() uint64 {
+	if x != nil {
+		return x.Batches
+	}
+	return 0
 }
 
 type QueuePauseRequest struct {
@@ -167,7 +872,7 @@ type QueuePauseRequest struct {
 
 func (x *QueuePauseRequest) Reset() {
 	*x = QueuePauseRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	mi := &file_coord_v1_queue_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -179,7 +884,7 @@ func (x *QueuePauseRequest) String() string {
 func (*QueuePauseRequest) ProtoMessage() {}
 
 func (x *QueuePauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	mi := &file_coord_v1_queue_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -192,7 +897,7 @@ func (x *QueuePauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePauseRequest.ProtoReflect.Descriptor instead.
 func (*QueuePauseRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{0}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *QueuePauseRequest) GetQueue() string {
@@ -213,7 +918,7 @@ type QueuePauseResponse struct {
 
 func (x *QueuePauseResponse) Reset() {
 	*x = QueuePauseResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	mi := &file_coord_v1_queue_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -225,7 +930,7 @@ func (x *QueuePauseResponse) String() string {
 func (*QueuePauseResponse) ProtoMessage() {}
 
 func (x *QueuePauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	mi := &file_coord_v1_queue_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -238,7 +943,7 @@ func (x *QueuePauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePauseResponse.ProtoReflect.Descriptor instead.
 func (*QueuePauseResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *QueuePauseResponse) GetPause() *QueuePause {
@@ -264,7 +969,7 @@ type QueueResumeRequest struct {
 
 func (x *QueueResumeRequest) Reset() {
 	*x = QueueResumeRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	mi := &file_coord_v1_queue_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +981,7 @@ func (x *QueueResumeRequest) String() string {
 func (*QueueResumeRequest) ProtoMessage() {}
 
 func (x *QueueResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	mi := &file_coord_v1_queue_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +994,7 @@ func (x *QueueResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueResumeRequest.ProtoReflect.Descriptor instead.
 func (*QueueResumeRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueueResumeRequest) GetQueue() string {
@@ -309,7 +1014,7 @@ type QueueResumeResponse struct {
 
 func (x *QueueResumeResponse) Reset() {
 	*x = QueueResumeResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	mi := &file_coord_v1_queue_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -321,7 +1026,7 @@ func (x *QueueResumeResponse) String() string {
 func (*QueueResumeResponse) ProtoMessage() {}
 
 func (x *QueueResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	mi := &file_coord_v1_queue_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -334,7 +1039,7 @@ func (x *QueueResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueResumeResponse.ProtoReflect.Descriptor instead.
 func (*QueueResumeResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{3}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *QueueResumeResponse) GetWasPaused() bool {
@@ -356,7 +1061,7 @@ type QueuePause struct {
 
 func (x *QueuePause) Reset() {
 	*x = QueuePause{}
-	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	mi := &file_coord_v1_queue_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +1073,7 @@ func (x *QueuePause) String() string {
 func (*QueuePause) ProtoMessage() {}
 
 func (x *QueuePause) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	mi := &file_coord_v1_queue_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +1086,7 @@ func (x *QueuePause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePause.ProtoReflect.Descriptor instead.
 func (*QueuePause) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{4}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QueuePause) GetQueue() string {
@@ -450,7 +1155,7 @@ type NewJob struct {
 
 func (x *NewJob) Reset() {
 	*x = NewJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	mi := &file_coord_v1_queue_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +1167,7 @@ func (x *NewJob) String() string {
 func (*NewJob) ProtoMessage() {}
 
 func (x *NewJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	mi := &file_coord_v1_queue_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +1180,7 @@ func (x *NewJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewJob.ProtoReflect.Descriptor instead.
 func (*NewJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{5}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NewJob) GetQueue() string {
@@ -615,7 +1320,7 @@ type HttpTarget struct {
 
 func (x *HttpTarget) Reset() {
 	*x = HttpTarget{}
-	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	mi := &file_coord_v1_queue_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +1332,7 @@ func (x *HttpTarget) String() string {
 func (*HttpTarget) ProtoMessage() {}
 
 func (x *HttpTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	mi := &file_coord_v1_queue_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +1345,7 @@ func (x *HttpTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpTarget.ProtoReflect.Descriptor instead.
 func (*HttpTarget) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{6}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HttpTarget) GetUrl() string {
@@ -725,7 +1430,7 @@ type QueueJob struct {
 
 func (x *QueueJob) Reset() {
 	*x = QueueJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	mi := &file_coord_v1_queue_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +1442,7 @@ func (x *QueueJob) String() string {
 func (*QueueJob) ProtoMessage() {}
 
 func (x *QueueJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	mi := &file_coord_v1_queue_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +1455,7 @@ func (x *QueueJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueJob.ProtoReflect.Descriptor instead.
 func (*QueueJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{7}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *QueueJob) GetId() uint64 {
@@ -934,7 +1639,7 @@ type JobAttempt struct {
 
 func (x *JobAttempt) Reset() {
 	*x = JobAttempt{}
-	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	mi := &file_coord_v1_queue_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1651,7 @@ func (x *JobAttempt) String() string {
 func (*JobAttempt) ProtoMessage() {}
 
 func (x *JobAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	mi := &file_coord_v1_queue_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1664,7 @@ func (x *JobAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttempt.ProtoReflect.Descriptor instead.
 func (*JobAttempt) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{8}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JobAttempt) GetNumber() uint32 {
@@ -1063,7 +1768,7 @@ type QueueSubmitRequest struct {
 
 func (x *QueueSubmitRequest) Reset() {
 	*x = QueueSubmitRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	mi := &file_coord_v1_queue_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1780,7 @@ func (x *QueueSubmitRequest) String() string {
 func (*QueueSubmitRequest) ProtoMessage() {}
 
 func (x *QueueSubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	mi := &file_coord_v1_queue_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1793,7 @@ func (x *QueueSubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSubmitRequest.ProtoReflect.Descriptor instead.
 func (*QueueSubmitRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{9}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QueueSubmitRequest) GetJobs() []*NewJob {
@@ -1108,7 +1813,7 @@ type QueueSubmitResponse struct {
 
 func (x *QueueSubmitResponse) Reset() {
 	*x = QueueSubmitResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	mi := &file_coord_v1_queue_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1825,7 @@ func (x *QueueSubmitResponse) String() string {
 func (*QueueSubmitResponse) ProtoMessage() {}
 
 func (x *QueueSubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	mi := &file_coord_v1_queue_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1838,7 @@ func (x *QueueSubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSubmitResponse.ProtoReflect.Descriptor instead.
 func (*QueueSubmitResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{10}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueueSubmitResponse) GetJobs() []*SubmittedJob {
@@ -1157,7 +1862,7 @@ type SubmittedJob struct {
 
 func (x *SubmittedJob) Reset() {
 	*x = SubmittedJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	mi := &file_coord_v1_queue_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1874,7 @@ func (x *SubmittedJob) String() string {
 func (*SubmittedJob) ProtoMessage() {}
 
 func (x *SubmittedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	mi := &file_coord_v1_queue_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1887,7 @@ func (x *SubmittedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmittedJob.ProtoReflect.Descriptor instead.
 func (*SubmittedJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{11}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SubmittedJob) GetId() uint64 {
@@ -1223,7 +1928,7 @@ type QueueGetRequest struct {
 
 func (x *QueueGetRequest) Reset() {
 	*x = QueueGetRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	mi := &file_coord_v1_queue_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1940,7 @@ func (x *QueueGetRequest) String() string {
 func (*QueueGetRequest) ProtoMessage() {}
 
 func (x *QueueGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	mi := &file_coord_v1_queue_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1953,7 @@ func (x *QueueGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetRequest.ProtoReflect.Descriptor instead.
 func (*QueueGetRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{12}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QueueGetRequest) GetId() uint64 {
@@ -1276,7 +1981,7 @@ type QueueGetResponse struct {
 
 func (x *QueueGetResponse) Reset() {
 	*x = QueueGetResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	mi := &file_coord_v1_queue_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1993,7 @@ func (x *QueueGetResponse) String() string {
 func (*QueueGetResponse) ProtoMessage() {}
 
 func (x *QueueGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	mi := &file_coord_v1_queue_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +2006,7 @@ func (x *QueueGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetResponse.ProtoReflect.Descriptor instead.
 func (*QueueGetResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{13}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueGetResponse) GetJob() *QueueJob {
@@ -1336,7 +2041,7 @@ type QueueListRequest struct {
 
 func (x *QueueListRequest) Reset() {
 	*x = QueueListRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	mi := &file_coord_v1_queue_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +2053,7 @@ func (x *QueueListRequest) String() string {
 func (*QueueListRequest) ProtoMessage() {}
 
 func (x *QueueListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	mi := &file_coord_v1_queue_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +2066,7 @@ func (x *QueueListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListRequest.ProtoReflect.Descriptor instead.
 func (*QueueListRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{14}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueListRequest) GetQueue() string {
@@ -1425,7 +2130,7 @@ type QueueListResponse struct {
 
 func (x *QueueListResponse) Reset() {
 	*x = QueueListResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	mi := &file_coord_v1_queue_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +2142,7 @@ func (x *QueueListResponse) String() string {
 func (*QueueListResponse) ProtoMessage() {}
 
 func (x *QueueListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	mi := &file_coord_v1_queue_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +2155,7 @@ func (x *QueueListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListResponse.ProtoReflect.Descriptor instead.
 func (*QueueListResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{15}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueueListResponse) GetJobs() []*QueueJob {
@@ -1476,7 +2181,7 @@ type QueueCancelRequest struct {
 
 func (x *QueueCancelRequest) Reset() {
 	*x = QueueCancelRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	mi := &file_coord_v1_queue_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +2193,7 @@ func (x *QueueCancelRequest) String() string {
 func (*QueueCancelRequest) ProtoMessage() {}
 
 func (x *QueueCancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	mi := &file_coord_v1_queue_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +2206,7 @@ func (x *QueueCancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCancelRequest.ProtoReflect.Descriptor instead.
 func (*QueueCancelRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{16}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueueCancelRequest) GetId() uint64 {
@@ -1522,7 +2227,7 @@ type QueueCancelResponse struct {
 
 func (x *QueueCancelResponse) Reset() {
 	*x = QueueCancelResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	mi := &file_coord_v1_queue_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +2239,7 @@ func (x *QueueCancelResponse) String() string {
 func (*QueueCancelResponse) ProtoMessage() {}
 
 func (x *QueueCancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	mi := &file_coord_v1_queue_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +2252,7 @@ func (x *QueueCancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCancelResponse.ProtoReflect.Descriptor instead.
 func (*QueueCancelResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{17}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueueCancelResponse) GetJob() *QueueJob {
@@ -1573,7 +2278,7 @@ type QueueRetryRequest struct {
 
 func (x *QueueRetryRequest) Reset() {
 	*x = QueueRetryRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	mi := &file_coord_v1_queue_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +2290,7 @@ func (x *QueueRetryRequest) String() string {
 func (*QueueRetryRequest) ProtoMessage() {}
 
 func (x *QueueRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	mi := &file_coord_v1_queue_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +2303,7 @@ func (x *QueueRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetryRequest.ProtoReflect.Descriptor instead.
 func (*QueueRetryRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{18}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *QueueRetryRequest) GetId() uint64 {
@@ -1619,7 +2324,7 @@ type QueueRetryResponse struct {
 
 func (x *QueueRetryResponse) Reset() {
 	*x = QueueRetryResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[19]
+	mi := &file_coord_v1_queue_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +2336,7 @@ func (x *QueueRetryResponse) String() string {
 func (*QueueRetryResponse) ProtoMessage() {}
 
 func (x *QueueRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[19]
+	mi := &file_coord_v1_queue_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +2349,7 @@ func (x *QueueRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetryResponse.ProtoReflect.Descriptor instead.
 func (*QueueRetryResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{19}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QueueRetryResponse) GetJob() *QueueJob {
@@ -1684,7 +2389,7 @@ type QueueFetchRequest struct {
 
 func (x *QueueFetchRequest) Reset() {
 	*x = QueueFetchRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[20]
+	mi := &file_coord_v1_queue_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +2401,7 @@ func (x *QueueFetchRequest) String() string {
 func (*QueueFetchRequest) ProtoMessage() {}
 
 func (x *QueueFetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[20]
+	mi := &file_coord_v1_queue_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +2414,7 @@ func (x *QueueFetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFetchRequest.ProtoReflect.Descriptor instead.
 func (*QueueFetchRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{20}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueueFetchRequest) GetQueues() []string {
@@ -1756,7 +2461,7 @@ type QueueFetchResponse struct {
 
 func (x *QueueFetchResponse) Reset() {
 	*x = QueueFetchResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[21]
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +2473,7 @@ func (x *QueueFetchResponse) String() string {
 func (*QueueFetchResponse) ProtoMessage() {}
 
 func (x *QueueFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[21]
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +2486,7 @@ func (x *QueueFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFetchResponse.ProtoReflect.Descriptor instead.
 func (*QueueFetchResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{21}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueueFetchResponse) GetJobs() []*ClaimedJob {
@@ -1803,7 +2508,7 @@ type ClaimedJob struct {
 
 func (x *ClaimedJob) Reset() {
 	*x = ClaimedJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[22]
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +2520,7 @@ func (x *ClaimedJob) String() string {
 func (*ClaimedJob) ProtoMessage() {}
 
 func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[22]
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +2533,7 @@ func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedJob.ProtoReflect.Descriptor instead.
 func (*ClaimedJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{22}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ClaimedJob) GetJob() *QueueJob {
@@ -1856,7 +2561,7 @@ type JobAttemptRef struct {
 
 func (x *JobAttemptRef) Reset() {
 	*x = JobAttemptRef{}
-	mi := &file_coord_v1_queue_proto_msgTypes[23]
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2573,7 @@ func (x *JobAttemptRef) String() string {
 func (*JobAttemptRef) ProtoMessage() {}
 
 func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[23]
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2586,7 @@ func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRef.ProtoReflect.Descriptor instead.
 func (*JobAttemptRef) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{23}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *JobAttemptRef) GetJobId() uint64 {
@@ -1912,7 +2617,7 @@ type JobItemError struct {
 
 func (x *JobItemError) Reset() {
 	*x = JobItemError{}
-	mi := &file_coord_v1_queue_proto_msgTypes[24]
+	mi := &file_coord_v1_queue_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2629,7 @@ func (x *JobItemError) String() string {
 func (*JobItemError) ProtoMessage() {}
 
 func (x *JobItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[24]
+	mi := &file_coord_v1_queue_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2642,7 @@ func (x *JobItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobItemError.ProtoReflect.Descriptor instead.
 func (*JobItemError) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{24}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *JobItemError) GetReason() string {
@@ -1972,7 +2677,7 @@ type QueueHeartbeatRequest struct {
 
 func (x *QueueHeartbeatRequest) Reset() {
 	*x = QueueHeartbeatRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[25]
+	mi := &file_coord_v1_queue_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2689,7 @@ func (x *QueueHeartbeatRequest) String() string {
 func (*QueueHeartbeatRequest) ProtoMessage() {}
 
 func (x *QueueHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[25]
+	mi := &file_coord_v1_queue_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2702,7 @@ func (x *QueueHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*QueueHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{25}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *QueueHeartbeatRequest) GetWorkerId() string {
@@ -2024,7 +2729,7 @@ type QueueHeartbeatResponse struct {
 
 func (x *QueueHeartbeatResponse) Reset() {
 	*x = QueueHeartbeatResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[26]
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2741,7 @@ func (x *QueueHeartbeatResponse) String() string {
 func (*QueueHeartbeatResponse) ProtoMessage() {}
 
 func (x *QueueHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[26]
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2754,7 @@ func (x *QueueHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*QueueHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{26}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *QueueHeartbeatResponse) GetResults() []*HeartbeatResult {
@@ -2073,7 +2778,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[27]
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2790,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[27]
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2803,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{27}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HeartbeatResult) GetJobId() uint64 {
@@ -2140,7 +2845,7 @@ type QueueCompleteRequest struct {
 
 func (x *QueueCompleteRequest) Reset() {
 	*x = QueueCompleteRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[28]
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2857,7 @@ func (x *QueueCompleteRequest) String() string {
 func (*QueueCompleteRequest) ProtoMessage() {}
 
 func (x *QueueCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[28]
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2870,7 @@ func (x *QueueCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCompleteRequest.ProtoReflect.Descriptor instead.
 func (*QueueCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{28}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *QueueCompleteRequest) GetWorkerId() string {
@@ -2202,7 +2907,7 @@ type JobCompletion struct {
 
 func (x *JobCompletion) Reset() {
 	*x = JobCompletion{}
-	mi := &file_coord_v1_queue_proto_msgTypes[29]
+	mi := &file_coord_v1_queue_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2214,7 +2919,7 @@ func (x *JobCompletion) String() string {
 func (*JobCompletion) ProtoMessage() {}
 
 func (x *JobCompletion) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[29]
+	mi := &file_coord_v1_queue_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +2932,7 @@ func (x *JobCompletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCompletion.ProtoReflect.Descriptor instead.
 func (*JobCompletion) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{29}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *JobCompletion) GetJobId() uint64 {
@@ -2275,7 +2980,7 @@ type QueueCompleteResponse struct {
 
 func (x *QueueCompleteResponse) Reset() {
 	*x = QueueCompleteResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[30]
+	mi := &file_coord_v1_queue_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2992,7 @@ func (x *QueueCompleteResponse) String() string {
 func (*QueueCompleteResponse) ProtoMessage() {}
 
 func (x *QueueCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[30]
+	mi := &file_coord_v1_queue_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +3005,7 @@ func (x *QueueCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCompleteResponse.ProtoReflect.Descriptor instead.
 func (*QueueCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{30}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *QueueCompleteResponse) GetResults() []*CompleteResult {
@@ -2323,7 +3028,7 @@ type CompleteResult struct {
 
 func (x *CompleteResult) Reset() {
 	*x = CompleteResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +3040,7 @@ func (x *CompleteResult) String() string {
 func (*CompleteResult) ProtoMessage() {}
 
 func (x *CompleteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +3053,7 @@ func (x *CompleteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResult.ProtoReflect.Descriptor instead.
 func (*CompleteResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CompleteResult) GetJobId() uint64 {
@@ -2390,7 +3095,7 @@ type QueueFailRequest struct {
 
 func (x *QueueFailRequest) Reset() {
 	*x = QueueFailRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +3107,7 @@ func (x *QueueFailRequest) String() string {
 func (*QueueFailRequest) ProtoMessage() {}
 
 func (x *QueueFailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +3120,7 @@ func (x *QueueFailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFailRequest.ProtoReflect.Descriptor instead.
 func (*QueueFailRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *QueueFailRequest) GetWorkerId() string {
@@ -2454,7 +3159,7 @@ type JobFailure struct {
 
 func (x *JobFailure) Reset() {
 	*x = JobFailure{}
-	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	mi := &file_coord_v1_queue_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +3171,7 @@ func (x *JobFailure) String() string {
 func (*JobFailure) ProtoMessage() {}
 
 func (x *JobFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	mi := &file_coord_v1_queue_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +3184,7 @@ func (x *JobFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFailure.ProtoReflect.Descriptor instead.
 func (*JobFailure) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{33}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *JobFailure) GetJobId() uint64 {
@@ -2541,7 +3246,7 @@ type QueueFailResponse struct {
 
 func (x *QueueFailResponse) Reset() {
 	*x = QueueFailResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[34]
+	mi := &file_coord_v1_queue_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +3258,7 @@ func (x *QueueFailResponse) String() string {
 func (*QueueFailResponse) ProtoMessage() {}
 
 func (x *QueueFailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[34]
+	mi := &file_coord_v1_queue_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +3271,7 @@ func (x *QueueFailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFailResponse.ProtoReflect.Descriptor instead.
 func (*QueueFailResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{34}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *QueueFailResponse) GetResults() []*FailResult {
@@ -2592,7 +3297,7 @@ type FailResult struct {
 
 func (x *FailResult) Reset() {
 	*x = FailResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[35]
+	mi := &file_coord_v1_queue_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +3309,7 @@ func (x *FailResult) String() string {
 func (*FailResult) ProtoMessage() {}
 
 func (x *FailResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[35]
+	mi := &file_coord_v1_queue_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +3322,7 @@ func (x *FailResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResult.ProtoReflect.Descriptor instead.
 func (*FailResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{35}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FailResult) GetJobId() uint64 {
@@ -2673,7 +3378,7 @@ type QueueSetTargetRequest struct {
 
 func (x *QueueSetTargetRequest) Reset() {
 	*x = QueueSetTargetRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[36]
+	mi := &file_coord_v1_queue_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +3390,7 @@ func (x *QueueSetTargetRequest) String() string {
 func (*QueueSetTargetRequest) ProtoMessage() {}
 
 func (x *QueueSetTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[36]
+	mi := &file_coord_v1_queue_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +3403,7 @@ func (x *QueueSetTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSetTargetRequest.ProtoReflect.Descriptor instead.
 func (*QueueSetTargetRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{36}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *QueueSetTargetRequest) GetQueue() string {
@@ -2724,7 +3429,7 @@ type QueueSetTargetResponse struct {
 
 func (x *QueueSetTargetResponse) Reset() {
 	*x = QueueSetTargetResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[37]
+	mi := &file_coord_v1_queue_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2736,7 +3441,7 @@ func (x *QueueSetTargetResponse) String() string {
 func (*QueueSetTargetResponse) ProtoMessage() {}
 
 func (x *QueueSetTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[37]
+	mi := &file_coord_v1_queue_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2749,7 +3454,7 @@ func (x *QueueSetTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSetTargetResponse.ProtoReflect.Descriptor instead.
 func (*QueueSetTargetResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{37}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *QueueSetTargetResponse) GetTarget() *QueueTarget {
@@ -2773,7 +3478,7 @@ type QueueTarget struct {
 
 func (x *QueueTarget) Reset() {
 	*x = QueueTarget{}
-	mi := &file_coord_v1_queue_proto_msgTypes[38]
+	mi := &file_coord_v1_queue_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +3490,7 @@ func (x *QueueTarget) String() string {
 func (*QueueTarget) ProtoMessage() {}
 
 func (x *QueueTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[38]
+	mi := &file_coord_v1_queue_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +3503,7 @@ func (x *QueueTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTarget.ProtoReflect.Descriptor instead.
 func (*QueueTarget) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{38}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *QueueTarget) GetQueue() string {
@@ -2840,7 +3545,7 @@ type QueueTargetsRequest struct {
 
 func (x *QueueTargetsRequest) Reset() {
 	*x = QueueTargetsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[39]
+	mi := &file_coord_v1_queue_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +3557,7 @@ func (x *QueueTargetsRequest) String() string {
 func (*QueueTargetsRequest) ProtoMessage() {}
 
 func (x *QueueTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[39]
+	mi := &file_coord_v1_queue_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +3570,7 @@ func (x *QueueTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTargetsRequest.ProtoReflect.Descriptor instead.
 func (*QueueTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{39}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *QueueTargetsRequest) GetQueue() string {
@@ -2891,7 +3596,7 @@ type QueueTargetsResponse struct {
 
 func (x *QueueTargetsResponse) Reset() {
 	*x = QueueTargetsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[40]
+	mi := &file_coord_v1_queue_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2903,7 +3608,7 @@ func (x *QueueTargetsResponse) String() string {
 func (*QueueTargetsResponse) ProtoMessage() {}
 
 func (x *QueueTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[40]
+	mi := &file_coord_v1_queue_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2916,7 +3621,7 @@ func (x *QueueTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTargetsResponse.ProtoReflect.Descriptor instead.
 func (*QueueTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{40}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *QueueTargetsResponse) GetTargets() []*QueueTarget {
@@ -2937,7 +3642,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[41]
+	mi := &file_coord_v1_queue_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3654,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[41]
+	mi := &file_coord_v1_queue_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3667,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{41}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -2990,7 +3695,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[42]
+	mi := &file_coord_v1_queue_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3707,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[42]
+	mi := &file_coord_v1_queue_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3720,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{42}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *QueueStatsResponse) GetQueues() []*QueueStats {
@@ -3056,7 +3761,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_coord_v1_queue_proto_msgTypes[43]
+	mi := &file_coord_v1_queue_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3773,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[43]
+	mi := &file_coord_v1_queue_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3786,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{43}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *QueueStats) GetQueue() string {
@@ -3179,7 +3884,58 @@ var File_coord_v1_queue_proto protoreflect.FileDescriptor
 
 const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\")\n" +
+	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"$\n" +
+	"\x12QueueDeleteRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"3\n" +
+	"\x13QueueDeleteResponse\x12\x1c\n" +
+	"\tduplicate\x18\x01 \x01(\bR\tduplicate\"\x93\x03\n" +
+	"\tJobFilter\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12(\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x12.coord.v1.JobStateR\x05state\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05label\x18\x04 \x01(\tR\x05label\x12?\n" +
+	"\rcreated_after\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
+	"\x0ecreated_before\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12A\n" +
+	"\x0efinished_after\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rfinishedAfter\x12C\n" +
+	"\x0ffinished_before\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x0efinishedBefore\x12\x10\n" +
+	"\x03ids\x18\t \x03(\x04R\x03ids\"\xa5\x01\n" +
+	"\x10QueueBulkRequest\x12,\n" +
+	"\x06action\x18\x01 \x01(\x0e2\x14.coord.v1.BulkActionR\x06action\x12+\n" +
+	"\x06filter\x18\x02 \x01(\v2\x13.coord.v1.JobFilterR\x06filter\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"i\n" +
+	"\x11QueueBulkResponse\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\x12 \n" +
+	"\x02op\x18\x02 \x01(\v2\x10.coord.v1.BulkOpR\x02op\x12\x1c\n" +
+	"\tduplicate\x18\x03 \x01(\bR\tduplicate\";\n" +
+	"\x13QueueGetBulkRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"8\n" +
+	"\x14QueueGetBulkResponse\x12 \n" +
+	"\x02op\x18\x01 \x01(\v2\x10.coord.v1.BulkOpR\x02op\",\n" +
+	"\x14QueueListBulkRequest\x12\x14\n" +
+	"\x05stale\x18\x01 \x01(\bR\x05stale\";\n" +
+	"\x15QueueListBulkResponse\x12\"\n" +
+	"\x03ops\x18\x01 \x03(\v2\x10.coord.v1.BulkOpR\x03ops\"\xbf\x03\n" +
+	"\x06BulkOp\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12,\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x14.coord.v1.BulkActionR\x06action\x12+\n" +
+	"\x06filter\x18\x03 \x01(\v2\x13.coord.v1.JobFilterR\x06filter\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x04 \x01(\tR\tcreatedBy\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12;\n" +
+	"\vfinished_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12\x12\n" +
+	"\x04done\x18\b \x01(\x04R\x04done\x12\x18\n" +
+	"\askipped\x18\t \x01(\x04R\askipped\x12\x14\n" +
+	"\x05total\x18\n" +
+	" \x01(\x04R\x05total\x12\x1a\n" +
+	"\bfinished\x18\v \x01(\bR\bfinished\x12\x18\n" +
+	"\abatches\x18\f \x01(\x04R\abatches\")\n" +
 	"\x11QueuePauseRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"Z\n" +
 	"\x12QueuePauseResponse\x12*\n" +
@@ -3425,7 +4181,13 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\x14oldestAvailableRunAt\x12\x16\n" +
 	"\x06paused\x18\x1e \x01(\bR\x06paused\x12\x1b\n" +
 	"\tpaused_by\x18\x1f \x01(\tR\bpausedBy\x127\n" +
-	"\tpaused_at\x18  \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt*\xcd\x01\n" +
+	"\tpaused_at\x18  \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt*p\n" +
+	"\n" +
+	"BulkAction\x12\x1b\n" +
+	"\x17BULK_ACTION_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11BULK_ACTION_RETRY\x10\x01\x12\x16\n" +
+	"\x12BULK_ACTION_CANCEL\x10\x02\x12\x16\n" +
+	"\x12BULK_ACTION_DELETE\x10\x03*\xcd\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x17\n" +
@@ -3441,7 +4203,8 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_LAPSED\x10\x04\x12\x1d\n" +
-	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xe3\a\n" +
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\x82\n" +
+	"\n" +
 	"\x05Queue\x12E\n" +
 	"\x06Submit\x12\x1c.coord.v1.QueueSubmitRequest\x1a\x1d.coord.v1.QueueSubmitResponse\x12<\n" +
 	"\x03Get\x12\x19.coord.v1.QueueGetRequest\x1a\x1a.coord.v1.QueueGetResponse\x12?\n" +
@@ -3456,7 +4219,11 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\tSetTarget\x12\x1f.coord.v1.QueueSetTargetRequest\x1a .coord.v1.QueueSetTargetResponse\x12H\n" +
 	"\aTargets\x12\x1d.coord.v1.QueueTargetsRequest\x1a\x1e.coord.v1.QueueTargetsResponse\x12B\n" +
 	"\x05Pause\x12\x1b.coord.v1.QueuePauseRequest\x1a\x1c.coord.v1.QueuePauseResponse\x12E\n" +
-	"\x06Resume\x12\x1c.coord.v1.QueueResumeRequest\x1a\x1d.coord.v1.QueueResumeResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\x06Resume\x12\x1c.coord.v1.QueueResumeRequest\x1a\x1d.coord.v1.QueueResumeResponse\x12E\n" +
+	"\x06Delete\x12\x1c.coord.v1.QueueDeleteRequest\x1a\x1d.coord.v1.QueueDeleteResponse\x12?\n" +
+	"\x04Bulk\x12\x1a.coord.v1.QueueBulkRequest\x1a\x1b.coord.v1.QueueBulkResponse\x12H\n" +
+	"\aGetBulk\x12\x1d.coord.v1.QueueGetBulkRequest\x1a\x1e.coord.v1.QueueGetBulkResponse\x12K\n" +
+	"\bListBulk\x12\x1e.coord.v1.QueueListBulkRequest\x1a\x1f.coord.v1.QueueListBulkResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_queue_proto_rawDescOnce sync.Once
@@ -3470,163 +4237,197 @@ func file_coord_v1_queue_proto_rawDescGZIP() []byte {
 	return file_coord_v1_queue_proto_rawDescData
 }
 
-var file_coord_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_coord_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_coord_v1_queue_proto_goTypes = []any{
-	(JobState)(0),                  // 0: coord.v1.JobState
-	(AttemptOutcome)(0),            // 1: coord.v1.AttemptOutcome
-	(*QueuePauseRequest)(nil),      // 2: coord.v1.QueuePauseRequest
-	(*QueuePauseResponse)(nil),     // 3: coord.v1.QueuePauseResponse
-	(*QueueResumeRequest)(nil),     // 4: coord.v1.QueueResumeRequest
-	(*QueueResumeResponse)(nil),    // 5: coord.v1.QueueResumeResponse
-	(*QueuePause)(nil),             // 6: coord.v1.QueuePause
-	(*NewJob)(nil),                 // 7: coord.v1.NewJob
-	(*HttpTarget)(nil),             // 8: coord.v1.HttpTarget
-	(*QueueJob)(nil),               // 9: coord.v1.QueueJob
-	(*JobAttempt)(nil),             // 10: coord.v1.JobAttempt
-	(*QueueSubmitRequest)(nil),     // 11: coord.v1.QueueSubmitRequest
-	(*QueueSubmitResponse)(nil),    // 12: coord.v1.QueueSubmitResponse
-	(*SubmittedJob)(nil),           // 13: coord.v1.SubmittedJob
-	(*QueueGetRequest)(nil),        // 14: coord.v1.QueueGetRequest
-	(*QueueGetResponse)(nil),       // 15: coord.v1.QueueGetResponse
-	(*QueueListRequest)(nil),       // 16: coord.v1.QueueListRequest
-	(*QueueListResponse)(nil),      // 17: coord.v1.QueueListResponse
-	(*QueueCancelRequest)(nil),     // 18: coord.v1.QueueCancelRequest
-	(*QueueCancelResponse)(nil),    // 19: coord.v1.QueueCancelResponse
-	(*QueueRetryRequest)(nil),      // 20: coord.v1.QueueRetryRequest
-	(*QueueRetryResponse)(nil),     // 21: coord.v1.QueueRetryResponse
-	(*QueueFetchRequest)(nil),      // 22: coord.v1.QueueFetchRequest
-	(*QueueFetchResponse)(nil),     // 23: coord.v1.QueueFetchResponse
-	(*ClaimedJob)(nil),             // 24: coord.v1.ClaimedJob
-	(*JobAttemptRef)(nil),          // 25: coord.v1.JobAttemptRef
-	(*JobItemError)(nil),           // 26: coord.v1.JobItemError
-	(*QueueHeartbeatRequest)(nil),  // 27: coord.v1.QueueHeartbeatRequest
-	(*QueueHeartbeatResponse)(nil), // 28: coord.v1.QueueHeartbeatResponse
-	(*HeartbeatResult)(nil),        // 29: coord.v1.HeartbeatResult
-	(*QueueCompleteRequest)(nil),   // 30: coord.v1.QueueCompleteRequest
-	(*JobCompletion)(nil),          // 31: coord.v1.JobCompletion
-	(*QueueCompleteResponse)(nil),  // 32: coord.v1.QueueCompleteResponse
-	(*CompleteResult)(nil),         // 33: coord.v1.CompleteResult
-	(*QueueFailRequest)(nil),       // 34: coord.v1.QueueFailRequest
-	(*JobFailure)(nil),             // 35: coord.v1.JobFailure
-	(*QueueFailResponse)(nil),      // 36: coord.v1.QueueFailResponse
-	(*FailResult)(nil),             // 37: coord.v1.FailResult
-	(*QueueSetTargetRequest)(nil),  // 38: coord.v1.QueueSetTargetRequest
-	(*QueueSetTargetResponse)(nil), // 39: coord.v1.QueueSetTargetResponse
-	(*QueueTarget)(nil),            // 40: coord.v1.QueueTarget
-	(*QueueTargetsRequest)(nil),    // 41: coord.v1.QueueTargetsRequest
-	(*QueueTargetsResponse)(nil),   // 42: coord.v1.QueueTargetsResponse
-	(*QueueStatsRequest)(nil),      // 43: coord.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),     // 44: coord.v1.QueueStatsResponse
-	(*QueueStats)(nil),             // 45: coord.v1.QueueStats
-	nil,                            // 46: coord.v1.NewJob.LabelsEntry
-	nil,                            // 47: coord.v1.HttpTarget.HeadersEntry
-	nil,                            // 48: coord.v1.QueueJob.LabelsEntry
-	nil,                            // 49: coord.v1.JobItemError.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 50: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 51: google.protobuf.Duration
+	(BulkAction)(0),                // 0: coord.v1.BulkAction
+	(JobState)(0),                  // 1: coord.v1.JobState
+	(AttemptOutcome)(0),            // 2: coord.v1.AttemptOutcome
+	(*QueueDeleteRequest)(nil),     // 3: coord.v1.QueueDeleteRequest
+	(*QueueDeleteResponse)(nil),    // 4: coord.v1.QueueDeleteResponse
+	(*JobFilter)(nil),              // 5: coord.v1.JobFilter
+	(*QueueBulkRequest)(nil),       // 6: coord.v1.QueueBulkRequest
+	(*QueueBulkResponse)(nil),      // 7: coord.v1.QueueBulkResponse
+	(*QueueGetBulkRequest)(nil),    // 8: coord.v1.QueueGetBulkRequest
+	(*QueueGetBulkResponse)(nil),   // 9: coord.v1.QueueGetBulkResponse
+	(*QueueListBulkRequest)(nil),   // 10: coord.v1.QueueListBulkRequest
+	(*QueueListBulkResponse)(nil),  // 11: coord.v1.QueueListBulkResponse
+	(*BulkOp)(nil),                 // 12: coord.v1.BulkOp
+	(*QueuePauseRequest)(nil),      // 13: coord.v1.QueuePauseRequest
+	(*QueuePauseResponse)(nil),     // 14: coord.v1.QueuePauseResponse
+	(*QueueResumeRequest)(nil),     // 15: coord.v1.QueueResumeRequest
+	(*QueueResumeResponse)(nil),    // 16: coord.v1.QueueResumeResponse
+	(*QueuePause)(nil),             // 17: coord.v1.QueuePause
+	(*NewJob)(nil),                 // 18: coord.v1.NewJob
+	(*HttpTarget)(nil),             // 19: coord.v1.HttpTarget
+	(*QueueJob)(nil),               // 20: coord.v1.QueueJob
+	(*JobAttempt)(nil),             // 21: coord.v1.JobAttempt
+	(*QueueSubmitRequest)(nil),     // 22: coord.v1.QueueSubmitRequest
+	(*QueueSubmitResponse)(nil),    // 23: coord.v1.QueueSubmitResponse
+	(*SubmittedJob)(nil),           // 24: coord.v1.SubmittedJob
+	(*QueueGetRequest)(nil),        // 25: coord.v1.QueueGetRequest
+	(*QueueGetResponse)(nil),       // 26: coord.v1.QueueGetResponse
+	(*QueueListRequest)(nil),       // 27: coord.v1.QueueListRequest
+	(*QueueListResponse)(nil),      // 28: coord.v1.QueueListResponse
+	(*QueueCancelRequest)(nil),     // 29: coord.v1.QueueCancelRequest
+	(*QueueCancelResponse)(nil),    // 30: coord.v1.QueueCancelResponse
+	(*QueueRetryRequest)(nil),      // 31: coord.v1.QueueRetryRequest
+	(*QueueRetryResponse)(nil),     // 32: coord.v1.QueueRetryResponse
+	(*QueueFetchRequest)(nil),      // 33: coord.v1.QueueFetchRequest
+	(*QueueFetchResponse)(nil),     // 34: coord.v1.QueueFetchResponse
+	(*ClaimedJob)(nil),             // 35: coord.v1.ClaimedJob
+	(*JobAttemptRef)(nil),          // 36: coord.v1.JobAttemptRef
+	(*JobItemError)(nil),           // 37: coord.v1.JobItemError
+	(*QueueHeartbeatRequest)(nil),  // 38: coord.v1.QueueHeartbeatRequest
+	(*QueueHeartbeatResponse)(nil), // 39: coord.v1.QueueHeartbeatResponse
+	(*HeartbeatResult)(nil),        // 40: coord.v1.HeartbeatResult
+	(*QueueCompleteRequest)(nil),   // 41: coord.v1.QueueCompleteRequest
+	(*JobCompletion)(nil),          // 42: coord.v1.JobCompletion
+	(*QueueCompleteResponse)(nil),  // 43: coord.v1.QueueCompleteResponse
+	(*CompleteResult)(nil),         // 44: coord.v1.CompleteResult
+	(*QueueFailRequest)(nil),       // 45: coord.v1.QueueFailRequest
+	(*JobFailure)(nil),             // 46: coord.v1.JobFailure
+	(*QueueFailResponse)(nil),      // 47: coord.v1.QueueFailResponse
+	(*FailResult)(nil),             // 48: coord.v1.FailResult
+	(*QueueSetTargetRequest)(nil),  // 49: coord.v1.QueueSetTargetRequest
+	(*QueueSetTargetResponse)(nil), // 50: coord.v1.QueueSetTargetResponse
+	(*QueueTarget)(nil),            // 51: coord.v1.QueueTarget
+	(*QueueTargetsRequest)(nil),    // 52: coord.v1.QueueTargetsRequest
+	(*QueueTargetsResponse)(nil),   // 53: coord.v1.QueueTargetsResponse
+	(*QueueStatsRequest)(nil),      // 54: coord.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),     // 55: coord.v1.QueueStatsResponse
+	(*QueueStats)(nil),             // 56: coord.v1.QueueStats
+	nil,                            // 57: coord.v1.NewJob.LabelsEntry
+	nil,                            // 58: coord.v1.HttpTarget.HeadersEntry
+	nil,                            // 59: coord.v1.QueueJob.LabelsEntry
+	nil,                            // 60: coord.v1.JobItemError.MetadataEntry
+	(*timestamppb.Timestamp)(nil),  // 61: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 62: google.protobuf.Duration
 }
 var file_coord_v1_queue_proto_depIdxs = []int32{
-	6,  // 0: coord.v1.QueuePauseResponse.pause:type_name -> coord.v1.QueuePause
-	50, // 1: coord.v1.QueuePause.paused_at:type_name -> google.protobuf.Timestamp
-	50, // 2: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
-	51, // 3: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
-	51, // 4: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
-	51, // 5: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
-	51, // 6: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
-	46, // 7: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
-	8,  // 8: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
-	47, // 9: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
-	51, // 10: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
-	0,  // 11: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
-	50, // 12: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
-	51, // 13: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
-	51, // 14: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
-	51, // 15: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
-	48, // 16: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
-	50, // 17: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
-	50, // 18: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
-	50, // 19: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
-	10, // 20: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
-	8,  // 21: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
-	1,  // 22: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
-	50, // 23: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	50, // 24: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
-	50, // 25: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	51, // 26: coord.v1.JobAttempt.delivery_latency:type_name -> google.protobuf.Duration
-	7,  // 27: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
-	13, // 28: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
-	0,  // 29: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
-	50, // 30: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
-	9,  // 31: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
-	50, // 32: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	0,  // 33: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
-	9,  // 34: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
-	9,  // 35: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
-	9,  // 36: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
-	51, // 37: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
-	24, // 38: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
-	9,  // 39: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
-	10, // 40: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
-	49, // 41: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
-	25, // 42: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
-	29, // 43: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
-	50, // 44: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
-	26, // 45: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
-	31, // 46: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
-	51, // 47: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
-	33, // 48: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
-	26, // 49: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
-	35, // 50: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
-	51, // 51: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
-	51, // 52: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
-	37, // 53: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
-	0,  // 54: coord.v1.FailResult.state:type_name -> coord.v1.JobState
-	50, // 55: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
-	26, // 56: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
-	8,  // 57: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
-	40, // 58: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
-	8,  // 59: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
-	50, // 60: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
-	40, // 61: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
-	45, // 62: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
-	50, // 63: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	51, // 64: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	50, // 65: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
-	50, // 66: coord.v1.QueueStats.paused_at:type_name -> google.protobuf.Timestamp
-	11, // 67: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
-	14, // 68: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
-	16, // 69: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
-	18, // 70: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
-	20, // 71: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
-	22, // 72: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
-	27, // 73: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
-	30, // 74: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
-	34, // 75: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
-	43, // 76: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
-	38, // 77: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
-	41, // 78: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
-	2,  // 79: coord.v1.Queue.Pause:input_type -> coord.v1.QueuePauseRequest
-	4,  // 80: coord.v1.Queue.Resume:input_type -> coord.v1.QueueResumeRequest
-	12, // 81: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
-	15, // 82: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
-	17, // 83: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
-	19, // 84: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
-	21, // 85: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
-	23, // 86: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
-	28, // 87: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
-	32, // 88: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
-	36, // 89: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
-	44, // 90: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
-	39, // 91: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
-	42, // 92: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
-	3,  // 93: coord.v1.Queue.Pause:output_type -> coord.v1.QueuePauseResponse
-	5,  // 94: coord.v1.Queue.Resume:output_type -> coord.v1.QueueResumeResponse
-	81, // [81:95] is the sub-list for method output_type
-	67, // [67:81] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	1,   // 0: coord.v1.JobFilter.state:type_name -> coord.v1.JobState
+	61,  // 1: coord.v1.JobFilter.created_after:type_name -> google.protobuf.Timestamp
+	61,  // 2: coord.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
+	61,  // 3: coord.v1.JobFilter.finished_after:type_name -> google.protobuf.Timestamp
+	61,  // 4: coord.v1.JobFilter.finished_before:type_name -> google.protobuf.Timestamp
+	0,   // 5: coord.v1.QueueBulkRequest.action:type_name -> coord.v1.BulkAction
+	5,   // 6: coord.v1.QueueBulkRequest.filter:type_name -> coord.v1.JobFilter
+	12,  // 7: coord.v1.QueueBulkResponse.op:type_name -> coord.v1.BulkOp
+	12,  // 8: coord.v1.QueueGetBulkResponse.op:type_name -> coord.v1.BulkOp
+	12,  // 9: coord.v1.QueueListBulkResponse.ops:type_name -> coord.v1.BulkOp
+	0,   // 10: coord.v1.BulkOp.action:type_name -> coord.v1.BulkAction
+	5,   // 11: coord.v1.BulkOp.filter:type_name -> coord.v1.JobFilter
+	61,  // 12: coord.v1.BulkOp.created_at:type_name -> google.protobuf.Timestamp
+	61,  // 13: coord.v1.BulkOp.updated_at:type_name -> google.protobuf.Timestamp
+	61,  // 14: coord.v1.BulkOp.finished_at:type_name -> google.protobuf.Timestamp
+	17,  // 15: coord.v1.QueuePauseResponse.pause:type_name -> coord.v1.QueuePause
+	61,  // 16: coord.v1.QueuePause.paused_at:type_name -> google.protobuf.Timestamp
+	61,  // 17: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
+	62,  // 18: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
+	62,  // 19: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
+	62,  // 20: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
+	62,  // 21: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
+	57,  // 22: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
+	19,  // 23: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
+	58,  // 24: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
+	62,  // 25: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	1,   // 26: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
+	61,  // 27: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
+	62,  // 28: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
+	62,  // 29: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
+	62,  // 30: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
+	59,  // 31: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
+	61,  // 32: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
+	61,  // 33: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
+	61,  // 34: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
+	21,  // 35: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
+	19,  // 36: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
+	2,   // 37: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
+	61,  // 38: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	61,  // 39: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
+	61,  // 40: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	62,  // 41: coord.v1.JobAttempt.delivery_latency:type_name -> google.protobuf.Duration
+	18,  // 42: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
+	24,  // 43: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
+	1,   // 44: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
+	61,  // 45: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
+	20,  // 46: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
+	61,  // 47: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	1,   // 48: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
+	20,  // 49: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
+	20,  // 50: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
+	20,  // 51: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
+	62,  // 52: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
+	35,  // 53: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
+	20,  // 54: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
+	21,  // 55: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
+	60,  // 56: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
+	36,  // 57: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
+	40,  // 58: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
+	61,  // 59: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
+	37,  // 60: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
+	42,  // 61: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
+	62,  // 62: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
+	44,  // 63: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
+	37,  // 64: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
+	46,  // 65: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
+	62,  // 66: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
+	62,  // 67: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
+	48,  // 68: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
+	1,   // 69: coord.v1.FailResult.state:type_name -> coord.v1.JobState
+	61,  // 70: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
+	37,  // 71: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
+	19,  // 72: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
+	51,  // 73: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
+	19,  // 74: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
+	61,  // 75: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
+	51,  // 76: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
+	56,  // 77: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
+	61,  // 78: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	62,  // 79: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	61,  // 80: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
+	61,  // 81: coord.v1.QueueStats.paused_at:type_name -> google.protobuf.Timestamp
+	22,  // 82: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
+	25,  // 83: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
+	27,  // 84: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
+	29,  // 85: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
+	31,  // 86: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
+	33,  // 87: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
+	38,  // 88: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
+	41,  // 89: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
+	45,  // 90: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
+	54,  // 91: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
+	49,  // 92: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
+	52,  // 93: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
+	13,  // 94: coord.v1.Queue.Pause:input_type -> coord.v1.QueuePauseRequest
+	15,  // 95: coord.v1.Queue.Resume:input_type -> coord.v1.QueueResumeRequest
+	3,   // 96: coord.v1.Queue.Delete:input_type -> coord.v1.QueueDeleteRequest
+	6,   // 97: coord.v1.Queue.Bulk:input_type -> coord.v1.QueueBulkRequest
+	8,   // 98: coord.v1.Queue.GetBulk:input_type -> coord.v1.QueueGetBulkRequest
+	10,  // 99: coord.v1.Queue.ListBulk:input_type -> coord.v1.QueueListBulkRequest
+	23,  // 100: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
+	26,  // 101: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
+	28,  // 102: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
+	30,  // 103: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
+	32,  // 104: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
+	34,  // 105: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
+	39,  // 106: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
+	43,  // 107: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
+	47,  // 108: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
+	55,  // 109: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
+	50,  // 110: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
+	53,  // 111: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
+	14,  // 112: coord.v1.Queue.Pause:output_type -> coord.v1.QueuePauseResponse
+	16,  // 113: coord.v1.Queue.Resume:output_type -> coord.v1.QueueResumeResponse
+	4,   // 114: coord.v1.Queue.Delete:output_type -> coord.v1.QueueDeleteResponse
+	7,   // 115: coord.v1.Queue.Bulk:output_type -> coord.v1.QueueBulkResponse
+	9,   // 116: coord.v1.Queue.GetBulk:output_type -> coord.v1.QueueGetBulkResponse
+	11,  // 117: coord.v1.Queue.ListBulk:output_type -> coord.v1.QueueListBulkResponse
+	100, // [100:118] is the sub-list for method output_type
+	82,  // [82:100] is the sub-list for method input_type
+	82,  // [82:82] is the sub-list for extension type_name
+	82,  // [82:82] is the sub-list for extension extendee
+	0,   // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_queue_proto_init() }
@@ -3639,8 +4440,8 @@ func file_coord_v1_queue_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_queue_proto_rawDesc), len(file_coord_v1_queue_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   48,
+			NumEnums:      3,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,201 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/auth"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
+	coordv1 "github.com/coordd/coordd/proto/coord/v1"
+)
+
+// deadVia makes n dead jobs in queue through the API (max_attempts 1,
+// fetched and failed).
+func deadVia(t *testing.T, q *queue, queue string, n int) []uint64 {
+	t.Helper()
+	ctx := caller("ops")
+	var jobs []*coordv1.NewJob
+	for range n {
+		jobs = append(jobs, &coordv1.NewJob{Queue: queue, Kind: "k", MaxAttempts: 1})
+	}
+	sub, err := q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := q.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{queue}, Max: uint32(n), WorkerId: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &coordv1.QueueFailRequest{WorkerId: "w"}
+	for _, j := range f.GetJobs() {
+		fl.Failures = append(fl.Failures, &coordv1.JobFailure{JobId: j.GetJob().GetId(), Attempt: j.GetAttempt().GetNumber(), Error: "boom"})
+	}
+	if _, err := q.Fail(ctx, fl); err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint64
+	for _, j := range sub.GetJobs() {
+		ids = append(ids, j.GetId())
+	}
+	return ids
+}
+
+// TestBulkAtTheEdge: a dry run counts; a start records the operation with
+// its total and creator, a repeat with the request id returns it; the
+// steps (the leader's bulk service; here by hand) make progress GetBulk
+// and ListBulk show; bad input names its field.
+func TestBulkAtTheEdge(t *testing.T) {
+	n, _, q := newQueueTest(t)
+	ctx := caller("ops")
+	deadVia(t, q, "mail", 30)
+	submitOne(t, q, ctx, &coordv1.NewJob{Queue: "mail", Kind: "k"})
+	filter := &coordv1.JobFilter{Queue: "mail", State: coordv1.JobState_JOB_STATE_DEAD}
+	dry, err := q.Bulk(ctx, &coordv1.QueueBulkRequest{Action: coordv1.BulkAction_BULK_ACTION_RETRY, Filter: filter, DryRun: true})
+	if err != nil || dry.GetCount() != 30 || dry.GetOp() != nil {
+		t.Fatalf("dry run: %v %v", dry, err)
+	}
+	if ops := n.fsm.BulkOps(false); len(ops) != 0 {
+		t.Fatalf("a dry run started %+v", ops)
+	}
+	req := &coordv1.QueueBulkRequest{Action: coordv1.BulkAction_BULK_ACTION_RETRY, Filter: filter, RequestId: "r1"}
+	r, err := q.Bulk(ctx, req)
+	if err != nil || r.GetCount() != 30 || r.GetOp().GetTotal() != 30 || r.GetOp().GetCreatedBy() != "ops" || r.GetOp().GetFinished() || r.GetDuplicate() {
+		t.Fatalf("start: %v %v", r, err)
+	}
+	if again, err := q.Bulk(ctx, req); err != nil || !again.GetDuplicate() || again.GetOp().GetId() != "r1" {
+		t.Fatalf("repeat: %v %v", again, err)
+	}
+	for cursor := uint64(0); ; {
+		res, err := n.propose(&fsmv1.StepBulkJobs{OpId: "r1", Cursor: cursor, Max: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := res.(*fsm.BulkResult).Op; o.Finished() {
+			break
+		} else {
+			cursor = o.Cursor
+		}
+	}
+	g, err := q.GetBulk(ctx, &coordv1.QueueGetBulkRequest{Id: "r1"})
+	if err != nil || !g.GetOp().GetFinished() || g.GetOp().GetDone() != 30 || g.GetOp().GetBatches() != 3 || g.GetOp().GetFilter().GetState() != coordv1.JobState_JOB_STATE_DEAD {
+		t.Fatalf("get: %v %v", g, err)
+	}
+	if l, err := q.ListBulk(ctx, &coordv1.QueueListBulkRequest{}); err != nil || len(l.GetOps()) != 1 {
+		t.Fatalf("list: %v %v", l, err)
+	}
+	if _, err := q.GetBulk(ctx, &coordv1.QueueGetBulkRequest{Id: "nope"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("get of no op: %v", err)
+	}
+	for _, c := range []struct {
+		req   *coordv1.QueueBulkRequest
+		field string
+	}{
+		{&coordv1.QueueBulkRequest{Filter: filter, DryRun: true}, "action"},
+		{&coordv1.QueueBulkRequest{Action: coordv1.BulkAction_BULK_ACTION_CANCEL, Filter: filter}, "request_id"},
+		{&coordv1.QueueBulkRequest{Action: coordv1.BulkAction_BULK_ACTION_CANCEL, DryRun: true, Filter: &coordv1.JobFilter{Label: "nokey"}}, "filter.label"},
+		{&coordv1.QueueBulkRequest{Action: coordv1.BulkAction_BULK_ACTION_CANCEL, DryRun: true, Filter: &coordv1.JobFilter{State: 99}}, "filter.state"},
+		{&coordv1.QueueBulkRequest{Action: coordv1.BulkAction_BULK_ACTION_CANCEL, DryRun: true, Filter: &coordv1.JobFilter{Ids: []uint64{0, 3}}}, "filter.ids"},
+		{&coordv1.QueueBulkRequest{Action: coordv1.BulkAction_BULK_ACTION_CANCEL, DryRun: true, Filter: &coordv1.JobFilter{
+			CreatedAfter: r.GetOp().GetCreatedAt(), CreatedBefore: r.GetOp().GetCreatedAt()}}, "filter.created_before"},
+	} {
+		_, err := q.Bulk(ctx, c.req)
+		invalid(t, err, c.field, -1)
+	}
+}
+
+// TestQueueDeleteAtTheEdge: a final job goes; a repeat is a duplicate; a
+// job that is not final is FAILED_PRECONDITION JOB_NOT_FINAL.
+func TestQueueDeleteAtTheEdge(t *testing.T) {
+	_, _, q := newQueueTest(t)
+	ctx := caller("ops")
+	dead := deadVia(t, q, "mail", 1)[0]
+	live := submitOne(t, q, ctx, &coordv1.NewJob{Queue: "mail", Kind: "k"})
+	if r, err := q.Delete(ctx, &coordv1.QueueDeleteRequest{Id: dead}); err != nil || r.GetDuplicate() {
+		t.Fatalf("delete: %v %v", r, err)
+	}
+	if _, err := q.Get(ctx, &coordv1.QueueGetRequest{Id: dead}); status.Code(err) != codes.NotFound {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if r, err := q.Delete(ctx, &coordv1.QueueDeleteRequest{Id: dead}); err != nil || !r.GetDuplicate() {
+		t.Fatalf("repeated delete: %v %v", r, err)
+	}
+	_, err := q.Delete(ctx, &coordv1.QueueDeleteRequest{Id: live})
+	if status.Code(err) != codes.FailedPrecondition || coorderr.WireReason(err) != "JOB_NOT_FINAL" || coorderr.Metadata(err)["state"] != "AVAILABLE" {
+		t.Fatalf("delete of an available job: %v", err)
+	}
+	_, err = q.Delete(ctx, &coordv1.QueueDeleteRequest{})
+	invalid(t, err, "id", -1)
+}
+
+// TestBulkACL: a bulk names its queue for the job op; over every queue it
+// takes the admin op.
+func TestBulkACL(t *testing.T) {
+	_, s, q := newQueueTest(t)
+	useACL(t, s, "rules:\n  - name: ops\n    identities: [ops]\n    ops: [job, read, work]\n    prefixes: [\"mail\"]\n  - name: admin\n    identities: [root]\n    ops: [admin]\n")
+	dry := func(who, queue string) error {
+		req := &coordv1.QueueBulkRequest{Action: coordv1.BulkAction_BULK_ACTION_RETRY, Filter: &coordv1.JobFilter{Queue: queue}, DryRun: true}
+		if err := s.authorizeMethod(auth.Caller{Identity: who}, coordv1.Queue_Bulk_FullMethodName, req); err != nil {
+			return err
+		}
+		_, err := q.Bulk(caller(who), req)
+		return err
+	}
+	if err := dry("ops", "mail"); err != nil {
+		t.Fatalf("ops on mail: %v", err)
+	}
+	if err := dry("ops", "payroll"); status.Code(toStatus(err)) != codes.PermissionDenied {
+		t.Fatalf("ops on payroll: %v", err)
+	}
+	if err := dry("ops", ""); status.Code(toStatus(err)) != codes.PermissionDenied {
+		t.Fatalf("ops on every queue: %v", err)
+	}
+	if err := dry("root", ""); err != nil {
+		t.Fatalf("admin on every queue: %v", err)
+	}
+}
+
+// TestBulkHTTP: the routes.
+func TestBulkHTTP(t *testing.T) {
+	_, s, q := newQueueTest(t)
+	ids := deadVia(t, q, "mail", 3)
+	h := s.httpAPI()
+	do := func(method, path, body string) (int, map[string]any) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
+		b, _ := io.ReadAll(rec.Body)
+		var out map[string]any
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatalf("%s %s: %d %s", method, path, rec.Code, b)
+		}
+		return rec.Code, out
+	}
+	if code, out := do("POST", "/v1/queue/bulk", `{"action":"RETRY","filter":{"queue":"mail","state":"dead"},"dry_run":true}`); code != 200 || out["count"] != "3" {
+		t.Fatalf("dry run: %d %v", code, out)
+	}
+	if code, out := do("POST", "/v1/queue/bulk", `{"action":"DELETE","filter":{"ids":["1","2"]},"request_id":"x"}`); code != 200 || out["op"].(map[string]any)["id"] != "x" {
+		t.Fatalf("start: %d %v", code, out)
+	}
+	if code, out := do("GET", "/v1/queue/bulk/x", ""); code != 200 || out["op"].(map[string]any)["total"] != "2" {
+		t.Fatalf("get: %d %v", code, out)
+	}
+	if code, out := do("GET", "/v1/queue/bulk", ""); code != 200 || len(out["ops"].([]any)) != 1 {
+		t.Fatalf("list: %d %v", code, out)
+	}
+	if code, out := do("DELETE", "/v1/queue/jobs/"+jsonID(ids[2]), ""); code != 200 {
+		t.Fatalf("delete: %d %v", code, out)
+	}
+	if code, out := do("POST", "/v1/queue/bulk", `{"action":"RETRY","filter":{"label":"x"},"dry_run":true}`); code != 400 || out["metadata"].(map[string]any)["field"] != "filter.label" {
+		t.Fatalf("bad filter: %d %v", code, out)
+	}
+}
+
+func jsonID(id uint64) string { b, _ := json.Marshal(id); return string(b) }
