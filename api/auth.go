@@ -165,7 +165,7 @@ var methods = map[string]methodAccess{
 	coordv1.Queue_Delete_FullMethodName:               {op: auth.OpJob, name: noName},
 	coordv1.Queue_Bulk_FullMethodName:                 {op: auth.OpJob, name: nameOf(bulkQueue)},
 	coordv1.Queue_GetBulk_FullMethodName:              {op: auth.OpRead, name: noName},
-	coordv1.Queue_ListBulk_FullMethodName:             {op: auth.OpRead, name: noName, list: true},
+	coordv1.Queue_ListBulk_FullMethodName:             {op: auth.OpRead, name: noName}, // the handler lists what the caller may read
 	coordv1.Cluster_Status_FullMethodName:             {open: true},
 	coordv1.Cluster_Members_FullMethodName:            {open: true},
 	coordv1.Cluster_AddVoter_FullMethodName:           {op: auth.OpAdmin, name: noName},
