@@ -179,3 +179,27 @@ func bulkOpToProto(o *fsm.BulkOp) *coordv1.BulkOp {
 	}
 	return out
 }
+
+// jobSearch is a List's search (created range, args substring), and
+// whether it has one.
+func jobSearch(req *coordv1.QueueListRequest) (fsm.JobSearch, bool) {
+	q := fsm.JobSearch{CreatedAfter: pbtime.AtMs(req.GetCreatedAfter()), CreatedBefore: pbtime.AtMs(req.GetCreatedBefore())}
+	if a := req.GetArgsContains(); a != "" {
+		q.ArgsContains = []byte(a)
+	}
+	return q, q.CreatedAfter != 0 || q.CreatedBefore != 0 || len(q.ArgsContains) > 0
+}
+
+// searchJobs answers a List page with a search: at most fsm.MaxSearchScan
+// jobs looked at.
+func searchJobs(st *fsm.FSM, fl fsm.JobFilter, q fsm.JobSearch, before uint64, size int) *coordv1.QueueListResponse {
+	jobs, next, scanned := st.ScanQueueJobs(fl, q, before, size, fsm.MaxSearchScan)
+	out := &coordv1.QueueListResponse{Jobs: make([]*coordv1.QueueJob, len(jobs)), Scanned: uint64(scanned)}
+	for i := range jobs {
+		out.Jobs[i] = queueJobToProto(&jobs[i], false, false)
+	}
+	if next != 0 {
+		out.NextPageToken = jobPageToken(next)
+	}
+	return out
+}

@@ -3,7 +3,9 @@ package api
 import (
 	"encoding/json"
 	"io"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -199,3 +201,59 @@ func TestBulkHTTP(t *testing.T) {
 }
 
 func jsonID(id uint64) string { b, _ := json.Marshal(id); return string(b) }
+
+// TestConsoleBulkAndSearch: the jobs page searches by label, created
+// range and args (a bounded scan, said so), a bulk retry through the
+// page starts one operation (a repeated post with the form's request id
+// is the same one) shown with its progress, and a viewer's is refused.
+func TestConsoleBulkAndSearch(t *testing.T) {
+	ct := newConsoleTest(t, true)
+	ctx := caller("ops")
+	ids := deadVia(t, ct.q, "mail", 3)
+	if _, err := ct.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{
+		{Queue: "mail", Kind: "send", Args: []byte(`{"to":"ann@example.com"}`), Labels: map[string]string{"tenant": "acme"}},
+		{Queue: "mail", Kind: "send", Args: []byte(`{"to":"bob@example.com"}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	page := ct.get("ops", "/ui/jobs?queue=mail&args=ann%40", http.StatusOK)
+	if strings.Count(page, `<tr data-id=`) != 1 || !strings.Contains(page, `id="scanned"`) {
+		t.Fatalf("args search:\n%s", page)
+	}
+	if page := ct.get("ops", "/ui/jobs?label=tenant%3Dacme", http.StatusOK); strings.Count(page, `<tr data-id=`) != 1 {
+		t.Fatalf("label search:\n%s", page)
+	}
+	if page := ct.get("ops", "/ui/jobs?since=2999-01-01T00:00", http.StatusOK); strings.Count(page, `<tr data-id=`) != 0 || !strings.Contains(page, "No jobs match among the") {
+		t.Fatalf("future range:\n%s", page)
+	}
+	ct.get("ops", "/ui/jobs?since=yesterday", http.StatusBadRequest)
+
+	form := func(who, reqID string) url.Values {
+		return url.Values{"csrf": {ct.csrf(who, "/ui/jobs")}, "request_id": {reqID}, "queue": {"mail"}, "state": {"DEAD"}}
+	}
+	if w := ct.request("viewer", "POST", "/ui/jobs-bulk/retry", form("viewer", "ui-v"), nil); w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "retry refused") {
+		t.Fatalf("viewer's bulk retry: %d", w.Code)
+	}
+	for range 2 { // the same form twice: one operation
+		w := ct.request("ops", "POST", "/ui/jobs-bulk/retry", form("ops", "ui-1"), nil)
+		if w.Code != http.StatusSeeOther || !strings.Contains(w.Header().Get("Location"), "op=ui-1") {
+			t.Fatalf("ops's bulk retry: %d %s", w.Code, w.Header().Get("Location"))
+		}
+	}
+	if ops := ct.n.fsm.BulkOps(false); len(ops) != 1 || ops[0].Total != 3 || ops[0].Identity != "ops" {
+		t.Fatalf("operations %+v", ops)
+	}
+	if _, err := ct.n.propose(&fsmv1.StepBulkJobs{OpId: "ui-1", Max: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	page = ct.get("ops", "/ui/jobs?queue=mail&done=bulk-retry&op=ui-1", http.StatusOK)
+	for _, want := range []string{"Bulk retry started", `<tr data-op="ui-1">`, "3 done, 0 skipped of 3 (finished)", "queue=mail state=dead", `id="refresh"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the jobs page lacks %q", want)
+		}
+	}
+	for _, id := range ids {
+		if j, _ := ct.n.fsm.QueueJob(id); j.State != fsm.JobAvailable {
+			t.Fatalf("job %d is %s after the bulk retry", id, j.State)
+		}
+	}
+}

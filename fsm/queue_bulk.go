@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"cmp"
 	"math"
 	"slices"
@@ -390,3 +391,76 @@ func bulkOpFromRecord(r *fsmv1.BulkOpRecord) *BulkOp {
 		UpdatedAt: r.GetUpdatedAtMs(), FinishedAt: r.GetFinishedAtMs(), Upto: r.GetUpto(), Cursor: r.GetCursor(), Total: r.GetTotal(),
 		Done: r.GetDone(), Skipped: r.GetSkipped(), Steps: r.GetSteps()}
 }
+
+// MaxSearchScan is the most jobs one page of a search (ScanQueueJobs)
+// looks at.
+const MaxSearchScan = 10_000
+
+// JobSearch is what a search adds to a JobFilter: a created range (after
+// inclusive, before exclusive; 0 unbounded) and a substring of the args.
+type JobSearch struct {
+	CreatedAfter, CreatedBefore int64
+	ArgsContains                []byte
+}
+
+func (q JobSearch) match(j *QueueJob) bool {
+	return (q.CreatedAfter == 0 || j.CreatedAt >= q.CreatedAfter) && (q.CreatedBefore == 0 || j.CreatedAt < q.CreatedBefore) &&
+		(len(q.ArgsContains) == 0 || bytesContains(j.Args, q.ArgsContains))
+}
+
+// ScanQueueJobs is ListQueueJobs with a search: it looks at at most
+// maxScan jobs the filter's index holds below before (newest first) and
+// returns up to limit that match; next is where the scan goes on (0: it
+// reached the end), scanned how many it looked at. Its cost is bounded by
+// maxScan whatever the search.
+func (f *FSM) ScanQueueJobs(fl JobFilter, q JobSearch, before uint64, limit, maxScan int) (out []QueueJob, next uint64, scanned int) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if before == 0 {
+		before = math.MaxUint64
+	}
+	sel := &fsmv1.JobSelector{Queue: fl.Queue, State: fsmv1.JobState(fl.State), Kind: fl.Kind}
+	if fl.Label != nil {
+		sel.LabelKey, sel.LabelValue = fl.Label.Key, fl.Label.Value
+	}
+	// The walk of walkSelected, newest first: collect ids from the index.
+	done := true
+	visit := func(id uint64) bool {
+		if scanned == maxScan || len(out) == limit {
+			done = false
+			return false
+		}
+		scanned++
+		next = id
+		if j := f.st.qjob(id); fl.match(j) && q.match(j) {
+			out = append(out, *j)
+		}
+		return true
+	}
+	top := before - 1
+	idx := f.st.qidx
+	switch {
+	case sel.GetLabelKey() != "":
+		idx.byLabel.DescendLessOrEqual(labelKey{sel.GetLabelKey(), sel.GetLabelValue(), top}, func(k labelKey) bool {
+			return k.key == sel.GetLabelKey() && k.value == sel.GetLabelValue() && visit(k.id)
+		})
+	case fl.Kind != "":
+		idx.byKind.DescendLessOrEqual(queueKey{fl.Kind, top}, func(k queueKey) bool { return k.queue == fl.Kind && visit(k.id) })
+	case fl.Queue != "" && fl.State != 0:
+		idx.byQueueState.DescendLessOrEqual(queueStateKey{fl.Queue, fl.State, top}, func(k queueStateKey) bool {
+			return k.queue == fl.Queue && k.state == fl.State && visit(k.id)
+		})
+	case fl.Queue != "":
+		idx.byQueue.DescendLessOrEqual(queueKey{fl.Queue, top}, func(k queueKey) bool { return k.queue == fl.Queue && visit(k.id) })
+	case fl.State != 0:
+		idx.byState.DescendLessOrEqual(stateKey{fl.State, top}, func(k stateKey) bool { return k.state == fl.State && visit(k.id) })
+	default:
+		f.st.qjobs.DescendLessOrEqual(&QueueJob{ID: top}, func(j *QueueJob) bool { return visit(j.ID) })
+	}
+	if done {
+		next = 0
+	}
+	return out, next, scanned
+}
+
+func bytesContains(b, sub []byte) bool { return bytes.Contains(b, sub) }

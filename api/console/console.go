@@ -186,6 +186,7 @@ func (c *Console) routes() {
 	m.Handle("POST /ui/queues/{queue}/{action}", c.guardPost(c.queueAction))
 	m.HandleFunc("GET /ui/jobs", c.jobsPage)
 	m.HandleFunc("GET /ui/jobs/{id}", c.jobPage)
+	m.Handle("POST /ui/jobs-bulk/{action}", c.guardPost(c.bulkAction))
 	m.Handle("POST /ui/jobs/{id}/{action}", c.guardPost(c.jobAction))
 	m.HandleFunc("GET /ui/schedules", c.schedulesPage)
 	m.HandleFunc("GET /ui/schedules/{name}", c.schedulePage)
@@ -320,6 +321,8 @@ func flash(done string) string {
 		return "Schedule paused."
 	case "resume":
 		return "Schedule resumed."
+	case "bulk-retry", "bulk-cancel", "bulk-delete":
+		return "Bulk " + strings.TrimPrefix(done, "bulk-") + " started: the leader applies it in batches; its progress is below."
 	case "queue-pause":
 		return "Queue paused: fetches hand out none of its jobs until it is resumed."
 	case "queue-resume":

@@ -166,6 +166,12 @@ func (x *QueueJob) GetUpdatedAtMs() int64 { return pbtime.AtMs(x.GetUpdatedAt())
 // GetVisibilityTimeoutMs is VisibilityTimeout in milliseconds (0 when unset).
 func (x *QueueJob) GetVisibilityTimeoutMs() int64 { return pbtime.DurMs(x.GetVisibilityTimeout()) }
 
+// GetCreatedAfterMs is CreatedAfter in Unix milliseconds (0 when unset).
+func (x *QueueListRequest) GetCreatedAfterMs() int64 { return pbtime.AtMs(x.GetCreatedAfter()) }
+
+// GetCreatedBeforeMs is CreatedBefore in Unix milliseconds (0 when unset).
+func (x *QueueListRequest) GetCreatedBeforeMs() int64 { return pbtime.AtMs(x.GetCreatedBefore()) }
+
 // GetPausedAtMs is PausedAt in Unix milliseconds (0 when unset).
 func (x *QueuePause) GetPausedAtMs() int64 { return pbtime.AtMs(x.GetPausedAt()) }
 

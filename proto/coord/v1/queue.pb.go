@@ -2033,8 +2033,16 @@ type QueueListRequest struct {
 	// page_size: default 100, at most 1,000.
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// page_token: next_page_token of the previous page.
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	Stale         bool   `protobuf:"varint,7,opt,name=stale,proto3" json:"stale,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	Stale     bool   `protobuf:"varint,7,opt,name=stale,proto3" json:"stale,omitempty"`
+	// Search: jobs created in [created_after, created_before) whose args
+	// contain args_contains (bytes of their JSON as submitted). A page with
+	// any of these scans at most 10,000 jobs of the filters above (newest
+	// first) and may come back short or empty with a next_page_token: the
+	// scan goes on from there (scanned says how many it looked at).
+	ArgsContains  string                 `protobuf:"bytes,30,opt,name=args_contains,json=argsContains,proto3" json:"args_contains,omitempty"`
+	CreatedAfter  *timestamppb.Timestamp `protobuf:"bytes,31,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,32,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2118,12 +2126,35 @@ func (x *QueueListRequest) GetStale() bool {
 	return false
 }
 
+func (x *QueueListRequest) GetArgsContains() string {
+	if x != nil {
+		return x.ArgsContains
+	}
+	return ""
+}
+
+func (x *QueueListRequest) GetCreatedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAfter
+	}
+	return nil
+}
+
+func (x *QueueListRequest) GetCreatedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedBefore
+	}
+	return nil
+}
+
 type QueueListResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// jobs, newest first, without args, result and attempt_log.
 	Jobs []*QueueJob `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	// next_page_token is empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// scanned: the jobs a search looked at for this page (0 without one).
+	Scanned       uint64 `protobuf:"varint,30,opt,name=scanned,proto3" json:"scanned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2170,6 +2201,13 @@ func (x *QueueListResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *QueueListResponse) GetScanned() uint64 {
+	if x != nil {
+		return x.Scanned
+	}
+	return 0
 }
 
 type QueueCancelRequest struct {
@@ -4049,7 +4087,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"y\n" +
 	"\x10QueueGetResponse\x12$\n" +
 	"\x03job\x18\x01 \x01(\v2\x12.coord.v1.QueueJobR\x03job\x12?\n" +
-	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xce\x01\n" +
+	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xf7\x02\n" +
 	"\x10QueueListRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12(\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x12.coord.v1.JobStateR\x05state\x12\x12\n" +
@@ -4058,10 +4096,14 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x14\n" +
-	"\x05stale\x18\a \x01(\bR\x05stale\"c\n" +
+	"\x05stale\x18\a \x01(\bR\x05stale\x12#\n" +
+	"\rargs_contains\x18\x1e \x01(\tR\fargsContains\x12?\n" +
+	"\rcreated_after\x18\x1f \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
+	"\x0ecreated_before\x18  \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\"}\n" +
 	"\x11QueueListResponse\x12&\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x12.coord.v1.QueueJobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"$\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x18\n" +
+	"\ascanned\x18\x1e \x01(\x04R\ascanned\"$\n" +
 	"\x12QueueCancelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"Y\n" +
 	"\x13QueueCancelResponse\x12$\n" +
@@ -4354,80 +4396,82 @@ var file_coord_v1_queue_proto_depIdxs = []int32{
 	20,  // 46: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
 	61,  // 47: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
 	1,   // 48: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
-	20,  // 49: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
-	20,  // 50: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
-	20,  // 51: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
-	62,  // 52: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
-	35,  // 53: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
-	20,  // 54: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
-	21,  // 55: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
-	60,  // 56: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
-	36,  // 57: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
-	40,  // 58: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
-	61,  // 59: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
-	37,  // 60: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
-	42,  // 61: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
-	62,  // 62: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
-	44,  // 63: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
-	37,  // 64: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
-	46,  // 65: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
-	62,  // 66: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
-	62,  // 67: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
-	48,  // 68: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
-	1,   // 69: coord.v1.FailResult.state:type_name -> coord.v1.JobState
-	61,  // 70: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
-	37,  // 71: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
-	19,  // 72: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
-	51,  // 73: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
-	19,  // 74: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
-	61,  // 75: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
-	51,  // 76: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
-	56,  // 77: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
-	61,  // 78: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	62,  // 79: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	61,  // 80: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
-	61,  // 81: coord.v1.QueueStats.paused_at:type_name -> google.protobuf.Timestamp
-	22,  // 82: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
-	25,  // 83: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
-	27,  // 84: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
-	29,  // 85: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
-	31,  // 86: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
-	33,  // 87: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
-	38,  // 88: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
-	41,  // 89: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
-	45,  // 90: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
-	54,  // 91: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
-	49,  // 92: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
-	52,  // 93: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
-	13,  // 94: coord.v1.Queue.Pause:input_type -> coord.v1.QueuePauseRequest
-	15,  // 95: coord.v1.Queue.Resume:input_type -> coord.v1.QueueResumeRequest
-	3,   // 96: coord.v1.Queue.Delete:input_type -> coord.v1.QueueDeleteRequest
-	6,   // 97: coord.v1.Queue.Bulk:input_type -> coord.v1.QueueBulkRequest
-	8,   // 98: coord.v1.Queue.GetBulk:input_type -> coord.v1.QueueGetBulkRequest
-	10,  // 99: coord.v1.Queue.ListBulk:input_type -> coord.v1.QueueListBulkRequest
-	23,  // 100: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
-	26,  // 101: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
-	28,  // 102: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
-	30,  // 103: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
-	32,  // 104: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
-	34,  // 105: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
-	39,  // 106: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
-	43,  // 107: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
-	47,  // 108: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
-	55,  // 109: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
-	50,  // 110: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
-	53,  // 111: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
-	14,  // 112: coord.v1.Queue.Pause:output_type -> coord.v1.QueuePauseResponse
-	16,  // 113: coord.v1.Queue.Resume:output_type -> coord.v1.QueueResumeResponse
-	4,   // 114: coord.v1.Queue.Delete:output_type -> coord.v1.QueueDeleteResponse
-	7,   // 115: coord.v1.Queue.Bulk:output_type -> coord.v1.QueueBulkResponse
-	9,   // 116: coord.v1.Queue.GetBulk:output_type -> coord.v1.QueueGetBulkResponse
-	11,  // 117: coord.v1.Queue.ListBulk:output_type -> coord.v1.QueueListBulkResponse
-	100, // [100:118] is the sub-list for method output_type
-	82,  // [82:100] is the sub-list for method input_type
-	82,  // [82:82] is the sub-list for extension type_name
-	82,  // [82:82] is the sub-list for extension extendee
-	0,   // [0:82] is the sub-list for field type_name
+	61,  // 49: coord.v1.QueueListRequest.created_after:type_name -> google.protobuf.Timestamp
+	61,  // 50: coord.v1.QueueListRequest.created_before:type_name -> google.protobuf.Timestamp
+	20,  // 51: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
+	20,  // 52: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
+	20,  // 53: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
+	62,  // 54: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
+	35,  // 55: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
+	20,  // 56: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
+	21,  // 57: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
+	60,  // 58: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
+	36,  // 59: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
+	40,  // 60: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
+	61,  // 61: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
+	37,  // 62: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
+	42,  // 63: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
+	62,  // 64: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
+	44,  // 65: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
+	37,  // 66: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
+	46,  // 67: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
+	62,  // 68: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
+	62,  // 69: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
+	48,  // 70: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
+	1,   // 71: coord.v1.FailResult.state:type_name -> coord.v1.JobState
+	61,  // 72: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
+	37,  // 73: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
+	19,  // 74: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
+	51,  // 75: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
+	19,  // 76: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
+	61,  // 77: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
+	51,  // 78: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
+	56,  // 79: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
+	61,  // 80: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	62,  // 81: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	61,  // 82: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
+	61,  // 83: coord.v1.QueueStats.paused_at:type_name -> google.protobuf.Timestamp
+	22,  // 84: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
+	25,  // 85: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
+	27,  // 86: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
+	29,  // 87: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
+	31,  // 88: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
+	33,  // 89: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
+	38,  // 90: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
+	41,  // 91: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
+	45,  // 92: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
+	54,  // 93: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
+	49,  // 94: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
+	52,  // 95: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
+	13,  // 96: coord.v1.Queue.Pause:input_type -> coord.v1.QueuePauseRequest
+	15,  // 97: coord.v1.Queue.Resume:input_type -> coord.v1.QueueResumeRequest
+	3,   // 98: coord.v1.Queue.Delete:input_type -> coord.v1.QueueDeleteRequest
+	6,   // 99: coord.v1.Queue.Bulk:input_type -> coord.v1.QueueBulkRequest
+	8,   // 100: coord.v1.Queue.GetBulk:input_type -> coord.v1.QueueGetBulkRequest
+	10,  // 101: coord.v1.Queue.ListBulk:input_type -> coord.v1.QueueListBulkRequest
+	23,  // 102: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
+	26,  // 103: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
+	28,  // 104: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
+	30,  // 105: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
+	32,  // 106: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
+	34,  // 107: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
+	39,  // 108: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
+	43,  // 109: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
+	47,  // 110: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
+	55,  // 111: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
+	50,  // 112: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
+	53,  // 113: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
+	14,  // 114: coord.v1.Queue.Pause:output_type -> coord.v1.QueuePauseResponse
+	16,  // 115: coord.v1.Queue.Resume:output_type -> coord.v1.QueueResumeResponse
+	4,   // 116: coord.v1.Queue.Delete:output_type -> coord.v1.QueueDeleteResponse
+	7,   // 117: coord.v1.Queue.Bulk:output_type -> coord.v1.QueueBulkResponse
+	9,   // 118: coord.v1.Queue.GetBulk:output_type -> coord.v1.QueueGetBulkResponse
+	11,  // 119: coord.v1.Queue.ListBulk:output_type -> coord.v1.QueueListBulkResponse
+	102, // [102:120] is the sub-list for method output_type
+	84,  // [84:102] is the sub-list for method input_type
+	84,  // [84:84] is the sub-list for extension type_name
+	84,  // [84:84] is the sub-list for extension extendee
+	0,   // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_queue_proto_init() }
