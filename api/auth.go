@@ -164,6 +164,7 @@ var methods = map[string]methodAccess{
 	// operation is read by its filter's queue.
 	coordv1.Queue_Delete_FullMethodName:               {op: auth.OpJob, name: noName},
 	coordv1.Queue_Bulk_FullMethodName:                 {op: auth.OpJob, name: nameOf(bulkQueue)},
+	coordv1.Queue_Workers_FullMethodName:              {op: auth.OpRead, name: noName}, // the handler shows the queues the caller may read
 	coordv1.Queue_GetBulk_FullMethodName:              {op: auth.OpRead, name: noName},
 	coordv1.Queue_ListBulk_FullMethodName:             {op: auth.OpRead, name: noName}, // the handler lists what the caller may read
 	coordv1.Cluster_Status_FullMethodName:             {open: true},

@@ -203,3 +203,37 @@ func searchJobs(st *fsm.FSM, fl fsm.JobFilter, q fsm.JobSearch, before uint64, s
 	}
 	return out
 }
+
+// Workers groups the running attempts by worker (from this replica's
+// state: the leader's unless stale).
+func (q *queue) Workers(ctx context.Context, req *coordv1.QueueWorkersRequest) (*coordv1.QueueWorkersResponse, error) {
+	if err := checkName("queue", req.GetQueue(), false); err != nil {
+		return nil, toStatus(err)
+	}
+	return stateRead(q.s, ctx, coordv1.NewQueueClient, coordv1.QueueClient.Workers, req, func(st *fsm.FSM, _ int64) (*coordv1.QueueWorkersResponse, error) {
+		atts, more := st.RunningAttempts(req.GetQueue(), fsm.MaxWorkerAttempts)
+		out := &coordv1.QueueWorkersResponse{Truncated: more, CalendarTime: pbtime.At(q.s.node.Calendar())}
+		byWorker := map[string]*coordv1.QueueWorker{}
+		for _, a := range atts {
+			if q.s.authorizeQueue(ctx, auth.OpRead, a.Queue) != nil {
+				continue
+			}
+			key := a.Attempt.WorkerID + "\x00" + a.Attempt.Identity
+			w := byWorker[key]
+			if w == nil {
+				w = &coordv1.QueueWorker{WorkerId: a.Attempt.WorkerID, Identity: a.Attempt.Identity, Since: pbtime.At(a.Attempt.StartedAt)}
+				byWorker[key] = w
+				out.Workers = append(out.Workers, w)
+			}
+			if a.Attempt.StartedAt < w.GetSinceMs() {
+				w.Since = pbtime.At(a.Attempt.StartedAt)
+			}
+			w.Attempts = append(w.Attempts, &coordv1.RunningAttempt{JobId: a.JobID, Queue: a.Queue, Kind: a.Kind, Attempt: a.Attempt.Number,
+				StartedAt: pbtime.At(a.Attempt.StartedAt), Deadline: pbtime.At(a.Attempt.Deadline), Heartbeats: a.Attempt.Heartbeats})
+		}
+		slices.SortFunc(out.Workers, func(a, b *coordv1.QueueWorker) int {
+			return strings.Compare(a.GetWorkerId()+"\x00"+a.GetIdentity(), b.GetWorkerId()+"\x00"+b.GetIdentity())
+		})
+		return out, nil
+	})
+}

@@ -257,3 +257,51 @@ func TestConsoleBulkAndSearch(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleWindowsPage: the window ledger of a job prefix, with its
+// claimant's token.
+func TestConsoleWindowsPage(t *testing.T) {
+	ct := newConsoleTest(t, false)
+	if _, err := ct.n.propose(&fsmv1.Acquire{Name: "close", Owner: "w7", TtlMs: 60_000, RequestId: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ct.n.propose(&fsmv1.ClaimWindow{Job: "billing/close", Window: "2026-12-01", LeaseName: "close", Owner: "w7", Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	page := ct.get("", "/ui/windows?job=billing/close", http.StatusOK)
+	for _, want := range []string{"billing/close", "2026-12-01", "incomplete", "w7", "<code>close:1</code>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the windows page lacks %q", want)
+		}
+	}
+	if page := ct.get("", "/ui/windows?job=other", http.StatusOK); !strings.Contains(page, "No windows of job other.") {
+		t.Error("an unknown job's page")
+	}
+	if page := ct.get("", "/ui/windows", http.StatusOK); !strings.Contains(page, "Name a job") {
+		t.Error("an empty prefix's page")
+	}
+}
+
+// TestConsoleWorkersPage: who runs what, from the running attempts.
+func TestConsoleWorkersPage(t *testing.T) {
+	ct := newConsoleTest(t, false)
+	ct.submit(&coordv1.NewJob{Queue: "mail", Kind: "send"}, &coordv1.NewJob{Queue: "mail", Kind: "send"}, &coordv1.NewJob{Queue: "pay", Kind: "charge"})
+	for _, w := range []struct{ worker, queue string }{{"w1", "mail"}, {"w1", "mail"}, {"w2", "pay"}} {
+		if _, err := ct.q.Fetch(caller("app"), &coordv1.QueueFetchRequest{Queues: []string{w.queue}, Max: 1, WorkerId: w.worker}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := ct.q.Workers(caller("app"), &coordv1.QueueWorkersRequest{})
+	if err != nil || len(r.GetWorkers()) != 2 || len(r.GetWorkers()[0].GetAttempts()) != 2 || r.GetWorkers()[1].GetWorkerId() != "w2" {
+		t.Fatalf("workers: %v %v", r, err)
+	}
+	page := ct.get("", "/ui/workers", http.StatusOK)
+	for _, want := range []string{`<tr data-worker="w1">`, `<tr data-worker="w2">`, "mail / send, attempt 1", "pay / charge", `<td>2</td>`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the workers page lacks %q", want)
+		}
+	}
+	if page := ct.get("", "/ui/workers?queue=pay", http.StatusOK); strings.Contains(page, `data-worker="w1"`) {
+		t.Error("a queue's workers page shows another queue's worker")
+	}
+}

@@ -464,3 +464,42 @@ func (f *FSM) ScanQueueJobs(fl JobFilter, q JobSearch, before uint64, limit, max
 }
 
 func bytesContains(b, sub []byte) bool { return bytes.Contains(b, sub) }
+
+// MaxWorkerAttempts bounds the running attempts RunningAttempts reads.
+const MaxWorkerAttempts = 1000
+
+// RunningAttempt is a running job's live attempt, for the workers view.
+type RunningAttempt struct {
+	JobID       uint64
+	Queue, Kind string
+	Attempt     Attempt
+}
+
+// RunningAttempts returns up to limit live attempts (of queue's jobs, or
+// every queue's for ""), by job id, and whether more are running. It walks
+// the running jobs only.
+func (f *FSM) RunningAttempts(queue string, limit int) (out []RunningAttempt, more bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	collect := func(id uint64) bool {
+		j := f.st.qjob(id)
+		a, ok := j.Current()
+		if !ok || (queue != "" && j.Queue != queue) {
+			return true
+		}
+		if len(out) == limit {
+			more = true
+			return false
+		}
+		out = append(out, RunningAttempt{JobID: j.ID, Queue: j.Queue, Kind: j.Kind, Attempt: *a})
+		return true
+	}
+	if queue != "" {
+		f.st.qidx.byQueueState.AscendGreaterOrEqual(queueStateKey{queue, JobRunning, 0}, func(k queueStateKey) bool {
+			return k.queue == queue && k.state == JobRunning && collect(k.id)
+		})
+	} else {
+		f.st.qidx.byState.AscendGreaterOrEqual(stateKey{JobRunning, 0}, func(k stateKey) bool { return k.state == JobRunning && collect(k.id) })
+	}
+	return out, more
+}

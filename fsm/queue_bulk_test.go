@@ -241,3 +241,43 @@ func TestBulkSnapshot(t *testing.T) {
 		t.Fatal("digest differs")
 	}
 }
+
+// TestScanQueueJobsIsBounded: a search looks at at most maxScan jobs per
+// page and says where to go on; following the pages finds every match
+// once, newest first.
+func TestScanQueueJobsIsBounded(t *testing.T) {
+	f := New()
+	for i := 0; i < 5; i++ {
+		specs := make([]*fsmv1.QueueJobSpec, 1000)
+		for k := range specs {
+			specs[k] = jspec("a", "k")
+			if (i*1000+k)%700 == 0 {
+				specs[k].Args = []byte(`{"needle":true}`)
+			}
+		}
+		submit(t, f, t0+int64(i), specs...)
+	}
+	var found []uint64
+	pages, before := 0, uint64(0)
+	for {
+		out, next, scanned := f.ScanQueueJobs(JobFilter{Queue: "a"}, JobSearch{ArgsContains: []byte("needle")}, before, 50, 1200)
+		if scanned > 1200 {
+			t.Fatalf("page %d looked at %d jobs", pages, scanned)
+		}
+		pages++
+		found = append(found, ids(out)...)
+		if next == 0 {
+			break
+		}
+		before = next
+	}
+	want := []uint64{4901, 4201, 3501, 2801, 2101, 1401, 701, 1}
+	if fmt.Sprint(found) != fmt.Sprint(want) || pages != 5 {
+		t.Fatalf("found %v in %d pages, want %v in 5", found, pages, want)
+	}
+	// A created range: the jobs of the second submit only.
+	out, _, _ := f.ScanQueueJobs(JobFilter{}, JobSearch{CreatedAfter: t0 + 1, CreatedBefore: t0 + 2}, 0, 5000, 10_000)
+	if len(out) != 1000 || out[0].ID != 2000 || out[999].ID != 1001 {
+		t.Fatalf("created range: %d jobs", len(out))
+	}
+}

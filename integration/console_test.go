@@ -450,4 +450,13 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Errorf("refund %d after the bulk retry: %v", id, r.GetJob().GetState())
 		}
 	}
+
+	// Workers: a worker that holds an attempt, with what it runs.
+	noLeaderRetry(t, "fetch a refund", func() (*coordv1.QueueFetchResponse, error) {
+		return queue.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"refunds"}, Max: 1, WorkerId: "worker-9"})
+	})
+	open("workers page", ops+"/ui/workers", `tr[data-worker="worker-9"]`)
+	contains("workers", text(`tr[data-worker="worker-9"]`), "ops", "refunds / refund, attempt 2")
+	screenshot("workers")
+	expectClean("workers")
 }

@@ -192,6 +192,8 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /ui/schedules/{name}", c.schedulePage)
 	m.Handle("POST /ui/schedules/{name}/{action}", c.guardPost(c.scheduleAction))
 	m.HandleFunc("GET /ui/resources", c.resourcesPage)
+	m.HandleFunc("GET /ui/windows", c.windowsPage)
+	m.HandleFunc("GET /ui/workers", c.workersPage)
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "No such page: "+r.URL.Path)
 	})

@@ -16,18 +16,20 @@ import (
 // funcs are the templates' helpers: times are shown in UTC, durations
 // rounded for reading.
 var funcs = template.FuncMap{
-	"ts":         ts,
-	"dur":        durMs,
-	"rel":        rel,
-	"jobState":   jobState,
-	"bulkAction": bulkAction,
-	"bulkFilter": bulkFilter,
-	"outcome":    outcome,
-	"skipReason": skipReason,
-	"payload":    payload,
-	"labels":     sortedKeys,
-	"offset":     offsetUs,
-	"leaseState": leaseState,
+	"ts":          ts,
+	"dur":         durMs,
+	"rel":         rel,
+	"jobState":    jobState,
+	"bulkAction":  bulkAction,
+	"windowState": windowState,
+	"sub":         func(a, b int64) int64 { return a - b },
+	"bulkFilter":  bulkFilter,
+	"outcome":     outcome,
+	"skipReason":  skipReason,
+	"payload":     payload,
+	"labels":      sortedKeys,
+	"offset":      offsetUs,
+	"leaseState":  leaseState,
 	"overlap": func(o coordv1.ScheduleOverlap) string {
 		return strings.ToLower(strings.TrimPrefix(o.String(), "SCHEDULE_OVERLAP_"))
 	},

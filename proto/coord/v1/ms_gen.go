@@ -192,11 +192,23 @@ func (x *QueueStatsResponse) GetCalendarTimeMs() int64 { return pbtime.AtMs(x.Ge
 // GetUpdatedAtMs is UpdatedAt in Unix milliseconds (0 when unset).
 func (x *QueueTarget) GetUpdatedAtMs() int64 { return pbtime.AtMs(x.GetUpdatedAt()) }
 
+// GetSinceMs is Since in Unix milliseconds (0 when unset).
+func (x *QueueWorker) GetSinceMs() int64 { return pbtime.AtMs(x.GetSince()) }
+
+// GetCalendarTimeMs is CalendarTime in Unix milliseconds (0 when unset).
+func (x *QueueWorkersResponse) GetCalendarTimeMs() int64 { return pbtime.AtMs(x.GetCalendarTime()) }
+
 // GetTtlMs is Ttl in milliseconds (0 when unset).
 func (x *RenewRequest) GetTtlMs() int64 { return pbtime.DurMs(x.GetTtl()) }
 
 // GetLastCommitAtMs is LastCommitAt in Unix milliseconds (0 when unset).
 func (x *Resource) GetLastCommitAtMs() int64 { return pbtime.AtMs(x.GetLastCommitAt()) }
+
+// GetDeadlineMs is Deadline in Unix milliseconds (0 when unset).
+func (x *RunningAttempt) GetDeadlineMs() int64 { return pbtime.AtMs(x.GetDeadline()) }
+
+// GetStartedAtMs is StartedAt in Unix milliseconds (0 when unset).
+func (x *RunningAttempt) GetStartedAtMs() int64 { return pbtime.AtMs(x.GetStartedAt()) }
 
 // GetCreatedAtMs is CreatedAt in Unix milliseconds (0 when unset).
 func (x *Schedule) GetCreatedAtMs() int64 { return pbtime.AtMs(x.GetCreatedAt()) }

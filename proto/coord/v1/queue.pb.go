@@ -210,6 +210,281 @@ func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
 }
 
+type QueueWorkersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// queue: only attempts of this queue's jobs; empty: every queue.
+	Queue         string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Stale         bool   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueWorkersRequest) Reset() {
+	*x = QueueWorkersRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueWorkersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueWorkersRequest) ProtoMessage() {}
+
+func (x *QueueWorkersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueWorkersRequest.ProtoReflect.Descriptor instead.
+func (*QueueWorkersRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *QueueWorkersRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueWorkersRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type QueueWorkersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// workers by worker id.
+	Workers       []*QueueWorker         `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	Truncated     bool                   `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	CalendarTime  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=calendar_time,json=calendarTime,proto3" json:"calendar_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueWorkersResponse) Reset() {
+	*x = QueueWorkersResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueWorkersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueWorkersResponse) ProtoMessage() {}
+
+func (x *QueueWorkersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueWorkersResponse.ProtoReflect.Descriptor instead.
+func (*QueueWorkersResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *QueueWorkersResponse) GetWorkers() []*QueueWorker {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *QueueWorkersResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *QueueWorkersResponse) GetCalendarTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CalendarTime
+	}
+	return nil
+}
+
+type QueueWorker struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Identity string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	// since: the start of its oldest running attempt.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	Attempts      []*RunningAttempt      `protobuf:"bytes,4,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueWorker) Reset() {
+	*x = QueueWorker{}
+	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueWorker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueWorker) ProtoMessage() {}
+
+func (x *QueueWorker) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueWorker.ProtoReflect.Descriptor instead.
+func (*QueueWorker) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *QueueWorker) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *QueueWorker) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *QueueWorker) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *QueueWorker) GetAttempts() []*RunningAttempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+type RunningAttempt struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         uint64                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Queue         string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Attempt       uint32                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	Heartbeats    uint32                 `protobuf:"varint,7,opt,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunningAttempt) Reset() {
+	*x = RunningAttempt{}
+	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunningAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunningAttempt) ProtoMessage() {}
+
+func (x *RunningAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunningAttempt.ProtoReflect.Descriptor instead.
+func (*RunningAttempt) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RunningAttempt) GetJobId() uint64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *RunningAttempt) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *RunningAttempt) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RunningAttempt) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RunningAttempt) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *RunningAttempt) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *RunningAttempt) GetHeartbeats() uint32 {
+	if x != nil {
+		return x.Heartbeats
+	}
+	return 0
+}
+
 type QueueDeleteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -219,7 +494,7 @@ type QueueDeleteRequest struct {
 
 func (x *QueueDeleteRequest) Reset() {
 	*x = QueueDeleteRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	mi := &file_coord_v1_queue_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +506,7 @@ func (x *QueueDeleteRequest) String() string {
 func (*QueueDeleteRequest) ProtoMessage() {}
 
 func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	mi := &file_coord_v1_queue_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +519,7 @@ func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteRequest.ProtoReflect.Descriptor instead.
 func (*QueueDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{0}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *QueueDeleteRequest) GetId() uint64 {
@@ -264,7 +539,7 @@ type QueueDeleteResponse struct {
 
 func (x *QueueDeleteResponse) Reset() {
 	*x = QueueDeleteResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	mi := &file_coord_v1_queue_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +551,7 @@ func (x *QueueDeleteResponse) String() string {
 func (*QueueDeleteResponse) ProtoMessage() {}
 
 func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	mi := &file_coord_v1_queue_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +564,7 @@ func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeleteResponse.ProtoReflect.Descriptor instead.
 func (*QueueDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *QueueDeleteResponse) GetDuplicate() bool {
@@ -320,7 +595,7 @@ type JobFilter struct {
 
 func (x *JobFilter) Reset() {
 	*x = JobFilter{}
-	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	mi := &file_coord_v1_queue_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -332,7 +607,7 @@ func (x *JobFilter) String() string {
 func (*JobFilter) ProtoMessage() {}
 
 func (x *JobFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	mi := &file_coord_v1_queue_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -345,7 +620,7 @@ func (x *JobFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFilter.ProtoReflect.Descriptor instead.
 func (*JobFilter) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JobFilter) GetQueue() string {
@@ -425,7 +700,7 @@ type QueueBulkRequest struct {
 
 func (x *QueueBulkRequest) Reset() {
 	*x = QueueBulkRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	mi := &file_coord_v1_queue_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -437,7 +712,7 @@ func (x *QueueBulkRequest) String() string {
 func (*QueueBulkRequest) ProtoMessage() {}
 
 func (x *QueueBulkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	mi := &file_coord_v1_queue_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -450,7 +725,7 @@ func (x *QueueBulkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueBulkRequest.ProtoReflect.Descriptor instead.
 func (*QueueBulkRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{3}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *QueueBulkRequest) GetAction() BulkAction {
@@ -494,7 +769,7 @@ type QueueBulkResponse struct {
 
 func (x *QueueBulkResponse) Reset() {
 	*x = QueueBulkResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	mi := &file_coord_v1_queue_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -506,7 +781,7 @@ func (x *QueueBulkResponse) String() string {
 func (*QueueBulkResponse) ProtoMessage() {}
 
 func (x *QueueBulkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	mi := &file_coord_v1_queue_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -519,7 +794,7 @@ func (x *QueueBulkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueBulkResponse.ProtoReflect.Descriptor instead.
 func (*QueueBulkResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{4}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *QueueBulkResponse) GetCount() uint64 {
@@ -553,7 +828,7 @@ type QueueGetBulkRequest struct {
 
 func (x *QueueGetBulkRequest) Reset() {
 	*x = QueueGetBulkRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	mi := &file_coord_v1_queue_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +840,7 @@ func (x *QueueGetBulkRequest) String() string {
 func (*QueueGetBulkRequest) ProtoMessage() {}
 
 func (x *QueueGetBulkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	mi := &file_coord_v1_queue_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +853,7 @@ func (x *QueueGetBulkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetBulkRequest.ProtoReflect.Descriptor instead.
 func (*QueueGetBulkRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{5}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QueueGetBulkRequest) GetId() string {
@@ -604,7 +879,7 @@ type QueueGetBulkResponse struct {
 
 func (x *QueueGetBulkResponse) Reset() {
 	*x = QueueGetBulkResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	mi := &file_coord_v1_queue_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +891,7 @@ func (x *QueueGetBulkResponse) String() string {
 func (*QueueGetBulkResponse) ProtoMessage() {}
 
 func (x *QueueGetBulkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	mi := &file_coord_v1_queue_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +904,7 @@ func (x *QueueGetBulkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetBulkResponse.ProtoReflect.Descriptor instead.
 func (*QueueGetBulkResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{6}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *QueueGetBulkResponse) GetOp() *BulkOp {
@@ -648,7 +923,7 @@ type QueueListBulkRequest struct {
 
 func (x *QueueListBulkRequest) Reset() {
 	*x = QueueListBulkRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	mi := &file_coord_v1_queue_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -660,7 +935,7 @@ func (x *QueueListBulkRequest) String() string {
 func (*QueueListBulkRequest) ProtoMessage() {}
 
 func (x *QueueListBulkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	mi := &file_coord_v1_queue_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -673,7 +948,7 @@ func (x *QueueListBulkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListBulkRequest.ProtoReflect.Descriptor instead.
 func (*QueueListBulkRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{7}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *QueueListBulkRequest) GetStale() bool {
@@ -692,7 +967,7 @@ type QueueListBulkResponse struct {
 
 func (x *QueueListBulkResponse) Reset() {
 	*x = QueueListBulkResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	mi := &file_coord_v1_queue_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +979,7 @@ func (x *QueueListBulkResponse) String() string {
 func (*QueueListBulkResponse) ProtoMessage() {}
 
 func (x *QueueListBulkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	mi := &file_coord_v1_queue_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +992,7 @@ func (x *QueueListBulkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListBulkResponse.ProtoReflect.Descriptor instead.
 func (*QueueListBulkResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{8}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueueListBulkResponse) GetOps() []*BulkOp {
@@ -751,7 +1026,7 @@ type BulkOp struct {
 
 func (x *BulkOp) Reset() {
 	*x = BulkOp{}
-	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	mi := &file_coord_v1_queue_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +1038,7 @@ func (x *BulkOp) String() string {
 func (*BulkOp) ProtoMessage() {}
 
 func (x *BulkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	mi := &file_coord_v1_queue_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +1051,7 @@ func (x *BulkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkOp.ProtoReflect.Descriptor instead.
 func (*BulkOp) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{9}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BulkOp) GetId() string {
@@ -872,7 +1147,7 @@ type QueuePauseRequest struct {
 
 func (x *QueuePauseRequest) Reset() {
 	*x = QueuePauseRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	mi := &file_coord_v1_queue_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1159,7 @@ func (x *QueuePauseRequest) String() string {
 func (*QueuePauseRequest) ProtoMessage() {}
 
 func (x *QueuePauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	mi := &file_coord_v1_queue_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1172,7 @@ func (x *QueuePauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePauseRequest.ProtoReflect.Descriptor instead.
 func (*QueuePauseRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{10}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QueuePauseRequest) GetQueue() string {
@@ -918,7 +1193,7 @@ type QueuePauseResponse struct {
 
 func (x *QueuePauseResponse) Reset() {
 	*x = QueuePauseResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	mi := &file_coord_v1_queue_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1205,7 @@ func (x *QueuePauseResponse) String() string {
 func (*QueuePauseResponse) ProtoMessage() {}
 
 func (x *QueuePauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	mi := &file_coord_v1_queue_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1218,7 @@ func (x *QueuePauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePauseResponse.ProtoReflect.Descriptor instead.
 func (*QueuePauseResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{11}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueuePauseResponse) GetPause() *QueuePause {
@@ -969,7 +1244,7 @@ type QueueResumeRequest struct {
 
 func (x *QueueResumeRequest) Reset() {
 	*x = QueueResumeRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	mi := &file_coord_v1_queue_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1256,7 @@ func (x *QueueResumeRequest) String() string {
 func (*QueueResumeRequest) ProtoMessage() {}
 
 func (x *QueueResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	mi := &file_coord_v1_queue_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1269,7 @@ func (x *QueueResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueResumeRequest.ProtoReflect.Descriptor instead.
 func (*QueueResumeRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{12}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueueResumeRequest) GetQueue() string {
@@ -1014,7 +1289,7 @@ type QueueResumeResponse struct {
 
 func (x *QueueResumeResponse) Reset() {
 	*x = QueueResumeResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	mi := &file_coord_v1_queue_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1301,7 @@ func (x *QueueResumeResponse) String() string {
 func (*QueueResumeResponse) ProtoMessage() {}
 
 func (x *QueueResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	mi := &file_coord_v1_queue_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1314,7 @@ func (x *QueueResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueResumeResponse.ProtoReflect.Descriptor instead.
 func (*QueueResumeResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{13}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *QueueResumeResponse) GetWasPaused() bool {
@@ -1061,7 +1336,7 @@ type QueuePause struct {
 
 func (x *QueuePause) Reset() {
 	*x = QueuePause{}
-	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	mi := &file_coord_v1_queue_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1348,7 @@ func (x *QueuePause) String() string {
 func (*QueuePause) ProtoMessage() {}
 
 func (x *QueuePause) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	mi := &file_coord_v1_queue_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1361,7 @@ func (x *QueuePause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePause.ProtoReflect.Descriptor instead.
 func (*QueuePause) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{14}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QueuePause) GetQueue() string {
@@ -1155,7 +1430,7 @@ type NewJob struct {
 
 func (x *NewJob) Reset() {
 	*x = NewJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	mi := &file_coord_v1_queue_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1442,7 @@ func (x *NewJob) String() string {
 func (*NewJob) ProtoMessage() {}
 
 func (x *NewJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	mi := &file_coord_v1_queue_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1455,7 @@ func (x *NewJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewJob.ProtoReflect.Descriptor instead.
 func (*NewJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{15}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NewJob) GetQueue() string {
@@ -1320,7 +1595,7 @@ type HttpTarget struct {
 
 func (x *HttpTarget) Reset() {
 	*x = HttpTarget{}
-	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	mi := &file_coord_v1_queue_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1607,7 @@ func (x *HttpTarget) String() string {
 func (*HttpTarget) ProtoMessage() {}
 
 func (x *HttpTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	mi := &file_coord_v1_queue_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1620,7 @@ func (x *HttpTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpTarget.ProtoReflect.Descriptor instead.
 func (*HttpTarget) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{16}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HttpTarget) GetUrl() string {
@@ -1430,7 +1705,7 @@ type QueueJob struct {
 
 func (x *QueueJob) Reset() {
 	*x = QueueJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	mi := &file_coord_v1_queue_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1717,7 @@ func (x *QueueJob) String() string {
 func (*QueueJob) ProtoMessage() {}
 
 func (x *QueueJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	mi := &file_coord_v1_queue_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1730,7 @@ func (x *QueueJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueJob.ProtoReflect.Descriptor instead.
 func (*QueueJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{17}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *QueueJob) GetId() uint64 {
@@ -1639,7 +1914,7 @@ type JobAttempt struct {
 
 func (x *JobAttempt) Reset() {
 	*x = JobAttempt{}
-	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	mi := &file_coord_v1_queue_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1926,7 @@ func (x *JobAttempt) String() string {
 func (*JobAttempt) ProtoMessage() {}
 
 func (x *JobAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	mi := &file_coord_v1_queue_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1939,7 @@ func (x *JobAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttempt.ProtoReflect.Descriptor instead.
 func (*JobAttempt) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{18}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *JobAttempt) GetNumber() uint32 {
@@ -1768,7 +2043,7 @@ type QueueSubmitRequest struct {
 
 func (x *QueueSubmitRequest) Reset() {
 	*x = QueueSubmitRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[19]
+	mi := &file_coord_v1_queue_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +2055,7 @@ func (x *QueueSubmitRequest) String() string {
 func (*QueueSubmitRequest) ProtoMessage() {}
 
 func (x *QueueSubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[19]
+	mi := &file_coord_v1_queue_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +2068,7 @@ func (x *QueueSubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSubmitRequest.ProtoReflect.Descriptor instead.
 func (*QueueSubmitRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{19}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueSubmitRequest) GetJobs() []*NewJob {
@@ -1813,7 +2088,7 @@ type QueueSubmitResponse struct {
 
 func (x *QueueSubmitResponse) Reset() {
 	*x = QueueSubmitResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[20]
+	mi := &file_coord_v1_queue_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +2100,7 @@ func (x *QueueSubmitResponse) String() string {
 func (*QueueSubmitResponse) ProtoMessage() {}
 
 func (x *QueueSubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[20]
+	mi := &file_coord_v1_queue_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +2113,7 @@ func (x *QueueSubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSubmitResponse.ProtoReflect.Descriptor instead.
 func (*QueueSubmitResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{20}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueSubmitResponse) GetJobs() []*SubmittedJob {
@@ -1862,7 +2137,7 @@ type SubmittedJob struct {
 
 func (x *SubmittedJob) Reset() {
 	*x = SubmittedJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[21]
+	mi := &file_coord_v1_queue_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +2149,7 @@ func (x *SubmittedJob) String() string {
 func (*SubmittedJob) ProtoMessage() {}
 
 func (x *SubmittedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[21]
+	mi := &file_coord_v1_queue_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +2162,7 @@ func (x *SubmittedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmittedJob.ProtoReflect.Descriptor instead.
 func (*SubmittedJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{21}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SubmittedJob) GetId() uint64 {
@@ -1928,7 +2203,7 @@ type QueueGetRequest struct {
 
 func (x *QueueGetRequest) Reset() {
 	*x = QueueGetRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[22]
+	mi := &file_coord_v1_queue_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2215,7 @@ func (x *QueueGetRequest) String() string {
 func (*QueueGetRequest) ProtoMessage() {}
 
 func (x *QueueGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[22]
+	mi := &file_coord_v1_queue_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2228,7 @@ func (x *QueueGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetRequest.ProtoReflect.Descriptor instead.
 func (*QueueGetRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{22}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueueGetRequest) GetId() uint64 {
@@ -1981,7 +2256,7 @@ type QueueGetResponse struct {
 
 func (x *QueueGetResponse) Reset() {
 	*x = QueueGetResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[23]
+	mi := &file_coord_v1_queue_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1993,7 +2268,7 @@ func (x *QueueGetResponse) String() string {
 func (*QueueGetResponse) ProtoMessage() {}
 
 func (x *QueueGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[23]
+	mi := &file_coord_v1_queue_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2006,7 +2281,7 @@ func (x *QueueGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetResponse.ProtoReflect.Descriptor instead.
 func (*QueueGetResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{23}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueueGetResponse) GetJob() *QueueJob {
@@ -2049,7 +2324,7 @@ type QueueListRequest struct {
 
 func (x *QueueListRequest) Reset() {
 	*x = QueueListRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[24]
+	mi := &file_coord_v1_queue_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2336,7 @@ func (x *QueueListRequest) String() string {
 func (*QueueListRequest) ProtoMessage() {}
 
 func (x *QueueListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[24]
+	mi := &file_coord_v1_queue_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2349,7 @@ func (x *QueueListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListRequest.ProtoReflect.Descriptor instead.
 func (*QueueListRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{24}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *QueueListRequest) GetQueue() string {
@@ -2161,7 +2436,7 @@ type QueueListResponse struct {
 
 func (x *QueueListResponse) Reset() {
 	*x = QueueListResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[25]
+	mi := &file_coord_v1_queue_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2448,7 @@ func (x *QueueListResponse) String() string {
 func (*QueueListResponse) ProtoMessage() {}
 
 func (x *QueueListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[25]
+	mi := &file_coord_v1_queue_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2461,7 @@ func (x *QueueListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListResponse.ProtoReflect.Descriptor instead.
 func (*QueueListResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{25}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QueueListResponse) GetJobs() []*QueueJob {
@@ -2219,7 +2494,7 @@ type QueueCancelRequest struct {
 
 func (x *QueueCancelRequest) Reset() {
 	*x = QueueCancelRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[26]
+	mi := &file_coord_v1_queue_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2506,7 @@ func (x *QueueCancelRequest) String() string {
 func (*QueueCancelRequest) ProtoMessage() {}
 
 func (x *QueueCancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[26]
+	mi := &file_coord_v1_queue_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2519,7 @@ func (x *QueueCancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCancelRequest.ProtoReflect.Descriptor instead.
 func (*QueueCancelRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{26}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueueCancelRequest) GetId() uint64 {
@@ -2265,7 +2540,7 @@ type QueueCancelResponse struct {
 
 func (x *QueueCancelResponse) Reset() {
 	*x = QueueCancelResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[27]
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2277,7 +2552,7 @@ func (x *QueueCancelResponse) String() string {
 func (*QueueCancelResponse) ProtoMessage() {}
 
 func (x *QueueCancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[27]
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2290,7 +2565,7 @@ func (x *QueueCancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCancelResponse.ProtoReflect.Descriptor instead.
 func (*QueueCancelResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{27}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueueCancelResponse) GetJob() *QueueJob {
@@ -2316,7 +2591,7 @@ type QueueRetryRequest struct {
 
 func (x *QueueRetryRequest) Reset() {
 	*x = QueueRetryRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[28]
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2603,7 @@ func (x *QueueRetryRequest) String() string {
 func (*QueueRetryRequest) ProtoMessage() {}
 
 func (x *QueueRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[28]
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2616,7 @@ func (x *QueueRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetryRequest.ProtoReflect.Descriptor instead.
 func (*QueueRetryRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{28}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueueRetryRequest) GetId() uint64 {
@@ -2362,7 +2637,7 @@ type QueueRetryResponse struct {
 
 func (x *QueueRetryResponse) Reset() {
 	*x = QueueRetryResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[29]
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +2649,7 @@ func (x *QueueRetryResponse) String() string {
 func (*QueueRetryResponse) ProtoMessage() {}
 
 func (x *QueueRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[29]
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +2662,7 @@ func (x *QueueRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetryResponse.ProtoReflect.Descriptor instead.
 func (*QueueRetryResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{29}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *QueueRetryResponse) GetJob() *QueueJob {
@@ -2427,7 +2702,7 @@ type QueueFetchRequest struct {
 
 func (x *QueueFetchRequest) Reset() {
 	*x = QueueFetchRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[30]
+	mi := &file_coord_v1_queue_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2714,7 @@ func (x *QueueFetchRequest) String() string {
 func (*QueueFetchRequest) ProtoMessage() {}
 
 func (x *QueueFetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[30]
+	mi := &file_coord_v1_queue_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2727,7 @@ func (x *QueueFetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFetchRequest.ProtoReflect.Descriptor instead.
 func (*QueueFetchRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{30}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *QueueFetchRequest) GetQueues() []string {
@@ -2499,7 +2774,7 @@ type QueueFetchResponse struct {
 
 func (x *QueueFetchResponse) Reset() {
 	*x = QueueFetchResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2786,7 @@ func (x *QueueFetchResponse) String() string {
 func (*QueueFetchResponse) ProtoMessage() {}
 
 func (x *QueueFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2799,7 @@ func (x *QueueFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFetchResponse.ProtoReflect.Descriptor instead.
 func (*QueueFetchResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *QueueFetchResponse) GetJobs() []*ClaimedJob {
@@ -2546,7 +2821,7 @@ type ClaimedJob struct {
 
 func (x *ClaimedJob) Reset() {
 	*x = ClaimedJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2833,7 @@ func (x *ClaimedJob) String() string {
 func (*ClaimedJob) ProtoMessage() {}
 
 func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2846,7 @@ func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedJob.ProtoReflect.Descriptor instead.
 func (*ClaimedJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ClaimedJob) GetJob() *QueueJob {
@@ -2599,7 +2874,7 @@ type JobAttemptRef struct {
 
 func (x *JobAttemptRef) Reset() {
 	*x = JobAttemptRef{}
-	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +2886,7 @@ func (x *JobAttemptRef) String() string {
 func (*JobAttemptRef) ProtoMessage() {}
 
 func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +2899,7 @@ func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRef.ProtoReflect.Descriptor instead.
 func (*JobAttemptRef) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{33}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *JobAttemptRef) GetJobId() uint64 {
@@ -2655,7 +2930,7 @@ type JobItemError struct {
 
 func (x *JobItemError) Reset() {
 	*x = JobItemError{}
-	mi := &file_coord_v1_queue_proto_msgTypes[34]
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2942,7 @@ func (x *JobItemError) String() string {
 func (*JobItemError) ProtoMessage() {}
 
 func (x *JobItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[34]
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2955,7 @@ func (x *JobItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobItemError.ProtoReflect.Descriptor instead.
 func (*JobItemError) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{34}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *JobItemError) GetReason() string {
@@ -2715,7 +2990,7 @@ type QueueHeartbeatRequest struct {
 
 func (x *QueueHeartbeatRequest) Reset() {
 	*x = QueueHeartbeatRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[35]
+	mi := &file_coord_v1_queue_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +3002,7 @@ func (x *QueueHeartbeatRequest) String() string {
 func (*QueueHeartbeatRequest) ProtoMessage() {}
 
 func (x *QueueHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[35]
+	mi := &file_coord_v1_queue_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +3015,7 @@ func (x *QueueHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*QueueHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{35}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *QueueHeartbeatRequest) GetWorkerId() string {
@@ -2767,7 +3042,7 @@ type QueueHeartbeatResponse struct {
 
 func (x *QueueHeartbeatResponse) Reset() {
 	*x = QueueHeartbeatResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[36]
+	mi := &file_coord_v1_queue_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +3054,7 @@ func (x *QueueHeartbeatResponse) String() string {
 func (*QueueHeartbeatResponse) ProtoMessage() {}
 
 func (x *QueueHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[36]
+	mi := &file_coord_v1_queue_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +3067,7 @@ func (x *QueueHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*QueueHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{36}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *QueueHeartbeatResponse) GetResults() []*HeartbeatResult {
@@ -2816,7 +3091,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[37]
+	mi := &file_coord_v1_queue_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +3103,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[37]
+	mi := &file_coord_v1_queue_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +3116,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{37}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HeartbeatResult) GetJobId() uint64 {
@@ -2883,7 +3158,7 @@ type QueueCompleteRequest struct {
 
 func (x *QueueCompleteRequest) Reset() {
 	*x = QueueCompleteRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[38]
+	mi := &file_coord_v1_queue_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +3170,7 @@ func (x *QueueCompleteRequest) String() string {
 func (*QueueCompleteRequest) ProtoMessage() {}
 
 func (x *QueueCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[38]
+	mi := &file_coord_v1_queue_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +3183,7 @@ func (x *QueueCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCompleteRequest.ProtoReflect.Descriptor instead.
 func (*QueueCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{38}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *QueueCompleteRequest) GetWorkerId() string {
@@ -2945,7 +3220,7 @@ type JobCompletion struct {
 
 func (x *JobCompletion) Reset() {
 	*x = JobCompletion{}
-	mi := &file_coord_v1_queue_proto_msgTypes[39]
+	mi := &file_coord_v1_queue_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2957,7 +3232,7 @@ func (x *JobCompletion) String() string {
 func (*JobCompletion) ProtoMessage() {}
 
 func (x *JobCompletion) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[39]
+	mi := &file_coord_v1_queue_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2970,7 +3245,7 @@ func (x *JobCompletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCompletion.ProtoReflect.Descriptor instead.
 func (*JobCompletion) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{39}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *JobCompletion) GetJobId() uint64 {
@@ -3018,7 +3293,7 @@ type QueueCompleteResponse struct {
 
 func (x *QueueCompleteResponse) Reset() {
 	*x = QueueCompleteResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[40]
+	mi := &file_coord_v1_queue_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3030,7 +3305,7 @@ func (x *QueueCompleteResponse) String() string {
 func (*QueueCompleteResponse) ProtoMessage() {}
 
 func (x *QueueCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[40]
+	mi := &file_coord_v1_queue_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3043,7 +3318,7 @@ func (x *QueueCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCompleteResponse.ProtoReflect.Descriptor instead.
 func (*QueueCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{40}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *QueueCompleteResponse) GetResults() []*CompleteResult {
@@ -3066,7 +3341,7 @@ type CompleteResult struct {
 
 func (x *CompleteResult) Reset() {
 	*x = CompleteResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[41]
+	mi := &file_coord_v1_queue_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3078,7 +3353,7 @@ func (x *CompleteResult) String() string {
 func (*CompleteResult) ProtoMessage() {}
 
 func (x *CompleteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[41]
+	mi := &file_coord_v1_queue_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3091,7 +3366,7 @@ func (x *CompleteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResult.ProtoReflect.Descriptor instead.
 func (*CompleteResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{41}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CompleteResult) GetJobId() uint64 {
@@ -3133,7 +3408,7 @@ type QueueFailRequest struct {
 
 func (x *QueueFailRequest) Reset() {
 	*x = QueueFailRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[42]
+	mi := &file_coord_v1_queue_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3420,7 @@ func (x *QueueFailRequest) String() string {
 func (*QueueFailRequest) ProtoMessage() {}
 
 func (x *QueueFailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[42]
+	mi := &file_coord_v1_queue_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3433,7 @@ func (x *QueueFailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFailRequest.ProtoReflect.Descriptor instead.
 func (*QueueFailRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{42}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *QueueFailRequest) GetWorkerId() string {
@@ -3197,7 +3472,7 @@ type JobFailure struct {
 
 func (x *JobFailure) Reset() {
 	*x = JobFailure{}
-	mi := &file_coord_v1_queue_proto_msgTypes[43]
+	mi := &file_coord_v1_queue_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3209,7 +3484,7 @@ func (x *JobFailure) String() string {
 func (*JobFailure) ProtoMessage() {}
 
 func (x *JobFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[43]
+	mi := &file_coord_v1_queue_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3222,7 +3497,7 @@ func (x *JobFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFailure.ProtoReflect.Descriptor instead.
 func (*JobFailure) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{43}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *JobFailure) GetJobId() uint64 {
@@ -3284,7 +3559,7 @@ type QueueFailResponse struct {
 
 func (x *QueueFailResponse) Reset() {
 	*x = QueueFailResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[44]
+	mi := &file_coord_v1_queue_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3571,7 @@ func (x *QueueFailResponse) String() string {
 func (*QueueFailResponse) ProtoMessage() {}
 
 func (x *QueueFailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[44]
+	mi := &file_coord_v1_queue_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3584,7 @@ func (x *QueueFailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFailResponse.ProtoReflect.Descriptor instead.
 func (*QueueFailResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{44}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *QueueFailResponse) GetResults() []*FailResult {
@@ -3335,7 +3610,7 @@ type FailResult struct {
 
 func (x *FailResult) Reset() {
 	*x = FailResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[45]
+	mi := &file_coord_v1_queue_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3347,7 +3622,7 @@ func (x *FailResult) String() string {
 func (*FailResult) ProtoMessage() {}
 
 func (x *FailResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[45]
+	mi := &file_coord_v1_queue_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3360,7 +3635,7 @@ func (x *FailResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResult.ProtoReflect.Descriptor instead.
 func (*FailResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{45}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FailResult) GetJobId() uint64 {
@@ -3416,7 +3691,7 @@ type QueueSetTargetRequest struct {
 
 func (x *QueueSetTargetRequest) Reset() {
 	*x = QueueSetTargetRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[46]
+	mi := &file_coord_v1_queue_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3703,7 @@ func (x *QueueSetTargetRequest) String() string {
 func (*QueueSetTargetRequest) ProtoMessage() {}
 
 func (x *QueueSetTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[46]
+	mi := &file_coord_v1_queue_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3716,7 @@ func (x *QueueSetTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSetTargetRequest.ProtoReflect.Descriptor instead.
 func (*QueueSetTargetRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{46}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *QueueSetTargetRequest) GetQueue() string {
@@ -3467,7 +3742,7 @@ type QueueSetTargetResponse struct {
 
 func (x *QueueSetTargetResponse) Reset() {
 	*x = QueueSetTargetResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[47]
+	mi := &file_coord_v1_queue_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3479,7 +3754,7 @@ func (x *QueueSetTargetResponse) String() string {
 func (*QueueSetTargetResponse) ProtoMessage() {}
 
 func (x *QueueSetTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[47]
+	mi := &file_coord_v1_queue_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3492,7 +3767,7 @@ func (x *QueueSetTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSetTargetResponse.ProtoReflect.Descriptor instead.
 func (*QueueSetTargetResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{47}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *QueueSetTargetResponse) GetTarget() *QueueTarget {
@@ -3516,7 +3791,7 @@ type QueueTarget struct {
 
 func (x *QueueTarget) Reset() {
 	*x = QueueTarget{}
-	mi := &file_coord_v1_queue_proto_msgTypes[48]
+	mi := &file_coord_v1_queue_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3528,7 +3803,7 @@ func (x *QueueTarget) String() string {
 func (*QueueTarget) ProtoMessage() {}
 
 func (x *QueueTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[48]
+	mi := &file_coord_v1_queue_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3541,7 +3816,7 @@ func (x *QueueTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTarget.ProtoReflect.Descriptor instead.
 func (*QueueTarget) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{48}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *QueueTarget) GetQueue() string {
@@ -3583,7 +3858,7 @@ type QueueTargetsRequest struct {
 
 func (x *QueueTargetsRequest) Reset() {
 	*x = QueueTargetsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[49]
+	mi := &file_coord_v1_queue_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3595,7 +3870,7 @@ func (x *QueueTargetsRequest) String() string {
 func (*QueueTargetsRequest) ProtoMessage() {}
 
 func (x *QueueTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[49]
+	mi := &file_coord_v1_queue_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3608,7 +3883,7 @@ func (x *QueueTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTargetsRequest.ProtoReflect.Descriptor instead.
 func (*QueueTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{49}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *QueueTargetsRequest) GetQueue() string {
@@ -3634,7 +3909,7 @@ type QueueTargetsResponse struct {
 
 func (x *QueueTargetsResponse) Reset() {
 	*x = QueueTargetsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[50]
+	mi := &file_coord_v1_queue_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3646,7 +3921,7 @@ func (x *QueueTargetsResponse) String() string {
 func (*QueueTargetsResponse) ProtoMessage() {}
 
 func (x *QueueTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[50]
+	mi := &file_coord_v1_queue_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3659,7 +3934,7 @@ func (x *QueueTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTargetsResponse.ProtoReflect.Descriptor instead.
 func (*QueueTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{50}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *QueueTargetsResponse) GetTargets() []*QueueTarget {
@@ -3680,7 +3955,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[51]
+	mi := &file_coord_v1_queue_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3692,7 +3967,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[51]
+	mi := &file_coord_v1_queue_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3705,7 +3980,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{51}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -3733,7 +4008,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[52]
+	mi := &file_coord_v1_queue_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3745,7 +4020,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[52]
+	mi := &file_coord_v1_queue_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3758,7 +4033,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{52}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *QueueStatsResponse) GetQueues() []*QueueStats {
@@ -3799,7 +4074,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_coord_v1_queue_proto_msgTypes[53]
+	mi := &file_coord_v1_queue_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +4086,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[53]
+	mi := &file_coord_v1_queue_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +4099,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{53}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *QueueStats) GetQueue() string {
@@ -3922,7 +4197,30 @@ var File_coord_v1_queue_proto protoreflect.FileDescriptor
 
 const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"$\n" +
+	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"A\n" +
+	"\x13QueueWorkersRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"\xa6\x01\n" +
+	"\x14QueueWorkersResponse\x12/\n" +
+	"\aworkers\x18\x01 \x03(\v2\x15.coord.v1.QueueWorkerR\aworkers\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12?\n" +
+	"\rcalendar_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xae\x01\n" +
+	"\vQueueWorker\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\x120\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x124\n" +
+	"\battempts\x18\x04 \x03(\v2\x18.coord.v1.RunningAttemptR\battempts\"\xfe\x01\n" +
+	"\x0eRunningAttempt\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\rR\aattempt\x129\n" +
+	"\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x126\n" +
+	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1e\n" +
+	"\n" +
+	"heartbeats\x18\a \x01(\rR\n" +
+	"heartbeats\"$\n" +
 	"\x12QueueDeleteRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"3\n" +
 	"\x13QueueDeleteResponse\x12\x1c\n" +
@@ -4245,7 +4543,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_LAPSED\x10\x04\x12\x1d\n" +
-	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\x82\n" +
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xcc\n" +
 	"\n" +
 	"\x05Queue\x12E\n" +
 	"\x06Submit\x12\x1c.coord.v1.QueueSubmitRequest\x1a\x1d.coord.v1.QueueSubmitResponse\x12<\n" +
@@ -4265,7 +4563,8 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x06Delete\x12\x1c.coord.v1.QueueDeleteRequest\x1a\x1d.coord.v1.QueueDeleteResponse\x12?\n" +
 	"\x04Bulk\x12\x1a.coord.v1.QueueBulkRequest\x1a\x1b.coord.v1.QueueBulkResponse\x12H\n" +
 	"\aGetBulk\x12\x1d.coord.v1.QueueGetBulkRequest\x1a\x1e.coord.v1.QueueGetBulkResponse\x12K\n" +
-	"\bListBulk\x12\x1e.coord.v1.QueueListBulkRequest\x1a\x1f.coord.v1.QueueListBulkResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\bListBulk\x12\x1e.coord.v1.QueueListBulkRequest\x1a\x1f.coord.v1.QueueListBulkResponse\x12H\n" +
+	"\aWorkers\x12\x1d.coord.v1.QueueWorkersRequest\x1a\x1e.coord.v1.QueueWorkersResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_queue_proto_rawDescOnce sync.Once
@@ -4280,198 +4579,210 @@ func file_coord_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_coord_v1_queue_proto_goTypes = []any{
 	(BulkAction)(0),                // 0: coord.v1.BulkAction
 	(JobState)(0),                  // 1: coord.v1.JobState
 	(AttemptOutcome)(0),            // 2: coord.v1.AttemptOutcome
-	(*QueueDeleteRequest)(nil),     // 3: coord.v1.QueueDeleteRequest
-	(*QueueDeleteResponse)(nil),    // 4: coord.v1.QueueDeleteResponse
-	(*JobFilter)(nil),              // 5: coord.v1.JobFilter
-	(*QueueBulkRequest)(nil),       // 6: coord.v1.QueueBulkRequest
-	(*QueueBulkResponse)(nil),      // 7: coord.v1.QueueBulkResponse
-	(*QueueGetBulkRequest)(nil),    // 8: coord.v1.QueueGetBulkRequest
-	(*QueueGetBulkResponse)(nil),   // 9: coord.v1.QueueGetBulkResponse
-	(*QueueListBulkRequest)(nil),   // 10: coord.v1.QueueListBulkRequest
-	(*QueueListBulkResponse)(nil),  // 11: coord.v1.QueueListBulkResponse
-	(*BulkOp)(nil),                 // 12: coord.v1.BulkOp
-	(*QueuePauseRequest)(nil),      // 13: coord.v1.QueuePauseRequest
-	(*QueuePauseResponse)(nil),     // 14: coord.v1.QueuePauseResponse
-	(*QueueResumeRequest)(nil),     // 15: coord.v1.QueueResumeRequest
-	(*QueueResumeResponse)(nil),    // 16: coord.v1.QueueResumeResponse
-	(*QueuePause)(nil),             // 17: coord.v1.QueuePause
-	(*NewJob)(nil),                 // 18: coord.v1.NewJob
-	(*HttpTarget)(nil),             // 19: coord.v1.HttpTarget
-	(*QueueJob)(nil),               // 20: coord.v1.QueueJob
-	(*JobAttempt)(nil),             // 21: coord.v1.JobAttempt
-	(*QueueSubmitRequest)(nil),     // 22: coord.v1.QueueSubmitRequest
-	(*QueueSubmitResponse)(nil),    // 23: coord.v1.QueueSubmitResponse
-	(*SubmittedJob)(nil),           // 24: coord.v1.SubmittedJob
-	(*QueueGetRequest)(nil),        // 25: coord.v1.QueueGetRequest
-	(*QueueGetResponse)(nil),       // 26: coord.v1.QueueGetResponse
-	(*QueueListRequest)(nil),       // 27: coord.v1.QueueListRequest
-	(*QueueListResponse)(nil),      // 28: coord.v1.QueueListResponse
-	(*QueueCancelRequest)(nil),     // 29: coord.v1.QueueCancelRequest
-	(*QueueCancelResponse)(nil),    // 30: coord.v1.QueueCancelResponse
-	(*QueueRetryRequest)(nil),      // 31: coord.v1.QueueRetryRequest
-	(*QueueRetryResponse)(nil),     // 32: coord.v1.QueueRetryResponse
-	(*QueueFetchRequest)(nil),      // 33: coord.v1.QueueFetchRequest
-	(*QueueFetchResponse)(nil),     // 34: coord.v1.QueueFetchResponse
-	(*ClaimedJob)(nil),             // 35: coord.v1.ClaimedJob
-	(*JobAttemptRef)(nil),          // 36: coord.v1.JobAttemptRef
-	(*JobItemError)(nil),           // 37: coord.v1.JobItemError
-	(*QueueHeartbeatRequest)(nil),  // 38: coord.v1.QueueHeartbeatRequest
-	(*QueueHeartbeatResponse)(nil), // 39: coord.v1.QueueHeartbeatResponse
-	(*HeartbeatResult)(nil),        // 40: coord.v1.HeartbeatResult
-	(*QueueCompleteRequest)(nil),   // 41: coord.v1.QueueCompleteRequest
-	(*JobCompletion)(nil),          // 42: coord.v1.JobCompletion
-	(*QueueCompleteResponse)(nil),  // 43: coord.v1.QueueCompleteResponse
-	(*CompleteResult)(nil),         // 44: coord.v1.CompleteResult
-	(*QueueFailRequest)(nil),       // 45: coord.v1.QueueFailRequest
-	(*JobFailure)(nil),             // 46: coord.v1.JobFailure
-	(*QueueFailResponse)(nil),      // 47: coord.v1.QueueFailResponse
-	(*FailResult)(nil),             // 48: coord.v1.FailResult
-	(*QueueSetTargetRequest)(nil),  // 49: coord.v1.QueueSetTargetRequest
-	(*QueueSetTargetResponse)(nil), // 50: coord.v1.QueueSetTargetResponse
-	(*QueueTarget)(nil),            // 51: coord.v1.QueueTarget
-	(*QueueTargetsRequest)(nil),    // 52: coord.v1.QueueTargetsRequest
-	(*QueueTargetsResponse)(nil),   // 53: coord.v1.QueueTargetsResponse
-	(*QueueStatsRequest)(nil),      // 54: coord.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),     // 55: coord.v1.QueueStatsResponse
-	(*QueueStats)(nil),             // 56: coord.v1.QueueStats
-	nil,                            // 57: coord.v1.NewJob.LabelsEntry
-	nil,                            // 58: coord.v1.HttpTarget.HeadersEntry
-	nil,                            // 59: coord.v1.QueueJob.LabelsEntry
-	nil,                            // 60: coord.v1.JobItemError.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 61: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 62: google.protobuf.Duration
+	(*QueueWorkersRequest)(nil),    // 3: coord.v1.QueueWorkersRequest
+	(*QueueWorkersResponse)(nil),   // 4: coord.v1.QueueWorkersResponse
+	(*QueueWorker)(nil),            // 5: coord.v1.QueueWorker
+	(*RunningAttempt)(nil),         // 6: coord.v1.RunningAttempt
+	(*QueueDeleteRequest)(nil),     // 7: coord.v1.QueueDeleteRequest
+	(*QueueDeleteResponse)(nil),    // 8: coord.v1.QueueDeleteResponse
+	(*JobFilter)(nil),              // 9: coord.v1.JobFilter
+	(*QueueBulkRequest)(nil),       // 10: coord.v1.QueueBulkRequest
+	(*QueueBulkResponse)(nil),      // 11: coord.v1.QueueBulkResponse
+	(*QueueGetBulkRequest)(nil),    // 12: coord.v1.QueueGetBulkRequest
+	(*QueueGetBulkResponse)(nil),   // 13: coord.v1.QueueGetBulkResponse
+	(*QueueListBulkRequest)(nil),   // 14: coord.v1.QueueListBulkRequest
+	(*QueueListBulkResponse)(nil),  // 15: coord.v1.QueueListBulkResponse
+	(*BulkOp)(nil),                 // 16: coord.v1.BulkOp
+	(*QueuePauseRequest)(nil),      // 17: coord.v1.QueuePauseRequest
+	(*QueuePauseResponse)(nil),     // 18: coord.v1.QueuePauseResponse
+	(*QueueResumeRequest)(nil),     // 19: coord.v1.QueueResumeRequest
+	(*QueueResumeResponse)(nil),    // 20: coord.v1.QueueResumeResponse
+	(*QueuePause)(nil),             // 21: coord.v1.QueuePause
+	(*NewJob)(nil),                 // 22: coord.v1.NewJob
+	(*HttpTarget)(nil),             // 23: coord.v1.HttpTarget
+	(*QueueJob)(nil),               // 24: coord.v1.QueueJob
+	(*JobAttempt)(nil),             // 25: coord.v1.JobAttempt
+	(*QueueSubmitRequest)(nil),     // 26: coord.v1.QueueSubmitRequest
+	(*QueueSubmitResponse)(nil),    // 27: coord.v1.QueueSubmitResponse
+	(*SubmittedJob)(nil),           // 28: coord.v1.SubmittedJob
+	(*QueueGetRequest)(nil),        // 29: coord.v1.QueueGetRequest
+	(*QueueGetResponse)(nil),       // 30: coord.v1.QueueGetResponse
+	(*QueueListRequest)(nil),       // 31: coord.v1.QueueListRequest
+	(*QueueListResponse)(nil),      // 32: coord.v1.QueueListResponse
+	(*QueueCancelRequest)(nil),     // 33: coord.v1.QueueCancelRequest
+	(*QueueCancelResponse)(nil),    // 34: coord.v1.QueueCancelResponse
+	(*QueueRetryRequest)(nil),      // 35: coord.v1.QueueRetryRequest
+	(*QueueRetryResponse)(nil),     // 36: coord.v1.QueueRetryResponse
+	(*QueueFetchRequest)(nil),      // 37: coord.v1.QueueFetchRequest
+	(*QueueFetchResponse)(nil),     // 38: coord.v1.QueueFetchResponse
+	(*ClaimedJob)(nil),             // 39: coord.v1.ClaimedJob
+	(*JobAttemptRef)(nil),          // 40: coord.v1.JobAttemptRef
+	(*JobItemError)(nil),           // 41: coord.v1.JobItemError
+	(*QueueHeartbeatRequest)(nil),  // 42: coord.v1.QueueHeartbeatRequest
+	(*QueueHeartbeatResponse)(nil), // 43: coord.v1.QueueHeartbeatResponse
+	(*HeartbeatResult)(nil),        // 44: coord.v1.HeartbeatResult
+	(*QueueCompleteRequest)(nil),   // 45: coord.v1.QueueCompleteRequest
+	(*JobCompletion)(nil),          // 46: coord.v1.JobCompletion
+	(*QueueCompleteResponse)(nil),  // 47: coord.v1.QueueCompleteResponse
+	(*CompleteResult)(nil),         // 48: coord.v1.CompleteResult
+	(*QueueFailRequest)(nil),       // 49: coord.v1.QueueFailRequest
+	(*JobFailure)(nil),             // 50: coord.v1.JobFailure
+	(*QueueFailResponse)(nil),      // 51: coord.v1.QueueFailResponse
+	(*FailResult)(nil),             // 52: coord.v1.FailResult
+	(*QueueSetTargetRequest)(nil),  // 53: coord.v1.QueueSetTargetRequest
+	(*QueueSetTargetResponse)(nil), // 54: coord.v1.QueueSetTargetResponse
+	(*QueueTarget)(nil),            // 55: coord.v1.QueueTarget
+	(*QueueTargetsRequest)(nil),    // 56: coord.v1.QueueTargetsRequest
+	(*QueueTargetsResponse)(nil),   // 57: coord.v1.QueueTargetsResponse
+	(*QueueStatsRequest)(nil),      // 58: coord.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),     // 59: coord.v1.QueueStatsResponse
+	(*QueueStats)(nil),             // 60: coord.v1.QueueStats
+	nil,                            // 61: coord.v1.NewJob.LabelsEntry
+	nil,                            // 62: coord.v1.HttpTarget.HeadersEntry
+	nil,                            // 63: coord.v1.QueueJob.LabelsEntry
+	nil,                            // 64: coord.v1.JobItemError.MetadataEntry
+	(*timestamppb.Timestamp)(nil),  // 65: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 66: google.protobuf.Duration
 }
 var file_coord_v1_queue_proto_depIdxs = []int32{
-	1,   // 0: coord.v1.JobFilter.state:type_name -> coord.v1.JobState
-	61,  // 1: coord.v1.JobFilter.created_after:type_name -> google.protobuf.Timestamp
-	61,  // 2: coord.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
-	61,  // 3: coord.v1.JobFilter.finished_after:type_name -> google.protobuf.Timestamp
-	61,  // 4: coord.v1.JobFilter.finished_before:type_name -> google.protobuf.Timestamp
-	0,   // 5: coord.v1.QueueBulkRequest.action:type_name -> coord.v1.BulkAction
-	5,   // 6: coord.v1.QueueBulkRequest.filter:type_name -> coord.v1.JobFilter
-	12,  // 7: coord.v1.QueueBulkResponse.op:type_name -> coord.v1.BulkOp
-	12,  // 8: coord.v1.QueueGetBulkResponse.op:type_name -> coord.v1.BulkOp
-	12,  // 9: coord.v1.QueueListBulkResponse.ops:type_name -> coord.v1.BulkOp
-	0,   // 10: coord.v1.BulkOp.action:type_name -> coord.v1.BulkAction
-	5,   // 11: coord.v1.BulkOp.filter:type_name -> coord.v1.JobFilter
-	61,  // 12: coord.v1.BulkOp.created_at:type_name -> google.protobuf.Timestamp
-	61,  // 13: coord.v1.BulkOp.updated_at:type_name -> google.protobuf.Timestamp
-	61,  // 14: coord.v1.BulkOp.finished_at:type_name -> google.protobuf.Timestamp
-	17,  // 15: coord.v1.QueuePauseResponse.pause:type_name -> coord.v1.QueuePause
-	61,  // 16: coord.v1.QueuePause.paused_at:type_name -> google.protobuf.Timestamp
-	61,  // 17: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
-	62,  // 18: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
-	62,  // 19: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
-	62,  // 20: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
-	62,  // 21: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
-	57,  // 22: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
-	19,  // 23: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
-	58,  // 24: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
-	62,  // 25: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
-	1,   // 26: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
-	61,  // 27: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
-	62,  // 28: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
-	62,  // 29: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
-	62,  // 30: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
-	59,  // 31: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
-	61,  // 32: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
-	61,  // 33: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
-	61,  // 34: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
-	21,  // 35: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
-	19,  // 36: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
-	2,   // 37: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
-	61,  // 38: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	61,  // 39: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
-	61,  // 40: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	62,  // 41: coord.v1.JobAttempt.delivery_latency:type_name -> google.protobuf.Duration
-	18,  // 42: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
-	24,  // 43: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
-	1,   // 44: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
-	61,  // 45: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
-	20,  // 46: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
-	61,  // 47: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	1,   // 48: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
-	61,  // 49: coord.v1.QueueListRequest.created_after:type_name -> google.protobuf.Timestamp
-	61,  // 50: coord.v1.QueueListRequest.created_before:type_name -> google.protobuf.Timestamp
-	20,  // 51: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
-	20,  // 52: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
-	20,  // 53: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
-	62,  // 54: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
-	35,  // 55: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
-	20,  // 56: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
-	21,  // 57: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
-	60,  // 58: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
-	36,  // 59: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
-	40,  // 60: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
-	61,  // 61: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
-	37,  // 62: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
-	42,  // 63: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
-	62,  // 64: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
-	44,  // 65: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
-	37,  // 66: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
-	46,  // 67: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
-	62,  // 68: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
-	62,  // 69: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
-	48,  // 70: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
-	1,   // 71: coord.v1.FailResult.state:type_name -> coord.v1.JobState
-	61,  // 72: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
-	37,  // 73: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
-	19,  // 74: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
-	51,  // 75: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
-	19,  // 76: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
-	61,  // 77: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
-	51,  // 78: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
-	56,  // 79: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
-	61,  // 80: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	62,  // 81: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	61,  // 82: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
-	61,  // 83: coord.v1.QueueStats.paused_at:type_name -> google.protobuf.Timestamp
-	22,  // 84: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
-	25,  // 85: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
-	27,  // 86: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
-	29,  // 87: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
-	31,  // 88: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
-	33,  // 89: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
-	38,  // 90: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
-	41,  // 91: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
-	45,  // 92: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
-	54,  // 93: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
-	49,  // 94: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
-	52,  // 95: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
-	13,  // 96: coord.v1.Queue.Pause:input_type -> coord.v1.QueuePauseRequest
-	15,  // 97: coord.v1.Queue.Resume:input_type -> coord.v1.QueueResumeRequest
-	3,   // 98: coord.v1.Queue.Delete:input_type -> coord.v1.QueueDeleteRequest
-	6,   // 99: coord.v1.Queue.Bulk:input_type -> coord.v1.QueueBulkRequest
-	8,   // 100: coord.v1.Queue.GetBulk:input_type -> coord.v1.QueueGetBulkRequest
-	10,  // 101: coord.v1.Queue.ListBulk:input_type -> coord.v1.QueueListBulkRequest
-	23,  // 102: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
-	26,  // 103: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
-	28,  // 104: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
-	30,  // 105: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
-	32,  // 106: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
-	34,  // 107: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
-	39,  // 108: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
-	43,  // 109: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
-	47,  // 110: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
-	55,  // 111: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
-	50,  // 112: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
-	53,  // 113: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
-	14,  // 114: coord.v1.Queue.Pause:output_type -> coord.v1.QueuePauseResponse
-	16,  // 115: coord.v1.Queue.Resume:output_type -> coord.v1.QueueResumeResponse
-	4,   // 116: coord.v1.Queue.Delete:output_type -> coord.v1.QueueDeleteResponse
-	7,   // 117: coord.v1.Queue.Bulk:output_type -> coord.v1.QueueBulkResponse
-	9,   // 118: coord.v1.Queue.GetBulk:output_type -> coord.v1.QueueGetBulkResponse
-	11,  // 119: coord.v1.Queue.ListBulk:output_type -> coord.v1.QueueListBulkResponse
-	102, // [102:120] is the sub-list for method output_type
-	84,  // [84:102] is the sub-list for method input_type
-	84,  // [84:84] is the sub-list for extension type_name
-	84,  // [84:84] is the sub-list for extension extendee
-	0,   // [0:84] is the sub-list for field type_name
+	5,   // 0: coord.v1.QueueWorkersResponse.workers:type_name -> coord.v1.QueueWorker
+	65,  // 1: coord.v1.QueueWorkersResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	65,  // 2: coord.v1.QueueWorker.since:type_name -> google.protobuf.Timestamp
+	6,   // 3: coord.v1.QueueWorker.attempts:type_name -> coord.v1.RunningAttempt
+	65,  // 4: coord.v1.RunningAttempt.started_at:type_name -> google.protobuf.Timestamp
+	65,  // 5: coord.v1.RunningAttempt.deadline:type_name -> google.protobuf.Timestamp
+	1,   // 6: coord.v1.JobFilter.state:type_name -> coord.v1.JobState
+	65,  // 7: coord.v1.JobFilter.created_after:type_name -> google.protobuf.Timestamp
+	65,  // 8: coord.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
+	65,  // 9: coord.v1.JobFilter.finished_after:type_name -> google.protobuf.Timestamp
+	65,  // 10: coord.v1.JobFilter.finished_before:type_name -> google.protobuf.Timestamp
+	0,   // 11: coord.v1.QueueBulkRequest.action:type_name -> coord.v1.BulkAction
+	9,   // 12: coord.v1.QueueBulkRequest.filter:type_name -> coord.v1.JobFilter
+	16,  // 13: coord.v1.QueueBulkResponse.op:type_name -> coord.v1.BulkOp
+	16,  // 14: coord.v1.QueueGetBulkResponse.op:type_name -> coord.v1.BulkOp
+	16,  // 15: coord.v1.QueueListBulkResponse.ops:type_name -> coord.v1.BulkOp
+	0,   // 16: coord.v1.BulkOp.action:type_name -> coord.v1.BulkAction
+	9,   // 17: coord.v1.BulkOp.filter:type_name -> coord.v1.JobFilter
+	65,  // 18: coord.v1.BulkOp.created_at:type_name -> google.protobuf.Timestamp
+	65,  // 19: coord.v1.BulkOp.updated_at:type_name -> google.protobuf.Timestamp
+	65,  // 20: coord.v1.BulkOp.finished_at:type_name -> google.protobuf.Timestamp
+	21,  // 21: coord.v1.QueuePauseResponse.pause:type_name -> coord.v1.QueuePause
+	65,  // 22: coord.v1.QueuePause.paused_at:type_name -> google.protobuf.Timestamp
+	65,  // 23: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
+	66,  // 24: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
+	66,  // 25: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
+	66,  // 26: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
+	66,  // 27: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
+	61,  // 28: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
+	23,  // 29: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
+	62,  // 30: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
+	66,  // 31: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	1,   // 32: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
+	65,  // 33: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
+	66,  // 34: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
+	66,  // 35: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
+	66,  // 36: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
+	63,  // 37: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
+	65,  // 38: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
+	65,  // 39: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
+	65,  // 40: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
+	25,  // 41: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
+	23,  // 42: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
+	2,   // 43: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
+	65,  // 44: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	65,  // 45: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
+	65,  // 46: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	66,  // 47: coord.v1.JobAttempt.delivery_latency:type_name -> google.protobuf.Duration
+	22,  // 48: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
+	28,  // 49: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
+	1,   // 50: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
+	65,  // 51: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
+	24,  // 52: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
+	65,  // 53: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	1,   // 54: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
+	65,  // 55: coord.v1.QueueListRequest.created_after:type_name -> google.protobuf.Timestamp
+	65,  // 56: coord.v1.QueueListRequest.created_before:type_name -> google.protobuf.Timestamp
+	24,  // 57: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
+	24,  // 58: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
+	24,  // 59: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
+	66,  // 60: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
+	39,  // 61: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
+	24,  // 62: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
+	25,  // 63: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
+	64,  // 64: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
+	40,  // 65: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
+	44,  // 66: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
+	65,  // 67: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
+	41,  // 68: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
+	46,  // 69: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
+	66,  // 70: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
+	48,  // 71: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
+	41,  // 72: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
+	50,  // 73: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
+	66,  // 74: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
+	66,  // 75: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
+	52,  // 76: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
+	1,   // 77: coord.v1.FailResult.state:type_name -> coord.v1.JobState
+	65,  // 78: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
+	41,  // 79: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
+	23,  // 80: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
+	55,  // 81: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
+	23,  // 82: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
+	65,  // 83: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
+	55,  // 84: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
+	60,  // 85: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
+	65,  // 86: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	66,  // 87: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	65,  // 88: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
+	65,  // 89: coord.v1.QueueStats.paused_at:type_name -> google.protobuf.Timestamp
+	26,  // 90: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
+	29,  // 91: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
+	31,  // 92: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
+	33,  // 93: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
+	35,  // 94: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
+	37,  // 95: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
+	42,  // 96: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
+	45,  // 97: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
+	49,  // 98: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
+	58,  // 99: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
+	53,  // 100: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
+	56,  // 101: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
+	17,  // 102: coord.v1.Queue.Pause:input_type -> coord.v1.QueuePauseRequest
+	19,  // 103: coord.v1.Queue.Resume:input_type -> coord.v1.QueueResumeRequest
+	7,   // 104: coord.v1.Queue.Delete:input_type -> coord.v1.QueueDeleteRequest
+	10,  // 105: coord.v1.Queue.Bulk:input_type -> coord.v1.QueueBulkRequest
+	12,  // 106: coord.v1.Queue.GetBulk:input_type -> coord.v1.QueueGetBulkRequest
+	14,  // 107: coord.v1.Queue.ListBulk:input_type -> coord.v1.QueueListBulkRequest
+	3,   // 108: coord.v1.Queue.Workers:input_type -> coord.v1.QueueWorkersRequest
+	27,  // 109: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
+	30,  // 110: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
+	32,  // 111: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
+	34,  // 112: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
+	36,  // 113: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
+	38,  // 114: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
+	43,  // 115: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
+	47,  // 116: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
+	51,  // 117: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
+	59,  // 118: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
+	54,  // 119: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
+	57,  // 120: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
+	18,  // 121: coord.v1.Queue.Pause:output_type -> coord.v1.QueuePauseResponse
+	20,  // 122: coord.v1.Queue.Resume:output_type -> coord.v1.QueueResumeResponse
+	8,   // 123: coord.v1.Queue.Delete:output_type -> coord.v1.QueueDeleteResponse
+	11,  // 124: coord.v1.Queue.Bulk:output_type -> coord.v1.QueueBulkResponse
+	13,  // 125: coord.v1.Queue.GetBulk:output_type -> coord.v1.QueueGetBulkResponse
+	15,  // 126: coord.v1.Queue.ListBulk:output_type -> coord.v1.QueueListBulkResponse
+	4,   // 127: coord.v1.Queue.Workers:output_type -> coord.v1.QueueWorkersResponse
+	109, // [109:128] is the sub-list for method output_type
+	90,  // [90:109] is the sub-list for method input_type
+	90,  // [90:90] is the sub-list for extension type_name
+	90,  // [90:90] is the sub-list for extension extendee
+	0,   // [0:90] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_queue_proto_init() }
@@ -4485,7 +4796,7 @@ func file_coord_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_queue_proto_rawDesc), len(file_coord_v1_queue_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   58,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,7 @@ const (
 	Queue_Bulk_FullMethodName      = "/coord.v1.Queue/Bulk"
 	Queue_GetBulk_FullMethodName   = "/coord.v1.Queue/GetBulk"
 	Queue_ListBulk_FullMethodName  = "/coord.v1.Queue/ListBulk"
+	Queue_Workers_FullMethodName   = "/coord.v1.Queue/Workers"
 )
 
 // QueueClient is the client API for Queue service.
@@ -238,6 +239,11 @@ type QueueClient interface {
 	GetBulk(ctx context.Context, in *QueueGetBulkRequest, opts ...grpc.CallOption) (*QueueGetBulkResponse, error)
 	// ListBulk lists the recent bulk operations (the last 100), newest first.
 	ListBulk(ctx context.Context, in *QueueListBulkRequest, opts ...grpc.CallOption) (*QueueListBulkResponse, error)
+	// Workers lists the workers running attempts now, from the attempts the
+	// replica knows (a worker that fetches nothing has none): each worker's
+	// id, the identity that fetched, what it runs and since when. At most
+	// 1,000 running attempts are read (truncated says so).
+	Workers(ctx context.Context, in *QueueWorkersRequest, opts ...grpc.CallOption) (*QueueWorkersResponse, error)
 }
 
 type queueClient struct {
@@ -422,6 +428,16 @@ func (c *queueClient) ListBulk(ctx context.Context, in *QueueListBulkRequest, op
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(QueueListBulkResponse)
 	err := c.cc.Invoke(ctx, Queue_ListBulk_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) Workers(ctx context.Context, in *QueueWorkersRequest, opts ...grpc.CallOption) (*QueueWorkersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueWorkersResponse)
+	err := c.cc.Invoke(ctx, Queue_Workers_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -627,6 +643,11 @@ type QueueServer interface {
 	GetBulk(context.Context, *QueueGetBulkRequest) (*QueueGetBulkResponse, error)
 	// ListBulk lists the recent bulk operations (the last 100), newest first.
 	ListBulk(context.Context, *QueueListBulkRequest) (*QueueListBulkResponse, error)
+	// Workers lists the workers running attempts now, from the attempts the
+	// replica knows (a worker that fetches nothing has none): each worker's
+	// id, the identity that fetched, what it runs and since when. At most
+	// 1,000 running attempts are read (truncated says so).
+	Workers(context.Context, *QueueWorkersRequest) (*QueueWorkersResponse, error)
 	mustEmbedUnimplementedQueueServer()
 }
 
@@ -690,6 +711,9 @@ func (UnimplementedQueueServer) GetBulk(context.Context, *QueueGetBulkRequest) (
 }
 func (UnimplementedQueueServer) ListBulk(context.Context, *QueueListBulkRequest) (*QueueListBulkResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListBulk not implemented")
+}
+func (UnimplementedQueueServer) Workers(context.Context, *QueueWorkersRequest) (*QueueWorkersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Workers not implemented")
 }
 func (UnimplementedQueueServer) mustEmbedUnimplementedQueueServer() {}
 func (UnimplementedQueueServer) testEmbeddedByValue()               {}
@@ -1036,6 +1060,24 @@ func _Queue_ListBulk_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Queue_Workers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueWorkersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).Workers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_Workers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).Workers(ctx, req.(*QueueWorkersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Queue_ServiceDesc is the grpc.ServiceDesc for Queue service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1114,6 +1156,10 @@ var Queue_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListBulk",
 			Handler:    _Queue_ListBulk_Handler,
+		},
+		{
+			MethodName: "Workers",
+			Handler:    _Queue_Workers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
