@@ -180,6 +180,18 @@ func (f *fakeNode) SetQueueTarget(_ context.Context, c *fsmv1.SetQueueTarget) (*
 	return commit[*fsm.QueueTarget](f, c)
 }
 
+func (f *fakeNode) PauseQueue(_ context.Context, c *fsmv1.PauseQueue) (*fsm.PauseResult, error) {
+	return commit[*fsm.PauseResult](f, c)
+}
+
+func (f *fakeNode) StartBulkJobs(_ context.Context, c *fsmv1.StartBulkJobs) (*fsm.BulkResult, error) {
+	return commit[*fsm.BulkResult](f, c)
+}
+
+func (f *fakeNode) DeleteJobs(_ context.Context, c *fsmv1.DeleteJobs) (fsm.JobResults, error) {
+	return commit[fsm.JobResults](f, c)
+}
+
 func (f *fakeNode) CancelJobs(_ context.Context, c *fsmv1.CancelJobs) (fsm.JobResults, error) {
 	return commit[fsm.JobResults](f, c)
 }

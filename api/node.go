@@ -138,6 +138,12 @@ type Jobs interface {
 	FailJobs(ctx context.Context, cmd *fsmv1.FailJobs) (fsm.JobResults, error)
 	// SetQueueTarget sets or clears a queue's HTTP target; nil: cleared.
 	SetQueueTarget(ctx context.Context, cmd *fsmv1.SetQueueTarget) (*fsm.QueueTarget, error)
+	// PauseQueue pauses or (Paused false) resumes a queue.
+	PauseQueue(ctx context.Context, cmd *fsmv1.PauseQueue) (*fsm.PauseResult, error)
+	// StartBulkJobs records a bulk operation the leader then applies in
+	// batches; DeleteJobs deletes final jobs.
+	StartBulkJobs(ctx context.Context, cmd *fsmv1.StartBulkJobs) (*fsm.BulkResult, error)
+	DeleteJobs(ctx context.Context, cmd *fsmv1.DeleteJobs) (fsm.JobResults, error)
 }
 
 // Schedules is the schedules' commands, committed on the ready leader.

@@ -138,7 +138,11 @@ func (q *queue) List(ctx context.Context, req *coordv1.QueueListRequest) (*coord
 	if err = firstErr(err, ferr, terr); err != nil {
 		return nil, toStatus(err)
 	}
+	search, searching := jobSearch(req)
 	return stateRead(q.s, ctx, coordv1.NewQueueClient, coordv1.QueueClient.List, req, func(st *fsm.FSM, _ int64) (*coordv1.QueueListResponse, error) {
+		if searching {
+			return searchJobs(st, fl, search, before, size), nil
+		}
 		jobs, more := st.ListQueueJobs(fl, before, size)
 		out := &coordv1.QueueListResponse{Jobs: make([]*coordv1.QueueJob, len(jobs))}
 		for i := range jobs {

@@ -157,9 +157,9 @@ func itemError(rej *fsm.Rejection) *coordv1.JobItemError {
 }
 
 func queueStatsToProto(st fsm.QueueStats) *coordv1.QueueStats {
-	return &coordv1.QueueStats{Queue: st.Queue, Scheduled: st.Scheduled, Available: st.Available, Running: st.Running,
+	return pauseToStats(&coordv1.QueueStats{Queue: st.Queue, Scheduled: st.Scheduled, Available: st.Available, Running: st.Running,
 		Retryable: st.Retryable, Succeeded: st.Succeeded, Cancelled: st.Cancelled, Dead: st.Dead,
-		OldestAvailableAge: pbtime.Dur(st.OldestAvailableAgeMs), OldestAvailableRunAt: pbtime.At(st.OldestAvailableRunAt)}
+		OldestAvailableAge: pbtime.Dur(st.OldestAvailableAgeMs), OldestAvailableRunAt: pbtime.At(st.OldestAvailableRunAt)}, st.Pause)
 }
 
 // jobFilter reads List's filters.

@@ -43,7 +43,7 @@ func newQueueMetrics(reg *prometheus.Registry, s *Server) *queueMetrics {
 	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_queue_attempt_refusals_total",
 		Help: "Heartbeat, Complete and Fail items refused, by reason (expired, lost, job_cancelled, ...)."},
 		[]string{"reason"})
-	reg.MustRegister(m.startLag, m.refusals, &queueCollector{s: s})
+	reg.MustRegister(m.startLag, m.refusals, &queueCollector{s: s}, &pausedCollector{s: s})
 	return m
 }
 

@@ -129,6 +129,14 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 		return s.materialise(cal, cmd.GetMaterialiseSchedules())
 	case fsmv1.CommandType_COMMAND_TYPE_SET_QUEUE_TARGET:
 		return s.setQueueTarget(cal, cmd.GetSetQueueTarget())
+	case fsmv1.CommandType_COMMAND_TYPE_PAUSE_QUEUE:
+		return s.pauseQueue(cal, cmd.GetPauseQueue())
+	case fsmv1.CommandType_COMMAND_TYPE_START_BULK_JOBS:
+		return s.startBulkJobs(cal, cmd.GetStartBulkJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_STEP_BULK_JOBS:
+		return s.stepBulkJobs(cal, cmd.GetStepBulkJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_DELETE_JOBS:
+		return s.deleteJobs(cmd.GetDeleteJobs())
 	default:
 		// A command from a newer version: stop rather than diverge.
 		panic(fmt.Sprintf("fsm: unknown command type %d", cmd.GetType()))

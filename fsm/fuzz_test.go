@@ -221,6 +221,9 @@ func (m *queueModel) command(x *FSM, op, a, b, c byte, cal int64) any {
 	case 14:
 		return &fsmv1.RetryJobs{JobIds: []uint64{id, uint64(b%8) + 1}}
 	default:
+		if b%3 == 1 && c%4 == 0 {
+			return &fsmv1.PauseQueue{Queue: queues[a%2], Paused: c&8 != 0, Identity: "ops"}
+		}
 		if b%3 == 0 {
 			return &fsmv1.Prune{JobsCutoffMs: cal - int64(c)*4, MaxFinishedJobs: uint64(a % 6)}
 		}
@@ -319,7 +322,7 @@ func (m *queueModel) check(t *testing.T, x *FSM, before map[uint64]QueueJob, bod
 // queueIndexDiff compares the incremental queue index with one rebuilt
 // from the jobs ("" when equal).
 func (s *state) queueIndexDiff() string {
-	fresh := &state{qjobs: s.qjobs}
+	fresh := &state{qjobs: s.qjobs, qops: s.qops}
 	fresh.rebuildQueueIndex()
 	a, b := s.qidx, fresh.qidx
 	for _, c := range []struct {

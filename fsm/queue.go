@@ -437,6 +437,10 @@ type queueIndex struct {
 	// live counts the jobs that are not final per submitting identity
 	// (none for ""): what SubmitJobs.max_live_jobs judges.
 	live map[string]int
+	// paused is the set of paused queues (queue_pause.go; nil: none): a
+	// paused queue's available jobs with a target are in avail, not in
+	// the delivery lane.
+	paused map[string]bool
 }
 
 // queueCounts is a queue's job count per state, kept as jobs move, and
@@ -526,15 +530,18 @@ func (q *queueIndex) dynamic(j *QueueJob, add bool) {
 	case JobScheduled, JobRetryable:
 		setKey(q.due, timeKey{j.RunAt, j.ID}, add)
 	case JobAvailable:
-		if j.Target != nil {
+		if j.Target != nil && !q.paused[j.Queue] {
 			setKey(q.deliver, availKey{"", j.Priority, j.RunAt, j.ID}, add)
-			if add {
-				q.counts(j.Queue).deliveries++
-			} else {
-				q.counts(j.Queue).deliveries--
-			}
 		} else {
 			setKey(q.avail, availKey{j.Queue, j.Priority, j.RunAt, j.ID}, add)
+		}
+		if j.Target == nil {
+			break
+		}
+		if add {
+			q.counts(j.Queue).deliveries++
+		} else {
+			q.counts(j.Queue).deliveries--
 		}
 	case JobRunning:
 		a, _ := j.Current()

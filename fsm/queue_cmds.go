@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 
 	"github.com/coordd/coordd/coorderr"
@@ -199,7 +198,7 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 			if empty[i] {
 				continue
 			}
-			head, found := s.qidx.availHead(queues[i], availKey{queue: queues[i], prio: math.MaxInt32})
+			head, found := s.qidx.fetchHead(queues[i])
 			if !found {
 				empty[i] = true
 				left--

@@ -68,6 +68,9 @@ func queueJobFromRecord(r *fsmv1.QueueJobRecord) (*QueueJob, error) {
 // after a restore.
 func (s *state) rebuildQueueIndex() {
 	s.qidx = newQueueIndex()
+	if s.qops != nil {
+		s.qidx.paused = s.pausedSet()
+	}
 	s.qjobs.Ascend(func(j *QueueJob) bool {
 		s.qidx.addStatic(j)
 		s.qidx.addDynamic(j)

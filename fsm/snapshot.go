@@ -105,6 +105,12 @@ func (st *state) writeTo(w io.Writer) error {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueueTarget{QueueTarget: &fsmv1.QueueTargetRecord{
 			Queue: q.Queue, Target: q.Target, UpdatedBy: q.UpdatedBy, UpdatedAtMs: q.UpdatedAt}}})
 	})
+	st.qops.pauses.Ascend(func(p *QueuePause) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueuePause{QueuePause: queuePauseRecord(p)}})
+	})
+	st.qops.bulks.Ascend(func(o *BulkOp) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_BulkOp{BulkOp: bulkOpRecord(o)}})
+	})
 	if werr != nil {
 		return werr
 	}
@@ -219,6 +225,17 @@ func readSnapshot(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("snapshot: a queue target without its queue or target")
 			}
 			st.qtargets.ReplaceOrInsert(&QueueTarget{Queue: r.GetQueue(), Target: r.GetTarget(), UpdatedBy: r.GetUpdatedBy(), UpdatedAt: r.GetUpdatedAtMs()})
+		case *fsmv1.SnapshotRecord_QueuePause:
+			r := x.QueuePause
+			if r.GetQueue() == "" {
+				return nil, fmt.Errorf("snapshot: a queue pause without its queue")
+			}
+			st.qops.pauses.ReplaceOrInsert(&QueuePause{Queue: r.GetQueue(), PausedBy: r.GetPausedBy(), PausedAt: r.GetPausedAtMs()})
+		case *fsmv1.SnapshotRecord_BulkOp:
+			if x.BulkOp.GetOpId() == "" {
+				return nil, fmt.Errorf("snapshot: a bulk operation without its id")
+			}
+			st.qops.bulks.ReplaceOrInsert(bulkOpFromRecord(x.BulkOp))
 		default:
 			return nil, fmt.Errorf("snapshot: unknown record type")
 		}

@@ -24,6 +24,7 @@ type state struct {
 	fetchSeq     uint64                      // fetches applied: the round robin's start
 	schedules    *btree.BTreeG[*Schedule]    // by name, tombstones included
 	qtargets     *btree.BTreeG[*QueueTarget] // queues' HTTP targets, by queue (queue_target.go)
+	qops         *queueOps                   // paused queues (queue_pause.go)
 	// sidx indexes schedules (next due, tombstones) and the open jobs they
 	// made. Derived: rebuilt after a restore.
 	sidx *scheduleIndex
@@ -90,6 +91,7 @@ func newState() *state {
 		byIdentity:   map[string]map[string]struct{}{},
 		expiry:       btree.NewG(btreeDegree, lessNameTime),
 		jobRes:       newJobResIndex(),
+		qops:         newQueueOps(),
 	}
 }
 
@@ -139,6 +141,7 @@ func (s *state) clone() *state {
 		fetchSeq:     s.fetchSeq,
 		schedules:    s.schedules.Clone(),
 		qtargets:     s.qtargets.Clone(),
+		qops:         s.qops.clone(),
 	}
 }
 

@@ -185,7 +185,7 @@ func TestRegisteredLeaderServicesRunWhileLeading(t *testing.T) {
 	if h.lastNow.Load() != n.fsm.LeaseTime() {
 		t.Fatalf("service's lease time %d, FSM lease time %d", h.lastNow.Load(), n.fsm.LeaseTime())
 	}
-	if got, want := n.LeaderServices(), []string{"tick", "prune", "dispatch", "fetch-pump", "materialise", "test-hook"}; !slices.Equal(got, want) {
+	if got, want := n.LeaderServices(), []string{"tick", "prune", "dispatch", "fetch-pump", "materialise", "bulk", "test-hook"}; !slices.Equal(got, want) {
 		t.Fatalf("leader services %v, want %v", got, want)
 	}
 	n.notifyCh <- false

@@ -83,6 +83,7 @@ type Node struct {
 	dispatcher  *leader.Dispatch
 	fetchPump   *leader.FetchPump
 	materialise *leader.Materialise
+	bulk        *leader.Bulk  // bulk operations on jobs (node/commands.go)
 	watch       *watchhub.Hub // recent change events and their watchers (node/internal/watchhub)
 
 	advertised atomic.Pointer[string] // this node's gRPC address, once Advertise ran
@@ -154,12 +155,13 @@ func (n *Node) newLeaderServices() {
 	n.fetchPump = &leader.FetchPump{Serve: n.serveFetches}
 	n.materialise = &leader.Materialise{Clock: n.clock, Log: n.log, Rounds: n.materialiseRounds,
 		NextDue: n.fsm.NextScheduleDue, Done: n.metrics.materialised}
+	n.bulk = &leader.Bulk{Clock: n.clock, Log: n.log, Running: func() []fsm.BulkOp { return n.fsm.BulkOps(true) }}
 	n.services = leader.NewLifecycle(n.log, n.clock)
 	n.services.Register(
 		&leader.Tick{Clock: n.clock, Log: n.log, Interval: cfg.TickInterval},
 		&leader.Prune{Clock: n.clock, Log: n.log, Interval: cfg.PruneInterval, Retention: cfg.Retention,
 			JobRetention: cfg.JobRetention, MaxFinishedJobs: cfg.MaxFinishedJobs},
-		n.dispatcher, n.fetchPump, n.materialise)
+		n.dispatcher, n.fetchPump, n.materialise, n.bulk)
 }
 
 // start runs the node's loops.

@@ -232,6 +232,9 @@ func (n *Node) submitJobs(ctx context.Context, ls *leaderState, cmd *fsmv1.Submi
 			if due == nil {
 				due = map[string]uint64{}
 			}
+			if n.fsm.QueuePaused(j.GetQueue()) {
+				continue // nothing is handed out of a paused queue
+			}
 			if j.GetTarget() != nil {
 				due[fsm.DeliveryLane]++
 			} else {
@@ -267,7 +270,7 @@ func (n *Node) availableJobs(queue string, cal int64) uint64 {
 		return uint64(n.fsm.DeliveriesAvailable())
 	}
 	st := n.fsm.QueueStats(queue, cal)
-	if len(st) == 0 {
+	if len(st) == 0 || st[0].Pause != nil { // a paused queue hands nothing out
 		return 0
 	}
 	return st[0].Available - st[0].Deliveries

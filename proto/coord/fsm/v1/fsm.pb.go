@@ -57,6 +57,10 @@ const (
 	CommandType_COMMAND_TYPE_TRIGGER_SCHEDULE      CommandType = 23
 	CommandType_COMMAND_TYPE_MATERIALISE_SCHEDULES CommandType = 24
 	CommandType_COMMAND_TYPE_SET_QUEUE_TARGET      CommandType = 25
+	CommandType_COMMAND_TYPE_PAUSE_QUEUE           CommandType = 26
+	CommandType_COMMAND_TYPE_START_BULK_JOBS       CommandType = 27
+	CommandType_COMMAND_TYPE_STEP_BULK_JOBS        CommandType = 28
+	CommandType_COMMAND_TYPE_DELETE_JOBS           CommandType = 29
 )
 
 // Enum value maps for CommandType.
@@ -88,6 +92,10 @@ var (
 		23: "COMMAND_TYPE_TRIGGER_SCHEDULE",
 		24: "COMMAND_TYPE_MATERIALISE_SCHEDULES",
 		25: "COMMAND_TYPE_SET_QUEUE_TARGET",
+		26: "COMMAND_TYPE_PAUSE_QUEUE",
+		27: "COMMAND_TYPE_START_BULK_JOBS",
+		28: "COMMAND_TYPE_STEP_BULK_JOBS",
+		29: "COMMAND_TYPE_DELETE_JOBS",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":           0,
@@ -116,6 +124,10 @@ var (
 		"COMMAND_TYPE_TRIGGER_SCHEDULE":      23,
 		"COMMAND_TYPE_MATERIALISE_SCHEDULES": 24,
 		"COMMAND_TYPE_SET_QUEUE_TARGET":      25,
+		"COMMAND_TYPE_PAUSE_QUEUE":           26,
+		"COMMAND_TYPE_START_BULK_JOBS":       27,
+		"COMMAND_TYPE_STEP_BULK_JOBS":        28,
+		"COMMAND_TYPE_DELETE_JOBS":           29,
 	}
 )
 
@@ -144,6 +156,58 @@ func (x CommandType) Number() protoreflect.EnumNumber {
 // Deprecated: Use CommandType.Descriptor instead.
 func (CommandType) EnumDescriptor() ([]byte, []int) {
 	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{0}
+}
+
+type BulkAction int32
+
+const (
+	BulkAction_BULK_ACTION_UNSPECIFIED BulkAction = 0
+	BulkAction_BULK_ACTION_RETRY       BulkAction = 1
+	BulkAction_BULK_ACTION_CANCEL      BulkAction = 2
+	BulkAction_BULK_ACTION_DELETE      BulkAction = 3
+)
+
+// Enum value maps for BulkAction.
+var (
+	BulkAction_name = map[int32]string{
+		0: "BULK_ACTION_UNSPECIFIED",
+		1: "BULK_ACTION_RETRY",
+		2: "BULK_ACTION_CANCEL",
+		3: "BULK_ACTION_DELETE",
+	}
+	BulkAction_value = map[string]int32{
+		"BULK_ACTION_UNSPECIFIED": 0,
+		"BULK_ACTION_RETRY":       1,
+		"BULK_ACTION_CANCEL":      2,
+		"BULK_ACTION_DELETE":      3,
+	}
+)
+
+func (x BulkAction) Enum() *BulkAction {
+	p := new(BulkAction)
+	*p = x
+	return p
+}
+
+func (x BulkAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BulkAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_coord_fsm_v1_fsm_proto_enumTypes[1].Descriptor()
+}
+
+func (BulkAction) Type() protoreflect.EnumType {
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[1]
+}
+
+func (x BulkAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BulkAction.Descriptor instead.
+func (BulkAction) EnumDescriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{1}
 }
 
 type JobState int32
@@ -194,11 +258,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_fsm_v1_fsm_proto_enumTypes[1].Descriptor()
+	return file_coord_fsm_v1_fsm_proto_enumTypes[2].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_coord_fsm_v1_fsm_proto_enumTypes[1]
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[2]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -207,7 +271,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{1}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{2}
 }
 
 type AttemptOutcome int32
@@ -253,11 +317,11 @@ func (x AttemptOutcome) String() string {
 }
 
 func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_fsm_v1_fsm_proto_enumTypes[2].Descriptor()
+	return file_coord_fsm_v1_fsm_proto_enumTypes[3].Descriptor()
 }
 
 func (AttemptOutcome) Type() protoreflect.EnumType {
-	return &file_coord_fsm_v1_fsm_proto_enumTypes[2]
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[3]
 }
 
 func (x AttemptOutcome) Number() protoreflect.EnumNumber {
@@ -266,7 +330,7 @@ func (x AttemptOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AttemptOutcome.Descriptor instead.
 func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{2}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{3}
 }
 
 type ScheduleOverlap int32
@@ -309,11 +373,11 @@ func (x ScheduleOverlap) String() string {
 }
 
 func (ScheduleOverlap) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_fsm_v1_fsm_proto_enumTypes[3].Descriptor()
+	return file_coord_fsm_v1_fsm_proto_enumTypes[4].Descriptor()
 }
 
 func (ScheduleOverlap) Type() protoreflect.EnumType {
-	return &file_coord_fsm_v1_fsm_proto_enumTypes[3]
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[4]
 }
 
 func (x ScheduleOverlap) Number() protoreflect.EnumNumber {
@@ -322,7 +386,7 @@ func (x ScheduleOverlap) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ScheduleOverlap.Descriptor instead.
 func (ScheduleOverlap) EnumDescriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{3}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 // ScheduleDstPolicy: coord.v1.ScheduleDstPolicy's values. UNSPECIFIED
@@ -364,11 +428,11 @@ func (x ScheduleDstPolicy) String() string {
 }
 
 func (ScheduleDstPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_fsm_v1_fsm_proto_enumTypes[4].Descriptor()
+	return file_coord_fsm_v1_fsm_proto_enumTypes[5].Descriptor()
 }
 
 func (ScheduleDstPolicy) Type() protoreflect.EnumType {
-	return &file_coord_fsm_v1_fsm_proto_enumTypes[4]
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[5]
 }
 
 func (x ScheduleDstPolicy) Number() protoreflect.EnumNumber {
@@ -377,7 +441,7 @@ func (x ScheduleDstPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ScheduleDstPolicy.Descriptor instead.
 func (ScheduleDstPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{4}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 type ScheduleSkipReason int32
@@ -425,11 +489,11 @@ func (x ScheduleSkipReason) String() string {
 }
 
 func (ScheduleSkipReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_fsm_v1_fsm_proto_enumTypes[5].Descriptor()
+	return file_coord_fsm_v1_fsm_proto_enumTypes[6].Descriptor()
 }
 
 func (ScheduleSkipReason) Type() protoreflect.EnumType {
-	return &file_coord_fsm_v1_fsm_proto_enumTypes[5]
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[6]
 }
 
 func (x ScheduleSkipReason) Number() protoreflect.EnumNumber {
@@ -438,7 +502,7 @@ func (x ScheduleSkipReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ScheduleSkipReason.Descriptor instead.
 func (ScheduleSkipReason) EnumDescriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 // Command is the envelope of every log entry.
@@ -480,6 +544,10 @@ type Command struct {
 	//	*Command_TriggerSchedule
 	//	*Command_MaterialiseSchedules
 	//	*Command_SetQueueTarget
+	//	*Command_PauseQueue
+	//	*Command_StartBulkJobs
+	//	*Command_StepBulkJobs
+	//	*Command_DeleteJobs
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -768,6 +836,42 @@ func (x *Command) GetSetQueueTarget() *SetQueueTarget {
 	return nil
 }
 
+func (x *Command) GetPauseQueue() *PauseQueue {
+	if x != nil {
+		if x, ok := x.Body.(*Command_PauseQueue); ok {
+			return x.PauseQueue
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetStartBulkJobs() *StartBulkJobs {
+	if x != nil {
+		if x, ok := x.Body.(*Command_StartBulkJobs); ok {
+			return x.StartBulkJobs
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetStepBulkJobs() *StepBulkJobs {
+	if x != nil {
+		if x, ok := x.Body.(*Command_StepBulkJobs); ok {
+			return x.StepBulkJobs
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteJobs() *DeleteJobs {
+	if x != nil {
+		if x, ok := x.Body.(*Command_DeleteJobs); ok {
+			return x.DeleteJobs
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -872,6 +976,22 @@ type Command_SetQueueTarget struct {
 	SetQueueTarget *SetQueueTarget `protobuf:"bytes,34,opt,name=set_queue_target,json=setQueueTarget,proto3,oneof"`
 }
 
+type Command_PauseQueue struct {
+	PauseQueue *PauseQueue `protobuf:"bytes,35,opt,name=pause_queue,json=pauseQueue,proto3,oneof"`
+}
+
+type Command_StartBulkJobs struct {
+	StartBulkJobs *StartBulkJobs `protobuf:"bytes,36,opt,name=start_bulk_jobs,json=startBulkJobs,proto3,oneof"`
+}
+
+type Command_StepBulkJobs struct {
+	StepBulkJobs *StepBulkJobs `protobuf:"bytes,37,opt,name=step_bulk_jobs,json=stepBulkJobs,proto3,oneof"`
+}
+
+type Command_DeleteJobs struct {
+	DeleteJobs *DeleteJobs `protobuf:"bytes,38,opt,name=delete_jobs,json=deleteJobs,proto3,oneof"`
+}
+
 func (*Command_Tick) isCommand_Body() {}
 
 func (*Command_Acquire) isCommand_Body() {}
@@ -921,6 +1041,14 @@ func (*Command_TriggerSchedule) isCommand_Body() {}
 func (*Command_MaterialiseSchedules) isCommand_Body() {}
 
 func (*Command_SetQueueTarget) isCommand_Body() {}
+
+func (*Command_PauseQueue) isCommand_Body() {}
+
+func (*Command_StartBulkJobs) isCommand_Body() {}
+
+func (*Command_StepBulkJobs) isCommand_Body() {}
+
+func (*Command_DeleteJobs) isCommand_Body() {}
 
 // Batch carries commands proposed at about the same time as one log entry
 // (group commit above Raft). Each keeps its own stamp; they are applied in
@@ -2184,6 +2312,592 @@ func (x *QueueTargetRecord) GetUpdatedAtMs() int64 {
 	return 0
 }
 
+// PauseQueue pauses (paused) or resumes a queue: while paused, no fetch
+// hands out its jobs (pull workers' nor the delivery lane's); submits,
+// heartbeats, completions, lapses and due times go on. Identity is the
+// caller's: who paused it.
+type PauseQueue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Paused        bool                   `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	Identity      string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseQueue) Reset() {
+	*x = PauseQueue{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseQueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseQueue) ProtoMessage() {}
+
+func (x *PauseQueue) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseQueue.ProtoReflect.Descriptor instead.
+func (*PauseQueue) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *PauseQueue) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *PauseQueue) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *PauseQueue) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+// QueuePauseRecord is a paused queue (PauseQueue): who paused it and
+// when (calendar ms). A resumed queue has none.
+type QueuePauseRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	PausedBy      string                 `protobuf:"bytes,2,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	PausedAtMs    int64                  `protobuf:"varint,3,opt,name=paused_at_ms,json=pausedAtMs,proto3" json:"paused_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePauseRecord) Reset() {
+	*x = QueuePauseRecord{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePauseRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePauseRecord) ProtoMessage() {}
+
+func (x *QueuePauseRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePauseRecord.ProtoReflect.Descriptor instead.
+func (*QueuePauseRecord) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *QueuePauseRecord) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueuePauseRecord) GetPausedBy() string {
+	if x != nil {
+		return x.PausedBy
+	}
+	return ""
+}
+
+func (x *QueuePauseRecord) GetPausedAtMs() int64 {
+	if x != nil {
+		return x.PausedAtMs
+	}
+	return 0
+}
+
+// DeleteJobs deletes jobs in a final state (succeeded, cancelled, dead):
+// the record goes, as retention would prune it. A job that is not final is
+// refused (JOB_NOT_FINAL): cancel it first.
+type DeleteJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobIds        []uint64               `protobuf:"varint,1,rep,packed,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	Identity      string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobs) Reset() {
+	*x = DeleteJobs{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobs) ProtoMessage() {}
+
+func (x *DeleteJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobs.ProtoReflect.Descriptor instead.
+func (*DeleteJobs) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DeleteJobs) GetJobIds() []uint64 {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+func (x *DeleteJobs) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+// JobSelector picks the jobs of a bulk operation; zero fields match
+// every job. Times are calendar ms: after inclusive, before exclusive
+// (0: unbounded); a finished range matches only final jobs. ids: only
+// these jobs (sorted, unique).
+type JobSelector struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Queue            string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	State            JobState               `protobuf:"varint,2,opt,name=state,proto3,enum=coord.fsm.v1.JobState" json:"state,omitempty"`
+	Kind             string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	LabelKey         string                 `protobuf:"bytes,4,opt,name=label_key,json=labelKey,proto3" json:"label_key,omitempty"`
+	LabelValue       string                 `protobuf:"bytes,5,opt,name=label_value,json=labelValue,proto3" json:"label_value,omitempty"`
+	CreatedAfterMs   int64                  `protobuf:"varint,6,opt,name=created_after_ms,json=createdAfterMs,proto3" json:"created_after_ms,omitempty"`
+	CreatedBeforeMs  int64                  `protobuf:"varint,7,opt,name=created_before_ms,json=createdBeforeMs,proto3" json:"created_before_ms,omitempty"`
+	FinishedAfterMs  int64                  `protobuf:"varint,8,opt,name=finished_after_ms,json=finishedAfterMs,proto3" json:"finished_after_ms,omitempty"`
+	FinishedBeforeMs int64                  `protobuf:"varint,9,opt,name=finished_before_ms,json=finishedBeforeMs,proto3" json:"finished_before_ms,omitempty"`
+	Ids              []uint64               `protobuf:"varint,10,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *JobSelector) Reset() {
+	*x = JobSelector{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobSelector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobSelector) ProtoMessage() {}
+
+func (x *JobSelector) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobSelector.ProtoReflect.Descriptor instead.
+func (*JobSelector) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *JobSelector) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *JobSelector) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *JobSelector) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *JobSelector) GetLabelKey() string {
+	if x != nil {
+		return x.LabelKey
+	}
+	return ""
+}
+
+func (x *JobSelector) GetLabelValue() string {
+	if x != nil {
+		return x.LabelValue
+	}
+	return ""
+}
+
+func (x *JobSelector) GetCreatedAfterMs() int64 {
+	if x != nil {
+		return x.CreatedAfterMs
+	}
+	return 0
+}
+
+func (x *JobSelector) GetCreatedBeforeMs() int64 {
+	if x != nil {
+		return x.CreatedBeforeMs
+	}
+	return 0
+}
+
+func (x *JobSelector) GetFinishedAfterMs() int64 {
+	if x != nil {
+		return x.FinishedAfterMs
+	}
+	return 0
+}
+
+func (x *JobSelector) GetFinishedBeforeMs() int64 {
+	if x != nil {
+		return x.FinishedBeforeMs
+	}
+	return 0
+}
+
+func (x *JobSelector) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+// StartBulkJobs records a bulk operation (op_id: the caller's request id;
+// a repeat returns the recorded one); the leader then applies it in
+// StepBulkJobs batches. It covers the jobs with ids up to the last id at
+// its start; total is the count of matching jobs the leader saw then
+// (for progress only).
+type StartBulkJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OpId          string                 `protobuf:"bytes,1,opt,name=op_id,json=opId,proto3" json:"op_id,omitempty"`
+	Action        BulkAction             `protobuf:"varint,2,opt,name=action,proto3,enum=coord.fsm.v1.BulkAction" json:"action,omitempty"`
+	Selector      *JobSelector           `protobuf:"bytes,3,opt,name=selector,proto3" json:"selector,omitempty"`
+	Identity      string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	Total         uint64                 `protobuf:"varint,5,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartBulkJobs) Reset() {
+	*x = StartBulkJobs{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartBulkJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartBulkJobs) ProtoMessage() {}
+
+func (x *StartBulkJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartBulkJobs.ProtoReflect.Descriptor instead.
+func (*StartBulkJobs) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *StartBulkJobs) GetOpId() string {
+	if x != nil {
+		return x.OpId
+	}
+	return ""
+}
+
+func (x *StartBulkJobs) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_ACTION_UNSPECIFIED
+}
+
+func (x *StartBulkJobs) GetSelector() *JobSelector {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *StartBulkJobs) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *StartBulkJobs) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+// StepBulkJobs applies the next batch of a running bulk operation: the
+// matching jobs with ids above cursor, at most max acted on and at most
+// the scan bound visited. A step whose cursor is not the operation's
+// (a repeat, a deposed leader's) changes nothing.
+type StepBulkJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OpId          string                 `protobuf:"bytes,1,opt,name=op_id,json=opId,proto3" json:"op_id,omitempty"`
+	Cursor        uint64                 `protobuf:"varint,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Max           uint32                 `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepBulkJobs) Reset() {
+	*x = StepBulkJobs{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepBulkJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepBulkJobs) ProtoMessage() {}
+
+func (x *StepBulkJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepBulkJobs.ProtoReflect.Descriptor instead.
+func (*StepBulkJobs) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *StepBulkJobs) GetOpId() string {
+	if x != nil {
+		return x.OpId
+	}
+	return ""
+}
+
+func (x *StepBulkJobs) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *StepBulkJobs) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+type BulkOpRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OpId          string                 `protobuf:"bytes,1,opt,name=op_id,json=opId,proto3" json:"op_id,omitempty"`
+	Action        BulkAction             `protobuf:"varint,2,opt,name=action,proto3,enum=coord.fsm.v1.BulkAction" json:"action,omitempty"`
+	Selector      *JobSelector           `protobuf:"bytes,3,opt,name=selector,proto3" json:"selector,omitempty"`
+	Identity      string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	CreatedAtMs   int64                  `protobuf:"varint,5,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	UpdatedAtMs   int64                  `protobuf:"varint,6,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	FinishedAtMs  int64                  `protobuf:"varint,7,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
+	Upto          uint64                 `protobuf:"varint,8,opt,name=upto,proto3" json:"upto,omitempty"`
+	Cursor        uint64                 `protobuf:"varint,9,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Total         uint64                 `protobuf:"varint,10,opt,name=total,proto3" json:"total,omitempty"`
+	Done          uint64                 `protobuf:"varint,11,opt,name=done,proto3" json:"done,omitempty"`
+	Skipped       uint64                 `protobuf:"varint,12,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Steps         uint64                 `protobuf:"varint,13,opt,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkOpRecord) Reset() {
+	*x = BulkOpRecord{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkOpRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkOpRecord) ProtoMessage() {}
+
+func (x *BulkOpRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkOpRecord.ProtoReflect.Descriptor instead.
+func (*BulkOpRecord) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *BulkOpRecord) GetOpId() string {
+	if x != nil {
+		return x.OpId
+	}
+	return ""
+}
+
+func (x *BulkOpRecord) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_ACTION_UNSPECIFIED
+}
+
+func (x *BulkOpRecord) GetSelector() *JobSelector {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *BulkOpRecord) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *BulkOpRecord) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetFinishedAtMs() int64 {
+	if x != nil {
+		return x.FinishedAtMs
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetUpto() uint64 {
+	if x != nil {
+		return x.Upto
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetDone() uint64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetSkipped() uint64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetSteps() uint64 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
 type HttpHeader struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2194,7 +2908,7 @@ type HttpHeader struct {
 
 func (x *HttpHeader) Reset() {
 	*x = HttpHeader{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2920,7 @@ func (x *HttpHeader) String() string {
 func (*HttpHeader) ProtoMessage() {}
 
 func (x *HttpHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2933,7 @@ func (x *HttpHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpHeader.ProtoReflect.Descriptor instead.
 func (*HttpHeader) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HttpHeader) GetName() string {
@@ -2246,7 +2960,7 @@ type JobLabel struct {
 
 func (x *JobLabel) Reset() {
 	*x = JobLabel{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2972,7 @@ func (x *JobLabel) String() string {
 func (*JobLabel) ProtoMessage() {}
 
 func (x *JobLabel) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2985,7 @@ func (x *JobLabel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLabel.ProtoReflect.Descriptor instead.
 func (*JobLabel) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *JobLabel) GetKey() string {
@@ -2313,7 +3027,7 @@ type SubmitJobs struct {
 
 func (x *SubmitJobs) Reset() {
 	*x = SubmitJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2325,7 +3039,7 @@ func (x *SubmitJobs) String() string {
 func (*SubmitJobs) ProtoMessage() {}
 
 func (x *SubmitJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2338,7 +3052,7 @@ func (x *SubmitJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobs.ProtoReflect.Descriptor instead.
 func (*SubmitJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SubmitJobs) GetJobs() []*QueueJobSpec {
@@ -2387,7 +3101,7 @@ type FetchJobs struct {
 
 func (x *FetchJobs) Reset() {
 	*x = FetchJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +3113,7 @@ func (x *FetchJobs) String() string {
 func (*FetchJobs) ProtoMessage() {}
 
 func (x *FetchJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +3126,7 @@ func (x *FetchJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchJobs.ProtoReflect.Descriptor instead.
 func (*FetchJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FetchJobs) GetQueues() []string {
@@ -2461,7 +3175,7 @@ type JobAttemptRef struct {
 
 func (x *JobAttemptRef) Reset() {
 	*x = JobAttemptRef{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +3187,7 @@ func (x *JobAttemptRef) String() string {
 func (*JobAttemptRef) ProtoMessage() {}
 
 func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +3200,7 @@ func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRef.ProtoReflect.Descriptor instead.
 func (*JobAttemptRef) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *JobAttemptRef) GetJobId() uint64 {
@@ -2515,7 +3229,7 @@ type HeartbeatJobs struct {
 
 func (x *HeartbeatJobs) Reset() {
 	*x = HeartbeatJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +3241,7 @@ func (x *HeartbeatJobs) String() string {
 func (*HeartbeatJobs) ProtoMessage() {}
 
 func (x *HeartbeatJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +3254,7 @@ func (x *HeartbeatJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatJobs.ProtoReflect.Descriptor instead.
 func (*HeartbeatJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HeartbeatJobs) GetAttempts() []*JobAttemptRef {
@@ -2575,7 +3289,7 @@ type CompleteJobs struct {
 
 func (x *CompleteJobs) Reset() {
 	*x = CompleteJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +3301,7 @@ func (x *CompleteJobs) String() string {
 func (*CompleteJobs) ProtoMessage() {}
 
 func (x *CompleteJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +3314,7 @@ func (x *CompleteJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobs.ProtoReflect.Descriptor instead.
 func (*CompleteJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CompleteJobs) GetCompletions() []*JobCompletion {
@@ -2640,7 +3354,7 @@ type JobCompletion struct {
 
 func (x *JobCompletion) Reset() {
 	*x = JobCompletion{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +3366,7 @@ func (x *JobCompletion) String() string {
 func (*JobCompletion) ProtoMessage() {}
 
 func (x *JobCompletion) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +3379,7 @@ func (x *JobCompletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCompletion.ProtoReflect.Descriptor instead.
 func (*JobCompletion) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *JobCompletion) GetJobId() uint64 {
@@ -2714,7 +3428,7 @@ type FailJobs struct {
 
 func (x *FailJobs) Reset() {
 	*x = FailJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +3440,7 @@ func (x *FailJobs) String() string {
 func (*FailJobs) ProtoMessage() {}
 
 func (x *FailJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +3453,7 @@ func (x *FailJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobs.ProtoReflect.Descriptor instead.
 func (*FailJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FailJobs) GetFailures() []*JobFailure {
@@ -2787,7 +3501,7 @@ type JobFailure struct {
 
 func (x *JobFailure) Reset() {
 	*x = JobFailure{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2799,7 +3513,7 @@ func (x *JobFailure) String() string {
 func (*JobFailure) ProtoMessage() {}
 
 func (x *JobFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2812,7 +3526,7 @@ func (x *JobFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFailure.ProtoReflect.Descriptor instead.
 func (*JobFailure) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *JobFailure) GetJobId() uint64 {
@@ -2881,7 +3595,7 @@ type CancelJobs struct {
 
 func (x *CancelJobs) Reset() {
 	*x = CancelJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2893,7 +3607,7 @@ func (x *CancelJobs) String() string {
 func (*CancelJobs) ProtoMessage() {}
 
 func (x *CancelJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2906,7 +3620,7 @@ func (x *CancelJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobs.ProtoReflect.Descriptor instead.
 func (*CancelJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CancelJobs) GetJobIds() []uint64 {
@@ -2933,7 +3647,7 @@ type RetryJobs struct {
 
 func (x *RetryJobs) Reset() {
 	*x = RetryJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2945,7 +3659,7 @@ func (x *RetryJobs) String() string {
 func (*RetryJobs) ProtoMessage() {}
 
 func (x *RetryJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2958,7 +3672,7 @@ func (x *RetryJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobs.ProtoReflect.Descriptor instead.
 func (*RetryJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RetryJobs) GetJobIds() []uint64 {
@@ -2992,6 +3706,8 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_QueueJob
 	//	*SnapshotRecord_Schedule
 	//	*SnapshotRecord_QueueTarget
+	//	*SnapshotRecord_QueuePause
+	//	*SnapshotRecord_BulkOp
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2999,7 +3715,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3011,7 +3727,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3024,7 +3740,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -3124,6 +3840,24 @@ func (x *SnapshotRecord) GetQueueTarget() *QueueTargetRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetQueuePause() *QueuePauseRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_QueuePause); ok {
+			return x.QueuePause
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetBulkOp() *BulkOpRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_BulkOp); ok {
+			return x.BulkOp
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -3168,6 +3902,14 @@ type SnapshotRecord_QueueTarget struct {
 	QueueTarget *QueueTargetRecord `protobuf:"bytes,10,opt,name=queue_target,json=queueTarget,proto3,oneof"`
 }
 
+type SnapshotRecord_QueuePause struct {
+	QueuePause *QueuePauseRecord `protobuf:"bytes,30,opt,name=queue_pause,json=queuePause,proto3,oneof"`
+}
+
+type SnapshotRecord_BulkOp struct {
+	BulkOp *BulkOpRecord `protobuf:"bytes,31,opt,name=bulk_op,json=bulkOp,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Meta) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Lease) isSnapshotRecord_Record() {}
@@ -3187,6 +3929,10 @@ func (*SnapshotRecord_QueueJob) isSnapshotRecord_Record() {}
 func (*SnapshotRecord_Schedule) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_QueueTarget) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_QueuePause) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_BulkOp) isSnapshotRecord_Record() {}
 
 type SnapshotMeta struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -3211,7 +3957,7 @@ type SnapshotMeta struct {
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3223,7 +3969,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3236,7 +3982,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SnapshotMeta) GetClockMs() int64 {
@@ -3343,7 +4089,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +4101,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +4114,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LeaseRecord) GetName() string {
@@ -3474,7 +4220,7 @@ type WindowRecord struct {
 
 func (x *WindowRecord) Reset() {
 	*x = WindowRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +4232,7 @@ func (x *WindowRecord) String() string {
 func (*WindowRecord) ProtoMessage() {}
 
 func (x *WindowRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +4245,7 @@ func (x *WindowRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowRecord.ProtoReflect.Descriptor instead.
 func (*WindowRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WindowRecord) GetJob() string {
@@ -3595,7 +4341,7 @@ type ResourceRecord struct {
 
 func (x *ResourceRecord) Reset() {
 	*x = ResourceRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3607,7 +4353,7 @@ func (x *ResourceRecord) String() string {
 func (*ResourceRecord) ProtoMessage() {}
 
 func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3620,7 +4366,7 @@ func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRecord.ProtoReflect.Descriptor instead.
 func (*ResourceRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ResourceRecord) GetResource() string {
@@ -3685,7 +4431,7 @@ type IdempotencyRecord struct {
 
 func (x *IdempotencyRecord) Reset() {
 	*x = IdempotencyRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3697,7 +4443,7 @@ func (x *IdempotencyRecord) String() string {
 func (*IdempotencyRecord) ProtoMessage() {}
 
 func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3710,7 +4456,7 @@ func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdempotencyRecord.ProtoReflect.Descriptor instead.
 func (*IdempotencyRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{34}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *IdempotencyRecord) GetResource() string {
@@ -3758,7 +4504,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3770,7 +4516,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3783,7 +4529,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{35}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -3825,7 +4571,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3837,7 +4583,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3850,7 +4596,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{36}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *JobRecord) GetName() string {
@@ -3979,7 +4725,7 @@ type QueueJobRecord struct {
 
 func (x *QueueJobRecord) Reset() {
 	*x = QueueJobRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3991,7 +4737,7 @@ func (x *QueueJobRecord) String() string {
 func (*QueueJobRecord) ProtoMessage() {}
 
 func (x *QueueJobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4004,7 +4750,7 @@ func (x *QueueJobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueJobRecord.ProtoReflect.Descriptor instead.
 func (*QueueJobRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{37}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *QueueJobRecord) GetId() uint64 {
@@ -4093,7 +4839,7 @@ type JobAttemptRecord struct {
 
 func (x *JobAttemptRecord) Reset() {
 	*x = JobAttemptRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4105,7 +4851,7 @@ func (x *JobAttemptRecord) String() string {
 func (*JobAttemptRecord) ProtoMessage() {}
 
 func (x *JobAttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4118,7 +4864,7 @@ func (x *JobAttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRecord.ProtoReflect.Descriptor instead.
 func (*JobAttemptRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{38}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *JobAttemptRecord) GetNumber() uint32 {
@@ -4232,7 +4978,7 @@ type ScheduleSpec struct {
 
 func (x *ScheduleSpec) Reset() {
 	*x = ScheduleSpec{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4244,7 +4990,7 @@ func (x *ScheduleSpec) String() string {
 func (*ScheduleSpec) ProtoMessage() {}
 
 func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4257,7 +5003,7 @@ func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
 func (*ScheduleSpec) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{39}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ScheduleSpec) GetExpr() string {
@@ -4370,7 +5116,7 @@ type PutSchedule struct {
 
 func (x *PutSchedule) Reset() {
 	*x = PutSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4382,7 +5128,7 @@ func (x *PutSchedule) String() string {
 func (*PutSchedule) ProtoMessage() {}
 
 func (x *PutSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4395,7 +5141,7 @@ func (x *PutSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
 func (*PutSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{40}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PutSchedule) GetName() string {
@@ -4478,7 +5224,7 @@ type ScheduleGuard struct {
 
 func (x *ScheduleGuard) Reset() {
 	*x = ScheduleGuard{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4490,7 +5236,7 @@ func (x *ScheduleGuard) String() string {
 func (*ScheduleGuard) ProtoMessage() {}
 
 func (x *ScheduleGuard) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4503,7 +5249,7 @@ func (x *ScheduleGuard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleGuard.ProtoReflect.Descriptor instead.
 func (*ScheduleGuard) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{41}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ScheduleGuard) GetQueue() string {
@@ -4526,7 +5272,7 @@ type DeleteSchedule struct {
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4538,7 +5284,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4551,7 +5297,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{42}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeleteSchedule) GetName() string {
@@ -4591,7 +5337,7 @@ type PauseSchedule struct {
 
 func (x *PauseSchedule) Reset() {
 	*x = PauseSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4603,7 +5349,7 @@ func (x *PauseSchedule) String() string {
 func (*PauseSchedule) ProtoMessage() {}
 
 func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4616,7 +5362,7 @@ func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
 func (*PauseSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{43}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PauseSchedule) GetName() string {
@@ -4662,7 +5408,7 @@ type TriggerSchedule struct {
 
 func (x *TriggerSchedule) Reset() {
 	*x = TriggerSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4674,7 +5420,7 @@ func (x *TriggerSchedule) String() string {
 func (*TriggerSchedule) ProtoMessage() {}
 
 func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4687,7 +5433,7 @@ func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
 func (*TriggerSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{44}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TriggerSchedule) GetName() string {
@@ -4739,7 +5485,7 @@ type MaterialiseSchedules struct {
 
 func (x *MaterialiseSchedules) Reset() {
 	*x = MaterialiseSchedules{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4751,7 +5497,7 @@ func (x *MaterialiseSchedules) String() string {
 func (*MaterialiseSchedules) ProtoMessage() {}
 
 func (x *MaterialiseSchedules) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4764,7 +5510,7 @@ func (x *MaterialiseSchedules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaterialiseSchedules.ProtoReflect.Descriptor instead.
 func (*MaterialiseSchedules) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{45}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MaterialiseSchedules) GetItems() []*ScheduleMaterialisation {
@@ -4795,7 +5541,7 @@ type ScheduleMaterialisation struct {
 
 func (x *ScheduleMaterialisation) Reset() {
 	*x = ScheduleMaterialisation{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4807,7 +5553,7 @@ func (x *ScheduleMaterialisation) String() string {
 func (*ScheduleMaterialisation) ProtoMessage() {}
 
 func (x *ScheduleMaterialisation) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4820,7 +5566,7 @@ func (x *ScheduleMaterialisation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleMaterialisation.ProtoReflect.Descriptor instead.
 func (*ScheduleMaterialisation) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{46}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ScheduleMaterialisation) GetName() string {
@@ -4887,7 +5633,7 @@ type ScheduleOccurrence struct {
 
 func (x *ScheduleOccurrence) Reset() {
 	*x = ScheduleOccurrence{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4899,7 +5645,7 @@ func (x *ScheduleOccurrence) String() string {
 func (*ScheduleOccurrence) ProtoMessage() {}
 
 func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4912,7 +5658,7 @@ func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleOccurrence.ProtoReflect.Descriptor instead.
 func (*ScheduleOccurrence) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{47}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ScheduleOccurrence) GetAtMs() int64 {
@@ -4966,7 +5712,7 @@ type ScheduleSkip struct {
 
 func (x *ScheduleSkip) Reset() {
 	*x = ScheduleSkip{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4978,7 +5724,7 @@ func (x *ScheduleSkip) String() string {
 func (*ScheduleSkip) ProtoMessage() {}
 
 func (x *ScheduleSkip) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4991,7 +5737,7 @@ func (x *ScheduleSkip) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSkip.ProtoReflect.Descriptor instead.
 func (*ScheduleSkip) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{48}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ScheduleSkip) GetReason() ScheduleSkipReason {
@@ -5058,7 +5804,7 @@ type ScheduleHistoryRecord struct {
 
 func (x *ScheduleHistoryRecord) Reset() {
 	*x = ScheduleHistoryRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5070,7 +5816,7 @@ func (x *ScheduleHistoryRecord) String() string {
 func (*ScheduleHistoryRecord) ProtoMessage() {}
 
 func (x *ScheduleHistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5083,7 +5829,7 @@ func (x *ScheduleHistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleHistoryRecord.ProtoReflect.Descriptor instead.
 func (*ScheduleHistoryRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{49}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ScheduleHistoryRecord) GetAtMs() int64 {
@@ -5196,7 +5942,7 @@ type ScheduleRecord struct {
 
 func (x *ScheduleRecord) Reset() {
 	*x = ScheduleRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5208,7 +5954,7 @@ func (x *ScheduleRecord) String() string {
 func (*ScheduleRecord) ProtoMessage() {}
 
 func (x *ScheduleRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5221,7 +5967,7 @@ func (x *ScheduleRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRecord.ProtoReflect.Descriptor instead.
 func (*ScheduleRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{50}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ScheduleRecord) GetName() string {
@@ -5375,7 +6121,7 @@ var File_coord_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\x86\r\n" +
+	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\x8b\x0f\n" +
 	"\aCommand\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.coord.fsm.v1.CommandTypeR\x04type\x12\x15\n" +
 	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12\x1f\n" +
@@ -5411,7 +6157,13 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0epause_schedule\x18\x1f \x01(\v2\x1b.coord.fsm.v1.PauseScheduleH\x00R\rpauseSchedule\x12J\n" +
 	"\x10trigger_schedule\x18  \x01(\v2\x1d.coord.fsm.v1.TriggerScheduleH\x00R\x0ftriggerSchedule\x12Y\n" +
 	"\x15materialise_schedules\x18! \x01(\v2\".coord.fsm.v1.MaterialiseSchedulesH\x00R\x14materialiseSchedules\x12H\n" +
-	"\x10set_queue_target\x18\" \x01(\v2\x1c.coord.fsm.v1.SetQueueTargetH\x00R\x0esetQueueTargetB\x06\n" +
+	"\x10set_queue_target\x18\" \x01(\v2\x1c.coord.fsm.v1.SetQueueTargetH\x00R\x0esetQueueTarget\x12;\n" +
+	"\vpause_queue\x18# \x01(\v2\x18.coord.fsm.v1.PauseQueueH\x00R\n" +
+	"pauseQueue\x12E\n" +
+	"\x0fstart_bulk_jobs\x18$ \x01(\v2\x1b.coord.fsm.v1.StartBulkJobsH\x00R\rstartBulkJobs\x12B\n" +
+	"\x0estep_bulk_jobs\x18% \x01(\v2\x1a.coord.fsm.v1.StepBulkJobsH\x00R\fstepBulkJobs\x12;\n" +
+	"\vdelete_jobs\x18& \x01(\v2\x18.coord.fsm.v1.DeleteJobsH\x00R\n" +
+	"deleteJobsB\x06\n" +
 	"\x04body\":\n" +
 	"\x05Batch\x121\n" +
 	"\bcommands\x18\x01 \x03(\v2\x15.coord.fsm.v1.CommandR\bcommands\"\x06\n" +
@@ -5529,7 +6281,59 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06target\x18\x02 \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\x12\x1d\n" +
 	"\n" +
 	"updated_by\x18\x03 \x01(\tR\tupdatedBy\x12\"\n" +
-	"\rupdated_at_ms\x18\x04 \x01(\x03R\vupdatedAtMs\"6\n" +
+	"\rupdated_at_ms\x18\x04 \x01(\x03R\vupdatedAtMs\"V\n" +
+	"\n" +
+	"PauseQueue\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\"g\n" +
+	"\x10QueuePauseRecord\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1b\n" +
+	"\tpaused_by\x18\x02 \x01(\tR\bpausedBy\x12 \n" +
+	"\fpaused_at_ms\x18\x03 \x01(\x03R\n" +
+	"pausedAtMs\"A\n" +
+	"\n" +
+	"DeleteJobs\x12\x17\n" +
+	"\ajob_ids\x18\x01 \x03(\x04R\x06jobIds\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\"\xe5\x02\n" +
+	"\vJobSelector\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12,\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x16.coord.fsm.v1.JobStateR\x05state\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x1b\n" +
+	"\tlabel_key\x18\x04 \x01(\tR\blabelKey\x12\x1f\n" +
+	"\vlabel_value\x18\x05 \x01(\tR\n" +
+	"labelValue\x12(\n" +
+	"\x10created_after_ms\x18\x06 \x01(\x03R\x0ecreatedAfterMs\x12*\n" +
+	"\x11created_before_ms\x18\a \x01(\x03R\x0fcreatedBeforeMs\x12*\n" +
+	"\x11finished_after_ms\x18\b \x01(\x03R\x0ffinishedAfterMs\x12,\n" +
+	"\x12finished_before_ms\x18\t \x01(\x03R\x10finishedBeforeMs\x12\x10\n" +
+	"\x03ids\x18\n" +
+	" \x03(\x04R\x03ids\"\xbf\x01\n" +
+	"\rStartBulkJobs\x12\x13\n" +
+	"\x05op_id\x18\x01 \x01(\tR\x04opId\x120\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x18.coord.fsm.v1.BulkActionR\x06action\x125\n" +
+	"\bselector\x18\x03 \x01(\v2\x19.coord.fsm.v1.JobSelectorR\bselector\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\x14\n" +
+	"\x05total\x18\x05 \x01(\x04R\x05total\"M\n" +
+	"\fStepBulkJobs\x12\x13\n" +
+	"\x05op_id\x18\x01 \x01(\tR\x04opId\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\x04R\x06cursor\x12\x10\n" +
+	"\x03max\x18\x03 \x01(\rR\x03max\"\x9c\x03\n" +
+	"\fBulkOpRecord\x12\x13\n" +
+	"\x05op_id\x18\x01 \x01(\tR\x04opId\x120\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x18.coord.fsm.v1.BulkActionR\x06action\x125\n" +
+	"\bselector\x18\x03 \x01(\v2\x19.coord.fsm.v1.JobSelectorR\bselector\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\"\n" +
+	"\rcreated_at_ms\x18\x05 \x01(\x03R\vcreatedAtMs\x12\"\n" +
+	"\rupdated_at_ms\x18\x06 \x01(\x03R\vupdatedAtMs\x12$\n" +
+	"\x0efinished_at_ms\x18\a \x01(\x03R\ffinishedAtMs\x12\x12\n" +
+	"\x04upto\x18\b \x01(\x04R\x04upto\x12\x16\n" +
+	"\x06cursor\x18\t \x01(\x04R\x06cursor\x12\x14\n" +
+	"\x05total\x18\n" +
+	" \x01(\x04R\x05total\x12\x12\n" +
+	"\x04done\x18\v \x01(\x04R\x04done\x12\x18\n" +
+	"\askipped\x18\f \x01(\x04R\askipped\x12\x14\n" +
+	"\x05steps\x18\r \x01(\x04R\x05steps\"6\n" +
 	"\n" +
 	"HttpHeader\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -5588,7 +6392,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\"@\n" +
 	"\tRetryJobs\x12\x17\n" +
 	"\ajob_ids\x18\x01 \x03(\x04R\x06jobIds\x12\x1a\n" +
-	"\bidentity\x18\x02 \x01(\tR\bidentity\"\xd8\x04\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\"\xd2\x05\n" +
 	"\x0eSnapshotRecord\x120\n" +
 	"\x04meta\x18\x01 \x01(\v2\x1a.coord.fsm.v1.SnapshotMetaH\x00R\x04meta\x121\n" +
 	"\x05lease\x18\x02 \x01(\v2\x19.coord.fsm.v1.LeaseRecordH\x00R\x05lease\x124\n" +
@@ -5600,7 +6404,10 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tqueue_job\x18\b \x01(\v2\x1c.coord.fsm.v1.QueueJobRecordH\x00R\bqueueJob\x12:\n" +
 	"\bschedule\x18\t \x01(\v2\x1c.coord.fsm.v1.ScheduleRecordH\x00R\bschedule\x12D\n" +
 	"\fqueue_target\x18\n" +
-	" \x01(\v2\x1f.coord.fsm.v1.QueueTargetRecordH\x00R\vqueueTargetB\b\n" +
+	" \x01(\v2\x1f.coord.fsm.v1.QueueTargetRecordH\x00R\vqueueTarget\x12A\n" +
+	"\vqueue_pause\x18\x1e \x01(\v2\x1e.coord.fsm.v1.QueuePauseRecordH\x00R\n" +
+	"queuePause\x125\n" +
+	"\abulk_op\x18\x1f \x01(\v2\x1a.coord.fsm.v1.BulkOpRecordH\x00R\x06bulkOpB\b\n" +
 	"\x06record\"\xe4\x02\n" +
 	"\fSnapshotMeta\x12\x19\n" +
 	"\bclock_ms\x18\x01 \x01(\x03R\aclockMs\x12\x16\n" +
@@ -5824,7 +6631,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fjobs_created\x18\x12 \x01(\x04R\vjobsCreated\x12/\n" +
 	"\x13occurrences_skipped\x18\x13 \x01(\x04R\x12occurrencesSkipped\x12=\n" +
 	"\ahistory\x18\x14 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\ahistory\x129\n" +
-	"\x05skips\x18\x15 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\x05skips*\x9e\x06\n" +
+	"\x05skips\x18\x15 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\x05skips*\x9d\a\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11COMMAND_TYPE_TICK\x10\x01\x12\x18\n" +
@@ -5852,7 +6659,17 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x1bCOMMAND_TYPE_PAUSE_SCHEDULE\x10\x16\x12!\n" +
 	"\x1dCOMMAND_TYPE_TRIGGER_SCHEDULE\x10\x17\x12&\n" +
 	"\"COMMAND_TYPE_MATERIALISE_SCHEDULES\x10\x18\x12!\n" +
-	"\x1dCOMMAND_TYPE_SET_QUEUE_TARGET\x10\x19*\xcd\x01\n" +
+	"\x1dCOMMAND_TYPE_SET_QUEUE_TARGET\x10\x19\x12\x1c\n" +
+	"\x18COMMAND_TYPE_PAUSE_QUEUE\x10\x1a\x12 \n" +
+	"\x1cCOMMAND_TYPE_START_BULK_JOBS\x10\x1b\x12\x1f\n" +
+	"\x1bCOMMAND_TYPE_STEP_BULK_JOBS\x10\x1c\x12\x1c\n" +
+	"\x18COMMAND_TYPE_DELETE_JOBS\x10\x1d*p\n" +
+	"\n" +
+	"BulkAction\x12\x1b\n" +
+	"\x17BULK_ACTION_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11BULK_ACTION_RETRY\x10\x01\x12\x16\n" +
+	"\x12BULK_ACTION_CANCEL\x10\x02\x12\x16\n" +
+	"\x12BULK_ACTION_DELETE\x10\x03*\xcd\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x17\n" +
@@ -5899,141 +6716,160 @@ func file_coord_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_coord_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                // 0: coord.fsm.v1.CommandType
-	(JobState)(0),                   // 1: coord.fsm.v1.JobState
-	(AttemptOutcome)(0),             // 2: coord.fsm.v1.AttemptOutcome
-	(ScheduleOverlap)(0),            // 3: coord.fsm.v1.ScheduleOverlap
-	(ScheduleDstPolicy)(0),          // 4: coord.fsm.v1.ScheduleDstPolicy
-	(ScheduleSkipReason)(0),         // 5: coord.fsm.v1.ScheduleSkipReason
-	(*Command)(nil),                 // 6: coord.fsm.v1.Command
-	(*Batch)(nil),                   // 7: coord.fsm.v1.Batch
-	(*Tick)(nil),                    // 8: coord.fsm.v1.Tick
-	(*Acquire)(nil),                 // 9: coord.fsm.v1.Acquire
-	(*Renew)(nil),                   // 10: coord.fsm.v1.Renew
-	(*Release)(nil),                 // 11: coord.fsm.v1.Release
-	(*ClaimWindow)(nil),             // 12: coord.fsm.v1.ClaimWindow
-	(*CompleteWindow)(nil),          // 13: coord.fsm.v1.CompleteWindow
-	(*FencedCommit)(nil),            // 14: coord.fsm.v1.FencedCommit
-	(*Prune)(nil),                   // 15: coord.fsm.v1.Prune
-	(*SetMember)(nil),               // 16: coord.fsm.v1.SetMember
-	(*RemoveMember)(nil),            // 17: coord.fsm.v1.RemoveMember
-	(*RegisterJob)(nil),             // 18: coord.fsm.v1.RegisterJob
-	(*QueueJobSpec)(nil),            // 19: coord.fsm.v1.QueueJobSpec
-	(*HttpTarget)(nil),              // 20: coord.fsm.v1.HttpTarget
-	(*SetQueueTarget)(nil),          // 21: coord.fsm.v1.SetQueueTarget
-	(*QueueTargetRecord)(nil),       // 22: coord.fsm.v1.QueueTargetRecord
-	(*HttpHeader)(nil),              // 23: coord.fsm.v1.HttpHeader
-	(*JobLabel)(nil),                // 24: coord.fsm.v1.JobLabel
-	(*SubmitJobs)(nil),              // 25: coord.fsm.v1.SubmitJobs
-	(*FetchJobs)(nil),               // 26: coord.fsm.v1.FetchJobs
-	(*JobAttemptRef)(nil),           // 27: coord.fsm.v1.JobAttemptRef
-	(*HeartbeatJobs)(nil),           // 28: coord.fsm.v1.HeartbeatJobs
-	(*CompleteJobs)(nil),            // 29: coord.fsm.v1.CompleteJobs
-	(*JobCompletion)(nil),           // 30: coord.fsm.v1.JobCompletion
-	(*FailJobs)(nil),                // 31: coord.fsm.v1.FailJobs
-	(*JobFailure)(nil),              // 32: coord.fsm.v1.JobFailure
-	(*CancelJobs)(nil),              // 33: coord.fsm.v1.CancelJobs
-	(*RetryJobs)(nil),               // 34: coord.fsm.v1.RetryJobs
-	(*SnapshotRecord)(nil),          // 35: coord.fsm.v1.SnapshotRecord
-	(*SnapshotMeta)(nil),            // 36: coord.fsm.v1.SnapshotMeta
-	(*LeaseRecord)(nil),             // 37: coord.fsm.v1.LeaseRecord
-	(*WindowRecord)(nil),            // 38: coord.fsm.v1.WindowRecord
-	(*ResourceRecord)(nil),          // 39: coord.fsm.v1.ResourceRecord
-	(*IdempotencyRecord)(nil),       // 40: coord.fsm.v1.IdempotencyRecord
-	(*MemberRecord)(nil),            // 41: coord.fsm.v1.MemberRecord
-	(*JobRecord)(nil),               // 42: coord.fsm.v1.JobRecord
-	(*QueueJobRecord)(nil),          // 43: coord.fsm.v1.QueueJobRecord
-	(*JobAttemptRecord)(nil),        // 44: coord.fsm.v1.JobAttemptRecord
-	(*ScheduleSpec)(nil),            // 45: coord.fsm.v1.ScheduleSpec
-	(*PutSchedule)(nil),             // 46: coord.fsm.v1.PutSchedule
-	(*ScheduleGuard)(nil),           // 47: coord.fsm.v1.ScheduleGuard
-	(*DeleteSchedule)(nil),          // 48: coord.fsm.v1.DeleteSchedule
-	(*PauseSchedule)(nil),           // 49: coord.fsm.v1.PauseSchedule
-	(*TriggerSchedule)(nil),         // 50: coord.fsm.v1.TriggerSchedule
-	(*MaterialiseSchedules)(nil),    // 51: coord.fsm.v1.MaterialiseSchedules
-	(*ScheduleMaterialisation)(nil), // 52: coord.fsm.v1.ScheduleMaterialisation
-	(*ScheduleOccurrence)(nil),      // 53: coord.fsm.v1.ScheduleOccurrence
-	(*ScheduleSkip)(nil),            // 54: coord.fsm.v1.ScheduleSkip
-	(*ScheduleHistoryRecord)(nil),   // 55: coord.fsm.v1.ScheduleHistoryRecord
-	(*ScheduleRecord)(nil),          // 56: coord.fsm.v1.ScheduleRecord
+	(BulkAction)(0),                 // 1: coord.fsm.v1.BulkAction
+	(JobState)(0),                   // 2: coord.fsm.v1.JobState
+	(AttemptOutcome)(0),             // 3: coord.fsm.v1.AttemptOutcome
+	(ScheduleOverlap)(0),            // 4: coord.fsm.v1.ScheduleOverlap
+	(ScheduleDstPolicy)(0),          // 5: coord.fsm.v1.ScheduleDstPolicy
+	(ScheduleSkipReason)(0),         // 6: coord.fsm.v1.ScheduleSkipReason
+	(*Command)(nil),                 // 7: coord.fsm.v1.Command
+	(*Batch)(nil),                   // 8: coord.fsm.v1.Batch
+	(*Tick)(nil),                    // 9: coord.fsm.v1.Tick
+	(*Acquire)(nil),                 // 10: coord.fsm.v1.Acquire
+	(*Renew)(nil),                   // 11: coord.fsm.v1.Renew
+	(*Release)(nil),                 // 12: coord.fsm.v1.Release
+	(*ClaimWindow)(nil),             // 13: coord.fsm.v1.ClaimWindow
+	(*CompleteWindow)(nil),          // 14: coord.fsm.v1.CompleteWindow
+	(*FencedCommit)(nil),            // 15: coord.fsm.v1.FencedCommit
+	(*Prune)(nil),                   // 16: coord.fsm.v1.Prune
+	(*SetMember)(nil),               // 17: coord.fsm.v1.SetMember
+	(*RemoveMember)(nil),            // 18: coord.fsm.v1.RemoveMember
+	(*RegisterJob)(nil),             // 19: coord.fsm.v1.RegisterJob
+	(*QueueJobSpec)(nil),            // 20: coord.fsm.v1.QueueJobSpec
+	(*HttpTarget)(nil),              // 21: coord.fsm.v1.HttpTarget
+	(*SetQueueTarget)(nil),          // 22: coord.fsm.v1.SetQueueTarget
+	(*QueueTargetRecord)(nil),       // 23: coord.fsm.v1.QueueTargetRecord
+	(*PauseQueue)(nil),              // 24: coord.fsm.v1.PauseQueue
+	(*QueuePauseRecord)(nil),        // 25: coord.fsm.v1.QueuePauseRecord
+	(*DeleteJobs)(nil),              // 26: coord.fsm.v1.DeleteJobs
+	(*JobSelector)(nil),             // 27: coord.fsm.v1.JobSelector
+	(*StartBulkJobs)(nil),           // 28: coord.fsm.v1.StartBulkJobs
+	(*StepBulkJobs)(nil),            // 29: coord.fsm.v1.StepBulkJobs
+	(*BulkOpRecord)(nil),            // 30: coord.fsm.v1.BulkOpRecord
+	(*HttpHeader)(nil),              // 31: coord.fsm.v1.HttpHeader
+	(*JobLabel)(nil),                // 32: coord.fsm.v1.JobLabel
+	(*SubmitJobs)(nil),              // 33: coord.fsm.v1.SubmitJobs
+	(*FetchJobs)(nil),               // 34: coord.fsm.v1.FetchJobs
+	(*JobAttemptRef)(nil),           // 35: coord.fsm.v1.JobAttemptRef
+	(*HeartbeatJobs)(nil),           // 36: coord.fsm.v1.HeartbeatJobs
+	(*CompleteJobs)(nil),            // 37: coord.fsm.v1.CompleteJobs
+	(*JobCompletion)(nil),           // 38: coord.fsm.v1.JobCompletion
+	(*FailJobs)(nil),                // 39: coord.fsm.v1.FailJobs
+	(*JobFailure)(nil),              // 40: coord.fsm.v1.JobFailure
+	(*CancelJobs)(nil),              // 41: coord.fsm.v1.CancelJobs
+	(*RetryJobs)(nil),               // 42: coord.fsm.v1.RetryJobs
+	(*SnapshotRecord)(nil),          // 43: coord.fsm.v1.SnapshotRecord
+	(*SnapshotMeta)(nil),            // 44: coord.fsm.v1.SnapshotMeta
+	(*LeaseRecord)(nil),             // 45: coord.fsm.v1.LeaseRecord
+	(*WindowRecord)(nil),            // 46: coord.fsm.v1.WindowRecord
+	(*ResourceRecord)(nil),          // 47: coord.fsm.v1.ResourceRecord
+	(*IdempotencyRecord)(nil),       // 48: coord.fsm.v1.IdempotencyRecord
+	(*MemberRecord)(nil),            // 49: coord.fsm.v1.MemberRecord
+	(*JobRecord)(nil),               // 50: coord.fsm.v1.JobRecord
+	(*QueueJobRecord)(nil),          // 51: coord.fsm.v1.QueueJobRecord
+	(*JobAttemptRecord)(nil),        // 52: coord.fsm.v1.JobAttemptRecord
+	(*ScheduleSpec)(nil),            // 53: coord.fsm.v1.ScheduleSpec
+	(*PutSchedule)(nil),             // 54: coord.fsm.v1.PutSchedule
+	(*ScheduleGuard)(nil),           // 55: coord.fsm.v1.ScheduleGuard
+	(*DeleteSchedule)(nil),          // 56: coord.fsm.v1.DeleteSchedule
+	(*PauseSchedule)(nil),           // 57: coord.fsm.v1.PauseSchedule
+	(*TriggerSchedule)(nil),         // 58: coord.fsm.v1.TriggerSchedule
+	(*MaterialiseSchedules)(nil),    // 59: coord.fsm.v1.MaterialiseSchedules
+	(*ScheduleMaterialisation)(nil), // 60: coord.fsm.v1.ScheduleMaterialisation
+	(*ScheduleOccurrence)(nil),      // 61: coord.fsm.v1.ScheduleOccurrence
+	(*ScheduleSkip)(nil),            // 62: coord.fsm.v1.ScheduleSkip
+	(*ScheduleHistoryRecord)(nil),   // 63: coord.fsm.v1.ScheduleHistoryRecord
+	(*ScheduleRecord)(nil),          // 64: coord.fsm.v1.ScheduleRecord
 }
 var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: coord.fsm.v1.Command.type:type_name -> coord.fsm.v1.CommandType
-	8,  // 1: coord.fsm.v1.Command.tick:type_name -> coord.fsm.v1.Tick
-	9,  // 2: coord.fsm.v1.Command.acquire:type_name -> coord.fsm.v1.Acquire
-	10, // 3: coord.fsm.v1.Command.renew:type_name -> coord.fsm.v1.Renew
-	11, // 4: coord.fsm.v1.Command.release:type_name -> coord.fsm.v1.Release
-	12, // 5: coord.fsm.v1.Command.claim_window:type_name -> coord.fsm.v1.ClaimWindow
-	13, // 6: coord.fsm.v1.Command.complete_window:type_name -> coord.fsm.v1.CompleteWindow
-	14, // 7: coord.fsm.v1.Command.fenced_commit:type_name -> coord.fsm.v1.FencedCommit
-	15, // 8: coord.fsm.v1.Command.prune:type_name -> coord.fsm.v1.Prune
-	16, // 9: coord.fsm.v1.Command.set_member:type_name -> coord.fsm.v1.SetMember
-	17, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
-	18, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
-	7,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
-	25, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
-	26, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
-	28, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
-	29, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
-	31, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
-	33, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
-	34, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
-	46, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
-	48, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
-	49, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
-	50, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
-	51, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
-	21, // 25: coord.fsm.v1.Command.set_queue_target:type_name -> coord.fsm.v1.SetQueueTarget
-	6,  // 26: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
-	9,  // 27: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
-	42, // 28: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
-	24, // 29: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
-	20, // 30: coord.fsm.v1.QueueJobSpec.target:type_name -> coord.fsm.v1.HttpTarget
-	23, // 31: coord.fsm.v1.HttpTarget.headers:type_name -> coord.fsm.v1.HttpHeader
-	20, // 32: coord.fsm.v1.SetQueueTarget.target:type_name -> coord.fsm.v1.HttpTarget
-	20, // 33: coord.fsm.v1.QueueTargetRecord.target:type_name -> coord.fsm.v1.HttpTarget
-	19, // 34: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
-	27, // 35: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
-	30, // 36: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
-	32, // 37: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
-	36, // 38: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
-	37, // 39: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
-	38, // 40: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
-	39, // 41: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
-	40, // 42: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
-	41, // 43: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
-	42, // 44: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
-	43, // 45: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
-	56, // 46: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
-	22, // 47: coord.fsm.v1.SnapshotRecord.queue_target:type_name -> coord.fsm.v1.QueueTargetRecord
-	19, // 48: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
-	1,  // 49: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
-	44, // 50: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
-	2,  // 51: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
-	19, // 52: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
-	3,  // 53: coord.fsm.v1.ScheduleSpec.overlap:type_name -> coord.fsm.v1.ScheduleOverlap
-	4,  // 54: coord.fsm.v1.ScheduleSpec.dst_policy:type_name -> coord.fsm.v1.ScheduleDstPolicy
-	45, // 55: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	47, // 56: coord.fsm.v1.PutSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	47, // 57: coord.fsm.v1.DeleteSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	47, // 58: coord.fsm.v1.PauseSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	47, // 59: coord.fsm.v1.TriggerSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	52, // 60: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
-	53, // 61: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
-	54, // 62: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
-	5,  // 63: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
-	5,  // 64: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
-	45, // 65: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	55, // 66: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	55, // 67: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	68, // [68:68] is the sub-list for method output_type
-	68, // [68:68] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	9,  // 1: coord.fsm.v1.Command.tick:type_name -> coord.fsm.v1.Tick
+	10, // 2: coord.fsm.v1.Command.acquire:type_name -> coord.fsm.v1.Acquire
+	11, // 3: coord.fsm.v1.Command.renew:type_name -> coord.fsm.v1.Renew
+	12, // 4: coord.fsm.v1.Command.release:type_name -> coord.fsm.v1.Release
+	13, // 5: coord.fsm.v1.Command.claim_window:type_name -> coord.fsm.v1.ClaimWindow
+	14, // 6: coord.fsm.v1.Command.complete_window:type_name -> coord.fsm.v1.CompleteWindow
+	15, // 7: coord.fsm.v1.Command.fenced_commit:type_name -> coord.fsm.v1.FencedCommit
+	16, // 8: coord.fsm.v1.Command.prune:type_name -> coord.fsm.v1.Prune
+	17, // 9: coord.fsm.v1.Command.set_member:type_name -> coord.fsm.v1.SetMember
+	18, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
+	19, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
+	8,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
+	33, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
+	34, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
+	36, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
+	37, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
+	39, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
+	41, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
+	42, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
+	54, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
+	56, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
+	57, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
+	58, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
+	59, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
+	22, // 25: coord.fsm.v1.Command.set_queue_target:type_name -> coord.fsm.v1.SetQueueTarget
+	24, // 26: coord.fsm.v1.Command.pause_queue:type_name -> coord.fsm.v1.PauseQueue
+	28, // 27: coord.fsm.v1.Command.start_bulk_jobs:type_name -> coord.fsm.v1.StartBulkJobs
+	29, // 28: coord.fsm.v1.Command.step_bulk_jobs:type_name -> coord.fsm.v1.StepBulkJobs
+	26, // 29: coord.fsm.v1.Command.delete_jobs:type_name -> coord.fsm.v1.DeleteJobs
+	7,  // 30: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
+	10, // 31: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
+	50, // 32: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
+	32, // 33: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
+	21, // 34: coord.fsm.v1.QueueJobSpec.target:type_name -> coord.fsm.v1.HttpTarget
+	31, // 35: coord.fsm.v1.HttpTarget.headers:type_name -> coord.fsm.v1.HttpHeader
+	21, // 36: coord.fsm.v1.SetQueueTarget.target:type_name -> coord.fsm.v1.HttpTarget
+	21, // 37: coord.fsm.v1.QueueTargetRecord.target:type_name -> coord.fsm.v1.HttpTarget
+	2,  // 38: coord.fsm.v1.JobSelector.state:type_name -> coord.fsm.v1.JobState
+	1,  // 39: coord.fsm.v1.StartBulkJobs.action:type_name -> coord.fsm.v1.BulkAction
+	27, // 40: coord.fsm.v1.StartBulkJobs.selector:type_name -> coord.fsm.v1.JobSelector
+	1,  // 41: coord.fsm.v1.BulkOpRecord.action:type_name -> coord.fsm.v1.BulkAction
+	27, // 42: coord.fsm.v1.BulkOpRecord.selector:type_name -> coord.fsm.v1.JobSelector
+	20, // 43: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
+	35, // 44: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
+	38, // 45: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
+	40, // 46: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
+	44, // 47: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
+	45, // 48: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
+	46, // 49: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
+	47, // 50: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
+	48, // 51: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
+	49, // 52: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
+	50, // 53: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
+	51, // 54: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
+	64, // 55: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
+	23, // 56: coord.fsm.v1.SnapshotRecord.queue_target:type_name -> coord.fsm.v1.QueueTargetRecord
+	25, // 57: coord.fsm.v1.SnapshotRecord.queue_pause:type_name -> coord.fsm.v1.QueuePauseRecord
+	30, // 58: coord.fsm.v1.SnapshotRecord.bulk_op:type_name -> coord.fsm.v1.BulkOpRecord
+	20, // 59: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
+	2,  // 60: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
+	52, // 61: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
+	3,  // 62: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
+	20, // 63: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
+	4,  // 64: coord.fsm.v1.ScheduleSpec.overlap:type_name -> coord.fsm.v1.ScheduleOverlap
+	5,  // 65: coord.fsm.v1.ScheduleSpec.dst_policy:type_name -> coord.fsm.v1.ScheduleDstPolicy
+	53, // 66: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	55, // 67: coord.fsm.v1.PutSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	55, // 68: coord.fsm.v1.DeleteSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	55, // 69: coord.fsm.v1.PauseSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	55, // 70: coord.fsm.v1.TriggerSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	60, // 71: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
+	61, // 72: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
+	62, // 73: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
+	6,  // 74: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
+	6,  // 75: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
+	53, // 76: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	63, // 77: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	63, // 78: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	79, // [79:79] is the sub-list for method output_type
+	79, // [79:79] is the sub-list for method input_type
+	79, // [79:79] is the sub-list for extension type_name
+	79, // [79:79] is the sub-list for extension extendee
+	0,  // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_coord_fsm_v1_fsm_proto_init() }
@@ -6067,9 +6903,13 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*Command_TriggerSchedule)(nil),
 		(*Command_MaterialiseSchedules)(nil),
 		(*Command_SetQueueTarget)(nil),
+		(*Command_PauseQueue)(nil),
+		(*Command_StartBulkJobs)(nil),
+		(*Command_StepBulkJobs)(nil),
+		(*Command_DeleteJobs)(nil),
 	}
 	file_coord_fsm_v1_fsm_proto_msgTypes[4].OneofWrappers = []any{}
-	file_coord_fsm_v1_fsm_proto_msgTypes[29].OneofWrappers = []any{
+	file_coord_fsm_v1_fsm_proto_msgTypes[36].OneofWrappers = []any{
 		(*SnapshotRecord_Meta)(nil),
 		(*SnapshotRecord_Lease)(nil),
 		(*SnapshotRecord_Window)(nil),
@@ -6080,14 +6920,16 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*SnapshotRecord_QueueJob)(nil),
 		(*SnapshotRecord_Schedule)(nil),
 		(*SnapshotRecord_QueueTarget)(nil),
+		(*SnapshotRecord_QueuePause)(nil),
+		(*SnapshotRecord_BulkOp)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_fsm_v1_fsm_proto_rawDesc), len(file_coord_fsm_v1_fsm_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   51,
+			NumEnums:      7,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
