@@ -241,6 +241,7 @@ func (n *Node) startRaft() error {
 		layer.setServers(n.servers)
 	}
 	n.observeLeader(r)
+	n.observeMoves(r)
 	if existing || cfg.Join != "" {
 		return nil
 	}
