@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/api"
+	"github.com/coordd/coordd/internal/advertise"
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/node"
@@ -162,6 +163,13 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if _, err := logstore.ParseKind(o.logStore); err != nil {
 		return nil, fmt.Errorf("--raft-log-store: %w", err)
+	}
+	for _, a := range [][2]string{{"--raft-advertise-addr", o.raftAdvertise}, {"--grpc-advertise-addr", o.grpcAdvertise}} {
+		if a[1] != "" {
+			if err := advertise.Check(a[0], a[1]); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return o, nil
 }
