@@ -247,3 +247,24 @@ func TestProcessTLSAdvertisedNames(t *testing.T) {
 	wantMembersListed(t, ctl{t: t, endpoints: strings.Join(pc.Endpoints(), ","),
 		extra: []string{"--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA}}, nodes)
 }
+
+// A node whose --peers entry is not the address it advertises replaces
+// its entry with the advertised one once it registers, the leader its own
+// too: bootstrapped with --peers n1=127.0.0.1:P1,… (the bound addresses)
+// and advertising localhost:P, the configuration ends with the names.
+func TestProcessAdvertisedNamesReplacePeers(t *testing.T) {
+	nodes, _ := advertisedNodes(t, 3, 0)
+	for _, nd := range nodes {
+		nd.RaftAddr = strings.Replace(nd.RaftAddr, "localhost:", "127.0.0.1:", 1)
+		nd.ExtraArgs = []string{"--raft-advertise-addr", strings.Replace(nd.RaftAddr, "127.0.0.1:", "localhost:", 1),
+			"--grpc-advertise-addr", nd.GRPCAddr}
+	}
+	pc := proccluster.StartNodes(t, coorddBin, nodes) // --peers with the IPs
+	leader := pc.WaitLeader()
+	for _, nd := range nodes {
+		nd.RaftAddr = strings.Replace(nd.RaftAddr, "127.0.0.1:", "localhost:", 1)
+	}
+	awaitMembers(t, leader, nodes, 30*time.Second)
+	acquire(t, coordv1.NewCoordinatorClient(leader.Conn), "advertise/replaced", "o", 10*time.Second)
+	pc.WaitConverged()
+}
