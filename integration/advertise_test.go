@@ -127,6 +127,19 @@ func TestProcessAdvertisedNames(t *testing.T) {
 	c := ctl{t: t, endpoints: strings.Join(pc.Endpoints(), ",")}
 	wantMembersListed(t, c, nodes)
 
+	moved := moveFollower(t, pc, leader, nodes, spare[0])
+	// It serves: a write through it is forwarded to the leader and
+	// replicated back to it.
+	acquire(t, coordv1.NewCoordinatorClient(moved.Conn), "advertise/moved", "o", 10*time.Second)
+	pc.WaitConverged()
+	wantMembersListed(t, c, nodes)
+}
+
+// moveFollower stops a follower and restarts it with a new Raft
+// advertise (and bound) address, then waits until it follows the leader
+// again, caught up, with every node listed at its advertised addresses.
+func moveFollower(t *testing.T, pc *proccluster.TestCluster, leader *proccluster.Node, nodes []*proccluster.Node, to string) *proccluster.Node {
+	t.Helper()
 	// A follower comes back with a new Raft advertise address.
 	var moved *proccluster.Node
 	for _, nd := range nodes {
@@ -137,8 +150,9 @@ func TestProcessAdvertisedNames(t *testing.T) {
 	}
 	pc.Stop(moved)
 	old := moved.RaftAddr
-	moved.RaftAddr = spare[0]
-	moved.ExtraArgs = advertiseArgs(moved)
+	moved.RaftAddr = to
+	// advertisedNodes put the advertise flags first; the rest (TLS) stays.
+	moved.ExtraArgs = append(advertiseArgs(moved), moved.ExtraArgs[len(advertiseArgs(moved)):]...)
 	pc.Restart(moved)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -155,11 +169,7 @@ func TestProcessAdvertisedNames(t *testing.T) {
 	awaitMembers(t, leader, nodes, 30*time.Second)
 	pc.WaitCaughtUp(moved, 30*time.Second)
 	awaitMembers(t, moved, nodes, 30*time.Second)
-	// It serves: a write through it is forwarded to the leader and
-	// replicated back to it.
-	acquire(t, coordv1.NewCoordinatorClient(moved.Conn), "advertise/moved", "o", 10*time.Second)
-	pc.WaitConverged()
-	wantMembersListed(t, c, nodes)
+	return moved
 }
 
 // logTail is the end of a node's log, for a failure message.
@@ -216,7 +226,7 @@ func dnsOnlyCerts(t *testing.T, ids ...string) map[string]tlsutil.Files {
 // cluster, keep it, and a follower forwards calls to the leader. Had any
 // node dialled 127.0.0.1, its handshake would fail on the certificate.
 func TestProcessTLSAdvertisedNames(t *testing.T) {
-	nodes, _ := advertisedNodes(t, 3, 0)
+	nodes, spare := advertisedNodes(t, 3, 1)
 	certs := dnsOnlyCerts(t, "n1", "n2", "n3")
 	for _, nd := range nodes {
 		f := certs[nd.ID]
@@ -242,6 +252,11 @@ func TestProcessTLSAdvertisedNames(t *testing.T) {
 			t.Fatalf("follower %s forwarded with leader address %v, want the leader's advertised %s", nd.ID, got, leader.GRPCAddr)
 		}
 	}
+	pc.WaitConverged()
+	// A follower back on a new address is re-admitted over TLS too: the
+	// leader dials the new name and checks the node id there.
+	moved := moveFollower(t, pc, leader, nodes, spare[0])
+	acquire(t, coordv1.NewCoordinatorClient(moved.Conn), "advertise/tls-moved", "o", 10*time.Second)
 	pc.WaitConverged()
 	f := certs[leader.ID]
 	wantMembersListed(t, ctl{t: t, endpoints: strings.Join(pc.Endpoints(), ","),
