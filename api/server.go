@@ -36,6 +36,7 @@ import (
 	"github.com/coordd/coordd/api/console"
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/delivery"
+	"github.com/coordd/coordd/internal/advertise"
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/defaults"
 	"github.com/coordd/coordd/internal/tlsutil"
@@ -47,7 +48,13 @@ import (
 // Defaults and validates it once.
 type Config struct {
 	GRPCAddr string // listen address; port 0 picks a free one
-	HTTPAddr string // metrics, health and the HTTP/JSON API; empty disables
+	// GRPCAdvertise is the gRPC address this node gives the others (the
+	// member table: forwarding, the leader address clients are sent to),
+	// dialled as given, so a name is resolved at each connection and, with
+	// TLS, is the name the certificate is verified against. Empty: the
+	// bound address.
+	GRPCAdvertise string
+	HTTPAddr      string // metrics, health and the HTTP/JSON API; empty disables
 
 	// TLS is the node's certificate and key and the CA of its clients; it
 	// turns on TLS for gRPC and HTTP, mutual TLS for gRPC, and identities.
@@ -159,6 +166,9 @@ func (c Config) validate() error {
 	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
 		errs = append(errs, fmt.Errorf("grpc address %q: %w", c.GRPCAddr, err))
 	}
+	if c.GRPCAdvertise != "" {
+		errs = append(errs, advertise.Check("grpc advertise address", c.GRPCAdvertise))
+	}
 	if c.HTTPAddr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 			errs = append(errs, fmt.Errorf("http address %q: %w", c.HTTPAddr, err))
@@ -251,9 +261,13 @@ func Serve(cfg Config, n Node) (*Server, error) {
 		return nil, err
 	}
 	n.RegisterLeaderServices(s.leaderServices()...)
-	n.Advertise(s.GRPCAddr(), s.addVoterOn)
+	if cfg.GRPCAdvertise == "" && advertise.Unspecified(s.GRPCAddr()) {
+		s.log.Warn("gRPC is bound to the unspecified address and advertised there: other nodes cannot forward calls to this one (set --grpc-advertise-addr)",
+			"grpc", s.GRPCAddr())
+	}
+	n.Advertise(s.AdvertisedGRPCAddr(), s.addVoterOn)
 	s.startDelivery()
-	s.log.Info("coordd API serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr())
+	s.log.Info("coordd API serving", "grpc", s.GRPCAddr(), "grpc_advertised", s.AdvertisedGRPCAddr(), "http", s.HTTPAddr())
 	return s, nil
 }
 
@@ -416,6 +430,10 @@ func (s *Server) Failed() <-chan error { return s.failed }
 // GRPCAddr is the address the gRPC server listens on.
 func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
 
+// AdvertisedGRPCAddr is the gRPC address the node advertises:
+// Config.GRPCAdvertise, or the bound address.
+func (s *Server) AdvertisedGRPCAddr() string { return cmp.Or(s.cfg.GRPCAdvertise, s.GRPCAddr()) }
+
 // HTTPAddr is the HTTP address, or "" when disabled.
 func (s *Server) HTTPAddr() string {
 	if s.httpLis == nil {
@@ -505,7 +523,10 @@ func (s *Server) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-// peerConn returns a shared client connection to a member's gRPC address.
+// peerConn returns a shared client connection to a member's gRPC address,
+// its advertised one: a name is resolved by the connection (again when it
+// reconnects), and with TLS the server's certificate is verified against
+// the host of addr (ClientConfig(""): gRPC takes the dialled authority).
 func (s *Server) peerConn(addr string) (grpc.ClientConnInterface, error) {
 	s.connMu.Lock()
 	defer s.connMu.Unlock()

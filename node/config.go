@@ -14,6 +14,7 @@ import (
 
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/advertise"
 	"github.com/coordd/coordd/internal/defaults"
 	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/internal/tlsutil"
@@ -24,7 +25,13 @@ import (
 type Config struct {
 	ID       string // Raft server id, unique in the cluster
 	DataDir  string
-	RaftAddr string // Raft TCP listen (and advertised) address
+	RaftAddr string // Raft TCP listen address
+	// RaftAdvertise is the Raft address this node gives its peers, kept in
+	// the Raft configuration and dialled as given (a name is resolved at
+	// each dial): a stable DNS name where the bound IP changes (Kubernetes).
+	// With TLS it is the name a peer verifies this node's certificate
+	// against. Empty: the bound address.
+	RaftAdvertise string
 
 	// Peers is the static initial cluster: id -> Raft address. When the data
 	// dir is empty and Join is empty, the node bootstraps with these peers (or
@@ -141,6 +148,9 @@ func (c Config) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
 		errs = append(errs, fmt.Errorf("raft address %q: %w", c.RaftAddr, err))
+	}
+	if c.RaftAdvertise != "" {
+		errs = append(errs, advertise.Check("raft advertise address", c.RaftAdvertise))
 	}
 	if len(c.Peers) > 0 {
 		if _, ok := c.Peers[c.ID]; !ok {

@@ -87,6 +87,7 @@ type Node struct {
 	watch       *watchhub.Hub // recent change events and their watchers (node/internal/watchhub)
 
 	advertised atomic.Pointer[string] // this node's gRPC address, once Advertise ran
+	raftBound  string                 // the Raft listener's address (RaftAddr: the advertised one)
 
 	leaderSigMu sync.Mutex
 	leaderSig   chan struct{} // closed (and replaced) when the known leader may have changed
@@ -121,7 +122,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.start()
-	n.log.Info("coordd node started", "raft", n.RaftAddr(), "data_dir", cfg.DataDir,
+	n.log.Info("coordd node started", "raft", n.RaftAddr(), "raft_bound", n.RaftBoundAddr(), "data_dir", cfg.DataDir,
 		"min_ttl", cfg.MinTTL, "retention", cfg.Retention)
 	return n, nil
 }
@@ -218,17 +219,24 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("snapshot store: %w", err)
 	}
+	// Both layers advertise Config.RaftAdvertise (default: the bound
+	// address) and dial peers by the names of the configuration
+	// (transport.go).
 	var layer *tlsStreamLayer
+	var stream raft.StreamLayer
 	if n.peerTLS != nil {
-		var lerr error
-		layer, lerr = newTLSStreamLayer(cfg.RaftAddr, n.peerTLS)
-		if lerr != nil {
-			return fmt.Errorf("raft transport %s: %w", cfg.RaftAddr, lerr)
-		}
-		n.trans = raft.NewNetworkTransportWithLogger(layer, 3, 10*time.Second, rc.Logger)
-	} else if n.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, rc.Logger); err != nil {
+		layer, err = newTLSStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise, n.peerTLS)
+		stream = layer
+	} else {
+		var plain *tcpStreamLayer
+		plain, err = newTCPStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise)
+		stream = plain
+	}
+	if err != nil {
 		return fmt.Errorf("raft transport %s: %w", cfg.RaftAddr, err)
 	}
+	n.raftBound = stream.(interface{ BoundAddr() string }).BoundAddr()
+	n.trans = raft.NewNetworkTransportWithLogger(stream, 3, 10*time.Second, rc.Logger)
 	existing, err := raft.HasExistingState(logs, n.store.Stable, n.snaps)
 	if err != nil {
 		return err
@@ -242,6 +250,7 @@ func (n *Node) startRaft() error {
 		layer.setServers(n.servers)
 	}
 	n.observeLeader(r)
+	n.observeMoves(r)
 	if existing || cfg.Join != "" {
 		return nil
 	}
@@ -250,6 +259,13 @@ func (n *Node) startRaft() error {
 		servers = servers[:0]
 		for id, addr := range cfg.Peers {
 			servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(addr), Suffrage: raft.Voter})
+		}
+		// Every node must bootstrap the same configuration, so the peers
+		// stay as given; registerSelf then replaces this node's entry
+		// with the address it advertises.
+		if self := cfg.Peers[cfg.ID]; self != n.RaftAddr() {
+			n.log.Warn("--peers names this node at another address than it advertises; its entry will be updated to the advertised one (set --raft-advertise-addr to the name --peers gives)",
+				"peers", self, "advertised", n.RaftAddr())
 		}
 	}
 	n.log.Info("bootstrapping a new cluster", "servers", len(servers))
@@ -262,8 +278,13 @@ func (n *Node) startRaft() error {
 // ID is the node's Raft server id.
 func (n *Node) ID() string { return n.cfg.ID }
 
-// RaftAddr is the Raft transport address.
+// RaftAddr is the Raft address this node advertises: Config.RaftAdvertise,
+// or the bound address when that is unset. It is the node's entry in the
+// Raft configuration.
 func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
+
+// RaftBoundAddr is the address the Raft listener bound (port 0 resolved).
+func (n *Node) RaftBoundAddr() string { return n.raftBound }
 
 // TTLRange is the range of lease TTLs this node accepts.
 func (n *Node) TTLRange() (lo, hi time.Duration) { return n.cfg.MinTTL, n.cfg.MaxTTL }

@@ -19,22 +19,23 @@ import (
 // a node certificate (tlsutil.NodeID) of a server of the current
 // configuration, checked in the handshake of every connection, both ways
 // (verifyInbound, verifyOutbound). docs/security.md, "Raft peers", says
-// why and what it costs.
+// why and what it costs. It listens and advertises as the TCP layer does
+// (transport.go); a dialled peer's certificate is verified against the
+// name dialled, the advertised one of the configuration.
 type tlsStreamLayer struct {
-	net.Listener
-	advertise net.Addr
-	peers     *tlsutil.Reloader
+	tcpStreamLayer
+	peers *tlsutil.Reloader
 	// servers is the latest Raft configuration (raft's atomic copy, so a
 	// handshake never waits for Raft's loop); nil until Raft runs.
 	servers atomic.Pointer[func() ([]raft.Server, error)]
 }
 
-func newTLSStreamLayer(bind string, peers *tlsutil.Reloader) (*tlsStreamLayer, error) {
-	lis, err := net.Listen("tcp", bind)
+func newTLSStreamLayer(bind, adv string, peers *tlsutil.Reloader) (*tlsStreamLayer, error) {
+	lis, addr, err := listenRaft(bind, adv)
 	if err != nil {
 		return nil, err
 	}
-	l := &tlsStreamLayer{advertise: lis.Addr(), peers: peers}
+	l := &tlsStreamLayer{tcpStreamLayer: tcpStreamLayer{advertise: addr}, peers: peers}
 	srv := peers.ServerConfig(true)
 	perHandshake := srv.GetConfigForClient
 	srv.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
@@ -52,8 +53,6 @@ func newTLSStreamLayer(bind string, peers *tlsutil.Reloader) (*tlsStreamLayer, e
 
 // setServers gives the layer the configuration to check peers against.
 func (l *tlsStreamLayer) setServers(f func() ([]raft.Server, error)) { l.servers.Store(&f) }
-
-func (l *tlsStreamLayer) Addr() net.Addr { return l.advertise }
 
 func (l *tlsStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	host, _, err := net.SplitHostPort(string(address))

@@ -61,7 +61,7 @@ func (p *peerCA) layer(f tlsutil.Files) *tlsStreamLayer {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	l, err := newTLSStreamLayer("127.0.0.1:0", r)
+	l, err := newTLSStreamLayer("127.0.0.1:0", "", r)
 	if err != nil {
 		p.t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/api"
+	"github.com/coordd/coordd/internal/advertise"
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/logstore"
 	"github.com/coordd/coordd/node"
@@ -20,6 +21,7 @@ import (
 // options are coordd's flags, after the environment.
 type options struct {
 	id, dataDir, grpcAddr, raftAddr, httpAddr, peers, join string
+	raftAdvertise, grpcAdvertise                           string
 	heartbeat, election, retention, minTTL, jobRetention   time.Duration
 	maxFinishedJobs                                        uint64
 	logLevel, logFormat                                    string
@@ -78,9 +80,11 @@ func parseFlagsTo(out io.Writer, args []string) (*options, error) {
 	f.str(&o.id, "id", "node1", "Raft server id, unique in the cluster")
 	f.str(&o.dataDir, "data-dir", "./coordd-data", "data directory (Raft log, snapshots)")
 	f.str(&o.grpcAddr, "grpc-addr", "127.0.0.1:7400", "gRPC listen address (port 0: the kernel picks one; every address bound is written to <data-dir>/addresses.json)")
-	f.str(&o.raftAddr, "raft-addr", "127.0.0.1:7402", "Raft listen and advertised address (port 0: a free one, advertised as bound; see <data-dir>/addresses.json; peers need real addresses, so such a node joins with --join or starts alone)")
+	f.str(&o.raftAddr, "raft-addr", "127.0.0.1:7402", "Raft listen address, advertised unless --raft-advertise-addr is set (port 0: a free one, advertised as bound; see <data-dir>/addresses.json; peers need real addresses, so such a node joins with --join or starts alone)")
+	f.str(&o.raftAdvertise, "raft-advertise-addr", "", "Raft address peers dial, kept in the Raft configuration as given (host:port; a DNS name is resolved at every dial; with TLS, the name peers verify the certificate against; default: the bound --raft-addr)")
+	f.str(&o.grpcAdvertise, "grpc-advertise-addr", "", "gRPC address other nodes and redirected clients dial, kept in the member table as given (host:port; with TLS, the name verified; default: the bound --grpc-addr)")
 	f.str(&o.httpAddr, "http-addr", "127.0.0.1:7401", "metrics and health HTTP address (empty disables; port 0: a free one, see <data-dir>/addresses.json)")
-	f.str(&o.peers, "peers", "", "static initial cluster: id=raft_addr,... (must include this node; no port 0)")
+	f.str(&o.peers, "peers", "", "static initial cluster: id=raft_addr,... (must include this node, at the address it advertises; no port 0)")
 	f.str(&o.join, "join", "", "gRPC address of a running member to join through")
 	f.duration(&o.heartbeat, "heartbeat-timeout", def.HeartbeatTimeout, "Raft heartbeat timeout")
 	f.duration(&o.election, "election-timeout", def.ElectionTimeout, "Raft election timeout")
@@ -179,6 +183,13 @@ func parseFlagsTo(out io.Writer, args []string) (*options, error) {
 	}
 	if _, err := logstore.ParseKind(o.logStore); err != nil {
 		return nil, fmt.Errorf("--raft-log-store: %w", err)
+	}
+	for _, a := range [][2]string{{"--raft-advertise-addr", o.raftAdvertise}, {"--grpc-advertise-addr", o.grpcAdvertise}} {
+		if a[1] != "" {
+			if err := advertise.Check(a[0], a[1]); err != nil {
+				return nil, err
+			}
+		}
 	}
 	o.settings = settings(fs, scanFlags(fs, args), e.used, fromFile)
 	return o, nil

@@ -153,3 +153,26 @@ func TestPeersOnPortZeroAreRefused(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// The advertise addresses: unset by default (the bound ones), from the
+// environment or the flags, and refused with the flag named when no peer
+// could dial them.
+func TestAdvertiseFlags(t *testing.T) {
+	o, err := parseFlags(nil)
+	if err != nil || o.raftAdvertise != "" || o.grpcAdvertise != "" {
+		t.Fatalf("defaults: %+v %v", o, err)
+	}
+	t.Setenv("COORDD_RAFT_ADVERTISE_ADDR", "coordd-0.coordd-peer:7402")
+	t.Setenv("COORDD_GRPC_ADVERTISE_ADDR", "coordd-0.coordd-peer:7400")
+	if o, err = parseFlags(nil); err != nil || o.raftAdvertise != "coordd-0.coordd-peer:7402" || o.grpcAdvertise != "coordd-0.coordd-peer:7400" {
+		t.Fatalf("from the environment: %+v %v", o, err)
+	}
+	if o, err = parseFlags([]string{"--raft-advertise-addr", "localhost:17402"}); err != nil || o.raftAdvertise != "localhost:17402" {
+		t.Fatalf("flag over the environment: %+v %v", o, err)
+	}
+	for flag, bad := range map[string]string{"--raft-advertise-addr": "0.0.0.0:7402", "--grpc-advertise-addr": "coordd-0"} {
+		if _, err := parseFlags([]string{flag, bad}); err == nil || !strings.Contains(err.Error(), flag) || !strings.Contains(err.Error(), bad) {
+			t.Errorf("%s %s: want an error naming the flag and the value, got %v", flag, bad, err)
+		}
+	}
+}

@@ -115,7 +115,7 @@ func run(args []string) error {
 	// node.New locks the data directory before Raft opens its files: a
 	// second coordd on it fails there, naming the first (internal/datadir).
 	n, err := node.New(node.Config{
-		ID: o.id, DataDir: o.dataDir, RaftAddr: o.raftAddr, Peers: peers, Join: o.join,
+		ID: o.id, DataDir: o.dataDir, RaftAddr: o.raftAddr, RaftAdvertise: o.raftAdvertise, Peers: peers, Join: o.join,
 		HeartbeatTimeout: o.heartbeat, ElectionTimeout: o.election, LeaderLeaseTimeout: o.heartbeat / 2,
 		Retention: o.retention, JobRetention: o.jobRetention, MaxFinishedJobs: o.maxFinishedJobs, MinTTL: o.minTTL, TLS: peerTLS,
 		Insecure: o.insecure, Logger: logger, Clock: clk, Metrics: reg, RaftLogStore: o.logStore, RaftWALSegmentSize: o.walSegment,
@@ -130,7 +130,7 @@ func run(args []string) error {
 		return errors.Join(err, n.Close())
 	}
 	srv, err := api.Serve(api.Config{
-		GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, TLS: tlsFiles, Insecure: o.insecure, ACLFile: o.aclFile,
+		GRPCAddr: o.grpcAddr, GRPCAdvertise: o.grpcAdvertise, HTTPAddr: o.httpAddr, TLS: tlsFiles, Insecure: o.insecure, ACLFile: o.aclFile,
 		Limits: auth.Limits{LeasesPerIdentity: uint32(o.maxLeases), RequestsPerSecond: o.rateLimit, Burst: o.burst,
 			KeepAliveStreams: o.maxKA, WaitingAcquires: o.maxWaits, LiveJobsPerIdentity: uint32(o.maxLiveJobs),
 			SchedulesPerIdentity: uint32(o.maxSchedules), JobBytesPerSecond: int64(o.jobBytesRate), ScheduleJobsPerSecond: o.scheduleJobsRate},
@@ -145,7 +145,7 @@ func run(args []string) error {
 	}
 	// The addresses actually bound (a port 0 in a flag is the kernel's
 	// pick): what tests and scripts read instead of guessing free ports.
-	if err := addrfile.Write(o.dataDir, addrfile.Addresses{ID: o.id, GRPC: srv.GRPCAddr(), HTTP: srv.HTTPAddr(), Raft: n.RaftAddr()}); err != nil {
+	if err := addrfile.Write(o.dataDir, addrfile.Addresses{ID: o.id, GRPC: srv.GRPCAddr(), HTTP: srv.HTTPAddr(), Raft: n.RaftBoundAddr()}); err != nil {
 		srv.Close()
 		return errors.Join(err, n.Close())
 	}

@@ -254,6 +254,24 @@ func TestManifests(t *testing.T) {
 	if got := strings.Split(fmt.Sprint(cfg["peers"]), ","); !slices.Equal(got, want) {
 		t.Errorf("coordd.yaml peers %v, want %v", got, want)
 	}
+	// Each pod advertises its stable DNS name (the one the peers list
+	// gives it), not the IP it binds: a pod back on a new IP keeps its
+	// entry, and certificates name the stable names.
+	for name, port := range map[string]string{"COORDD_RAFT_ADVERTISE_ADDR": "raft", "COORDD_GRPC_ADVERTISE_ADDR": "grpc"} {
+		if want := fmt.Sprintf("$(POD_NAME).%s:%d", sts.Spec.ServiceName, ports[port]); env[name].Value != want {
+			t.Errorf("%s=%q, want %q", name, env[name].Value, want)
+		}
+		flag := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, "COORDD_"), "_", "-"))
+		if !flags[flag] {
+			t.Errorf("%s: %q is not a coordd flag", name, flag)
+		}
+	}
+	for i := range int(*sts.Spec.Replicas) {
+		pod := fmt.Sprintf("%s-%d", sts.Name, i)
+		if adv := strings.ReplaceAll(env["COORDD_RAFT_ADVERTISE_ADDR"].Value, "$(POD_NAME)", pod); pod+"="+adv != want[i] {
+			t.Errorf("pod %s advertises Raft %s, but the peers list has %s", pod, adv, want[i])
+		}
+	}
 	for _, name := range []string{"COORDD_RAFT_ADDR", "COORDD_GRPC_ADDR"} {
 		if _, port, err := net.SplitHostPort(env[name].Value); err != nil || port != strconv.Itoa(int(ports[map[string]string{"COORDD_RAFT_ADDR": "raft", "COORDD_GRPC_ADDR": "grpc"}[name]])) {
 			t.Errorf("%s=%q: want the container port", name, env[name].Value)
