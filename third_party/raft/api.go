@@ -130,6 +130,10 @@ type Raft struct {
 	// leaderState used only while state is leader
 	leaderState leaderState
 
+	// pending holds the leader's entries dispatched but not yet written to
+	// its LogStore (Config.ParallelLeaderWrite).
+	pending *pendingLogs
+
 	// candidateFromLeadershipTransfer is used to indicate that this server became
 	// candidate because the leader tries to transfer leadership. This flag is
 	// used in RequestVoteRequest to express that a leadership transfer is going
@@ -546,6 +550,7 @@ func NewRaft(conf *Config, fsm FSM, logs LogStore, stable StableStore, snaps Sna
 	_, transportSupportPreVote := trans.(WithPreVote)
 	// Create Raft struct.
 	r := &Raft{
+		pending:               newPendingLogs(),
 		protocolVersion:       protocolVersion,
 		applyCh:               applyCh,
 		fsm:                   fsm,

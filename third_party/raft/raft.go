@@ -94,6 +94,7 @@ type leaderState struct {
 	replState                    map[ServerID]*followerReplication
 	notify                       map[*verifyFuture]struct{}
 	stepDown                     chan struct{}
+	writer                       *leaderWriter // with Config.ParallelLeaderWrite
 }
 
 // setLeader is used to modify the current leader Address and ID of the cluster
@@ -493,6 +494,9 @@ func (r *Raft) runLeader() {
 	// setup leader state. This is only supposed to be accessed within the
 	// leaderloop.
 	r.setupLeaderState()
+	if r.config().ParallelLeaderWrite {
+		r.leaderState.writer = r.startLeaderWriter()
+	}
 
 	// Run a background go-routine to emit metrics on log age
 	stopCh := make(chan struct{})
@@ -513,6 +517,10 @@ func (r *Raft) runLeader() {
 		for _, p := range r.leaderState.replState {
 			close(p.stopCh)
 		}
+
+		// Finish the writes of entries dispatched in parallel with their
+		// replication before the node writes anything else to its log.
+		_ = r.stopLeaderWriter(false)
 
 		// Respond to all inflight operations
 		for e := r.leaderState.inflight.Front(); e != nil; e = e.Next() {
@@ -679,10 +687,26 @@ func (r *Raft) leaderLoop() {
 	for r.getState() == Leader {
 		r.mainThreadSaturation.sleeping()
 
+		// With ParallelLeaderWrite, new applies wait while the leader's own
+		// writes are far behind.
+		applyCh := r.applyCh
+		if r.leaderWriteBacklogged() {
+			applyCh = nil
+		}
+
 		select {
 		case rpc := <-r.rpcCh:
 			r.mainThreadSaturation.working()
+			if r.rpcEndsLeadership(rpc) {
+				// The handler makes this node a follower and may
+				// truncate or append to the log: finish our writes.
+				_ = r.stopLeaderWriter(false)
+			}
 			r.processRPC(rpc)
+
+		case <-r.leaderState.writer.notified():
+			r.mainThreadSaturation.working()
+			r.leaderWriteDone()
 
 		case <-r.leaderState.stepDown:
 			r.mainThreadSaturation.working()
@@ -902,7 +926,7 @@ func (r *Raft) leaderLoop() {
 			r.mainThreadSaturation.working()
 			b.respond(ErrCantBootstrap)
 
-		case newLog := <-r.applyCh:
+		case newLog := <-applyCh:
 			r.mainThreadSaturation.working()
 			if r.getLeadershipTransferInProgress() {
 				r.logger.Debug(ErrLeadershipTransferInProgress.Error())
@@ -1120,6 +1144,16 @@ func (r *Raft) restoreUserSnapshot(meta *SnapshotMeta, reader io.Reader) error {
 			latestIndex, committedIndex)
 	}
 
+	// Finish the leader's own writes (ParallelLeaderWrite): the restore burns
+	// an index past them and may remove the old logs.
+	if r.leaderState.writer != nil {
+		if err := r.stopLeaderWriter(false); err != nil {
+			r.setState(Follower)
+			return fmt.Errorf("failed to commit logs: %w", err)
+		}
+		defer func() { r.leaderState.writer = r.startLeaderWriter() }()
+	}
+
 	// Cancel any inflight requests.
 	for {
 		e := r.leaderState.inflight.Front()
@@ -1262,6 +1296,17 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 		r.leaderState.inflight.PushBack(applyLog)
 	}
 
+	// With ParallelLeaderWrite, the entries are readable from r.pending and
+	// replicated at once, and written in the background; the leader's own
+	// match index advances when the write returns (leaderWriteDone).
+	if r.writeLeaderLogs(logs) {
+		r.setLastLog(lastIndex, term)
+		for _, f := range r.leaderState.replState {
+			asyncNotifyCh(f.triggerCh)
+		}
+		return
+	}
+
 	// Write the log entry locally
 	if err := r.logs.StoreLogs(logs); err != nil {
 		r.logger.Error("failed to commit logs", "error", err)
@@ -1324,7 +1369,7 @@ func (r *Raft) processLogs(index uint64, futures map[uint64]*logFuture) {
 			preparedLog = r.prepareLog(&future.log, future)
 		} else {
 			l := new(Log)
-			if err := r.logs.GetLog(idx, l); err != nil {
+			if err := r.getLog(idx, l); err != nil {
 				r.logger.Error("failed to get log", "index", idx, "error", err)
 				panic(err)
 			}

@@ -175,6 +175,13 @@ func (r *Raft) takeSnapshot() (string, error) {
 			committedIndex, snapReq.index)
 	}
 
+	// With ParallelLeaderWrite the leader's FSM may have applied entries
+	// committed by the followers before they are durable in its own log: a
+	// snapshot must not cover them (the log must not end below the snapshot).
+	if err := r.waitLocalDurable(snapReq.index); err != nil {
+		return "", fmt.Errorf("cannot take snapshot now: %w", err)
+	}
+
 	// Create a new snapshot.
 	r.logger.Info("starting snapshot up to", "index", snapReq.index)
 	start := time.Now()

@@ -28,6 +28,9 @@ func inmemConfig(t testing.TB) *Config {
 	conf.LeaderLeaseTimeout = 50 * time.Millisecond
 	conf.CommitTimeout = 5 * time.Millisecond
 	conf.Logger = newTestLogger(t)
+	// RAFT_TEST_PARALLEL_LEADER_WRITE=1 runs the tests with the leader
+	// writing its log in parallel with replication.
+	conf.ParallelLeaderWrite = os.Getenv("RAFT_TEST_PARALLEL_LEADER_WRITE") == "1"
 	return conf
 }
 
@@ -724,6 +727,8 @@ type MakeClusterOpts struct {
 	MakeFSMFunc     func() FSM
 	LongstopTimeout time.Duration
 	MonotonicLogs   bool
+	// WrapLogStore, if set, wraps each peer's LogStore (peer i).
+	WrapLogStore func(i int, logs LogStore) LogStore
 }
 
 // makeCluster will return a cluster with the given config and number of peers.
@@ -807,6 +812,9 @@ func makeCluster(t *testing.T, opts *MakeClusterOpts) *cluster {
 
 		if opts.MonotonicLogs {
 			logs = &MockMonotonicLogStore{s: logs}
+		}
+		if opts.WrapLogStore != nil {
+			logs = opts.WrapLogStore(i, logs)
 		}
 
 		peerConf := opts.Conf

@@ -5,6 +5,7 @@ package fuzzy
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -45,6 +46,9 @@ func newRaftNode(logger hclog.Logger, tc *transports, h TransportHooks, nodes []
 	config.Logger = logger
 	config.ShutdownOnRemove = false
 	config.LocalID = raft.ServerID(name)
+	// RAFT_TEST_PARALLEL_LEADER_WRITE=1: the leader writes its log in
+	// parallel with replication.
+	config.ParallelLeaderWrite = os.Getenv("RAFT_TEST_PARALLEL_LEADER_WRITE") == "1"
 
 	var store *rdb.BoltStore
 	store, err = rdb.NewBoltStore(filepath.Join(datadir, "store.bolt"))
