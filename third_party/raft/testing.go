@@ -694,9 +694,11 @@ func (c *cluster) getConfiguration(r *Raft) Configuration {
 // EnsureSamePeers makes sure all the rafts have the same set of peers.
 func (c *cluster) EnsureSamePeers(t *testing.T) {
 	limit := time.Now().Add(c.longstopTimeout)
-	peerSet := c.getConfiguration(c.rafts[0])
 
 CHECK:
+	// Read the reference again on every check: rafts[0] may be a follower
+	// that has not yet received the latest configuration.
+	peerSet := c.getConfiguration(c.rafts[0])
 	for i, raft := range c.rafts {
 		if i == 0 {
 			continue
