@@ -74,3 +74,5 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261026165753-2ffab32bce7e // indirect
 )
+
+replace github.com/hashicorp/raft => ./third_party/raft

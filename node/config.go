@@ -63,6 +63,12 @@ type Config struct {
 	// RaftWALSegmentSize is the wal segment file size in bytes (0 = 64 MiB).
 	RaftLogStore       string
 	RaftWALSegmentSize int
+	// RaftSerialLeaderWrite makes the leader write each batch of entries to
+	// its log before replicating it (hashicorp/raft's order). By default
+	// (false) it replicates at once and writes in parallel, counting itself
+	// towards a commit only once its write has returned
+	// (raft.Config.ParallelLeaderWrite, third_party/raft/README.fork.md).
+	RaftSerialLeaderWrite bool
 	// MinTTL and MaxTTL bound lease TTLs. MinTTL defaults to 1.5 x the
 	// election timeout (at least 1 s): a shorter lease could lapse during a
 	// failover.

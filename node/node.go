@@ -196,6 +196,9 @@ func (n *Node) startRaft() error {
 	rc.MaxAppendEntries = 1024
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.TrailingLogs = 10240
+	// One disk write on a commit's critical path instead of two in sequence
+	// (third_party/raft/README.fork.md).
+	rc.ParallelLeaderWrite = !cfg.RaftSerialLeaderWrite
 	rc.NotifyCh = n.notifyCh
 	rc.Logger = newRaftLogger(n.log)
 

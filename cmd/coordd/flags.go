@@ -36,6 +36,7 @@ type options struct {
 	scheduleJobsRate                                       float64
 	logStore                                               string
 	walSegment                                             int
+	parallelWrite                                          bool
 	listen                                                 listenLimits
 	openMetrics                                            bool
 	delivery                                               deliveryFlags
@@ -153,6 +154,8 @@ func parseFlagsTo(out io.Writer, args []string) (*options, error) {
 	f.str(&o.logStore, "raft-log-store", "", "Raft log store of a new data dir: wal or bolt (default wal); an existing data dir keeps the one it was created with")
 	o.walSegment = parse(e, "RAFT_WAL_SEGMENT_SIZE", logstore.DefaultWALSegmentSize, logstore.ParseSize)
 	fs.Var(sizeValue{&o.walSegment}, "raft-wal-segment-size", "size of the wal store's segment files, preallocated (bytes, or with K, M, G: KiB, MiB, GiB)")
+	fs.BoolVar(&o.parallelWrite, "raft-parallel-write", parse(e, "RAFT_PARALLEL_WRITE", true, strconv.ParseBool),
+		"the leader replicates new log entries while it writes them to its own log, and counts itself towards a commit once its write returned (false: write, then replicate)")
 	fs.BoolVar(&o.version, "version", false, "print the version (module version, VCS revision and time, Go version) and exit")
 	// Fault tests only (hidden): Go ignores libfaketime, so clock faults
 	// need a hook.

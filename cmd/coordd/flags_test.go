@@ -176,3 +176,21 @@ func TestAdvertiseFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestRaftParallelWriteFlag(t *testing.T) {
+	o, err := parseFlags(nil)
+	if err != nil || !o.parallelWrite {
+		t.Fatalf("default: parallel write %v, %v; want on", o.parallelWrite, err)
+	}
+	t.Setenv("COORDD_RAFT_PARALLEL_WRITE", "false")
+	if o, err = parseFlags(nil); err != nil || o.parallelWrite {
+		t.Fatalf("from the environment: parallel write %v, %v; want off", o.parallelWrite, err)
+	}
+	if o, err = parseFlags([]string{"--raft-parallel-write=true"}); err != nil || !o.parallelWrite {
+		t.Fatalf("flag over the environment: parallel write %v, %v; want on", o.parallelWrite, err)
+	}
+	t.Setenv("COORDD_RAFT_PARALLEL_WRITE", "sometimes")
+	if _, err := parseFlags(nil); err == nil || !strings.Contains(err.Error(), "COORDD_RAFT_PARALLEL_WRITE") {
+		t.Fatalf("a bad COORDD_RAFT_PARALLEL_WRITE: %v, want an error naming it", err)
+	}
+}

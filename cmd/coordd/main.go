@@ -118,7 +118,7 @@ func run(args []string) error {
 		ID: o.id, DataDir: o.dataDir, RaftAddr: o.raftAddr, RaftAdvertise: o.raftAdvertise, Peers: peers, Join: o.join,
 		HeartbeatTimeout: o.heartbeat, ElectionTimeout: o.election, LeaderLeaseTimeout: o.heartbeat / 2,
 		Retention: o.retention, JobRetention: o.jobRetention, MaxFinishedJobs: o.maxFinishedJobs, MinTTL: o.minTTL, TLS: peerTLS,
-		Insecure: o.insecure, Logger: logger, Clock: clk, Metrics: reg, RaftLogStore: o.logStore, RaftWALSegmentSize: o.walSegment,
+		Insecure: o.insecure, Logger: logger, Clock: clk, Metrics: reg, RaftLogStore: o.logStore, RaftWALSegmentSize: o.walSegment, RaftSerialLeaderWrite: !o.parallelWrite,
 		TracerProvider: tracerProvider,
 	})
 	if err != nil {

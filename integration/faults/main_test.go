@@ -49,7 +49,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if coorddBin, err = proccluster.Build(dir, "./cmd/coordd", "coordd"); err == nil {
+	// With the test failpoints (internal/logstore/failpoint.go): inert
+	// unless a scenario sets COORDD_TEST_FAILPOINTS.
+	if coorddBin, err = proccluster.Build(dir, "./cmd/coordd", "coordd", "-tags", "failpoints"); err == nil {
 		clientBin, err = proccluster.Build(dir, "./integration/faults/faultclient", "faultclient")
 	}
 	if err == nil {

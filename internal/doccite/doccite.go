@@ -47,9 +47,11 @@ type Index struct {
 	words    map[string]bool            // every --flag word of the scripts
 }
 
-// skipDir: directories whose content is not the project's own.
+// skipDir: directories whose content is not the project's own (third_party
+// holds upstream code, e.g. the hashicorp/raft fork: its identifiers must not
+// resolve citations of the real package, and its docs are upstream's).
 func skipDir(name string) bool {
-	return name == ".git" || name == "node_modules" || name == "testdata" || name == "bin"
+	return name == ".git" || name == "node_modules" || name == "testdata" || name == "bin" || name == "third_party"
 }
 
 // Build indexes the Go files and scripts under root.

@@ -209,6 +209,7 @@ func open(dir string, want Kind, o Options, log hclog.Logger) (*Store, error) {
 		args = append(args, "segment_size", segmentSize(o.WALSegmentSize))
 	}
 	log.Info("raft log store opened", args...)
+	st.Logs = withFailpoints(dir, st.Logs, log) // the log store itself outside test builds
 	return st, nil
 }
 

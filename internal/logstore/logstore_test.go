@@ -24,7 +24,7 @@ func (l *logBuf) logger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Output: l, Level: hclog.Debug})
 }
 
-func mustOpen(t *testing.T, dir string, o Options) *Store {
+func mustOpen(t testing.TB, dir string, o Options) *Store {
 	t.Helper()
 	st, err := Open(dir, o)
 	if err != nil {
@@ -33,7 +33,7 @@ func mustOpen(t *testing.T, dir string, o Options) *Store {
 	return st
 }
 
-func closeStore(t *testing.T, st *Store) {
+func closeStore(t testing.TB, st *Store) {
 	t.Helper()
 	if err := st.Close(); err != nil {
 		t.Fatalf("close: %v", err)

@@ -75,9 +75,11 @@ type raftNode struct {
 }
 
 type raftCluster struct {
-	t     *testing.T
+	t     testing.TB
 	kind  Kind
 	nodes []*raftNode
+	// serial: the leader writes before it replicates (ParallelLeaderWrite off).
+	serial bool
 }
 
 func (c *raftCluster) start(n *raftNode) {
@@ -100,6 +102,7 @@ func (c *raftCluster) start(n *raftNode) {
 	}
 	conf := raft.DefaultConfig()
 	conf.LocalID = raft.ServerID(n.id)
+	conf.ParallelLeaderWrite = !c.serial
 	conf.HeartbeatTimeout, conf.ElectionTimeout, conf.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
 	conf.CommitTimeout = 5 * time.Millisecond
 	conf.SnapshotThreshold, conf.SnapshotInterval = 1<<40, time.Hour // snapshots on demand only
@@ -294,5 +297,46 @@ func TestRaftSnapshotsTruncationAndRestartOnEachStore(t *testing.T) {
 				checkLog(t, n)
 			}
 		})
+	}
+}
+
+// BenchmarkRaftCommit: one client's commits one after the other through a
+// 3-node cluster (in-memory transport, each node on its own store on this
+// disk), so ns/op is the commit latency: with serial the leader's write and
+// then a follower's are on the critical path, with parallel one of them
+// (raft.Config.ParallelLeaderWrite, third_party/raft/README.fork.md).
+//
+//	go test ./internal/logstore/ -run '^$' -bench RaftCommit -benchtime 2000x -count 3
+func BenchmarkRaftCommit(b *testing.B) {
+	for _, k := range kinds {
+		for _, serial := range []bool{true, false} {
+			b.Run(fmt.Sprintf("%s/serial=%v", k, serial), func(b *testing.B) {
+				c := &raftCluster{t: b, kind: k, serial: serial}
+				base := b.TempDir()
+				for i := 1; i <= 3; i++ {
+					c.nodes = append(c.nodes, &raftNode{id: fmt.Sprintf("n%d", i), dir: filepath.Join(base, fmt.Sprintf("n%d", i))})
+				}
+				for _, n := range c.nodes {
+					c.start(n)
+				}
+				defer func() {
+					for _, n := range c.nodes {
+						c.stop(n)
+					}
+				}()
+				l := c.leader()
+				if err := l.r.Barrier(10 * time.Second).Error(); err != nil {
+					b.Fatal(err)
+				}
+				cmd := make([]byte, 8)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					binary.BigEndian.PutUint64(cmd, uint64(i))
+					if err := l.r.Apply(cmd, 5*time.Second).Error(); err != nil {
+						b.Fatalf("apply %d: %v", i, err)
+					}
+				}
+			})
+		}
 	}
 }

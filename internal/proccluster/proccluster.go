@@ -34,15 +34,15 @@ import (
 )
 
 // Build compiles a main package of this module (e.g. "./cmd/coordd") into
-// dir and returns the path. The working directory must be inside the
-// module.
-func Build(dir, pkg, name string) (string, error) {
+// dir and returns the path; flags go to go build (e.g. "-tags",
+// "failpoints"). The working directory must be inside the module.
+func Build(dir, pkg, name string, flags ...string) (string, error) {
 	out := filepath.Join(dir, name)
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd := exec.Command("go", append(append([]string{"build", "-o", out}, flags...), pkg)...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build %s: %v\n%s", pkg, err, b)
