@@ -55,6 +55,9 @@ func (s *Server) httpAPI() http.Handler {
 		runtime.WithDisablePathLengthFallback(),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, newHTTPJSON()),
 		runtime.SetQueryParameterParser(&httpQuery{}),
+		// A W3C trace context in the request's headers reaches the call
+		// as metadata, as it would over gRPC (tracing.go).
+		runtime.WithIncomingHeaderMatcher(httpHeaderMatcher),
 	)
 	// The generated code calls this node's services through the in-process
 	// connection (inproc.go): the guard the gRPC interceptor applies, then
@@ -90,6 +93,17 @@ func (s *Server) httpAPI() http.Handler {
 		}
 		gw.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// httpHeaderMatcher passes the W3C trace-context headers (traceparent,
+// tracestate) to the call's metadata, and whatever the gateway passes by
+// default (its Grpc-Metadata- prefix and permanent headers).
+func httpHeaderMatcher(key string) (string, bool) {
+	switch k := strings.ToLower(key); k {
+	case traceparentKey, tracestateKey:
+		return k, true
+	}
+	return runtime.DefaultHeaderMatcher(key)
 }
 
 // watchPath is the route of Watch (coord_http.yaml).

@@ -97,6 +97,17 @@ func (c *inproc) Invoke(ctx context.Context, method string, args, reply any, opt
 // HTTP request's certificate identity (httpIdentityKey), never a forwarded
 // one.
 func (c *inproc) guard(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	// The call's span first, as in the gRPC interceptor chain, so that a
+	// refusal is traced too (nothing when this server does not trace).
+	if c.s.tracer != nil {
+		return c.s.traceUnary(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+			return c.guarded(ctx, req, info, handler)
+		})
+	}
+	return c.guarded(ctx, req, info, handler)
+}
+
+func (c *inproc) guarded(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	ctx, err := c.s.guard(ctx, httpPeer(ctx), false, info.FullMethod, req)
 	if err != nil {
 		return nil, err

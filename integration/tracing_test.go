@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -503,5 +505,67 @@ func TestTracingProcessExportsOverOTLP(t *testing.T) {
 			return s.GetName() == "/coord.v1.Coordinator/Acquire" && s.service == "coordd" && s.instance == "node1" &&
 				spanAttr(s, "coordd.lease").GetStringValue() == "traced-lease" && spanAttr(s, "coordd.lease.generation").GetIntValue() >= 1
 		})) > 0
+	})
+}
+
+// Over HTTP/JSON a W3C traceparent header is the caller's trace context,
+// as gRPC metadata is: a tracing node's call span continues it (and the
+// job's submit span is under that), and a node that does not trace stores
+// it as the job's context; a malformed header is ignored (W3C), never a
+// refusal.
+func TestTracingHTTPTraceparentHeader(t *testing.T) {
+	const header = "00-5bf92f3577b34da6a3ce929d0e0e4736-10f067aa0ba902b7-01"
+	submit := func(t *testing.T, base, tp string) string {
+		t.Helper()
+		hr := doJSONHeader(t, http.DefaultClient, "POST", base+"/v1/queue/jobs",
+			map[string]any{"jobs": []any{map[string]any{"queue": "over-http", "kind": "email"}}}, http.Header{"Traceparent": {tp}})
+		wantHTTP(t, "HTTP submit with a traceparent header", hr, 200, "")
+		jobs, _ := hr.body["jobs"].([]any)
+		if len(jobs) != 1 {
+			t.Fatalf("HTTP submit answered %v", hr.body)
+		}
+		return jobs[0].(map[string]any)["id"].(string)
+	}
+	t.Run("traced", func(t *testing.T) {
+		col, addr := startCollector(t)
+		allow, err := delivery.ParseAllow([]string{"127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := testcluster.New(t, 1, func(id string, cfg *testcluster.Config) {
+			tp := otlpProvider(t, addr, "coordd", id)
+			cfg.API.TracerProvider, cfg.Node.TracerProvider = tp, tp
+			cfg.API.Delivery = delivery.Options{Allow: allow}
+			cfg.API.HTTPAddr = "127.0.0.1:0"
+		})
+		id := submit(t, "http://"+c.Leader().API.HTTPAddr(), header)
+		jobID, err := strconv.ParseUint(id, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Eventually("the submit span exported", 20*time.Second, func() bool { return len(col.jobSpans("coordd.job.submit", jobID)) == 1 })
+		s := col.jobSpans("coordd.job.submit", jobID)[0]
+		if fmt.Sprintf("%x", s.TraceId) != header[3:35] {
+			t.Fatalf("submit span in trace %x, want the header's %s", s.TraceId, header[3:35])
+		}
+		call, ok := col.byID(s.ParentSpanId)
+		if !ok || call.GetName() != "/coord.v1.Queue/Submit" || fmt.Sprintf("%x", call.ParentSpanId) != header[36:52] {
+			t.Fatalf("the submit span's parent is %q (found %v, its parent %x), want the HTTP call's span under the header's %s",
+				call.GetName(), ok, call.ParentSpanId, header[36:52])
+		}
+	})
+	t.Run("not traced", func(t *testing.T) {
+		c := testcluster.New(t, 1, testcluster.WithConfig(func(cfg *testcluster.Config) { cfg.API.HTTPAddr = "127.0.0.1:0" }))
+		base := "http://" + c.Leader().API.HTTPAddr()
+		id := submit(t, base, header)
+		got := doJSON(t, http.DefaultClient, "GET", base+"/v1/queue/jobs/"+id, nil)
+		if job, _ := got.body["job"].(map[string]any); job["traceparent"] != header {
+			t.Errorf("HTTP job answer %v, want traceparent %s from the header", got.body, header)
+		}
+		id = submit(t, base, "00-garbage")
+		got = doJSON(t, http.DefaultClient, "GET", base+"/v1/queue/jobs/"+id, nil)
+		if job, _ := got.body["job"].(map[string]any); job["traceparent"] != nil && job["traceparent"] != "" {
+			t.Errorf("a malformed header was stored: %v", got.body)
+		}
 	})
 }
