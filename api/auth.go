@@ -157,6 +157,8 @@ var methods = map[string]methodAccess{
 	coordv1.Queue_Stats_FullMethodName:                {op: auth.OpRead, name: nameOf((*coordv1.QueueStatsRequest).GetQueue), list: true},
 	coordv1.Queue_SetTarget_FullMethodName:            {op: auth.OpJob, name: nameOf((*coordv1.QueueSetTargetRequest).GetQueue)},
 	coordv1.Queue_Targets_FullMethodName:              {op: auth.OpRead, name: nameOf((*coordv1.QueueTargetsRequest).GetQueue), list: true},
+	coordv1.Queue_SetLimits_FullMethodName:            {op: auth.OpAdmin, name: noName},
+	coordv1.Queue_Limits_FullMethodName:               {op: auth.OpRead, name: nameOf((*coordv1.QueueLimitsRequest).GetQueue), list: true},
 	coordv1.Cluster_Status_FullMethodName:             {open: true},
 	coordv1.Cluster_Members_FullMethodName:            {open: true},
 	coordv1.Cluster_AddVoter_FullMethodName:           {op: auth.OpAdmin, name: noName},

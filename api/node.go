@@ -121,6 +121,8 @@ type Jobs interface {
 	FailJobs(ctx context.Context, cmd *fsmv1.FailJobs) (fsm.JobResults, error)
 	// SetQueueTarget sets or clears a queue's HTTP target; nil: cleared.
 	SetQueueTarget(ctx context.Context, cmd *fsmv1.SetQueueTarget) (*fsm.QueueTarget, error)
+	// SetQueueLimits sets or clears a queue's limits; nil: cleared.
+	SetQueueLimits(ctx context.Context, cmd *fsmv1.SetQueueLimits) (*fsm.QueueLimits, error)
 }
 
 // Schedules is the schedules' commands, committed on the ready leader.

@@ -67,6 +67,8 @@ func EnvelopeAt(nowMs, calendarMs int64, body any) *fsmv1.Command {
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_MATERIALISE_SCHEDULES, &fsmv1.Command_MaterialiseSchedules{MaterialiseSchedules: b}
 	case *fsmv1.SetQueueTarget:
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_SET_QUEUE_TARGET, &fsmv1.Command_SetQueueTarget{SetQueueTarget: b}
+	case *fsmv1.SetQueueLimits:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_SET_QUEUE_LIMITS, &fsmv1.Command_SetQueueLimits{SetQueueLimits: b}
 	default:
 		panic(fmt.Sprintf("fsm.Envelope: not a command body: %T", body))
 	}

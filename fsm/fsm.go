@@ -129,6 +129,8 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 		return s.materialise(cal, cmd.GetMaterialiseSchedules())
 	case fsmv1.CommandType_COMMAND_TYPE_SET_QUEUE_TARGET:
 		return s.setQueueTarget(cal, cmd.GetSetQueueTarget())
+	case fsmv1.CommandType_COMMAND_TYPE_SET_QUEUE_LIMITS:
+		return s.setQueueLimits(cal, cmd.GetSetQueueLimits())
 	default:
 		// A command from a newer version: stop rather than diverge.
 		panic(fmt.Sprintf("fsm: unknown command type %d", cmd.GetType()))

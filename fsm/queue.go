@@ -434,6 +434,9 @@ type queueIndex struct {
 	// live counts the jobs that are not final per submitting identity
 	// (none for ""): what SubmitJobs.max_live_jobs judges.
 	live map[string]int
+	// runningKind counts the running jobs per (queue, kind): what kind
+	// limits judge (queue_limits.go).
+	runningKind map[uniqueRef]int
 }
 
 // queueCounts is a queue's job count per state, kept as jobs move, and
@@ -468,6 +471,7 @@ func newQueueIndex() *queueIndex {
 		unique:       map[uniqueRef]uint64{},
 		stats:        map[string]*queueCounts{},
 		live:         map[string]int{},
+		runningKind:  map[uniqueRef]int{},
 	}
 }
 
@@ -536,6 +540,7 @@ func (q *queueIndex) dynamic(j *QueueJob, add bool) {
 	case JobRunning:
 		a, _ := j.Current()
 		setKey(q.running, timeKey{a.Deadline, j.ID}, add)
+		q.countRunningKind(j, add)
 	case JobSucceeded:
 		setKey(q.finOK, timeKey{j.FinishedAt, j.ID}, add)
 	case JobCancelled, JobDead:

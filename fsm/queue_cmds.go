@@ -191,6 +191,7 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 	}
 	res := &FetchResult{Jobs: make([]QueueJob, 0, min(avail, int(c.GetMax())))}
 	empty := make([]bool, len(queues))
+	gates := s.gates(queues, cal) // the queues' limits (queue_limits.go)
 	left := len(queues)
 	for len(res.Jobs) < int(c.GetMax()) && left > 0 {
 		for k := 0; k < len(queues) && len(res.Jobs) < int(c.GetMax()); k++ {
@@ -198,14 +199,26 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 			if empty[i] {
 				continue
 			}
-			head, found := s.qidx.availHead(queues[i], availKey{queue: queues[i], prio: math.MaxInt32})
+			var head availKey
+			found := false
+			if gates[i] != nil {
+				head, found = gates[i].next(s)
+			} else {
+				head, found = s.qidx.availHead(queues[i], availKey{queue: queues[i], prio: math.MaxInt32})
+			}
 			if !found {
 				empty[i] = true
 				left--
 				continue
 			}
 			res.Jobs = append(res.Jobs, *s.claim(s.qjob(head.id), cal, c.GetWorkerId(), c.GetIdentity()))
+			if gates[i] != nil {
+				gates[i].took(&res.Jobs[len(res.Jobs)-1])
+			}
 		}
+	}
+	for _, g := range gates {
+		s.settleGate(g, cal)
 	}
 	return res
 }

@@ -99,6 +99,9 @@ func (st *state) writeTo(w io.Writer) error {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueueTarget{QueueTarget: &fsmv1.QueueTargetRecord{
 			Queue: q.Queue, Target: q.Target, UpdatedBy: q.UpdatedBy, UpdatedAtMs: q.UpdatedAt}}})
 	})
+	st.qlimits.Ascend(func(l *QueueLimits) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueueLimits{QueueLimits: queueLimitsRecord(l)}})
+	})
 	if werr != nil {
 		return werr
 	}
@@ -213,6 +216,12 @@ func readSnapshot(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("snapshot: a queue target without its queue or target")
 			}
 			st.qtargets.ReplaceOrInsert(&QueueTarget{Queue: r.GetQueue(), Target: r.GetTarget(), UpdatedBy: r.GetUpdatedBy(), UpdatedAt: r.GetUpdatedAtMs()})
+		case *fsmv1.SnapshotRecord_QueueLimits:
+			l, err := queueLimitsFromRecord(x.QueueLimits)
+			if err != nil {
+				return nil, err
+			}
+			st.qlimits.ReplaceOrInsert(l)
 		default:
 			return nil, fmt.Errorf("snapshot: unknown record type")
 		}

@@ -24,6 +24,7 @@ type state struct {
 	fetchSeq  uint64                      // fetches applied: the round robin's start
 	schedules *btree.BTreeG[*Schedule]    // by name, tombstones included
 	qtargets  *btree.BTreeG[*QueueTarget] // queues' HTTP targets, by queue (queue_target.go)
+	qlimits   *btree.BTreeG[*QueueLimits] // queues' limits and rate buckets, by queue (queue_limits.go)
 	// sidx indexes schedules (next due, tombstones) and the open jobs they
 	// made. Derived: rebuilt after a restore.
 	sidx *scheduleIndex
@@ -86,6 +87,7 @@ func newState() *state {
 		qidx:       newQueueIndex(),
 		schedules:  btree.NewG(btreeDegree, lessSchedule),
 		qtargets:   btree.NewG(btreeDegree, lessQueueTarget),
+		qlimits:    btree.NewG(btreeDegree, lessQueueLimits),
 		sidx:       newScheduleIndex(),
 		byIdentity: map[string]map[string]struct{}{},
 		expiry:     btree.NewG(btreeDegree, lessNameTime),
@@ -139,6 +141,7 @@ func (s *state) clone() *state {
 		fetchSeq:  s.fetchSeq,
 		schedules: s.schedules.Clone(),
 		qtargets:  s.qtargets.Clone(),
+		qlimits:   s.qlimits.Clone(),
 	}
 }
 

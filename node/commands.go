@@ -81,6 +81,11 @@ func (n *Node) SetQueueTarget(ctx context.Context, cmd *fsmv1.SetQueueTarget) (*
 	return committed[*fsm.QueueTarget](ctx, n, cmd)
 }
 
+// SetQueueLimits answers the queue's limits after it (nil: cleared).
+func (n *Node) SetQueueLimits(ctx context.Context, cmd *fsmv1.SetQueueLimits) (*fsm.QueueLimits, error) {
+	return committed[*fsm.QueueLimits](ctx, n, cmd)
+}
+
 func committed[R any](ctx context.Context, n *Node, cmd any) (R, error) {
 	var zero R
 	res, err := n.Propose(ctx, cmd)

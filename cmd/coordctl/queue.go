@@ -441,7 +441,7 @@ func queueStatsTable(out io.Writer, qs []*coordv1.QueueStats) {
 			if s.GetAvailable() > 0 {
 				oldest = human(s.GetOldestAvailableAgeMs())
 			}
-			row(w, s.GetQueue(), s.GetScheduled(), s.GetAvailable(), s.GetRunning(), s.GetRetryable(), s.GetSucceeded(),
+			row(w, s.GetQueue(), s.GetScheduled(), s.GetAvailable(), runningText(s), s.GetRetryable(), s.GetSucceeded(),
 				s.GetCancelled(), s.GetDead(), oldest)
 		}
 	})

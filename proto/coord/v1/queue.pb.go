@@ -196,7 +196,12 @@ type NewJob struct {
 	// target, when set, makes coordd's nodes deliver the job's attempts to
 	// an HTTP endpoint instead of handing them to pull workers (whose
 	// fetches never see it): docs/delivery.md.
-	Target        *HttpTarget `protobuf:"bytes,14,opt,name=target,proto3" json:"target,omitempty"`
+	Target *HttpTarget `protobuf:"bytes,14,opt,name=target,proto3" json:"target,omitempty"`
+	// max_run bounds each attempt: it ends at its start + max_run even if
+	// the worker heartbeats (outcome LAPSED, error "max_run exceeded"; the
+	// job is retried after its backoff while attempts remain). Unset: the
+	// queue's max_run (SetLimits), else none. At most 7 days.
+	MaxRun        *durationpb.Duration `protobuf:"bytes,40,opt,name=max_run,json=maxRun,proto3" json:"max_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -325,6 +330,13 @@ func (x *NewJob) GetLabels() map[string]string {
 func (x *NewJob) GetTarget() *HttpTarget {
 	if x != nil {
 		return x.Target
+	}
+	return nil
+}
+
+func (x *NewJob) GetMaxRun() *durationpb.Duration {
+	if x != nil {
+		return x.MaxRun
 	}
 	return nil
 }
@@ -471,7 +483,9 @@ type QueueJob struct {
 	AttemptLog []*JobAttempt `protobuf:"bytes,20,rep,name=attempt_log,json=attemptLog,proto3" json:"attempt_log,omitempty"`
 	// target: where the job is delivered (NewJob.target), with its defaults
 	// filled in; absent for a pull worker's job.
-	Target        *HttpTarget `protobuf:"bytes,21,opt,name=target,proto3" json:"target,omitempty"`
+	Target *HttpTarget `protobuf:"bytes,21,opt,name=target,proto3" json:"target,omitempty"`
+	// max_run: NewJob.max_run (absent: none of its own).
+	MaxRun        *durationpb.Duration `protobuf:"bytes,40,opt,name=max_run,json=maxRun,proto3" json:"max_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -653,6 +667,13 @@ func (x *QueueJob) GetTarget() *HttpTarget {
 	return nil
 }
 
+func (x *QueueJob) GetMaxRun() *durationpb.Duration {
+	if x != nil {
+		return x.MaxRun
+	}
+	return nil
+}
+
 // JobAttempt is one hand-out of a job to a worker.
 type JobAttempt struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -681,8 +702,11 @@ type JobAttempt struct {
 	// end of the response body (or to the error); absent for a pull
 	// worker's attempt.
 	DeliveryLatency *durationpb.Duration `protobuf:"bytes,13,opt,name=delivery_latency,json=deliveryLatency,proto3" json:"delivery_latency,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// run_until: when max_run ends this attempt (absent: no bound); the
+	// deadline never passes it.
+	RunUntil      *timestamppb.Timestamp `protobuf:"bytes,40,opt,name=run_until,json=runUntil,proto3" json:"run_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobAttempt) Reset() {
@@ -802,6 +826,13 @@ func (x *JobAttempt) GetDeliveryStatus() uint32 {
 func (x *JobAttempt) GetDeliveryLatency() *durationpb.Duration {
 	if x != nil {
 		return x.DeliveryLatency
+	}
+	return nil
+}
+
+func (x *JobAttempt) GetRunUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RunUntil
 	}
 	return nil
 }
@@ -2679,6 +2710,310 @@ func (x *QueueTargetsResponse) GetTargets() []*QueueTarget {
 	return nil
 }
 
+type QueueSetLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// limits: absent clears the queue's limits (its queue field is ignored).
+	Limits        *QueueLimits `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSetLimitsRequest) Reset() {
+	*x = QueueSetLimitsRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSetLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSetLimitsRequest) ProtoMessage() {}
+
+func (x *QueueSetLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSetLimitsRequest.ProtoReflect.Descriptor instead.
+func (*QueueSetLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *QueueSetLimitsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueSetLimitsRequest) GetLimits() *QueueLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+type QueueSetLimitsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limits: absent when cleared.
+	Limits        *QueueLimits `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSetLimitsResponse) Reset() {
+	*x = QueueSetLimitsResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSetLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSetLimitsResponse) ProtoMessage() {}
+
+func (x *QueueSetLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSetLimitsResponse.ProtoReflect.Descriptor instead.
+func (*QueueSetLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *QueueSetLimitsResponse) GetLimits() *QueueLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// QueueLimits are a queue's limits; zero fields set none.
+type QueueLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// concurrency: at most this many of the queue's attempts running at
+	// once, cluster-wide (up to 1,000,000).
+	Concurrency uint32 `protobuf:"varint,2,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// kind_concurrency: the same per kind (up to 64 kinds).
+	KindConcurrency map[string]uint32 `protobuf:"bytes,3,rep,name=kind_concurrency,json=kindConcurrency,proto3" json:"kind_concurrency,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// rate: attempts started per second (calendar time), at least 0.001, at
+	// most 100,000; kept to 1/1000.
+	Rate float64 `protobuf:"fixed64,4,opt,name=rate,proto3" json:"rate,omitempty"`
+	// burst: how many attempts may start at once after an idle spell; with
+	// a rate, default max(1, rate) (one second's worth).
+	Burst uint32 `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`
+	// max_run: the max_run of the queue's jobs that name none (NewJob).
+	MaxRun        *durationpb.Duration   `protobuf:"bytes,6,opt,name=max_run,json=maxRun,proto3" json:"max_run,omitempty"`
+	UpdatedBy     string                 `protobuf:"bytes,7,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLimits) Reset() {
+	*x = QueueLimits{}
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLimits) ProtoMessage() {}
+
+func (x *QueueLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLimits.ProtoReflect.Descriptor instead.
+func (*QueueLimits) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *QueueLimits) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueLimits) GetConcurrency() uint32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *QueueLimits) GetKindConcurrency() map[string]uint32 {
+	if x != nil {
+		return x.KindConcurrency
+	}
+	return nil
+}
+
+func (x *QueueLimits) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *QueueLimits) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *QueueLimits) GetMaxRun() *durationpb.Duration {
+	if x != nil {
+		return x.MaxRun
+	}
+	return nil
+}
+
+func (x *QueueLimits) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+func (x *QueueLimits) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+type QueueLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// queue: one queue; empty: every queue with limits.
+	Queue         string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Stale         bool   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLimitsRequest) Reset() {
+	*x = QueueLimitsRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLimitsRequest) ProtoMessage() {}
+
+func (x *QueueLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLimitsRequest.ProtoReflect.Descriptor instead.
+func (*QueueLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *QueueLimitsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueLimitsRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type QueueLimitsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limits        []*QueueLimits         `protobuf:"bytes,1,rep,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLimitsResponse) Reset() {
+	*x = QueueLimitsResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLimitsResponse) ProtoMessage() {}
+
+func (x *QueueLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLimitsResponse.ProtoReflect.Descriptor instead.
+func (*QueueLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *QueueLimitsResponse) GetLimits() []*QueueLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
 type QueueStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// queue: one queue; empty: every queue with jobs, by name.
@@ -2690,7 +3025,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[36]
+	mi := &file_coord_v1_queue_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +3037,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[36]
+	mi := &file_coord_v1_queue_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +3050,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{36}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -2743,7 +3078,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[37]
+	mi := &file_coord_v1_queue_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +3090,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[37]
+	mi := &file_coord_v1_queue_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +3103,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{37}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *QueueStatsResponse) GetQueues() []*QueueStats {
@@ -2799,13 +3134,20 @@ type QueueStats struct {
 	// due (0 when none is available): the dispatch lag.
 	OldestAvailableAge   *durationpb.Duration   `protobuf:"bytes,9,opt,name=oldest_available_age,json=oldestAvailableAge,proto3" json:"oldest_available_age,omitempty"`
 	OldestAvailableRunAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=oldest_available_run_at,json=oldestAvailableRunAt,proto3" json:"oldest_available_run_at,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// concurrency_limit: the queue's concurrency limit (0: none); running
+	// counts against it.
+	ConcurrencyLimit uint32 `protobuf:"varint,40,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
+	// rate_limit: attempts started per second allowed (0: none), and
+	// rate_tokens: how many may start now (the bucket, at calendar_time).
+	RateLimit     float64 `protobuf:"fixed64,41,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	RateTokens    float64 `protobuf:"fixed64,42,opt,name=rate_tokens,json=rateTokens,proto3" json:"rate_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_coord_v1_queue_proto_msgTypes[38]
+	mi := &file_coord_v1_queue_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +3159,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[38]
+	mi := &file_coord_v1_queue_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +3172,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{38}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *QueueStats) GetQueue() string {
@@ -2903,11 +3245,32 @@ func (x *QueueStats) GetOldestAvailableRunAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *QueueStats) GetConcurrencyLimit() uint32 {
+	if x != nil {
+		return x.ConcurrencyLimit
+	}
+	return 0
+}
+
+func (x *QueueStats) GetRateLimit() float64 {
+	if x != nil {
+		return x.RateLimit
+	}
+	return 0
+}
+
+func (x *QueueStats) GetRateTokens() float64 {
+	if x != nil {
+		return x.RateTokens
+	}
+	return 0
+}
+
 var File_coord_v1_queue_proto protoreflect.FileDescriptor
 
 const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x05\n" +
+	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcc\x05\n" +
 	"\x06NewJob\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -2925,7 +3288,8 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
 	"unique_key\x18\f \x01(\tR\tuniqueKey\x124\n" +
 	"\x06labels\x18\r \x03(\v2\x1c.coord.v1.NewJob.LabelsEntryR\x06labels\x12,\n" +
-	"\x06target\x18\x0e \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x1a9\n" +
+	"\x06target\x18\x0e \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x122\n" +
+	"\amax_run\x18( \x01(\v2\x19.google.protobuf.DurationR\x06maxRun\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x02\n" +
@@ -2939,7 +3303,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x06secret\x18\x06 \x01(\tR\x06secret\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\b\n" +
 	"\bQueueJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
@@ -2968,10 +3332,11 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"finishedAt\x125\n" +
 	"\vattempt_log\x18\x14 \x03(\v2\x14.coord.v1.JobAttemptR\n" +
 	"attemptLog\x12,\n" +
-	"\x06target\x18\x15 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x1a9\n" +
+	"\x06target\x18\x15 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x122\n" +
+	"\amax_run\x18( \x01(\v2\x19.google.protobuf.DurationR\x06maxRun\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcd\x04\n" +
 	"\n" +
 	"JobAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x122\n" +
@@ -2991,7 +3356,8 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	" \x01(\fR\x06result\x12\x14\n" +
 	"\x05token\x18\v \x01(\tR\x05token\x12'\n" +
 	"\x0fdelivery_status\x18\f \x01(\rR\x0edeliveryStatus\x12D\n" +
-	"\x10delivery_latency\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\":\n" +
+	"\x10delivery_latency\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\x127\n" +
+	"\trun_until\x18( \x01(\v2\x1a.google.protobuf.TimestampR\brunUntil\":\n" +
 	"\x12QueueSubmitRequest\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.coord.v1.NewJobR\x04jobs\"A\n" +
 	"\x13QueueSubmitResponse\x12*\n" +
@@ -3116,13 +3482,37 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"G\n" +
 	"\x14QueueTargetsResponse\x12/\n" +
-	"\atargets\x18\x01 \x03(\v2\x15.coord.v1.QueueTargetR\atargets\"?\n" +
+	"\atargets\x18\x01 \x03(\v2\x15.coord.v1.QueueTargetR\atargets\"\\\n" +
+	"\x15QueueSetLimitsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12-\n" +
+	"\x06limits\x18\x02 \x01(\v2\x15.coord.v1.QueueLimitsR\x06limits\"G\n" +
+	"\x16QueueSetLimitsResponse\x12-\n" +
+	"\x06limits\x18\x01 \x01(\v2\x15.coord.v1.QueueLimitsR\x06limits\"\x98\x03\n" +
+	"\vQueueLimits\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12 \n" +
+	"\vconcurrency\x18\x02 \x01(\rR\vconcurrency\x12U\n" +
+	"\x10kind_concurrency\x18\x03 \x03(\v2*.coord.v1.QueueLimits.KindConcurrencyEntryR\x0fkindConcurrency\x12\x12\n" +
+	"\x04rate\x18\x04 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x05 \x01(\rR\x05burst\x122\n" +
+	"\amax_run\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06maxRun\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\a \x01(\tR\tupdatedBy\x129\n" +
+	"\n" +
+	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x1aB\n" +
+	"\x14KindConcurrencyEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"@\n" +
+	"\x12QueueLimitsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"D\n" +
+	"\x13QueueLimitsResponse\x12-\n" +
+	"\x06limits\x18\x01 \x03(\v2\x15.coord.v1.QueueLimitsR\x06limits\"?\n" +
 	"\x11QueueStatsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"\x83\x01\n" +
 	"\x12QueueStatsResponse\x12,\n" +
 	"\x06queues\x18\x01 \x03(\v2\x14.coord.v1.QueueStatsR\x06queues\x12?\n" +
-	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\x86\x03\n" +
+	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xf3\x03\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1c\n" +
@@ -3135,7 +3525,12 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x04dead\x18\b \x01(\x04R\x04dead\x12K\n" +
 	"\x14oldest_available_age\x18\t \x01(\v2\x19.google.protobuf.DurationR\x12oldestAvailableAge\x12Q\n" +
 	"\x17oldest_available_run_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x14oldestAvailableRunAt*\xcd\x01\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x14oldestAvailableRunAt\x12+\n" +
+	"\x11concurrency_limit\x18( \x01(\rR\x10concurrencyLimit\x12\x1d\n" +
+	"\n" +
+	"rate_limit\x18) \x01(\x01R\trateLimit\x12\x1f\n" +
+	"\vrate_tokens\x18* \x01(\x01R\n" +
+	"rateTokens*\xcd\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x17\n" +
@@ -3151,7 +3546,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_LAPSED\x10\x04\x12\x1d\n" +
-	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xd8\x06\n" +
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xef\a\n" +
 	"\x05Queue\x12E\n" +
 	"\x06Submit\x12\x1c.coord.v1.QueueSubmitRequest\x1a\x1d.coord.v1.QueueSubmitResponse\x12<\n" +
 	"\x03Get\x12\x19.coord.v1.QueueGetRequest\x1a\x1a.coord.v1.QueueGetResponse\x12?\n" +
@@ -3164,7 +3559,9 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x04Fail\x12\x1a.coord.v1.QueueFailRequest\x1a\x1b.coord.v1.QueueFailResponse\x12B\n" +
 	"\x05Stats\x12\x1b.coord.v1.QueueStatsRequest\x1a\x1c.coord.v1.QueueStatsResponse\x12N\n" +
 	"\tSetTarget\x12\x1f.coord.v1.QueueSetTargetRequest\x1a .coord.v1.QueueSetTargetResponse\x12H\n" +
-	"\aTargets\x12\x1d.coord.v1.QueueTargetsRequest\x1a\x1e.coord.v1.QueueTargetsResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\aTargets\x12\x1d.coord.v1.QueueTargetsRequest\x1a\x1e.coord.v1.QueueTargetsResponse\x12N\n" +
+	"\tSetLimits\x12\x1f.coord.v1.QueueSetLimitsRequest\x1a .coord.v1.QueueSetLimitsResponse\x12E\n" +
+	"\x06Limits\x12\x1c.coord.v1.QueueLimitsRequest\x1a\x1d.coord.v1.QueueLimitsResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_queue_proto_rawDescOnce sync.Once
@@ -3179,7 +3576,7 @@ func file_coord_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_coord_v1_queue_proto_goTypes = []any{
 	(JobState)(0),                  // 0: coord.v1.JobState
 	(AttemptOutcome)(0),            // 1: coord.v1.AttemptOutcome
@@ -3219,110 +3616,129 @@ var file_coord_v1_queue_proto_goTypes = []any{
 	(*QueueTarget)(nil),            // 35: coord.v1.QueueTarget
 	(*QueueTargetsRequest)(nil),    // 36: coord.v1.QueueTargetsRequest
 	(*QueueTargetsResponse)(nil),   // 37: coord.v1.QueueTargetsResponse
-	(*QueueStatsRequest)(nil),      // 38: coord.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),     // 39: coord.v1.QueueStatsResponse
-	(*QueueStats)(nil),             // 40: coord.v1.QueueStats
-	nil,                            // 41: coord.v1.NewJob.LabelsEntry
-	nil,                            // 42: coord.v1.HttpTarget.HeadersEntry
-	nil,                            // 43: coord.v1.QueueJob.LabelsEntry
-	nil,                            // 44: coord.v1.JobItemError.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 45: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 46: google.protobuf.Duration
+	(*QueueSetLimitsRequest)(nil),  // 38: coord.v1.QueueSetLimitsRequest
+	(*QueueSetLimitsResponse)(nil), // 39: coord.v1.QueueSetLimitsResponse
+	(*QueueLimits)(nil),            // 40: coord.v1.QueueLimits
+	(*QueueLimitsRequest)(nil),     // 41: coord.v1.QueueLimitsRequest
+	(*QueueLimitsResponse)(nil),    // 42: coord.v1.QueueLimitsResponse
+	(*QueueStatsRequest)(nil),      // 43: coord.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),     // 44: coord.v1.QueueStatsResponse
+	(*QueueStats)(nil),             // 45: coord.v1.QueueStats
+	nil,                            // 46: coord.v1.NewJob.LabelsEntry
+	nil,                            // 47: coord.v1.HttpTarget.HeadersEntry
+	nil,                            // 48: coord.v1.QueueJob.LabelsEntry
+	nil,                            // 49: coord.v1.JobItemError.MetadataEntry
+	nil,                            // 50: coord.v1.QueueLimits.KindConcurrencyEntry
+	(*timestamppb.Timestamp)(nil),  // 51: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 52: google.protobuf.Duration
 }
 var file_coord_v1_queue_proto_depIdxs = []int32{
-	45, // 0: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
-	46, // 1: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
-	46, // 2: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
-	46, // 3: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
-	46, // 4: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
-	41, // 5: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
+	51, // 0: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
+	52, // 1: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
+	52, // 2: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
+	52, // 3: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
+	52, // 4: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
+	46, // 5: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
 	3,  // 6: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
-	42, // 7: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
-	46, // 8: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
-	0,  // 9: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
-	45, // 10: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
-	46, // 11: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
-	46, // 12: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
-	46, // 13: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
-	43, // 14: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
-	45, // 15: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
-	45, // 16: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
-	45, // 17: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
-	5,  // 18: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
-	3,  // 19: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
-	1,  // 20: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
-	45, // 21: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	45, // 22: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
-	45, // 23: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	46, // 24: coord.v1.JobAttempt.delivery_latency:type_name -> google.protobuf.Duration
-	2,  // 25: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
-	8,  // 26: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
-	0,  // 27: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
-	45, // 28: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
-	4,  // 29: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
-	45, // 30: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	0,  // 31: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
-	4,  // 32: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
-	4,  // 33: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
-	4,  // 34: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
-	46, // 35: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
-	19, // 36: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
-	4,  // 37: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
-	5,  // 38: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
-	44, // 39: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
-	20, // 40: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
-	24, // 41: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
-	45, // 42: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
-	21, // 43: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
-	26, // 44: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
-	46, // 45: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
-	28, // 46: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
-	21, // 47: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
-	30, // 48: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
-	46, // 49: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
-	46, // 50: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
-	32, // 51: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
-	0,  // 52: coord.v1.FailResult.state:type_name -> coord.v1.JobState
-	45, // 53: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
-	21, // 54: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
-	3,  // 55: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
-	35, // 56: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
-	3,  // 57: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
-	45, // 58: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
-	35, // 59: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
-	40, // 60: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
-	45, // 61: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	46, // 62: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	45, // 63: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
-	6,  // 64: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
-	9,  // 65: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
-	11, // 66: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
-	13, // 67: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
-	15, // 68: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
-	17, // 69: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
-	22, // 70: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
-	25, // 71: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
-	29, // 72: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
-	38, // 73: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
-	33, // 74: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
-	36, // 75: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
-	7,  // 76: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
-	10, // 77: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
-	12, // 78: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
-	14, // 79: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
-	16, // 80: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
-	18, // 81: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
-	23, // 82: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
-	27, // 83: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
-	31, // 84: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
-	39, // 85: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
-	34, // 86: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
-	37, // 87: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
-	76, // [76:88] is the sub-list for method output_type
-	64, // [64:76] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	52, // 7: coord.v1.NewJob.max_run:type_name -> google.protobuf.Duration
+	47, // 8: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
+	52, // 9: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	0,  // 10: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
+	51, // 11: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
+	52, // 12: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
+	52, // 13: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
+	52, // 14: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
+	48, // 15: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
+	51, // 16: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
+	51, // 17: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
+	51, // 18: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
+	5,  // 19: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
+	3,  // 20: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
+	52, // 21: coord.v1.QueueJob.max_run:type_name -> google.protobuf.Duration
+	1,  // 22: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
+	51, // 23: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	51, // 24: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
+	51, // 25: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	52, // 26: coord.v1.JobAttempt.delivery_latency:type_name -> google.protobuf.Duration
+	51, // 27: coord.v1.JobAttempt.run_until:type_name -> google.protobuf.Timestamp
+	2,  // 28: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
+	8,  // 29: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
+	0,  // 30: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
+	51, // 31: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
+	4,  // 32: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
+	51, // 33: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	0,  // 34: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
+	4,  // 35: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
+	4,  // 36: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
+	4,  // 37: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
+	52, // 38: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
+	19, // 39: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
+	4,  // 40: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
+	5,  // 41: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
+	49, // 42: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
+	20, // 43: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
+	24, // 44: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
+	51, // 45: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
+	21, // 46: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
+	26, // 47: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
+	52, // 48: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
+	28, // 49: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
+	21, // 50: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
+	30, // 51: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
+	52, // 52: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
+	52, // 53: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
+	32, // 54: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
+	0,  // 55: coord.v1.FailResult.state:type_name -> coord.v1.JobState
+	51, // 56: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
+	21, // 57: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
+	3,  // 58: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
+	35, // 59: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
+	3,  // 60: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
+	51, // 61: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
+	35, // 62: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
+	40, // 63: coord.v1.QueueSetLimitsRequest.limits:type_name -> coord.v1.QueueLimits
+	40, // 64: coord.v1.QueueSetLimitsResponse.limits:type_name -> coord.v1.QueueLimits
+	50, // 65: coord.v1.QueueLimits.kind_concurrency:type_name -> coord.v1.QueueLimits.KindConcurrencyEntry
+	52, // 66: coord.v1.QueueLimits.max_run:type_name -> google.protobuf.Duration
+	51, // 67: coord.v1.QueueLimits.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 68: coord.v1.QueueLimitsResponse.limits:type_name -> coord.v1.QueueLimits
+	45, // 69: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
+	51, // 70: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	52, // 71: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	51, // 72: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
+	6,  // 73: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
+	9,  // 74: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
+	11, // 75: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
+	13, // 76: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
+	15, // 77: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
+	17, // 78: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
+	22, // 79: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
+	25, // 80: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
+	29, // 81: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
+	43, // 82: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
+	33, // 83: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
+	36, // 84: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
+	38, // 85: coord.v1.Queue.SetLimits:input_type -> coord.v1.QueueSetLimitsRequest
+	41, // 86: coord.v1.Queue.Limits:input_type -> coord.v1.QueueLimitsRequest
+	7,  // 87: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
+	10, // 88: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
+	12, // 89: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
+	14, // 90: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
+	16, // 91: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
+	18, // 92: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
+	23, // 93: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
+	27, // 94: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
+	31, // 95: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
+	44, // 96: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
+	34, // 97: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
+	37, // 98: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
+	39, // 99: coord.v1.Queue.SetLimits:output_type -> coord.v1.QueueSetLimitsResponse
+	42, // 100: coord.v1.Queue.Limits:output_type -> coord.v1.QueueLimitsResponse
+	87, // [87:101] is the sub-list for method output_type
+	73, // [73:87] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_queue_proto_init() }
@@ -3336,7 +3752,7 @@ func file_coord_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_queue_proto_rawDesc), len(file_coord_v1_queue_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,8 @@ const (
 	Queue_Stats_FullMethodName     = "/coord.v1.Queue/Stats"
 	Queue_SetTarget_FullMethodName = "/coord.v1.Queue/SetTarget"
 	Queue_Targets_FullMethodName   = "/coord.v1.Queue/Targets"
+	Queue_SetLimits_FullMethodName = "/coord.v1.Queue/SetLimits"
+	Queue_Limits_FullMethodName    = "/coord.v1.Queue/Limits"
 )
 
 // QueueClient is the client API for Queue service.
@@ -204,6 +206,16 @@ type QueueClient interface {
 	SetTarget(ctx context.Context, in *QueueSetTargetRequest, opts ...grpc.CallOption) (*QueueSetTargetResponse, error)
 	// Targets lists the queues' targets (one queue, or all by name).
 	Targets(ctx context.Context, in *QueueTargetsRequest, opts ...grpc.CallOption) (*QueueTargetsResponse, error)
+	// SetLimits sets a queue's limits, or clears them without limits:
+	// concurrency (attempts running at once, cluster-wide, per queue and per
+	// kind), rate (attempts started per second) and the max_run of its jobs
+	// without one. The leader's fetches hand out only what they allow; a
+	// running attempt holds its place until it ends (completes, fails, is
+	// cancelled, lapses or reaches max_run). The job op on the queue.
+	// docs/jobs.md "Limits".
+	SetLimits(ctx context.Context, in *QueueSetLimitsRequest, opts ...grpc.CallOption) (*QueueSetLimitsResponse, error)
+	// Limits lists the queues' limits (one queue, or all by name).
+	Limits(ctx context.Context, in *QueueLimitsRequest, opts ...grpc.CallOption) (*QueueLimitsResponse, error)
 }
 
 type queueClient struct {
@@ -328,6 +340,26 @@ func (c *queueClient) Targets(ctx context.Context, in *QueueTargetsRequest, opts
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(QueueTargetsResponse)
 	err := c.cc.Invoke(ctx, Queue_Targets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) SetLimits(ctx context.Context, in *QueueSetLimitsRequest, opts ...grpc.CallOption) (*QueueSetLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueSetLimitsResponse)
+	err := c.cc.Invoke(ctx, Queue_SetLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) Limits(ctx context.Context, in *QueueLimitsRequest, opts ...grpc.CallOption) (*QueueLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueLimitsResponse)
+	err := c.cc.Invoke(ctx, Queue_Limits_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -505,6 +537,16 @@ type QueueServer interface {
 	SetTarget(context.Context, *QueueSetTargetRequest) (*QueueSetTargetResponse, error)
 	// Targets lists the queues' targets (one queue, or all by name).
 	Targets(context.Context, *QueueTargetsRequest) (*QueueTargetsResponse, error)
+	// SetLimits sets a queue's limits, or clears them without limits:
+	// concurrency (attempts running at once, cluster-wide, per queue and per
+	// kind), rate (attempts started per second) and the max_run of its jobs
+	// without one. The leader's fetches hand out only what they allow; a
+	// running attempt holds its place until it ends (completes, fails, is
+	// cancelled, lapses or reaches max_run). The job op on the queue.
+	// docs/jobs.md "Limits".
+	SetLimits(context.Context, *QueueSetLimitsRequest) (*QueueSetLimitsResponse, error)
+	// Limits lists the queues' limits (one queue, or all by name).
+	Limits(context.Context, *QueueLimitsRequest) (*QueueLimitsResponse, error)
 	mustEmbedUnimplementedQueueServer()
 }
 
@@ -550,6 +592,12 @@ func (UnimplementedQueueServer) SetTarget(context.Context, *QueueSetTargetReques
 }
 func (UnimplementedQueueServer) Targets(context.Context, *QueueTargetsRequest) (*QueueTargetsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Targets not implemented")
+}
+func (UnimplementedQueueServer) SetLimits(context.Context, *QueueSetLimitsRequest) (*QueueSetLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLimits not implemented")
+}
+func (UnimplementedQueueServer) Limits(context.Context, *QueueLimitsRequest) (*QueueLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Limits not implemented")
 }
 func (UnimplementedQueueServer) mustEmbedUnimplementedQueueServer() {}
 func (UnimplementedQueueServer) testEmbeddedByValue()               {}
@@ -788,6 +836,42 @@ func _Queue_Targets_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Queue_SetLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueSetLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).SetLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_SetLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).SetLimits(ctx, req.(*QueueSetLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Queue_Limits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).Limits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_Limits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).Limits(ctx, req.(*QueueLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Queue_ServiceDesc is the grpc.ServiceDesc for Queue service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -842,6 +926,14 @@ var Queue_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Targets",
 			Handler:    _Queue_Targets_Handler,
+		},
+		{
+			MethodName: "SetLimits",
+			Handler:    _Queue_SetLimits_Handler,
+		},
+		{
+			MethodName: "Limits",
+			Handler:    _Queue_Limits_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

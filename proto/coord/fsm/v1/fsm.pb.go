@@ -55,6 +55,8 @@ const (
 	CommandType_COMMAND_TYPE_TRIGGER_SCHEDULE      CommandType = 23
 	CommandType_COMMAND_TYPE_MATERIALISE_SCHEDULES CommandType = 24
 	CommandType_COMMAND_TYPE_SET_QUEUE_TARGET      CommandType = 25
+	// 26 to 29: queue pause/resume and bulk actions.
+	CommandType_COMMAND_TYPE_SET_QUEUE_LIMITS CommandType = 30
 )
 
 // Enum value maps for CommandType.
@@ -86,6 +88,7 @@ var (
 		23: "COMMAND_TYPE_TRIGGER_SCHEDULE",
 		24: "COMMAND_TYPE_MATERIALISE_SCHEDULES",
 		25: "COMMAND_TYPE_SET_QUEUE_TARGET",
+		30: "COMMAND_TYPE_SET_QUEUE_LIMITS",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":           0,
@@ -114,6 +117,7 @@ var (
 		"COMMAND_TYPE_TRIGGER_SCHEDULE":      23,
 		"COMMAND_TYPE_MATERIALISE_SCHEDULES": 24,
 		"COMMAND_TYPE_SET_QUEUE_TARGET":      25,
+		"COMMAND_TYPE_SET_QUEUE_LIMITS":      30,
 	}
 )
 
@@ -478,6 +482,7 @@ type Command struct {
 	//	*Command_TriggerSchedule
 	//	*Command_MaterialiseSchedules
 	//	*Command_SetQueueTarget
+	//	*Command_SetQueueLimits
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -766,6 +771,15 @@ func (x *Command) GetSetQueueTarget() *SetQueueTarget {
 	return nil
 }
 
+func (x *Command) GetSetQueueLimits() *SetQueueLimits {
+	if x != nil {
+		if x, ok := x.Body.(*Command_SetQueueLimits); ok {
+			return x.SetQueueLimits
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -870,6 +884,11 @@ type Command_SetQueueTarget struct {
 	SetQueueTarget *SetQueueTarget `protobuf:"bytes,34,opt,name=set_queue_target,json=setQueueTarget,proto3,oneof"`
 }
 
+type Command_SetQueueLimits struct {
+	// 35 to 39: queue pause/resume and bulk actions.
+	SetQueueLimits *SetQueueLimits `protobuf:"bytes,40,opt,name=set_queue_limits,json=setQueueLimits,proto3,oneof"`
+}
+
 func (*Command_Tick) isCommand_Body() {}
 
 func (*Command_Acquire) isCommand_Body() {}
@@ -919,6 +938,8 @@ func (*Command_TriggerSchedule) isCommand_Body() {}
 func (*Command_MaterialiseSchedules) isCommand_Body() {}
 
 func (*Command_SetQueueTarget) isCommand_Body() {}
+
+func (*Command_SetQueueLimits) isCommand_Body() {}
 
 // Batch carries commands proposed at about the same time as one log entry
 // (group commit above Raft). Each keeps its own stamp; they are applied in
@@ -1798,7 +1819,12 @@ type QueueJobSpec struct {
 	// attempts themselves (FetchJobs.targeted) and send each as an HTTP
 	// request; pull workers' fetches never hand it out. Absent from every
 	// entry written before spec_rules 3.
-	Target        *HttpTarget `protobuf:"bytes,13,opt,name=target,proto3" json:"target,omitempty"`
+	Target *HttpTarget `protobuf:"bytes,13,opt,name=target,proto3" json:"target,omitempty"`
+	// max_run_ms > 0 bounds every attempt: it ends at its start + max_run_ms
+	// even if it heartbeats (fsm/queue_maxrun.go). 0 (every entry written
+	// before the field): the queue's default (QueueLimitsSpec.max_run_ms),
+	// else no bound.
+	MaxRunMs      int64 `protobuf:"varint,40,opt,name=max_run_ms,json=maxRunMs,proto3" json:"max_run_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1922,6 +1948,13 @@ func (x *QueueJobSpec) GetTarget() *HttpTarget {
 		return x.Target
 	}
 	return nil
+}
+
+func (x *QueueJobSpec) GetMaxRunMs() int64 {
+	if x != nil {
+		return x.MaxRunMs
+	}
+	return 0
 }
 
 // HttpTarget is where a job's attempts are delivered (fsm.CheckJobSpec
@@ -2091,6 +2124,289 @@ func (x *SetQueueTarget) GetSpecRules() uint32 {
 	return 0
 }
 
+// SetQueueLimits sets (or, without limits, clears) a queue's limits,
+// enforced by the fetches the leader proposes (fsm/queue_limits.go).
+type SetQueueLimits struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Limits        *QueueLimitsSpec       `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	Identity      string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetQueueLimits) Reset() {
+	*x = SetQueueLimits{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetQueueLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetQueueLimits) ProtoMessage() {}
+
+func (x *SetQueueLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetQueueLimits.ProtoReflect.Descriptor instead.
+func (*SetQueueLimits) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetQueueLimits) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *SetQueueLimits) GetLimits() *QueueLimitsSpec {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *SetQueueLimits) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+// QueueLimitsSpec: the limits of a queue. Zero fields set no limit.
+type QueueLimitsSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// concurrency: at most this many attempts of the queue running at once.
+	Concurrency uint32 `protobuf:"varint,1,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// kinds: a concurrency limit per kind, sorted by kind, kinds unique.
+	Kinds []*KindLimit `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// rate_milli: attempts started per 1000 s (1000 = one per second), a
+	// token bucket of burst attempts, refilled on calendar time.
+	RateMilli uint32 `protobuf:"varint,3,opt,name=rate_milli,json=rateMilli,proto3" json:"rate_milli,omitempty"`
+	// burst: the bucket's size in attempts (at least 1 with a rate).
+	Burst uint32 `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`
+	// max_run_ms: the max_run of the queue's jobs that have none.
+	MaxRunMs      int64 `protobuf:"varint,5,opt,name=max_run_ms,json=maxRunMs,proto3" json:"max_run_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLimitsSpec) Reset() {
+	*x = QueueLimitsSpec{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLimitsSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLimitsSpec) ProtoMessage() {}
+
+func (x *QueueLimitsSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLimitsSpec.ProtoReflect.Descriptor instead.
+func (*QueueLimitsSpec) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *QueueLimitsSpec) GetConcurrency() uint32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *QueueLimitsSpec) GetKinds() []*KindLimit {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *QueueLimitsSpec) GetRateMilli() uint32 {
+	if x != nil {
+		return x.RateMilli
+	}
+	return 0
+}
+
+func (x *QueueLimitsSpec) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *QueueLimitsSpec) GetMaxRunMs() int64 {
+	if x != nil {
+		return x.MaxRunMs
+	}
+	return 0
+}
+
+type KindLimit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Concurrency   uint32                 `protobuf:"varint,2,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KindLimit) Reset() {
+	*x = KindLimit{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KindLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KindLimit) ProtoMessage() {}
+
+func (x *KindLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KindLimit.ProtoReflect.Descriptor instead.
+func (*KindLimit) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *KindLimit) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *KindLimit) GetConcurrency() uint32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+// QueueLimitsRecord is a queue's limits (SetQueueLimits) and its rate
+// bucket: tokens_micro (millionths of an attempt) as of tokens_at_ms.
+type QueueLimitsRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Limits        *QueueLimitsSpec       `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	UpdatedBy     string                 `protobuf:"bytes,3,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedAtMs   int64                  `protobuf:"varint,4,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	TokensMicro   int64                  `protobuf:"varint,5,opt,name=tokens_micro,json=tokensMicro,proto3" json:"tokens_micro,omitempty"`
+	TokensAtMs    int64                  `protobuf:"varint,6,opt,name=tokens_at_ms,json=tokensAtMs,proto3" json:"tokens_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLimitsRecord) Reset() {
+	*x = QueueLimitsRecord{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLimitsRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLimitsRecord) ProtoMessage() {}
+
+func (x *QueueLimitsRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLimitsRecord.ProtoReflect.Descriptor instead.
+func (*QueueLimitsRecord) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *QueueLimitsRecord) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueLimitsRecord) GetLimits() *QueueLimitsSpec {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *QueueLimitsRecord) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+func (x *QueueLimitsRecord) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+func (x *QueueLimitsRecord) GetTokensMicro() int64 {
+	if x != nil {
+		return x.TokensMicro
+	}
+	return 0
+}
+
+func (x *QueueLimitsRecord) GetTokensAtMs() int64 {
+	if x != nil {
+		return x.TokensAtMs
+	}
+	return 0
+}
+
 // QueueTargetRecord is a queue's HTTP target (SetQueueTarget).
 type QueueTargetRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2104,7 +2420,7 @@ type QueueTargetRecord struct {
 
 func (x *QueueTargetRecord) Reset() {
 	*x = QueueTargetRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2432,7 @@ func (x *QueueTargetRecord) String() string {
 func (*QueueTargetRecord) ProtoMessage() {}
 
 func (x *QueueTargetRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2445,7 @@ func (x *QueueTargetRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTargetRecord.ProtoReflect.Descriptor instead.
 func (*QueueTargetRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueueTargetRecord) GetQueue() string {
@@ -2170,7 +2486,7 @@ type HttpHeader struct {
 
 func (x *HttpHeader) Reset() {
 	*x = HttpHeader{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2498,7 @@ func (x *HttpHeader) String() string {
 func (*HttpHeader) ProtoMessage() {}
 
 func (x *HttpHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2511,7 @@ func (x *HttpHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpHeader.ProtoReflect.Descriptor instead.
 func (*HttpHeader) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HttpHeader) GetName() string {
@@ -2222,7 +2538,7 @@ type JobLabel struct {
 
 func (x *JobLabel) Reset() {
 	*x = JobLabel{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2550,7 @@ func (x *JobLabel) String() string {
 func (*JobLabel) ProtoMessage() {}
 
 func (x *JobLabel) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2563,7 @@ func (x *JobLabel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLabel.ProtoReflect.Descriptor instead.
 func (*JobLabel) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *JobLabel) GetKey() string {
@@ -2289,7 +2605,7 @@ type SubmitJobs struct {
 
 func (x *SubmitJobs) Reset() {
 	*x = SubmitJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2617,7 @@ func (x *SubmitJobs) String() string {
 func (*SubmitJobs) ProtoMessage() {}
 
 func (x *SubmitJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2630,7 @@ func (x *SubmitJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobs.ProtoReflect.Descriptor instead.
 func (*SubmitJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SubmitJobs) GetJobs() []*QueueJobSpec {
@@ -2363,7 +2679,7 @@ type FetchJobs struct {
 
 func (x *FetchJobs) Reset() {
 	*x = FetchJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2691,7 @@ func (x *FetchJobs) String() string {
 func (*FetchJobs) ProtoMessage() {}
 
 func (x *FetchJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2704,7 @@ func (x *FetchJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchJobs.ProtoReflect.Descriptor instead.
 func (*FetchJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FetchJobs) GetQueues() []string {
@@ -2437,7 +2753,7 @@ type JobAttemptRef struct {
 
 func (x *JobAttemptRef) Reset() {
 	*x = JobAttemptRef{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2765,7 @@ func (x *JobAttemptRef) String() string {
 func (*JobAttemptRef) ProtoMessage() {}
 
 func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2778,7 @@ func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRef.ProtoReflect.Descriptor instead.
 func (*JobAttemptRef) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *JobAttemptRef) GetJobId() uint64 {
@@ -2491,7 +2807,7 @@ type HeartbeatJobs struct {
 
 func (x *HeartbeatJobs) Reset() {
 	*x = HeartbeatJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2819,7 @@ func (x *HeartbeatJobs) String() string {
 func (*HeartbeatJobs) ProtoMessage() {}
 
 func (x *HeartbeatJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2832,7 @@ func (x *HeartbeatJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatJobs.ProtoReflect.Descriptor instead.
 func (*HeartbeatJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HeartbeatJobs) GetAttempts() []*JobAttemptRef {
@@ -2551,7 +2867,7 @@ type CompleteJobs struct {
 
 func (x *CompleteJobs) Reset() {
 	*x = CompleteJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2879,7 @@ func (x *CompleteJobs) String() string {
 func (*CompleteJobs) ProtoMessage() {}
 
 func (x *CompleteJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2892,7 @@ func (x *CompleteJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobs.ProtoReflect.Descriptor instead.
 func (*CompleteJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CompleteJobs) GetCompletions() []*JobCompletion {
@@ -2616,7 +2932,7 @@ type JobCompletion struct {
 
 func (x *JobCompletion) Reset() {
 	*x = JobCompletion{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2944,7 @@ func (x *JobCompletion) String() string {
 func (*JobCompletion) ProtoMessage() {}
 
 func (x *JobCompletion) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +2957,7 @@ func (x *JobCompletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCompletion.ProtoReflect.Descriptor instead.
 func (*JobCompletion) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *JobCompletion) GetJobId() uint64 {
@@ -2690,7 +3006,7 @@ type FailJobs struct {
 
 func (x *FailJobs) Reset() {
 	*x = FailJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +3018,7 @@ func (x *FailJobs) String() string {
 func (*FailJobs) ProtoMessage() {}
 
 func (x *FailJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +3031,7 @@ func (x *FailJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobs.ProtoReflect.Descriptor instead.
 func (*FailJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FailJobs) GetFailures() []*JobFailure {
@@ -2763,7 +3079,7 @@ type JobFailure struct {
 
 func (x *JobFailure) Reset() {
 	*x = JobFailure{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +3091,7 @@ func (x *JobFailure) String() string {
 func (*JobFailure) ProtoMessage() {}
 
 func (x *JobFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +3104,7 @@ func (x *JobFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFailure.ProtoReflect.Descriptor instead.
 func (*JobFailure) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *JobFailure) GetJobId() uint64 {
@@ -2857,7 +3173,7 @@ type CancelJobs struct {
 
 func (x *CancelJobs) Reset() {
 	*x = CancelJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2869,7 +3185,7 @@ func (x *CancelJobs) String() string {
 func (*CancelJobs) ProtoMessage() {}
 
 func (x *CancelJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2882,7 +3198,7 @@ func (x *CancelJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobs.ProtoReflect.Descriptor instead.
 func (*CancelJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CancelJobs) GetJobIds() []uint64 {
@@ -2909,7 +3225,7 @@ type RetryJobs struct {
 
 func (x *RetryJobs) Reset() {
 	*x = RetryJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3237,7 @@ func (x *RetryJobs) String() string {
 func (*RetryJobs) ProtoMessage() {}
 
 func (x *RetryJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3250,7 @@ func (x *RetryJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobs.ProtoReflect.Descriptor instead.
 func (*RetryJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetryJobs) GetJobIds() []uint64 {
@@ -2968,6 +3284,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_QueueJob
 	//	*SnapshotRecord_Schedule
 	//	*SnapshotRecord_QueueTarget
+	//	*SnapshotRecord_QueueLimits
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2975,7 +3292,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3304,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3317,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -3100,6 +3417,15 @@ func (x *SnapshotRecord) GetQueueTarget() *QueueTargetRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetQueueLimits() *QueueLimitsRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_QueueLimits); ok {
+			return x.QueueLimits
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -3144,6 +3470,10 @@ type SnapshotRecord_QueueTarget struct {
 	QueueTarget *QueueTargetRecord `protobuf:"bytes,10,opt,name=queue_target,json=queueTarget,proto3,oneof"`
 }
 
+type SnapshotRecord_QueueLimits struct {
+	QueueLimits *QueueLimitsRecord `protobuf:"bytes,40,opt,name=queue_limits,json=queueLimits,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Meta) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Lease) isSnapshotRecord_Record() {}
@@ -3163,6 +3493,8 @@ func (*SnapshotRecord_QueueJob) isSnapshotRecord_Record() {}
 func (*SnapshotRecord_Schedule) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_QueueTarget) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_QueueLimits) isSnapshotRecord_Record() {}
 
 type SnapshotMeta struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -3187,7 +3519,7 @@ type SnapshotMeta struct {
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3531,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3544,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SnapshotMeta) GetClockMs() int64 {
@@ -3319,7 +3651,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3663,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3676,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LeaseRecord) GetName() string {
@@ -3450,7 +3782,7 @@ type WindowRecord struct {
 
 func (x *WindowRecord) Reset() {
 	*x = WindowRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3794,7 @@ func (x *WindowRecord) String() string {
 func (*WindowRecord) ProtoMessage() {}
 
 func (x *WindowRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3807,7 @@ func (x *WindowRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowRecord.ProtoReflect.Descriptor instead.
 func (*WindowRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WindowRecord) GetJob() string {
@@ -3571,7 +3903,7 @@ type ResourceRecord struct {
 
 func (x *ResourceRecord) Reset() {
 	*x = ResourceRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3915,7 @@ func (x *ResourceRecord) String() string {
 func (*ResourceRecord) ProtoMessage() {}
 
 func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3928,7 @@ func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRecord.ProtoReflect.Descriptor instead.
 func (*ResourceRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResourceRecord) GetResource() string {
@@ -3661,7 +3993,7 @@ type IdempotencyRecord struct {
 
 func (x *IdempotencyRecord) Reset() {
 	*x = IdempotencyRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3673,7 +4005,7 @@ func (x *IdempotencyRecord) String() string {
 func (*IdempotencyRecord) ProtoMessage() {}
 
 func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3686,7 +4018,7 @@ func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdempotencyRecord.ProtoReflect.Descriptor instead.
 func (*IdempotencyRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{34}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *IdempotencyRecord) GetResource() string {
@@ -3734,7 +4066,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3746,7 +4078,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3759,7 +4091,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{35}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -3799,7 +4131,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +4143,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +4156,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{36}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *JobRecord) GetName() string {
@@ -3953,7 +4285,7 @@ type QueueJobRecord struct {
 
 func (x *QueueJobRecord) Reset() {
 	*x = QueueJobRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3965,7 +4297,7 @@ func (x *QueueJobRecord) String() string {
 func (*QueueJobRecord) ProtoMessage() {}
 
 func (x *QueueJobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3978,7 +4310,7 @@ func (x *QueueJobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueJobRecord.ProtoReflect.Descriptor instead.
 func (*QueueJobRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{37}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *QueueJobRecord) GetId() uint64 {
@@ -4061,13 +4393,16 @@ type JobAttemptRecord struct {
 	// status and latency (JobCompletion); 0 in snapshots before them.
 	DeliveryStatus    uint32 `protobuf:"varint,11,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
 	DeliveryLatencyMs int64  `protobuf:"varint,12,opt,name=delivery_latency_ms,json=deliveryLatencyMs,proto3" json:"delivery_latency_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// run_until_ms: when max_run ends the attempt (start + max_run), 0: no
+	// bound; the deadline never passes it.
+	RunUntilMs    int64 `protobuf:"varint,40,opt,name=run_until_ms,json=runUntilMs,proto3" json:"run_until_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobAttemptRecord) Reset() {
 	*x = JobAttemptRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4079,7 +4414,7 @@ func (x *JobAttemptRecord) String() string {
 func (*JobAttemptRecord) ProtoMessage() {}
 
 func (x *JobAttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4092,7 +4427,7 @@ func (x *JobAttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRecord.ProtoReflect.Descriptor instead.
 func (*JobAttemptRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{38}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *JobAttemptRecord) GetNumber() uint32 {
@@ -4179,6 +4514,13 @@ func (x *JobAttemptRecord) GetDeliveryLatencyMs() int64 {
 	return 0
 }
 
+func (x *JobAttemptRecord) GetRunUntilMs() int64 {
+	if x != nil {
+		return x.RunUntilMs
+	}
+	return 0
+}
+
 // ScheduleSpec is a schedule's definition as the user gave it (defaults
 // filled in by the server).
 type ScheduleSpec struct {
@@ -4206,7 +4548,7 @@ type ScheduleSpec struct {
 
 func (x *ScheduleSpec) Reset() {
 	*x = ScheduleSpec{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4218,7 +4560,7 @@ func (x *ScheduleSpec) String() string {
 func (*ScheduleSpec) ProtoMessage() {}
 
 func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4231,7 +4573,7 @@ func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
 func (*ScheduleSpec) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{39}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ScheduleSpec) GetExpr() string {
@@ -4344,7 +4686,7 @@ type PutSchedule struct {
 
 func (x *PutSchedule) Reset() {
 	*x = PutSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4356,7 +4698,7 @@ func (x *PutSchedule) String() string {
 func (*PutSchedule) ProtoMessage() {}
 
 func (x *PutSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4369,7 +4711,7 @@ func (x *PutSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
 func (*PutSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{40}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PutSchedule) GetName() string {
@@ -4452,7 +4794,7 @@ type ScheduleGuard struct {
 
 func (x *ScheduleGuard) Reset() {
 	*x = ScheduleGuard{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4464,7 +4806,7 @@ func (x *ScheduleGuard) String() string {
 func (*ScheduleGuard) ProtoMessage() {}
 
 func (x *ScheduleGuard) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4477,7 +4819,7 @@ func (x *ScheduleGuard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleGuard.ProtoReflect.Descriptor instead.
 func (*ScheduleGuard) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{41}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ScheduleGuard) GetQueue() string {
@@ -4500,7 +4842,7 @@ type DeleteSchedule struct {
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4512,7 +4854,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4525,7 +4867,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{42}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteSchedule) GetName() string {
@@ -4565,7 +4907,7 @@ type PauseSchedule struct {
 
 func (x *PauseSchedule) Reset() {
 	*x = PauseSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4577,7 +4919,7 @@ func (x *PauseSchedule) String() string {
 func (*PauseSchedule) ProtoMessage() {}
 
 func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4590,7 +4932,7 @@ func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
 func (*PauseSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{43}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PauseSchedule) GetName() string {
@@ -4636,7 +4978,7 @@ type TriggerSchedule struct {
 
 func (x *TriggerSchedule) Reset() {
 	*x = TriggerSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4648,7 +4990,7 @@ func (x *TriggerSchedule) String() string {
 func (*TriggerSchedule) ProtoMessage() {}
 
 func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4661,7 +5003,7 @@ func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
 func (*TriggerSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{44}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TriggerSchedule) GetName() string {
@@ -4713,7 +5055,7 @@ type MaterialiseSchedules struct {
 
 func (x *MaterialiseSchedules) Reset() {
 	*x = MaterialiseSchedules{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4725,7 +5067,7 @@ func (x *MaterialiseSchedules) String() string {
 func (*MaterialiseSchedules) ProtoMessage() {}
 
 func (x *MaterialiseSchedules) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4738,7 +5080,7 @@ func (x *MaterialiseSchedules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaterialiseSchedules.ProtoReflect.Descriptor instead.
 func (*MaterialiseSchedules) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{45}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MaterialiseSchedules) GetItems() []*ScheduleMaterialisation {
@@ -4769,7 +5111,7 @@ type ScheduleMaterialisation struct {
 
 func (x *ScheduleMaterialisation) Reset() {
 	*x = ScheduleMaterialisation{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4781,7 +5123,7 @@ func (x *ScheduleMaterialisation) String() string {
 func (*ScheduleMaterialisation) ProtoMessage() {}
 
 func (x *ScheduleMaterialisation) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4794,7 +5136,7 @@ func (x *ScheduleMaterialisation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleMaterialisation.ProtoReflect.Descriptor instead.
 func (*ScheduleMaterialisation) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{46}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ScheduleMaterialisation) GetName() string {
@@ -4857,7 +5199,7 @@ type ScheduleOccurrence struct {
 
 func (x *ScheduleOccurrence) Reset() {
 	*x = ScheduleOccurrence{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4869,7 +5211,7 @@ func (x *ScheduleOccurrence) String() string {
 func (*ScheduleOccurrence) ProtoMessage() {}
 
 func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4882,7 +5224,7 @@ func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleOccurrence.ProtoReflect.Descriptor instead.
 func (*ScheduleOccurrence) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{47}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ScheduleOccurrence) GetAtMs() int64 {
@@ -4922,7 +5264,7 @@ type ScheduleSkip struct {
 
 func (x *ScheduleSkip) Reset() {
 	*x = ScheduleSkip{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4934,7 +5276,7 @@ func (x *ScheduleSkip) String() string {
 func (*ScheduleSkip) ProtoMessage() {}
 
 func (x *ScheduleSkip) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4947,7 +5289,7 @@ func (x *ScheduleSkip) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSkip.ProtoReflect.Descriptor instead.
 func (*ScheduleSkip) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{48}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ScheduleSkip) GetReason() ScheduleSkipReason {
@@ -5014,7 +5356,7 @@ type ScheduleHistoryRecord struct {
 
 func (x *ScheduleHistoryRecord) Reset() {
 	*x = ScheduleHistoryRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5026,7 +5368,7 @@ func (x *ScheduleHistoryRecord) String() string {
 func (*ScheduleHistoryRecord) ProtoMessage() {}
 
 func (x *ScheduleHistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5039,7 +5381,7 @@ func (x *ScheduleHistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleHistoryRecord.ProtoReflect.Descriptor instead.
 func (*ScheduleHistoryRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{49}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ScheduleHistoryRecord) GetAtMs() int64 {
@@ -5152,7 +5494,7 @@ type ScheduleRecord struct {
 
 func (x *ScheduleRecord) Reset() {
 	*x = ScheduleRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5164,7 +5506,7 @@ func (x *ScheduleRecord) String() string {
 func (*ScheduleRecord) ProtoMessage() {}
 
 func (x *ScheduleRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5177,7 +5519,7 @@ func (x *ScheduleRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRecord.ProtoReflect.Descriptor instead.
 func (*ScheduleRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{50}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ScheduleRecord) GetName() string {
@@ -5331,7 +5673,7 @@ var File_coord_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\x86\r\n" +
+	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\xd0\r\n" +
 	"\aCommand\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.coord.fsm.v1.CommandTypeR\x04type\x12\x15\n" +
 	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12\x1f\n" +
@@ -5367,7 +5709,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0epause_schedule\x18\x1f \x01(\v2\x1b.coord.fsm.v1.PauseScheduleH\x00R\rpauseSchedule\x12J\n" +
 	"\x10trigger_schedule\x18  \x01(\v2\x1d.coord.fsm.v1.TriggerScheduleH\x00R\x0ftriggerSchedule\x12Y\n" +
 	"\x15materialise_schedules\x18! \x01(\v2\".coord.fsm.v1.MaterialiseSchedulesH\x00R\x14materialiseSchedules\x12H\n" +
-	"\x10set_queue_target\x18\" \x01(\v2\x1c.coord.fsm.v1.SetQueueTargetH\x00R\x0esetQueueTargetB\x06\n" +
+	"\x10set_queue_target\x18\" \x01(\v2\x1c.coord.fsm.v1.SetQueueTargetH\x00R\x0esetQueueTarget\x12H\n" +
+	"\x10set_queue_limits\x18( \x01(\v2\x1c.coord.fsm.v1.SetQueueLimitsH\x00R\x0esetQueueLimitsB\x06\n" +
 	"\x04body\":\n" +
 	"\x05Batch\x121\n" +
 	"\bcommands\x18\x01 \x03(\v2\x15.coord.fsm.v1.CommandR\bcommands\"\x06\n" +
@@ -5445,7 +5788,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fRemoveMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"8\n" +
 	"\vRegisterJob\x12)\n" +
-	"\x03job\x18\x01 \x01(\v2\x17.coord.fsm.v1.JobRecordR\x03job\"\xe8\x03\n" +
+	"\x03job\x18\x01 \x01(\v2\x17.coord.fsm.v1.JobRecordR\x03job\"\x86\x04\n" +
 	"\fQueueJobSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -5461,7 +5804,9 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"unique_key\x18\v \x01(\tR\tuniqueKey\x12.\n" +
 	"\x06labels\x18\f \x03(\v2\x16.coord.fsm.v1.JobLabelR\x06labels\x120\n" +
-	"\x06target\x18\r \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\"\xc4\x01\n" +
+	"\x06target\x18\r \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\x12\x1c\n" +
+	"\n" +
+	"max_run_ms\x18( \x01(\x03R\bmaxRunMs\"\xc4\x01\n" +
 	"\n" +
 	"HttpTarget\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
@@ -5476,7 +5821,31 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06target\x18\x02 \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\x12\x1a\n" +
 	"\bidentity\x18\x03 \x01(\tR\bidentity\x12\x1d\n" +
 	"\n" +
-	"spec_rules\x18\x04 \x01(\rR\tspecRules\"\x9e\x01\n" +
+	"spec_rules\x18\x04 \x01(\rR\tspecRules\"y\n" +
+	"\x0eSetQueueLimits\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x125\n" +
+	"\x06limits\x18\x02 \x01(\v2\x1d.coord.fsm.v1.QueueLimitsSpecR\x06limits\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\"\xb5\x01\n" +
+	"\x0fQueueLimitsSpec\x12 \n" +
+	"\vconcurrency\x18\x01 \x01(\rR\vconcurrency\x12-\n" +
+	"\x05kinds\x18\x02 \x03(\v2\x17.coord.fsm.v1.KindLimitR\x05kinds\x12\x1d\n" +
+	"\n" +
+	"rate_milli\x18\x03 \x01(\rR\trateMilli\x12\x14\n" +
+	"\x05burst\x18\x04 \x01(\rR\x05burst\x12\x1c\n" +
+	"\n" +
+	"max_run_ms\x18\x05 \x01(\x03R\bmaxRunMs\"A\n" +
+	"\tKindLimit\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12 \n" +
+	"\vconcurrency\x18\x02 \x01(\rR\vconcurrency\"\xe8\x01\n" +
+	"\x11QueueLimitsRecord\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x125\n" +
+	"\x06limits\x18\x02 \x01(\v2\x1d.coord.fsm.v1.QueueLimitsSpecR\x06limits\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\x03 \x01(\tR\tupdatedBy\x12\"\n" +
+	"\rupdated_at_ms\x18\x04 \x01(\x03R\vupdatedAtMs\x12!\n" +
+	"\ftokens_micro\x18\x05 \x01(\x03R\vtokensMicro\x12 \n" +
+	"\ftokens_at_ms\x18\x06 \x01(\x03R\n" +
+	"tokensAtMs\"\x9e\x01\n" +
 	"\x11QueueTargetRecord\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x120\n" +
 	"\x06target\x18\x02 \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\x12\x1d\n" +
@@ -5541,7 +5910,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\"@\n" +
 	"\tRetryJobs\x12\x17\n" +
 	"\ajob_ids\x18\x01 \x03(\x04R\x06jobIds\x12\x1a\n" +
-	"\bidentity\x18\x02 \x01(\tR\bidentity\"\xd8\x04\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\"\x9e\x05\n" +
 	"\x0eSnapshotRecord\x120\n" +
 	"\x04meta\x18\x01 \x01(\v2\x1a.coord.fsm.v1.SnapshotMetaH\x00R\x04meta\x121\n" +
 	"\x05lease\x18\x02 \x01(\v2\x19.coord.fsm.v1.LeaseRecordH\x00R\x05lease\x124\n" +
@@ -5553,7 +5922,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tqueue_job\x18\b \x01(\v2\x1c.coord.fsm.v1.QueueJobRecordH\x00R\bqueueJob\x12:\n" +
 	"\bschedule\x18\t \x01(\v2\x1c.coord.fsm.v1.ScheduleRecordH\x00R\bschedule\x12D\n" +
 	"\fqueue_target\x18\n" +
-	" \x01(\v2\x1f.coord.fsm.v1.QueueTargetRecordH\x00R\vqueueTargetB\b\n" +
+	" \x01(\v2\x1f.coord.fsm.v1.QueueTargetRecordH\x00R\vqueueTarget\x12D\n" +
+	"\fqueue_limits\x18( \x01(\v2\x1f.coord.fsm.v1.QueueLimitsRecordH\x00R\vqueueLimitsB\b\n" +
 	"\x06record\"\xe4\x02\n" +
 	"\fSnapshotMeta\x12\x19\n" +
 	"\bclock_ms\x18\x01 \x01(\x03R\aclockMs\x12\x16\n" +
@@ -5651,7 +6021,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0efinished_at_ms\x18\a \x01(\x03R\ffinishedAtMs\x12\x1a\n" +
 	"\battempts\x18\b \x01(\rR\battempts\x12?\n" +
 	"\vattempt_log\x18\t \x03(\v2\x1e.coord.fsm.v1.JobAttemptRecordR\n" +
-	"attemptLog\"\xad\x03\n" +
+	"attemptLog\"\xcf\x03\n" +
 	"\x10JobAttemptRecord\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x126\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x1c.coord.fsm.v1.AttemptOutcomeR\aoutcome\x12\x1b\n" +
@@ -5668,7 +6038,9 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06result\x18\n" +
 	" \x01(\fR\x06result\x12'\n" +
 	"\x0fdelivery_status\x18\v \x01(\rR\x0edeliveryStatus\x12.\n" +
-	"\x13delivery_latency_ms\x18\f \x01(\x03R\x11deliveryLatencyMs\"\xb7\x03\n" +
+	"\x13delivery_latency_ms\x18\f \x01(\x03R\x11deliveryLatencyMs\x12 \n" +
+	"\frun_until_ms\x18( \x01(\x03R\n" +
+	"runUntilMs\"\xb7\x03\n" +
 	"\fScheduleSpec\x12\x12\n" +
 	"\x04expr\x18\x01 \x01(\tR\x04expr\x12\x1b\n" +
 	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\x12,\n" +
@@ -5774,7 +6146,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fjobs_created\x18\x12 \x01(\x04R\vjobsCreated\x12/\n" +
 	"\x13occurrences_skipped\x18\x13 \x01(\x04R\x12occurrencesSkipped\x12=\n" +
 	"\ahistory\x18\x14 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\ahistory\x129\n" +
-	"\x05skips\x18\x15 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\x05skips*\x9e\x06\n" +
+	"\x05skips\x18\x15 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\x05skips*\xc1\x06\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11COMMAND_TYPE_TICK\x10\x01\x12\x18\n" +
@@ -5802,7 +6174,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x1bCOMMAND_TYPE_PAUSE_SCHEDULE\x10\x16\x12!\n" +
 	"\x1dCOMMAND_TYPE_TRIGGER_SCHEDULE\x10\x17\x12&\n" +
 	"\"COMMAND_TYPE_MATERIALISE_SCHEDULES\x10\x18\x12!\n" +
-	"\x1dCOMMAND_TYPE_SET_QUEUE_TARGET\x10\x19*\xcd\x01\n" +
+	"\x1dCOMMAND_TYPE_SET_QUEUE_TARGET\x10\x19\x12!\n" +
+	"\x1dCOMMAND_TYPE_SET_QUEUE_LIMITS\x10\x1e*\xcd\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x17\n" +
@@ -5850,7 +6223,7 @@ func file_coord_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                // 0: coord.fsm.v1.CommandType
 	(JobState)(0),                   // 1: coord.fsm.v1.JobState
@@ -5874,41 +6247,45 @@ var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(*QueueJobSpec)(nil),            // 19: coord.fsm.v1.QueueJobSpec
 	(*HttpTarget)(nil),              // 20: coord.fsm.v1.HttpTarget
 	(*SetQueueTarget)(nil),          // 21: coord.fsm.v1.SetQueueTarget
-	(*QueueTargetRecord)(nil),       // 22: coord.fsm.v1.QueueTargetRecord
-	(*HttpHeader)(nil),              // 23: coord.fsm.v1.HttpHeader
-	(*JobLabel)(nil),                // 24: coord.fsm.v1.JobLabel
-	(*SubmitJobs)(nil),              // 25: coord.fsm.v1.SubmitJobs
-	(*FetchJobs)(nil),               // 26: coord.fsm.v1.FetchJobs
-	(*JobAttemptRef)(nil),           // 27: coord.fsm.v1.JobAttemptRef
-	(*HeartbeatJobs)(nil),           // 28: coord.fsm.v1.HeartbeatJobs
-	(*CompleteJobs)(nil),            // 29: coord.fsm.v1.CompleteJobs
-	(*JobCompletion)(nil),           // 30: coord.fsm.v1.JobCompletion
-	(*FailJobs)(nil),                // 31: coord.fsm.v1.FailJobs
-	(*JobFailure)(nil),              // 32: coord.fsm.v1.JobFailure
-	(*CancelJobs)(nil),              // 33: coord.fsm.v1.CancelJobs
-	(*RetryJobs)(nil),               // 34: coord.fsm.v1.RetryJobs
-	(*SnapshotRecord)(nil),          // 35: coord.fsm.v1.SnapshotRecord
-	(*SnapshotMeta)(nil),            // 36: coord.fsm.v1.SnapshotMeta
-	(*LeaseRecord)(nil),             // 37: coord.fsm.v1.LeaseRecord
-	(*WindowRecord)(nil),            // 38: coord.fsm.v1.WindowRecord
-	(*ResourceRecord)(nil),          // 39: coord.fsm.v1.ResourceRecord
-	(*IdempotencyRecord)(nil),       // 40: coord.fsm.v1.IdempotencyRecord
-	(*MemberRecord)(nil),            // 41: coord.fsm.v1.MemberRecord
-	(*JobRecord)(nil),               // 42: coord.fsm.v1.JobRecord
-	(*QueueJobRecord)(nil),          // 43: coord.fsm.v1.QueueJobRecord
-	(*JobAttemptRecord)(nil),        // 44: coord.fsm.v1.JobAttemptRecord
-	(*ScheduleSpec)(nil),            // 45: coord.fsm.v1.ScheduleSpec
-	(*PutSchedule)(nil),             // 46: coord.fsm.v1.PutSchedule
-	(*ScheduleGuard)(nil),           // 47: coord.fsm.v1.ScheduleGuard
-	(*DeleteSchedule)(nil),          // 48: coord.fsm.v1.DeleteSchedule
-	(*PauseSchedule)(nil),           // 49: coord.fsm.v1.PauseSchedule
-	(*TriggerSchedule)(nil),         // 50: coord.fsm.v1.TriggerSchedule
-	(*MaterialiseSchedules)(nil),    // 51: coord.fsm.v1.MaterialiseSchedules
-	(*ScheduleMaterialisation)(nil), // 52: coord.fsm.v1.ScheduleMaterialisation
-	(*ScheduleOccurrence)(nil),      // 53: coord.fsm.v1.ScheduleOccurrence
-	(*ScheduleSkip)(nil),            // 54: coord.fsm.v1.ScheduleSkip
-	(*ScheduleHistoryRecord)(nil),   // 55: coord.fsm.v1.ScheduleHistoryRecord
-	(*ScheduleRecord)(nil),          // 56: coord.fsm.v1.ScheduleRecord
+	(*SetQueueLimits)(nil),          // 22: coord.fsm.v1.SetQueueLimits
+	(*QueueLimitsSpec)(nil),         // 23: coord.fsm.v1.QueueLimitsSpec
+	(*KindLimit)(nil),               // 24: coord.fsm.v1.KindLimit
+	(*QueueLimitsRecord)(nil),       // 25: coord.fsm.v1.QueueLimitsRecord
+	(*QueueTargetRecord)(nil),       // 26: coord.fsm.v1.QueueTargetRecord
+	(*HttpHeader)(nil),              // 27: coord.fsm.v1.HttpHeader
+	(*JobLabel)(nil),                // 28: coord.fsm.v1.JobLabel
+	(*SubmitJobs)(nil),              // 29: coord.fsm.v1.SubmitJobs
+	(*FetchJobs)(nil),               // 30: coord.fsm.v1.FetchJobs
+	(*JobAttemptRef)(nil),           // 31: coord.fsm.v1.JobAttemptRef
+	(*HeartbeatJobs)(nil),           // 32: coord.fsm.v1.HeartbeatJobs
+	(*CompleteJobs)(nil),            // 33: coord.fsm.v1.CompleteJobs
+	(*JobCompletion)(nil),           // 34: coord.fsm.v1.JobCompletion
+	(*FailJobs)(nil),                // 35: coord.fsm.v1.FailJobs
+	(*JobFailure)(nil),              // 36: coord.fsm.v1.JobFailure
+	(*CancelJobs)(nil),              // 37: coord.fsm.v1.CancelJobs
+	(*RetryJobs)(nil),               // 38: coord.fsm.v1.RetryJobs
+	(*SnapshotRecord)(nil),          // 39: coord.fsm.v1.SnapshotRecord
+	(*SnapshotMeta)(nil),            // 40: coord.fsm.v1.SnapshotMeta
+	(*LeaseRecord)(nil),             // 41: coord.fsm.v1.LeaseRecord
+	(*WindowRecord)(nil),            // 42: coord.fsm.v1.WindowRecord
+	(*ResourceRecord)(nil),          // 43: coord.fsm.v1.ResourceRecord
+	(*IdempotencyRecord)(nil),       // 44: coord.fsm.v1.IdempotencyRecord
+	(*MemberRecord)(nil),            // 45: coord.fsm.v1.MemberRecord
+	(*JobRecord)(nil),               // 46: coord.fsm.v1.JobRecord
+	(*QueueJobRecord)(nil),          // 47: coord.fsm.v1.QueueJobRecord
+	(*JobAttemptRecord)(nil),        // 48: coord.fsm.v1.JobAttemptRecord
+	(*ScheduleSpec)(nil),            // 49: coord.fsm.v1.ScheduleSpec
+	(*PutSchedule)(nil),             // 50: coord.fsm.v1.PutSchedule
+	(*ScheduleGuard)(nil),           // 51: coord.fsm.v1.ScheduleGuard
+	(*DeleteSchedule)(nil),          // 52: coord.fsm.v1.DeleteSchedule
+	(*PauseSchedule)(nil),           // 53: coord.fsm.v1.PauseSchedule
+	(*TriggerSchedule)(nil),         // 54: coord.fsm.v1.TriggerSchedule
+	(*MaterialiseSchedules)(nil),    // 55: coord.fsm.v1.MaterialiseSchedules
+	(*ScheduleMaterialisation)(nil), // 56: coord.fsm.v1.ScheduleMaterialisation
+	(*ScheduleOccurrence)(nil),      // 57: coord.fsm.v1.ScheduleOccurrence
+	(*ScheduleSkip)(nil),            // 58: coord.fsm.v1.ScheduleSkip
+	(*ScheduleHistoryRecord)(nil),   // 59: coord.fsm.v1.ScheduleHistoryRecord
+	(*ScheduleRecord)(nil),          // 60: coord.fsm.v1.ScheduleRecord
 }
 var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: coord.fsm.v1.Command.type:type_name -> coord.fsm.v1.CommandType
@@ -5924,66 +6301,71 @@ var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	17, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
 	18, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
 	7,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
-	25, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
-	26, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
-	28, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
-	29, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
-	31, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
-	33, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
-	34, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
-	46, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
-	48, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
-	49, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
-	50, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
-	51, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
+	29, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
+	30, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
+	32, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
+	33, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
+	35, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
+	37, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
+	38, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
+	50, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
+	52, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
+	53, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
+	54, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
+	55, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
 	21, // 25: coord.fsm.v1.Command.set_queue_target:type_name -> coord.fsm.v1.SetQueueTarget
-	6,  // 26: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
-	9,  // 27: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
-	42, // 28: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
-	24, // 29: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
-	20, // 30: coord.fsm.v1.QueueJobSpec.target:type_name -> coord.fsm.v1.HttpTarget
-	23, // 31: coord.fsm.v1.HttpTarget.headers:type_name -> coord.fsm.v1.HttpHeader
-	20, // 32: coord.fsm.v1.SetQueueTarget.target:type_name -> coord.fsm.v1.HttpTarget
-	20, // 33: coord.fsm.v1.QueueTargetRecord.target:type_name -> coord.fsm.v1.HttpTarget
-	19, // 34: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
-	27, // 35: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
-	30, // 36: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
-	32, // 37: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
-	36, // 38: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
-	37, // 39: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
-	38, // 40: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
-	39, // 41: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
-	40, // 42: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
-	41, // 43: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
-	42, // 44: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
-	43, // 45: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
-	56, // 46: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
-	22, // 47: coord.fsm.v1.SnapshotRecord.queue_target:type_name -> coord.fsm.v1.QueueTargetRecord
-	19, // 48: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
-	1,  // 49: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
-	44, // 50: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
-	2,  // 51: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
-	19, // 52: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
-	3,  // 53: coord.fsm.v1.ScheduleSpec.overlap:type_name -> coord.fsm.v1.ScheduleOverlap
-	4,  // 54: coord.fsm.v1.ScheduleSpec.dst_policy:type_name -> coord.fsm.v1.ScheduleDstPolicy
-	45, // 55: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	47, // 56: coord.fsm.v1.PutSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	47, // 57: coord.fsm.v1.DeleteSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	47, // 58: coord.fsm.v1.PauseSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	47, // 59: coord.fsm.v1.TriggerSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	52, // 60: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
-	53, // 61: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
-	54, // 62: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
-	5,  // 63: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
-	5,  // 64: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
-	45, // 65: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	55, // 66: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	55, // 67: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	68, // [68:68] is the sub-list for method output_type
-	68, // [68:68] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	22, // 26: coord.fsm.v1.Command.set_queue_limits:type_name -> coord.fsm.v1.SetQueueLimits
+	6,  // 27: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
+	9,  // 28: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
+	46, // 29: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
+	28, // 30: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
+	20, // 31: coord.fsm.v1.QueueJobSpec.target:type_name -> coord.fsm.v1.HttpTarget
+	27, // 32: coord.fsm.v1.HttpTarget.headers:type_name -> coord.fsm.v1.HttpHeader
+	20, // 33: coord.fsm.v1.SetQueueTarget.target:type_name -> coord.fsm.v1.HttpTarget
+	23, // 34: coord.fsm.v1.SetQueueLimits.limits:type_name -> coord.fsm.v1.QueueLimitsSpec
+	24, // 35: coord.fsm.v1.QueueLimitsSpec.kinds:type_name -> coord.fsm.v1.KindLimit
+	23, // 36: coord.fsm.v1.QueueLimitsRecord.limits:type_name -> coord.fsm.v1.QueueLimitsSpec
+	20, // 37: coord.fsm.v1.QueueTargetRecord.target:type_name -> coord.fsm.v1.HttpTarget
+	19, // 38: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
+	31, // 39: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
+	34, // 40: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
+	36, // 41: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
+	40, // 42: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
+	41, // 43: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
+	42, // 44: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
+	43, // 45: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
+	44, // 46: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
+	45, // 47: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
+	46, // 48: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
+	47, // 49: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
+	60, // 50: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
+	26, // 51: coord.fsm.v1.SnapshotRecord.queue_target:type_name -> coord.fsm.v1.QueueTargetRecord
+	25, // 52: coord.fsm.v1.SnapshotRecord.queue_limits:type_name -> coord.fsm.v1.QueueLimitsRecord
+	19, // 53: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
+	1,  // 54: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
+	48, // 55: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
+	2,  // 56: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
+	19, // 57: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
+	3,  // 58: coord.fsm.v1.ScheduleSpec.overlap:type_name -> coord.fsm.v1.ScheduleOverlap
+	4,  // 59: coord.fsm.v1.ScheduleSpec.dst_policy:type_name -> coord.fsm.v1.ScheduleDstPolicy
+	49, // 60: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	51, // 61: coord.fsm.v1.PutSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	51, // 62: coord.fsm.v1.DeleteSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	51, // 63: coord.fsm.v1.PauseSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	51, // 64: coord.fsm.v1.TriggerSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	56, // 65: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
+	57, // 66: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
+	58, // 67: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
+	5,  // 68: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
+	5,  // 69: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
+	49, // 70: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	59, // 71: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	59, // 72: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	73, // [73:73] is the sub-list for method output_type
+	73, // [73:73] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_coord_fsm_v1_fsm_proto_init() }
@@ -6017,9 +6399,10 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*Command_TriggerSchedule)(nil),
 		(*Command_MaterialiseSchedules)(nil),
 		(*Command_SetQueueTarget)(nil),
+		(*Command_SetQueueLimits)(nil),
 	}
 	file_coord_fsm_v1_fsm_proto_msgTypes[4].OneofWrappers = []any{}
-	file_coord_fsm_v1_fsm_proto_msgTypes[29].OneofWrappers = []any{
+	file_coord_fsm_v1_fsm_proto_msgTypes[33].OneofWrappers = []any{
 		(*SnapshotRecord_Meta)(nil),
 		(*SnapshotRecord_Lease)(nil),
 		(*SnapshotRecord_Window)(nil),
@@ -6030,6 +6413,7 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*SnapshotRecord_QueueJob)(nil),
 		(*SnapshotRecord_Schedule)(nil),
 		(*SnapshotRecord_QueueTarget)(nil),
+		(*SnapshotRecord_QueueLimits)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6037,7 +6421,7 @@ func file_coord_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_fsm_v1_fsm_proto_rawDesc), len(file_coord_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   51,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
