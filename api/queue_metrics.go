@@ -119,7 +119,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	stats := st.QueueStats("", c.s.node.Calendar())
-	collectLimits(ch, st) // queue_limits.go
+	collectLimits(ch, st)            // queue_limits.go
 	if len(stats) > MaxQueueSeries { // sorted by name: the rest are summed
 		other := fsm.QueueStats{Queue: otherQueues}
 		for _, x := range stats[MaxQueueSeries:] {
