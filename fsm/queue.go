@@ -95,6 +95,7 @@ type QueueJob struct {
 	BackoffMs    int64 // initial
 	BackoffMaxMs int64
 	VisibilityMs int64
+	MaxRunMs     int64 // 0: the queue's default at each claim, else none
 	CreatedAt    int64
 	UpdatedAt    int64
 	FinishedAt   int64 // 0 unless final
@@ -134,6 +135,9 @@ type Attempt struct {
 	// status and latency (0 for a pull worker's attempt).
 	DeliveryStatus    uint32
 	DeliveryLatencyMs int64
+	// RunUntil: when max_run ends the attempt (0: no bound); Deadline
+	// never passes it.
+	RunUntil int64
 }
 
 // Current is the live attempt of a running job.
@@ -258,6 +262,8 @@ func checkJobSpec(s *fsmv1.QueueJobSpec, rules uint32) (field, problem string) {
 		return "unique_key", fmt.Sprintf("is %d bytes; the limit is %d", len(s.GetUniqueKey()), MaxUniqueKeyBytes)
 	case len(s.GetLabels()) > MaxJobLabels:
 		return "labels", fmt.Sprintf("%d labels; the limit is %d", len(s.GetLabels()), MaxJobLabels)
+	case s.GetMaxRunMs() < 0 || s.GetMaxRunMs() > MaxRunMs:
+		return "max_run", fmt.Sprintf("%s is outside [0s, %s]", Dur(s.GetMaxRunMs()), Dur(MaxRunMs))
 	}
 	if text {
 		for _, f := range []struct{ name, v string }{{"queue", s.GetQueue()}, {"kind", s.GetKind()}, {"unique_key", s.GetUniqueKey()}} {
@@ -661,6 +667,10 @@ func (s *state) advanceQueue(cal int64) {
 func (s *state) lapse(j *QueueJob, cal int64) {
 	n := j.withLog()
 	a := &n.Log[len(n.Log)-1]
+	if ranOut(a) {
+		s.runOut(j, n, a, cal) // max_run (queue_maxrun.go)
+		return
+	}
 	a.Outcome, a.FinishedAt = AttemptLapsed, a.Deadline
 	a.Error = fmt.Sprintf("visibility timeout: no heartbeat from worker %q for %d ms", a.WorkerID, n.VisibilityMs)
 	n.UpdatedAt = cal

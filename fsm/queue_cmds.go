@@ -82,7 +82,7 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 			VisibilityMs: sp.GetVisibilityTimeoutMs(), CreatedAt: cal, UpdatedAt: cal, Queue: sp.GetQueue(), Kind: sp.GetKind(),
 			UniqueKey: sp.GetUniqueKey(), Identity: c.GetIdentity(), Args: sp.GetArgs(), Labels: sortedLabels(sp.GetLabels()),
 			Priority: sp.GetPriority(), MaxAttempts: sp.GetMaxAttempts(), BackoffPermille: sp.GetBackoffFactorPermille(),
-			State: JobScheduled, Target: s.jobTarget(sp.GetQueue(), sp.GetTarget()),
+			State: JobScheduled, Target: s.jobTarget(sp.GetQueue(), sp.GetTarget()), MaxRunMs: sp.GetMaxRunMs(),
 		}
 		if j.RunAt == 0 {
 			j.RunAt = cal
@@ -236,6 +236,7 @@ func (s *state) claim(j *QueueJob, cal int64, worker, identity string) *QueueJob
 	n.Attempts++
 	n.Log = append(n.Log, Attempt{Number: n.Attempts, Outcome: AttemptRunning, StartedAt: cal, Deadline: cal + n.VisibilityMs,
 		WorkerID: worker, Identity: identity})
+	s.boundRun(n, &n.Log[len(n.Log)-1], cal) // max_run (queue_maxrun.go)
 	n.State, n.UpdatedAt = JobRunning, cal
 	s.replaceJob(j, n)
 	s.qidx.counts(n.Queue).Attempts++
@@ -271,6 +272,9 @@ func checkAttempt(j *QueueJob, id uint64, n uint32, worker, identity string) *Re
 // is not live.
 func attemptOver(j *QueueJob, n uint32, a *Attempt, meta map[string]string) *Rejection {
 	switch {
+	case a != nil && a.Outcome == AttemptLapsed && ranOut(a):
+		return reject(coorderr.AttemptExpired, meta, "attempt %d of job %d ended at %d: max_run exceeded (%d ms after its start); the job was handed on",
+			n, j.ID, a.Deadline, a.RunUntil-a.StartedAt)
 	case a != nil && a.Outcome == AttemptLapsed:
 		return reject(coorderr.AttemptExpired, meta, "attempt %d of job %d expired at %d: no heartbeat within the visibility timeout (%d ms); the job was handed on",
 			n, j.ID, a.Deadline, j.VisibilityMs)
@@ -306,7 +310,7 @@ func (s *state) heartbeatJobs(cal int64, c *fsmv1.HeartbeatJobs) any {
 		}
 		return j, nil
 	}, func(_ *fsmv1.JobAttemptRef, n *QueueJob, a *Attempt) {
-		a.Deadline = max(a.Deadline, cal+n.VisibilityMs)
+		a.Deadline = runBound(a, max(a.Deadline, cal+n.VisibilityMs)) // never past max_run
 		a.Heartbeats++
 		n.UpdatedAt = cal
 	})

@@ -12,7 +12,7 @@ func queueJobRecord(j *QueueJob) *fsmv1.QueueJobRecord {
 		Spec: &fsmv1.QueueJobSpec{
 			Queue: j.Queue, Kind: j.Kind, Args: j.Args, RunAtMs: j.RunAt, Priority: j.Priority, MaxAttempts: j.MaxAttempts,
 			BackoffInitialMs: j.BackoffMs, BackoffMaxMs: j.BackoffMaxMs, BackoffFactorPermille: j.BackoffPermille,
-			VisibilityTimeoutMs: j.VisibilityMs, UniqueKey: j.UniqueKey, Target: j.Target,
+			VisibilityTimeoutMs: j.VisibilityMs, UniqueKey: j.UniqueKey, Target: j.Target, MaxRunMs: j.MaxRunMs,
 		},
 		State: fsmv1.JobState(j.State), Identity: j.Identity, CreatedAtMs: j.CreatedAt, UpdatedAtMs: j.UpdatedAt,
 		FinishedAtMs: j.FinishedAt, Attempts: j.Attempts,
@@ -24,7 +24,7 @@ func queueJobRecord(j *QueueJob) *fsmv1.QueueJobRecord {
 		r.AttemptLog = append(r.AttemptLog, &fsmv1.JobAttemptRecord{
 			Number: a.Number, Outcome: fsmv1.AttemptOutcome(a.Outcome), WorkerId: a.WorkerID, Identity: a.Identity,
 			StartedAtMs: a.StartedAt, DeadlineMs: a.Deadline, FinishedAtMs: a.FinishedAt, Heartbeats: a.Heartbeats,
-			Error: a.Error, Result: a.Result, DeliveryStatus: a.DeliveryStatus, DeliveryLatencyMs: a.DeliveryLatencyMs,
+			Error: a.Error, Result: a.Result, DeliveryStatus: a.DeliveryStatus, DeliveryLatencyMs: a.DeliveryLatencyMs, RunUntilMs: a.RunUntil,
 		})
 	}
 	return r
@@ -41,7 +41,7 @@ func queueJobFromRecord(r *fsmv1.QueueJobRecord) (*QueueJob, error) {
 		FinishedAt: r.GetFinishedAtMs(), Queue: sp.GetQueue(), Kind: sp.GetKind(), UniqueKey: sp.GetUniqueKey(),
 		Identity: r.GetIdentity(), Args: sp.GetArgs(), Labels: sortedLabels(sp.GetLabels()), Priority: sp.GetPriority(),
 		MaxAttempts: sp.GetMaxAttempts(), Attempts: r.GetAttempts(), BackoffPermille: sp.GetBackoffFactorPermille(),
-		State: JobState(r.GetState()), Target: sp.GetTarget(),
+		State: JobState(r.GetState()), Target: sp.GetTarget(), MaxRunMs: sp.GetMaxRunMs(),
 	}
 	if len(r.GetAttemptLog()) > 0 {
 		j.Log = make([]Attempt, len(r.GetAttemptLog()))
@@ -50,7 +50,7 @@ func queueJobFromRecord(r *fsmv1.QueueJobRecord) (*QueueJob, error) {
 		j.Log[i] = Attempt{Number: a.GetNumber(), Outcome: AttemptOutcome(a.GetOutcome()), Heartbeats: a.GetHeartbeats(),
 			StartedAt: a.GetStartedAtMs(), Deadline: a.GetDeadlineMs(), FinishedAt: a.GetFinishedAtMs(), WorkerID: a.GetWorkerId(),
 			Identity: a.GetIdentity(), Error: a.GetError(), Result: a.GetResult(), DeliveryStatus: a.GetDeliveryStatus(),
-			DeliveryLatencyMs: a.GetDeliveryLatencyMs()}
+			DeliveryLatencyMs: a.GetDeliveryLatencyMs(), RunUntil: a.GetRunUntilMs()}
 	}
 	switch {
 	case j.ID == 0:
