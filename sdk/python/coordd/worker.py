@@ -68,6 +68,13 @@ class JobContext:
         self.margin = margin_for(self.vt)
         self._mu = threading.Lock()
         self._deadline = sent + self.vt - self.margin
+        # max_run: the attempt ends at its start + max_run, heartbeats or
+        # not; the local deadline never passes sent + max_run - its margin.
+        self.run_end: Optional[float] = None
+        if attempt.run_until is not None and attempt.started_at is not None:
+            mr = (attempt.run_until - attempt.started_at).total_seconds()
+            self.run_end = sent + mr - margin_for(mr)
+            self._deadline = min(self._deadline, self.run_end)
         self.next_heartbeat = sent + self.vt / 3
         self.state = "running"  # running, reporting, lost, handed-back, done
 
@@ -89,6 +96,8 @@ class JobContext:
     def extend(self, sent: float) -> None:
         with self._mu:
             self._deadline = max(self._deadline, sent + self.vt - self.margin)
+            if self.run_end is not None:
+                self._deadline = min(self._deadline, self.run_end)
             self.next_heartbeat = sent + self.vt / 3
 
     def check(self) -> None:
@@ -109,6 +118,10 @@ class JobContext:
             raise
 
     def _expire(self) -> None:
+        if self.run_end is not None and self.deadline >= self.run_end:
+            self.end(errors.AttemptLost(f"job {self.job.id} attempt {self.attempt}: max_run exceeded: the server ends "
+                                        "the attempt now", code="FAILED_PRECONDITION", reason="MAX_RUN_EXCEEDED"))
+            return
         self.end(errors.AttemptLost(f"job {self.job.id} attempt {self.attempt}: no heartbeat acknowledged before "
                                     "the local deadline", code="FAILED_PRECONDITION", reason="LOCAL_DEADLINE"))
 

@@ -63,8 +63,18 @@ class Claim {
   deadlineTimer?: NodeJS.Timeout;
   hbTimer?: NodeJS.Timeout;
   state: "running" | "reporting" | "over" = "running";
-  constructor(readonly job: Job, readonly vt: number, sent: number) {
+  /** max_run: the local deadline never passes sent + max_run - its margin (the server ends the attempt then, heartbeats or not). */
+  readonly runEnd?: number;
+  constructor(readonly job: Job, readonly vt: number, sent: number, runUntil?: Date, startedAt?: Date) {
     this.deadlineAt = sent + vt - marginFor(vt);
+    if (runUntil instanceof Date && startedAt instanceof Date) {
+      const mr = runUntil.getTime() - startedAt.getTime();
+      this.runEnd = sent + mr - marginFor(mr);
+      this.deadlineAt = Math.min(this.deadlineAt, this.runEnd);
+    }
+  }
+  bounded(at: number): number {
+    return this.runEnd === undefined ? at : Math.min(at, this.runEnd);
   }
   get token(): string {
     return `job:${this.job.id}:${this.job.attempt}`;
@@ -172,7 +182,7 @@ export class Worker {
       delay = 100;
       for (const cj of r.jobs ?? []) {
         const job: Job = { ...cj.job, attempt: cj.attempt?.number };
-        const cl = new Claim(job, job.visibility_timeout || DEFAULT_VISIBILITY_MS, sent);
+        const cl = new Claim(job, job.visibility_timeout || DEFAULT_VISIBILITY_MS, sent, cj.attempt?.run_until as any, cj.attempt?.started_at as any);
         this.free.set(queue, this.free.get(queue)! - 1);
         this.register(cl, sent);
         if (this.stopping) {
@@ -293,7 +303,9 @@ export class Worker {
       if (this.claims.has(cl)) this.armDeadline(cl);
       return true;
     }
-    if (cl.state === "running") {
+    if (cl.state === "running" && cl.runEnd !== undefined && cl.deadlineAt >= cl.runEnd) {
+      this.over(cl, claimLost(`job ${cl.job.id} attempt ${cl.job.attempt}: max_run exceeded: the server ends the attempt now`, undefined, "MAX_RUN_EXCEEDED"));
+    } else if (cl.state === "running") {
       this.over(cl, claimLost(`job ${cl.job.id} attempt ${cl.job.attempt}: no heartbeat acknowledged before the local deadline`));
     }
     return false;
@@ -345,7 +357,7 @@ export class Worker {
           new CoorddError({ code: "FAILED_PRECONDITION", ...res.error })));
         return;
       }
-      const d = sent + cl.vt - marginFor(cl.vt);
+      const d = cl.bounded(sent + cl.vt - marginFor(cl.vt));
       if (d > cl.deadlineAt) cl.deadlineAt = d;
       this.armDeadline(cl);
       this.scheduleHeartbeat(cl, sent);
@@ -358,9 +370,9 @@ function errorText(e: unknown): string {
   return s.slice(0, MAX_ERROR_TEXT);
 }
 
-function claimLost(message: string, cause?: unknown): CoorddError {
+function claimLost(message: string, cause?: unknown, reason = "CLAIM_LOST"): CoorddError {
   const c = cause instanceof CoorddError ? cause : undefined;
-  return new CoorddError({ code: c?.code ?? "FAILED_PRECONDITION", reason: "CLAIM_LOST", message, metadata: c?.metadata, cause });
+  return new CoorddError({ code: c?.code ?? "FAILED_PRECONDITION", reason, message, metadata: c?.metadata, cause });
 }
 
 function shutdownError(message: string): CoorddError {

@@ -267,6 +267,31 @@ describe("conformance", () => {
     await c.jobs.cancel(hang.id);
   });
 
+  it("max_run_ends_handler", async () => {
+    const queue = "conf-maxrun";
+    const w = c.worker({ id: "maxrun", queues: { [queue]: 1 }, pollWaitMs: 500 });
+    let startedAt = 0, endedAt = 0, reason = "";
+    w.handle("long", async (_job, { signal }) => {
+      startedAt = Date.now();
+      await new Promise((r) => signal.addEventListener("abort", r)); // heartbeaten by the worker, runs on
+      endedAt = Date.now();
+      reason = (signal.reason as CoorddError)?.reason ?? "";
+      return "too late";
+    });
+    w.start();
+    const sub = await c.jobs.submit("long", null, { queue, maxRun: 1500, visibilityTimeout: 30000, maxAttempts: 1 });
+    await poll("the handler's abort at max_run", 10000, () => endedAt || undefined, 20);
+    assert.ok(endedAt - startedAt < 2000, `aborted ${endedAt - startedAt} ms after its start`);
+    assert.equal(reason, "MAX_RUN_EXCEEDED");
+    const j = await poll("the job dead", 10000, async () => {
+      const g = await c.jobs.get(sub.id);
+      return g.state === "DEAD" ? g : undefined;
+    }, 50);
+    assert.equal(j.attempt_log?.at(-1)?.outcome, "LAPSED");
+    assert.match(j.attempt_log?.at(-1)?.error ?? "", /max_run exceeded/);
+    await w.stop({ timeoutMs: 2000 });
+  });
+
   it("jobs_and_schedules", async () => {
     const queue = "conf-jobs";
     const now = await c.jobs.submit("k", { when: "now" }, { queue });
