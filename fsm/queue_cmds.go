@@ -200,9 +200,11 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 				continue
 			}
 			var head availKey
+			var job *QueueJob // looked up already by a gate with kind limits
 			found := false
 			if gates[i] != nil {
 				head, found = gates[i].next(s)
+				job = gates[i].job
 			} else {
 				head, found = s.qidx.availHead(queues[i], availKey{queue: queues[i], prio: math.MaxInt32})
 			}
@@ -211,7 +213,10 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 				left--
 				continue
 			}
-			res.Jobs = append(res.Jobs, *s.claim(s.qjob(head.id), cal, c.GetWorkerId(), c.GetIdentity()))
+			if job == nil {
+				job = s.qjob(head.id)
+			}
+			res.Jobs = append(res.Jobs, *s.claim(job, cal, c.GetWorkerId(), c.GetIdentity()))
 			if gates[i] != nil {
 				gates[i].took(&res.Jobs[len(res.Jobs)-1])
 			}

@@ -169,6 +169,7 @@ type fetchGate struct {
 	kindRoom map[string]int64
 	cursor   availKey
 	scanned  int
+	job      *QueueJob // the job next returned, when it looked it up (kind limits)
 }
 
 // gate is the fetch gate of queue at cal, or nil when it has no limits.
@@ -197,16 +198,18 @@ func (g *fetchGate) next(s *state) (availKey, bool) {
 	}
 	var head availKey
 	found := false
+	g.job = nil
 	s.qidx.avail.AscendGreaterOrEqual(g.cursor, func(a availKey) bool {
 		if a.queue != g.lim.Queue {
 			return false
 		}
 		if len(g.lim.Kinds) > 0 {
-			kind := s.qjob(a.id).Kind
-			if lim := g.lim.kindLimit(kind); lim > 0 && g.roomOf(s, kind, lim) <= 0 {
+			j := s.qjob(a.id)
+			if lim := g.lim.kindLimit(j.Kind); lim > 0 && g.roomOf(s, j.Kind, lim) <= 0 {
 				g.scanned++
 				return g.scanned < limitScan
 			}
+			g.job = j
 		}
 		head, found = a, true
 		return false
@@ -296,7 +299,10 @@ func (s *state) fetchable(queue string, cal int64, limit uint64) uint64 {
 			break
 		}
 		n++
-		g.took(s.qjob(k.id))
+		if g.job == nil {
+			g.job = s.qjob(k.id)
+		}
+		g.took(g.job)
 	}
 	return n
 }
