@@ -121,7 +121,7 @@ export class Worker {
     for (const [q, n] of Object.entries(this.queues)) {
       if (!q || !(n >= 1)) throw new CoorddError({ code: "INVALID_ARGUMENT", reason: "INVALID_ARGUMENT", message: `queue "${q}" with concurrency ${n}` });
       this.free.set(q, n);
-      this.loops.push(this.fetchLoop(q));
+      this.loops.push(this.fetchLoop(q), this.watchCancels(q));
     }
     return this;
   }
@@ -196,6 +196,49 @@ export class Worker {
         } else {
           this.run(cl, queue);
         }
+      }
+    }
+  }
+
+  /**
+   * Holds one watch (GET /v1/watch, JSON lines) on the queue's jobs cancelled
+   * during an attempt handed to this worker (filtered by the server:
+   * job_states CANCELLED, job_worker_id) and ends those claims at once, so a
+   * cancel reaches the handler within about a second instead of at its next
+   * heartbeat. A broken stream resumes where it stopped, on the next node;
+   * the heartbeats still end what it misses.
+   */
+  private async watchCancels(queue: string): Promise<void> {
+    let resume: [string, string] | undefined;
+    let i = 0;
+    while (!this.stopping) {
+      const q = new URLSearchParams({ prefix: `${queue}/`, families: "WATCH_FAMILY_QUEUE_JOB", job_states: "JOB_STATE_CANCELLED", job_worker_id: this.id });
+      if (resume) { q.set("start_index", resume[0]); q.set("start_position", resume[1]); }
+      const ep = this.t.endpoints[i++ % this.t.endpoints.length];
+      try {
+        await this.t.stream(ep, `/v1/watch?${q}`, (line) => {
+          const res = JSON.parse(line).result;
+          if (!res) return;
+          if (res.resume_index !== undefined) resume = [String(res.resume_index), String(res.resume_position ?? 0)];
+          for (const e of res.events ?? []) this.cancelled(queue, e.queue_job);
+        }, this.fetchAC.signal);
+      } catch (e) {
+        if (this.stopping) return;
+        this.onError(e);
+      }
+      if (!this.stopping) await sleep(200, this.fetchAC.signal);
+    }
+  }
+
+  private cancelled(queue: string, j: any): void {
+    const short = (v: unknown, p: string) => String(v ?? "").replace(p, "");
+    const a = j?.attempt_log?.at(-1);
+    if (j?.queue !== queue || short(j.state, "JOB_STATE_") !== "CANCELLED" || !a) return;
+    if (a.worker_id !== this.id || short(a.outcome, "ATTEMPT_OUTCOME_") !== "CANCELLED") return;
+    for (const cl of this.claims) {
+      if (String(cl.job.id) === String(j.id) && cl.job.attempt === a.number && cl.state === "running") {
+        this.over(cl, new CoorddError({ code: "FAILED_PRECONDITION", reason: "JOB_CANCELLED",
+          message: `job ${j.id} attempt ${a.number} was cancelled: ${a.error ?? ""}` }));
       }
     }
   }

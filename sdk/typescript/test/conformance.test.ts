@@ -267,6 +267,28 @@ describe("conformance", () => {
     await c.jobs.cancel(hang.id);
   });
 
+  it("cancel_reaches_handler", async () => {
+    const queue = "conf-cancel";
+    const w = c.worker({ id: "canceller", queues: { [queue]: 1 }, pollWaitMs: 500 });
+    let started = false, endedAt = 0, reason = "";
+    w.handle("long", async (_job, { signal }) => {
+      started = true;
+      await new Promise((r) => signal.addEventListener("abort", r)); // the first heartbeat is 10 s away
+      endedAt = Date.now();
+      reason = (signal.reason as CoorddError)?.reason ?? "";
+      return "too late";
+    });
+    w.start();
+    const sub = await c.jobs.submit("long", null, { queue, visibilityTimeout: 30000 });
+    await poll("the handler", 10000, () => started || undefined, 20);
+    const sent = Date.now();
+    await c.jobs.cancel(sub.id);
+    await poll("the handler's abort at the cancel", 5000, () => endedAt || undefined, 20);
+    assert.ok(endedAt - sent < 2000, `aborted ${endedAt - sent} ms after the cancel`);
+    assert.equal(reason, "JOB_CANCELLED");
+    await w.stop({ timeoutMs: 2000 });
+  });
+
   it("max_run_ends_handler", async () => {
     const queue = "conf-maxrun";
     const w = c.worker({ id: "maxrun", queues: { [queue]: 1 }, pollWaitMs: 500 });
