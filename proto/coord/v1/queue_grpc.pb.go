@@ -162,7 +162,8 @@ type QueueClient interface {
 	// worker's code learns of it depends on the worker: the Go SDK's Worker
 	// watches for its own attempts' cancellations (Watch with job_states
 	// CANCELLED and job_worker_id) and cancels the handler's context within
-	// about a second; any other worker learns of it at its next Heartbeat (a
+	// about a second, and so do the TypeScript and Python SDKs' workers (GET
+	// /v1/watch) and coordctl worker; any other worker learns of it at its next Heartbeat (a
 	// third of the visibility timeout after the last one: up to 10 s at the
 	// default 30 s) or at its next other call on the attempt. Cancelling a
 	// cancelled job returns it unchanged.
@@ -493,7 +494,8 @@ type QueueServer interface {
 	// worker's code learns of it depends on the worker: the Go SDK's Worker
 	// watches for its own attempts' cancellations (Watch with job_states
 	// CANCELLED and job_worker_id) and cancels the handler's context within
-	// about a second; any other worker learns of it at its next Heartbeat (a
+	// about a second, and so do the TypeScript and Python SDKs' workers (GET
+	// /v1/watch) and coordctl worker; any other worker learns of it at its next Heartbeat (a
 	// third of the visibility timeout after the last one: up to 10 s at the
 	// default 30 s) or at its next other call on the attempt. Cancelling a
 	// cancelled job returns it unchanged.
