@@ -88,7 +88,7 @@ type Label struct{ Key, Value string }
 
 // QueueJob is a queued job. Records are immutable once stored (snapshots
 // and readers share them); a change stores a modified copy. Times are
-// calendar ms. Field order keeps the struct at 232 bytes.
+// calendar ms. Field order keeps the struct at 240 bytes.
 type QueueJob struct {
 	ID           uint64
 	RunAt        int64 // due time: available once the calendar reaches it
@@ -124,16 +124,16 @@ type Attempt struct {
 	Number     uint32
 	Outcome    AttemptOutcome
 	Heartbeats uint32
-	StartedAt  int64
-	Deadline   int64 // visibility deadline; live while > calendar
-	FinishedAt int64
-	WorkerID   string
-	Identity   string // the fetcher's: only it may heartbeat, complete or fail
-	Error      string
-	Result     []byte
 	// DeliveryStatus and DeliveryLatencyMs: an HTTP delivery's response
 	// status and latency (0 for a pull worker's attempt).
 	DeliveryStatus    uint32
+	StartedAt         int64
+	Deadline          int64 // visibility deadline; live while > calendar
+	FinishedAt        int64
+	WorkerID          string
+	Identity          string // the fetcher's: only it may heartbeat, complete or fail
+	Error             string
+	Result            []byte
 	DeliveryLatencyMs int64
 	// RunUntil: when max_run ends the attempt (0: no bound); Deadline
 	// never passes it.
@@ -174,7 +174,7 @@ func (j *QueueJob) attempt(n uint32) *Attempt {
 // withLog returns a copy of j whose log is a private copy (so the stored
 // record's log is never written). The copy is exactly as long as the log:
 // a finished job keeps it for its whole retention, and room for an
-// attempt that never comes would cost an Attempt (112 bytes) per job.
+// attempt that never comes would cost an Attempt (128 bytes) per job.
 // claim makes its own room.
 func (j *QueueJob) withLog() *QueueJob {
 	n := *j
