@@ -170,6 +170,9 @@ type fetchGate struct {
 	cursor   availKey
 	scanned  int
 	job      *QueueJob // the job next returned, when it looked it up (kind limits)
+	head     availKey
+	found    bool
+	visit    func(availKey) bool
 }
 
 // gate is the fetch gate of queue at cal, or nil when it has no limits.
@@ -196,29 +199,30 @@ func (g *fetchGate) next(s *state) (availKey, bool) {
 	if g.room <= 0 || (g.lim.RateMilli > 0 && g.tokens < microPerToken) {
 		return availKey{}, false
 	}
-	var head availKey
-	found := false
-	g.job = nil
-	s.qidx.avail.AscendGreaterOrEqual(g.cursor, func(a availKey) bool {
-		if a.queue != g.lim.Queue {
+	g.job, g.found = nil, false
+	if g.visit == nil { // one closure per fetch, not one per job
+		g.visit = func(a availKey) bool {
+			if a.queue != g.lim.Queue {
+				return false
+			}
+			if len(g.lim.Kinds) > 0 {
+				j := s.qjob(a.id)
+				if lim := g.lim.kindLimit(j.Kind); lim > 0 && g.roomOf(s, j.Kind, lim) <= 0 {
+					g.scanned++
+					return g.scanned < limitScan
+				}
+				g.job = j
+			}
+			g.head, g.found = a, true
 			return false
 		}
-		if len(g.lim.Kinds) > 0 {
-			j := s.qjob(a.id)
-			if lim := g.lim.kindLimit(j.Kind); lim > 0 && g.roomOf(s, j.Kind, lim) <= 0 {
-				g.scanned++
-				return g.scanned < limitScan
-			}
-			g.job = j
-		}
-		head, found = a, true
-		return false
-	})
-	if found {
-		g.cursor = head
+	}
+	s.qidx.avail.AscendGreaterOrEqual(g.cursor, g.visit)
+	if g.found {
+		g.cursor = g.head
 		g.cursor.id++ // the next key after head
 	}
-	return head, found
+	return g.head, g.found
 }
 
 func (g *fetchGate) roomOf(s *state, kind string, lim uint32) int64 {
