@@ -355,6 +355,7 @@ func (s *state) queueIndexDiff() string {
 		{"byLabel", dumpTree(a.byLabel), dumpTree(b.byLabel)},
 		{"unique", fmt.Sprint(a.unique), fmt.Sprint(b.unique)},
 		{"live", fmt.Sprint(a.live), fmt.Sprint(b.live)},
+		{"runningKind", fmt.Sprint(a.runningKind), fmt.Sprint(b.runningKind)},
 	} {
 		if c.x != c.y {
 			return fmt.Sprintf("%s: %s vs rebuilt %s", c.name, c.x, c.y)

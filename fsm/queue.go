@@ -443,6 +443,9 @@ type queueIndex struct {
 	// runningKind counts the running jobs per (queue, kind): what kind
 	// limits judge (queue_limits.go).
 	runningKind map[uniqueRef]int
+	// limKey is the apply path's lookup key of a queue's limits (one per
+	// job claimed would be an allocation each); reads never use it.
+	limKey QueueLimits
 }
 
 // queueCounts is a queue's job count per state, kept as jobs move, and

@@ -18,8 +18,9 @@ import (
 // boundRun sets a new attempt's RunUntil and caps its deadline.
 func (s *state) boundRun(j *QueueJob, a *Attempt, cal int64) {
 	ms := j.MaxRunMs
-	if ms == 0 {
-		if l := s.queueLimits(j.Queue); l != nil {
+	if ms == 0 && s.qlimits.Len() > 0 {
+		s.qidx.limKey.Queue = j.Queue // the apply holds the lock: no allocation per claim
+		if l, ok := s.qlimits.Get(&s.qidx.limKey); ok {
 			ms = l.MaxRunMs
 		}
 	}
