@@ -145,18 +145,28 @@ var methods = map[string]methodAccess{
 	// against the job's queue) and work (Fetch) by queue name; read for
 	// Get (the job's queue, checked where the read runs), List and Stats
 	// (the queue asked for; without one, a list of everything).
-	coordv1.Queue_Submit_FullMethodName:               {op: auth.OpJob, names: submitQueues},
-	coordv1.Queue_Cancel_FullMethodName:               {op: auth.OpJob, name: noName},
-	coordv1.Queue_Retry_FullMethodName:                {op: auth.OpJob, name: noName},
-	coordv1.Queue_Fetch_FullMethodName:                {op: auth.OpWork, names: fetchQueues},
-	coordv1.Queue_Heartbeat_FullMethodName:            {bound: true},
-	coordv1.Queue_Complete_FullMethodName:             {bound: true},
-	coordv1.Queue_Fail_FullMethodName:                 {bound: true},
-	coordv1.Queue_Get_FullMethodName:                  {op: auth.OpRead, name: noName},
-	coordv1.Queue_List_FullMethodName:                 {op: auth.OpRead, name: nameOf((*coordv1.QueueListRequest).GetQueue), list: true},
-	coordv1.Queue_Stats_FullMethodName:                {op: auth.OpRead, name: nameOf((*coordv1.QueueStatsRequest).GetQueue), list: true},
-	coordv1.Queue_SetTarget_FullMethodName:            {op: auth.OpJob, name: nameOf((*coordv1.QueueSetTargetRequest).GetQueue)},
-	coordv1.Queue_Targets_FullMethodName:              {op: auth.OpRead, name: nameOf((*coordv1.QueueTargetsRequest).GetQueue), list: true},
+	coordv1.Queue_Submit_FullMethodName:    {op: auth.OpJob, names: submitQueues},
+	coordv1.Queue_Cancel_FullMethodName:    {op: auth.OpJob, name: noName},
+	coordv1.Queue_Retry_FullMethodName:     {op: auth.OpJob, name: noName},
+	coordv1.Queue_Fetch_FullMethodName:     {op: auth.OpWork, names: fetchQueues},
+	coordv1.Queue_Heartbeat_FullMethodName: {bound: true},
+	coordv1.Queue_Complete_FullMethodName:  {bound: true},
+	coordv1.Queue_Fail_FullMethodName:      {bound: true},
+	coordv1.Queue_Get_FullMethodName:       {op: auth.OpRead, name: noName},
+	coordv1.Queue_List_FullMethodName:      {op: auth.OpRead, name: nameOf((*coordv1.QueueListRequest).GetQueue), list: true},
+	coordv1.Queue_Stats_FullMethodName:     {op: auth.OpRead, name: nameOf((*coordv1.QueueStatsRequest).GetQueue), list: true},
+	coordv1.Queue_SetTarget_FullMethodName: {op: auth.OpJob, name: nameOf((*coordv1.QueueSetTargetRequest).GetQueue)},
+	coordv1.Queue_Targets_FullMethodName:   {op: auth.OpRead, name: nameOf((*coordv1.QueueTargetsRequest).GetQueue), list: true},
+	coordv1.Queue_Pause_FullMethodName:     {op: auth.OpJob, name: nameOf((*coordv1.QueuePauseRequest).GetQueue)},
+	coordv1.Queue_Resume_FullMethodName:    {op: auth.OpJob, name: nameOf((*coordv1.QueueResumeRequest).GetQueue)},
+	// Delete is checked on the leader against the job's queue, Bulk
+	// there against its filter's queue (none: the admin op); a bulk
+	// operation is read by its filter's queue.
+	coordv1.Queue_Delete_FullMethodName:               {op: auth.OpJob, name: noName},
+	coordv1.Queue_Bulk_FullMethodName:                 {op: auth.OpJob, name: nameOf(bulkQueue)},
+	coordv1.Queue_Workers_FullMethodName:              {op: auth.OpRead, name: noName}, // the handler shows the queues the caller may read
+	coordv1.Queue_GetBulk_FullMethodName:              {op: auth.OpRead, name: noName},
+	coordv1.Queue_ListBulk_FullMethodName:             {op: auth.OpRead, name: noName}, // the handler lists what the caller may read
 	coordv1.Queue_SetLimits_FullMethodName:            {op: auth.OpAdmin, name: noName},
 	coordv1.Queue_Limits_FullMethodName:               {op: auth.OpRead, name: nameOf((*coordv1.QueueLimitsRequest).GetQueue), list: true},
 	coordv1.Cluster_Status_FullMethodName:             {open: true},
@@ -165,7 +175,9 @@ var methods = map[string]methodAccess{
 	coordv1.Cluster_RemoveServer_FullMethodName:       {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_TransferLeadership_FullMethodName: {op: auth.OpAdmin, name: noName},
 	coordv1.Cluster_Snapshot_FullMethodName:           {op: auth.OpAdmin, name: noName},
+	coordv1.Cluster_SaveSnapshot_FullMethodName:       {op: auth.OpAdmin, name: noName}, // the whole state
 	coordv1.Cluster_Clock_FullMethodName:              {op: auth.OpAdmin, name: noName}, // the leader's probe (a member)
+	coordv1.Cluster_Config_FullMethodName:             {op: auth.OpAdmin, name: noName},
 	// The prefix is in the request, which a stream's handler receives: it
 	// authorizes it (read, as a list of the prefix).
 	coordv1.Watch_Watch_FullMethodName: {op: auth.OpRead, name: noName, list: true},

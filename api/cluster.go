@@ -74,3 +74,19 @@ func (c *cluster) Snapshot(ctx context.Context, _ *coordv1.SnapshotRequest) (*co
 	resp, err := c.s.node.Snapshot(ctx)
 	return resp, toStatus(err)
 }
+
+// Setting is one entry of the node's effective configuration.
+type Setting struct {
+	// Name is the flag's name; Value its value as text ("<redacted>" for
+	// a secret); Source flag, env, file or default.
+	Name, Value, Source string
+}
+
+// Config answers this node's effective configuration (Config.Settings).
+func (c *cluster) Config(context.Context, *coordv1.ConfigRequest) (*coordv1.ConfigResponse, error) {
+	resp := &coordv1.ConfigResponse{Id: c.s.node.ID(), File: c.s.cfg.ConfigFile}
+	for _, st := range c.s.cfg.Settings {
+		resp.Settings = append(resp.Settings, &coordv1.ConfigSetting{Name: st.Name, Value: st.Value, Source: st.Source})
+	}
+	return resp, nil
+}

@@ -77,7 +77,7 @@ func (s *Server) consoleCounters() map[string]console.Counters {
 		return nil
 	}
 	out := map[string]console.Counters{}
-	for _, q := range st.QueueStats("", s.node.Calendar()) {
+	for _, q := range st.QueueStats("", s.node.CalendarTime()) {
 		out[q.Queue] = console.Counters{Succeeded: q.QueueCounters.Succeeded, Failures: q.Failures}
 	}
 	return out

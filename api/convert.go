@@ -23,7 +23,7 @@ type stamp struct{ lease, calendar int64 }
 // leader's clock on the leader, the last applied stamp elsewhere (where
 // now is the last applied lease time too).
 func (s *Server) stampAt(now int64) stamp {
-	return stamp{lease: now, calendar: s.node.Calendar()}
+	return stamp{lease: now, calendar: s.node.CalendarTime()}
 }
 
 // at is the calendar Timestamp of lease-time instant t (unset for 0).
@@ -57,7 +57,7 @@ func windowToProto(w fsm.Window) *coordv1.Window {
 		st = coordv1.WindowState_WINDOW_STATE_COMPLETED
 	}
 	return &coordv1.Window{
-		Job: w.Job, Window: w.Window, State: st, Owner: w.Owner, Generation: w.Generation,
+		Job: w.Ledger, Window: w.Window, State: st, Owner: w.Owner, Generation: w.Generation,
 		Attempts: w.Attempts, StartedAt: pbtime.At(w.StartedAt), CompletedAt: pbtime.At(w.CompletedAt), Result: w.Result,
 		LeaseName: w.LeaseName, FirstStartedAt: pbtime.At(w.FirstStartedAt),
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/auth"
+	"github.com/coordd/coordd/internal/metriclabel"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -89,7 +90,7 @@ func (s *Server) renew(ctx context.Context, name, owner, identity string, gen ui
 	if err != nil {
 		var rej *fsm.Rejection
 		if errors.As(err, &rej) {
-			s.metrics.leasesLost.WithLabelValues(coorderr.Name(rej.Reason)).Inc()
+			s.metrics.leasesLost.WithLabelValues(metriclabel.Value(coorderr.Name(rej.Reason), "LEASE_")).Inc()
 			s.log.Warn("lease lost: renew refused", "lease", name, "owner", owner, "generation", gen,
 				"reason", coorderr.Name(rej.Reason), "current_owner", rej.Metadata["current_owner"],
 				"current_generation", rej.Metadata["current_generation"])
@@ -226,7 +227,7 @@ func (s *Server) checkFence(ctx context.Context, cmd *fsmv1.FencedCommit) (*fsm.
 func (s *Server) observeFenceRefusal(cmd *fsmv1.FencedCommit, err error) {
 	var rej *fsm.Rejection
 	if errors.As(err, &rej) {
-		s.metrics.fenceRejections.WithLabelValues(coorderr.Name(rej.Reason)).Inc()
+		s.metrics.fenceRejections.WithLabelValues(metriclabel.Value(coorderr.Name(rej.Reason))).Inc()
 		lease := cmd.GetLeaseName()
 		if cmd.GetJobId() != 0 {
 			lease = fsm.JobTokenName(cmd.GetJobId())
@@ -242,7 +243,7 @@ func (s *Server) observeFenceRefusal(cmd *fsmv1.FencedCommit, err error) {
 func (s *Server) observeAcquire(r *fsm.AcquireResult) {
 	switch {
 	case r.Claim != nil && !r.Claim.Claimed:
-		s.metrics.windowsRefused.WithLabelValues(coorderr.Name(coorderr.WindowCompleted)).Inc()
+		s.metrics.windowsRefused.WithLabelValues(metriclabel.Value(coorderr.Name(coorderr.WindowCompleted), "WINDOW_")).Inc()
 		return
 	case !r.Acquired:
 		s.metrics.acquisitions.WithLabelValues("held").Inc()
@@ -265,16 +266,16 @@ func (s *Server) observeClaim(r *fsm.ClaimResult) {
 	if r.Claimed {
 		s.metrics.windowsClaimed.Inc()
 	} else {
-		s.metrics.windowsRefused.WithLabelValues(coorderr.Name(coorderr.WindowCompleted)).Inc()
+		s.metrics.windowsRefused.WithLabelValues(metriclabel.Value(coorderr.Name(coorderr.WindowCompleted), "WINDOW_")).Inc()
 	}
 }
 
-func (s *Server) observeWindowRefusal(op, job, window, owner string, gen uint64, err error) {
+func (s *Server) observeWindowRefusal(op, ledger, window, owner string, gen uint64, err error) {
 	var rej *fsm.Rejection
 	if !errors.As(err, &rej) {
 		return
 	}
-	s.metrics.windowsRefused.WithLabelValues(coorderr.Name(rej.Reason)).Inc()
-	s.log.Warn("window "+op+" refused", "job", job, "window", window, "owner", owner, "generation", gen,
+	s.metrics.windowsRefused.WithLabelValues(metriclabel.Value(coorderr.Name(rej.Reason), "WINDOW_")).Inc()
+	s.log.Warn("window "+op+" refused", "ledger", ledger, "window", window, "owner", owner, "generation", gen,
 		"reason", coorderr.Name(rej.Reason), "detail", rej.Message)
 }

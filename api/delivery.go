@@ -20,7 +20,11 @@ func (s *Server) startDelivery() {
 		return
 	}
 	id := s.node.ID()
-	d := delivery.New(coordv1.NewQueueClient(s.inprocConn()), "coordd-delivery/"+id, s.cfg.Delivery, s.cfg.Clock,
+	opts := s.cfg.Delivery
+	if opts.TracerProvider == nil {
+		opts.TracerProvider = s.cfg.TracerProvider // the API's unless the delivery has its own
+	}
+	d := delivery.New(coordv1.NewQueueClient(s.inprocConn()), "coordd-delivery/"+id, opts, s.cfg.Clock,
 		s.log.With("service", "delivery"), delivery.NewMetrics(s.cfg.Metrics))
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), httpIdentityKey{}, tlsutil.Peer{Identity: id, Node: true}))
 	s.wg.Go(func() {

@@ -19,7 +19,7 @@ import (
 )
 
 // fakeNode is the node in the API's unit tests: a real FSM applied in
-// process at a fixed cluster time, with leadership set by the test.
+// process at a fixed lease time, with leadership set by the test.
 // Methods the tests do not need panic (the embedded nil interface).
 type fakeNode struct {
 	Node
@@ -92,9 +92,9 @@ func (f *fakeNode) LeaderContext(ctx context.Context) (context.Context, error) {
 	return ctx, nil
 }
 
-func (f *fakeNode) Calendar() int64 { return f.calendar }
+func (f *fakeNode) CalendarTime() int64 { return f.calendar }
 
-func (f *fakeNode) LeaderCalendar(context.Context) (int64, error) { return f.calendar, nil }
+func (f *fakeNode) LeaderCalendarTime(context.Context) (int64, error) { return f.calendar, nil }
 
 func (f *fakeNode) apply(body any) any {
 	return f.fsm.ApplyCommand(fsm.EnvelopeAt(f.now, f.calendar, body))
@@ -182,6 +182,18 @@ func (f *fakeNode) SetQueueTarget(_ context.Context, c *fsmv1.SetQueueTarget) (*
 
 func (f *fakeNode) SetQueueLimits(_ context.Context, c *fsmv1.SetQueueLimits) (*fsm.QueueLimits, error) {
 	return commit[*fsm.QueueLimits](f, c)
+}
+
+func (f *fakeNode) PauseQueue(_ context.Context, c *fsmv1.PauseQueue) (*fsm.PauseResult, error) {
+	return commit[*fsm.PauseResult](f, c)
+}
+
+func (f *fakeNode) StartBulkJobs(_ context.Context, c *fsmv1.StartBulkJobs) (*fsm.BulkResult, error) {
+	return commit[*fsm.BulkResult](f, c)
+}
+
+func (f *fakeNode) DeleteJobs(_ context.Context, c *fsmv1.DeleteJobs) (fsm.JobResults, error) {
+	return commit[fsm.JobResults](f, c)
 }
 
 func (f *fakeNode) CancelJobs(_ context.Context, c *fsmv1.CancelJobs) (fsm.JobResults, error) {

@@ -109,7 +109,7 @@ func (s *Server) awaitLeader(ctx context.Context) {
 // stateRead answers a read from committed state: a stale one from this
 // node's FSM, any other on the leader (forwarded from a follower), whose
 // node reads after confirming its leadership. answer builds the response
-// from the state and its cluster time.
+// from the state and its lease time.
 func stateRead[C any, Req interface{ GetStale() bool }, Resp any](s *Server, ctx context.Context,
 	newClient func(grpc.ClientConnInterface) C, call func(C, context.Context, Req, ...grpc.CallOption) (Resp, error),
 	req Req, answer func(st *fsm.FSM, now int64) (Resp, error)) (Resp, error) {
@@ -156,6 +156,7 @@ func onLeader[C, Req, Resp any](s *Server, ctx context.Context, newClient func(g
 			md.Set(nodeKey, "1")
 		}
 	}
+	s.injectTrace(ctx, md)
 	out := metadata.NewOutgoingContext(ctx, md)
 	s.metrics.forwarded.Inc()
 	// Tell the caller where the leader is, so its next call goes there

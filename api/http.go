@@ -49,7 +49,7 @@ func (s *Server) httpAPI() http.Handler {
 	gw := runtime.NewServeMux(
 		runtime.WithErrorHandler(writeHTTPError),
 		runtime.WithRoutingErrorHandler(routingError),
-		runtime.WithMiddlewares(probeRoute),
+		runtime.WithMiddlewares(probeRoute, s.httpMetrics.middleware), // a probe is not a call
 		runtime.WithForwardResponseOption(singleItemError),
 		// One method a route: no POST of a form read as its GET.
 		runtime.WithDisablePathLengthFallback(),

@@ -18,7 +18,7 @@ import (
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
-// The parts of KeepAlive, each alone, on the fake node (its cluster time
+// The parts of KeepAlive, each alone, on the fake node (its lease time
 // stands still: nothing here waits on a clock).
 
 // kaServerStream is a KeepAlive stream driven by the test.

@@ -27,7 +27,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.acquisitions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_lease_acquisitions_total",
 		Help: "Acquire calls by outcome: acquired, held (someone else holds it), takeover (previous holder expired)."}, []string{"outcome"})
 	m.leasesLost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_leases_lost_total",
-		Help: "Leases lost, by reason: expired (taken over after its TTL), or the reason a holder's renew was refused."}, []string{"reason"})
+		Help: "Leases lost, by reason: expired (taken over after its TTL, or a renew refused as expired), or the reason a holder's renew was refused (lost, released, not_found, ...)."}, []string{"reason"})
 	m.fenceRejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_fence_rejections_total",
 		Help: "FencedCommit calls refused, by reason."}, []string{"reason"})
 	m.fenceAccepted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_fenced_commits_total",
@@ -35,7 +35,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.windowsClaimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_windows_claimed_total", Help: "Window claims granted."})
 	m.windowsCompleted = prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_windows_completed_total", Help: "Windows completed."})
 	m.windowsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_window_refusals_total",
-		Help: "Window claims and completions refused, by reason (WINDOW_COMPLETED for a claim on a completed window)."}, []string{"reason"})
+		Help: "Window claims and completions refused, by reason (completed for a claim on a completed window)."}, []string{"reason"})
 	m.forwarded = prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_forwarded_requests_total", Help: "Calls this follower forwarded to the leader."})
 	m.keepaliveStreams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_keepalive_streams", Help: "Open KeepAlive streams on this node."})
 	m.authDenied = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_auth_denied_total",
@@ -45,6 +45,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	reg.MustRegister(m.authDenied, m.limited, m.acquisitions, m.leasesLost, m.fenceRejections, m.fenceAccepted,
 		m.windowsClaimed, m.windowsCompleted, m.windowsRefused, m.forwarded, m.keepaliveStreams)
 	registerRuntime(reg)
+	registerBuildInfo(reg)
 	return m
 }
 

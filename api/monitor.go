@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/coordd/coordd/internal/metriclabel"
 	"github.com/coordd/coordd/internal/pbtime"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,7 +92,7 @@ func (h *schedules) ListOverdue(ctx context.Context, req *coordv1.ListOverdueReq
 		if err != nil {
 			return nil, err
 		}
-		cal := s.node.Calendar()
+		cal := s.node.CalendarTime()
 		out := &coordv1.ListOverdueResponse{CalendarTime: pbtime.At(cal)}
 		jobs, next, more := st.OverdueJobs(cal, req.GetSchedule(), cursor, size)
 		for _, o := range jobs {
@@ -145,8 +146,8 @@ func (m absenceMonitor) Run(ctx context.Context, l leader.Leadership) error {
 		if err != nil {
 			return
 		}
-		cal := l.Calendar()
-		s.observeAbsence(st.Overdue(cal), st.LateSchedules(cal, maxLate), s.stuckLeases(st, l.Lease()), st)
+		cal := l.CalendarTime()
+		s.observeAbsence(st.Overdue(cal), st.LateSchedules(cal, maxLate), s.stuckLeases(st, l.LeaseTime()), st)
 	})
 }
 
@@ -170,7 +171,7 @@ func newMonitorMetrics(reg *prometheus.Registry) *monitor {
 		schedules: f.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_schedules",
 			Help: "Schedules by state: active, paused, deleted (tombstones kept for their history; leader only)."}, []string{"state"}),
 		stuck: f.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_stuck_leases",
-			Help: "Leases held longer than the maximum age (HELD_TOO_LONG) or whose renewals stopped (SILENT)."}, []string{"reason"}),
+			Help: "Leases held longer than the maximum age (held_too_long) or whose renewals stopped (silent)."}, []string{"reason"}),
 		reported: map[string]bool{},
 	}
 }
@@ -197,8 +198,8 @@ func (s *Server) observeAbsence(sum fsm.OverdueSummary, late []fsm.OverdueJob, s
 	m.schedules.WithLabelValues("paused").Set(float64(paused))
 	m.schedules.WithLabelValues("deleted").Set(float64(deleted))
 	m.stuck.Reset()
-	m.stuck.WithLabelValues("HELD_TOO_LONG").Set(0)
-	m.stuck.WithLabelValues("SILENT").Set(0)
+	m.stuck.WithLabelValues("held_too_long").Set(0)
+	m.stuck.WithLabelValues("silent").Set(0)
 	seen := map[string]bool{}
 	for _, name := range sum.Top(len(sum.PerSchedule)) {
 		k := "schedule/" + name
@@ -217,7 +218,7 @@ func (s *Server) observeAbsence(sum fsm.OverdueSummary, late []fsm.OverdueJob, s
 		}
 	}
 	for _, l := range stuck {
-		m.stuck.WithLabelValues(l.GetReason()).Inc()
+		m.stuck.WithLabelValues(metriclabel.Value(l.GetReason())).Inc()
 		k := "lease/" + l.GetReason() + "/" + l.GetLease().GetName() + "/" + u64(l.GetLease().GetGeneration())
 		seen[k] = true
 		if !m.reported[k] {

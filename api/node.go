@@ -2,9 +2,11 @@ package api
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/probe"
 	"github.com/coordd/coordd/node/leader"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -30,6 +32,17 @@ type Node interface {
 	Jobs
 	Schedules
 	Watcher
+	Probes
+}
+
+// Probes are the checks of /livez and /readyz (probes.go).
+type Probes interface {
+	// Liveness: the node's loops turn and Raft applies; never a matter of
+	// quorum.
+	Liveness() []probe.Check
+	// Readiness: a leader is known, this node hears from it (or leads,
+	// ready) and has applied what is committed.
+	Readiness() []probe.Check
 }
 
 // Leadership is who this node is and who leads.
@@ -55,18 +68,18 @@ type Leadership interface {
 
 // State is the committed state and the clocks it is judged on.
 type State interface {
-	// Read returns the committed state (read only) and the cluster time to
+	// Read returns the committed state (read only) and the lease time to
 	// judge expiry at: linearizable on the leader, or stale on any node.
 	Read(ctx context.Context, stale bool) (*fsm.FSM, int64, error)
-	// Calendar is calendar time now (Unix ms): on the ready leader its
+	// CalendarTime is calendar time now (Unix ms): on the ready leader its
 	// wall clock, never below its last stamp; elsewhere the FSM's. Every
 	// calendar decision (not-before gates, due and overdue windows, job
 	// queues) is judged on it; leases never are (lease time).
-	Calendar() int64
-	// LeaderCalendar is the ready leader's calendar time now (waiting
+	CalendarTime() int64
+	// LeaderCalendarTime is the ready leader's calendar time now (waiting
 	// while this node is becoming the leader), or a not-leader error: what
 	// the leader resolves against the calendar (delay_ms) uses it.
-	LeaderCalendar(ctx context.Context) (int64, error)
+	LeaderCalendarTime(ctx context.Context) (int64, error)
 }
 
 // Cluster is membership and administration, in the Cluster service's wire
@@ -81,6 +94,10 @@ type Cluster interface {
 	RemoveServer(ctx context.Context, id string) ([]*coordv1.Member, error)
 	TransferLeadership(ctx context.Context, id string) (string, error)
 	Snapshot(ctx context.Context) (*coordv1.SnapshotResponse, error)
+	// SaveSnapshot writes a consistent snapshot to w on the ready leader
+	// (a not-leader error elsewhere), calling start with its description
+	// before the first byte.
+	SaveSnapshot(ctx context.Context, start func(*coordv1.SnapshotInfo) error, w io.Writer) error
 	// Advertise tells the node where its API listens and how to call
 	// another member's AddVoter (registration and join).
 	Advertise(grpcAddr string, addVoter func(ctx context.Context, addr string, req *coordv1.AddVoterRequest) error)
@@ -123,6 +140,12 @@ type Jobs interface {
 	SetQueueTarget(ctx context.Context, cmd *fsmv1.SetQueueTarget) (*fsm.QueueTarget, error)
 	// SetQueueLimits sets or clears a queue's limits; nil: cleared.
 	SetQueueLimits(ctx context.Context, cmd *fsmv1.SetQueueLimits) (*fsm.QueueLimits, error)
+	// PauseQueue pauses or (Paused false) resumes a queue.
+	PauseQueue(ctx context.Context, cmd *fsmv1.PauseQueue) (*fsm.PauseResult, error)
+	// StartBulkJobs records a bulk operation the leader then applies in
+	// batches; DeleteJobs deletes final jobs.
+	StartBulkJobs(ctx context.Context, cmd *fsmv1.StartBulkJobs) (*fsm.BulkResult, error)
+	DeleteJobs(ctx context.Context, cmd *fsmv1.DeleteJobs) (fsm.JobResults, error)
 }
 
 // Schedules is the schedules' commands, committed on the ready leader.

@@ -41,6 +41,7 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 	// is its last applied stamp, 0 just after a restart). The leader checks
 	// again, resolves delay_ms at its calendar, and the FSM judges how far
 	// ahead run_at_ms is at the leader's calendar stamp.
+	s.submitTraceDefaults(ctx, req)
 	if _, err := s.jobSpecs(req); err != nil {
 		return nil, toStatus(err)
 	}
@@ -49,7 +50,7 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 		if err != nil {
 			return nil, err
 		}
-		cal, err := s.node.LeaderCalendar(ctx)
+		cal, err := s.node.LeaderCalendarTime(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -61,17 +62,24 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 		if err := s.allowJobBytes(ctx, n); err != nil {
 			return nil, err
 		}
+		spans := s.submitSpans(ctx, specs)
 		r, err := s.node.SubmitJobs(ctx, &fsmv1.SubmitJobs{Jobs: specs, Identity: auth.IdentityOf(ctx), SpecRules: fsm.JobSpecRules,
 			MaxLiveJobs: s.cfg.Limits.LiveJobsPerIdentity})
 		if rej := (*fsm.Rejection)(nil); errors.As(err, &rej) && rej.Reason == coorderr.JobQuota {
 			s.metrics.limited.WithLabelValues("live_jobs").Inc()
 		}
 		if err != nil {
+			for _, sp := range spans {
+				endJobSpan(sp, err.Error())
+			}
 			return nil, err
 		}
 		out := &coordv1.QueueSubmitResponse{Jobs: make([]*coordv1.SubmittedJob, len(r.Jobs))}
 		for i, j := range r.Jobs {
 			out.Jobs[i] = &coordv1.SubmittedJob{Id: j.ID, State: coordv1.JobState(j.State), RunAt: pbtime.At(j.RunAt), Duplicate: j.Duplicate}
+			if spans != nil {
+				endJobSpan(spans[i], "", attrJobID.Int64(int64(j.ID)), attrDup.Bool(j.Duplicate), attrState.String(j.State.String()))
+			}
 		}
 		return out, nil
 	})
@@ -114,7 +122,7 @@ func (q *queue) Get(ctx context.Context, req *coordv1.QueueGetRequest) (*coordv1
 		if err := hideName(q.s.authorizeQueue(ctx, auth.OpRead, j.Queue), fmt.Sprintf("job %d", j.ID)); err != nil {
 			return nil, err
 		}
-		return &coordv1.QueueGetResponse{Job: queueJobToProto(&j, true, true), CalendarTime: pbtime.At(q.s.node.Calendar())}, nil
+		return &coordv1.QueueGetResponse{Job: queueJobToProto(&j, true, true), CalendarTime: pbtime.At(q.s.node.CalendarTime())}, nil
 	})
 }
 
@@ -130,7 +138,11 @@ func (q *queue) List(ctx context.Context, req *coordv1.QueueListRequest) (*coord
 	if err = firstErr(err, ferr, terr); err != nil {
 		return nil, toStatus(err)
 	}
+	search, searching := jobSearch(req)
 	return stateRead(q.s, ctx, coordv1.NewQueueClient, coordv1.QueueClient.List, req, func(st *fsm.FSM, _ int64) (*coordv1.QueueListResponse, error) {
+		if searching {
+			return searchJobs(st, fl, search, before, size), nil
+		}
 		jobs, more := st.ListQueueJobs(fl, before, size)
 		out := &coordv1.QueueListResponse{Jobs: make([]*coordv1.QueueJob, len(jobs))}
 		for i := range jobs {
@@ -245,6 +257,7 @@ func (q *queue) Fetch(ctx context.Context, req *coordv1.QueueFetchRequest) (*coo
 			a, _ := j.Current()
 			out.Jobs[i] = &coordv1.ClaimedJob{Job: queueJobToProto(j, true, false), Attempt: attemptToProto(j.ID, a)}
 			s.queueMetrics.observeStart(j, a)
+			s.dispatchSpan(ctx, j, a)
 		}
 		return out, nil
 	})
@@ -359,6 +372,7 @@ func (q *queue) Heartbeat(ctx context.Context, req *coordv1.QueueHeartbeatReques
 }
 
 func (q *queue) Complete(ctx context.Context, req *coordv1.QueueCompleteRequest) (*coordv1.QueueCompleteResponse, error) {
+	start := q.s.spanStart()
 	return attemptCall(q, ctx, coordv1.QueueClient.Complete, req, "completions", req.GetCompletions(),
 		func(i int, c *coordv1.JobCompletion) error {
 			if len(c.GetResult()) > fsm.MaxJobResultBytes {
@@ -367,7 +381,8 @@ func (q *queue) Complete(ctx context.Context, req *coordv1.QueueCompleteRequest)
 			if r := c.GetResult(); len(r) > 0 && !json.Valid(r) {
 				return invalidItem(i, "result", "must be a JSON value (a string, a number, an object, ...)")
 			}
-			return q.s.checkDeliveryReport(ctx, i, c.GetDeliveryStatus(), c.GetDeliveryLatency())
+			return firstErr(checkItemTraceparent(i, c.GetTraceparent()),
+				q.s.checkDeliveryReport(ctx, i, c.GetDeliveryStatus(), c.GetDeliveryLatency()))
 		},
 		func(identity string) *fsmv1.CompleteJobs {
 			return &fsmv1.CompleteJobs{WorkerId: req.GetWorkerId(), Identity: identity,
@@ -377,6 +392,7 @@ func (q *queue) Complete(ctx context.Context, req *coordv1.QueueCompleteRequest)
 				})}
 		}, q.s.node.CompleteJobs,
 		func(c *coordv1.JobCompletion, o *fsm.JobOutcome, refused *coordv1.JobItemError) *coordv1.CompleteResult {
+			q.s.outcomeSpan(ctx, "coordd.job.complete", start, c, c.GetTraceparent(), o, refused)
 			return &coordv1.CompleteResult{JobId: c.GetJobId(), Attempt: c.GetAttempt(), Duplicate: o != nil && o.Duplicate, Error: refused}
 		},
 		func(rs []*coordv1.CompleteResult) *coordv1.QueueCompleteResponse {
@@ -385,9 +401,11 @@ func (q *queue) Complete(ctx context.Context, req *coordv1.QueueCompleteRequest)
 }
 
 func (q *queue) Fail(ctx context.Context, req *coordv1.QueueFailRequest) (*coordv1.QueueFailResponse, error) {
+	start := q.s.spanStart()
 	return attemptCall(q, ctx, coordv1.QueueClient.Fail, req, "failures", req.GetFailures(),
 		func(i int, f *coordv1.JobFailure) error {
-			return q.s.checkDeliveryReport(ctx, i, f.GetDeliveryStatus(), f.GetDeliveryLatency())
+			return firstErr(checkItemTraceparent(i, f.GetTraceparent()),
+				q.s.checkDeliveryReport(ctx, i, f.GetDeliveryStatus(), f.GetDeliveryLatency()))
 		},
 		func(identity string) *fsmv1.FailJobs {
 			// The node draws each failure's retry jitter.
@@ -398,6 +416,7 @@ func (q *queue) Fail(ctx context.Context, req *coordv1.QueueFailRequest) (*coord
 				})}
 		}, q.s.node.FailJobs,
 		func(f *coordv1.JobFailure, o *fsm.JobOutcome, refused *coordv1.JobItemError) *coordv1.FailResult {
+			q.s.outcomeSpan(ctx, "coordd.job.fail", start, f, f.GetTraceparent(), o, refused)
 			fr := &coordv1.FailResult{JobId: f.GetJobId(), Attempt: f.GetAttempt(), Error: refused}
 			if o != nil {
 				fr.State, fr.RunAt, fr.Duplicate = coordv1.JobState(o.Job.State), pbtime.At(o.Job.RunAt), o.Duplicate
@@ -414,7 +433,7 @@ func (q *queue) Stats(ctx context.Context, req *coordv1.QueueStatsRequest) (*coo
 		return nil, toStatus(err)
 	}
 	return stateRead(q.s, ctx, coordv1.NewQueueClient, coordv1.QueueClient.Stats, req, func(st *fsm.FSM, _ int64) (*coordv1.QueueStatsResponse, error) {
-		cal := q.s.node.Calendar()
+		cal := q.s.node.CalendarTime()
 		stats := st.QueueStats(req.GetQueue(), cal)
 		out := &coordv1.QueueStatsResponse{Queues: make([]*coordv1.QueueStats, len(stats)), CalendarTime: pbtime.At(cal)}
 		lims := st.QueueLimitsOf(req.GetQueue())

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/tracectx"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -81,8 +83,16 @@ func jobSpec(i int, j *coordv1.NewJob) (*fsmv1.QueueJobSpec, error) {
 	case j.GetDelayMs() > fsm.MaxRunAheadMs:
 		return nil, invalidItem(i, "delay", "delay is %s; the limit is %s", fsm.Days(j.GetDelayMs()), fsm.Days(fsm.MaxRunAheadMs))
 	}
+	if _, err := tracectx.Parse(j.GetTraceparent(), j.GetTracestate()); err != nil {
+		field := "traceparent"
+		if errors.Is(err, tracectx.ErrTraceState) {
+			field = "tracestate"
+		}
+		return nil, invalidItem(i, field, "%s %v", field, err)
+	}
 	spec, field, problem := wireJobSpec(j, func(sp *fsmv1.QueueJobSpec) {
 		sp.RunAtMs, sp.UniqueKey, sp.MaxRunMs = j.GetRunAtMs(), j.GetUniqueKey(), j.GetMaxRunMs()
+		sp.TraceParent, sp.TraceState = j.GetTraceparent(), j.GetTracestate()
 	})
 	if field != "" {
 		return nil, invalidItem(i, field, "%s %s", field, problem)
@@ -112,7 +122,7 @@ func queueJobToProto(j *fsm.QueueJob, args, log bool) *coordv1.QueueJob {
 		Priority: j.Priority, MaxAttempts: j.MaxAttempts, Attempts: j.Attempts, BackoffInitial: pbtime.Dur(j.BackoffMs),
 		BackoffMax: pbtime.Dur(j.BackoffMaxMs), BackoffFactor: float64(j.BackoffPermille) / 1000, VisibilityTimeout: pbtime.Dur(j.VisibilityMs),
 		UniqueKey: j.UniqueKey, SubmittedBy: j.Identity, CreatedAt: pbtime.At(j.CreatedAt), UpdatedAt: pbtime.At(j.UpdatedAt),
-		FinishedAt: pbtime.At(j.FinishedAt), Target: targetToProto(j.Target)}
+		FinishedAt: pbtime.At(j.FinishedAt), Target: targetToProto(j.Target), Traceparent: j.TraceParent, Tracestate: j.TraceState}
 	if j.MaxRunMs > 0 {
 		out.MaxRun = pbtime.Dur(j.MaxRunMs)
 	}
@@ -151,9 +161,9 @@ func itemError(rej *fsm.Rejection) *coordv1.JobItemError {
 }
 
 func queueStatsToProto(st fsm.QueueStats) *coordv1.QueueStats {
-	return &coordv1.QueueStats{Queue: st.Queue, Scheduled: st.Scheduled, Available: st.Available, Running: st.Running,
+	return pauseToStats(&coordv1.QueueStats{Queue: st.Queue, Scheduled: st.Scheduled, Available: st.Available, Running: st.Running,
 		Retryable: st.Retryable, Succeeded: st.Succeeded, Cancelled: st.Cancelled, Dead: st.Dead,
-		OldestAvailableAge: pbtime.Dur(st.OldestAvailableAgeMs), OldestAvailableRunAt: pbtime.At(st.OldestAvailableRunAt)}
+		OldestAvailableAge: pbtime.Dur(st.OldestAvailableAgeMs), OldestAvailableRunAt: pbtime.At(st.OldestAvailableRunAt)}, st.Pause)
 }
 
 // jobFilter reads List's filters.

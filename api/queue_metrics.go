@@ -8,6 +8,7 @@ import (
 
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/metriclabel"
 )
 
 // Queue metrics, per queue with bounded cardinality: no per-job series,
@@ -40,9 +41,9 @@ func newQueueMetrics(reg *prometheus.Registry, s *Server) *queueMetrics {
 			"hand-outs after a lapsed attempt are not observed.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"queue"})
 	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_queue_attempt_refusals_total",
-		Help: "Heartbeat, Complete and Fail items refused, by reason (ATTEMPT_EXPIRED, ATTEMPT_LOST, JOB_CANCELLED, ...)."},
+		Help: "Heartbeat, Complete and Fail items refused, by reason (expired, lost, job_cancelled, ...)."},
 		[]string{"reason"})
-	reg.MustRegister(m.startLag, m.refusals, &queueCollector{s: s})
+	reg.MustRegister(m.startLag, m.refusals, &queueCollector{s: s}, &pausedCollector{s: s})
 	return m
 }
 
@@ -69,7 +70,7 @@ func (m *queueMetrics) observer(queue string) prometheus.Observer {
 }
 
 func (m *queueMetrics) refused(rej *fsm.Rejection) {
-	m.refusals.WithLabelValues(coorderr.Name(rej.Reason)).Inc()
+	m.refusals.WithLabelValues(metriclabel.Value(coorderr.Name(rej.Reason), "ATTEMPT_")).Inc()
 }
 
 // queueCollector reads the queue's counts from this node's FSM at scrape
@@ -118,7 +119,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil || st == nil {
 		return
 	}
-	stats := st.QueueStats("", c.s.node.Calendar())
+	stats := st.QueueStats("", c.s.node.CalendarTime())
 	collectLimits(ch, st)            // queue_limits.go
 	if len(stats) > MaxQueueSeries { // sorted by name: the rest are summed
 		other := fsm.QueueStats{Queue: otherQueues}

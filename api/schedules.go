@@ -211,7 +211,7 @@ func (h *schedules) PutSchedule(ctx context.Context, req *coordv1.PutScheduleReq
 			WindowShiftDays: sp.GetWindowShiftDays(), DSTPolicy: fsm.DSTPolicy(sp.GetDstPolicy()), Job: fsm.JobTemplate{Args: sp.GetJob().GetArgs()}}
 		if c, err := s.calendars.get(calendarSpec(&newSpec)); err == nil && c.Schedule().OneShot() {
 			// A new one-shot owes its occurrence even when put just after
-			// it (jobs.At(now)): its mark is just before it, and the
+			// it (periodic.At(now)): its mark is just before it, and the
 			// catch-up horizon decides as for any missed occurrence.
 			if o := c.Next(math.MinInt64/2, 1); len(o) == 1 {
 				put.MarkMs = o[0].At - 1
@@ -307,7 +307,7 @@ func (h *schedules) GetSchedule(ctx context.Context, req *coordv1.GetScheduleReq
 		next = 5
 	}
 	return stateRead(s, ctx, coordv1.NewSchedulesClient, coordv1.SchedulesClient.GetSchedule, req, func(st *fsm.FSM, _ int64) (*coordv1.GetScheduleResponse, error) {
-		cal := s.node.Calendar()
+		cal := s.node.CalendarTime()
 		sc, ok := st.Schedule(req.GetName())
 		if !ok {
 			return nil, &notFoundError{what: "schedule " + req.GetName()}
@@ -343,7 +343,7 @@ func (h *schedules) ListSchedules(ctx context.Context, req *coordv1.ListSchedule
 	}
 	return stateRead(s, ctx, coordv1.NewSchedulesClient, coordv1.SchedulesClient.ListSchedules, req, func(st *fsm.FSM, _ int64) (*coordv1.ListSchedulesResponse, error) {
 		list, more := st.ListSchedules(req.GetPrefix(), after, size, req.GetShowDeleted())
-		out := &coordv1.ListSchedulesResponse{CalendarTime: pbtime.At(s.node.Calendar())}
+		out := &coordv1.ListSchedulesResponse{CalendarTime: pbtime.At(s.node.CalendarTime())}
 		for _, sc := range list {
 			out.Schedules = append(out.Schedules, s.scheduleToProto(sc))
 		}
@@ -465,7 +465,7 @@ func (h *schedules) TriggerSchedule(ctx context.Context, req *coordv1.TriggerSch
 			if err != nil {
 				return nil, invalidArg("schedule", "%v", err)
 			}
-			o = c.Trigger(s.node.Calendar())
+			o = c.Trigger(s.node.CalendarTime())
 			return &fsmv1.TriggerSchedule{Name: sc.Name, Window: o.Window, AtMs: o.At, Identity: auth.IdentityOf(ctx), Guard: guard}, nil
 		})
 		if err != nil {
@@ -477,7 +477,7 @@ func (h *schedules) TriggerSchedule(ctx context.Context, req *coordv1.TriggerSch
 			return nil, err
 		}
 		return &coordv1.TriggerScheduleResponse{Schedule: s.scheduleToProto(r.Schedule),
-			Occurrence: occurrenceToProto(st, &r.Schedule, r.Entry, s.node.Calendar())}, nil
+			Occurrence: occurrenceToProto(st, &r.Schedule, r.Entry, s.node.CalendarTime())}, nil
 	})
 }
 

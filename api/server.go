@@ -21,9 +21,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -109,6 +111,12 @@ type Config struct {
 	ClockProbeInterval time.Duration
 	ClockOffsetWarn    time.Duration
 
+	// Settings are the node's effective configuration, secrets already
+	// redacted, that Cluster.Config answers (cmd/coordd's flags, the
+	// environment and the --config file ConfigFile).
+	Settings   []Setting
+	ConfigFile string
+
 	Logger *slog.Logger
 	// Clock drives the monitor's and the clock probe's tickers and the
 	// read's leader wait; its wall reading (clock.Wall) is this node's wall
@@ -118,6 +126,9 @@ type Config struct {
 	// collectors (and the Go and process collectors) in it. Give the node's
 	// registry so one scrape sees both. Nil: a registry of its own.
 	Metrics *prometheus.Registry
+	// TracerProvider makes the API's spans (docs/tracing.md); nil: tracing
+	// off, no span is started.
+	TracerProvider trace.TracerProvider
 }
 
 // listenerLimitNames name the listener timeouts in validate's order.
@@ -187,11 +198,14 @@ type Server struct {
 	log          *slog.Logger
 	node         Node
 	metrics      *metrics
+	grpcMetrics  *grpcprom.ServerMetrics
+	httpMetrics  *httpMetrics
 	monitor      *monitor
 	queueMetrics *queueMetrics
 	clocks       *clocks
 
-	calendars calendars // compiled schedules, by spec
+	calendars calendars    // compiled schedules, by spec
+	tracer    trace.Tracer // nil: tracing off (tracing.go)
 
 	grpc    *grpc.Server
 	grpcLis net.Listener
@@ -262,7 +276,12 @@ func newServer(cfg Config, n Node) *Server {
 		failed: make(chan error, 2),
 	}
 	s.dial = s.peerConn
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(TracerName)
+	}
 	s.metrics = newMetrics(cfg.Metrics)
+	s.grpcMetrics = newGRPCMetrics(cfg.Metrics)
+	s.httpMetrics = newHTTPMetrics(cfg.Metrics)
 	s.monitor = newMonitorMetrics(cfg.Metrics)
 	s.queueMetrics = newQueueMetrics(cfg.Metrics, s)
 	s.clocks = newClocks(cfg.Metrics)
@@ -303,7 +322,9 @@ func (s *Server) start() error {
 
 	codec := newRequestCodec() // an undecodable request is INVALID_ARGUMENT (codec.go)
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(codec),
-		grpc.ChainUnaryInterceptor(codec.unary, s.unaryGuard), grpc.ChainStreamInterceptor(codec.stream, s.streamGuard),
+		// Per-call metrics first: they see every answer, refusals too (rpcmetrics.go).
+		grpc.ChainUnaryInterceptor(s.grpcMetrics.UnaryServerInterceptor(), s.traceUnary, codec.unary, s.unaryGuard),
+		grpc.ChainStreamInterceptor(s.grpcMetrics.StreamServerInterceptor(), codec.stream, s.streamGuard),
 		// The SDK pings idle connections (every 10 s by default) to notice a
 		// frozen node; gRPC's default policy (5 min, only with streams)
 		// would answer those pings with GOAWAY too_many_pings, ending a
@@ -341,6 +362,8 @@ func (s *Server) start() error {
 		}
 		mux.Handle("/metrics", metrics)
 		mux.HandleFunc("/healthz", s.serveHealthz)
+		mux.HandleFunc("/livez", s.serveLivez)
+		mux.HandleFunc("/readyz", s.serveReadyz)
 		if s.cfg.EnablePprof {
 			prof := http.NewServeMux()
 			prof.HandleFunc("/debug/pprof/", pprof.Index)
@@ -353,8 +376,8 @@ func (s *Server) start() error {
 			ReadTimeout: cfg.HTTPReadTimeout, WriteTimeout: cfg.HTTPWriteTimeout, IdleTimeout: cfg.HTTPIdleTimeout,
 			MaxHeaderBytes: 64 << 10}
 		if s.tls != nil {
-			// Client certificates are verified when given: /healthz
-			// answers anyone; the API, /metrics (unless OpenMetrics) and
+			// Client certificates are verified when given: /healthz,
+			// /livez and /readyz answer anyone; the API, /metrics (unless OpenMetrics) and
 			// pprof only verified identities.
 			s.http.TLSConfig = s.tls.ServerConfig(false)
 			s.serve("HTTP", func() error { return s.http.ServeTLS(s.httpLis, "", "") })

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/coordd/coordd/internal/metriclabel"
 	"github.com/coordd/coordd/internal/pbtime"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,7 +34,7 @@ func newWatchService(s *Server) *watchService {
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_watch_streams", Help: "Open Watch streams on this node."}),
 		events:  prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_watch_events_sent_total", Help: "Change events sent to watchers (initial records included)."}),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_watch_ended_total",
-			Help: "Watch streams ended, by reason (WATCHER_TOO_SLOW, WATCH_INDEX_COMPACTED, ..., or CLOSED by the client)."}, []string{"reason"}),
+			Help: "Watch streams ended, by reason (watcher_too_slow, index_compacted, ..., or closed by the client)."}, []string{"reason"}),
 	}
 	for _, c := range []prometheus.Collector{w.streams, w.events, w.ended} {
 		if err := s.cfg.Metrics.Register(c); err != nil {
@@ -180,13 +181,13 @@ func (w *watchService) Watch(req *coordv1.WatchRequest, stream coordv1.Watch_Wat
 	err = s.node.Watch(ctx, from, req.GetInitial(), match, send)
 	st := toStatus(err)
 	if ctx.Err() != nil {
-		w.ended.WithLabelValues("CLOSED").Inc()
+		w.ended.WithLabelValues("closed").Inc()
 		return st
 	}
 	_, info := coorderr.Info(st)
-	reason := info.GetReason()
-	if reason == "" {
-		reason = "OTHER"
+	reason := "other"
+	if r := info.GetReason(); r != "" {
+		reason = metriclabel.Value(r, "WATCH_")
 	}
 	w.ended.WithLabelValues(reason).Inc()
 	return st
@@ -260,7 +261,7 @@ func (w *watchService) sendInitial(stream coordv1.Watch_WatchServer, b fsm.Watch
 }
 
 // eventToProto converts an event; a lease is judged at the event's own
-// cluster time.
+// lease time.
 func (s *Server) eventToProto(e fsm.Event, index uint64, pos uint32) *coordv1.WatchEvent {
 	out := &coordv1.WatchEvent{Index: index, Position: pos, Family: e.Family, Kind: e.Kind, Key: e.Key,
 		LeaseTime: pbtime.Dur(e.At), CalendarTime: pbtime.At(e.Cal)}

@@ -122,7 +122,7 @@ func TestWatchValidation(t *testing.T) {
 func TestWatchSendsMatchingEvents(t *testing.T) {
 	f, w := newWatchFake(t)
 	f.feed <- []fsm.Event{leaseEvent("svc/a", 1), leaseEvent("other", 1),
-		{Family: fsm.FamilyWindow, Kind: fsm.EventPut, Key: "svc/w", Record: &fsm.Window{Job: "svc", Window: "w"}}}
+		{Family: fsm.FamilyWindow, Kind: fsm.EventPut, Key: "svc/w", Record: &fsm.Window{Ledger: "svc", Window: "w"}}}
 	f.feed <- []fsm.Event{{Family: fsm.FamilyLease, Kind: fsm.EventExpire, Key: "svc/a", At: 3000,
 		Record: &fsm.Lease{Name: "svc/a", Owner: "o", Generation: 1, ExpiresAt: 3000}}}
 	f.feed <- []fsm.Event{{Family: fsm.FamilyQueueJob, Kind: fsm.EventPut, Key: "svc/7",

@@ -168,7 +168,8 @@ func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
 	if c.opts.tls != nil {
 		creds = credentials.NewTLS(c.opts.tls)
 	}
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(c.observeLeader(ep))}
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(c.observeLeader(ep), injectTrace),
+		grpc.WithChainStreamInterceptor(injectTraceStream)}
 	if c.opts.pingInterval > 0 {
 		dial = append(dial, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: c.opts.pingInterval, Timeout: c.opts.pingTimeout}))
 	}

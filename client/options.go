@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/coordd/coordd/clock"
@@ -29,6 +30,7 @@ type options struct {
 	locateTimeout  time.Duration // one round of Members calls looking for the leader
 	tls            *tls.Config
 	tlsErr         error
+	tracerProvider trace.TracerProvider // nil: the global one (tracing.go)
 }
 
 // WithOwner sets the owner id used for leases (default hostname:pid:random).

@@ -86,6 +86,21 @@ func (c *Client) status(ctx context.Context, endpoint string, digest bool) (*coo
 	return resp, fromStatus(err)
 }
 
+// Config returns the effective configuration of the node at endpoint (of
+// the current leader when endpoint is empty): every setting with its
+// value, secrets redacted by the node, and its source. An admin call.
+func (c *Client) Config(ctx context.Context, endpoint string) (*coordv1.ConfigResponse, error) {
+	if endpoint == "" {
+		endpoint = c.leaderEndpoint()
+	}
+	cc, err := c.conn(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := coordv1.NewClusterClient(cc).Config(ctx, &coordv1.ConfigRequest{})
+	return resp, fromStatus(err)
+}
+
 // read is a read RPC of coord.v1.Coordinator through invoke.
 func read[Req, Resp any](c *Client, ctx context.Context,
 	method func(coordv1.CoordinatorClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {

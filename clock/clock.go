@@ -2,8 +2,8 @@
 // the real clock, a fake one that tests advance by hand (virtual time, no
 // sleeps), and scaled and offset clocks for demos and fault tests. The
 // SDK's lease keeper and job runner take one (client.WithClock,
-// jobs.WithClock); so do the server node's proposer deadlines, waiting
-// acquires, leader ticks and the cluster clock (node.Config.Clock).
+// periodic.WithClock); so do the server node's proposer deadlines, waiting
+// acquires, leader ticks and the leader clock (node.Config.Clock).
 package clock
 
 import (

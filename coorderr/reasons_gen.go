@@ -38,6 +38,7 @@ const (
 	JobCancelled             = coordv1.ErrorReason_ERROR_REASON_JOB_CANCELLED
 	JobFinished              = coordv1.ErrorReason_ERROR_REASON_JOB_FINISHED
 	JobRunning               = coordv1.ErrorReason_ERROR_REASON_JOB_RUNNING
+	JobNotFinal              = coordv1.ErrorReason_ERROR_REASON_JOB_NOT_FINAL
 	ScheduleNotFound         = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_NOT_FOUND
 	ScheduleOverlap          = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_OVERLAP
 	ScheduleExists           = coordv1.ErrorReason_ERROR_REASON_SCHEDULE_EXISTS

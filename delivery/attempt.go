@@ -32,6 +32,8 @@ const (
 	HeaderWindow       = "Coordd-Window"
 	HeaderOccurrence   = "Coordd-Occurrence"
 	HeaderDeadline     = "Coordd-Deadline"
+	HeaderTraceparent  = "Traceparent" // W3C Trace Context (docs/tracing.md)
+	HeaderTracestate   = "Tracestate"
 	excerptBytes       = 512 // of a failed response's body, in the attempt's error
 	labelWindow        = "coordd.window"
 	labelOccurrenceMs  = "coordd.occurrence_ms"
@@ -70,7 +72,9 @@ func (d *Deliverer) deliver(ctx context.Context, cj *coordv1.ClaimedJob) {
 		defer close(hbDone)
 		d.heartbeat(actx, job, a, stop)
 	}()
+	span := d.startSpan(ctx, job, a) // nil when tracing is off
 	o := d.send(actx, job, a, t, timeout)
+	endSpan(span, o)
 	stop(nil)
 	<-hbDone
 	if cause := context.Cause(actx); cause != nil && !errors.Is(cause, context.Canceled) {
@@ -187,6 +191,12 @@ func (d *Deliverer) setHeaders(h http.Header, job *coordv1.QueueJob, a *coordv1.
 		h.Set(HeaderOccurrence, time.UnixMilli(ms).UTC().Format(time.RFC3339Nano))
 	}
 	h.Set(HeaderDeadline, deadline.UTC().Format(time.RFC3339Nano))
+	if tp := job.GetTraceparent(); tp != "" {
+		h.Set(HeaderTraceparent, tp)
+		if ts := job.GetTracestate(); ts != "" {
+			h.Set(HeaderTracestate, ts)
+		}
+	}
 	if name := t.GetSecret(); name != "" {
 		// A secret missing here (this node's file lacks it) still sends
 		// the headers: the endpoint refuses the unsigned request, the
@@ -242,12 +252,16 @@ func (d *Deliverer) reportOnce(ctx context.Context, job *coordv1.QueueJob, a *co
 		latency = durationpb.New(o.latency)
 	}
 	status := uint32(o.status)
+	var tp string // the request's span, the parent of the leader's
+	if d.tracer != nil {
+		tp = job.GetTraceparent()
+	}
 	if o.err == nil && o.status >= 200 && o.status <= 299 {
 		return d.submitReport(ctx, report{c: &coordv1.JobCompletion{JobId: job.GetId(), Attempt: a.GetNumber(), Result: resultOf(o),
-			DeliveryStatus: status, DeliveryLatency: latency}})
+			DeliveryStatus: status, DeliveryLatency: latency, Traceparent: tp}})
 	}
 	f := &coordv1.JobFailure{JobId: job.GetId(), Attempt: a.GetNumber(), Error: failureText(o), Retryable: o.retryable,
-		DeliveryStatus: status, DeliveryLatency: latency}
+		DeliveryStatus: status, DeliveryLatency: latency, Traceparent: tp}
 	if o.after > 0 {
 		f.RetryAfter = durationpb.New(o.after)
 	}

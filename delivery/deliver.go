@@ -26,7 +26,10 @@ import (
 	"net"
 	"net/http"
 	"sync"
+
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -56,6 +59,7 @@ type Deliverer struct {
 	log    *slog.Logger
 	client *http.Client
 	m      *Metrics
+	tracer trace.Tracer // nil: no spans (tracing.go)
 
 	slots   chan struct{} // one token per request in flight on this node
 	reports chan report   // outcomes waiting for the reporter (report.go)
@@ -87,6 +91,9 @@ func New(q Queue, worker string, opts Options, c clock.Clock, log *slog.Logger, 
 		ForceAttemptHTTP2:      true,
 	}
 	d.client = &http.Client{Transport: tr, CheckRedirect: d.checkRedirect}
+	if opts.TracerProvider != nil {
+		d.tracer = opts.TracerProvider.Tracer("github.com/coordd/coordd/delivery")
+	}
 	return d
 }
 

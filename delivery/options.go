@@ -3,6 +3,8 @@ package delivery
 import (
 	"crypto/x509"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configure a node's delivery (coordd's --delivery-* flags).
@@ -24,6 +26,10 @@ type Options struct {
 	MaxResponseBytes int
 	// Poll is the long poll of a delivery fetch; 0: DefaultPoll.
 	Poll time.Duration
+	// TracerProvider makes a client span of each request, whose context
+	// the request's traceparent header carries (docs/tracing.md); nil: no
+	// span, and the header carries the job's own trace context.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults of Options.

@@ -246,6 +246,51 @@ func TestAlertsAnnotated(t *testing.T) {
 	}
 }
 
+// Every alert has a promtool unit test that expects it to fire and one
+// that expects it not to (at another time, or on other series).
+func TestEveryAlertTested(t *testing.T) {
+	type ruleTests struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string `json:"alertname"`
+				ExpAlerts []any  `json:"exp_alerts"`
+			} `json:"alert_rule_test"`
+		} `json:"tests"`
+	}
+	rt := readFile[ruleTests](t, rulesTestFile, func(b []byte, v any) error { return yaml.Unmarshal(b, v) })
+	fires, silent := map[string]int{}, map[string]int{}
+	for _, tc := range rt.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname]++
+			} else {
+				silent[a.Alertname]++
+			}
+		}
+	}
+	alerts := 0
+	for _, g := range readRules(t).Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			alerts++
+			if fires[r.Alert] == 0 || silent[r.Alert] == 0 {
+				t.Errorf("%s: %d cases expect it to fire, %d expect silence: want both", r.Alert, fires[r.Alert], silent[r.Alert])
+			}
+			delete(fires, r.Alert)
+			delete(silent, r.Alert)
+		}
+	}
+	for name := range fires {
+		t.Errorf("%s: tests for an alert the rules do not have", name)
+	}
+	for name := range silent {
+		t.Errorf("%s: tests for an alert the rules do not have", name)
+	}
+	t.Logf("%d alerts, each tested firing and silent", alerts)
+}
+
 // promtool accepts the rules and passes their unit tests, and every
 // dashboard expression parses (checked as a recording rule, with the
 // dashboard's variables filled in).
@@ -345,7 +390,7 @@ func TestMetricNamesExported(t *testing.T) {
 			}
 		}
 		if len(missing) == 0 && hasValue(fams, "coordd_schedule_overdue_occurrences", "queue", "deploy-sched") &&
-			hasValue(fams, "coordd_schedule_occurrences_skipped_total", "reason", "OVERLAP") || time.Now().After(deadline) {
+			hasValue(fams, "coordd_schedule_occurrences_skipped_total", "reason", "overlap") || time.Now().After(deadline) {
 			break
 		}
 	}

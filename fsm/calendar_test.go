@@ -22,8 +22,8 @@ func runAt(t testing.TB, f *FSM, now, cal int64, body any) any {
 
 func TestCalendarOnlyMovesForward(t *testing.T) {
 	f := New()
-	if f.CalendarMs() != 0 {
-		t.Fatalf("fresh calendar %d", f.CalendarMs())
+	if f.CalendarTime() != 0 {
+		t.Fatalf("fresh calendar %d", f.CalendarTime())
 	}
 	steps := []struct {
 		cal, want int64
@@ -36,7 +36,7 @@ func TestCalendarOnlyMovesForward(t *testing.T) {
 	}
 	for i, s := range steps {
 		runAt(t, f, int64(i), s.cal, &fsmv1.Tick{})
-		if got := f.CalendarMs(); got != s.want {
+		if got := f.CalendarTime(); got != s.want {
 			t.Fatalf("step %d (stamp %d): calendar %d, want %d", i, s.cal, got, s.want)
 		}
 	}
@@ -46,7 +46,7 @@ func TestCalendarOnlyMovesForward(t *testing.T) {
 		EnvelopeAt(11, 1_700_000_002_000, &fsmv1.Tick{}),
 		EnvelopeAt(12, 1_700_000_001_500, &fsmv1.Tick{}),
 	}})
-	if got := f.CalendarMs(); got != 1_700_000_002_000 {
+	if got := f.CalendarTime(); got != 1_700_000_002_000 {
 		t.Fatalf("after batch: %d", got)
 	}
 }
@@ -61,8 +61,8 @@ func TestCalendarDoesNotExpireLeases(t *testing.T) {
 	if r, ok := runAt(t, f, 1060, 1_800_000_000_001, &fsmv1.Renew{Name: "l", Owner: "a", Generation: 1, TtlMs: 100}).(*LeaseResult); !ok || r.Lease.ExpiresAt != 1160 {
 		t.Fatalf("renew judged on the calendar: %#v", r)
 	}
-	if f.Clock() != 1060 {
-		t.Fatalf("lease clock %d", f.Clock())
+	if f.LeaseTime() != 1060 {
+		t.Fatalf("lease clock %d", f.LeaseTime())
 	}
 }
 
@@ -74,8 +74,8 @@ func TestCalendarSnapshotAndDigest(t *testing.T) {
 		t.Fatal("the digest does not cover the calendar")
 	}
 	h := restored(t, f)
-	if h.CalendarMs() != 1_700_000_000_000 || h.Digest() != f.Digest() {
-		t.Fatalf("restored calendar %d", h.CalendarMs())
+	if h.CalendarTime() != 1_700_000_000_000 || h.Digest() != f.Digest() {
+		t.Fatalf("restored calendar %d", h.CalendarTime())
 	}
 	// A state that never saw a calendar stamp encodes as before the field
 	// existed (proto3 omits the zero), so old digests stay comparable.
@@ -128,7 +128,7 @@ func TestClaimNotBeforeOnTheCalendar(t *testing.T) {
 	// Completion and the job's record are calendar time.
 	runAt(t, f, lease+2, cal+250, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "job", Schedule: "@every 1m"}})
 	w := runAt(t, f, lease+3, cal+300, &fsmv1.CompleteWindow{Job: "job", Window: "due", LeaseName: "lease-due", Owner: "a", Generation: 1}).(*WindowResult)
-	j, _ := f.Job("job")
+	j, _ := f.RegistryJob("job")
 	if w.Window.CompletedAt != cal+300 || j.RegisteredAt != cal+250 || j.LastCompletedAt != cal+300 {
 		t.Fatalf("completed at %d, job registered at %d, last completed %d: want calendar times", w.Window.CompletedAt, j.RegisteredAt, j.LastCompletedAt)
 	}

@@ -6,7 +6,7 @@ import (
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// Envelope wraps a command body with its type and the cluster time, so type
+// Envelope wraps a command body with its type and the lease time, so type
 // and body can never disagree. It stamps no calendar time (see EnvelopeAt).
 func Envelope(nowMs int64, body any) *fsmv1.Command {
 	return EnvelopeAt(nowMs, 0, body)
@@ -67,6 +67,14 @@ func EnvelopeAt(nowMs, calendarMs int64, body any) *fsmv1.Command {
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_MATERIALISE_SCHEDULES, &fsmv1.Command_MaterialiseSchedules{MaterialiseSchedules: b}
 	case *fsmv1.SetQueueTarget:
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_SET_QUEUE_TARGET, &fsmv1.Command_SetQueueTarget{SetQueueTarget: b}
+	case *fsmv1.PauseQueue:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_PAUSE_QUEUE, &fsmv1.Command_PauseQueue{PauseQueue: b}
+	case *fsmv1.StartBulkJobs:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_START_BULK_JOBS, &fsmv1.Command_StartBulkJobs{StartBulkJobs: b}
+	case *fsmv1.StepBulkJobs:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_STEP_BULK_JOBS, &fsmv1.Command_StepBulkJobs{StepBulkJobs: b}
+	case *fsmv1.DeleteJobs:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_DELETE_JOBS, &fsmv1.Command_DeleteJobs{DeleteJobs: b}
 	case *fsmv1.SetQueueLimits:
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_SET_QUEUE_LIMITS, &fsmv1.Command_SetQueueLimits{SetQueueLimits: b}
 	default:

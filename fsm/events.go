@@ -46,10 +46,10 @@ func (e *Event) Size() int {
 	case *Lease:
 		n += 112 + len(r.Name) + len(r.Owner) + len(r.RequestID) + len(r.Identity) + len(r.Value)
 	case *Window:
-		n += 112 + len(r.Job) + len(r.Window) + len(r.LeaseName) + len(r.Owner) + len(r.Result)
+		n += 112 + len(r.Ledger) + len(r.Window) + len(r.LeaseName) + len(r.Owner) + len(r.Result)
 	case *Resource:
 		n += 80 + len(r.Name) + len(r.LeaseName) + len(r.LastIdempotencyKey)
-	case *Job:
+	case *RegistryJob:
 		n += 160 + len(r.Name) + len(r.Schedule) + len(r.TimeZone) + len(r.WindowLayout) + len(r.RegisteredBy) + len(r.LastCompletedWindow)
 	case *QueueJob:
 		n += 224 + len(r.Queue) + len(r.Kind) + len(r.UniqueKey) + len(r.Identity) + len(r.Args)
@@ -65,8 +65,8 @@ func (e *Event) Size() int {
 
 // Keys of the families: what a watch prefix matches.
 
-// WindowEventKey is the key of a window: "job/window".
-func WindowEventKey(job, window string) string { return job + "/" + window }
+// WindowEventKey is the key of a window: "ledger/window".
+func WindowEventKey(ledger, window string) string { return ledger + "/" + window }
 
 // QueueJobEventKey is the key of a queued job: "queue/id".
 func QueueJobEventKey(queue string, id uint64) string {
@@ -79,14 +79,14 @@ func (s *state) emit(f Family, k EventKind, key string, rec any) {
 	if !s.emitting {
 		return
 	}
-	s.events = append(s.events, Event{Family: f, Kind: k, Key: key, Record: rec, At: s.clock, Cal: s.calendar})
+	s.events = append(s.events, Event{Family: f, Kind: k, Key: key, Record: rec, At: s.leaseTime, Cal: s.calendarTime})
 }
 
 func (s *state) emitLease(k EventKind, l *Lease) { s.emit(FamilyLease, k, l.Name, l) }
 
 func (s *state) emitWindow(k EventKind, w *Window) {
 	if s.emitting {
-		s.emit(FamilyWindow, k, WindowEventKey(w.Job, w.Window), w)
+		s.emit(FamilyWindow, k, WindowEventKey(w.Ledger, w.Window), w)
 	}
 }
 
@@ -117,7 +117,7 @@ func (s *state) putLease(old, n *Lease) {
 		s.expiry.Delete(nameTime{old.ExpiresAt, old.Name})
 	}
 	s.leases.ReplaceOrInsert(n)
-	if !n.Released && n.ExpiresAt > s.clock {
+	if !n.Released && n.ExpiresAt > s.leaseTime {
 		s.expiry.ReplaceOrInsert(nameTime{n.ExpiresAt, n.Name})
 	}
 	s.emitLease(EventPut, n)
@@ -128,7 +128,7 @@ func (s *state) putLease(old, n *Lease) {
 func (s *state) expireLeases() {
 	for {
 		k, ok := s.expiry.Min()
-		if !ok || k.at > s.clock {
+		if !ok || k.at > s.leaseTime {
 			return
 		}
 		s.expiry.DeleteMin()
@@ -141,7 +141,7 @@ func (s *state) expireLeases() {
 func (s *state) rebuildExpiry() {
 	s.expiry = btree.NewG(btreeDegree, lessNameTime)
 	s.leases.Ascend(func(l *Lease) bool {
-		if !l.Released && l.ExpiresAt > s.clock {
+		if !l.Released && l.ExpiresAt > s.leaseTime {
 			s.expiry.ReplaceOrInsert(nameTime{l.ExpiresAt, l.Name})
 		}
 		return true
@@ -205,11 +205,11 @@ func (f *FSM) ViewWith(at func()) *View {
 	return &View{st: f.st.clone()}
 }
 
-// Clock is the view's lease time; CalendarMs its calendar time.
-func (v *View) Clock() int64 { return v.st.clock }
+// LeaseTime is the view's lease time.
+func (v *View) LeaseTime() int64 { return v.st.leaseTime }
 
-// CalendarMs is the view's calendar time.
-func (v *View) CalendarMs() int64 { return v.st.calendar }
+// CalendarTime is the view's calendar time.
+func (v *View) CalendarTime() int64 { return v.st.calendarTime }
 
 // Records calls fn with every record of the families wanted (nil: all)
 // whose key starts with prefix, as EXISTING events, family by family in
@@ -220,7 +220,7 @@ func (v *View) Records(prefix string, wanted func(Family) bool, fn func(Event) b
 	st := v.st
 	ok := true
 	ev := func(f Family, key string, rec any) bool {
-		ok = fn(Event{Family: f, Kind: EventExisting, Key: key, Record: rec, At: st.clock, Cal: st.calendar})
+		ok = fn(Event{Family: f, Kind: EventExisting, Key: key, Record: rec, At: st.leaseTime, Cal: st.calendarTime})
 		return ok
 	}
 	has := func(f Family) bool { return ok && (wanted == nil || wanted(f)) }
@@ -230,15 +230,15 @@ func (v *View) Records(prefix string, wanted func(Family) bool, fn func(Event) b
 		})
 	}
 	if has(FamilyWindow) {
-		// A window's key is "job/window", and job names may hold '/': every
-		// matching window's job starts with the prefix's part before its
-		// first '/', so the walk covers those jobs.
-		jp := jobPart(prefix)
-		st.windows.AscendGreaterOrEqual(&Window{Job: jp}, func(w *Window) bool {
-			if !hasPrefix(w.Job, jp) {
+		// A window's key is "ledger/window", and ledger names may hold '/':
+		// every matching window's ledger starts with the prefix's part
+		// before its first '/', so the walk covers those ledgers.
+		lp := ledgerPart(prefix)
+		st.windows.AscendGreaterOrEqual(&Window{Ledger: lp}, func(w *Window) bool {
+			if !hasPrefix(w.Ledger, lp) {
 				return false
 			}
-			if key := WindowEventKey(w.Job, w.Window); hasPrefix(key, prefix) {
+			if key := WindowEventKey(w.Ledger, w.Window); hasPrefix(key, prefix) {
 				return ev(FamilyWindow, key, w)
 			}
 			return true
@@ -264,9 +264,9 @@ func (v *View) Records(prefix string, wanted func(Family) bool, fn func(Event) b
 	}
 }
 
-// jobPart is the part of a window key prefix before its first '/': every
-// window whose key starts with the prefix has a job name starting with it.
-func jobPart(prefix string) string {
+// ledgerPart is the part of a window key prefix before its first '/': every
+// window whose key starts with the prefix has a ledger name starting with it.
+func ledgerPart(prefix string) string {
 	for i := 0; i < len(prefix); i++ {
 		if prefix[i] == '/' {
 			return prefix[:i]

@@ -224,7 +224,7 @@ func TestViewRecords(t *testing.T) {
 	runEvents(t, f, 100, t0, &fsmv1.ClaimWindow{Job: "svc", Window: "w2", LeaseName: "svc/a", Owner: "o", Generation: 1})
 	runEvents(t, f, 100, t0, &fsmv1.SubmitJobs{Jobs: []*fsmv1.QueueJobSpec{jspec("svc", "k"), jspec("mail", "k")}})
 	var at int64
-	v := f.ViewWith(func() { at = f.st.clock })
+	v := f.ViewWith(func() { at = f.st.leaseTime })
 	runEvents(t, f, 200, t0, acq("svc/c", "o", 1000, "r")) // after the view: not in it
 	var keys []string
 	v.Records("svc/", nil, func(e Event) bool {
@@ -323,13 +323,13 @@ func FuzzEvents(f *testing.F) {
 			state := map[string]any{}
 			x.st.leases.Ascend(func(l *Lease) bool {
 				state[fmt.Sprintf("%d/%s", FamilyLease, l.Name)] = l
-				if !l.Released && l.ExpiresAt <= x.Clock() && !expired[fmt.Sprintf("%s/%d", l.Name, l.Generation)] {
-					t.Fatalf("lease %s generation %d expired at %d (clock %d) without an EXPIRE event", l.Name, l.Generation, l.ExpiresAt, x.Clock())
+				if !l.Released && l.ExpiresAt <= x.LeaseTime() && !expired[fmt.Sprintf("%s/%d", l.Name, l.Generation)] {
+					t.Fatalf("lease %s generation %d expired at %d (clock %d) without an EXPIRE event", l.Name, l.Generation, l.ExpiresAt, x.LeaseTime())
 				}
 				return true
 			})
 			x.st.windows.Ascend(func(w *Window) bool {
-				state[fmt.Sprintf("%d/%s", FamilyWindow, WindowEventKey(w.Job, w.Window))] = w
+				state[fmt.Sprintf("%d/%s", FamilyWindow, WindowEventKey(w.Ledger, w.Window))] = w
 				return true
 			})
 			x.st.resources.Ascend(func(r *Resource) bool {

@@ -58,14 +58,14 @@ func (f *FSM) ApplyCommand(cmd *fsmv1.Command) any {
 // apply dispatches one command. Every command type is handled here.
 func (s *state) apply(cmd *fsmv1.Command) any {
 	if cmd.GetType() != fsmv1.CommandType_COMMAND_TYPE_BATCH {
-		if cmd.GetNowMs() > s.clock {
-			s.clock = cmd.GetNowMs()
+		if cmd.GetNowMs() > s.leaseTime {
+			s.leaseTime = cmd.GetNowMs()
 		}
-		if cmd.GetCalendarMs() > s.calendar {
-			s.calendar = cmd.GetCalendarMs()
+		if cmd.GetCalendarMs() > s.calendarTime {
+			s.calendarTime = cmd.GetCalendarMs()
 		}
 	}
-	now, cal := s.clock, s.calendar
+	now, cal := s.leaseTime, s.calendarTime
 	if cmd.GetType() != fsmv1.CommandType_COMMAND_TYPE_BATCH {
 		s.expireLeases()
 		s.advanceQueue(cal)
@@ -129,6 +129,14 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 		return s.materialise(cal, cmd.GetMaterialiseSchedules())
 	case fsmv1.CommandType_COMMAND_TYPE_SET_QUEUE_TARGET:
 		return s.setQueueTarget(cal, cmd.GetSetQueueTarget())
+	case fsmv1.CommandType_COMMAND_TYPE_PAUSE_QUEUE:
+		return s.pauseQueue(cal, cmd.GetPauseQueue())
+	case fsmv1.CommandType_COMMAND_TYPE_START_BULK_JOBS:
+		return s.startBulkJobs(cal, cmd.GetStartBulkJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_STEP_BULK_JOBS:
+		return s.stepBulkJobs(cal, cmd.GetStepBulkJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_DELETE_JOBS:
+		return s.deleteJobs(cmd.GetDeleteJobs())
 	case fsmv1.CommandType_COMMAND_TYPE_SET_QUEUE_LIMITS:
 		return s.setQueueLimits(cal, cmd.GetSetQueueLimits())
 	default:
@@ -137,19 +145,20 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 	}
 }
 
-// Clock is the cluster time (ms) of the last applied command.
-func (f *FSM) Clock() int64 {
+// LeaseTime is the lease time (ms) of the last applied command: the
+// highest lease stamp applied.
+func (f *FSM) LeaseTime() int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.st.clock
+	return f.st.leaseTime
 }
 
-// CalendarMs is the calendar time (ms since the Unix epoch) of the last
+// CalendarTime is the calendar time (ms since the Unix epoch) of the last
 // applied command: the highest calendar stamp applied (0 before any).
-func (f *FSM) CalendarMs() int64 {
+func (f *FSM) CalendarTime() int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.st.calendar
+	return f.st.calendarTime
 }
 
 // Snapshot takes an O(1) copy of the state; Persist writes it out while

@@ -11,7 +11,7 @@ import (
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// run applies body at cluster time now through the encoded entry point, as
+// run applies body at lease time now through the encoded entry point, as
 // a replica would.
 func run(t testing.TB, f *FSM, now int64, body any) any {
 	t.Helper()
@@ -311,8 +311,8 @@ func TestClockOnlyMovesForward(t *testing.T) {
 	mustAcquire(t, f, 1000, "l", "a", 100)
 	run(t, f, 1200, &fsmv1.Tick{})
 	wantReason(t, run(t, f, 1050, &fsmv1.Renew{Name: "l", Owner: "a", Generation: 1}), coorderr.LeaseExpired)
-	if f.Clock() != 1200 {
-		t.Fatalf("clock went back: %d", f.Clock())
+	if f.LeaseTime() != 1200 {
+		t.Fatalf("clock went back: %d", f.LeaseTime())
 	}
 }
 
@@ -396,14 +396,14 @@ func (nopCloser) Close() error { return nil }
 func TestRegisterJob(t *testing.T) {
 	f := New()
 	rec := &fsmv1.JobRecord{Name: "daily-close", Schedule: "5 0 * * *", TimeZone: "America/Sao_Paulo", RegisteredBy: "r1"}
-	first := run(t, f, 10, &fsmv1.RegisterJob{Job: rec}).(*JobResult)
-	if !first.Changed || first.Job.RegisteredAt != 10 {
+	first := run(t, f, 10, &fsmv1.RegisterJob{Job: rec}).(*RegistryJobResult)
+	if !first.Changed || first.RegistryJob.RegisteredAt != 10 {
 		t.Fatalf("register: %+v", first)
 	}
 	// The same spec from another replica changes nothing.
 	again := run(t, f, 20, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "daily-close", Schedule: "5 0 * * *",
-		TimeZone: "America/Sao_Paulo", RegisteredBy: "r2"}}).(*JobResult)
-	if again.Changed || again.Job.UpdatedAt != 10 || again.Job.RegisteredBy != "r1" {
+		TimeZone: "America/Sao_Paulo", RegisteredBy: "r2"}}).(*RegistryJobResult)
+	if again.Changed || again.RegistryJob.UpdatedAt != 10 || again.RegistryJob.RegisteredBy != "r1" {
 		t.Fatalf("re-register: %+v", again)
 	}
 	// Completions are noted on the job.
@@ -412,9 +412,9 @@ func TestRegisterJob(t *testing.T) {
 	run(t, f, 32, &fsmv1.CompleteWindow{Job: "daily-close", Window: "2026-09-25", LeaseName: "daily-close", Owner: "a", Generation: 1})
 	// A changed spec keeps the registration time and the last completion.
 	changed := run(t, f, 40, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "daily-close", Schedule: "10 0 * * *",
-		TimeZone: "America/Sao_Paulo"}}).(*JobResult)
-	if !changed.Changed || changed.Job.RegisteredAt != 10 || changed.Job.UpdatedAt != 40 ||
-		changed.Job.LastCompletedWindow != "2026-09-25" || changed.Job.LastCompletedAt != 32 {
+		TimeZone: "America/Sao_Paulo"}}).(*RegistryJobResult)
+	if !changed.Changed || changed.RegistryJob.RegisteredAt != 10 || changed.RegistryJob.UpdatedAt != 40 ||
+		changed.RegistryJob.LastCompletedWindow != "2026-09-25" || changed.RegistryJob.LastCompletedAt != 32 {
 		t.Fatalf("update: %+v", changed)
 	}
 	wantReason(t, run(t, f, 50, &fsmv1.RegisterJob{Job: &fsmv1.JobRecord{Name: "x"}}), coorderr.InvalidArgument)
@@ -446,8 +446,8 @@ func TestBatch(t *testing.T) {
 	for _, c := range cmds[:4] {
 		single.ApplyCommand(c)
 	}
-	if batched.Digest() != single.Digest() || batched.Clock() != 201 {
-		t.Fatalf("batch and single differ (clock %d)", batched.Clock())
+	if batched.Digest() != single.Digest() || batched.LeaseTime() != 201 {
+		t.Fatalf("batch and single differ (clock %d)", batched.LeaseTime())
 	}
 }
 

@@ -71,7 +71,7 @@ func FuzzCommands(f *testing.F) {
 			}
 			cmdNow := now - int64(a%8) // stamps may arrive slightly out of order
 			cmdCal := cal - int64(b%8)*5
-			clockBefore := x.Clock()
+			clockBefore := x.LeaseTime()
 			jobsBefore := q.snapshot(x)
 			out := runAt(t, x, cmdNow, cmdCal, body)
 			at := max(clockBefore, cmdNow)
@@ -100,8 +100,8 @@ func FuzzCommands(f *testing.F) {
 						// would have refused it: so it must have been live.
 						t.Fatalf("job fence: attempt %d of job %d accepted, job was %+v", fc.Generation, fc.JobId, j)
 					}
-					if a, _ := j.Current(); a.Deadline <= max(x.CalendarMs(), cmdCal) {
-						t.Fatalf("job fence: lapsed attempt accepted (deadline %d, calendar %d)", a.Deadline, x.CalendarMs())
+					if a, _ := j.Current(); a.Deadline <= max(x.CalendarTime(), cmdCal) {
+						t.Fatalf("job fence: lapsed attempt accepted (deadline %d, calendar %d)", a.Deadline, x.CalendarTime())
 					}
 				}
 				if !r.Duplicate {
@@ -124,8 +124,8 @@ func FuzzCommands(f *testing.F) {
 			case *FetchResult:
 				for _, j := range r.Jobs {
 					a, ok := j.Current()
-					if !ok || j.RunAt > x.CalendarMs() || a.StartedAt != x.CalendarMs() {
-						t.Fatalf("job %d handed out before its run_at %d (calendar %d): %+v", j.ID, j.RunAt, x.CalendarMs(), a)
+					if !ok || j.RunAt > x.CalendarTime() || a.StartedAt != x.CalendarTime() {
+						t.Fatalf("job %d handed out before its run_at %d (calendar %d): %+v", j.ID, j.RunAt, x.CalendarTime(), a)
 					}
 				}
 			}
@@ -224,6 +224,9 @@ func (m *queueModel) command(x *FSM, op, a, b, c byte, cal int64) any {
 	case 14:
 		return &fsmv1.RetryJobs{JobIds: []uint64{id, uint64(b%8) + 1}}
 	default:
+		if b%3 == 1 && c%4 == 0 && a&32 != 0 {
+			return &fsmv1.PauseQueue{Queue: queues[a%2], Paused: c&8 != 0, Identity: "ops"}
+		}
 		if b%3 == 1 && c%4 == 0 { // limits (queue_limits.go): they never let a fetch break an invariant
 			sp := &fsmv1.QueueLimitsSpec{Concurrency: uint32(a % 3), MaxRunMs: int64(c%3) * 15}
 			if a&8 != 0 {
@@ -258,7 +261,7 @@ func (m *queueModel) snapshot(x *FSM) map[uint64]QueueJob {
 // check asserts the queue's invariants after a command.
 func (m *queueModel) check(t *testing.T, x *FSM, before map[uint64]QueueJob, body, out any) {
 	t.Helper()
-	cal := x.CalendarMs()
+	cal := x.CalendarTime()
 	revived := map[uint64]bool{}
 	if r, ok := body.(*fsmv1.RetryJobs); ok {
 		if res, ok := out.(JobResults); ok {
@@ -335,7 +338,7 @@ func (m *queueModel) check(t *testing.T, x *FSM, before map[uint64]QueueJob, bod
 // queueIndexDiff compares the incremental queue index with one rebuilt
 // from the jobs ("" when equal).
 func (s *state) queueIndexDiff() string {
-	fresh := &state{qjobs: s.qjobs}
+	fresh := &state{qjobs: s.qjobs, qops: s.qops}
 	fresh.rebuildQueueIndex()
 	a, b := s.qidx, fresh.qidx
 	for _, c := range []struct {

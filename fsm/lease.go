@@ -112,10 +112,10 @@ func (s *state) acquire(now, cal int64, c *fsmv1.Acquire) any {
 
 // tooEarly is the rejection of a claim at calendar time cal before its
 // not-before time.
-func tooEarly(cal, notBefore int64, job, window string) *Rejection {
+func tooEarly(cal, notBefore int64, ledger, window string) *Rejection {
 	return reject(coorderr.TooEarly, map[string]string{"wait_ms": strconv.FormatInt(notBefore-cal, 10)},
 		"window %s/%s may not start for %d ms (calendar time: the leader's clock); is this replica's clock ahead?",
-		job, window, notBefore-cal)
+		ledger, window, notBefore-cal)
 }
 
 // withClaim claims the Acquire's window for the holder res was granted to.

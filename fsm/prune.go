@@ -19,7 +19,7 @@ func (s *state) prune(c *fsmv1.Prune) any {
 	var res PruneResult
 	for len(s.completedQ) > 0 {
 		k := s.completedQ[0]
-		w := s.window(k.job, k.window)
+		w := s.window(k.ledger, k.window)
 		if w != nil && w.Completed && w.CompletedAt >= cutoff {
 			break
 		}
@@ -56,7 +56,7 @@ func (s *state) prune(c *fsmv1.Prune) any {
 // rebuildQueues derives the prune queues from the trees after a restore.
 func (s *state) rebuildQueues() {
 	s.completedQ = timeOrder(s.windows, func(w *Window) (int64, windowKey, bool) {
-		return w.CompletedAt, windowKey{w.Job, w.Window}, w.Completed
+		return w.CompletedAt, windowKey{w.Ledger, w.Window}, w.Completed
 	})
 	s.idemQ = timeOrder(s.idem, func(r *Idempotency) (int64, idemKey, bool) {
 		return r.At, idemKey{r.Resource, r.Key}, true

@@ -108,6 +108,9 @@ type QueueJob struct {
 	// Target, when set, makes the job a delivery (queue_target.go); the
 	// message is shared, never written.
 	Target *fsmv1.HttpTarget
+	// TraceParent and TraceState are the job's W3C trace context
+	// (docs/tracing.md), opaque here; empty: none.
+	TraceParent, TraceState string
 	// Log holds the last MaxAttemptRecords attempts, oldest first; while
 	// running, the last one is the live attempt.
 	Log             []Attempt
@@ -446,6 +449,10 @@ type queueIndex struct {
 	// limKey is the apply path's lookup key of a queue's limits (one per
 	// job claimed would be an allocation each); reads never use it.
 	limKey QueueLimits
+	// paused is the set of paused queues (queue_pause.go; nil: none): a
+	// paused queue's available jobs with a target are in avail, not in
+	// the delivery lane.
+	paused map[string]bool
 }
 
 // queueCounts is a queue's job count per state, kept as jobs move, and
@@ -536,15 +543,18 @@ func (q *queueIndex) dynamic(j *QueueJob, add bool) {
 	case JobScheduled, JobRetryable:
 		setKey(q.due, timeKey{j.RunAt, j.ID}, add)
 	case JobAvailable:
-		if j.Target != nil {
+		if j.Target != nil && !q.paused[j.Queue] {
 			setKey(q.deliver, availKey{"", j.Priority, j.RunAt, j.ID}, add)
-			if add {
-				q.counts(j.Queue).deliveries++
-			} else {
-				q.counts(j.Queue).deliveries--
-			}
 		} else {
 			setKey(q.avail, availKey{j.Queue, j.Priority, j.RunAt, j.ID}, add)
+		}
+		if j.Target == nil {
+			break
+		}
+		if add {
+			q.counts(j.Queue).deliveries++
+		} else {
+			q.counts(j.Queue).deliveries--
 		}
 	case JobRunning:
 		a, _ := j.Current()

@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 
 	"github.com/coordd/coordd/coorderr"
@@ -82,7 +81,8 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 			VisibilityMs: sp.GetVisibilityTimeoutMs(), CreatedAt: cal, UpdatedAt: cal, Queue: sp.GetQueue(), Kind: sp.GetKind(),
 			UniqueKey: sp.GetUniqueKey(), Identity: c.GetIdentity(), Args: sp.GetArgs(), Labels: sortedLabels(sp.GetLabels()),
 			Priority: sp.GetPriority(), MaxAttempts: sp.GetMaxAttempts(), BackoffPermille: sp.GetBackoffFactorPermille(),
-			State: JobScheduled, Target: s.jobTarget(sp.GetQueue(), sp.GetTarget()), MaxRunMs: sp.GetMaxRunMs(),
+			State: JobScheduled, Target: s.jobTarget(sp.GetQueue(), sp.GetTarget()),
+			TraceParent: sp.GetTraceParent(), TraceState: sp.GetTraceState(), MaxRunMs: sp.GetMaxRunMs(),
 		}
 		if j.RunAt == 0 {
 			j.RunAt = cal
@@ -202,11 +202,13 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 			var head availKey
 			var job *QueueJob // looked up already by a gate with kind limits
 			found := false
-			if gates[i] != nil {
+			switch {
+			case !s.qidx.fetchable(queues[i]): // paused (queue_pause.go)
+			case gates[i] != nil:
 				head, found = gates[i].next(s)
 				job = gates[i].job
-			} else {
-				head, found = s.qidx.availHead(queues[i], availKey{queue: queues[i], prio: math.MaxInt32})
+			default:
+				head, found = s.qidx.fetchHead(queues[i])
 			}
 			if !found {
 				empty[i] = true

@@ -10,7 +10,7 @@ import (
 // job attempt's token makes the resource the job's (JobID), and no other
 // job may write it while the job is retained. When retention prunes the
 // job, its resources are deleted in the same command, so schedules that
-// fence one resource per occurrence (client/jobs: "name/<window>") do not
+// fence one resource per occurrence (client/periodic: "name/<window>") do not
 // grow the state forever. A late commit of the pruned job is refused
 // (JOB_NOT_FOUND); the name is free again for another job. Idempotency
 // records keep their own retention, so a retry of a key still answers its

@@ -281,7 +281,7 @@ func (f *FSM) Fetchable(queue string, cal int64, limit uint64) uint64 {
 
 func (s *state) fetchable(queue string, cal int64, limit uint64) uint64 {
 	c := s.qidx.stats[queue]
-	if c == nil {
+	if c == nil || !s.qidx.fetchable(queue) { // a paused queue hands nothing out
 		return 0
 	}
 	avail := min(limit, c.states[JobAvailable]-c.deliveries)
@@ -334,17 +334,17 @@ func (s *state) nextRefill() (int64, bool) {
 	var at int64
 	ok := false
 	s.qlimits.Ascend(func(l *QueueLimits) bool {
-		if l.RateMilli == 0 || l.Tokens(s.calendar) >= microPerToken {
+		if l.RateMilli == 0 || l.Tokens(s.calendarTime) >= microPerToken {
 			return true
 		}
 		c := s.qidx.stats[l.Queue]
-		if c == nil || c.states[JobAvailable] <= c.deliveries {
+		if c == nil || c.states[JobAvailable] <= c.deliveries || !s.qidx.fetchable(l.Queue) {
 			return true
 		}
 		if l.Concurrency > 0 && c.states[JobRunning] >= uint64(l.Concurrency) {
 			return true
 		}
-		if t := l.nextToken(s.calendar); !ok || t < at {
+		if t := l.nextToken(s.calendarTime); !ok || t < at {
 			at, ok = t, true
 		}
 		return true

@@ -88,6 +88,8 @@ type QueueStats struct {
 	// delivery lane's; pull workers' fetches never take them, and the
 	// oldest available job is that of the others).
 	Deliveries uint64
+	// Pause is set while the queue is paused (queue_pause.go).
+	Pause *QueuePause
 	QueueCounters
 }
 
@@ -101,21 +103,33 @@ func (f *FSM) QueueStats(queue string, cal int64) []QueueStats {
 	q := f.st.qidx
 	var names []string
 	if queue != "" {
-		if _, ok := q.stats[queue]; ok {
+		if _, ok := q.stats[queue]; ok || f.st.queuePaused(queue) {
 			names = []string{queue}
 		}
 	} else {
 		for name := range q.stats {
 			names = append(names, name)
 		}
+		f.st.qops.pauses.Ascend(func(p *QueuePause) bool {
+			if _, ok := q.stats[p.Queue]; !ok {
+				names = append(names, p.Queue)
+			}
+			return true
+		})
 		sort.Strings(names)
 	}
 	out := make([]QueueStats, 0, len(names))
 	for _, name := range names {
 		c := q.stats[name]
+		if c == nil {
+			c = &queueCounts{} // paused, without jobs
+		}
 		st := QueueStats{Queue: name, Scheduled: c.states[JobScheduled], Available: c.states[JobAvailable],
 			Running: c.states[JobRunning], Retryable: c.states[JobRetryable], Succeeded: c.states[JobSucceeded],
 			Cancelled: c.states[JobCancelled], Dead: c.states[JobDead], Deliveries: c.deliveries, QueueCounters: c.QueueCounters}
+		if p, ok := f.st.qops.pauses.Get(&QueuePause{Queue: name}); ok {
+			st.Pause = p
+		}
 		if at, ok := q.oldestAvailable(name); ok {
 			st.OldestAvailableRunAt, st.OldestAvailableAgeMs = at, max(0, cal-at)
 		}
@@ -192,7 +206,7 @@ func (f *FSM) JobsReady(queues []string, cal int64) bool {
 		if q == DeliveryLane && f.st.qidx.deliver.Len() > 0 {
 			return true
 		}
-		if _, ok := f.st.qidx.availHead(q, availKey{queue: q, prio: math.MaxInt32}); ok && (f.st.queueLimits(q) == nil || f.st.fetchable(q, cal, 1) > 0) {
+		if _, ok := f.st.qidx.fetchHead(q); ok && (f.st.queueLimits(q) == nil || f.st.fetchable(q, cal, 1) > 0) {
 			return true
 		}
 	}

@@ -12,7 +12,8 @@ func queueJobRecord(j *QueueJob) *fsmv1.QueueJobRecord {
 		Spec: &fsmv1.QueueJobSpec{
 			Queue: j.Queue, Kind: j.Kind, Args: j.Args, RunAtMs: j.RunAt, Priority: j.Priority, MaxAttempts: j.MaxAttempts,
 			BackoffInitialMs: j.BackoffMs, BackoffMaxMs: j.BackoffMaxMs, BackoffFactorPermille: j.BackoffPermille,
-			VisibilityTimeoutMs: j.VisibilityMs, UniqueKey: j.UniqueKey, Target: j.Target, MaxRunMs: j.MaxRunMs,
+			VisibilityTimeoutMs: j.VisibilityMs, UniqueKey: j.UniqueKey, Target: j.Target,
+			TraceParent: j.TraceParent, TraceState: j.TraceState, MaxRunMs: j.MaxRunMs,
 		},
 		State: fsmv1.JobState(j.State), Identity: j.Identity, CreatedAtMs: j.CreatedAt, UpdatedAtMs: j.UpdatedAt,
 		FinishedAtMs: j.FinishedAt, Attempts: j.Attempts,
@@ -41,7 +42,8 @@ func queueJobFromRecord(r *fsmv1.QueueJobRecord) (*QueueJob, error) {
 		FinishedAt: r.GetFinishedAtMs(), Queue: sp.GetQueue(), Kind: sp.GetKind(), UniqueKey: sp.GetUniqueKey(),
 		Identity: r.GetIdentity(), Args: sp.GetArgs(), Labels: sortedLabels(sp.GetLabels()), Priority: sp.GetPriority(),
 		MaxAttempts: sp.GetMaxAttempts(), Attempts: r.GetAttempts(), BackoffPermille: sp.GetBackoffFactorPermille(),
-		State: JobState(r.GetState()), Target: sp.GetTarget(), MaxRunMs: sp.GetMaxRunMs(),
+		State: JobState(r.GetState()), Target: sp.GetTarget(), TraceParent: sp.GetTraceParent(), TraceState: sp.GetTraceState(),
+		MaxRunMs: sp.GetMaxRunMs(),
 	}
 	if len(r.GetAttemptLog()) > 0 {
 		j.Log = make([]Attempt, len(r.GetAttemptLog()))
@@ -67,6 +69,9 @@ func queueJobFromRecord(r *fsmv1.QueueJobRecord) (*QueueJob, error) {
 // after a restore.
 func (s *state) rebuildQueueIndex() {
 	s.qidx = newQueueIndex()
+	if s.qops != nil {
+		s.qidx.paused = s.pausedSet()
+	}
 	s.qjobs.Ascend(func(j *QueueJob) bool {
 		s.qidx.addStatic(j)
 		s.qidx.addDynamic(j)

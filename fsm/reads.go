@@ -61,11 +61,11 @@ func pageFrom[T any](t *btree.BTreeG[*T], pivot *T, limit int, in, skip func(*T)
 	return p.out, p.more
 }
 
-// Lease returns the lease record and the cluster time it was read at.
+// Lease returns the lease record and the lease time it was read at.
 func (f *FSM) Lease(name string) (Lease, int64, bool) {
 	var clock int64
 	l, ok := get(f, func(s *state) *Lease {
-		clock = s.clock
+		clock = s.leaseTime
 		return s.lease(name)
 	})
 	return l, clock, ok
@@ -82,7 +82,7 @@ func (f *FSM) Leases(prefix, after string, limit int) (out []Lease, more bool) {
 		func(l *Lease) bool { return l.Name == after })
 }
 
-// LiveLeases counts leases held at cluster time now. O(n): for metrics.
+// LiveLeases counts leases held at lease time now. O(n): for metrics.
 func (f *FSM) LiveLeases(now int64) int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -97,16 +97,16 @@ func (f *FSM) LiveLeases(now int64) int {
 }
 
 // Window returns one window record.
-func (f *FSM) Window(job, window string) (Window, bool) {
-	return get(f, func(s *state) *Window { return s.window(job, window) })
+func (f *FSM) Window(ledger, window string) (Window, bool) {
+	return get(f, func(s *state) *Window { return s.window(ledger, window) })
 }
 
-// Windows lists up to limit windows of job after the window key after.
-func (f *FSM) Windows(job, after string, limit int) (out []Window, more bool) {
+// Windows lists up to limit windows of ledger after the window key after.
+func (f *FSM) Windows(ledger, after string, limit int) (out []Window, more bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return pageFrom(f.st.windows, &Window{Job: job, Window: after}, limit,
-		func(w *Window) bool { return w.Job == job },
+	return pageFrom(f.st.windows, &Window{Ledger: ledger, Window: after}, limit,
+		func(w *Window) bool { return w.Ledger == ledger },
 		func(w *Window) bool { return after != "" && w.Window == after })
 }
 

@@ -12,9 +12,11 @@ import (
 // log written before the queue replays as it did. New code uses the queue
 // (queue*.go) and schedules (schedule*.go).
 
-// Job is a registered job. The FSM stores the spec as given; schedules are
-// parsed only outside it (the leader's monitor, the runner).
-type Job struct {
+// RegistryJob is a job of the retired registry (not a queue job: that is
+// QueueJob). The FSM stores the spec as given; schedules are parsed only
+// outside it. Its log command (RegisterJob) and snapshot record (JobRecord)
+// keep their names: they are the log format.
+type RegistryJob struct {
 	Name                string
 	Schedule            string
 	TimeZone            string
@@ -32,25 +34,27 @@ type Job struct {
 	LastCompletedWindow string
 }
 
-// sameSpec reports whether two jobs have the same definition.
-func (j *Job) sameSpec(o *Job) bool {
+// sameSpec reports whether two registry jobs have the same definition.
+func (j *RegistryJob) sameSpec(o *RegistryJob) bool {
 	return j.Schedule == o.Schedule && j.TimeZone == o.TimeZone && j.CompleteWithinMs == o.CompleteWithinMs &&
 		j.TTLMs == o.TTLMs && j.WindowLayout == o.WindowLayout && j.WindowShiftDays == o.WindowShiftDays &&
 		j.StartingDeadlineMs == o.StartingDeadlineMs && j.CatchUpMs == o.CatchUpMs && j.Concurrency == o.Concurrency
 }
 
-// JobResult is the outcome of a RegisterJob.
-type JobResult struct {
-	Job     Job
-	Changed bool
+// RegistryJobResult is the outcome of a RegisterJob.
+type RegistryJobResult struct {
+	RegistryJob RegistryJob
+	Changed     bool
 }
 
-func lessJob(a, b *Job) bool { return a.Name < b.Name }
+func lessRegistryJob(a, b *RegistryJob) bool { return a.Name < b.Name }
 
-func (s *state) job(name string) *Job { return find(s.jobs, &Job{Name: name}) }
+func (s *state) registryJob(name string) *RegistryJob {
+	return find(s.registryJobs, &RegistryJob{Name: name})
+}
 
-func jobFromRecord(r *fsmv1.JobRecord) *Job {
-	return &Job{
+func registryJobFromRecord(r *fsmv1.JobRecord) *RegistryJob {
+	return &RegistryJob{
 		Name: r.GetName(), Schedule: r.GetSchedule(), TimeZone: r.GetTimeZone(), CompleteWithinMs: r.GetCompleteWithinMs(),
 		TTLMs: r.GetTtlMs(), WindowLayout: r.GetWindowLayout(), WindowShiftDays: r.GetWindowShiftDays(),
 		StartingDeadlineMs: r.GetStartingDeadlineMs(), CatchUpMs: r.GetCatchUpMs(), Concurrency: r.GetConcurrency(),
@@ -59,7 +63,7 @@ func jobFromRecord(r *fsmv1.JobRecord) *Job {
 	}
 }
 
-func jobRecord(j *Job) *fsmv1.JobRecord {
+func registryJobRecord(j *RegistryJob) *fsmv1.JobRecord {
 	return &fsmv1.JobRecord{
 		Name: j.Name, Schedule: j.Schedule, TimeZone: j.TimeZone, CompleteWithinMs: j.CompleteWithinMs, TtlMs: j.TTLMs,
 		WindowLayout: j.WindowLayout, WindowShiftDays: j.WindowShiftDays, StartingDeadlineMs: j.StartingDeadlineMs,
@@ -68,56 +72,57 @@ func jobRecord(j *Job) *fsmv1.JobRecord {
 	}
 }
 
-// registerJob upserts a job. The same spec again changes nothing (so every
+// registerJob upserts a registry job. The same spec again changes nothing (so every
 // replica of a service can register at start). Its times are calendar
 // time cal.
 func (s *state) registerJob(cal int64, c *fsmv1.RegisterJob) any {
-	in := jobFromRecord(c.GetJob())
+	in := registryJobFromRecord(c.GetJob())
 	if in.Name == "" || in.Schedule == "" {
 		return reject(coorderr.InvalidArgument, nil, "a job needs a name and a schedule")
 	}
-	cur := s.job(in.Name)
+	cur := s.registryJob(in.Name)
 	if cur != nil && cur.sameSpec(in) {
-		return &JobResult{Job: *cur}
+		return &RegistryJobResult{RegistryJob: *cur}
 	}
 	n := *in
 	n.RegisteredAt, n.UpdatedAt = cal, cal
 	if cur != nil {
 		n.RegisteredAt, n.LastCompletedAt, n.LastCompletedWindow = cur.RegisteredAt, cur.LastCompletedAt, cur.LastCompletedWindow
 	}
-	s.jobs.ReplaceOrInsert(&n)
-	return &JobResult{Job: n, Changed: true}
+	s.registryJobs.ReplaceOrInsert(&n)
+	return &RegistryJobResult{RegistryJob: n, Changed: true}
 }
 
-// noteCompletion records the last completion on a registered job.
+// noteCompletion records the last completion on a registry job.
 func (s *state) noteCompletion(w *Window) {
-	j := s.job(w.Job)
+	j := s.registryJob(w.Ledger)
 	if j == nil {
 		return
 	}
 	n := *j
 	n.LastCompletedAt, n.LastCompletedWindow = w.CompletedAt, w.Window
-	s.jobs.ReplaceOrInsert(&n)
+	s.registryJobs.ReplaceOrInsert(&n)
 }
 
-// Job returns a registered job.
-func (f *FSM) Job(name string) (Job, bool) {
-	return get(f, func(s *state) *Job { return s.job(name) })
+// RegistryJob returns a job of the retired registry.
+func (f *FSM) RegistryJob(name string) (RegistryJob, bool) {
+	return get(f, func(s *state) *RegistryJob { return s.registryJob(name) })
 }
 
-// Jobs returns every registered job, by name.
-func (f *FSM) Jobs() []Job {
-	return all(f, func(s *state) *btree.BTreeG[*Job] { return s.jobs })
+// RegistryJobs returns every job of the retired registry, by name.
+func (f *FSM) RegistryJobs() []RegistryJob {
+	return all(f, func(s *state) *btree.BTreeG[*RegistryJob] { return s.registryJobs })
 }
 
-// RecentWindows returns up to limit windows of job with the greatest keys,
-// newest first (keys of one job sort by time when their layout does).
-func (f *FSM) RecentWindows(job string, limit int) []Window {
+// RecentWindows returns up to limit windows of ledger with the greatest
+// keys, newest first (keys of one ledger sort by time when their layout
+// does).
+func (f *FSM) RecentWindows(ledger string, limit int) []Window {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	var out []Window
-	f.st.windows.DescendLessOrEqual(&Window{Job: job, Window: "\U0010FFFF"}, func(w *Window) bool {
-		if w.Job != job || len(out) == limit {
+	f.st.windows.DescendLessOrEqual(&Window{Ledger: ledger, Window: "\U0010FFFF"}, func(w *Window) bool {
+		if w.Ledger != ledger || len(out) == limit {
 			return false
 		}
 		out = append(out, *w)

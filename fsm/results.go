@@ -5,7 +5,7 @@ package fsm
 
 // AcquireResult is the outcome of an Acquire.
 type AcquireResult struct {
-	At       int64 // the cluster time it was decided at
+	At       int64 // the lease time it was decided at
 	Acquired bool
 	Lease    Lease
 	// TookOver is set when the grant replaced a generation that expired

@@ -14,6 +14,12 @@ import (
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
+// SnapshotFormat is the version of the snapshot encoding this build writes
+// and the newest it reads: the digit of the header that starts every
+// snapshot. A change that an older coordd would misread bumps it (an added
+// record family or field that older builds may skip does not).
+const SnapshotFormat = 1
+
 // snapshotHeader starts every snapshot; the digit is the format version.
 const snapshotHeader = "coordd-snapshot-v1\n"
 
@@ -51,14 +57,14 @@ func (st *state) writeTo(w io.Writer) error {
 		return err == nil
 	}
 	put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Meta{Meta: &fsmv1.SnapshotMeta{
-		ClockMs:     st.clock,
+		ClockMs:     st.leaseTime,
 		Leases:      uint64(st.leases.Len()),
 		Windows:     uint64(st.windows.Len()),
 		Resources:   uint64(st.resources.Len()),
 		Idempotency: uint64(st.idem.Len()),
 		Members:     uint64(st.members.Len()),
-		Jobs:        uint64(st.jobs.Len()),
-		CalendarMs:  st.calendar,
+		Jobs:        uint64(st.registryJobs.Len()),
+		CalendarMs:  st.calendarTime,
 		LastJobId:   st.lastJobID,
 		FetchSeq:    st.fetchSeq,
 		QueueJobs:   uint64(st.qjobs.Len()),
@@ -86,8 +92,8 @@ func (st *state) writeTo(w io.Writer) error {
 			Id: m.ID, GrpcAddress: m.GRPCAddress,
 		}}})
 	})
-	st.jobs.Ascend(func(j *Job) bool {
-		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Job{Job: jobRecord(j)}})
+	st.registryJobs.Ascend(func(j *RegistryJob) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_Job{Job: registryJobRecord(j)}})
 	})
 	st.qjobs.Ascend(func(j *QueueJob) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueueJob{QueueJob: queueJobRecord(j)}})
@@ -98,6 +104,12 @@ func (st *state) writeTo(w io.Writer) error {
 	st.qtargets.Ascend(func(q *QueueTarget) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueueTarget{QueueTarget: &fsmv1.QueueTargetRecord{
 			Queue: q.Queue, Target: q.Target, UpdatedBy: q.UpdatedBy, UpdatedAtMs: q.UpdatedAt}}})
+	})
+	st.qops.pauses.Ascend(func(p *QueuePause) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueuePause{QueuePause: queuePauseRecord(p)}})
+	})
+	st.qops.bulks.Ascend(func(o *BulkOp) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_BulkOp{BulkOp: bulkOpRecord(o)}})
 	})
 	st.qlimits.Ascend(func(l *QueueLimits) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueueLimits{QueueLimits: queueLimitsRecord(l)}})
@@ -118,7 +130,7 @@ func leaseRecord(l *Lease) *fsmv1.LeaseRecord {
 
 func windowRecord(w *Window) *fsmv1.WindowRecord {
 	return &fsmv1.WindowRecord{
-		Job: w.Job, Window: w.Window, Completed: w.Completed, LeaseName: w.LeaseName, Owner: w.Owner,
+		Job: w.Ledger, Window: w.Window, Completed: w.Completed, LeaseName: w.LeaseName, Owner: w.Owner,
 		Generation: w.Generation, Attempts: w.Attempts, FirstStartedAtMs: w.FirstStartedAt,
 		StartedAtMs: w.StartedAt, CompletedAtMs: w.CompletedAt, Result: w.Result,
 	}
@@ -132,7 +144,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 		return nil, fmt.Errorf("snapshot header: %w", err)
 	}
 	if string(hdr) != snapshotHeader {
-		return nil, fmt.Errorf("snapshot: unknown format %q", hdr)
+		return nil, snapshotFormatError(hdr)
 	}
 	st := newState()
 	var buf []byte
@@ -161,8 +173,8 @@ func readSnapshot(r io.Reader) (*state, error) {
 		}
 		switch x := rec.GetRecord().(type) {
 		case *fsmv1.SnapshotRecord_Meta:
-			st.clock = x.Meta.GetClockMs()
-			st.calendar = x.Meta.GetCalendarMs()
+			st.leaseTime = x.Meta.GetClockMs()
+			st.calendarTime = x.Meta.GetCalendarMs()
 			st.lastJobID = x.Meta.GetLastJobId()
 			st.fetchSeq = x.Meta.GetFetchSeq()
 			sawMeta = true
@@ -177,7 +189,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 			}
 		case *fsmv1.SnapshotRecord_Window:
 			r := x.Window
-			st.windows.ReplaceOrInsert(&Window{Job: r.GetJob(), Window: r.GetWindow(), LeaseName: r.GetLeaseName(),
+			st.windows.ReplaceOrInsert(&Window{Ledger: r.GetJob(), Window: r.GetWindow(), LeaseName: r.GetLeaseName(),
 				Owner: r.GetOwner(), Generation: r.GetGeneration(), Attempts: r.GetAttempts(),
 				FirstStartedAt: r.GetFirstStartedAtMs(), StartedAt: r.GetStartedAtMs(), CompletedAt: r.GetCompletedAtMs(),
 				Result: r.GetResult(), Completed: r.GetCompleted()})
@@ -193,7 +205,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 		case *fsmv1.SnapshotRecord_Member:
 			st.members.ReplaceOrInsert(&Member{ID: x.Member.GetId(), GRPCAddress: x.Member.GetGrpcAddress()})
 		case *fsmv1.SnapshotRecord_Job:
-			st.jobs.ReplaceOrInsert(jobFromRecord(x.Job))
+			st.registryJobs.ReplaceOrInsert(registryJobFromRecord(x.Job))
 		case *fsmv1.SnapshotRecord_QueueJob:
 			j, err := queueJobFromRecord(x.QueueJob)
 			if err != nil {
@@ -216,6 +228,17 @@ func readSnapshot(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("snapshot: a queue target without its queue or target")
 			}
 			st.qtargets.ReplaceOrInsert(&QueueTarget{Queue: r.GetQueue(), Target: r.GetTarget(), UpdatedBy: r.GetUpdatedBy(), UpdatedAt: r.GetUpdatedAtMs()})
+		case *fsmv1.SnapshotRecord_QueuePause:
+			r := x.QueuePause
+			if r.GetQueue() == "" {
+				return nil, fmt.Errorf("snapshot: a queue pause without its queue")
+			}
+			st.qops.pauses.ReplaceOrInsert(&QueuePause{Queue: r.GetQueue(), PausedBy: r.GetPausedBy(), PausedAt: r.GetPausedAtMs()})
+		case *fsmv1.SnapshotRecord_BulkOp:
+			if x.BulkOp.GetOpId() == "" {
+				return nil, fmt.Errorf("snapshot: a bulk operation without its id")
+			}
+			st.qops.bulks.ReplaceOrInsert(bulkOpFromRecord(x.BulkOp))
 		case *fsmv1.SnapshotRecord_QueueLimits:
 			l, err := queueLimitsFromRecord(x.QueueLimits)
 			if err != nil {

@@ -11,20 +11,21 @@ const btreeDegree = 32
 // state is everything the log determines. Trees hold immutable records, so
 // clone() is O(1) and a clone can be read while the original changes.
 type state struct {
-	clock     int64 // highest cluster (lease) time applied (ms)
-	calendar  int64 // highest calendar time applied (Unix ms)
-	leases    *btree.BTreeG[*Lease]
-	windows   *btree.BTreeG[*Window]
-	resources *btree.BTreeG[*Resource]
-	idem      *btree.BTreeG[*Idempotency]
-	members   *btree.BTreeG[*Member]
-	jobs      *btree.BTreeG[*Job]
-	qjobs     *btree.BTreeG[*QueueJob]    // the job queue, by id
-	lastJobID uint64                      // the last queue job id assigned
-	fetchSeq  uint64                      // fetches applied: the round robin's start
-	schedules *btree.BTreeG[*Schedule]    // by name, tombstones included
-	qtargets  *btree.BTreeG[*QueueTarget] // queues' HTTP targets, by queue (queue_target.go)
-	qlimits   *btree.BTreeG[*QueueLimits] // queues' limits and rate buckets, by queue (queue_limits.go)
+	leaseTime    int64 // highest lease time applied (ms)
+	calendarTime int64 // highest calendar time applied (Unix ms)
+	leases       *btree.BTreeG[*Lease]
+	windows      *btree.BTreeG[*Window]
+	resources    *btree.BTreeG[*Resource]
+	idem         *btree.BTreeG[*Idempotency]
+	members      *btree.BTreeG[*Member]
+	registryJobs *btree.BTreeG[*RegistryJob]
+	qjobs        *btree.BTreeG[*QueueJob]    // the job queue, by id
+	lastJobID    uint64                      // the last queue job id assigned
+	fetchSeq     uint64                      // fetches applied: the round robin's start
+	schedules    *btree.BTreeG[*Schedule]    // by name, tombstones included
+	qtargets     *btree.BTreeG[*QueueTarget] // queues' HTTP targets, by queue (queue_target.go)
+	qops         *queueOps                   // paused queues (queue_pause.go)
+	qlimits      *btree.BTreeG[*QueueLimits] // queues' limits and rate buckets, by queue (queue_limits.go)
 	// sidx indexes schedules (next due, tombstones) and the open jobs they
 	// made. Derived: rebuilt after a restore.
 	sidx *scheduleIndex
@@ -51,7 +52,7 @@ type state struct {
 	events   []Event
 }
 
-type windowKey struct{ job, window string }
+type windowKey struct{ ledger, window string }
 type idemKey struct{ resource, key string }
 
 // nameTime orders named records by a time, then name: leases by deadline
@@ -67,7 +68,7 @@ func lessNameTime(a, b nameTime) bool {
 
 func lessLease(a, b *Lease) bool { return a.Name < b.Name }
 func lessWindow(a, b *Window) bool {
-	return cmp.Or(cmp.Compare(a.Job, b.Job), cmp.Compare(a.Window, b.Window)) < 0
+	return cmp.Or(cmp.Compare(a.Ledger, b.Ledger), cmp.Compare(a.Window, b.Window)) < 0
 }
 func lessResource(a, b *Resource) bool { return a.Name < b.Name }
 func lessIdem(a, b *Idempotency) bool {
@@ -77,21 +78,22 @@ func lessMember(a, b *Member) bool { return a.ID < b.ID }
 
 func newState() *state {
 	return &state{
-		leases:     btree.NewG(btreeDegree, lessLease),
-		windows:    btree.NewG(btreeDegree, lessWindow),
-		resources:  btree.NewG(btreeDegree, lessResource),
-		idem:       btree.NewG(btreeDegree, lessIdem),
-		members:    btree.NewG(btreeDegree, lessMember),
-		jobs:       btree.NewG(btreeDegree, lessJob),
-		qjobs:      btree.NewG(btreeDegree, lessQueueJob),
-		qidx:       newQueueIndex(),
-		schedules:  btree.NewG(btreeDegree, lessSchedule),
-		qtargets:   btree.NewG(btreeDegree, lessQueueTarget),
-		qlimits:    btree.NewG(btreeDegree, lessQueueLimits),
-		sidx:       newScheduleIndex(),
-		byIdentity: map[string]map[string]struct{}{},
-		expiry:     btree.NewG(btreeDegree, lessNameTime),
-		jobRes:     newJobResIndex(),
+		leases:       btree.NewG(btreeDegree, lessLease),
+		windows:      btree.NewG(btreeDegree, lessWindow),
+		resources:    btree.NewG(btreeDegree, lessResource),
+		idem:         btree.NewG(btreeDegree, lessIdem),
+		members:      btree.NewG(btreeDegree, lessMember),
+		registryJobs: btree.NewG(btreeDegree, lessRegistryJob),
+		qjobs:        btree.NewG(btreeDegree, lessQueueJob),
+		qidx:         newQueueIndex(),
+		schedules:    btree.NewG(btreeDegree, lessSchedule),
+		qtargets:     btree.NewG(btreeDegree, lessQueueTarget),
+		sidx:         newScheduleIndex(),
+		byIdentity:   map[string]map[string]struct{}{},
+		expiry:       btree.NewG(btreeDegree, lessNameTime),
+		jobRes:       newJobResIndex(),
+		qops:         newQueueOps(),
+		qlimits:      btree.NewG(btreeDegree, lessQueueLimits),
 	}
 }
 
@@ -128,20 +130,21 @@ func (s *state) liveLeases(identity string, now int64) int {
 // are not copied.
 func (s *state) clone() *state {
 	return &state{
-		clock:     s.clock,
-		calendar:  s.calendar,
-		leases:    s.leases.Clone(),
-		windows:   s.windows.Clone(),
-		resources: s.resources.Clone(),
-		idem:      s.idem.Clone(),
-		members:   s.members.Clone(),
-		jobs:      s.jobs.Clone(),
-		qjobs:     s.qjobs.Clone(),
-		lastJobID: s.lastJobID,
-		fetchSeq:  s.fetchSeq,
-		schedules: s.schedules.Clone(),
-		qtargets:  s.qtargets.Clone(),
-		qlimits:   s.qlimits.Clone(),
+		leaseTime:    s.leaseTime,
+		calendarTime: s.calendarTime,
+		leases:       s.leases.Clone(),
+		windows:      s.windows.Clone(),
+		resources:    s.resources.Clone(),
+		idem:         s.idem.Clone(),
+		members:      s.members.Clone(),
+		registryJobs: s.registryJobs.Clone(),
+		qjobs:        s.qjobs.Clone(),
+		lastJobID:    s.lastJobID,
+		fetchSeq:     s.fetchSeq,
+		schedules:    s.schedules.Clone(),
+		qtargets:     s.qtargets.Clone(),
+		qops:         s.qops.clone(),
+		qlimits:      s.qlimits.Clone(),
 	}
 }
 
@@ -154,8 +157,8 @@ func find[T any](t *btree.BTreeG[*T], key *T) *T {
 
 func (s *state) lease(name string) *Lease { return find(s.leases, &Lease{Name: name}) }
 
-func (s *state) window(job, window string) *Window {
-	return find(s.windows, &Window{Job: job, Window: window})
+func (s *state) window(ledger, window string) *Window {
+	return find(s.windows, &Window{Ledger: ledger, Window: window})
 }
 
 func (s *state) resource(name string) *Resource { return find(s.resources, &Resource{Name: name}) }

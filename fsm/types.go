@@ -22,12 +22,14 @@ type Lease struct {
 	Value string
 }
 
-// Live reports whether the lease is held at cluster time now.
+// Live reports whether the lease is held at lease time now.
 func (l *Lease) Live(now int64) bool { return !l.Released && l.ExpiresAt > now }
 
-// Window is one occurrence of a job in the ledger.
+// Window is one entry of a window ledger: the occurrence Window of the
+// ledger named Ledger (the protos' `job` field, kept there for the log
+// format and the public API).
 type Window struct {
-	Job            string
+	Ledger         string
 	Window         string
 	LeaseName      string
 	Owner          string

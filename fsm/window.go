@@ -25,7 +25,7 @@ func (s *state) claimWindow(now, cal int64, c *fsmv1.ClaimWindow) any {
 	var n Window
 	switch {
 	case w == nil:
-		n = Window{Job: c.GetJob(), Window: c.GetWindow(), FirstStartedAt: cal}
+		n = Window{Ledger: c.GetJob(), Window: c.GetWindow(), FirstStartedAt: cal}
 	case w.claimedBy(c.GetLeaseName(), c.GetOwner(), c.GetGeneration()):
 		return &ClaimResult{Claimed: true, Window: *w}
 	default:
@@ -50,7 +50,7 @@ func (s *state) completeWindow(now, cal int64, c *fsmv1.CompleteWindow) any {
 			return s.releaseAfterComplete(now, cal, c, &WindowResult{Window: *w})
 		}
 		return reject(coorderr.WindowCompleted, windowMeta(w),
-			"window %s/%s was completed by %q generation %d", w.Job, w.Window, w.Owner, w.Generation)
+			"window %s/%s was completed by %q generation %d", w.Ledger, w.Window, w.Owner, w.Generation)
 	}
 	if _, rej := s.checkHolder(now, c.GetLeaseName(), c.GetOwner(), c.GetIdentity(), c.GetGeneration()); rej != nil {
 		return rej
@@ -65,7 +65,7 @@ func (s *state) completeWindow(now, cal int64, c *fsmv1.CompleteWindow) any {
 	n.Result = c.GetResult()
 	s.windows.ReplaceOrInsert(&n)
 	s.emitWindow(EventPut, &n)
-	s.completedQ = append(s.completedQ, windowKey{n.Job, n.Window})
+	s.completedQ = append(s.completedQ, windowKey{n.Ledger, n.Window})
 	s.noteCompletion(&n)
 	return s.releaseAfterComplete(now, cal, c, &WindowResult{Window: n})
 }

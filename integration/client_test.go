@@ -405,7 +405,7 @@ func TestClientAcquireWait(t *testing.T) {
 	go func() { l, err := d.Acquire(ctx, "lock", 5*time.Second, client.AcquireWait()); dCh <- got{l, err} }()
 	c.Eventually("d waits", 5*time.Second, func() bool { return waiters() == 2 })
 	acquires := func() float64 {
-		return metricValue(t, c.Leader(), `coordd_proposals_total{type="COMMAND_TYPE_ACQUIRE",outcome="ok"}`)
+		return metricValue(t, c.Leader(), `coordd_proposals_total{type="acquire",outcome="ok"}`)
 	}
 	before := acquires()
 	if err := la.Release(ctx); err != nil {

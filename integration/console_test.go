@@ -320,7 +320,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// failure.
 	c.Eventually("the chart shows the finished jobs", 20*time.Second, func() bool {
 		open("queues page", ops+"/ui/queues", "svg.chart")
-		return text("#queues tbody tr:first-child td:last-child") == "1 / 1"
+		return text("#queues tbody tr:first-child td.col-hour") == "1 / 1"
 	})
 	run("chart bars", chromedp.WaitVisible(chromedp.CSS("svg.chart rect.ok")), chromedp.WaitVisible(chromedp.CSS("svg.chart rect.bad")))
 	screenshot("queues")
@@ -331,6 +331,25 @@ func TestConsoleInBrowser(t *testing.T) {
 	contains("jobs", text("#jobs"), fmt.Sprint(dead), "charge-card", "dead", "send-receipt", "succeeded")
 	screenshot("jobs")
 	expectClean("jobs")
+	// Search by kind: only that kind's jobs.
+	open("jobs search", ops+"/ui/jobs?kind=charge-card", "#jobs")
+	if got := text("#jobs tbody"); !strings.Contains(got, "charge-card") || strings.Contains(got, "send-receipt") {
+		t.Errorf("search by kind: %q", got)
+	}
+	// Search in args (a bounded scan): the invoice's job.
+	open("jobs args search", ops+"/ui/jobs?args=1016", "#scanned")
+	if got := text("#jobs tbody"); !strings.Contains(got, "send-receipt") || strings.Contains(got, "charge-card") {
+		t.Errorf("search in args: %q", got)
+	}
+	// Auto-refresh: a job submitted while the page is open appears
+	// without a reload.
+	open("jobs page", ops+"/ui/jobs?queue=billing", "#jobs")
+	late := noLeaderRetry(t, "submit", func() (*coordv1.QueueSubmitResponse, error) {
+		return queue.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: "billing", Kind: "refund", UniqueKey: "late"}}})
+	}).GetJobs()[0].GetId()
+	run("the page refreshes itself", chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#jobs tr[data-id="%d"]`, late))))
+	contains("jobs (refreshed)", text("#refreshed"), "updated")
+	expectClean("jobs (refreshed)")
 	jobPage := fmt.Sprintf("/ui/jobs/%d", dead)
 	open("job page", ops+jobPage, "#attempts")
 	contains("job", text("#attempts"), failure, fmt.Sprintf("job:%d:1", dead), "worker-7")
@@ -396,4 +415,48 @@ func TestConsoleInBrowser(t *testing.T) {
 	if j := noLeaderRetry(t, "get", get); j.GetJob().GetState() != coordv1.JobState_JOB_STATE_AVAILABLE {
 		t.Fatalf("after the retry: %v", j.GetJob().GetState())
 	}
+
+	// Bulk retry through the page: three dead refunds, retried with one
+	// click (confirmed), the operation's progress refreshed on the page.
+	var refunds []*coordv1.NewJob
+	for i := range 3 {
+		refunds = append(refunds, &coordv1.NewJob{Queue: "refunds", Kind: "refund", MaxAttempts: 1, UniqueKey: fmt.Sprint("refund-", i)})
+	}
+	subR := noLeaderRetry(t, "submit refunds", func() (*coordv1.QueueSubmitResponse, error) {
+		return queue.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: refunds})
+	})
+	got := noLeaderRetry(t, "fetch refunds", func() (*coordv1.QueueFetchResponse, error) {
+		return queue.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"refunds"}, Max: 3, WorkerId: "worker-7"})
+	})
+	fails := &coordv1.QueueFailRequest{WorkerId: "worker-7"}
+	for _, j := range got.GetJobs() {
+		fails.Failures = append(fails.Failures, &coordv1.JobFailure{JobId: j.GetJob().GetId(), Attempt: j.GetAttempt().GetNumber(), Error: "gateway down"})
+	}
+	noLeaderRetry(t, "fail refunds", func() (*coordv1.QueueFailResponse, error) { return queue.Fail(ctx, fails) })
+	open("dead refunds", ops+"/ui/jobs?queue=refunds&state=DEAD", "#bulk-retry")
+	if n := strings.Count(text("#jobs tbody"), "dead"); n != 3 {
+		t.Fatalf("%d dead refunds listed", n)
+	}
+	run("bulk retry, confirmed", chromedp.Evaluate[chromedp.Void](`window.confirm = function () { return true; }`),
+		chromedp.Click(chromedp.CSS("#bulk-retry")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	contains("bulk retry", text("#flash"), "Bulk retry started")
+	run("the operation finishes on the page", chromedp.WaitVisible(chromedp.CSS(`#bulk-ops td.state.succeeded`)))
+	contains("bulk retry", text("#bulk-ops"), "3 done, 0 skipped of 3 (finished)", "queue=refunds state=dead", "ops")
+	screenshot("jobs-bulk")
+	expectClean("bulk retry")
+	for _, j := range subR.GetJobs() {
+		id := j.GetId()
+		if r := noLeaderRetry(t, "get", func() (*coordv1.QueueGetResponse, error) { return queue.Get(ctx, &coordv1.QueueGetRequest{Id: id}) }); r.GetJob().GetState() != coordv1.JobState_JOB_STATE_AVAILABLE {
+			t.Errorf("refund %d after the bulk retry: %v", id, r.GetJob().GetState())
+		}
+	}
+
+	// Workers: a worker that holds an attempt, with what it runs.
+	noLeaderRetry(t, "fetch a refund", func() (*coordv1.QueueFetchResponse, error) {
+		return queue.Fetch(ctx, &coordv1.QueueFetchRequest{Queues: []string{"refunds"}, Max: 1, WorkerId: "worker-9"})
+	})
+	open("workers page", ops+"/ui/workers", `tr[data-worker="worker-9"]`)
+	contains("workers", text(`tr[data-worker="worker-9"]`), "ops", "refunds / refund, attempt 2")
+	screenshot("workers")
+	expectClean("workers")
 }

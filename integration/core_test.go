@@ -134,7 +134,7 @@ func TestLeaderFailover(t *testing.T) {
 		bl, al := before.GetLease(), after.GetLease()
 		// The same grant, not renewed. Its instants are calendar times that
 		// the answering node converts from lease time, so they may all move by
-		// the pause in cluster time (bounded below), but only together.
+		// the pause in lease time (bounded below), but only together.
 		if al.GetGeneration() != bl.GetGeneration() || al.GetRenewals() != bl.GetRenewals() ||
 			al.GetExpiresAtMs()-al.GetAcquiredAtMs() != bl.GetExpiresAtMs()-bl.GetAcquiredAtMs() ||
 			al.GetRenewedAtMs()-al.GetAcquiredAtMs() != bl.GetRenewedAtMs()-bl.GetAcquiredAtMs() {
@@ -146,7 +146,7 @@ func TestLeaderFailover(t *testing.T) {
 		if al.GetExpiresInMs()+elapsed < bl.GetExpiresInMs() {
 			t.Fatalf("lease shortened by failover: %d ms left before, %d ms left %d ms later", bl.GetExpiresInMs(), al.GetExpiresInMs(), elapsed)
 		}
-		// Cluster time pauses from the last applied stamp (at most 1.5 tick
+		// Lease time pauses from the last applied stamp (at most 1.5 tick
 		// intervals before the stop on an idle cluster) until the new leader's
 		// first stamp, so a lease gains at most that much.
 		gained := al.GetExpiresInMs() + elapsed - bl.GetExpiresInMs()
@@ -284,7 +284,7 @@ func TestIdempotencyAcrossLeaderChange(t *testing.T) {
 }
 
 // A node whose wall clock is minutes off changes no outcome (G9): the
-// cluster clock advances only by leaders' monotonic time.
+// lease time advances only by leaders' monotonic time.
 func TestSkewedWallClockChangesNothing(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.WithNodeConfig("node2", func(cfg *testcluster.Config) {
 		cfg.Node.Clock = clock.Skewed(5*time.Minute, 1)
@@ -468,8 +468,8 @@ func TestObservability(t *testing.T) {
 	resp.Body.Close()
 	for _, want := range []string{
 		`coordd_raft_leader 1`, `coordd_live_leases 1`, `coordd_lease_acquisitions_total{outcome="acquired"} 1`,
-		`coordd_fence_rejections_total{reason="STALE_TOKEN"} 1`, `coordd_apply_duration_seconds_bucket`,
-		`coordd_raft_state{state="Leader"} 1`,
+		`coordd_fence_rejections_total{reason="stale_token"} 1`, `coordd_apply_duration_seconds_bucket`,
+		`coordd_raft_state{state="leader"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)

@@ -137,6 +137,11 @@ func TestHTTPRoutes(t *testing.T) {
 				return map[string]any{"worker_id": "curl-1", "completions": []any{map[string]any{"job_id": jobID, "attempt": attempt}}}
 			}, want: 200, deniedReason: "IDENTITY_MISMATCH"},
 		{name: "cancel", method: "POST", path: "/v1/queue/jobs/{id}/cancel", body: map[string]any{}, want: 409, denied: 403},
+		{name: "pause queue", method: "POST", path: "/v1/queue/queues/app/pause", body: map[string]any{}, want: 200, check: is("app", "pause", "paused_by")},
+		{name: "resume queue", method: "POST", path: "/v1/queue/queues/app/resume", body: map[string]any{}, want: 200, check: is(true, "was_paused")},
+		{name: "bulk dry run", method: "POST", path: "/v1/queue/bulk", body: map[string]any{"action": "RETRY", "filter": map[string]any{"queue": "app"}, "dry_run": true},
+			want: 200, check: is("1", "count")},
+		{name: "delete job", method: "DELETE", path: "/v1/queue/jobs/{id}", want: 200, denied: 403},
 		{name: "put schedule", method: "POST", path: "/v1/schedules",
 			body: map[string]any{"name": "app-daily", "schedule": "0 2 * * *", "job": map[string]any{"queue": "app", "kind": "close"}}, want: 200},
 		{name: "get schedule", method: "GET", path: "/v1/schedules/app-daily", want: 200, denied: 403},

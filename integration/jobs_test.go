@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/client/jobs"
+	"github.com/coordd/coordd/client/periodic"
 	"github.com/coordd/coordd/client/queue"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/testcluster"
@@ -68,7 +68,7 @@ type tw struct{ t *testing.T }
 
 func (w tw) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
 
-// Three replicas run the same code-defined job (client/jobs: a schedule
+// Three replicas run the same code-defined job (client/periodic: a schedule
 // every two seconds whose jobs a queue worker in each replica runs)
 // against a three-node cluster. One replica crashes mid-run, another is
 // cut off past its visibility timeout mid-run and writes anyway when it
@@ -76,7 +76,7 @@ func (w tw) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p)))
 // Every occurrence's job succeeded, its stores were written exactly once,
 // the faulted occurrences took a second attempt, and the late write had no
 // effect.
-func TestJobsExactlyOnceUnderCrashAndPause(t *testing.T) {
+func TestPeriodicExactlyOnceUnderCrashAndPause(t *testing.T) {
 	c := testcluster.New(t, 3)
 	led := &ledger{accepted: map[string]int{}, refused: map[string]int{}}
 	const stores = 3
@@ -96,13 +96,13 @@ func TestJobsExactlyOnceUnderCrashAndPause(t *testing.T) {
 		hole := &unaryHole{}
 		cl := newClient(t, c, name, client.WithDialOptions(hole.interceptor()))
 		rep := &replica{name: name, c: cl, hole: hole, done: make(chan struct{})}
-		runner := jobs.NewRunner(cl, jobs.WithConcurrency(2), jobs.WithShutdownTimeout(time.Second),
-			jobs.WithWorkerOptions(queue.WithWorkerID(name), queue.WithPollWait(500*time.Millisecond)),
-			jobs.WithLogger(slog.New(slog.NewTextHandler(tw{t}, &slog.HandlerOptions{Level: slog.LevelInfo})).With("replica", name)))
-		err := runner.Add(jobs.Job{
-			Name: "close", Schedule: jobs.Every(2 * time.Second), Concurrency: jobs.Allow, Queue: "it-close",
+		runner := periodic.NewRunner(cl, periodic.WithConcurrency(2), periodic.WithShutdownTimeout(time.Second),
+			periodic.WithWorkerOptions(queue.WithWorkerID(name), queue.WithPollWait(500*time.Millisecond)),
+			periodic.WithLogger(slog.New(slog.NewTextHandler(tw{t}, &slog.HandlerOptions{Level: slog.LevelInfo})).With("replica", name)))
+		err := runner.Add(periodic.Job{
+			Name: "close", Schedule: periodic.Every(2 * time.Second), Concurrency: periodic.Allow, Queue: "it-close",
 			VisibilityTimeout: 2 * time.Second, RetryBackoff: 200 * time.Millisecond,
-			Run: func(ctx context.Context, run *jobs.Run) error {
+			Run: func(ctx context.Context, run *periodic.Run) error {
 				for i := 1; i <= stores; i++ {
 					// The first replica at store 2 of a first attempt crashes;
 					// the next other one, on a later occurrence, freezes.
@@ -479,7 +479,7 @@ func TestScheduleOverdueAndStuckLeases(t *testing.T) {
 		body := gauge()
 		return strings.Contains(body, `coordd_schedule_overdue_occurrences{queue="it-nobody"}`) &&
 			!strings.Contains(body, `coordd_schedule_overdue_occurrences{queue="it-nobody"} 0`) &&
-			strings.Contains(body, `coordd_stuck_leases{reason="HELD_TOO_LONG"} 1`) && strings.Contains(body, `coordd_schedules{state="active"} 1`)
+			strings.Contains(body, `coordd_stuck_leases{reason="held_too_long"} 1`) && strings.Contains(body, `coordd_schedules{state="active"} 1`)
 	})
 	// Pause, trigger while paused, resume, through a follower.
 	f := c.Followers()[0]

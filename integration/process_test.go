@@ -102,7 +102,7 @@ func TestDailyCloseExample(t *testing.T) {
 }
 
 // The scheduled-close example: three replica processes run the jobs of a
-// schedule (client/jobs over schedules and queue workers); one is killed
+// schedule (client/periodic over schedules and queue workers); one is killed
 // mid-run, one frozen past its visibility timeout (its late writes refused
 // or answered as duplicates: no effect); every occurrence's job succeeds once and every store is written once per
 // occurrence.

@@ -27,7 +27,7 @@ func (n *Node) Acquire(ctx context.Context, cmd *fsmv1.Acquire, wait bool) (*fsm
 	if wait {
 		return n.acquireWaiting(ctx, ls, cmd)
 	}
-	if answer, ok := n.fsm.CheckAcquire(ls.clock.current(), ls.clock.calendar(), cmd); ok {
+	if answer, ok := n.fsm.CheckAcquire(ls.clock.leaseTime(), ls.clock.calendarTime(), cmd); ok {
 		return acquireResult(answer, nil)
 	}
 	return acquireResult(n.proposeAs(ctx, ls, cmd))
@@ -78,8 +78,8 @@ func (n *Node) acquireWaiting(ctx context.Context, ls *leaderState, cmd *fsmv1.A
 			return r, nil
 		default:
 		}
-		now := ls.clock.current()
-		answer, answered := n.fsm.CheckAcquire(now, ls.clock.calendar(), cmd)
+		now := ls.clock.leaseTime()
+		answer, answered := n.fsm.CheckAcquire(now, ls.clock.calendarTime(), cmd)
 		held, isHeld := heldByAnother(answer)
 		var expiry clock.Timer // nil: wait for a wake-up only
 		switch {
@@ -127,7 +127,7 @@ func (n *Node) acquireWaiting(ctx context.Context, ls *leaderState, cmd *fsmv1.A
 }
 
 // Propose stamps body (an fsm command body such as *fsmv1.Renew) with the
-// cluster time on the ready leader, commits it, and returns the FSM's
+// lease time on the ready leader, commits it, and returns the FSM's
 // typed result (see fsm/results.go); a rejection is the error, as
 // *fsm.Rejection. An Acquire goes through Acquire (without wait), a
 // FetchJobs through Fetch (without wait); a Release carries the first

@@ -9,12 +9,12 @@ import (
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// clusterClock stamps commands on the leader with two times (DESIGN.md,
+// leaderClock stamps commands on the leader with two times (DESIGN.md,
 // "Time"):
 //
 //   - lease time (G9): base + time elapsed on the node's clock since this
 //     node became leader, never below the last stamp. base is the FSM's
-//     clock after the new leader applied everything (Barrier), so a
+//     lease time after the new leader applied everything (Barrier), so a
 //     failover pauses lease time: leases are extended by the gap, never
 //     shortened. Elapsed time is read with Now (monotonic on a real
 //     clock), so a step of the wall clock does not move it.
@@ -23,50 +23,50 @@ import (
 //     leadership began. A leader whose wall clock is behind holds at the
 //     last stamp until its wall clock passes it; one stepped forward jumps
 //     forward with it.
-type clusterClock struct {
-	clock   clock.Clock
-	base    int64
-	start   time.Time
-	last    atomic.Int64 // last lease-time stamp
-	lastCal atomic.Int64 // last calendar stamp
+type leaderClock struct {
+	clock     clock.Clock
+	base      int64
+	start     time.Time
+	lastLease atomic.Int64 // last lease-time stamp
+	lastCal   atomic.Int64 // last calendar stamp
 }
 
-// newClusterClock starts a leadership's clock: lease time from base (the
-// FSM's clock after the barrier), calendar time not below calendar (the
+// newLeaderClock starts a leadership's clock: lease time from base (the
+// FSM's lease time after the barrier), calendar time not below calendar (the
 // FSM's calendar time then).
-func newClusterClock(c clock.Clock, base, calendar int64) *clusterClock {
-	cc := &clusterClock{clock: c, base: base, start: c.Now()}
-	cc.last.Store(base)
+func newLeaderClock(c clock.Clock, base, calendar int64) *leaderClock {
+	cc := &leaderClock{clock: c, base: base, start: c.Now()}
+	cc.lastLease.Store(base)
 	cc.lastCal.Store(calendar)
 	return cc
 }
 
-// current is the lease time now, for reads; it does not advance stamps.
-func (c *clusterClock) current() int64 {
-	return max(c.elapsed(), c.last.Load())
+// leaseTime is the lease time now, for reads; it does not advance stamps.
+func (c *leaderClock) leaseTime() int64 {
+	return max(c.elapsed(), c.lastLease.Load())
 }
 
-func (c *clusterClock) elapsed() int64 {
+func (c *leaderClock) elapsed() int64 {
 	return c.base + c.clock.Now().Sub(c.start).Milliseconds()
 }
 
-// calendar is the calendar time now (what a command stamped now would
+// calendarTime is the calendar time now (what a command stamped now would
 // carry), for the leader's calendar decisions; it does not advance stamps.
-func (c *clusterClock) calendar() int64 {
+func (c *leaderClock) calendarTime() int64 {
 	return max(clock.Wall(c.clock).UnixMilli(), c.lastCal.Load())
 }
 
 // stamp is what the leader writes into a command besides its body.
 type stamp struct {
-	nowMs      int64 // lease time
+	leaseMs    int64 // lease time
 	calendarMs int64 // calendar time
 }
 
 // stamp returns the stamp of a new command: both times monotonic across
 // calls.
-func (c *clusterClock) stamp() stamp {
+func (c *leaderClock) stamp() stamp {
 	return stamp{
-		nowMs:      advance(&c.last, c.elapsed()),
+		leaseMs:    advance(&c.lastLease, c.elapsed()),
 		calendarMs: advance(&c.lastCal, clock.Wall(c.clock).UnixMilli()),
 	}
 }
@@ -87,5 +87,5 @@ func advance(last *atomic.Int64, t int64) int64 {
 
 // envelope wraps body into a command carrying the stamp.
 func (s stamp) envelope(body any) *fsmv1.Command {
-	return fsm.EnvelopeAt(s.nowMs, s.calendarMs, body)
+	return fsm.EnvelopeAt(s.leaseMs, s.calendarMs, body)
 }

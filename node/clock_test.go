@@ -17,19 +17,19 @@ import (
 func TestCalendarStampsNeverGoBack(t *testing.T) {
 	fake := clock.NewFake(start)
 	clk := &clock.Stepped{Base: fake}
-	c := newClusterClock(clk, 5000, 0)
+	c := newLeaderClock(clk, 5000, 0)
 	s := c.stamp()
-	if s.calendarMs != start.UnixMilli() || s.nowMs != 5000 {
+	if s.calendarMs != start.UnixMilli() || s.leaseMs != 5000 {
 		t.Fatalf("first stamp %+v, want calendar %d", s, start.UnixMilli())
 	}
 	fake.Advance(time.Second)
-	if s := c.stamp(); s.calendarMs != start.UnixMilli()+1000 || s.nowMs != 6000 {
+	if s := c.stamp(); s.calendarMs != start.UnixMilli()+1000 || s.leaseMs != 6000 {
 		t.Fatalf("after 1 s: %+v", s)
 	}
 	// NTP steps the wall clock forward a minute: calendar time jumps with
 	// it, lease time does not.
 	clk.Step(time.Minute)
-	if s := c.stamp(); s.calendarMs != start.UnixMilli()+61_000 || s.nowMs != 6000 {
+	if s := c.stamp(); s.calendarMs != start.UnixMilli()+61_000 || s.leaseMs != 6000 {
 		t.Fatalf("after a step forward: %+v", s)
 	}
 	// And back two minutes: calendar time holds at the last stamp until
@@ -38,11 +38,11 @@ func TestCalendarStampsNeverGoBack(t *testing.T) {
 	held := start.UnixMilli() + 61_000
 	for i := 0; i < 3; i++ {
 		fake.Advance(10 * time.Second)
-		if s := c.stamp(); s.calendarMs != held || c.calendar() != held {
+		if s := c.stamp(); s.calendarMs != held || c.calendarTime() != held {
 			t.Fatalf("%d s after a step back: calendar %d, want it held at %d", 10*(i+1), s.calendarMs, held)
 		}
 	}
-	if got := c.current(); got != 36_000 {
+	if got := c.leaseTime(); got != 36_000 {
 		t.Fatalf("lease time %d after 31 s, want 36000", got)
 	}
 	fake.Advance(2 * time.Minute) // wall = start + 1 s + 60 s - 120 s + 150 s = start + 91 s
@@ -50,7 +50,7 @@ func TestCalendarStampsNeverGoBack(t *testing.T) {
 		t.Fatalf("once the wall clock passed the last stamp: %+v, want %d", s, start.UnixMilli()+91_000)
 	}
 	// A leadership starts no lower than the FSM's calendar time.
-	late := newClusterClock(clk, 0, start.UnixMilli()+200_000)
+	late := newLeaderClock(clk, 0, start.UnixMilli()+200_000)
 	if s := late.stamp(); s.calendarMs != start.UnixMilli()+200_000 {
 		t.Fatalf("a leader behind the FSM stamped %d", s.calendarMs)
 	}
@@ -72,8 +72,8 @@ func steppedNode(t *testing.T) (*testNode, *clock.Stepped) {
 func TestLeaderStampsCalendarTime(t *testing.T) {
 	n, wall := steppedNode(t)
 	first := n.raft.entry(t, 0)
-	if first.GetCalendarMs() != start.UnixMilli() || n.fsm.CalendarMs() != start.UnixMilli() {
-		t.Fatalf("first tick's calendar %d, FSM %d, want %d", first.GetCalendarMs(), n.fsm.CalendarMs(), start.UnixMilli())
+	if first.GetCalendarMs() != start.UnixMilli() || n.fsm.CalendarTime() != start.UnixMilli() {
+		t.Fatalf("first tick's calendar %d, FSM %d, want %d", first.GetCalendarMs(), n.fsm.CalendarTime(), start.UnixMilli())
 	}
 	propose := func() *fsmv1.Command {
 		t.Helper()
@@ -88,7 +88,7 @@ func TestLeaderStampsCalendarTime(t *testing.T) {
 		t.Fatalf("after 2 s: calendar %d lease %d", c.GetCalendarMs(), c.GetNowMs())
 	}
 	wall.Step(time.Hour)
-	if got := n.Calendar(); got != start.UnixMilli()+2000+3_600_000 {
+	if got := n.CalendarTime(); got != start.UnixMilli()+2000+3_600_000 {
 		t.Fatalf("Calendar after a step forward: %d", got)
 	}
 	if c := propose(); c.GetCalendarMs() != start.UnixMilli()+2000+3_600_000 || c.GetNowMs() != start.UnixMilli()+2000 {
@@ -97,8 +97,8 @@ func TestLeaderStampsCalendarTime(t *testing.T) {
 	wall.Step(-10 * time.Second) // now 10 s behind the last stamp
 	last := start.UnixMilli() + 2000 + 3_600_000
 	n.clock.Advance(5 * time.Second)
-	if c := propose(); c.GetCalendarMs() != last || n.Calendar() != last || n.fsm.CalendarMs() != last {
-		t.Fatalf("after a step back: calendar %d (Calendar %d, FSM %d), want it held at %d", c.GetCalendarMs(), n.Calendar(), n.fsm.CalendarMs(), last)
+	if c := propose(); c.GetCalendarMs() != last || n.CalendarTime() != last || n.fsm.CalendarTime() != last {
+		t.Fatalf("after a step back: calendar %d (CalendarTime %d, FSM %d), want it held at %d", c.GetCalendarMs(), n.CalendarTime(), n.fsm.CalendarTime(), last)
 	}
 	if c := n.raft.entry(t, n.raft.count()-1); c.GetNowMs() != start.UnixMilli()+7000 {
 		t.Fatalf("lease time %d, want %d: a wall step moves no lease", c.GetNowMs(), start.UnixMilli()+7000)
@@ -118,14 +118,14 @@ func TestBehindLeaderHoldsCalendarTime(t *testing.T) {
 	if _, err := n.Propose(bg(), &fsmv1.Tick{}); err != nil {
 		t.Fatal(err)
 	}
-	ahead := n.fsm.CalendarMs()
+	ahead := n.fsm.CalendarTime()
 	if ahead != start.UnixMilli()+10_000 {
 		t.Fatalf("calendar %d", ahead)
 	}
 	n.notifyCh <- false
 	eventually(t, "leadership lost", func() bool { return !n.Leading() })
-	if n.Calendar() != ahead {
-		t.Fatalf("a follower's Calendar is its FSM's: %d, want %d", n.Calendar(), ahead)
+	if n.CalendarTime() != ahead {
+		t.Fatalf("a follower's CalendarTime is its FSM's: %d, want %d", n.CalendarTime(), ahead)
 	}
 	wall.Step(-10 * time.Second) // the "new leader" is on time
 	n.clock.Advance(3 * time.Second)
@@ -163,7 +163,7 @@ func TestClaimDueNowAfterAnOutage(t *testing.T) {
 	n.clock.Advance(46 * time.Second) // no leader for 46 s
 	n.lead(t)
 	now := n.clock.Now().UnixMilli()
-	if lag := now - n.fsm.Clock(); lag < 46_000 {
+	if lag := now - n.fsm.LeaseTime(); lag < 46_000 {
 		t.Fatalf("lease time lags by %d ms, want the outage", lag)
 	}
 	r, err := n.Acquire(bg(), &fsmv1.Acquire{Name: "l", Owner: "o", TtlMs: 5000, ClaimJob: "j", ClaimWindow: "w", ClaimNotBeforeMs: now}, false)
@@ -174,15 +174,15 @@ func TestClaimDueNowAfterAnOutage(t *testing.T) {
 
 // A node that has just become the leader is not ready until its Barrier
 // has applied its predecessors' entries: Calendar is still the FSM's last
-// stamp (an hour old here), and LeaderCalendar, which resolves a submit's
+// stamp (an hour old here), and LeaderCalendarTime, which resolves a submit's
 // delay_ms, waits for the ready leader's clock instead of answering with it.
 func TestLeaderCalendarWaitsForTheReadyLeader(t *testing.T) {
 	n, wall := steppedNode(t)
-	stale := n.fsm.CalendarMs()
+	stale := n.fsm.CalendarTime()
 	n.notifyCh <- false
 	eventually(t, "leadership lost", func() bool { return !n.Leading() })
-	if _, err := n.LeaderCalendar(bg()); err == nil {
-		t.Fatal("LeaderCalendar on a follower answered")
+	if _, err := n.LeaderCalendarTime(bg()); err == nil {
+		t.Fatal("LeaderCalendarTime on a follower answered")
 	}
 	wall.Step(time.Hour)
 	n.raft.mu.Lock()
@@ -192,22 +192,22 @@ func TestLeaderCalendarWaitsForTheReadyLeader(t *testing.T) {
 	eventually(t, "leading, not ready", func() bool { return n.Leading() })
 	got := make(chan int64, 1)
 	go func() {
-		cal, err := n.LeaderCalendar(bg())
+		cal, err := n.LeaderCalendarTime(bg())
 		if err != nil {
 			t.Error(err)
 		}
 		got <- cal
 	}()
-	if n.Calendar() != stale {
-		t.Fatalf("Calendar before ready: %d, want the FSM's %d", n.Calendar(), stale)
+	if n.CalendarTime() != stale {
+		t.Fatalf("CalendarTime before ready: %d, want the FSM's %d", n.CalendarTime(), stale)
 	}
 	select {
 	case cal := <-got:
-		t.Fatalf("LeaderCalendar answered %d before the leader was ready", cal)
+		t.Fatalf("LeaderCalendarTime answered %d before the leader was ready", cal)
 	case <-time.After(50 * time.Millisecond): // it must not answer: nothing to await
 	}
 	close(n.raft.barrier)
 	if cal, want := <-got, start.UnixMilli()+3_600_000; cal != want {
-		t.Fatalf("LeaderCalendar once ready: %d, want the leader's wall clock %d", cal, want)
+		t.Fatalf("LeaderCalendarTime once ready: %d, want the leader's wall clock %d", cal, want)
 	}
 }

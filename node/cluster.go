@@ -34,7 +34,7 @@ func (n *Node) Status(digest bool) *coordv1.StatusResponse {
 		Term:          r.CurrentTerm(),
 		CommitIndex:   r.CommitIndex(),
 		AppliedIndex:  r.AppliedIndex(),
-		LeaseTime:     pbtime.Dur(n.fsm.Clock()),
+		LeaseTime:     pbtime.Dur(n.fsm.LeaseTime()),
 		GrpcAddress:   n.advertisedAddr(),
 		RaftAddress:   n.RaftAddr(),
 	}
@@ -51,7 +51,7 @@ func (n *Node) Status(digest bool) *coordv1.StatusResponse {
 	if snaps, err := n.snaps.List(); err == nil && len(snaps) > 0 {
 		out.LastSnapshotIndex = snaps[0].Index
 	}
-	out.LiveLeases = uint64(n.fsm.LiveLeases(n.fsm.Clock()))
+	out.LiveLeases = uint64(n.fsm.LiveLeases(n.fsm.LeaseTime()))
 	out.WallTime = timestamppb.New(clock.Wall(n.clock))
 	lease, cal := n.times()
 	out.CalendarTime = pbtime.At(cal)

@@ -86,6 +86,26 @@ func (n *Node) SetQueueLimits(ctx context.Context, cmd *fsmv1.SetQueueLimits) (*
 	return committed[*fsm.QueueLimits](ctx, n, cmd)
 }
 
+// PauseQueue pauses or resumes a queue (fsm/queue_pause.go).
+func (n *Node) PauseQueue(ctx context.Context, cmd *fsmv1.PauseQueue) (*fsm.PauseResult, error) {
+	return committed[*fsm.PauseResult](ctx, n, cmd)
+}
+
+// StartBulkJobs records a bulk operation and wakes the leader's bulk
+// service, which applies it in batches (node/leader/bulk.go).
+func (n *Node) StartBulkJobs(ctx context.Context, cmd *fsmv1.StartBulkJobs) (*fsm.BulkResult, error) {
+	r, err := committed[*fsm.BulkResult](ctx, n, cmd)
+	if err == nil {
+		n.bulk.Poke()
+	}
+	return r, err
+}
+
+// DeleteJobs deletes final jobs (one result per id).
+func (n *Node) DeleteJobs(ctx context.Context, cmd *fsmv1.DeleteJobs) (fsm.JobResults, error) {
+	return committed[fsm.JobResults](ctx, n, cmd)
+}
+
 func committed[R any](ctx context.Context, n *Node, cmd any) (R, error) {
 	var zero R
 	res, err := n.Propose(ctx, cmd)

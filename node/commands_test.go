@@ -91,7 +91,7 @@ func TestTypedCommandsAnswerTheirResults(t *testing.T) {
 	must("put schedule", err)
 	paused, err := n.PauseSchedule(bg(), &fsmv1.PauseSchedule{Name: "s", Paused: true, Identity: "id"})
 	must("pause schedule", err)
-	trig, err := n.TriggerSchedule(bg(), &fsmv1.TriggerSchedule{Name: "s", Window: "manual", AtMs: n.Calendar(), Identity: "id"})
+	trig, err := n.TriggerSchedule(bg(), &fsmv1.TriggerSchedule{Name: "s", Window: "manual", AtMs: n.CalendarTime(), Identity: "id"})
 	must("trigger schedule", err)
 	del, err := n.DeleteSchedule(bg(), &fsmv1.DeleteSchedule{Name: "s", Identity: "id"})
 	must("delete schedule", err)

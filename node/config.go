@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/fsm"
@@ -37,7 +38,7 @@ type Config struct {
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
 	// TickInterval is how often an idle leader appends a tick so the
-	// cluster clock keeps moving.
+	// lease time keeps moving.
 	TickInterval time.Duration
 	// Retention is how long completed windows and idempotency records are
 	// kept; PruneInterval is how often the leader proposes a prune.
@@ -65,6 +66,15 @@ type Config struct {
 	// Watch bounds the ring of recent change events and the watchers
 	// (zero fields: WatchDefaults).
 	Watch WatchConfig
+	// Probes bound /livez and /readyz (node/probes.go): StallTimeout is
+	// how long a loop may not turn (or the apply loop not move while
+	// entries wait) before the node is not live; ReadyMaxApplyLag is how
+	// far the applied index may trail the commit index, ReadyContact how
+	// long ago a follower may have last heard from its leader, for the
+	// node to be ready.
+	StallTimeout     time.Duration
+	ReadyMaxApplyLag uint64
+	ReadyContact     time.Duration
 
 	// TLS is this node's certificate and key and the CA of its peers: Raft
 	// runs over mutual TLS with it. Empty: plaintext Raft.
@@ -73,13 +83,16 @@ type Config struct {
 	Insecure bool
 
 	Logger *slog.Logger
-	// Clock is the node's time source: the cluster clock, the leader's
+	// Clock is the node's time source: the leader clock (lease and calendar time), the leader's
 	// ticks, waiting acquires' expiry timers. Tests inject a fake or skewed
 	// one.
 	Clock clock.Clock
 	// Metrics is the registry the node's collectors join (nil: a registry
 	// of its own). Several nodes can live in one process.
 	Metrics *prometheus.Registry
+	// TracerProvider makes the leader's span of each schedule occurrence
+	// it materialises (docs/tracing.md); nil: none.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults are the values New gives unset fields; coordd's flags show the
@@ -97,6 +110,8 @@ func Defaults() Config {
 		SnapshotThreshold:  16384,
 		MaxTTL:             24 * time.Hour,
 		ApplyTimeout:       10 * time.Second,
+		StallTimeout:       30 * time.Second,
+		ReadyMaxApplyLag:   1024,
 	}
 }
 
@@ -105,6 +120,9 @@ func (c Config) withDefaults() Config {
 	defaults.Fill(&c, Defaults())
 	// A lease shorter than 1.5 election timeouts could lapse in a failover.
 	c.MinTTL = cmp.Or(c.MinTTL, max(time.Second, c.ElectionTimeout*3/2))
+	// A follower hears from its leader every tenth of a heartbeat timeout
+	// and starts an election after one without contact.
+	c.ReadyContact = cmp.Or(c.ReadyContact, max(time.Second, 2*c.HeartbeatTimeout))
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	c.Clock = cmp.Or[clock.Clock](c.Clock, clock.Real{})
 	if c.Metrics == nil {

@@ -196,18 +196,6 @@ func (tn *testNode) lead(t *testing.T) {
 
 // eventually waits (real time, briefly) for cond: the node's goroutines
 // react to what the test did.
-// pollFor reports whether cond holds within timeout (real time), polling.
-func pollFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
-}
-
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testutil.Poll(t, what, 10*time.Second, time.Millisecond, cond)

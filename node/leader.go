@@ -22,8 +22,8 @@ type leaderState struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	ready  chan struct{}
-	clock  *clusterClock
-	// lastProposal is the cluster time of the last stamped command, so the
+	clock  *leaderClock
+	// lastProposal is the lease time of the last stamped command, so the
 	// tick service only appends ticks when the log is idle.
 	lastProposal atomic.Int64
 	// fetches are the long-polling Fetch calls on this leader.
@@ -32,9 +32,9 @@ type leaderState struct {
 
 var _ leader.Leadership = (*leaderState)(nil)
 
-func (ls *leaderState) Lease() int64     { return ls.clock.current() }
-func (ls *leaderState) Calendar() int64  { return ls.clock.calendar() }
-func (ls *leaderState) LastStamp() int64 { return ls.lastProposal.Load() }
+func (ls *leaderState) LeaseTime() int64    { return ls.clock.leaseTime() }
+func (ls *leaderState) CalendarTime() int64 { return ls.clock.calendarTime() }
+func (ls *leaderState) LastStamp() int64    { return ls.lastProposal.Load() }
 func (ls *leaderState) Propose(ctx context.Context, body any) (any, error) {
 	return ls.n.proposeAs(ctx, ls, body)
 }
@@ -47,6 +47,7 @@ func (n *Node) watchLeadership() {
 		select {
 		case <-n.ctx.Done():
 			return
+		case <-n.livePings.leadership: // it turns (/livez)
 		case isLeader := <-n.notifyCh:
 			if old := n.leader.Swap(nil); old != nil {
 				old.cancel()
@@ -70,13 +71,13 @@ func (n *Node) newLeaderState() *leaderState {
 	return &leaderState{n: n, ctx: ctx, cancel: cancel, ready: make(chan struct{})}
 }
 
-// runLeader establishes leadership (Barrier, then the cluster clock), then
+// runLeader establishes leadership (Barrier, then the leader clock), then
 // runs the leader services (node/leader: the node's own and those the API
 // registered) until leadership ends, and returns once they all stopped.
 func (n *Node) runLeader(ls *leaderState) {
 	start := n.clock.Now()
 	// Apply everything committed by earlier leaders before stamping anything:
-	// the cluster clock continues from the FSM's clock.
+	// lease time continues from the FSM's.
 	if err := n.await(ls.ctx, n.raft.Barrier(0)); err != nil {
 		n.log.Warn("barrier after election failed; waiting for the next election", "err", err)
 		return
@@ -84,15 +85,15 @@ func (n *Node) runLeader(ls *leaderState) {
 	if ls.ctx.Err() != nil {
 		return
 	}
-	base := n.fsm.Clock()
+	base := n.fsm.LeaseTime()
 	if base == 0 {
 		// A new cluster: its clock starts at this node's wall clock, once.
 		base = clock.Wall(n.clock).UnixMilli()
 	}
-	ls.clock = newClusterClock(n.clock, base, n.fsm.CalendarMs())
+	ls.clock = newLeaderClock(n.clock, base, n.fsm.CalendarTime())
 	close(ls.ready)
-	cal := ls.clock.calendar()
-	n.log.Info("leadership established", "term", n.raft.CurrentTerm(), "cluster_time", base,
+	cal := ls.clock.calendarTime()
+	n.log.Info("leadership established", "term", n.raft.CurrentTerm(), "lease_time", base,
 		"calendar_time", cal, "barrier", clock.Since(n.clock, start).Round(time.Millisecond))
 	if behind := cal - clock.Wall(n.clock).UnixMilli(); behind > 0 {
 		// This node's wall clock reads behind the last calendar stamp (a
@@ -104,34 +105,34 @@ func (n *Node) runLeader(ls *leaderState) {
 	n.services.Lead(ls.ctx, ls)
 }
 
-// Calendar is calendar time now (Unix ms): on the ready leader, what it
+// CalendarTime is calendar time now (Unix ms): on the ready leader, what it
 // would stamp on a command now (its wall clock, never below its last stamp
 // nor the FSM's calendar time); on any other node, the calendar time its
 // FSM applied last. It never decreases on a node while it leads. The
 // leader's calendar loops (the API's absence monitor, the job dispatcher)
 // and calendar reads use it: a lease is never judged on it.
-func (n *Node) Calendar() int64 {
+func (n *Node) CalendarTime() int64 {
 	if ls := n.leader.Load(); ls != nil {
 		select {
 		case <-ls.ready:
-			return ls.clock.calendar()
+			return ls.clock.calendarTime()
 		default:
 		}
 	}
-	return n.fsm.CalendarMs()
+	return n.fsm.CalendarTime()
 }
 
-// LeaderCalendar is the ready leader's calendar time now, waiting while
+// LeaderCalendarTime is the ready leader's calendar time now, waiting while
 // this node is a leader that is not ready yet (its clock is not set until
 // it applied its predecessors' entries); a *NotLeaderError elsewhere. What
 // the leader resolves against the calendar (a submit's delay_ms) uses it:
-// Calendar on a leader not ready yet is the FSM's last stamp, in the past.
-func (n *Node) LeaderCalendar(ctx context.Context) (int64, error) {
+// CalendarTime on a leader not ready yet is the FSM's last stamp, in the past.
+func (n *Node) LeaderCalendarTime(ctx context.Context) (int64, error) {
 	ls, err := n.readyLeader(ctx)
 	if err != nil {
 		return 0, err
 	}
-	return ls.clock.calendar(), nil
+	return ls.clock.calendarTime(), nil
 }
 
 // times is lease time and calendar time now, as one pair: on the ready
@@ -141,11 +142,11 @@ func (n *Node) times() (lease, calendar int64) {
 	if ls := n.leader.Load(); ls != nil {
 		select {
 		case <-ls.ready:
-			return ls.clock.current(), ls.clock.calendar()
+			return ls.clock.leaseTime(), ls.clock.calendarTime()
 		default:
 		}
 	}
-	return n.fsm.Clock(), n.fsm.CalendarMs()
+	return n.fsm.LeaseTime(), n.fsm.CalendarTime()
 }
 
 // RegisterLeaderServices adds services that run while this node leads,

@@ -53,7 +53,7 @@ func TestLeaderTicksOnlyWhenIdle(t *testing.T) {
 		t.Fatalf("%d ticks at establishment, want 1 (moves the followers to this term's base)", got)
 	}
 	// Idle for 2 s: a tick at most every 250 ms (the ticker runs at half
-	// that; the loop decides on the cluster clock, which the test may move
+	// that; the loop decides on lease time, which the test may move
 	// on before the loop reads it, so a tick can come up to one step late).
 	base := n.raft.count()
 	n.step(t, 2*time.Second, tick/2)
@@ -90,13 +90,13 @@ func TestLeaderTicksOnlyWhenIdle(t *testing.T) {
 			t.Fatalf("a tick at %d while the log was busy since %d", c.GetNowMs(), busyFrom)
 		}
 	}
-	if c := n.fsm.Clock(); c < start.Add(3800*time.Millisecond).UnixMilli() {
+	if c := n.fsm.LeaseTime(); c < start.Add(3800*time.Millisecond).UnixMilli() {
 		t.Fatalf("FSM clock %d after 4 s of virtual time from %d", c, start.UnixMilli())
 	}
 }
 
 // Retention: the leader proposes a prune every PruneInterval, with the
-// cutoff on the cluster clock.
+// cutoff on lease time.
 func TestLeaderPrunes(t *testing.T) {
 	n := newTestNode(t, func(c *Config) { c.PruneInterval = time.Minute; c.Retention = time.Hour })
 	base := n.raft.count()
@@ -109,12 +109,12 @@ func TestLeaderPrunes(t *testing.T) {
 	}
 }
 
-// G9: a new leader's cluster clock continues from the FSM's, whatever its
+// G9: a new leader's lease time continues from the FSM's, whatever its
 // wall clock says; only elapsed time on its clock moves it. A brand-new
 // cluster starts at the first leader's wall clock, once.
-func TestClusterClockContinuesFromTheFSM(t *testing.T) {
+func TestLeaseTimeContinuesFromTheFSM(t *testing.T) {
 	n := newTestNode(t)
-	if got := n.fsm.Clock(); got != start.UnixMilli() {
+	if got := n.fsm.LeaseTime(); got != start.UnixMilli() {
 		t.Fatalf("a new cluster's clock starts at %d, want the wall clock %d", got, start.UnixMilli())
 	}
 	n.clock.Advance(10 * time.Second)
@@ -122,10 +122,10 @@ func TestClusterClockContinuesFromTheFSM(t *testing.T) {
 	// clock continues from the last applied stamp, not the wall.
 	n.notifyCh <- false
 	eventually(t, "leadership lost", func() bool { return !n.Leading() })
-	applied := n.fsm.Clock()
+	applied := n.fsm.LeaseTime()
 	n.clock.Advance(time.Hour)
 	n.lead(t)
-	if got := n.fsm.Clock(); got != applied {
+	if got := n.fsm.LeaseTime(); got != applied {
 		t.Fatalf("after a failover the clock is %d, want it paused at %d", got, applied)
 	}
 	n.clock.Advance(1500 * time.Millisecond)
@@ -135,26 +135,26 @@ func TestClusterClockContinuesFromTheFSM(t *testing.T) {
 	}
 }
 
-func TestClusterClockStampsNeverGoBack(t *testing.T) {
+func TestLeaderClockStampsNeverGoBack(t *testing.T) {
 	clk := clock.NewFake(start)
-	c := newClusterClock(clk, 5000, 0)
-	if s := c.stamp(); s.nowMs != 5000 {
-		t.Fatalf("first stamp %d", s.nowMs)
+	c := newLeaderClock(clk, 5000, 0)
+	if s := c.stamp(); s.leaseMs != 5000 {
+		t.Fatalf("first stamp %d", s.leaseMs)
 	}
 	clk.Advance(250 * time.Millisecond)
-	if c.current() != 5250 || c.stamp().nowMs != 5250 {
-		t.Fatalf("after 250 ms: current %d", c.current())
+	if c.leaseTime() != 5250 || c.stamp().leaseMs != 5250 {
+		t.Fatalf("after 250 ms: current %d", c.leaseTime())
 	}
 	// A stamp is never below the last, even if elapsed time says so.
-	c.last.Store(9000)
-	if c.stamp().nowMs != 9000 || c.current() != 9000 {
+	c.lastLease.Store(9000)
+	if c.stamp().leaseMs != 9000 || c.leaseTime() != 9000 {
 		t.Fatal("stamp went back")
 	}
 	// A skewed wall clock changes nothing: only elapsed time counts.
-	sk := newClusterClock(clock.Offset{Base: clk, Skew: -time.Hour}, 5000, 0)
+	sk := newLeaderClock(clock.Offset{Base: clk, Skew: -time.Hour}, 5000, 0)
 	clk.Advance(time.Second)
-	if sk.current() != 6000 {
-		t.Fatalf("skewed: %d", sk.current())
+	if sk.leaseTime() != 6000 {
+		t.Fatalf("skewed: %d", sk.leaseTime())
 	}
 }
 
@@ -168,7 +168,7 @@ func (*hookService) Name() string { return "test-hook" }
 
 func (h *hookService) Run(ctx context.Context, l leader.Leadership) error {
 	h.runs.Add(1)
-	h.lastNow.Store(l.Lease())
+	h.lastNow.Store(l.LeaseTime())
 	<-ctx.Done()
 	h.ended.Add(1)
 	return nil
@@ -182,10 +182,10 @@ func TestRegisteredLeaderServicesRunWhileLeading(t *testing.T) {
 	h := &hookService{}
 	n.RegisterLeaderServices(h)
 	eventually(t, "the service runs on the current leadership", func() bool { return h.runs.Load() == 1 })
-	if h.lastNow.Load() != n.fsm.Clock() {
-		t.Fatalf("service's lease time %d, cluster clock %d", h.lastNow.Load(), n.fsm.Clock())
+	if h.lastNow.Load() != n.fsm.LeaseTime() {
+		t.Fatalf("service's lease time %d, FSM lease time %d", h.lastNow.Load(), n.fsm.LeaseTime())
 	}
-	if got, want := n.LeaderServices(), []string{"tick", "prune", "dispatch", "fetch-pump", "materialise", "test-hook"}; !slices.Equal(got, want) {
+	if got, want := n.LeaderServices(), []string{"tick", "prune", "dispatch", "fetch-pump", "materialise", "bulk", "test-hook"}; !slices.Equal(got, want) {
 		t.Fatalf("leader services %v, want %v", got, want)
 	}
 	n.notifyCh <- false
@@ -250,8 +250,8 @@ func TestReadAndNotLeader(t *testing.T) {
 	n.hold(t, &fsmv1.Acquire{Name: "L", Owner: "o", TtlMs: 5000})
 	n.clock.Advance(time.Second)
 	st, now, err := n.Read(bg(), false)
-	if err != nil || now != n.fsm.Clock()+1000 {
-		t.Fatalf("linearizable read at %d (applied %d): %v", now, n.fsm.Clock(), err)
+	if err != nil || now != n.fsm.LeaseTime()+1000 {
+		t.Fatalf("linearizable read at %d (applied %d): %v", now, n.fsm.LeaseTime(), err)
 	}
 	if _, _, ok := st.Lease("L"); !ok {
 		t.Fatal("read does not see the lease")
@@ -261,7 +261,7 @@ func TestReadAndNotLeader(t *testing.T) {
 	n.raft.mu.Unlock()
 	n.notifyCh <- false
 	eventually(t, "follower", func() bool { return !n.Leading() })
-	if _, now, err := n.Read(bg(), true); err != nil || now != n.fsm.Clock() {
+	if _, now, err := n.Read(bg(), true); err != nil || now != n.fsm.LeaseTime() {
 		t.Fatalf("stale read on a follower: %d %v", now, err)
 	}
 	var nl interface{ NotLeader() (string, string) }

@@ -6,6 +6,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/coordd/coordd/internal/metriclabel"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -29,7 +30,7 @@ func newMetrics(n *Node, reg *prometheus.Registry) *metrics {
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 	})
 	m.proposals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordd_proposals_total",
-		Help: "Commands proposed by this node as leader, by type and outcome (ok, rejected, error)."}, []string{"type", "outcome"})
+		Help: "Commands proposed by this node as leader, by type (acquire, renew, submit_jobs, ...) and outcome (ok, rejected, error)."}, []string{"type", "outcome"})
 	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_acquire_waiters",
 		Help: "Acquire calls waiting for a held lease on this leader (AcquireRequest.wait)."})
 	m.fetchWaiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_fetch_waiters",
@@ -43,16 +44,16 @@ func newMetrics(n *Node, reg *prometheus.Registry) *metrics {
 type raftCollector struct{ n *Node }
 
 var (
-	descState     = prometheus.NewDesc("coordd_raft_state", "Raft state of this node (1 for the current state).", []string{"state"}, nil)
+	descState     = prometheus.NewDesc("coordd_raft_state", "Raft state of this node (1 for the current state: follower, candidate, leader, shutdown).", []string{"state"}, nil)
 	descTerm      = prometheus.NewDesc("coordd_raft_term", "Current Raft term.", nil, nil)
 	descCommit    = prometheus.NewDesc("coordd_raft_commit_index", "Raft commit index.", nil, nil)
 	descApplied   = prometheus.NewDesc("coordd_raft_applied_index", "Raft applied index.", nil, nil)
 	descLastIndex = prometheus.NewDesc("coordd_raft_last_index", "Last index in the Raft log.", nil, nil)
-	descLive      = prometheus.NewDesc("coordd_live_leases", "Leases held at the applied cluster time.", nil, nil)
+	descLive      = prometheus.NewDesc("coordd_live_leases", "Leases held at the applied lease time.", nil, nil)
 	descRecords   = prometheus.NewDesc("coordd_fsm_records", "Records in the state machine, by family.", []string{"family"}, nil)
-	descClock     = prometheus.NewDesc("coordd_cluster_time_seconds", "Cluster time as applied by this node.", nil, nil)
+	descClock     = prometheus.NewDesc("coordd_cluster_time_seconds", "Lease time as applied by this node (the name is from before \"lease time\").", nil, nil)
 	descLag       = prometheus.NewDesc("coordd_lease_clock_lag_seconds",
-		"Calendar time minus lease time (cluster time): on the leader its clocks now, elsewhere the last applied stamps.", nil, nil)
+		"Calendar time minus lease time: on the leader its clocks now, elsewhere the last applied stamps.", nil, nil)
 )
 
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -68,14 +69,14 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	st := r.State()
 	for _, s := range []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown} {
-		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, b2f(s == st), s.String())
+		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, b2f(s == st), metriclabel.Value(s.String()))
 	}
 	ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(r.CurrentTerm()))
 	ch <- prometheus.MustNewConstMetric(descCommit, prometheus.GaugeValue, float64(r.CommitIndex()))
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(r.AppliedIndex()))
 	ch <- prometheus.MustNewConstMetric(descLastIndex, prometheus.GaugeValue, float64(r.LastIndex()))
 	f := c.n.fsm
-	clock := f.Clock()
+	clock := f.LeaseTime()
 	ch <- prometheus.MustNewConstMetric(descClock, prometheus.GaugeValue, float64(clock)/1000)
 	ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(f.LiveLeases(clock)))
 	if lease, cal := c.n.times(); cal > 0 {
@@ -98,7 +99,7 @@ func (m *metrics) proposed(t fsmv1.CommandType, outcome string) prometheus.Count
 	if c, ok := m.proposalCounters.Load(k); ok {
 		return c.(prometheus.Counter)
 	}
-	c := m.proposals.WithLabelValues(t.String(), outcome)
+	c := m.proposals.WithLabelValues(metriclabel.Value(t.String(), "COMMAND_TYPE_"), outcome)
 	m.proposalCounters.Store(k, c)
 	return c
 }

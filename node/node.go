@@ -1,6 +1,6 @@
 // Package node is one coordd node below the API: Raft (hashicorp/raft with
 // a raft-wal or bbolt log store, internal/logstore) under the fsm package, the proposer and its group
-// commit, the leader's lifecycle and cluster clock, waiting acquires, and
+// commit, the leader's lifecycle and clock (lease and calendar time), waiting acquires, and
 // membership. Its API is typed: Propose a command body and get the FSM's
 // result; Read committed state, linearizable or stale; Acquire, the one
 // entry point that decides between answering from state, proposing and
@@ -23,7 +23,9 @@ import (
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/fsm"
 	"github.com/coordd/coordd/internal/logstore"
+	"github.com/coordd/coordd/internal/probe"
 	"github.com/coordd/coordd/internal/tlsutil"
+	"github.com/coordd/coordd/node/internal/watchhub"
 	"github.com/coordd/coordd/node/leader"
 )
 
@@ -81,13 +83,18 @@ type Node struct {
 	dispatcher  *leader.Dispatch
 	fetchPump   *leader.FetchPump
 	materialise *leader.Materialise
-	watch       *watchHub // recent change events and their watchers (watch.go)
+	bulk        *leader.Bulk  // bulk operations on jobs (node/commands.go)
+	watch       *watchhub.Hub // recent change events and their watchers (node/internal/watchhub)
 
 	advertised atomic.Pointer[string] // this node's gRPC address, once Advertise ran
 
 	leaderSigMu sync.Mutex
 	leaderSig   chan struct{} // closed (and replaced) when the known leader may have changed
 	observer    *raft.Observer
+
+	// live pings the node's loops for /livez (probes.go).
+	live      *probe.Tracker
+	livePings livePings
 
 	// futures counts the goroutines blocked on a Raft future (await).
 	futures atomic.Int64
@@ -127,7 +134,7 @@ func newNode(cfg Config) *Node {
 		log:       cfg.Logger.With("node", cfg.ID),
 		clock:     cfg.Clock,
 		fsm:       fsm.New(),
-		watch:     newWatchHub(cfg.Watch, cfg.Clock),
+		watch:     watchhub.New(cfg.Watch, cfg.Clock),
 		notifyCh:  make(chan bool, 16),
 		leaderSig: make(chan struct{}),
 		proposals: make(chan *proposal, 4*maxBatch),
@@ -135,6 +142,7 @@ func newNode(cfg Config) *Node {
 		stop:      stop,
 	}
 	n.metrics = newMetrics(n, cfg.Metrics)
+	n.newLiveness()
 	n.newLeaderServices()
 	return n
 }
@@ -147,19 +155,20 @@ func (n *Node) newLeaderServices() {
 	n.fetchPump = &leader.FetchPump{Serve: n.serveFetches}
 	n.materialise = &leader.Materialise{Clock: n.clock, Log: n.log, Rounds: n.materialiseRounds,
 		NextDue: n.fsm.NextScheduleDue, Done: n.metrics.materialised}
+	n.bulk = &leader.Bulk{Clock: n.clock, Log: n.log, Running: func() []fsm.BulkOp { return n.fsm.BulkOps(true) }}
 	n.services = leader.NewLifecycle(n.log, n.clock)
 	n.services.Register(
 		&leader.Tick{Clock: n.clock, Log: n.log, Interval: cfg.TickInterval},
 		&leader.Prune{Clock: n.clock, Log: n.log, Interval: cfg.PruneInterval, Retention: cfg.Retention,
 			JobRetention: cfg.JobRetention, MaxFinishedJobs: cfg.MaxFinishedJobs},
-		n.dispatcher, n.fetchPump, n.materialise)
+		n.dispatcher, n.fetchPump, n.materialise, n.bulk)
 }
 
 // start runs the node's loops.
 func (n *Node) start() {
 	n.wg.Go(n.runProposer)
 	n.wg.Go(n.watchLeadership)
-	n.wg.Go(func() { n.watch.runReaper(n.ctx) })
+	n.wg.Go(func() { n.watch.RunReaper(n.ctx) })
 }
 
 func (n *Node) startRaft() error {

@@ -80,16 +80,22 @@ func (n *Node) runProposer() {
 		select {
 		case p := <-n.proposals:
 			batch = append(append(batch[:0:0], p), p.with...)
+		case <-n.livePings.proposer: // it turns (/livez)
+			continue
 		case <-n.ctx.Done():
 			return
 		}
 		drain()
-		select {
-		case slots <- struct{}{}:
-		case <-n.ctx.Done():
-			n.queued.Add(-int64(len(batch)))
-			fail(batch, ErrShutdown)
-			return
+		for waiting := true; waiting; {
+			select {
+			case slots <- struct{}{}:
+				waiting = false
+			case <-n.livePings.proposer: // waiting for Raft is turning too
+			case <-n.ctx.Done():
+				n.queued.Add(-int64(len(batch)))
+				fail(batch, ErrShutdown)
+				return
+			}
 		}
 		drain() // what queued while the slots were busy goes along
 		n.queued.Add(-int64(len(batch)))

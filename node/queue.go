@@ -118,7 +118,7 @@ func (n *Node) Fetch(ctx context.Context, cmd *fsmv1.FetchJobs, wait time.Durati
 	}
 	queues := fetchQueues(cmd)
 	q := &ls.fetches
-	if n.fsm.JobsReady(queues, ls.clock.calendar()) && (wait <= 0 || !waitingOn(q, queues)) {
+	if n.fsm.JobsReady(queues, ls.clock.calendarTime()) && (wait <= 0 || !waitingOn(q, queues)) {
 		r, err := fetchResult(n.proposeAs(ctx, ls, cmd))
 		if err != nil || len(r.Jobs) > 0 || wait <= 0 {
 			return r, err
@@ -194,7 +194,7 @@ func (n *Node) pickWaiters(ls *leaderState, extra map[string]uint64) []*fetchWai
 	if ls.fetches.Len() == 0 {
 		return nil
 	}
-	cal := ls.clock.calendar()
+	cal := ls.clock.calendarTime()
 	avail := map[string]uint64{}
 	return ls.fetches.Claim(func(w fetchWait) bool {
 		want, have := uint64(w.cmd.GetMax()), uint64(0)
@@ -226,12 +226,15 @@ func (n *Node) awaitFetch(ls *leaderState, w *fetchWaiter, wait func(context.Con
 // once: a waiting worker gets a submitted job one commit after the submit
 // instead of two.
 func (n *Node) submitJobs(ctx context.Context, ls *leaderState, cmd *fsmv1.SubmitJobs) (any, error) {
-	cal := ls.clock.calendar()
+	cal := ls.clock.calendarTime()
 	var due map[string]uint64
 	for _, j := range cmd.GetJobs() {
 		if j.GetRunAtMs() <= cal {
 			if due == nil {
 				due = map[string]uint64{}
+			}
+			if n.fsm.QueuePaused(j.GetQueue()) {
+				continue // nothing is handed out of a paused queue
 			}
 			if j.GetTarget() != nil {
 				due[fsm.DeliveryLane]++

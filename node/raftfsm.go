@@ -6,6 +6,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/node/internal/watchhub"
 )
 
 // raftFSM adapts the fsm package, which knows nothing of Raft, to
@@ -13,7 +14,7 @@ import (
 // with its index, to the watch hub.
 type raftFSM struct {
 	f   *fsm.FSM
-	hub *watchHub
+	hub *watchhub.Hub
 }
 
 var _ raft.BatchingFSM = raftFSM{}
@@ -32,7 +33,7 @@ func (r raftFSM) ApplyBatch(logs []*raft.Log) []any {
 			}
 		}
 	}
-	return r.f.ApplyBatchTo(entries, func(i int, evs []fsm.Event) { r.hub.publish(logs[i].Index, evs) })
+	return r.f.ApplyBatchTo(entries, func(i int, evs []fsm.Event) { r.hub.Publish(logs[i].Index, evs) })
 }
 
 func (r raftFSM) Snapshot() (raft.FSMSnapshot, error) { return raftSnapshot{r.f.Snapshot()}, nil }
@@ -43,7 +44,7 @@ func (r raftFSM) Restore(rc io.ReadCloser) error {
 	if err := r.f.Restore(rc); err != nil {
 		return err
 	}
-	r.hub.reset(r.hub.restoring.Load())
+	r.hub.Restored()
 	return nil
 }
 

@@ -1,12 +1,17 @@
 package node
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/coordd/coordd/fsm"
+	"github.com/coordd/coordd/internal/metriclabel"
+	"github.com/coordd/coordd/internal/tracectx"
 	"github.com/coordd/coordd/node/leader"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	"github.com/coordd/coordd/schedule"
@@ -70,8 +75,34 @@ func (m *materialiser) compile(sc *fsm.Schedule) (*schedule.Calendar, error) {
 func (n *Node) materialiseRounds() leader.RoundFunc {
 	m := &materialiser{n: n, cache: map[string]compiledSchedule{}}
 	broken := map[string]uint64{} // schedules that do not compile here, by revision (logged once)
+	var tracer trace.Tracer
+	if n.cfg.TracerProvider != nil {
+		tracer = n.cfg.TracerProvider.Tracer("github.com/coordd/coordd/node")
+	}
 	return func(now int64) ([]*fsmv1.ScheduleMaterialisation, bool) {
-		return m.round(n.fsm.DueSchedules(now, maxSchedulesPerRound), now, broken)
+		items, more := m.round(n.fsm.DueSchedules(now, maxSchedulesPerRound), now, broken)
+		traceOccurrences(tracer, items)
+		return items, more
+	}
+}
+
+// traceOccurrences starts a new trace for each occurrence to be made (a
+// span of the leader, ended at once) and gives the occurrence its context,
+// which its job keeps (docs/tracing.md). A nil tracer: nothing. An item
+// the FSM finds stale makes no job, and its spans lead nowhere.
+func traceOccurrences(tracer trace.Tracer, items []*fsmv1.ScheduleMaterialisation) {
+	if tracer == nil {
+		return
+	}
+	ctx := context.Background()
+	for _, it := range items {
+		for _, o := range it.GetCreate() {
+			_, span := tracer.Start(ctx, "coordd.schedule.occurrence", trace.WithNewRoot(), trace.WithAttributes(
+				attribute.String("coordd.schedule", it.GetName()), attribute.Int64("coordd.schedule.occurrence_ms", o.GetAtMs()),
+				attribute.String("coordd.schedule.window", o.GetWindow())))
+			o.TraceParent, o.TraceState = tracectx.Format(span.SpanContext())
+			span.End()
+		}
 	}
 }
 
@@ -184,7 +215,7 @@ func newScheduleMetrics(reg *prometheus.Registry) *scheduleMetrics {
 		created: f.NewCounter(prometheus.CounterOpts{Name: "coordd_schedule_jobs_created_total",
 			Help: "Jobs made by schedules (materialised occurrences and triggers are counted by the leader that made them)."}),
 		skipped: f.NewCounterVec(prometheus.CounterOpts{Name: "coordd_schedule_occurrences_skipped_total",
-			Help: "Occurrences of schedules recorded as skipped, by reason (HORIZON, DEADLINE, DST_GAP, DST_REPEAT, PAUSED, OVERLAP)."}, []string{"reason"}),
+			Help: "Occurrences of schedules recorded as skipped, by reason (horizon, deadline, dst_gap, dst_repeat, paused, overlap)."}, []string{"reason"}),
 		stale: f.NewCounter(prometheus.CounterOpts{Name: "coordd_schedule_stale_items_total",
 			Help: "Materialisations refused because the schedule changed since they were computed (no effect)."}),
 		lag: f.NewHistogram(prometheus.HistogramOpts{Name: "coordd_schedule_materialise_lag_seconds",
@@ -214,11 +245,11 @@ func (m *metrics) materialised(items []*fsmv1.ScheduleMaterialisation, res *fsm.
 		sm.duplicat.Add(float64(out.Duplicates))
 		var byLeader int64
 		for _, k := range it.GetSkipped() {
-			sm.skipped.WithLabelValues(fsm.SkipReason(k.GetReason()).String()).Add(float64(k.GetCount()))
+			sm.skipped.WithLabelValues(metriclabel.Value(fsm.SkipReason(k.GetReason()).String())).Add(float64(k.GetCount()))
 			byLeader += k.GetCount()
 		}
 		if overlap := out.Skipped - byLeader; overlap > 0 {
-			sm.skipped.WithLabelValues(fsm.SkipOverlap.String()).Add(float64(overlap))
+			sm.skipped.WithLabelValues(metriclabel.Value(fsm.SkipOverlap.String())).Add(float64(overlap))
 		}
 		for _, o := range it.GetCreate() {
 			sm.lag.Observe(float64(max(0, now-o.GetAtMs())) / 1000)

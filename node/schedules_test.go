@@ -33,7 +33,7 @@ func putSchedule(t *testing.T, n *testNode, name, expr, tz string, overlap fsmv1
 // node's calendar time.
 func (n *testNode) settle(t *testing.T) {
 	t.Helper()
-	eventually(t, "due schedules materialised", func() bool { return len(n.fsm.DueSchedules(n.Calendar(), 1)) == 0 })
+	eventually(t, "due schedules materialised", func() bool { return len(n.fsm.DueSchedules(n.CalendarTime(), 1)) == 0 })
 	// ... and the loop asleep until the next due time (at most its idle
 	// period), so the test's next Advance wakes it.
 	at := n.clock.Now().Add(leader.MaterialiseIdle)
@@ -188,7 +188,7 @@ func TestMaterialiserCatchUpAfterAnOutage(t *testing.T) {
 	}
 	// Every occurrence inside the horizon has its job, once: minutes
 	// [now-24h, now].
-	now := n.Calendar()
+	now := n.CalendarTime()
 	for at := now - 24*3_600_000; at <= now; at += 60_000 {
 		w := time.UnixMilli(at).UTC().Format("2006-01-02T15:04")
 		if ls, _ := n.fsm.ListQueueJobs(fsm.JobFilter{Label: &fsm.Label{Key: fsm.LabelWindow, Value: w}}, 0, 10); len(ls) != 1 {
@@ -254,7 +254,7 @@ func TestMaterialiserMakesEachOccurrenceOnTime(t *testing.T) {
 	}
 }
 
-// jobs.At(now): a one-shot put just after its time is made at once (its
+// periodic.At(now): a one-shot put just after its time is made at once (its
 // mark is just before it); one far behind the horizon is recorded as
 // skipped, not lost silently.
 func TestMaterialiserOneShotPutAfterItsTime(t *testing.T) {

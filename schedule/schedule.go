@@ -4,7 +4,7 @@
 //
 // Two views of the same engine:
 //   - Schedule (expression + zone) with time.Time methods, used by the
-//     code-defined runner (client/jobs) and the leader's absence monitor;
+//     code-defined runner (client/periodic) and the leader's absence monitor;
 //   - Calendar (Schedule + window layout) with Unix-ms methods — Next, Prev,
 //     Due, Trigger — for the leader that materialises schedule objects.
 //

@@ -35,6 +35,7 @@ install_missing() { # install_missing REASON "COMMANDS" PACKAGE...
 }
 install_missing "the fault suite's network namespaces need them" "iptables ip" iptables iproute2
 install_missing "deploy/'s rule checks need promtool" "promtool" prometheus
+install_missing "deploy/'s unit check needs systemd-analyze" "systemd-analyze" systemd
 # Without chromium (not root, no apt) the console's browser test skips and
 # says why, except in CI (CI set, as .ci/run does), where it fails.
 install_missing "the console's browser test drives headless Chromium" "chromium" chromium
@@ -59,6 +60,8 @@ go vet -tags faults ./integration/faults/
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null | grep -v '\.pb\.go$' || find . -name '*.go' ! -name '*.pb.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
 go test -race -count=1 -timeout 20m "$@" ./...
+# The Kubernetes manifests' validation: a module of its own (k8s.io/api).
+(cd deploy/kubernetes && go mod tidy -diff >/dev/null && go vet ./... && go test -count=1 "$@" ./...)
 # The tenant-flood test measures latency, which the race detector would
 # measure instead: it runs here without it (it skips under -race).
 if [ $# -eq 0 ]; then go test -count=1 -timeout 5m -run '^TestQuotasKeepTheOtherTenantFast$' ./integration/; fi

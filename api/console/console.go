@@ -183,13 +183,17 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /ui/leases", c.leasesPage)
 	m.HandleFunc("GET /ui/events", c.events)
 	m.HandleFunc("GET /ui/queues", c.queuesPage)
+	m.Handle("POST /ui/queues/{queue}/{action}", c.guardPost(c.queueAction))
 	m.HandleFunc("GET /ui/jobs", c.jobsPage)
 	m.HandleFunc("GET /ui/jobs/{id}", c.jobPage)
+	m.Handle("POST /ui/jobs-bulk/{action}", c.guardPost(c.bulkAction))
 	m.Handle("POST /ui/jobs/{id}/{action}", c.guardPost(c.jobAction))
 	m.HandleFunc("GET /ui/schedules", c.schedulesPage)
 	m.HandleFunc("GET /ui/schedules/{name}", c.schedulePage)
 	m.Handle("POST /ui/schedules/{name}/{action}", c.guardPost(c.scheduleAction))
 	m.HandleFunc("GET /ui/resources", c.resourcesPage)
+	m.HandleFunc("GET /ui/windows", c.windowsPage)
+	m.HandleFunc("GET /ui/workers", c.workersPage)
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "No such page: "+r.URL.Path)
 	})
@@ -319,6 +323,12 @@ func flash(done string) string {
 		return "Schedule paused."
 	case "resume":
 		return "Schedule resumed."
+	case "bulk-retry", "bulk-cancel", "bulk-delete":
+		return "Bulk " + strings.TrimPrefix(done, "bulk-") + " started: the leader applies it in batches; its progress is below."
+	case "queue-pause":
+		return "Queue paused: fetches hand out none of its jobs until it is resumed."
+	case "queue-resume":
+		return "Queue resumed."
 	case "trigger":
 		return "Schedule triggered: an extra occurrence was made now."
 	}

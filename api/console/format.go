@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -15,16 +16,20 @@ import (
 // funcs are the templates' helpers: times are shown in UTC, durations
 // rounded for reading.
 var funcs = template.FuncMap{
-	"ts":         ts,
-	"dur":        durMs,
-	"rel":        rel,
-	"jobState":   jobState,
-	"outcome":    outcome,
-	"skipReason": skipReason,
-	"payload":    payload,
-	"labels":     sortedKeys,
-	"offset":     offsetUs,
-	"leaseState": leaseState,
+	"ts":          ts,
+	"dur":         durMs,
+	"rel":         rel,
+	"jobState":    jobState,
+	"bulkAction":  bulkAction,
+	"windowState": windowState,
+	"sub":         func(a, b int64) int64 { return a - b },
+	"bulkFilter":  bulkFilter,
+	"outcome":     outcome,
+	"skipReason":  skipReason,
+	"payload":     payload,
+	"labels":      sortedKeys,
+	"offset":      offsetUs,
+	"leaseState":  leaseState,
 	"overlap": func(o coordv1.ScheduleOverlap) string {
 		return strings.ToLower(strings.TrimPrefix(o.String(), "SCHEDULE_OVERLAP_"))
 	},
@@ -127,4 +132,35 @@ func leaseState(l *coordv1.Lease) string {
 	default:
 		return "held"
 	}
+}
+
+// bulkAction is a bulk operation's action as shown: "retry".
+func bulkAction(a coordv1.BulkAction) string {
+	return strings.ToLower(strings.TrimPrefix(a.String(), "BULK_ACTION_"))
+}
+
+// bulkFilter is a bulk operation's filter as shown: "queue=billing state=dead".
+func bulkFilter(f *coordv1.JobFilter) string {
+	var parts []string
+	for _, p := range [][2]string{{"queue", f.GetQueue()}, {"kind", f.GetKind()}, {"label", f.GetLabel()}} {
+		if p[1] != "" {
+			parts = append(parts, p[0]+"="+p[1])
+		}
+	}
+	if s := f.GetState(); s != coordv1.JobState_JOB_STATE_UNSPECIFIED {
+		parts = append(parts, "state="+jobState(s))
+	}
+	if t := f.GetCreatedAfterMs(); t != 0 {
+		parts = append(parts, "since "+ts(t))
+	}
+	if t := f.GetCreatedBeforeMs(); t != 0 {
+		parts = append(parts, "until "+ts(t))
+	}
+	if n := len(f.GetIds()); n > 0 {
+		parts = append(parts, strconv.Itoa(n)+" ids")
+	}
+	if len(parts) == 0 {
+		return "every job"
+	}
+	return strings.Join(parts, " ")
 }

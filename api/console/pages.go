@@ -124,9 +124,16 @@ type queuesData struct {
 	// they could not be read (the page shows the rest).
 	Targets    []*coordv1.QueueTarget
 	TargetsErr string
+	// CanAct: the queues the caller may pause and resume (op job).
+	CanAct map[string]bool
 }
 
 func (c *Console) queuesPage(w http.ResponseWriter, r *http.Request) {
+	c.showQueues(w, r, http.StatusOK, nil)
+}
+
+// showQueues renders the queues page, with a refused action's error.
+func (c *Console) showQueues(w http.ResponseWriter, r *http.Request, httpStatus int, perr *pageError) {
 	resp, err := c.b.Queue.Stats(r.Context(), &coordv1.QueueStatsRequest{})
 	if err != nil {
 		c.failErr(w, r, err)
@@ -141,7 +148,11 @@ func (c *Console) queuesPage(w http.ResponseWriter, r *http.Request) {
 	} else {
 		d.Targets = ts.GetTargets()
 	}
-	c.render(w, r, http.StatusOK, "queues", "Queues", d, nil)
+	d.CanAct = map[string]bool{}
+	for _, st := range resp.GetQueues() {
+		d.CanAct[st.GetQueue()] = c.allowed(r.Context(), "job", st.GetQueue())
+	}
+	c.render(w, r, httpStatus, "queues", "Queues", d, perr)
 }
 
 type jobsData struct {
@@ -149,6 +160,13 @@ type jobsData struct {
 	States             []string
 	Jobs               []*coordv1.QueueJob
 	pager
+	search
+	// Bulk: the recent bulk operations (Queue.ListBulk); RequestID names
+	// the bulk form's operation (a repeated post is the same operation);
+	// CanAct: the caller may act on the queue filtered by.
+	Bulk      []*coordv1.BulkOp
+	RequestID string
+	CanAct    bool
 }
 
 // jobStates are the states a list can filter by, in lifecycle order.
@@ -163,6 +181,10 @@ func parseState(s string) (coordv1.JobState, bool) {
 }
 
 func (c *Console) jobsPage(w http.ResponseWriter, r *http.Request) {
+	c.showJobs(w, r, http.StatusOK, nil)
+}
+
+func (c *Console) showJobs(w http.ResponseWriter, r *http.Request, httpStatus int, perr *pageError) {
 	q := r.URL.Query()
 	d := jobsData{Queue: q.Get("queue"), Kind: q.Get("kind"), State: strings.ToUpper(q.Get("state")), States: jobStates}
 	state, ok := parseState(d.State)
@@ -170,21 +192,38 @@ func (c *Console) jobsPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "Unknown job state "+strconv.Quote(d.State)+": one of "+strings.Join(jobStates, ", "))
 		return
 	}
+	var err error
+	if d.search, err = parseSearch(q); err != nil {
+		c.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
 	tok := q.Get("page_token")
-	resp, err := c.b.Queue.List(r.Context(), &coordv1.QueueListRequest{Queue: d.Queue, Kind: d.Kind, State: state,
-		PageSize: jobPage, PageToken: tok})
+	req := &coordv1.QueueListRequest{Queue: d.Queue, Kind: d.Kind, State: state, Label: d.Label, PageSize: jobPage, PageToken: tok,
+		ArgsContains: d.Args, CreatedAfter: d.sinceTS(), CreatedBefore: d.untilTS()}
+	resp, err := c.b.Queue.List(r.Context(), req)
 	if err != nil {
 		c.failErr(w, r, err)
 		return
 	}
+	d.Jobs, d.Scanned = resp.GetJobs(), resp.GetScanned()
+	next := resp.GetNextPageToken()
 	filter := url.Values{}
-	for k, v := range map[string]string{"queue": d.Queue, "kind": d.Kind, "state": d.State} {
+	for k, v := range map[string]string{"queue": d.Queue, "kind": d.Kind, "state": d.State, "label": d.Label, "since": d.Since,
+		"until": d.Until, "args": d.Args} {
 		if v != "" {
 			filter.Set(k, v)
 		}
 	}
-	d.Jobs, d.pager = resp.GetJobs(), newPager("/ui/jobs", filter, tok, resp.GetNextPageToken())
-	c.render(w, r, http.StatusOK, "jobs", "Jobs", d, nil)
+	d.pager = newPager("/ui/jobs", filter, tok, next)
+	if ops, err := c.b.Queue.ListBulk(r.Context(), &coordv1.QueueListBulkRequest{}); err == nil {
+		d.Bulk = ops.GetOps()
+		if len(d.Bulk) > 5 {
+			d.Bulk = d.Bulk[:5]
+		}
+	}
+	d.RequestID = newRequestID()
+	d.CanAct = c.allowed(r.Context(), "job", d.Queue)
+	c.render(w, r, httpStatus, "jobs", "Jobs", d, perr)
 }
 
 type jobData struct {
@@ -367,3 +406,25 @@ func (c *Console) resourcesPage(w http.ResponseWriter, r *http.Request) {
 
 // sortedKeys returns a map's keys in order (labels).
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
+
+// queueAction pauses or resumes the queue the path names.
+func (c *Console) queueAction(w http.ResponseWriter, r *http.Request) {
+	queue := r.PathValue("queue")
+	var err error
+	switch action := r.PathValue("action"); action {
+	case "pause":
+		_, err = c.b.Queue.Pause(r.Context(), &coordv1.QueuePauseRequest{Queue: queue})
+	case "resume":
+		_, err = c.b.Queue.Resume(r.Context(), &coordv1.QueueResumeRequest{Queue: queue})
+	default:
+		c.fail(w, r, http.StatusNotFound, "Unknown queue action "+strconv.Quote(action)+" (pause or resume)")
+		return
+	}
+	if err != nil {
+		perr, code := c.explain(r.Context(), err)
+		perr.Message = r.PathValue("action") + " refused: " + perr.Message
+		c.showQueues(w, r, c.cfg.HTTPStatus(code), perr)
+		return
+	}
+	http.Redirect(w, r, "/ui/queues?done=queue-"+r.PathValue("action"), http.StatusSeeOther)
+}

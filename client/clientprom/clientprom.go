@@ -39,7 +39,7 @@ func (m *Metrics) RenewLatency(d time.Duration)   { m.renew.Observe(d.Seconds())
 func (m *Metrics) RunSkipped(name string)         { m.skipped.WithLabelValues(name).Inc() }
 func (m *Metrics) FenceRejected(_, reason string) { m.rejected.WithLabelValues(reason).Inc() }
 
-// JobMetrics implements jobs.Metrics with Prometheus collectors, labelled
+// JobMetrics implements periodic.Metrics with Prometheus collectors, labelled
 // by job (the process's host is the scrape target's instance). What the
 // cluster decides (skipped, overdue occurrences) is coordd's own metrics.
 type JobMetrics struct {

@@ -9,12 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/client/jobs"
+	"github.com/coordd/coordd/client/periodic"
 )
 
 var (
-	_ client.Metrics = (*Metrics)(nil)
-	_ jobs.Metrics   = (*JobMetrics)(nil)
+	_ client.Metrics   = (*Metrics)(nil)
+	_ periodic.Metrics = (*JobMetrics)(nil)
 )
 
 func TestCounts(t *testing.T) {

@@ -131,7 +131,8 @@ func (b *batcher) sendCompletes(cs []*claim) {
 	defer b.inflight.Done()
 	req := &coordv1.QueueCompleteRequest{WorkerId: b.w.o.id, Completions: make([]*coordv1.JobCompletion, len(cs))}
 	for i, cl := range cs {
-		req.Completions[i] = &coordv1.JobCompletion{JobId: cl.ref.id, Attempt: cl.ref.attempt, Result: cl.job.result}
+		req.Completions[i] = &coordv1.JobCompletion{JobId: cl.ref.id, Attempt: cl.ref.attempt, Result: cl.job.result,
+			Traceparent: cl.traceparent}
 	}
 	sendOutcomes(b, cs, func(ctx context.Context) ([]*coordv1.CompleteResult, error) {
 		resp, err := b.w.q.Complete(ctx, req)
@@ -145,7 +146,8 @@ func (b *batcher) sendFails(fs []failItem) {
 	cls := make([]*claim, len(fs))
 	for i, f := range fs {
 		cls[i] = f.cl
-		req.Failures[i] = &coordv1.JobFailure{JobId: f.cl.ref.id, Attempt: f.cl.ref.attempt, Error: f.msg, Retryable: f.retryable}
+		req.Failures[i] = &coordv1.JobFailure{JobId: f.cl.ref.id, Attempt: f.cl.ref.attempt, Error: f.msg, Retryable: f.retryable,
+			Traceparent: f.cl.traceparent}
 	}
 	sendOutcomes(b, cls, func(ctx context.Context) ([]*coordv1.FailResult, error) {
 		resp, err := b.w.q.Fail(ctx, req)
@@ -180,13 +182,13 @@ func sendOutcomes[R interface{ GetError() *coordv1.JobItemError }](b *batcher, c
 		b.w.finish(cl)
 		switch {
 		case err != nil:
-			b.w.log.Warn(log.failed, "job", cl.ref.id, "attempt", cl.ref.attempt, "err", err)
+			b.w.log.Warn(log.failed, "job_id", cl.ref.id, "attempt", cl.ref.attempt, "err", err)
 		case i >= len(res):
 			if log.unanswered != "" {
-				b.w.log.Warn(log.unanswered, "job", cl.ref.id, "attempt", cl.ref.attempt)
+				b.w.log.Warn(log.unanswered, "job_id", cl.ref.id, "attempt", cl.ref.attempt)
 			}
 		case res[i].GetError() != nil:
-			b.w.log.Warn(log.refused, "job", cl.ref.id, "attempt", cl.ref.attempt, "err", client.ItemError(res[i].GetError()))
+			b.w.log.Warn(log.refused, "job_id", cl.ref.id, "attempt", cl.ref.attempt, "err", client.ItemError(res[i].GetError()))
 		}
 	}
 }

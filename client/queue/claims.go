@@ -25,12 +25,15 @@ type claim struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	state    claimState
-	deadline due.Deadline // local: send time of the last acknowledged heartbeat (or the fetch) + vt - margin
-	nextHB   time.Time
-	runEnd   time.Time // max_run: the local deadline never passes it (zero: no bound)
-	due.Slot           // in Worker.due; not while a heartbeat is in flight or after the claim ended
-	gone     bool
+	state claimState
+	// traceparent is the attempt's span (set before its outcome is
+	// queued), the parent of the server's span of the outcome; "": none.
+	traceparent string
+	deadline    due.Deadline // local: send time of the last acknowledged heartbeat (or the fetch) + vt - margin
+	nextHB      time.Time
+	runEnd      time.Time // max_run: the local deadline never passes it (zero: no bound)
+	due.Slot              // in Worker.due; not while a heartbeat is in flight or after the claim ended
+	gone        bool
 
 	notifyMu   sync.Mutex      // serializes onDeadline calls, so that they come in order
 	onDeadline func(time.Time) // Job.OnDeadline; guarded by Worker.mu
@@ -94,7 +97,7 @@ func (w *Worker) lose(cl *claim, cause error) {
 	w.mu.Unlock()
 	cl.cancel(cause)
 	if was == stateRunning {
-		w.log.Warn("job claim lost", "job", cl.ref.id, "attempt", cl.ref.attempt, "err", cause)
+		w.log.Warn("job claim lost", "job_id", cl.ref.id, "attempt", cl.ref.attempt, "err", cause)
 	}
 }
 

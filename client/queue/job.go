@@ -34,6 +34,10 @@ type Job struct {
 	Labels            map[string]string
 	SubmittedBy       string
 	VisibilityTimeout time.Duration
+	// Traceparent and Tracestate are the job's W3C trace context
+	// (docs/tracing.md): what the handler's ctx continues, the Worker's
+	// span of the attempt being its child. Empty: none.
+	Traceparent, Tracestate string
 
 	claimed *coordv1.ClaimedJob
 	cl      *claim
@@ -49,7 +53,8 @@ func newJob(cj *coordv1.ClaimedJob) *Job {
 	return &Job{ID: j.GetId(), Queue: j.GetQueue(), Kind: j.GetKind(), Args: j.GetArgs(), Attempt: cj.GetAttempt().GetNumber(),
 		MaxAttempts: j.GetMaxAttempts(), Priority: j.GetPriority(), RunAt: time.UnixMilli(j.GetRunAtMs()),
 		CreatedAt: time.UnixMilli(j.GetCreatedAtMs()), UniqueKey: j.GetUniqueKey(), Labels: j.GetLabels(),
-		SubmittedBy: j.GetSubmittedBy(), VisibilityTimeout: vt, claimed: cj}
+		SubmittedBy: j.GetSubmittedBy(), VisibilityTimeout: vt, Traceparent: j.GetTraceparent(), Tracestate: j.GetTracestate(),
+		claimed: cj}
 }
 
 // DefaultVisibilityTimeout is the server's default, assumed for a job that

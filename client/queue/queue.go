@@ -139,6 +139,14 @@ func keyed(jobs []*coordv1.NewJob) []*coordv1.NewJob {
 	return jobs
 }
 
+// TraceContext gives the job an explicit W3C trace context (traceparent,
+// and tracestate or ""), which its attempts continue. Without it the job
+// takes the trace of the submit call's ctx, if it holds a span
+// (docs/tracing.md). Malformed: the submit is refused, INVALID_ARGUMENT.
+func TraceContext(traceparent, tracestate string) Option {
+	return func(s *spec) { s.j.Traceparent, s.j.Tracestate = traceparent, tracestate }
+}
+
 // Label adds a label (List filters by one).
 // Target makes coordd's nodes deliver the job to an HTTP endpoint instead
 // of a worker (docs/delivery.md): each attempt is a request carrying the

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/client"
@@ -45,6 +46,7 @@ type Worker struct {
 	clk clock.Clock
 	o   workerOptions
 	log *slog.Logger
+	tr  trace.Tracer // the client's provider's (tracing.go)
 
 	mu       sync.Mutex
 	handlers map[string]Handler
@@ -157,6 +159,7 @@ func NewWorker(c *client.Client, opts ...WorkerOption) *Worker {
 		claims: map[ref]*claim{}, ctx: ctx, cancel: cancel, fetchCtx: fctx, fetchCancel: fcancel,
 		hbWake: make(chan struct{}, 1), stopped: make(chan struct{})}
 	w.out = &batcher{w: w, size: o.batchSize, interval: o.batchInterval}
+	w.tr = c.TracerProvider().Tracer(TracerName)
 	return w
 }
 
@@ -456,7 +459,7 @@ func (w *Worker) startClaims(s *slots, jobs []*coordv1.ClaimedJob, sent time.Tim
 			itemErr = client.ItemError(resp.GetResults()[i].GetError())
 		}
 		if itemErr != nil {
-			w.log.Warn("job claim lost before its handler started", "job", j.ID, "attempt", j.Attempt, "err", itemErr)
+			w.log.Warn("job claim lost before its handler started", "job_id", j.ID, "attempt", j.Attempt, "err", itemErr)
 			s.release()
 			continue
 		}
@@ -511,14 +514,16 @@ func (w *Worker) register(s *slots, j *Job, sent time.Time, state claimState) *c
 func (w *Worker) run(cl *claim) {
 	defer w.running.Done()
 	var err error
+	ctx, span := w.startSpan(cl)
 	if h := w.handler(cl.job.Kind); h == nil {
 		err = fmt.Errorf("no handler for kind %q on worker %s", cl.job.Kind, w.o.id)
 	} else {
-		err = call(cl, h)
+		err = call(ctx, cl, h)
 	}
 	if err == nil {
 		err = cl.job.checkResult()
 	}
+	endSpan(span, err)
 	w.mu.Lock()
 	st := cl.state
 	if st == stateRunning {
@@ -533,16 +538,16 @@ func (w *Worker) run(cl *claim) {
 	cl.slots.release()
 	cl.cancel(nil)
 	if st != stateRunning && err != nil {
-		w.log.Debug("job handler returned after its claim ended", "job", cl.ref.id, "attempt", cl.ref.attempt, "err", err)
+		w.log.Debug("job handler returned after its claim ended", "job_id", cl.ref.id, "attempt", cl.ref.attempt, "err", err)
 	}
 }
 
 // call runs h, turning a panic into an error with the stack.
-func call(cl *claim, h Handler) (err error) {
+func call(ctx context.Context, cl *claim, h Handler) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n\n%s", r, debug.Stack())
 		}
 	}()
-	return h(cl.ctx, cl.job)
+	return h(ctx, cl.job)
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/client/jobs"
+	"github.com/coordd/coordd/client/periodic"
 )
 
 // lagMetrics collects the runners' start lags and completions.
@@ -32,7 +32,7 @@ func (m *lagMetrics) RunFailed(string)                   { m.failed.Add(1) }
 func (m *lagMetrics) ClaimLost(string)                   {}
 
 // schedulesWorkload runs `clients` schedules, each every second, whose
-// jobs three replicas run (three SDK clients, each a jobs.Runner: it puts
+// jobs three replicas run (three SDK clients, each a periodic.Runner: it puts
 // the schedules and runs a queue worker). ops are the occurrences due in
 // the measured window (whole seconds) whose effect (a fenced commit with
 // the attempt's token, keyed by the occurrence) was made; latency is their
@@ -58,10 +58,10 @@ func schedulesWorkload(ctx context.Context, cfg config, n int) (*result, error) 
 			return nil, err
 		}
 		defer c.Close()
-		r := jobs.NewRunner(c, jobs.WithMetrics(m), jobs.WithConcurrency(max(64, n/2)), jobs.WithShutdownTimeout(2*time.Second))
+		r := periodic.NewRunner(c, periodic.WithMetrics(m), periodic.WithConcurrency(max(64, n/2)), periodic.WithShutdownTimeout(2*time.Second))
 		for j := 0; j < n; j++ {
-			if err := r.Add(jobs.Job{Name: fmt.Sprintf("sched-%s-%d", run, j), Schedule: jobs.Every(time.Second),
-				VisibilityTimeout: 10 * time.Second, Concurrency: jobs.Allow, Run: func(ctx context.Context, run *jobs.Run) error {
+			if err := r.Add(periodic.Job{Name: fmt.Sprintf("sched-%s-%d", run, j), Schedule: periodic.Every(time.Second),
+				VisibilityTimeout: 10 * time.Second, Concurrency: periodic.Allow, Run: func(ctx context.Context, run *periodic.Run) error {
 					if inside(run.Occurrence) {
 						m.lag(time.Since(run.Occurrence)) // the start lag
 					}

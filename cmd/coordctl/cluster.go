@@ -68,9 +68,14 @@ func fail(op string, err error) error {
 }
 
 func (a *app) statusCmd() *cobra.Command {
+	var withConfig bool
 	cmd := a.newCmd("status", "Show every endpoint's Raft state, leader, indexes and FSM digest", `  coordctl status
-  coordctl --endpoints 127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430 -o json status`, cobra.NoArgs,
+  coordctl --endpoints 127.0.0.1:7410,127.0.0.1:7420,127.0.0.1:7430 -o json status
+  coordctl status --config`, cobra.NoArgs,
 		func(ctx context.Context, _ []string) error {
+			if withConfig {
+				return a.printConfigs(ctx)
+			}
 			var nodes []nodeStatus
 			failed := 0
 			for _, ep := range a.client.Endpoints() {
@@ -120,8 +125,65 @@ and prints one row per endpoint:
                 not an error.
   DIGEST        a hash of the state: equal on nodes that applied the same log.
 
+With --config it prints each endpoint's effective configuration instead:
+every setting (the flag's name, as in a --config file), its value (secrets
+show as <redacted>) and where it came from (flag, env, file or default).
+An admin call.
+
 Exit status 1 when an endpoint did not answer.`
+	cmd.Flags().BoolVar(&withConfig, "config", false, "print each endpoint's effective configuration (admin)")
 	return cmd
+}
+
+// printConfigs asks every endpoint for its effective configuration and
+// prints one table per endpoint (-o json: {"nodes": [{"endpoint", "config"
+// or "error"}]}).
+func (a *app) printConfigs(ctx context.Context) error {
+	type node struct {
+		Endpoint string          `json:"endpoint"`
+		Config   json.RawMessage `json:"config,omitempty"`
+		Error    string          `json:"error,omitempty"`
+	}
+	var doc struct {
+		Nodes []node `json:"nodes"`
+	}
+	failed := 0
+	for _, ep := range a.client.Endpoints() {
+		resp, err := a.client.Config(perNodeContext(ctx), ep)
+		n := node{Endpoint: ep}
+		switch {
+		case err != nil:
+			failed++
+			n.Error = describe(err)
+			if a.output != "json" {
+				fmt.Fprintf(a.out, "%s: %s\n", ep, n.Error)
+			}
+		case a.output == "json":
+			if n.Config, err = apijson.Marshal(resp); err != nil {
+				return err
+			}
+		default:
+			fmt.Fprintf(a.out, "%s (%s), config file %s\n", ep, resp.GetId(), orDash(resp.GetFile()))
+			tab(a.out, func(w io.Writer) {
+				row(w, "  NAME", "VALUE", "SOURCE")
+				for _, st := range resp.GetSettings() {
+					row(w, "  "+st.GetName(), orDash(st.GetValue()), st.GetSource())
+				}
+			})
+		}
+		doc.Nodes = append(doc.Nodes, n)
+	}
+	if a.output == "json" {
+		b, err := json.MarshalIndent(doc, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.out, "%s\n", b)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d endpoints did not answer", failed, len(doc.Nodes))
+	}
+	return nil
 }
 
 // writeStatusJSON prints one document, {"nodes": [...]}, with one object
@@ -203,13 +265,16 @@ func (a *app) leaderTransferCmd() *cobra.Command {
 }
 
 func (a *app) snapshotCmd() *cobra.Command {
-	return a.newCmd("snapshot", "Take a snapshot now on the first endpoint that answers",
-		"  coordctl --endpoints 127.0.0.1:7420 snapshot", cobra.NoArgs, func(ctx context.Context, _ []string) error {
+	c := a.newCmd("snapshot", "Take a snapshot now on the first endpoint that answers; save, inspect: backups",
+		"  coordctl --endpoints 127.0.0.1:7420 snapshot\n  coordctl snapshot save backup.snap\n  coordctl snapshot inspect backup.snap",
+		cobra.NoArgs, func(ctx context.Context, _ []string) error {
 			resp, err := a.client.Snapshot(perNodeContext(ctx), "")
 			return a.reply("snapshot", resp, err, func(w io.Writer) {
 				fmt.Fprintf(w, "snapshot %s at index %d, term %d\n", resp.GetId(), resp.GetIndex(), resp.GetTerm())
 			})
 		})
+	c.AddCommand(a.snapshotSaveCmd(), a.snapshotInspectCmd()) // backup.go
+	return c
 }
 
 // checkTransfer refuses a leader transfer in a cluster of one voter: there

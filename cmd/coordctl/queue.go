@@ -438,15 +438,24 @@ func queueStatsTable(out io.Writer, qs []*coordv1.QueueStats) {
 		fmt.Fprintln(out, "no jobs")
 		return
 	}
+	paused := slices.ContainsFunc(qs, (*coordv1.QueueStats).GetPaused) // the column only when a queue is paused
 	tab(out, func(w io.Writer) {
-		row(w, "QUEUE", "SCHEDULED", "AVAILABLE", "RUNNING", "RETRYABLE", "SUCCEEDED", "CANCELLED", "DEAD", "OLDEST AVAILABLE")
+		head := []any{"QUEUE", "SCHEDULED", "AVAILABLE", "RUNNING", "RETRYABLE", "SUCCEEDED", "CANCELLED", "DEAD", "OLDEST AVAILABLE"}
+		if paused {
+			head = append(head, "PAUSED")
+		}
+		row(w, head...)
 		for _, s := range qs {
 			oldest := "-"
 			if s.GetAvailable() > 0 {
 				oldest = human(s.GetOldestAvailableAgeMs())
 			}
-			row(w, s.GetQueue(), s.GetScheduled(), s.GetAvailable(), runningText(s), s.GetRetryable(), s.GetSucceeded(),
-				s.GetCancelled(), s.GetDead(), oldest)
+			cells := []any{s.GetQueue(), s.GetScheduled(), s.GetAvailable(), runningText(s), s.GetRetryable(), s.GetSucceeded(),
+				s.GetCancelled(), s.GetDead(), oldest}
+			if paused {
+				cells = append(cells, pausedText(s))
+			}
+			row(w, cells...)
 		}
 	})
 }

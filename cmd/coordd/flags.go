@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"strconv"
@@ -36,9 +37,13 @@ type options struct {
 	listen                                                 listenLimits
 	openMetrics                                            bool
 	delivery                                               deliveryFlags
+	tracing                                                tracingFlags
 	clockOffset                                            time.Duration
 	clockRate                                              float64
 	version                                                bool
+	// The configuration file and the effective configuration (config.go).
+	configFile string
+	settings   []api.Setting
 }
 
 // listenLimits are the listeners' timeouts (api.Config, docs/security.md
@@ -60,8 +65,12 @@ var hiddenFlags = map[string]bool{"test-clock-offset": true, "test-clock-rate": 
 // parseFlags reads the flags; every flag can also be set as COORDD_<FLAG>
 // (upper case, - as _), which sets its default. A variable that does not
 // parse is an error naming it. It returns nil options after -h.
-func parseFlags(args []string) (*options, error) {
+func parseFlags(args []string) (*options, error) { return parseFlagsTo(os.Stderr, args) }
+
+// parseFlagsTo is parseFlags with -h's text and flag errors written to out.
+func parseFlagsTo(out io.Writer, args []string) (*options, error) {
 	fs := flag.NewFlagSet("coordd", flag.ContinueOnError)
+	fs.SetOutput(out)
 	e := &envReader{}
 	f := envFlags{fs, e}
 	def := node.Defaults()
@@ -136,6 +145,7 @@ func parseFlags(args []string) (*options, error) {
 	f.str(&o.delivery.ca, "delivery-ca", "", "PEM CA bundle that verifies HTTP targets' TLS certificates (default: the system's)")
 	f.int32(&o.delivery.concurrency, "delivery-concurrency", "delivery requests in flight on this node (0: 64; -1: this node delivers nothing)")
 	f.int32(&o.delivery.perTarget, "delivery-per-target", "delivery requests in flight to one target (scheme and host) from this node (0: 16)")
+	f.tracing(&o.tracing)
 	f.str(&o.logStore, "raft-log-store", "", "Raft log store of a new data dir: wal or bolt (default wal); an existing data dir keeps the one it was created with")
 	o.walSegment = parse(e, "RAFT_WAL_SEGMENT_SIZE", logstore.DefaultWALSegmentSize, logstore.ParseSize)
 	fs.Var(sizeValue{&o.walSegment}, "raft-wal-segment-size", "size of the wal store's segment files, preallocated (bytes, or with K, M, G: KiB, MiB, GiB)")
@@ -144,10 +154,20 @@ func parseFlags(args []string) (*options, error) {
 	// need a hook.
 	fs.DurationVar(&o.clockOffset, "test-clock-offset", 0, "FAULT TESTS ONLY: offset this node's wall clock")
 	fs.Float64Var(&o.clockRate, "test-clock-rate", 1, "FAULT TESTS ONLY: scale this node's clock (elapsed time and timers)")
+	// Operations (#30): the configuration file, under the flags and the
+	// environment (config.go).
+	f.str(&o.configFile, "config", "", "YAML file of settings, keyed by these flags' names (flags and COORDD_* variables override it)")
 	if err := e.err(); err != nil {
 		return nil, err
 	}
 	fs.Usage = func() { usage(fs) }
+	var fromFile map[string]bool
+	if path := configPath(fs, args); path != "" {
+		var err error
+		if fromFile, err = applyConfigFile(fs, path, e.used); err != nil {
+			return nil, err
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, nil
@@ -160,6 +180,7 @@ func parseFlags(args []string) (*options, error) {
 	if _, err := logstore.ParseKind(o.logStore); err != nil {
 		return nil, fmt.Errorf("--raft-log-store: %w", err)
 	}
+	o.settings = settings(fs, scanFlags(fs, args), e.used, fromFile)
 	return o, nil
 }
 
@@ -186,7 +207,9 @@ func (v sizeValue) Set(s string) error {
 
 // usage prints the flags except the hidden ones.
 func usage(fs *flag.FlagSet) {
-	fmt.Fprintf(fs.Output(), "Usage: coordd [flags]\n\nEvery flag can also be set as COORDD_<FLAG> (upper case, - as _).\n\n")
+	fmt.Fprintf(fs.Output(), "Usage: coordd [flags]\n       coordd restore --from FILE --data-dir DIR ... (a new node from a backup: coordd restore -h)\n\n"+
+		"Every flag can also be set as COORDD_<FLAG> (upper case, - as _), or as a key\n"+
+		"of the --config file (its name as here); a flag wins over the environment,\nwhich wins over the file.\n\n")
 	shown := flag.NewFlagSet("coordd", flag.ContinueOnError)
 	shown.SetOutput(fs.Output())
 	fs.VisitAll(func(f *flag.Flag) {
@@ -238,7 +261,17 @@ func (f envFlags) float(p *float64, name string, def float64, usage string) {
 
 // envReader reads COORDD_<NAME> variables as flag defaults and collects
 // the ones that do not parse.
-type envReader struct{ errs []error }
+type envReader struct {
+	errs []error
+	used map[string]bool // the variables (names without COORDD_) that set a default
+}
+
+func (e *envReader) mark(name string) {
+	if e.used == nil {
+		e.used = map[string]bool{}
+	}
+	e.used[name] = true
+}
 
 func (e *envReader) lookup(name string) (string, bool) { return os.LookupEnv("COORDD_" + name) }
 
@@ -250,6 +283,7 @@ func (e *envReader) err() error { return errors.Join(e.errs...) }
 
 func (e *envReader) str(name, def string) string {
 	if v, ok := e.lookup(name); ok {
+		e.mark(name)
 		return v
 	}
 	return def
@@ -267,6 +301,7 @@ func parse[T any](e *envReader, name string, def T, p func(string) (T, error)) T
 		e.fail(name, v, err)
 		return def
 	}
+	e.mark(name)
 	return x
 }
 

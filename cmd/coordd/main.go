@@ -8,6 +8,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 	_ "time/tzdata" // every node has the same zone data: the leader computes occurrences with it
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +45,9 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == "restore" { // restore.go
+		return runRestore(args[1:], os.Stdout)
+	}
 	o, err := parseFlags(args)
 	if err != nil || o == nil {
 		return err
@@ -66,6 +71,7 @@ func run(args []string) error {
 		return fmt.Errorf("--log-format %q: want text or json", o.logFormat)
 	}
 	logger := slog.New(handler)
+	logSettings(logger, o)
 	peers, err := node.ParsePeers(o.peers)
 	if err != nil {
 		return fmt.Errorf("--peers: %w", err)
@@ -92,6 +98,19 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// Tracing (docs/tracing.md): nil without an OTLP endpoint, and then
+	// no span is made anywhere.
+	tracerProvider, shutdownTracing, err := o.tracing.provider(context.Background(), o.id)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(ctx); err != nil {
+			logger.Warn("flushing the trace spans failed", "err", err)
+		}
+	}()
 	reg := prometheus.NewRegistry()
 	// node.New locks the data directory before Raft opens its files: a
 	// second coordd on it fails there, naming the first (internal/datadir).
@@ -100,6 +119,7 @@ func run(args []string) error {
 		HeartbeatTimeout: o.heartbeat, ElectionTimeout: o.election, LeaderLeaseTimeout: o.heartbeat / 2,
 		Retention: o.retention, JobRetention: o.jobRetention, MaxFinishedJobs: o.maxFinishedJobs, MinTTL: o.minTTL, TLS: peerTLS,
 		Insecure: o.insecure, Logger: logger, Clock: clk, Metrics: reg, RaftLogStore: o.logStore, RaftWALSegmentSize: o.walSegment,
+		TracerProvider: tracerProvider,
 	})
 	if err != nil {
 		return err
@@ -117,7 +137,8 @@ func run(args []string) error {
 		EnablePprof: o.pprof, OpenMetrics: o.openMetrics, Logger: logger, Clock: clk, Metrics: reg,
 		HTTPReadHeaderTimeout: o.listen.readHeader, HTTPReadTimeout: o.listen.read, HTTPWriteTimeout: o.listen.write,
 		HTTPIdleTimeout: o.listen.idle, GRPCConnectionTimeout: o.listen.grpcConnect, GRPCKeepaliveTime: o.listen.grpcPing,
-		GRPCKeepaliveTimeout: o.listen.grpcPingTimeout, Delivery: deliveryOpts,
+		GRPCKeepaliveTimeout: o.listen.grpcPingTimeout, Delivery: deliveryOpts, TracerProvider: tracerProvider,
+		Settings: o.settings, ConfigFile: o.configFile,
 	}, n)
 	if err != nil {
 		return errors.Join(err, n.Close())
@@ -143,6 +164,23 @@ func run(args []string) error {
 	err = errors.Join(serveErr, n.Close())
 	srv.Close()
 	return err
+}
+
+// logSettings logs the effective configuration in one line: every setting
+// (secrets redacted), then which came from the flags, the environment and
+// the file.
+func logSettings(logger *slog.Logger, o *options) {
+	var values []any
+	from := map[string][]string{}
+	for _, st := range o.settings {
+		values = append(values, slog.String(st.Name, st.Value))
+		if st.Source != "default" {
+			from[st.Source] = append(from[st.Source], st.Name)
+		}
+	}
+	logger.Info("effective configuration", "config_file", o.configFile, slog.Group("settings", values...),
+		"from_flags", strings.Join(from["flag"], ","), "from_env", strings.Join(from["env"], ","),
+		"from_file", strings.Join(from["file"], ","))
 }
 
 // waitForStop returns at SIGTERM or SIGINT (nil), or with the error of a

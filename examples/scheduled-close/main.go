@@ -1,5 +1,5 @@
 // Command scheduled-close is the daily close as a recurring job: a job
-// declared in code (client/jobs) becomes a coordd schedule, the cluster's
+// declared in code (client/periodic) becomes a coordd schedule, the cluster's
 // leader makes one queue job per occurrence, and whichever replica is free
 // runs it, closing every store of that period with writes fenced by the
 // attempt's token.
@@ -33,7 +33,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/client/jobs"
+	"github.com/coordd/coordd/client/periodic"
 	"github.com/coordd/coordd/client/queue"
 	"github.com/coordd/coordd/examples/internal/demo"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -68,11 +68,11 @@ func resource(store int) string { return fmt.Sprintf("scheduled/store-%d", store
 
 // closeJob is the job every replica declares: the same spec, so the
 // schedule is put once and the others change nothing.
-func closeJob(sched, replica string) jobs.Job {
-	return jobs.Job{
-		Name: sched, Schedule: jobs.Every(every), Queue: "scheduled-close", Concurrency: jobs.Allow,
+func closeJob(sched, replica string) periodic.Job {
+	return periodic.Job{
+		Name: sched, Schedule: periodic.Every(every), Queue: "scheduled-close", Concurrency: periodic.Allow,
 		VisibilityTimeout: visibility, RetryBackoff: 100 * time.Millisecond,
-		Run: func(ctx context.Context, run *jobs.Run) error {
+		Run: func(ctx context.Context, run *periodic.Run) error {
 			say(replica, "occurrence %s: attempt %d, token %s", run.Window, run.Attempt, run.Token)
 			for i := 1; i <= stores; i++ {
 				time.Sleep(250 * time.Millisecond) // the work for one store
@@ -108,8 +108,8 @@ func replica(eps []string, name, sched string) error {
 		return err
 	}
 	defer c.Close()
-	r := jobs.NewRunner(c, jobs.WithConcurrency(1),
-		jobs.WithWorkerOptions(queue.WithWorkerID(name), queue.WithPollWait(500*time.Millisecond)))
+	r := periodic.NewRunner(c, periodic.WithConcurrency(1),
+		periodic.WithWorkerOptions(queue.WithWorkerID(name), queue.WithPollWait(500*time.Millisecond)))
 	if err := r.Add(closeJob(sched, name)); err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/coordd/coordd/internal/pbtime"
 
 	"github.com/coordd/coordd/client"
-	"github.com/coordd/coordd/client/jobs"
+	"github.com/coordd/coordd/client/periodic"
 	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/internal/proccluster"
@@ -35,7 +35,7 @@ import (
 // time does not: after the restart the calendar stamped into a claim is
 // within 100 ms of the test's (= the leader's) wall clock, a claim with
 // not_before = now is granted at once, and a one-shot job due "now"
-// (client/jobs with jobs.At) starts within 1 s.
+// (client/periodic with periodic.At) starts within 1 s.
 func TestCalendarAfterFailoversAndOutage(t *testing.T) {
 	outage := time.Duration(cycles(10, 30)) * time.Second
 	r := newRun(t)
@@ -94,9 +94,9 @@ func TestCalendarAfterFailoversAndOutage(t *testing.T) {
 	}
 	defer c.Close()
 	started := make(chan time.Time, 1)
-	runner := jobs.NewRunner(c)
-	if err := runner.Add(jobs.Job{Name: "run-now", Schedule: jobs.At(due), Queue: "calendar-run-now",
-		Run: func(context.Context, *jobs.Run) error { started <- time.Now(); return nil }}); err != nil {
+	runner := periodic.NewRunner(c)
+	if err := runner.Add(periodic.Job{Name: "run-now", Schedule: periodic.At(due), Queue: "calendar-run-now",
+		Run: func(context.Context, *periodic.Run) error { started <- time.Now(); return nil }}); err != nil {
 		t.Fatal(err)
 	}
 	rctx, stop := context.WithCancel(ctx)
@@ -104,7 +104,7 @@ func TestCalendarAfterFailoversAndOutage(t *testing.T) {
 	go func() { done <- runner.Run(rctx) }()
 	select {
 	case at := <-started:
-		t.Logf("job due at the restart (jobs.At) started %s after it was due (target <= 1s)", at.Sub(due).Round(time.Millisecond))
+		t.Logf("job due at the restart (periodic.At) started %s after it was due (target <= 1s)", at.Sub(due).Round(time.Millisecond))
 		if at.Before(due) {
 			t.Errorf("the job started %s early", due.Sub(at))
 		}
@@ -122,7 +122,7 @@ func TestCalendarAfterFailoversAndOutage(t *testing.T) {
 
 // Scenario 12: followers with skewed clocks (--test-clock-offset +10s on
 // one, -10s on another); the leader's clock is right. Jobs run through
-// client/jobs runners in the test process (one reaching the cluster
+// client/periodic runners in the test process (one reaching the cluster
 // through each skewed follower first, and one whose own clock is 10 s
 // ahead; the three put the same schedules, whose occurrences the leader
 // makes on its calendar clock): no run starts before its occurrence on the
@@ -216,9 +216,9 @@ func TestSkewedFollowersStartNoJobEarly(t *testing.T) {
 		occ, at     time.Time
 	}
 	var starts []start
-	job := func(runner, name string, every time.Duration) jobs.Job {
-		return jobs.Job{Name: name, Schedule: jobs.Every(every), Queue: "skewed",
-			Run: func(_ context.Context, run *jobs.Run) error {
+	job := func(runner, name string, every time.Duration) periodic.Job {
+		return periodic.Job{Name: name, Schedule: periodic.Every(every), Queue: "skewed",
+			Run: func(_ context.Context, run *periodic.Run) error {
 				at := time.Now()
 				mu.Lock()
 				starts = append(starts, start{runner, name, run.Occurrence, at})
@@ -251,8 +251,8 @@ func TestSkewedFollowersStartNoJobEarly(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		run := jobs.NewRunner(c, jobs.WithLogger(quiet))
-		for _, j := range []jobs.Job{job(rn.name, "every-1s", time.Second), job(rn.name, "every-2s", 2*time.Second),
+		run := periodic.NewRunner(c, periodic.WithLogger(quiet))
+		for _, j := range []periodic.Job{job(rn.name, "every-1s", time.Second), job(rn.name, "every-2s", 2*time.Second),
 			job(rn.name, "every-3s", 3*time.Second)} {
 			if err := run.Add(j); err != nil {
 				t.Fatal(err)

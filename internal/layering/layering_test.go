@@ -39,6 +39,8 @@ func TestLayers(t *testing.T) {
 			[]string{"github.com/hashicorp/raft", mod + "node", mod + "api", mod + "fsm"}},
 		{"node/leader", "the leader services' contract is shared by the node and the API, and knows neither",
 			[]string{"github.com/hashicorp/raft", mod + "node", mod + "api"}},
+		{"node/internal/watchhub", "the watch hub knows the FSM's events and the clock, not Raft, the node that feeds it or the API",
+			[]string{"github.com/hashicorp/raft", mod + "node", mod + "node/leader", mod + "api", mod + "internal/logstore", mod + "client"}},
 		{"internal/backoff", "backoff is a leaf the SDK and the node share",
 			[]string{mod + "node", mod + "api", mod + "fsm", mod + "client"}},
 		{"api/console", "the console is served by the API through its Backend and imports none of the API's internals",

@@ -149,6 +149,11 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A data dir of a newer format is refused before any file is opened.
+	if err := datadir.CheckFormat(dir); err != nil {
+		lock.Release()
+		return nil, err
+	}
 	st, err := open(dir, want, o, log)
 	if err != nil {
 		lock.Release()

@@ -81,6 +81,9 @@ type Node struct {
 	// TLS, when set, are the node's certificate files (its identity is its
 	// id): the node runs mutual TLS and the harness connects as the node.
 	TLS tlsutil.Files
+	// Bin, when set, is the coordd binary this node runs from its next
+	// start instead of the cluster's (a rolling upgrade swaps it).
+	Bin string
 }
 
 // Running reports whether the process is up.
@@ -340,11 +343,12 @@ func (c *Cluster) start(nd *Node, join string) error {
 		args = append(args, "--join", join)
 	}
 	args = append(args, nd.ExtraArgs...)
+	bin := cmp.Or(nd.Bin, c.bin)
 	var cmd *exec.Cmd
 	if nd.Netns != "" {
-		cmd = exec.Command("ip", append([]string{"netns", "exec", nd.Netns, c.bin}, args...)...)
+		cmd = exec.Command("ip", append([]string{"netns", "exec", nd.Netns, bin}, args...)...)
 	} else {
-		cmd = exec.Command(c.bin, args...)
+		cmd = exec.Command(bin, args...)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -32,7 +32,7 @@ func (d *Dispatch) Run(ctx context.Context, l Leadership) error {
 	defer timer.Stop()
 	for {
 		due, ok := d.NextDue()
-		cal := l.Calendar()
+		cal := l.CalendarTime()
 		if ok && due <= cal {
 			if _, err := l.Propose(ctx, &fsmv1.Tick{}); err != nil {
 				if ctx.Err() != nil {

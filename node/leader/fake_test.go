@@ -31,8 +31,8 @@ func newFakeLeadership() *fakeLeadership {
 	return &fakeLeadership{clk: clock.NewFake(time.Unix(1_700_000_000, 0)), proposed: make(chan any, 100)}
 }
 
-func (f *fakeLeadership) Lease() int64    { return f.clk.Now().UnixMilli() }
-func (f *fakeLeadership) Calendar() int64 { return f.Lease() + calendarAhead }
+func (f *fakeLeadership) LeaseTime() int64    { return f.clk.Now().UnixMilli() }
+func (f *fakeLeadership) CalendarTime() int64 { return f.LeaseTime() + calendarAhead }
 func (f *fakeLeadership) LastStamp() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -41,7 +41,7 @@ func (f *fakeLeadership) LastStamp() int64 {
 
 func (f *fakeLeadership) Propose(ctx context.Context, body any) (any, error) {
 	f.mu.Lock()
-	f.last = f.Lease()
+	f.last = f.LeaseTime()
 	answer := f.answer
 	f.mu.Unlock()
 	f.proposed <- body

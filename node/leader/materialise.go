@@ -48,7 +48,7 @@ func (m *Materialise) Run(ctx context.Context, l Leadership) error {
 	round := m.Rounds()
 	retry := backoff.New(materialiseBackoff)
 	for ctx.Err() == nil {
-		now := l.Calendar()
+		now := l.CalendarTime()
 		items, more := round(now)
 		if len(items) > 0 {
 			res, err := l.Propose(ctx, &fsmv1.MaterialiseSchedules{Items: items})
@@ -65,7 +65,7 @@ func (m *Materialise) Run(ctx context.Context, l Leadership) error {
 			}
 			retry.Reset()
 			if r, ok := res.(*fsm.MaterialiseResult); ok && m.Done != nil {
-				m.Done(items, r, l.Calendar())
+				m.Done(items, r, l.CalendarTime())
 			}
 		}
 		if more {
@@ -73,7 +73,7 @@ func (m *Materialise) Run(ctx context.Context, l Leadership) error {
 		}
 		wait := MaterialiseIdle
 		if next, ok := m.NextDue(); ok {
-			wait = min(wait, time.Duration(next-l.Calendar())*time.Millisecond)
+			wait = min(wait, time.Duration(next-l.CalendarTime())*time.Millisecond)
 		}
 		if wait <= 0 {
 			if len(items) > 0 {

@@ -27,8 +27,8 @@ func (*Prune) Name() string { return "prune" }
 
 func (p *Prune) Run(ctx context.Context, l Leadership) error {
 	return Every(ctx, p.Clock, p.Interval, func() {
-		res, err := l.Propose(ctx, &fsmv1.Prune{CutoffMs: l.Lease() - p.Retention.Milliseconds(),
-			JobsCutoffMs: l.Calendar() - p.JobRetention.Milliseconds(), MaxFinishedJobs: p.MaxFinishedJobs})
+		res, err := l.Propose(ctx, &fsmv1.Prune{CutoffMs: l.LeaseTime() - p.Retention.Milliseconds(),
+			JobsCutoffMs: l.CalendarTime() - p.JobRetention.Milliseconds(), MaxFinishedJobs: p.MaxFinishedJobs})
 		if err != nil {
 			if ctx.Err() == nil {
 				p.Log.Warn("prune failed", "err", err)

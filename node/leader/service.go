@@ -22,12 +22,12 @@ import (
 // Leadership is one term of this node as ready leader, as its services
 // see it.
 type Leadership interface {
-	// Lease is lease time now ("cluster time", Unix ms; monotonic on this
+	// LeaseTime is lease time now (Unix ms; monotonic on this
 	// leader): what leases are judged on.
-	Lease() int64
-	// Calendar is calendar time now (Unix ms): the leader's wall clock,
+	LeaseTime() int64
+	// CalendarTime is calendar time now (Unix ms): the leader's wall clock,
 	// never below its last stamp; what jobs and schedules are judged on.
-	Calendar() int64
+	CalendarTime() int64
 	// LastStamp is the lease time stamped on the last command proposed in
 	// this term (the tick service appends ticks only when the log is idle).
 	LastStamp() int64

@@ -55,10 +55,10 @@ func TestPruneCutoffs(t *testing.T) {
 	if !ok {
 		t.Fatal("not a Prune")
 	}
-	if want := l.Lease() - time.Hour.Milliseconds(); p.GetCutoffMs() != want {
+	if want := l.LeaseTime() - time.Hour.Milliseconds(); p.GetCutoffMs() != want {
 		t.Fatalf("cutoff %d, want %d (lease time − retention)", p.GetCutoffMs(), want)
 	}
-	if want := l.Calendar() - 2*time.Hour.Milliseconds(); p.GetJobsCutoffMs() != want {
+	if want := l.CalendarTime() - 2*time.Hour.Milliseconds(); p.GetJobsCutoffMs() != want {
 		t.Fatalf("jobs cutoff %d, want %d (calendar time − job retention)", p.GetJobsCutoffMs(), want)
 	}
 	if p.GetMaxFinishedJobs() != 7 {
@@ -79,7 +79,7 @@ func TestDispatchTicksAtNextDue(t *testing.T) {
 	if !l.clk.WaitTimers(0, time.Second) {
 		t.Fatal("unreachable")
 	}
-	due.Store(l.Calendar() + 1000)
+	due.Store(l.CalendarTime() + 1000)
 	d.Poke()
 	l.armed(t, time.Second)
 	l.clk.Advance(999 * time.Millisecond)
@@ -99,7 +99,7 @@ func TestDispatchTicksAtNextDue(t *testing.T) {
 		due.Store(-1)
 		return nil, nil
 	})
-	due.Store(l.Calendar())
+	due.Store(l.CalendarTime())
 	d.Poke()
 	l.next(t, "the tick of a job due now")
 	l.armed(t, 250*time.Millisecond)
@@ -131,7 +131,7 @@ func TestFetchPumpServesOnPoke(t *testing.T) {
 func TestMaterialiseRoundsAndBackoff(t *testing.T) {
 	l := newFakeLeadership()
 	var due atomic.Int64 // calendar ms of the next due schedule
-	due.Store(l.Calendar())
+	due.Store(l.CalendarTime())
 	var rounds, counted atomic.Int32
 	round := func(now int64) ([]*fsmv1.ScheduleMaterialisation, bool) {
 		rounds.Add(1)
@@ -145,7 +145,7 @@ func TestMaterialiseRoundsAndBackoff(t *testing.T) {
 		if fail.Load() {
 			return nil, errors.New("lost")
 		}
-		due.Store(l.Calendar() + 30_000)
+		due.Store(l.CalendarTime() + 30_000)
 		return &fsm.MaterialiseResult{}, nil
 	})
 	m := &Materialise{Clock: l.clk, Log: quiet(), Rounds: func() RoundFunc { return round },
@@ -163,7 +163,7 @@ func TestMaterialiseRoundsAndBackoff(t *testing.T) {
 	// Made due now and poked (a put on this leader), but the proposal fails:
 	// the retry waits 40-50 ms (materialiseBackoff), then 80-100 ms.
 	fail.Store(true)
-	due.Store(l.Calendar())
+	due.Store(l.CalendarTime())
 	m.Poke()
 	l.next(t, "the poked round")
 	if !l.clk.WaitTimers(1, 5*time.Second) {

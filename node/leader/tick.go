@@ -26,7 +26,7 @@ func (t *Tick) Run(ctx context.Context, l Leadership) error {
 		t.Log.Warn("first tick failed", "err", err)
 	}
 	return Every(ctx, t.Clock, t.Interval/2, func() {
-		if l.Lease()-l.LastStamp() < t.Interval.Milliseconds() {
+		if l.LeaseTime()-l.LastStamp() < t.Interval.Milliseconds() {
 			return
 		}
 		if _, err := l.Propose(ctx, &fsmv1.Tick{}); err != nil && ctx.Err() == nil {

@@ -144,18 +144,48 @@
     window.addEventListener("pagehide", function () { es.close(); });
   }
 
-  // Confirm destructive actions.
+  // Confirm destructive actions (each button its own question: a form
+  // may hold several). Delegated, so buttons a refresh brings work too.
   function confirmActions() {
-    document.querySelectorAll("button.danger").forEach(function (b) {
-      b.form.addEventListener("submit", function (ev) {
-        if (!window.confirm(b.textContent + " this job?")) ev.preventDefault();
-      });
+    document.addEventListener("click", function (ev) {
+      var b = ev.target.closest && ev.target.closest("button.danger");
+      if (!b || b.disabled) return;
+      if (!window.confirm(b.textContent + " " + (b.dataset.what || "this job") + "?")) ev.preventDefault();
     });
+  }
+
+  // Auto-refresh: every data-every ms while the tab is visible, fetch the
+  // page again and swap in its #refresh part (a small fragment: tables,
+  // no scripts).
+  function startRefresh() {
+    var el = document.getElementById("refresh");
+    if (!el || !window.fetch || !window.DOMParser) return;
+    var every = Number(el.dataset.every) || 5000;
+    var busy = false;
+    function tick() {
+      if (document.hidden || busy) return;
+      busy = true;
+      fetch(location.href, { credentials: "same-origin", cache: "no-store" }).then(function (r) {
+        return r.ok ? r.text() : null;
+      }).then(function (html) {
+        busy = false;
+        if (!html) return;
+        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("refresh");
+        var cur = document.getElementById("refresh");
+        if (!fresh || !cur) return;
+        cur.innerHTML = fresh.innerHTML;
+        var t = document.getElementById("refreshed");
+        if (t) t.textContent = "updated " + new Date().toISOString().substring(11, 19) + " UTC";
+      }).catch(function () { busy = false; });
+    }
+    setInterval(tick, every);
+    document.addEventListener("visibilitychange", function () { if (!document.hidden) tick(); });
   }
 
   document.addEventListener("DOMContentLoaded", function () {
     startCountdown();
     startLive();
     confirmActions();
+    startRefresh();
   });
 })();

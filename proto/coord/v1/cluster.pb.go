@@ -23,6 +23,169 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ConfigRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigRequest) Reset() {
+	*x = ConfigRequest{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigRequest) ProtoMessage() {}
+
+func (x *ConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigRequest.ProtoReflect.Descriptor instead.
+func (*ConfigRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+type ConfigResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// file is the configuration file the node read (--config), "" for none.
+	File string `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
+	// settings are in name order.
+	Settings      []*ConfigSetting `protobuf:"bytes,3,rep,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigResponse) Reset() {
+	*x = ConfigResponse{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigResponse) ProtoMessage() {}
+
+func (x *ConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigResponse.ProtoReflect.Descriptor instead.
+func (*ConfigResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ConfigResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ConfigResponse) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *ConfigResponse) GetSettings() []*ConfigSetting {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+// ConfigSetting is one coordd setting as the node runs with it.
+type ConfigSetting struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the flag's name (also the key in the configuration file).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// value is the flag's value as text, or "<redacted>" for a secret.
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// source is where the value came from: flag, env (COORDD_<NAME>), file
+	// (--config) or default.
+	Source        string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigSetting) Reset() {
+	*x = ConfigSetting{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigSetting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigSetting) ProtoMessage() {}
+
+func (x *ConfigSetting) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigSetting.ProtoReflect.Descriptor instead.
+func (*ConfigSetting) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ConfigSetting) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigSetting) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *ConfigSetting) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
 type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// digest asks for fsm_digest: a pass over the whole state (about a second
@@ -35,7 +198,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[0]
+	mi := &file_coord_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -47,7 +210,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[0]
+	mi := &file_coord_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -60,7 +223,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StatusRequest) GetDigest() bool {
@@ -100,9 +263,9 @@ type StatusResponse struct {
 	// would stamp on a command now (its wall clock, never below its last
 	// stamp); elsewhere, the calendar time this node applied last.
 	// Schedules, not-before gates, due jobs and overdue checks are judged on
-	// it; leases on cluster_time (lease time).
+	// it; leases on lease time (lease_time).
 	CalendarTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=calendar_time,json=calendarTime,proto3" json:"calendar_time,omitempty"`
-	// lease_clock_lag is calendar_time minus cluster_time: how far
+	// lease_clock_lag is calendar_time minus lease_time: how far
 	// lease time trails the calendar (the accumulated failover and outage
 	// pauses, plus the time since the last applied command on a follower).
 	LeaseClockLag *durationpb.Duration `protobuf:"bytes,17,opt,name=lease_clock_lag,json=leaseClockLag,proto3" json:"lease_clock_lag,omitempty"`
@@ -118,7 +281,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[1]
+	mi := &file_coord_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -130,7 +293,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[1]
+	mi := &file_coord_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -143,7 +306,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StatusResponse) GetId() string {
@@ -300,7 +463,7 @@ type ClockOffset struct {
 
 func (x *ClockOffset) Reset() {
 	*x = ClockOffset{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[2]
+	mi := &file_coord_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +475,7 @@ func (x *ClockOffset) String() string {
 func (*ClockOffset) ProtoMessage() {}
 
 func (x *ClockOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[2]
+	mi := &file_coord_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +488,7 @@ func (x *ClockOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockOffset.ProtoReflect.Descriptor instead.
 func (*ClockOffset) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClockOffset) GetId() string {
@@ -377,7 +540,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[3]
+	mi := &file_coord_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +552,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[3]
+	mi := &file_coord_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +565,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Member) GetId() string {
@@ -448,7 +611,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[4]
+	mi := &file_coord_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +623,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[4]
+	mi := &file_coord_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +636,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 type MembersResponse struct {
@@ -485,7 +648,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[5]
+	mi := &file_coord_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +660,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[5]
+	mi := &file_coord_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +673,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -531,7 +694,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[6]
+	mi := &file_coord_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +706,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[6]
+	mi := &file_coord_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +719,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AddVoterRequest) GetId() string {
@@ -589,7 +752,7 @@ type AddVoterResponse struct {
 
 func (x *AddVoterResponse) Reset() {
 	*x = AddVoterResponse{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[7]
+	mi := &file_coord_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +764,7 @@ func (x *AddVoterResponse) String() string {
 func (*AddVoterResponse) ProtoMessage() {}
 
 func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[7]
+	mi := &file_coord_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +777,7 @@ func (x *AddVoterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterResponse.ProtoReflect.Descriptor instead.
 func (*AddVoterResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AddVoterResponse) GetMembers() []*Member {
@@ -633,7 +796,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[8]
+	mi := &file_coord_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +808,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[8]
+	mi := &file_coord_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +821,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemoveServerRequest) GetId() string {
@@ -677,7 +840,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[9]
+	mi := &file_coord_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +852,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[9]
+	mi := &file_coord_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +865,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoveServerResponse) GetMembers() []*Member {
@@ -721,7 +884,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[10]
+	mi := &file_coord_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +896,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[10]
+	mi := &file_coord_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +909,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -765,7 +928,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[11]
+	mi := &file_coord_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +940,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[11]
+	mi := &file_coord_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +953,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -813,7 +976,7 @@ type ClockRequest struct {
 
 func (x *ClockRequest) Reset() {
 	*x = ClockRequest{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[12]
+	mi := &file_coord_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +988,7 @@ func (x *ClockRequest) String() string {
 func (*ClockRequest) ProtoMessage() {}
 
 func (x *ClockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[12]
+	mi := &file_coord_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +1001,7 @@ func (x *ClockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockRequest.ProtoReflect.Descriptor instead.
 func (*ClockRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ClockRequest) GetLeaderId() string {
@@ -866,7 +1029,7 @@ type ClockResponse struct {
 
 func (x *ClockResponse) Reset() {
 	*x = ClockResponse{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[13]
+	mi := &file_coord_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1041,7 @@ func (x *ClockResponse) String() string {
 func (*ClockResponse) ProtoMessage() {}
 
 func (x *ClockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[13]
+	mi := &file_coord_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1054,7 @@ func (x *ClockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockResponse.ProtoReflect.Descriptor instead.
 func (*ClockResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ClockResponse) GetId() string {
@@ -916,7 +1079,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[14]
+	mi := &file_coord_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1091,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[14]
+	mi := &file_coord_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1104,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 type SnapshotResponse struct {
@@ -955,7 +1118,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_coord_v1_cluster_proto_msgTypes[15]
+	mi := &file_coord_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1130,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_cluster_proto_msgTypes[15]
+	mi := &file_coord_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1143,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotResponse) GetId() string {
@@ -1004,11 +1167,320 @@ func (x *SnapshotResponse) GetTerm() uint64 {
 	return 0
 }
 
+type SaveSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SaveSnapshotRequest) Reset() {
+	*x = SaveSnapshotRequest{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SaveSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SaveSnapshotRequest) ProtoMessage() {}
+
+func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+// SaveSnapshotResponse is one part of a SaveSnapshot stream: info first,
+// chunks, trailer last.
+type SaveSnapshotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Part:
+	//
+	//	*SaveSnapshotResponse_Info
+	//	*SaveSnapshotResponse_Chunk
+	//	*SaveSnapshotResponse_Trailer
+	Part          isSaveSnapshotResponse_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SaveSnapshotResponse) Reset() {
+	*x = SaveSnapshotResponse{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SaveSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SaveSnapshotResponse) ProtoMessage() {}
+
+func (x *SaveSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SaveSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*SaveSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SaveSnapshotResponse) GetPart() isSaveSnapshotResponse_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *SaveSnapshotResponse) GetInfo() *SnapshotInfo {
+	if x != nil {
+		if x, ok := x.Part.(*SaveSnapshotResponse_Info); ok {
+			return x.Info
+		}
+	}
+	return nil
+}
+
+func (x *SaveSnapshotResponse) GetChunk() []byte {
+	if x != nil {
+		if x, ok := x.Part.(*SaveSnapshotResponse_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+func (x *SaveSnapshotResponse) GetTrailer() *SnapshotTrailer {
+	if x != nil {
+		if x, ok := x.Part.(*SaveSnapshotResponse_Trailer); ok {
+			return x.Trailer
+		}
+	}
+	return nil
+}
+
+type isSaveSnapshotResponse_Part interface {
+	isSaveSnapshotResponse_Part()
+}
+
+type SaveSnapshotResponse_Info struct {
+	Info *SnapshotInfo `protobuf:"bytes,1,opt,name=info,proto3,oneof"`
+}
+
+type SaveSnapshotResponse_Chunk struct {
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
+}
+
+type SaveSnapshotResponse_Trailer struct {
+	Trailer *SnapshotTrailer `protobuf:"bytes,3,opt,name=trailer,proto3,oneof"`
+}
+
+func (*SaveSnapshotResponse_Info) isSaveSnapshotResponse_Part() {}
+
+func (*SaveSnapshotResponse_Chunk) isSaveSnapshotResponse_Part() {}
+
+func (*SaveSnapshotResponse_Trailer) isSaveSnapshotResponse_Part() {}
+
+// SnapshotInfo describes a snapshot streamed by SaveSnapshot.
+type SnapshotInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// index and term are the Raft index and term of the last entry the
+	// snapshot includes.
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Term  uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// node_id is the leader that sent it.
+	NodeId string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// taken_at is the leader's wall clock when it started sending.
+	TakenAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=taken_at,json=takenAt,proto3" json:"taken_at,omitempty"`
+	// snapshot_format is the version of the state machine's snapshot
+	// encoding (the digit of its "coordd-snapshot-v1" header).
+	SnapshotFormat uint32 `protobuf:"varint,5,opt,name=snapshot_format,json=snapshotFormat,proto3" json:"snapshot_format,omitempty"`
+	// members is the Raft configuration at index.
+	Members []*Member `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
+	// size is the snapshot's length in bytes, as Raft recorded it.
+	Size int64 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
+	// version is the sending coordd's build version.
+	Version       string `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotInfo) Reset() {
+	*x = SnapshotInfo{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotInfo) ProtoMessage() {}
+
+func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
+func (*SnapshotInfo) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SnapshotInfo) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SnapshotInfo) GetTakenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TakenAt
+	}
+	return nil
+}
+
+func (x *SnapshotInfo) GetSnapshotFormat() uint32 {
+	if x != nil {
+		return x.SnapshotFormat
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *SnapshotInfo) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// SnapshotTrailer ends a SaveSnapshot stream.
+type SnapshotTrailer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Size  int64                  `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	// sha256 is the hex SHA-256 of every chunk's bytes, in order.
+	Sha256        string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotTrailer) Reset() {
+	*x = SnapshotTrailer{}
+	mi := &file_coord_v1_cluster_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotTrailer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotTrailer) ProtoMessage() {}
+
+func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_cluster_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
+func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
+	return file_coord_v1_cluster_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SnapshotTrailer) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SnapshotTrailer) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
 var File_coord_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_coord_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x16coord/v1/cluster.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"'\n" +
+	"\x16coord/v1/cluster.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n" +
+	"\rConfigRequest\"i\n" +
+	"\x0eConfigResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04file\x18\x02 \x01(\tR\x04file\x123\n" +
+	"\bsettings\x18\x03 \x03(\v2\x17.coord.v1.ConfigSettingR\bsettings\"Q\n" +
+	"\rConfigSetting\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\"'\n" +
 	"\rStatusRequest\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\bR\x06digest\"\xb7\x06\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
@@ -1075,7 +1547,25 @@ const file_coord_v1_cluster_proto_rawDesc = "" +
 	"\x10SnapshotResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04term2\xf6\x03\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\"\x15\n" +
+	"\x13SaveSnapshotRequest\"\x9b\x01\n" +
+	"\x14SaveSnapshotResponse\x12,\n" +
+	"\x04info\x18\x01 \x01(\v2\x16.coord.v1.SnapshotInfoH\x00R\x04info\x12\x16\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunk\x125\n" +
+	"\atrailer\x18\x03 \x01(\v2\x19.coord.v1.SnapshotTrailerH\x00R\atrailerB\x06\n" +
+	"\x04part\"\x8b\x02\n" +
+	"\fSnapshotInfo\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x125\n" +
+	"\btaken_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\atakenAt\x12'\n" +
+	"\x0fsnapshot_format\x18\x05 \x01(\rR\x0esnapshotFormat\x12*\n" +
+	"\amembers\x18\x06 \x03(\v2\x10.coord.v1.MemberR\amembers\x12\x12\n" +
+	"\x04size\x18\a \x01(\x03R\x04size\x12\x18\n" +
+	"\aversion\x18\b \x01(\tR\aversion\"=\n" +
+	"\x0fSnapshotTrailer\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha2562\x84\x05\n" +
 	"\aCluster\x12;\n" +
 	"\x06Status\x12\x17.coord.v1.StatusRequest\x1a\x18.coord.v1.StatusResponse\x12>\n" +
 	"\aMembers\x12\x18.coord.v1.MembersRequest\x1a\x19.coord.v1.MembersResponse\x12A\n" +
@@ -1083,7 +1573,9 @@ const file_coord_v1_cluster_proto_rawDesc = "" +
 	"\fRemoveServer\x12\x1d.coord.v1.RemoveServerRequest\x1a\x1e.coord.v1.RemoveServerResponse\x12_\n" +
 	"\x12TransferLeadership\x12#.coord.v1.TransferLeadershipRequest\x1a$.coord.v1.TransferLeadershipResponse\x12A\n" +
 	"\bSnapshot\x12\x19.coord.v1.SnapshotRequest\x1a\x1a.coord.v1.SnapshotResponse\x128\n" +
-	"\x05Clock\x12\x16.coord.v1.ClockRequest\x1a\x17.coord.v1.ClockResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\x05Clock\x12\x16.coord.v1.ClockRequest\x1a\x17.coord.v1.ClockResponse\x12O\n" +
+	"\fSaveSnapshot\x12\x1d.coord.v1.SaveSnapshotRequest\x1a\x1e.coord.v1.SaveSnapshotResponse0\x01\x12;\n" +
+	"\x06Config\x12\x17.coord.v1.ConfigRequest\x1a\x18.coord.v1.ConfigResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_cluster_proto_rawDescOnce sync.Once
@@ -1097,61 +1589,77 @@ func file_coord_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_coord_v1_cluster_proto_rawDescData
 }
 
-var file_coord_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_coord_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_coord_v1_cluster_proto_goTypes = []any{
-	(*StatusRequest)(nil),              // 0: coord.v1.StatusRequest
-	(*StatusResponse)(nil),             // 1: coord.v1.StatusResponse
-	(*ClockOffset)(nil),                // 2: coord.v1.ClockOffset
-	(*Member)(nil),                     // 3: coord.v1.Member
-	(*MembersRequest)(nil),             // 4: coord.v1.MembersRequest
-	(*MembersResponse)(nil),            // 5: coord.v1.MembersResponse
-	(*AddVoterRequest)(nil),            // 6: coord.v1.AddVoterRequest
-	(*AddVoterResponse)(nil),           // 7: coord.v1.AddVoterResponse
-	(*RemoveServerRequest)(nil),        // 8: coord.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),       // 9: coord.v1.RemoveServerResponse
-	(*TransferLeadershipRequest)(nil),  // 10: coord.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 11: coord.v1.TransferLeadershipResponse
-	(*ClockRequest)(nil),               // 12: coord.v1.ClockRequest
-	(*ClockResponse)(nil),              // 13: coord.v1.ClockResponse
-	(*SnapshotRequest)(nil),            // 14: coord.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 15: coord.v1.SnapshotResponse
-	(*durationpb.Duration)(nil),        // 16: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 17: google.protobuf.Timestamp
+	(*ConfigRequest)(nil),              // 0: coord.v1.ConfigRequest
+	(*ConfigResponse)(nil),             // 1: coord.v1.ConfigResponse
+	(*ConfigSetting)(nil),              // 2: coord.v1.ConfigSetting
+	(*StatusRequest)(nil),              // 3: coord.v1.StatusRequest
+	(*StatusResponse)(nil),             // 4: coord.v1.StatusResponse
+	(*ClockOffset)(nil),                // 5: coord.v1.ClockOffset
+	(*Member)(nil),                     // 6: coord.v1.Member
+	(*MembersRequest)(nil),             // 7: coord.v1.MembersRequest
+	(*MembersResponse)(nil),            // 8: coord.v1.MembersResponse
+	(*AddVoterRequest)(nil),            // 9: coord.v1.AddVoterRequest
+	(*AddVoterResponse)(nil),           // 10: coord.v1.AddVoterResponse
+	(*RemoveServerRequest)(nil),        // 11: coord.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),       // 12: coord.v1.RemoveServerResponse
+	(*TransferLeadershipRequest)(nil),  // 13: coord.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 14: coord.v1.TransferLeadershipResponse
+	(*ClockRequest)(nil),               // 15: coord.v1.ClockRequest
+	(*ClockResponse)(nil),              // 16: coord.v1.ClockResponse
+	(*SnapshotRequest)(nil),            // 17: coord.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 18: coord.v1.SnapshotResponse
+	(*SaveSnapshotRequest)(nil),        // 19: coord.v1.SaveSnapshotRequest
+	(*SaveSnapshotResponse)(nil),       // 20: coord.v1.SaveSnapshotResponse
+	(*SnapshotInfo)(nil),               // 21: coord.v1.SnapshotInfo
+	(*SnapshotTrailer)(nil),            // 22: coord.v1.SnapshotTrailer
+	(*durationpb.Duration)(nil),        // 23: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 24: google.protobuf.Timestamp
 }
 var file_coord_v1_cluster_proto_depIdxs = []int32{
-	16, // 0: coord.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	16, // 1: coord.v1.StatusResponse.lease_time:type_name -> google.protobuf.Duration
-	17, // 2: coord.v1.StatusResponse.wall_time:type_name -> google.protobuf.Timestamp
-	17, // 3: coord.v1.StatusResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	16, // 4: coord.v1.StatusResponse.lease_clock_lag:type_name -> google.protobuf.Duration
-	2,  // 5: coord.v1.StatusResponse.clock_offset:type_name -> coord.v1.ClockOffset
-	2,  // 6: coord.v1.StatusResponse.clock_offsets:type_name -> coord.v1.ClockOffset
-	16, // 7: coord.v1.ClockOffset.offset:type_name -> google.protobuf.Duration
-	16, // 8: coord.v1.ClockOffset.offset_error:type_name -> google.protobuf.Duration
-	17, // 9: coord.v1.ClockOffset.measured_at:type_name -> google.protobuf.Timestamp
-	3,  // 10: coord.v1.MembersResponse.members:type_name -> coord.v1.Member
-	3,  // 11: coord.v1.AddVoterResponse.members:type_name -> coord.v1.Member
-	3,  // 12: coord.v1.RemoveServerResponse.members:type_name -> coord.v1.Member
-	2,  // 13: coord.v1.ClockRequest.offset:type_name -> coord.v1.ClockOffset
-	0,  // 14: coord.v1.Cluster.Status:input_type -> coord.v1.StatusRequest
-	4,  // 15: coord.v1.Cluster.Members:input_type -> coord.v1.MembersRequest
-	6,  // 16: coord.v1.Cluster.AddVoter:input_type -> coord.v1.AddVoterRequest
-	8,  // 17: coord.v1.Cluster.RemoveServer:input_type -> coord.v1.RemoveServerRequest
-	10, // 18: coord.v1.Cluster.TransferLeadership:input_type -> coord.v1.TransferLeadershipRequest
-	14, // 19: coord.v1.Cluster.Snapshot:input_type -> coord.v1.SnapshotRequest
-	12, // 20: coord.v1.Cluster.Clock:input_type -> coord.v1.ClockRequest
-	1,  // 21: coord.v1.Cluster.Status:output_type -> coord.v1.StatusResponse
-	5,  // 22: coord.v1.Cluster.Members:output_type -> coord.v1.MembersResponse
-	7,  // 23: coord.v1.Cluster.AddVoter:output_type -> coord.v1.AddVoterResponse
-	9,  // 24: coord.v1.Cluster.RemoveServer:output_type -> coord.v1.RemoveServerResponse
-	11, // 25: coord.v1.Cluster.TransferLeadership:output_type -> coord.v1.TransferLeadershipResponse
-	15, // 26: coord.v1.Cluster.Snapshot:output_type -> coord.v1.SnapshotResponse
-	13, // 27: coord.v1.Cluster.Clock:output_type -> coord.v1.ClockResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	2,  // 0: coord.v1.ConfigResponse.settings:type_name -> coord.v1.ConfigSetting
+	23, // 1: coord.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	23, // 2: coord.v1.StatusResponse.lease_time:type_name -> google.protobuf.Duration
+	24, // 3: coord.v1.StatusResponse.wall_time:type_name -> google.protobuf.Timestamp
+	24, // 4: coord.v1.StatusResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	23, // 5: coord.v1.StatusResponse.lease_clock_lag:type_name -> google.protobuf.Duration
+	5,  // 6: coord.v1.StatusResponse.clock_offset:type_name -> coord.v1.ClockOffset
+	5,  // 7: coord.v1.StatusResponse.clock_offsets:type_name -> coord.v1.ClockOffset
+	23, // 8: coord.v1.ClockOffset.offset:type_name -> google.protobuf.Duration
+	23, // 9: coord.v1.ClockOffset.offset_error:type_name -> google.protobuf.Duration
+	24, // 10: coord.v1.ClockOffset.measured_at:type_name -> google.protobuf.Timestamp
+	6,  // 11: coord.v1.MembersResponse.members:type_name -> coord.v1.Member
+	6,  // 12: coord.v1.AddVoterResponse.members:type_name -> coord.v1.Member
+	6,  // 13: coord.v1.RemoveServerResponse.members:type_name -> coord.v1.Member
+	5,  // 14: coord.v1.ClockRequest.offset:type_name -> coord.v1.ClockOffset
+	21, // 15: coord.v1.SaveSnapshotResponse.info:type_name -> coord.v1.SnapshotInfo
+	22, // 16: coord.v1.SaveSnapshotResponse.trailer:type_name -> coord.v1.SnapshotTrailer
+	24, // 17: coord.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	6,  // 18: coord.v1.SnapshotInfo.members:type_name -> coord.v1.Member
+	3,  // 19: coord.v1.Cluster.Status:input_type -> coord.v1.StatusRequest
+	7,  // 20: coord.v1.Cluster.Members:input_type -> coord.v1.MembersRequest
+	9,  // 21: coord.v1.Cluster.AddVoter:input_type -> coord.v1.AddVoterRequest
+	11, // 22: coord.v1.Cluster.RemoveServer:input_type -> coord.v1.RemoveServerRequest
+	13, // 23: coord.v1.Cluster.TransferLeadership:input_type -> coord.v1.TransferLeadershipRequest
+	17, // 24: coord.v1.Cluster.Snapshot:input_type -> coord.v1.SnapshotRequest
+	15, // 25: coord.v1.Cluster.Clock:input_type -> coord.v1.ClockRequest
+	19, // 26: coord.v1.Cluster.SaveSnapshot:input_type -> coord.v1.SaveSnapshotRequest
+	0,  // 27: coord.v1.Cluster.Config:input_type -> coord.v1.ConfigRequest
+	4,  // 28: coord.v1.Cluster.Status:output_type -> coord.v1.StatusResponse
+	8,  // 29: coord.v1.Cluster.Members:output_type -> coord.v1.MembersResponse
+	10, // 30: coord.v1.Cluster.AddVoter:output_type -> coord.v1.AddVoterResponse
+	12, // 31: coord.v1.Cluster.RemoveServer:output_type -> coord.v1.RemoveServerResponse
+	14, // 32: coord.v1.Cluster.TransferLeadership:output_type -> coord.v1.TransferLeadershipResponse
+	18, // 33: coord.v1.Cluster.Snapshot:output_type -> coord.v1.SnapshotResponse
+	16, // 34: coord.v1.Cluster.Clock:output_type -> coord.v1.ClockResponse
+	20, // 35: coord.v1.Cluster.SaveSnapshot:output_type -> coord.v1.SaveSnapshotResponse
+	1,  // 36: coord.v1.Cluster.Config:output_type -> coord.v1.ConfigResponse
+	28, // [28:37] is the sub-list for method output_type
+	19, // [19:28] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_cluster_proto_init() }
@@ -1159,13 +1667,18 @@ func file_coord_v1_cluster_proto_init() {
 	if File_coord_v1_cluster_proto != nil {
 		return
 	}
+	file_coord_v1_cluster_proto_msgTypes[20].OneofWrappers = []any{
+		(*SaveSnapshotResponse_Info)(nil),
+		(*SaveSnapshotResponse_Chunk)(nil),
+		(*SaveSnapshotResponse_Trailer)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_cluster_proto_rawDesc), len(file_coord_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

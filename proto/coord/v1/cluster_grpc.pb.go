@@ -26,6 +26,8 @@ const (
 	Cluster_TransferLeadership_FullMethodName = "/coord.v1.Cluster/TransferLeadership"
 	Cluster_Snapshot_FullMethodName           = "/coord.v1.Cluster/Snapshot"
 	Cluster_Clock_FullMethodName              = "/coord.v1.Cluster/Clock"
+	Cluster_SaveSnapshot_FullMethodName       = "/coord.v1.Cluster/SaveSnapshot"
+	Cluster_Config_FullMethodName             = "/coord.v1.Cluster/Config"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -50,6 +52,18 @@ type ClusterClient interface {
 	// every member about once a second to measure each one's offset from its
 	// own wall clock, and tells the member what it measured last.
 	Clock(ctx context.Context, in *ClockRequest, opts ...grpc.CallOption) (*ClockResponse, error)
+	// SaveSnapshot streams a consistent snapshot of the whole state from the
+	// leader (a follower answers NOT_LEADER with the leader's address): first
+	// a SnapshotInfo (the snapshot's Raft index and term, its format), then
+	// the snapshot's bytes in chunks, last a SnapshotTrailer with their size
+	// and SHA-256. Admin only. coordctl snapshot save writes it to a file
+	// that coordd restore seeds a new cluster from (docs/backup-and-upgrade.md).
+	SaveSnapshot(ctx context.Context, in *SaveSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SaveSnapshotResponse], error)
+	// Config answers the receiving node's effective configuration: every
+	// coordd setting (flag) with its value and where the value came from.
+	// Values that are secrets are redacted by the node ("<redacted>"). An
+	// admin call (it shows file paths and limits).
+	Config(ctx context.Context, in *ConfigRequest, opts ...grpc.CallOption) (*ConfigResponse, error)
 }
 
 type clusterClient struct {
@@ -130,6 +144,35 @@ func (c *clusterClient) Clock(ctx context.Context, in *ClockRequest, opts ...grp
 	return out, nil
 }
 
+func (c *clusterClient) SaveSnapshot(ctx context.Context, in *SaveSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SaveSnapshotResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Cluster_ServiceDesc.Streams[0], Cluster_SaveSnapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SaveSnapshotRequest, SaveSnapshotResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Cluster_SaveSnapshotClient = grpc.ServerStreamingClient[SaveSnapshotResponse]
+
+func (c *clusterClient) Config(ctx context.Context, in *ConfigRequest, opts ...grpc.CallOption) (*ConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfigResponse)
+	err := c.cc.Invoke(ctx, Cluster_Config_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -152,6 +195,18 @@ type ClusterServer interface {
 	// every member about once a second to measure each one's offset from its
 	// own wall clock, and tells the member what it measured last.
 	Clock(context.Context, *ClockRequest) (*ClockResponse, error)
+	// SaveSnapshot streams a consistent snapshot of the whole state from the
+	// leader (a follower answers NOT_LEADER with the leader's address): first
+	// a SnapshotInfo (the snapshot's Raft index and term, its format), then
+	// the snapshot's bytes in chunks, last a SnapshotTrailer with their size
+	// and SHA-256. Admin only. coordctl snapshot save writes it to a file
+	// that coordd restore seeds a new cluster from (docs/backup-and-upgrade.md).
+	SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SaveSnapshotResponse]) error
+	// Config answers the receiving node's effective configuration: every
+	// coordd setting (flag) with its value and where the value came from.
+	// Values that are secrets are redacted by the node ("<redacted>"). An
+	// admin call (it shows file paths and limits).
+	Config(context.Context, *ConfigRequest) (*ConfigResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -182,6 +237,12 @@ func (UnimplementedClusterServer) Snapshot(context.Context, *SnapshotRequest) (*
 }
 func (UnimplementedClusterServer) Clock(context.Context, *ClockRequest) (*ClockResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Clock not implemented")
+}
+func (UnimplementedClusterServer) SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SaveSnapshotResponse]) error {
+	return status.Error(codes.Unimplemented, "method SaveSnapshot not implemented")
+}
+func (UnimplementedClusterServer) Config(context.Context, *ConfigRequest) (*ConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Config not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -330,6 +391,35 @@ func _Cluster_Clock_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_SaveSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SaveSnapshotRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ClusterServer).SaveSnapshot(m, &grpc.GenericServerStream[SaveSnapshotRequest, SaveSnapshotResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Cluster_SaveSnapshotServer = grpc.ServerStreamingServer[SaveSnapshotResponse]
+
+func _Cluster_Config_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).Config(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_Config_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).Config(ctx, req.(*ConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -365,7 +455,17 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Clock",
 			Handler:    _Cluster_Clock_Handler,
 		},
+		{
+			MethodName: "Config",
+			Handler:    _Cluster_Config_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "SaveSnapshot",
+			Handler:       _Cluster_SaveSnapshot_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "coord/v1/cluster.proto",
 }

@@ -135,6 +135,9 @@ const (
 	// Retry of a running job (cancel it first, or wait).
 	// FAILED_PRECONDITION. Metadata "job_id", "state".
 	ErrorReason_ERROR_REASON_JOB_RUNNING ErrorReason = 29
+	// Delete of a job that is not final (cancel it first).
+	// FAILED_PRECONDITION. Metadata "job_id", "state".
+	ErrorReason_ERROR_REASON_JOB_NOT_FINAL ErrorReason = 60
 	// No schedule has that name (never created, or its tombstone was
 	// pruned); or a pause, resume or trigger of a deleted schedule.
 	// FAILED_PRECONDITION (NOT_FOUND for a read). Metadata "schedule".
@@ -210,6 +213,7 @@ var (
 		27: "ERROR_REASON_JOB_CANCELLED",
 		28: "ERROR_REASON_JOB_FINISHED",
 		29: "ERROR_REASON_JOB_RUNNING",
+		60: "ERROR_REASON_JOB_NOT_FINAL",
 		30: "ERROR_REASON_SCHEDULE_NOT_FOUND",
 		31: "ERROR_REASON_SCHEDULE_OVERLAP",
 		35: "ERROR_REASON_SCHEDULE_EXISTS",
@@ -251,6 +255,7 @@ var (
 		"ERROR_REASON_JOB_CANCELLED":              27,
 		"ERROR_REASON_JOB_FINISHED":               28,
 		"ERROR_REASON_JOB_RUNNING":                29,
+		"ERROR_REASON_JOB_NOT_FINAL":              60,
 		"ERROR_REASON_SCHEDULE_NOT_FOUND":         30,
 		"ERROR_REASON_SCHEDULE_OVERLAP":           31,
 		"ERROR_REASON_SCHEDULE_EXISTS":            35,
@@ -294,7 +299,7 @@ var File_coord_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coord_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x15coord/v1/errors.proto\x12\bcoord.v1*\x89\n" +
+	"\x15coord/v1/errors.proto\x12\bcoord.v1*\xa9\n" +
 	"\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
@@ -327,7 +332,8 @@ const file_coord_v1_errors_proto_rawDesc = "" +
 	"\x1cERROR_REASON_ATTEMPT_EXPIRED\x10\x1a\x12\x1e\n" +
 	"\x1aERROR_REASON_JOB_CANCELLED\x10\x1b\x12\x1d\n" +
 	"\x19ERROR_REASON_JOB_FINISHED\x10\x1c\x12\x1c\n" +
-	"\x18ERROR_REASON_JOB_RUNNING\x10\x1d\x12#\n" +
+	"\x18ERROR_REASON_JOB_RUNNING\x10\x1d\x12\x1e\n" +
+	"\x1aERROR_REASON_JOB_NOT_FINAL\x10<\x12#\n" +
 	"\x1fERROR_REASON_SCHEDULE_NOT_FOUND\x10\x1e\x12!\n" +
 	"\x1dERROR_REASON_SCHEDULE_OVERLAP\x10\x1f\x12 \n" +
 	"\x1cERROR_REASON_SCHEDULE_EXISTS\x10#\x12+\n" +

@@ -7,6 +7,15 @@ import "github.com/coordd/coordd/internal/pbtime"
 // GetTtlMs is Ttl in milliseconds (0 when unset).
 func (x *AcquireRequest) GetTtlMs() int64 { return pbtime.DurMs(x.GetTtl()) }
 
+// GetCreatedAtMs is CreatedAt in Unix milliseconds (0 when unset).
+func (x *BulkOp) GetCreatedAtMs() int64 { return pbtime.AtMs(x.GetCreatedAt()) }
+
+// GetFinishedAtMs is FinishedAt in Unix milliseconds (0 when unset).
+func (x *BulkOp) GetFinishedAtMs() int64 { return pbtime.AtMs(x.GetFinishedAt()) }
+
+// GetUpdatedAtMs is UpdatedAt in Unix milliseconds (0 when unset).
+func (x *BulkOp) GetUpdatedAtMs() int64 { return pbtime.AtMs(x.GetUpdatedAt()) }
+
 // GetMeasuredAtMs is MeasuredAt in Unix milliseconds (0 when unset).
 func (x *ClockOffset) GetMeasuredAtMs() int64 { return pbtime.AtMs(x.GetMeasuredAt()) }
 
@@ -51,6 +60,18 @@ func (x *JobFailure) GetDeliveryLatencyMs() int64 { return pbtime.DurMs(x.GetDel
 
 // GetRetryAfterMs is RetryAfter in milliseconds (0 when unset).
 func (x *JobFailure) GetRetryAfterMs() int64 { return pbtime.DurMs(x.GetRetryAfter()) }
+
+// GetCreatedAfterMs is CreatedAfter in Unix milliseconds (0 when unset).
+func (x *JobFilter) GetCreatedAfterMs() int64 { return pbtime.AtMs(x.GetCreatedAfter()) }
+
+// GetCreatedBeforeMs is CreatedBefore in Unix milliseconds (0 when unset).
+func (x *JobFilter) GetCreatedBeforeMs() int64 { return pbtime.AtMs(x.GetCreatedBefore()) }
+
+// GetFinishedAfterMs is FinishedAfter in Unix milliseconds (0 when unset).
+func (x *JobFilter) GetFinishedAfterMs() int64 { return pbtime.AtMs(x.GetFinishedAfter()) }
+
+// GetFinishedBeforeMs is FinishedBefore in Unix milliseconds (0 when unset).
+func (x *JobFilter) GetFinishedBeforeMs() int64 { return pbtime.AtMs(x.GetFinishedBefore()) }
 
 // GetBackoffInitialMs is BackoffInitial in milliseconds (0 when unset).
 func (x *JobTemplate) GetBackoffInitialMs() int64 { return pbtime.DurMs(x.GetBackoffInitial()) }
@@ -160,6 +181,15 @@ func (x *QueueLimits) GetMaxRunMs() int64 { return pbtime.DurMs(x.GetMaxRun()) }
 // GetUpdatedAtMs is UpdatedAt in Unix milliseconds (0 when unset).
 func (x *QueueLimits) GetUpdatedAtMs() int64 { return pbtime.AtMs(x.GetUpdatedAt()) }
 
+// GetCreatedAfterMs is CreatedAfter in Unix milliseconds (0 when unset).
+func (x *QueueListRequest) GetCreatedAfterMs() int64 { return pbtime.AtMs(x.GetCreatedAfter()) }
+
+// GetCreatedBeforeMs is CreatedBefore in Unix milliseconds (0 when unset).
+func (x *QueueListRequest) GetCreatedBeforeMs() int64 { return pbtime.AtMs(x.GetCreatedBefore()) }
+
+// GetPausedAtMs is PausedAt in Unix milliseconds (0 when unset).
+func (x *QueuePause) GetPausedAtMs() int64 { return pbtime.AtMs(x.GetPausedAt()) }
+
 // GetOldestAvailableAgeMs is OldestAvailableAge in milliseconds (0 when unset).
 func (x *QueueStats) GetOldestAvailableAgeMs() int64 { return pbtime.DurMs(x.GetOldestAvailableAge()) }
 
@@ -168,17 +198,32 @@ func (x *QueueStats) GetOldestAvailableRunAtMs() int64 {
 	return pbtime.AtMs(x.GetOldestAvailableRunAt())
 }
 
+// GetPausedAtMs is PausedAt in Unix milliseconds (0 when unset).
+func (x *QueueStats) GetPausedAtMs() int64 { return pbtime.AtMs(x.GetPausedAt()) }
+
 // GetCalendarTimeMs is CalendarTime in Unix milliseconds (0 when unset).
 func (x *QueueStatsResponse) GetCalendarTimeMs() int64 { return pbtime.AtMs(x.GetCalendarTime()) }
 
 // GetUpdatedAtMs is UpdatedAt in Unix milliseconds (0 when unset).
 func (x *QueueTarget) GetUpdatedAtMs() int64 { return pbtime.AtMs(x.GetUpdatedAt()) }
 
+// GetSinceMs is Since in Unix milliseconds (0 when unset).
+func (x *QueueWorker) GetSinceMs() int64 { return pbtime.AtMs(x.GetSince()) }
+
+// GetCalendarTimeMs is CalendarTime in Unix milliseconds (0 when unset).
+func (x *QueueWorkersResponse) GetCalendarTimeMs() int64 { return pbtime.AtMs(x.GetCalendarTime()) }
+
 // GetTtlMs is Ttl in milliseconds (0 when unset).
 func (x *RenewRequest) GetTtlMs() int64 { return pbtime.DurMs(x.GetTtl()) }
 
 // GetLastCommitAtMs is LastCommitAt in Unix milliseconds (0 when unset).
 func (x *Resource) GetLastCommitAtMs() int64 { return pbtime.AtMs(x.GetLastCommitAt()) }
+
+// GetDeadlineMs is Deadline in Unix milliseconds (0 when unset).
+func (x *RunningAttempt) GetDeadlineMs() int64 { return pbtime.AtMs(x.GetDeadline()) }
+
+// GetStartedAtMs is StartedAt in Unix milliseconds (0 when unset).
+func (x *RunningAttempt) GetStartedAtMs() int64 { return pbtime.AtMs(x.GetStartedAt()) }
 
 // GetCreatedAtMs is CreatedAt in Unix milliseconds (0 when unset).
 func (x *Schedule) GetCreatedAtMs() int64 { return pbtime.AtMs(x.GetCreatedAt()) }
@@ -221,6 +266,9 @@ func (x *ScheduleSpec) GetCompleteWithinMs() int64 { return pbtime.DurMs(x.GetCo
 
 // GetStartingDeadlineMs is StartingDeadline in milliseconds (0 when unset).
 func (x *ScheduleSpec) GetStartingDeadlineMs() int64 { return pbtime.DurMs(x.GetStartingDeadline()) }
+
+// GetTakenAtMs is TakenAt in Unix milliseconds (0 when unset).
+func (x *SnapshotInfo) GetTakenAtMs() int64 { return pbtime.AtMs(x.GetTakenAt()) }
 
 // GetCalendarTimeMs is CalendarTime in Unix milliseconds (0 when unset).
 func (x *StatusResponse) GetCalendarTimeMs() int64 { return pbtime.AtMs(x.GetCalendarTime()) }

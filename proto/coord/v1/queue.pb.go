@@ -23,6 +23,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type BulkAction int32
+
+const (
+	BulkAction_BULK_ACTION_UNSPECIFIED BulkAction = 0
+	BulkAction_BULK_ACTION_RETRY       BulkAction = 1
+	BulkAction_BULK_ACTION_CANCEL      BulkAction = 2
+	BulkAction_BULK_ACTION_DELETE      BulkAction = 3
+)
+
+// Enum value maps for BulkAction.
+var (
+	BulkAction_name = map[int32]string{
+		0: "BULK_ACTION_UNSPECIFIED",
+		1: "BULK_ACTION_RETRY",
+		2: "BULK_ACTION_CANCEL",
+		3: "BULK_ACTION_DELETE",
+	}
+	BulkAction_value = map[string]int32{
+		"BULK_ACTION_UNSPECIFIED": 0,
+		"BULK_ACTION_RETRY":       1,
+		"BULK_ACTION_CANCEL":      2,
+		"BULK_ACTION_DELETE":      3,
+	}
+)
+
+func (x BulkAction) Enum() *BulkAction {
+	p := new(BulkAction)
+	*p = x
+	return p
+}
+
+func (x BulkAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BulkAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_coord_v1_queue_proto_enumTypes[0].Descriptor()
+}
+
+func (BulkAction) Type() protoreflect.EnumType {
+	return &file_coord_v1_queue_proto_enumTypes[0]
+}
+
+func (x BulkAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BulkAction.Descriptor instead.
+func (BulkAction) EnumDescriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{0}
+}
+
 type JobState int32
 
 const (
@@ -80,11 +132,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_v1_queue_proto_enumTypes[0].Descriptor()
+	return file_coord_v1_queue_proto_enumTypes[1].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_coord_v1_queue_proto_enumTypes[0]
+	return &file_coord_v1_queue_proto_enumTypes[1]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -93,7 +145,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{0}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
 }
 
 type AttemptOutcome int32
@@ -142,11 +194,11 @@ func (x AttemptOutcome) String() string {
 }
 
 func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_v1_queue_proto_enumTypes[1].Descriptor()
+	return file_coord_v1_queue_proto_enumTypes[2].Descriptor()
 }
 
 func (AttemptOutcome) Type() protoreflect.EnumType {
-	return &file_coord_v1_queue_proto_enumTypes[1]
+	return &file_coord_v1_queue_proto_enumTypes[2]
 }
 
 func (x AttemptOutcome) Number() protoreflect.EnumNumber {
@@ -155,7 +207,1182 @@ func (x AttemptOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AttemptOutcome.Descriptor instead.
 func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
+}
+
+type QueueWorkersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// queue: only attempts of this queue's jobs; empty: every queue.
+	Queue         string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Stale         bool   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueWorkersRequest) Reset() {
+	*x = QueueWorkersRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueWorkersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueWorkersRequest) ProtoMessage() {}
+
+func (x *QueueWorkersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueWorkersRequest.ProtoReflect.Descriptor instead.
+func (*QueueWorkersRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *QueueWorkersRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueWorkersRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type QueueWorkersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// workers by worker id.
+	Workers       []*QueueWorker         `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	Truncated     bool                   `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	CalendarTime  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=calendar_time,json=calendarTime,proto3" json:"calendar_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueWorkersResponse) Reset() {
+	*x = QueueWorkersResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueWorkersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueWorkersResponse) ProtoMessage() {}
+
+func (x *QueueWorkersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueWorkersResponse.ProtoReflect.Descriptor instead.
+func (*QueueWorkersResponse) Descriptor() ([]byte, []int) {
 	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *QueueWorkersResponse) GetWorkers() []*QueueWorker {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *QueueWorkersResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *QueueWorkersResponse) GetCalendarTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CalendarTime
+	}
+	return nil
+}
+
+type QueueWorker struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Identity string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	// since: the start of its oldest running attempt.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	Attempts      []*RunningAttempt      `protobuf:"bytes,4,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueWorker) Reset() {
+	*x = QueueWorker{}
+	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueWorker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueWorker) ProtoMessage() {}
+
+func (x *QueueWorker) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueWorker.ProtoReflect.Descriptor instead.
+func (*QueueWorker) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *QueueWorker) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *QueueWorker) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *QueueWorker) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *QueueWorker) GetAttempts() []*RunningAttempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+type RunningAttempt struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         uint64                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Queue         string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Attempt       uint32                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	Heartbeats    uint32                 `protobuf:"varint,7,opt,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunningAttempt) Reset() {
+	*x = RunningAttempt{}
+	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunningAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunningAttempt) ProtoMessage() {}
+
+func (x *RunningAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunningAttempt.ProtoReflect.Descriptor instead.
+func (*RunningAttempt) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RunningAttempt) GetJobId() uint64 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *RunningAttempt) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *RunningAttempt) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RunningAttempt) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RunningAttempt) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *RunningAttempt) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *RunningAttempt) GetHeartbeats() uint32 {
+	if x != nil {
+		return x.Heartbeats
+	}
+	return 0
+}
+
+type QueueDeleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeleteRequest) Reset() {
+	*x = QueueDeleteRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeleteRequest) ProtoMessage() {}
+
+func (x *QueueDeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeleteRequest.ProtoReflect.Descriptor instead.
+func (*QueueDeleteRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *QueueDeleteRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type QueueDeleteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// duplicate: the job was already gone (deleted or pruned).
+	Duplicate     bool `protobuf:"varint,1,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDeleteResponse) Reset() {
+	*x = QueueDeleteResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDeleteResponse) ProtoMessage() {}
+
+func (x *QueueDeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDeleteResponse.ProtoReflect.Descriptor instead.
+func (*QueueDeleteResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *QueueDeleteResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+// JobFilter selects jobs; empty fields match every job. Times: after
+// inclusive, before exclusive; a finished range matches only final jobs.
+type JobFilter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	State JobState               `protobuf:"varint,2,opt,name=state,proto3,enum=coord.v1.JobState" json:"state,omitempty"`
+	Kind  string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// label: key=value.
+	Label          string                 `protobuf:"bytes,4,opt,name=label,proto3" json:"label,omitempty"`
+	CreatedAfter   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	CreatedBefore  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
+	FinishedAfter  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=finished_after,json=finishedAfter,proto3" json:"finished_after,omitempty"`
+	FinishedBefore *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=finished_before,json=finishedBefore,proto3" json:"finished_before,omitempty"`
+	// ids: only these jobs (at most 10,000).
+	Ids           []uint64 `protobuf:"varint,9,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobFilter) Reset() {
+	*x = JobFilter{}
+	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobFilter) ProtoMessage() {}
+
+func (x *JobFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobFilter.ProtoReflect.Descriptor instead.
+func (*JobFilter) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *JobFilter) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *JobFilter) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *JobFilter) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *JobFilter) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *JobFilter) GetCreatedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAfter
+	}
+	return nil
+}
+
+func (x *JobFilter) GetCreatedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedBefore
+	}
+	return nil
+}
+
+func (x *JobFilter) GetFinishedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAfter
+	}
+	return nil
+}
+
+func (x *JobFilter) GetFinishedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedBefore
+	}
+	return nil
+}
+
+func (x *JobFilter) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type QueueBulkRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Action BulkAction             `protobuf:"varint,1,opt,name=action,proto3,enum=coord.v1.BulkAction" json:"action,omitempty"`
+	Filter *JobFilter             `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	DryRun bool                   `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// request_id names the operation: a repeat with the same id returns it
+	// (required unless dry_run).
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueBulkRequest) Reset() {
+	*x = QueueBulkRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueBulkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueBulkRequest) ProtoMessage() {}
+
+func (x *QueueBulkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueBulkRequest.ProtoReflect.Descriptor instead.
+func (*QueueBulkRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *QueueBulkRequest) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_ACTION_UNSPECIFIED
+}
+
+func (x *QueueBulkRequest) GetFilter() *JobFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *QueueBulkRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *QueueBulkRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type QueueBulkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// count: the jobs the filter selects now (those the action applies to
+	// and those it would skip).
+	Count         uint64  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	Op            *BulkOp `protobuf:"bytes,2,opt,name=op,proto3" json:"op,omitempty"`
+	Duplicate     bool    `protobuf:"varint,3,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueBulkResponse) Reset() {
+	*x = QueueBulkResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueBulkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueBulkResponse) ProtoMessage() {}
+
+func (x *QueueBulkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueBulkResponse.ProtoReflect.Descriptor instead.
+func (*QueueBulkResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *QueueBulkResponse) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *QueueBulkResponse) GetOp() *BulkOp {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *QueueBulkResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+type QueueGetBulkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Stale         bool                   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueGetBulkRequest) Reset() {
+	*x = QueueGetBulkRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueGetBulkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueGetBulkRequest) ProtoMessage() {}
+
+func (x *QueueGetBulkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueGetBulkRequest.ProtoReflect.Descriptor instead.
+func (*QueueGetBulkRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *QueueGetBulkRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *QueueGetBulkRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type QueueGetBulkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            *BulkOp                `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueGetBulkResponse) Reset() {
+	*x = QueueGetBulkResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueGetBulkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueGetBulkResponse) ProtoMessage() {}
+
+func (x *QueueGetBulkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueGetBulkResponse.ProtoReflect.Descriptor instead.
+func (*QueueGetBulkResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *QueueGetBulkResponse) GetOp() *BulkOp {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+type QueueListBulkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stale         bool                   `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueListBulkRequest) Reset() {
+	*x = QueueListBulkRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueListBulkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueListBulkRequest) ProtoMessage() {}
+
+func (x *QueueListBulkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueListBulkRequest.ProtoReflect.Descriptor instead.
+func (*QueueListBulkRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *QueueListBulkRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type QueueListBulkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ops           []*BulkOp              `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueListBulkResponse) Reset() {
+	*x = QueueListBulkResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueListBulkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueListBulkResponse) ProtoMessage() {}
+
+func (x *QueueListBulkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueListBulkResponse.ProtoReflect.Descriptor instead.
+func (*QueueListBulkResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *QueueListBulkResponse) GetOps() []*BulkOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// BulkOp is a bulk operation and its progress.
+type BulkOp struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Action     BulkAction             `protobuf:"varint,2,opt,name=action,proto3,enum=coord.v1.BulkAction" json:"action,omitempty"`
+	Filter     *JobFilter             `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
+	CreatedBy  string                 `protobuf:"bytes,4,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// done: jobs acted on; skipped: selected jobs the action does not apply
+	// to; total: the jobs selected when it started.
+	Done     uint64 `protobuf:"varint,8,opt,name=done,proto3" json:"done,omitempty"`
+	Skipped  uint64 `protobuf:"varint,9,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Total    uint64 `protobuf:"varint,10,opt,name=total,proto3" json:"total,omitempty"`
+	Finished bool   `protobuf:"varint,11,opt,name=finished,proto3" json:"finished,omitempty"`
+	// batches: the log entries it took so far.
+	Batches       uint64 `protobuf:"varint,12,opt,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkOp) Reset() {
+	*x = BulkOp{}
+	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkOp) ProtoMessage() {}
+
+func (x *BulkOp) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkOp.ProtoReflect.Descriptor instead.
+func (*BulkOp) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BulkOp) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BulkOp) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_ACTION_UNSPECIFIED
+}
+
+func (x *BulkOp) GetFilter() *JobFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *BulkOp) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *BulkOp) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *BulkOp) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *BulkOp) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *BulkOp) GetDone() uint64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *BulkOp) GetSkipped() uint64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *BulkOp) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *BulkOp) GetFinished() bool {
+	if x != nil {
+		return x.Finished
+	}
+	return false
+}
+
+func (x *BulkOp) GetBatches() uint64 {
+	if x != nil {
+		return x.Batches
+	}
+	return 0
+}
+
+type QueuePauseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePauseRequest) Reset() {
+	*x = QueuePauseRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePauseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePauseRequest) ProtoMessage() {}
+
+func (x *QueuePauseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePauseRequest.ProtoReflect.Descriptor instead.
+func (*QueuePauseRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *QueuePauseRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+type QueuePauseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pause *QueuePause            `protobuf:"bytes,1,opt,name=pause,proto3" json:"pause,omitempty"`
+	// already: the queue was paused before (pause keeps who and when).
+	Already       bool `protobuf:"varint,2,opt,name=already,proto3" json:"already,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePauseResponse) Reset() {
+	*x = QueuePauseResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePauseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePauseResponse) ProtoMessage() {}
+
+func (x *QueuePauseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePauseResponse.ProtoReflect.Descriptor instead.
+func (*QueuePauseResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *QueuePauseResponse) GetPause() *QueuePause {
+	if x != nil {
+		return x.Pause
+	}
+	return nil
+}
+
+func (x *QueuePauseResponse) GetAlready() bool {
+	if x != nil {
+		return x.Already
+	}
+	return false
+}
+
+type QueueResumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueResumeRequest) Reset() {
+	*x = QueueResumeRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueResumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueResumeRequest) ProtoMessage() {}
+
+func (x *QueueResumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueResumeRequest.ProtoReflect.Descriptor instead.
+func (*QueueResumeRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *QueueResumeRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+type QueueResumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// was_paused: the queue was paused (false: nothing changed).
+	WasPaused     bool `protobuf:"varint,1,opt,name=was_paused,json=wasPaused,proto3" json:"was_paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueResumeResponse) Reset() {
+	*x = QueueResumeResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueResumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueResumeResponse) ProtoMessage() {}
+
+func (x *QueueResumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueResumeResponse.ProtoReflect.Descriptor instead.
+func (*QueueResumeResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *QueueResumeResponse) GetWasPaused() bool {
+	if x != nil {
+		return x.WasPaused
+	}
+	return false
+}
+
+// QueuePause is a paused queue: who paused it and when.
+type QueuePause struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	PausedBy      string                 `protobuf:"bytes,2,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	PausedAt      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePause) Reset() {
+	*x = QueuePause{}
+	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePause) ProtoMessage() {}
+
+func (x *QueuePause) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePause.ProtoReflect.Descriptor instead.
+func (*QueuePause) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *QueuePause) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueuePause) GetPausedBy() string {
+	if x != nil {
+		return x.PausedBy
+	}
+	return ""
+}
+
+func (x *QueuePause) GetPausedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedAt
+	}
+	return nil
 }
 
 // NewJob is a job to submit. Zero fields take the defaults named.
@@ -201,14 +1428,22 @@ type NewJob struct {
 	// the worker heartbeats (outcome LAPSED, error "max_run exceeded"; the
 	// job is retried after its backoff while attempts remain). Unset: the
 	// queue's max_run (SetLimits), else none. At most 7 days.
-	MaxRun        *durationpb.Duration `protobuf:"bytes,40,opt,name=max_run,json=maxRun,proto3" json:"max_run,omitempty"`
+	MaxRun *durationpb.Duration `protobuf:"bytes,40,opt,name=max_run,json=maxRun,proto3" json:"max_run,omitempty"`
+	// traceparent and tracestate: the submitter's W3C trace context
+	// (docs/tracing.md), carried with the job to its workers and HTTP
+	// deliveries. Empty: the call's own trace context (gRPC metadata), if
+	// any. A traceparent that is not version-00 W3C syntax, or a tracestate
+	// without a traceparent or over 512 bytes, is refused
+	// (INVALID_ARGUMENT naming the field).
+	Traceparent   string `protobuf:"bytes,50,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,51,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NewJob) Reset() {
 	*x = NewJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	mi := &file_coord_v1_queue_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +1455,7 @@ func (x *NewJob) String() string {
 func (*NewJob) ProtoMessage() {}
 
 func (x *NewJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[0]
+	mi := &file_coord_v1_queue_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +1468,7 @@ func (x *NewJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewJob.ProtoReflect.Descriptor instead.
 func (*NewJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{0}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NewJob) GetQueue() string {
@@ -341,6 +1576,20 @@ func (x *NewJob) GetMaxRun() *durationpb.Duration {
 	return nil
 }
 
+func (x *NewJob) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *NewJob) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
+}
+
 // HttpTarget is an HTTP endpoint that coordd's nodes deliver a job's
 // attempts to, through the same attempts a pull worker gets (lapse,
 // retries with backoff, dead, cancel and fencing are the queue's). Each
@@ -380,7 +1629,7 @@ type HttpTarget struct {
 
 func (x *HttpTarget) Reset() {
 	*x = HttpTarget{}
-	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	mi := &file_coord_v1_queue_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +1641,7 @@ func (x *HttpTarget) String() string {
 func (*HttpTarget) ProtoMessage() {}
 
 func (x *HttpTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[1]
+	mi := &file_coord_v1_queue_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +1654,7 @@ func (x *HttpTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpTarget.ProtoReflect.Descriptor instead.
 func (*HttpTarget) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{1}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HttpTarget) GetUrl() string {
@@ -485,14 +1734,19 @@ type QueueJob struct {
 	// filled in; absent for a pull worker's job.
 	Target *HttpTarget `protobuf:"bytes,21,opt,name=target,proto3" json:"target,omitempty"`
 	// max_run: NewJob.max_run (absent: none of its own).
-	MaxRun        *durationpb.Duration `protobuf:"bytes,40,opt,name=max_run,json=maxRun,proto3" json:"max_run,omitempty"`
+	MaxRun *durationpb.Duration `protobuf:"bytes,40,opt,name=max_run,json=maxRun,proto3" json:"max_run,omitempty"`
+	// traceparent and tracestate: the job's W3C trace context
+	// (docs/tracing.md): the span of its submit on a server that traces,
+	// else the submitter's; a schedule's job, its occurrence's. Empty: none.
+	Traceparent   string `protobuf:"bytes,50,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,51,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueJob) Reset() {
 	*x = QueueJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	mi := &file_coord_v1_queue_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +1758,7 @@ func (x *QueueJob) String() string {
 func (*QueueJob) ProtoMessage() {}
 
 func (x *QueueJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[2]
+	mi := &file_coord_v1_queue_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +1771,7 @@ func (x *QueueJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueJob.ProtoReflect.Descriptor instead.
 func (*QueueJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{2}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *QueueJob) GetId() uint64 {
@@ -674,6 +1928,20 @@ func (x *QueueJob) GetMaxRun() *durationpb.Duration {
 	return nil
 }
 
+func (x *QueueJob) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *QueueJob) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
+}
+
 // JobAttempt is one hand-out of a job to a worker.
 type JobAttempt struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -711,7 +1979,7 @@ type JobAttempt struct {
 
 func (x *JobAttempt) Reset() {
 	*x = JobAttempt{}
-	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	mi := &file_coord_v1_queue_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +1991,7 @@ func (x *JobAttempt) String() string {
 func (*JobAttempt) ProtoMessage() {}
 
 func (x *JobAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[3]
+	mi := &file_coord_v1_queue_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +2004,7 @@ func (x *JobAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttempt.ProtoReflect.Descriptor instead.
 func (*JobAttempt) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{3}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *JobAttempt) GetNumber() uint32 {
@@ -847,7 +2115,7 @@ type QueueSubmitRequest struct {
 
 func (x *QueueSubmitRequest) Reset() {
 	*x = QueueSubmitRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	mi := &file_coord_v1_queue_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +2127,7 @@ func (x *QueueSubmitRequest) String() string {
 func (*QueueSubmitRequest) ProtoMessage() {}
 
 func (x *QueueSubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[4]
+	mi := &file_coord_v1_queue_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +2140,7 @@ func (x *QueueSubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSubmitRequest.ProtoReflect.Descriptor instead.
 func (*QueueSubmitRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{4}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueSubmitRequest) GetJobs() []*NewJob {
@@ -892,7 +2160,7 @@ type QueueSubmitResponse struct {
 
 func (x *QueueSubmitResponse) Reset() {
 	*x = QueueSubmitResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	mi := &file_coord_v1_queue_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +2172,7 @@ func (x *QueueSubmitResponse) String() string {
 func (*QueueSubmitResponse) ProtoMessage() {}
 
 func (x *QueueSubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[5]
+	mi := &file_coord_v1_queue_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +2185,7 @@ func (x *QueueSubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSubmitResponse.ProtoReflect.Descriptor instead.
 func (*QueueSubmitResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{5}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueSubmitResponse) GetJobs() []*SubmittedJob {
@@ -941,7 +2209,7 @@ type SubmittedJob struct {
 
 func (x *SubmittedJob) Reset() {
 	*x = SubmittedJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	mi := &file_coord_v1_queue_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +2221,7 @@ func (x *SubmittedJob) String() string {
 func (*SubmittedJob) ProtoMessage() {}
 
 func (x *SubmittedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[6]
+	mi := &file_coord_v1_queue_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +2234,7 @@ func (x *SubmittedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmittedJob.ProtoReflect.Descriptor instead.
 func (*SubmittedJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{6}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SubmittedJob) GetId() uint64 {
@@ -1007,7 +2275,7 @@ type QueueGetRequest struct {
 
 func (x *QueueGetRequest) Reset() {
 	*x = QueueGetRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	mi := &file_coord_v1_queue_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +2287,7 @@ func (x *QueueGetRequest) String() string {
 func (*QueueGetRequest) ProtoMessage() {}
 
 func (x *QueueGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[7]
+	mi := &file_coord_v1_queue_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +2300,7 @@ func (x *QueueGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetRequest.ProtoReflect.Descriptor instead.
 func (*QueueGetRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{7}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueueGetRequest) GetId() uint64 {
@@ -1060,7 +2328,7 @@ type QueueGetResponse struct {
 
 func (x *QueueGetResponse) Reset() {
 	*x = QueueGetResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	mi := &file_coord_v1_queue_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +2340,7 @@ func (x *QueueGetResponse) String() string {
 func (*QueueGetResponse) ProtoMessage() {}
 
 func (x *QueueGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[8]
+	mi := &file_coord_v1_queue_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +2353,7 @@ func (x *QueueGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGetResponse.ProtoReflect.Descriptor instead.
 func (*QueueGetResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{8}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueueGetResponse) GetJob() *QueueJob {
@@ -1112,15 +2380,23 @@ type QueueListRequest struct {
 	// page_size: default 100, at most 1,000.
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// page_token: next_page_token of the previous page.
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	Stale         bool   `protobuf:"varint,7,opt,name=stale,proto3" json:"stale,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	Stale     bool   `protobuf:"varint,7,opt,name=stale,proto3" json:"stale,omitempty"`
+	// Search: jobs created in [created_after, created_before) whose args
+	// contain args_contains (bytes of their JSON as submitted). A page with
+	// any of these scans at most 10,000 jobs of the filters above (newest
+	// first) and may come back short or empty with a next_page_token: the
+	// scan goes on from there (scanned says how many it looked at).
+	ArgsContains  string                 `protobuf:"bytes,30,opt,name=args_contains,json=argsContains,proto3" json:"args_contains,omitempty"`
+	CreatedAfter  *timestamppb.Timestamp `protobuf:"bytes,31,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,32,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueListRequest) Reset() {
 	*x = QueueListRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	mi := &file_coord_v1_queue_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +2408,7 @@ func (x *QueueListRequest) String() string {
 func (*QueueListRequest) ProtoMessage() {}
 
 func (x *QueueListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[9]
+	mi := &file_coord_v1_queue_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +2421,7 @@ func (x *QueueListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListRequest.ProtoReflect.Descriptor instead.
 func (*QueueListRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{9}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *QueueListRequest) GetQueue() string {
@@ -1197,19 +2473,42 @@ func (x *QueueListRequest) GetStale() bool {
 	return false
 }
 
+func (x *QueueListRequest) GetArgsContains() string {
+	if x != nil {
+		return x.ArgsContains
+	}
+	return ""
+}
+
+func (x *QueueListRequest) GetCreatedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAfter
+	}
+	return nil
+}
+
+func (x *QueueListRequest) GetCreatedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedBefore
+	}
+	return nil
+}
+
 type QueueListResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// jobs, newest first, without args, result and attempt_log.
 	Jobs []*QueueJob `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	// next_page_token is empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// scanned: the jobs a search looked at for this page (0 without one).
+	Scanned       uint64 `protobuf:"varint,30,opt,name=scanned,proto3" json:"scanned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueListResponse) Reset() {
 	*x = QueueListResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	mi := &file_coord_v1_queue_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +2520,7 @@ func (x *QueueListResponse) String() string {
 func (*QueueListResponse) ProtoMessage() {}
 
 func (x *QueueListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[10]
+	mi := &file_coord_v1_queue_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +2533,7 @@ func (x *QueueListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueListResponse.ProtoReflect.Descriptor instead.
 func (*QueueListResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{10}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QueueListResponse) GetJobs() []*QueueJob {
@@ -1251,6 +2550,13 @@ func (x *QueueListResponse) GetNextPageToken() string {
 	return ""
 }
 
+func (x *QueueListResponse) GetScanned() uint64 {
+	if x != nil {
+		return x.Scanned
+	}
+	return 0
+}
+
 type QueueCancelRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1260,7 +2566,7 @@ type QueueCancelRequest struct {
 
 func (x *QueueCancelRequest) Reset() {
 	*x = QueueCancelRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	mi := &file_coord_v1_queue_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +2578,7 @@ func (x *QueueCancelRequest) String() string {
 func (*QueueCancelRequest) ProtoMessage() {}
 
 func (x *QueueCancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[11]
+	mi := &file_coord_v1_queue_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +2591,7 @@ func (x *QueueCancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCancelRequest.ProtoReflect.Descriptor instead.
 func (*QueueCancelRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{11}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueueCancelRequest) GetId() uint64 {
@@ -1306,7 +2612,7 @@ type QueueCancelResponse struct {
 
 func (x *QueueCancelResponse) Reset() {
 	*x = QueueCancelResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +2624,7 @@ func (x *QueueCancelResponse) String() string {
 func (*QueueCancelResponse) ProtoMessage() {}
 
 func (x *QueueCancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[12]
+	mi := &file_coord_v1_queue_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +2637,7 @@ func (x *QueueCancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCancelResponse.ProtoReflect.Descriptor instead.
 func (*QueueCancelResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{12}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueueCancelResponse) GetJob() *QueueJob {
@@ -1357,7 +2663,7 @@ type QueueRetryRequest struct {
 
 func (x *QueueRetryRequest) Reset() {
 	*x = QueueRetryRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +2675,7 @@ func (x *QueueRetryRequest) String() string {
 func (*QueueRetryRequest) ProtoMessage() {}
 
 func (x *QueueRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[13]
+	mi := &file_coord_v1_queue_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +2688,7 @@ func (x *QueueRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetryRequest.ProtoReflect.Descriptor instead.
 func (*QueueRetryRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{13}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueueRetryRequest) GetId() uint64 {
@@ -1403,7 +2709,7 @@ type QueueRetryResponse struct {
 
 func (x *QueueRetryResponse) Reset() {
 	*x = QueueRetryResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +2721,7 @@ func (x *QueueRetryResponse) String() string {
 func (*QueueRetryResponse) ProtoMessage() {}
 
 func (x *QueueRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[14]
+	mi := &file_coord_v1_queue_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +2734,7 @@ func (x *QueueRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRetryResponse.ProtoReflect.Descriptor instead.
 func (*QueueRetryResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{14}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *QueueRetryResponse) GetJob() *QueueJob {
@@ -1468,7 +2774,7 @@ type QueueFetchRequest struct {
 
 func (x *QueueFetchRequest) Reset() {
 	*x = QueueFetchRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	mi := &file_coord_v1_queue_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +2786,7 @@ func (x *QueueFetchRequest) String() string {
 func (*QueueFetchRequest) ProtoMessage() {}
 
 func (x *QueueFetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[15]
+	mi := &file_coord_v1_queue_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +2799,7 @@ func (x *QueueFetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFetchRequest.ProtoReflect.Descriptor instead.
 func (*QueueFetchRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{15}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *QueueFetchRequest) GetQueues() []string {
@@ -1540,7 +2846,7 @@ type QueueFetchResponse struct {
 
 func (x *QueueFetchResponse) Reset() {
 	*x = QueueFetchResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	mi := &file_coord_v1_queue_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +2858,7 @@ func (x *QueueFetchResponse) String() string {
 func (*QueueFetchResponse) ProtoMessage() {}
 
 func (x *QueueFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[16]
+	mi := &file_coord_v1_queue_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +2871,7 @@ func (x *QueueFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFetchResponse.ProtoReflect.Descriptor instead.
 func (*QueueFetchResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{16}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *QueueFetchResponse) GetJobs() []*ClaimedJob {
@@ -1587,7 +2893,7 @@ type ClaimedJob struct {
 
 func (x *ClaimedJob) Reset() {
 	*x = ClaimedJob{}
-	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +2905,7 @@ func (x *ClaimedJob) String() string {
 func (*ClaimedJob) ProtoMessage() {}
 
 func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[17]
+	mi := &file_coord_v1_queue_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +2918,7 @@ func (x *ClaimedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimedJob.ProtoReflect.Descriptor instead.
 func (*ClaimedJob) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{17}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ClaimedJob) GetJob() *QueueJob {
@@ -1640,7 +2946,7 @@ type JobAttemptRef struct {
 
 func (x *JobAttemptRef) Reset() {
 	*x = JobAttemptRef{}
-	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +2958,7 @@ func (x *JobAttemptRef) String() string {
 func (*JobAttemptRef) ProtoMessage() {}
 
 func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[18]
+	mi := &file_coord_v1_queue_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +2971,7 @@ func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRef.ProtoReflect.Descriptor instead.
 func (*JobAttemptRef) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{18}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *JobAttemptRef) GetJobId() uint64 {
@@ -1696,7 +3002,7 @@ type JobItemError struct {
 
 func (x *JobItemError) Reset() {
 	*x = JobItemError{}
-	mi := &file_coord_v1_queue_proto_msgTypes[19]
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +3014,7 @@ func (x *JobItemError) String() string {
 func (*JobItemError) ProtoMessage() {}
 
 func (x *JobItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[19]
+	mi := &file_coord_v1_queue_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +3027,7 @@ func (x *JobItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobItemError.ProtoReflect.Descriptor instead.
 func (*JobItemError) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{19}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *JobItemError) GetReason() string {
@@ -1756,7 +3062,7 @@ type QueueHeartbeatRequest struct {
 
 func (x *QueueHeartbeatRequest) Reset() {
 	*x = QueueHeartbeatRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[20]
+	mi := &file_coord_v1_queue_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +3074,7 @@ func (x *QueueHeartbeatRequest) String() string {
 func (*QueueHeartbeatRequest) ProtoMessage() {}
 
 func (x *QueueHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[20]
+	mi := &file_coord_v1_queue_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +3087,7 @@ func (x *QueueHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*QueueHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{20}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *QueueHeartbeatRequest) GetWorkerId() string {
@@ -1808,7 +3114,7 @@ type QueueHeartbeatResponse struct {
 
 func (x *QueueHeartbeatResponse) Reset() {
 	*x = QueueHeartbeatResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[21]
+	mi := &file_coord_v1_queue_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +3126,7 @@ func (x *QueueHeartbeatResponse) String() string {
 func (*QueueHeartbeatResponse) ProtoMessage() {}
 
 func (x *QueueHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[21]
+	mi := &file_coord_v1_queue_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +3139,7 @@ func (x *QueueHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*QueueHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{21}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *QueueHeartbeatResponse) GetResults() []*HeartbeatResult {
@@ -1857,7 +3163,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[22]
+	mi := &file_coord_v1_queue_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +3175,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[22]
+	mi := &file_coord_v1_queue_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +3188,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{22}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HeartbeatResult) GetJobId() uint64 {
@@ -1924,7 +3230,7 @@ type QueueCompleteRequest struct {
 
 func (x *QueueCompleteRequest) Reset() {
 	*x = QueueCompleteRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[23]
+	mi := &file_coord_v1_queue_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +3242,7 @@ func (x *QueueCompleteRequest) String() string {
 func (*QueueCompleteRequest) ProtoMessage() {}
 
 func (x *QueueCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[23]
+	mi := &file_coord_v1_queue_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +3255,7 @@ func (x *QueueCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCompleteRequest.ProtoReflect.Descriptor instead.
 func (*QueueCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{23}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *QueueCompleteRequest) GetWorkerId() string {
@@ -1980,13 +3286,17 @@ type JobCompletion struct {
 	// at most 25 h (INVALID_ARGUMENT naming the field). Zero: none.
 	DeliveryStatus  uint32               `protobuf:"varint,4,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
 	DeliveryLatency *durationpb.Duration `protobuf:"bytes,5,opt,name=delivery_latency,json=deliveryLatency,proto3" json:"delivery_latency,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// traceparent: the worker's span of the attempt (W3C), the parent of
+	// the server's span of the completion; empty: the job's trace context.
+	// Malformed: INVALID_ARGUMENT naming the field.
+	Traceparent   string `protobuf:"bytes,50,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobCompletion) Reset() {
 	*x = JobCompletion{}
-	mi := &file_coord_v1_queue_proto_msgTypes[24]
+	mi := &file_coord_v1_queue_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +3308,7 @@ func (x *JobCompletion) String() string {
 func (*JobCompletion) ProtoMessage() {}
 
 func (x *JobCompletion) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[24]
+	mi := &file_coord_v1_queue_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +3321,7 @@ func (x *JobCompletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCompletion.ProtoReflect.Descriptor instead.
 func (*JobCompletion) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{24}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *JobCompletion) GetJobId() uint64 {
@@ -2049,6 +3359,13 @@ func (x *JobCompletion) GetDeliveryLatency() *durationpb.Duration {
 	return nil
 }
 
+func (x *JobCompletion) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
 type QueueCompleteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// results: one per completion, in order.
@@ -2059,7 +3376,7 @@ type QueueCompleteResponse struct {
 
 func (x *QueueCompleteResponse) Reset() {
 	*x = QueueCompleteResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[25]
+	mi := &file_coord_v1_queue_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +3388,7 @@ func (x *QueueCompleteResponse) String() string {
 func (*QueueCompleteResponse) ProtoMessage() {}
 
 func (x *QueueCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[25]
+	mi := &file_coord_v1_queue_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +3401,7 @@ func (x *QueueCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueCompleteResponse.ProtoReflect.Descriptor instead.
 func (*QueueCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{25}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *QueueCompleteResponse) GetResults() []*CompleteResult {
@@ -2107,7 +3424,7 @@ type CompleteResult struct {
 
 func (x *CompleteResult) Reset() {
 	*x = CompleteResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[26]
+	mi := &file_coord_v1_queue_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +3436,7 @@ func (x *CompleteResult) String() string {
 func (*CompleteResult) ProtoMessage() {}
 
 func (x *CompleteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[26]
+	mi := &file_coord_v1_queue_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +3449,7 @@ func (x *CompleteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResult.ProtoReflect.Descriptor instead.
 func (*CompleteResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{26}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CompleteResult) GetJobId() uint64 {
@@ -2174,7 +3491,7 @@ type QueueFailRequest struct {
 
 func (x *QueueFailRequest) Reset() {
 	*x = QueueFailRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[27]
+	mi := &file_coord_v1_queue_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +3503,7 @@ func (x *QueueFailRequest) String() string {
 func (*QueueFailRequest) ProtoMessage() {}
 
 func (x *QueueFailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[27]
+	mi := &file_coord_v1_queue_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +3516,7 @@ func (x *QueueFailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFailRequest.ProtoReflect.Descriptor instead.
 func (*QueueFailRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{27}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *QueueFailRequest) GetWorkerId() string {
@@ -2232,13 +3549,15 @@ type JobFailure struct {
 	// delivery without a response has a latency and no status).
 	DeliveryStatus  uint32               `protobuf:"varint,6,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
 	DeliveryLatency *durationpb.Duration `protobuf:"bytes,7,opt,name=delivery_latency,json=deliveryLatency,proto3" json:"delivery_latency,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// traceparent: as in JobCompletion.
+	Traceparent   string `protobuf:"bytes,50,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobFailure) Reset() {
 	*x = JobFailure{}
-	mi := &file_coord_v1_queue_proto_msgTypes[28]
+	mi := &file_coord_v1_queue_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +3569,7 @@ func (x *JobFailure) String() string {
 func (*JobFailure) ProtoMessage() {}
 
 func (x *JobFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[28]
+	mi := &file_coord_v1_queue_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +3582,7 @@ func (x *JobFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFailure.ProtoReflect.Descriptor instead.
 func (*JobFailure) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{28}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *JobFailure) GetJobId() uint64 {
@@ -2315,6 +3634,13 @@ func (x *JobFailure) GetDeliveryLatency() *durationpb.Duration {
 	return nil
 }
 
+func (x *JobFailure) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
 type QueueFailResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// results: one per failure, in order.
@@ -2325,7 +3651,7 @@ type QueueFailResponse struct {
 
 func (x *QueueFailResponse) Reset() {
 	*x = QueueFailResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[29]
+	mi := &file_coord_v1_queue_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +3663,7 @@ func (x *QueueFailResponse) String() string {
 func (*QueueFailResponse) ProtoMessage() {}
 
 func (x *QueueFailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[29]
+	mi := &file_coord_v1_queue_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +3676,7 @@ func (x *QueueFailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueFailResponse.ProtoReflect.Descriptor instead.
 func (*QueueFailResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{29}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *QueueFailResponse) GetResults() []*FailResult {
@@ -2376,7 +3702,7 @@ type FailResult struct {
 
 func (x *FailResult) Reset() {
 	*x = FailResult{}
-	mi := &file_coord_v1_queue_proto_msgTypes[30]
+	mi := &file_coord_v1_queue_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +3714,7 @@ func (x *FailResult) String() string {
 func (*FailResult) ProtoMessage() {}
 
 func (x *FailResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[30]
+	mi := &file_coord_v1_queue_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +3727,7 @@ func (x *FailResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResult.ProtoReflect.Descriptor instead.
 func (*FailResult) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{30}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FailResult) GetJobId() uint64 {
@@ -2457,7 +3783,7 @@ type QueueSetTargetRequest struct {
 
 func (x *QueueSetTargetRequest) Reset() {
 	*x = QueueSetTargetRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2469,7 +3795,7 @@ func (x *QueueSetTargetRequest) String() string {
 func (*QueueSetTargetRequest) ProtoMessage() {}
 
 func (x *QueueSetTargetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[31]
+	mi := &file_coord_v1_queue_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2482,7 +3808,7 @@ func (x *QueueSetTargetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSetTargetRequest.ProtoReflect.Descriptor instead.
 func (*QueueSetTargetRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{31}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *QueueSetTargetRequest) GetQueue() string {
@@ -2508,7 +3834,7 @@ type QueueSetTargetResponse struct {
 
 func (x *QueueSetTargetResponse) Reset() {
 	*x = QueueSetTargetResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +3846,7 @@ func (x *QueueSetTargetResponse) String() string {
 func (*QueueSetTargetResponse) ProtoMessage() {}
 
 func (x *QueueSetTargetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[32]
+	mi := &file_coord_v1_queue_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +3859,7 @@ func (x *QueueSetTargetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSetTargetResponse.ProtoReflect.Descriptor instead.
 func (*QueueSetTargetResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{32}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *QueueSetTargetResponse) GetTarget() *QueueTarget {
@@ -2557,7 +3883,7 @@ type QueueTarget struct {
 
 func (x *QueueTarget) Reset() {
 	*x = QueueTarget{}
-	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	mi := &file_coord_v1_queue_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +3895,7 @@ func (x *QueueTarget) String() string {
 func (*QueueTarget) ProtoMessage() {}
 
 func (x *QueueTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[33]
+	mi := &file_coord_v1_queue_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +3908,7 @@ func (x *QueueTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTarget.ProtoReflect.Descriptor instead.
 func (*QueueTarget) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{33}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *QueueTarget) GetQueue() string {
@@ -2624,7 +3950,7 @@ type QueueTargetsRequest struct {
 
 func (x *QueueTargetsRequest) Reset() {
 	*x = QueueTargetsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[34]
+	mi := &file_coord_v1_queue_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +3962,7 @@ func (x *QueueTargetsRequest) String() string {
 func (*QueueTargetsRequest) ProtoMessage() {}
 
 func (x *QueueTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[34]
+	mi := &file_coord_v1_queue_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +3975,7 @@ func (x *QueueTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTargetsRequest.ProtoReflect.Descriptor instead.
 func (*QueueTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{34}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *QueueTargetsRequest) GetQueue() string {
@@ -2675,7 +4001,7 @@ type QueueTargetsResponse struct {
 
 func (x *QueueTargetsResponse) Reset() {
 	*x = QueueTargetsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[35]
+	mi := &file_coord_v1_queue_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +4013,7 @@ func (x *QueueTargetsResponse) String() string {
 func (*QueueTargetsResponse) ProtoMessage() {}
 
 func (x *QueueTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[35]
+	mi := &file_coord_v1_queue_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +4026,7 @@ func (x *QueueTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTargetsResponse.ProtoReflect.Descriptor instead.
 func (*QueueTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{35}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *QueueTargetsResponse) GetTargets() []*QueueTarget {
@@ -2721,7 +4047,7 @@ type QueueSetLimitsRequest struct {
 
 func (x *QueueSetLimitsRequest) Reset() {
 	*x = QueueSetLimitsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[36]
+	mi := &file_coord_v1_queue_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +4059,7 @@ func (x *QueueSetLimitsRequest) String() string {
 func (*QueueSetLimitsRequest) ProtoMessage() {}
 
 func (x *QueueSetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[36]
+	mi := &file_coord_v1_queue_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +4072,7 @@ func (x *QueueSetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*QueueSetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{36}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *QueueSetLimitsRequest) GetQueue() string {
@@ -2773,7 +4099,7 @@ type QueueSetLimitsResponse struct {
 
 func (x *QueueSetLimitsResponse) Reset() {
 	*x = QueueSetLimitsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[37]
+	mi := &file_coord_v1_queue_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +4111,7 @@ func (x *QueueSetLimitsResponse) String() string {
 func (*QueueSetLimitsResponse) ProtoMessage() {}
 
 func (x *QueueSetLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[37]
+	mi := &file_coord_v1_queue_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +4124,7 @@ func (x *QueueSetLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSetLimitsResponse.ProtoReflect.Descriptor instead.
 func (*QueueSetLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{37}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *QueueSetLimitsResponse) GetLimits() *QueueLimits {
@@ -2833,7 +4159,7 @@ type QueueLimits struct {
 
 func (x *QueueLimits) Reset() {
 	*x = QueueLimits{}
-	mi := &file_coord_v1_queue_proto_msgTypes[38]
+	mi := &file_coord_v1_queue_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2845,7 +4171,7 @@ func (x *QueueLimits) String() string {
 func (*QueueLimits) ProtoMessage() {}
 
 func (x *QueueLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[38]
+	mi := &file_coord_v1_queue_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +4184,7 @@ func (x *QueueLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLimits.ProtoReflect.Descriptor instead.
 func (*QueueLimits) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{38}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *QueueLimits) GetQueue() string {
@@ -2928,7 +4254,7 @@ type QueueLimitsRequest struct {
 
 func (x *QueueLimitsRequest) Reset() {
 	*x = QueueLimitsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[39]
+	mi := &file_coord_v1_queue_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +4266,7 @@ func (x *QueueLimitsRequest) String() string {
 func (*QueueLimitsRequest) ProtoMessage() {}
 
 func (x *QueueLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[39]
+	mi := &file_coord_v1_queue_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +4279,7 @@ func (x *QueueLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLimitsRequest.ProtoReflect.Descriptor instead.
 func (*QueueLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{39}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *QueueLimitsRequest) GetQueue() string {
@@ -2979,7 +4305,7 @@ type QueueLimitsResponse struct {
 
 func (x *QueueLimitsResponse) Reset() {
 	*x = QueueLimitsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[40]
+	mi := &file_coord_v1_queue_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +4317,7 @@ func (x *QueueLimitsResponse) String() string {
 func (*QueueLimitsResponse) ProtoMessage() {}
 
 func (x *QueueLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[40]
+	mi := &file_coord_v1_queue_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +4330,7 @@ func (x *QueueLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLimitsResponse.ProtoReflect.Descriptor instead.
 func (*QueueLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{40}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *QueueLimitsResponse) GetLimits() []*QueueLimits {
@@ -3025,7 +4351,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[41]
+	mi := &file_coord_v1_queue_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3037,7 +4363,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[41]
+	mi := &file_coord_v1_queue_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3050,7 +4376,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{41}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -3078,7 +4404,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[42]
+	mi := &file_coord_v1_queue_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3090,7 +4416,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[42]
+	mi := &file_coord_v1_queue_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3103,7 +4429,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{42}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *QueueStatsResponse) GetQueues() []*QueueStats {
@@ -3139,15 +4465,19 @@ type QueueStats struct {
 	ConcurrencyLimit uint32 `protobuf:"varint,40,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
 	// rate_limit: attempts started per second allowed (0: none), and
 	// rate_tokens: how many may start now (the bucket, at calendar_time).
-	RateLimit     float64 `protobuf:"fixed64,41,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
-	RateTokens    float64 `protobuf:"fixed64,42,opt,name=rate_tokens,json=rateTokens,proto3" json:"rate_tokens,omitempty"`
+	RateLimit  float64 `protobuf:"fixed64,41,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	RateTokens float64 `protobuf:"fixed64,42,opt,name=rate_tokens,json=rateTokens,proto3" json:"rate_tokens,omitempty"`
+	// paused: the queue is paused (Pause): no fetch hands out its jobs.
+	Paused        bool                   `protobuf:"varint,30,opt,name=paused,proto3" json:"paused,omitempty"`
+	PausedBy      string                 `protobuf:"bytes,31,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	PausedAt      *timestamppb.Timestamp `protobuf:"bytes,32,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_coord_v1_queue_proto_msgTypes[43]
+	mi := &file_coord_v1_queue_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +4489,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[43]
+	mi := &file_coord_v1_queue_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +4502,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{43}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *QueueStats) GetQueue() string {
@@ -3266,11 +4596,121 @@ func (x *QueueStats) GetRateTokens() float64 {
 	return 0
 }
 
+func (x *QueueStats) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *QueueStats) GetPausedBy() string {
+	if x != nil {
+		return x.PausedBy
+	}
+	return ""
+}
+
+func (x *QueueStats) GetPausedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedAt
+	}
+	return nil
+}
+
 var File_coord_v1_queue_proto protoreflect.FileDescriptor
 
 const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
-	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcc\x05\n" +
+	"\x14coord/v1/queue.proto\x12\bcoord.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"A\n" +
+	"\x13QueueWorkersRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"\xa6\x01\n" +
+	"\x14QueueWorkersResponse\x12/\n" +
+	"\aworkers\x18\x01 \x03(\v2\x15.coord.v1.QueueWorkerR\aworkers\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12?\n" +
+	"\rcalendar_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xae\x01\n" +
+	"\vQueueWorker\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\x120\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x124\n" +
+	"\battempts\x18\x04 \x03(\v2\x18.coord.v1.RunningAttemptR\battempts\"\xfe\x01\n" +
+	"\x0eRunningAttempt\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\rR\aattempt\x129\n" +
+	"\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x126\n" +
+	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1e\n" +
+	"\n" +
+	"heartbeats\x18\a \x01(\rR\n" +
+	"heartbeats\"$\n" +
+	"\x12QueueDeleteRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"3\n" +
+	"\x13QueueDeleteResponse\x12\x1c\n" +
+	"\tduplicate\x18\x01 \x01(\bR\tduplicate\"\x93\x03\n" +
+	"\tJobFilter\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12(\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x12.coord.v1.JobStateR\x05state\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05label\x18\x04 \x01(\tR\x05label\x12?\n" +
+	"\rcreated_after\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
+	"\x0ecreated_before\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12A\n" +
+	"\x0efinished_after\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rfinishedAfter\x12C\n" +
+	"\x0ffinished_before\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x0efinishedBefore\x12\x10\n" +
+	"\x03ids\x18\t \x03(\x04R\x03ids\"\xa5\x01\n" +
+	"\x10QueueBulkRequest\x12,\n" +
+	"\x06action\x18\x01 \x01(\x0e2\x14.coord.v1.BulkActionR\x06action\x12+\n" +
+	"\x06filter\x18\x02 \x01(\v2\x13.coord.v1.JobFilterR\x06filter\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"i\n" +
+	"\x11QueueBulkResponse\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\x12 \n" +
+	"\x02op\x18\x02 \x01(\v2\x10.coord.v1.BulkOpR\x02op\x12\x1c\n" +
+	"\tduplicate\x18\x03 \x01(\bR\tduplicate\";\n" +
+	"\x13QueueGetBulkRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"8\n" +
+	"\x14QueueGetBulkResponse\x12 \n" +
+	"\x02op\x18\x01 \x01(\v2\x10.coord.v1.BulkOpR\x02op\",\n" +
+	"\x14QueueListBulkRequest\x12\x14\n" +
+	"\x05stale\x18\x01 \x01(\bR\x05stale\";\n" +
+	"\x15QueueListBulkResponse\x12\"\n" +
+	"\x03ops\x18\x01 \x03(\v2\x10.coord.v1.BulkOpR\x03ops\"\xbf\x03\n" +
+	"\x06BulkOp\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12,\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x14.coord.v1.BulkActionR\x06action\x12+\n" +
+	"\x06filter\x18\x03 \x01(\v2\x13.coord.v1.JobFilterR\x06filter\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x04 \x01(\tR\tcreatedBy\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12;\n" +
+	"\vfinished_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12\x12\n" +
+	"\x04done\x18\b \x01(\x04R\x04done\x12\x18\n" +
+	"\askipped\x18\t \x01(\x04R\askipped\x12\x14\n" +
+	"\x05total\x18\n" +
+	" \x01(\x04R\x05total\x12\x1a\n" +
+	"\bfinished\x18\v \x01(\bR\bfinished\x12\x18\n" +
+	"\abatches\x18\f \x01(\x04R\abatches\")\n" +
+	"\x11QueuePauseRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"Z\n" +
+	"\x12QueuePauseResponse\x12*\n" +
+	"\x05pause\x18\x01 \x01(\v2\x14.coord.v1.QueuePauseR\x05pause\x12\x18\n" +
+	"\aalready\x18\x02 \x01(\bR\aalready\"*\n" +
+	"\x12QueueResumeRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"4\n" +
+	"\x13QueueResumeResponse\x12\x1d\n" +
+	"\n" +
+	"was_paused\x18\x01 \x01(\bR\twasPaused\"x\n" +
+	"\n" +
+	"QueuePause\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1b\n" +
+	"\tpaused_by\x18\x02 \x01(\tR\bpausedBy\x127\n" +
+	"\tpaused_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\"\x8e\x06\n" +
 	"\x06NewJob\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -3289,7 +4729,11 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"unique_key\x18\f \x01(\tR\tuniqueKey\x124\n" +
 	"\x06labels\x18\r \x03(\v2\x1c.coord.v1.NewJob.LabelsEntryR\x06labels\x12,\n" +
 	"\x06target\x18\x0e \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x122\n" +
-	"\amax_run\x18( \x01(\v2\x19.google.protobuf.DurationR\x06maxRun\x1a9\n" +
+	"\amax_run\x18( \x01(\v2\x19.google.protobuf.DurationR\x06maxRun\x12 \n" +
+	"\vtraceparent\x182 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x183 \x01(\tR\n" +
+	"tracestate\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x02\n" +
@@ -3303,7 +4747,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x06secret\x18\x06 \x01(\tR\x06secret\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc4\b\n" +
 	"\bQueueJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
@@ -3333,7 +4777,11 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\vattempt_log\x18\x14 \x03(\v2\x14.coord.v1.JobAttemptR\n" +
 	"attemptLog\x12,\n" +
 	"\x06target\x18\x15 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x122\n" +
-	"\amax_run\x18( \x01(\v2\x19.google.protobuf.DurationR\x06maxRun\x1a9\n" +
+	"\amax_run\x18( \x01(\v2\x19.google.protobuf.DurationR\x06maxRun\x12 \n" +
+	"\vtraceparent\x182 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x183 \x01(\tR\n" +
+	"tracestate\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcd\x04\n" +
@@ -3372,7 +4820,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"y\n" +
 	"\x10QueueGetResponse\x12$\n" +
 	"\x03job\x18\x01 \x01(\v2\x12.coord.v1.QueueJobR\x03job\x12?\n" +
-	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xce\x01\n" +
+	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xf7\x02\n" +
 	"\x10QueueListRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12(\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x12.coord.v1.JobStateR\x05state\x12\x12\n" +
@@ -3381,10 +4829,14 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x14\n" +
-	"\x05stale\x18\a \x01(\bR\x05stale\"c\n" +
+	"\x05stale\x18\a \x01(\bR\x05stale\x12#\n" +
+	"\rargs_contains\x18\x1e \x01(\tR\fargsContains\x12?\n" +
+	"\rcreated_after\x18\x1f \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
+	"\x0ecreated_before\x18  \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\"}\n" +
 	"\x11QueueListResponse\x12&\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x12.coord.v1.QueueJobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"$\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x18\n" +
+	"\ascanned\x18\x1e \x01(\x04R\ascanned\"$\n" +
 	"\x12QueueCancelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"Y\n" +
 	"\x13QueueCancelResponse\x12$\n" +
@@ -3429,13 +4881,14 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"n\n" +
 	"\x14QueueCompleteRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x129\n" +
-	"\vcompletions\x18\x02 \x03(\v2\x17.coord.v1.JobCompletionR\vcompletions\"\xc7\x01\n" +
+	"\vcompletions\x18\x02 \x03(\v2\x17.coord.v1.JobCompletionR\vcompletions\"\xe9\x01\n" +
 	"\rJobCompletion\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
 	"\x06result\x18\x03 \x01(\fR\x06result\x12'\n" +
 	"\x0fdelivery_status\x18\x04 \x01(\rR\x0edeliveryStatus\x12D\n" +
-	"\x10delivery_latency\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\"K\n" +
+	"\x10delivery_latency\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\x12 \n" +
+	"\vtraceparent\x182 \x01(\tR\vtraceparent\"K\n" +
 	"\x15QueueCompleteResponse\x122\n" +
 	"\aresults\x18\x01 \x03(\v2\x18.coord.v1.CompleteResultR\aresults\"\x8d\x01\n" +
 	"\x0eCompleteResult\x12\x15\n" +
@@ -3445,7 +4898,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x16.coord.v1.JobItemErrorR\x05error\"a\n" +
 	"\x10QueueFailRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x120\n" +
-	"\bfailures\x18\x02 \x03(\v2\x14.coord.v1.JobFailureR\bfailures\"\x9c\x02\n" +
+	"\bfailures\x18\x02 \x03(\v2\x14.coord.v1.JobFailureR\bfailures\"\xbe\x02\n" +
 	"\n" +
 	"JobFailure\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\x04R\x05jobId\x12\x18\n" +
@@ -3455,7 +4908,8 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12'\n" +
 	"\x0fdelivery_status\x18\x06 \x01(\rR\x0edeliveryStatus\x12D\n" +
-	"\x10delivery_latency\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\"C\n" +
+	"\x10delivery_latency\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\x12 \n" +
+	"\vtraceparent\x182 \x01(\tR\vtraceparent\"C\n" +
 	"\x11QueueFailResponse\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.coord.v1.FailResultR\aresults\"\xe6\x01\n" +
 	"\n" +
@@ -3512,7 +4966,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"\x83\x01\n" +
 	"\x12QueueStatsResponse\x12,\n" +
 	"\x06queues\x18\x01 \x03(\v2\x14.coord.v1.QueueStatsR\x06queues\x12?\n" +
-	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xf3\x03\n" +
+	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xe1\x04\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1c\n" +
@@ -3530,7 +4984,16 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
 	"rate_limit\x18) \x01(\x01R\trateLimit\x12\x1f\n" +
 	"\vrate_tokens\x18* \x01(\x01R\n" +
-	"rateTokens*\xcd\x01\n" +
+	"rateTokens\x12\x16\n" +
+	"\x06paused\x18\x1e \x01(\bR\x06paused\x12\x1b\n" +
+	"\tpaused_by\x18\x1f \x01(\tR\bpausedBy\x127\n" +
+	"\tpaused_at\x18  \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt*p\n" +
+	"\n" +
+	"BulkAction\x12\x1b\n" +
+	"\x17BULK_ACTION_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11BULK_ACTION_RETRY\x10\x01\x12\x16\n" +
+	"\x12BULK_ACTION_CANCEL\x10\x02\x12\x16\n" +
+	"\x12BULK_ACTION_DELETE\x10\x03*\xcd\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x17\n" +
@@ -3546,7 +5009,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_LAPSED\x10\x04\x12\x1d\n" +
-	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xef\a\n" +
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xe3\v\n" +
 	"\x05Queue\x12E\n" +
 	"\x06Submit\x12\x1c.coord.v1.QueueSubmitRequest\x1a\x1d.coord.v1.QueueSubmitResponse\x12<\n" +
 	"\x03Get\x12\x19.coord.v1.QueueGetRequest\x1a\x1a.coord.v1.QueueGetResponse\x12?\n" +
@@ -3561,7 +5024,14 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\tSetTarget\x12\x1f.coord.v1.QueueSetTargetRequest\x1a .coord.v1.QueueSetTargetResponse\x12H\n" +
 	"\aTargets\x12\x1d.coord.v1.QueueTargetsRequest\x1a\x1e.coord.v1.QueueTargetsResponse\x12N\n" +
 	"\tSetLimits\x12\x1f.coord.v1.QueueSetLimitsRequest\x1a .coord.v1.QueueSetLimitsResponse\x12E\n" +
-	"\x06Limits\x12\x1c.coord.v1.QueueLimitsRequest\x1a\x1d.coord.v1.QueueLimitsResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
+	"\x06Limits\x12\x1c.coord.v1.QueueLimitsRequest\x1a\x1d.coord.v1.QueueLimitsResponse\x12B\n" +
+	"\x05Pause\x12\x1b.coord.v1.QueuePauseRequest\x1a\x1c.coord.v1.QueuePauseResponse\x12E\n" +
+	"\x06Resume\x12\x1c.coord.v1.QueueResumeRequest\x1a\x1d.coord.v1.QueueResumeResponse\x12E\n" +
+	"\x06Delete\x12\x1c.coord.v1.QueueDeleteRequest\x1a\x1d.coord.v1.QueueDeleteResponse\x12?\n" +
+	"\x04Bulk\x12\x1a.coord.v1.QueueBulkRequest\x1a\x1b.coord.v1.QueueBulkResponse\x12H\n" +
+	"\aGetBulk\x12\x1d.coord.v1.QueueGetBulkRequest\x1a\x1e.coord.v1.QueueGetBulkResponse\x12K\n" +
+	"\bListBulk\x12\x1e.coord.v1.QueueListBulkRequest\x1a\x1f.coord.v1.QueueListBulkResponse\x12H\n" +
+	"\aWorkers\x12\x1d.coord.v1.QueueWorkersRequest\x1a\x1e.coord.v1.QueueWorkersResponseB1Z/github.com/coordd/coordd/proto/coord/v1;coordv1b\x06proto3"
 
 var (
 	file_coord_v1_queue_proto_rawDescOnce sync.Once
@@ -3575,170 +5045,230 @@ func file_coord_v1_queue_proto_rawDescGZIP() []byte {
 	return file_coord_v1_queue_proto_rawDescData
 }
 
-var file_coord_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_coord_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_coord_v1_queue_proto_goTypes = []any{
-	(JobState)(0),                  // 0: coord.v1.JobState
-	(AttemptOutcome)(0),            // 1: coord.v1.AttemptOutcome
-	(*NewJob)(nil),                 // 2: coord.v1.NewJob
-	(*HttpTarget)(nil),             // 3: coord.v1.HttpTarget
-	(*QueueJob)(nil),               // 4: coord.v1.QueueJob
-	(*JobAttempt)(nil),             // 5: coord.v1.JobAttempt
-	(*QueueSubmitRequest)(nil),     // 6: coord.v1.QueueSubmitRequest
-	(*QueueSubmitResponse)(nil),    // 7: coord.v1.QueueSubmitResponse
-	(*SubmittedJob)(nil),           // 8: coord.v1.SubmittedJob
-	(*QueueGetRequest)(nil),        // 9: coord.v1.QueueGetRequest
-	(*QueueGetResponse)(nil),       // 10: coord.v1.QueueGetResponse
-	(*QueueListRequest)(nil),       // 11: coord.v1.QueueListRequest
-	(*QueueListResponse)(nil),      // 12: coord.v1.QueueListResponse
-	(*QueueCancelRequest)(nil),     // 13: coord.v1.QueueCancelRequest
-	(*QueueCancelResponse)(nil),    // 14: coord.v1.QueueCancelResponse
-	(*QueueRetryRequest)(nil),      // 15: coord.v1.QueueRetryRequest
-	(*QueueRetryResponse)(nil),     // 16: coord.v1.QueueRetryResponse
-	(*QueueFetchRequest)(nil),      // 17: coord.v1.QueueFetchRequest
-	(*QueueFetchResponse)(nil),     // 18: coord.v1.QueueFetchResponse
-	(*ClaimedJob)(nil),             // 19: coord.v1.ClaimedJob
-	(*JobAttemptRef)(nil),          // 20: coord.v1.JobAttemptRef
-	(*JobItemError)(nil),           // 21: coord.v1.JobItemError
-	(*QueueHeartbeatRequest)(nil),  // 22: coord.v1.QueueHeartbeatRequest
-	(*QueueHeartbeatResponse)(nil), // 23: coord.v1.QueueHeartbeatResponse
-	(*HeartbeatResult)(nil),        // 24: coord.v1.HeartbeatResult
-	(*QueueCompleteRequest)(nil),   // 25: coord.v1.QueueCompleteRequest
-	(*JobCompletion)(nil),          // 26: coord.v1.JobCompletion
-	(*QueueCompleteResponse)(nil),  // 27: coord.v1.QueueCompleteResponse
-	(*CompleteResult)(nil),         // 28: coord.v1.CompleteResult
-	(*QueueFailRequest)(nil),       // 29: coord.v1.QueueFailRequest
-	(*JobFailure)(nil),             // 30: coord.v1.JobFailure
-	(*QueueFailResponse)(nil),      // 31: coord.v1.QueueFailResponse
-	(*FailResult)(nil),             // 32: coord.v1.FailResult
-	(*QueueSetTargetRequest)(nil),  // 33: coord.v1.QueueSetTargetRequest
-	(*QueueSetTargetResponse)(nil), // 34: coord.v1.QueueSetTargetResponse
-	(*QueueTarget)(nil),            // 35: coord.v1.QueueTarget
-	(*QueueTargetsRequest)(nil),    // 36: coord.v1.QueueTargetsRequest
-	(*QueueTargetsResponse)(nil),   // 37: coord.v1.QueueTargetsResponse
-	(*QueueSetLimitsRequest)(nil),  // 38: coord.v1.QueueSetLimitsRequest
-	(*QueueSetLimitsResponse)(nil), // 39: coord.v1.QueueSetLimitsResponse
-	(*QueueLimits)(nil),            // 40: coord.v1.QueueLimits
-	(*QueueLimitsRequest)(nil),     // 41: coord.v1.QueueLimitsRequest
-	(*QueueLimitsResponse)(nil),    // 42: coord.v1.QueueLimitsResponse
-	(*QueueStatsRequest)(nil),      // 43: coord.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),     // 44: coord.v1.QueueStatsResponse
-	(*QueueStats)(nil),             // 45: coord.v1.QueueStats
-	nil,                            // 46: coord.v1.NewJob.LabelsEntry
-	nil,                            // 47: coord.v1.HttpTarget.HeadersEntry
-	nil,                            // 48: coord.v1.QueueJob.LabelsEntry
-	nil,                            // 49: coord.v1.JobItemError.MetadataEntry
-	nil,                            // 50: coord.v1.QueueLimits.KindConcurrencyEntry
-	(*timestamppb.Timestamp)(nil),  // 51: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 52: google.protobuf.Duration
+	(BulkAction)(0),                // 0: coord.v1.BulkAction
+	(JobState)(0),                  // 1: coord.v1.JobState
+	(AttemptOutcome)(0),            // 2: coord.v1.AttemptOutcome
+	(*QueueWorkersRequest)(nil),    // 3: coord.v1.QueueWorkersRequest
+	(*QueueWorkersResponse)(nil),   // 4: coord.v1.QueueWorkersResponse
+	(*QueueWorker)(nil),            // 5: coord.v1.QueueWorker
+	(*RunningAttempt)(nil),         // 6: coord.v1.RunningAttempt
+	(*QueueDeleteRequest)(nil),     // 7: coord.v1.QueueDeleteRequest
+	(*QueueDeleteResponse)(nil),    // 8: coord.v1.QueueDeleteResponse
+	(*JobFilter)(nil),              // 9: coord.v1.JobFilter
+	(*QueueBulkRequest)(nil),       // 10: coord.v1.QueueBulkRequest
+	(*QueueBulkResponse)(nil),      // 11: coord.v1.QueueBulkResponse
+	(*QueueGetBulkRequest)(nil),    // 12: coord.v1.QueueGetBulkRequest
+	(*QueueGetBulkResponse)(nil),   // 13: coord.v1.QueueGetBulkResponse
+	(*QueueListBulkRequest)(nil),   // 14: coord.v1.QueueListBulkRequest
+	(*QueueListBulkResponse)(nil),  // 15: coord.v1.QueueListBulkResponse
+	(*BulkOp)(nil),                 // 16: coord.v1.BulkOp
+	(*QueuePauseRequest)(nil),      // 17: coord.v1.QueuePauseRequest
+	(*QueuePauseResponse)(nil),     // 18: coord.v1.QueuePauseResponse
+	(*QueueResumeRequest)(nil),     // 19: coord.v1.QueueResumeRequest
+	(*QueueResumeResponse)(nil),    // 20: coord.v1.QueueResumeResponse
+	(*QueuePause)(nil),             // 21: coord.v1.QueuePause
+	(*NewJob)(nil),                 // 22: coord.v1.NewJob
+	(*HttpTarget)(nil),             // 23: coord.v1.HttpTarget
+	(*QueueJob)(nil),               // 24: coord.v1.QueueJob
+	(*JobAttempt)(nil),             // 25: coord.v1.JobAttempt
+	(*QueueSubmitRequest)(nil),     // 26: coord.v1.QueueSubmitRequest
+	(*QueueSubmitResponse)(nil),    // 27: coord.v1.QueueSubmitResponse
+	(*SubmittedJob)(nil),           // 28: coord.v1.SubmittedJob
+	(*QueueGetRequest)(nil),        // 29: coord.v1.QueueGetRequest
+	(*QueueGetResponse)(nil),       // 30: coord.v1.QueueGetResponse
+	(*QueueListRequest)(nil),       // 31: coord.v1.QueueListRequest
+	(*QueueListResponse)(nil),      // 32: coord.v1.QueueListResponse
+	(*QueueCancelRequest)(nil),     // 33: coord.v1.QueueCancelRequest
+	(*QueueCancelResponse)(nil),    // 34: coord.v1.QueueCancelResponse
+	(*QueueRetryRequest)(nil),      // 35: coord.v1.QueueRetryRequest
+	(*QueueRetryResponse)(nil),     // 36: coord.v1.QueueRetryResponse
+	(*QueueFetchRequest)(nil),      // 37: coord.v1.QueueFetchRequest
+	(*QueueFetchResponse)(nil),     // 38: coord.v1.QueueFetchResponse
+	(*ClaimedJob)(nil),             // 39: coord.v1.ClaimedJob
+	(*JobAttemptRef)(nil),          // 40: coord.v1.JobAttemptRef
+	(*JobItemError)(nil),           // 41: coord.v1.JobItemError
+	(*QueueHeartbeatRequest)(nil),  // 42: coord.v1.QueueHeartbeatRequest
+	(*QueueHeartbeatResponse)(nil), // 43: coord.v1.QueueHeartbeatResponse
+	(*HeartbeatResult)(nil),        // 44: coord.v1.HeartbeatResult
+	(*QueueCompleteRequest)(nil),   // 45: coord.v1.QueueCompleteRequest
+	(*JobCompletion)(nil),          // 46: coord.v1.JobCompletion
+	(*QueueCompleteResponse)(nil),  // 47: coord.v1.QueueCompleteResponse
+	(*CompleteResult)(nil),         // 48: coord.v1.CompleteResult
+	(*QueueFailRequest)(nil),       // 49: coord.v1.QueueFailRequest
+	(*JobFailure)(nil),             // 50: coord.v1.JobFailure
+	(*QueueFailResponse)(nil),      // 51: coord.v1.QueueFailResponse
+	(*FailResult)(nil),             // 52: coord.v1.FailResult
+	(*QueueSetTargetRequest)(nil),  // 53: coord.v1.QueueSetTargetRequest
+	(*QueueSetTargetResponse)(nil), // 54: coord.v1.QueueSetTargetResponse
+	(*QueueTarget)(nil),            // 55: coord.v1.QueueTarget
+	(*QueueTargetsRequest)(nil),    // 56: coord.v1.QueueTargetsRequest
+	(*QueueTargetsResponse)(nil),   // 57: coord.v1.QueueTargetsResponse
+	(*QueueSetLimitsRequest)(nil),  // 58: coord.v1.QueueSetLimitsRequest
+	(*QueueSetLimitsResponse)(nil), // 59: coord.v1.QueueSetLimitsResponse
+	(*QueueLimits)(nil),            // 60: coord.v1.QueueLimits
+	(*QueueLimitsRequest)(nil),     // 61: coord.v1.QueueLimitsRequest
+	(*QueueLimitsResponse)(nil),    // 62: coord.v1.QueueLimitsResponse
+	(*QueueStatsRequest)(nil),      // 63: coord.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),     // 64: coord.v1.QueueStatsResponse
+	(*QueueStats)(nil),             // 65: coord.v1.QueueStats
+	nil,                            // 66: coord.v1.NewJob.LabelsEntry
+	nil,                            // 67: coord.v1.HttpTarget.HeadersEntry
+	nil,                            // 68: coord.v1.QueueJob.LabelsEntry
+	nil,                            // 69: coord.v1.JobItemError.MetadataEntry
+	nil,                            // 70: coord.v1.QueueLimits.KindConcurrencyEntry
+	(*timestamppb.Timestamp)(nil),  // 71: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 72: google.protobuf.Duration
 }
 var file_coord_v1_queue_proto_depIdxs = []int32{
-	51, // 0: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
-	52, // 1: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
-	52, // 2: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
-	52, // 3: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
-	52, // 4: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
-	46, // 5: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
-	3,  // 6: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
-	52, // 7: coord.v1.NewJob.max_run:type_name -> google.protobuf.Duration
-	47, // 8: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
-	52, // 9: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
-	0,  // 10: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
-	51, // 11: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
-	52, // 12: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
-	52, // 13: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
-	52, // 14: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
-	48, // 15: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
-	51, // 16: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
-	51, // 17: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
-	51, // 18: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
-	5,  // 19: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
-	3,  // 20: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
-	52, // 21: coord.v1.QueueJob.max_run:type_name -> google.protobuf.Duration
-	1,  // 22: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
-	51, // 23: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	51, // 24: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
-	51, // 25: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	52, // 26: coord.v1.JobAttempt.delivery_latency:type_name -> google.protobuf.Duration
-	51, // 27: coord.v1.JobAttempt.run_until:type_name -> google.protobuf.Timestamp
-	2,  // 28: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
-	8,  // 29: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
-	0,  // 30: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
-	51, // 31: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
-	4,  // 32: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
-	51, // 33: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	0,  // 34: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
-	4,  // 35: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
-	4,  // 36: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
-	4,  // 37: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
-	52, // 38: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
-	19, // 39: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
-	4,  // 40: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
-	5,  // 41: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
-	49, // 42: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
-	20, // 43: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
-	24, // 44: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
-	51, // 45: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
-	21, // 46: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
-	26, // 47: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
-	52, // 48: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
-	28, // 49: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
-	21, // 50: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
-	30, // 51: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
-	52, // 52: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
-	52, // 53: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
-	32, // 54: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
-	0,  // 55: coord.v1.FailResult.state:type_name -> coord.v1.JobState
-	51, // 56: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
-	21, // 57: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
-	3,  // 58: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
-	35, // 59: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
-	3,  // 60: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
-	51, // 61: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
-	35, // 62: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
-	40, // 63: coord.v1.QueueSetLimitsRequest.limits:type_name -> coord.v1.QueueLimits
-	40, // 64: coord.v1.QueueSetLimitsResponse.limits:type_name -> coord.v1.QueueLimits
-	50, // 65: coord.v1.QueueLimits.kind_concurrency:type_name -> coord.v1.QueueLimits.KindConcurrencyEntry
-	52, // 66: coord.v1.QueueLimits.max_run:type_name -> google.protobuf.Duration
-	51, // 67: coord.v1.QueueLimits.updated_at:type_name -> google.protobuf.Timestamp
-	40, // 68: coord.v1.QueueLimitsResponse.limits:type_name -> coord.v1.QueueLimits
-	45, // 69: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
-	51, // 70: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	52, // 71: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	51, // 72: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
-	6,  // 73: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
-	9,  // 74: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
-	11, // 75: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
-	13, // 76: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
-	15, // 77: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
-	17, // 78: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
-	22, // 79: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
-	25, // 80: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
-	29, // 81: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
-	43, // 82: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
-	33, // 83: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
-	36, // 84: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
-	38, // 85: coord.v1.Queue.SetLimits:input_type -> coord.v1.QueueSetLimitsRequest
-	41, // 86: coord.v1.Queue.Limits:input_type -> coord.v1.QueueLimitsRequest
-	7,  // 87: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
-	10, // 88: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
-	12, // 89: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
-	14, // 90: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
-	16, // 91: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
-	18, // 92: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
-	23, // 93: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
-	27, // 94: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
-	31, // 95: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
-	44, // 96: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
-	34, // 97: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
-	37, // 98: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
-	39, // 99: coord.v1.Queue.SetLimits:output_type -> coord.v1.QueueSetLimitsResponse
-	42, // 100: coord.v1.Queue.Limits:output_type -> coord.v1.QueueLimitsResponse
-	87, // [87:101] is the sub-list for method output_type
-	73, // [73:87] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	5,   // 0: coord.v1.QueueWorkersResponse.workers:type_name -> coord.v1.QueueWorker
+	71,  // 1: coord.v1.QueueWorkersResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	71,  // 2: coord.v1.QueueWorker.since:type_name -> google.protobuf.Timestamp
+	6,   // 3: coord.v1.QueueWorker.attempts:type_name -> coord.v1.RunningAttempt
+	71,  // 4: coord.v1.RunningAttempt.started_at:type_name -> google.protobuf.Timestamp
+	71,  // 5: coord.v1.RunningAttempt.deadline:type_name -> google.protobuf.Timestamp
+	1,   // 6: coord.v1.JobFilter.state:type_name -> coord.v1.JobState
+	71,  // 7: coord.v1.JobFilter.created_after:type_name -> google.protobuf.Timestamp
+	71,  // 8: coord.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
+	71,  // 9: coord.v1.JobFilter.finished_after:type_name -> google.protobuf.Timestamp
+	71,  // 10: coord.v1.JobFilter.finished_before:type_name -> google.protobuf.Timestamp
+	0,   // 11: coord.v1.QueueBulkRequest.action:type_name -> coord.v1.BulkAction
+	9,   // 12: coord.v1.QueueBulkRequest.filter:type_name -> coord.v1.JobFilter
+	16,  // 13: coord.v1.QueueBulkResponse.op:type_name -> coord.v1.BulkOp
+	16,  // 14: coord.v1.QueueGetBulkResponse.op:type_name -> coord.v1.BulkOp
+	16,  // 15: coord.v1.QueueListBulkResponse.ops:type_name -> coord.v1.BulkOp
+	0,   // 16: coord.v1.BulkOp.action:type_name -> coord.v1.BulkAction
+	9,   // 17: coord.v1.BulkOp.filter:type_name -> coord.v1.JobFilter
+	71,  // 18: coord.v1.BulkOp.created_at:type_name -> google.protobuf.Timestamp
+	71,  // 19: coord.v1.BulkOp.updated_at:type_name -> google.protobuf.Timestamp
+	71,  // 20: coord.v1.BulkOp.finished_at:type_name -> google.protobuf.Timestamp
+	21,  // 21: coord.v1.QueuePauseResponse.pause:type_name -> coord.v1.QueuePause
+	71,  // 22: coord.v1.QueuePause.paused_at:type_name -> google.protobuf.Timestamp
+	71,  // 23: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
+	72,  // 24: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
+	72,  // 25: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
+	72,  // 26: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
+	72,  // 27: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
+	66,  // 28: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
+	23,  // 29: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
+	72,  // 30: coord.v1.NewJob.max_run:type_name -> google.protobuf.Duration
+	67,  // 31: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
+	72,  // 32: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	1,   // 33: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
+	71,  // 34: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
+	72,  // 35: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
+	72,  // 36: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
+	72,  // 37: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
+	68,  // 38: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
+	71,  // 39: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
+	71,  // 40: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
+	71,  // 41: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
+	25,  // 42: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
+	23,  // 43: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
+	72,  // 44: coord.v1.QueueJob.max_run:type_name -> google.protobuf.Duration
+	2,   // 45: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
+	71,  // 46: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	71,  // 47: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
+	71,  // 48: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	72,  // 49: coord.v1.JobAttempt.delivery_latency:type_name -> google.protobuf.Duration
+	71,  // 50: coord.v1.JobAttempt.run_until:type_name -> google.protobuf.Timestamp
+	22,  // 51: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
+	28,  // 52: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
+	1,   // 53: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
+	71,  // 54: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
+	24,  // 55: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
+	71,  // 56: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	1,   // 57: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
+	71,  // 58: coord.v1.QueueListRequest.created_after:type_name -> google.protobuf.Timestamp
+	71,  // 59: coord.v1.QueueListRequest.created_before:type_name -> google.protobuf.Timestamp
+	24,  // 60: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
+	24,  // 61: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
+	24,  // 62: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
+	72,  // 63: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
+	39,  // 64: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
+	24,  // 65: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
+	25,  // 66: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
+	69,  // 67: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
+	40,  // 68: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
+	44,  // 69: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
+	71,  // 70: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
+	41,  // 71: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
+	46,  // 72: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
+	72,  // 73: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
+	48,  // 74: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
+	41,  // 75: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
+	50,  // 76: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
+	72,  // 77: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
+	72,  // 78: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
+	52,  // 79: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
+	1,   // 80: coord.v1.FailResult.state:type_name -> coord.v1.JobState
+	71,  // 81: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
+	41,  // 82: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
+	23,  // 83: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
+	55,  // 84: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
+	23,  // 85: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
+	71,  // 86: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
+	55,  // 87: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
+	60,  // 88: coord.v1.QueueSetLimitsRequest.limits:type_name -> coord.v1.QueueLimits
+	60,  // 89: coord.v1.QueueSetLimitsResponse.limits:type_name -> coord.v1.QueueLimits
+	70,  // 90: coord.v1.QueueLimits.kind_concurrency:type_name -> coord.v1.QueueLimits.KindConcurrencyEntry
+	72,  // 91: coord.v1.QueueLimits.max_run:type_name -> google.protobuf.Duration
+	71,  // 92: coord.v1.QueueLimits.updated_at:type_name -> google.protobuf.Timestamp
+	60,  // 93: coord.v1.QueueLimitsResponse.limits:type_name -> coord.v1.QueueLimits
+	65,  // 94: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
+	71,  // 95: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	72,  // 96: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	71,  // 97: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
+	71,  // 98: coord.v1.QueueStats.paused_at:type_name -> google.protobuf.Timestamp
+	26,  // 99: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
+	29,  // 100: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
+	31,  // 101: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
+	33,  // 102: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
+	35,  // 103: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
+	37,  // 104: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
+	42,  // 105: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
+	45,  // 106: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
+	49,  // 107: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
+	63,  // 108: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
+	53,  // 109: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
+	56,  // 110: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
+	58,  // 111: coord.v1.Queue.SetLimits:input_type -> coord.v1.QueueSetLimitsRequest
+	61,  // 112: coord.v1.Queue.Limits:input_type -> coord.v1.QueueLimitsRequest
+	17,  // 113: coord.v1.Queue.Pause:input_type -> coord.v1.QueuePauseRequest
+	19,  // 114: coord.v1.Queue.Resume:input_type -> coord.v1.QueueResumeRequest
+	7,   // 115: coord.v1.Queue.Delete:input_type -> coord.v1.QueueDeleteRequest
+	10,  // 116: coord.v1.Queue.Bulk:input_type -> coord.v1.QueueBulkRequest
+	12,  // 117: coord.v1.Queue.GetBulk:input_type -> coord.v1.QueueGetBulkRequest
+	14,  // 118: coord.v1.Queue.ListBulk:input_type -> coord.v1.QueueListBulkRequest
+	3,   // 119: coord.v1.Queue.Workers:input_type -> coord.v1.QueueWorkersRequest
+	27,  // 120: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
+	30,  // 121: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
+	32,  // 122: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
+	34,  // 123: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
+	36,  // 124: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
+	38,  // 125: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
+	43,  // 126: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
+	47,  // 127: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
+	51,  // 128: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
+	64,  // 129: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
+	54,  // 130: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
+	57,  // 131: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
+	59,  // 132: coord.v1.Queue.SetLimits:output_type -> coord.v1.QueueSetLimitsResponse
+	62,  // 133: coord.v1.Queue.Limits:output_type -> coord.v1.QueueLimitsResponse
+	18,  // 134: coord.v1.Queue.Pause:output_type -> coord.v1.QueuePauseResponse
+	20,  // 135: coord.v1.Queue.Resume:output_type -> coord.v1.QueueResumeResponse
+	8,   // 136: coord.v1.Queue.Delete:output_type -> coord.v1.QueueDeleteResponse
+	11,  // 137: coord.v1.Queue.Bulk:output_type -> coord.v1.QueueBulkResponse
+	13,  // 138: coord.v1.Queue.GetBulk:output_type -> coord.v1.QueueGetBulkResponse
+	15,  // 139: coord.v1.Queue.ListBulk:output_type -> coord.v1.QueueListBulkResponse
+	4,   // 140: coord.v1.Queue.Workers:output_type -> coord.v1.QueueWorkersResponse
+	120, // [120:141] is the sub-list for method output_type
+	99,  // [99:120] is the sub-list for method input_type
+	99,  // [99:99] is the sub-list for extension type_name
+	99,  // [99:99] is the sub-list for extension extendee
+	0,   // [0:99] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_queue_proto_init() }
@@ -3751,8 +5281,8 @@ func file_coord_v1_queue_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_queue_proto_rawDesc), len(file_coord_v1_queue_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   49,
+			NumEnums:      3,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

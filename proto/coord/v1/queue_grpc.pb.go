@@ -33,6 +33,13 @@ const (
 	Queue_Targets_FullMethodName   = "/coord.v1.Queue/Targets"
 	Queue_SetLimits_FullMethodName = "/coord.v1.Queue/SetLimits"
 	Queue_Limits_FullMethodName    = "/coord.v1.Queue/Limits"
+	Queue_Pause_FullMethodName     = "/coord.v1.Queue/Pause"
+	Queue_Resume_FullMethodName    = "/coord.v1.Queue/Resume"
+	Queue_Delete_FullMethodName    = "/coord.v1.Queue/Delete"
+	Queue_Bulk_FullMethodName      = "/coord.v1.Queue/Bulk"
+	Queue_GetBulk_FullMethodName   = "/coord.v1.Queue/GetBulk"
+	Queue_ListBulk_FullMethodName  = "/coord.v1.Queue/ListBulk"
+	Queue_Workers_FullMethodName   = "/coord.v1.Queue/Workers"
 )
 
 // QueueClient is the client API for Queue service.
@@ -217,6 +224,39 @@ type QueueClient interface {
 	SetLimits(ctx context.Context, in *QueueSetLimitsRequest, opts ...grpc.CallOption) (*QueueSetLimitsResponse, error)
 	// Limits lists the queues' limits (one queue, or all by name).
 	Limits(ctx context.Context, in *QueueLimitsRequest, opts ...grpc.CallOption) (*QueueLimitsResponse, error)
+	// Pause stops every fetch from handing out the queue's jobs (pull
+	// workers' and deliveries); submits are still accepted, running
+	// attempts go on, long polls keep waiting. Replicated with who paused it
+	// and when; pausing a paused queue changes nothing. The job op on the
+	// queue.
+	Pause(ctx context.Context, in *QueuePauseRequest, opts ...grpc.CallOption) (*QueuePauseResponse, error)
+	// Resume lets fetches take the queue's jobs again (no burst: fetches
+	// take them as they come). Resuming a queue that is not paused changes
+	// nothing.
+	Resume(ctx context.Context, in *QueueResumeRequest, opts ...grpc.CallOption) (*QueueResumeResponse, error)
+	// Delete removes a job in a final state (succeeded, cancelled, dead), as
+	// retention would; a job that is not final is refused (JOB_NOT_FINAL:
+	// cancel it first). The job op on its queue.
+	Delete(ctx context.Context, in *QueueDeleteRequest, opts ...grpc.CallOption) (*QueueDeleteResponse, error)
+	// Bulk retries, cancels or deletes the jobs a filter selects. With
+	// dry_run it only counts them. Otherwise it starts a bulk operation,
+	// identified by request_id (a repeat returns the same operation), that
+	// the leader applies in batches of at most 1,000 jobs per log entry,
+	// resumed by a new leader where the last left off; GetBulk reports its
+	// progress. Jobs a bulk action does not apply to are skipped (retry:
+	// running and succeeded; cancel: final; delete: not final). It covers
+	// the jobs submitted before it started. The job op on the queue (on
+	// every queue without one).
+	Bulk(ctx context.Context, in *QueueBulkRequest, opts ...grpc.CallOption) (*QueueBulkResponse, error)
+	// GetBulk is a bulk operation's progress.
+	GetBulk(ctx context.Context, in *QueueGetBulkRequest, opts ...grpc.CallOption) (*QueueGetBulkResponse, error)
+	// ListBulk lists the recent bulk operations (the last 100), newest first.
+	ListBulk(ctx context.Context, in *QueueListBulkRequest, opts ...grpc.CallOption) (*QueueListBulkResponse, error)
+	// Workers lists the workers running attempts now, from the attempts the
+	// replica knows (a worker that fetches nothing has none): each worker's
+	// id, the identity that fetched, what it runs and since when. At most
+	// 1,000 running attempts are read (truncated says so).
+	Workers(ctx context.Context, in *QueueWorkersRequest, opts ...grpc.CallOption) (*QueueWorkersResponse, error)
 }
 
 type queueClient struct {
@@ -361,6 +401,76 @@ func (c *queueClient) Limits(ctx context.Context, in *QueueLimitsRequest, opts .
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(QueueLimitsResponse)
 	err := c.cc.Invoke(ctx, Queue_Limits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) Pause(ctx context.Context, in *QueuePauseRequest, opts ...grpc.CallOption) (*QueuePauseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueuePauseResponse)
+	err := c.cc.Invoke(ctx, Queue_Pause_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) Resume(ctx context.Context, in *QueueResumeRequest, opts ...grpc.CallOption) (*QueueResumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueResumeResponse)
+	err := c.cc.Invoke(ctx, Queue_Resume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) Delete(ctx context.Context, in *QueueDeleteRequest, opts ...grpc.CallOption) (*QueueDeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueDeleteResponse)
+	err := c.cc.Invoke(ctx, Queue_Delete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) Bulk(ctx context.Context, in *QueueBulkRequest, opts ...grpc.CallOption) (*QueueBulkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueBulkResponse)
+	err := c.cc.Invoke(ctx, Queue_Bulk_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) GetBulk(ctx context.Context, in *QueueGetBulkRequest, opts ...grpc.CallOption) (*QueueGetBulkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueGetBulkResponse)
+	err := c.cc.Invoke(ctx, Queue_GetBulk_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) ListBulk(ctx context.Context, in *QueueListBulkRequest, opts ...grpc.CallOption) (*QueueListBulkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueListBulkResponse)
+	err := c.cc.Invoke(ctx, Queue_ListBulk_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) Workers(ctx context.Context, in *QueueWorkersRequest, opts ...grpc.CallOption) (*QueueWorkersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueWorkersResponse)
+	err := c.cc.Invoke(ctx, Queue_Workers_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -549,6 +659,39 @@ type QueueServer interface {
 	SetLimits(context.Context, *QueueSetLimitsRequest) (*QueueSetLimitsResponse, error)
 	// Limits lists the queues' limits (one queue, or all by name).
 	Limits(context.Context, *QueueLimitsRequest) (*QueueLimitsResponse, error)
+	// Pause stops every fetch from handing out the queue's jobs (pull
+	// workers' and deliveries); submits are still accepted, running
+	// attempts go on, long polls keep waiting. Replicated with who paused it
+	// and when; pausing a paused queue changes nothing. The job op on the
+	// queue.
+	Pause(context.Context, *QueuePauseRequest) (*QueuePauseResponse, error)
+	// Resume lets fetches take the queue's jobs again (no burst: fetches
+	// take them as they come). Resuming a queue that is not paused changes
+	// nothing.
+	Resume(context.Context, *QueueResumeRequest) (*QueueResumeResponse, error)
+	// Delete removes a job in a final state (succeeded, cancelled, dead), as
+	// retention would; a job that is not final is refused (JOB_NOT_FINAL:
+	// cancel it first). The job op on its queue.
+	Delete(context.Context, *QueueDeleteRequest) (*QueueDeleteResponse, error)
+	// Bulk retries, cancels or deletes the jobs a filter selects. With
+	// dry_run it only counts them. Otherwise it starts a bulk operation,
+	// identified by request_id (a repeat returns the same operation), that
+	// the leader applies in batches of at most 1,000 jobs per log entry,
+	// resumed by a new leader where the last left off; GetBulk reports its
+	// progress. Jobs a bulk action does not apply to are skipped (retry:
+	// running and succeeded; cancel: final; delete: not final). It covers
+	// the jobs submitted before it started. The job op on the queue (on
+	// every queue without one).
+	Bulk(context.Context, *QueueBulkRequest) (*QueueBulkResponse, error)
+	// GetBulk is a bulk operation's progress.
+	GetBulk(context.Context, *QueueGetBulkRequest) (*QueueGetBulkResponse, error)
+	// ListBulk lists the recent bulk operations (the last 100), newest first.
+	ListBulk(context.Context, *QueueListBulkRequest) (*QueueListBulkResponse, error)
+	// Workers lists the workers running attempts now, from the attempts the
+	// replica knows (a worker that fetches nothing has none): each worker's
+	// id, the identity that fetched, what it runs and since when. At most
+	// 1,000 running attempts are read (truncated says so).
+	Workers(context.Context, *QueueWorkersRequest) (*QueueWorkersResponse, error)
 	mustEmbedUnimplementedQueueServer()
 }
 
@@ -600,6 +743,27 @@ func (UnimplementedQueueServer) SetLimits(context.Context, *QueueSetLimitsReques
 }
 func (UnimplementedQueueServer) Limits(context.Context, *QueueLimitsRequest) (*QueueLimitsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Limits not implemented")
+}
+func (UnimplementedQueueServer) Pause(context.Context, *QueuePauseRequest) (*QueuePauseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Pause not implemented")
+}
+func (UnimplementedQueueServer) Resume(context.Context, *QueueResumeRequest) (*QueueResumeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resume not implemented")
+}
+func (UnimplementedQueueServer) Delete(context.Context, *QueueDeleteRequest) (*QueueDeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Delete not implemented")
+}
+func (UnimplementedQueueServer) Bulk(context.Context, *QueueBulkRequest) (*QueueBulkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Bulk not implemented")
+}
+func (UnimplementedQueueServer) GetBulk(context.Context, *QueueGetBulkRequest) (*QueueGetBulkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetBulk not implemented")
+}
+func (UnimplementedQueueServer) ListBulk(context.Context, *QueueListBulkRequest) (*QueueListBulkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListBulk not implemented")
+}
+func (UnimplementedQueueServer) Workers(context.Context, *QueueWorkersRequest) (*QueueWorkersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Workers not implemented")
 }
 func (UnimplementedQueueServer) mustEmbedUnimplementedQueueServer() {}
 func (UnimplementedQueueServer) testEmbeddedByValue()               {}
@@ -874,6 +1038,132 @@ func _Queue_Limits_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Queue_Pause_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueuePauseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).Pause(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_Pause_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).Pause(ctx, req.(*QueuePauseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Queue_Resume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueResumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).Resume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_Resume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).Resume(ctx, req.(*QueueResumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Queue_Delete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueDeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).Delete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_Delete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).Delete(ctx, req.(*QueueDeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Queue_Bulk_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueBulkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).Bulk(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_Bulk_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).Bulk(ctx, req.(*QueueBulkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Queue_GetBulk_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueGetBulkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).GetBulk(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_GetBulk_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).GetBulk(ctx, req.(*QueueGetBulkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Queue_ListBulk_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueListBulkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).ListBulk(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_ListBulk_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).ListBulk(ctx, req.(*QueueListBulkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Queue_Workers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueWorkersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).Workers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_Workers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).Workers(ctx, req.(*QueueWorkersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Queue_ServiceDesc is the grpc.ServiceDesc for Queue service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -936,6 +1226,34 @@ var Queue_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Limits",
 			Handler:    _Queue_Limits_Handler,
+		},
+		{
+			MethodName: "Pause",
+			Handler:    _Queue_Pause_Handler,
+		},
+		{
+			MethodName: "Resume",
+			Handler:    _Queue_Resume_Handler,
+		},
+		{
+			MethodName: "Delete",
+			Handler:    _Queue_Delete_Handler,
+		},
+		{
+			MethodName: "Bulk",
+			Handler:    _Queue_Bulk_Handler,
+		},
+		{
+			MethodName: "GetBulk",
+			Handler:    _Queue_GetBulk_Handler,
+		},
+		{
+			MethodName: "ListBulk",
+			Handler:    _Queue_ListBulk_Handler,
+		},
+		{
+			MethodName: "Workers",
+			Handler:    _Queue_Workers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

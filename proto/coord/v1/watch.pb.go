@@ -101,7 +101,7 @@ const (
 	// event carries the record after the change.
 	WatchEventKind_WATCH_EVENT_KIND_PUT WatchEventKind = 1
 	// EXPIRE: a lease's TTL ran out without a release. Lease expiry is
-	// judged on cluster time, which advances only with log entries: the
+	// judged on lease time, which advances only with log entries: the
 	// event belongs to the first entry whose time stamp reaches the
 	// deadline. An idle leader appends a tick every 250 ms, so it comes at
 	// most about that long after the deadline (plus any failover gap).

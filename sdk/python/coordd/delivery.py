@@ -50,6 +50,9 @@ class Delivery:
     window: str
     occurrence: str
     deadline: str
+    #: The traceparent header (W3C, docs/tracing.md): the deliverer's span of this request, or the job's context.
+    traceparent: str = ""
+    tracestate: str = ""
 
 
 def parse_secret(secret: str) -> bytes:
@@ -111,4 +114,5 @@ def verify(secrets: Union[str, Sequence[str]], body: bytes, headers: Mapping[str
                     token=_header(headers, "coordd-fencing-token"),
                     idempotency_key=_header(headers, "idempotency-key"), webhook_id=wid, args=args,
                     window=_header(headers, "coordd-window"), occurrence=_header(headers, "coordd-occurrence"),
-                    deadline=_header(headers, "coordd-deadline"))
+                    deadline=_header(headers, "coordd-deadline"), traceparent=_header(headers, "traceparent"),
+                    tracestate=_header(headers, "tracestate"))

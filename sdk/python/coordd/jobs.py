@@ -13,7 +13,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
 
-from . import _wire
+from . import _wire, tracing
 from ._wire import Instant, enum_out, to_int
 from .types import Job, Schedule, SubmittedJob
 
@@ -43,6 +43,10 @@ class NewJob:
     labels: Dict[str, str] = field(default_factory=dict)
     target: Optional["Target"] = None
     max_run: Optional[float] = None  # seconds: each attempt ends at its start + max_run, heartbeats or not
+    #: The job's W3C trace context (docs/tracing.md), which its attempts continue. Default:
+    #: the current span's when ``opentelemetry`` is importable, else none. Malformed: InvalidArgument.
+    traceparent: str = ""
+    tracestate: str = ""
 
 
 @dataclass
@@ -91,6 +95,12 @@ def _job_body(w: _wire.Wire, j: NewJob) -> Dict[str, Any]:
         body["labels"] = dict(j.labels)
     if j.target is not None:
         body["target"] = _target_body(w, j.target)
+    if j.traceparent or j.tracestate:
+        body["traceparent"], body["tracestate"] = j.traceparent, j.tracestate
+    else:
+        current = tracing.current_traceparent()
+        if current is not None:
+            body["traceparent"], body["tracestate"] = current
     return body
 
 

@@ -140,6 +140,9 @@ class Job:
     labels: Dict[str, str]
     attempt_log: List[JobAttempt]
     raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
+    #: The job's W3C trace context (docs/tracing.md); "": none.
+    traceparent: str = ""
+    tracestate: str = ""
 
     @classmethod
     def of(cls, w: Wire, d: Mapping[str, Any]) -> "Job":
@@ -148,7 +151,8 @@ class Job:
                    run_at=w.read_instant(d, "run_at"), attempts=to_int(d.get("attempts")),
                    max_attempts=to_int(d.get("max_attempts")), unique_key=d.get("unique_key", ""),
                    visibility_timeout=w.read_duration(d, "visibility_timeout"), labels=dict(d.get("labels") or {}),
-                   attempt_log=[JobAttempt.of(w, a) for a in d.get("attempt_log") or []], raw=d)
+                   attempt_log=[JobAttempt.of(w, a) for a in d.get("attempt_log") or []], raw=d,
+                   traceparent=d.get("traceparent", ""), tracestate=d.get("tracestate", ""))
 
 
 @dataclass

@@ -40,7 +40,7 @@ import traceback
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import errors
+from . import errors, tracing
 from .lease import Deadlines, margin_for
 from .types import Commit, Job, JobAttempt
 
@@ -81,6 +81,9 @@ class JobContext:
             self._deadline = min(self._deadline, self.run_end)
         self.next_heartbeat = sent + self.vt / 3
         self.state = "running"  # running, reporting, lost, handed-back, done
+        #: The job's trace context (``job.traceparent``) is what the attempt continues; this is the
+        #: attempt's own span's, sent with the outcome, when opentelemetry records it.
+        self.traceparent = ""
 
     @property
     def deadline(self) -> float:
@@ -282,15 +285,21 @@ class Worker:
         fn = self._handlers.get(ctx.job.kind)
         result: Any = None
         failure: Optional[Tuple[str, bool]] = None
+        # With opentelemetry importable: the attempt's span, current while the handler runs (coordd/tracing.py).
+        span = tracing.start_attempt(ctx.job, ctx.attempt, self.id, ctx.token)
+        ctx.traceparent = span.traceparent if span is not None else ""
+        error: Optional[BaseException] = None
         if fn is None:
             failure = (f"no handler for kind {ctx.job.kind!r} on worker {self.id}", True)
         else:
             try:
                 result = fn(ctx.job, ctx)
             except Permanent as e:
-                failure = (_describe(e), False)
+                failure, error = (_describe(e), False), e
             except Exception as e:  # noqa: BLE001 - any failure of the handler fails the attempt
-                failure = (_describe(e) + "\n\n" + traceback.format_exc()[-3000:], True)
+                failure, error = (_describe(e) + "\n\n" + traceback.format_exc()[-3000:], True), e
+        if span is not None:
+            span.end(error)
         with ctx._mu:
             report = ctx.state == "running"
             if report:
@@ -368,6 +377,8 @@ class Worker:
         try:
             if failure is None:
                 item = {"job_id": str(ctx.job.id), "attempt": ctx.attempt}
+                if ctx.traceparent:
+                    item["traceparent"] = ctx.traceparent
                 if result is not None:
                     item["result"] = w.payload(result)
                 tx.call("POST", "/v1/queue/complete", {"worker_id": self.id, "completions": [item]},
@@ -375,6 +386,8 @@ class Worker:
             else:
                 item = {"job_id": str(ctx.job.id), "attempt": ctx.attempt, "error": failure[0][:4096],
                         "retryable": failure[1]}
+                if ctx.traceparent:
+                    item["traceparent"] = ctx.traceparent
                 tx.call("POST", "/v1/queue/fail", {"worker_id": self.id, "failures": [item]},
                         idempotent=True, timeout=budget)
         except errors.CoorddError as e:

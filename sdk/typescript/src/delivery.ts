@@ -34,6 +34,9 @@ export interface Delivery {
   deadline: Date;
   /** The job's args (the JSON body; null when empty). */
   args: unknown;
+  /** The traceparent header (W3C, docs/tracing.md): the deliverer's span of this request, or the job's trace context. */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /** The request is not signed by a known secret, or its timestamp is too far from now (answer 401). */
@@ -159,8 +162,10 @@ function coorddHeaders(h: HeaderSource, webhookId: string, body: Uint8Array): De
     }
   }
   const window = header(h, "coordd-window") || undefined, occurrence = instantHeader(h, "Coordd-Occurrence");
+  const traceparent = header(h, "traceparent") || undefined, tracestate = header(h, "tracestate") || undefined;
   return { jobId, attempt: Number(attempt), token, idempotencyKey, webhookId, deadline, args,
-    ...(window !== undefined && { window }), ...(occurrence !== undefined && { occurrence }) };
+    ...(window !== undefined && { window }), ...(occurrence !== undefined && { occurrence }),
+    ...(traceparent !== undefined && { traceparent }), ...(tracestate !== undefined && { tracestate }) };
 }
 
 export interface DeliveryContext {

@@ -8,5 +8,6 @@ export { CoorddError, NotAcquiredError, LeaseLostError, isReason, LEASE_ENDED, t
 export { verifyDelivery, deliveryHandler, deliveryStatus, signDelivery, parseSecret, SignatureInvalidError, DeliveryInvalidError,
   DELIVERY_TOLERANCE_SECONDS, type Delivery, type DeliveryContext, type DeliveryFn, type DeliveryHandlerOptions, type VerifyOptions,
   type HeaderSource } from "./delivery.js";
+export { parseTraceparent, formatTraceparent, type TraceParent } from "./tracing.js";
 export type { TLSFiles } from "./transport.js";
 export type * from "./types.js";

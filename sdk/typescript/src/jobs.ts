@@ -3,6 +3,7 @@ import { invalidArgument } from "./errors.js";
 import { randomID, type Transport } from "./transport.js";
 import { decode, duration, instant, req, type Schemas } from "./wire.js";
 import type { QueueJob, SubmittedJob } from "./types.js";
+import { activeTraceparent, loadOtel } from "./tracing.js";
 
 export interface JobOptions {
   /** Queue name (default "default"). */
@@ -23,6 +24,12 @@ export interface JobOptions {
   labels?: Record<string, string>;
   /** Deliver the job's attempts to this HTTP endpoint instead of a pull worker (docs/delivery.md; the endpoint's side: deliveryHandler). */
   target?: Target;
+  /**
+   * The job's W3C trace context (docs/tracing.md), which its attempts continue. Default: the active span's when
+   * @opentelemetry/api is installed, else none. Malformed: the submit is refused (INVALID_ARGUMENT naming the field).
+   */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /** An HTTP target (docs/delivery.md, "A target"). */
@@ -66,6 +73,7 @@ export function newJobBody(j: NewJob): Schemas["v1NewJob"] {
     backoff_max: j.backoff?.max === undefined ? undefined : duration(j.backoff.max),
     backoff_factor: j.backoff?.factor,
     labels: j.labels,
+    traceparent: j.traceparent, tracestate: j.tracestate,
     target: j.target && { url: j.target.url, method: j.target.method, headers: j.target.headers, secret: j.target.secret,
       timeout: j.target.timeout === undefined ? undefined : duration(j.target.timeout), retryable_status: j.target.retryableStatus },
   };
@@ -82,6 +90,8 @@ export class Jobs {
   /** Submits up to 1,000 jobs in one call: all or nothing (a bad one refuses the call, metadata.index says which). */
   async submitBatch(jobs: NewJob[]): Promise<SubmittedJob[]> {
     if (jobs.length === 0) return [];
+    const active = activeTraceparent(await loadOtel());
+    if (active) jobs = jobs.map((j) => (j.traceparent || j.tracestate ? j : { ...j, ...active }));
     const r = decode(await this.t.call("POST", "/v1/queue/jobs", { idempotent: true, body: req("v1QueueSubmitRequest", { jobs: jobs.map(newJobBody) }) }));
     return r.jobs ?? [];
   }

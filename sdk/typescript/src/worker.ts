@@ -10,6 +10,7 @@ import { CoorddError, isReason } from "./errors.js";
 import { marginFor, now } from "./lease.js";
 import { sleep, type Transport } from "./transport.js";
 import { decode, duration, req, type Schemas } from "./wire.js";
+import { endAttempt, loadOtel, startAttempt, type AttemptTrace } from "./tracing.js";
 import type { Commit, CommitOptions, QueueJob } from "./types.js";
 
 export interface WorkerOptions {
@@ -65,6 +66,8 @@ class Claim {
   state: "running" | "reporting" | "over" = "running";
   /** max_run: the local deadline never passes sent + max_run - its margin (the server ends the attempt then, heartbeats or not). */
   readonly runEnd?: number;
+  /** The attempt's span (when OpenTelemetry records it), sent with the outcome. */
+  traceparent?: string;
   constructor(readonly job: Job, readonly vt: number, sent: number, runUntil?: Date, startedAt?: Date) {
     this.deadlineAt = sent + vt - marginFor(vt);
     if (runUntil instanceof Date && startedAt instanceof Date) {
@@ -276,13 +279,18 @@ export class Worker {
     const p = (async () => {
       let result: unknown, err: unknown, failed = false;
       const h = this.handlers.get(cl.job.kind);
+      // With @opentelemetry/api installed: the attempt's span, the child of the job's trace context (src/tracing.ts).
+      const otel = await loadOtel();
+      const tr: AttemptTrace | undefined = startAttempt(otel, cl.job, this.id, cl.token);
+      cl.traceparent = tr?.traceparent;
       try {
         if (!h) throw new Error(`no handler for kind "${cl.job.kind}" on worker ${this.id}`);
-        result = await h(cl.job, ctx);
+        result = await (tr ? otel.context.with(tr.context, () => h(cl.job, ctx)) : h(cl.job, ctx));
       } catch (e) {
         failed = true;
         err = e;
       }
+      endAttempt(otel, tr, failed ? err : undefined);
       this.release(queue);
       if (cl.state !== "running" || !this.checkDeadline(cl)) return; // lost or handed back: the outcome is dropped
       cl.state = "reporting";
@@ -303,7 +311,8 @@ export class Worker {
     try {
       await this.t.call("POST", "/v1/queue/complete", { idempotent: true,
         body: req("v1QueueCompleteRequest",
-          { worker_id: this.id, completions: [{ job_id: String(cl.job.id), attempt: cl.job.attempt, result: result ?? null }] }) });
+          { worker_id: this.id, completions: [{ job_id: String(cl.job.id), attempt: cl.job.attempt, result: result ?? null,
+            traceparent: cl.traceparent }] }) });
     } finally {
       this.over(cl);
     }
@@ -312,7 +321,8 @@ export class Worker {
   private async fail(cl: Claim, error: string, retryable: boolean): Promise<void> {
     try {
       await this.t.call("POST", "/v1/queue/fail", { idempotent: true,
-        body: req("v1QueueFailRequest", { worker_id: this.id, failures: [{ job_id: String(cl.job.id), attempt: cl.job.attempt, error, retryable }] }) });
+        body: req("v1QueueFailRequest", { worker_id: this.id, failures: [{ job_id: String(cl.job.id), attempt: cl.job.attempt, error, retryable,
+          traceparent: cl.traceparent }] }) });
     } finally {
       this.over(cl);
     }

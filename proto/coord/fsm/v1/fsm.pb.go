@@ -29,17 +29,19 @@ const (
 type CommandType int32
 
 const (
-	CommandType_COMMAND_TYPE_UNSPECIFIED           CommandType = 0
-	CommandType_COMMAND_TYPE_TICK                  CommandType = 1
-	CommandType_COMMAND_TYPE_ACQUIRE               CommandType = 2
-	CommandType_COMMAND_TYPE_RENEW                 CommandType = 3
-	CommandType_COMMAND_TYPE_RELEASE               CommandType = 4
-	CommandType_COMMAND_TYPE_CLAIM_WINDOW          CommandType = 5
-	CommandType_COMMAND_TYPE_COMPLETE_WINDOW       CommandType = 6
-	CommandType_COMMAND_TYPE_FENCED_COMMIT         CommandType = 7
-	CommandType_COMMAND_TYPE_PRUNE                 CommandType = 8
-	CommandType_COMMAND_TYPE_SET_MEMBER            CommandType = 9
-	CommandType_COMMAND_TYPE_REMOVE_MEMBER         CommandType = 10
+	CommandType_COMMAND_TYPE_UNSPECIFIED     CommandType = 0
+	CommandType_COMMAND_TYPE_TICK            CommandType = 1
+	CommandType_COMMAND_TYPE_ACQUIRE         CommandType = 2
+	CommandType_COMMAND_TYPE_RENEW           CommandType = 3
+	CommandType_COMMAND_TYPE_RELEASE         CommandType = 4
+	CommandType_COMMAND_TYPE_CLAIM_WINDOW    CommandType = 5
+	CommandType_COMMAND_TYPE_COMPLETE_WINDOW CommandType = 6
+	CommandType_COMMAND_TYPE_FENCED_COMMIT   CommandType = 7
+	CommandType_COMMAND_TYPE_PRUNE           CommandType = 8
+	CommandType_COMMAND_TYPE_SET_MEMBER      CommandType = 9
+	CommandType_COMMAND_TYPE_REMOVE_MEMBER   CommandType = 10
+	// Retired: the job registry before schedules (fsm.RegistryJob). Still
+	// applied so that old logs replay; nothing proposes it any more.
 	CommandType_COMMAND_TYPE_REGISTER_JOB          CommandType = 11
 	CommandType_COMMAND_TYPE_BATCH                 CommandType = 12
 	CommandType_COMMAND_TYPE_SUBMIT_JOBS           CommandType = 13
@@ -55,8 +57,11 @@ const (
 	CommandType_COMMAND_TYPE_TRIGGER_SCHEDULE      CommandType = 23
 	CommandType_COMMAND_TYPE_MATERIALISE_SCHEDULES CommandType = 24
 	CommandType_COMMAND_TYPE_SET_QUEUE_TARGET      CommandType = 25
-	// 26 to 29: queue pause/resume and bulk actions.
-	CommandType_COMMAND_TYPE_SET_QUEUE_LIMITS CommandType = 30
+	CommandType_COMMAND_TYPE_PAUSE_QUEUE           CommandType = 26
+	CommandType_COMMAND_TYPE_START_BULK_JOBS       CommandType = 27
+	CommandType_COMMAND_TYPE_STEP_BULK_JOBS        CommandType = 28
+	CommandType_COMMAND_TYPE_DELETE_JOBS           CommandType = 29
+	CommandType_COMMAND_TYPE_SET_QUEUE_LIMITS      CommandType = 30
 )
 
 // Enum value maps for CommandType.
@@ -88,6 +93,10 @@ var (
 		23: "COMMAND_TYPE_TRIGGER_SCHEDULE",
 		24: "COMMAND_TYPE_MATERIALISE_SCHEDULES",
 		25: "COMMAND_TYPE_SET_QUEUE_TARGET",
+		26: "COMMAND_TYPE_PAUSE_QUEUE",
+		27: "COMMAND_TYPE_START_BULK_JOBS",
+		28: "COMMAND_TYPE_STEP_BULK_JOBS",
+		29: "COMMAND_TYPE_DELETE_JOBS",
 		30: "COMMAND_TYPE_SET_QUEUE_LIMITS",
 	}
 	CommandType_value = map[string]int32{
@@ -117,6 +126,10 @@ var (
 		"COMMAND_TYPE_TRIGGER_SCHEDULE":      23,
 		"COMMAND_TYPE_MATERIALISE_SCHEDULES": 24,
 		"COMMAND_TYPE_SET_QUEUE_TARGET":      25,
+		"COMMAND_TYPE_PAUSE_QUEUE":           26,
+		"COMMAND_TYPE_START_BULK_JOBS":       27,
+		"COMMAND_TYPE_STEP_BULK_JOBS":        28,
+		"COMMAND_TYPE_DELETE_JOBS":           29,
 		"COMMAND_TYPE_SET_QUEUE_LIMITS":      30,
 	}
 )
@@ -146,6 +159,58 @@ func (x CommandType) Number() protoreflect.EnumNumber {
 // Deprecated: Use CommandType.Descriptor instead.
 func (CommandType) EnumDescriptor() ([]byte, []int) {
 	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{0}
+}
+
+type BulkAction int32
+
+const (
+	BulkAction_BULK_ACTION_UNSPECIFIED BulkAction = 0
+	BulkAction_BULK_ACTION_RETRY       BulkAction = 1
+	BulkAction_BULK_ACTION_CANCEL      BulkAction = 2
+	BulkAction_BULK_ACTION_DELETE      BulkAction = 3
+)
+
+// Enum value maps for BulkAction.
+var (
+	BulkAction_name = map[int32]string{
+		0: "BULK_ACTION_UNSPECIFIED",
+		1: "BULK_ACTION_RETRY",
+		2: "BULK_ACTION_CANCEL",
+		3: "BULK_ACTION_DELETE",
+	}
+	BulkAction_value = map[string]int32{
+		"BULK_ACTION_UNSPECIFIED": 0,
+		"BULK_ACTION_RETRY":       1,
+		"BULK_ACTION_CANCEL":      2,
+		"BULK_ACTION_DELETE":      3,
+	}
+)
+
+func (x BulkAction) Enum() *BulkAction {
+	p := new(BulkAction)
+	*p = x
+	return p
+}
+
+func (x BulkAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BulkAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_coord_fsm_v1_fsm_proto_enumTypes[1].Descriptor()
+}
+
+func (BulkAction) Type() protoreflect.EnumType {
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[1]
+}
+
+func (x BulkAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BulkAction.Descriptor instead.
+func (BulkAction) EnumDescriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{1}
 }
 
 type JobState int32
@@ -196,11 +261,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_fsm_v1_fsm_proto_enumTypes[1].Descriptor()
+	return file_coord_fsm_v1_fsm_proto_enumTypes[2].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_coord_fsm_v1_fsm_proto_enumTypes[1]
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[2]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -209,7 +274,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{1}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{2}
 }
 
 type AttemptOutcome int32
@@ -255,11 +320,11 @@ func (x AttemptOutcome) String() string {
 }
 
 func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_fsm_v1_fsm_proto_enumTypes[2].Descriptor()
+	return file_coord_fsm_v1_fsm_proto_enumTypes[3].Descriptor()
 }
 
 func (AttemptOutcome) Type() protoreflect.EnumType {
-	return &file_coord_fsm_v1_fsm_proto_enumTypes[2]
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[3]
 }
 
 func (x AttemptOutcome) Number() protoreflect.EnumNumber {
@@ -268,7 +333,7 @@ func (x AttemptOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AttemptOutcome.Descriptor instead.
 func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{2}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{3}
 }
 
 type ScheduleOverlap int32
@@ -311,11 +376,11 @@ func (x ScheduleOverlap) String() string {
 }
 
 func (ScheduleOverlap) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_fsm_v1_fsm_proto_enumTypes[3].Descriptor()
+	return file_coord_fsm_v1_fsm_proto_enumTypes[4].Descriptor()
 }
 
 func (ScheduleOverlap) Type() protoreflect.EnumType {
-	return &file_coord_fsm_v1_fsm_proto_enumTypes[3]
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[4]
 }
 
 func (x ScheduleOverlap) Number() protoreflect.EnumNumber {
@@ -324,7 +389,7 @@ func (x ScheduleOverlap) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ScheduleOverlap.Descriptor instead.
 func (ScheduleOverlap) EnumDescriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{3}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 // ScheduleDstPolicy: coord.v1.ScheduleDstPolicy's values. UNSPECIFIED
@@ -366,11 +431,11 @@ func (x ScheduleDstPolicy) String() string {
 }
 
 func (ScheduleDstPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_fsm_v1_fsm_proto_enumTypes[4].Descriptor()
+	return file_coord_fsm_v1_fsm_proto_enumTypes[5].Descriptor()
 }
 
 func (ScheduleDstPolicy) Type() protoreflect.EnumType {
-	return &file_coord_fsm_v1_fsm_proto_enumTypes[4]
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[5]
 }
 
 func (x ScheduleDstPolicy) Number() protoreflect.EnumNumber {
@@ -379,7 +444,7 @@ func (x ScheduleDstPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ScheduleDstPolicy.Descriptor instead.
 func (ScheduleDstPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{4}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 type ScheduleSkipReason int32
@@ -427,11 +492,11 @@ func (x ScheduleSkipReason) String() string {
 }
 
 func (ScheduleSkipReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_coord_fsm_v1_fsm_proto_enumTypes[5].Descriptor()
+	return file_coord_fsm_v1_fsm_proto_enumTypes[6].Descriptor()
 }
 
 func (ScheduleSkipReason) Type() protoreflect.EnumType {
-	return &file_coord_fsm_v1_fsm_proto_enumTypes[5]
+	return &file_coord_fsm_v1_fsm_proto_enumTypes[6]
 }
 
 func (x ScheduleSkipReason) Number() protoreflect.EnumNumber {
@@ -440,15 +505,15 @@ func (x ScheduleSkipReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ScheduleSkipReason.Descriptor instead.
 func (ScheduleSkipReason) EnumDescriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 // Command is the envelope of every log entry.
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  CommandType            `protobuf:"varint,1,opt,name=type,proto3,enum=coord.fsm.v1.CommandType" json:"type,omitempty"`
-	// now_ms is the cluster time stamped by the leader that proposed it:
-	// lease time, paused across failovers. Lease expiry is judged on it.
+	// now_ms is the lease time stamped by the leader that proposed it
+	// (paused across failovers; the field keeps its name: log format). Lease expiry is judged on it.
 	NowMs int64 `protobuf:"varint,2,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
 	// calendar_ms is the leader's wall clock (Unix ms) when it proposed the
 	// command, never below a stamp it proposed before: calendar time. Due
@@ -482,6 +547,10 @@ type Command struct {
 	//	*Command_TriggerSchedule
 	//	*Command_MaterialiseSchedules
 	//	*Command_SetQueueTarget
+	//	*Command_PauseQueue
+	//	*Command_StartBulkJobs
+	//	*Command_StepBulkJobs
+	//	*Command_DeleteJobs
 	//	*Command_SetQueueLimits
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -771,6 +840,42 @@ func (x *Command) GetSetQueueTarget() *SetQueueTarget {
 	return nil
 }
 
+func (x *Command) GetPauseQueue() *PauseQueue {
+	if x != nil {
+		if x, ok := x.Body.(*Command_PauseQueue); ok {
+			return x.PauseQueue
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetStartBulkJobs() *StartBulkJobs {
+	if x != nil {
+		if x, ok := x.Body.(*Command_StartBulkJobs); ok {
+			return x.StartBulkJobs
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetStepBulkJobs() *StepBulkJobs {
+	if x != nil {
+		if x, ok := x.Body.(*Command_StepBulkJobs); ok {
+			return x.StepBulkJobs
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteJobs() *DeleteJobs {
+	if x != nil {
+		if x, ok := x.Body.(*Command_DeleteJobs); ok {
+			return x.DeleteJobs
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetSetQueueLimits() *SetQueueLimits {
 	if x != nil {
 		if x, ok := x.Body.(*Command_SetQueueLimits); ok {
@@ -825,7 +930,7 @@ type Command_RemoveMember struct {
 }
 
 type Command_RegisterJob struct {
-	RegisterJob *RegisterJob `protobuf:"bytes,20,opt,name=register_job,json=registerJob,proto3,oneof"`
+	RegisterJob *RegisterJob `protobuf:"bytes,20,opt,name=register_job,json=registerJob,proto3,oneof"` // retired registry, replayed only
 }
 
 type Command_Batch struct {
@@ -884,8 +989,23 @@ type Command_SetQueueTarget struct {
 	SetQueueTarget *SetQueueTarget `protobuf:"bytes,34,opt,name=set_queue_target,json=setQueueTarget,proto3,oneof"`
 }
 
+type Command_PauseQueue struct {
+	PauseQueue *PauseQueue `protobuf:"bytes,35,opt,name=pause_queue,json=pauseQueue,proto3,oneof"`
+}
+
+type Command_StartBulkJobs struct {
+	StartBulkJobs *StartBulkJobs `protobuf:"bytes,36,opt,name=start_bulk_jobs,json=startBulkJobs,proto3,oneof"`
+}
+
+type Command_StepBulkJobs struct {
+	StepBulkJobs *StepBulkJobs `protobuf:"bytes,37,opt,name=step_bulk_jobs,json=stepBulkJobs,proto3,oneof"`
+}
+
+type Command_DeleteJobs struct {
+	DeleteJobs *DeleteJobs `protobuf:"bytes,38,opt,name=delete_jobs,json=deleteJobs,proto3,oneof"`
+}
+
 type Command_SetQueueLimits struct {
-	// 35 to 39: queue pause/resume and bulk actions.
 	SetQueueLimits *SetQueueLimits `protobuf:"bytes,40,opt,name=set_queue_limits,json=setQueueLimits,proto3,oneof"`
 }
 
@@ -938,6 +1058,14 @@ func (*Command_TriggerSchedule) isCommand_Body() {}
 func (*Command_MaterialiseSchedules) isCommand_Body() {}
 
 func (*Command_SetQueueTarget) isCommand_Body() {}
+
+func (*Command_PauseQueue) isCommand_Body() {}
+
+func (*Command_StartBulkJobs) isCommand_Body() {}
+
+func (*Command_StepBulkJobs) isCommand_Body() {}
+
+func (*Command_DeleteJobs) isCommand_Body() {}
 
 func (*Command_SetQueueLimits) isCommand_Body() {}
 
@@ -1040,7 +1168,7 @@ type Acquire struct {
 	// that window being incomplete and claim it for the new holder.
 	ClaimJob    string `protobuf:"bytes,7,opt,name=claim_job,json=claimJob,proto3" json:"claim_job,omitempty"`
 	ClaimWindow string `protobuf:"bytes,8,opt,name=claim_window,json=claimWindow,proto3" json:"claim_window,omitempty"`
-	// claim_not_before_ms refuses the grant before that cluster time.
+	// claim_not_before_ms refuses the grant before that calendar time.
 	ClaimNotBeforeMs int64 `protobuf:"varint,9,opt,name=claim_not_before_ms,json=claimNotBeforeMs,proto3" json:"claim_not_before_ms,omitempty"`
 	// value is published with the grant (Lease.value).
 	Value         []byte `protobuf:"bytes,10,opt,name=value,proto3" json:"value,omitempty"`
@@ -1585,7 +1713,7 @@ func (x *FencedCommit) GetJobId() uint64 {
 }
 
 // Prune removes completed windows and idempotency records older than
-// cutoff_ms (cluster time), and finished queue jobs (succeeded, cancelled,
+// cutoff_ms (lease time), and finished queue jobs (succeeded, cancelled,
 // dead) that finished before jobs_cutoff_ms (calendar time; 0: none by
 // age) or exceed max_finished_jobs (0: no limit; succeeded jobs go
 // first, oldest first, then the others, oldest first). Deleted schedules
@@ -1746,8 +1874,11 @@ func (x *RemoveMember) GetId() string {
 	return ""
 }
 
-// RegisterJob upserts a job of the registry. The spec is stored as given
-// (the server validated it); the FSM never parses schedules.
+// RegisterJob upserts a job of the retired registry (fsm.RegistryJob; the
+// registry came before schedules and is not the queue). Kept, with its
+// name, so that logs written before the queue replay as they did; nothing
+// proposes it any more. The spec is stored as given; the FSM never parses
+// schedules.
 type RegisterJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *JobRecord             `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -1824,7 +1955,12 @@ type QueueJobSpec struct {
 	// even if it heartbeats (fsm/queue_maxrun.go). 0 (every entry written
 	// before the field): the queue's default (QueueLimitsSpec.max_run_ms),
 	// else no bound.
-	MaxRunMs      int64 `protobuf:"varint,40,opt,name=max_run_ms,json=maxRunMs,proto3" json:"max_run_ms,omitempty"`
+	MaxRunMs int64 `protobuf:"varint,40,opt,name=max_run_ms,json=maxRunMs,proto3" json:"max_run_ms,omitempty"`
+	// trace_parent and trace_state: the job's W3C trace context
+	// (docs/tracing.md), opaque to the FSM (the server checked the syntax);
+	// empty in every entry written before them.
+	TraceParent   string `protobuf:"bytes,50,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	TraceState    string `protobuf:"bytes,51,opt,name=trace_state,json=traceState,proto3" json:"trace_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1955,6 +2091,20 @@ func (x *QueueJobSpec) GetMaxRunMs() int64 {
 		return x.MaxRunMs
 	}
 	return 0
+}
+
+func (x *QueueJobSpec) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
+}
+
+func (x *QueueJobSpec) GetTraceState() string {
+	if x != nil {
+		return x.TraceState
+	}
+	return ""
 }
 
 // HttpTarget is where a job's attempts are delivered (fsm.CheckJobSpec
@@ -2476,6 +2626,592 @@ func (x *QueueTargetRecord) GetUpdatedAtMs() int64 {
 	return 0
 }
 
+// PauseQueue pauses (paused) or resumes a queue: while paused, no fetch
+// hands out its jobs (pull workers' nor the delivery lane's); submits,
+// heartbeats, completions, lapses and due times go on. Identity is the
+// caller's: who paused it.
+type PauseQueue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Paused        bool                   `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	Identity      string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseQueue) Reset() {
+	*x = PauseQueue{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseQueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseQueue) ProtoMessage() {}
+
+func (x *PauseQueue) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseQueue.ProtoReflect.Descriptor instead.
+func (*PauseQueue) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PauseQueue) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *PauseQueue) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *PauseQueue) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+// QueuePauseRecord is a paused queue (PauseQueue): who paused it and
+// when (calendar ms). A resumed queue has none.
+type QueuePauseRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	PausedBy      string                 `protobuf:"bytes,2,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	PausedAtMs    int64                  `protobuf:"varint,3,opt,name=paused_at_ms,json=pausedAtMs,proto3" json:"paused_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePauseRecord) Reset() {
+	*x = QueuePauseRecord{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePauseRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePauseRecord) ProtoMessage() {}
+
+func (x *QueuePauseRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePauseRecord.ProtoReflect.Descriptor instead.
+func (*QueuePauseRecord) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *QueuePauseRecord) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueuePauseRecord) GetPausedBy() string {
+	if x != nil {
+		return x.PausedBy
+	}
+	return ""
+}
+
+func (x *QueuePauseRecord) GetPausedAtMs() int64 {
+	if x != nil {
+		return x.PausedAtMs
+	}
+	return 0
+}
+
+// DeleteJobs deletes jobs in a final state (succeeded, cancelled, dead):
+// the record goes, as retention would prune it. A job that is not final is
+// refused (JOB_NOT_FINAL): cancel it first.
+type DeleteJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobIds        []uint64               `protobuf:"varint,1,rep,packed,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	Identity      string                 `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobs) Reset() {
+	*x = DeleteJobs{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobs) ProtoMessage() {}
+
+func (x *DeleteJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobs.ProtoReflect.Descriptor instead.
+func (*DeleteJobs) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DeleteJobs) GetJobIds() []uint64 {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+func (x *DeleteJobs) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+// JobSelector picks the jobs of a bulk operation; zero fields match
+// every job. Times are calendar ms: after inclusive, before exclusive
+// (0: unbounded); a finished range matches only final jobs. ids: only
+// these jobs (sorted, unique).
+type JobSelector struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Queue            string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	State            JobState               `protobuf:"varint,2,opt,name=state,proto3,enum=coord.fsm.v1.JobState" json:"state,omitempty"`
+	Kind             string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	LabelKey         string                 `protobuf:"bytes,4,opt,name=label_key,json=labelKey,proto3" json:"label_key,omitempty"`
+	LabelValue       string                 `protobuf:"bytes,5,opt,name=label_value,json=labelValue,proto3" json:"label_value,omitempty"`
+	CreatedAfterMs   int64                  `protobuf:"varint,6,opt,name=created_after_ms,json=createdAfterMs,proto3" json:"created_after_ms,omitempty"`
+	CreatedBeforeMs  int64                  `protobuf:"varint,7,opt,name=created_before_ms,json=createdBeforeMs,proto3" json:"created_before_ms,omitempty"`
+	FinishedAfterMs  int64                  `protobuf:"varint,8,opt,name=finished_after_ms,json=finishedAfterMs,proto3" json:"finished_after_ms,omitempty"`
+	FinishedBeforeMs int64                  `protobuf:"varint,9,opt,name=finished_before_ms,json=finishedBeforeMs,proto3" json:"finished_before_ms,omitempty"`
+	Ids              []uint64               `protobuf:"varint,10,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *JobSelector) Reset() {
+	*x = JobSelector{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobSelector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobSelector) ProtoMessage() {}
+
+func (x *JobSelector) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobSelector.ProtoReflect.Descriptor instead.
+func (*JobSelector) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *JobSelector) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *JobSelector) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *JobSelector) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *JobSelector) GetLabelKey() string {
+	if x != nil {
+		return x.LabelKey
+	}
+	return ""
+}
+
+func (x *JobSelector) GetLabelValue() string {
+	if x != nil {
+		return x.LabelValue
+	}
+	return ""
+}
+
+func (x *JobSelector) GetCreatedAfterMs() int64 {
+	if x != nil {
+		return x.CreatedAfterMs
+	}
+	return 0
+}
+
+func (x *JobSelector) GetCreatedBeforeMs() int64 {
+	if x != nil {
+		return x.CreatedBeforeMs
+	}
+	return 0
+}
+
+func (x *JobSelector) GetFinishedAfterMs() int64 {
+	if x != nil {
+		return x.FinishedAfterMs
+	}
+	return 0
+}
+
+func (x *JobSelector) GetFinishedBeforeMs() int64 {
+	if x != nil {
+		return x.FinishedBeforeMs
+	}
+	return 0
+}
+
+func (x *JobSelector) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+// StartBulkJobs records a bulk operation (op_id: the caller's request id;
+// a repeat returns the recorded one); the leader then applies it in
+// StepBulkJobs batches. It covers the jobs with ids up to the last id at
+// its start; total is the count of matching jobs the leader saw then
+// (for progress only).
+type StartBulkJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OpId          string                 `protobuf:"bytes,1,opt,name=op_id,json=opId,proto3" json:"op_id,omitempty"`
+	Action        BulkAction             `protobuf:"varint,2,opt,name=action,proto3,enum=coord.fsm.v1.BulkAction" json:"action,omitempty"`
+	Selector      *JobSelector           `protobuf:"bytes,3,opt,name=selector,proto3" json:"selector,omitempty"`
+	Identity      string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	Total         uint64                 `protobuf:"varint,5,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartBulkJobs) Reset() {
+	*x = StartBulkJobs{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartBulkJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartBulkJobs) ProtoMessage() {}
+
+func (x *StartBulkJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartBulkJobs.ProtoReflect.Descriptor instead.
+func (*StartBulkJobs) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *StartBulkJobs) GetOpId() string {
+	if x != nil {
+		return x.OpId
+	}
+	return ""
+}
+
+func (x *StartBulkJobs) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_ACTION_UNSPECIFIED
+}
+
+func (x *StartBulkJobs) GetSelector() *JobSelector {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *StartBulkJobs) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *StartBulkJobs) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+// StepBulkJobs applies the next batch of a running bulk operation: the
+// matching jobs with ids above cursor, at most max acted on and at most
+// the scan bound visited. A step whose cursor is not the operation's
+// (a repeat, a deposed leader's) changes nothing.
+type StepBulkJobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OpId          string                 `protobuf:"bytes,1,opt,name=op_id,json=opId,proto3" json:"op_id,omitempty"`
+	Cursor        uint64                 `protobuf:"varint,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Max           uint32                 `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepBulkJobs) Reset() {
+	*x = StepBulkJobs{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepBulkJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepBulkJobs) ProtoMessage() {}
+
+func (x *StepBulkJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepBulkJobs.ProtoReflect.Descriptor instead.
+func (*StepBulkJobs) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *StepBulkJobs) GetOpId() string {
+	if x != nil {
+		return x.OpId
+	}
+	return ""
+}
+
+func (x *StepBulkJobs) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *StepBulkJobs) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+type BulkOpRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OpId          string                 `protobuf:"bytes,1,opt,name=op_id,json=opId,proto3" json:"op_id,omitempty"`
+	Action        BulkAction             `protobuf:"varint,2,opt,name=action,proto3,enum=coord.fsm.v1.BulkAction" json:"action,omitempty"`
+	Selector      *JobSelector           `protobuf:"bytes,3,opt,name=selector,proto3" json:"selector,omitempty"`
+	Identity      string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	CreatedAtMs   int64                  `protobuf:"varint,5,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	UpdatedAtMs   int64                  `protobuf:"varint,6,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	FinishedAtMs  int64                  `protobuf:"varint,7,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
+	Upto          uint64                 `protobuf:"varint,8,opt,name=upto,proto3" json:"upto,omitempty"`
+	Cursor        uint64                 `protobuf:"varint,9,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Total         uint64                 `protobuf:"varint,10,opt,name=total,proto3" json:"total,omitempty"`
+	Done          uint64                 `protobuf:"varint,11,opt,name=done,proto3" json:"done,omitempty"`
+	Skipped       uint64                 `protobuf:"varint,12,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Steps         uint64                 `protobuf:"varint,13,opt,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkOpRecord) Reset() {
+	*x = BulkOpRecord{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkOpRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkOpRecord) ProtoMessage() {}
+
+func (x *BulkOpRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkOpRecord.ProtoReflect.Descriptor instead.
+func (*BulkOpRecord) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *BulkOpRecord) GetOpId() string {
+	if x != nil {
+		return x.OpId
+	}
+	return ""
+}
+
+func (x *BulkOpRecord) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_ACTION_UNSPECIFIED
+}
+
+func (x *BulkOpRecord) GetSelector() *JobSelector {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *BulkOpRecord) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *BulkOpRecord) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetFinishedAtMs() int64 {
+	if x != nil {
+		return x.FinishedAtMs
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetUpto() uint64 {
+	if x != nil {
+		return x.Upto
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetDone() uint64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetSkipped() uint64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *BulkOpRecord) GetSteps() uint64 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
 type HttpHeader struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2486,7 +3222,7 @@ type HttpHeader struct {
 
 func (x *HttpHeader) Reset() {
 	*x = HttpHeader{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +3234,7 @@ func (x *HttpHeader) String() string {
 func (*HttpHeader) ProtoMessage() {}
 
 func (x *HttpHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +3247,7 @@ func (x *HttpHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpHeader.ProtoReflect.Descriptor instead.
 func (*HttpHeader) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HttpHeader) GetName() string {
@@ -2538,7 +3274,7 @@ type JobLabel struct {
 
 func (x *JobLabel) Reset() {
 	*x = JobLabel{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +3286,7 @@ func (x *JobLabel) String() string {
 func (*JobLabel) ProtoMessage() {}
 
 func (x *JobLabel) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +3299,7 @@ func (x *JobLabel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLabel.ProtoReflect.Descriptor instead.
 func (*JobLabel) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *JobLabel) GetKey() string {
@@ -2605,7 +3341,7 @@ type SubmitJobs struct {
 
 func (x *SubmitJobs) Reset() {
 	*x = SubmitJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +3353,7 @@ func (x *SubmitJobs) String() string {
 func (*SubmitJobs) ProtoMessage() {}
 
 func (x *SubmitJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +3366,7 @@ func (x *SubmitJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobs.ProtoReflect.Descriptor instead.
 func (*SubmitJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SubmitJobs) GetJobs() []*QueueJobSpec {
@@ -2679,7 +3415,7 @@ type FetchJobs struct {
 
 func (x *FetchJobs) Reset() {
 	*x = FetchJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2691,7 +3427,7 @@ func (x *FetchJobs) String() string {
 func (*FetchJobs) ProtoMessage() {}
 
 func (x *FetchJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2704,7 +3440,7 @@ func (x *FetchJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchJobs.ProtoReflect.Descriptor instead.
 func (*FetchJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FetchJobs) GetQueues() []string {
@@ -2753,7 +3489,7 @@ type JobAttemptRef struct {
 
 func (x *JobAttemptRef) Reset() {
 	*x = JobAttemptRef{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +3501,7 @@ func (x *JobAttemptRef) String() string {
 func (*JobAttemptRef) ProtoMessage() {}
 
 func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +3514,7 @@ func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRef.ProtoReflect.Descriptor instead.
 func (*JobAttemptRef) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JobAttemptRef) GetJobId() uint64 {
@@ -2807,7 +3543,7 @@ type HeartbeatJobs struct {
 
 func (x *HeartbeatJobs) Reset() {
 	*x = HeartbeatJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +3555,7 @@ func (x *HeartbeatJobs) String() string {
 func (*HeartbeatJobs) ProtoMessage() {}
 
 func (x *HeartbeatJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +3568,7 @@ func (x *HeartbeatJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatJobs.ProtoReflect.Descriptor instead.
 func (*HeartbeatJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HeartbeatJobs) GetAttempts() []*JobAttemptRef {
@@ -2867,7 +3603,7 @@ type CompleteJobs struct {
 
 func (x *CompleteJobs) Reset() {
 	*x = CompleteJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +3615,7 @@ func (x *CompleteJobs) String() string {
 func (*CompleteJobs) ProtoMessage() {}
 
 func (x *CompleteJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +3628,7 @@ func (x *CompleteJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobs.ProtoReflect.Descriptor instead.
 func (*CompleteJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CompleteJobs) GetCompletions() []*JobCompletion {
@@ -2932,7 +3668,7 @@ type JobCompletion struct {
 
 func (x *JobCompletion) Reset() {
 	*x = JobCompletion{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3680,7 @@ func (x *JobCompletion) String() string {
 func (*JobCompletion) ProtoMessage() {}
 
 func (x *JobCompletion) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3693,7 @@ func (x *JobCompletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCompletion.ProtoReflect.Descriptor instead.
 func (*JobCompletion) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *JobCompletion) GetJobId() uint64 {
@@ -3006,7 +3742,7 @@ type FailJobs struct {
 
 func (x *FailJobs) Reset() {
 	*x = FailJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3018,7 +3754,7 @@ func (x *FailJobs) String() string {
 func (*FailJobs) ProtoMessage() {}
 
 func (x *FailJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3031,7 +3767,7 @@ func (x *FailJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobs.ProtoReflect.Descriptor instead.
 func (*FailJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FailJobs) GetFailures() []*JobFailure {
@@ -3079,7 +3815,7 @@ type JobFailure struct {
 
 func (x *JobFailure) Reset() {
 	*x = JobFailure{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3827,7 @@ func (x *JobFailure) String() string {
 func (*JobFailure) ProtoMessage() {}
 
 func (x *JobFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3840,7 @@ func (x *JobFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFailure.ProtoReflect.Descriptor instead.
 func (*JobFailure) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *JobFailure) GetJobId() uint64 {
@@ -3173,7 +3909,7 @@ type CancelJobs struct {
 
 func (x *CancelJobs) Reset() {
 	*x = CancelJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3185,7 +3921,7 @@ func (x *CancelJobs) String() string {
 func (*CancelJobs) ProtoMessage() {}
 
 func (x *CancelJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3198,7 +3934,7 @@ func (x *CancelJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobs.ProtoReflect.Descriptor instead.
 func (*CancelJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelJobs) GetJobIds() []uint64 {
@@ -3225,7 +3961,7 @@ type RetryJobs struct {
 
 func (x *RetryJobs) Reset() {
 	*x = RetryJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3237,7 +3973,7 @@ func (x *RetryJobs) String() string {
 func (*RetryJobs) ProtoMessage() {}
 
 func (x *RetryJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3250,7 +3986,7 @@ func (x *RetryJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobs.ProtoReflect.Descriptor instead.
 func (*RetryJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RetryJobs) GetJobIds() []uint64 {
@@ -3284,6 +4020,8 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_QueueJob
 	//	*SnapshotRecord_Schedule
 	//	*SnapshotRecord_QueueTarget
+	//	*SnapshotRecord_QueuePause
+	//	*SnapshotRecord_BulkOp
 	//	*SnapshotRecord_QueueLimits
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
@@ -3292,7 +4030,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3304,7 +4042,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3317,7 +4055,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -3417,6 +4155,24 @@ func (x *SnapshotRecord) GetQueueTarget() *QueueTargetRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetQueuePause() *QueuePauseRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_QueuePause); ok {
+			return x.QueuePause
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetBulkOp() *BulkOpRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_BulkOp); ok {
+			return x.BulkOp
+		}
+	}
+	return nil
+}
+
 func (x *SnapshotRecord) GetQueueLimits() *QueueLimitsRecord {
 	if x != nil {
 		if x, ok := x.Record.(*SnapshotRecord_QueueLimits); ok {
@@ -3455,7 +4211,7 @@ type SnapshotRecord_Member struct {
 }
 
 type SnapshotRecord_Job struct {
-	Job *JobRecord `protobuf:"bytes,7,opt,name=job,proto3,oneof"`
+	Job *JobRecord `protobuf:"bytes,7,opt,name=job,proto3,oneof"` // retired registry (fsm.RegistryJob), kept for old snapshots
 }
 
 type SnapshotRecord_QueueJob struct {
@@ -3468,6 +4224,14 @@ type SnapshotRecord_Schedule struct {
 
 type SnapshotRecord_QueueTarget struct {
 	QueueTarget *QueueTargetRecord `protobuf:"bytes,10,opt,name=queue_target,json=queueTarget,proto3,oneof"`
+}
+
+type SnapshotRecord_QueuePause struct {
+	QueuePause *QueuePauseRecord `protobuf:"bytes,30,opt,name=queue_pause,json=queuePause,proto3,oneof"`
+}
+
+type SnapshotRecord_BulkOp struct {
+	BulkOp *BulkOpRecord `protobuf:"bytes,31,opt,name=bulk_op,json=bulkOp,proto3,oneof"`
 }
 
 type SnapshotRecord_QueueLimits struct {
@@ -3494,6 +4258,10 @@ func (*SnapshotRecord_Schedule) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_QueueTarget) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_QueuePause) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_BulkOp) isSnapshotRecord_Record() {}
+
 func (*SnapshotRecord_QueueLimits) isSnapshotRecord_Record() {}
 
 type SnapshotMeta struct {
@@ -3504,7 +4272,7 @@ type SnapshotMeta struct {
 	Resources   uint64                 `protobuf:"varint,4,opt,name=resources,proto3" json:"resources,omitempty"`
 	Idempotency uint64                 `protobuf:"varint,5,opt,name=idempotency,proto3" json:"idempotency,omitempty"`
 	Members     uint64                 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
-	Jobs        uint64                 `protobuf:"varint,7,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	Jobs        uint64                 `protobuf:"varint,7,opt,name=jobs,proto3" json:"jobs,omitempty"` // records of the retired registry (JobRecord)
 	// calendar_ms is the highest calendar stamp applied.
 	CalendarMs int64 `protobuf:"varint,8,opt,name=calendar_ms,json=calendarMs,proto3" json:"calendar_ms,omitempty"`
 	// last_job_id is the last queue job id assigned (ids are never reused).
@@ -3519,7 +4287,7 @@ type SnapshotMeta struct {
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +4299,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +4312,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{34}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SnapshotMeta) GetClockMs() int64 {
@@ -3651,7 +4419,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3663,7 +4431,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3676,7 +4444,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{35}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *LeaseRecord) GetName() string {
@@ -3782,7 +4550,7 @@ type WindowRecord struct {
 
 func (x *WindowRecord) Reset() {
 	*x = WindowRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3794,7 +4562,7 @@ func (x *WindowRecord) String() string {
 func (*WindowRecord) ProtoMessage() {}
 
 func (x *WindowRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3807,7 +4575,7 @@ func (x *WindowRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowRecord.ProtoReflect.Descriptor instead.
 func (*WindowRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{36}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WindowRecord) GetJob() string {
@@ -3903,7 +4671,7 @@ type ResourceRecord struct {
 
 func (x *ResourceRecord) Reset() {
 	*x = ResourceRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3915,7 +4683,7 @@ func (x *ResourceRecord) String() string {
 func (*ResourceRecord) ProtoMessage() {}
 
 func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3928,7 +4696,7 @@ func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRecord.ProtoReflect.Descriptor instead.
 func (*ResourceRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{37}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ResourceRecord) GetResource() string {
@@ -3993,7 +4761,7 @@ type IdempotencyRecord struct {
 
 func (x *IdempotencyRecord) Reset() {
 	*x = IdempotencyRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4005,7 +4773,7 @@ func (x *IdempotencyRecord) String() string {
 func (*IdempotencyRecord) ProtoMessage() {}
 
 func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4018,7 +4786,7 @@ func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdempotencyRecord.ProtoReflect.Descriptor instead.
 func (*IdempotencyRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{38}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *IdempotencyRecord) GetResource() string {
@@ -4066,7 +4834,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4078,7 +4846,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4091,7 +4859,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{39}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -4108,6 +4876,8 @@ func (x *MemberRecord) GetGrpcAddress() string {
 	return ""
 }
 
+// JobRecord is a job of the retired registry (fsm.RegistryJob), not a
+// queue job (QueueJobRecord). Kept so that old snapshots and logs restore.
 type JobRecord struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -4131,7 +4901,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4143,7 +4913,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4156,7 +4926,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{40}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *JobRecord) GetName() string {
@@ -4285,7 +5055,7 @@ type QueueJobRecord struct {
 
 func (x *QueueJobRecord) Reset() {
 	*x = QueueJobRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4297,7 +5067,7 @@ func (x *QueueJobRecord) String() string {
 func (*QueueJobRecord) ProtoMessage() {}
 
 func (x *QueueJobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4310,7 +5080,7 @@ func (x *QueueJobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueJobRecord.ProtoReflect.Descriptor instead.
 func (*QueueJobRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{41}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *QueueJobRecord) GetId() uint64 {
@@ -4402,7 +5172,7 @@ type JobAttemptRecord struct {
 
 func (x *JobAttemptRecord) Reset() {
 	*x = JobAttemptRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4414,7 +5184,7 @@ func (x *JobAttemptRecord) String() string {
 func (*JobAttemptRecord) ProtoMessage() {}
 
 func (x *JobAttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4427,7 +5197,7 @@ func (x *JobAttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRecord.ProtoReflect.Descriptor instead.
 func (*JobAttemptRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{42}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *JobAttemptRecord) GetNumber() uint32 {
@@ -4548,7 +5318,7 @@ type ScheduleSpec struct {
 
 func (x *ScheduleSpec) Reset() {
 	*x = ScheduleSpec{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4560,7 +5330,7 @@ func (x *ScheduleSpec) String() string {
 func (*ScheduleSpec) ProtoMessage() {}
 
 func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4573,7 +5343,7 @@ func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
 func (*ScheduleSpec) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{43}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ScheduleSpec) GetExpr() string {
@@ -4686,7 +5456,7 @@ type PutSchedule struct {
 
 func (x *PutSchedule) Reset() {
 	*x = PutSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4698,7 +5468,7 @@ func (x *PutSchedule) String() string {
 func (*PutSchedule) ProtoMessage() {}
 
 func (x *PutSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4711,7 +5481,7 @@ func (x *PutSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
 func (*PutSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{44}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PutSchedule) GetName() string {
@@ -4794,7 +5564,7 @@ type ScheduleGuard struct {
 
 func (x *ScheduleGuard) Reset() {
 	*x = ScheduleGuard{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4806,7 +5576,7 @@ func (x *ScheduleGuard) String() string {
 func (*ScheduleGuard) ProtoMessage() {}
 
 func (x *ScheduleGuard) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4819,7 +5589,7 @@ func (x *ScheduleGuard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleGuard.ProtoReflect.Descriptor instead.
 func (*ScheduleGuard) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{45}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ScheduleGuard) GetQueue() string {
@@ -4842,7 +5612,7 @@ type DeleteSchedule struct {
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4854,7 +5624,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4867,7 +5637,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{46}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DeleteSchedule) GetName() string {
@@ -4907,7 +5677,7 @@ type PauseSchedule struct {
 
 func (x *PauseSchedule) Reset() {
 	*x = PauseSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4919,7 +5689,7 @@ func (x *PauseSchedule) String() string {
 func (*PauseSchedule) ProtoMessage() {}
 
 func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4932,7 +5702,7 @@ func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
 func (*PauseSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{47}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PauseSchedule) GetName() string {
@@ -4978,7 +5748,7 @@ type TriggerSchedule struct {
 
 func (x *TriggerSchedule) Reset() {
 	*x = TriggerSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4990,7 +5760,7 @@ func (x *TriggerSchedule) String() string {
 func (*TriggerSchedule) ProtoMessage() {}
 
 func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5003,7 +5773,7 @@ func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
 func (*TriggerSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{48}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TriggerSchedule) GetName() string {
@@ -5055,7 +5825,7 @@ type MaterialiseSchedules struct {
 
 func (x *MaterialiseSchedules) Reset() {
 	*x = MaterialiseSchedules{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5067,7 +5837,7 @@ func (x *MaterialiseSchedules) String() string {
 func (*MaterialiseSchedules) ProtoMessage() {}
 
 func (x *MaterialiseSchedules) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5080,7 +5850,7 @@ func (x *MaterialiseSchedules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaterialiseSchedules.ProtoReflect.Descriptor instead.
 func (*MaterialiseSchedules) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{49}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MaterialiseSchedules) GetItems() []*ScheduleMaterialisation {
@@ -5111,7 +5881,7 @@ type ScheduleMaterialisation struct {
 
 func (x *ScheduleMaterialisation) Reset() {
 	*x = ScheduleMaterialisation{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5123,7 +5893,7 @@ func (x *ScheduleMaterialisation) String() string {
 func (*ScheduleMaterialisation) ProtoMessage() {}
 
 func (x *ScheduleMaterialisation) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5136,7 +5906,7 @@ func (x *ScheduleMaterialisation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleMaterialisation.ProtoReflect.Descriptor instead.
 func (*ScheduleMaterialisation) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{50}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ScheduleMaterialisation) GetName() string {
@@ -5189,17 +5959,21 @@ func (x *ScheduleMaterialisation) GetSkipped() []*ScheduleSkip {
 }
 
 type ScheduleOccurrence struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AtMs          int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
-	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
-	DstGap        bool                   `protobuf:"varint,3,opt,name=dst_gap,json=dstGap,proto3" json:"dst_gap,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	AtMs   int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Window string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	DstGap bool                   `protobuf:"varint,3,opt,name=dst_gap,json=dstGap,proto3" json:"dst_gap,omitempty"`
+	// trace_parent and trace_state: the W3C trace context the leader
+	// started for this occurrence (a new trace each), given to its job.
+	TraceParent   string `protobuf:"bytes,50,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	TraceState    string `protobuf:"bytes,51,opt,name=trace_state,json=traceState,proto3" json:"trace_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleOccurrence) Reset() {
 	*x = ScheduleOccurrence{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[51]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5211,7 +5985,7 @@ func (x *ScheduleOccurrence) String() string {
 func (*ScheduleOccurrence) ProtoMessage() {}
 
 func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[51]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5224,7 +5998,7 @@ func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleOccurrence.ProtoReflect.Descriptor instead.
 func (*ScheduleOccurrence) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{51}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ScheduleOccurrence) GetAtMs() int64 {
@@ -5248,6 +6022,20 @@ func (x *ScheduleOccurrence) GetDstGap() bool {
 	return false
 }
 
+func (x *ScheduleOccurrence) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
+}
+
+func (x *ScheduleOccurrence) GetTraceState() string {
+	if x != nil {
+		return x.TraceState
+	}
+	return ""
+}
+
 // ScheduleSkip is a run of consecutive occurrences skipped for one
 // reason, counted, not listed.
 type ScheduleSkip struct {
@@ -5264,7 +6052,7 @@ type ScheduleSkip struct {
 
 func (x *ScheduleSkip) Reset() {
 	*x = ScheduleSkip{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[52]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5276,7 +6064,7 @@ func (x *ScheduleSkip) String() string {
 func (*ScheduleSkip) ProtoMessage() {}
 
 func (x *ScheduleSkip) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[52]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5289,7 +6077,7 @@ func (x *ScheduleSkip) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSkip.ProtoReflect.Descriptor instead.
 func (*ScheduleSkip) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{52}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ScheduleSkip) GetReason() ScheduleSkipReason {
@@ -5356,7 +6144,7 @@ type ScheduleHistoryRecord struct {
 
 func (x *ScheduleHistoryRecord) Reset() {
 	*x = ScheduleHistoryRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[53]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5368,7 +6156,7 @@ func (x *ScheduleHistoryRecord) String() string {
 func (*ScheduleHistoryRecord) ProtoMessage() {}
 
 func (x *ScheduleHistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[53]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5381,7 +6169,7 @@ func (x *ScheduleHistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleHistoryRecord.ProtoReflect.Descriptor instead.
 func (*ScheduleHistoryRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{53}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ScheduleHistoryRecord) GetAtMs() int64 {
@@ -5494,7 +6282,7 @@ type ScheduleRecord struct {
 
 func (x *ScheduleRecord) Reset() {
 	*x = ScheduleRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[54]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5506,7 +6294,7 @@ func (x *ScheduleRecord) String() string {
 func (*ScheduleRecord) ProtoMessage() {}
 
 func (x *ScheduleRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[54]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5519,7 +6307,7 @@ func (x *ScheduleRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRecord.ProtoReflect.Descriptor instead.
 func (*ScheduleRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{54}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ScheduleRecord) GetName() string {
@@ -5673,7 +6461,7 @@ var File_coord_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\xd0\r\n" +
+	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\xd5\x0f\n" +
 	"\aCommand\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.coord.fsm.v1.CommandTypeR\x04type\x12\x15\n" +
 	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12\x1f\n" +
@@ -5709,7 +6497,13 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0epause_schedule\x18\x1f \x01(\v2\x1b.coord.fsm.v1.PauseScheduleH\x00R\rpauseSchedule\x12J\n" +
 	"\x10trigger_schedule\x18  \x01(\v2\x1d.coord.fsm.v1.TriggerScheduleH\x00R\x0ftriggerSchedule\x12Y\n" +
 	"\x15materialise_schedules\x18! \x01(\v2\".coord.fsm.v1.MaterialiseSchedulesH\x00R\x14materialiseSchedules\x12H\n" +
-	"\x10set_queue_target\x18\" \x01(\v2\x1c.coord.fsm.v1.SetQueueTargetH\x00R\x0esetQueueTarget\x12H\n" +
+	"\x10set_queue_target\x18\" \x01(\v2\x1c.coord.fsm.v1.SetQueueTargetH\x00R\x0esetQueueTarget\x12;\n" +
+	"\vpause_queue\x18# \x01(\v2\x18.coord.fsm.v1.PauseQueueH\x00R\n" +
+	"pauseQueue\x12E\n" +
+	"\x0fstart_bulk_jobs\x18$ \x01(\v2\x1b.coord.fsm.v1.StartBulkJobsH\x00R\rstartBulkJobs\x12B\n" +
+	"\x0estep_bulk_jobs\x18% \x01(\v2\x1a.coord.fsm.v1.StepBulkJobsH\x00R\fstepBulkJobs\x12;\n" +
+	"\vdelete_jobs\x18& \x01(\v2\x18.coord.fsm.v1.DeleteJobsH\x00R\n" +
+	"deleteJobs\x12H\n" +
 	"\x10set_queue_limits\x18( \x01(\v2\x1c.coord.fsm.v1.SetQueueLimitsH\x00R\x0esetQueueLimitsB\x06\n" +
 	"\x04body\":\n" +
 	"\x05Batch\x121\n" +
@@ -5788,7 +6582,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fRemoveMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"8\n" +
 	"\vRegisterJob\x12)\n" +
-	"\x03job\x18\x01 \x01(\v2\x17.coord.fsm.v1.JobRecordR\x03job\"\x86\x04\n" +
+	"\x03job\x18\x01 \x01(\v2\x17.coord.fsm.v1.JobRecordR\x03job\"\xca\x04\n" +
 	"\fQueueJobSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -5806,7 +6600,10 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06labels\x18\f \x03(\v2\x16.coord.fsm.v1.JobLabelR\x06labels\x120\n" +
 	"\x06target\x18\r \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\x12\x1c\n" +
 	"\n" +
-	"max_run_ms\x18( \x01(\x03R\bmaxRunMs\"\xc4\x01\n" +
+	"max_run_ms\x18( \x01(\x03R\bmaxRunMs\x12!\n" +
+	"\ftrace_parent\x182 \x01(\tR\vtraceParent\x12\x1f\n" +
+	"\vtrace_state\x183 \x01(\tR\n" +
+	"traceState\"\xc4\x01\n" +
 	"\n" +
 	"HttpTarget\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
@@ -5851,7 +6648,59 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06target\x18\x02 \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\x12\x1d\n" +
 	"\n" +
 	"updated_by\x18\x03 \x01(\tR\tupdatedBy\x12\"\n" +
-	"\rupdated_at_ms\x18\x04 \x01(\x03R\vupdatedAtMs\"6\n" +
+	"\rupdated_at_ms\x18\x04 \x01(\x03R\vupdatedAtMs\"V\n" +
+	"\n" +
+	"PauseQueue\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\"g\n" +
+	"\x10QueuePauseRecord\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1b\n" +
+	"\tpaused_by\x18\x02 \x01(\tR\bpausedBy\x12 \n" +
+	"\fpaused_at_ms\x18\x03 \x01(\x03R\n" +
+	"pausedAtMs\"A\n" +
+	"\n" +
+	"DeleteJobs\x12\x17\n" +
+	"\ajob_ids\x18\x01 \x03(\x04R\x06jobIds\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\"\xe5\x02\n" +
+	"\vJobSelector\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12,\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x16.coord.fsm.v1.JobStateR\x05state\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x1b\n" +
+	"\tlabel_key\x18\x04 \x01(\tR\blabelKey\x12\x1f\n" +
+	"\vlabel_value\x18\x05 \x01(\tR\n" +
+	"labelValue\x12(\n" +
+	"\x10created_after_ms\x18\x06 \x01(\x03R\x0ecreatedAfterMs\x12*\n" +
+	"\x11created_before_ms\x18\a \x01(\x03R\x0fcreatedBeforeMs\x12*\n" +
+	"\x11finished_after_ms\x18\b \x01(\x03R\x0ffinishedAfterMs\x12,\n" +
+	"\x12finished_before_ms\x18\t \x01(\x03R\x10finishedBeforeMs\x12\x10\n" +
+	"\x03ids\x18\n" +
+	" \x03(\x04R\x03ids\"\xbf\x01\n" +
+	"\rStartBulkJobs\x12\x13\n" +
+	"\x05op_id\x18\x01 \x01(\tR\x04opId\x120\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x18.coord.fsm.v1.BulkActionR\x06action\x125\n" +
+	"\bselector\x18\x03 \x01(\v2\x19.coord.fsm.v1.JobSelectorR\bselector\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\x14\n" +
+	"\x05total\x18\x05 \x01(\x04R\x05total\"M\n" +
+	"\fStepBulkJobs\x12\x13\n" +
+	"\x05op_id\x18\x01 \x01(\tR\x04opId\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\x04R\x06cursor\x12\x10\n" +
+	"\x03max\x18\x03 \x01(\rR\x03max\"\x9c\x03\n" +
+	"\fBulkOpRecord\x12\x13\n" +
+	"\x05op_id\x18\x01 \x01(\tR\x04opId\x120\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x18.coord.fsm.v1.BulkActionR\x06action\x125\n" +
+	"\bselector\x18\x03 \x01(\v2\x19.coord.fsm.v1.JobSelectorR\bselector\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\"\n" +
+	"\rcreated_at_ms\x18\x05 \x01(\x03R\vcreatedAtMs\x12\"\n" +
+	"\rupdated_at_ms\x18\x06 \x01(\x03R\vupdatedAtMs\x12$\n" +
+	"\x0efinished_at_ms\x18\a \x01(\x03R\ffinishedAtMs\x12\x12\n" +
+	"\x04upto\x18\b \x01(\x04R\x04upto\x12\x16\n" +
+	"\x06cursor\x18\t \x01(\x04R\x06cursor\x12\x14\n" +
+	"\x05total\x18\n" +
+	" \x01(\x04R\x05total\x12\x12\n" +
+	"\x04done\x18\v \x01(\x04R\x04done\x12\x18\n" +
+	"\askipped\x18\f \x01(\x04R\askipped\x12\x14\n" +
+	"\x05steps\x18\r \x01(\x04R\x05steps\"6\n" +
 	"\n" +
 	"HttpHeader\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -5910,7 +6759,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\"@\n" +
 	"\tRetryJobs\x12\x17\n" +
 	"\ajob_ids\x18\x01 \x03(\x04R\x06jobIds\x12\x1a\n" +
-	"\bidentity\x18\x02 \x01(\tR\bidentity\"\x9e\x05\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\"\x98\x06\n" +
 	"\x0eSnapshotRecord\x120\n" +
 	"\x04meta\x18\x01 \x01(\v2\x1a.coord.fsm.v1.SnapshotMetaH\x00R\x04meta\x121\n" +
 	"\x05lease\x18\x02 \x01(\v2\x19.coord.fsm.v1.LeaseRecordH\x00R\x05lease\x124\n" +
@@ -5922,7 +6771,10 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tqueue_job\x18\b \x01(\v2\x1c.coord.fsm.v1.QueueJobRecordH\x00R\bqueueJob\x12:\n" +
 	"\bschedule\x18\t \x01(\v2\x1c.coord.fsm.v1.ScheduleRecordH\x00R\bschedule\x12D\n" +
 	"\fqueue_target\x18\n" +
-	" \x01(\v2\x1f.coord.fsm.v1.QueueTargetRecordH\x00R\vqueueTarget\x12D\n" +
+	" \x01(\v2\x1f.coord.fsm.v1.QueueTargetRecordH\x00R\vqueueTarget\x12A\n" +
+	"\vqueue_pause\x18\x1e \x01(\v2\x1e.coord.fsm.v1.QueuePauseRecordH\x00R\n" +
+	"queuePause\x125\n" +
+	"\abulk_op\x18\x1f \x01(\v2\x1a.coord.fsm.v1.BulkOpRecordH\x00R\x06bulkOp\x12D\n" +
 	"\fqueue_limits\x18( \x01(\v2\x1f.coord.fsm.v1.QueueLimitsRecordH\x00R\vqueueLimitsB\b\n" +
 	"\x06record\"\xe4\x02\n" +
 	"\fSnapshotMeta\x12\x19\n" +
@@ -6093,11 +6945,14 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"through_ms\x18\x04 \x01(\x03R\tthroughMs\x12\x1e\n" +
 	"\vnext_due_ms\x18\x05 \x01(\x03R\tnextDueMs\x128\n" +
 	"\x06create\x18\x06 \x03(\v2 .coord.fsm.v1.ScheduleOccurrenceR\x06create\x124\n" +
-	"\askipped\x18\a \x03(\v2\x1a.coord.fsm.v1.ScheduleSkipR\askipped\"Z\n" +
+	"\askipped\x18\a \x03(\v2\x1a.coord.fsm.v1.ScheduleSkipR\askipped\"\x9e\x01\n" +
 	"\x12ScheduleOccurrence\x12\x13\n" +
 	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x17\n" +
-	"\adst_gap\x18\x03 \x01(\bR\x06dstGap\"\xd6\x01\n" +
+	"\adst_gap\x18\x03 \x01(\bR\x06dstGap\x12!\n" +
+	"\ftrace_parent\x182 \x01(\tR\vtraceParent\x12\x1f\n" +
+	"\vtrace_state\x183 \x01(\tR\n" +
+	"traceState\"\xd6\x01\n" +
 	"\fScheduleSkip\x128\n" +
 	"\x06reason\x18\x01 \x01(\x0e2 .coord.fsm.v1.ScheduleSkipReasonR\x06reason\x12\x19\n" +
 	"\bfirst_ms\x18\x02 \x01(\x03R\afirstMs\x12\x17\n" +
@@ -6146,7 +7001,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fjobs_created\x18\x12 \x01(\x04R\vjobsCreated\x12/\n" +
 	"\x13occurrences_skipped\x18\x13 \x01(\x04R\x12occurrencesSkipped\x12=\n" +
 	"\ahistory\x18\x14 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\ahistory\x129\n" +
-	"\x05skips\x18\x15 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\x05skips*\xc1\x06\n" +
+	"\x05skips\x18\x15 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\x05skips*\xc0\a\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11COMMAND_TYPE_TICK\x10\x01\x12\x18\n" +
@@ -6174,8 +7029,18 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x1bCOMMAND_TYPE_PAUSE_SCHEDULE\x10\x16\x12!\n" +
 	"\x1dCOMMAND_TYPE_TRIGGER_SCHEDULE\x10\x17\x12&\n" +
 	"\"COMMAND_TYPE_MATERIALISE_SCHEDULES\x10\x18\x12!\n" +
-	"\x1dCOMMAND_TYPE_SET_QUEUE_TARGET\x10\x19\x12!\n" +
-	"\x1dCOMMAND_TYPE_SET_QUEUE_LIMITS\x10\x1e*\xcd\x01\n" +
+	"\x1dCOMMAND_TYPE_SET_QUEUE_TARGET\x10\x19\x12\x1c\n" +
+	"\x18COMMAND_TYPE_PAUSE_QUEUE\x10\x1a\x12 \n" +
+	"\x1cCOMMAND_TYPE_START_BULK_JOBS\x10\x1b\x12\x1f\n" +
+	"\x1bCOMMAND_TYPE_STEP_BULK_JOBS\x10\x1c\x12\x1c\n" +
+	"\x18COMMAND_TYPE_DELETE_JOBS\x10\x1d\x12!\n" +
+	"\x1dCOMMAND_TYPE_SET_QUEUE_LIMITS\x10\x1e*p\n" +
+	"\n" +
+	"BulkAction\x12\x1b\n" +
+	"\x17BULK_ACTION_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11BULK_ACTION_RETRY\x10\x01\x12\x16\n" +
+	"\x12BULK_ACTION_CANCEL\x10\x02\x12\x16\n" +
+	"\x12BULK_ACTION_DELETE\x10\x03*\xcd\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATE_SCHEDULED\x10\x01\x12\x17\n" +
@@ -6222,150 +7087,169 @@ func file_coord_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_coord_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                // 0: coord.fsm.v1.CommandType
-	(JobState)(0),                   // 1: coord.fsm.v1.JobState
-	(AttemptOutcome)(0),             // 2: coord.fsm.v1.AttemptOutcome
-	(ScheduleOverlap)(0),            // 3: coord.fsm.v1.ScheduleOverlap
-	(ScheduleDstPolicy)(0),          // 4: coord.fsm.v1.ScheduleDstPolicy
-	(ScheduleSkipReason)(0),         // 5: coord.fsm.v1.ScheduleSkipReason
-	(*Command)(nil),                 // 6: coord.fsm.v1.Command
-	(*Batch)(nil),                   // 7: coord.fsm.v1.Batch
-	(*Tick)(nil),                    // 8: coord.fsm.v1.Tick
-	(*Acquire)(nil),                 // 9: coord.fsm.v1.Acquire
-	(*Renew)(nil),                   // 10: coord.fsm.v1.Renew
-	(*Release)(nil),                 // 11: coord.fsm.v1.Release
-	(*ClaimWindow)(nil),             // 12: coord.fsm.v1.ClaimWindow
-	(*CompleteWindow)(nil),          // 13: coord.fsm.v1.CompleteWindow
-	(*FencedCommit)(nil),            // 14: coord.fsm.v1.FencedCommit
-	(*Prune)(nil),                   // 15: coord.fsm.v1.Prune
-	(*SetMember)(nil),               // 16: coord.fsm.v1.SetMember
-	(*RemoveMember)(nil),            // 17: coord.fsm.v1.RemoveMember
-	(*RegisterJob)(nil),             // 18: coord.fsm.v1.RegisterJob
-	(*QueueJobSpec)(nil),            // 19: coord.fsm.v1.QueueJobSpec
-	(*HttpTarget)(nil),              // 20: coord.fsm.v1.HttpTarget
-	(*SetQueueTarget)(nil),          // 21: coord.fsm.v1.SetQueueTarget
-	(*SetQueueLimits)(nil),          // 22: coord.fsm.v1.SetQueueLimits
-	(*QueueLimitsSpec)(nil),         // 23: coord.fsm.v1.QueueLimitsSpec
-	(*KindLimit)(nil),               // 24: coord.fsm.v1.KindLimit
-	(*QueueLimitsRecord)(nil),       // 25: coord.fsm.v1.QueueLimitsRecord
-	(*QueueTargetRecord)(nil),       // 26: coord.fsm.v1.QueueTargetRecord
-	(*HttpHeader)(nil),              // 27: coord.fsm.v1.HttpHeader
-	(*JobLabel)(nil),                // 28: coord.fsm.v1.JobLabel
-	(*SubmitJobs)(nil),              // 29: coord.fsm.v1.SubmitJobs
-	(*FetchJobs)(nil),               // 30: coord.fsm.v1.FetchJobs
-	(*JobAttemptRef)(nil),           // 31: coord.fsm.v1.JobAttemptRef
-	(*HeartbeatJobs)(nil),           // 32: coord.fsm.v1.HeartbeatJobs
-	(*CompleteJobs)(nil),            // 33: coord.fsm.v1.CompleteJobs
-	(*JobCompletion)(nil),           // 34: coord.fsm.v1.JobCompletion
-	(*FailJobs)(nil),                // 35: coord.fsm.v1.FailJobs
-	(*JobFailure)(nil),              // 36: coord.fsm.v1.JobFailure
-	(*CancelJobs)(nil),              // 37: coord.fsm.v1.CancelJobs
-	(*RetryJobs)(nil),               // 38: coord.fsm.v1.RetryJobs
-	(*SnapshotRecord)(nil),          // 39: coord.fsm.v1.SnapshotRecord
-	(*SnapshotMeta)(nil),            // 40: coord.fsm.v1.SnapshotMeta
-	(*LeaseRecord)(nil),             // 41: coord.fsm.v1.LeaseRecord
-	(*WindowRecord)(nil),            // 42: coord.fsm.v1.WindowRecord
-	(*ResourceRecord)(nil),          // 43: coord.fsm.v1.ResourceRecord
-	(*IdempotencyRecord)(nil),       // 44: coord.fsm.v1.IdempotencyRecord
-	(*MemberRecord)(nil),            // 45: coord.fsm.v1.MemberRecord
-	(*JobRecord)(nil),               // 46: coord.fsm.v1.JobRecord
-	(*QueueJobRecord)(nil),          // 47: coord.fsm.v1.QueueJobRecord
-	(*JobAttemptRecord)(nil),        // 48: coord.fsm.v1.JobAttemptRecord
-	(*ScheduleSpec)(nil),            // 49: coord.fsm.v1.ScheduleSpec
-	(*PutSchedule)(nil),             // 50: coord.fsm.v1.PutSchedule
-	(*ScheduleGuard)(nil),           // 51: coord.fsm.v1.ScheduleGuard
-	(*DeleteSchedule)(nil),          // 52: coord.fsm.v1.DeleteSchedule
-	(*PauseSchedule)(nil),           // 53: coord.fsm.v1.PauseSchedule
-	(*TriggerSchedule)(nil),         // 54: coord.fsm.v1.TriggerSchedule
-	(*MaterialiseSchedules)(nil),    // 55: coord.fsm.v1.MaterialiseSchedules
-	(*ScheduleMaterialisation)(nil), // 56: coord.fsm.v1.ScheduleMaterialisation
-	(*ScheduleOccurrence)(nil),      // 57: coord.fsm.v1.ScheduleOccurrence
-	(*ScheduleSkip)(nil),            // 58: coord.fsm.v1.ScheduleSkip
-	(*ScheduleHistoryRecord)(nil),   // 59: coord.fsm.v1.ScheduleHistoryRecord
-	(*ScheduleRecord)(nil),          // 60: coord.fsm.v1.ScheduleRecord
+	(BulkAction)(0),                 // 1: coord.fsm.v1.BulkAction
+	(JobState)(0),                   // 2: coord.fsm.v1.JobState
+	(AttemptOutcome)(0),             // 3: coord.fsm.v1.AttemptOutcome
+	(ScheduleOverlap)(0),            // 4: coord.fsm.v1.ScheduleOverlap
+	(ScheduleDstPolicy)(0),          // 5: coord.fsm.v1.ScheduleDstPolicy
+	(ScheduleSkipReason)(0),         // 6: coord.fsm.v1.ScheduleSkipReason
+	(*Command)(nil),                 // 7: coord.fsm.v1.Command
+	(*Batch)(nil),                   // 8: coord.fsm.v1.Batch
+	(*Tick)(nil),                    // 9: coord.fsm.v1.Tick
+	(*Acquire)(nil),                 // 10: coord.fsm.v1.Acquire
+	(*Renew)(nil),                   // 11: coord.fsm.v1.Renew
+	(*Release)(nil),                 // 12: coord.fsm.v1.Release
+	(*ClaimWindow)(nil),             // 13: coord.fsm.v1.ClaimWindow
+	(*CompleteWindow)(nil),          // 14: coord.fsm.v1.CompleteWindow
+	(*FencedCommit)(nil),            // 15: coord.fsm.v1.FencedCommit
+	(*Prune)(nil),                   // 16: coord.fsm.v1.Prune
+	(*SetMember)(nil),               // 17: coord.fsm.v1.SetMember
+	(*RemoveMember)(nil),            // 18: coord.fsm.v1.RemoveMember
+	(*RegisterJob)(nil),             // 19: coord.fsm.v1.RegisterJob
+	(*QueueJobSpec)(nil),            // 20: coord.fsm.v1.QueueJobSpec
+	(*HttpTarget)(nil),              // 21: coord.fsm.v1.HttpTarget
+	(*SetQueueTarget)(nil),          // 22: coord.fsm.v1.SetQueueTarget
+	(*SetQueueLimits)(nil),          // 23: coord.fsm.v1.SetQueueLimits
+	(*QueueLimitsSpec)(nil),         // 24: coord.fsm.v1.QueueLimitsSpec
+	(*KindLimit)(nil),               // 25: coord.fsm.v1.KindLimit
+	(*QueueLimitsRecord)(nil),       // 26: coord.fsm.v1.QueueLimitsRecord
+	(*QueueTargetRecord)(nil),       // 27: coord.fsm.v1.QueueTargetRecord
+	(*PauseQueue)(nil),              // 28: coord.fsm.v1.PauseQueue
+	(*QueuePauseRecord)(nil),        // 29: coord.fsm.v1.QueuePauseRecord
+	(*DeleteJobs)(nil),              // 30: coord.fsm.v1.DeleteJobs
+	(*JobSelector)(nil),             // 31: coord.fsm.v1.JobSelector
+	(*StartBulkJobs)(nil),           // 32: coord.fsm.v1.StartBulkJobs
+	(*StepBulkJobs)(nil),            // 33: coord.fsm.v1.StepBulkJobs
+	(*BulkOpRecord)(nil),            // 34: coord.fsm.v1.BulkOpRecord
+	(*HttpHeader)(nil),              // 35: coord.fsm.v1.HttpHeader
+	(*JobLabel)(nil),                // 36: coord.fsm.v1.JobLabel
+	(*SubmitJobs)(nil),              // 37: coord.fsm.v1.SubmitJobs
+	(*FetchJobs)(nil),               // 38: coord.fsm.v1.FetchJobs
+	(*JobAttemptRef)(nil),           // 39: coord.fsm.v1.JobAttemptRef
+	(*HeartbeatJobs)(nil),           // 40: coord.fsm.v1.HeartbeatJobs
+	(*CompleteJobs)(nil),            // 41: coord.fsm.v1.CompleteJobs
+	(*JobCompletion)(nil),           // 42: coord.fsm.v1.JobCompletion
+	(*FailJobs)(nil),                // 43: coord.fsm.v1.FailJobs
+	(*JobFailure)(nil),              // 44: coord.fsm.v1.JobFailure
+	(*CancelJobs)(nil),              // 45: coord.fsm.v1.CancelJobs
+	(*RetryJobs)(nil),               // 46: coord.fsm.v1.RetryJobs
+	(*SnapshotRecord)(nil),          // 47: coord.fsm.v1.SnapshotRecord
+	(*SnapshotMeta)(nil),            // 48: coord.fsm.v1.SnapshotMeta
+	(*LeaseRecord)(nil),             // 49: coord.fsm.v1.LeaseRecord
+	(*WindowRecord)(nil),            // 50: coord.fsm.v1.WindowRecord
+	(*ResourceRecord)(nil),          // 51: coord.fsm.v1.ResourceRecord
+	(*IdempotencyRecord)(nil),       // 52: coord.fsm.v1.IdempotencyRecord
+	(*MemberRecord)(nil),            // 53: coord.fsm.v1.MemberRecord
+	(*JobRecord)(nil),               // 54: coord.fsm.v1.JobRecord
+	(*QueueJobRecord)(nil),          // 55: coord.fsm.v1.QueueJobRecord
+	(*JobAttemptRecord)(nil),        // 56: coord.fsm.v1.JobAttemptRecord
+	(*ScheduleSpec)(nil),            // 57: coord.fsm.v1.ScheduleSpec
+	(*PutSchedule)(nil),             // 58: coord.fsm.v1.PutSchedule
+	(*ScheduleGuard)(nil),           // 59: coord.fsm.v1.ScheduleGuard
+	(*DeleteSchedule)(nil),          // 60: coord.fsm.v1.DeleteSchedule
+	(*PauseSchedule)(nil),           // 61: coord.fsm.v1.PauseSchedule
+	(*TriggerSchedule)(nil),         // 62: coord.fsm.v1.TriggerSchedule
+	(*MaterialiseSchedules)(nil),    // 63: coord.fsm.v1.MaterialiseSchedules
+	(*ScheduleMaterialisation)(nil), // 64: coord.fsm.v1.ScheduleMaterialisation
+	(*ScheduleOccurrence)(nil),      // 65: coord.fsm.v1.ScheduleOccurrence
+	(*ScheduleSkip)(nil),            // 66: coord.fsm.v1.ScheduleSkip
+	(*ScheduleHistoryRecord)(nil),   // 67: coord.fsm.v1.ScheduleHistoryRecord
+	(*ScheduleRecord)(nil),          // 68: coord.fsm.v1.ScheduleRecord
 }
 var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: coord.fsm.v1.Command.type:type_name -> coord.fsm.v1.CommandType
-	8,  // 1: coord.fsm.v1.Command.tick:type_name -> coord.fsm.v1.Tick
-	9,  // 2: coord.fsm.v1.Command.acquire:type_name -> coord.fsm.v1.Acquire
-	10, // 3: coord.fsm.v1.Command.renew:type_name -> coord.fsm.v1.Renew
-	11, // 4: coord.fsm.v1.Command.release:type_name -> coord.fsm.v1.Release
-	12, // 5: coord.fsm.v1.Command.claim_window:type_name -> coord.fsm.v1.ClaimWindow
-	13, // 6: coord.fsm.v1.Command.complete_window:type_name -> coord.fsm.v1.CompleteWindow
-	14, // 7: coord.fsm.v1.Command.fenced_commit:type_name -> coord.fsm.v1.FencedCommit
-	15, // 8: coord.fsm.v1.Command.prune:type_name -> coord.fsm.v1.Prune
-	16, // 9: coord.fsm.v1.Command.set_member:type_name -> coord.fsm.v1.SetMember
-	17, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
-	18, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
-	7,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
-	29, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
-	30, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
-	32, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
-	33, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
-	35, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
-	37, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
-	38, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
-	50, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
-	52, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
-	53, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
-	54, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
-	55, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
-	21, // 25: coord.fsm.v1.Command.set_queue_target:type_name -> coord.fsm.v1.SetQueueTarget
-	22, // 26: coord.fsm.v1.Command.set_queue_limits:type_name -> coord.fsm.v1.SetQueueLimits
-	6,  // 27: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
-	9,  // 28: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
-	46, // 29: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
-	28, // 30: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
-	20, // 31: coord.fsm.v1.QueueJobSpec.target:type_name -> coord.fsm.v1.HttpTarget
-	27, // 32: coord.fsm.v1.HttpTarget.headers:type_name -> coord.fsm.v1.HttpHeader
-	20, // 33: coord.fsm.v1.SetQueueTarget.target:type_name -> coord.fsm.v1.HttpTarget
-	23, // 34: coord.fsm.v1.SetQueueLimits.limits:type_name -> coord.fsm.v1.QueueLimitsSpec
-	24, // 35: coord.fsm.v1.QueueLimitsSpec.kinds:type_name -> coord.fsm.v1.KindLimit
-	23, // 36: coord.fsm.v1.QueueLimitsRecord.limits:type_name -> coord.fsm.v1.QueueLimitsSpec
-	20, // 37: coord.fsm.v1.QueueTargetRecord.target:type_name -> coord.fsm.v1.HttpTarget
-	19, // 38: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
-	31, // 39: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
-	34, // 40: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
-	36, // 41: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
-	40, // 42: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
-	41, // 43: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
-	42, // 44: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
-	43, // 45: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
-	44, // 46: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
-	45, // 47: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
-	46, // 48: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
-	47, // 49: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
-	60, // 50: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
-	26, // 51: coord.fsm.v1.SnapshotRecord.queue_target:type_name -> coord.fsm.v1.QueueTargetRecord
-	25, // 52: coord.fsm.v1.SnapshotRecord.queue_limits:type_name -> coord.fsm.v1.QueueLimitsRecord
-	19, // 53: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
-	1,  // 54: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
-	48, // 55: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
-	2,  // 56: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
-	19, // 57: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
-	3,  // 58: coord.fsm.v1.ScheduleSpec.overlap:type_name -> coord.fsm.v1.ScheduleOverlap
-	4,  // 59: coord.fsm.v1.ScheduleSpec.dst_policy:type_name -> coord.fsm.v1.ScheduleDstPolicy
-	49, // 60: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	51, // 61: coord.fsm.v1.PutSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	51, // 62: coord.fsm.v1.DeleteSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	51, // 63: coord.fsm.v1.PauseSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	51, // 64: coord.fsm.v1.TriggerSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	56, // 65: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
-	57, // 66: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
-	58, // 67: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
-	5,  // 68: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
-	5,  // 69: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
-	49, // 70: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	59, // 71: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	59, // 72: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	73, // [73:73] is the sub-list for method output_type
-	73, // [73:73] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	9,  // 1: coord.fsm.v1.Command.tick:type_name -> coord.fsm.v1.Tick
+	10, // 2: coord.fsm.v1.Command.acquire:type_name -> coord.fsm.v1.Acquire
+	11, // 3: coord.fsm.v1.Command.renew:type_name -> coord.fsm.v1.Renew
+	12, // 4: coord.fsm.v1.Command.release:type_name -> coord.fsm.v1.Release
+	13, // 5: coord.fsm.v1.Command.claim_window:type_name -> coord.fsm.v1.ClaimWindow
+	14, // 6: coord.fsm.v1.Command.complete_window:type_name -> coord.fsm.v1.CompleteWindow
+	15, // 7: coord.fsm.v1.Command.fenced_commit:type_name -> coord.fsm.v1.FencedCommit
+	16, // 8: coord.fsm.v1.Command.prune:type_name -> coord.fsm.v1.Prune
+	17, // 9: coord.fsm.v1.Command.set_member:type_name -> coord.fsm.v1.SetMember
+	18, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
+	19, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
+	8,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
+	37, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
+	38, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
+	40, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
+	41, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
+	43, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
+	45, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
+	46, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
+	58, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
+	60, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
+	61, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
+	62, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
+	63, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
+	22, // 25: coord.fsm.v1.Command.set_queue_target:type_name -> coord.fsm.v1.SetQueueTarget
+	28, // 26: coord.fsm.v1.Command.pause_queue:type_name -> coord.fsm.v1.PauseQueue
+	32, // 27: coord.fsm.v1.Command.start_bulk_jobs:type_name -> coord.fsm.v1.StartBulkJobs
+	33, // 28: coord.fsm.v1.Command.step_bulk_jobs:type_name -> coord.fsm.v1.StepBulkJobs
+	30, // 29: coord.fsm.v1.Command.delete_jobs:type_name -> coord.fsm.v1.DeleteJobs
+	23, // 30: coord.fsm.v1.Command.set_queue_limits:type_name -> coord.fsm.v1.SetQueueLimits
+	7,  // 31: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
+	10, // 32: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
+	54, // 33: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
+	36, // 34: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
+	21, // 35: coord.fsm.v1.QueueJobSpec.target:type_name -> coord.fsm.v1.HttpTarget
+	35, // 36: coord.fsm.v1.HttpTarget.headers:type_name -> coord.fsm.v1.HttpHeader
+	21, // 37: coord.fsm.v1.SetQueueTarget.target:type_name -> coord.fsm.v1.HttpTarget
+	24, // 38: coord.fsm.v1.SetQueueLimits.limits:type_name -> coord.fsm.v1.QueueLimitsSpec
+	25, // 39: coord.fsm.v1.QueueLimitsSpec.kinds:type_name -> coord.fsm.v1.KindLimit
+	24, // 40: coord.fsm.v1.QueueLimitsRecord.limits:type_name -> coord.fsm.v1.QueueLimitsSpec
+	21, // 41: coord.fsm.v1.QueueTargetRecord.target:type_name -> coord.fsm.v1.HttpTarget
+	2,  // 42: coord.fsm.v1.JobSelector.state:type_name -> coord.fsm.v1.JobState
+	1,  // 43: coord.fsm.v1.StartBulkJobs.action:type_name -> coord.fsm.v1.BulkAction
+	31, // 44: coord.fsm.v1.StartBulkJobs.selector:type_name -> coord.fsm.v1.JobSelector
+	1,  // 45: coord.fsm.v1.BulkOpRecord.action:type_name -> coord.fsm.v1.BulkAction
+	31, // 46: coord.fsm.v1.BulkOpRecord.selector:type_name -> coord.fsm.v1.JobSelector
+	20, // 47: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
+	39, // 48: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
+	42, // 49: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
+	44, // 50: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
+	48, // 51: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
+	49, // 52: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
+	50, // 53: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
+	51, // 54: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
+	52, // 55: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
+	53, // 56: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
+	54, // 57: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
+	55, // 58: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
+	68, // 59: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
+	27, // 60: coord.fsm.v1.SnapshotRecord.queue_target:type_name -> coord.fsm.v1.QueueTargetRecord
+	29, // 61: coord.fsm.v1.SnapshotRecord.queue_pause:type_name -> coord.fsm.v1.QueuePauseRecord
+	34, // 62: coord.fsm.v1.SnapshotRecord.bulk_op:type_name -> coord.fsm.v1.BulkOpRecord
+	26, // 63: coord.fsm.v1.SnapshotRecord.queue_limits:type_name -> coord.fsm.v1.QueueLimitsRecord
+	20, // 64: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
+	2,  // 65: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
+	56, // 66: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
+	3,  // 67: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
+	20, // 68: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
+	4,  // 69: coord.fsm.v1.ScheduleSpec.overlap:type_name -> coord.fsm.v1.ScheduleOverlap
+	5,  // 70: coord.fsm.v1.ScheduleSpec.dst_policy:type_name -> coord.fsm.v1.ScheduleDstPolicy
+	57, // 71: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	59, // 72: coord.fsm.v1.PutSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	59, // 73: coord.fsm.v1.DeleteSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	59, // 74: coord.fsm.v1.PauseSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	59, // 75: coord.fsm.v1.TriggerSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	64, // 76: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
+	65, // 77: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
+	66, // 78: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
+	6,  // 79: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
+	6,  // 80: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
+	57, // 81: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	67, // 82: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	67, // 83: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	84, // [84:84] is the sub-list for method output_type
+	84, // [84:84] is the sub-list for method input_type
+	84, // [84:84] is the sub-list for extension type_name
+	84, // [84:84] is the sub-list for extension extendee
+	0,  // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_coord_fsm_v1_fsm_proto_init() }
@@ -6399,10 +7283,14 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*Command_TriggerSchedule)(nil),
 		(*Command_MaterialiseSchedules)(nil),
 		(*Command_SetQueueTarget)(nil),
+		(*Command_PauseQueue)(nil),
+		(*Command_StartBulkJobs)(nil),
+		(*Command_StepBulkJobs)(nil),
+		(*Command_DeleteJobs)(nil),
 		(*Command_SetQueueLimits)(nil),
 	}
 	file_coord_fsm_v1_fsm_proto_msgTypes[4].OneofWrappers = []any{}
-	file_coord_fsm_v1_fsm_proto_msgTypes[33].OneofWrappers = []any{
+	file_coord_fsm_v1_fsm_proto_msgTypes[40].OneofWrappers = []any{
 		(*SnapshotRecord_Meta)(nil),
 		(*SnapshotRecord_Lease)(nil),
 		(*SnapshotRecord_Window)(nil),
@@ -6413,6 +7301,8 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*SnapshotRecord_QueueJob)(nil),
 		(*SnapshotRecord_Schedule)(nil),
 		(*SnapshotRecord_QueueTarget)(nil),
+		(*SnapshotRecord_QueuePause)(nil),
+		(*SnapshotRecord_BulkOp)(nil),
 		(*SnapshotRecord_QueueLimits)(nil),
 	}
 	type x struct{}
@@ -6420,8 +7310,8 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_fsm_v1_fsm_proto_rawDesc), len(file_coord_fsm_v1_fsm_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   55,
+			NumEnums:      7,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,4 +1,4 @@
-// Package jobs declares recurring jobs in code and runs them: a thin layer
+// Package periodic declares recurring jobs in code and runs them: a thin layer
 // over coordd's schedules and the queue's workers. Each Job becomes a
 // schedule (coord.v1.Schedules, put at start by every replica: an
 // idempotent upsert), whose occurrences the cluster's leader makes into
@@ -8,7 +8,7 @@
 // changes nothing), it is at most one queue job whatever the failovers,
 // and whichever replica is free runs it, with the attempt's fencing token
 // for its writes (Run.Fence). See DESIGN.md.
-package jobs
+package periodic
 
 import (
 	"cmp"
@@ -115,13 +115,13 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 // Spec is the job's schedule as PutSchedule takes it.
 func (j Job) Spec() (*coordv1.ScheduleSpec, error) {
 	if !nameRE.MatchString(j.Name) {
-		return nil, fmt.Errorf("jobs: job name %q: 1 to 128 letters, digits, '.', '_', ':' or '-'", j.Name)
+		return nil, fmt.Errorf("periodic: job name %q: 1 to 128 letters, digits, '.', '_', ':' or '-'", j.Name)
 	}
 	if j.Run == nil {
-		return nil, fmt.Errorf("jobs: job %s has no Run function", j.Name)
+		return nil, fmt.Errorf("periodic: job %s has no Run function", j.Name)
 	}
 	if _, err := schedule.Compile(schedule.Spec{Expr: j.Schedule.expr, TimeZone: j.Schedule.tz, Window: j.Window}); err != nil {
-		return nil, fmt.Errorf("jobs: job %s: %w", j.Name, err)
+		return nil, fmt.Errorf("periodic: job %s: %w", j.Name, err)
 	}
 	overlap := coordv1.ScheduleOverlap_SCHEDULE_OVERLAP_FORBID
 	switch j.Concurrency {
@@ -176,7 +176,7 @@ const (
 	labelOccurrence = "coordd.occurrence_ms"
 )
 
-var errNotScheduled = errors.New("jobs: not a scheduled job")
+var errNotScheduled = errors.New("periodic: not a scheduled job")
 
 // IdempotencyKey derives a key from the occurrence:
 // IdempotencyKey("store-42") is "daily-close-2026-09-25-store-42".

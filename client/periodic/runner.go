@@ -1,4 +1,4 @@
-package jobs
+package periodic
 
 import (
 	"context"
@@ -71,7 +71,7 @@ func (r *Runner) Add(j Job) error {
 	}
 	for _, o := range r.jobs {
 		if o.Name == j.Name {
-			return fmt.Errorf("jobs: job %s added twice", j.Name)
+			return fmt.Errorf("periodic: job %s added twice", j.Name)
 		}
 	}
 	r.jobs = append(r.jobs, j)
@@ -85,10 +85,10 @@ func (r *Runner) Put(ctx context.Context) error {
 	for _, spec := range r.specs {
 		resp, err := r.c.PutSchedule(ctx, spec)
 		if err != nil {
-			return fmt.Errorf("jobs: put schedule %s: %w", spec.GetName(), err)
+			return fmt.Errorf("periodic: put schedule %s: %w", spec.GetName(), err)
 		}
 		if resp.GetChanged() {
-			r.log.Info("schedule put", "job", spec.GetName(), "schedule", spec.GetSchedule(), "created", resp.GetCreated())
+			r.log.Info("schedule put", "schedule", spec.GetName(), "spec", spec.GetSchedule(), "created", resp.GetCreated())
 		}
 	}
 	return nil
@@ -99,7 +99,7 @@ func (r *Runner) Put(ctx context.Context) error {
 // shutdown timeout and hands the others back (another replica runs them).
 func (r *Runner) Run(ctx context.Context) error {
 	if len(r.jobs) == 0 {
-		return errors.New("jobs: no jobs")
+		return errors.New("periodic: no jobs")
 	}
 	if err := r.Put(ctx); err != nil {
 		return err
@@ -130,7 +130,7 @@ func (r *Runner) handler(j Job) queue.Handler {
 		}
 		start := time.Now()
 		r.metrics.RunStarted(j.Name, start.Sub(run.Occurrence))
-		log := r.log.With("job", j.Name, "window", run.Window, "attempt", run.Attempt, "token", run.Token)
+		log := r.log.With("schedule", j.Name, "job_id", qj.ID, "window", run.Window, "attempt", run.Attempt, "token", run.Token)
 		if err := j.Run(ctx, run); err != nil {
 			r.metrics.RunFailed(j.Name)
 			if ctx.Err() != nil {
