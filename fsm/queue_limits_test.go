@@ -178,3 +178,41 @@ func TestQueueLimitsRefuseBadSpecs(t *testing.T) {
 		}
 	}
 }
+
+// TestQueuePausedQueueWithLimits: a paused queue hands nothing out
+// whatever its limits allow (fetch, Fetchable, JobsReady), its empty rate
+// bucket does not make the dispatcher tick, its bucket is not spent while
+// paused, and after the resume the limits hold as before.
+func TestQueuePausedQueueWithLimits(t *testing.T) {
+	f := New()
+	setLimits(t, f, t0, "q", &fsmv1.QueueLimitsSpec{Concurrency: 3, RateMilli: 2000, Burst: 2})
+	submitN(t, f, t0, 10, func(int) *fsmv1.QueueJobSpec { return jspec("q", "k", vis(3_600_000)) })
+	if got := fetch(t, f, t0, "w", 100, "q"); len(got) != 2 { // the burst
+		t.Fatalf("burst: %d, want 2", len(got))
+	}
+	if due, ok := f.NextJobDue(); !ok || due != t0+500 {
+		t.Fatalf("NextJobDue = %d, %v; want t0+500", due-t0, ok)
+	}
+	pauseQ(t, f, t0+1, "q", true)
+	if due, ok := f.NextJobDue(); ok && due < t0+3_600_000 {
+		t.Fatalf("paused: NextJobDue = t0+%d (the bucket's token of a paused queue)", due-t0)
+	}
+	// 5 s later the bucket would allow the burst and the queue has room for
+	// one more: a paused queue still hands out nothing.
+	if got := f.Fetchable("q", t0+5000, 100); got != 0 {
+		t.Fatalf("paused: Fetchable = %d", got)
+	}
+	if f.JobsReady([]string{"q"}, t0+5000) {
+		t.Fatal("paused: JobsReady")
+	}
+	if got := fetch(t, f, t0+5000, "w", 100, "q"); len(got) != 0 {
+		t.Fatalf("paused: fetch handed out %d", len(got))
+	}
+	pauseQ(t, f, t0+5001, "q", false)
+	if got := f.Fetchable("q", t0+5002, 100); got != 1 { // concurrency 3, 2 running
+		t.Fatalf("resumed: Fetchable = %d, want 1", got)
+	}
+	if got := fetch(t, f, t0+5002, "w", 100, "q"); len(got) != 1 || running(f, "q") != 3 {
+		t.Fatalf("resumed: fetch handed out %d (running %d), want 1 (3)", len(got), running(f, "q"))
+	}
+}
