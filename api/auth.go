@@ -167,6 +167,8 @@ var methods = map[string]methodAccess{
 	coordv1.Queue_Workers_FullMethodName:              {op: auth.OpRead, name: noName}, // the handler shows the queues the caller may read
 	coordv1.Queue_GetBulk_FullMethodName:              {op: auth.OpRead, name: noName},
 	coordv1.Queue_ListBulk_FullMethodName:             {op: auth.OpRead, name: noName}, // the handler lists what the caller may read
+	coordv1.Queue_SetLimits_FullMethodName:            {op: auth.OpAdmin, name: noName},
+	coordv1.Queue_Limits_FullMethodName:               {op: auth.OpRead, name: nameOf((*coordv1.QueueLimitsRequest).GetQueue), list: true},
 	coordv1.Cluster_Status_FullMethodName:             {open: true},
 	coordv1.Cluster_Members_FullMethodName:            {open: true},
 	coordv1.Cluster_AddVoter_FullMethodName:           {op: auth.OpAdmin, name: noName},

@@ -180,6 +180,10 @@ func (f *fakeNode) SetQueueTarget(_ context.Context, c *fsmv1.SetQueueTarget) (*
 	return commit[*fsm.QueueTarget](f, c)
 }
 
+func (f *fakeNode) SetQueueLimits(_ context.Context, c *fsmv1.SetQueueLimits) (*fsm.QueueLimits, error) {
+	return commit[*fsm.QueueLimits](f, c)
+}
+
 func (f *fakeNode) PauseQueue(_ context.Context, c *fsmv1.PauseQueue) (*fsm.PauseResult, error) {
 	return commit[*fsm.PauseResult](f, c)
 }

@@ -138,6 +138,8 @@ type Jobs interface {
 	FailJobs(ctx context.Context, cmd *fsmv1.FailJobs) (fsm.JobResults, error)
 	// SetQueueTarget sets or clears a queue's HTTP target; nil: cleared.
 	SetQueueTarget(ctx context.Context, cmd *fsmv1.SetQueueTarget) (*fsm.QueueTarget, error)
+	// SetQueueLimits sets or clears a queue's limits; nil: cleared.
+	SetQueueLimits(ctx context.Context, cmd *fsmv1.SetQueueLimits) (*fsm.QueueLimits, error)
 	// PauseQueue pauses or (Paused false) resumes a queue.
 	PauseQueue(ctx context.Context, cmd *fsmv1.PauseQueue) (*fsm.PauseResult, error)
 	// StartBulkJobs records a bulk operation the leader then applies in

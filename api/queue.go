@@ -436,8 +436,10 @@ func (q *queue) Stats(ctx context.Context, req *coordv1.QueueStatsRequest) (*coo
 		cal := q.s.node.CalendarTime()
 		stats := st.QueueStats(req.GetQueue(), cal)
 		out := &coordv1.QueueStatsResponse{Queues: make([]*coordv1.QueueStats, len(stats)), CalendarTime: pbtime.At(cal)}
+		lims := st.QueueLimitsOf(req.GetQueue())
 		for i, x := range stats {
 			out.Queues[i] = queueStatsToProto(x)
+			statsLimits(out.Queues[i], lims, cal) // queue_limits.go
 		}
 		return out, nil
 	})

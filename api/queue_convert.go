@@ -91,7 +91,7 @@ func jobSpec(i int, j *coordv1.NewJob) (*fsmv1.QueueJobSpec, error) {
 		return nil, invalidItem(i, field, "%s %v", field, err)
 	}
 	spec, field, problem := wireJobSpec(j, func(sp *fsmv1.QueueJobSpec) {
-		sp.RunAtMs, sp.UniqueKey = j.GetRunAtMs(), j.GetUniqueKey()
+		sp.RunAtMs, sp.UniqueKey, sp.MaxRunMs = j.GetRunAtMs(), j.GetUniqueKey(), j.GetMaxRunMs()
 		sp.TraceParent, sp.TraceState = j.GetTraceparent(), j.GetTracestate()
 	})
 	if field != "" {
@@ -123,6 +123,9 @@ func queueJobToProto(j *fsm.QueueJob, args, log bool) *coordv1.QueueJob {
 		BackoffMax: pbtime.Dur(j.BackoffMaxMs), BackoffFactor: float64(j.BackoffPermille) / 1000, VisibilityTimeout: pbtime.Dur(j.VisibilityMs),
 		UniqueKey: j.UniqueKey, SubmittedBy: j.Identity, CreatedAt: pbtime.At(j.CreatedAt), UpdatedAt: pbtime.At(j.UpdatedAt),
 		FinishedAt: pbtime.At(j.FinishedAt), Target: targetToProto(j.Target), Traceparent: j.TraceParent, Tracestate: j.TraceState}
+	if j.MaxRunMs > 0 {
+		out.MaxRun = pbtime.Dur(j.MaxRunMs)
+	}
 	if len(j.Labels) > 0 {
 		out.Labels = make(map[string]string, len(j.Labels))
 		for _, l := range j.Labels {
@@ -144,7 +147,8 @@ func queueJobToProto(j *fsm.QueueJob, args, log bool) *coordv1.QueueJob {
 func attemptToProto(id uint64, a *fsm.Attempt) *coordv1.JobAttempt {
 	out := &coordv1.JobAttempt{Number: a.Number, Outcome: coordv1.AttemptOutcome(a.Outcome), WorkerId: a.WorkerID,
 		Identity: a.Identity, StartedAt: pbtime.At(a.StartedAt), Deadline: pbtime.At(a.Deadline), FinishedAt: pbtime.At(a.FinishedAt),
-		Heartbeats: a.Heartbeats, Error: a.Error, Result: a.Result, Token: attemptToken(id, a.Number), DeliveryStatus: a.DeliveryStatus}
+		Heartbeats: a.Heartbeats, Error: a.Error, Result: a.Result, Token: attemptToken(id, a.Number), DeliveryStatus: a.DeliveryStatus,
+		RunUntil: pbtime.At(a.RunUntil)}
 	if a.DeliveryStatus != 0 || a.DeliveryLatencyMs != 0 {
 		out.DeliveryLatency = pbtime.Dur(a.DeliveryLatencyMs)
 	}

@@ -107,6 +107,8 @@ func perQueue(name, help string) *prometheus.Desc {
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descQueueJobs
 	ch <- descQueueOldest
+	ch <- descQueueConcurrencyLimit
+	ch <- descQueueRateLimit
 	for _, d := range descQueueCounters {
 		ch <- d.desc
 	}
@@ -118,6 +120,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	stats := st.QueueStats("", c.s.node.CalendarTime())
+	collectLimits(ch, st)            // queue_limits.go
 	if len(stats) > MaxQueueSeries { // sorted by name: the rest are summed
 		other := fsm.QueueStats{Queue: otherQueues}
 		for _, x := range stats[MaxQueueSeries:] {

@@ -75,6 +75,8 @@ func EnvelopeAt(nowMs, calendarMs int64, body any) *fsmv1.Command {
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_STEP_BULK_JOBS, &fsmv1.Command_StepBulkJobs{StepBulkJobs: b}
 	case *fsmv1.DeleteJobs:
 		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_DELETE_JOBS, &fsmv1.Command_DeleteJobs{DeleteJobs: b}
+	case *fsmv1.SetQueueLimits:
+		c.Type, c.Body = fsmv1.CommandType_COMMAND_TYPE_SET_QUEUE_LIMITS, &fsmv1.Command_SetQueueLimits{SetQueueLimits: b}
 	default:
 		panic(fmt.Sprintf("fsm.Envelope: not a command body: %T", body))
 	}

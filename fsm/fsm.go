@@ -137,6 +137,8 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 		return s.stepBulkJobs(cal, cmd.GetStepBulkJobs())
 	case fsmv1.CommandType_COMMAND_TYPE_DELETE_JOBS:
 		return s.deleteJobs(cmd.GetDeleteJobs())
+	case fsmv1.CommandType_COMMAND_TYPE_SET_QUEUE_LIMITS:
+		return s.setQueueLimits(cal, cmd.GetSetQueueLimits())
 	default:
 		// A command from a newer version: stop rather than diverge.
 		panic(fmt.Sprintf("fsm: unknown command type %d", cmd.GetType()))

@@ -200,6 +200,9 @@ func (m *queueModel) command(x *FSM, op, a, b, c byte, cal int64) any {
 			if c%23 == 0 {
 				s.Kind = "" // a bad spec refuses the batch
 			}
+			if c%7 == 3 {
+				s.MaxRunMs = int64(b%4)*20 + 5 // max_run (queue_maxrun.go)
+			}
 			specs = append(specs, s)
 		}
 		return &fsmv1.SubmitJobs{Jobs: specs, Identity: []string{"", "p", "q"}[a%3], MaxLiveJobs: uint32(b%4) * 3}
@@ -221,8 +224,21 @@ func (m *queueModel) command(x *FSM, op, a, b, c byte, cal int64) any {
 	case 14:
 		return &fsmv1.RetryJobs{JobIds: []uint64{id, uint64(b%8) + 1}}
 	default:
-		if b%3 == 1 && c%4 == 0 {
+		if b%3 == 1 && c%4 == 0 && a&32 != 0 {
 			return &fsmv1.PauseQueue{Queue: queues[a%2], Paused: c&8 != 0, Identity: "ops"}
+		}
+		if b%3 == 1 && c%4 == 0 { // limits (queue_limits.go): they never let a fetch break an invariant
+			sp := &fsmv1.QueueLimitsSpec{Concurrency: uint32(a % 3), MaxRunMs: int64(c%3) * 15}
+			if a&8 != 0 {
+				sp.Kinds = []*fsmv1.KindLimit{{Kind: "k", Concurrency: uint32(b%2) + 1}}
+			}
+			if a&16 != 0 {
+				sp.RateMilli, sp.Burst = uint32(c%5+1)*10_000, uint32(b%3)+1
+			}
+			if a%5 == 0 {
+				sp = nil
+			}
+			return &fsmv1.SetQueueLimits{Queue: queues[int(b)%2], Limits: sp}
 		}
 		if b%3 == 0 {
 			return &fsmv1.Prune{JobsCutoffMs: cal - int64(c)*4, MaxFinishedJobs: uint64(a % 6)}
@@ -342,6 +358,7 @@ func (s *state) queueIndexDiff() string {
 		{"byLabel", dumpTree(a.byLabel), dumpTree(b.byLabel)},
 		{"unique", fmt.Sprint(a.unique), fmt.Sprint(b.unique)},
 		{"live", fmt.Sprint(a.live), fmt.Sprint(b.live)},
+		{"runningKind", fmt.Sprint(a.runningKind), fmt.Sprint(b.runningKind)},
 	} {
 		if c.x != c.y {
 			return fmt.Sprintf("%s: %s vs rebuilt %s", c.name, c.x, c.y)

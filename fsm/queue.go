@@ -88,13 +88,14 @@ type Label struct{ Key, Value string }
 
 // QueueJob is a queued job. Records are immutable once stored (snapshots
 // and readers share them); a change stores a modified copy. Times are
-// calendar ms. Field order keeps the struct at 232 bytes.
+// calendar ms. Field order keeps the struct at 240 bytes.
 type QueueJob struct {
 	ID           uint64
 	RunAt        int64 // due time: available once the calendar reaches it
 	BackoffMs    int64 // initial
 	BackoffMaxMs int64
 	VisibilityMs int64
+	MaxRunMs     int64 // 0: the queue's default at each claim, else none
 	CreatedAt    int64
 	UpdatedAt    int64
 	FinishedAt   int64 // 0 unless final
@@ -126,17 +127,20 @@ type Attempt struct {
 	Number     uint32
 	Outcome    AttemptOutcome
 	Heartbeats uint32
-	StartedAt  int64
-	Deadline   int64 // visibility deadline; live while > calendar
-	FinishedAt int64
-	WorkerID   string
-	Identity   string // the fetcher's: only it may heartbeat, complete or fail
-	Error      string
-	Result     []byte
 	// DeliveryStatus and DeliveryLatencyMs: an HTTP delivery's response
 	// status and latency (0 for a pull worker's attempt).
 	DeliveryStatus    uint32
+	StartedAt         int64
+	Deadline          int64 // visibility deadline; live while > calendar
+	FinishedAt        int64
+	WorkerID          string
+	Identity          string // the fetcher's: only it may heartbeat, complete or fail
+	Error             string
+	Result            []byte
 	DeliveryLatencyMs int64
+	// RunUntil: when max_run ends the attempt (0: no bound); Deadline
+	// never passes it.
+	RunUntil int64
 }
 
 // Current is the live attempt of a running job.
@@ -173,7 +177,7 @@ func (j *QueueJob) attempt(n uint32) *Attempt {
 // withLog returns a copy of j whose log is a private copy (so the stored
 // record's log is never written). The copy is exactly as long as the log:
 // a finished job keeps it for its whole retention, and room for an
-// attempt that never comes would cost an Attempt (112 bytes) per job.
+// attempt that never comes would cost an Attempt (128 bytes) per job.
 // claim makes its own room.
 func (j *QueueJob) withLog() *QueueJob {
 	n := *j
@@ -261,6 +265,8 @@ func checkJobSpec(s *fsmv1.QueueJobSpec, rules uint32) (field, problem string) {
 		return "unique_key", fmt.Sprintf("is %d bytes; the limit is %d", len(s.GetUniqueKey()), MaxUniqueKeyBytes)
 	case len(s.GetLabels()) > MaxJobLabels:
 		return "labels", fmt.Sprintf("%d labels; the limit is %d", len(s.GetLabels()), MaxJobLabels)
+	case s.GetMaxRunMs() < 0 || s.GetMaxRunMs() > MaxRunMs:
+		return "max_run", fmt.Sprintf("%s is outside [0s, %s]", Dur(s.GetMaxRunMs()), Dur(MaxRunMs))
 	}
 	if text {
 		for _, f := range []struct{ name, v string }{{"queue", s.GetQueue()}, {"kind", s.GetKind()}, {"unique_key", s.GetUniqueKey()}} {
@@ -437,6 +443,12 @@ type queueIndex struct {
 	// live counts the jobs that are not final per submitting identity
 	// (none for ""): what SubmitJobs.max_live_jobs judges.
 	live map[string]int
+	// runningKind counts the running jobs per (queue, kind): what kind
+	// limits judge (queue_limits.go).
+	runningKind map[uniqueRef]int
+	// limKey is the apply path's lookup key of a queue's limits (one per
+	// job claimed would be an allocation each); reads never use it.
+	limKey QueueLimits
 	// paused is the set of paused queues (queue_pause.go; nil: none): a
 	// paused queue's available jobs with a target are in avail, not in
 	// the delivery lane.
@@ -475,6 +487,7 @@ func newQueueIndex() *queueIndex {
 		unique:       map[uniqueRef]uint64{},
 		stats:        map[string]*queueCounts{},
 		live:         map[string]int{},
+		runningKind:  map[uniqueRef]int{},
 	}
 }
 
@@ -546,6 +559,7 @@ func (q *queueIndex) dynamic(j *QueueJob, add bool) {
 	case JobRunning:
 		a, _ := j.Current()
 		setKey(q.running, timeKey{a.Deadline, j.ID}, add)
+		q.countRunningKind(j, add)
 	case JobSucceeded:
 		setKey(q.finOK, timeKey{j.FinishedAt, j.ID}, add)
 	case JobCancelled, JobDead:
@@ -666,6 +680,10 @@ func (s *state) advanceQueue(cal int64) {
 func (s *state) lapse(j *QueueJob, cal int64) {
 	n := j.withLog()
 	a := &n.Log[len(n.Log)-1]
+	if ranOut(a) {
+		s.runOut(j, n, a, cal) // max_run (queue_maxrun.go)
+		return
+	}
 	a.Outcome, a.FinishedAt = AttemptLapsed, a.Deadline
 	a.Error = fmt.Sprintf("visibility timeout: no heartbeat from worker %q for %d ms", a.WorkerID, n.VisibilityMs)
 	n.UpdatedAt = cal

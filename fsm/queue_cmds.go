@@ -82,7 +82,7 @@ func (s *state) submitJobs(cal int64, c *fsmv1.SubmitJobs) any {
 			UniqueKey: sp.GetUniqueKey(), Identity: c.GetIdentity(), Args: sp.GetArgs(), Labels: sortedLabels(sp.GetLabels()),
 			Priority: sp.GetPriority(), MaxAttempts: sp.GetMaxAttempts(), BackoffPermille: sp.GetBackoffFactorPermille(),
 			State: JobScheduled, Target: s.jobTarget(sp.GetQueue(), sp.GetTarget()),
-			TraceParent: sp.GetTraceParent(), TraceState: sp.GetTraceState(),
+			TraceParent: sp.GetTraceParent(), TraceState: sp.GetTraceState(), MaxRunMs: sp.GetMaxRunMs(),
 		}
 		if j.RunAt == 0 {
 			j.RunAt = cal
@@ -191,6 +191,7 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 	}
 	res := &FetchResult{Jobs: make([]QueueJob, 0, min(avail, int(c.GetMax())))}
 	empty := make([]bool, len(queues))
+	gates := s.gates(queues, cal) // the queues' limits (queue_limits.go)
 	left := len(queues)
 	for len(res.Jobs) < int(c.GetMax()) && left > 0 {
 		for k := 0; k < len(queues) && len(res.Jobs) < int(c.GetMax()); k++ {
@@ -198,14 +199,33 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 			if empty[i] {
 				continue
 			}
-			head, found := s.qidx.fetchHead(queues[i])
+			var head availKey
+			var job *QueueJob // looked up already by a gate with kind limits
+			found := false
+			switch {
+			case !s.qidx.fetchable(queues[i]): // paused (queue_pause.go)
+			case gates[i] != nil:
+				head, found = gates[i].next(s)
+				job = gates[i].job
+			default:
+				head, found = s.qidx.fetchHead(queues[i])
+			}
 			if !found {
 				empty[i] = true
 				left--
 				continue
 			}
-			res.Jobs = append(res.Jobs, *s.claim(s.qjob(head.id), cal, c.GetWorkerId(), c.GetIdentity()))
+			if job == nil {
+				job = s.qjob(head.id)
+			}
+			res.Jobs = append(res.Jobs, *s.claim(job, cal, c.GetWorkerId(), c.GetIdentity()))
+			if gates[i] != nil {
+				gates[i].took(&res.Jobs[len(res.Jobs)-1])
+			}
 		}
+	}
+	for _, g := range gates {
+		s.settleGate(g, cal)
 	}
 	return res
 }
@@ -223,6 +243,7 @@ func (s *state) claim(j *QueueJob, cal int64, worker, identity string) *QueueJob
 	n.Attempts++
 	n.Log = append(n.Log, Attempt{Number: n.Attempts, Outcome: AttemptRunning, StartedAt: cal, Deadline: cal + n.VisibilityMs,
 		WorkerID: worker, Identity: identity})
+	s.boundRun(n, &n.Log[len(n.Log)-1], cal) // max_run (queue_maxrun.go)
 	n.State, n.UpdatedAt = JobRunning, cal
 	s.replaceJob(j, n)
 	s.qidx.counts(n.Queue).Attempts++
@@ -258,6 +279,9 @@ func checkAttempt(j *QueueJob, id uint64, n uint32, worker, identity string) *Re
 // is not live.
 func attemptOver(j *QueueJob, n uint32, a *Attempt, meta map[string]string) *Rejection {
 	switch {
+	case a != nil && a.Outcome == AttemptLapsed && ranOut(a):
+		return reject(coorderr.AttemptExpired, meta, "attempt %d of job %d ended at %d: max_run exceeded (%d ms after its start); the job was handed on",
+			n, j.ID, a.Deadline, a.RunUntil-a.StartedAt)
 	case a != nil && a.Outcome == AttemptLapsed:
 		return reject(coorderr.AttemptExpired, meta, "attempt %d of job %d expired at %d: no heartbeat within the visibility timeout (%d ms); the job was handed on",
 			n, j.ID, a.Deadline, j.VisibilityMs)
@@ -293,7 +317,7 @@ func (s *state) heartbeatJobs(cal int64, c *fsmv1.HeartbeatJobs) any {
 		}
 		return j, nil
 	}, func(_ *fsmv1.JobAttemptRef, n *QueueJob, a *Attempt) {
-		a.Deadline = max(a.Deadline, cal+n.VisibilityMs)
+		a.Deadline = runBound(a, max(a.Deadline, cal+n.VisibilityMs)) // never past max_run
 		a.Heartbeats++
 		n.UpdatedAt = cal
 	})

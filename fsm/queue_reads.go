@@ -171,12 +171,19 @@ func (q *queueIndex) oldestAvailable(queue string) (int64, bool) {
 // NextJobDue is the earliest calendar time at which the queue changes by
 // itself: a scheduled or retryable job becomes due, or a claim's
 // visibility deadline passes. The leader's dispatcher sleeps until then
-// and proposes a command (a tick) so the change is applied.
+// and proposes a command (a tick) so the change is applied. A queue
+// whose rate limit holds back its available jobs counts too: its bucket's
+// next token (queue_limits.go), so the long polls look again then.
 func (f *FSM) NextJobDue() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	d, okD := f.st.qidx.due.Min()
 	r, okR := f.st.qidx.running.Min()
+	if t, ok := f.st.nextRefill(); ok {
+		if !okD || t < d.at {
+			d, okD = timeKey{at: t}, true
+		}
+	}
 	switch {
 	case okD && okR:
 		return min(d.at, r.at), true
@@ -199,7 +206,7 @@ func (f *FSM) JobsReady(queues []string, cal int64) bool {
 		if q == DeliveryLane && f.st.qidx.deliver.Len() > 0 {
 			return true
 		}
-		if _, ok := f.st.qidx.fetchHead(q); ok {
+		if _, ok := f.st.qidx.fetchHead(q); ok && (f.st.queueLimits(q) == nil || f.st.fetchable(q, cal, 1) > 0) {
 			return true
 		}
 	}

@@ -13,7 +13,7 @@ func queueJobRecord(j *QueueJob) *fsmv1.QueueJobRecord {
 			Queue: j.Queue, Kind: j.Kind, Args: j.Args, RunAtMs: j.RunAt, Priority: j.Priority, MaxAttempts: j.MaxAttempts,
 			BackoffInitialMs: j.BackoffMs, BackoffMaxMs: j.BackoffMaxMs, BackoffFactorPermille: j.BackoffPermille,
 			VisibilityTimeoutMs: j.VisibilityMs, UniqueKey: j.UniqueKey, Target: j.Target,
-			TraceParent: j.TraceParent, TraceState: j.TraceState,
+			TraceParent: j.TraceParent, TraceState: j.TraceState, MaxRunMs: j.MaxRunMs,
 		},
 		State: fsmv1.JobState(j.State), Identity: j.Identity, CreatedAtMs: j.CreatedAt, UpdatedAtMs: j.UpdatedAt,
 		FinishedAtMs: j.FinishedAt, Attempts: j.Attempts,
@@ -25,7 +25,7 @@ func queueJobRecord(j *QueueJob) *fsmv1.QueueJobRecord {
 		r.AttemptLog = append(r.AttemptLog, &fsmv1.JobAttemptRecord{
 			Number: a.Number, Outcome: fsmv1.AttemptOutcome(a.Outcome), WorkerId: a.WorkerID, Identity: a.Identity,
 			StartedAtMs: a.StartedAt, DeadlineMs: a.Deadline, FinishedAtMs: a.FinishedAt, Heartbeats: a.Heartbeats,
-			Error: a.Error, Result: a.Result, DeliveryStatus: a.DeliveryStatus, DeliveryLatencyMs: a.DeliveryLatencyMs,
+			Error: a.Error, Result: a.Result, DeliveryStatus: a.DeliveryStatus, DeliveryLatencyMs: a.DeliveryLatencyMs, RunUntilMs: a.RunUntil,
 		})
 	}
 	return r
@@ -43,6 +43,7 @@ func queueJobFromRecord(r *fsmv1.QueueJobRecord) (*QueueJob, error) {
 		Identity: r.GetIdentity(), Args: sp.GetArgs(), Labels: sortedLabels(sp.GetLabels()), Priority: sp.GetPriority(),
 		MaxAttempts: sp.GetMaxAttempts(), Attempts: r.GetAttempts(), BackoffPermille: sp.GetBackoffFactorPermille(),
 		State: JobState(r.GetState()), Target: sp.GetTarget(), TraceParent: sp.GetTraceParent(), TraceState: sp.GetTraceState(),
+		MaxRunMs: sp.GetMaxRunMs(),
 	}
 	if len(r.GetAttemptLog()) > 0 {
 		j.Log = make([]Attempt, len(r.GetAttemptLog()))
@@ -51,7 +52,7 @@ func queueJobFromRecord(r *fsmv1.QueueJobRecord) (*QueueJob, error) {
 		j.Log[i] = Attempt{Number: a.GetNumber(), Outcome: AttemptOutcome(a.GetOutcome()), Heartbeats: a.GetHeartbeats(),
 			StartedAt: a.GetStartedAtMs(), Deadline: a.GetDeadlineMs(), FinishedAt: a.GetFinishedAtMs(), WorkerID: a.GetWorkerId(),
 			Identity: a.GetIdentity(), Error: a.GetError(), Result: a.GetResult(), DeliveryStatus: a.GetDeliveryStatus(),
-			DeliveryLatencyMs: a.GetDeliveryLatencyMs()}
+			DeliveryLatencyMs: a.GetDeliveryLatencyMs(), RunUntil: a.GetRunUntilMs()}
 	}
 	switch {
 	case j.ID == 0:

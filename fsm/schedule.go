@@ -110,6 +110,7 @@ type JobTemplate struct {
 	BackoffPermille uint32
 	VisibilityMs    int64
 	Target          *fsmv1.HttpTarget // shared, never written
+	MaxRunMs        int64             // queue_maxrun.go
 }
 
 // ScheduleSpec is a schedule's definition (defaults filled in by the
@@ -300,7 +301,7 @@ func templateFromSpec(sp *fsmv1.QueueJobSpec) JobTemplate {
 		Queue: sp.GetQueue(), Kind: sp.GetKind(), Args: sp.GetArgs(), Labels: sortedLabels(sp.GetLabels()),
 		Priority: sp.GetPriority(), MaxAttempts: sp.GetMaxAttempts(), BackoffMs: sp.GetBackoffInitialMs(),
 		BackoffMaxMs: sp.GetBackoffMaxMs(), BackoffPermille: sp.GetBackoffFactorPermille(), VisibilityMs: sp.GetVisibilityTimeoutMs(),
-		Target: sp.GetTarget(),
+		Target: sp.GetTarget(), MaxRunMs: sp.GetMaxRunMs(),
 	}
 }
 
@@ -309,7 +310,7 @@ func (t *JobTemplate) JobSpec() *fsmv1.QueueJobSpec {
 	sp := &fsmv1.QueueJobSpec{
 		Queue: t.Queue, Kind: t.Kind, Args: t.Args, Priority: t.Priority, MaxAttempts: t.MaxAttempts,
 		BackoffInitialMs: t.BackoffMs, BackoffMaxMs: t.BackoffMaxMs, BackoffFactorPermille: t.BackoffPermille,
-		VisibilityTimeoutMs: t.VisibilityMs, Target: t.Target,
+		VisibilityTimeoutMs: t.VisibilityMs, Target: t.Target, MaxRunMs: t.MaxRunMs,
 	}
 	for _, l := range t.Labels {
 		sp.Labels = append(sp.Labels, &fsmv1.JobLabel{Key: l.Key, Value: l.Value})

@@ -315,6 +315,7 @@ func (s *state) occur(n *Schedule, cal int64, o *fsmv1.ScheduleOccurrence, manua
 			CreatedAt: cal, UpdatedAt: cal, Queue: t.Queue, Kind: t.Kind, UniqueKey: key, Args: t.Args, Labels: labels,
 			Priority: t.Priority, MaxAttempts: t.MaxAttempts, BackoffPermille: t.BackoffPermille, State: JobScheduled,
 			Target: s.jobTarget(t.Queue, t.Target), TraceParent: o.GetTraceParent(), TraceState: o.GetTraceState(),
+			MaxRunMs: t.MaxRunMs,
 		}
 		if j.RunAt <= cal {
 			j.State = JobAvailable

@@ -111,6 +111,9 @@ func (st *state) writeTo(w io.Writer) error {
 	st.qops.bulks.Ascend(func(o *BulkOp) bool {
 		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_BulkOp{BulkOp: bulkOpRecord(o)}})
 	})
+	st.qlimits.Ascend(func(l *QueueLimits) bool {
+		return werr == nil && put(&fsmv1.SnapshotRecord{Record: &fsmv1.SnapshotRecord_QueueLimits{QueueLimits: queueLimitsRecord(l)}})
+	})
 	if werr != nil {
 		return werr
 	}
@@ -236,6 +239,12 @@ func readSnapshot(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("snapshot: a bulk operation without its id")
 			}
 			st.qops.bulks.ReplaceOrInsert(bulkOpFromRecord(x.BulkOp))
+		case *fsmv1.SnapshotRecord_QueueLimits:
+			l, err := queueLimitsFromRecord(x.QueueLimits)
+			if err != nil {
+				return nil, err
+			}
+			st.qlimits.ReplaceOrInsert(l)
 		default:
 			return nil, fmt.Errorf("snapshot: unknown record type")
 		}

@@ -25,6 +25,7 @@ type state struct {
 	schedules    *btree.BTreeG[*Schedule]    // by name, tombstones included
 	qtargets     *btree.BTreeG[*QueueTarget] // queues' HTTP targets, by queue (queue_target.go)
 	qops         *queueOps                   // paused queues (queue_pause.go)
+	qlimits      *btree.BTreeG[*QueueLimits] // queues' limits and rate buckets, by queue (queue_limits.go)
 	// sidx indexes schedules (next due, tombstones) and the open jobs they
 	// made. Derived: rebuilt after a restore.
 	sidx *scheduleIndex
@@ -92,6 +93,7 @@ func newState() *state {
 		expiry:       btree.NewG(btreeDegree, lessNameTime),
 		jobRes:       newJobResIndex(),
 		qops:         newQueueOps(),
+		qlimits:      btree.NewG(btreeDegree, lessQueueLimits),
 	}
 }
 
@@ -142,6 +144,7 @@ func (s *state) clone() *state {
 		schedules:    s.schedules.Clone(),
 		qtargets:     s.qtargets.Clone(),
 		qops:         s.qops.clone(),
+		qlimits:      s.qlimits.Clone(),
 	}
 }
 

@@ -81,6 +81,11 @@ func (n *Node) SetQueueTarget(ctx context.Context, cmd *fsmv1.SetQueueTarget) (*
 	return committed[*fsm.QueueTarget](ctx, n, cmd)
 }
 
+// SetQueueLimits answers the queue's limits after it (nil: cleared).
+func (n *Node) SetQueueLimits(ctx context.Context, cmd *fsmv1.SetQueueLimits) (*fsm.QueueLimits, error) {
+	return committed[*fsm.QueueLimits](ctx, n, cmd)
+}
+
 // PauseQueue pauses or resumes a queue (fsm/queue_pause.go).
 func (n *Node) PauseQueue(ctx context.Context, cmd *fsmv1.PauseQueue) (*fsm.PauseResult, error) {
 	return committed[*fsm.PauseResult](ctx, n, cmd)

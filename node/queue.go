@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -269,11 +270,7 @@ func (n *Node) availableJobs(queue string, cal int64) uint64 {
 	if queue == fsm.DeliveryLane {
 		return uint64(n.fsm.DeliveriesAvailable())
 	}
-	st := n.fsm.QueueStats(queue, cal)
-	if len(st) == 0 || st[0].Pause != nil { // a paused queue hands nothing out
-		return 0
-	}
-	return st[0].Available - st[0].Deliveries
+	return n.fsm.Fetchable(queue, cal, math.MaxUint64) // what the queue's limits allow
 }
 
 // fetchDone takes the outcome of a waiter's fetch: jobs or an error end

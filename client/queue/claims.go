@@ -31,7 +31,8 @@ type claim struct {
 	traceparent string
 	deadline    due.Deadline // local: send time of the last acknowledged heartbeat (or the fetch) + vt - margin
 	nextHB      time.Time
-	due.Slot    // in Worker.due; not while a heartbeat is in flight or after the claim ended
+	runEnd      time.Time // max_run: the local deadline never passes it (zero: no bound)
+	due.Slot              // in Worker.due; not while a heartbeat is in flight or after the claim ended
 	gone        bool
 
 	notifyMu   sync.Mutex      // serializes onDeadline calls, so that they come in order
@@ -117,9 +118,27 @@ func (w *Worker) deadlinePassed(cl *claim) {
 	if now := w.clk.Now(); now.Before(d) { // moved by an acknowledgement meanwhile
 		return
 	}
+	if !cl.runEnd.IsZero() && !d.Before(cl.runEnd) {
+		w.lose(cl, fmt.Errorf("%w: job %d attempt %d: %w: the attempt ends at %s", ErrClaimLost, cl.ref.id, cl.ref.attempt,
+			ErrMaxRunExceeded, d.Format(time.RFC3339Nano)))
+		return
+	}
 	w.lose(cl, fmt.Errorf("%w: job %d attempt %d: no heartbeat acknowledged before the local deadline %s",
 		ErrClaimLost, cl.ref.id, cl.ref.attempt, d.Format(time.RFC3339Nano)))
 }
+
+// bounded caps a local deadline at the attempt's max_run.
+func (cl *claim) bounded(at time.Time) time.Time {
+	if !cl.runEnd.IsZero() && cl.runEnd.Before(at) {
+		return cl.runEnd
+	}
+	return at
+}
+
+// ErrMaxRunExceeded is wrapped in the cause of a handler's context
+// cancelled because the attempt reached its max_run (the server ends it
+// then, heartbeats or not).
+var ErrMaxRunExceeded = errors.New("max_run exceeded")
 
 // acked records a heartbeat of cl sent at sent and acknowledged: the local
 // deadline moves to sent + vt - margin (the server extended the claim to
@@ -130,7 +149,7 @@ func (w *Worker) acked(cl *claim, sent time.Time) {
 		w.mu.Unlock()
 		return
 	}
-	cl.deadline.Extend(sent.Add(cl.vt-cl.margin), w.clk.Now())
+	cl.deadline.Extend(cl.bounded(sent.Add(cl.vt-cl.margin)), w.clk.Now())
 	cl.nextHB = sent.Add(cl.vt / 3)
 	w.pushLocked(cl)
 	w.mu.Unlock()

@@ -57,6 +57,8 @@ type fakeQueue struct {
 	// lostAfterApply: that many Submits apply their jobs and then answer
 	// LEADERSHIP_LOST (the outcome is unknown to the caller).
 	lostAfterApply int
+	// maxRun > 0 gives every attempt handed out a run_until (max_run).
+	maxRun time.Duration
 }
 
 type hbCall struct {
@@ -116,6 +118,9 @@ func (f *fakeQueue) Fetch(ctx context.Context, r *coordv1.QueueFetchRequest) (*c
 				f.deadlines[ref{id, j.Attempts}] = now.Add(time.Duration(j.GetVisibilityTimeoutMs()) * time.Millisecond)
 				out = append(out, &coordv1.ClaimedJob{Job: j, Attempt: &coordv1.JobAttempt{Number: j.Attempts, WorkerId: r.GetWorkerId(),
 					StartedAt: pbtime.FromTime(now), Token: Token(id, j.Attempts)}})
+				if f.maxRun > 0 {
+					out[len(out)-1].Attempt.RunUntil = pbtime.FromTime(now.Add(f.maxRun))
+				}
 			}
 		}
 		added := f.added

@@ -103,6 +103,14 @@ func VisibilityTimeout(d time.Duration) Option {
 	return func(s *spec) { s.j.VisibilityTimeout = pbtime.Dur(ceilMs(d)) }
 }
 
+// MaxRun bounds each attempt: it ends at its start + d even while the
+// worker heartbeats (the Worker cancels the handler's context just before,
+// cause wrapping ErrMaxRunExceeded; the job is retried after its backoff).
+// Default: the queue's max_run (coordctl queue limit --max-run), else none.
+func MaxRun(d time.Duration) Option {
+	return func(s *spec) { s.j.MaxRun = pbtime.Dur(ceilMs(d)) }
+}
+
 // UniqueKey makes the submit idempotent within the job's queue while the
 // job is retained: a second submit with the key returns the first job
 // (Duplicate) and adds nothing, so it is safe to retry. Without it, Submit

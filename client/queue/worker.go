@@ -23,7 +23,8 @@ import (
 
 // Handler runs one attempt of a job. Its context is cancelled when the
 // attempt's claim is lost (cause ErrClaimLost; within about a second of
-// the job's cancellation, wrapping client.ErrJobCancelled), when
+// the job's cancellation, wrapping client.ErrJobCancelled; just before the
+// attempt's max_run ends it, wrapping ErrMaxRunExceeded), when
 // Worker.Stop gives up waiting (cause ErrWorkerShutdown), and after it
 // returns. A nil error completes the job (with the result set by
 // Job.SetResult); an error fails the attempt: retried after the job's
@@ -488,7 +489,14 @@ func (w *Worker) register(s *slots, j *Job, sent time.Time, state claimState) *c
 		s.release()
 		return nil
 	}
-	cl.deadline.Start(w.clk, sent.Add(cl.vt-cl.margin), func() { w.deadlinePassed(cl) })
+	if a := j.claimed.GetAttempt(); a.GetRunUntil() != nil && a.GetStartedAt() != nil {
+		// The server started the attempt after sent: sent + max_run, less
+		// the margin for clock drift over max_run, is before the server's
+		// end of it.
+		mr := a.GetRunUntil().AsTime().Sub(a.GetStartedAt().AsTime())
+		cl.runEnd = sent.Add(mr - w.c.SafetyMargin(mr))
+	}
+	cl.deadline.Start(w.clk, cl.bounded(sent.Add(cl.vt-cl.margin)), func() { w.deadlinePassed(cl) })
 	cl.nextHB = sent.Add(cl.vt / 3)
 	w.claims[cl.ref] = cl
 	w.pushLocked(cl)

@@ -28,7 +28,7 @@ import (
 func (a *app) jobSubmitCmd() *cobra.Command {
 	var (
 		q, args, at, key string
-		in, vt           time.Duration
+		in, vt, maxRun   time.Duration
 		attempts, prio   int
 		labels           []string
 		target           targetFlags
@@ -80,6 +80,9 @@ func (a *app) jobSubmitCmd() *cobra.Command {
 			if vt > 0 {
 				opts = append(opts, queue.VisibilityTimeout(vt))
 			}
+			if maxRun > 0 {
+				opts = append(opts, queue.MaxRun(maxRun))
+			}
 			if at != "" {
 				t, _ := time.Parse(time.RFC3339Nano, at)
 				opts = append(opts, queue.At(t))
@@ -129,6 +132,7 @@ command with.`
 	f.IntVar(&attempts, "max-attempts", 0, "attempts before the job is dead, 1 to 100 (default 25)")
 	f.IntVar(&prio, "priority", 0, "-100 to 100; higher is fetched first within the queue")
 	f.DurationVar(&vt, "visibility-timeout", 0, "an attempt without a heartbeat for this long lapses (default 30s)")
+	f.DurationVar(&maxRun, "max-run", 0, "each attempt ends at its start + this, heartbeats or not (default the queue's max_run, else none)")
 	f.StringArrayVar(&labels, "label", nil, "key=value label, repeatable")
 	target.add(f, "the job")
 	return cmd
@@ -446,7 +450,7 @@ func queueStatsTable(out io.Writer, qs []*coordv1.QueueStats) {
 			if s.GetAvailable() > 0 {
 				oldest = human(s.GetOldestAvailableAgeMs())
 			}
-			cells := []any{s.GetQueue(), s.GetScheduled(), s.GetAvailable(), s.GetRunning(), s.GetRetryable(), s.GetSucceeded(),
+			cells := []any{s.GetQueue(), s.GetScheduled(), s.GetAvailable(), runningText(s), s.GetRetryable(), s.GetSucceeded(),
 				s.GetCancelled(), s.GetDead(), oldest}
 			if paused {
 				cells = append(cells, pausedText(s))

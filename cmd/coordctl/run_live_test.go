@@ -375,6 +375,40 @@ func TestWorkerCancelStopsCommand(t *testing.T) {
 	}
 }
 
+// An attempt's max_run stops its command (SIGTERM) before start +
+// max_run (its local deadline, less --kill-grace) though the worker
+// heartbeats; the command's exit is the attempt's outcome (failed,
+// before run_until), so the job with one attempt is dead.
+func TestWorkerMaxRunStopsCommand(t *testing.T) {
+	processEnv(t)
+	c := testcluster.New(t, 1)
+	eps := c.Endpoints()
+	dir := t.TempDir()
+	ctlOK(t, eps, "job", "submit", "long", "--queue", "q", "--visibility-timeout", "30s", "--max-run", "1500ms", "--max-attempts", "1")
+	log := `"$1/log.$COORDD_JOB_ID"`
+	script := "trap 'echo term $(date +%s%N) >> " + log + "; exit 143' TERM\necho start $(date +%s%N) >> " + log + "\nwhile :; do sleep 0.01; done"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, errOut, done := ctlAsync(ctx, eps, "worker", "--queue", "q", "--shutdown-grace", "500ms", "--kill-grace", "300ms", "--", "sh", "-c", script, "sh", dir)
+	errOut.waitFor(t, "the command stopped", 20*time.Second, func(s string) bool { return strings.Contains(s, "job 1 attempt 1: exit 143") })
+	start, term := stamps(t, filepath.Join(dir, "log.1"), "start"), stamps(t, filepath.Join(dir, "log.1"), "term")
+	if len(start) != 1 || len(term) != 1 {
+		t.Fatalf("no SIGTERM reached the command:\n%s", errOut.String())
+	}
+	took := time.Duration(term[0] - start[0])
+	t.Logf("command start to SIGTERM: %s (max_run 1.5s, kill grace 300ms)", took)
+	if took > 1500*time.Millisecond || took < 500*time.Millisecond {
+		t.Fatalf("SIGTERM %s after the command's start; want before max_run (1.5s), not at once", took)
+	}
+	j := waitJob(t, c, 1, coordv1.JobState_JOB_STATE_DEAD)
+	if log := j.GetAttemptLog(); len(log) != 1 || log[0].GetRunUntilMs() == 0 || log[0].GetFinishedAtMs() > log[0].GetRunUntilMs() ||
+		!strings.Contains(log[0].GetError(), "signal 15") {
+		t.Fatalf("job 1 after max_run: %v", j)
+	}
+	cancel()
+	waitExit(t, done, 20*time.Second)
+}
+
 // Two candidates: the first elected runs its command and resigns when it
 // exits (the second is elected as it resigns); --observe prints each
 // change; the candidates' commands never overlap.

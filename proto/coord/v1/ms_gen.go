@@ -46,6 +46,9 @@ func (x *JobAttempt) GetDeliveryLatencyMs() int64 { return pbtime.DurMs(x.GetDel
 // GetFinishedAtMs is FinishedAt in Unix milliseconds (0 when unset).
 func (x *JobAttempt) GetFinishedAtMs() int64 { return pbtime.AtMs(x.GetFinishedAt()) }
 
+// GetRunUntilMs is RunUntil in Unix milliseconds (0 when unset).
+func (x *JobAttempt) GetRunUntilMs() int64 { return pbtime.AtMs(x.GetRunUntil()) }
+
 // GetStartedAtMs is StartedAt in Unix milliseconds (0 when unset).
 func (x *JobAttempt) GetStartedAtMs() int64 { return pbtime.AtMs(x.GetStartedAt()) }
 
@@ -121,6 +124,9 @@ func (x *NewJob) GetBackoffMaxMs() int64 { return pbtime.DurMs(x.GetBackoffMax()
 // GetDelayMs is Delay in milliseconds (0 when unset).
 func (x *NewJob) GetDelayMs() int64 { return pbtime.DurMs(x.GetDelay()) }
 
+// GetMaxRunMs is MaxRun in milliseconds (0 when unset).
+func (x *NewJob) GetMaxRunMs() int64 { return pbtime.DurMs(x.GetMaxRun()) }
+
 // GetRunAtMs is RunAt in Unix milliseconds (0 when unset).
 func (x *NewJob) GetRunAtMs() int64 { return pbtime.AtMs(x.GetRunAt()) }
 
@@ -157,6 +163,9 @@ func (x *QueueJob) GetCreatedAtMs() int64 { return pbtime.AtMs(x.GetCreatedAt())
 // GetFinishedAtMs is FinishedAt in Unix milliseconds (0 when unset).
 func (x *QueueJob) GetFinishedAtMs() int64 { return pbtime.AtMs(x.GetFinishedAt()) }
 
+// GetMaxRunMs is MaxRun in milliseconds (0 when unset).
+func (x *QueueJob) GetMaxRunMs() int64 { return pbtime.DurMs(x.GetMaxRun()) }
+
 // GetRunAtMs is RunAt in Unix milliseconds (0 when unset).
 func (x *QueueJob) GetRunAtMs() int64 { return pbtime.AtMs(x.GetRunAt()) }
 
@@ -165,6 +174,12 @@ func (x *QueueJob) GetUpdatedAtMs() int64 { return pbtime.AtMs(x.GetUpdatedAt())
 
 // GetVisibilityTimeoutMs is VisibilityTimeout in milliseconds (0 when unset).
 func (x *QueueJob) GetVisibilityTimeoutMs() int64 { return pbtime.DurMs(x.GetVisibilityTimeout()) }
+
+// GetMaxRunMs is MaxRun in milliseconds (0 when unset).
+func (x *QueueLimits) GetMaxRunMs() int64 { return pbtime.DurMs(x.GetMaxRun()) }
+
+// GetUpdatedAtMs is UpdatedAt in Unix milliseconds (0 when unset).
+func (x *QueueLimits) GetUpdatedAtMs() int64 { return pbtime.AtMs(x.GetUpdatedAt()) }
 
 // GetCreatedAfterMs is CreatedAfter in Unix milliseconds (0 when unset).
 func (x *QueueListRequest) GetCreatedAfterMs() int64 { return pbtime.AtMs(x.GetCreatedAfter()) }

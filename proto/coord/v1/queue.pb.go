@@ -1424,6 +1424,11 @@ type NewJob struct {
 	// an HTTP endpoint instead of handing them to pull workers (whose
 	// fetches never see it): docs/delivery.md.
 	Target *HttpTarget `protobuf:"bytes,14,opt,name=target,proto3" json:"target,omitempty"`
+	// max_run bounds each attempt: it ends at its start + max_run even if
+	// the worker heartbeats (outcome LAPSED, error "max_run exceeded"; the
+	// job is retried after its backoff while attempts remain). Unset: the
+	// queue's max_run (SetLimits), else none. At most 7 days.
+	MaxRun *durationpb.Duration `protobuf:"bytes,40,opt,name=max_run,json=maxRun,proto3" json:"max_run,omitempty"`
 	// traceparent and tracestate: the submitter's W3C trace context
 	// (docs/tracing.md), carried with the job to its workers and HTTP
 	// deliveries. Empty: the call's own trace context (gRPC metadata), if
@@ -1560,6 +1565,13 @@ func (x *NewJob) GetLabels() map[string]string {
 func (x *NewJob) GetTarget() *HttpTarget {
 	if x != nil {
 		return x.Target
+	}
+	return nil
+}
+
+func (x *NewJob) GetMaxRun() *durationpb.Duration {
+	if x != nil {
+		return x.MaxRun
 	}
 	return nil
 }
@@ -1721,6 +1733,8 @@ type QueueJob struct {
 	// target: where the job is delivered (NewJob.target), with its defaults
 	// filled in; absent for a pull worker's job.
 	Target *HttpTarget `protobuf:"bytes,21,opt,name=target,proto3" json:"target,omitempty"`
+	// max_run: NewJob.max_run (absent: none of its own).
+	MaxRun *durationpb.Duration `protobuf:"bytes,40,opt,name=max_run,json=maxRun,proto3" json:"max_run,omitempty"`
 	// traceparent and tracestate: the job's W3C trace context
 	// (docs/tracing.md): the span of its submit on a server that traces,
 	// else the submitter's; a schedule's job, its occurrence's. Empty: none.
@@ -1907,6 +1921,13 @@ func (x *QueueJob) GetTarget() *HttpTarget {
 	return nil
 }
 
+func (x *QueueJob) GetMaxRun() *durationpb.Duration {
+	if x != nil {
+		return x.MaxRun
+	}
+	return nil
+}
+
 func (x *QueueJob) GetTraceparent() string {
 	if x != nil {
 		return x.Traceparent
@@ -1949,8 +1970,11 @@ type JobAttempt struct {
 	// end of the response body (or to the error); absent for a pull
 	// worker's attempt.
 	DeliveryLatency *durationpb.Duration `protobuf:"bytes,13,opt,name=delivery_latency,json=deliveryLatency,proto3" json:"delivery_latency,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// run_until: when max_run ends this attempt (absent: no bound); the
+	// deadline never passes it.
+	RunUntil      *timestamppb.Timestamp `protobuf:"bytes,40,opt,name=run_until,json=runUntil,proto3" json:"run_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobAttempt) Reset() {
@@ -2070,6 +2094,13 @@ func (x *JobAttempt) GetDeliveryStatus() uint32 {
 func (x *JobAttempt) GetDeliveryLatency() *durationpb.Duration {
 	if x != nil {
 		return x.DeliveryLatency
+	}
+	return nil
+}
+
+func (x *JobAttempt) GetRunUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RunUntil
 	}
 	return nil
 }
@@ -4005,6 +4036,310 @@ func (x *QueueTargetsResponse) GetTargets() []*QueueTarget {
 	return nil
 }
 
+type QueueSetLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// limits: absent clears the queue's limits (its queue field is ignored).
+	Limits        *QueueLimits `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSetLimitsRequest) Reset() {
+	*x = QueueSetLimitsRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSetLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSetLimitsRequest) ProtoMessage() {}
+
+func (x *QueueSetLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSetLimitsRequest.ProtoReflect.Descriptor instead.
+func (*QueueSetLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *QueueSetLimitsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueSetLimitsRequest) GetLimits() *QueueLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+type QueueSetLimitsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limits: absent when cleared.
+	Limits        *QueueLimits `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSetLimitsResponse) Reset() {
+	*x = QueueSetLimitsResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSetLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSetLimitsResponse) ProtoMessage() {}
+
+func (x *QueueSetLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSetLimitsResponse.ProtoReflect.Descriptor instead.
+func (*QueueSetLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *QueueSetLimitsResponse) GetLimits() *QueueLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// QueueLimits are a queue's limits; zero fields set none.
+type QueueLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// concurrency: at most this many of the queue's attempts running at
+	// once, cluster-wide (up to 1,000,000).
+	Concurrency uint32 `protobuf:"varint,2,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// kind_concurrency: the same per kind (up to 64 kinds).
+	KindConcurrency map[string]uint32 `protobuf:"bytes,3,rep,name=kind_concurrency,json=kindConcurrency,proto3" json:"kind_concurrency,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// rate: attempts started per second (calendar time), at least 0.001, at
+	// most 100,000; kept to 1/1000.
+	Rate float64 `protobuf:"fixed64,4,opt,name=rate,proto3" json:"rate,omitempty"`
+	// burst: how many attempts may start at once after an idle spell; with
+	// a rate, default max(1, rate) (one second's worth).
+	Burst uint32 `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`
+	// max_run: the max_run of the queue's jobs that name none (NewJob).
+	MaxRun        *durationpb.Duration   `protobuf:"bytes,6,opt,name=max_run,json=maxRun,proto3" json:"max_run,omitempty"`
+	UpdatedBy     string                 `protobuf:"bytes,7,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLimits) Reset() {
+	*x = QueueLimits{}
+	mi := &file_coord_v1_queue_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLimits) ProtoMessage() {}
+
+func (x *QueueLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLimits.ProtoReflect.Descriptor instead.
+func (*QueueLimits) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *QueueLimits) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueLimits) GetConcurrency() uint32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *QueueLimits) GetKindConcurrency() map[string]uint32 {
+	if x != nil {
+		return x.KindConcurrency
+	}
+	return nil
+}
+
+func (x *QueueLimits) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *QueueLimits) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *QueueLimits) GetMaxRun() *durationpb.Duration {
+	if x != nil {
+		return x.MaxRun
+	}
+	return nil
+}
+
+func (x *QueueLimits) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+func (x *QueueLimits) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+type QueueLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// queue: one queue; empty: every queue with limits.
+	Queue         string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Stale         bool   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLimitsRequest) Reset() {
+	*x = QueueLimitsRequest{}
+	mi := &file_coord_v1_queue_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLimitsRequest) ProtoMessage() {}
+
+func (x *QueueLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLimitsRequest.ProtoReflect.Descriptor instead.
+func (*QueueLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *QueueLimitsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueLimitsRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+type QueueLimitsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limits        []*QueueLimits         `protobuf:"bytes,1,rep,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLimitsResponse) Reset() {
+	*x = QueueLimitsResponse{}
+	mi := &file_coord_v1_queue_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLimitsResponse) ProtoMessage() {}
+
+func (x *QueueLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_v1_queue_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLimitsResponse.ProtoReflect.Descriptor instead.
+func (*QueueLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *QueueLimitsResponse) GetLimits() []*QueueLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
 type QueueStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// queue: one queue; empty: every queue with jobs, by name.
@@ -4016,7 +4351,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_coord_v1_queue_proto_msgTypes[55]
+	mi := &file_coord_v1_queue_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4028,7 +4363,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[55]
+	mi := &file_coord_v1_queue_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4041,7 +4376,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{55}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -4069,7 +4404,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_coord_v1_queue_proto_msgTypes[56]
+	mi := &file_coord_v1_queue_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4416,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[56]
+	mi := &file_coord_v1_queue_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4429,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{56}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *QueueStatsResponse) GetQueues() []*QueueStats {
@@ -4125,6 +4460,13 @@ type QueueStats struct {
 	// due (0 when none is available): the dispatch lag.
 	OldestAvailableAge   *durationpb.Duration   `protobuf:"bytes,9,opt,name=oldest_available_age,json=oldestAvailableAge,proto3" json:"oldest_available_age,omitempty"`
 	OldestAvailableRunAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=oldest_available_run_at,json=oldestAvailableRunAt,proto3" json:"oldest_available_run_at,omitempty"`
+	// concurrency_limit: the queue's concurrency limit (0: none); running
+	// counts against it.
+	ConcurrencyLimit uint32 `protobuf:"varint,40,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
+	// rate_limit: attempts started per second allowed (0: none), and
+	// rate_tokens: how many may start now (the bucket, at calendar_time).
+	RateLimit  float64 `protobuf:"fixed64,41,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	RateTokens float64 `protobuf:"fixed64,42,opt,name=rate_tokens,json=rateTokens,proto3" json:"rate_tokens,omitempty"`
 	// paused: the queue is paused (Pause): no fetch hands out its jobs.
 	Paused        bool                   `protobuf:"varint,30,opt,name=paused,proto3" json:"paused,omitempty"`
 	PausedBy      string                 `protobuf:"bytes,31,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
@@ -4135,7 +4477,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_coord_v1_queue_proto_msgTypes[57]
+	mi := &file_coord_v1_queue_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4147,7 +4489,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_v1_queue_proto_msgTypes[57]
+	mi := &file_coord_v1_queue_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4160,7 +4502,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_coord_v1_queue_proto_rawDescGZIP(), []int{57}
+	return file_coord_v1_queue_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *QueueStats) GetQueue() string {
@@ -4231,6 +4573,27 @@ func (x *QueueStats) GetOldestAvailableRunAt() *timestamppb.Timestamp {
 		return x.OldestAvailableRunAt
 	}
 	return nil
+}
+
+func (x *QueueStats) GetConcurrencyLimit() uint32 {
+	if x != nil {
+		return x.ConcurrencyLimit
+	}
+	return 0
+}
+
+func (x *QueueStats) GetRateLimit() float64 {
+	if x != nil {
+		return x.RateLimit
+	}
+	return 0
+}
+
+func (x *QueueStats) GetRateTokens() float64 {
+	if x != nil {
+		return x.RateTokens
+	}
+	return 0
 }
 
 func (x *QueueStats) GetPaused() bool {
@@ -4347,7 +4710,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"QueuePause\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1b\n" +
 	"\tpaused_by\x18\x02 \x01(\tR\bpausedBy\x127\n" +
-	"\tpaused_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\"\xda\x05\n" +
+	"\tpaused_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\"\x8e\x06\n" +
 	"\x06NewJob\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -4365,7 +4728,8 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\n" +
 	"unique_key\x18\f \x01(\tR\tuniqueKey\x124\n" +
 	"\x06labels\x18\r \x03(\v2\x1c.coord.v1.NewJob.LabelsEntryR\x06labels\x12,\n" +
-	"\x06target\x18\x0e \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x12 \n" +
+	"\x06target\x18\x0e \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x122\n" +
+	"\amax_run\x18( \x01(\v2\x19.google.protobuf.DurationR\x06maxRun\x12 \n" +
 	"\vtraceparent\x182 \x01(\tR\vtraceparent\x12\x1e\n" +
 	"\n" +
 	"tracestate\x183 \x01(\tR\n" +
@@ -4383,7 +4747,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x06secret\x18\x06 \x01(\tR\x06secret\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x90\b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc4\b\n" +
 	"\bQueueJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
@@ -4412,14 +4776,15 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"finishedAt\x125\n" +
 	"\vattempt_log\x18\x14 \x03(\v2\x14.coord.v1.JobAttemptR\n" +
 	"attemptLog\x12,\n" +
-	"\x06target\x18\x15 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x12 \n" +
+	"\x06target\x18\x15 \x01(\v2\x14.coord.v1.HttpTargetR\x06target\x122\n" +
+	"\amax_run\x18( \x01(\v2\x19.google.protobuf.DurationR\x06maxRun\x12 \n" +
 	"\vtraceparent\x182 \x01(\tR\vtraceparent\x12\x1e\n" +
 	"\n" +
 	"tracestate\x183 \x01(\tR\n" +
 	"tracestate\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcd\x04\n" +
 	"\n" +
 	"JobAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x122\n" +
@@ -4439,7 +4804,8 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	" \x01(\fR\x06result\x12\x14\n" +
 	"\x05token\x18\v \x01(\tR\x05token\x12'\n" +
 	"\x0fdelivery_status\x18\f \x01(\rR\x0edeliveryStatus\x12D\n" +
-	"\x10delivery_latency\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\":\n" +
+	"\x10delivery_latency\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0fdeliveryLatency\x127\n" +
+	"\trun_until\x18( \x01(\v2\x1a.google.protobuf.TimestampR\brunUntil\":\n" +
 	"\x12QueueSubmitRequest\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.coord.v1.NewJobR\x04jobs\"A\n" +
 	"\x13QueueSubmitResponse\x12*\n" +
@@ -4570,13 +4936,37 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"G\n" +
 	"\x14QueueTargetsResponse\x12/\n" +
-	"\atargets\x18\x01 \x03(\v2\x15.coord.v1.QueueTargetR\atargets\"?\n" +
+	"\atargets\x18\x01 \x03(\v2\x15.coord.v1.QueueTargetR\atargets\"\\\n" +
+	"\x15QueueSetLimitsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12-\n" +
+	"\x06limits\x18\x02 \x01(\v2\x15.coord.v1.QueueLimitsR\x06limits\"G\n" +
+	"\x16QueueSetLimitsResponse\x12-\n" +
+	"\x06limits\x18\x01 \x01(\v2\x15.coord.v1.QueueLimitsR\x06limits\"\x98\x03\n" +
+	"\vQueueLimits\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12 \n" +
+	"\vconcurrency\x18\x02 \x01(\rR\vconcurrency\x12U\n" +
+	"\x10kind_concurrency\x18\x03 \x03(\v2*.coord.v1.QueueLimits.KindConcurrencyEntryR\x0fkindConcurrency\x12\x12\n" +
+	"\x04rate\x18\x04 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x05 \x01(\rR\x05burst\x122\n" +
+	"\amax_run\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06maxRun\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\a \x01(\tR\tupdatedBy\x129\n" +
+	"\n" +
+	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x1aB\n" +
+	"\x14KindConcurrencyEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"@\n" +
+	"\x12QueueLimitsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"D\n" +
+	"\x13QueueLimitsResponse\x12-\n" +
+	"\x06limits\x18\x01 \x03(\v2\x15.coord.v1.QueueLimitsR\x06limits\"?\n" +
 	"\x11QueueStatsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"\x83\x01\n" +
 	"\x12QueueStatsResponse\x12,\n" +
 	"\x06queues\x18\x01 \x03(\v2\x14.coord.v1.QueueStatsR\x06queues\x12?\n" +
-	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xf4\x03\n" +
+	"\rcalendar_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcalendarTime\"\xe1\x04\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1c\n" +
@@ -4589,7 +4979,12 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x04dead\x18\b \x01(\x04R\x04dead\x12K\n" +
 	"\x14oldest_available_age\x18\t \x01(\v2\x19.google.protobuf.DurationR\x12oldestAvailableAge\x12Q\n" +
 	"\x17oldest_available_run_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x14oldestAvailableRunAt\x12\x16\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x14oldestAvailableRunAt\x12+\n" +
+	"\x11concurrency_limit\x18( \x01(\rR\x10concurrencyLimit\x12\x1d\n" +
+	"\n" +
+	"rate_limit\x18) \x01(\x01R\trateLimit\x12\x1f\n" +
+	"\vrate_tokens\x18* \x01(\x01R\n" +
+	"rateTokens\x12\x16\n" +
 	"\x06paused\x18\x1e \x01(\bR\x06paused\x12\x1b\n" +
 	"\tpaused_by\x18\x1f \x01(\tR\bpausedBy\x127\n" +
 	"\tpaused_at\x18  \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt*p\n" +
@@ -4614,8 +5009,7 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_LAPSED\x10\x04\x12\x1d\n" +
-	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xcc\n" +
-	"\n" +
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x052\xe3\v\n" +
 	"\x05Queue\x12E\n" +
 	"\x06Submit\x12\x1c.coord.v1.QueueSubmitRequest\x1a\x1d.coord.v1.QueueSubmitResponse\x12<\n" +
 	"\x03Get\x12\x19.coord.v1.QueueGetRequest\x1a\x1a.coord.v1.QueueGetResponse\x12?\n" +
@@ -4628,7 +5022,9 @@ const file_coord_v1_queue_proto_rawDesc = "" +
 	"\x04Fail\x12\x1a.coord.v1.QueueFailRequest\x1a\x1b.coord.v1.QueueFailResponse\x12B\n" +
 	"\x05Stats\x12\x1b.coord.v1.QueueStatsRequest\x1a\x1c.coord.v1.QueueStatsResponse\x12N\n" +
 	"\tSetTarget\x12\x1f.coord.v1.QueueSetTargetRequest\x1a .coord.v1.QueueSetTargetResponse\x12H\n" +
-	"\aTargets\x12\x1d.coord.v1.QueueTargetsRequest\x1a\x1e.coord.v1.QueueTargetsResponse\x12B\n" +
+	"\aTargets\x12\x1d.coord.v1.QueueTargetsRequest\x1a\x1e.coord.v1.QueueTargetsResponse\x12N\n" +
+	"\tSetLimits\x12\x1f.coord.v1.QueueSetLimitsRequest\x1a .coord.v1.QueueSetLimitsResponse\x12E\n" +
+	"\x06Limits\x12\x1c.coord.v1.QueueLimitsRequest\x1a\x1d.coord.v1.QueueLimitsResponse\x12B\n" +
 	"\x05Pause\x12\x1b.coord.v1.QueuePauseRequest\x1a\x1c.coord.v1.QueuePauseResponse\x12E\n" +
 	"\x06Resume\x12\x1c.coord.v1.QueueResumeRequest\x1a\x1d.coord.v1.QueueResumeResponse\x12E\n" +
 	"\x06Delete\x12\x1c.coord.v1.QueueDeleteRequest\x1a\x1d.coord.v1.QueueDeleteResponse\x12?\n" +
@@ -4650,7 +5046,7 @@ func file_coord_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_coord_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_coord_v1_queue_proto_goTypes = []any{
 	(BulkAction)(0),                // 0: coord.v1.BulkAction
 	(JobState)(0),                  // 1: coord.v1.JobState
@@ -4710,28 +5106,34 @@ var file_coord_v1_queue_proto_goTypes = []any{
 	(*QueueTarget)(nil),            // 55: coord.v1.QueueTarget
 	(*QueueTargetsRequest)(nil),    // 56: coord.v1.QueueTargetsRequest
 	(*QueueTargetsResponse)(nil),   // 57: coord.v1.QueueTargetsResponse
-	(*QueueStatsRequest)(nil),      // 58: coord.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),     // 59: coord.v1.QueueStatsResponse
-	(*QueueStats)(nil),             // 60: coord.v1.QueueStats
-	nil,                            // 61: coord.v1.NewJob.LabelsEntry
-	nil,                            // 62: coord.v1.HttpTarget.HeadersEntry
-	nil,                            // 63: coord.v1.QueueJob.LabelsEntry
-	nil,                            // 64: coord.v1.JobItemError.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 65: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 66: google.protobuf.Duration
+	(*QueueSetLimitsRequest)(nil),  // 58: coord.v1.QueueSetLimitsRequest
+	(*QueueSetLimitsResponse)(nil), // 59: coord.v1.QueueSetLimitsResponse
+	(*QueueLimits)(nil),            // 60: coord.v1.QueueLimits
+	(*QueueLimitsRequest)(nil),     // 61: coord.v1.QueueLimitsRequest
+	(*QueueLimitsResponse)(nil),    // 62: coord.v1.QueueLimitsResponse
+	(*QueueStatsRequest)(nil),      // 63: coord.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),     // 64: coord.v1.QueueStatsResponse
+	(*QueueStats)(nil),             // 65: coord.v1.QueueStats
+	nil,                            // 66: coord.v1.NewJob.LabelsEntry
+	nil,                            // 67: coord.v1.HttpTarget.HeadersEntry
+	nil,                            // 68: coord.v1.QueueJob.LabelsEntry
+	nil,                            // 69: coord.v1.JobItemError.MetadataEntry
+	nil,                            // 70: coord.v1.QueueLimits.KindConcurrencyEntry
+	(*timestamppb.Timestamp)(nil),  // 71: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 72: google.protobuf.Duration
 }
 var file_coord_v1_queue_proto_depIdxs = []int32{
 	5,   // 0: coord.v1.QueueWorkersResponse.workers:type_name -> coord.v1.QueueWorker
-	65,  // 1: coord.v1.QueueWorkersResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	65,  // 2: coord.v1.QueueWorker.since:type_name -> google.protobuf.Timestamp
+	71,  // 1: coord.v1.QueueWorkersResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	71,  // 2: coord.v1.QueueWorker.since:type_name -> google.protobuf.Timestamp
 	6,   // 3: coord.v1.QueueWorker.attempts:type_name -> coord.v1.RunningAttempt
-	65,  // 4: coord.v1.RunningAttempt.started_at:type_name -> google.protobuf.Timestamp
-	65,  // 5: coord.v1.RunningAttempt.deadline:type_name -> google.protobuf.Timestamp
+	71,  // 4: coord.v1.RunningAttempt.started_at:type_name -> google.protobuf.Timestamp
+	71,  // 5: coord.v1.RunningAttempt.deadline:type_name -> google.protobuf.Timestamp
 	1,   // 6: coord.v1.JobFilter.state:type_name -> coord.v1.JobState
-	65,  // 7: coord.v1.JobFilter.created_after:type_name -> google.protobuf.Timestamp
-	65,  // 8: coord.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
-	65,  // 9: coord.v1.JobFilter.finished_after:type_name -> google.protobuf.Timestamp
-	65,  // 10: coord.v1.JobFilter.finished_before:type_name -> google.protobuf.Timestamp
+	71,  // 7: coord.v1.JobFilter.created_after:type_name -> google.protobuf.Timestamp
+	71,  // 8: coord.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
+	71,  // 9: coord.v1.JobFilter.finished_after:type_name -> google.protobuf.Timestamp
+	71,  // 10: coord.v1.JobFilter.finished_before:type_name -> google.protobuf.Timestamp
 	0,   // 11: coord.v1.QueueBulkRequest.action:type_name -> coord.v1.BulkAction
 	9,   // 12: coord.v1.QueueBulkRequest.filter:type_name -> coord.v1.JobFilter
 	16,  // 13: coord.v1.QueueBulkResponse.op:type_name -> coord.v1.BulkOp
@@ -4739,121 +5141,134 @@ var file_coord_v1_queue_proto_depIdxs = []int32{
 	16,  // 15: coord.v1.QueueListBulkResponse.ops:type_name -> coord.v1.BulkOp
 	0,   // 16: coord.v1.BulkOp.action:type_name -> coord.v1.BulkAction
 	9,   // 17: coord.v1.BulkOp.filter:type_name -> coord.v1.JobFilter
-	65,  // 18: coord.v1.BulkOp.created_at:type_name -> google.protobuf.Timestamp
-	65,  // 19: coord.v1.BulkOp.updated_at:type_name -> google.protobuf.Timestamp
-	65,  // 20: coord.v1.BulkOp.finished_at:type_name -> google.protobuf.Timestamp
+	71,  // 18: coord.v1.BulkOp.created_at:type_name -> google.protobuf.Timestamp
+	71,  // 19: coord.v1.BulkOp.updated_at:type_name -> google.protobuf.Timestamp
+	71,  // 20: coord.v1.BulkOp.finished_at:type_name -> google.protobuf.Timestamp
 	21,  // 21: coord.v1.QueuePauseResponse.pause:type_name -> coord.v1.QueuePause
-	65,  // 22: coord.v1.QueuePause.paused_at:type_name -> google.protobuf.Timestamp
-	65,  // 23: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
-	66,  // 24: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
-	66,  // 25: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
-	66,  // 26: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
-	66,  // 27: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
-	61,  // 28: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
+	71,  // 22: coord.v1.QueuePause.paused_at:type_name -> google.protobuf.Timestamp
+	71,  // 23: coord.v1.NewJob.run_at:type_name -> google.protobuf.Timestamp
+	72,  // 24: coord.v1.NewJob.delay:type_name -> google.protobuf.Duration
+	72,  // 25: coord.v1.NewJob.backoff_initial:type_name -> google.protobuf.Duration
+	72,  // 26: coord.v1.NewJob.backoff_max:type_name -> google.protobuf.Duration
+	72,  // 27: coord.v1.NewJob.visibility_timeout:type_name -> google.protobuf.Duration
+	66,  // 28: coord.v1.NewJob.labels:type_name -> coord.v1.NewJob.LabelsEntry
 	23,  // 29: coord.v1.NewJob.target:type_name -> coord.v1.HttpTarget
-	62,  // 30: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
-	66,  // 31: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
-	1,   // 32: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
-	65,  // 33: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
-	66,  // 34: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
-	66,  // 35: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
-	66,  // 36: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
-	63,  // 37: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
-	65,  // 38: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
-	65,  // 39: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
-	65,  // 40: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
-	25,  // 41: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
-	23,  // 42: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
-	2,   // 43: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
-	65,  // 44: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	65,  // 45: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
-	65,  // 46: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	66,  // 47: coord.v1.JobAttempt.delivery_latency:type_name -> google.protobuf.Duration
-	22,  // 48: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
-	28,  // 49: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
-	1,   // 50: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
-	65,  // 51: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
-	24,  // 52: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
-	65,  // 53: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	1,   // 54: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
-	65,  // 55: coord.v1.QueueListRequest.created_after:type_name -> google.protobuf.Timestamp
-	65,  // 56: coord.v1.QueueListRequest.created_before:type_name -> google.protobuf.Timestamp
-	24,  // 57: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
-	24,  // 58: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
-	24,  // 59: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
-	66,  // 60: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
-	39,  // 61: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
-	24,  // 62: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
-	25,  // 63: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
-	64,  // 64: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
-	40,  // 65: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
-	44,  // 66: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
-	65,  // 67: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
-	41,  // 68: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
-	46,  // 69: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
-	66,  // 70: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
-	48,  // 71: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
-	41,  // 72: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
-	50,  // 73: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
-	66,  // 74: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
-	66,  // 75: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
-	52,  // 76: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
-	1,   // 77: coord.v1.FailResult.state:type_name -> coord.v1.JobState
-	65,  // 78: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
-	41,  // 79: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
-	23,  // 80: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
-	55,  // 81: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
-	23,  // 82: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
-	65,  // 83: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
-	55,  // 84: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
-	60,  // 85: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
-	65,  // 86: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
-	66,  // 87: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	65,  // 88: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
-	65,  // 89: coord.v1.QueueStats.paused_at:type_name -> google.protobuf.Timestamp
-	26,  // 90: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
-	29,  // 91: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
-	31,  // 92: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
-	33,  // 93: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
-	35,  // 94: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
-	37,  // 95: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
-	42,  // 96: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
-	45,  // 97: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
-	49,  // 98: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
-	58,  // 99: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
-	53,  // 100: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
-	56,  // 101: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
-	17,  // 102: coord.v1.Queue.Pause:input_type -> coord.v1.QueuePauseRequest
-	19,  // 103: coord.v1.Queue.Resume:input_type -> coord.v1.QueueResumeRequest
-	7,   // 104: coord.v1.Queue.Delete:input_type -> coord.v1.QueueDeleteRequest
-	10,  // 105: coord.v1.Queue.Bulk:input_type -> coord.v1.QueueBulkRequest
-	12,  // 106: coord.v1.Queue.GetBulk:input_type -> coord.v1.QueueGetBulkRequest
-	14,  // 107: coord.v1.Queue.ListBulk:input_type -> coord.v1.QueueListBulkRequest
-	3,   // 108: coord.v1.Queue.Workers:input_type -> coord.v1.QueueWorkersRequest
-	27,  // 109: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
-	30,  // 110: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
-	32,  // 111: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
-	34,  // 112: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
-	36,  // 113: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
-	38,  // 114: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
-	43,  // 115: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
-	47,  // 116: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
-	51,  // 117: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
-	59,  // 118: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
-	54,  // 119: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
-	57,  // 120: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
-	18,  // 121: coord.v1.Queue.Pause:output_type -> coord.v1.QueuePauseResponse
-	20,  // 122: coord.v1.Queue.Resume:output_type -> coord.v1.QueueResumeResponse
-	8,   // 123: coord.v1.Queue.Delete:output_type -> coord.v1.QueueDeleteResponse
-	11,  // 124: coord.v1.Queue.Bulk:output_type -> coord.v1.QueueBulkResponse
-	13,  // 125: coord.v1.Queue.GetBulk:output_type -> coord.v1.QueueGetBulkResponse
-	15,  // 126: coord.v1.Queue.ListBulk:output_type -> coord.v1.QueueListBulkResponse
-	4,   // 127: coord.v1.Queue.Workers:output_type -> coord.v1.QueueWorkersResponse
-	109, // [109:128] is the sub-list for method output_type
-	90,  // [90:109] is the sub-list for method input_type
-	90,  // [90:90] is the sub-list for extension type_name
-	90,  // [90:90] is the sub-list for extension extendee
-	0,   // [0:90] is the sub-list for field type_name
+	72,  // 30: coord.v1.NewJob.max_run:type_name -> google.protobuf.Duration
+	67,  // 31: coord.v1.HttpTarget.headers:type_name -> coord.v1.HttpTarget.HeadersEntry
+	72,  // 32: coord.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	1,   // 33: coord.v1.QueueJob.state:type_name -> coord.v1.JobState
+	71,  // 34: coord.v1.QueueJob.run_at:type_name -> google.protobuf.Timestamp
+	72,  // 35: coord.v1.QueueJob.backoff_initial:type_name -> google.protobuf.Duration
+	72,  // 36: coord.v1.QueueJob.backoff_max:type_name -> google.protobuf.Duration
+	72,  // 37: coord.v1.QueueJob.visibility_timeout:type_name -> google.protobuf.Duration
+	68,  // 38: coord.v1.QueueJob.labels:type_name -> coord.v1.QueueJob.LabelsEntry
+	71,  // 39: coord.v1.QueueJob.created_at:type_name -> google.protobuf.Timestamp
+	71,  // 40: coord.v1.QueueJob.updated_at:type_name -> google.protobuf.Timestamp
+	71,  // 41: coord.v1.QueueJob.finished_at:type_name -> google.protobuf.Timestamp
+	25,  // 42: coord.v1.QueueJob.attempt_log:type_name -> coord.v1.JobAttempt
+	23,  // 43: coord.v1.QueueJob.target:type_name -> coord.v1.HttpTarget
+	72,  // 44: coord.v1.QueueJob.max_run:type_name -> google.protobuf.Duration
+	2,   // 45: coord.v1.JobAttempt.outcome:type_name -> coord.v1.AttemptOutcome
+	71,  // 46: coord.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	71,  // 47: coord.v1.JobAttempt.deadline:type_name -> google.protobuf.Timestamp
+	71,  // 48: coord.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	72,  // 49: coord.v1.JobAttempt.delivery_latency:type_name -> google.protobuf.Duration
+	71,  // 50: coord.v1.JobAttempt.run_until:type_name -> google.protobuf.Timestamp
+	22,  // 51: coord.v1.QueueSubmitRequest.jobs:type_name -> coord.v1.NewJob
+	28,  // 52: coord.v1.QueueSubmitResponse.jobs:type_name -> coord.v1.SubmittedJob
+	1,   // 53: coord.v1.SubmittedJob.state:type_name -> coord.v1.JobState
+	71,  // 54: coord.v1.SubmittedJob.run_at:type_name -> google.protobuf.Timestamp
+	24,  // 55: coord.v1.QueueGetResponse.job:type_name -> coord.v1.QueueJob
+	71,  // 56: coord.v1.QueueGetResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	1,   // 57: coord.v1.QueueListRequest.state:type_name -> coord.v1.JobState
+	71,  // 58: coord.v1.QueueListRequest.created_after:type_name -> google.protobuf.Timestamp
+	71,  // 59: coord.v1.QueueListRequest.created_before:type_name -> google.protobuf.Timestamp
+	24,  // 60: coord.v1.QueueListResponse.jobs:type_name -> coord.v1.QueueJob
+	24,  // 61: coord.v1.QueueCancelResponse.job:type_name -> coord.v1.QueueJob
+	24,  // 62: coord.v1.QueueRetryResponse.job:type_name -> coord.v1.QueueJob
+	72,  // 63: coord.v1.QueueFetchRequest.wait:type_name -> google.protobuf.Duration
+	39,  // 64: coord.v1.QueueFetchResponse.jobs:type_name -> coord.v1.ClaimedJob
+	24,  // 65: coord.v1.ClaimedJob.job:type_name -> coord.v1.QueueJob
+	25,  // 66: coord.v1.ClaimedJob.attempt:type_name -> coord.v1.JobAttempt
+	69,  // 67: coord.v1.JobItemError.metadata:type_name -> coord.v1.JobItemError.MetadataEntry
+	40,  // 68: coord.v1.QueueHeartbeatRequest.attempts:type_name -> coord.v1.JobAttemptRef
+	44,  // 69: coord.v1.QueueHeartbeatResponse.results:type_name -> coord.v1.HeartbeatResult
+	71,  // 70: coord.v1.HeartbeatResult.deadline:type_name -> google.protobuf.Timestamp
+	41,  // 71: coord.v1.HeartbeatResult.error:type_name -> coord.v1.JobItemError
+	46,  // 72: coord.v1.QueueCompleteRequest.completions:type_name -> coord.v1.JobCompletion
+	72,  // 73: coord.v1.JobCompletion.delivery_latency:type_name -> google.protobuf.Duration
+	48,  // 74: coord.v1.QueueCompleteResponse.results:type_name -> coord.v1.CompleteResult
+	41,  // 75: coord.v1.CompleteResult.error:type_name -> coord.v1.JobItemError
+	50,  // 76: coord.v1.QueueFailRequest.failures:type_name -> coord.v1.JobFailure
+	72,  // 77: coord.v1.JobFailure.retry_after:type_name -> google.protobuf.Duration
+	72,  // 78: coord.v1.JobFailure.delivery_latency:type_name -> google.protobuf.Duration
+	52,  // 79: coord.v1.QueueFailResponse.results:type_name -> coord.v1.FailResult
+	1,   // 80: coord.v1.FailResult.state:type_name -> coord.v1.JobState
+	71,  // 81: coord.v1.FailResult.run_at:type_name -> google.protobuf.Timestamp
+	41,  // 82: coord.v1.FailResult.error:type_name -> coord.v1.JobItemError
+	23,  // 83: coord.v1.QueueSetTargetRequest.target:type_name -> coord.v1.HttpTarget
+	55,  // 84: coord.v1.QueueSetTargetResponse.target:type_name -> coord.v1.QueueTarget
+	23,  // 85: coord.v1.QueueTarget.target:type_name -> coord.v1.HttpTarget
+	71,  // 86: coord.v1.QueueTarget.updated_at:type_name -> google.protobuf.Timestamp
+	55,  // 87: coord.v1.QueueTargetsResponse.targets:type_name -> coord.v1.QueueTarget
+	60,  // 88: coord.v1.QueueSetLimitsRequest.limits:type_name -> coord.v1.QueueLimits
+	60,  // 89: coord.v1.QueueSetLimitsResponse.limits:type_name -> coord.v1.QueueLimits
+	70,  // 90: coord.v1.QueueLimits.kind_concurrency:type_name -> coord.v1.QueueLimits.KindConcurrencyEntry
+	72,  // 91: coord.v1.QueueLimits.max_run:type_name -> google.protobuf.Duration
+	71,  // 92: coord.v1.QueueLimits.updated_at:type_name -> google.protobuf.Timestamp
+	60,  // 93: coord.v1.QueueLimitsResponse.limits:type_name -> coord.v1.QueueLimits
+	65,  // 94: coord.v1.QueueStatsResponse.queues:type_name -> coord.v1.QueueStats
+	71,  // 95: coord.v1.QueueStatsResponse.calendar_time:type_name -> google.protobuf.Timestamp
+	72,  // 96: coord.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	71,  // 97: coord.v1.QueueStats.oldest_available_run_at:type_name -> google.protobuf.Timestamp
+	71,  // 98: coord.v1.QueueStats.paused_at:type_name -> google.protobuf.Timestamp
+	26,  // 99: coord.v1.Queue.Submit:input_type -> coord.v1.QueueSubmitRequest
+	29,  // 100: coord.v1.Queue.Get:input_type -> coord.v1.QueueGetRequest
+	31,  // 101: coord.v1.Queue.List:input_type -> coord.v1.QueueListRequest
+	33,  // 102: coord.v1.Queue.Cancel:input_type -> coord.v1.QueueCancelRequest
+	35,  // 103: coord.v1.Queue.Retry:input_type -> coord.v1.QueueRetryRequest
+	37,  // 104: coord.v1.Queue.Fetch:input_type -> coord.v1.QueueFetchRequest
+	42,  // 105: coord.v1.Queue.Heartbeat:input_type -> coord.v1.QueueHeartbeatRequest
+	45,  // 106: coord.v1.Queue.Complete:input_type -> coord.v1.QueueCompleteRequest
+	49,  // 107: coord.v1.Queue.Fail:input_type -> coord.v1.QueueFailRequest
+	63,  // 108: coord.v1.Queue.Stats:input_type -> coord.v1.QueueStatsRequest
+	53,  // 109: coord.v1.Queue.SetTarget:input_type -> coord.v1.QueueSetTargetRequest
+	56,  // 110: coord.v1.Queue.Targets:input_type -> coord.v1.QueueTargetsRequest
+	58,  // 111: coord.v1.Queue.SetLimits:input_type -> coord.v1.QueueSetLimitsRequest
+	61,  // 112: coord.v1.Queue.Limits:input_type -> coord.v1.QueueLimitsRequest
+	17,  // 113: coord.v1.Queue.Pause:input_type -> coord.v1.QueuePauseRequest
+	19,  // 114: coord.v1.Queue.Resume:input_type -> coord.v1.QueueResumeRequest
+	7,   // 115: coord.v1.Queue.Delete:input_type -> coord.v1.QueueDeleteRequest
+	10,  // 116: coord.v1.Queue.Bulk:input_type -> coord.v1.QueueBulkRequest
+	12,  // 117: coord.v1.Queue.GetBulk:input_type -> coord.v1.QueueGetBulkRequest
+	14,  // 118: coord.v1.Queue.ListBulk:input_type -> coord.v1.QueueListBulkRequest
+	3,   // 119: coord.v1.Queue.Workers:input_type -> coord.v1.QueueWorkersRequest
+	27,  // 120: coord.v1.Queue.Submit:output_type -> coord.v1.QueueSubmitResponse
+	30,  // 121: coord.v1.Queue.Get:output_type -> coord.v1.QueueGetResponse
+	32,  // 122: coord.v1.Queue.List:output_type -> coord.v1.QueueListResponse
+	34,  // 123: coord.v1.Queue.Cancel:output_type -> coord.v1.QueueCancelResponse
+	36,  // 124: coord.v1.Queue.Retry:output_type -> coord.v1.QueueRetryResponse
+	38,  // 125: coord.v1.Queue.Fetch:output_type -> coord.v1.QueueFetchResponse
+	43,  // 126: coord.v1.Queue.Heartbeat:output_type -> coord.v1.QueueHeartbeatResponse
+	47,  // 127: coord.v1.Queue.Complete:output_type -> coord.v1.QueueCompleteResponse
+	51,  // 128: coord.v1.Queue.Fail:output_type -> coord.v1.QueueFailResponse
+	64,  // 129: coord.v1.Queue.Stats:output_type -> coord.v1.QueueStatsResponse
+	54,  // 130: coord.v1.Queue.SetTarget:output_type -> coord.v1.QueueSetTargetResponse
+	57,  // 131: coord.v1.Queue.Targets:output_type -> coord.v1.QueueTargetsResponse
+	59,  // 132: coord.v1.Queue.SetLimits:output_type -> coord.v1.QueueSetLimitsResponse
+	62,  // 133: coord.v1.Queue.Limits:output_type -> coord.v1.QueueLimitsResponse
+	18,  // 134: coord.v1.Queue.Pause:output_type -> coord.v1.QueuePauseResponse
+	20,  // 135: coord.v1.Queue.Resume:output_type -> coord.v1.QueueResumeResponse
+	8,   // 136: coord.v1.Queue.Delete:output_type -> coord.v1.QueueDeleteResponse
+	11,  // 137: coord.v1.Queue.Bulk:output_type -> coord.v1.QueueBulkResponse
+	13,  // 138: coord.v1.Queue.GetBulk:output_type -> coord.v1.QueueGetBulkResponse
+	15,  // 139: coord.v1.Queue.ListBulk:output_type -> coord.v1.QueueListBulkResponse
+	4,   // 140: coord.v1.Queue.Workers:output_type -> coord.v1.QueueWorkersResponse
+	120, // [120:141] is the sub-list for method output_type
+	99,  // [99:120] is the sub-list for method input_type
+	99,  // [99:99] is the sub-list for extension type_name
+	99,  // [99:99] is the sub-list for extension extendee
+	0,   // [0:99] is the sub-list for field type_name
 }
 
 func init() { file_coord_v1_queue_proto_init() }
@@ -4867,7 +5282,7 @@ func file_coord_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_v1_queue_proto_rawDesc), len(file_coord_v1_queue_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   62,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,8 @@ const (
 	Queue_Stats_FullMethodName     = "/coord.v1.Queue/Stats"
 	Queue_SetTarget_FullMethodName = "/coord.v1.Queue/SetTarget"
 	Queue_Targets_FullMethodName   = "/coord.v1.Queue/Targets"
+	Queue_SetLimits_FullMethodName = "/coord.v1.Queue/SetLimits"
+	Queue_Limits_FullMethodName    = "/coord.v1.Queue/Limits"
 	Queue_Pause_FullMethodName     = "/coord.v1.Queue/Pause"
 	Queue_Resume_FullMethodName    = "/coord.v1.Queue/Resume"
 	Queue_Delete_FullMethodName    = "/coord.v1.Queue/Delete"
@@ -167,7 +169,8 @@ type QueueClient interface {
 	// worker's code learns of it depends on the worker: the Go SDK's Worker
 	// watches for its own attempts' cancellations (Watch with job_states
 	// CANCELLED and job_worker_id) and cancels the handler's context within
-	// about a second; any other worker learns of it at its next Heartbeat (a
+	// about a second, and so do the TypeScript and Python SDKs' workers (GET
+	// /v1/watch) and coordctl worker; any other worker learns of it at its next Heartbeat (a
 	// third of the visibility timeout after the last one: up to 10 s at the
 	// default 30 s) or at its next other call on the attempt. Cancelling a
 	// cancelled job returns it unchanged.
@@ -211,6 +214,16 @@ type QueueClient interface {
 	SetTarget(ctx context.Context, in *QueueSetTargetRequest, opts ...grpc.CallOption) (*QueueSetTargetResponse, error)
 	// Targets lists the queues' targets (one queue, or all by name).
 	Targets(ctx context.Context, in *QueueTargetsRequest, opts ...grpc.CallOption) (*QueueTargetsResponse, error)
+	// SetLimits sets a queue's limits, or clears them without limits:
+	// concurrency (attempts running at once, cluster-wide, per queue and per
+	// kind), rate (attempts started per second) and the max_run of its jobs
+	// without one. The leader's fetches hand out only what they allow; a
+	// running attempt holds its place until it ends (completes, fails, is
+	// cancelled, lapses or reaches max_run). The job op on the queue.
+	// docs/jobs.md "Limits".
+	SetLimits(ctx context.Context, in *QueueSetLimitsRequest, opts ...grpc.CallOption) (*QueueSetLimitsResponse, error)
+	// Limits lists the queues' limits (one queue, or all by name).
+	Limits(ctx context.Context, in *QueueLimitsRequest, opts ...grpc.CallOption) (*QueueLimitsResponse, error)
 	// Pause stops every fetch from handing out the queue's jobs (pull
 	// workers' and deliveries); submits are still accepted, running
 	// attempts go on, long polls keep waiting. Replicated with who paused it
@@ -368,6 +381,26 @@ func (c *queueClient) Targets(ctx context.Context, in *QueueTargetsRequest, opts
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(QueueTargetsResponse)
 	err := c.cc.Invoke(ctx, Queue_Targets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) SetLimits(ctx context.Context, in *QueueSetLimitsRequest, opts ...grpc.CallOption) (*QueueSetLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueSetLimitsResponse)
+	err := c.cc.Invoke(ctx, Queue_SetLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueClient) Limits(ctx context.Context, in *QueueLimitsRequest, opts ...grpc.CallOption) (*QueueLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueLimitsResponse)
+	err := c.cc.Invoke(ctx, Queue_Limits_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -571,7 +604,8 @@ type QueueServer interface {
 	// worker's code learns of it depends on the worker: the Go SDK's Worker
 	// watches for its own attempts' cancellations (Watch with job_states
 	// CANCELLED and job_worker_id) and cancels the handler's context within
-	// about a second; any other worker learns of it at its next Heartbeat (a
+	// about a second, and so do the TypeScript and Python SDKs' workers (GET
+	// /v1/watch) and coordctl worker; any other worker learns of it at its next Heartbeat (a
 	// third of the visibility timeout after the last one: up to 10 s at the
 	// default 30 s) or at its next other call on the attempt. Cancelling a
 	// cancelled job returns it unchanged.
@@ -615,6 +649,16 @@ type QueueServer interface {
 	SetTarget(context.Context, *QueueSetTargetRequest) (*QueueSetTargetResponse, error)
 	// Targets lists the queues' targets (one queue, or all by name).
 	Targets(context.Context, *QueueTargetsRequest) (*QueueTargetsResponse, error)
+	// SetLimits sets a queue's limits, or clears them without limits:
+	// concurrency (attempts running at once, cluster-wide, per queue and per
+	// kind), rate (attempts started per second) and the max_run of its jobs
+	// without one. The leader's fetches hand out only what they allow; a
+	// running attempt holds its place until it ends (completes, fails, is
+	// cancelled, lapses or reaches max_run). The job op on the queue.
+	// docs/jobs.md "Limits".
+	SetLimits(context.Context, *QueueSetLimitsRequest) (*QueueSetLimitsResponse, error)
+	// Limits lists the queues' limits (one queue, or all by name).
+	Limits(context.Context, *QueueLimitsRequest) (*QueueLimitsResponse, error)
 	// Pause stops every fetch from handing out the queue's jobs (pull
 	// workers' and deliveries); submits are still accepted, running
 	// attempts go on, long polls keep waiting. Replicated with who paused it
@@ -693,6 +737,12 @@ func (UnimplementedQueueServer) SetTarget(context.Context, *QueueSetTargetReques
 }
 func (UnimplementedQueueServer) Targets(context.Context, *QueueTargetsRequest) (*QueueTargetsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Targets not implemented")
+}
+func (UnimplementedQueueServer) SetLimits(context.Context, *QueueSetLimitsRequest) (*QueueSetLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLimits not implemented")
+}
+func (UnimplementedQueueServer) Limits(context.Context, *QueueLimitsRequest) (*QueueLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Limits not implemented")
 }
 func (UnimplementedQueueServer) Pause(context.Context, *QueuePauseRequest) (*QueuePauseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Pause not implemented")
@@ -952,6 +1002,42 @@ func _Queue_Targets_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Queue_SetLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueSetLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).SetLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_SetLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).SetLimits(ctx, req.(*QueueSetLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Queue_Limits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServer).Limits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Queue_Limits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServer).Limits(ctx, req.(*QueueLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Queue_Pause_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(QueuePauseRequest)
 	if err := dec(in); err != nil {
@@ -1132,6 +1218,14 @@ var Queue_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Targets",
 			Handler:    _Queue_Targets_Handler,
+		},
+		{
+			MethodName: "SetLimits",
+			Handler:    _Queue_SetLimits_Handler,
+		},
+		{
+			MethodName: "Limits",
+			Handler:    _Queue_Limits_Handler,
 		},
 		{
 			MethodName: "Pause",

@@ -42,6 +42,7 @@ class NewJob:
     backoff_factor: float = 0.0
     labels: Dict[str, str] = field(default_factory=dict)
     target: Optional["Target"] = None
+    max_run: Optional[float] = None  # seconds: each attempt ends at its start + max_run, heartbeats or not
     #: The job's W3C trace context (docs/tracing.md), which its attempts continue. Default:
     #: the current span's when ``opentelemetry`` is importable, else none. Malformed: InvalidArgument.
     traceparent: str = ""
@@ -83,6 +84,7 @@ def _job_body(w: _wire.Wire, j: NewJob) -> Dict[str, Any]:
     w.duration(body, "visibility_timeout", j.visibility_timeout)
     w.duration(body, "backoff_initial", j.backoff_initial)
     w.duration(body, "backoff_max", j.backoff_max)
+    w.duration(body, "max_run", j.max_run)
     if j.priority:
         body["priority"] = j.priority
     if j.max_attempts:

@@ -112,6 +112,7 @@ class JobAttempt:
     result: Any
     started_at: Optional[_dt.datetime]
     deadline: Optional[_dt.datetime]
+    run_until: Optional[_dt.datetime] = None  # max_run: when the server ends the attempt
 
     @classmethod
     def of(cls, w: Wire, d: Optional[Mapping[str, Any]]) -> "JobAttempt":
@@ -119,7 +120,7 @@ class JobAttempt:
         return cls(number=to_int(d.get("number")), outcome=enum_in("ATTEMPT_OUTCOME_", d.get("outcome")),
                    worker_id=d.get("worker_id", ""), error=d.get("error", ""), token=d.get("token", ""),
                    result=w.read_payload(d.get("result")), started_at=w.read_instant(d, "started_at"),
-                   deadline=w.read_instant(d, "deadline"))
+                   deadline=w.read_instant(d, "deadline"), run_until=w.read_instant(d, "run_until"))
 
 
 @dataclass

@@ -29,12 +29,16 @@ retryable, ``worker shutdown``) so they are due again after their backoff.
 
 from __future__ import annotations
 
+import http.client
+import json
 import logging
 import signal
+import socket
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+import urllib.parse
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import errors, tracing
 from .lease import Deadlines, margin_for
@@ -68,6 +72,13 @@ class JobContext:
         self.margin = margin_for(self.vt)
         self._mu = threading.Lock()
         self._deadline = sent + self.vt - self.margin
+        # max_run: the attempt ends at its start + max_run, heartbeats or
+        # not; the local deadline never passes sent + max_run - its margin.
+        self.run_end: Optional[float] = None
+        if attempt.run_until is not None and attempt.started_at is not None:
+            mr = (attempt.run_until - attempt.started_at).total_seconds()
+            self.run_end = sent + mr - margin_for(mr)
+            self._deadline = min(self._deadline, self.run_end)
         self.next_heartbeat = sent + self.vt / 3
         self.state = "running"  # running, reporting, lost, handed-back, done
         #: The job's trace context (``job.traceparent``) is what the attempt continues; this is the
@@ -92,6 +103,8 @@ class JobContext:
     def extend(self, sent: float) -> None:
         with self._mu:
             self._deadline = max(self._deadline, sent + self.vt - self.margin)
+            if self.run_end is not None:
+                self._deadline = min(self._deadline, self.run_end)
             self.next_heartbeat = sent + self.vt / 3
 
     def check(self) -> None:
@@ -112,6 +125,10 @@ class JobContext:
             raise
 
     def _expire(self) -> None:
+        if self.run_end is not None and self.deadline >= self.run_end:
+            self.end(errors.AttemptLost(f"job {self.job.id} attempt {self.attempt}: max_run exceeded: the server ends "
+                                        "the attempt now", code="FAILED_PRECONDITION", reason="MAX_RUN_EXCEEDED"))
+            return
         self.end(errors.AttemptLost(f"job {self.job.id} attempt {self.attempt}: no heartbeat acknowledged before "
                                     "the local deadline", code="FAILED_PRECONDITION", reason="LOCAL_DEADLINE"))
 
@@ -163,7 +180,7 @@ class Worker:
 
     # -- lifecycle
     def start(self) -> "Worker":
-        for target, name in ((self._fetch_loop, "fetch"), (self._heartbeats, "heartbeat")):
+        for target, name in ((self._fetch_loop, "fetch"), (self._heartbeats, "heartbeat"), (self._watch_cancels, "cancels")):
             t = threading.Thread(target=target, name=f"coordd-worker-{name}:{self.queue}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -292,6 +309,67 @@ class Worker:
             self._mu.notify_all()
         if report:
             self._report(ctx, result, failure)
+
+    def _watch_cancels(self) -> None:
+        """Holds one watch (GET /v1/watch, a stream of JSON lines) on the jobs of
+        the queue cancelled during an attempt handed to this worker (the
+        server filters: job_states CANCELLED, job_worker_id), and ends those
+        claims at once: a cancel reaches the handler within about a second,
+        not at the next heartbeat. A broken stream resumes where it stopped,
+        on the next endpoint; the heartbeats still end what it misses."""
+        tx = self.client._tx
+        resume: Optional[Tuple[str, str]] = None
+        i = 0
+        while not self._stopping:
+            q = {"prefix": self.queue + "/", "families": "WATCH_FAMILY_QUEUE_JOB", "job_states": "JOB_STATE_CANCELLED",
+                 "job_worker_id": self.id}
+            if resume is not None:
+                q["start_index"], q["start_position"] = resume
+            scheme, host, port = tx.endpoints[i % len(tx.endpoints)]
+            i += 1
+            conn: http.client.HTTPConnection = (http.client.HTTPSConnection(host, port, timeout=1.0, context=tx.ssl)
+                                                if scheme == "https" else http.client.HTTPConnection(host, port, timeout=1.0))
+            try:
+                conn.request("GET", "/v1/watch?" + urllib.parse.urlencode(q), headers={"Accept": "application/json"})
+                r = conn.getresponse()
+                if r.status != 200:
+                    r.read()
+                    raise OSError(f"watch answered {r.status}")
+                while not self._stopping:
+                    try:
+                        line = r.readline()
+                    except socket.timeout:
+                        continue  # an idle watch sends nothing: look at _stopping each second
+                    if not line:
+                        break
+                    msg = json.loads(line)
+                    res = msg.get("result")
+                    if res is None:
+                        break  # the stream's last line, an error: resume
+                    if res.get("resume_index") is not None:
+                        resume = (str(res.get("resume_index")), str(res.get("resume_position", 0)))
+                    for e in res.get("events") or []:
+                        self._cancelled(e.get("queue_job") or {})
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                if not self._stopping:
+                    log.debug("job cancellation watch on %s:%s: %s (resuming)", host, port, e)
+                    time.sleep(0.2)
+            finally:
+                conn.close()
+
+    def _cancelled(self, j: Mapping[str, Any]) -> None:
+        log_ = j.get("attempt_log") or []
+        short = lambda v, p: str(v or "").removeprefix(p)  # noqa: E731  (enums short or full)
+        if j.get("queue") != self.queue or short(j.get("state"), "JOB_STATE_") != "CANCELLED" or not log_:
+            return
+        a = log_[-1]
+        if a.get("worker_id") != self.id or short(a.get("outcome"), "ATTEMPT_OUTCOME_") != "CANCELLED":
+            return
+        with self._mu:
+            ctx = self._claims.get((int(j.get("id", 0)), int(a.get("number", 0))))
+        if ctx is not None:
+            ctx.end(errors.JobCancelled(f"job {j.get('id')} attempt {a.get('number')} was cancelled: {a.get('error', '')}",
+                                        code="FAILED_PRECONDITION", reason="JOB_CANCELLED"))
 
     def _report(self, ctx: JobContext, result: Any, failure: Optional[Tuple[str, bool]]) -> None:
         tx, w = self.client._tx, self.client._wire

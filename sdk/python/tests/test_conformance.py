@@ -340,6 +340,61 @@ class Conformance(unittest.TestCase):
         self.assertEqual((back.state, back.attempt_log[-1].outcome), ("RETRYABLE", "FAILED"))
         self.assertEqual(back.attempt_log[-1].error, "worker shutdown")
 
+    # cancel_reaches_handler
+    def test_cancel_reaches_handler(self) -> None:
+        queue = self.prefix
+        started = threading.Event()
+        seen: List[Any] = []
+        worker = coordd.Worker(self.client, queue, concurrency=1, poll_wait=0.5)
+
+        @worker.handle("long")
+        def long_handler(j: coordd.Job, ctx: coordd.JobContext) -> Any:
+            started.set()
+            if ctx.cancelled.wait(20):
+                seen.append((time.monotonic(), ctx.error))
+            return "too late"
+
+        j = self.client.jobs.submit(queue, "long", None, visibility_timeout=30)  # the first heartbeat is 10 s away
+        worker.start()
+        try:
+            poll(started.is_set, 10, "the handler")
+            t0 = time.monotonic()
+            self.client.jobs.cancel(j.id)
+            poll(lambda: bool(seen), 5, "the handler's cancellation")
+            self.assertLess(seen[0][0] - t0, 2.0)
+            self.assertEqual(seen[0][1].reason, "JOB_CANCELLED")
+        finally:
+            worker.stop(5)
+
+    # max_run_ends_handler
+    def test_max_run_ends_handler(self) -> None:
+        queue = self.prefix
+        started, ended = threading.Event(), threading.Event()
+        seen: List[Any] = []
+        worker = coordd.Worker(self.client, queue, concurrency=1, poll_wait=0.5)
+
+        @worker.handle("long")
+        def long_handler(j: coordd.Job, ctx: coordd.JobContext) -> Any:
+            started.set()
+            if ctx.cancelled.wait(10):  # a handler that heartbeats (the worker does) and runs on
+                seen.append(ctx.error)
+                ended.set()
+            return "too late"
+
+        j = self.client.jobs.submit(queue, "long", None, max_run=1.5, visibility_timeout=30, max_attempts=1)
+        worker.start()
+        try:
+            poll(started.is_set, 10, "the handler")
+            t0 = time.monotonic()
+            poll(ended.is_set, 5, "the handler's cancel at max_run")
+            self.assertLess(time.monotonic() - t0, 2.0)
+            self.assertEqual(seen[0].reason, "MAX_RUN_EXCEEDED")
+            done = poll(lambda: (lambda g: g if g.state == "DEAD" else None)(self.client.jobs.get(j.id)), 10, "the job dead")
+            self.assertEqual(done.attempt_log[-1].outcome, "LAPSED")
+            self.assertIn("max_run exceeded", done.attempt_log[-1].error)
+        finally:
+            worker.stop(5)
+
     def test_jobs_and_schedules(self) -> None:
         import datetime as dt
 

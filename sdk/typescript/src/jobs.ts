@@ -18,6 +18,8 @@ export interface JobOptions {
   maxAttempts?: number;
   /** How long an attempt lives without a heartbeat, ms (default 30 s). */
   visibilityTimeout?: number;
+  /** Each attempt ends at its start + maxRun, ms, heartbeats or not (default: the queue's max_run, else none). */
+  maxRun?: number;
   backoff?: { initial?: number; max?: number; factor?: number };
   labels?: Record<string, string>;
   /** Deliver the job's attempts to this HTTP endpoint instead of a pull worker (docs/delivery.md; the endpoint's side: deliveryHandler). */
@@ -66,6 +68,7 @@ export function newJobBody(j: NewJob): Schemas["v1NewJob"] {
     unique_key: j.uniqueKey || AUTO_KEY_PREFIX + randomID(),
     priority: j.priority, max_attempts: j.maxAttempts,
     visibility_timeout: j.visibilityTimeout === undefined ? undefined : duration(j.visibilityTimeout),
+    max_run: j.maxRun === undefined ? undefined : duration(j.maxRun),
     backoff_initial: j.backoff?.initial === undefined ? undefined : duration(j.backoff.initial),
     backoff_max: j.backoff?.max === undefined ? undefined : duration(j.backoff.max),
     backoff_factor: j.backoff?.factor,

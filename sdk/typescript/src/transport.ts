@@ -97,6 +97,41 @@ export class Transport {
     return this.endpoints[this.current];
   }
 
+  /**
+   * A streaming GET of one node (the watch: one JSON object a line): onLine
+   * gets each line as it comes; resolves when the stream ends (or signal
+   * aborts), rejects on a transport error or a status other than 200.
+   */
+  stream(ep: string, path: string, onLine: (line: string) => void, signal: AbortSignal): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const url = new URL(ep + path);
+      const mod = url.protocol === "https:" ? https : http;
+      const req = mod.request(url, { method: "GET", agent: this.agent, headers: { accept: "application/json" } }, (res) => {
+        if (res.statusCode !== 200) {
+          res.resume();
+          reject(new Error(`watch answered ${res.statusCode}`));
+          return;
+        }
+        let buf = "";
+        res.setEncoding("utf8");
+        res.on("data", (c: string) => {
+          buf += c;
+          for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
+            const line = buf.slice(0, i).trim();
+            buf = buf.slice(i + 1);
+            if (line) onLine(line);
+          }
+        });
+        res.on("end", () => { signal.removeEventListener("abort", onAbort); resolve(); });
+        res.on("error", (e) => { signal.removeEventListener("abort", onAbort); signal.aborted ? resolve() : reject(e); });
+      });
+      const onAbort = () => req.destroy();
+      signal.addEventListener("abort", onAbort);
+      req.on("error", (e) => { signal.removeEventListener("abort", onAbort); signal.aborted ? resolve() : reject(e); });
+      req.end();
+    });
+  }
+
   /** One HTTP exchange with one node. Rejects with a transport error (code, sent). */
   send(ep: string, method: string, path: string, body: string | undefined, timeoutMs: number,
     signal?: AbortSignal): Promise<{ status: number; text: string }> {

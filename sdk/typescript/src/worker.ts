@@ -64,10 +64,20 @@ class Claim {
   deadlineTimer?: NodeJS.Timeout;
   hbTimer?: NodeJS.Timeout;
   state: "running" | "reporting" | "over" = "running";
+  /** max_run: the local deadline never passes sent + max_run - its margin (the server ends the attempt then, heartbeats or not). */
+  readonly runEnd?: number;
   /** The attempt's span (when OpenTelemetry records it), sent with the outcome. */
   traceparent?: string;
-  constructor(readonly job: Job, readonly vt: number, sent: number) {
+  constructor(readonly job: Job, readonly vt: number, sent: number, runUntil?: Date, startedAt?: Date) {
     this.deadlineAt = sent + vt - marginFor(vt);
+    if (runUntil instanceof Date && startedAt instanceof Date) {
+      const mr = runUntil.getTime() - startedAt.getTime();
+      this.runEnd = sent + mr - marginFor(mr);
+      this.deadlineAt = Math.min(this.deadlineAt, this.runEnd);
+    }
+  }
+  bounded(at: number): number {
+    return this.runEnd === undefined ? at : Math.min(at, this.runEnd);
   }
   get token(): string {
     return `job:${this.job.id}:${this.job.attempt}`;
@@ -114,7 +124,7 @@ export class Worker {
     for (const [q, n] of Object.entries(this.queues)) {
       if (!q || !(n >= 1)) throw new CoorddError({ code: "INVALID_ARGUMENT", reason: "INVALID_ARGUMENT", message: `queue "${q}" with concurrency ${n}` });
       this.free.set(q, n);
-      this.loops.push(this.fetchLoop(q));
+      this.loops.push(this.fetchLoop(q), this.watchCancels(q));
     }
     return this;
   }
@@ -175,7 +185,7 @@ export class Worker {
       delay = 100;
       for (const cj of r.jobs ?? []) {
         const job: Job = { ...cj.job, attempt: cj.attempt?.number };
-        const cl = new Claim(job, job.visibility_timeout || DEFAULT_VISIBILITY_MS, sent);
+        const cl = new Claim(job, job.visibility_timeout || DEFAULT_VISIBILITY_MS, sent, cj.attempt?.run_until as any, cj.attempt?.started_at as any);
         this.free.set(queue, this.free.get(queue)! - 1);
         this.register(cl, sent);
         if (this.stopping) {
@@ -189,6 +199,49 @@ export class Worker {
         } else {
           this.run(cl, queue);
         }
+      }
+    }
+  }
+
+  /**
+   * Holds one watch (GET /v1/watch, JSON lines) on the queue's jobs cancelled
+   * during an attempt handed to this worker (filtered by the server:
+   * job_states CANCELLED, job_worker_id) and ends those claims at once, so a
+   * cancel reaches the handler within about a second instead of at its next
+   * heartbeat. A broken stream resumes where it stopped, on the next node;
+   * the heartbeats still end what it misses.
+   */
+  private async watchCancels(queue: string): Promise<void> {
+    let resume: [string, string] | undefined;
+    let i = 0;
+    while (!this.stopping) {
+      const q = new URLSearchParams({ prefix: `${queue}/`, families: "WATCH_FAMILY_QUEUE_JOB", job_states: "JOB_STATE_CANCELLED", job_worker_id: this.id });
+      if (resume) { q.set("start_index", resume[0]); q.set("start_position", resume[1]); }
+      const ep = this.t.endpoints[i++ % this.t.endpoints.length];
+      try {
+        await this.t.stream(ep, `/v1/watch?${q}`, (line) => {
+          const res = JSON.parse(line).result;
+          if (!res) return;
+          if (res.resume_index !== undefined) resume = [String(res.resume_index), String(res.resume_position ?? 0)];
+          for (const e of res.events ?? []) this.cancelled(queue, e.queue_job);
+        }, this.fetchAC.signal);
+      } catch (e) {
+        if (this.stopping) return;
+        this.onError(e);
+      }
+      if (!this.stopping) await sleep(200, this.fetchAC.signal);
+    }
+  }
+
+  private cancelled(queue: string, j: any): void {
+    const short = (v: unknown, p: string) => String(v ?? "").replace(p, "");
+    const a = j?.attempt_log?.at(-1);
+    if (j?.queue !== queue || short(j.state, "JOB_STATE_") !== "CANCELLED" || !a) return;
+    if (a.worker_id !== this.id || short(a.outcome, "ATTEMPT_OUTCOME_") !== "CANCELLED") return;
+    for (const cl of this.claims) {
+      if (String(cl.job.id) === String(j.id) && cl.job.attempt === a.number && cl.state === "running") {
+        this.over(cl, new CoorddError({ code: "FAILED_PRECONDITION", reason: "JOB_CANCELLED",
+          message: `job ${j.id} attempt ${a.number} was cancelled: ${a.error ?? ""}` }));
       }
     }
   }
@@ -303,7 +356,9 @@ export class Worker {
       if (this.claims.has(cl)) this.armDeadline(cl);
       return true;
     }
-    if (cl.state === "running") {
+    if (cl.state === "running" && cl.runEnd !== undefined && cl.deadlineAt >= cl.runEnd) {
+      this.over(cl, claimLost(`job ${cl.job.id} attempt ${cl.job.attempt}: max_run exceeded: the server ends the attempt now`, undefined, "MAX_RUN_EXCEEDED"));
+    } else if (cl.state === "running") {
       this.over(cl, claimLost(`job ${cl.job.id} attempt ${cl.job.attempt}: no heartbeat acknowledged before the local deadline`));
     }
     return false;
@@ -355,7 +410,7 @@ export class Worker {
           new CoorddError({ code: "FAILED_PRECONDITION", ...res.error })));
         return;
       }
-      const d = sent + cl.vt - marginFor(cl.vt);
+      const d = cl.bounded(sent + cl.vt - marginFor(cl.vt));
       if (d > cl.deadlineAt) cl.deadlineAt = d;
       this.armDeadline(cl);
       this.scheduleHeartbeat(cl, sent);
@@ -368,9 +423,9 @@ function errorText(e: unknown): string {
   return s.slice(0, MAX_ERROR_TEXT);
 }
 
-function claimLost(message: string, cause?: unknown): CoorddError {
+function claimLost(message: string, cause?: unknown, reason = "CLAIM_LOST"): CoorddError {
   const c = cause instanceof CoorddError ? cause : undefined;
-  return new CoorddError({ code: c?.code ?? "FAILED_PRECONDITION", reason: "CLAIM_LOST", message, metadata: c?.metadata, cause });
+  return new CoorddError({ code: c?.code ?? "FAILED_PRECONDITION", reason, message, metadata: c?.metadata, cause });
 }
 
 function shutdownError(message: string): CoorddError {

@@ -267,6 +267,53 @@ describe("conformance", () => {
     await c.jobs.cancel(hang.id);
   });
 
+  it("cancel_reaches_handler", async () => {
+    const queue = "conf-cancel";
+    const w = c.worker({ id: "canceller", queues: { [queue]: 1 }, pollWaitMs: 500 });
+    let started = false, endedAt = 0, reason = "";
+    w.handle("long", async (_job, { signal }) => {
+      started = true;
+      await new Promise((r) => signal.addEventListener("abort", r)); // the first heartbeat is 10 s away
+      endedAt = Date.now();
+      reason = (signal.reason as CoorddError)?.reason ?? "";
+      return "too late";
+    });
+    w.start();
+    const sub = await c.jobs.submit("long", null, { queue, visibilityTimeout: 30000 });
+    await poll("the handler", 10000, () => started || undefined, 20);
+    const sent = Date.now();
+    await c.jobs.cancel(sub.id);
+    await poll("the handler's abort at the cancel", 5000, () => endedAt || undefined, 20);
+    assert.ok(endedAt - sent < 2000, `aborted ${endedAt - sent} ms after the cancel`);
+    assert.equal(reason, "JOB_CANCELLED");
+    await w.stop({ timeoutMs: 2000 });
+  });
+
+  it("max_run_ends_handler", async () => {
+    const queue = "conf-maxrun";
+    const w = c.worker({ id: "maxrun", queues: { [queue]: 1 }, pollWaitMs: 500 });
+    let startedAt = 0, endedAt = 0, reason = "";
+    w.handle("long", async (_job, { signal }) => {
+      startedAt = Date.now();
+      await new Promise((r) => signal.addEventListener("abort", r)); // heartbeaten by the worker, runs on
+      endedAt = Date.now();
+      reason = (signal.reason as CoorddError)?.reason ?? "";
+      return "too late";
+    });
+    w.start();
+    const sub = await c.jobs.submit("long", null, { queue, maxRun: 1500, visibilityTimeout: 30000, maxAttempts: 1 });
+    await poll("the handler's abort at max_run", 10000, () => endedAt || undefined, 20);
+    assert.ok(endedAt - startedAt < 2000, `aborted ${endedAt - startedAt} ms after its start`);
+    assert.equal(reason, "MAX_RUN_EXCEEDED");
+    const j = await poll("the job dead", 10000, async () => {
+      const g = await c.jobs.get(sub.id);
+      return g.state === "DEAD" ? g : undefined;
+    }, 50);
+    assert.equal(j.attempt_log?.at(-1)?.outcome, "LAPSED");
+    assert.match(j.attempt_log?.at(-1)?.error ?? "", /max_run exceeded/);
+    await w.stop({ timeoutMs: 2000 });
+  });
+
   it("jobs_and_schedules", async () => {
     const queue = "conf-jobs";
     const now = await c.jobs.submit("k", { when: "now" }, { queue });

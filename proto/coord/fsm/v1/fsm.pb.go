@@ -61,6 +61,7 @@ const (
 	CommandType_COMMAND_TYPE_START_BULK_JOBS       CommandType = 27
 	CommandType_COMMAND_TYPE_STEP_BULK_JOBS        CommandType = 28
 	CommandType_COMMAND_TYPE_DELETE_JOBS           CommandType = 29
+	CommandType_COMMAND_TYPE_SET_QUEUE_LIMITS      CommandType = 30
 )
 
 // Enum value maps for CommandType.
@@ -96,6 +97,7 @@ var (
 		27: "COMMAND_TYPE_START_BULK_JOBS",
 		28: "COMMAND_TYPE_STEP_BULK_JOBS",
 		29: "COMMAND_TYPE_DELETE_JOBS",
+		30: "COMMAND_TYPE_SET_QUEUE_LIMITS",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":           0,
@@ -128,6 +130,7 @@ var (
 		"COMMAND_TYPE_START_BULK_JOBS":       27,
 		"COMMAND_TYPE_STEP_BULK_JOBS":        28,
 		"COMMAND_TYPE_DELETE_JOBS":           29,
+		"COMMAND_TYPE_SET_QUEUE_LIMITS":      30,
 	}
 )
 
@@ -548,6 +551,7 @@ type Command struct {
 	//	*Command_StartBulkJobs
 	//	*Command_StepBulkJobs
 	//	*Command_DeleteJobs
+	//	*Command_SetQueueLimits
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -872,6 +876,15 @@ func (x *Command) GetDeleteJobs() *DeleteJobs {
 	return nil
 }
 
+func (x *Command) GetSetQueueLimits() *SetQueueLimits {
+	if x != nil {
+		if x, ok := x.Body.(*Command_SetQueueLimits); ok {
+			return x.SetQueueLimits
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -992,6 +1005,10 @@ type Command_DeleteJobs struct {
 	DeleteJobs *DeleteJobs `protobuf:"bytes,38,opt,name=delete_jobs,json=deleteJobs,proto3,oneof"`
 }
 
+type Command_SetQueueLimits struct {
+	SetQueueLimits *SetQueueLimits `protobuf:"bytes,40,opt,name=set_queue_limits,json=setQueueLimits,proto3,oneof"`
+}
+
 func (*Command_Tick) isCommand_Body() {}
 
 func (*Command_Acquire) isCommand_Body() {}
@@ -1049,6 +1066,8 @@ func (*Command_StartBulkJobs) isCommand_Body() {}
 func (*Command_StepBulkJobs) isCommand_Body() {}
 
 func (*Command_DeleteJobs) isCommand_Body() {}
+
+func (*Command_SetQueueLimits) isCommand_Body() {}
 
 // Batch carries commands proposed at about the same time as one log entry
 // (group commit above Raft). Each keeps its own stamp; they are applied in
@@ -1932,6 +1951,11 @@ type QueueJobSpec struct {
 	// request; pull workers' fetches never hand it out. Absent from every
 	// entry written before spec_rules 3.
 	Target *HttpTarget `protobuf:"bytes,13,opt,name=target,proto3" json:"target,omitempty"`
+	// max_run_ms > 0 bounds every attempt: it ends at its start + max_run_ms
+	// even if it heartbeats (fsm/queue_maxrun.go). 0 (every entry written
+	// before the field): the queue's default (QueueLimitsSpec.max_run_ms),
+	// else no bound.
+	MaxRunMs int64 `protobuf:"varint,40,opt,name=max_run_ms,json=maxRunMs,proto3" json:"max_run_ms,omitempty"`
 	// trace_parent and trace_state: the job's W3C trace context
 	// (docs/tracing.md), opaque to the FSM (the server checked the syntax);
 	// empty in every entry written before them.
@@ -2060,6 +2084,13 @@ func (x *QueueJobSpec) GetTarget() *HttpTarget {
 		return x.Target
 	}
 	return nil
+}
+
+func (x *QueueJobSpec) GetMaxRunMs() int64 {
+	if x != nil {
+		return x.MaxRunMs
+	}
+	return 0
 }
 
 func (x *QueueJobSpec) GetTraceParent() string {
@@ -2243,6 +2274,289 @@ func (x *SetQueueTarget) GetSpecRules() uint32 {
 	return 0
 }
 
+// SetQueueLimits sets (or, without limits, clears) a queue's limits,
+// enforced by the fetches the leader proposes (fsm/queue_limits.go).
+type SetQueueLimits struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Limits        *QueueLimitsSpec       `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	Identity      string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetQueueLimits) Reset() {
+	*x = SetQueueLimits{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetQueueLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetQueueLimits) ProtoMessage() {}
+
+func (x *SetQueueLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetQueueLimits.ProtoReflect.Descriptor instead.
+func (*SetQueueLimits) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetQueueLimits) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *SetQueueLimits) GetLimits() *QueueLimitsSpec {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *SetQueueLimits) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+// QueueLimitsSpec: the limits of a queue. Zero fields set no limit.
+type QueueLimitsSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// concurrency: at most this many attempts of the queue running at once.
+	Concurrency uint32 `protobuf:"varint,1,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// kinds: a concurrency limit per kind, sorted by kind, kinds unique.
+	Kinds []*KindLimit `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// rate_milli: attempts started per 1000 s (1000 = one per second), a
+	// token bucket of burst attempts, refilled on calendar time.
+	RateMilli uint32 `protobuf:"varint,3,opt,name=rate_milli,json=rateMilli,proto3" json:"rate_milli,omitempty"`
+	// burst: the bucket's size in attempts (at least 1 with a rate).
+	Burst uint32 `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`
+	// max_run_ms: the max_run of the queue's jobs that have none.
+	MaxRunMs      int64 `protobuf:"varint,5,opt,name=max_run_ms,json=maxRunMs,proto3" json:"max_run_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLimitsSpec) Reset() {
+	*x = QueueLimitsSpec{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLimitsSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLimitsSpec) ProtoMessage() {}
+
+func (x *QueueLimitsSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLimitsSpec.ProtoReflect.Descriptor instead.
+func (*QueueLimitsSpec) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *QueueLimitsSpec) GetConcurrency() uint32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *QueueLimitsSpec) GetKinds() []*KindLimit {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *QueueLimitsSpec) GetRateMilli() uint32 {
+	if x != nil {
+		return x.RateMilli
+	}
+	return 0
+}
+
+func (x *QueueLimitsSpec) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *QueueLimitsSpec) GetMaxRunMs() int64 {
+	if x != nil {
+		return x.MaxRunMs
+	}
+	return 0
+}
+
+type KindLimit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Concurrency   uint32                 `protobuf:"varint,2,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KindLimit) Reset() {
+	*x = KindLimit{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KindLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KindLimit) ProtoMessage() {}
+
+func (x *KindLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KindLimit.ProtoReflect.Descriptor instead.
+func (*KindLimit) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *KindLimit) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *KindLimit) GetConcurrency() uint32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+// QueueLimitsRecord is a queue's limits (SetQueueLimits) and its rate
+// bucket: tokens_micro (millionths of an attempt) as of tokens_at_ms.
+type QueueLimitsRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Limits        *QueueLimitsSpec       `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	UpdatedBy     string                 `protobuf:"bytes,3,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedAtMs   int64                  `protobuf:"varint,4,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	TokensMicro   int64                  `protobuf:"varint,5,opt,name=tokens_micro,json=tokensMicro,proto3" json:"tokens_micro,omitempty"`
+	TokensAtMs    int64                  `protobuf:"varint,6,opt,name=tokens_at_ms,json=tokensAtMs,proto3" json:"tokens_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLimitsRecord) Reset() {
+	*x = QueueLimitsRecord{}
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLimitsRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLimitsRecord) ProtoMessage() {}
+
+func (x *QueueLimitsRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLimitsRecord.ProtoReflect.Descriptor instead.
+func (*QueueLimitsRecord) Descriptor() ([]byte, []int) {
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *QueueLimitsRecord) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueLimitsRecord) GetLimits() *QueueLimitsSpec {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *QueueLimitsRecord) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+func (x *QueueLimitsRecord) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+func (x *QueueLimitsRecord) GetTokensMicro() int64 {
+	if x != nil {
+		return x.TokensMicro
+	}
+	return 0
+}
+
+func (x *QueueLimitsRecord) GetTokensAtMs() int64 {
+	if x != nil {
+		return x.TokensAtMs
+	}
+	return 0
+}
+
 // QueueTargetRecord is a queue's HTTP target (SetQueueTarget).
 type QueueTargetRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2256,7 +2570,7 @@ type QueueTargetRecord struct {
 
 func (x *QueueTargetRecord) Reset() {
 	*x = QueueTargetRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2582,7 @@ func (x *QueueTargetRecord) String() string {
 func (*QueueTargetRecord) ProtoMessage() {}
 
 func (x *QueueTargetRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2595,7 @@ func (x *QueueTargetRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueTargetRecord.ProtoReflect.Descriptor instead.
 func (*QueueTargetRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueueTargetRecord) GetQueue() string {
@@ -2327,7 +2641,7 @@ type PauseQueue struct {
 
 func (x *PauseQueue) Reset() {
 	*x = PauseQueue{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2653,7 @@ func (x *PauseQueue) String() string {
 func (*PauseQueue) ProtoMessage() {}
 
 func (x *PauseQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2666,7 @@ func (x *PauseQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueue.ProtoReflect.Descriptor instead.
 func (*PauseQueue) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PauseQueue) GetQueue() string {
@@ -2389,7 +2703,7 @@ type QueuePauseRecord struct {
 
 func (x *QueuePauseRecord) Reset() {
 	*x = QueuePauseRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2715,7 @@ func (x *QueuePauseRecord) String() string {
 func (*QueuePauseRecord) ProtoMessage() {}
 
 func (x *QueuePauseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +2728,7 @@ func (x *QueuePauseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePauseRecord.ProtoReflect.Descriptor instead.
 func (*QueuePauseRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QueuePauseRecord) GetQueue() string {
@@ -2451,7 +2765,7 @@ type DeleteJobs struct {
 
 func (x *DeleteJobs) Reset() {
 	*x = DeleteJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2777,7 @@ func (x *DeleteJobs) String() string {
 func (*DeleteJobs) ProtoMessage() {}
 
 func (x *DeleteJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2790,7 @@ func (x *DeleteJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobs.ProtoReflect.Descriptor instead.
 func (*DeleteJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteJobs) GetJobIds() []uint64 {
@@ -2515,7 +2829,7 @@ type JobSelector struct {
 
 func (x *JobSelector) Reset() {
 	*x = JobSelector{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +2841,7 @@ func (x *JobSelector) String() string {
 func (*JobSelector) ProtoMessage() {}
 
 func (x *JobSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +2854,7 @@ func (x *JobSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSelector.ProtoReflect.Descriptor instead.
 func (*JobSelector) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *JobSelector) GetQueue() string {
@@ -2631,7 +2945,7 @@ type StartBulkJobs struct {
 
 func (x *StartBulkJobs) Reset() {
 	*x = StartBulkJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2957,7 @@ func (x *StartBulkJobs) String() string {
 func (*StartBulkJobs) ProtoMessage() {}
 
 func (x *StartBulkJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2970,7 @@ func (x *StartBulkJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartBulkJobs.ProtoReflect.Descriptor instead.
 func (*StartBulkJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StartBulkJobs) GetOpId() string {
@@ -2709,7 +3023,7 @@ type StepBulkJobs struct {
 
 func (x *StepBulkJobs) Reset() {
 	*x = StepBulkJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +3035,7 @@ func (x *StepBulkJobs) String() string {
 func (*StepBulkJobs) ProtoMessage() {}
 
 func (x *StepBulkJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +3048,7 @@ func (x *StepBulkJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepBulkJobs.ProtoReflect.Descriptor instead.
 func (*StepBulkJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StepBulkJobs) GetOpId() string {
@@ -2779,7 +3093,7 @@ type BulkOpRecord struct {
 
 func (x *BulkOpRecord) Reset() {
 	*x = BulkOpRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +3105,7 @@ func (x *BulkOpRecord) String() string {
 func (*BulkOpRecord) ProtoMessage() {}
 
 func (x *BulkOpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +3118,7 @@ func (x *BulkOpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkOpRecord.ProtoReflect.Descriptor instead.
 func (*BulkOpRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BulkOpRecord) GetOpId() string {
@@ -2908,7 +3222,7 @@ type HttpHeader struct {
 
 func (x *HttpHeader) Reset() {
 	*x = HttpHeader{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3234,7 @@ func (x *HttpHeader) String() string {
 func (*HttpHeader) ProtoMessage() {}
 
 func (x *HttpHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3247,7 @@ func (x *HttpHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpHeader.ProtoReflect.Descriptor instead.
 func (*HttpHeader) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HttpHeader) GetName() string {
@@ -2960,7 +3274,7 @@ type JobLabel struct {
 
 func (x *JobLabel) Reset() {
 	*x = JobLabel{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3286,7 @@ func (x *JobLabel) String() string {
 func (*JobLabel) ProtoMessage() {}
 
 func (x *JobLabel) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3299,7 @@ func (x *JobLabel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLabel.ProtoReflect.Descriptor instead.
 func (*JobLabel) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *JobLabel) GetKey() string {
@@ -3027,7 +3341,7 @@ type SubmitJobs struct {
 
 func (x *SubmitJobs) Reset() {
 	*x = SubmitJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3353,7 @@ func (x *SubmitJobs) String() string {
 func (*SubmitJobs) ProtoMessage() {}
 
 func (x *SubmitJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3366,7 @@ func (x *SubmitJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobs.ProtoReflect.Descriptor instead.
 func (*SubmitJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SubmitJobs) GetJobs() []*QueueJobSpec {
@@ -3101,7 +3415,7 @@ type FetchJobs struct {
 
 func (x *FetchJobs) Reset() {
 	*x = FetchJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +3427,7 @@ func (x *FetchJobs) String() string {
 func (*FetchJobs) ProtoMessage() {}
 
 func (x *FetchJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3440,7 @@ func (x *FetchJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchJobs.ProtoReflect.Descriptor instead.
 func (*FetchJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FetchJobs) GetQueues() []string {
@@ -3175,7 +3489,7 @@ type JobAttemptRef struct {
 
 func (x *JobAttemptRef) Reset() {
 	*x = JobAttemptRef{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3501,7 @@ func (x *JobAttemptRef) String() string {
 func (*JobAttemptRef) ProtoMessage() {}
 
 func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3514,7 @@ func (x *JobAttemptRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRef.ProtoReflect.Descriptor instead.
 func (*JobAttemptRef) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JobAttemptRef) GetJobId() uint64 {
@@ -3229,7 +3543,7 @@ type HeartbeatJobs struct {
 
 func (x *HeartbeatJobs) Reset() {
 	*x = HeartbeatJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3555,7 @@ func (x *HeartbeatJobs) String() string {
 func (*HeartbeatJobs) ProtoMessage() {}
 
 func (x *HeartbeatJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3568,7 @@ func (x *HeartbeatJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatJobs.ProtoReflect.Descriptor instead.
 func (*HeartbeatJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HeartbeatJobs) GetAttempts() []*JobAttemptRef {
@@ -3289,7 +3603,7 @@ type CompleteJobs struct {
 
 func (x *CompleteJobs) Reset() {
 	*x = CompleteJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3301,7 +3615,7 @@ func (x *CompleteJobs) String() string {
 func (*CompleteJobs) ProtoMessage() {}
 
 func (x *CompleteJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3314,7 +3628,7 @@ func (x *CompleteJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobs.ProtoReflect.Descriptor instead.
 func (*CompleteJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CompleteJobs) GetCompletions() []*JobCompletion {
@@ -3354,7 +3668,7 @@ type JobCompletion struct {
 
 func (x *JobCompletion) Reset() {
 	*x = JobCompletion{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3366,7 +3680,7 @@ func (x *JobCompletion) String() string {
 func (*JobCompletion) ProtoMessage() {}
 
 func (x *JobCompletion) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3379,7 +3693,7 @@ func (x *JobCompletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCompletion.ProtoReflect.Descriptor instead.
 func (*JobCompletion) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *JobCompletion) GetJobId() uint64 {
@@ -3428,7 +3742,7 @@ type FailJobs struct {
 
 func (x *FailJobs) Reset() {
 	*x = FailJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3440,7 +3754,7 @@ func (x *FailJobs) String() string {
 func (*FailJobs) ProtoMessage() {}
 
 func (x *FailJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3453,7 +3767,7 @@ func (x *FailJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobs.ProtoReflect.Descriptor instead.
 func (*FailJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FailJobs) GetFailures() []*JobFailure {
@@ -3501,7 +3815,7 @@ type JobFailure struct {
 
 func (x *JobFailure) Reset() {
 	*x = JobFailure{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3513,7 +3827,7 @@ func (x *JobFailure) String() string {
 func (*JobFailure) ProtoMessage() {}
 
 func (x *JobFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[33]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3526,7 +3840,7 @@ func (x *JobFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFailure.ProtoReflect.Descriptor instead.
 func (*JobFailure) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *JobFailure) GetJobId() uint64 {
@@ -3595,7 +3909,7 @@ type CancelJobs struct {
 
 func (x *CancelJobs) Reset() {
 	*x = CancelJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3607,7 +3921,7 @@ func (x *CancelJobs) String() string {
 func (*CancelJobs) ProtoMessage() {}
 
 func (x *CancelJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[34]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3620,7 +3934,7 @@ func (x *CancelJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobs.ProtoReflect.Descriptor instead.
 func (*CancelJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{34}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelJobs) GetJobIds() []uint64 {
@@ -3647,7 +3961,7 @@ type RetryJobs struct {
 
 func (x *RetryJobs) Reset() {
 	*x = RetryJobs{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3659,7 +3973,7 @@ func (x *RetryJobs) String() string {
 func (*RetryJobs) ProtoMessage() {}
 
 func (x *RetryJobs) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[35]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3672,7 +3986,7 @@ func (x *RetryJobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobs.ProtoReflect.Descriptor instead.
 func (*RetryJobs) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{35}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RetryJobs) GetJobIds() []uint64 {
@@ -3708,6 +4022,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_QueueTarget
 	//	*SnapshotRecord_QueuePause
 	//	*SnapshotRecord_BulkOp
+	//	*SnapshotRecord_QueueLimits
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3715,7 +4030,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3727,7 +4042,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[36]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3740,7 +4055,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{36}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -3858,6 +4173,15 @@ func (x *SnapshotRecord) GetBulkOp() *BulkOpRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetQueueLimits() *QueueLimitsRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_QueueLimits); ok {
+			return x.QueueLimits
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -3910,6 +4234,10 @@ type SnapshotRecord_BulkOp struct {
 	BulkOp *BulkOpRecord `protobuf:"bytes,31,opt,name=bulk_op,json=bulkOp,proto3,oneof"`
 }
 
+type SnapshotRecord_QueueLimits struct {
+	QueueLimits *QueueLimitsRecord `protobuf:"bytes,40,opt,name=queue_limits,json=queueLimits,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Meta) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Lease) isSnapshotRecord_Record() {}
@@ -3934,6 +4262,8 @@ func (*SnapshotRecord_QueuePause) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_BulkOp) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_QueueLimits) isSnapshotRecord_Record() {}
+
 type SnapshotMeta struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	ClockMs     int64                  `protobuf:"varint,1,opt,name=clock_ms,json=clockMs,proto3" json:"clock_ms,omitempty"`
@@ -3957,7 +4287,7 @@ type SnapshotMeta struct {
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3969,7 +4299,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[37]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3982,7 +4312,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{37}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SnapshotMeta) GetClockMs() int64 {
@@ -4089,7 +4419,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4101,7 +4431,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[38]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4114,7 +4444,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{38}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *LeaseRecord) GetName() string {
@@ -4220,7 +4550,7 @@ type WindowRecord struct {
 
 func (x *WindowRecord) Reset() {
 	*x = WindowRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4232,7 +4562,7 @@ func (x *WindowRecord) String() string {
 func (*WindowRecord) ProtoMessage() {}
 
 func (x *WindowRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[39]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4245,7 +4575,7 @@ func (x *WindowRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowRecord.ProtoReflect.Descriptor instead.
 func (*WindowRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{39}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WindowRecord) GetJob() string {
@@ -4341,7 +4671,7 @@ type ResourceRecord struct {
 
 func (x *ResourceRecord) Reset() {
 	*x = ResourceRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4353,7 +4683,7 @@ func (x *ResourceRecord) String() string {
 func (*ResourceRecord) ProtoMessage() {}
 
 func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[40]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4366,7 +4696,7 @@ func (x *ResourceRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRecord.ProtoReflect.Descriptor instead.
 func (*ResourceRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{40}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ResourceRecord) GetResource() string {
@@ -4431,7 +4761,7 @@ type IdempotencyRecord struct {
 
 func (x *IdempotencyRecord) Reset() {
 	*x = IdempotencyRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4443,7 +4773,7 @@ func (x *IdempotencyRecord) String() string {
 func (*IdempotencyRecord) ProtoMessage() {}
 
 func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[41]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4456,7 +4786,7 @@ func (x *IdempotencyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdempotencyRecord.ProtoReflect.Descriptor instead.
 func (*IdempotencyRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{41}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *IdempotencyRecord) GetResource() string {
@@ -4504,7 +4834,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4516,7 +4846,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[42]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4529,7 +4859,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{42}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MemberRecord) GetId() string {
@@ -4571,7 +4901,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4583,7 +4913,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[43]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4596,7 +4926,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{43}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *JobRecord) GetName() string {
@@ -4725,7 +5055,7 @@ type QueueJobRecord struct {
 
 func (x *QueueJobRecord) Reset() {
 	*x = QueueJobRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4737,7 +5067,7 @@ func (x *QueueJobRecord) String() string {
 func (*QueueJobRecord) ProtoMessage() {}
 
 func (x *QueueJobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[44]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4750,7 +5080,7 @@ func (x *QueueJobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueJobRecord.ProtoReflect.Descriptor instead.
 func (*QueueJobRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{44}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *QueueJobRecord) GetId() uint64 {
@@ -4833,13 +5163,16 @@ type JobAttemptRecord struct {
 	// status and latency (JobCompletion); 0 in snapshots before them.
 	DeliveryStatus    uint32 `protobuf:"varint,11,opt,name=delivery_status,json=deliveryStatus,proto3" json:"delivery_status,omitempty"`
 	DeliveryLatencyMs int64  `protobuf:"varint,12,opt,name=delivery_latency_ms,json=deliveryLatencyMs,proto3" json:"delivery_latency_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// run_until_ms: when max_run ends the attempt (start + max_run), 0: no
+	// bound; the deadline never passes it.
+	RunUntilMs    int64 `protobuf:"varint,40,opt,name=run_until_ms,json=runUntilMs,proto3" json:"run_until_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobAttemptRecord) Reset() {
 	*x = JobAttemptRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4851,7 +5184,7 @@ func (x *JobAttemptRecord) String() string {
 func (*JobAttemptRecord) ProtoMessage() {}
 
 func (x *JobAttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[45]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4864,7 +5197,7 @@ func (x *JobAttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttemptRecord.ProtoReflect.Descriptor instead.
 func (*JobAttemptRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{45}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *JobAttemptRecord) GetNumber() uint32 {
@@ -4951,6 +5284,13 @@ func (x *JobAttemptRecord) GetDeliveryLatencyMs() int64 {
 	return 0
 }
 
+func (x *JobAttemptRecord) GetRunUntilMs() int64 {
+	if x != nil {
+		return x.RunUntilMs
+	}
+	return 0
+}
+
 // ScheduleSpec is a schedule's definition as the user gave it (defaults
 // filled in by the server).
 type ScheduleSpec struct {
@@ -4978,7 +5318,7 @@ type ScheduleSpec struct {
 
 func (x *ScheduleSpec) Reset() {
 	*x = ScheduleSpec{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4990,7 +5330,7 @@ func (x *ScheduleSpec) String() string {
 func (*ScheduleSpec) ProtoMessage() {}
 
 func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[46]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5003,7 +5343,7 @@ func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
 func (*ScheduleSpec) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{46}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ScheduleSpec) GetExpr() string {
@@ -5116,7 +5456,7 @@ type PutSchedule struct {
 
 func (x *PutSchedule) Reset() {
 	*x = PutSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5128,7 +5468,7 @@ func (x *PutSchedule) String() string {
 func (*PutSchedule) ProtoMessage() {}
 
 func (x *PutSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[47]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5141,7 +5481,7 @@ func (x *PutSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
 func (*PutSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{47}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PutSchedule) GetName() string {
@@ -5224,7 +5564,7 @@ type ScheduleGuard struct {
 
 func (x *ScheduleGuard) Reset() {
 	*x = ScheduleGuard{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5236,7 +5576,7 @@ func (x *ScheduleGuard) String() string {
 func (*ScheduleGuard) ProtoMessage() {}
 
 func (x *ScheduleGuard) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[48]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5249,7 +5589,7 @@ func (x *ScheduleGuard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleGuard.ProtoReflect.Descriptor instead.
 func (*ScheduleGuard) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{48}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ScheduleGuard) GetQueue() string {
@@ -5272,7 +5612,7 @@ type DeleteSchedule struct {
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5284,7 +5624,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[49]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5297,7 +5637,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{49}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DeleteSchedule) GetName() string {
@@ -5337,7 +5677,7 @@ type PauseSchedule struct {
 
 func (x *PauseSchedule) Reset() {
 	*x = PauseSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5349,7 +5689,7 @@ func (x *PauseSchedule) String() string {
 func (*PauseSchedule) ProtoMessage() {}
 
 func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[50]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5362,7 +5702,7 @@ func (x *PauseSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseSchedule.ProtoReflect.Descriptor instead.
 func (*PauseSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{50}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PauseSchedule) GetName() string {
@@ -5408,7 +5748,7 @@ type TriggerSchedule struct {
 
 func (x *TriggerSchedule) Reset() {
 	*x = TriggerSchedule{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[51]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5420,7 +5760,7 @@ func (x *TriggerSchedule) String() string {
 func (*TriggerSchedule) ProtoMessage() {}
 
 func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[51]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5433,7 +5773,7 @@ func (x *TriggerSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSchedule.ProtoReflect.Descriptor instead.
 func (*TriggerSchedule) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{51}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TriggerSchedule) GetName() string {
@@ -5485,7 +5825,7 @@ type MaterialiseSchedules struct {
 
 func (x *MaterialiseSchedules) Reset() {
 	*x = MaterialiseSchedules{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[52]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5497,7 +5837,7 @@ func (x *MaterialiseSchedules) String() string {
 func (*MaterialiseSchedules) ProtoMessage() {}
 
 func (x *MaterialiseSchedules) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[52]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5510,7 +5850,7 @@ func (x *MaterialiseSchedules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaterialiseSchedules.ProtoReflect.Descriptor instead.
 func (*MaterialiseSchedules) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{52}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MaterialiseSchedules) GetItems() []*ScheduleMaterialisation {
@@ -5541,7 +5881,7 @@ type ScheduleMaterialisation struct {
 
 func (x *ScheduleMaterialisation) Reset() {
 	*x = ScheduleMaterialisation{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[53]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5553,7 +5893,7 @@ func (x *ScheduleMaterialisation) String() string {
 func (*ScheduleMaterialisation) ProtoMessage() {}
 
 func (x *ScheduleMaterialisation) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[53]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5566,7 +5906,7 @@ func (x *ScheduleMaterialisation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleMaterialisation.ProtoReflect.Descriptor instead.
 func (*ScheduleMaterialisation) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{53}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ScheduleMaterialisation) GetName() string {
@@ -5633,7 +5973,7 @@ type ScheduleOccurrence struct {
 
 func (x *ScheduleOccurrence) Reset() {
 	*x = ScheduleOccurrence{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[54]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5645,7 +5985,7 @@ func (x *ScheduleOccurrence) String() string {
 func (*ScheduleOccurrence) ProtoMessage() {}
 
 func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[54]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5658,7 +5998,7 @@ func (x *ScheduleOccurrence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleOccurrence.ProtoReflect.Descriptor instead.
 func (*ScheduleOccurrence) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{54}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ScheduleOccurrence) GetAtMs() int64 {
@@ -5712,7 +6052,7 @@ type ScheduleSkip struct {
 
 func (x *ScheduleSkip) Reset() {
 	*x = ScheduleSkip{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[55]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5724,7 +6064,7 @@ func (x *ScheduleSkip) String() string {
 func (*ScheduleSkip) ProtoMessage() {}
 
 func (x *ScheduleSkip) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[55]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5737,7 +6077,7 @@ func (x *ScheduleSkip) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSkip.ProtoReflect.Descriptor instead.
 func (*ScheduleSkip) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{55}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ScheduleSkip) GetReason() ScheduleSkipReason {
@@ -5804,7 +6144,7 @@ type ScheduleHistoryRecord struct {
 
 func (x *ScheduleHistoryRecord) Reset() {
 	*x = ScheduleHistoryRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[56]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5816,7 +6156,7 @@ func (x *ScheduleHistoryRecord) String() string {
 func (*ScheduleHistoryRecord) ProtoMessage() {}
 
 func (x *ScheduleHistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[56]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5829,7 +6169,7 @@ func (x *ScheduleHistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleHistoryRecord.ProtoReflect.Descriptor instead.
 func (*ScheduleHistoryRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{56}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ScheduleHistoryRecord) GetAtMs() int64 {
@@ -5942,7 +6282,7 @@ type ScheduleRecord struct {
 
 func (x *ScheduleRecord) Reset() {
 	*x = ScheduleRecord{}
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[57]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5954,7 +6294,7 @@ func (x *ScheduleRecord) String() string {
 func (*ScheduleRecord) ProtoMessage() {}
 
 func (x *ScheduleRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[57]
+	mi := &file_coord_fsm_v1_fsm_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5967,7 +6307,7 @@ func (x *ScheduleRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRecord.ProtoReflect.Descriptor instead.
 func (*ScheduleRecord) Descriptor() ([]byte, []int) {
-	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{57}
+	return file_coord_fsm_v1_fsm_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ScheduleRecord) GetName() string {
@@ -6121,7 +6461,7 @@ var File_coord_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\x8b\x0f\n" +
+	"\x16coord/fsm/v1/fsm.proto\x12\fcoord.fsm.v1\"\xd5\x0f\n" +
 	"\aCommand\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.coord.fsm.v1.CommandTypeR\x04type\x12\x15\n" +
 	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12\x1f\n" +
@@ -6163,7 +6503,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0fstart_bulk_jobs\x18$ \x01(\v2\x1b.coord.fsm.v1.StartBulkJobsH\x00R\rstartBulkJobs\x12B\n" +
 	"\x0estep_bulk_jobs\x18% \x01(\v2\x1a.coord.fsm.v1.StepBulkJobsH\x00R\fstepBulkJobs\x12;\n" +
 	"\vdelete_jobs\x18& \x01(\v2\x18.coord.fsm.v1.DeleteJobsH\x00R\n" +
-	"deleteJobsB\x06\n" +
+	"deleteJobs\x12H\n" +
+	"\x10set_queue_limits\x18( \x01(\v2\x1c.coord.fsm.v1.SetQueueLimitsH\x00R\x0esetQueueLimitsB\x06\n" +
 	"\x04body\":\n" +
 	"\x05Batch\x121\n" +
 	"\bcommands\x18\x01 \x03(\v2\x15.coord.fsm.v1.CommandR\bcommands\"\x06\n" +
@@ -6241,7 +6582,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fRemoveMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"8\n" +
 	"\vRegisterJob\x12)\n" +
-	"\x03job\x18\x01 \x01(\v2\x17.coord.fsm.v1.JobRecordR\x03job\"\xac\x04\n" +
+	"\x03job\x18\x01 \x01(\v2\x17.coord.fsm.v1.JobRecordR\x03job\"\xca\x04\n" +
 	"\fQueueJobSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -6257,7 +6598,9 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"unique_key\x18\v \x01(\tR\tuniqueKey\x12.\n" +
 	"\x06labels\x18\f \x03(\v2\x16.coord.fsm.v1.JobLabelR\x06labels\x120\n" +
-	"\x06target\x18\r \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\x12!\n" +
+	"\x06target\x18\r \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\x12\x1c\n" +
+	"\n" +
+	"max_run_ms\x18( \x01(\x03R\bmaxRunMs\x12!\n" +
 	"\ftrace_parent\x182 \x01(\tR\vtraceParent\x12\x1f\n" +
 	"\vtrace_state\x183 \x01(\tR\n" +
 	"traceState\"\xc4\x01\n" +
@@ -6275,7 +6618,31 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06target\x18\x02 \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\x12\x1a\n" +
 	"\bidentity\x18\x03 \x01(\tR\bidentity\x12\x1d\n" +
 	"\n" +
-	"spec_rules\x18\x04 \x01(\rR\tspecRules\"\x9e\x01\n" +
+	"spec_rules\x18\x04 \x01(\rR\tspecRules\"y\n" +
+	"\x0eSetQueueLimits\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x125\n" +
+	"\x06limits\x18\x02 \x01(\v2\x1d.coord.fsm.v1.QueueLimitsSpecR\x06limits\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\"\xb5\x01\n" +
+	"\x0fQueueLimitsSpec\x12 \n" +
+	"\vconcurrency\x18\x01 \x01(\rR\vconcurrency\x12-\n" +
+	"\x05kinds\x18\x02 \x03(\v2\x17.coord.fsm.v1.KindLimitR\x05kinds\x12\x1d\n" +
+	"\n" +
+	"rate_milli\x18\x03 \x01(\rR\trateMilli\x12\x14\n" +
+	"\x05burst\x18\x04 \x01(\rR\x05burst\x12\x1c\n" +
+	"\n" +
+	"max_run_ms\x18\x05 \x01(\x03R\bmaxRunMs\"A\n" +
+	"\tKindLimit\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12 \n" +
+	"\vconcurrency\x18\x02 \x01(\rR\vconcurrency\"\xe8\x01\n" +
+	"\x11QueueLimitsRecord\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x125\n" +
+	"\x06limits\x18\x02 \x01(\v2\x1d.coord.fsm.v1.QueueLimitsSpecR\x06limits\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\x03 \x01(\tR\tupdatedBy\x12\"\n" +
+	"\rupdated_at_ms\x18\x04 \x01(\x03R\vupdatedAtMs\x12!\n" +
+	"\ftokens_micro\x18\x05 \x01(\x03R\vtokensMicro\x12 \n" +
+	"\ftokens_at_ms\x18\x06 \x01(\x03R\n" +
+	"tokensAtMs\"\x9e\x01\n" +
 	"\x11QueueTargetRecord\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x120\n" +
 	"\x06target\x18\x02 \x01(\v2\x18.coord.fsm.v1.HttpTargetR\x06target\x12\x1d\n" +
@@ -6392,7 +6759,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\"@\n" +
 	"\tRetryJobs\x12\x17\n" +
 	"\ajob_ids\x18\x01 \x03(\x04R\x06jobIds\x12\x1a\n" +
-	"\bidentity\x18\x02 \x01(\tR\bidentity\"\xd2\x05\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\"\x98\x06\n" +
 	"\x0eSnapshotRecord\x120\n" +
 	"\x04meta\x18\x01 \x01(\v2\x1a.coord.fsm.v1.SnapshotMetaH\x00R\x04meta\x121\n" +
 	"\x05lease\x18\x02 \x01(\v2\x19.coord.fsm.v1.LeaseRecordH\x00R\x05lease\x124\n" +
@@ -6407,7 +6774,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	" \x01(\v2\x1f.coord.fsm.v1.QueueTargetRecordH\x00R\vqueueTarget\x12A\n" +
 	"\vqueue_pause\x18\x1e \x01(\v2\x1e.coord.fsm.v1.QueuePauseRecordH\x00R\n" +
 	"queuePause\x125\n" +
-	"\abulk_op\x18\x1f \x01(\v2\x1a.coord.fsm.v1.BulkOpRecordH\x00R\x06bulkOpB\b\n" +
+	"\abulk_op\x18\x1f \x01(\v2\x1a.coord.fsm.v1.BulkOpRecordH\x00R\x06bulkOp\x12D\n" +
+	"\fqueue_limits\x18( \x01(\v2\x1f.coord.fsm.v1.QueueLimitsRecordH\x00R\vqueueLimitsB\b\n" +
 	"\x06record\"\xe4\x02\n" +
 	"\fSnapshotMeta\x12\x19\n" +
 	"\bclock_ms\x18\x01 \x01(\x03R\aclockMs\x12\x16\n" +
@@ -6505,7 +6873,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0efinished_at_ms\x18\a \x01(\x03R\ffinishedAtMs\x12\x1a\n" +
 	"\battempts\x18\b \x01(\rR\battempts\x12?\n" +
 	"\vattempt_log\x18\t \x03(\v2\x1e.coord.fsm.v1.JobAttemptRecordR\n" +
-	"attemptLog\"\xad\x03\n" +
+	"attemptLog\"\xcf\x03\n" +
 	"\x10JobAttemptRecord\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x126\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x1c.coord.fsm.v1.AttemptOutcomeR\aoutcome\x12\x1b\n" +
@@ -6522,7 +6890,9 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06result\x18\n" +
 	" \x01(\fR\x06result\x12'\n" +
 	"\x0fdelivery_status\x18\v \x01(\rR\x0edeliveryStatus\x12.\n" +
-	"\x13delivery_latency_ms\x18\f \x01(\x03R\x11deliveryLatencyMs\"\xb7\x03\n" +
+	"\x13delivery_latency_ms\x18\f \x01(\x03R\x11deliveryLatencyMs\x12 \n" +
+	"\frun_until_ms\x18( \x01(\x03R\n" +
+	"runUntilMs\"\xb7\x03\n" +
 	"\fScheduleSpec\x12\x12\n" +
 	"\x04expr\x18\x01 \x01(\tR\x04expr\x12\x1b\n" +
 	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\x12,\n" +
@@ -6631,7 +7001,7 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fjobs_created\x18\x12 \x01(\x04R\vjobsCreated\x12/\n" +
 	"\x13occurrences_skipped\x18\x13 \x01(\x04R\x12occurrencesSkipped\x12=\n" +
 	"\ahistory\x18\x14 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\ahistory\x129\n" +
-	"\x05skips\x18\x15 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\x05skips*\x9d\a\n" +
+	"\x05skips\x18\x15 \x03(\v2#.coord.fsm.v1.ScheduleHistoryRecordR\x05skips*\xc0\a\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11COMMAND_TYPE_TICK\x10\x01\x12\x18\n" +
@@ -6663,7 +7033,8 @@ const file_coord_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x18COMMAND_TYPE_PAUSE_QUEUE\x10\x1a\x12 \n" +
 	"\x1cCOMMAND_TYPE_START_BULK_JOBS\x10\x1b\x12\x1f\n" +
 	"\x1bCOMMAND_TYPE_STEP_BULK_JOBS\x10\x1c\x12\x1c\n" +
-	"\x18COMMAND_TYPE_DELETE_JOBS\x10\x1d*p\n" +
+	"\x18COMMAND_TYPE_DELETE_JOBS\x10\x1d\x12!\n" +
+	"\x1dCOMMAND_TYPE_SET_QUEUE_LIMITS\x10\x1e*p\n" +
 	"\n" +
 	"BulkAction\x12\x1b\n" +
 	"\x17BULK_ACTION_UNSPECIFIED\x10\x00\x12\x15\n" +
@@ -6717,7 +7088,7 @@ func file_coord_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_coord_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_coord_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(CommandType)(0),                // 0: coord.fsm.v1.CommandType
 	(BulkAction)(0),                 // 1: coord.fsm.v1.BulkAction
@@ -6742,48 +7113,52 @@ var file_coord_fsm_v1_fsm_proto_goTypes = []any{
 	(*QueueJobSpec)(nil),            // 20: coord.fsm.v1.QueueJobSpec
 	(*HttpTarget)(nil),              // 21: coord.fsm.v1.HttpTarget
 	(*SetQueueTarget)(nil),          // 22: coord.fsm.v1.SetQueueTarget
-	(*QueueTargetRecord)(nil),       // 23: coord.fsm.v1.QueueTargetRecord
-	(*PauseQueue)(nil),              // 24: coord.fsm.v1.PauseQueue
-	(*QueuePauseRecord)(nil),        // 25: coord.fsm.v1.QueuePauseRecord
-	(*DeleteJobs)(nil),              // 26: coord.fsm.v1.DeleteJobs
-	(*JobSelector)(nil),             // 27: coord.fsm.v1.JobSelector
-	(*StartBulkJobs)(nil),           // 28: coord.fsm.v1.StartBulkJobs
-	(*StepBulkJobs)(nil),            // 29: coord.fsm.v1.StepBulkJobs
-	(*BulkOpRecord)(nil),            // 30: coord.fsm.v1.BulkOpRecord
-	(*HttpHeader)(nil),              // 31: coord.fsm.v1.HttpHeader
-	(*JobLabel)(nil),                // 32: coord.fsm.v1.JobLabel
-	(*SubmitJobs)(nil),              // 33: coord.fsm.v1.SubmitJobs
-	(*FetchJobs)(nil),               // 34: coord.fsm.v1.FetchJobs
-	(*JobAttemptRef)(nil),           // 35: coord.fsm.v1.JobAttemptRef
-	(*HeartbeatJobs)(nil),           // 36: coord.fsm.v1.HeartbeatJobs
-	(*CompleteJobs)(nil),            // 37: coord.fsm.v1.CompleteJobs
-	(*JobCompletion)(nil),           // 38: coord.fsm.v1.JobCompletion
-	(*FailJobs)(nil),                // 39: coord.fsm.v1.FailJobs
-	(*JobFailure)(nil),              // 40: coord.fsm.v1.JobFailure
-	(*CancelJobs)(nil),              // 41: coord.fsm.v1.CancelJobs
-	(*RetryJobs)(nil),               // 42: coord.fsm.v1.RetryJobs
-	(*SnapshotRecord)(nil),          // 43: coord.fsm.v1.SnapshotRecord
-	(*SnapshotMeta)(nil),            // 44: coord.fsm.v1.SnapshotMeta
-	(*LeaseRecord)(nil),             // 45: coord.fsm.v1.LeaseRecord
-	(*WindowRecord)(nil),            // 46: coord.fsm.v1.WindowRecord
-	(*ResourceRecord)(nil),          // 47: coord.fsm.v1.ResourceRecord
-	(*IdempotencyRecord)(nil),       // 48: coord.fsm.v1.IdempotencyRecord
-	(*MemberRecord)(nil),            // 49: coord.fsm.v1.MemberRecord
-	(*JobRecord)(nil),               // 50: coord.fsm.v1.JobRecord
-	(*QueueJobRecord)(nil),          // 51: coord.fsm.v1.QueueJobRecord
-	(*JobAttemptRecord)(nil),        // 52: coord.fsm.v1.JobAttemptRecord
-	(*ScheduleSpec)(nil),            // 53: coord.fsm.v1.ScheduleSpec
-	(*PutSchedule)(nil),             // 54: coord.fsm.v1.PutSchedule
-	(*ScheduleGuard)(nil),           // 55: coord.fsm.v1.ScheduleGuard
-	(*DeleteSchedule)(nil),          // 56: coord.fsm.v1.DeleteSchedule
-	(*PauseSchedule)(nil),           // 57: coord.fsm.v1.PauseSchedule
-	(*TriggerSchedule)(nil),         // 58: coord.fsm.v1.TriggerSchedule
-	(*MaterialiseSchedules)(nil),    // 59: coord.fsm.v1.MaterialiseSchedules
-	(*ScheduleMaterialisation)(nil), // 60: coord.fsm.v1.ScheduleMaterialisation
-	(*ScheduleOccurrence)(nil),      // 61: coord.fsm.v1.ScheduleOccurrence
-	(*ScheduleSkip)(nil),            // 62: coord.fsm.v1.ScheduleSkip
-	(*ScheduleHistoryRecord)(nil),   // 63: coord.fsm.v1.ScheduleHistoryRecord
-	(*ScheduleRecord)(nil),          // 64: coord.fsm.v1.ScheduleRecord
+	(*SetQueueLimits)(nil),          // 23: coord.fsm.v1.SetQueueLimits
+	(*QueueLimitsSpec)(nil),         // 24: coord.fsm.v1.QueueLimitsSpec
+	(*KindLimit)(nil),               // 25: coord.fsm.v1.KindLimit
+	(*QueueLimitsRecord)(nil),       // 26: coord.fsm.v1.QueueLimitsRecord
+	(*QueueTargetRecord)(nil),       // 27: coord.fsm.v1.QueueTargetRecord
+	(*PauseQueue)(nil),              // 28: coord.fsm.v1.PauseQueue
+	(*QueuePauseRecord)(nil),        // 29: coord.fsm.v1.QueuePauseRecord
+	(*DeleteJobs)(nil),              // 30: coord.fsm.v1.DeleteJobs
+	(*JobSelector)(nil),             // 31: coord.fsm.v1.JobSelector
+	(*StartBulkJobs)(nil),           // 32: coord.fsm.v1.StartBulkJobs
+	(*StepBulkJobs)(nil),            // 33: coord.fsm.v1.StepBulkJobs
+	(*BulkOpRecord)(nil),            // 34: coord.fsm.v1.BulkOpRecord
+	(*HttpHeader)(nil),              // 35: coord.fsm.v1.HttpHeader
+	(*JobLabel)(nil),                // 36: coord.fsm.v1.JobLabel
+	(*SubmitJobs)(nil),              // 37: coord.fsm.v1.SubmitJobs
+	(*FetchJobs)(nil),               // 38: coord.fsm.v1.FetchJobs
+	(*JobAttemptRef)(nil),           // 39: coord.fsm.v1.JobAttemptRef
+	(*HeartbeatJobs)(nil),           // 40: coord.fsm.v1.HeartbeatJobs
+	(*CompleteJobs)(nil),            // 41: coord.fsm.v1.CompleteJobs
+	(*JobCompletion)(nil),           // 42: coord.fsm.v1.JobCompletion
+	(*FailJobs)(nil),                // 43: coord.fsm.v1.FailJobs
+	(*JobFailure)(nil),              // 44: coord.fsm.v1.JobFailure
+	(*CancelJobs)(nil),              // 45: coord.fsm.v1.CancelJobs
+	(*RetryJobs)(nil),               // 46: coord.fsm.v1.RetryJobs
+	(*SnapshotRecord)(nil),          // 47: coord.fsm.v1.SnapshotRecord
+	(*SnapshotMeta)(nil),            // 48: coord.fsm.v1.SnapshotMeta
+	(*LeaseRecord)(nil),             // 49: coord.fsm.v1.LeaseRecord
+	(*WindowRecord)(nil),            // 50: coord.fsm.v1.WindowRecord
+	(*ResourceRecord)(nil),          // 51: coord.fsm.v1.ResourceRecord
+	(*IdempotencyRecord)(nil),       // 52: coord.fsm.v1.IdempotencyRecord
+	(*MemberRecord)(nil),            // 53: coord.fsm.v1.MemberRecord
+	(*JobRecord)(nil),               // 54: coord.fsm.v1.JobRecord
+	(*QueueJobRecord)(nil),          // 55: coord.fsm.v1.QueueJobRecord
+	(*JobAttemptRecord)(nil),        // 56: coord.fsm.v1.JobAttemptRecord
+	(*ScheduleSpec)(nil),            // 57: coord.fsm.v1.ScheduleSpec
+	(*PutSchedule)(nil),             // 58: coord.fsm.v1.PutSchedule
+	(*ScheduleGuard)(nil),           // 59: coord.fsm.v1.ScheduleGuard
+	(*DeleteSchedule)(nil),          // 60: coord.fsm.v1.DeleteSchedule
+	(*PauseSchedule)(nil),           // 61: coord.fsm.v1.PauseSchedule
+	(*TriggerSchedule)(nil),         // 62: coord.fsm.v1.TriggerSchedule
+	(*MaterialiseSchedules)(nil),    // 63: coord.fsm.v1.MaterialiseSchedules
+	(*ScheduleMaterialisation)(nil), // 64: coord.fsm.v1.ScheduleMaterialisation
+	(*ScheduleOccurrence)(nil),      // 65: coord.fsm.v1.ScheduleOccurrence
+	(*ScheduleSkip)(nil),            // 66: coord.fsm.v1.ScheduleSkip
+	(*ScheduleHistoryRecord)(nil),   // 67: coord.fsm.v1.ScheduleHistoryRecord
+	(*ScheduleRecord)(nil),          // 68: coord.fsm.v1.ScheduleRecord
 }
 var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	0,  // 0: coord.fsm.v1.Command.type:type_name -> coord.fsm.v1.CommandType
@@ -6799,77 +7174,82 @@ var file_coord_fsm_v1_fsm_proto_depIdxs = []int32{
 	18, // 10: coord.fsm.v1.Command.remove_member:type_name -> coord.fsm.v1.RemoveMember
 	19, // 11: coord.fsm.v1.Command.register_job:type_name -> coord.fsm.v1.RegisterJob
 	8,  // 12: coord.fsm.v1.Command.batch:type_name -> coord.fsm.v1.Batch
-	33, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
-	34, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
-	36, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
-	37, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
-	39, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
-	41, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
-	42, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
-	54, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
-	56, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
-	57, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
-	58, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
-	59, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
+	37, // 13: coord.fsm.v1.Command.submit_jobs:type_name -> coord.fsm.v1.SubmitJobs
+	38, // 14: coord.fsm.v1.Command.fetch_jobs:type_name -> coord.fsm.v1.FetchJobs
+	40, // 15: coord.fsm.v1.Command.heartbeat_jobs:type_name -> coord.fsm.v1.HeartbeatJobs
+	41, // 16: coord.fsm.v1.Command.complete_jobs:type_name -> coord.fsm.v1.CompleteJobs
+	43, // 17: coord.fsm.v1.Command.fail_jobs:type_name -> coord.fsm.v1.FailJobs
+	45, // 18: coord.fsm.v1.Command.cancel_jobs:type_name -> coord.fsm.v1.CancelJobs
+	46, // 19: coord.fsm.v1.Command.retry_jobs:type_name -> coord.fsm.v1.RetryJobs
+	58, // 20: coord.fsm.v1.Command.put_schedule:type_name -> coord.fsm.v1.PutSchedule
+	60, // 21: coord.fsm.v1.Command.delete_schedule:type_name -> coord.fsm.v1.DeleteSchedule
+	61, // 22: coord.fsm.v1.Command.pause_schedule:type_name -> coord.fsm.v1.PauseSchedule
+	62, // 23: coord.fsm.v1.Command.trigger_schedule:type_name -> coord.fsm.v1.TriggerSchedule
+	63, // 24: coord.fsm.v1.Command.materialise_schedules:type_name -> coord.fsm.v1.MaterialiseSchedules
 	22, // 25: coord.fsm.v1.Command.set_queue_target:type_name -> coord.fsm.v1.SetQueueTarget
-	24, // 26: coord.fsm.v1.Command.pause_queue:type_name -> coord.fsm.v1.PauseQueue
-	28, // 27: coord.fsm.v1.Command.start_bulk_jobs:type_name -> coord.fsm.v1.StartBulkJobs
-	29, // 28: coord.fsm.v1.Command.step_bulk_jobs:type_name -> coord.fsm.v1.StepBulkJobs
-	26, // 29: coord.fsm.v1.Command.delete_jobs:type_name -> coord.fsm.v1.DeleteJobs
-	7,  // 30: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
-	10, // 31: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
-	50, // 32: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
-	32, // 33: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
-	21, // 34: coord.fsm.v1.QueueJobSpec.target:type_name -> coord.fsm.v1.HttpTarget
-	31, // 35: coord.fsm.v1.HttpTarget.headers:type_name -> coord.fsm.v1.HttpHeader
-	21, // 36: coord.fsm.v1.SetQueueTarget.target:type_name -> coord.fsm.v1.HttpTarget
-	21, // 37: coord.fsm.v1.QueueTargetRecord.target:type_name -> coord.fsm.v1.HttpTarget
-	2,  // 38: coord.fsm.v1.JobSelector.state:type_name -> coord.fsm.v1.JobState
-	1,  // 39: coord.fsm.v1.StartBulkJobs.action:type_name -> coord.fsm.v1.BulkAction
-	27, // 40: coord.fsm.v1.StartBulkJobs.selector:type_name -> coord.fsm.v1.JobSelector
-	1,  // 41: coord.fsm.v1.BulkOpRecord.action:type_name -> coord.fsm.v1.BulkAction
-	27, // 42: coord.fsm.v1.BulkOpRecord.selector:type_name -> coord.fsm.v1.JobSelector
-	20, // 43: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
-	35, // 44: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
-	38, // 45: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
-	40, // 46: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
-	44, // 47: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
-	45, // 48: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
-	46, // 49: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
-	47, // 50: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
-	48, // 51: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
-	49, // 52: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
-	50, // 53: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
-	51, // 54: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
-	64, // 55: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
-	23, // 56: coord.fsm.v1.SnapshotRecord.queue_target:type_name -> coord.fsm.v1.QueueTargetRecord
-	25, // 57: coord.fsm.v1.SnapshotRecord.queue_pause:type_name -> coord.fsm.v1.QueuePauseRecord
-	30, // 58: coord.fsm.v1.SnapshotRecord.bulk_op:type_name -> coord.fsm.v1.BulkOpRecord
-	20, // 59: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
-	2,  // 60: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
-	52, // 61: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
-	3,  // 62: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
-	20, // 63: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
-	4,  // 64: coord.fsm.v1.ScheduleSpec.overlap:type_name -> coord.fsm.v1.ScheduleOverlap
-	5,  // 65: coord.fsm.v1.ScheduleSpec.dst_policy:type_name -> coord.fsm.v1.ScheduleDstPolicy
-	53, // 66: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	55, // 67: coord.fsm.v1.PutSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	55, // 68: coord.fsm.v1.DeleteSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	55, // 69: coord.fsm.v1.PauseSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	55, // 70: coord.fsm.v1.TriggerSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
-	60, // 71: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
-	61, // 72: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
-	62, // 73: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
-	6,  // 74: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
-	6,  // 75: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
-	53, // 76: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
-	63, // 77: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	63, // 78: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
-	79, // [79:79] is the sub-list for method output_type
-	79, // [79:79] is the sub-list for method input_type
-	79, // [79:79] is the sub-list for extension type_name
-	79, // [79:79] is the sub-list for extension extendee
-	0,  // [0:79] is the sub-list for field type_name
+	28, // 26: coord.fsm.v1.Command.pause_queue:type_name -> coord.fsm.v1.PauseQueue
+	32, // 27: coord.fsm.v1.Command.start_bulk_jobs:type_name -> coord.fsm.v1.StartBulkJobs
+	33, // 28: coord.fsm.v1.Command.step_bulk_jobs:type_name -> coord.fsm.v1.StepBulkJobs
+	30, // 29: coord.fsm.v1.Command.delete_jobs:type_name -> coord.fsm.v1.DeleteJobs
+	23, // 30: coord.fsm.v1.Command.set_queue_limits:type_name -> coord.fsm.v1.SetQueueLimits
+	7,  // 31: coord.fsm.v1.Batch.commands:type_name -> coord.fsm.v1.Command
+	10, // 32: coord.fsm.v1.Release.handoff:type_name -> coord.fsm.v1.Acquire
+	54, // 33: coord.fsm.v1.RegisterJob.job:type_name -> coord.fsm.v1.JobRecord
+	36, // 34: coord.fsm.v1.QueueJobSpec.labels:type_name -> coord.fsm.v1.JobLabel
+	21, // 35: coord.fsm.v1.QueueJobSpec.target:type_name -> coord.fsm.v1.HttpTarget
+	35, // 36: coord.fsm.v1.HttpTarget.headers:type_name -> coord.fsm.v1.HttpHeader
+	21, // 37: coord.fsm.v1.SetQueueTarget.target:type_name -> coord.fsm.v1.HttpTarget
+	24, // 38: coord.fsm.v1.SetQueueLimits.limits:type_name -> coord.fsm.v1.QueueLimitsSpec
+	25, // 39: coord.fsm.v1.QueueLimitsSpec.kinds:type_name -> coord.fsm.v1.KindLimit
+	24, // 40: coord.fsm.v1.QueueLimitsRecord.limits:type_name -> coord.fsm.v1.QueueLimitsSpec
+	21, // 41: coord.fsm.v1.QueueTargetRecord.target:type_name -> coord.fsm.v1.HttpTarget
+	2,  // 42: coord.fsm.v1.JobSelector.state:type_name -> coord.fsm.v1.JobState
+	1,  // 43: coord.fsm.v1.StartBulkJobs.action:type_name -> coord.fsm.v1.BulkAction
+	31, // 44: coord.fsm.v1.StartBulkJobs.selector:type_name -> coord.fsm.v1.JobSelector
+	1,  // 45: coord.fsm.v1.BulkOpRecord.action:type_name -> coord.fsm.v1.BulkAction
+	31, // 46: coord.fsm.v1.BulkOpRecord.selector:type_name -> coord.fsm.v1.JobSelector
+	20, // 47: coord.fsm.v1.SubmitJobs.jobs:type_name -> coord.fsm.v1.QueueJobSpec
+	39, // 48: coord.fsm.v1.HeartbeatJobs.attempts:type_name -> coord.fsm.v1.JobAttemptRef
+	42, // 49: coord.fsm.v1.CompleteJobs.completions:type_name -> coord.fsm.v1.JobCompletion
+	44, // 50: coord.fsm.v1.FailJobs.failures:type_name -> coord.fsm.v1.JobFailure
+	48, // 51: coord.fsm.v1.SnapshotRecord.meta:type_name -> coord.fsm.v1.SnapshotMeta
+	49, // 52: coord.fsm.v1.SnapshotRecord.lease:type_name -> coord.fsm.v1.LeaseRecord
+	50, // 53: coord.fsm.v1.SnapshotRecord.window:type_name -> coord.fsm.v1.WindowRecord
+	51, // 54: coord.fsm.v1.SnapshotRecord.resource:type_name -> coord.fsm.v1.ResourceRecord
+	52, // 55: coord.fsm.v1.SnapshotRecord.idempotency:type_name -> coord.fsm.v1.IdempotencyRecord
+	53, // 56: coord.fsm.v1.SnapshotRecord.member:type_name -> coord.fsm.v1.MemberRecord
+	54, // 57: coord.fsm.v1.SnapshotRecord.job:type_name -> coord.fsm.v1.JobRecord
+	55, // 58: coord.fsm.v1.SnapshotRecord.queue_job:type_name -> coord.fsm.v1.QueueJobRecord
+	68, // 59: coord.fsm.v1.SnapshotRecord.schedule:type_name -> coord.fsm.v1.ScheduleRecord
+	27, // 60: coord.fsm.v1.SnapshotRecord.queue_target:type_name -> coord.fsm.v1.QueueTargetRecord
+	29, // 61: coord.fsm.v1.SnapshotRecord.queue_pause:type_name -> coord.fsm.v1.QueuePauseRecord
+	34, // 62: coord.fsm.v1.SnapshotRecord.bulk_op:type_name -> coord.fsm.v1.BulkOpRecord
+	26, // 63: coord.fsm.v1.SnapshotRecord.queue_limits:type_name -> coord.fsm.v1.QueueLimitsRecord
+	20, // 64: coord.fsm.v1.QueueJobRecord.spec:type_name -> coord.fsm.v1.QueueJobSpec
+	2,  // 65: coord.fsm.v1.QueueJobRecord.state:type_name -> coord.fsm.v1.JobState
+	56, // 66: coord.fsm.v1.QueueJobRecord.attempt_log:type_name -> coord.fsm.v1.JobAttemptRecord
+	3,  // 67: coord.fsm.v1.JobAttemptRecord.outcome:type_name -> coord.fsm.v1.AttemptOutcome
+	20, // 68: coord.fsm.v1.ScheduleSpec.job:type_name -> coord.fsm.v1.QueueJobSpec
+	4,  // 69: coord.fsm.v1.ScheduleSpec.overlap:type_name -> coord.fsm.v1.ScheduleOverlap
+	5,  // 70: coord.fsm.v1.ScheduleSpec.dst_policy:type_name -> coord.fsm.v1.ScheduleDstPolicy
+	57, // 71: coord.fsm.v1.PutSchedule.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	59, // 72: coord.fsm.v1.PutSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	59, // 73: coord.fsm.v1.DeleteSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	59, // 74: coord.fsm.v1.PauseSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	59, // 75: coord.fsm.v1.TriggerSchedule.guard:type_name -> coord.fsm.v1.ScheduleGuard
+	64, // 76: coord.fsm.v1.MaterialiseSchedules.items:type_name -> coord.fsm.v1.ScheduleMaterialisation
+	65, // 77: coord.fsm.v1.ScheduleMaterialisation.create:type_name -> coord.fsm.v1.ScheduleOccurrence
+	66, // 78: coord.fsm.v1.ScheduleMaterialisation.skipped:type_name -> coord.fsm.v1.ScheduleSkip
+	6,  // 79: coord.fsm.v1.ScheduleSkip.reason:type_name -> coord.fsm.v1.ScheduleSkipReason
+	6,  // 80: coord.fsm.v1.ScheduleHistoryRecord.skipped:type_name -> coord.fsm.v1.ScheduleSkipReason
+	57, // 81: coord.fsm.v1.ScheduleRecord.spec:type_name -> coord.fsm.v1.ScheduleSpec
+	67, // 82: coord.fsm.v1.ScheduleRecord.history:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	67, // 83: coord.fsm.v1.ScheduleRecord.skips:type_name -> coord.fsm.v1.ScheduleHistoryRecord
+	84, // [84:84] is the sub-list for method output_type
+	84, // [84:84] is the sub-list for method input_type
+	84, // [84:84] is the sub-list for extension type_name
+	84, // [84:84] is the sub-list for extension extendee
+	0,  // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_coord_fsm_v1_fsm_proto_init() }
@@ -6907,9 +7287,10 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*Command_StartBulkJobs)(nil),
 		(*Command_StepBulkJobs)(nil),
 		(*Command_DeleteJobs)(nil),
+		(*Command_SetQueueLimits)(nil),
 	}
 	file_coord_fsm_v1_fsm_proto_msgTypes[4].OneofWrappers = []any{}
-	file_coord_fsm_v1_fsm_proto_msgTypes[36].OneofWrappers = []any{
+	file_coord_fsm_v1_fsm_proto_msgTypes[40].OneofWrappers = []any{
 		(*SnapshotRecord_Meta)(nil),
 		(*SnapshotRecord_Lease)(nil),
 		(*SnapshotRecord_Window)(nil),
@@ -6922,6 +7303,7 @@ func file_coord_fsm_v1_fsm_proto_init() {
 		(*SnapshotRecord_QueueTarget)(nil),
 		(*SnapshotRecord_QueuePause)(nil),
 		(*SnapshotRecord_BulkOp)(nil),
+		(*SnapshotRecord_QueueLimits)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6929,7 +7311,7 @@ func file_coord_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coord_fsm_v1_fsm_proto_rawDesc), len(file_coord_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   58,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
