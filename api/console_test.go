@@ -352,3 +352,33 @@ func TestConsoleWithoutTLS(t *testing.T) {
 		t.Fatalf("retry without TLS: %d %v", w.Code, ct.jobState(id))
 	}
 }
+
+// The queues page shows each queue's limits (running against the
+// concurrency limit, per-kind limits, the rate and its tokens now, the
+// default max_run) and the job page a job's max_run and each attempt's
+// end by it.
+func TestConsoleShowsLimits(t *testing.T) {
+	ct := newConsoleTest(t, true)
+	if _, err := ct.q.SetLimits(caller("ops"), &coordv1.QueueSetLimitsRequest{Queue: "billing", Limits: &coordv1.QueueLimits{
+		Queue: "billing", Concurrency: 3, KindConcurrency: map[string]uint32{"charge": 1, "refund": 2}, Rate: 5, Burst: 2,
+		MaxRun: pbtime.Dur(120_000)}}); err != nil {
+		t.Fatal(err)
+	}
+	id := ct.submit(&coordv1.NewJob{Queue: "billing", Kind: "charge", Args: []byte(`{}`), MaxRun: pbtime.Dur(90_000)})[0]
+	if _, err := ct.q.Fetch(caller("w"), &coordv1.QueueFetchRequest{Queues: []string{"billing"}, Max: 1, WorkerId: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	body := ct.get("viewer", "/ui/queues", 200)
+	for _, w := range []string{`id="limits"`, ">1</a> / 3</td>", "charge: 1, refund: 2", "5/s, burst 2", "may start now", "2m00s", "ops"} {
+		if !strings.Contains(body, w) {
+			t.Errorf("/ui/queues: missing %q", w)
+		}
+	}
+	body = ct.get("viewer", fmt.Sprintf("/ui/jobs/%d", id), 200)
+	if !strings.Contains(body, `<span id="max-run">1m30s</span>`) {
+		t.Errorf("job page: no max run of 1m30s")
+	}
+	if m := regexp.MustCompile(`<td class="run-until">([^<]*)</td>`).FindStringSubmatch(body); m == nil || m[1] == "–" {
+		t.Errorf("job page: the running attempt's run-until cell is %v, want its end by max_run", m)
+	}
+}

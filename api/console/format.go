@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ var funcs = template.FuncMap{
 	"skipReason":  skipReason,
 	"payload":     payload,
 	"labels":      sortedKeys,
+	"kinds":       kindLimits,
 	"offset":      offsetUs,
 	"leaseState":  leaseState,
 	"overlap": func(o coordv1.ScheduleOverlap) string {
@@ -163,4 +165,19 @@ func bulkFilter(f *coordv1.JobFilter) string {
 		return "every job"
 	}
 	return strings.Join(parts, " ")
+}
+
+// kindLimits formats per-kind concurrency limits as "a: 2, b: 3" in kind
+// order ("" for none).
+func kindLimits(m map[string]uint32) string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	parts := make([]string, len(ks))
+	for i, k := range ks {
+		parts[i] = k + ": " + strconv.FormatUint(uint64(m[k]), 10)
+	}
+	return strings.Join(parts, ", ")
 }

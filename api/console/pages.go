@@ -124,6 +124,11 @@ type queuesData struct {
 	// they could not be read (the page shows the rest).
 	Targets    []*coordv1.QueueTarget
 	TargetsErr string
+	// Limits are the queues' limits (Queue.Limits), StatsOf each queue's
+	// stats by name (running against the limit, the rate's tokens now).
+	Limits    []*coordv1.QueueLimits
+	LimitsErr string
+	StatsOf   map[string]*coordv1.QueueStats
 	// CanAct: the queues the caller may pause and resume (op job).
 	CanAct map[string]bool
 }
@@ -148,9 +153,15 @@ func (c *Console) showQueues(w http.ResponseWriter, r *http.Request, httpStatus 
 	} else {
 		d.Targets = ts.GetTargets()
 	}
-	d.CanAct = map[string]bool{}
+	if ls, err := c.b.Queue.Limits(r.Context(), &coordv1.QueueLimitsRequest{}); err != nil {
+		d.LimitsErr = status.Convert(err).Message()
+	} else {
+		d.Limits = ls.GetLimits()
+	}
+	d.CanAct, d.StatsOf = map[string]bool{}, map[string]*coordv1.QueueStats{}
 	for _, st := range resp.GetQueues() {
 		d.CanAct[st.GetQueue()] = c.allowed(r.Context(), "job", st.GetQueue())
+		d.StatsOf[st.GetQueue()] = st
 	}
 	c.render(w, r, httpStatus, "queues", "Queues", d, perr)
 }
