@@ -3,59 +3,23 @@ package fsm
 import (
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
+
+	"github.com/coordd/coordd/internal/snapfile"
+	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
-// snapshotFormatError explains a snapshot header this build cannot read:
-// a newer format (upgrade coordd) or not a snapshot at all.
-func snapshotFormatError(hdr []byte) error {
-	const prefix = "coordd-snapshot-v"
-	s := string(hdr)
-	if v, ok := strings.CutPrefix(strings.TrimRight(s, "\n"), prefix); ok {
-		if n, err := strconv.Atoi(v); err == nil && n > SnapshotFormat {
-			return fmt.Errorf("snapshot: format v%d is newer than this coordd reads (v%d): "+
-				"run a coordd release that knows it (docs/backup-and-upgrade.md, \"Version skew\")", n, SnapshotFormat)
-		}
-	}
-	// A short header of a longer version ("coordd-snapshot-v12\n") reads
-	// as "coordd-snapshot-v12" without its newline: handled above.
-	return fmt.Errorf("snapshot: unknown format %q (this coordd reads %q)", s, snapshotHeader)
-}
-
-// SnapshotSummary counts what a snapshot holds.
-type SnapshotSummary struct {
-	Format int `json:"format"`
-	// LeaseTimeMs and CalendarMs are the two clocks as of the snapshot.
-	LeaseTimeMs int64 `json:"lease_time_ms"`
-	CalendarMs  int64 `json:"calendar_ms"`
-	Leases      int   `json:"leases"`
-	// LiveLeases are held (not released, not expired at LeaseTimeMs).
-	LiveLeases int `json:"live_leases"`
-	// MaxGeneration is the highest lease generation in the snapshot.
-	MaxGeneration    uint64         `json:"max_generation"`
-	Windows          int            `json:"windows"`
-	CompletedWindows int            `json:"completed_windows"`
-	Resources        int            `json:"resources"`
-	Idempotency      int            `json:"idempotency_records"`
-	Jobs             int            `json:"jobs"`
-	JobsByState      map[string]int `json:"jobs_by_state"`
-	LastJobID        uint64         `json:"last_job_id"`
-	Schedules        int            `json:"schedules"`
-	QueueTargets     int            `json:"queue_targets"`
-	Members          int            `json:"members"`
-}
+// SnapshotSummary counts what a snapshot holds (internal/snapfile, which
+// coordctl's offline count uses too).
+type SnapshotSummary = snapfile.Counts
 
 func (st *state) summary() *SnapshotSummary {
-	out := &SnapshotSummary{Format: SnapshotFormat, LeaseTimeMs: st.leaseTime, CalendarMs: st.calendarTime,
-		Leases: st.leases.Len(), Windows: st.windows.Len(), Resources: st.resources.Len(), Idempotency: st.idem.Len(),
-		Jobs: st.qjobs.Len(), JobsByState: map[string]int{}, LastJobID: st.lastJobID, Schedules: st.schedules.Len(),
-		QueueTargets: st.qtargets.Len(), Members: st.members.Len()}
+	out := snapfile.NewCounts()
+	out.LeaseTimeMs, out.CalendarMs, out.LastJobID = st.leaseTime, st.calendarTime, st.lastJobID
+	out.Windows, out.Resources, out.Idempotency = st.windows.Len(), st.resources.Len(), st.idem.Len()
+	out.Schedules, out.QueueTargets, out.Members = st.schedules.Len(), st.qtargets.Len(), st.members.Len()
+	out.PausedQueues, out.BulkOps, out.QueueLimits = st.qops.pauses.Len(), st.qops.bulks.Len(), st.qlimits.Len()
 	st.leases.Ascend(func(l *Lease) bool {
-		out.MaxGeneration = max(out.MaxGeneration, l.Generation)
-		if l.Live(st.leaseTime) {
-			out.LiveLeases++
-		}
+		out.AddLease(l.Generation, l.Live(st.leaseTime))
 		return true
 	})
 	st.windows.Ascend(func(w *Window) bool {
@@ -65,7 +29,7 @@ func (st *state) summary() *SnapshotSummary {
 		return true
 	})
 	st.qjobs.Ascend(func(j *QueueJob) bool {
-		out.JobsByState[j.State.String()]++
+		out.AddJob(fsmv1.JobState(j.State))
 		return true
 	})
 	return out

@@ -5,12 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/coordd/coordd/internal/snapfile"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -18,14 +18,10 @@ import (
 // and the newest it reads: the digit of the header that starts every
 // snapshot. A change that an older coordd would misread bumps it (an added
 // record family or field that older builds may skip does not).
-const SnapshotFormat = 1
+const SnapshotFormat = snapfile.Format
 
 // snapshotHeader starts every snapshot; the digit is the format version.
-const snapshotHeader = "coordd-snapshot-v1\n"
-
-// maxRecordSize bounds one record when reading, so a corrupt length cannot
-// make a node allocate without limit.
-const maxRecordSize = 16 << 20
+const snapshotHeader = snapfile.Header
 
 // Snapshot is a point-in-time copy of the state (FSM.Snapshot).
 type Snapshot struct{ st *state }
@@ -138,46 +134,14 @@ func windowRecord(w *Window) *fsmv1.WindowRecord {
 
 // readSnapshot builds a fresh state from a snapshot stream.
 func readSnapshot(r io.Reader) (*state, error) {
-	br := bufio.NewReaderSize(r, 256<<10)
-	hdr := make([]byte, len(snapshotHeader))
-	if _, err := io.ReadFull(br, hdr); err != nil {
-		return nil, fmt.Errorf("snapshot header: %w", err)
-	}
-	if string(hdr) != snapshotHeader {
-		return nil, snapshotFormatError(hdr)
-	}
 	st := newState()
-	var buf []byte
-	sawMeta := false
-	for {
-		n, err := binary.ReadUvarint(br)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("snapshot record length: %w", err)
-		}
-		if n > maxRecordSize {
-			return nil, fmt.Errorf("snapshot record of %d bytes exceeds the limit", n)
-		}
-		if uint64(cap(buf)) < n {
-			buf = make([]byte, n)
-		}
-		buf = buf[:n]
-		if _, err := io.ReadFull(br, buf); err != nil {
-			return nil, fmt.Errorf("snapshot record: %w", err)
-		}
-		rec := &fsmv1.SnapshotRecord{}
-		if err := proto.Unmarshal(buf, rec); err != nil {
-			return nil, fmt.Errorf("snapshot record: %w", err)
-		}
+	err := snapfile.Read(r, func(rec *fsmv1.SnapshotRecord) error {
 		switch x := rec.GetRecord().(type) {
 		case *fsmv1.SnapshotRecord_Meta:
 			st.leaseTime = x.Meta.GetClockMs()
 			st.calendarTime = x.Meta.GetCalendarMs()
 			st.lastJobID = x.Meta.GetLastJobId()
 			st.fetchSeq = x.Meta.GetFetchSeq()
-			sawMeta = true
 		case *fsmv1.SnapshotRecord_Lease:
 			r := x.Lease
 			st.leases.ReplaceOrInsert(&Lease{Name: r.GetName(), Owner: r.GetOwner(), RequestID: r.GetRequestId(),
@@ -209,48 +173,49 @@ func readSnapshot(r io.Reader) (*state, error) {
 		case *fsmv1.SnapshotRecord_QueueJob:
 			j, err := queueJobFromRecord(x.QueueJob)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if j.ID > st.lastJobID {
-				return nil, fmt.Errorf("snapshot: queue job %d above the last id assigned (%d)", j.ID, st.lastJobID)
+				return fmt.Errorf("snapshot: queue job %d above the last id assigned (%d)", j.ID, st.lastJobID)
 			}
 			st.shareNames(j)
 			st.qjobs.ReplaceOrInsert(j)
 		case *fsmv1.SnapshotRecord_Schedule:
 			sc, err := scheduleFromRecord(x.Schedule)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			st.schedules.ReplaceOrInsert(sc)
 		case *fsmv1.SnapshotRecord_QueueTarget:
 			r := x.QueueTarget
 			if r.GetQueue() == "" || r.GetTarget() == nil {
-				return nil, fmt.Errorf("snapshot: a queue target without its queue or target")
+				return fmt.Errorf("snapshot: a queue target without its queue or target")
 			}
 			st.qtargets.ReplaceOrInsert(&QueueTarget{Queue: r.GetQueue(), Target: r.GetTarget(), UpdatedBy: r.GetUpdatedBy(), UpdatedAt: r.GetUpdatedAtMs()})
 		case *fsmv1.SnapshotRecord_QueuePause:
 			r := x.QueuePause
 			if r.GetQueue() == "" {
-				return nil, fmt.Errorf("snapshot: a queue pause without its queue")
+				return fmt.Errorf("snapshot: a queue pause without its queue")
 			}
 			st.qops.pauses.ReplaceOrInsert(&QueuePause{Queue: r.GetQueue(), PausedBy: r.GetPausedBy(), PausedAt: r.GetPausedAtMs()})
 		case *fsmv1.SnapshotRecord_BulkOp:
 			if x.BulkOp.GetOpId() == "" {
-				return nil, fmt.Errorf("snapshot: a bulk operation without its id")
+				return fmt.Errorf("snapshot: a bulk operation without its id")
 			}
 			st.qops.bulks.ReplaceOrInsert(bulkOpFromRecord(x.BulkOp))
 		case *fsmv1.SnapshotRecord_QueueLimits:
 			l, err := queueLimitsFromRecord(x.QueueLimits)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			st.qlimits.ReplaceOrInsert(l)
 		default:
-			return nil, fmt.Errorf("snapshot: unknown record type")
+			return fmt.Errorf("snapshot: unknown record type")
 		}
-	}
-	if !sawMeta {
-		return nil, fmt.Errorf("snapshot: no meta record")
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	st.rebuildQueues()
 	st.rebuildQueueIndex()

@@ -2,6 +2,7 @@ package backup
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -38,6 +39,12 @@ func TestCountMatchesTheFSM(t *testing.T) {
 		jobs = append(jobs, j)
 	}
 	apply(t, f, 1300, &fsmv1.SubmitJobs{Jobs: jobs})
+	// The queue records added after the first backups: a pause, limits, a
+	// bulk operation (Count refused snapshots holding them once).
+	apply(t, f, 1400, &fsmv1.PauseQueue{Queue: "q", Paused: true, Identity: "ops"})
+	apply(t, f, 1400, &fsmv1.SetQueueLimits{Queue: "q", Limits: &fsmv1.QueueLimitsSpec{Concurrency: 2}, Identity: "ops"})
+	apply(t, f, 1400, &fsmv1.StartBulkJobs{OpId: "op-1", Action: fsmv1.BulkAction_BULK_ACTION_CANCEL,
+		Selector: &fsmv1.JobSelector{Queue: "q"}, Identity: "ops"})
 	var snap bytes.Buffer
 	if err := f.WriteSnapshot(&snap); err != nil {
 		t.Fatal(err)
@@ -55,7 +62,10 @@ func TestCountMatchesTheFSM(t *testing.T) {
 		c.JobsByState["AVAILABLE"] != s.JobsByState["AVAILABLE"] || c.LastJobID != s.LastJobID || c.LeaseTimeMs != s.LeaseTimeMs {
 		t.Fatalf("Count %+v, fsm %+v", c, s)
 	}
-	if _, err := Count(strings.NewReader("coordd-snapshot-v2\n")); err == nil || !strings.Contains(err.Error(), "not the one this build reads") {
+	if c.PausedQueues != 1 || c.QueueLimits != 1 || c.BulkOps != 1 || !reflect.DeepEqual(c, s) {
+		t.Fatalf("Count %+v, fsm %+v: want the same counts, one pause, one limits record and one bulk operation", c, s)
+	}
+	if _, err := Count(strings.NewReader("coordd-snapshot-v2\n")); err == nil || !strings.Contains(err.Error(), "newer than this coordd reads") {
 		t.Fatalf("v2: %v", err)
 	}
 }
