@@ -513,7 +513,9 @@ func TestQueueLeaderKillDuringDispatch(t *testing.T) {
 		defer mu.Unlock()
 		return len(completed) >= total/3
 	})
+	mu.Lock()
 	t.Logf("stopping leader %s with %d of %d jobs completed", leader.ID, len(completed), total)
+	mu.Unlock()
 	c.Stop(leader)
 	select {
 	case <-done:

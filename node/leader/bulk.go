@@ -12,8 +12,10 @@ import (
 )
 
 // BulkIdle is the longest the bulk service sleeps while no operation is
-// in progress (a start on this leader wakes it at once).
-const BulkIdle = time.Second
+// in progress: a fallback, since a start on this leader wakes it at once
+// and a new leader looks first thing. It differs from the other services'
+// idle periods so that tests in virtual time can tell their timers apart.
+const BulkIdle = 5 * time.Second
 
 // BulkBatch is the most jobs one StepBulkJobs acts on (one log entry).
 const BulkBatch = fsm.MaxJobBatch
