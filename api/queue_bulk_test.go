@@ -2,9 +2,7 @@ package api
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -168,18 +166,7 @@ func TestBulkACL(t *testing.T) {
 func TestBulkHTTP(t *testing.T) {
 	_, s, q := newQueueTest(t)
 	ids := deadVia(t, q, "mail", 3)
-	h := s.httpAPI()
-	do := func(method, path, body string) (int, map[string]any) {
-		t.Helper()
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
-		b, _ := io.ReadAll(rec.Body)
-		var out map[string]any
-		if err := json.Unmarshal(b, &out); err != nil {
-			t.Fatalf("%s %s: %d %s", method, path, rec.Code, b)
-		}
-		return rec.Code, out
-	}
+	do := jsonDoer(t, s.httpAPI())
 	if code, out := do("POST", "/v1/queue/bulk", `{"action":"RETRY","filter":{"queue":"mail","state":"dead"},"dry_run":true}`); code != 200 || out["count"] != "3" {
 		t.Fatalf("dry run: %d %v", code, out)
 	}

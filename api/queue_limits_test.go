@@ -1,9 +1,6 @@
 package api
 
 import (
-	"encoding/json"
-	"io"
-	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -12,18 +9,7 @@ import (
 // naming the field, cleared.
 func TestQueueLimitsHTTP(t *testing.T) {
 	_, s, _ := newQueueTest(t)
-	h := s.httpAPI()
-	do := func(method, path, body string) (int, map[string]any) {
-		t.Helper()
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
-		b, _ := io.ReadAll(rec.Body)
-		var out map[string]any
-		if err := json.Unmarshal(b, &out); err != nil {
-			t.Fatalf("%s %s: %d %s", method, path, rec.Code, b)
-		}
-		return rec.Code, out
-	}
+	do := jsonDoer(t, s.httpAPI())
 	code, out := do("PUT", "/v1/queue/limits/mail", `{"limits":{"concurrency":3,"kind_concurrency":{"send":1},"rate":2.5,"max_run":"90s"}}`)
 	lim, _ := out["limits"].(map[string]any)
 	if code != 200 || lim["concurrency"] != float64(3) || lim["rate"] != 2.5 || lim["burst"] != float64(3) || lim["max_run"] != "90s" ||

@@ -93,18 +93,7 @@ func TestQueuePauseACL(t *testing.T) {
 // TestQueuePauseHTTP: the routes, and a bad name is a 400 naming it.
 func TestQueuePauseHTTP(t *testing.T) {
 	_, s, _ := newQueueTest(t)
-	h := s.httpAPI()
-	do := func(method, path, body string) (int, map[string]any) {
-		t.Helper()
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
-		b, _ := io.ReadAll(rec.Body)
-		var out map[string]any
-		if err := json.Unmarshal(b, &out); err != nil {
-			t.Fatalf("%s %s: %d %s", method, path, rec.Code, b)
-		}
-		return rec.Code, out
-	}
+	do := jsonDoer(t, s.httpAPI())
 	if code, out := do("POST", "/v1/queue/queues/mail/pause", `{}`); code != 200 || out["pause"].(map[string]any)["queue"] != "mail" {
 		t.Fatalf("pause: %d %v", code, out)
 	}
@@ -156,3 +145,19 @@ func TestConsoleQueuePause(t *testing.T) {
 }
 
 func coordNewJob(queue string) *coordv1.NewJob { return &coordv1.NewJob{Queue: queue, Kind: "k"} }
+
+// jsonDoer calls h with a JSON body and decodes the JSON answer, failing
+// the test on an answer that is not JSON.
+func jsonDoer(t *testing.T, h http.Handler) func(method, path, body string) (int, map[string]any) {
+	return func(method, path, body string) (int, map[string]any) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
+		b, _ := io.ReadAll(rec.Body)
+		var out map[string]any
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatalf("%s %s: %d %s", method, path, rec.Code, b)
+		}
+		return rec.Code, out
+	}
+}
