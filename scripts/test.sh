@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: everything a fresh machine needs, then vet and the race-
 # enabled test suite. Extra arguments go to `go test` (e.g. -run, -v).
-#   scripts/test.sh                 # the default suite (about 14 minutes on 2 cores)
+#   scripts/test.sh                 # the default suite (about 15 minutes on 2 cores)
 #   COORDD_FUZZTIME=60s scripts/test.sh   # also fuzz the FSM, the request
 #                                         # decoders, the HTTP API, the ACL
 #                                         # parser and the calendar in every
