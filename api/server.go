@@ -143,6 +143,11 @@ var listenerLimitNames = []string{"http read header timeout", "http read timeout
 	"http idle timeout", "grpc connection timeout", "grpc keepalive time", "grpc keepalive timeout"}
 
 // Defaults are the values Serve gives unset fields.
+// streamWorkers is how many goroutines the gRPC server keeps to run calls
+// on (grpc.NumStreamWorkers): enough for the calls in flight under a heavy
+// load (each waits for its commit), and cheap when idle.
+const streamWorkers = 256
+
 func Defaults() Config {
 	return Config{MonitorInterval: 5 * time.Second, MaxLeaseAge: 24 * time.Hour,
 		LeaderWait: 2 * time.Second, ClockProbeInterval: time.Second, ClockOffsetWarn: 500 * time.Millisecond,
@@ -345,7 +350,13 @@ func (s *Server) start() error {
 		// waiting Acquire that sits alone on its connection.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: PingMinInterval, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.GRPCKeepaliveTime, Timeout: cfg.GRPCKeepaliveTimeout}),
-		grpc.ConnectionTimeout(cfg.GRPCConnectionTimeout)}
+		grpc.ConnectionTimeout(cfg.GRPCConnectionTimeout),
+		// Calls run on a pool of goroutines whose stacks have already
+		// grown, instead of a new goroutine each: a fresh one grows its
+		// stack (copystack) on every call, about a tenth of the leader's
+		// CPU under load (docs/benchmarks.md). When every worker is busy
+		// a call gets its own goroutine, as without the pool.
+		grpc.NumStreamWorkers(streamWorkers)}
 	if s.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.ServerConfig(true))))
 	}
