@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/internal/tracectx"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -142,8 +143,9 @@ func (c *coalescer) run(batch []*member) {
 // one member's (an INVALID_ARGUMENT naming an index, a permission, a
 // quota, a precondition) is not everyone's answer: the named culprit is
 // sent alone and the others again; any other refusal, one call per member.
-// Transport trouble and unknown outcomes (after the client's retries, which
-// end only with every member's ctx) are shared.
+// Transport trouble, unknown outcomes (after the client's retries, which
+// end only with every member's ctx) and the identity's request rate limit
+// are shared.
 func (c *coalescer) send(ms []*member) {
 	var culprits sync.WaitGroup
 	defer culprits.Wait()
@@ -244,7 +246,11 @@ func refusal(err error) bool {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unauthenticated, codes.Unimplemented:
 		return false
 	}
-	return true
+	// The identity's request rate: the shared call took one request where
+	// its callers alone would each have taken one; sending them one by one
+	// would only add load. (The job bytes rate, limit "job_bytes", is per
+	// job: one by one, some fit.)
+	return e.Reason != coorderr.Name(coorderr.RateLimited) || e.Metadata["limit"] == "job_bytes"
 }
 
 // culprit is the index an INVALID_ARGUMENT names, if it names one of n.

@@ -409,3 +409,37 @@ func TestSubmitCoalescingOff(t *testing.T) {
 		t.Fatalf("%d RPCs for 5 calls", len(h.f.submits))
 	}
 }
+
+// The identity's request rate limit refuses the shared call: every caller
+// gets the refusal, and nothing is sent one by one (that would only add
+// requests).
+func TestSubmitCoalescedRateLimited(t *testing.T) {
+	h := newHarness(t)
+	g := holdSubmits(h)
+	h.f.onSubmit = func(r *coordv1.QueueSubmitRequest) error {
+		if len(r.GetJobs()) == 1 {
+			return nil
+		}
+		return coorderr.New(codes.ResourceExhausted, coorderr.RateLimited, `identity "w1" is over its request rate (10/s, burst 10); retry later`,
+			map[string]string{"identity": "w1"})
+	}
+	ctx := testCtx(t)
+	q := New(h.c, WithSubmitCoalescing(1))
+	held := goSubmit(ctx, q, 0, "hold")
+	recv(t, g.arrived, "the held submit")
+	var answers []chan submitAnswer
+	for i := range 3 {
+		answers = append(answers, goSubmit(ctx, q, i+1, "k"))
+		waitWaiting(t, q, i+1)
+	}
+	g.release <- struct{}{}
+	recv(t, held, "the held answer")
+	for _, ch := range answers {
+		if a := recv(t, ch, "an answer"); !errors.Is(a.err, client.ErrResourceExhausted) {
+			t.Fatalf("call %d: %v %v", a.i, a.job, a.err)
+		}
+	}
+	if len(h.f.submits) != 2 {
+		t.Fatalf("%d RPCs, want 2", len(h.f.submits))
+	}
+}
