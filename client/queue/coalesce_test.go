@@ -443,3 +443,36 @@ func TestSubmitCoalescedRateLimited(t *testing.T) {
 		t.Fatalf("%d RPCs, want 2", len(h.f.submits))
 	}
 }
+
+// A coalesced call carries at most maxCoalescedBytes of jobs (one job
+// always goes); the rest wait for the next slot.
+func TestSubmitCoalescedBytesCap(t *testing.T) {
+	h := newHarness(t)
+	g := holdSubmits(h)
+	ctx := testCtx(t)
+	q := New(h.c, WithSubmitCoalescing(1))
+	held := goSubmit(ctx, q, 0, "hold")
+	recv(t, g.arrived, "the held submit")
+	big := []byte(`"` + strings.Repeat("x", maxCoalescedBytes*2/5) + `"`)
+	var answers []chan submitAnswer
+	for i := range 3 {
+		ch := make(chan submitAnswer, 1)
+		go func() {
+			j, err := q.Submit(ctx, "big", big)
+			ch <- submitAnswer{i, j, err}
+		}()
+		answers = append(answers, ch)
+		waitWaiting(t, q, i+1)
+	}
+	g.release <- struct{}{}
+	recv(t, held, "the held answer")
+	for _, ch := range answers {
+		if a := recv(t, ch, "an answer"); a.err != nil {
+			t.Fatal(a.err)
+		}
+	}
+	r1, r2 := recv(t, g.arrived, "the first coalesced submit"), recv(t, g.arrived, "the second")
+	if len(r1.GetJobs()) != 2 || len(r2.GetJobs()) != 1 {
+		t.Fatalf("calls of %d and %d jobs, want 2 and 1", len(r1.GetJobs()), len(r2.GetJobs()))
+	}
+}
