@@ -54,6 +54,9 @@ type fakeQueue struct {
 	onHeartbeat func(ctx context.Context, r *coordv1.QueueHeartbeatRequest) (*coordv1.QueueHeartbeatResponse, error)
 	onCommit    func(r *coordv1.FencedCommitRequest) (*coordv1.FencedCommitResponse, error)
 	onSubmit    func(r *coordv1.QueueSubmitRequest) error
+	// beforeSubmit runs first in every Submit, outside f.mu (a test holds
+	// calls there); an error is the answer and nothing is recorded.
+	beforeSubmit func(ctx context.Context, r *coordv1.QueueSubmitRequest) error
 	// lostAfterApply: that many Submits apply their jobs and then answer
 	// LEADERSHIP_LOST (the outcome is unknown to the caller).
 	lostAfterApply int
@@ -186,7 +189,12 @@ func (f *fakeQueue) FencedCommit(_ context.Context, r *coordv1.FencedCommitReque
 }
 
 // Submit assigns ids in order; a unique key already used returns its job.
-func (f *fakeQueue) Submit(_ context.Context, r *coordv1.QueueSubmitRequest) (*coordv1.QueueSubmitResponse, error) {
+func (f *fakeQueue) Submit(ctx context.Context, r *coordv1.QueueSubmitRequest) (*coordv1.QueueSubmitResponse, error) {
+	if f.beforeSubmit != nil {
+		if err := f.beforeSubmit(ctx, r); err != nil {
+			return nil, err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.submits = append(f.submits, r)

@@ -54,13 +54,27 @@ const MaxBatch = 1000
 // connection cut) with the same keys. A Retry is not retried once sent: its
 // error then matches client.ErrUnknownOutcome, and the caller looks the job
 // up (Get) before retrying again.
+//
+// Coalescing: concurrent Submits of one Client share RPCs (see Submit and
+// WithSubmitCoalescing); each still gets its own answer.
 type Client struct {
-	c *client.Client
-	q coordv1.QueueClient
+	c     *client.Client
+	q     coordv1.QueueClient
+	slots int // Submit RPCs in flight before calls coalesce; 0: off
+	co    *coalescer
 }
 
 // New returns the queue client of c.
-func New(c *client.Client) *Client { return &Client{c: c, q: c.Queue()} }
+func New(c *client.Client, opts ...ClientOption) *Client {
+	q := &Client{c: c, q: c.Queue(), slots: DefaultSubmitsInFlight}
+	for _, o := range opts {
+		o(q)
+	}
+	if q.slots > 0 {
+		q.co = &coalescer{q: q, slots: q.slots}
+	}
+	return q
+}
 
 // Option sets a field of a job to submit.
 type Option func(*spec)
@@ -246,12 +260,36 @@ func encodeArgs(args any) ([]byte, error) {
 // Submit submits one job, due now unless At or After says otherwise (see
 // NewJob for args). The answer has its id and state, and Duplicate when a
 // UniqueKey named an existing job (which is returned instead).
+//
+// Concurrent Submits (SubmitAt, SubmitAfter) of one Client are coalesced,
+// group-commit style, unless WithoutSubmitCoalescing: a call is sent at
+// once while fewer than DefaultSubmitsInFlight (WithSubmitCoalescing)
+// Submit RPCs of this Client are in flight; otherwise it joins the next
+// RPC, sent as soon as one ends, with every call waiting then (up to
+// MaxBatch jobs). There is no timer: a lone call never waits. Each caller
+// gets the answer it would have got alone: its own job (two jobs with one
+// UniqueKey in one call are one job and its Duplicate, as in two calls),
+// its own refusal (a refused shared RPC added nothing and is sent again
+// without the job at fault, or one call per job), and on its ctx's end
+// its ctx error (matching client.ErrUnknownOutcome once sent) without
+// cancelling the others; the shared RPC ends when all its callers' ctxs
+// have. The job takes the trace context of ctx's span, as alone. A ctx
+// carrying outgoing gRPC metadata is sent alone.
 func (q *Client) Submit(ctx context.Context, kind string, args any, opts ...Option) (*coordv1.SubmittedJob, error) {
 	j, err := NewJob(kind, args, opts...)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := q.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: keyed([]*coordv1.NewJob{j})})
+	keyed([]*coordv1.NewJob{j})
+	if q.co == nil || hasOutgoingMetadata(ctx) {
+		return q.submitOne(ctx, j)
+	}
+	return q.co.submit(ctx, j)
+}
+
+// submitOne sends one job in its own call.
+func (q *Client) submitOne(ctx context.Context, j *coordv1.NewJob) (*coordv1.SubmittedJob, error) {
+	resp, err := q.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{j}})
 	if err != nil {
 		return nil, err
 	}

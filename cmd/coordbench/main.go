@@ -99,7 +99,7 @@ func main() {
 		bin       = flag.String("coordd-bin", "", "coordd binary for --cluster (default: build it from this module)")
 		workloads = flag.String("workload", "acquire-release,contended,renew,keepalive,fenced-commit,fenced-commit-hot,window-cycle",
 			"comma-separated workloads: acquire-release, contended, renew, keepalive, fenced-commit, fenced-commit-hot, window-cycle, failover, schedules (clients = every-second schedules whose jobs 3 replicas run), "+
-				"queue (clients = workers; submit in batches at --queue-rate), queue-single (clients = submitters, one job per Submit), queue-delayed (clients = workers; --delayed-jobs due 1 s to --delay-max ahead), queue-footprint (--cluster; clients = submitters of --delayed-jobs jobs with 200-byte args due in an hour: heap per job on each node, then a follower snapshotted, killed and restarted, timed; run the nodes with --coordd-args=--enable-pprof for a GC before each heap reading), watch (clients = watchers on one prefix, --rate changes/s), "+
+				"queue (clients = workers; submit in batches at --queue-rate), queue-single (clients = submitters, one job per Submit), queue-sdk-single (queue-single through the SDK's queue.Client.Submit on --conns clients; --submit-coalescing), queue-delayed (clients = workers; --delayed-jobs due 1 s to --delay-max ahead), queue-footprint (--cluster; clients = submitters of --delayed-jobs jobs with 200-byte args due in an hour: heap per job on each node, then a follower snapshotted, killed and restarted, timed; run the nodes with --coordd-args=--enable-pprof for a GC before each heap reading), watch (clients = watchers on one prefix, --rate changes/s), "+
 				"http-acquire-release (acquire-release over HTTP/JSON), http-queue (queue-single over HTTP/JSON, raw HTTP workers: compare queue-single:raw=1); the http-* workloads send round-robin over the nodes, or with --first all to the first node of the order; "+
 				"an item may carry its own settings: NAME:key=value:... with keys clients, duration, warmup, rate, batch, concurrency, workers, jobs, delay-max, fetch-max, raw (e.g. queue:rate=100:duration=30s:clients=4)")
 		clients = flag.String("clients", "64", "comma-separated client counts (each workload runs once per count)")
@@ -120,6 +120,7 @@ func main() {
 	flag.IntVar(&qcfg.batch, "queue-batch", qcfg.batch, "queue, queue-delayed: jobs per Submit (at most 1,000)")
 	flag.IntVar(&qcfg.fetchMax, "fetch-max", qcfg.fetchMax, "queue workloads with --queue-raw: jobs per Fetch")
 	flag.IntVar(&qcfg.workers, "queue-workers", qcfg.workers, "queue-single: workers completing the jobs")
+	flag.IntVar(&qcfg.coalesce, "submit-coalescing", qcfg.coalesce, "queue-sdk-single: Submit RPCs in flight per SDK client before concurrent Submits coalesce (0: off, one RPC per call)")
 	flag.IntVar(&qcfg.delayed, "delayed-jobs", qcfg.delayed, "queue-delayed, queue-footprint: jobs to submit")
 	flag.DurationVar(&qcfg.delayMax, "delay-max", qcfg.delayMax, "queue-delayed: the latest run_at ahead (the earliest is 1 s)")
 	stores := flag.String("raft-log-store", "", "with --cluster: the nodes' Raft log store(s), comma-separated (wal, bolt); each gets a fresh cluster, in turn (default: coordd's)")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -14,8 +15,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/coordd/coordd/internal/pbtime"
 
+	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/queue"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -48,9 +52,11 @@ type queueConfig struct {
 	workers     int           // workers of queue-single
 	delayed     int           // jobs of queue-delayed
 	delayMax    time.Duration // queue-delayed: latest run_at ahead
+	coalesce    int           // queue-sdk-single: Submit RPCs in flight per SDK client before calls coalesce; 0: off
 }
 
-var qcfg = queueConfig{concurrency: 100, batch: 1000, fetchMax: 100, workers: 8, delayed: 100_000, delayMax: 60 * time.Second}
+var qcfg = queueConfig{concurrency: 100, batch: 1000, fetchMax: 100, workers: 8, delayed: 100_000, delayMax: 60 * time.Second,
+	coalesce: queue.DefaultSubmitsInFlight}
 
 // queueWorkers runs n workers on a queue until ctx ends: fetch (long poll),
 // call started for each job, complete the batch. fetch and complete are
@@ -378,6 +384,45 @@ func queueSingle(ctx context.Context, cfg config, qr *queueRun, n int) (*result,
 		_, err := qr.q.Submit(ctx, &coordv1.QueueSubmitRequest{Jobs: []*coordv1.NewJob{{Queue: qr.name, Kind: "noop"}}})
 		return err
 	}), nil
+}
+
+// queueSDKSingle is queue-single through the SDK: the submitters share
+// --conns SDK clients (queue.Client.Submit, one job per call), whose
+// concurrent calls coalesce (--submit-coalescing; 0: one RPC per call).
+// submit_rpcs_per_job counts the Submit RPCs the clients sent.
+func queueSDKSingle(ctx context.Context, cfg config, qr *queueRun, n int) (*result, error) {
+	var rpcs, jobs atomic.Int64
+	cs, closeAll, err := newClients(ctx, cfg, n, client.WithDialOptions(grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if method == coordv1.Queue_Submit_FullMethodName {
+				rpcs.Add(1)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		})))
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	opt := queue.WithSubmitCoalescing(qcfg.coalesce)
+	qs := map[*client.Client]*queue.Client{}
+	subs := make([]*queue.Client, n)
+	for i, c := range cs {
+		if qs[c] == nil {
+			qs[c] = queue.New(c, opt)
+		}
+		subs[i] = qs[c]
+	}
+	if err := qr.startWorkers(ctx, cfg, qcfg.workers); err != nil {
+		return nil, err
+	}
+	r := qr.submitLoop(cfg, "queue-sdk-single", n, fmt.Sprintf("%d %s", qcfg.workers, workerKind()), func(w, i int) error {
+		_, err := subs[w].Submit(ctx, "noop", nil, queue.Queue(qr.name))
+		jobs.Add(1)
+		return err
+	})
+	r.add("coalesce", qcfg.coalesce)
+	r.add("submit_rpcs_per_job", math.Round(float64(rpcs.Load())/float64(max(jobs.Load(), 1))*1000)/1000)
+	return r, nil
 }
 
 // submitLoop drives submit (one job per call) on n submitters while the

@@ -16,7 +16,8 @@ import (
 // Keys: clients (one count; overrides --clients), duration, warmup, rate
 // (--queue-rate), batch (--queue-batch), concurrency (--queue-concurrency),
 // workers (--queue-workers), jobs (--delayed-jobs), delay-max (--delay-max),
-// fetch-max (--fetch-max), raw (1: --queue-raw, 0: the SDK's workers). An item with settings tags its lines with
+// fetch-max (--fetch-max), raw (1: --queue-raw, 0: the SDK's workers),
+// coalesce (--submit-coalescing; 0: off). An item with settings tags its lines with
 // "spec" (the item as given).
 type workloadSpec struct {
 	name    string
@@ -32,6 +33,7 @@ var queueCounts = map[string]func(q *queueConfig) *int{
 	"concurrency": func(q *queueConfig) *int { return &q.concurrency },
 	"workers":     func(q *queueConfig) *int { return &q.workers },
 	"jobs":        func(q *queueConfig) *int { return &q.delayed },
+	"coalesce":    func(q *queueConfig) *int { return &q.coalesce },
 	"fetch-max":   func(q *queueConfig) *int { return &q.fetchMax },
 }
 
@@ -62,9 +64,9 @@ func parseWorkloadSpec(item string) (workloadSpec, error) {
 				"warmup":    func(c *config, _ *queueConfig) { c.warmup = d },
 				"delay-max": func(_ *config, q *queueConfig) { q.delayMax = d },
 			}[k])
-		case "clients", "rate", "batch", "concurrency", "workers", "jobs", "fetch-max", "raw":
+		case "clients", "rate", "batch", "concurrency", "workers", "jobs", "fetch-max", "raw", "coalesce":
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || (n == 0 && k != "rate" && k != "raw") {
+			if err != nil || n < 0 || (n == 0 && k != "rate" && k != "raw" && k != "coalesce") {
 				return s, fmt.Errorf("workload %q: %s=%q is not a positive count", item, k, v)
 			}
 			switch k {

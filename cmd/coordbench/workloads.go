@@ -31,6 +31,7 @@ var workloadFuncs = map[string]workload{
 	"schedules":            schedulesWorkload,
 	"queue":                onQueue("tp", queueThroughput),
 	"queue-single":         onQueue("one", queueSingle),
+	"queue-sdk-single":     onQueue("sdk", queueSDKSingle),
 	"queue-delayed":        onQueue("delayed", queueDelayed),
 	"queue-footprint":      queueFootprint,
 	"watch":                watchWorkload,
@@ -46,14 +47,14 @@ var run = strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 // cfg.conns SDK clients round-robin (each SDK client has one connection per
 // node, as one service process would); cfg.conns = 0 gives every worker
 // its own.
-func newClients(ctx context.Context, cfg config, n int) ([]*client.Client, func(), error) {
+func newClients(ctx context.Context, cfg config, n int, opts ...client.Option) ([]*client.Client, func(), error) {
 	distinct := n
 	if cfg.conns > 0 {
 		distinct = min(n, cfg.conns)
 	}
 	var own []*client.Client
 	for i := 0; i < distinct; i++ {
-		c, err := client.New(ctx, cfg.endpoints, client.WithOwner(fmt.Sprintf("bench-%s-%d", run, i)))
+		c, err := client.New(ctx, cfg.endpoints, append([]client.Option{client.WithOwner(fmt.Sprintf("bench-%s-%d", run, i))}, opts...)...)
 		if err != nil {
 			return nil, nil, err
 		}
