@@ -1,11 +1,13 @@
 """Group commit without a timer: concurrent calls of one client (submits,
 a worker's completions and failures) share one HTTP request.
 
-A call is queued and handed to a sender thread (at most ``max_in_flight``
-of them, started when needed, gone after a minute idle): while fewer
-requests are in flight than that, it leaves at once, else it joins the
-next request, which leaves as soon as one returns. A lone call never
-waits; under load the requests fill up by themselves.
+While fewer than ``max_in_flight`` requests are in flight and nobody
+waits, a call leaves at once, alone, from the caller's thread (with the
+caller's timeout: what it would be without coalescing). Otherwise it is
+queued and joins the next request, which a sender thread (started when
+needed, gone after a minute idle) sends as soon as one returns. A lone call
+never waits nor changes threads; under load the requests fill up by
+themselves.
 
 Each caller gets its own answer: its item of a per-item response, or —
 when the server refuses the whole request (all or nothing) — its own
@@ -46,10 +48,11 @@ class _Member(Generic[I]):
 
 
 class Batcher(Generic[I]):
-    """``send(items)`` makes one request and returns one result per item (an
-    exception instance for a refused item), or raises for the whole request."""
+    """``send(items, timeout)`` makes one request and returns one result per
+    item (an exception instance for a refused item), or raises for the whole
+    request; ``timeout`` is the call's budget (None: the client's)."""
 
-    def __init__(self, send: Callable[[List[I]], List[Any]], *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    def __init__(self, send: Callable[[List[I], Optional[float]], List[Any]], *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
                  max_items: int = 1000, max_bytes: int = 1 << 20, name: str = "coordd-batch") -> None:
         self._send = send
         self._max_in_flight = max(1, max_in_flight)
@@ -58,6 +61,8 @@ class Batcher(Generic[I]):
         self._name = name
         self._cv = threading.Condition()
         self._pending: Deque[_Member[I]] = deque()
+        self._in_flight = 0  # requests sent or granted to a sender thread
+        self._grants = 0  # requests granted to sender threads, not yet taken
         self._senders = 0
         self._idle = 0
         self._closed = False
@@ -73,12 +78,25 @@ class Batcher(Generic[I]):
         with self._cv:
             if self._closed:
                 raise errors.Unavailable("the client is closed", code="CANCELLED")
-            self._pending.append(m)
-            if self._idle > 0:
-                self._cv.notify()
-            elif self._senders < self._max_in_flight:
-                self._senders += 1
-                threading.Thread(target=self._sender, name=self._name, daemon=True).start()
+            direct = not self._pending and self._in_flight < self._max_in_flight
+            if direct:
+                self._in_flight += 1
+                self.requests += 1
+            else:
+                self._pending.append(m)
+                self._kick()
+        if direct:
+            try:
+                r = self._send([item], timeout)
+            finally:
+                with self._cv:
+                    self._in_flight -= 1
+                    self._kick()
+            if not r:
+                raise errors.CoorddError("the answer has no item for a request of 1", code="INTERNAL")
+            if isinstance(r[0], BaseException):
+                raise r[0]
+            return r[0]
         if not m.done.wait(timeout):
             with self._cv:
                 if not m.settled:
@@ -102,19 +120,34 @@ class Batcher(Generic[I]):
                 self._settle(m, None, errors.Unavailable("the client was closed before the call was sent", code="CANCELLED"))
             self._cv.notify_all()
 
+    def _kick(self) -> None:
+        """Grants the waiting calls the requests free now (the lock held)."""
+        while self._pending and self._in_flight < self._max_in_flight and self._grants < len(self._pending):
+            self._in_flight += 1
+            self._grants += 1
+            if self._idle > 0:
+                self._cv.notify()
+            elif self._senders < self._max_in_flight:
+                self._senders += 1
+                threading.Thread(target=self._sender, name=self._name, daemon=True).start()
+
     def _sender(self) -> None:
         with self._cv:
             while True:
-                while not self._pending:
+                while self._grants == 0:
                     if self._closed:
                         self._senders -= 1
                         return
                     self._idle += 1
                     woke = self._cv.wait(IDLE_EXIT)
                     self._idle -= 1
-                    if not woke and not self._pending:
+                    if not woke and self._grants == 0:
                         self._senders -= 1
                         return
+                self._grants -= 1
+                if not self._pending:  # they left (timeouts, close)
+                    self._in_flight -= 1
+                    continue
                 group = self._take()
                 self.requests += 1
                 self._cv.release()
@@ -122,6 +155,8 @@ class Batcher(Generic[I]):
                     self._flush(group)
                 finally:
                     self._cv.acquire()
+                    self._in_flight -= 1
+                    self._kick()
 
     def _take(self) -> List[_Member[I]]:
         """The next request's members: from the front, up to the bounds; a solo member alone."""
@@ -140,7 +175,7 @@ class Batcher(Generic[I]):
 
     def _flush(self, group: List[_Member[I]]) -> None:
         try:
-            results = self._send([m.item for m in group])
+            results = self._send([m.item for m in group], None)
         except errors.CoorddError as e:
             with self._cv:
                 self._refused(group, e)

@@ -115,8 +115,8 @@ class Jobs:
         if coalesce > 0:
             self._batcher = Batcher(self._send, max_in_flight=coalesce, name="coordd-submit")
 
-    def _send(self, jobs: List[Dict[str, Any]]) -> List[Any]:
-        d = self._c._tx.call("POST", "/v1/queue/jobs", {"jobs": jobs}, idempotent=True)
+    def _send(self, jobs: List[Dict[str, Any]], timeout: Optional[float]) -> List[Any]:
+        d = self._c._tx.call("POST", "/v1/queue/jobs", {"jobs": jobs}, idempotent=True, timeout=timeout)
         return list(d.get("jobs") or [])
 
     def submit(self, queue: str, kind: str, args: Any = None, *, timeout: Optional[float] = None,

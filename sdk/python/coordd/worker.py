@@ -179,7 +179,7 @@ class Worker:
         self._outcomes: Dict[str, Optional[Batcher[Dict[str, Any]]]] = {"completions": None, "failures": None}
         if k > 0:
             for key in self._outcomes:
-                self._outcomes[key] = Batcher(lambda items, key=key: self._send_outcomes(key, items), max_in_flight=k,
+                self._outcomes[key] = Batcher(lambda items, timeout, key=key: self._send_outcomes(key, items, timeout), max_in_flight=k,
                                               name=f"coordd-worker-{key}:{queue}")
 
     def handle(self, kind: str) -> Callable[[Handler], Handler]:
