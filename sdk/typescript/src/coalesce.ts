@@ -17,7 +17,7 @@ import { CoorddError } from "./errors.js";
 export type ItemResult<R> = { ok: R } | { err: unknown };
 
 export interface CoalescerOptions {
-  /** Requests in flight at once before calls queue up (default 2). */
+  /** Requests in flight at once before calls queue up (default 1). */
   maxInFlight?: number;
   /** Items per request (the API's 1,000). */
   maxItems?: number;
@@ -26,7 +26,7 @@ export interface CoalescerOptions {
 }
 
 /** The default bound of requests in flight, measured (README, "Performance"). */
-export const DEFAULT_MAX_IN_FLIGHT = 2;
+export const DEFAULT_MAX_IN_FLIGHT = 1;
 
 interface Member<I, R> {
   item: I;
