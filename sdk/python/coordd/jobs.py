@@ -137,11 +137,6 @@ class Jobs:
         body = _job_body(self._c._wire, job)  # in the caller's thread: its trace context
         return SubmittedJob.of(self._c._wire, self._batcher.call(body, len(json.dumps(body, separators=(",", ":"))), timeout))
 
-    @property
-    def _requests(self) -> int:
-        """Submit requests the coalesced submits sent (tests)."""
-        return self._batcher.requests if self._batcher is not None else 0
-
     def _close(self) -> None:
         if self._batcher is not None:
             self._batcher.close()

@@ -100,11 +100,6 @@ export class Jobs {
     }
   }
 
-  /** HTTP requests the coalesced submits sent (0 when off). @internal */
-  get coalescedRequests(): number {
-    return this.submits?.requests ?? 0;
-  }
-
   /**
    * Submits one job: now, at runAt, or after a delay. Safe to retry (a unique key, generated if absent).
    * Concurrent calls of one client share one request (ClientOptions.coalesce), each with its own answer or error.
