@@ -4,14 +4,14 @@
 // jobs/s, HTTP submit requests per job and CPU per job: this process's
 // (process.cpuUsage) and the coordd processes' (utime+stime of
 // /proc/PID/stat), so it starts a 3-node cluster of its own (bin/coordd).
-//   node dist/bench/submit.js --clients 4,64 --duration 10 --in-flight 1,2,4
+//   node dist/bench/submit.js --clients 4,64 --duration 10 --in-flight 1,2,4   (in flight: default 1,2)
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Client } from "../src/index.js";
 import { Cluster } from "../test/cluster.js";
 
 const { values } = parseArgs({ options: { clients: { type: "string", default: "4,64" }, duration: { type: "string", default: "10" },
-  "in-flight": { type: "string", default: "1,2,4" } } });
+  "in-flight": { type: "string", default: "1,2" } } });
 const durationMs = Number(values.duration) * 1000;
 const cluster = await Cluster.start(3);
 const pids = cluster.nodes.map((n) => n.proc!.pid!);
