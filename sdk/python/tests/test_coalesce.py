@@ -88,6 +88,32 @@ class Conformance(unittest.TestCase):
         self.addCleanup(c.close)
         return c
 
+    def behind_held(self, c: Counted, queue: str, n: int, fn: Callable[[int], Any]) -> List[Any]:
+        """fn(0..n-1) on n threads while a first submit's request is held, so all n
+        wait for the next request; the held one is let go once they all wait."""
+        gate = c.gate = threading.Event()
+        first = threading.Thread(target=lambda: c.client.jobs.submit(queue, "first"))
+        first.start()
+        poll(lambda: c.sizes, 5, "the first request")
+        out: List[Any] = [None] * n
+
+        def run(i: int) -> None:
+            try:
+                out[i] = fn(i)
+            except Exception as e:  # noqa: BLE001 - the caller's own answer
+                out[i] = e
+
+        ts = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+        for t in ts:
+            t.start()
+        b = c.client.jobs._batcher
+        poll(lambda: b is not None and len(b._pending) == n, 10, f"{n} callers waiting")
+        c.gate = None
+        gate.set()
+        for t in ts + [first]:
+            t.join(30)
+        return out
+
     # submit_coalesced
     def test_submit_coalesced(self) -> None:
         with self.subTest("the server answers two jobs of one unique key in one request as two calls would"):
@@ -103,6 +129,10 @@ class Conformance(unittest.TestCase):
             self.assertEqual(len({s.id for s in subs}), n, subs[:3])
             self.assertEqual(sum(c.sizes), n)
             self.assertLessEqual(len(c.sizes), n // 4, c.sizes)
+            c = self.counted()  # the same, every caller waiting behind a held request: one request for all
+            subs = self.behind_held(c, "co-many", n, lambda i: c.client.jobs.submit("co-many", "k", {"i": i}))
+            self.assertEqual(len({s.id for s in subs}), n)
+            self.assertEqual(c.sizes, [1, n])
             for i, s in enumerate(subs):
                 self.assertEqual(c.client.jobs.get(s.id).args, {"i": i})
 
@@ -118,23 +148,24 @@ class Conformance(unittest.TestCase):
 
         with self.subTest("one invalid job among valid ones: its own InvalidArgument, the others submitted"):
             c = self.counted()
-            res = concurrently(12, lambda i: c.client.jobs.submit("co-bad", "k", {"i": i}, priority=1000 if i == 9 else 0))
+            res = self.behind_held(c, "co-bad", 12, lambda i: c.client.jobs.submit("co-bad", "k", {"i": i},
+                                                                                 priority=1000 if i == 9 else 0))
             for i, r in enumerate(res):
                 if i != 9:
                     self.assertIsInstance(r, coordd.SubmittedJob, f"caller {i}: {r!r}")
             e = res[9]
             self.assertIsInstance(e, coordd.InvalidArgument)
             self.assertEqual((e.http_status, e.field, e.metadata.get("index"), e.outcome_unknown), (400, "priority", "0", False))
-            self.assertTrue(any(s > 1 for s in c.sizes) and 1 in c.sizes and len(c.sizes) < 12, c.sizes)
+            self.assertEqual(c.sizes, [1, 12, 1, 11], "refused together; the bad one alone, then the others")
 
         with self.subTest("two concurrent callers with one unique key: one created, the other its duplicate"):
             c = self.counted()
-            subs = concurrently(8, lambda i: c.client.jobs.submit("co-dup", "k", {"i": i},
-                                                                  unique_key="twice" if i >= 6 else ""))
+            subs = self.behind_held(c, "co-dup", 8, lambda i: c.client.jobs.submit("co-dup", "k", {"i": i},
+                                                                                 unique_key="twice" if i >= 6 else ""))
             self.assertEqual(subs[6].id, subs[7].id)
             self.assertEqual(sorted([subs[6].duplicate, subs[7].duplicate]), [False, True])
             self.assertEqual(sum(s.duplicate for s in subs), 1)
-            self.assertLess(len(c.sizes), 8, c.sizes)
+            self.assertEqual(c.sizes, [1, 8], "in one request")
 
         with self.subTest("a caller whose timeout ends while it waits: nothing sent; the others submitted"):
             c = self.counted()
