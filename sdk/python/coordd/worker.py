@@ -29,6 +29,7 @@ retryable, ``worker shutdown``) so they are due again after their backoff.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import logging
@@ -179,7 +180,7 @@ class Worker:
         self._outcomes: Dict[str, Optional[Batcher[Dict[str, Any]]]] = {"completions": None, "failures": None}
         if k > 0:
             for key in self._outcomes:
-                self._outcomes[key] = Batcher(lambda items, timeout, key=key: self._send_outcomes(key, items, timeout), max_in_flight=k,
+                self._outcomes[key] = Batcher(functools.partial(self._send_outcomes, key), max_in_flight=k,
                                               name=f"coordd-worker-{key}:{queue}")
 
     def handle(self, kind: str) -> Callable[[Handler], Handler]:
@@ -387,7 +388,10 @@ class Worker:
 
     def _cancelled(self, j: Mapping[str, Any]) -> None:
         log_ = j.get("attempt_log") or []
-        short = lambda v, p: str(v or "").removeprefix(p)  # noqa: E731  (enums short or full)
+
+        def short(v: Any, p: str) -> str:  # enums short or full
+            return str(v or "").removeprefix(p)
+
         if j.get("queue") != self.queue or short(j.get("state"), "JOB_STATE_") != "CANCELLED" or not log_:
             return
         a = log_[-1]
