@@ -136,6 +136,17 @@ class Conformance(unittest.TestCase):
             for i, s in enumerate(subs):
                 self.assertEqual(c.client.jobs.get(s.id).args, {"i": i})
 
+        with self.subTest("each job of a shared request keeps its own traceparent"):
+            c = self.counted()
+
+            def tp(i: int) -> str:
+                return f"00-{i + 1:032d}-{i + 1:016d}-01"
+
+            subs = self.behind_held(c, "co-trace", 3, lambda i: c.client.jobs.submit("co-trace", "k", traceparent=tp(i)))
+            self.assertEqual(c.sizes, [1, 3])
+            for i, s in enumerate(subs):
+                self.assertEqual(c.client.jobs.get(s.id).traceparent, tp(i))
+
         with self.subTest("a lone submit goes out at once, alone"):
             c = self.counted()
             c.gate = threading.Event()  # held: the request is seen before any answer

@@ -55,6 +55,14 @@ describe("conformance", () => {
       for (const [i, s] of subs.entries()) assert.deepEqual((await c.jobs.get(s.id)).args, { i }, `caller ${i}'s job`);
     });
 
+    await t.test("each job of a shared request keeps its own traceparent", async () => {
+      const { c, sizes } = counted();
+      const tp = (i: number) => `00-${String(i + 1).padStart(32, "0")}-${String(i + 1).padStart(16, "0")}-01`;
+      const subs = await Promise.all([0, 1, 2].map((i) => c.jobs.submit("k", null, { queue: "co-trace", traceparent: tp(i) })));
+      assert.deepEqual(sizes, [1, 2]);
+      for (const [i, s] of subs.entries()) assert.equal((await c.jobs.get(s.id)).traceparent, tp(i));
+    });
+
     await t.test("a lone submit goes out at once, alone", async () => {
       const { c, sizes } = counted();
       await c.jobs.submit("k", null, { queue: "co-lone" }); // loads the tracing module once
