@@ -32,6 +32,19 @@ def check_token(token: str) -> Tuple[str, int]:
     return name, int(gen)
 
 
+def _in_flight(coalesce: Union[bool, int]) -> int:
+    """The bound of requests in flight of a ``coalesce`` option (0: off)."""
+    from ._batch import DEFAULT_MAX_IN_FLIGHT  # noqa: PLC0415
+
+    if coalesce is True:
+        return DEFAULT_MAX_IN_FLIGHT
+    if coalesce is False:
+        return 0
+    if not isinstance(coalesce, int) or coalesce < 0:
+        raise _local_invalid("coalesce", f"want True, False or a number of requests in flight, not {coalesce!r}")
+    return coalesce
+
+
 def _local_invalid(field: str, msg: str) -> errors.InvalidArgument:
     return errors.InvalidArgument(f"{field}: {msg}", code="INVALID_ARGUMENT", reason="INVALID_ARGUMENT",
                                   metadata={"field": field})
@@ -46,13 +59,16 @@ class Client:
     ``COORD_TLS_CA``/``COORD_TLS_CERT``/``COORD_TLS_KEY``; or an ``ssl_context``.
     ``owner``: the owner id of leases (default ``host:pid:random``).
     ``timeout``: how long a call may retry (seconds); each attempt gets at
-    most ``attempt_timeout``.
+    most ``attempt_timeout``. ``coalesce``: concurrent ``jobs.submit`` calls
+    (threads) share one request — group commit without a timer: a call
+    leaves at once while fewer than ``coalesce`` submit requests are in
+    flight (True: 1), else joins the next; False: one request per call.
     """
 
     def __init__(self, endpoints: Optional[Union[str, Sequence[str]]] = None, *, tls_ca: Optional[str] = None,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  ssl_context: Optional[ssl.SSLContext] = None, owner: Optional[str] = None,
-                 timeout: float = 15.0, attempt_timeout: float = 5.0) -> None:
+                 timeout: float = 15.0, attempt_timeout: float = 5.0, coalesce: Union[bool, int] = True) -> None:
         if endpoints is None:
             eps = endpoints_from_env()
         elif isinstance(endpoints, str):
@@ -69,10 +85,11 @@ class Client:
         self._wire = Wire()
         from .jobs import Jobs, Schedules  # noqa: PLC0415 - they import this module
 
-        self.jobs = Jobs(self)
+        self.jobs = Jobs(self, _in_flight(coalesce))
         self.schedules = Schedules(self)
 
     def close(self) -> None:
+        self.jobs._close()
         self._tx.close()
 
     def __enter__(self) -> "Client":

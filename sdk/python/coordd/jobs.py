@@ -9,11 +9,13 @@ revive it twice) and ``trigger``.
 
 from __future__ import annotations
 
+import json
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
 
 from . import _wire, tracing
+from ._batch import Batcher
 from ._wire import Instant, enum_out, to_int
 from .types import Job, Schedule, SubmittedJob
 
@@ -105,13 +107,39 @@ def _job_body(w: _wire.Wire, j: NewJob) -> Dict[str, Any]:
 
 
 class Jobs:
-    def __init__(self, client: "Client") -> None:
+    def __init__(self, client: "Client", coalesce: int = 0) -> None:
+        """``coalesce``: how many submit requests may be in flight before
+        concurrent submits queue up and share the next one (0: off)."""
         self._c = client
+        self._batcher: Optional[Batcher[Dict[str, Any]]] = None
+        if coalesce > 0:
+            self._batcher = Batcher(self._send, max_in_flight=coalesce, name="coordd-submit")
 
-    def submit(self, queue: str, kind: str, args: Any = None, **options: Any) -> SubmittedJob:
+    def _send(self, jobs: List[Dict[str, Any]], timeout: Optional[float]) -> List[Any]:
+        d = self._c._tx.call("POST", "/v1/queue/jobs", {"jobs": jobs}, idempotent=True, timeout=timeout)
+        return list(d.get("jobs") or [])
+
+    def submit(self, queue: str, kind: str, args: Any = None, *, timeout: Optional[float] = None,
+               **options: Any) -> SubmittedJob:
         """Submits one job (options: the fields of :class:`NewJob`: ``at``,
-        ``after``, ``unique_key``, ``max_attempts``, ``visibility_timeout``, ...)."""
-        return self.submit_batch([NewJob(queue, kind, args, **options)])[0]
+        ``after``, ``unique_key``, ``max_attempts``, ``visibility_timeout``, ...).
+
+        Concurrent calls (threads) of one client share one request (the
+        client's ``coalesce``), each with its own answer or error.
+        ``timeout`` (seconds) bounds this call's wait: :class:`Unavailable`
+        if its request had not left (nothing submitted), else
+        :class:`OutcomeUnknown` (submit again: the unique key answers the job)."""
+        job = NewJob(queue, kind, args, **options)
+        if self._batcher is None:
+            w = self._c._wire
+            d = self._c._tx.call("POST", "/v1/queue/jobs", {"jobs": [_job_body(w, job)]}, idempotent=True, timeout=timeout)
+            return SubmittedJob.of(w, (d.get("jobs") or [{}])[0])
+        body = _job_body(self._c._wire, job)  # in the caller's thread: its trace context
+        return SubmittedJob.of(self._c._wire, self._batcher.call(body, len(json.dumps(body, separators=(",", ":"))), timeout))
+
+    def _close(self) -> None:
+        if self._batcher is not None:
+            self._batcher.close()
 
     def submit_batch(self, jobs: Sequence[NewJob]) -> List[SubmittedJob]:
         """Submits jobs in calls of up to 1,000, in order; each call is all or

@@ -29,6 +29,7 @@ retryable, ``worker shutdown``) so they are due again after their backoff.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import logging
@@ -38,9 +39,10 @@ import threading
 import time
 import traceback
 import urllib.parse
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import errors, tracing
+from ._batch import Batcher
 from .lease import Deadlines, margin_for
 from .types import Commit, Job, JobAttempt
 
@@ -146,10 +148,14 @@ class JobContext:
 
 class Worker:
     """Runs jobs of ``queue`` with the handlers of their kinds, at most
-    ``concurrency`` at a time; ``poll_wait`` is the long poll (seconds, ≤ 30)."""
+    ``concurrency`` at a time; ``poll_wait`` is the long poll (seconds, ≤ 30).
+    ``coalesce``: the outcomes of concurrent handlers share one
+    ``/v1/queue/complete`` (and ``/fail``) request — group commit without a
+    timer, as the client's submits (True: 1 request in flight; a number:
+    that many; False: one request per outcome)."""
 
     def __init__(self, client: "Client", queue: str = "default", *, concurrency: int = 4,
-                 worker_id: Optional[str] = None, poll_wait: float = 5.0) -> None:
+                 worker_id: Optional[str] = None, poll_wait: float = 5.0, coalesce: Union[bool, int] = True) -> None:
         if not queue or concurrency < 1:
             raise errors.InvalidArgument(f"queue {queue!r} with concurrency {concurrency}", code="INVALID_ARGUMENT",
                                          reason="INVALID_ARGUMENT", metadata={"field": "queue"})
@@ -168,6 +174,14 @@ class Worker:
         self._deadlines = Deadlines()
         self._threads: List[threading.Thread] = []
         self._fetch_tx = client._tx.clone()  # its long poll is cut short by stop()
+        from .client import _in_flight  # noqa: PLC0415 - client imports this module
+
+        k = _in_flight(coalesce)
+        self._outcomes: Dict[str, Optional[Batcher[Dict[str, Any]]]] = {"completions": None, "failures": None}
+        if k > 0:
+            for key in self._outcomes:
+                self._outcomes[key] = Batcher(functools.partial(self._send_outcomes, key), max_in_flight=k,
+                                              name=f"coordd-worker-{key}:{queue}")
 
     def handle(self, kind: str) -> Callable[[Handler], Handler]:
         """A decorator registering ``fn(job, ctx)`` as the handler of ``kind``."""
@@ -230,7 +244,22 @@ class Worker:
         for t in self._threads[1:]:
             t.join(2.0)
         self._fetch_tx.close()
+        for b in self._outcomes.values():
+            if b is not None:
+                b.close()
         return not left
+
+    @property
+    def _requests(self) -> Dict[str, int]:
+        """The complete and fail requests the coalesced outcomes took (tests)."""
+        return {k: b.requests if b is not None else 0 for k, b in self._outcomes.items()}
+
+    def _send_outcomes(self, key: str, items: List[Dict[str, Any]], timeout: Optional[float] = None) -> List[Any]:
+        """One complete (key "completions") or fail ("failures") request: per item its
+        result, or the error of an item the server refused (a stale attempt, ...)."""
+        path = "/v1/queue/complete" if key == "completions" else "/v1/queue/fail"
+        d = self.client._tx.call("POST", path, {"worker_id": self.id, key: items}, idempotent=True, timeout=timeout)
+        return [errors.from_item(r.get("error")) or r for r in d.get("results") or []]
 
     # -- fetching
     def _fetch_loop(self) -> None:
@@ -359,7 +388,10 @@ class Worker:
 
     def _cancelled(self, j: Mapping[str, Any]) -> None:
         log_ = j.get("attempt_log") or []
-        short = lambda v, p: str(v or "").removeprefix(p)  # noqa: E731  (enums short or full)
+
+        def short(v: Any, p: str) -> str:  # enums short or full
+            return str(v or "").removeprefix(p)
+
         if j.get("queue") != self.queue or short(j.get("state"), "JOB_STATE_") != "CANCELLED" or not log_:
             return
         a = log_[-1]
@@ -372,24 +404,26 @@ class Worker:
                                         code="FAILED_PRECONDITION", reason="JOB_CANCELLED"))
 
     def _report(self, ctx: JobContext, result: Any, failure: Optional[Tuple[str, bool]]) -> None:
-        tx, w = self.client._tx, self.client._wire
+        w = self.client._wire
         budget = max(ctx.deadline - time.monotonic(), 0.05)
+        item: Dict[str, Any] = {"job_id": str(ctx.job.id), "attempt": ctx.attempt}
+        if failure is None:
+            key = "completions"
+            if result is not None:
+                item["result"] = w.payload(result)
+        else:
+            key = "failures"
+            item["error"], item["retryable"] = failure[0][:4096], failure[1]
+        if ctx.traceparent:
+            item["traceparent"] = ctx.traceparent
+        batcher = self._outcomes[key]
         try:
-            if failure is None:
-                item = {"job_id": str(ctx.job.id), "attempt": ctx.attempt}
-                if ctx.traceparent:
-                    item["traceparent"] = ctx.traceparent
-                if result is not None:
-                    item["result"] = w.payload(result)
-                tx.call("POST", "/v1/queue/complete", {"worker_id": self.id, "completions": [item]},
-                        idempotent=True, timeout=budget)
+            if batcher is not None:
+                batcher.call(item, len(json.dumps(item, separators=(",", ":"))), timeout=budget)
             else:
-                item = {"job_id": str(ctx.job.id), "attempt": ctx.attempt, "error": failure[0][:4096],
-                        "retryable": failure[1]}
-                if ctx.traceparent:
-                    item["traceparent"] = ctx.traceparent
-                tx.call("POST", "/v1/queue/fail", {"worker_id": self.id, "failures": [item]},
-                        idempotent=True, timeout=budget)
+                r = self._send_outcomes(key, [item], timeout=budget)
+                if r and isinstance(r[0], errors.CoorddError):
+                    raise r[0]
         except errors.CoorddError as e:
             log.warning("job %s attempt %s: outcome not recorded: %s", ctx.job.id, ctx.attempt, e)
             ctx.end(e)

@@ -19,6 +19,11 @@ export interface ClientOptions {
   attemptTimeoutMs?: number;
   /** Bound of a call with its retries (default 30 s). */
   callTimeoutMs?: number;
+  /**
+   * Concurrent jobs.submit calls share one request (group commit, no timer: a call leaves at once
+   * while fewer than maxInFlight submit requests are in flight, else joins the next). Default on; false: one request per call.
+   */
+  coalesce?: boolean | { maxInFlight?: number };
 }
 
 export interface AcquireOptions {
@@ -65,7 +70,7 @@ export class Client {
     this.transport = new Transport({ endpoints: o.endpoints ?? env.endpoints ?? [], tls: o.tls ?? env.tls,
       attemptTimeoutMs: o.attemptTimeoutMs, callTimeoutMs: o.callTimeoutMs });
     this.owner = o.owner ?? `${hostname()}:${process.pid}:${randomID().slice(0, 8)}`;
-    this.jobs = new Jobs(this.transport);
+    this.jobs = new Jobs(this.transport, o.coalesce ?? true);
     this.schedules = new Schedules(this.transport);
   }
 

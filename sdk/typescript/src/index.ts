@@ -1,7 +1,7 @@
 // @coordd/client: the TypeScript/Node.js SDK of coordd, over its HTTP/JSON API.
 export { Client, optionsFromEnv, parseToken, type ClientOptions, type AcquireOptions } from "./client.js";
 export { Lease, marginFor } from "./lease.js";
-export { Jobs, AUTO_KEY_PREFIX, type JobOptions, type NewJob, type Target } from "./jobs.js";
+export { Jobs, AUTO_KEY_PREFIX, type JobOptions, type SubmitOptions, type NewJob, type Target } from "./jobs.js";
 export { Schedules, type ScheduleSpec } from "./schedules.js";
 export { Worker, permanent, type WorkerOptions, type Job, type JobContext, type Handler } from "./worker.js";
 export { CoorddError, NotAcquiredError, LeaseLostError, isReason, LEASE_ENDED, type Reason, type ErrorBody } from "./errors.js";

@@ -1,5 +1,6 @@
 // The job queue (coord.v1.Queue over HTTP): submit, look up, cancel, retry.
 import { invalidArgument } from "./errors.js";
+import { Coalescer, type CoalescerOptions } from "./coalesce.js";
 import { randomID, type Transport } from "./transport.js";
 import { decode, duration, instant, req, type Schemas } from "./wire.js";
 import type { QueueJob, SubmittedJob } from "./types.js";
@@ -48,6 +49,12 @@ export interface Target {
   secret?: string;
 }
 
+/** A submit's own options besides the job's. */
+export interface SubmitOptions extends JobOptions {
+  /** Ends this call's wait (CANCELLED; outcome unknown once its request was sent), not a request it shares with others. */
+  signal?: AbortSignal;
+}
+
 export interface NewJob extends JobOptions {
   kind: string;
   /** Any JSON value. */
@@ -80,19 +87,42 @@ export function newJobBody(j: NewJob): Schemas["v1NewJob"] {
 }
 
 export class Jobs {
-  constructor(private readonly t: Transport) {}
+  /** Concurrent submits of this client, coalesced (undefined: off). */
+  private readonly submits?: Coalescer<Schemas["v1NewJob"], SubmittedJob>;
 
-  /** Submits one job: now, at runAt, or after a delay. Safe to retry (a unique key, generated if absent). */
-  async submit(kind: string, args?: unknown, o: JobOptions = {}): Promise<SubmittedJob> {
-    return (await this.submitBatch([{ ...o, kind, args }]))[0];
+  /** coalesce: concurrent submit calls share requests (default on; false: one request per call). */
+  constructor(private readonly t: Transport, coalesce: boolean | CoalescerOptions = true) {
+    if (coalesce !== false) {
+      this.submits = new Coalescer(async (jobs) => {
+        const r = decode(await this.t.call("POST", "/v1/queue/jobs", { idempotent: true, body: req("v1QueueSubmitRequest", { jobs }) }));
+        return (r.jobs ?? []).map((j: SubmittedJob) => ({ ok: j }));
+      }, coalesce === true ? {} : coalesce);
+    }
+  }
+
+  /**
+   * Submits one job: now, at runAt, or after a delay. Safe to retry (a unique key, generated if absent).
+   * Concurrent calls of one client share one request (ClientOptions.coalesce), each with its own answer or error.
+   */
+  async submit(kind: string, args?: unknown, o: SubmitOptions = {}): Promise<SubmittedJob> {
+    const { signal, ...opts } = o;
+    let j: NewJob = { ...opts, kind, args };
+    if (!this.submits) return (await this.submitBatch([j], { signal }))[0];
+    if (!j.traceparent && !j.tracestate) {
+      const active = activeTraceparent(await loadOtel()); // the caller's context, before the wait
+      if (active) j = { ...j, ...active };
+    }
+    const body = newJobBody(j);
+    return this.submits.add(body, jsonSize(body), signal);
   }
 
   /** Submits up to 1,000 jobs in one call: all or nothing (a bad one refuses the call, metadata.index says which). */
-  async submitBatch(jobs: NewJob[]): Promise<SubmittedJob[]> {
+  async submitBatch(jobs: NewJob[], o: { signal?: AbortSignal } = {}): Promise<SubmittedJob[]> {
     if (jobs.length === 0) return [];
     const active = activeTraceparent(await loadOtel());
     if (active) jobs = jobs.map((j) => (j.traceparent || j.tracestate ? j : { ...j, ...active }));
-    const r = decode(await this.t.call("POST", "/v1/queue/jobs", { idempotent: true, body: req("v1QueueSubmitRequest", { jobs: jobs.map(newJobBody) }) }));
+    const r = decode(await this.t.call("POST", "/v1/queue/jobs", { idempotent: true, signal: o.signal,
+      body: req("v1QueueSubmitRequest", { jobs: jobs.map(newJobBody) }) }));
     return r.jobs ?? [];
   }
 
@@ -125,4 +155,9 @@ export class Jobs {
   async stats(queue?: string): Promise<any[]> {
     return decode(await this.t.call("GET", "/v1/queue/stats", { idempotent: true, query: { queue } })).queues ?? [];
   }
+}
+
+/** About a value's size on the wire (UTF-16 units of its JSON; at most 3 bytes each). */
+function jsonSize(v: unknown): number {
+  return JSON.stringify(v)?.length ?? 0;
 }

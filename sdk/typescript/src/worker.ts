@@ -9,6 +9,7 @@
 import { CoorddError, isReason } from "./errors.js";
 import { marginFor, now } from "./lease.js";
 import { sleep, type Transport } from "./transport.js";
+import { Coalescer, type CoalescerOptions, type ItemResult } from "./coalesce.js";
 import { decode, duration, req, type Schemas } from "./wire.js";
 import { endAttempt, loadOtel, startAttempt, type AttemptTrace } from "./tracing.js";
 import type { Commit, CommitOptions, QueueJob } from "./types.js";
@@ -22,8 +23,14 @@ export interface WorkerOptions {
   pollWaitMs?: number;
   /** How long stop() lets running handlers finish before handing them back (default 30 s). */
   shutdownTimeoutMs?: number;
-  /** Called with errors of the worker's own calls (default: ignored). */
+  /** Called with errors of the worker's own calls, and an outcome the server refused for one job (default: ignored). */
   onError?: (err: unknown) => void;
+  /**
+   * Completions and failures of concurrent handlers share one request each (group commit, no timer: an outcome
+   * leaves at once while fewer than maxInFlight such requests are in flight, else joins the next). Default on;
+   * false: one request per outcome.
+   */
+  coalesce?: boolean | CoalescerOptions;
 }
 
 /** A fetched job with its attempt. */
@@ -100,6 +107,8 @@ export class Worker {
   private hbDue = new Set<Claim>();
   private hbFlush?: NodeJS.Timeout;
   private loops: Promise<void>[] = [];
+  private readonly completions: Coalescer<Schemas["v1JobCompletion"], any>;
+  private readonly failures: Coalescer<Schemas["v1JobFailure"], any>;
   private started = false;
   private stopping = false;
 
@@ -109,6 +118,16 @@ export class Worker {
     this.pollWait = Math.min(o.pollWaitMs ?? 5000, 30000);
     this.shutdownTimeout = o.shutdownTimeoutMs ?? 30000;
     this.onError = o.onError ?? (() => {});
+    const co: CoalescerOptions = o.coalesce === false ? { maxInFlight: Infinity, maxItems: 1 } : o.coalesce === true || !o.coalesce ? {} : o.coalesce;
+    this.completions = new Coalescer(async (completions) => itemResults(decode(await this.t.call("POST", "/v1/queue/complete", {
+      idempotent: true, body: req("v1QueueCompleteRequest", { worker_id: this.id, completions }) })).results), co);
+    this.failures = new Coalescer(async (failures) => itemResults(decode(await this.t.call("POST", "/v1/queue/fail", {
+      idempotent: true, body: req("v1QueueFailRequest", { worker_id: this.id, failures }) })).results), co);
+  }
+
+  /** HTTP requests the worker's completions and failures took. @internal */
+  get outcomeRequests(): { complete: number; fail: number } {
+    return { complete: this.completions.requests, fail: this.failures.requests };
   }
 
   /** Registers the handler of a kind (replacing an earlier one). */
@@ -309,10 +328,8 @@ export class Worker {
 
   private async complete(cl: Claim, result: unknown): Promise<void> {
     try {
-      await this.t.call("POST", "/v1/queue/complete", { idempotent: true,
-        body: req("v1QueueCompleteRequest",
-          { worker_id: this.id, completions: [{ job_id: String(cl.job.id), attempt: cl.job.attempt, result: result ?? null,
-            traceparent: cl.traceparent }] }) });
+      const item = { job_id: String(cl.job.id), attempt: cl.job.attempt, result: result ?? null, traceparent: cl.traceparent };
+      await this.completions.add(item, jsonSize(item));
     } finally {
       this.over(cl);
     }
@@ -320,9 +337,8 @@ export class Worker {
 
   private async fail(cl: Claim, error: string, retryable: boolean): Promise<void> {
     try {
-      await this.t.call("POST", "/v1/queue/fail", { idempotent: true,
-        body: req("v1QueueFailRequest", { worker_id: this.id, failures: [{ job_id: String(cl.job.id), attempt: cl.job.attempt, error, retryable,
-          traceparent: cl.traceparent }] }) });
+      const item = { job_id: String(cl.job.id), attempt: cl.job.attempt, error, retryable, traceparent: cl.traceparent };
+      await this.failures.add(item, jsonSize(item));
     } finally {
       this.over(cl);
     }
@@ -416,6 +432,17 @@ export class Worker {
       this.scheduleHeartbeat(cl, sent);
     });
   }
+}
+
+/** A complete/fail answer's results, one per item: a refused item (stale token, attempt expired, ...) is that item's error. */
+function itemResults(results: any[] | undefined): ItemResult<any>[] {
+  return (results ?? []).map((r) => r?.error
+    ? { err: new CoorddError({ code: "FAILED_PRECONDITION", ...r.error, message: `job ${r.job_id} attempt ${r.attempt}: ${r.error.message ?? ""}` }) }
+    : { ok: r });
+}
+
+function jsonSize(v: unknown): number {
+  return JSON.stringify(v)?.length ?? 0;
 }
 
 function errorText(e: unknown): string {
