@@ -21,17 +21,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	for _, b := range []struct {
-		bin  *string
-		pkg  string
-		name string
-	}{{&coorddBin, "./cmd/coordd", "coordd"}, {&exampleBin, "./examples/daily-close", "daily-close"},
-		{&coordctlBin, "./cmd/coordctl", "coordctl"}, {&scheduledBin, "./examples/scheduled-close", "scheduled-close"}} {
-		if *b.bin, err = proccluster.Build(dir, b.pkg, b.name); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
+	bins, err := proccluster.BuildAll(dir, nil, "./cmd/coordd", "./examples/daily-close", "./cmd/coordctl", "./examples/scheduled-close")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
+	coorddBin, exampleBin, coordctlBin, scheduledBin = bins[0], bins[1], bins[2], bins[3]
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

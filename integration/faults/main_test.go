@@ -51,16 +51,12 @@ func TestMain(m *testing.M) {
 	}
 	// With the test failpoints (internal/logstore/failpoint.go): inert
 	// unless a scenario sets COORDD_TEST_FAILPOINTS.
-	if coorddBin, err = proccluster.Build(dir, "./cmd/coordd", "coordd", "-tags", "failpoints"); err == nil {
-		clientBin, err = proccluster.Build(dir, "./integration/faults/faultclient", "faultclient")
-	}
-	if err == nil {
-		coordctlBin, err = proccluster.Build(dir, "./cmd/coordctl", "coordctl")
-	}
+	bins, err := proccluster.BuildAll(dir, []string{"-tags", "failpoints"}, "./cmd/coordd", "./integration/faults/faultclient", "./cmd/coordctl")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	coorddBin, clientBin, coordctlBin = bins[0], bins[1], bins[2]
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

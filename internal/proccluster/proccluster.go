@@ -50,6 +50,29 @@ func Build(dir, pkg, name string, flags ...string) (string, error) {
 	return out, nil
 }
 
+// BuildAll compiles several main packages of this module into dir in one
+// go build (the packages they share are compiled and linked once, in
+// parallel) and returns their paths in the order of pkgs; each binary is
+// named for its package's last path element (e.g. "./cmd/coordd" →
+// dir/coordd). flags go to go build.
+func BuildAll(dir string, flags []string, pkgs ...string) ([]string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	args := append(append([]string{"build", "-o", dir + string(filepath.Separator)}, flags...), pkgs...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build %s: %v\n%s", strings.Join(pkgs, " "), err, b)
+	}
+	paths := make([]string, len(pkgs))
+	for i, pkg := range pkgs {
+		paths[i] = filepath.Join(dir, filepath.Base(pkg))
+	}
+	return paths, nil
+}
+
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {

@@ -173,3 +173,26 @@ func TestLaunchOnPortZero(t *testing.T) {
 
 // TestCluster is a framework.Cluster.
 var _ framework.Cluster[*Node] = (*TestCluster)(nil)
+
+// BuildAll names each binary for its package and reports a failed build
+// with the packages and go's output.
+func TestBuildAll(t *testing.T) {
+	dir := t.TempDir()
+	bins, err := BuildAll(dir, nil, "./cmd/coordctl", "./examples/daily-close")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"coordctl", "daily-close"} {
+		if bins[i] != filepath.Join(dir, want) {
+			t.Errorf("bins[%d] = %s; want %s in %s", i, bins[i], want, dir)
+		}
+		if fi, err := os.Stat(bins[i]); err != nil {
+			t.Error(err)
+		} else if fi.Mode()&0o111 == 0 {
+			t.Errorf("%s: mode %v; want an executable", bins[i], fi.Mode())
+		}
+	}
+	if _, err := BuildAll(dir, nil, "./cmd/no-such-command"); err == nil || !strings.Contains(err.Error(), "./cmd/no-such-command") {
+		t.Fatalf("err = %v; want a build error naming the package", err)
+	}
+}
