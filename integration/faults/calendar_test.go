@@ -30,14 +30,14 @@ import (
 
 // Scenario 11: three failovers in a row (kill -9 of the leader, restarted
 // once a new one leads), then a full-cluster outage (every node killed;
-// short profile 10 s, full 30 s), under a light workload. Lease time pauses
+// short profile 5 s, full 30 s), under a light workload. Lease time pauses
 // through all of it (G9) and lags the wall clock by about the sum; calendar
 // time does not: after the restart the calendar stamped into a claim is
 // within 100 ms of the test's (= the leader's) wall clock, a claim with
 // not_before = now is granted at once, and a one-shot job due "now"
 // (client/periodic with periodic.At) starts within 1 s.
 func TestCalendarAfterFailoversAndOutage(t *testing.T) {
-	outage := time.Duration(cycles(10, 30)) * time.Second
+	outage := time.Duration(cycles(5, 30)) * time.Second
 	r := newRun(t)
 	r.client("w1", "work", "--ttl", "2s", "--interval", "50ms")
 	for i := 0; i < 3; i++ {

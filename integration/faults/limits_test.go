@@ -144,11 +144,11 @@ func TestQueueConcurrencyLimitAcrossWorkers(t *testing.T) {
 // one token would lose the time each hand-out takes to commit, ~5 ms on a
 // loaded host, since a full bucket does not fill further) on a queue
 // with more than enough jobs and worker slots: the attempts started in a
-// span of 10 s (30 s in the full profile) after the first are the rate
+// span of 5 s (30 s in the full profile) after the first are the rate
 // within 10 %.
 func TestQueueRateLimitHolds(t *testing.T) {
 	r := newRun(t)
-	secs := cycles(10, 30)
+	secs := cycles(5, 30)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second+2*time.Minute)
 	defer cancel()
 	const q, rate = "paced", 20

@@ -27,7 +27,7 @@ import (
 // exactly attempt 2, the operation did N jobs and skipped none, and all
 // nodes end at one digest.
 func TestBulkRetryThroughLeaderKill(t *testing.T) {
-	n := cycles(20_000, 100_000)
+	n := cycles(5_000, 100_000)
 	r := newRun(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

@@ -227,7 +227,7 @@ func TestScheduleLeaderKilledWhileMaterialising(t *testing.T) {
 // job's first attempt) has p99 ≤ 2 s (the lag including the re-runs, which
 // wait out the visibility timeout, is reported).
 func TestSchedulesEverySecond(t *testing.T) {
-	n, window := cycles(300, 2500), time.Duration(cycles(15, 30))*time.Second
+	n, window := cycles(300, 2500), time.Duration(cycles(10, 30))*time.Second
 	conc := fmt.Sprint(cycles(150, 1000))
 	r := newRun(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
