@@ -120,6 +120,7 @@ func wantMembersListed(t *testing.T, c ctl, nodes []*proccluster.Node) {
 // knows to update its own entry, the leader dials it at the new address,
 // and it follows again (before, it stayed a candidate for good).
 func TestProcessAdvertisedNames(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	nodes, spare := advertisedNodes(t, 3, 1)
 	pc := proccluster.StartNodes(t, coorddBin, nodes)
 	leader := pc.WaitLeader()
@@ -226,6 +227,7 @@ func dnsOnlyCerts(t *testing.T, ids ...string) map[string]tlsutil.Files {
 // cluster, keep it, and a follower forwards calls to the leader. Had any
 // node dialled 127.0.0.1, its handshake would fail on the certificate.
 func TestProcessTLSAdvertisedNames(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	nodes, spare := advertisedNodes(t, 3, 1)
 	certs := dnsOnlyCerts(t, "n1", "n2", "n3")
 	for _, nd := range nodes {

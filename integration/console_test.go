@@ -102,6 +102,7 @@ func noLeaderRetry[T any](t *testing.T, what string, call func() (T, error)) T {
 // for viewer. COORDD_CONSOLE_SCREENSHOTS=dir writes PNG screenshots of the
 // main pages there (docs/console holds them).
 func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	chromium := chromiumPath(t)
 	c, certs, _ := secureCluster(t, 3, consoleACL, testcluster.WithConfig(func(cfg *testcluster.Config) {
 		cfg.API.HTTPAddr = "127.0.0.1:0"

@@ -65,6 +65,7 @@ var field = testutil.Field
 // scripts/local-cluster.sh, through the binaries: output, JSON shapes and
 // exit codes.
 func TestCoordctlEndToEnd(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	dir := t.TempDir()
 	base := textPorts(t, 23) // BASE_PORT: node N on +10(N-1)+0, 1, 2
 	up := exec.Command("bash", "../scripts/local-cluster.sh", "up", dir)

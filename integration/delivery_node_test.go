@@ -25,6 +25,7 @@ import (
 // FencedCommit over HTTP; every job succeeds with the endpoint's answer.
 // Without node and npm it skips, except in CI (CI set), where it fails.
 func TestDeliveryToANodeEndpoint(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	src := nodePackages(t, "../test/delivery-endpoint", "the Node endpoint test")
 	secret := webhook.NewSecret()
 	allow, err := delivery.ParseAllow([]string{"127.0.0.1"})

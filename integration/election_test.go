@@ -64,6 +64,7 @@ type term struct {
 //   - the observer saw every term, in order, with its proclaimed value, and
 //     the expiry of the stopped leader's lease.
 func TestElectionThroughLeaderKillAndPause(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	bin, err := proccluster.Build(t.TempDir(), "./examples/election", "election")
 	if err != nil {
 		t.Fatal(err)

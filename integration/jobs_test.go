@@ -345,6 +345,7 @@ func TestScheduleJobsOnTimeAndAWorkerCompletesThem(t *testing.T) {
 // one job (no double job, no missing occurrence, none skipped: the outages
 // are far inside the catch-up horizon), and all replicas agree.
 func TestScheduleLeaderKilledWhileMaterialising(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	c := testcluster.New(t, 3)
 	cl := newClient(t, c, "ops")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -20,6 +20,7 @@ import (
 // data dir, start it empty on the other store with Join, and the leader
 // sends it the state. Both ways.
 func TestRestartKeepsItsLogStoreAndARejoinMovesIt(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	for _, move := range [][2]logstore.Kind{{logstore.Bolt, logstore.WAL}, {logstore.WAL, logstore.Bolt}} {
 		from, to := move[0], move[1]
 		t.Run(fmt.Sprintf("%s_to_%s", from, to), func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 // completes it, and reads a refusal's error body. Without node and npm it
 // skips, except in CI (CI set), where it fails.
 func TestOpenAPIClient(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	src := nodePackages(t, "../test/openapi", "the OpenAPI client test")
 	run := func(dir string, env []string, name string, args ...string) string {
 		t.Helper()

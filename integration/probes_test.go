@@ -30,6 +30,7 @@ func probeGet(t *testing.T, nd *proccluster.Node, path string) (int, string) {
 // (/readyz 503, naming the leader check); once the others are back it is
 // ready again. /healthz keeps its old answer (503 without a leader).
 func TestProcessProbesLiveWithoutQuorum(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	pc := proccluster.Start(t, coorddBin, 3)
 	pc.WaitLeader()
 	for _, nd := range pc.Nodes {

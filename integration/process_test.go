@@ -12,7 +12,12 @@ import (
 	"github.com/coordd/coordd/internal/proccluster"
 )
 
-// The binaries are built once by TestMain.
+// The binaries are built once by TestMain. Tests that run a cluster of
+// their own and mostly wait on it (examples, elections, a browser, node
+// restarts) call t.Parallel: they run together after the others, up to
+// -parallel at a time (scripts/test.sh passes 4). Tests with a latency
+// budget (a failover within 2 s, a tenant's p99) or an exact count of
+// timing-made events stay serial.
 var coorddBin, coordctlBin, exampleBin, scheduledBin string
 
 func TestMain(m *testing.M) {
@@ -82,6 +87,7 @@ func runExample(t *testing.T, bin string, timeout time.Duration, args ...string)
 // with SIGSTOP past its TTL is refused on waking, its successor resumes the
 // window, a late replica does nothing, every store is written exactly once.
 func TestDailyCloseExample(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	out := runExample(t, exampleBin, 90*time.Second, "--step", "600ms")
 	for _, want := range []string{
 		"A         store-3 REFUSED (STALE_TOKEN) with token 1",
@@ -102,6 +108,7 @@ func TestDailyCloseExample(t *testing.T) {
 // or answered as duplicates: no effect); every occurrence's job succeeds once and every store is written once per
 // occurrence.
 func TestScheduledCloseExample(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	out := runExample(t, scheduledBin, 150*time.Second)
 	t.Logf("example output:\n%s", out)
 	for _, want := range []string{"--- kill -9", "--- SIGSTOP", "attempt 2", "duplicate of token",

@@ -22,6 +22,7 @@ import (
 // the SDK and coordctl work with certificates, strangers are refused, the
 // ACL reloads on SIGHUP, and the HTTP API answers over TLS.
 func TestProcessClusterMutualTLS(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	certs := testcluster.NewCerts(t)
 	aclPath := filepath.Join(t.TempDir(), "acl.yaml")
 	if err := os.WriteFile(aclPath, []byte(securityACL), 0o600); err != nil {

@@ -494,6 +494,7 @@ func TestTracingOffCarriesTheSubmittersContext(t *testing.T) {
 // coordd's own flags: a real process with --otlp-endpoint exports its
 // spans (here a lease call's) to the collector, batched in the background.
 func TestTracingProcessExportsOverOTLP(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	col, addr := startCollector(t)
 	pc := proccluster.Start(t, coorddBin, 1, "--otlp-endpoint", addr, "--otlp-insecure")
 	pc.WaitLeader()

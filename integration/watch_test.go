@@ -66,6 +66,7 @@ func nodeAt(c *testcluster.Cluster, addr string) *testcluster.Node {
 // its stream equals that of a watcher on a node that never stopped, and
 // holds every grant and release the writers were told about.
 func TestWatchAcrossNodeRestarts(t *testing.T) {
+	t.Parallel() // its own cluster, mostly waiting (see TestMain)
 	c := testcluster.New(t, 3)
 	cl := newClient(t, c, "watcher", client.WithRetryBackoff(10*time.Millisecond, 200*time.Millisecond),
 		client.WithLogger(slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))))

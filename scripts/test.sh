@@ -59,7 +59,11 @@ go vet ./...
 go vet -tags faults ./integration/faults/
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null | grep -v '\.pb\.go$' || find . -name '*.go' ! -name '*.pb.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
-go test -race -count=1 -timeout 20m "$@" ./...
+# ./integration/ first: go test starts the packages' tests in the order
+# given, and that one, the longest (real processes, mostly waiting), then
+# runs beside the rest instead of after it. -parallel 4: its tests that
+# call t.Parallel (clusters of their own, mostly waiting) run 4 at a time.
+go test -race -count=1 -parallel 4 -timeout 20m "$@" ./integration/ ./...
 # The Kubernetes manifests' validation: a module of its own (k8s.io/api).
 (cd deploy/kubernetes && go mod tidy -diff >/dev/null && go vet ./... && go test -count=1 "$@" ./...)
 # The tenant-flood test measures latency, which the race detector would

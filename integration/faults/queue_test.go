@@ -461,7 +461,10 @@ func TestWholeClusterKillScheduledJobs(t *testing.T) {
 	const q = "delayed"
 	l := r.qworkers(q, "--concurrency", "64")
 	qc := queue.New(r.sdk(ctx, "submitter"))
-	jobs := newJobs(t, q, "delayed", n, func(i int) time.Time { return time.Now().Add(from + spread*time.Duration(i)/n) })
+	// A visibility timeout of 3 s: the attempts the second kill cuts off
+	// run again 3 s after it, not after the default 30 s.
+	jobs := newJobs(t, q, "delayed", n, func(i int) time.Time { return time.Now().Add(from + spread*time.Duration(i)/n) },
+		queue.VisibilityTimeout(3*time.Second))
 	t0 := time.Now()
 	want := submitAll(t, ctx, qc, jobs)
 	if len(want) != n {
