@@ -135,7 +135,7 @@ func awaitGone(t *testing.T, pid int) {
 // fails up with its name and its log; a coordd the script did not start on
 // a node's data directory fails up and down; down stops every node.
 func TestLocalClusterScript(t *testing.T) {
-	t.Parallel() // its own cluster, mostly waiting (see TestMain)
+	t.Parallel()             // its own cluster, mostly waiting (see TestMain)
 	lc := newLocalCluster(t) // no COORDD_BIN: up builds coordd from the tree, as for a user
 	out := lc.ok("up", lc.dir)
 	if !strings.Contains(out, "COORD_ENDPOINTS=127.0.0.1:") {
