@@ -21,8 +21,11 @@ import (
 )
 
 // DefaultSubmitsInFlight is how many Submit RPCs of one Client run at once
-// before concurrent Submits start to share one (WithSubmitCoalescing).
-const DefaultSubmitsInFlight = 2
+// before concurrent Submits start to share one (WithSubmitCoalescing): up
+// to 8 concurrent calls of a client each go out alone, as without
+// coalescing; more than that — calls piling up because the cluster is
+// behind — share RPCs. DESIGN.md says why 8.
+const DefaultSubmitsInFlight = 8
 
 // maxCoalescedBytes caps the jobs (their encoded size) of one coalesced
 // Submit, well below the server's 4 MiB message limit (a job's args may

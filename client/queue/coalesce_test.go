@@ -134,39 +134,43 @@ func TestSubmitCoalescesConcurrentCalls(t *testing.T) {
 	}
 }
 
-// No timer: a call is sent at once while a slot is free (two by default),
-// on a clock that never advances; the third waits for a slot.
+// No timer: a call is sent at once while a slot is free
+// (DefaultSubmitsInFlight of them by default), on a clock that never
+// advances; the next one waits for a slot.
 func TestSubmitLoneCallAtOnce(t *testing.T) {
 	h := newHarness(t)
 	g := holdSubmits(h)
 	ctx := testCtx(t)
 	q := New(h.c)
-	a := goSubmit(ctx, q, 1, "hold")
-	recv(t, g.arrived, "the first submit")
-	b := goSubmit(ctx, q, 2, "hold")
-	recv(t, g.arrived, "the second submit, with the first in flight")
-	c := goSubmit(ctx, q, 3, "k")
+	var held []chan submitAnswer
+	for i := range DefaultSubmitsInFlight {
+		held = append(held, goSubmit(ctx, q, i+1, "hold"))
+		recv(t, g.arrived, fmt.Sprintf("submit %d, with %d in flight", i+1, i))
+	}
+	last := DefaultSubmitsInFlight + 1
+	c := goSubmit(ctx, q, last, "k")
 	waitWaiting(t, q, 1)
 	select {
 	case r := <-g.arrived:
-		t.Fatalf("a third RPC with two in flight: %v", r)
+		t.Fatalf("one more RPC with %d in flight: %v", DefaultSubmitsInFlight, r)
 	default:
 	}
-	g.release <- struct{}{}
-	g.release <- struct{}{}
-	for _, ch := range []chan submitAnswer{a, b, c} {
+	for range held {
+		g.release <- struct{}{}
+	}
+	for _, ch := range append(held, c) {
 		if r := recv(t, ch, "an answer"); r.err != nil {
 			t.Fatal(r.err)
 		}
 	}
-	if r := recv(t, g.arrived, "the third submit"); len(r.GetJobs()) != 1 || string(r.GetJobs()[0].GetArgs()) != "3" {
-		t.Fatalf("third RPC %v", r)
+	if r := recv(t, g.arrived, "the waiting call's submit"); len(r.GetJobs()) != 1 || string(r.GetJobs()[0].GetArgs()) != strconv.Itoa(last) {
+		t.Fatalf("the waiting call's RPC %v", r)
 	}
 	if !h.clk.Now().Equal(h.t0) {
 		t.Fatalf("the clock moved to t0+%s", h.clk.Now().Sub(h.t0))
 	}
-	// Alone, nothing in flight: one RPC at once.
-	if _, err := q.Submit(ctx, "k", 4); err != nil || len(h.f.submits) != 4 {
+// Alone, nothing in flight: one RPC at once.
+	if _, err := q.Submit(ctx, "k", 0); err != nil || len(h.f.submits) != last+1 {
 		t.Fatalf("lone call: %v, %d RPCs", err, len(h.f.submits))
 	}
 }
