@@ -169,7 +169,7 @@ func TestSubmitLoneCallAtOnce(t *testing.T) {
 	if !h.clk.Now().Equal(h.t0) {
 		t.Fatalf("the clock moved to t0+%s", h.clk.Now().Sub(h.t0))
 	}
-// Alone, nothing in flight: one RPC at once.
+	// Alone, nothing in flight: one RPC at once.
 	if _, err := q.Submit(ctx, "k", 0); err != nil || len(h.f.submits) != last+1 {
 		t.Fatalf("lone call: %v, %d RPCs", err, len(h.f.submits))
 	}
