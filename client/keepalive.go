@@ -392,14 +392,17 @@ func (k *keeper) serve(ctx context.Context, ep string, st kaStream, cancel conte
 	timer := k.c.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		// Send what is due, then sleep until the next one or an event.
-		next, err := s.sendDue(k.c.clock.Now())
+		// Send what is due, then sleep until the next one or an event. The
+		// timer is set for the instant next was reckoned from (the clock
+		// may have moved while sending: with a fake clock, a whole step).
+		now := k.c.clock.Now()
+		next, err := s.sendDue(now)
 		if err != nil {
 			return s.acked, err
 		}
 		timer.Stop()
 		if next >= 0 {
-			timer.Reset(next)
+			timer.Reset(max(now.Add(next).Sub(k.c.clock.Now()), 0))
 		}
 		select {
 		case <-timer.C():

@@ -111,7 +111,13 @@ func within[T any](t *testing.T, ch <-chan T, failure string) T {
 
 func (h *harness) nextSend() sentReq {
 	h.t.Helper()
-	return within(h.t, h.sent, "no keepalive sent")
+	select {
+	case v := <-h.sent:
+		return v
+	case <-time.After(5 * time.Second):
+		h.t.Fatalf("no keepalive sent (clock at t0+%s)", h.clk.Now().Sub(h.t0))
+		return sentReq{}
+	}
 }
 
 func (h *harness) stream() *fakeStream {

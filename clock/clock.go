@@ -117,7 +117,9 @@ func (f *Fake) add(d, period time.Duration, fn func()) *fakeTimer {
 	f.mu.Lock()
 	t := &fakeTimer{f: f, at: f.now.Add(d), period: period, fn: fn, ch: make(chan time.Time, 1), armed: true}
 	f.timers = append(f.timers, t)
+	fire := t.fireIfDueLocked()
 	f.mu.Unlock()
+	fire()
 	f.signal()
 	return t
 }
@@ -301,9 +303,32 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	if t.period > 0 {
 		t.period = d
 	}
+	fire := t.fireIfDueLocked()
 	t.f.mu.Unlock()
+	fire()
 	t.f.signal()
 	return was
+}
+
+// fireIfDueLocked: a timer (not a ticker) set for now or earlier fires at
+// once, as a time.Timer with d <= 0 does, instead of waiting for the next
+// Advance. It returns what fires it, to be called without f.mu.
+func (t *fakeTimer) fireIfDueLocked() func() {
+	if t.period > 0 || t.at.After(t.f.now) {
+		return func() {}
+	}
+	t.armed = false
+	fn, ch, now := t.fn, t.ch, t.f.now
+	return func() {
+		if fn != nil {
+			go fn() // as time.AfterFunc: on its own goroutine
+			return
+		}
+		select {
+		case ch <- now:
+		default:
+		}
+	}
 }
 
 type fakeTicker struct{ t *fakeTimer }
@@ -418,3 +443,4 @@ func (s *Stepped) Step(d time.Duration) {
 	s.step += d
 	s.mu.Unlock()
 }
+

@@ -147,3 +147,39 @@ func TestWaitTicksReceived(t *testing.T) {
 	}
 	<-got
 }
+
+// A timer set for now or earlier fires at once, as a time.Timer does,
+// not at the next Advance: code that reckons a deadline, is overtaken by
+// an Advance and then sets its timer for what is left (0) is woken.
+func TestFakeTimerDueNowFiresAtOnce(t *testing.T) {
+	f := NewFake(time.Unix(100, 0))
+	tm := f.NewTimer(0)
+	select {
+	case at := <-tm.C():
+		if !at.Equal(time.Unix(100, 0)) {
+			t.Fatalf("fired at %v", at)
+		}
+	default:
+		t.Fatal("NewTimer(0) did not fire")
+	}
+	if tm.Stop() {
+		t.Fatal("a fired timer still armed")
+	}
+	tm.Reset(time.Second)
+	tm.Reset(-time.Second)
+	select {
+	case <-tm.C():
+	default:
+		t.Fatal("Reset(-1s) did not fire")
+	}
+	done := make(chan struct{})
+	f.AfterFunc(0, func() { close(done) })
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("AfterFunc(0) did not run")
+	}
+	if n := f.Pending(); n != 0 {
+		t.Fatalf("%d timers still armed", n)
+	}
+}
