@@ -443,4 +443,3 @@ func (s *Stepped) Step(d time.Duration) {
 	s.step += d
 	s.mu.Unlock()
 }
-
