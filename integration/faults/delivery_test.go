@@ -124,7 +124,38 @@ func deliveryRun(t *testing.T, lateOK bool) (*run, *heldEndpoint, *queue.Client,
 	srv := httptest.NewServer(ep)
 	t.Cleanup(srv.Close)
 	ep.url = srv.URL + "/hook"
+	awaitDeliverersPolling(t, r, 3)
 	return r, ep, queue.New(r.sdk(ctx, "submitter")), ctx
+}
+
+// awaitDeliverersPolling waits until n delivery fetches wait on the
+// leader (its coordd_fetch_waiters gauge; the scenarios run no other
+// workers): every node's deliverer is then long-polling, first in, first
+// served, so the scenarios' first jobs spread over the nodes. A node's
+// deliverer that started before the cluster had a leader is in its retry
+// backoff (up to 2 s) for a while; a job submitted then goes to the
+// others.
+func awaitDeliverersPolling(t *testing.T, r *run, n int) {
+	t.Helper()
+	leader := r.c.WaitLeader()
+	r.await(fmt.Sprintf("%d delivery fetches waiting on the leader %s", n, leader.ID), 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + leader.HTTPAddr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return false
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "coordd_fetch_waiters "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				return err == nil && f >= float64(n)
+			}
+		}
+		return false
+	})
 }
 
 // submitHeld submits job i (one per submit) and waits until the endpoint
