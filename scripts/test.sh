@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: everything a fresh machine needs, then vet and the race-
 # enabled test suite. Extra arguments go to `go test` (e.g. -run, -v).
-#   scripts/test.sh                 # the default suite (about 15 minutes on 2 cores)
+#   scripts/test.sh                 # the default suite (about 15 minutes on 2 cores, cold cache)
 #   COORDD_FUZZTIME=60s scripts/test.sh   # also fuzz the FSM, the request
 #                                         # decoders, the HTTP API, the ACL
 #                                         # parser and the calendar in every
@@ -69,7 +69,7 @@ go test -race -count=1 -parallel 4 -timeout 20m "$@" ./integration/ ./...
 # The tenant-flood test measures latency, which the race detector would
 # measure instead: it runs here without it (it skips under -race).
 if [ $# -eq 0 ]; then go test -count=1 -timeout 5m -run '^TestQuotasKeepTheOtherTenantFast$' ./integration/; fi
-# The fault-injection suite's short profile (real processes, about 6.5 minutes);
+# The fault-injection suite's short profile (real processes, about 6 minutes);
 # COORDD_FAULTS_PROFILE=full runs the long one.
 go test -tags faults -count=1 -timeout 30m "$@" ./integration/faults/
 # The SDKs of other languages, each against real coordd processes.
