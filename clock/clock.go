@@ -76,7 +76,8 @@ func (r realTicker) Stop()                 { r.t.Stop() }
 func (r realTicker) Reset(d time.Duration) { r.t.Reset(d) }
 
 // Fake is a manual clock. Timers and tickers fire inside Advance, in
-// deadline order.
+// deadline order; a timer set for now or earlier fires at once, as a
+// time.Timer does.
 type Fake struct {
 	mu     sync.Mutex
 	now    time.Time
