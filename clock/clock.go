@@ -47,6 +47,37 @@ func Wall(c Clock) time.Time {
 	return c.Now()
 }
 
+// NewTimerAt returns a timer on c that fires at the instant at (at once
+// if at has passed). ResetAt re-arms t (a timer of c) for at. On a Fake
+// the instant is taken as it is, in one step: a timer set with
+// Reset(at.Sub(c.Now())) is armed a whole step late when a test's Advance
+// lands between the reading and the Reset, and a loop that sleeps until a
+// reckoned instant then misses it. Code that sleeps until an instant it
+// reckoned uses these.
+func NewTimerAt(c Clock, at time.Time) Timer {
+	if f, ok := c.(*Fake); ok {
+		return f.addAt(at, 0, nil)
+	}
+	return c.NewTimer(Until(c, at))
+}
+
+// AfterFuncAt has c call f on its own goroutine at the instant at; see
+// NewTimerAt.
+func AfterFuncAt(c Clock, at time.Time, f func()) Timer {
+	if fk, ok := c.(*Fake); ok {
+		return fk.addAt(at, 0, f)
+	}
+	return c.AfterFunc(Until(c, at), f)
+}
+
+// ResetAt re-arms t, a timer made by c, to fire at at; see NewTimerAt.
+func ResetAt(c Clock, t Timer, at time.Time) bool {
+	if ft, ok := t.(*fakeTimer); ok && c == Clock(ft.f) {
+		return ft.resetAt(at)
+	}
+	return t.Reset(Until(c, at))
+}
+
 // Since is the time elapsed on c since t.
 func Since(c Clock, t time.Time) time.Duration { return c.Now().Sub(t) }
 
@@ -116,7 +147,17 @@ func (f *Fake) NewTicker(d time.Duration) Ticker {
 
 func (f *Fake) add(d, period time.Duration, fn func()) *fakeTimer {
 	f.mu.Lock()
-	t := &fakeTimer{f: f, at: f.now.Add(d), period: period, fn: fn, ch: make(chan time.Time, 1), armed: true}
+	return f.addLocked(f.now.Add(d), period, fn)
+}
+
+func (f *Fake) addAt(at time.Time, period time.Duration, fn func()) *fakeTimer {
+	f.mu.Lock()
+	return f.addLocked(at, period, fn)
+}
+
+// addLocked arms a new timer for at; called with f.mu held, it releases it.
+func (f *Fake) addLocked(at time.Time, period time.Duration, fn func()) *fakeTimer {
+	t := &fakeTimer{f: f, at: at, period: period, fn: fn, ch: make(chan time.Time, 1), armed: true}
 	f.timers = append(f.timers, t)
 	fire := t.fireIfDueLocked()
 	f.mu.Unlock()
@@ -297,13 +338,23 @@ func (t *fakeTimer) drain() {
 
 func (t *fakeTimer) Reset(d time.Duration) bool {
 	t.f.mu.Lock()
-	was := t.armed
-	t.armed = true
-	t.at = t.f.now.Add(d)
-	t.drain()
 	if t.period > 0 {
 		t.period = d
 	}
+	return t.resetLocked(t.f.now.Add(d))
+}
+
+func (t *fakeTimer) resetAt(at time.Time) bool {
+	t.f.mu.Lock()
+	return t.resetLocked(at)
+}
+
+// resetLocked arms t for at; called with f.mu held, it releases it.
+func (t *fakeTimer) resetLocked(at time.Time) bool {
+	was := t.armed
+	t.armed = true
+	t.at = at
+	t.drain()
 	fire := t.fireIfDueLocked()
 	t.f.mu.Unlock()
 	fire()

@@ -183,3 +183,54 @@ func TestFakeTimerDueNowFiresAtOnce(t *testing.T) {
 		t.Fatalf("%d timers still armed", n)
 	}
 }
+
+// NewTimerAt and ResetAt arm a Fake's timer for the instant given, even
+// when the clock moved after the caller reckoned it (a test's Advance
+// between the reading and the arming); other clocks get the duration
+// until the instant.
+func TestTimerAtAnInstant(t *testing.T) {
+	f := NewFake(time.Unix(100, 0))
+	at := f.Now().Add(time.Second) // reckoned at 100 s
+	f.Advance(500 * time.Millisecond)
+	tm := NewTimerAt(f, at)
+	if !f.WaitArmed(at, time.Second) {
+		t.Fatal("NewTimerAt not armed at the instant")
+	}
+	late := f.NewTimer(time.Second) // the duration reckoned at 100 s: armed at 101.5 s
+	f.Advance(500 * time.Millisecond)
+	select {
+	case got := <-tm.C():
+		if !got.Equal(at) {
+			t.Fatalf("fired at %v", got)
+		}
+	default:
+		t.Fatal("not fired at the instant")
+	}
+	select {
+	case <-late.C():
+		t.Fatal("the relative timer fired at the instant too: the test shows nothing")
+	default:
+	}
+	late.Stop()
+	ResetAt(f, tm, at.Add(time.Second))
+	if !f.WaitArmed(at.Add(time.Second), time.Second) {
+		t.Fatal("ResetAt not armed at the instant")
+	}
+	ResetAt(f, tm, at.Add(-time.Second)) // passed: fires at once
+	select {
+	case <-tm.C():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a timer reset for a passed instant did not fire")
+	}
+	// Another clock: the duration until the instant.
+	r := Real{}
+	rt := NewTimerAt(r, r.Now().Add(time.Millisecond))
+	select {
+	case <-rt.C():
+	case <-time.After(5 * time.Second):
+		t.Fatal("real NewTimerAt did not fire")
+	}
+	if ResetAt(r, rt, r.Now().Add(time.Hour)) || !rt.Stop() {
+		t.Fatal("real ResetAt: not armed")
+	}
+}

@@ -31,6 +31,10 @@ func (d *Dispatch) Run(ctx context.Context, l Leadership) error {
 	timer.Stop()
 	defer timer.Stop()
 	for {
+		// The sleep ends at an instant of the clock read before the
+		// calendar time: a clock that moves between the two readings makes
+		// it early (a wasted look), never late.
+		base := d.Clock.Now()
 		due, ok := d.NextDue()
 		cal := l.CalendarTime()
 		if ok && due <= cal {
@@ -50,7 +54,7 @@ func (d *Dispatch) Run(ctx context.Context, l Leadership) error {
 		}
 		var fire <-chan time.Time
 		if ok {
-			timer.Reset(time.Duration(due-cal) * time.Millisecond)
+			clock.ResetAt(d.Clock, timer, base.Add(time.Duration(due-cal)*time.Millisecond))
 			fire = timer.C()
 		}
 		select {

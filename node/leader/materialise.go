@@ -48,6 +48,11 @@ func (m *Materialise) Run(ctx context.Context, l Leadership) error {
 	round := m.Rounds()
 	retry := backoff.New(materialiseBackoff)
 	for ctx.Err() == nil {
+		// The round and the sleep after it reckon from one calendar reading,
+		// now; the sleep ends at an instant of the clock read before it, so
+		// a clock that moves meanwhile makes the next round early (it finds
+		// nothing and sleeps again), never late.
+		base := m.Clock.Now()
 		now := l.CalendarTime()
 		items, more := round(now)
 		if len(items) > 0 {
@@ -73,15 +78,17 @@ func (m *Materialise) Run(ctx context.Context, l Leadership) error {
 		}
 		wait := MaterialiseIdle
 		if next, ok := m.NextDue(); ok {
-			wait = min(wait, time.Duration(next-l.CalendarTime())*time.Millisecond)
+			wait = min(wait, time.Duration(next-now)*time.Millisecond)
 		}
 		if wait <= 0 {
 			if len(items) > 0 {
 				continue // due again at once (more to catch up, or a stale item)
 			}
-			wait = MaterialiseIdle // only schedules that do not compile here are due
+			// Due at the round's calendar time and still nothing made: only
+			// schedules that do not compile here are due.
+			wait = MaterialiseIdle
 		}
-		if !m.sleep(ctx, wait) {
+		if !m.sleepUntil(ctx, base.Add(wait)) {
 			return nil
 		}
 	}
@@ -90,7 +97,13 @@ func (m *Materialise) Run(ctx context.Context, l Leadership) error {
 
 // sleep waits d on the clock, or until Poke; false when ctx ended.
 func (m *Materialise) sleep(ctx context.Context, d time.Duration) bool {
-	t := m.Clock.NewTimer(d)
+	return m.sleepUntil(ctx, m.Clock.Now().Add(d))
+}
+
+// sleepUntil waits until the instant at of the clock, or until Poke;
+// false when ctx ended.
+func (m *Materialise) sleepUntil(ctx context.Context, at time.Time) bool {
+	t := clock.NewTimerAt(m.Clock, at)
 	defer t.Stop()
 	select {
 	case <-t.C():

@@ -186,3 +186,33 @@ func TestMaterialiseRoundsAndBackoff(t *testing.T) {
 		t.Fatalf("Done called %d times, want 2", counted.Load())
 	}
 }
+
+// The clock moves on while a round runs (a test's Advance, a slow round):
+// a schedule that came due meanwhile gets the next round at once, not
+// after MaterialiseIdle. The sleep is reckoned from the calendar time the
+// round saw; reckoned from a later reading, the schedule looked due with
+// nothing made, which reads as a schedule that does not compile here.
+func TestMaterialiseClockMovesDuringARound(t *testing.T) {
+	l := newFakeLeadership()
+	due := l.CalendarTime() + 10_000
+	var rounds atomic.Int32
+	round := func(now int64) ([]*fsmv1.ScheduleMaterialisation, bool) {
+		if rounds.Add(1) == 1 {
+			l.clk.Advance(10 * time.Second) // due now, after this round looked
+		}
+		if now < due {
+			return nil, false
+		}
+		return []*fsmv1.ScheduleMaterialisation{{Name: "s", ThroughMs: now}}, false
+	}
+	l.setAnswer(func(any) (any, error) { due += 60_000; return &fsm.MaterialiseResult{}, nil })
+	m := &Materialise{Clock: l.clk, Log: quiet(), Rounds: func() RoundFunc { return round },
+		NextDue: func() (int64, bool) { return due, true }}
+	running(t, m, l)
+	if _, ok := l.next(t, "the schedule due during the first round").(*fsmv1.MaterialiseSchedules); !ok {
+		t.Fatal("not a MaterialiseSchedules")
+	}
+	if got := rounds.Load(); got != 2 {
+		t.Fatalf("%d rounds", got)
+	}
+}
