@@ -319,6 +319,7 @@ type outstanding struct {
 	order    []uint64 // send order; answered ones are dropped lazily from the front
 	ttls     map[time.Duration]int
 	progress time.Time // the last answer
+	clk      clock.Clock
 	timer    clock.Timer
 	armed    bool
 	armedAt  time.Time
@@ -346,7 +347,7 @@ func (o *outstanding) take(seq uint64, now time.Time) (sentRenewal, bool) {
 
 // rearm points the watchdog at the stall deadline: the stall limit after
 // the oldest outstanding send or the last answer, whichever is later.
-func (o *outstanding) rearm(now time.Time) {
+func (o *outstanding) rearm() {
 	for len(o.order) > 0 {
 		if _, ok := o.bySeq[o.order[0]]; ok {
 			break
@@ -370,7 +371,7 @@ func (o *outstanding) rearm(now time.Time) {
 	}
 	at = at.Add(limit)
 	if !o.armed || !at.Equal(o.armedAt) {
-		o.timer.Reset(at.Sub(now))
+		clock.ResetAt(o.clk, o.timer, at)
 		o.armed, o.armedAt = true, at
 	}
 }
@@ -402,7 +403,7 @@ func (k *keeper) serve(ctx context.Context, ep string, st kaStream, cancel conte
 		}
 		timer.Stop()
 		if next >= 0 {
-			timer.Reset(max(now.Add(next).Sub(k.c.clock.Now()), 0))
+			clock.ResetAt(k.c.clock, timer, now.Add(next))
 		}
 		select {
 		case <-timer.C():
@@ -466,7 +467,7 @@ type session struct {
 
 func (k *keeper) newSession(ctx context.Context, ep string, st kaStream, cancel context.CancelCauseFunc) *session {
 	s := &session{k: k, ctx: ctx, ep: ep, st: st, quietSince: k.c.clock.Now(), probed: make(chan uint64, 1),
-		out: &outstanding{bySeq: map[uint64]sentRenewal{}, ttls: map[time.Duration]int{},
+		out: &outstanding{bySeq: map[uint64]sentRenewal{}, ttls: map[time.Duration]int{}, clk: k.c.clock,
 			timer: k.c.clock.AfterFunc(time.Hour, func() { cancel(errStalled) })}}
 	s.out.timer.Stop()
 	return s
@@ -512,7 +513,7 @@ func (s *session) sendDue(now time.Time) (next time.Duration, err error) {
 		s.out.add(s.seq, b)
 	}
 	next = s.maybeProbe(now, next, shortest)
-	s.out.rearm(now)
+	s.out.rearm()
 	for i, b := range batch {
 		if err := s.st.Send(&coordv1.KeepAliveRequest{Name: b.l.name, Owner: b.l.owner, Generation: b.l.gen,
 			Ttl: durationpb.New(b.l.ttl), Seq: first + uint64(i)}); err != nil {
@@ -571,7 +572,7 @@ func (s *session) probeAnswered(seq uint64) {
 // settle re-arms the watchdog after an answer at now; with nothing left
 // outstanding the stream is quiet from now.
 func (s *session) settle(now time.Time) {
-	s.out.rearm(now)
+	s.out.rearm()
 	if len(s.out.bySeq) == 0 {
 		s.quietSince = now
 	}

@@ -73,17 +73,17 @@ func TestOutstandingWatchdog(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_000_000, 0))
 	t0 := clk.Now()
 	var fired atomic.Int32
-	o := &outstanding{bySeq: map[uint64]sentRenewal{}, ttls: map[time.Duration]int{},
+	o := &outstanding{bySeq: map[uint64]sentRenewal{}, ttls: map[time.Duration]int{}, clk: clk,
 		timer: clk.AfterFunc(time.Hour, func() { fired.Add(1) })}
 	o.timer.Stop()
 	o.add(1, sentRenewal{sent: t0, ttl: 3 * time.Second}) // stall limit 1 s
 	o.add(2, sentRenewal{sent: t0, ttl: 3 * time.Second})
-	o.rearm(t0)
+	o.rearm()
 	clk.Advance(600 * time.Millisecond)
 	if _, ok := o.take(1, clk.Now()); !ok {
 		t.Fatal("seq 1 not outstanding")
 	}
-	o.rearm(clk.Now()) // progress at 600 ms: the deadline is 1.6 s
+	o.rearm() // progress at 600 ms: the deadline is 1.6 s
 	clk.Advance(999 * time.Millisecond)
 	if fired.Load() != 0 {
 		t.Fatal("fired before the last answer's stall limit")
@@ -93,7 +93,7 @@ func TestOutstandingWatchdog(t *testing.T) {
 		t.Fatal("did not fire at the stall limit after the last answer")
 	}
 	o.take(2, clk.Now())
-	o.rearm(clk.Now())
+	o.rearm()
 	if clk.Pending() != 0 {
 		t.Fatal("armed with nothing outstanding")
 	}

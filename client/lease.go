@@ -248,7 +248,7 @@ func (l *Lease) acked(sent time.Time) {
 		l.mu.Unlock()
 		return
 	}
-	l.deadline.Extend(sent.Add(l.ttl-l.margin), l.c.clock.Now())
+	l.deadline.Extend(sent.Add(l.ttl - l.margin))
 	l.mu.Unlock()
 	l.notifyDeadline()
 }

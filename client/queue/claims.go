@@ -149,7 +149,7 @@ func (w *Worker) acked(cl *claim, sent time.Time) {
 		w.mu.Unlock()
 		return
 	}
-	cl.deadline.Extend(cl.bounded(sent.Add(cl.vt-cl.margin)), w.clk.Now())
+	cl.deadline.Extend(cl.bounded(sent.Add(cl.vt - cl.margin)))
 	cl.nextHB = sent.Add(cl.vt / 3)
 	w.pushLocked(cl)
 	w.mu.Unlock()

@@ -316,11 +316,10 @@ func (g *guard) timers(killAt *time.Time) {
 	if killAt == nil {
 		return
 	}
-	now := g.clk.Now()
-	g.killT = g.clk.NewTimer(killAt.Sub(now))
+	g.killT = clock.NewTimerAt(g.clk, *killAt)
 	g.killC = g.killT.C()
 	if !g.termed {
-		g.termT = g.clk.NewTimer(g.deadline.Add(-g.grace).Sub(now))
+		g.termT = clock.NewTimerAt(g.clk, g.deadline.Add(-g.grace))
 		g.termC = g.termT.C()
 	}
 }

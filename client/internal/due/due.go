@@ -95,19 +95,20 @@ func (h *items[T]) Pop() any {
 type Deadline struct {
 	At    time.Time
 	Timer clock.Timer
+	clk   clock.Clock
 }
 
 // Start sets the deadline to at and has clk call f then.
 func (d *Deadline) Start(clk clock.Clock, at time.Time, f func()) {
-	d.At = at
-	d.Timer = clk.AfterFunc(at.Sub(clk.Now()), f)
+	d.At, d.clk = at, clk
+	d.Timer = clock.AfterFuncAt(clk, at, f)
 }
 
 // Extend moves the deadline to at if that is later (an acknowledgement of
-// a message sent at at - TTL + margin); now is the clock's time.
-func (d *Deadline) Extend(at, now time.Time) {
+// a message sent at at - TTL + margin).
+func (d *Deadline) Extend(at time.Time) {
 	if at.After(d.At) {
 		d.At = at
-		d.Timer.Reset(at.Sub(now))
+		clock.ResetAt(d.clk, d.Timer, at)
 	}
 }
