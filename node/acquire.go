@@ -78,6 +78,11 @@ func (n *Node) acquireWaiting(ctx context.Context, ls *leaderState, cmd *fsmv1.A
 			return r, nil
 		default:
 		}
+		// A holder's expiry is waited for until an instant of the clock
+		// read before the lease time: a clock that moves between the two
+		// makes the look early (it finds the lease still held and waits
+		// again), never late.
+		base := n.clock.Now()
 		now := ls.clock.leaseTime()
 		answer, answered := n.fsm.CheckAcquire(now, ls.clock.calendarTime(), cmd)
 		held, isHeld := heldByAnother(answer)
@@ -95,7 +100,7 @@ func (n *Node) acquireWaiting(ctx context.Context, ls *leaderState, cmd *fsmv1.A
 			// Free, and the first waiter is taking it; its removal from the
 			// queue wakes us if it is our turn next.
 		default:
-			expiry = n.clock.NewTimer(time.Duration(held.Lease.ExpiresAt-now+1) * time.Millisecond) // the holder's TTL
+			expiry = clock.NewTimerAt(n.clock, base.Add(time.Duration(held.Lease.ExpiresAt-now+1)*time.Millisecond)) // the holder's TTL
 		}
 		var expired <-chan time.Time
 		if expiry != nil {

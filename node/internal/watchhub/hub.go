@@ -413,11 +413,11 @@ func (h *Hub) serve(done <-chan struct{}, w *watcher, first fsm.WatchBatch, matc
 		}
 		var tick <-chan time.Time
 		if sent.Before(next) { // a position not yet told: tell it when things stay quiet
-			d := h.cfg.ProgressInterval - h.clock.Now().Sub(sentAt)
+			at := sentAt.Add(h.cfg.ProgressInterval)
 			if progress == nil {
-				progress = h.clock.NewTimer(d)
+				progress = clock.NewTimerAt(h.clock, at)
 			} else {
-				progress.Reset(d)
+				clock.ResetAt(h.clock, progress, at)
 			}
 			tick = progress.C()
 		}
