@@ -188,10 +188,18 @@ func newTestNodeAt(t *testing.T, epoch time.Time, opts ...func(*Config)) *testNo
 func (tn *testNode) lead(t *testing.T) {
 	t.Helper()
 	before := tn.raft.count()
+	now := tn.clock.Now()
 	tn.notifyCh <- true
 	eventually(t, "leadership established", func() bool {
-		return tn.IsLeader() && tn.raft.count() > before && tn.clock.Pending() >= 2
+		return tn.IsLeader() && tn.raft.count() > before
 	})
+	// The tickers by what they are armed for: other leader services arm
+	// timers too, so a count of them says nothing (the first tick is
+	// committed before its proposal returns and the ticker starts).
+	if !tn.clock.WaitArmed(now.Add(tn.cfg.TickInterval/2), 10*time.Second) ||
+		!tn.clock.WaitArmed(now.Add(tn.cfg.PruneInterval), 10*time.Second) {
+		t.Fatal("the leader's tick and prune tickers not armed")
+	}
 }
 
 // eventually waits (real time, briefly) for cond: the node's goroutines

@@ -85,10 +85,18 @@ func TestDispatchTicksAtNextDue(t *testing.T) {
 	l.clk.Advance(999 * time.Millisecond)
 	l.armed(t, time.Millisecond)
 	l.none(t, "1 ms before the due time")
-	l.setAnswer(func(any) (any, error) { due.Store(-1); return nil, nil })
+	answered := make(chan struct{}, 1)
+	l.setAnswer(func(any) (any, error) { due.Store(-1); answered <- struct{}{}; return nil, nil })
 	l.clk.Advance(time.Millisecond)
 	if _, ok := l.next(t, "the tick at the due time").(*fsmv1.Tick); !ok {
 		t.Fatal("not a Tick")
+	}
+	// The tick's answer (nothing due any more) is in before the test makes
+	// a job due again.
+	select {
+	case <-answered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the tick not answered")
 	}
 	// A failed tick is tried again after Retry.
 	var fails atomic.Int32
