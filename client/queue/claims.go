@@ -9,6 +9,7 @@ import (
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/internal/due"
+	"github.com/coordd/coordd/clock"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
 
@@ -140,20 +141,27 @@ func (cl *claim) bounded(at time.Time) time.Time {
 // then, heartbeats or not).
 var ErrMaxRunExceeded = errors.New("max_run exceeded")
 
-// acked records a heartbeat of cl sent at sent and acknowledged: the local
-// deadline moves to sent + vt - margin (the server extended the claim to
-// at least sent + vt), the next heartbeat is due at sent + vt/3.
-func (w *Worker) acked(cl *claim, sent time.Time) {
+// acked records the heartbeats of cls sent at sent and acknowledged: each
+// local deadline moves to sent + vt - margin (the server extended the claim
+// to at least sent + vt), the next heartbeat is due at sent + vt/3. One
+// call's claims are queued again under one lock, so the heartbeat loop
+// never sees part of a batch: what went out together stays together.
+func (w *Worker) acked(cls []*claim, sent time.Time) {
 	w.mu.Lock()
-	if cl.gone {
-		w.mu.Unlock()
-		return
+	live := cls[:0:0]
+	for _, cl := range cls {
+		if cl.gone {
+			continue
+		}
+		cl.deadline.Extend(cl.bounded(sent.Add(cl.vt - cl.margin)))
+		cl.nextHB = sent.Add(cl.vt / 3)
+		w.pushLocked(cl)
+		live = append(live, cl)
 	}
-	cl.deadline.Extend(cl.bounded(sent.Add(cl.vt - cl.margin)))
-	cl.nextHB = sent.Add(cl.vt / 3)
-	w.pushLocked(cl)
 	w.mu.Unlock()
-	cl.notifyDeadline()
+	for _, cl := range live {
+		cl.notifyDeadline()
+	}
 }
 
 // notifyDeadline calls the job's OnDeadline function with the current
@@ -208,11 +216,10 @@ func (w *Worker) heartbeats() {
 		}
 		var fire <-chan time.Time
 		if !next.IsZero() {
-			d := next.Sub(w.clk.Now())
-			if d <= 0 {
+			if !next.After(w.clk.Now()) {
 				continue
 			}
-			timer.Reset(d)
+			clock.ResetAt(w.clk, timer, next)
 			fire = timer.C()
 		}
 		select {
@@ -260,6 +267,7 @@ func (w *Worker) sendHeartbeats(batch []*claim, sent time.Time) {
 		return
 	}
 	res := resp.GetResults()
+	var ok []*claim
 	for i, cl := range batch {
 		if i >= len(res) || res[i].GetJobId() != cl.ref.id || res[i].GetAttempt() != cl.ref.attempt {
 			w.retryHeartbeat(cl)
@@ -269,8 +277,9 @@ func (w *Worker) sendHeartbeats(batch []*claim, sent time.Time) {
 			w.lose(cl, fmt.Errorf("%w: job %d attempt %d: heartbeat refused: %w", ErrClaimLost, cl.ref.id, cl.ref.attempt, client.ItemError(e)))
 			continue
 		}
-		w.acked(cl, sent)
+		ok = append(ok, cl)
 	}
+	w.acked(ok, sent)
 }
 
 // refused reports whether a whole call was refused in a way a repeat

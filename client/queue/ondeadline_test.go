@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -38,5 +39,48 @@ func TestOnDeadlineAndDefaultHandler(t *testing.T) {
 	recv(t, h.f.heartbeats, "heartbeat")
 	if d := recv(t, deadlines, "deadline after the heartbeat"); !d.Equal(h.at(38*time.Second)) || !d.Equal(s.j.Deadline()) {
 		t.Fatalf("deadline after the heartbeat sent at t0+10s: t0+%s", d.Sub(h.t0))
+	}
+}
+
+// The claims of one acknowledged heartbeat call are queued again together:
+// while an OnDeadline function of the first still runs, the next heartbeat
+// is due for both and goes out as one call (queued one by one, a clock
+// that moved between two of them split the batch).
+func TestAcknowledgedBatchStaysTogether(t *testing.T) {
+	h := newHarness(t)
+	h.f.add("default", "k", nil, 30*time.Second)
+	h.f.add("default", "k", nil, 30*time.Second)
+	ch := make(chan started, 10)
+	hit, release := make(chan struct{}, 1), make(chan struct{})
+	defer close(release)
+	var blocked atomic.Bool
+	w := h.worker(WithQueue("default", 2))
+	w.Handle("k", func(ctx context.Context, j *Job) error {
+		first := true
+		j.OnDeadline(func(time.Time) {
+			if first {
+				first = false
+				return
+			}
+			if blocked.CompareAndSwap(false, true) {
+				hit <- struct{}{}
+				<-release
+			}
+		})
+		return blocking(ch, nil)(ctx, j)
+	})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, ch, "start")
+	recv(t, ch, "start")
+	h.advanceTo(h.at(10 * time.Second))
+	if hb := recv(t, h.f.heartbeats, "heartbeat"); len(hb.req.GetAttempts()) != 2 {
+		t.Fatalf("first heartbeat %v", hb.req)
+	}
+	recv(t, hit, "an OnDeadline call after the acknowledgement")
+	h.advanceTo(h.at(20 * time.Second))
+	if hb := recv(t, h.f.heartbeats, "heartbeat"); len(hb.req.GetAttempts()) != 2 {
+		t.Fatalf("heartbeat at t0+20s split the batch: %v", hb.req)
 	}
 }
