@@ -159,6 +159,7 @@ func (f *FSM) ApplyBatchTo(entries [][]byte, sink func(i int, events []Event)) [
 	f.version++
 	f.st.emitting = sink != nil
 	defer func() { f.st.emitting, f.st.events = false, nil }()
+	defer f.publishQueueChanges()
 	for i, data := range entries {
 		if data != nil {
 			cmd := &fsmv1.Command{}
@@ -185,6 +186,7 @@ func (f *FSM) ApplyCommandEvents(cmd *fsmv1.Command) (any, []Event) {
 	f.version++
 	f.st.emitting = true
 	defer func() { f.st.emitting, f.st.events = false, nil }()
+	defer f.publishQueueChanges()
 	res := f.st.apply(cmd)
 	return res, f.st.events
 }

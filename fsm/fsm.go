@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/coordd/coordd/coorderr"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
@@ -23,6 +24,10 @@ type FSM struct {
 	// version counts the changes of st (commands applied, restores), so
 	// that Digest can reuse its last result while nothing changed.
 	version uint64
+
+	// queueEpoch counts the applies and restores that changed the job
+	// queue or its settings (QueueEpoch).
+	queueEpoch atomic.Uint64
 
 	digestMu      sync.Mutex // one digest at a time; the others wait and reuse it
 	digest        string
@@ -52,7 +57,24 @@ func (f *FSM) ApplyCommand(cmd *fsmv1.Command) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.version++
+	defer f.publishQueueChanges()
 	return f.st.apply(cmd)
+}
+
+// QueueEpoch changes whenever an applied command or a restore changed the
+// job queue or its settings (a job added, moved, made due, lapsed or
+// removed; a pause, limit, target or bulk operation). Commands that touch
+// only leases, windows and fences leave it as it was, so the leader's
+// queue loops need not look again after them.
+func (f *FSM) QueueEpoch() uint64 { return f.queueEpoch.Load() }
+
+// publishQueueChanges moves the last apply's queue changes to queueEpoch
+// (under f.mu).
+func (f *FSM) publishQueueChanges() {
+	if c := f.st.queueChanges; c != 0 {
+		f.st.queueChanges = 0
+		f.queueEpoch.Add(c)
+	}
 }
 
 // apply dispatches one command. Every command type is handled here.
@@ -77,6 +99,16 @@ func (s *state) apply(cmd *fsmv1.Command) any {
 	day := now
 	if cmd.GetCalendarMs() > 0 {
 		day = cal
+	}
+	switch cmd.GetType() {
+	case fsmv1.CommandType_COMMAND_TYPE_ACQUIRE, fsmv1.CommandType_COMMAND_TYPE_RENEW,
+		fsmv1.CommandType_COMMAND_TYPE_RELEASE, fsmv1.CommandType_COMMAND_TYPE_CLAIM_WINDOW,
+		fsmv1.CommandType_COMMAND_TYPE_COMPLETE_WINDOW, fsmv1.CommandType_COMMAND_TYPE_FENCED_COMMIT,
+		fsmv1.CommandType_COMMAND_TYPE_BATCH:
+		// leases, windows and fences: the queue changed only if the
+		// stamps above made jobs due or lapsed (counted there)
+	default:
+		s.queueChanges++ // a tick (rate tokens), or a command about jobs, queues or schedules
 	}
 	switch cmd.GetType() {
 	case fsmv1.CommandType_COMMAND_TYPE_TICK:
@@ -190,6 +222,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.st = st
 	f.version++
+	f.queueEpoch.Add(1)
 	f.mu.Unlock()
 	return nil
 }

@@ -619,6 +619,7 @@ func (s *state) shareNames(j *QueueJob) {
 
 // insertJob stores a new job and indexes it.
 func (s *state) insertJob(j *QueueJob) {
+	s.queueChanges++
 	s.shareNames(j)
 	s.qjobs.ReplaceOrInsert(j)
 	s.qidx.addStatic(j)
@@ -629,6 +630,7 @@ func (s *state) insertJob(j *QueueJob) {
 // replaceJob stores n in place of old (same id) and moves its index
 // entries.
 func (s *state) replaceJob(old, n *QueueJob) {
+	s.queueChanges++
 	s.qidx.removeDynamic(old)
 	s.qjobs.ReplaceOrInsert(n)
 	s.qidx.addDynamic(n)
@@ -639,6 +641,7 @@ func (s *state) replaceJob(old, n *QueueJob) {
 // deleteJob removes a job and its index entries (retention). A queue's
 // counts go with its last job, so they stay bounded by the queues in use.
 func (s *state) deleteJob(j *QueueJob) {
+	s.queueChanges++
 	s.qidx.removeDynamic(j)
 	s.qidx.removeStatic(j)
 	s.qjobs.Delete(j)

@@ -19,8 +19,12 @@ type state struct {
 	idem         *btree.BTreeG[*Idempotency]
 	members      *btree.BTreeG[*Member]
 	registryJobs *btree.BTreeG[*RegistryJob]
-	qjobs        *btree.BTreeG[*QueueJob]    // the job queue, by id
-	lastJobID    uint64                      // the last queue job id assigned
+	qjobs        *btree.BTreeG[*QueueJob] // the job queue, by id
+	lastJobID    uint64                   // the last queue job id assigned
+	// queueChanges counts this apply's changes to the job queue (jobs,
+	// queue settings): bookkeeping for the leader's queue loops, moved to
+	// FSM.queueEpoch after each apply; never replicated or decided on.
+	queueChanges uint64
 	fetchSeq     uint64                      // fetches applied: the round robin's start
 	schedules    *btree.BTreeG[*Schedule]    // by name, tombstones included
 	qtargets     *btree.BTreeG[*QueueTarget] // queues' HTTP targets, by queue (queue_target.go)

@@ -75,8 +75,9 @@ type Node struct {
 	notifyCh  chan bool
 	leader    atomic.Pointer[leaderState]
 	proposals chan *proposal
-	queued    atomic.Int64 // commands with the proposer, not yet in an entry
-	waiters   waitQueues   // Acquire calls waiting for a lease (leader only)
+	queued    atomic.Int64  // commands with the proposer, not yet in an entry
+	queueSeen atomic.Uint64 // the fsm.QueueEpoch the queue's loops were last woken for
+	waiters   waitQueues    // Acquire calls waiting for a lease (leader only)
 	// services run while this node leads (node/leader); the node's own
 	// that other code wakes are kept here too.
 	services    *leader.Lifecycle

@@ -29,10 +29,14 @@ import (
 //   - a Fail's retry jitter is drawn here and stamped into the command, so
 //     the FSM stays deterministic.
 
-// queueChanged tells the dispatcher and the fetch pump to look again.
+// queueChanged tells the dispatcher and the fetch pump to look again when
+// an applied command changed the queue (fsm.QueueEpoch): a lease, window or
+// fence command that left it as it was wakes neither.
 func (n *Node) queueChanged() {
-	n.dispatcher.Poke()
-	n.fetchPump.Poke()
+	if e := n.fsm.QueueEpoch(); e != n.queueSeen.Swap(e) {
+		n.dispatcher.Poke()
+		n.fetchPump.Poke()
+	}
 }
 
 // fetchQueue is the line of Fetch calls waiting on this leader, in
