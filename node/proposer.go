@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/coordd/coordd/fsm"
@@ -62,9 +63,14 @@ func (n *Node) result(ctx context.Context, p *proposal) (any, error) {
 	}
 }
 
-// runProposer forms entries from queued proposals and applies them.
+// runProposer forms entries from queued proposals and applies them; one
+// committer goroutine waits for their futures in order and answers the
+// proposals (a goroutine per entry cost two goroutine starts and one more
+// hand-off between Raft's answer and the caller).
 func (n *Node) runProposer() {
 	slots := make(chan struct{}, maxInflightEntries)
+	inflight := make(chan entryInFlight, maxInflightEntries)
+	go n.runCommitter(inflight, slots)
 	var batch []*proposal
 	drain := func() {
 		for len(batch) < maxBatch {
@@ -105,27 +111,57 @@ func (n *Node) runProposer() {
 			<-slots
 			continue
 		}
-		f := n.raft.Apply(data, n.cfg.ApplyTimeout)
-		go func(batch []*proposal) {
-			defer func() { <-slots }()
-			if err := n.await(context.Background(), f); err != nil {
-				fail(batch, err)
-				return
-			}
-			resp := f.Response()
-			if len(batch) == 1 {
-				batch[0].done <- proposalResult{resp: resp}
-				return
-			}
-			results, ok := resp.(fsm.BatchResult)
-			if !ok || len(results) != len(batch) {
-				fail(batch, fmt.Errorf("batch of %d answered with %T", len(batch), resp))
-				return
-			}
-			for i, p := range batch {
-				p.done <- proposalResult{resp: results[i]}
-			}
-		}(batch)
+		// inflight has a place per slot: this send never waits.
+		inflight <- entryInFlight{f: n.raft.Apply(data, n.cfg.ApplyTimeout), batch: batch}
+	}
+}
+
+// entryInFlight is an applied entry and the proposals it carries.
+type entryInFlight struct {
+	f     raft.ApplyFuture
+	batch []*proposal
+}
+
+// runCommitter answers the proposals of each entry in flight, in order,
+// and frees its slot. It blocks on Raft's futures, which offer nothing to
+// select on, so it is counted in n.futures rather than n.wg: a future
+// still queued when Raft shuts down is never answered, and the callers
+// stop waiting at shutdown (result) whatever the committer does.
+func (n *Node) runCommitter(inflight <-chan entryInFlight, slots <-chan struct{}) {
+	for {
+		var e entryInFlight
+		select {
+		case e = <-inflight:
+		case <-n.ctx.Done():
+			return
+		}
+		n.futures.Add(1)
+		err := n.translate(e.f.Error())
+		n.futures.Add(-1)
+		n.answer(e, err)
+		<-slots
+	}
+}
+
+// answer hands each proposal of an applied entry its result.
+func (n *Node) answer(e entryInFlight, err error) {
+	batch := e.batch
+	if err != nil {
+		fail(batch, err)
+		return
+	}
+	resp := e.f.Response()
+	if len(batch) == 1 {
+		batch[0].done <- proposalResult{resp: resp}
+		return
+	}
+	results, ok := resp.(fsm.BatchResult)
+	if !ok || len(results) != len(batch) {
+		fail(batch, fmt.Errorf("batch of %d answered with %T", len(batch), resp))
+		return
+	}
+	for i, p := range batch {
+		p.done <- proposalResult{resp: results[i]}
 	}
 }
 
