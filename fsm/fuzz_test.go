@@ -2,9 +2,13 @@ package fsm
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"iter"
+	"maps"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/btree"
@@ -352,8 +356,7 @@ func (s *state) queueIndexDiff() string {
 		{"finOK", dumpTree(a.finOK), dumpTree(b.finOK)},
 		{"finOther", dumpTree(a.finOther), dumpTree(b.finOther)},
 		{"byQueue", dumpTree(a.byQueue), dumpTree(b.byQueue)},
-		{"byState", dumpTree(a.byState), dumpTree(b.byState)},
-		{"byQueueState", dumpTree(a.byQueueState), dumpTree(b.byQueueState)},
+		{"states", a.states.dump(), b.states.dump()},
 		{"byKind", dumpTree(a.byKind), dumpTree(b.byKind)},
 		{"byLabel", dumpTree(a.byLabel), dumpTree(b.byLabel)},
 		{"unique", fmt.Sprint(a.unique), fmt.Sprint(b.unique)},
@@ -375,6 +378,22 @@ func (s *state) queueIndexDiff() string {
 		}
 	}
 	return ""
+}
+
+// dump lists the ids by state, then by (queue, state) in order; an empty
+// tree kept in the map shows as one.
+func (s *stateIDs) dump() string {
+	var b strings.Builder
+	for st, t := range s.byState {
+		fmt.Fprintf(&b, "%d:%s ", st, dumpTree(t))
+	}
+	refs := slices.SortedFunc(maps.Keys(s.byQueueState), func(x, y queueStateRef) int {
+		return cmp.Or(cmp.Compare(x.queue, y.queue), cmp.Compare(x.state, y.state))
+	})
+	for _, r := range refs {
+		fmt.Fprintf(&b, "%s/%d:%s ", r.queue, r.state, dumpTree(s.byQueueState[r]))
+	}
+	return b.String()
 }
 
 func dumpTree[T any](t *btree.BTreeG[T]) string {

@@ -381,17 +381,6 @@ type queueKey struct {
 	id    uint64
 }
 
-type stateKey struct {
-	state JobState
-	id    uint64
-}
-
-type queueStateKey struct {
-	queue string
-	state JobState
-	id    uint64
-}
-
 type labelKey struct {
 	key, value string
 	id         uint64
@@ -409,14 +398,6 @@ func lessQueueKey(a, b queueKey) bool {
 	return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.id, b.id)) < 0
 }
 
-func lessStateKey(a, b stateKey) bool {
-	return cmp.Or(cmp.Compare(a.state, b.state), cmp.Compare(a.id, b.id)) < 0
-}
-
-func lessQueueStateKey(a, b queueStateKey) bool {
-	return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.state, b.state), cmp.Compare(a.id, b.id)) < 0
-}
-
 func lessLabelKey(a, b labelKey) bool {
 	return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.value, b.value), cmp.Compare(a.id, b.id)) < 0
 }
@@ -427,19 +408,18 @@ func lessQueueJob(a, b *QueueJob) bool { return a.ID < b.ID }
 // restore, never in snapshots or the digest. Maps are only looked up,
 // never iterated into output (stats are sorted by queue name).
 type queueIndex struct {
-	due          *btree.BTreeG[timeKey]  // scheduled and retryable, by run_at
-	running      *btree.BTreeG[timeKey]  // running, by visibility deadline
-	avail        *btree.BTreeG[availKey] // available, per queue by priority, run_at
-	deliver      *btree.BTreeG[availKey] // available with a target, by priority, run_at (queue "")
-	finOK        *btree.BTreeG[timeKey]  // succeeded, by finish time
-	finOther     *btree.BTreeG[timeKey]  // cancelled and dead, by finish time
-	byQueue      *btree.BTreeG[queueKey]
-	byState      *btree.BTreeG[stateKey]
-	byQueueState *btree.BTreeG[queueStateKey]
-	byKind       *btree.BTreeG[queueKey] // queue field holds the kind
-	byLabel      *btree.BTreeG[labelKey]
-	unique       map[uniqueRef]uint64
-	stats        map[string]*queueCounts
+	due      *btree.BTreeG[timeKey]  // scheduled and retryable, by run_at
+	running  *btree.BTreeG[timeKey]  // running, by visibility deadline
+	avail    *btree.BTreeG[availKey] // available, per queue by priority, run_at
+	deliver  *btree.BTreeG[availKey] // available with a target, by priority, run_at (queue "")
+	finOK    *btree.BTreeG[timeKey]  // succeeded, by finish time
+	finOther *btree.BTreeG[timeKey]  // cancelled and dead, by finish time
+	byQueue  *btree.BTreeG[queueKey]
+	states   stateIDs                // by state, and by queue and state
+	byKind   *btree.BTreeG[queueKey] // queue field holds the kind
+	byLabel  *btree.BTreeG[labelKey]
+	unique   map[uniqueRef]uint64
+	stats    map[string]*queueCounts
 	// live counts the jobs that are not final per submitting identity
 	// (none for ""): what SubmitJobs.max_live_jobs judges.
 	live map[string]int
@@ -473,21 +453,20 @@ type QueueCounters struct {
 
 func newQueueIndex() *queueIndex {
 	return &queueIndex{
-		due:          btree.NewG(btreeDegree, lessTime),
-		running:      btree.NewG(btreeDegree, lessTime),
-		avail:        btree.NewG(btreeDegree, lessAvail),
-		deliver:      btree.NewG(btreeDegree, lessAvail),
-		finOK:        btree.NewG(btreeDegree, lessTime),
-		finOther:     btree.NewG(btreeDegree, lessTime),
-		byQueue:      btree.NewG(btreeDegree, lessQueueKey),
-		byState:      btree.NewG(btreeDegree, lessStateKey),
-		byQueueState: btree.NewG(btreeDegree, lessQueueStateKey),
-		byKind:       btree.NewG(btreeDegree, lessQueueKey),
-		byLabel:      btree.NewG(btreeDegree, lessLabelKey),
-		unique:       map[uniqueRef]uint64{},
-		stats:        map[string]*queueCounts{},
-		live:         map[string]int{},
-		runningKind:  map[uniqueRef]int{},
+		due:         btree.NewG(btreeDegree, lessTime),
+		running:     btree.NewG(btreeDegree, lessTime),
+		avail:       btree.NewG(btreeDegree, lessAvail),
+		deliver:     btree.NewG(btreeDegree, lessAvail),
+		finOK:       btree.NewG(btreeDegree, lessTime),
+		finOther:    btree.NewG(btreeDegree, lessTime),
+		byQueue:     btree.NewG(btreeDegree, lessQueueKey),
+		states:      newStateIDs(),
+		byKind:      btree.NewG(btreeDegree, lessQueueKey),
+		byLabel:     btree.NewG(btreeDegree, lessLabelKey),
+		unique:      map[uniqueRef]uint64{},
+		stats:       map[string]*queueCounts{},
+		live:        map[string]int{},
+		runningKind: map[uniqueRef]int{},
 	}
 }
 
@@ -537,8 +516,7 @@ func (q *queueIndex) removeDynamic(j *QueueJob) { q.dynamic(j, false) }
 // dynamic adds (or removes) the entries that depend on j's state: one
 // list of them, so that adding and removing cannot drift apart.
 func (q *queueIndex) dynamic(j *QueueJob, add bool) {
-	setKey(q.byState, stateKey{j.State, j.ID}, add)
-	setKey(q.byQueueState, queueStateKey{j.Queue, j.State, j.ID}, add)
+	q.states.set(j.Queue, j.State, j.ID, add)
 	switch j.State {
 	case JobScheduled, JobRetryable:
 		setKey(q.due, timeKey{j.RunAt, j.ID}, add)

@@ -156,16 +156,10 @@ func (s *state) walkSelected(sel *fsmv1.JobSelector, after, upto uint64, visit f
 		q.byLabel.AscendGreaterOrEqual(labelKey{k, v, from}, func(x labelKey) bool { return x.key == k && x.value == v && step(x.id) })
 	case sel.GetKind() != "":
 		q.byKind.AscendGreaterOrEqual(queueKey{sel.GetKind(), from}, func(x queueKey) bool { return x.queue == sel.GetKind() && step(x.id) })
-	case sel.GetQueue() != "" && sel.GetState() != 0:
-		qs, st := sel.GetQueue(), JobState(sel.GetState())
-		q.byQueueState.AscendGreaterOrEqual(queueStateKey{qs, st, from}, func(x queueStateKey) bool {
-			return x.queue == qs && x.state == st && step(x.id)
-		})
+	case sel.GetState() != 0: // of one queue, or of all ("")
+		q.states.ascend(sel.GetQueue(), JobState(sel.GetState()), from, step)
 	case sel.GetQueue() != "":
 		q.byQueue.AscendGreaterOrEqual(queueKey{sel.GetQueue(), from}, func(x queueKey) bool { return x.queue == sel.GetQueue() && step(x.id) })
-	case sel.GetState() != 0:
-		st := JobState(sel.GetState())
-		q.byState.AscendGreaterOrEqual(stateKey{st, from}, func(x stateKey) bool { return x.state == st && step(x.id) })
 	default:
 		s.qjobs.AscendGreaterOrEqual(&QueueJob{ID: from}, func(j *QueueJob) bool { return step(j.ID) })
 	}
@@ -446,14 +440,10 @@ func (f *FSM) ScanQueueJobs(fl JobFilter, q JobSearch, before uint64, limit, max
 		})
 	case fl.Kind != "":
 		idx.byKind.DescendLessOrEqual(queueKey{fl.Kind, top}, func(k queueKey) bool { return k.queue == fl.Kind && visit(k.id) })
-	case fl.Queue != "" && fl.State != 0:
-		idx.byQueueState.DescendLessOrEqual(queueStateKey{fl.Queue, fl.State, top}, func(k queueStateKey) bool {
-			return k.queue == fl.Queue && k.state == fl.State && visit(k.id)
-		})
+	case fl.State != 0: // of one queue, or of all ("")
+		idx.states.descend(fl.Queue, fl.State, top, visit)
 	case fl.Queue != "":
 		idx.byQueue.DescendLessOrEqual(queueKey{fl.Queue, top}, func(k queueKey) bool { return k.queue == fl.Queue && visit(k.id) })
-	case fl.State != 0:
-		idx.byState.DescendLessOrEqual(stateKey{fl.State, top}, func(k stateKey) bool { return k.state == fl.State && visit(k.id) })
 	default:
 		f.st.qjobs.DescendLessOrEqual(&QueueJob{ID: top}, func(j *QueueJob) bool { return visit(j.ID) })
 	}
@@ -494,12 +484,6 @@ func (f *FSM) RunningAttempts(queue string, limit int) (out []RunningAttempt, mo
 		out = append(out, RunningAttempt{JobID: j.ID, Queue: j.Queue, Kind: j.Kind, Attempt: *a})
 		return true
 	}
-	if queue != "" {
-		f.st.qidx.byQueueState.AscendGreaterOrEqual(queueStateKey{queue, JobRunning, 0}, func(k queueStateKey) bool {
-			return k.queue == queue && k.state == JobRunning && collect(k.id)
-		})
-	} else {
-		f.st.qidx.byState.AscendGreaterOrEqual(stateKey{JobRunning, 0}, func(k stateKey) bool { return k.state == JobRunning && collect(k.id) })
-	}
+	f.st.qidx.states.ascend(queue, JobRunning, 0, collect)
 	return out, more
 }

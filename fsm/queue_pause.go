@@ -90,11 +90,8 @@ func (s *state) pauseQueue(cal int64, c *fsmv1.PauseQueue) any {
 func (s *state) reindexDeliveries(queue string, change func()) {
 	var ids []uint64
 	if s.qidx.counts(queue).deliveries > 0 {
-		s.qidx.byQueueState.AscendGreaterOrEqual(queueStateKey{queue, JobAvailable, 0}, func(k queueStateKey) bool {
-			if k.queue != queue || k.state != JobAvailable {
-				return false
-			}
-			ids = append(ids, k.id)
+		s.qidx.states.ascend(queue, JobAvailable, 0, func(id uint64) bool {
+			ids = append(ids, id)
 			return true
 		})
 	}

@@ -60,14 +60,10 @@ func (f *FSM) ListQueueJobs(fl JobFilter, before uint64, limit int) (out []Queue
 		})
 	case fl.Kind != "":
 		q.byKind.DescendLessOrEqual(queueKey{fl.Kind, top}, func(k queueKey) bool { return k.queue == fl.Kind && visit(k.id) })
-	case fl.Queue != "" && fl.State != 0:
-		q.byQueueState.DescendLessOrEqual(queueStateKey{fl.Queue, fl.State, top}, func(k queueStateKey) bool {
-			return k.queue == fl.Queue && k.state == fl.State && visit(k.id)
-		})
+	case fl.State != 0: // of one queue, or of all ("")
+		q.states.descend(fl.Queue, fl.State, top, visit)
 	case fl.Queue != "":
 		q.byQueue.DescendLessOrEqual(queueKey{fl.Queue, top}, func(k queueKey) bool { return k.queue == fl.Queue && visit(k.id) })
-	case fl.State != 0:
-		q.byState.DescendLessOrEqual(stateKey{fl.State, top}, func(k stateKey) bool { return k.state == fl.State && visit(k.id) })
 	default:
 		f.st.qjobs.DescendLessOrEqual(&QueueJob{ID: top}, func(j *QueueJob) bool { return visit(j.ID) })
 	}
