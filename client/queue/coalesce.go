@@ -77,6 +77,17 @@ type coalescer struct {
 func (c *coalescer) submit(ctx context.Context, j *coordv1.NewJob) (*coordv1.SubmittedJob, error) {
 	m := &member{ctx: ctx, job: j, done: make(chan struct{})}
 	c.mu.Lock()
+	if c.inFlight < c.slots && len(c.waiting) == 0 {
+		// A slot is free and nobody waits: the call goes out alone, from
+		// the caller's own goroutine, as without coalescing (a goroutine
+		// of its own cost a start, a stack grown again down through gRPC
+		// and two hand-offs per call).
+		c.inFlight++
+		m.sent = true
+		c.mu.Unlock()
+		c.run([]*member{m})
+		return m.res, m.err
+	}
 	c.waiting = append(c.waiting, m)
 	c.startLocked()
 	c.mu.Unlock()
