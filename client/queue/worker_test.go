@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -518,5 +519,42 @@ func TestCancellationWatchCancelsHandler(t *testing.T) {
 	}
 	if b.ctx.Err() != nil {
 		t.Fatalf("job 2 cancelled by another attempt's event: %v", context.Cause(b.ctx))
+	}
+}
+
+// A handler goroutine that finished its job runs the next one (its stack
+// already grown) instead of a new goroutine per job. Jobs run one at a
+// time here; a free goroutine may miss a job that comes while it is still
+// on its way back, so the bound is loose: without the reuse there is one
+// goroutine per job.
+func TestHandlerGoroutinesReused(t *testing.T) {
+	h := newHarness(t)
+	const jobs = 20
+	for range jobs {
+		h.f.add("q", "k", nil, 30*time.Second)
+	}
+	var mu sync.Mutex
+	goroutines := map[string]bool{}
+	done := make(chan struct{}, jobs)
+	w := h.worker(WithQueue("q", 1))
+	w.Handle("k", func(ctx context.Context, j *Job) error {
+		buf := make([]byte, 64)
+		id, _, _ := strings.Cut(string(buf[:runtime.Stack(buf, false)]), " [")
+		mu.Lock()
+		goroutines[id] = true
+		mu.Unlock()
+		done <- struct{}{}
+		return nil
+	})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for range jobs {
+		recv(t, done, "a job run")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(goroutines) > jobs/2 {
+		t.Fatalf("%d jobs ran on %d goroutines", jobs, len(goroutines))
 	}
 }
