@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -479,4 +480,28 @@ func TestSubmitCoalescedBytesCap(t *testing.T) {
 	if len(r1.GetJobs()) != 2 || len(r2.GetJobs()) != 1 {
 		t.Fatalf("calls of %d and %d jobs, want 2 and 1", len(r1.GetJobs()), len(r2.GetJobs()))
 	}
+}
+
+// A lone call finding a free slot is sent from the caller's goroutine (no
+// goroutine of the coalescer's carries it), and answers a cancellation in
+// flight as a coalesced member does: outcome unknown, at once.
+func TestSubmitLoneCallCancelledInFlight(t *testing.T) {
+	h := newHarness(t)
+	g := holdSubmits(h)
+	ctx := testCtx(t)
+	q := New(h.c, WithSubmitCoalescing(1))
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a := goSubmit(cctx, q, 0, "hold")
+	recv(t, g.arrived, "the lone submit")
+	buf := make([]byte, 1<<20)
+	if dump := string(buf[:runtime.Stack(buf, true)]); strings.Contains(dump, "created by github.com/coordd/coordd/client/queue.(*coalescer)") {
+		t.Fatalf("the lone call runs on a goroutine the coalescer started:\n%s", dump)
+	}
+	cancel()
+	ra := recv(t, a, "a's answer")
+	if !errors.Is(ra.err, client.ErrUnknownOutcome) || !errors.Is(ra.err, client.ErrUnavailable) {
+		t.Fatalf("a: %v", ra.err)
+	}
+	g.release <- struct{}{}
 }
