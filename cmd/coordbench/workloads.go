@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/coordd/coordd/internal/pbtime"
 
 	"github.com/coordd/coordd/client"
@@ -23,6 +25,7 @@ var workloadFuncs = map[string]workload{
 	"acquire-release":      acquireRelease,
 	"contended":            contended,
 	"renew":                renew,
+	"grpc-floor":           grpcFloor,
 	"keepalive":            keepalive,
 	"fenced-commit":        fencedCommit(false),
 	"fenced-commit-hot":    fencedCommit(true),
@@ -222,6 +225,24 @@ func renew(ctx context.Context, cfg config, n int) (*result, error) {
 	})
 	r.add("leases", cfg.leases)
 	return r, nil
+}
+
+// grpcFloor calls the leader's gRPC health check, which does no work: one
+// unary gRPC round trip on this machine, its latency and (cluster_cores)
+// its server CPU, with nothing of coordd's behind it. Subtracted from
+// another workload's numbers on the same cluster it leaves what coordd's
+// own path costs (docs/benchmarks.md, "Where a commit's time goes").
+func grpcFloor(ctx context.Context, cfg config, n int) (*result, error) {
+	cc, err := leaderConn(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	h := healthpb.NewHealthClient(cc)
+	return drive(cfg, "grpc-floor", n, func(w, i int) (bool, error) {
+		_, err := h.Check(ctx, &healthpb.HealthCheckRequest{})
+		return true, err
+	}), nil
 }
 
 // setup runs f(0) to f(count-1) on 64 goroutines, each taking every 64th
