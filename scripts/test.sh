@@ -66,6 +66,9 @@ if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit
 go test -race -count=1 -parallel 4 -timeout 20m "$@" ./integration/ ./...
 # The Kubernetes manifests' validation: a module of its own (k8s.io/api).
 (cd deploy/kubernetes && go mod tidy -diff >/dev/null && go vet ./... && go test -count=1 "$@" ./...)
+# The commit-timeline reader of runtime traces (docs/benchmarks.md): a
+# module of its own (golang.org/x/exp/trace).
+(cd tools/tracecommit && go mod tidy -diff >/dev/null && go vet ./... && go test -count=1 "$@" ./...)
 # The tenant-flood test measures latency, which the race detector would
 # measure instead: it runs here without it (it skips under -race).
 if [ $# -eq 0 ]; then go test -count=1 -timeout 5m -run '^TestQuotasKeepTheOtherTenantFast$' ./integration/; fi
