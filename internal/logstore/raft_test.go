@@ -73,7 +73,8 @@ type raftNode struct {
 	fsm   *sumFSM
 	trans *raft.InmemTransport
 	// tcp, when set, is the node's transport instead of trans: hashicorp's
-	// NetworkTransport on loopback, as coordd's nodes talk.
+	// NetworkTransport on loopback, as coordd's nodes talk. stop closes it,
+	// so such a node is not started again.
 	tcp *raft.NetworkTransport
 	r   *raft.Raft
 }
