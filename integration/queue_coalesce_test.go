@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/client/queue"
 	"github.com/coordd/coordd/internal/testcluster"
+	"github.com/coordd/coordd/internal/testutil"
 )
 
 // Submits coalesced by the SDK (client/queue/coalesce.go) on a real
@@ -169,7 +169,7 @@ func benchSubmits(b *testing.B, opt queue.ClientOption, rate float64) {
 	var next atomic.Int64
 	var failed atomic.Value
 	rpcs.Store(0)
-	cpu0 := processCPU()
+	cpu0 := testutil.ProcessCPU()
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -190,20 +190,11 @@ func benchSubmits(b *testing.B, opt queue.ClientOption, rate float64) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	cpu := processCPU() - cpu0
+	cpu := testutil.ProcessCPU() - cpu0
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
 	b.ReportMetric(float64(rpcs.Load())/float64(b.N), "rpcs/job")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/job")
-}
-
-// processCPU is this process's user and system CPU time so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

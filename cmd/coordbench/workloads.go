@@ -231,7 +231,7 @@ func renew(ctx context.Context, cfg config, n int) (*result, error) {
 // unary gRPC round trip on this machine, its latency and (cluster_cores)
 // its server CPU, with nothing of coordd's behind it. Subtracted from
 // another workload's numbers on the same cluster it leaves what coordd's
-// own path costs (docs/benchmarks.md, "Where a commit's time goes").
+// own path costs (docs/benchmarks.md, "Where a commit's time and CPU go").
 func grpcFloor(ctx context.Context, cfg config, n int) (*result, error) {
 	cc, err := leaderConn(ctx, cfg)
 	if err != nil {

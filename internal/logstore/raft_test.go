@@ -6,12 +6,13 @@ import (
 	"io"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/coordd/coordd/internal/testutil"
 )
 
 // sumFSM adds up uint64 commands.
@@ -365,7 +366,7 @@ func BenchmarkRaftCommit(b *testing.B) {
 					b.Fatal(err)
 				}
 				cmd := make([]byte, 8)
-				cpu0 := processCPU(b)
+				cpu0 := testutil.ProcessCPU()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					binary.BigEndian.PutUint64(cmd, uint64(i))
@@ -374,17 +375,8 @@ func BenchmarkRaftCommit(b *testing.B) {
 					}
 				}
 				b.StopTimer()
-				b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+				b.ReportMetric(float64((testutil.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 			})
 		}
 	}
-}
-
-// processCPU is this process's CPU time so far, user and system.
-func processCPU(tb testing.TB) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,5 +1,5 @@
 // Package testutil holds the small helpers tests across coordd share: a
-// poll loop and a buffer safe for concurrent writes. It is a leaf (the
+// poll loop, a buffer safe for concurrent writes and the process's CPU time. It is a leaf (the
 // standard library only), so any package's tests can use it without an
 // import cycle.
 package testutil
@@ -7,6 +7,7 @@ package testutil
 import (
 	"bytes"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -69,4 +70,14 @@ func Field(doc map[string]any, path ...string) any {
 		v = m[p]
 	}
 	return v
+}
+
+// ProcessCPU is this process's user and system CPU time so far (0 if the
+// system will not say): benchmarks report CPU per operation with it.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
