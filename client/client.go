@@ -238,7 +238,13 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 	redirects := 0
 	uncertain := false // an attempt may have been applied
 	refused := 0       // attempts in a row that could not connect
+	var told error     // the last error that said more than "out of time"
 	finish := func(err error) error {
+		if !telling(err) && told != nil {
+			// The time ran out in an attempt (or while it waited for a
+			// connection): what the cluster said before is the news.
+			err = told
+		}
 		err = c.wrapFinal(err)
 		if uncertain {
 			return &unknownOutcomeError{err: err}
@@ -255,12 +261,20 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 		if ctx.Value(noAttemptTimeout{}) != nil {
 			actx, cancel = context.WithCancel(ctx)
 		}
-		err = call(actx, cc)
+		probe := &attemptProbe{}
+		err = call(context.WithValue(actx, attemptProbeKey{}, probe), cc)
 		cancel()
 		if err == nil {
 			return nil
 		}
 		kind, addr := classify(err)
+		neverReached := probe.neverReached(err)
+		if neverReached {
+			kind = retry // it waited for a connection: nothing was sent
+		}
+		if telling(err) {
+			told = err
+		}
 		if kind == unknown {
 			uncertain = true
 		}
@@ -286,7 +300,7 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 				return finish(err)
 			}
 		case retry:
-			if refused = refusedInARow(refused, err); refused > 0 && refused < len(c.endpoints) {
+			if refused = refusedInARow(refused, err, neverReached); refused > 0 && refused < len(c.endpoints) {
 				continue // a node that cannot be connected to costs no wait: another may be up
 			}
 		}

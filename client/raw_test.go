@@ -45,8 +45,14 @@ func (n *scriptedNode) count() int {
 	return n.calls
 }
 
-func (n *scriptedNode) FencedCommit(context.Context, *coordv1.FencedCommitRequest) (*coordv1.FencedCommitResponse, error) {
-	if err := n.next(); err != nil {
+// errHang in a script makes that call wait until the caller gives up.
+var errHang = errors.New("hang")
+
+func (n *scriptedNode) FencedCommit(ctx context.Context, _ *coordv1.FencedCommitRequest) (*coordv1.FencedCommitResponse, error) {
+	if err := n.next(); errors.Is(err, errHang) {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	} else if err != nil {
 		return nil, err
 	}
 	return &coordv1.FencedCommitResponse{Accepted: true, Generation: 3}, nil
@@ -242,5 +248,48 @@ func TestRefusingNodeCostsNoBackoff(t *testing.T) {
 	defer scancel()
 	if _, err := coordv1.NewCoordinatorClient(c2.Raw()).FencedCommit(sctx, req); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnknownOutcome) {
 		t.Fatalf("all refusing: %v", err)
+	}
+}
+
+// silentAddr is a loopback address that takes TCP connections (the
+// kernel's backlog) but never answers: a frozen node.
+func silentAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	return lis.Addr().String()
+}
+
+// A call whose time runs out while it still waits for a connection sent
+// nothing: its outcome is known (not applied), whatever the call, and
+// the error says the cluster could not be reached.
+func TestTimeoutWaitingForConnectionIsNotUnknown(t *testing.T) {
+	req := &coordv1.FencedCommitRequest{Resource: "r", LeaseName: "l", Generation: 3} // not idempotent
+	for _, eps := range [][]string{{silentAddr(t)}, {refusingAddr(t), silentAddr(t)}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := coordv1.NewCoordinatorClient(rawClient(t, eps...).Raw()).FencedCommit(ctx, req)
+		cancel()
+		if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnknownOutcome) {
+			t.Fatalf("%d endpoints: %v", len(eps), err)
+		}
+	}
+}
+
+// When the time runs out in an attempt, the error is what the cluster
+// said before (here LEADERSHIP_LOST), not a bare "deadline exceeded"; the
+// outcome stays unknown.
+func TestTimeoutReportsTheLastAnswer(t *testing.T) {
+	n, addr := startScripted(t, reasonErr(codes.Unavailable, "LEADERSHIP_LOST"), errHang)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	req := &coordv1.FencedCommitRequest{Resource: "r", LeaseName: "l", Generation: 3, IdempotencyKey: "k"}
+	c := testClient(t, []string{addr}, WithRetryBackoff(time.Millisecond, 5*time.Millisecond), WithAttemptTimeout(time.Minute))
+	_, err := coordv1.NewCoordinatorClient(c.Raw()).FencedCommit(ctx, req)
+	var e *Error
+	if !errors.Is(err, ErrUnknownOutcome) || !errors.As(err, &e) || e.Reason != "LEADERSHIP_LOST" || n.count() != 2 {
+		t.Fatalf("%v, %d calls", err, n.count())
 	}
 }

@@ -373,11 +373,17 @@ func (c *Client) addressOf(id, advertised string) string {
 }
 
 // observeLeader is a unary interceptor on the connection to ep: a
-// response that names the leader (leaderHeader) moves the client there.
+// response that names the leader (leaderHeader) moves the client there,
+// and the attempt's probe (if any) learns whether the call got a
+// connection to the node.
 func (c *Client) observeLeader(ep string) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		var md metadata.MD
-		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&md))...)
+		var p peer.Peer // set once the call has a stream on a connection
+		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&md), grpc.Peer(&p))...)
+		if probe, ok := ctx.Value(attemptProbeKey{}).(*attemptProbe); ok {
+			probe.observed, probe.reached = true, p.Addr != nil
+		}
 		if v := md.Get(leaderHeader); len(v) > 0 && v[0] != "" && v[0] != ep {
 			c.redirected(ep, v[0])
 		}
