@@ -2,11 +2,11 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/coordd/coordd/internal/jsonvalid"
 	"github.com/coordd/coordd/internal/pbtime"
 
 	"google.golang.org/grpc"
@@ -378,7 +378,7 @@ func (q *queue) Complete(ctx context.Context, req *coordv1.QueueCompleteRequest)
 			if len(c.GetResult()) > fsm.MaxJobResultBytes {
 				return invalidItem(i, "result", "is %d bytes; the limit is %d", len(c.GetResult()), fsm.MaxJobResultBytes)
 			}
-			if r := c.GetResult(); len(r) > 0 && !json.Valid(r) {
+			if r := c.GetResult(); len(r) > 0 && !jsonvalid.Valid(r) {
 				return invalidItem(i, "result", "must be a JSON value (a string, a number, an object, ...)")
 			}
 			return firstErr(checkItemTraceparent(i, c.GetTraceparent()),

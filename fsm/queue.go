@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/google/btree"
 
+	"github.com/coordd/coordd/internal/jsonvalid"
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
@@ -239,7 +239,7 @@ func CheckJobSpec(s *fsmv1.QueueJobSpec) (field, problem string) {
 func checkJobSpec(s *fsmv1.QueueJobSpec, rules uint32) (field, problem string) {
 	text := rules >= 1
 	switch {
-	case rules >= 2 && len(s.GetArgs()) > 0 && !json.Valid(s.GetArgs()):
+	case rules >= 2 && len(s.GetArgs()) > 0 && !jsonvalid.Valid(s.GetArgs()):
 		return "args", "must be a JSON value (an object, an array, a string, a number, true, false or null)"
 	case s.GetQueue() == "" || len(s.GetQueue()) > MaxQueueNameBytes:
 		return "queue", fmt.Sprintf("must be 1 to %d bytes", MaxQueueNameBytes)

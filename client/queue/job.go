@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordd/coordd/client"
 	"github.com/coordd/coordd/coorderr"
+	"github.com/coordd/coordd/internal/jsonvalid"
 	"github.com/coordd/coordd/internal/pbtime"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
 )
@@ -115,7 +116,7 @@ func (j *Job) checkResult() error {
 	switch {
 	case len(j.result) > maxResultBytes:
 		return Permanent(fmt.Errorf("job %d: the result is %d bytes; the limit is %d", j.ID, len(j.result), maxResultBytes))
-	case len(j.result) > 0 && !json.Valid(j.result):
+	case len(j.result) > 0 && !jsonvalid.Valid(j.result):
 		return Permanent(fmt.Errorf("job %d: the result is not JSON (SetResult takes a JSON value, e.g. json.Marshal of it)", j.ID))
 	}
 	return nil
