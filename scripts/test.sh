@@ -86,4 +86,5 @@ if [ -n "${COORDD_FUZZTIME:-}" ]; then
   go test ./internal/auth -run '^$' -fuzz '^FuzzParseACL$' -fuzztime "$COORDD_FUZZTIME"
   go test ./internal/apijson -run '^$' -fuzz '^FuzzRoundTrip$' -fuzztime "$COORDD_FUZZTIME"
   go test ./schedule -run '^$' -fuzz '^FuzzCalendarZones$' -fuzztime "$COORDD_FUZZTIME"
+  go test ./internal/jsonvalid -run '^$' -fuzz '^FuzzValid$' -fuzztime "$COORDD_FUZZTIME"
 fi
