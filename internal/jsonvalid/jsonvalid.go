@@ -110,19 +110,8 @@ func (p *parser) object(depth int) bool {
 		if !p.value(depth) {
 			return false
 		}
-		p.space()
-		if p.i >= len(p.b) {
-			return false
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-			p.space()
-		case '}':
-			p.i++
-			return true
-		default:
-			return false
+		if more, ok := p.after('}'); !more {
+			return ok
 		}
 	}
 }
@@ -138,21 +127,29 @@ func (p *parser) array(depth int) bool {
 		if !p.value(depth) {
 			return false
 		}
-		p.space()
-		if p.i >= len(p.b) {
-			return false
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-			p.space()
-		case ']':
-			p.i++
-			return true
-		default:
-			return false
+		if more, ok := p.after(']'); !more {
+			return ok
 		}
 	}
+}
+
+// after reads what follows a member of an object or an element of an
+// array: a ',' (more follows: more) or close (the end: ok).
+func (p *parser) after(close byte) (more, ok bool) {
+	p.space()
+	if p.i >= len(p.b) {
+		return false, false
+	}
+	switch p.b[p.i] {
+	case ',':
+		p.i++
+		p.space()
+		return true, true
+	case close:
+		p.i++
+		return false, true
+	}
+	return false, false
 }
 
 // str reads a string: any byte from 0x20 up but '"' and '\\' (as
