@@ -272,8 +272,8 @@ func (c *Client) invokeConn(ctx context.Context, idempotent bool, call func(cont
 		if neverReached {
 			kind = retry // it waited for a connection: nothing was sent
 		}
-		if telling(err) {
-			told = err
+		if telling(err) && kind != redirect {
+			told = err // a redirect is routing, not why the call failed
 		}
 		if kind == unknown {
 			uncertain = true
