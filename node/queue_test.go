@@ -167,6 +167,11 @@ func TestLongPollWakesOnSubmit(t *testing.T) {
 
 	empty := n.longPoll(bg(), "w", 10, 3*time.Second, "q")
 	eventually(t, "the poll waits", func() bool { return n.fetchers() == 1 })
+	// In line before its timer is armed: advancing before then would move
+	// the timer's start, not bring it closer.
+	if !n.clock.WaitArmed(n.clock.Now().Add(3*time.Second), 5*time.Second) {
+		t.Fatal("no timer at the poll's wait")
+	}
 	n.clock.Advance(2999 * time.Millisecond)
 	stillWaiting(t, empty, "before its wait")
 	n.clock.Advance(time.Millisecond)
