@@ -227,6 +227,14 @@ func (f *Fake) WaitArmed(at time.Time, timeout time.Duration) bool {
 	return f.waitFor(timeout, func(t *fakeTimer) bool { return t.at.Equal(at) })
 }
 
+// WaitArmedBetween blocks until a timer is armed to fire in (from, to],
+// or timeout (real time) passes; it reports whether it saw one. For a
+// timer whose duration the code under test computes from real time (a
+// context's deadline), so that only its range is known.
+func (f *Fake) WaitArmedBetween(from, to time.Time, timeout time.Duration) bool {
+	return f.waitFor(timeout, func(t *fakeTimer) bool { return t.at.After(from) && !t.at.After(to) })
+}
+
 // WaitTimers blocks until at least n timers or tickers are armed, or
 // timeout (real time) passes; it reports whether it saw them.
 func (f *Fake) WaitTimers(n int, timeout time.Duration) bool {

@@ -234,3 +234,19 @@ func TestTimerAtAnInstant(t *testing.T) {
 		t.Fatal("real ResetAt: not armed")
 	}
 }
+
+// WaitArmedBetween sees a timer armed inside its range (upper end
+// included) and none outside it.
+func TestWaitArmedBetween(t *testing.T) {
+	f := NewFake(time.Unix(100, 0))
+	now := f.Now()
+	tm := f.NewTimer(3 * time.Second)
+	defer tm.Stop()
+	if !f.WaitArmedBetween(now.Add(2*time.Second), now.Add(3*time.Second), time.Second) {
+		t.Fatal("the timer at its range's end not seen")
+	}
+	if f.WaitArmedBetween(now, now.Add(2*time.Second), 20*time.Millisecond) ||
+		f.WaitArmedBetween(now.Add(3*time.Second), now.Add(time.Hour), 20*time.Millisecond) {
+		t.Fatal("a timer outside the range seen")
+	}
+}

@@ -266,6 +266,12 @@ func TestLongPollContext(t *testing.T) {
 	// clock for (at most) that long.
 	dch := n.longPoll(dctx, "w", 1, time.Minute, "q")
 	eventually(t, "the poll waits", func() bool { return n.fetchers() == 1 })
+	// Its timer is armed just after it is in line, for the deadline's
+	// 10 s less what has passed and the margin: wait for it before the
+	// clock moves.
+	if now := n.clock.Now(); !n.clock.WaitArmedBetween(now.Add(5*time.Second), now.Add(9750*time.Millisecond), 5*time.Second) {
+		t.Fatal("no timer for the bounded poll")
+	}
 	n.clock.Advance(9750 * time.Millisecond)
 	if f := got(t, dch, "the bounded poll"); len(f.Jobs) != 0 {
 		t.Fatalf("%+v", f)
