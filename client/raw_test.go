@@ -292,4 +292,14 @@ func TestTimeoutReportsTheLastAnswer(t *testing.T) {
 	if !errors.Is(err, ErrUnknownOutcome) || !errors.As(err, &e) || e.Reason != "LEADERSHIP_LOST" || n.count() != 2 {
 		t.Fatalf("%v, %d calls", err, n.count())
 	}
+
+	// A node's own TIMEOUT (DEADLINE_EXCEEDED with a reason) is an answer:
+	// it is reported, not the NO_LEADER before it.
+	n, addr = startScripted(t, reasonErr(codes.Unavailable, "NO_LEADER"), reasonErr(codes.DeadlineExceeded, "TIMEOUT"))
+	noKey := &coordv1.FencedCommitRequest{Resource: "r", LeaseName: "l", Generation: 3}
+	c = testClient(t, []string{addr}, WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+	_, err = coordv1.NewCoordinatorClient(c.Raw()).FencedCommit(context.Background(), noKey)
+	if !errors.Is(err, ErrUnknownOutcome) || !errors.As(err, &e) || e.Reason != "TIMEOUT" || n.count() != 2 {
+		t.Fatalf("after NO_LEADER, TIMEOUT: %v, %d calls", err, n.count())
+	}
 }

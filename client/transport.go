@@ -5,6 +5,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/coorderr"
 )
 
 // notSent reports whether a transport error happened before any request
@@ -41,9 +43,13 @@ func refusedInARow(n int, err error, neverReached bool) int {
 }
 
 // telling reports whether err says something about the cluster (a
-// verdict, a reason, a refused connection) rather than only that an
-// attempt's time ran out: what a call that ran out of time reports.
+// verdict, a reason — a node's TIMEOUT too —, a refused connection) rather
+// than only that an attempt's time ran out: what a call that ran out of
+// time reports.
 func telling(err error) bool {
-	st, ok := status.FromError(err)
-	return !ok || st.Code() != codes.DeadlineExceeded && st.Code() != codes.Canceled
+	st, info := coorderr.Info(err)
+	if st == nil || info.GetReason() != "" {
+		return true
+	}
+	return st.Code() != codes.DeadlineExceeded && st.Code() != codes.Canceled
 }
