@@ -192,7 +192,7 @@ func oneJobCall[Req interface{ GetId() uint64 }, Cmd, Resp any](s *Server, ctx c
 			var zero Resp
 			return zero, err
 		}
-		return resp(queueJobToProto(&o.Job, true, true), o.Duplicate), nil
+		return resp(queueJobToProto(o.Job, true, true), o.Duplicate), nil
 	})
 }
 
@@ -253,7 +253,7 @@ func (q *queue) Fetch(ctx context.Context, req *coordv1.QueueFetchRequest) (*coo
 		}
 		out := &coordv1.QueueFetchResponse{Jobs: make([]*coordv1.ClaimedJob, len(r.Jobs))}
 		for i := range r.Jobs {
-			j := &r.Jobs[i]
+			j := r.Jobs[i]
 			a, _ := j.Current()
 			out.Jobs[i] = &coordv1.ClaimedJob{Job: queueJobToProto(j, true, false), Attempt: attemptToProto(j.ID, a)}
 			s.queueMetrics.observeStart(j, a)

@@ -106,7 +106,7 @@ func TestSubmitSpansBecomeTheJobsContext(t *testing.T) {
 	// A completion's span: the child of the worker's span, else the job's.
 	j := fsm.QueueJob{ID: 9, Queue: "q", Kind: "k", TraceParent: specs[1].GetTraceParent(), State: fsm.JobSucceeded}
 	s.outcomeSpan(context.Background(), "coordd.job.complete", s.spanStart(), &coordv1.JobCompletion{JobId: 9, Attempt: 2}, "",
-		&fsm.JobOutcome{Job: j}, nil)
+		&fsm.JobOutcome{Job: &j}, nil)
 	s.outcomeSpan(context.Background(), "coordd.job.fail", s.spanStart(), &coordv1.JobFailure{JobId: 9, Attempt: 3}, parentTP,
 		nil, &coordv1.JobItemError{Reason: "STALE_ATTEMPT"})
 	ended = rec.Ended()[3:]

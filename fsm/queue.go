@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -572,7 +573,20 @@ func setKey[K any](t *btree.BTreeG[K], k K, add bool) {
 	}
 }
 
-func (s *state) qjob(id uint64) *QueueJob { return find(s.qjobs, &QueueJob{ID: id}) }
+func (s *state) qjob(id uint64) *QueueJob {
+	// The tree's Get keeps no reference to its key, but the key escapes
+	// through the less function: a probe from a pool instead of a new
+	// QueueJob (about 300 bytes) per lookup, several per job's way
+	// through the queue on every node (docs/benchmarks.md, "A large state").
+	p := jobProbes.Get().(*QueueJob)
+	p.ID = id
+	j := find(s.qjobs, p)
+	jobProbes.Put(p)
+	return j
+}
+
+// jobProbes hold QueueJobs with only an ID set, as lookup keys.
+var jobProbes = sync.Pool{New: func() any { return new(QueueJob) }}
 
 // shareNames points j's queue, kind and identity at the equal strings of
 // the job with the highest id (the one submitted, or restored, just

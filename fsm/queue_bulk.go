@@ -313,7 +313,7 @@ func (s *state) deleteJobs(c *fsmv1.DeleteJobs) any {
 		j := s.qjob(id)
 		switch {
 		case j == nil && id != 0 && id <= s.lastJobID:
-			out[i] = &JobOutcome{Job: QueueJob{ID: id}, Duplicate: true}
+			out[i] = &JobOutcome{Job: &QueueJob{ID: id}, Duplicate: true}
 		case j == nil:
 			out[i] = jobNotFound(id)
 		case !j.State.Final():
@@ -321,7 +321,7 @@ func (s *state) deleteJobs(c *fsmv1.DeleteJobs) any {
 				"job %d is %s, not final: cancel it first, then delete it", id, j.State)
 		default:
 			s.deleteJob(j)
-			out[i] = &JobOutcome{Job: *j}
+			out[i] = &JobOutcome{Job: j}
 		}
 	}
 	return out

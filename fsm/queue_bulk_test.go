@@ -265,7 +265,7 @@ func TestScanQueueJobsIsBounded(t *testing.T) {
 			t.Fatalf("page %d looked at %d jobs", pages, scanned)
 		}
 		pages++
-		found = append(found, ids(out)...)
+		found = append(found, idsOf(out)...)
 		if next == 0 {
 			break
 		}

@@ -26,15 +26,19 @@ type SubmittedJob struct {
 // JobOutcome is a job after a command on it. Duplicate: the command
 // changed nothing because it had been done (a repeated Complete, Fail,
 // Cancel or Retry returns the job as the first one left it).
+// Job is the stored record itself: records are immutable once stored
+// (QueueJob), so a result shares it instead of copying it (a copy per
+// job and command on every node, where only the leader's is read).
 type JobOutcome struct {
-	Job       QueueJob
+	Job       *QueueJob
 	Duplicate bool
 }
 
 // FetchResult is the outcome of a FetchJobs: the jobs handed out, each
-// running with its new attempt (Job.Current()).
+// running with its new attempt (Job.Current()); the stored records, as
+// in JobOutcome.
 type FetchResult struct {
-	Jobs []QueueJob
+	Jobs []*QueueJob
 }
 
 // JobResults holds one result per item of a Heartbeat, Complete, Fail,
@@ -189,7 +193,7 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 			avail += int(c.states[JobAvailable])
 		}
 	}
-	res := &FetchResult{Jobs: make([]QueueJob, 0, min(avail, int(c.GetMax())))}
+	res := &FetchResult{Jobs: make([]*QueueJob, 0, min(avail, int(c.GetMax())))}
 	empty := make([]bool, len(queues))
 	gates := s.gates(queues, cal) // the queues' limits (queue_limits.go)
 	left := len(queues)
@@ -218,9 +222,9 @@ func (s *state) fetchJobs(cal int64, c *fsmv1.FetchJobs) any {
 			if job == nil {
 				job = s.qjob(head.id)
 			}
-			res.Jobs = append(res.Jobs, *s.claim(job, cal, c.GetWorkerId(), c.GetIdentity()))
+			res.Jobs = append(res.Jobs, s.claim(job, cal, c.GetWorkerId(), c.GetIdentity()))
 			if gates[i] != nil {
-				gates[i].took(&res.Jobs[len(res.Jobs)-1])
+				gates[i].took(res.Jobs[len(res.Jobs)-1])
 			}
 		}
 	}
@@ -258,21 +262,22 @@ func checkAttempt(j *QueueJob, id uint64, n uint32, worker, identity string) *Re
 	if j == nil {
 		return jobNotFound(id)
 	}
-	meta := attemptMeta(j, n)
+	// The refusal's metadata is built only for a refusal: an accepted
+	// call (nearly every one) allocates nothing here.
 	if n == 0 || n > j.Attempts {
-		return reject(coorderr.AttemptLost, meta, "job %d has no attempt %d (its last is %d)", j.ID, n, j.Attempts)
+		return reject(coorderr.AttemptLost, attemptMeta(j, n), "job %d has no attempt %d (its last is %d)", j.ID, n, j.Attempts)
 	}
 	a := j.attempt(n)
 	if a != nil && a.Identity != "" && a.Identity != identity {
 		return reject(coorderr.IdentityMismatch, nil, "attempt %d of job %d is bound to the identity that fetched it, not %q", n, j.ID, identity)
 	}
 	if a != nil && a.WorkerID != worker {
-		return reject(coorderr.AttemptLost, meta, "attempt %d of job %d was handed to worker %q, not %q", n, j.ID, a.WorkerID, worker)
+		return reject(coorderr.AttemptLost, attemptMeta(j, n), "attempt %d of job %d was handed to worker %q, not %q", n, j.ID, a.WorkerID, worker)
 	}
 	if cur, ok := j.Current(); ok && cur.Number == n {
 		return nil
 	}
-	return attemptOver(j, n, a, meta)
+	return attemptOver(j, n, a, attemptMeta(j, n))
 }
 
 // attemptOver explains why attempt n (record a, nil when no longer kept)
@@ -343,7 +348,7 @@ func attemptItems[R any](s *state, worker, field string, items []R, check func(i
 		n := j.withLog()
 		change(r, n, &n.Log[len(n.Log)-1])
 		s.replaceJob(j, n)
-		out[i] = &JobOutcome{Job: *n}
+		out[i] = &JobOutcome{Job: n}
 	}
 	return out
 }
@@ -356,7 +361,7 @@ func (s *state) settling(id uint64, n uint32, worker, identity string, outcome A
 	j := s.qjob(id)
 	if j != nil {
 		if a := j.attempt(n); a != nil && a.Outcome == outcome && a.WorkerID == worker && a.Identity == identity {
-			return nil, &JobOutcome{Job: *j, Duplicate: true}
+			return nil, &JobOutcome{Job: j, Duplicate: true}
 		}
 	}
 	if rej := checkAttempt(j, id, n, worker, identity); rej != nil {
@@ -430,7 +435,7 @@ func (s *state) cancelJobs(cal int64, c *fsmv1.CancelJobs) any {
 	return s.jobItems(c.GetJobIds(), func(j *QueueJob) any {
 		switch {
 		case j.State == JobCancelled:
-			return &JobOutcome{Job: *j, Duplicate: true}
+			return &JobOutcome{Job: j, Duplicate: true}
 		case j.State.Final():
 			return reject(coorderr.JobFinished, map[string]string{"job_id": strconv.FormatUint(j.ID, 10), "state": j.State.String()},
 				"job %d is already %s", j.ID, j.State)
@@ -439,7 +444,7 @@ func (s *state) cancelJobs(cal int64, c *fsmv1.CancelJobs) any {
 		if c.GetIdentity() != "" {
 			why = fmt.Sprintf("cancelled by %q", c.GetIdentity())
 		}
-		return &JobOutcome{Job: *s.cancelJob(j, cal, why)}
+		return &JobOutcome{Job: s.cancelJob(j, cal, why)}
 	})
 }
 
@@ -495,7 +500,7 @@ func (s *state) retryJobs(cal int64, c *fsmv1.RetryJobs) any {
 		meta := map[string]string{"job_id": strconv.FormatUint(j.ID, 10), "state": j.State.String()}
 		switch j.State {
 		case JobAvailable:
-			return &JobOutcome{Job: *j, Duplicate: true}
+			return &JobOutcome{Job: j, Duplicate: true}
 		case JobRunning:
 			return reject(coorderr.JobRunning, meta, "job %d is running (attempt %d); cancel it first or wait", j.ID, j.Attempts)
 		case JobSucceeded:
@@ -507,7 +512,7 @@ func (s *state) retryJobs(cal int64, c *fsmv1.RetryJobs) any {
 		}
 		n.State, n.RunAt, n.UpdatedAt, n.FinishedAt = JobAvailable, cal, cal, 0
 		s.replaceJob(j, &n)
-		return &JobOutcome{Job: n}
+		return &JobOutcome{Job: &n}
 	})
 }
 

@@ -102,7 +102,7 @@ func TestQueueKindLimitPassesOverFullKinds(t *testing.T) {
 	if more := fetch(t, f, t0+1, "w", 100, "q"); len(more) != 0 {
 		t.Fatalf("second fetch handed out %d", len(more))
 	}
-	var a QueueJob
+	var a *QueueJob
 	for _, j := range got {
 		if j.Kind == "a" {
 			a = j

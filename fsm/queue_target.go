@@ -162,13 +162,13 @@ func fillTargetDefaults(t *fsmv1.HttpTarget) {
 // higher priority first, then earlier run_at, then lower id, across
 // queues.
 func (s *state) fetchTargeted(cal int64, c *fsmv1.FetchJobs) any {
-	res := &FetchResult{Jobs: make([]QueueJob, 0, min(s.qidx.deliver.Len(), int(c.GetMax())))}
+	res := &FetchResult{Jobs: make([]*QueueJob, 0, min(s.qidx.deliver.Len(), int(c.GetMax())))}
 	for len(res.Jobs) < int(c.GetMax()) {
 		head, ok := s.qidx.deliver.Min()
 		if !ok {
 			break
 		}
-		res.Jobs = append(res.Jobs, *s.claim(s.qjob(head.id), cal, c.GetWorkerId(), c.GetIdentity()))
+		res.Jobs = append(res.Jobs, s.claim(s.qjob(head.id), cal, c.GetWorkerId(), c.GetIdentity()))
 	}
 	return res
 }

@@ -18,7 +18,7 @@ func submitRules(t testing.TB, f *FSM, cal int64, rules uint32, specs ...*fsmv1.
 	return runAt(t, f, 0, cal, &fsmv1.SubmitJobs{Jobs: specs, Identity: "submitter", SpecRules: rules})
 }
 
-func fetchTargeted(t testing.TB, f *FSM, cal int64, worker string, maxJobs uint32) []QueueJob {
+func fetchTargeted(t testing.TB, f *FSM, cal int64, worker string, maxJobs uint32) []*QueueJob {
 	t.Helper()
 	out := runAt(t, f, 0, cal, &fsmv1.FetchJobs{Targeted: true, Max: maxJobs, WorkerId: worker, Identity: "id-" + worker})
 	r, ok := out.(*FetchResult)

@@ -67,7 +67,7 @@ func submitOne(t testing.TB, f *FSM, cal int64, s *fsmv1.QueueJobSpec) QueueJob 
 	return j
 }
 
-func fetch(t testing.TB, f *FSM, cal int64, worker string, maxJobs uint32, queues ...string) []QueueJob {
+func fetch(t testing.TB, f *FSM, cal int64, worker string, maxJobs uint32, queues ...string) []*QueueJob {
 	t.Helper()
 	out := runAt(t, f, 0, cal, &fsmv1.FetchJobs{Queues: queues, Max: maxJobs, WorkerId: worker, Identity: "id-" + worker})
 	r, ok := out.(*FetchResult)
@@ -77,7 +77,16 @@ func fetch(t testing.TB, f *FSM, cal int64, worker string, maxJobs uint32, queue
 	return r.Jobs
 }
 
-func ids(js []QueueJob) []uint64 {
+func ids(js []*QueueJob) []uint64 {
+	out := make([]uint64, len(js))
+	for i, j := range js {
+		out[i] = j.ID
+	}
+	return out
+}
+
+// idsOf: ids of jobs as a read returns them (copies).
+func idsOf(js []QueueJob) []uint64 {
 	out := make([]uint64, len(js))
 	for i, j := range js {
 		out[i] = j.ID
@@ -637,8 +646,8 @@ func TestQueueRetention(t *testing.T) {
 		t.Fatalf("by count: %+v", r)
 	}
 	left, _ := f.ListQueueJobs(JobFilter{}, 0, 10)
-	if fmt.Sprint(ids(left)) != "[6 5 4]" {
-		t.Fatalf("kept: %v", ids(left))
+	if fmt.Sprint(idsOf(left)) != "[6 5 4]" {
+		t.Fatalf("kept: %v", idsOf(left))
 	}
 	if r := runAt(t, f, 0, t0+12, &fsmv1.Prune{MaxFinishedJobs: 1}).(*PruneResult); r.Jobs != 1 {
 		t.Fatalf("by count, failures: %+v", r)
@@ -647,8 +656,8 @@ func TestQueueRetention(t *testing.T) {
 	// does not touch jobs.
 	runAt(t, f, 1<<50, t0+13, &fsmv1.Prune{CutoffMs: 1 << 50, JobsCutoffMs: t0 + 1_000_000})
 	left, _ = f.ListQueueJobs(JobFilter{}, 0, 10)
-	if fmt.Sprint(ids(left)) != "[6]" {
-		t.Fatalf("kept: %v", ids(left))
+	if fmt.Sprint(idsOf(left)) != "[6]" {
+		t.Fatalf("kept: %v", idsOf(left))
 	}
 	st := f.QueueStats("q", t0+13)
 	if len(st) != 1 || st[0].Available != 1 || st[0].Succeeded+st[0].Dead+st[0].Cancelled != 0 {
@@ -726,7 +735,7 @@ func TestQueueListAndStats(t *testing.T) {
 	fetch(t, f, t0, "w", 1, "a") // 2 runs
 	list := func(fl JobFilter, before uint64, limit int) string {
 		js, more := f.ListQueueJobs(fl, before, limit)
-		return fmt.Sprint(ids(js), more)
+		return fmt.Sprint(idsOf(js), more)
 	}
 	cases := []struct {
 		fl     JobFilter
