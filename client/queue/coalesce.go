@@ -85,7 +85,11 @@ func (c *coalescer) submit(ctx context.Context, j *coordv1.NewJob) (*coordv1.Sub
 		c.inFlight++
 		m.sent = true
 		c.mu.Unlock()
-		c.run([]*member{m})
+		c.send([]*member{m})
+		c.mu.Lock()
+		c.inFlight--
+		c.startLocked()
+		c.mu.Unlock()
 		return m.res, m.err
 	}
 	c.waiting = append(c.waiting, m)
@@ -110,8 +114,17 @@ func (c *coalescer) submit(ctx context.Context, j *coordv1.NewJob) (*coordv1.Sub
 	return nil, ctxError(ctx, sent)
 }
 
-// startLocked sends batches of the waiting calls while slots are free.
+// startLocked sends batches of the waiting calls while slots are free,
+// each from a goroutine of its own (run).
 func (c *coalescer) startLocked() {
+	for batch := c.nextLocked(); batch != nil; batch = c.nextLocked() {
+		go c.run(batch)
+	}
+}
+
+// nextLocked takes the next batch of waiting calls and its slot, or
+// returns nil when no slot is free or nobody waits.
+func (c *coalescer) nextLocked() []*member {
 	for c.inFlight < c.slots && len(c.waiting) > 0 {
 		var batch []*member
 		size := 0
@@ -135,21 +148,28 @@ func (c *coalescer) startLocked() {
 		if len(c.waiting) == 0 {
 			c.waiting = nil
 		}
-		if len(batch) == 0 {
-			return
+		if len(batch) > 0 {
+			c.inFlight++
+			return batch
 		}
-		c.inFlight++
-		go c.run(batch)
 	}
+	return nil
 }
 
-// run makes the RPC of one batch, answers its members and frees the slot.
+// run makes the RPC of one batch, answers its members and frees the slot;
+// while calls wait it goes on with the next batch itself. Under load one
+// goroutine so carries batch after batch (a goroutine started per batch
+// grew its stack again down through gRPC each time: 5 % of a producer's
+// CPU at 10,000 submits/s).
 func (c *coalescer) run(batch []*member) {
-	c.send(batch)
-	c.mu.Lock()
-	c.inFlight--
-	c.startLocked()
-	c.mu.Unlock()
+	for batch != nil {
+		c.send(batch)
+		c.mu.Lock()
+		c.inFlight--
+		batch = c.nextLocked()
+		c.startLocked() // slots freed meanwhile (none, as a rule)
+		c.mu.Unlock()
+	}
 }
 
 // send submits the jobs of ms in one call and answers each member as if it

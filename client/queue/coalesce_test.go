@@ -4,16 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/coordd/coordd/client"
+	"github.com/coordd/coordd/clock"
 	"github.com/coordd/coordd/coorderr"
 	"github.com/coordd/coordd/internal/tracectx"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -504,4 +508,48 @@ func TestSubmitLoneCallCancelledInFlight(t *testing.T) {
 		t.Fatalf("a: %v", ra.err)
 	}
 	g.release <- struct{}{}
+}
+
+// BenchmarkSubmitCoalesced: 64 callers at once through a Client with two
+// RPC slots, so that most calls share RPCs, against the in-process fake
+// over loopback gRPC, on the real clock (the fake keeps every job: run it
+// with a bounded -benchtime).
+func BenchmarkSubmitCoalesced(b *testing.B) {
+	f := newFakeQueue(clock.NewFake(time.Now())) // the server's; the client runs on the real clock
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	coordv1.RegisterQueueServer(srv, f)
+	coordv1.RegisterCoordinatorServer(srv, f)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	c, err := client.New(context.Background(), []string{lis.Addr().String()}, client.WithOwner("b"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	q := New(c, WithSubmitCoalescing(2))
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(32) // 64 goroutines on 2 Ps
+	created := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(created)
+	before := created[0].Value.Uint64()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := q.Submit(ctx, "k", 1); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	metrics.Read(created)
+	f.mu.Lock()
+	rpcs := len(f.submits)
+	f.mu.Unlock()
+	// The gRPC server starts one goroutine per call; the rest is the SDK's.
+	b.ReportMetric(float64(rpcs)/float64(b.N), "rpcs/op")
+	b.ReportMetric(float64(created[0].Value.Uint64()-before)/float64(b.N), "goroutines/op")
 }

@@ -35,6 +35,7 @@ type fakeQueue struct {
 	mu        sync.Mutex
 	nextID    uint64
 	jobs      map[uint64]*coordv1.QueueJob
+	keys      map[[2]string]*coordv1.QueueJob // by queue and unique key
 	avail     map[string][]uint64
 	added     chan struct{} // closed and replaced when jobs are added
 	deadlines map[ref]time.Time
@@ -70,7 +71,7 @@ type hbCall struct {
 }
 
 func newFakeQueue(clk *clock.Fake) *fakeQueue {
-	return &fakeQueue{clk: clk, jobs: map[uint64]*coordv1.QueueJob{}, avail: map[string][]uint64{}, added: make(chan struct{}),
+	return &fakeQueue{clk: clk, jobs: map[uint64]*coordv1.QueueJob{}, keys: map[[2]string]*coordv1.QueueJob{}, avail: map[string][]uint64{}, added: make(chan struct{}),
 		deadlines: map[ref]time.Time{}, fetched: make(chan *coordv1.QueueFetchRequest, 100), fetchEnded: make(chan error, 100),
 		heartbeats: make(chan hbCall, 100), completes: make(chan *coordv1.QueueCompleteRequest, 100),
 		fails: make(chan *coordv1.QueueFailRequest, 100), commits: make(chan *coordv1.FencedCommitRequest, 100)}
@@ -215,6 +216,9 @@ func (f *fakeQueue) Submit(ctx context.Context, r *coordv1.QueueSubmitRequest) (
 		j := &coordv1.QueueJob{Id: f.nextID, Queue: nj.GetQueue(), Kind: nj.GetKind(), Args: nj.GetArgs(), UniqueKey: nj.GetUniqueKey(),
 			State: coordv1.JobState_JOB_STATE_SCHEDULED, RunAt: pbtime.At(nj.GetRunAtMs()), Labels: nj.GetLabels()}
 		f.jobs[j.Id] = j
+		if j.GetUniqueKey() != "" {
+			f.keys[[2]string{j.GetQueue(), j.GetUniqueKey()}] = j
+		}
 		resp.Jobs = append(resp.Jobs, &coordv1.SubmittedJob{Id: j.Id, State: j.State, RunAt: pbtime.At(j.GetRunAtMs())})
 	}
 	if f.lostAfterApply > 0 {
@@ -226,12 +230,7 @@ func (f *fakeQueue) Submit(ctx context.Context, r *coordv1.QueueSubmitRequest) (
 }
 
 func (f *fakeQueue) byKey(queue, key string) *coordv1.QueueJob {
-	for _, j := range f.jobs {
-		if j.GetQueue() == queue && j.GetUniqueKey() == key {
-			return j
-		}
-	}
-	return nil
+	return f.keys[[2]string{queue, key}]
 }
 
 func (f *fakeQueue) Get(_ context.Context, r *coordv1.QueueGetRequest) (*coordv1.QueueGetResponse, error) {
