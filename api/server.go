@@ -21,7 +21,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -213,7 +212,7 @@ type Server struct {
 	log          *slog.Logger
 	node         Node
 	metrics      *metrics
-	grpcMetrics  *grpcprom.ServerMetrics
+	grpcMetrics  *grpcMetrics
 	httpMetrics  *httpMetrics
 	monitor      *monitor
 	queueMetrics *queueMetrics
@@ -342,8 +341,8 @@ func (s *Server) start() error {
 	codec := newRequestCodec() // an undecodable request is INVALID_ARGUMENT (codec.go)
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ForceServerCodecV2(codec),
 		// Per-call metrics first: they see every answer, refusals too (rpcmetrics.go).
-		grpc.ChainUnaryInterceptor(s.grpcMetrics.UnaryServerInterceptor(), s.traceUnary, codec.unary, s.unaryGuard),
-		grpc.ChainStreamInterceptor(s.grpcMetrics.StreamServerInterceptor(), codec.stream, s.streamGuard),
+		grpc.ChainUnaryInterceptor(s.grpcMetrics.unary, s.traceUnary, codec.unary, s.unaryGuard),
+		grpc.ChainStreamInterceptor(s.grpcMetrics.stream, codec.stream, s.streamGuard),
 		// The SDK pings idle connections (every 10 s by default) to notice a
 		// frozen node; gRPC's default policy (5 min, only with streams)
 		// would answer those pings with GOAWAY too_many_pings, ending a
