@@ -101,7 +101,7 @@ func TestGRPCMetricsAsTheProvider(t *testing.T) {
 		{"/coord.v1.Queue/Submit", context.DeadlineExceeded}, // a context error counts as its code
 		{"/coord.v1.Queue/Submit", context.Canceled},
 		{"/coord.v1.Queue/Submit", io.ErrUnexpectedEOF}, // any other error: Unknown
-		{"no-slash", nil},                               // unknown/unknown
+		{"no-slash", nil}, // unknown/unknown
 	}
 	for _, c := range calls {
 		for _, u := range unaries {
