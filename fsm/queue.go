@@ -576,7 +576,7 @@ func setKey[K any](t *btree.BTreeG[K], k K, add bool) {
 func (s *state) qjob(id uint64) *QueueJob {
 	// The tree's Get keeps no reference to its key, but the key escapes
 	// through the less function: a probe from a pool instead of a new
-	// QueueJob (about 300 bytes) per lookup, several per job's way
+	// QueueJob (240 bytes) per lookup, several per job's way
 	// through the queue on every node (docs/benchmarks.md, "A large state").
 	p := jobProbes.Get().(*QueueJob)
 	p.ID = id
