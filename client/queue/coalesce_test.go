@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"runtime"
 	"runtime/metrics"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/coordd/coordd/client"
@@ -516,16 +514,8 @@ func TestSubmitLoneCallCancelledInFlight(t *testing.T) {
 // with a bounded -benchtime).
 func BenchmarkSubmitCoalesced(b *testing.B) {
 	f := newFakeQueue(clock.NewFake(time.Now())) // the server's; the client runs on the real clock
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	coordv1.RegisterQueueServer(srv, f)
-	coordv1.RegisterCoordinatorServer(srv, f)
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-	c, err := client.New(context.Background(), []string{lis.Addr().String()}, client.WithOwner("b"))
+	addr, _ := serveFake(b, f)
+	c, err := client.New(context.Background(), []string{addr}, client.WithOwner("b"))
 	if err != nil {
 		b.Fatal(err)
 	}

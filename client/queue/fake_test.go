@@ -353,10 +353,10 @@ type harness struct {
 	t0    time.Time
 }
 
-func newHarness(t *testing.T) *harness {
+// serveFake serves f (and a fake watch) over gRPC on loopback until the
+// test ends, and returns its address.
+func serveFake(t testing.TB, f *fakeQueue) (string, *fakeWatch) {
 	t.Helper()
-	clk := clock.NewFake(time.Unix(1_000_000, 0))
-	f := newFakeQueue(clk)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -368,7 +368,15 @@ func newHarness(t *testing.T) *harness {
 	coordv1.RegisterWatchServer(srv, fw)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	c, err := client.New(context.Background(), []string{lis.Addr().String()}, client.WithClock(clk), client.WithOwner("w1"))
+	return lis.Addr().String(), fw
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	f := newFakeQueue(clk)
+	addr, fw := serveFake(t, f)
+	c, err := client.New(context.Background(), []string{addr}, client.WithClock(clk), client.WithOwner("w1"))
 	if err != nil {
 		t.Fatal(err)
 	}
