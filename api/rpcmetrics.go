@@ -13,6 +13,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/internal/buildinfo"
@@ -54,7 +55,7 @@ type methodMetrics struct {
 	started        prometheus.Counter
 	received, sent lazyCounter // as the provider: a series at its first count
 	handling       prometheus.Observer
-	handled        [17]atomic.Pointer[prometheus.Counter] // by codes.Code
+	handled        [17]lazyCounter // by codes.Code
 }
 
 // lazyCounter is a series made at its first Inc.
@@ -105,8 +106,11 @@ func (m *grpcMetrics) method(fullMethod, typ string) *methodMetrics {
 	}
 	mm := &methodMetrics{m: m, labels: [3]string{typ, service, name}}
 	mm.started = m.started.WithLabelValues(mm.labels[:]...)
-	mm.received = lazyCounter{vec: m.received, labels: mm.labels[:]}
-	mm.sent = lazyCounter{vec: m.sent, labels: mm.labels[:]}
+	mm.received.vec, mm.received.labels = m.received, mm.labels[:]
+	mm.sent.vec, mm.sent.labels = m.sent, mm.labels[:]
+	for code := range mm.handled {
+		mm.handled[code].vec, mm.handled[code].labels = m.handled, []string{typ, service, name, codes.Code(code).String()}
+	}
 	mm.handling = m.handling.WithLabelValues(mm.labels[:]...)
 	actual, _ := m.methods.LoadOrStore(fullMethod, mm)
 	return actual.(*methodMetrics)
@@ -119,19 +123,11 @@ func (mm *methodMetrics) done(err error, start time.Time) {
 	if !ok {
 		st = status.FromContextError(err)
 	}
-	code := st.Code()
-	var c prometheus.Counter
-	if int(code) < len(mm.handled) {
-		if p := mm.handled[code].Load(); p != nil {
-			c = *p
-		} else {
-			c = mm.m.handled.WithLabelValues(mm.labels[0], mm.labels[1], mm.labels[2], code.String())
-			mm.handled[code].Store(&c)
-		}
-	} else {
-		c = mm.m.handled.WithLabelValues(mm.labels[0], mm.labels[1], mm.labels[2], code.String())
+	if code := st.Code(); int(code) < len(mm.handled) {
+		mm.handled[code].Inc()
+	} else { // not one of gRPC's codes: looked up each time
+		mm.m.handled.WithLabelValues(mm.labels[0], mm.labels[1], mm.labels[2], code.String()).Inc()
 	}
-	c.Inc()
 	mm.handling.Observe(time.Since(start).Seconds())
 }
 

@@ -100,7 +100,8 @@ func TestGRPCMetricsAsTheProvider(t *testing.T) {
 		{"/coord.v1.Queue/Submit", status.Error(codes.InvalidArgument, "bad")},
 		{"/coord.v1.Queue/Submit", context.DeadlineExceeded}, // a context error counts as its code
 		{"/coord.v1.Queue/Submit", context.Canceled},
-		{"/coord.v1.Queue/Submit", io.ErrUnexpectedEOF}, // any other error: Unknown
+		{"/coord.v1.Queue/Submit", io.ErrUnexpectedEOF},                 // any other error: Unknown
+		{"/coord.v1.Queue/Submit", status.Error(codes.Code(99), "odd")}, // not one of gRPC's codes
 		{"no-slash", nil}, // unknown/unknown
 	}
 	for _, c := range calls {
