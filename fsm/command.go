@@ -6,6 +6,19 @@ import (
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 )
 
+// decodeCommand decodes a log entry into cmd with the decoder vtprotobuf
+// generated for fsm.proto (fsm_vtproto.pb.go): every node decodes every
+// entry it applies, and protobuf-go's table-driven decoder was a sixth of a
+// follower's CPU under single submits (docs/benchmarks.md, "The log's
+// entries decoded by generated code"). For every encoding protobuf-go's
+// Marshal produces, the result is the message protobuf-go's Unmarshal
+// makes (TestDecodeCommandAsProtobuf, FuzzDecodeCommand). Two inputs it
+// refuses or accepts differently can never be in the log: a string that is
+// not UTF-8 (protobuf-go's Marshal, which the proposer uses, refuses to
+// write one; this decoder does not check) and a known field with another
+// wire type (protobuf-go keeps it as an unknown field, this decoder fails).
+func decodeCommand(data []byte, cmd *fsmv1.Command) error { return cmd.UnmarshalVT(data) }
+
 // Envelope wraps a command body with its type and the lease time, so type
 // and body can never disagree. It stamps no calendar time (see EnvelopeAt).
 func Envelope(nowMs int64, body any) *fsmv1.Command {

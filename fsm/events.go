@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/google/btree"
-	"google.golang.org/protobuf/proto"
 
 	fsmv1 "github.com/coordd/coordd/proto/coord/fsm/v1"
 	coordv1 "github.com/coordd/coordd/proto/coord/v1"
@@ -163,7 +162,7 @@ func (f *FSM) ApplyBatchTo(entries [][]byte, sink func(i int, events []Event)) [
 	for i, data := range entries {
 		if data != nil {
 			cmd := &fsmv1.Command{}
-			if err := proto.Unmarshal(data, cmd); err != nil {
+			if err := decodeCommand(data, cmd); err != nil {
 				// Fail-stop: a replica that cannot read the log must not guess.
 				panic(fmt.Sprintf("fsm: undecodable log entry (%d of a batch of %d): %v", i+1, len(entries), err))
 			}
