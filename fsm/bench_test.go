@@ -333,3 +333,33 @@ func BenchmarkSnapshotRestoreQueue100k(b *testing.B) {
 	queueJobs(b, f, 100_000)
 	benchRestore(b, f)
 }
+
+// BenchmarkApplyQueueEvents measures one job's whole way (its share of a
+// submit, a fetch and a completion of 100) as a node applies it: with a
+// sink for the change events, three a job.
+func BenchmarkApplyQueueEvents(b *testing.B) {
+	args := bytes.Repeat([]byte("x"), 200)
+	cal := t0 + 61_000
+	var logs [][]byte
+	next := uint64(1)
+	for i := 0; i < b.N; i += 100 {
+		n := min(100, b.N-i)
+		specs := make([]*fsmv1.QueueJobSpec, 0, n)
+		for range n {
+			s := &fsmv1.QueueJobSpec{Queue: "default", Kind: "k", Args: args}
+			FillJobDefaults(s)
+			specs = append(specs, s)
+		}
+		fetch, complete := fetchAndComplete(b, 1, cal, &next, n)
+		logs = append(logs, entryAt(b, 1, cal, &fsmv1.SubmitJobs{Jobs: specs}), fetch, complete)
+	}
+	f := New()
+	events := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	f.ApplyBatchTo(logs, func(_ int, evs []Event) { events += len(evs) })
+	b.StopTimer()
+	if events != 3*b.N {
+		b.Fatalf("%d events for %d jobs", events, b.N)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,7 +25,7 @@ func runEvents(t testing.TB, f *FSM, now, cal int64, body any) (any, []Event) {
 	calls := 0
 	out := f.ApplyBatchTo([][]byte{data}, func(i int, e []Event) {
 		calls++
-		evs = e
+		evs = slices.Clone(e) // e is reused for the next entry
 	})
 	if calls != 1 {
 		t.Fatalf("sink called %d times for one entry", calls)
@@ -167,6 +168,31 @@ func TestEventsOfABatchEntry(t *testing.T) {
 	}
 	if evs[3].At != 111 {
 		t.Fatalf("a command stamped before the clock applies at the clock: %d", evs[3].At)
+	}
+}
+
+// TestEventsOfEntriesInOneCall: the sink sees each entry's events and only
+// those, also when the entries come in one call and share the buffer, and
+// the buffer holds no record after the call.
+func TestEventsOfEntriesInOneCall(t *testing.T) {
+	f := New()
+	entries := [][]byte{
+		entryAt(t, 1, t0, &fsmv1.SubmitJobs{Jobs: []*fsmv1.QueueJobSpec{jspec("mail", "send"), jspec("mail", "send")}}),
+		entryAt(t, 2, t0, &fsmv1.Tick{}),
+		entryAt(t, 3, t0, &fsmv1.FetchJobs{Queues: []string{"mail"}, Max: 1, WorkerId: "w"}),
+		nil, // not a command
+		entryAt(t, 4, t0, acq("x", "o", 10, "r")),
+	}
+	var got []string
+	f.ApplyBatchTo(entries, func(i int, evs []Event) { got = append(got, fmt.Sprintf("%d:%s", i, brief(evs))) })
+	want := []string{"0:QUEUE_JOB PUT mail/1;QUEUE_JOB PUT mail/2;", "1:", "2:QUEUE_JOB PUT mail/1;", "3:", "4:LEASE PUT x;"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("events per entry:\n got %q\nwant %q", got, want)
+	}
+	for i, e := range f.st.events[:cap(f.st.events)] {
+		if e != (Event{}) {
+			t.Fatalf("the buffer keeps event %d after the call: %+v", i, e)
+		}
 	}
 }
 
