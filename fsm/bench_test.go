@@ -336,30 +336,43 @@ func BenchmarkSnapshotRestoreQueue100k(b *testing.B) {
 
 // BenchmarkApplyQueueEvents measures one job's whole way (its share of a
 // submit, a fetch and a completion of 100) as a node applies it: with a
-// sink for the change events, three a job.
+// sink for the change events, three a job; on an empty state and on one
+// that already holds 300,000 finished jobs (what a busy queue retains).
 func BenchmarkApplyQueueEvents(b *testing.B) {
+	for _, held := range []int{0, 300_000} {
+		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
+			f := New()
+			next := uint64(1)
+			cal := t0 + 61_000
+			f.ApplyBatch(jobWays(b, held, cal, &next))
+			logs := jobWays(b, b.N, cal, &next)
+			events := 0
+			b.ReportAllocs()
+			b.ResetTimer()
+			f.ApplyBatchTo(logs, func(_ int, evs []Event) { events += len(evs) })
+			b.StopTimer()
+			if events != 3*b.N {
+				b.Fatalf("%d events for %d jobs", events, b.N)
+			}
+		})
+	}
+}
+
+// jobWays is the entries that submit n jobs, fetch and complete them, in
+// hundreds.
+func jobWays(tb testing.TB, n int, cal int64, next *uint64) [][]byte {
 	args := bytes.Repeat([]byte("x"), 200)
-	cal := t0 + 61_000
 	var logs [][]byte
-	next := uint64(1)
-	for i := 0; i < b.N; i += 100 {
-		n := min(100, b.N-i)
-		specs := make([]*fsmv1.QueueJobSpec, 0, n)
-		for range n {
+	for i := 0; i < n; i += 100 {
+		k := min(100, n-i)
+		specs := make([]*fsmv1.QueueJobSpec, 0, k)
+		for range k {
 			s := &fsmv1.QueueJobSpec{Queue: "default", Kind: "k", Args: args}
 			FillJobDefaults(s)
 			specs = append(specs, s)
 		}
-		fetch, complete := fetchAndComplete(b, 1, cal, &next, n)
-		logs = append(logs, entryAt(b, 1, cal, &fsmv1.SubmitJobs{Jobs: specs}), fetch, complete)
+		fetch, complete := fetchAndComplete(tb, 1, cal, next, k)
+		logs = append(logs, entryAt(tb, 1, cal, &fsmv1.SubmitJobs{Jobs: specs}), fetch, complete)
 	}
-	f := New()
-	events := 0
-	b.ReportAllocs()
-	b.ResetTimer()
-	f.ApplyBatchTo(logs, func(_ int, evs []Event) { events += len(evs) })
-	b.StopTimer()
-	if events != 3*b.N {
-		b.Fatalf("%d events for %d jobs", events, b.N)
-	}
+	return logs
 }
