@@ -42,14 +42,14 @@ func (q *queue) Submit(ctx context.Context, req *coordv1.QueueSubmitRequest) (*c
 	// again, resolves delay_ms at its calendar, and the FSM judges how far
 	// ahead run_at_ms is at the leader's calendar stamp.
 	s.submitTraceDefaults(ctx, req)
-	if _, err := s.jobSpecs(req); err != nil {
+	specs, err := s.jobSpecs(req)
+	if err != nil {
 		return nil, toStatus(err)
 	}
+	// On the leader these specs are the ones proposed (jobSpecs depends on
+	// the request and this node's configuration only); a follower forwards
+	// the request, and the leader's own Submit makes its own.
 	return queueOnLeader(s, ctx, coordv1.QueueClient.Submit, req, func() (*coordv1.QueueSubmitResponse, error) {
-		specs, err := s.jobSpecs(req)
-		if err != nil {
-			return nil, err
-		}
 		cal, err := s.node.LeaderCalendarTime(ctx)
 		if err != nil {
 			return nil, err
