@@ -149,7 +149,8 @@ func New(cfg Config, c clock.Clock) *Hub {
 	return h
 }
 
-// Publish appends the events of the entry at index (apply path).
+// Publish appends the events of the entry at index (apply path). It copies
+// them: evs is the FSM's buffer, reused for the next entry.
 func (h *Hub) Publish(index uint64, evs []fsm.Event) {
 	if len(evs) == 0 {
 		h.last.Store(index)
