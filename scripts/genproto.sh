@@ -15,10 +15,10 @@ GOFLAGS= go install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@
 (cd proto && protoc -I . --go_out=. --go_opt=paths=source_relative \
   --go-grpc_out=. --go-grpc_opt=paths=source_relative \
   $(find . -name '*.proto' | sed 's,^\./,,' | sort))
-# A generated decoder for the log's commands and the snapshot's records,
-# which every node decodes for every entry it applies (fsm.decodeCommand:
-# about 40 % less CPU than protobuf-go's table-driven decoder). Only
-# UnmarshalVT: everything written to the log or a snapshot is still
+# A generated decoder for the log's commands, which every node decodes for
+# every entry it applies (fsm.decodeCommand: about a third less CPU than
+# protobuf-go's table-driven decoder; snapshots are still read by
+# protobuf-go). Only UnmarshalVT: everything written to the log is still
 # encoded by protobuf-go, whose Marshal refuses a string that is not UTF-8
 # (vtprotobuf's decoder does not check it).
 (cd proto && protoc -I . --go-vtproto_out=. \
