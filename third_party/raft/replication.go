@@ -616,10 +616,18 @@ func (r *Raft) setNewLogs(req *AppendEntriesRequest, nextIndex, lastIndex uint64
 	// consistent value for maxAppendEntries in the lines below in case it ever
 	// becomes reloadable.
 	maxAppendEntries := r.config().MaxAppendEntries
-	req.Entries = make([]*Log, 0, maxAppendEntries)
 	maxIndex := min(nextIndex+uint64(maxAppendEntries)-1, lastIndex)
+	if maxIndex < nextIndex {
+		req.Entries = []*Log{} // empty, not nil: the same bytes on the wire as before
+		return nil
+	}
+	// Exactly as many as are sent, in one allocation: a request usually
+	// carries one or a few entries, and a slice of MaxAppendEntries
+	// pointers per request was most of what replication allocated.
+	logs := make([]Log, maxIndex-nextIndex+1)
+	req.Entries = make([]*Log, 0, len(logs))
 	for i := nextIndex; i <= maxIndex; i++ {
-		oldLog := new(Log)
+		oldLog := &logs[i-nextIndex]
 		if err := r.getLog(i, oldLog); err != nil {
 			r.logger.Error("failed to get log", "index", i, "error", err)
 			return err
