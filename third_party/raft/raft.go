@@ -1358,7 +1358,14 @@ func (r *Raft) processLogs(index uint64, futures map[uint64]*logFuture) {
 	// need to use the same value for all lines here to get the expected result.
 	maxAppendEntries := r.config().MaxAppendEntries
 
-	batch := make([]*commitTuple, 0, maxAppendEntries)
+	// A batch has room for what is left to apply, at most maxAppendEntries:
+	// a commit usually applies one or a few entries, and room for
+	// MaxAppendEntries on every call (8 KiB at 1,024) was 3-6 % of all the
+	// bytes a busy coordd node allocated.
+	newBatch := func(left uint64) []*commitTuple {
+		return make([]*commitTuple, 0, min(uint64(maxAppendEntries), left))
+	}
+	batch := newBatch(index - lastApplied)
 
 	// Apply all the preceding logs
 	for idx := lastApplied + 1; idx <= index; idx++ {
@@ -1385,7 +1392,7 @@ func (r *Raft) processLogs(index uint64, futures map[uint64]*logFuture) {
 			// If we have filled up a batch, send it to the FSM
 			if len(batch) >= maxAppendEntries {
 				applyBatch(batch)
-				batch = make([]*commitTuple, 0, maxAppendEntries)
+				batch = newBatch(index - idx)
 			}
 
 		case futureOk:
