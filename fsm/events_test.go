@@ -381,3 +381,16 @@ func FuzzEvents(f *testing.F) {
 		}
 	})
 }
+
+var keySink string
+
+// TestQueueJobEventKeyOneAllocation: a job's event key, made for every
+// change of a job on every node, costs one allocation (the string).
+func TestQueueJobEventKeyOneAllocation(t *testing.T) {
+	if got := QueueJobEventKey("mail", 123456789); got != "mail/123456789" {
+		t.Fatalf("key %q", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { keySink = QueueJobEventKey("mail", 123456789) }); n != 1 {
+		t.Fatalf("%v allocations a key; want 1", n)
+	}
+}
