@@ -27,6 +27,12 @@ import (
 // behind — share RPCs. DESIGN.md says why 8.
 const DefaultSubmitsInFlight = 8
 
+// DefaultSubmitLinger is how long a Submit call that finds another Submit
+// of its Client in flight waits for more calls to share its RPC
+// (WithSubmitLinger). A call with nothing in flight never waits.
+// DESIGN.md says why 1 ms.
+const DefaultSubmitLinger = time.Millisecond
+
 // maxCoalescedBytes caps the jobs (their encoded size) of one coalesced
 // Submit, well below the server's 4 MiB message limit (a job's args may
 // be 64 KiB).
@@ -43,6 +49,17 @@ type ClientOption func(*Client)
 // n ≤ 0 turns coalescing off, as WithoutSubmitCoalescing.
 func WithSubmitCoalescing(n int) ClientOption {
 	return func(q *Client) { q.slots = max(n, 0) }
+}
+
+// WithSubmitLinger sets how long a Submit, SubmitAt or SubmitAfter call
+// that finds another Submit RPC of this Client in flight waits for more
+// calls to go with it (default DefaultSubmitLinger): the calls arriving
+// meanwhile, up to MaxBatch, then share one RPC. A call made while none
+// is in flight is sent at once; when an RPC ends, the calls waiting go at
+// once. d ≤ 0 sends a call at once whenever a slot is free
+// (WithSubmitCoalescing), as before there was a linger.
+func WithSubmitLinger(d time.Duration) ClientOption {
+	return func(q *Client) { q.linger = max(d, 0) }
 }
 
 // WithoutSubmitCoalescing makes every Submit its own RPC.
@@ -62,26 +79,30 @@ type member struct {
 }
 
 // coalescer turns concurrent Submits of one Client into shared RPCs,
-// group-commit style: no timer, at most slots RPCs in flight, the calls
-// arriving meanwhile wait and go together in the next one.
+// group-commit style: at most slots RPCs in flight, the calls arriving
+// meanwhile wait and go together in the next one, and a call that finds
+// an RPC in flight lingers up to linger for others to join it.
 type coalescer struct {
-	q     *Client
-	slots int
+	q      *Client
+	slots  int
+	linger time.Duration // 0: no linger
 
-	mu       sync.Mutex
-	inFlight int
-	waiting  []*member
+	mu        sync.Mutex
+	inFlight  int
+	waiting   []*member
+	lingering bool // a linger timer is armed; it sends what waits then
 }
 
 // submit sends j on behalf of a caller and returns its own answer.
 func (c *coalescer) submit(ctx context.Context, j *coordv1.NewJob) (*coordv1.SubmittedJob, error) {
 	m := &member{ctx: ctx, job: j, done: make(chan struct{})}
 	c.mu.Lock()
-	if c.inFlight < c.slots && len(c.waiting) == 0 {
-		// A slot is free and nobody waits: the call goes out alone, from
-		// the caller's own goroutine, as without coalescing (a goroutine
-		// of its own cost a start, a stack grown again down through gRPC
-		// and two hand-offs per call).
+	if c.inFlight < c.slots && len(c.waiting) == 0 && (c.linger == 0 || c.inFlight == 0) {
+		// A slot is free, nobody waits and nothing it could wait for is
+		// in flight: the call goes out alone, from the caller's own
+		// goroutine, as without coalescing (a goroutine of its own cost a
+		// start, a stack grown again down through gRPC and two hand-offs
+		// per call).
 		c.inFlight++
 		m.sent = true
 		c.mu.Unlock()
@@ -93,7 +114,15 @@ func (c *coalescer) submit(ctx context.Context, j *coordv1.NewJob) (*coordv1.Sub
 		return m.res, m.err
 	}
 	c.waiting = append(c.waiting, m)
-	c.startLocked()
+	switch {
+	case c.lingering:
+		// The armed timer sends it, or an RPC's end before that.
+	case c.linger > 0 && c.inFlight < c.slots:
+		c.lingering = true
+		c.q.c.Clock().AfterFunc(c.linger, c.lingered)
+	default:
+		c.startLocked()
+	}
 	c.mu.Unlock()
 	select {
 	case <-m.done:
@@ -112,6 +141,15 @@ func (c *coalescer) submit(ctx context.Context, j *coordv1.NewJob) (*coordv1.Sub
 	default:
 	}
 	return nil, ctxError(ctx, sent)
+}
+
+// lingered sends the calls that waited out a linger (those an RPC's end
+// has not sent already).
+func (c *coalescer) lingered() {
+	c.mu.Lock()
+	c.lingering = false
+	c.startLocked()
+	c.mu.Unlock()
 }
 
 // startLocked sends batches of the waiting calls while slots are free,

@@ -137,14 +137,14 @@ func TestSubmitCoalescesConcurrentCalls(t *testing.T) {
 	}
 }
 
-// No timer: a call is sent at once while a slot is free
+// Without a linger, a call is sent at once while a slot is free
 // (DefaultSubmitsInFlight of them by default), on a clock that never
 // advances; the next one waits for a slot.
 func TestSubmitLoneCallAtOnce(t *testing.T) {
 	h := newHarness(t)
 	g := holdSubmits(h)
 	ctx := testCtx(t)
-	q := New(h.c)
+	q := New(h.c, WithSubmitLinger(0))
 	var held []chan submitAnswer
 	for i := range DefaultSubmitsInFlight {
 		held = append(held, goSubmit(ctx, q, i+1, "hold"))
@@ -175,6 +175,101 @@ func TestSubmitLoneCallAtOnce(t *testing.T) {
 	// Alone, nothing in flight: one RPC at once.
 	if _, err := q.Submit(ctx, "k", 0); err != nil || len(h.f.submits) != last+1 {
 		t.Fatalf("lone call: %v, %d RPCs", err, len(h.f.submits))
+	}
+}
+
+// With the default linger, a call that finds another Submit of its client
+// in flight waits DefaultSubmitLinger (on the client's clock) for others,
+// and the calls arriving meanwhile go in one RPC; a call with nothing in
+// flight goes at once; an RPC's end sends what lingers without waiting
+// out the timer; a caller whose ctx ends while it lingers returns and its
+// job is never sent.
+func TestSubmitLinger(t *testing.T) {
+	h := newHarness(t)
+	g := holdSubmits(h)
+	ctx := testCtx(t)
+	q := New(h.c)
+
+	// Nothing in flight: at once, on a clock that never moves.
+	if _, err := q.Submit(ctx, "k", 0); err != nil || len(h.f.submits) != 1 {
+		t.Fatalf("lone call: %v, %d RPCs", err, len(h.f.submits))
+	}
+	recv(t, g.arrived, "the lone submit")
+	held := goSubmit(ctx, q, 1, "hold")
+	recv(t, g.arrived, "the held submit")
+
+	// One in flight: the next calls linger until the clock has moved by
+	// DefaultSubmitLinger, then share one RPC.
+	const n = 5
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var answers []chan submitAnswer
+	for i := range n {
+		c := ctx
+		if i == 2 {
+			c = cctx
+		}
+		answers = append(answers, goSubmit(c, q, 10+i, "k"))
+		waitWaiting(t, q, i+1)
+	}
+	if !h.clk.WaitArmed(h.at(DefaultSubmitLinger), 5*time.Second) {
+		t.Fatal("no linger timer armed at t0+DefaultSubmitLinger")
+	}
+	cancel() // call 2 gives up while it lingers
+	if a := recv(t, answers[2], "the cancelled call's answer"); a.err == nil || errors.Is(a.err, client.ErrUnknownOutcome) || !errors.Is(a.err, client.ErrUnavailable) {
+		t.Fatalf("cancelled lingering call: %v, want unavailable, outcome known (never sent)", a.err)
+	}
+	select {
+	case r := <-g.arrived:
+		t.Fatalf("an RPC before the linger ended: %v", r)
+	default:
+	}
+	h.clk.Advance(DefaultSubmitLinger - time.Microsecond)
+	select {
+	case r := <-g.arrived:
+		t.Fatalf("an RPC before the linger ended: %v", r)
+	default:
+	}
+	h.clk.Advance(time.Microsecond)
+	r := recv(t, g.arrived, "the lingered submit")
+	var args []string
+	for _, j := range r.GetJobs() {
+		args = append(args, string(j.GetArgs()))
+	}
+	if got := strings.Join(args, ","); got != "10,11,13,14" {
+		t.Fatalf("the lingered RPC carries jobs %s, want 10,11,13,14 (12 was cancelled)", got)
+	}
+	for i, ch := range answers {
+		if i == 2 {
+			continue
+		}
+		if a := recv(t, ch, "an answer"); a.err != nil {
+			t.Fatalf("call %d: %v", i, a.err)
+		}
+	}
+
+	// Lingering behind the held RPC again: its end sends the waiting call
+	// at once, before the timer; the timer then finds nothing to send.
+	at := h.clk.Now().Add(DefaultSubmitLinger)
+	late := goSubmit(ctx, q, 20, "k")
+	waitWaiting(t, q, 1)
+	if !h.clk.WaitArmed(at, 5*time.Second) {
+		t.Fatal("no linger timer armed for the late call")
+	}
+	g.release <- struct{}{}
+	if a := recv(t, held, "the held answer"); a.err != nil {
+		t.Fatal(a.err)
+	}
+	if r := recv(t, g.arrived, "the late call's submit"); len(r.GetJobs()) != 1 || string(r.GetJobs()[0].GetArgs()) != "20" {
+		t.Fatalf("the late call's RPC %v", r)
+	}
+	if a := recv(t, late, "the late answer"); a.err != nil {
+		t.Fatal(a.err)
+	}
+	rpcs := len(h.f.submits)
+	h.clk.Advance(DefaultSubmitLinger)
+	if _, err := q.Submit(ctx, "k", 30); err != nil || len(h.f.submits) != rpcs+1 {
+		t.Fatalf("after the timer: %v, %d RPCs, want %d", err, len(h.f.submits), rpcs+1)
 	}
 }
 

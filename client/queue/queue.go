@@ -58,20 +58,21 @@ const MaxBatch = 1000
 // Coalescing: concurrent Submits of one Client share RPCs (see Submit and
 // WithSubmitCoalescing); each still gets its own answer.
 type Client struct {
-	c     *client.Client
-	q     coordv1.QueueClient
-	slots int // Submit RPCs in flight before calls coalesce; 0: off
-	co    *coalescer
+	c      *client.Client
+	q      coordv1.QueueClient
+	slots  int           // Submit RPCs in flight before calls coalesce; 0: off
+	linger time.Duration // WithSubmitLinger
+	co     *coalescer
 }
 
 // New returns the queue client of c.
 func New(c *client.Client, opts ...ClientOption) *Client {
-	q := &Client{c: c, q: c.Queue(), slots: DefaultSubmitsInFlight}
+	q := &Client{c: c, q: c.Queue(), slots: DefaultSubmitsInFlight, linger: DefaultSubmitLinger}
 	for _, o := range opts {
 		o(q)
 	}
 	if q.slots > 0 {
-		q.co = &coalescer{q: q, slots: q.slots}
+		q.co = &coalescer{q: q, slots: q.slots, linger: q.linger}
 	}
 	return q
 }
@@ -262,11 +263,13 @@ func encodeArgs(args any) ([]byte, error) {
 // UniqueKey named an existing job (which is returned instead).
 //
 // Concurrent Submits (SubmitAt, SubmitAfter) of one Client are coalesced,
-// group-commit style, unless WithoutSubmitCoalescing: a call is sent at
-// once while fewer than DefaultSubmitsInFlight (WithSubmitCoalescing)
-// Submit RPCs of this Client are in flight; otherwise it joins the next
-// RPC, sent as soon as one ends, with every call waiting then (up to
-// MaxBatch jobs). There is no timer: a lone call never waits. Each caller
+// group-commit style, unless WithoutSubmitCoalescing: a call made while
+// no Submit RPC of this Client is in flight is sent at once; one made
+// while some are, but fewer than DefaultSubmitsInFlight
+// (WithSubmitCoalescing), lingers up to DefaultSubmitLinger
+// (WithSubmitLinger) for others and goes with the calls made meanwhile;
+// with all in flight it joins the next RPC, sent as soon as one ends, with
+// every call waiting then (up to MaxBatch jobs). A lone call never waits. Each caller
 // gets the answer it would have got alone: its own job (two jobs with one
 // UniqueKey in one call are one job and its Duplicate, as in two calls),
 // its own refusal (a refused shared RPC added nothing and is sent again
