@@ -273,6 +273,72 @@ func TestSubmitLinger(t *testing.T) {
 	}
 }
 
+// A call lingers only while the client's calls come faster than one per
+// DefaultSubmitLinger: calls 5 ms apart go at once with another in
+// flight; once calls come back to back (the moving average of the gaps
+// falls below the linger) the next one lingers.
+func TestSubmitLingerOnlyWhenBusy(t *testing.T) {
+	h := newHarness(t)
+	g := holdSubmits(h)
+	ctx := testCtx(t)
+	q := New(h.c)
+	held := goSubmit(ctx, q, 0, "hold")
+	recv(t, g.arrived, "the held submit")
+	const apart = 5 * time.Millisecond
+	for i := 1; i <= 3; i++ {
+		h.clk.Advance(apart)
+		if _, err := q.Submit(ctx, "k", i); err != nil {
+			t.Fatal(err)
+		}
+		if r := recv(t, g.arrived, "a submit 5 ms after the previous"); string(r.GetJobs()[0].GetArgs()) != strconv.Itoa(i) {
+			t.Fatalf("RPC %v, want job %d alone", r, i)
+		}
+	}
+	// Back to back: the average gap (5 ms) shrinks by an eighth a call;
+	// the calls go at once until it is below 1 ms, then one lingers.
+	var sent int
+	for i := 10; ; i++ {
+		a := goSubmit(ctx, q, i, "k")
+		var r *coordv1.QueueSubmitRequest
+		waitUntil(t, "the call sent or lingering", func() bool {
+			select {
+			case r = <-g.arrived:
+				return true
+			default:
+			}
+			q.co.mu.Lock()
+			defer q.co.mu.Unlock()
+			return len(q.co.waiting) == 1
+		})
+		if r != nil {
+			if string(r.GetJobs()[0].GetArgs()) != strconv.Itoa(i) {
+				t.Fatalf("RPC %v, want job %d", r, i)
+			}
+			if res := recv(t, a, "an answer"); res.err != nil {
+				t.Fatal(res.err)
+			}
+			if sent++; sent > 20 {
+				t.Fatal("back-to-back calls never linger")
+			}
+			continue
+		}
+		// 5 ms · (7/8)^n < 1 ms from the 13th back-to-back call on.
+		if sent != 12 {
+			t.Fatalf("%d back-to-back calls went at once before one lingered, want 12", sent)
+		}
+		h.clk.Advance(DefaultSubmitLinger)
+		if r := recv(t, g.arrived, "the lingered submit"); string(r.GetJobs()[0].GetArgs()) != strconv.Itoa(i) {
+			t.Fatalf("RPC %v, want job %d", r, i)
+		}
+		if res := recv(t, a, "the lingered answer"); res.err != nil {
+			t.Fatal(res.err)
+		}
+		break
+	}
+	g.release <- struct{}{}
+	recv(t, held, "the held answer")
+}
+
 // A coalesced RPC refused because of one job (INVALID_ARGUMENT naming its
 // index) or one caller's queue (PERMISSION_DENIED) gives that caller the
 // answer it gets alone and submits the others' jobs.
