@@ -54,11 +54,9 @@ func WithSubmitCoalescing(n int) ClientOption {
 // WithSubmitLinger sets how long a Submit, SubmitAt or SubmitAfter call
 // that finds another Submit RPC of this Client in flight waits for more
 // calls to go with it (default DefaultSubmitLinger): the calls arriving
-// meanwhile, up to MaxBatch, then share one RPC. A call lingers only
-// while the Client's calls come faster than one per d (a moving average
-// of the time between them), when others are likely to join; a call made
-// while none is in flight is sent at once; when an RPC ends, the calls
-// waiting go at once. d ≤ 0 sends a call at once whenever a slot is free
+// meanwhile, up to MaxBatch, then share one RPC. A call made while none
+// is in flight is sent at once; when an RPC ends, the calls waiting go at
+// once. d ≤ 0 sends a call at once whenever a slot is free
 // (WithSubmitCoalescing), as before there was a linger.
 func WithSubmitLinger(d time.Duration) ClientOption {
 	return func(q *Client) { q.linger = max(d, 0) }
@@ -82,9 +80,8 @@ type member struct {
 
 // coalescer turns concurrent Submits of one Client into shared RPCs,
 // group-commit style: at most slots RPCs in flight, the calls arriving
-// meanwhile wait and go together in the next one, and while calls come
-// faster than one per linger, a call that finds an RPC in flight lingers
-// up to linger for others to join it.
+// meanwhile wait and go together in the next one, and a call that finds
+// an RPC in flight lingers up to linger for others to join it.
 type coalescer struct {
 	q      *Client
 	slots  int
@@ -94,48 +91,18 @@ type coalescer struct {
 	inFlight  int
 	waiting   []*member
 	lingering bool // a linger timer is armed; it sends what waits then
-	// last is the previous call's time, gap the moving average of the
-	// time between calls (gapKnown from the second call on).
-	last     time.Time
-	gap      time.Duration
-	gapKnown bool
-}
-
-// busyLocked records a call made at now and reports whether calls come
-// faster than one per linger, so that another is likely to join a call
-// that lingers: the moving average (weight 1/8) of the time between
-// calls is below the linger.
-func (c *coalescer) busyLocked(now time.Time) bool {
-	if c.linger == 0 {
-		return false
-	}
-	if !c.last.IsZero() {
-		g := max(now.Sub(c.last), 0)
-		if c.gapKnown {
-			c.gap += (g - c.gap) / 8
-		} else {
-			c.gap, c.gapKnown = g, true
-		}
-	}
-	c.last = now
-	return c.gapKnown && c.gap < c.linger
 }
 
 // submit sends j on behalf of a caller and returns its own answer.
 func (c *coalescer) submit(ctx context.Context, j *coordv1.NewJob) (*coordv1.SubmittedJob, error) {
 	m := &member{ctx: ctx, job: j, done: make(chan struct{})}
-	var now time.Time
-	if c.linger > 0 {
-		now = c.q.c.Clock().Now()
-	}
 	c.mu.Lock()
-	busy := c.busyLocked(now)
-	if c.inFlight < c.slots && len(c.waiting) == 0 && (!busy || c.inFlight == 0) {
-		// A slot is free, nobody waits, and nothing is in flight or calls
-		// are too rare for a linger to gather others: the call goes out
-		// alone, from the caller's own goroutine, as without coalescing (a
-		// goroutine of its own cost a start, a stack grown again down
-		// through gRPC and two hand-offs per call).
+	if c.inFlight < c.slots && len(c.waiting) == 0 && (c.linger == 0 || c.inFlight == 0) {
+		// A slot is free, nobody waits and nothing it could wait for is
+		// in flight: the call goes out alone, from the caller's own
+		// goroutine, as without coalescing (a goroutine of its own cost a
+		// start, a stack grown again down through gRPC and two hand-offs
+		// per call).
 		c.inFlight++
 		m.sent = true
 		c.mu.Unlock()
@@ -150,7 +117,7 @@ func (c *coalescer) submit(ctx context.Context, j *coordv1.NewJob) (*coordv1.Sub
 	switch {
 	case c.lingering:
 		// The armed timer sends it, or an RPC's end before that.
-	case busy && c.inFlight < c.slots:
+	case c.linger > 0 && c.inFlight < c.slots:
 		c.lingering = true
 		c.q.c.Clock().AfterFunc(c.linger, c.lingered)
 	default:
