@@ -21,10 +21,10 @@ import (
 )
 
 // DefaultSubmitsInFlight is how many Submit RPCs of one Client run at once
-// before concurrent Submits start to share one (WithSubmitCoalescing): up
-// to 8 concurrent calls of a client each go out alone, as without
-// coalescing; more than that — calls piling up because the cluster is
-// behind — share RPCs. DESIGN.md says why 8.
+// (WithSubmitCoalescing): calls made while all of them are in flight —
+// piling up because the cluster is behind — wait and share the next RPC.
+// Below that, a call lingers briefly when another is in flight
+// (DefaultSubmitLinger). DESIGN.md says why 8.
 const DefaultSubmitsInFlight = 8
 
 // DefaultSubmitLinger is how long a Submit call that finds another Submit
@@ -43,10 +43,11 @@ type ClientOption func(*Client)
 
 // WithSubmitCoalescing sets how many Submit RPCs of this Client may be in
 // flight before concurrent Submit, SubmitAt and SubmitAfter calls are
-// coalesced (default DefaultSubmitsInFlight): a call is sent at once when
-// fewer are in flight, else it waits and joins the next call, sent as
-// soon as one in flight ends, with every job waiting then (up to MaxBatch).
-// n ≤ 0 turns coalescing off, as WithoutSubmitCoalescing.
+// coalesced (default DefaultSubmitsInFlight): with fewer in flight a call
+// is sent at once (or after its linger, WithSubmitLinger), else it waits
+// and joins the next call, sent as soon as one in flight ends, with every
+// job waiting then (up to MaxBatch). n ≤ 0 turns coalescing off, as
+// WithoutSubmitCoalescing.
 func WithSubmitCoalescing(n int) ClientOption {
 	return func(q *Client) { q.slots = max(n, 0) }
 }

@@ -56,7 +56,7 @@ const MaxBatch = 1000
 // up (Get) before retrying again.
 //
 // Coalescing: concurrent Submits of one Client share RPCs (see Submit and
-// WithSubmitCoalescing); each still gets its own answer.
+// WithSubmitCoalescing, WithSubmitLinger); each still gets its own answer.
 type Client struct {
 	c      *client.Client
 	q      coordv1.QueueClient
@@ -269,8 +269,8 @@ func encodeArgs(args any) ([]byte, error) {
 // (WithSubmitCoalescing), lingers up to DefaultSubmitLinger
 // (WithSubmitLinger) for others and goes with the calls made meanwhile;
 // with all in flight it joins the next RPC, sent as soon as one ends, with
-// every call waiting then (up to MaxBatch jobs). A lone call never waits. Each caller
-// gets the answer it would have got alone: its own job (two jobs with one
+// every call waiting then (up to MaxBatch jobs). A lone call never waits.
+// Each caller gets the answer it would have got alone: its own job (two jobs with one
 // UniqueKey in one call are one job and its Duplicate, as in two calls),
 // its own refusal (a refused shared RPC added nothing and is sent again
 // without the job at fault, or one call per job), and on its ctx's end
