@@ -122,8 +122,8 @@ type entryInFlight struct {
 	batch []*proposal
 }
 
-// runCommitter answers the proposals of each entry in flight, in order,
-// and frees its slot. It blocks on Raft's futures, which offer nothing to
+// runCommitter frees the slot of each entry in flight once Raft has
+// answered it, then answers its proposals, in order. It blocks on Raft's futures, which offer nothing to
 // select on, so it is counted in n.futures rather than n.wg: a future
 // still queued when Raft shuts down is never answered, and the callers
 // stop waiting at shutdown (result) whatever the committer does.
@@ -138,8 +138,11 @@ func (n *Node) runCommitter(inflight <-chan entryInFlight, slots <-chan struct{}
 		n.futures.Add(1)
 		err := n.translate(e.f.Error())
 		n.futures.Add(-1)
-		n.answer(e, err)
+		// The slot is free once Raft has answered: the next entry leaves
+		// while this one's results are handed out (a wake-up per caller:
+		// about 20 an entry under 64 lock clients).
 		<-slots
+		n.answer(e, err)
 	}
 }
 

@@ -90,6 +90,34 @@ func TestProposerGroupsCommandsInFlight(t *testing.T) {
 
 // A failed entry fails every command in it, with the node's error (here:
 // leadership lost, outcome unknown).
+// The next entry leaves as soon as Raft has answered the one in flight,
+// not after the callers of that one have been handed their results: a
+// caller slow to take its result holds nothing back.
+func TestProposerNextEntryBeforeResults(t *testing.T) {
+	n := newTestNode(t)
+	base := n.raft.count()
+	n.raft.holdEntries()
+	// A proposal whose result nobody takes yet (its channel has no room):
+	// the committer blocks handing it over.
+	slow := &proposal{cmd: fsm.EnvelopeAt(1, 1, acquireCmd("slow")), done: make(chan proposalResult)}
+	if _, err := n.enqueueGroup(bg(), slow); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first entry", func() bool { return n.raft.count() == base+1 })
+	n.raft.release(nil)
+	next := proposeAsync(bg(), n, acquireCmd("next"))
+	eventually(t, "the next entry while the first one's result waits", func() bool { return n.raft.count() == base+2 })
+	if c := n.raft.entry(t, base+1); c.GetAcquire().GetName() != "next" {
+		t.Fatalf("second entry: %v", c)
+	}
+	if r := <-slow.done; r.err != nil || !r.resp.(*fsm.AcquireResult).Acquired {
+		t.Fatalf("slow: %+v", r)
+	}
+	if r := <-next; r.err != nil || !r.res.(*fsm.AcquireResult).Acquired {
+		t.Fatalf("next: %+v", r)
+	}
+}
+
 func TestProposerFailurePropagatesToTheBatch(t *testing.T) {
 	n := newTestNode(t)
 	base, first := firstInFlight(t, n)
