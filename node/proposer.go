@@ -123,8 +123,9 @@ type entryInFlight struct {
 }
 
 // runCommitter frees the slot of each entry in flight once Raft has
-// answered it, then answers its proposals, in order. It blocks on Raft's futures, which offer nothing to
-// select on, so it is counted in n.futures rather than n.wg: a future
+// answered it, then answers its proposals, in order. It blocks on Raft's
+// futures, which offer nothing to select on, so it is counted in
+// n.futures rather than n.wg: a future
 // still queued when Raft shuts down is never answered, and the callers
 // stop waiting at shutdown (result) whatever the committer does.
 func (n *Node) runCommitter(inflight <-chan entryInFlight, slots <-chan struct{}) {

@@ -88,8 +88,6 @@ func TestProposerGroupsCommandsInFlight(t *testing.T) {
 	}
 }
 
-// A failed entry fails every command in it, with the node's error (here:
-// leadership lost, outcome unknown).
 // The next entry leaves as soon as Raft has answered the one in flight,
 // not after the callers of that one have been handed their results: a
 // caller slow to take its result holds nothing back.
@@ -118,6 +116,8 @@ func TestProposerNextEntryBeforeResults(t *testing.T) {
 	}
 }
 
+// A failed entry fails every command in it, with the node's error (here:
+// leadership lost, outcome unknown).
 func TestProposerFailurePropagatesToTheBatch(t *testing.T) {
 	n := newTestNode(t)
 	base, first := firstInFlight(t, n)
