@@ -267,11 +267,12 @@ func encodeArgs(args any) ([]byte, error) {
 // no Submit RPC of this Client is in flight is sent at once; one made
 // while some are, but fewer than DefaultSubmitsInFlight
 // (WithSubmitCoalescing), lingers up to DefaultSubmitLinger
-// (WithSubmitLinger) for others and goes with the calls made meanwhile;
-// with all in flight it joins the next RPC, sent as soon as one ends, with
-// every call waiting then (up to MaxBatch jobs). A lone call never waits.
-// Each caller gets the answer it would have got alone: its own job (two jobs with one
-// UniqueKey in one call are one job and its Duplicate, as in two calls),
+// (WithSubmitLinger), or until one of them ends, and goes with the calls
+// made meanwhile; with all in flight it joins the next RPC, sent as soon
+// as one ends, with every call waiting then (up to MaxBatch jobs). Each
+// caller gets the answer it would have got alone: its own job (two jobs
+// with one UniqueKey in one call are one job and its Duplicate, as in two
+// calls),
 // its own refusal (a refused shared RPC added nothing and is sent again
 // without the job at fault, or one call per job), and on its ctx's end
 // its ctx error (matching client.ErrUnknownOutcome once sent) without
